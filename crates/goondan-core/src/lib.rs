@@ -11,7 +11,7 @@ pub mod object_ref;
 pub mod tool;
 
 pub use message::{Message, MessageData, MessageSource};
-pub use object_ref::{ObjectRef, ObjectRefError};
+pub use object_ref::{ObjectRef, ObjectRefError, json_type_name};
 pub use tool::{ToolCall, ToolError, ToolResult, ToolStatus, truncate_error_message};
 
 /// Any JSON value.

@@ -1,1 +1,33 @@
-//! placeholder
+//! The Goondan Tool system (spec 002 §1–§8, §10–§11; spec 000 §12.1–§12.5).
+//!
+//! - [`catalog`]: the per-step Tool Catalog and its items.
+//! - [`registry`]: every executable tool with its handler.
+//! - [`handler`]: the native handler trait and handler results.
+//! - [`context`]: what a handler sees ([`ToolContext`]).
+//! - [`validation`]: argument validation with the original's messages.
+//! - [`pipeline`]: the generic middleware onion.
+//! - [`executor`]: the enforced path of every call.
+//! - [`events`]: `tool.*` (and later `turn.*`/`step.*`) events.
+//! - [`step`]: step middleware over the catalog.
+//! - [`assembly`]: catalogs and registries from a loaded bundle.
+//!
+//! This crate knows nothing of models or processes.
+
+pub mod assembly;
+pub mod catalog;
+pub mod context;
+pub mod events;
+pub mod executor;
+pub mod handler;
+pub mod pipeline;
+pub mod registry;
+pub mod step;
+pub mod validation;
+
+pub use catalog::{ParameterSchema, ToolCatalog, ToolCatalogItem, ToolSource, ToolSourceKind};
+pub use context::{AgentToolRuntime, CallScope, ToolContext, ToolLogger};
+pub use events::{EventKind, EventSink, MemoryEventSink, NoopEventSink, RuntimeEvent, TracingEventSink};
+pub use executor::{ExecutorPolicy, ToolCallContext, ToolCallMiddleware, ToolExecutor};
+pub use handler::{HandlerResult, ToolFailure, ToolHandler, ToolOutput, sync_handler};
+pub use pipeline::{BoxFuture, Core, Middleware, MiddlewareChain, Next, from_fn};
+pub use registry::{RegisteredTool, RegistryError, ToolRegistry};

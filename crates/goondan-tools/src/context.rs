@@ -1,0 +1,196 @@
+//! What a handler sees of the world: [`ToolContext`] (spec 002 §5.3, spec 000 §12.5).
+//!
+//! The context is deliberately small: who is calling (agent, instance, turn,
+//! call id), the assistant message that holds the call, the instance's
+//! working directory, a logger, and — when the agent runs under an
+//! orchestrator — the agent-to-agent runtime. It never carries `swarmBundle`
+//! or `oauth` (spec 000 §12.5 rule 3).
+
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+
+use goondan_core::{JsonObject, JsonValue, Message};
+
+use crate::handler::ToolFailure;
+use crate::pipeline::BoxFuture;
+
+/// Everything about a call that is the same for all calls of one step:
+/// shared by reference so that a call costs no copies of it.
+#[derive(Debug, Clone)]
+pub struct CallScope {
+    /// The agent's name.
+    pub agent_name: Arc<str>,
+    /// The agent instance's key.
+    pub instance_key: Arc<str>,
+    /// The current turn's id.
+    pub turn_id: Arc<str>,
+    /// The current step's id.
+    pub step_id: Arc<str>,
+    /// The assistant message whose tool calls are being run.
+    pub message: Arc<Message>,
+    /// The instance's working directory.
+    pub workdir: Arc<Path>,
+    /// The trace the calls belong to (32 hex digits).
+    pub trace_id: Arc<str>,
+    /// The span of the step that made the calls (16 hex digits).
+    pub step_span_id: Arc<str>,
+    /// The agent-to-agent runtime, when the agent runs under an orchestrator.
+    pub runtime: Option<Arc<dyn AgentToolRuntime>>,
+}
+
+/// The context handed to a tool handler.
+#[derive(Clone)]
+pub struct ToolContext {
+    scope: Arc<CallScope>,
+    tool_name: Arc<str>,
+    tool_call_id: String,
+    /// Log lines from the tool, tagged with the agent, tool and call.
+    pub logger: ToolLogger,
+}
+
+impl fmt::Debug for ToolContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolContext")
+            .field("agent_name", &self.agent_name())
+            .field("instance_key", &self.instance_key())
+            .field("turn_id", &self.turn_id())
+            .field("tool_call_id", &self.tool_call_id)
+            .field("workdir", &self.workdir())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ToolContext {
+    /// A context for one call.
+    pub fn new(scope: Arc<CallScope>, tool_name: Arc<str>, tool_call_id: String) -> Self {
+        Self {
+            scope,
+            tool_name,
+            tool_call_id,
+            logger: ToolLogger,
+        }
+    }
+
+    /// The current agent's name.
+    pub fn agent_name(&self) -> &str {
+        &self.scope.agent_name
+    }
+
+    /// The current instance's key.
+    pub fn instance_key(&self) -> &str {
+        &self.scope.instance_key
+    }
+
+    /// The current turn's id.
+    pub fn turn_id(&self) -> &str {
+        &self.scope.turn_id
+    }
+
+    /// This call's id.
+    pub fn tool_call_id(&self) -> &str {
+        &self.tool_call_id
+    }
+
+    /// The full name of the tool being called (`resource__export`).
+    pub fn tool_name(&self) -> &str {
+        &self.tool_name
+    }
+
+    /// The assistant message that holds this call (spec 002 §5.3 rule 4).
+    pub fn message(&self) -> &Message {
+        &self.scope.message
+    }
+
+    /// The instance's working directory; file and process tools work here.
+    pub fn workdir(&self) -> &Path {
+        &self.scope.workdir
+    }
+
+    /// The agent-to-agent runtime, if the agent runs under an orchestrator.
+    pub fn runtime(&self) -> Option<&Arc<dyn AgentToolRuntime>> {
+        self.scope.runtime.as_ref()
+    }
+
+    /// The scope shared by the calls of this step.
+    pub fn scope(&self) -> &Arc<CallScope> {
+        &self.scope
+    }
+}
+
+/// The logger of a tool call.
+///
+/// Lines go to `tracing` under the target `goondan::tool`; the executor runs
+/// every handler inside a span that names the agent, tool and call, so the
+/// lines carry those fields without the logger copying them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ToolLogger;
+
+impl ToolLogger {
+    /// A debug line.
+    pub fn debug(&self, message: impl fmt::Display) {
+        tracing::debug!(target: "goondan::tool", "{message}");
+    }
+
+    /// An info line.
+    pub fn info(&self, message: impl fmt::Display) {
+        tracing::info!(target: "goondan::tool", "{message}");
+    }
+
+    /// A warning.
+    pub fn warn(&self, message: impl fmt::Display) {
+        tracing::warn!(target: "goondan::tool", "{message}");
+    }
+
+    /// An error line.
+    pub fn error(&self, message: impl fmt::Display) {
+        tracing::error!(target: "goondan::tool", "{message}");
+    }
+}
+
+/// A request to another agent (the `agents__request` / `agents__send` tools).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentMessageRequest {
+    /// The target agent's name.
+    pub target: String,
+    /// The text sent to it.
+    pub input: String,
+    /// The target instance; the caller's own key when `None`.
+    pub instance_key: Option<String>,
+    /// A custom event type.
+    pub event_type: Option<String>,
+    /// Metadata attached to the event.
+    pub metadata: JsonObject,
+    /// For requests: how long to wait for the reply, in milliseconds.
+    pub timeout_ms: Option<u64>,
+    /// For requests: return at once and deliver the reply before a later step.
+    pub asynchronous: bool,
+}
+
+/// A request to spawn (or prepare) an agent instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentSpawnRequest {
+    /// The agent resource to spawn.
+    pub target: String,
+    /// Its instance key.
+    pub instance_key: Option<String>,
+    /// Its working directory.
+    pub cwd: Option<String>,
+}
+
+/// The agent-to-agent runtime a tool can reach through [`ToolContext::runtime`].
+///
+/// The orchestrator implements it; the built-in `agents` tool is its main
+/// user. Each method returns the JSON output of the corresponding export.
+pub trait AgentToolRuntime: Send + Sync + fmt::Debug {
+    /// Sends a request and (unless asynchronous) waits for the reply.
+    fn request(&self, request: AgentMessageRequest) -> BoxFuture<'_, Result<JsonValue, ToolFailure>>;
+    /// Sends a fire-and-forget event.
+    fn send(&self, request: AgentMessageRequest) -> BoxFuture<'_, Result<JsonValue, ToolFailure>>;
+    /// Spawns or prepares an instance.
+    fn spawn(&self, request: AgentSpawnRequest) -> BoxFuture<'_, Result<JsonValue, ToolFailure>>;
+    /// Lists spawned instances.
+    fn list(&self, include_all: bool) -> BoxFuture<'_, Result<JsonValue, ToolFailure>>;
+    /// Describes the swarm's agents.
+    fn catalog(&self) -> BoxFuture<'_, Result<JsonValue, ToolFailure>>;
+}

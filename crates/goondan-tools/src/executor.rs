@@ -1,0 +1,360 @@
+//! The executor: the one pipeline every tool call goes through.
+//!
+//! ```text
+//! tool.called event
+//!   └─ toolCall middleware (onion, may change args/metadata, short-circuit, rewrite)
+//!        └─ core: catalog check → argument validation → handler lookup
+//!                 → handler (deadline, panic capture) → ToolResult
+//! error message truncated to the tool's errorMessageLimit
+//! tool.completed | tool.failed event
+//! ```
+//!
+//! Whatever happens — a handler error, a panic in a handler or a middleware
+//! layer, a deadline — the caller gets exactly one [`ToolResult`], never an
+//! exception (spec 002 §8.3).
+
+use std::any::Any;
+use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use goondan_core::ids::SpanIdGenerator;
+use goondan_core::message::now_millis;
+use goondan_core::{DEFAULT_ERROR_MESSAGE_LIMIT, JsonObject, JsonValue, ToolCall, ToolError, ToolResult, ToolStatus};
+use tracing::Instrument as _;
+
+use crate::catalog::{ToolCatalog, ToolCatalogItem};
+use crate::context::{CallScope, ToolContext};
+use crate::events::{EventKind, EventSink, NoopEventSink, RuntimeEvent, ToolEventData};
+use crate::handler::{ToolFailure, ToolOutput};
+use crate::pipeline::{BoxFuture, Core, Middleware, MiddlewareChain};
+use crate::registry::ToolRegistry;
+use crate::validation::validate_args;
+
+/// What the toolCall middleware sees and may change (spec 002 §6.3).
+#[derive(Debug)]
+pub struct ToolCallContext {
+    tool_name: String,
+    tool_call_id: String,
+    /// The arguments; changes are seen by inner layers and the core.
+    pub args: JsonObject,
+    /// Free-form metadata shared between layers.
+    pub metadata: JsonObject,
+    scope: Arc<CallScope>,
+    catalog: Arc<ToolCatalog>,
+}
+
+impl ToolCallContext {
+    /// The called tool's full name.
+    pub fn tool_name(&self) -> &str {
+        &self.tool_name
+    }
+
+    /// The call's id.
+    pub fn tool_call_id(&self) -> &str {
+        &self.tool_call_id
+    }
+
+    /// The step-wide scope (agent, instance, turn, message, workdir, trace).
+    pub fn scope(&self) -> &Arc<CallScope> {
+        &self.scope
+    }
+
+    /// The catalog of the step that made the call.
+    pub fn catalog(&self) -> &ToolCatalog {
+        &self.catalog
+    }
+}
+
+/// A toolCall middleware layer.
+pub type ToolCallMiddleware = dyn Middleware<ToolCallContext, ToolResult>;
+
+/// Security and robustness settings of an executor.
+#[derive(Debug, Clone, Default)]
+pub struct ExecutorPolicy {
+    /// Let calls reach registered tools that are not in the step's catalog.
+    /// Off by default; spec 002 §7.1 allows it only by explicit policy.
+    pub allow_registry_calls: bool,
+    /// The deadline of one handler run; `None` for no deadline.
+    pub call_timeout: Option<Duration>,
+}
+
+/// Runs tool calls through the pipeline.
+pub struct ToolExecutor {
+    core: ExecutorCore,
+    middleware: MiddlewareChain<ToolCallContext, ToolResult>,
+    events: Arc<dyn EventSink>,
+    span_ids: SpanIdGenerator,
+}
+
+impl std::fmt::Debug for ToolExecutor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolExecutor")
+            .field("tools", &self.core.registry.len())
+            .field("middleware", &self.middleware)
+            .field("policy", &self.core.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+struct ExecutorCore {
+    registry: Arc<ToolRegistry>,
+    policy: ExecutorPolicy,
+}
+
+impl ToolExecutor {
+    /// An executor over `registry` with no middleware, no events and the default policy.
+    pub fn new(registry: Arc<ToolRegistry>) -> Self {
+        Self {
+            core: ExecutorCore {
+                registry,
+                policy: ExecutorPolicy::default(),
+            },
+            middleware: MiddlewareChain::new(),
+            events: Arc::new(NoopEventSink),
+            span_ids: SpanIdGenerator::new(),
+        }
+    }
+
+    /// Sets the policy.
+    #[must_use]
+    pub fn with_policy(mut self, policy: ExecutorPolicy) -> Self {
+        self.core.policy = policy;
+        self
+    }
+
+    /// Sets where events go.
+    #[must_use]
+    pub fn with_events(mut self, events: Arc<dyn EventSink>) -> Self {
+        self.events = events;
+        self
+    }
+
+    /// Adds a toolCall middleware layer (lower priority = outer).
+    pub fn register_middleware(&mut self, name: impl Into<Arc<str>>, priority: i32, layer: Arc<ToolCallMiddleware>) {
+        self.middleware.register(name, priority, layer);
+    }
+
+    /// The registry.
+    pub fn registry(&self) -> &Arc<ToolRegistry> {
+        &self.core.registry
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &ExecutorPolicy {
+        &self.core.policy
+    }
+
+    /// Runs one call against the step's `catalog` and returns its result.
+    pub async fn execute(&self, call: ToolCall, scope: &Arc<CallScope>, catalog: &Arc<ToolCatalog>) -> ToolResult {
+        let started = Instant::now();
+        let span_id = self.span_ids.next_raw();
+        self.emit(EventKind::ToolCalled, span_id, scope, &call.id, &call.name, None);
+
+        let mut ctx = ToolCallContext {
+            tool_name: call.name,
+            tool_call_id: call.id,
+            args: call.args,
+            metadata: JsonObject::new(),
+            scope: Arc::clone(scope),
+            catalog: Arc::clone(catalog),
+        };
+        let chain = self.middleware.run(&mut ctx, &self.core);
+        let mut result = match CatchUnwind(chain).await {
+            Ok(result) => result,
+            Err(payload) => ToolResult::error(panic_error(&ctx.tool_name, payload.as_ref())),
+        };
+        if result.is_error() {
+            let limit = self.error_message_limit(&ctx.tool_name, catalog);
+            result.truncate_error(limit);
+        }
+
+        let kind = if result.is_error() {
+            EventKind::ToolFailed
+        } else {
+            EventKind::ToolCompleted
+        };
+        let data = ToolEventData {
+            tool_call_id: &ctx.tool_call_id,
+            tool_name: &ctx.tool_name,
+            status: Some(result.status),
+            error_code: result.error_code(),
+            duration: Some(started.elapsed()),
+        };
+        self.emit_data(kind, span_id, scope, data);
+        result
+    }
+
+    fn error_message_limit(&self, tool_name: &str, catalog: &ToolCatalog) -> usize {
+        catalog
+            .get(tool_name)
+            .or_else(|| self.core.registry.get(tool_name).map(|tool| &tool.item))
+            .map_or(DEFAULT_ERROR_MESSAGE_LIMIT, ToolCatalogItem::error_message_limit)
+    }
+
+    fn emit(&self, kind: EventKind, span_id: u64, scope: &CallScope, call_id: &str, name: &str, status: Option<ToolStatus>) {
+        let data = ToolEventData {
+            tool_call_id: call_id,
+            tool_name: name,
+            status,
+            error_code: None,
+            duration: None,
+        };
+        self.emit_data(kind, span_id, scope, data);
+    }
+
+    fn emit_data(&self, kind: EventKind, span_id: u64, scope: &CallScope, data: ToolEventData<'_>) {
+        self.events.emit(&RuntimeEvent {
+            kind,
+            trace_id: &scope.trace_id,
+            span_id,
+            parent_span_id: Some(&scope.step_span_id),
+            timestamp_ms: now_millis(),
+            agent_name: &scope.agent_name,
+            instance_key: &scope.instance_key,
+            turn_id: &scope.turn_id,
+            step_id: Some(&scope.step_id),
+            tool: Some(data),
+            extra: None,
+        });
+    }
+}
+
+impl Core<ToolCallContext, ToolResult> for ExecutorCore {
+    fn run<'a>(&'a self, ctx: &'a mut ToolCallContext) -> BoxFuture<'a, ToolResult> {
+        Box::pin(self.run_core(ctx))
+    }
+}
+
+impl ExecutorCore {
+    async fn run_core(&self, ctx: &mut ToolCallContext) -> ToolResult {
+        // 1. The step's catalog is the allow-list (spec 002 §7).
+        let item = match ctx.catalog.get(&ctx.tool_name) {
+            Some(item) => item,
+            None => match self.registry.get(&ctx.tool_name) {
+                Some(tool) if self.policy.allow_registry_calls => &tool.item,
+                _ => return ToolResult::error(not_in_catalog(&ctx.tool_name, &ctx.catalog)),
+            },
+        };
+
+        // 2. Arguments against the item's schema. The object moves into a
+        // Value and back, so validation copies nothing.
+        let args = JsonValue::Object(std::mem::take(&mut ctx.args));
+        let verdict = validate_args(item, &args);
+        if let JsonValue::Object(map) = args {
+            ctx.args = map;
+        }
+        if let Err(error) = verdict {
+            return ToolResult::error(error);
+        }
+
+        // 3. Something must execute it.
+        let Some(tool) = self.registry.get(&ctx.tool_name) else {
+            return ToolResult::error(not_registered(&ctx.tool_name));
+        };
+
+        // 4. Run it, turning errors, panics and the deadline into results.
+        let tool_ctx = ToolContext::new(
+            Arc::clone(&ctx.scope),
+            Arc::clone(item.shared_name()),
+            ctx.tool_call_id.clone(),
+        );
+        let span = tracing::debug_span!(
+            target: "goondan::tool",
+            "tool",
+            agent = %ctx.scope.agent_name,
+            tool = %ctx.tool_name,
+            call = %ctx.tool_call_id,
+        );
+        let run = CatchUnwind(tool.handler.call(&tool_ctx, &ctx.args)).instrument(span);
+        let outcome = match self.policy.call_timeout {
+            Some(limit) => match tokio::time::timeout(limit, run).await {
+                Ok(outcome) => outcome,
+                Err(_) => return ToolResult::error(timed_out(&ctx.tool_name, limit)),
+            },
+            None => run.await,
+        };
+        match outcome {
+            Ok(Ok(ToolOutput::Value(value))) => match ToolOutput::from_json(value) {
+                ToolOutput::Value(value) => ToolResult::ok(value),
+                ToolOutput::Pending { handle, output } => ToolResult::pending(handle, output),
+            },
+            Ok(Ok(ToolOutput::Pending { handle, output })) => ToolResult::pending(handle, output),
+            Ok(Err(failure)) => ToolResult::error(failure.into_tool_error()),
+            Err(payload) => ToolResult::error(panic_error(&ctx.tool_name, payload.as_ref())),
+        }
+    }
+}
+
+const NOT_IN_CATALOG_LISTED: usize = 20;
+
+fn not_in_catalog(name: &str, catalog: &ToolCatalog) -> ToolError {
+    let mut suggestion = String::from(
+        "Add the tool to the Agent's spec.tools, or add it to the step's catalog in step middleware.",
+    );
+    if catalog.is_empty() {
+        suggestion.push_str(" The current catalog is empty.");
+    } else {
+        let names: Vec<&str> = catalog.names().take(NOT_IN_CATALOG_LISTED).collect();
+        suggestion.push_str(" Available tools: ");
+        suggestion.push_str(&names.join(", "));
+        if catalog.len() > NOT_IN_CATALOG_LISTED {
+            suggestion.push_str(&format!(" (+{} more)", catalog.len() - NOT_IN_CATALOG_LISTED));
+        }
+        suggestion.push('.');
+    }
+    ToolError::new(
+        "E_TOOL_NOT_IN_CATALOG",
+        "ToolNotInCatalogError",
+        format!("Tool '{name}' is not available in the current Tool Catalog."),
+    )
+    .with_suggestion(suggestion)
+}
+
+fn not_registered(name: &str) -> ToolError {
+    ToolError::new("E_TOOL_NOT_FOUND", "ToolNotFoundError", format!("Tool '{name}' is not registered."))
+        .with_suggestion(
+            "The tool is offered but nothing executes it: check that its Tool resource's entry module \
+             provides a handler for this export.",
+        )
+}
+
+fn timed_out(name: &str, limit: Duration) -> ToolError {
+    ToolError::new(
+        "E_TOOL_TIMEOUT",
+        "ToolTimeoutError",
+        format!("Tool '{name}' did not finish within {} ms and was cancelled.", limit.as_millis()),
+    )
+    .with_suggestion("Retry with a smaller task, or raise the tool call timeout if the work needs longer.")
+}
+
+fn panic_error(name: &str, payload: &(dyn Any + Send)) -> ToolError {
+    let detail = payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no panic message".to_owned());
+    ToolFailure::new(format!("Tool '{name}' panicked: {detail}"))
+        .named("PanicError")
+        .suggest("This is a bug in the tool's handler; report it with the arguments that caused it.")
+        .into_tool_error()
+}
+
+/// Turns a panic while polling the inner future into an `Err`.
+struct CatchUnwind<F>(F);
+
+impl<F: Future + Unpin> Future for CatchUnwind<F> {
+    type Output = Result<F::Output, Box<dyn Any + Send>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let inner = &mut self.0;
+        match catch_unwind(AssertUnwindSafe(|| Pin::new(inner).poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(output)) => Poll::Ready(Ok(output)),
+            Err(payload) => Poll::Ready(Err(payload)),
+        }
+    }
+}

@@ -1,0 +1,245 @@
+//! Argument validation against a catalog item's JSON Schema, with the
+//! original runtime's message format (GOONDAN_FACTS "Tool execution" step 2).
+//!
+//! `Invalid arguments for tool 'x__y': args.command: required property is
+//! missing; args.extra: unexpected property` — at most five issues, then
+//! `; +N more issues`. The suggestion lists `required=[...]` and
+//! `allowed=[...]` from the schema's top level.
+
+use std::fmt::Write as _;
+
+use goondan_core::{JsonValue, ToolError, json_type_name};
+use jsonschema::error::ValidationErrorKind;
+use jsonschema::paths::LocationSegment;
+
+use crate::catalog::ToolCatalogItem;
+
+const MAX_LISTED_ISSUES: usize = 5;
+
+/// Validates `args` against the item's parameter schema.
+///
+/// `Ok` when the item has no schema or the arguments satisfy it. A schema
+/// that does not compile is reported as an error result too, never a panic.
+pub fn validate_args(item: &ToolCatalogItem, args: &JsonValue) -> Result<(), ToolError> {
+    let Some(schema) = item.parameters() else {
+        return Ok(());
+    };
+    let validator = match schema.validator() {
+        Ok(validator) => validator,
+        Err(problem) => {
+            return Err(ToolError::new(
+                "E_TOOL_SCHEMA_INVALID",
+                "ToolSchemaError",
+                format!("Tool '{}' has an invalid parameters schema: {problem}", item.name()),
+            )
+            .with_suggestion("Fix the tool's parameters schema; it must be a valid JSON Schema object."));
+        }
+    };
+    // The common case is valid input: answer it without building any error.
+    if validator.is_valid(args) {
+        return Ok(());
+    }
+    let raw_schema = schema.raw();
+    let mut issues = Vec::new();
+    for error in validator.iter_errors(args) {
+        describe(&error, raw_schema, &mut issues);
+    }
+    if issues.is_empty() {
+        // A validator that rejects but names nothing: still say so.
+        issues.push("args: value does not match the parameters schema".to_owned());
+    }
+    Err(invalid_args_error(item.name(), &issues, raw_schema))
+}
+
+fn describe(error: &jsonschema::ValidationError<'_>, schema: &JsonValue, issues: &mut Vec<String>) {
+    let path = render_path(error.instance_path().segments());
+    match error.kind() {
+        ValidationErrorKind::Required { property } => {
+            let property = property.as_str().map_or_else(|| property.to_string(), str::to_owned);
+            issues.push(format!("{}: required property is missing", join_property(&path, &property)));
+        }
+        ValidationErrorKind::AdditionalProperties { unexpected } => {
+            for property in unexpected {
+                issues.push(format!("{}: unexpected property", join_property(&path, property)));
+            }
+        }
+        ValidationErrorKind::Type { kind } => {
+            let expected = schema
+                .pointer(error.schema_path().as_str())
+                .and_then(expected_types)
+                .unwrap_or_else(|| type_kind_names(kind));
+            issues.push(format!("{path}: expected {expected} but got {}", json_type_name(error.instance())));
+        }
+        ValidationErrorKind::Enum { options } => {
+            issues.push(format!("{path}: value must be one of {options}"));
+        }
+        _ => issues.push(format!("{path}: {error}")),
+    }
+}
+
+fn expected_types(type_value: &JsonValue) -> Option<String> {
+    match type_value {
+        JsonValue::String(name) => Some(name.clone()),
+        JsonValue::Array(names) => {
+            let names: Vec<&str> = names.iter().filter_map(JsonValue::as_str).collect();
+            (!names.is_empty()).then(|| names.join("|"))
+        }
+        _ => None,
+    }
+}
+
+fn type_kind_names(kind: &jsonschema::error::TypeKind) -> String {
+    match kind {
+        jsonschema::error::TypeKind::Single(t) => t.to_string(),
+        jsonschema::error::TypeKind::Multiple(set) => {
+            set.iter().map(|t| t.to_string()).collect::<Vec<_>>().join("|")
+        }
+    }
+}
+
+/// `args`, `args.a.b`, `args.arr[1]`.
+fn render_path<'a>(segments: impl Iterator<Item = LocationSegment<'a>>) -> String {
+    let mut path = String::from("args");
+    for segment in segments {
+        match segment {
+            LocationSegment::Property(name) => {
+                path.push('.');
+                path.push_str(&name);
+            }
+            LocationSegment::Index(index) => {
+                let _ = write!(path, "[{index}]");
+            }
+        }
+    }
+    path
+}
+
+fn join_property(path: &str, property: &str) -> String {
+    format!("{path}.{property}")
+}
+
+fn invalid_args_error(tool_name: &str, issues: &[String], schema: &JsonValue) -> ToolError {
+    let mut message = format!("Invalid arguments for tool '{tool_name}': ");
+    message.push_str(&issues[..issues.len().min(MAX_LISTED_ISSUES)].join("; "));
+    if issues.len() > MAX_LISTED_ISSUES {
+        let _ = write!(message, "; +{} more issues", issues.len() - MAX_LISTED_ISSUES);
+    }
+    let required = string_list(schema.get("required"));
+    let allowed: Vec<&str> = schema
+        .get("properties")
+        .and_then(JsonValue::as_object)
+        .map(|props| props.keys().map(String::as_str).collect())
+        .unwrap_or_default();
+    let suggestion = format!(
+        "Call '{tool_name}' again with arguments that match its parameters schema: required=[{}], allowed=[{}].",
+        required.join(", "),
+        allowed.join(", ")
+    );
+    ToolError::new("E_TOOL_INVALID_ARGS", "ToolInputValidationError", message).with_suggestion(suggestion)
+}
+
+fn string_list(value: Option<&JsonValue>) -> Vec<&str> {
+    value
+        .and_then(JsonValue::as_array)
+        .map(|items| items.iter().filter_map(JsonValue::as_str).collect())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::ToolSource;
+    use serde_json::json;
+
+    fn bash_exec() -> ToolCatalogItem {
+        ToolCatalogItem::new("bash__exec", ToolSource::config("bash")).with_parameters(json!({
+            "type": "object",
+            "properties": {
+                "command": {"type": "string"},
+                "cwd": {"type": "string"},
+                "timeoutMs": {"type": "number"},
+                "env": {"type": "object"},
+                "mode": {"type": "string", "enum": ["start", "end", "both"]},
+                "chatId": {"type": ["string", "number"]},
+                "nested": {"type": "object", "properties": {"inner": {"type": "integer"}}},
+                "list": {"type": "array", "items": {"type": "string"}}
+            },
+            "required": ["command"],
+            "additionalProperties": false
+        }))
+    }
+
+    fn message_of(result: Result<(), ToolError>) -> (String, String, String) {
+        let error = result.err().unwrap_or_default();
+        (
+            error.code.unwrap_or_default(),
+            error.message,
+            error.suggestion.unwrap_or_default(),
+        )
+    }
+
+    #[test]
+    fn valid_arguments_pass() {
+        assert_eq!(validate_args(&bash_exec(), &json!({"command": "ls", "timeoutMs": 5})), Ok(()));
+        let no_schema = ToolCatalogItem::new("x__y", ToolSource::config("x"));
+        assert_eq!(validate_args(&no_schema, &json!({"anything": 1})), Ok(()));
+    }
+
+    #[test]
+    fn missing_required_property() {
+        let (code, message, suggestion) = message_of(validate_args(&bash_exec(), &json!({})));
+        assert_eq!(code, "E_TOOL_INVALID_ARGS");
+        assert_eq!(message, "Invalid arguments for tool 'bash__exec': args.command: required property is missing");
+        assert!(suggestion.contains("required=[command]"), "{suggestion}");
+        assert!(
+            suggestion.contains("allowed=[command, cwd, timeoutMs, env, mode, chatId, nested, list]"),
+            "{suggestion}"
+        );
+    }
+
+    #[test]
+    fn unexpected_property_and_wrong_types() {
+        let (_, message, _) = message_of(validate_args(&bash_exec(), &json!({"command": 3, "extra": true})));
+        assert!(message.contains("args.extra: unexpected property"), "{message}");
+        assert!(message.contains("args.command: expected string but got integer"), "{message}");
+        let (_, message, _) = message_of(validate_args(&bash_exec(), &json!({"command": 1.5})));
+        assert!(message.ends_with("args.command: expected string but got number"), "{message}");
+        let (_, message, _) = message_of(validate_args(&bash_exec(), &json!({"command": "x", "chatId": true})));
+        assert!(message.ends_with("args.chatId: expected string|number but got boolean"), "{message}");
+    }
+
+    #[test]
+    fn nested_paths_and_enums() {
+        let (_, message, _) = message_of(validate_args(
+            &bash_exec(),
+            &json!({"command": "x", "nested": {"inner": "no"}, "list": ["a", 2], "mode": "middle"}),
+        ));
+        assert!(message.contains("args.nested.inner: expected integer but got string"), "{message}");
+        assert!(message.contains("args.list[1]: expected string but got integer"), "{message}");
+        assert!(message.contains(r#"args.mode: value must be one of ["start","end","both"]"#), "{message}");
+    }
+
+    #[test]
+    fn at_most_five_issues_then_a_count() {
+        let item = ToolCatalogItem::new("t__x", ToolSource::config("t")).with_parameters(json!({
+            "type": "object", "properties": {}, "additionalProperties": false
+        }));
+        let args = json!({"a": 1, "b": 2, "c": 3, "d": 4, "e": 5, "f": 6, "g": 7});
+        let (_, message, _) = message_of(validate_args(&item, &args));
+        assert_eq!(message.matches("unexpected property").count(), 5, "{message}");
+        assert!(message.ends_with("; +2 more issues"), "{message}");
+    }
+
+    #[test]
+    fn non_object_arguments() {
+        let (_, message, _) = message_of(validate_args(&bash_exec(), &json!("ls")));
+        assert!(message.contains("args: expected object but got string"), "{message}");
+    }
+
+    #[test]
+    fn invalid_schema_is_an_error_result() {
+        let item = ToolCatalogItem::new("t__x", ToolSource::extension("ext")).with_parameters(json!({"type": 5}));
+        let error = validate_args(&item, &json!({})).err().unwrap_or_default();
+        assert_eq!(error.code.as_deref(), Some("E_TOOL_SCHEMA_INVALID"));
+    }
+}
