@@ -1,1 +1,25 @@
-//! placeholder
+//! `goondan.yaml` loading: typed resources, `ObjectRef` resolution, the
+//! compiled-in `@goondan/base` package, and validation diagnostics.
+//!
+//! - [`yaml`]: YAML text → JSON values with positions.
+//! - [`schema`]: the structural schema of each kind's `spec`.
+//! - [`validate`]: per-document rules (names, Tool exports, files).
+//! - [`bundle`]: loading, cross-document rules, reference resolution.
+//! - [`resources`]: the typed resources.
+//! - [`diagnostic`]: what a finding looks like.
+
+pub mod bundle;
+pub mod diagnostic;
+pub mod resources;
+pub mod schema;
+pub mod validate;
+pub mod yaml;
+
+pub use bundle::{
+    BASE_PACKAGE, Bundle, BundleResource, LoadReport, PackageScope, ResolveError, Resolved, base_package, load_bundle,
+    load_from_str, resolve_bundle_file,
+};
+pub use diagnostic::{Diagnostic, DiagnosticCode, Severity};
+pub use resources::{
+    AgentSpec, AnyResource, ExtensionSpec, Kind, ModelSpec, Resource, SwarmSpec, ToolExport, ToolSpec, ValueSource,
+};

@@ -37,18 +37,14 @@ impl SpanIdGenerator {
     /// A generator seeded from a fresh random UUID.
     pub fn new() -> Self {
         let seed = uuid::Uuid::new_v4().as_u64_pair().0;
-        Self {
-            state: AtomicU64::new(seed),
-        }
+        Self { state: AtomicU64::new(seed) }
     }
 
     /// The next span id as a raw number (never zero, which W3C reserves).
     pub fn next_raw(&self) -> u64 {
         loop {
-            let mut z = self
-                .state
-                .fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed)
-                .wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z =
+                self.state.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed).wrapping_add(0x9E37_79B9_7F4A_7C15);
             z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
             z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
             z ^= z >> 31;

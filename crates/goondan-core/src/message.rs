@@ -58,8 +58,8 @@ pub enum MessageData {
         /// The called tool's full name.
         #[serde(rename = "toolName")]
         tool_name: String,
-        /// The structured result.
-        result: ToolResult,
+        /// The structured result (boxed: it is the largest variant).
+        result: Box<ToolResult>,
     },
 }
 
@@ -97,34 +97,21 @@ pub enum MessageSource {
 impl Message {
     /// A new message with a fresh id and the current time.
     pub fn new(data: MessageData, source: MessageSource) -> Self {
-        Self {
-            id: ids::new_ordered_id(),
-            data,
-            metadata: JsonObject::new(),
-            created_at: now_millis(),
-            source,
-        }
+        Self { id: ids::new_ordered_id(), data, metadata: JsonObject::new(), created_at: now_millis(), source }
     }
 
     /// An assistant message holding `tool_calls`, produced by `step_id`.
     pub fn assistant_tool_calls(step_id: impl Into<String>, tool_calls: Vec<ToolCall>) -> Self {
         Self::new(
-            MessageData::Assistant {
-                content: None,
-                tool_calls,
-            },
-            MessageSource::Assistant {
-                step_id: step_id.into(),
-            },
+            MessageData::Assistant { content: None, tool_calls },
+            MessageSource::Assistant { step_id: step_id.into() },
         )
     }
 }
 
 /// Milliseconds since the Unix epoch (0 if the clock is before it).
 pub fn now_millis() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]
@@ -144,8 +131,8 @@ mod tests {
         assert_eq!(value["data"]["role"], "assistant");
         assert_eq!(value["data"]["toolCalls"][0]["name"], "bash__exec");
         assert_eq!(value["source"], json!({"type": "assistant", "stepId": "step-1"}));
-        let back: Message = serde_json::from_value(value).unwrap_or_else(|_| Message::new(
-            MessageData::User { content: String::new() }, MessageSource::User));
+        let back: Message = serde_json::from_value(value)
+            .unwrap_or_else(|_| Message::new(MessageData::User { content: String::new() }, MessageSource::User));
         assert_eq!(back, message);
     }
 }

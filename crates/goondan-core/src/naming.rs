@@ -68,11 +68,7 @@ pub fn check_export_name(name: &str) -> ExportNameCheck {
             other => return ExportNameCheck::InvalidCharacter(other),
         }
     }
-    if mixed_case {
-        ExportNameCheck::MixedCase
-    } else {
-        ExportNameCheck::Valid
-    }
+    if mixed_case { ExportNameCheck::MixedCase } else { ExportNameCheck::Valid }
 }
 
 /// Why a resource name is not acceptable.
@@ -128,9 +124,7 @@ pub fn is_valid_package_name(name: &str) -> bool {
     fn part_ok(part: &str) -> bool {
         !part.is_empty()
             && part.len() <= 214
-            && part
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '_' | '.'))
+            && part.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '_' | '.'))
             && !part.starts_with('.')
             && !part.starts_with('_')
     }
@@ -154,10 +148,7 @@ mod tests {
             parse_tool_name("file-system__read"),
             Some(ToolNameParts { resource: "file-system", export: "read" })
         );
-        assert_eq!(
-            parse_tool_name("http-fetch__post"),
-            Some(ToolNameParts { resource: "http-fetch", export: "post" })
-        );
+        assert_eq!(parse_tool_name("http-fetch__post"), Some(ToolNameParts { resource: "http-fetch", export: "post" }));
         assert_eq!(
             parse_tool_name("telegram__setChatAction"),
             Some(ToolNameParts { resource: "telegram", export: "setChatAction" })

@@ -24,7 +24,9 @@ pub struct ObjectRef {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ObjectRefError {
     /// A string reference is not `Kind/name` with exactly one `/` inside.
-    #[error("reference string '{0}' must have the form 'Kind/name' with exactly one '/' that is neither first nor last")]
+    #[error(
+        "reference string '{0}' must have the form 'Kind/name' with exactly one '/' that is neither first nor last"
+    )]
     BadString(String),
     /// A field is missing or not a non-empty string.
     #[error("reference field '{0}' must be a non-empty string")]
@@ -37,12 +39,7 @@ pub enum ObjectRefError {
 impl ObjectRef {
     /// A reference to `kind/name` in the referrer's own package.
     pub fn new(kind: impl Into<String>, name: impl Into<String>) -> Self {
-        Self {
-            kind: kind.into(),
-            name: name.into(),
-            package: None,
-            api_version: None,
-        }
+        Self { kind: kind.into(), name: name.into(), package: None, api_version: None }
     }
 
     /// Sets the package.
@@ -56,9 +53,7 @@ impl ObjectRef {
     pub fn parse_str(text: &str) -> Result<Self, ObjectRefError> {
         let mut parts = text.split('/');
         match (parts.next(), parts.next(), parts.next()) {
-            (Some(kind), Some(name), None) if !kind.is_empty() && !name.is_empty() => {
-                Ok(Self::new(kind, name))
-            }
+            (Some(kind), Some(name), None) if !kind.is_empty() && !name.is_empty() => Ok(Self::new(kind, name)),
             _ => Err(ObjectRefError::BadString(text.to_owned())),
         }
     }
@@ -80,12 +75,7 @@ impl ObjectRef {
                 let name = required_string(map.get("name"), "name")?;
                 let package = optional_string(map.get("package"), "package")?;
                 let api_version = optional_string(map.get("apiVersion"), "apiVersion")?;
-                Ok(Self {
-                    kind,
-                    name,
-                    package,
-                    api_version,
-                })
+                Ok(Self { kind, name, package, api_version })
             }
             other => Err(ObjectRefError::BadShape(json_type_name(other))),
         }

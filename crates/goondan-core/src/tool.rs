@@ -105,32 +105,17 @@ pub struct ToolResult {
 impl ToolResult {
     /// A finished call with its output.
     pub fn ok(output: JsonValue) -> Self {
-        Self {
-            status: ToolStatus::Ok,
-            output: Some(output),
-            handle: None,
-            error: None,
-        }
+        Self { status: ToolStatus::Ok, output: Some(output), handle: None, error: None }
     }
 
     /// A failed call.
     pub fn error(error: ToolError) -> Self {
-        Self {
-            status: ToolStatus::Error,
-            output: None,
-            handle: None,
-            error: Some(error),
-        }
+        Self { status: ToolStatus::Error, output: None, handle: None, error: Some(error) }
     }
 
     /// Submitted work that completes later under `handle`.
     pub fn pending(handle: impl Into<String>, output: Option<JsonValue>) -> Self {
-        Self {
-            status: ToolStatus::Pending,
-            output,
-            handle: Some(handle.into()),
-            error: None,
-        }
+        Self { status: ToolStatus::Pending, output, handle: Some(handle.into()), error: None }
     }
 
     /// True for `status: "error"`.
@@ -183,9 +168,7 @@ pub fn truncate_error_message(message: &mut String, limit: usize) {
 }
 
 fn byte_index_of_char(text: &str, char_index: usize) -> usize {
-    text.char_indices()
-        .nth(char_index)
-        .map_or(text.len(), |(index, _)| index)
+    text.char_indices().nth(char_index).map_or(text.len(), |(index, _)| index)
 }
 
 #[cfg(test)]

@@ -53,20 +53,12 @@ pub struct McpSource {
 impl ToolSource {
     /// A tool from a `kind: Tool` resource.
     pub fn config(resource_name: impl Into<String>) -> Self {
-        Self {
-            kind: ToolSourceKind::Config,
-            name: resource_name.into(),
-            mcp: None,
-        }
+        Self { kind: ToolSourceKind::Config, name: resource_name.into(), mcp: None }
     }
 
     /// A tool registered by an extension.
     pub fn extension(extension_name: impl Into<String>) -> Self {
-        Self {
-            kind: ToolSourceKind::Extension,
-            name: extension_name.into(),
-            mcp: None,
-        }
+        Self { kind: ToolSourceKind::Extension, name: extension_name.into(), mcp: None }
     }
 }
 
@@ -86,10 +78,7 @@ impl fmt::Debug for ParameterSchema {
 impl ParameterSchema {
     /// Wraps a JSON Schema; it is compiled when first needed.
     pub fn new(raw: JsonValue) -> Arc<Self> {
-        Arc::new(Self {
-            raw,
-            compiled: OnceLock::new(),
-        })
+        Arc::new(Self { raw, compiled: OnceLock::new() })
     }
 
     /// The schema as written.
@@ -218,9 +207,7 @@ impl ToolCatalog {
 
     /// An empty catalog with room for `capacity` items.
     pub fn with_capacity(capacity: usize) -> Self {
-        Self {
-            items: IndexMap::with_capacity(capacity),
-        }
+        Self { items: IndexMap::with_capacity(capacity) }
     }
 
     /// Adds an item, or replaces the item of the same name in place.

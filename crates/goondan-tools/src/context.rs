@@ -64,12 +64,7 @@ impl fmt::Debug for ToolContext {
 impl ToolContext {
     /// A context for one call.
     pub fn new(scope: Arc<CallScope>, tool_name: Arc<str>, tool_call_id: String) -> Self {
-        Self {
-            scope,
-            tool_name,
-            tool_call_id,
-            logger: ToolLogger,
-        }
+        Self { scope, tool_name, tool_call_id, logger: ToolLogger }
     }
 
     /// The current agent's name.

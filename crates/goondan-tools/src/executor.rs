@@ -109,10 +109,7 @@ impl ToolExecutor {
     /// An executor over `registry` with no middleware, no events and the default policy.
     pub fn new(registry: Arc<ToolRegistry>) -> Self {
         Self {
-            core: ExecutorCore {
-                registry,
-                policy: ExecutorPolicy::default(),
-            },
+            core: ExecutorCore { registry, policy: ExecutorPolicy::default() },
             middleware: MiddlewareChain::new(),
             events: Arc::new(NoopEventSink),
             span_ids: SpanIdGenerator::new(),
@@ -172,11 +169,7 @@ impl ToolExecutor {
             result.truncate_error(limit);
         }
 
-        let kind = if result.is_error() {
-            EventKind::ToolFailed
-        } else {
-            EventKind::ToolCompleted
-        };
+        let kind = if result.is_error() { EventKind::ToolFailed } else { EventKind::ToolCompleted };
         let data = ToolEventData {
             tool_call_id: &ctx.tool_call_id,
             tool_name: &ctx.tool_name,
@@ -195,14 +188,16 @@ impl ToolExecutor {
             .map_or(DEFAULT_ERROR_MESSAGE_LIMIT, ToolCatalogItem::error_message_limit)
     }
 
-    fn emit(&self, kind: EventKind, span_id: u64, scope: &CallScope, call_id: &str, name: &str, status: Option<ToolStatus>) {
-        let data = ToolEventData {
-            tool_call_id: call_id,
-            tool_name: name,
-            status,
-            error_code: None,
-            duration: None,
-        };
+    fn emit(
+        &self,
+        kind: EventKind,
+        span_id: u64,
+        scope: &CallScope,
+        call_id: &str,
+        name: &str,
+        status: Option<ToolStatus>,
+    ) {
+        let data = ToolEventData { tool_call_id: call_id, tool_name: name, status, error_code: None, duration: None };
         self.emit_data(kind, span_id, scope, data);
     }
 
@@ -257,11 +252,8 @@ impl ExecutorCore {
         };
 
         // 4. Run it, turning errors, panics and the deadline into results.
-        let tool_ctx = ToolContext::new(
-            Arc::clone(&ctx.scope),
-            Arc::clone(item.shared_name()),
-            ctx.tool_call_id.clone(),
-        );
+        let tool_ctx =
+            ToolContext::new(Arc::clone(&ctx.scope), Arc::clone(item.shared_name()), ctx.tool_call_id.clone());
         let span = tracing::debug_span!(
             target: "goondan::tool",
             "tool",
@@ -292,9 +284,8 @@ impl ExecutorCore {
 const NOT_IN_CATALOG_LISTED: usize = 20;
 
 fn not_in_catalog(name: &str, catalog: &ToolCatalog) -> ToolError {
-    let mut suggestion = String::from(
-        "Add the tool to the Agent's spec.tools, or add it to the step's catalog in step middleware.",
-    );
+    let mut suggestion =
+        String::from("Add the tool to the Agent's spec.tools, or add it to the step's catalog in step middleware.");
     if catalog.is_empty() {
         suggestion.push_str(" The current catalog is empty.");
     } else {

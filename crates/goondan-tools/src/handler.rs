@@ -75,19 +75,12 @@ pub struct ToolFailure {
 impl ToolFailure {
     /// A failure with a message and the default name and code.
     pub fn new(message: impl Into<String>) -> Self {
-        Self {
-            message: message.into(),
-            ..Self::default()
-        }
+        Self { message: message.into(), ..Self::default() }
     }
 
     /// A failure with its own code.
     pub fn with_code(message: impl Into<String>, code: impl Into<String>) -> Self {
-        Self {
-            message: message.into(),
-            code: Some(code.into()),
-            ..Self::default()
-        }
+        Self { message: message.into(), code: Some(code.into()), ..Self::default() }
     }
 
     /// Sets the error name (e.g. `TypeError`).
@@ -113,11 +106,8 @@ impl ToolFailure {
 
     /// The structured error, with defaults applied (not yet truncated).
     pub fn into_tool_error(self) -> ToolError {
-        let message = if self.message.trim().is_empty() {
-            "Unknown tool execution error".to_owned()
-        } else {
-            self.message
-        };
+        let message =
+            if self.message.trim().is_empty() { "Unknown tool execution error".to_owned() } else { self.message };
         ToolError {
             message,
             name: Some(if self.name.is_empty() { "Error".to_owned() } else { self.name }),
@@ -168,10 +158,7 @@ mod tests {
         let output = ToolOutput::from_json(json!({"__async": true, "handle": "build-1", "message": "started"}));
         assert_eq!(
             output,
-            ToolOutput::Pending {
-                handle: "build-1".into(),
-                output: Some(json!({"message": "started"}))
-            }
+            ToolOutput::Pending { handle: "build-1".into(), output: Some(json!({"message": "started"})) }
         );
         let bare = ToolOutput::from_json(json!({"__async": true, "handle": "h"}));
         assert_eq!(bare, ToolOutput::Pending { handle: "h".into(), output: None });
@@ -186,7 +173,10 @@ mod tests {
         assert_eq!(error.message, "Unknown tool execution error");
         assert_eq!(error.name.as_deref(), Some("Error"));
         assert_eq!(error.code.as_deref(), Some("E_TOOL"));
-        let error = ToolFailure::with_code("nope", "E_PATH").named("PathError").suggest("use a relative path").into_tool_error();
+        let error = ToolFailure::with_code("nope", "E_PATH")
+            .named("PathError")
+            .suggest("use a relative path")
+            .into_tool_error();
         assert_eq!(error.code.as_deref(), Some("E_PATH"));
         assert_eq!(error.name.as_deref(), Some("PathError"));
         assert_eq!(error.suggestion.as_deref(), Some("use a relative path"));

@@ -39,13 +39,7 @@ impl<'a, C: Send + 'a, R: 'a> Next<'a, C, R> {
     /// Runs the remaining layers and then the core.
     pub fn run(self, ctx: &'a mut C) -> BoxFuture<'a, R> {
         match self.layers.split_first() {
-            Some((first, rest)) => first.middleware.handle(
-                ctx,
-                Next {
-                    layers: rest,
-                    core: self.core,
-                },
-            ),
+            Some((first, rest)) => first.middleware.handle(ctx, Next { layers: rest, core: self.core }),
             None => self.core.run(ctx),
         }
     }
@@ -59,11 +53,7 @@ struct Layer<C, R> {
 
 impl<C, R> Clone for Layer<C, R> {
     fn clone(&self) -> Self {
-        Self {
-            priority: self.priority,
-            name: Arc::clone(&self.name),
-            middleware: Arc::clone(&self.middleware),
-        }
+        Self { priority: self.priority, name: Arc::clone(&self.name), middleware: Arc::clone(&self.middleware) }
     }
 }
 
@@ -80,17 +70,13 @@ impl<C, R> Default for MiddlewareChain<C, R> {
 
 impl<C, R> Clone for MiddlewareChain<C, R> {
     fn clone(&self) -> Self {
-        Self {
-            layers: self.layers.clone(),
-        }
+        Self { layers: self.layers.clone() }
     }
 }
 
 impl<C, R> std::fmt::Debug for MiddlewareChain<C, R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list()
-            .entries(self.layers.iter().map(|l| (l.priority, l.name.as_ref())))
-            .finish()
+        f.debug_list().entries(self.layers.iter().map(|l| (l.priority, l.name.as_ref()))).finish()
     }
 }
 
@@ -106,14 +92,7 @@ impl<C: Send, R> MiddlewareChain<C, R> {
         // Insert after every layer whose priority is <= this one, which keeps
         // registration order among equals.
         let at = self.layers.partition_point(|l| l.priority <= priority);
-        self.layers.insert(
-            at,
-            Layer {
-                priority,
-                name: name.into(),
-                middleware,
-            },
-        );
+        self.layers.insert(at, Layer { priority, name: name.into(), middleware });
     }
 
     /// Number of layers.
@@ -137,11 +116,7 @@ impl<C: Send, R> MiddlewareChain<C, R> {
         C: 'a,
         R: 'a,
     {
-        Next {
-            layers: &self.layers,
-            core,
-        }
-        .run(ctx)
+        Next { layers: &self.layers, core }.run(ctx)
     }
 }
 
@@ -180,7 +155,11 @@ mod tests {
     }
 
     impl Middleware<Vec<String>, String> for Recording {
-        fn handle<'a>(&'a self, ctx: &'a mut Vec<String>, next: Next<'a, Vec<String>, String>) -> BoxFuture<'a, String> {
+        fn handle<'a>(
+            &'a self,
+            ctx: &'a mut Vec<String>,
+            next: Next<'a, Vec<String>, String>,
+        ) -> BoxFuture<'a, String> {
             Box::pin(async move {
                 self.push(format!("{}:pre", self.label));
                 ctx.push(self.label.to_owned());

@@ -79,10 +79,7 @@ impl ToolRegistry {
     /// Tools registered at run time (by extensions or MCP bridges), which
     /// join every step's catalog (spec 002 §10.3).
     pub fn dynamic_items(&self) -> impl Iterator<Item = &ToolCatalogItem> {
-        self.entries
-            .values()
-            .map(|tool| &tool.item)
-            .filter(|item| item.source().kind != ToolSourceKind::Config)
+        self.entries.values().map(|tool| &tool.item).filter(|item| item.source().kind != ToolSourceKind::Config)
     }
 
     /// Number of tools.
@@ -113,10 +110,7 @@ mod tests {
         for name in ["b__one", "a__two", "c__three"] {
             assert_eq!(registry.register(ToolCatalogItem::new(name, ToolSource::config("x")), noop()), Ok(()));
         }
-        assert_eq!(
-            registry.iter().map(|t| t.item.name()).collect::<Vec<_>>(),
-            ["b__one", "a__two", "c__three"]
-        );
+        assert_eq!(registry.iter().map(|t| t.item.name()).collect::<Vec<_>>(), ["b__one", "a__two", "c__three"]);
         let again = registry.register(ToolCatalogItem::new("a__two", ToolSource::extension("e")), noop());
         assert_eq!(again, Err(RegistryError::Duplicate("a__two".into())));
         assert_eq!(registry.len(), 3);

@@ -91,9 +91,7 @@ fn expected_types(type_value: &JsonValue) -> Option<String> {
 fn type_kind_names(kind: &jsonschema::error::TypeKind) -> String {
     match kind {
         jsonschema::error::TypeKind::Single(t) => t.to_string(),
-        jsonschema::error::TypeKind::Multiple(set) => {
-            set.iter().map(|t| t.to_string()).collect::<Vec<_>>().join("|")
-        }
+        jsonschema::error::TypeKind::Multiple(set) => set.iter().map(|t| t.to_string()).collect::<Vec<_>>().join("|"),
     }
 }
 
@@ -171,11 +169,7 @@ mod tests {
 
     fn message_of(result: Result<(), ToolError>) -> (String, String, String) {
         let error = result.err().unwrap_or_default();
-        (
-            error.code.unwrap_or_default(),
-            error.message,
-            error.suggestion.unwrap_or_default(),
-        )
+        (error.code.unwrap_or_default(), error.message, error.suggestion.unwrap_or_default())
     }
 
     #[test]

@@ -1,0 +1,319 @@
+//! The `text-transform` tool: small string operations with JavaScript's
+//! semantics, counted in characters (Unicode scalar values).
+//!
+//! - `replace{text, search, replacement?, all?}`: literal search and replace.
+//! - `slice{text, start?, end?}`: `String.prototype.slice`.
+//! - `split{text, delimiter?, maxParts?}`: `String.prototype.split`.
+//! - `join{parts, delimiter?}`: `Array.prototype.join` of strings, numbers
+//!   and booleans.
+//! - `trim{text, mode?}`: whitespace off the start, end or both.
+//! - `case{text, to}`: upper or lower case.
+
+use std::sync::Arc;
+
+use goondan_core::{JsonObject, JsonValue};
+use goondan_tools::{HandlerResult, ToolContext, ToolFailure, ToolHandler, sync_handler};
+use serde_json::json;
+
+use crate::args;
+
+/// The handler of `export`, or `None` if the tool has no such export.
+pub fn handler(export: &str) -> Option<Arc<dyn ToolHandler>> {
+    match export {
+        "replace" => Some(sync_handler(replace)),
+        "slice" => Some(sync_handler(slice)),
+        "split" => Some(sync_handler(split)),
+        "join" => Some(sync_handler(join)),
+        "trim" => Some(sync_handler(trim)),
+        "case" => Some(sync_handler(change_case)),
+        _ => None,
+    }
+}
+
+fn replace(_ctx: &ToolContext, input: &JsonObject) -> HandlerResult {
+    let text = args::require_string(input, "text")?;
+    let search = args::require_string(input, "search")?;
+    let replacement = args::optional_string(input, "replacement")?.unwrap_or("");
+    let all = args::optional_bool(input, "all")?.unwrap_or(false);
+    if search.is_empty() {
+        return Err(ToolFailure::new("'search' must not be empty")
+            .suggest("Pass the text to look for in 'search'; to insert text, use 'join' or 'slice'."));
+    }
+    let (result, replacements) = if all {
+        (text.replace(search, replacement), text.matches(search).count())
+    } else {
+        (text.replacen(search, replacement, 1), usize::from(text.contains(search)))
+    };
+    Ok(json!({"original": text, "result": result, "replacements": replacements}).into())
+}
+
+fn slice(_ctx: &ToolContext, input: &JsonObject) -> HandlerResult {
+    let text = args::require_string(input, "text")?;
+    let start = args::optional_number(input, "start")?.unwrap_or(0.0);
+    let end = args::optional_number(input, "end")?;
+    let chars: Vec<char> = text.chars().collect();
+    let from = relative_index(start, chars.len());
+    let to = end.map_or(chars.len(), |end| relative_index(end, chars.len()));
+    let result: String = chars.get(from..to).unwrap_or_default().iter().collect();
+    Ok(json!({
+        "original": text,
+        "result": result,
+        "start": args::number_value(start),
+        "end": end.map_or_else(|| JsonValue::from(chars.len()), args::number_value),
+        "length": to.saturating_sub(from),
+    })
+    .into())
+}
+
+/// A `slice` bound resolved like JavaScript: truncated toward zero,
+/// negative values counted from the end, clamped to `0..=len`.
+fn relative_index(value: f64, len: usize) -> usize {
+    let value = value.trunc();
+    let len_f = len as f64;
+    let index = if value < 0.0 { (len_f + value).max(0.0) } else { value.min(len_f) };
+    // In `0..=len`, so the conversion is exact.
+    index as usize
+}
+
+fn split(_ctx: &ToolContext, input: &JsonObject) -> HandlerResult {
+    let text = args::require_string(input, "text")?;
+    let delimiter = args::optional_string(input, "delimiter")?.unwrap_or("\n");
+    let max_parts = args::optional_count(input, "maxParts", u64::from(u32::MAX))?;
+    let limit = max_parts.map_or(usize::MAX, |max| usize::try_from(max).unwrap_or(usize::MAX));
+    let parts: Vec<String> = if delimiter.is_empty() {
+        text.chars().take(limit).map(String::from).collect()
+    } else {
+        text.split(delimiter).take(limit).map(str::to_owned).collect()
+    };
+    Ok(json!({"delimiter": delimiter, "count": parts.len(), "parts": parts}).into())
+}
+
+fn join(_ctx: &ToolContext, input: &JsonObject) -> HandlerResult {
+    let parts = args::require_array(input, "parts")?;
+    let delimiter = args::optional_string(input, "delimiter")?.unwrap_or("\n");
+    let strings = parts
+        .iter()
+        .map(|part| match part {
+            JsonValue::String(text) => Ok(text.clone()),
+            JsonValue::Number(number) => Ok(js_number(number)),
+            JsonValue::Bool(flag) => Ok(flag.to_string()),
+            _ => Err(ToolFailure::new("'parts' must contain only string/number/boolean values")
+                .suggest("Convert other values to strings before joining them.")),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(json!({"delimiter": delimiter, "count": strings.len(), "result": strings.join(delimiter)}).into())
+}
+
+/// A number as JavaScript's `String(n)` prints it.
+fn js_number(number: &serde_json::Number) -> String {
+    let Some(value) = number.as_f64().filter(|_| number.is_f64()) else {
+        return number.to_string();
+    };
+    if value == 0.0 {
+        return "0".to_owned(); // also -0
+    }
+    if (1e-6..1e21).contains(&value.abs()) {
+        return value.to_string();
+    }
+    let exponential = format!("{value:e}");
+    match exponential.split_once('e') {
+        Some((mantissa, exponent)) if !exponent.starts_with('-') => {
+            format!("{mantissa}e+{exponent}")
+        }
+        _ => exponential,
+    }
+}
+
+fn trim(_ctx: &ToolContext, input: &JsonObject) -> HandlerResult {
+    let text = args::require_string(input, "text")?;
+    let mode = args::optional_string(input, "mode")?.unwrap_or("both");
+    // JavaScript also trims the byte-order mark.
+    let is_space = |c: char| c.is_whitespace() || c == '\u{feff}';
+    let result = match mode {
+        "start" => text.trim_start_matches(is_space),
+        "end" => text.trim_end_matches(is_space),
+        "both" => text.trim_matches(is_space),
+        other => {
+            return Err(ToolFailure::new(format!("Unsupported trim mode '{other}'. Use 'start', 'end' or 'both'.")));
+        }
+    };
+    let trimmed = text.chars().count() - result.chars().count();
+    Ok(json!({"original": text, "result": result, "mode": mode, "trimmedLength": trimmed}).into())
+}
+
+fn change_case(_ctx: &ToolContext, input: &JsonObject) -> HandlerResult {
+    let text = args::require_string(input, "text")?;
+    let to = args::require_string(input, "to")?;
+    let result = match to {
+        "upper" => text.to_uppercase(),
+        "lower" => text.to_lowercase(),
+        other => {
+            return Err(ToolFailure::new(format!("Unsupported case transform '{other}'. Use 'upper' or 'lower'.")));
+        }
+    };
+    Ok(json!({"original": text, "result": result, "to": to}).into())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::args::test_support::{call, err, ok};
+
+    fn run(export: &str, input: JsonValue) -> HandlerResult {
+        call("text-transform", export, input)
+    }
+
+    #[test]
+    fn replace_first_or_all() {
+        let output = ok(run("replace", json!({"text": "a-b-c", "search": "-", "replacement": "+"})));
+        assert_eq!(output, json!({"original": "a-b-c", "result": "a+b-c", "replacements": 1}));
+        let output = ok(run("replace", json!({"text": "a-b-c", "search": "-", "replacement": "+", "all": true})));
+        assert_eq!(output["result"], json!("a+b+c"));
+        assert_eq!(output["replacements"], json!(2));
+        let output = ok(run("replace", json!({"text": "a-b-c", "search": "-", "all": true})));
+        assert_eq!(output["result"], json!("abc"));
+        let output = ok(run("replace", json!({"text": "abc", "search": "x"})));
+        assert_eq!(output, json!({"original": "abc", "result": "abc", "replacements": 0}));
+        // The replacement is literal: no `$&` patterns.
+        let output = ok(run("replace", json!({"text": "ab", "search": "a", "replacement": "$&$$"})));
+        assert_eq!(output["result"], json!("$&$$b"));
+    }
+
+    #[test]
+    fn replace_rejects_empty_search() {
+        let failure = err(run("replace", json!({"text": "abc", "search": ""})));
+        assert_eq!(failure.message, "'search' must not be empty");
+        assert!(failure.suggestion.is_some());
+        let failure = err(run("replace", json!({"text": "abc"})));
+        assert_eq!(failure.message, "'search' is required");
+        let failure = err(run("replace", json!({"text": "abc", "search": "a", "all": "yes"})));
+        assert_eq!(failure.message, "'all' must be a boolean, got string");
+    }
+
+    fn sliced(start: Option<f64>, end: Option<f64>) -> JsonValue {
+        let mut input = json!({"text": "héllo wörld"});
+        if let Some(start) = start {
+            input["start"] = json!(start);
+        }
+        if let Some(end) = end {
+            input["end"] = json!(end);
+        }
+        ok(run("slice", input))
+    }
+
+    #[test]
+    fn slice_like_javascript() {
+        let output = sliced(None, None);
+        assert_eq!(
+            output,
+            json!({"original": "héllo wörld", "result": "héllo wörld", "start": 0, "end": 11, "length": 11})
+        );
+        let cases = [
+            (Some(1.0), Some(4.0), "éll"),
+            (Some(6.0), None, "wörld"),
+            (Some(-5.0), None, "wörld"),
+            (Some(-5.0), Some(-3.0), "wö"),
+            (Some(-100.0), Some(2.0), "hé"),
+            (Some(3.0), Some(100.0), "lo wörld"),
+            (Some(5.0), Some(2.0), ""),
+            (Some(100.0), None, ""),
+            (Some(1.9), Some(3.9), "él"),
+            (Some(-1.5), None, "d"),
+        ];
+        for (start, end, expected) in cases {
+            let output = sliced(start, end);
+            assert_eq!(output["result"], json!(expected), "{start:?}..{end:?}");
+            assert_eq!(output["length"], json!(expected.chars().count()), "{start:?}..{end:?}");
+        }
+        let output = sliced(Some(-5.0), Some(-3.0));
+        assert_eq!(output["start"], json!(-5));
+        assert_eq!(output["end"], json!(-3));
+        assert_eq!(sliced(Some(1.5), None)["start"], json!(1.5));
+    }
+
+    #[test]
+    fn slice_rejects_wrong_types() {
+        let failure = err(run("slice", json!({"text": "abc", "start": "1"})));
+        assert_eq!(failure.message, "'start' must be a number, got string");
+        let failure = err(run("slice", json!({"start": 1})));
+        assert_eq!(failure.message, "'text' is required");
+    }
+
+    #[test]
+    fn split_like_javascript() {
+        let output = ok(run("split", json!({"text": "a\nb\nc"})));
+        assert_eq!(output, json!({"delimiter": "\n", "count": 3, "parts": ["a", "b", "c"]}));
+        let output = ok(run("split", json!({"text": "a,b,,c", "delimiter": ",", "maxParts": 2})));
+        assert_eq!(output, json!({"delimiter": ",", "count": 2, "parts": ["a", "b"]}));
+        let output = ok(run("split", json!({"text": "a,b", "delimiter": ",", "maxParts": 0})));
+        assert_eq!(output["parts"], json!([]));
+        let output = ok(run("split", json!({"text": "hé!", "delimiter": ""})));
+        assert_eq!(output["parts"], json!(["h", "é", "!"]));
+        let output = ok(run("split", json!({"text": "", "delimiter": ","})));
+        assert_eq!(output["parts"], json!([""]));
+        let output = ok(run("split", json!({"text": "", "delimiter": ""})));
+        assert_eq!(output["count"], json!(0));
+    }
+
+    #[test]
+    fn split_rejects_bad_max_parts() {
+        for max in [json!(-1), json!(1.5)] {
+            let failure = err(run("split", json!({"text": "a", "maxParts": max})));
+            assert!(failure.message.starts_with("'maxParts' must be a whole number"), "{}", failure.message);
+        }
+    }
+
+    #[test]
+    fn join_stringifies_like_javascript() {
+        let output = ok(run("join", json!({"parts": ["a", 1, 1.5, true, false, -0.0, 2.0]})));
+        assert_eq!(output, json!({"delimiter": "\n", "count": 7, "result": "a\n1\n1.5\ntrue\nfalse\n0\n2"}));
+        let output = ok(run("join", json!({"parts": [1e21, 1.5e-7, 0.000001, 123456789012u64], "delimiter": ", "})));
+        assert_eq!(output["result"], json!("1e+21, 1.5e-7, 0.000001, 123456789012"));
+        let output = ok(run("join", json!({"parts": [], "delimiter": ","})));
+        assert_eq!(output, json!({"delimiter": ",", "count": 0, "result": ""}));
+    }
+
+    #[test]
+    fn join_rejects_other_values() {
+        for bad in [json!(null), json!([1]), json!({"a": 1})] {
+            let failure = err(run("join", json!({"parts": ["a", bad]})));
+            assert_eq!(failure.message, "'parts' must contain only string/number/boolean values");
+        }
+        let failure = err(run("join", json!({"parts": "a,b"})));
+        assert_eq!(failure.message, "'parts' must be an array, got string");
+    }
+
+    #[test]
+    fn trim_modes() {
+        let text = "\u{feff} \t hi \n";
+        let output = ok(run("trim", json!({"text": text})));
+        assert_eq!(output, json!({"original": text, "result": "hi", "mode": "both", "trimmedLength": 6}));
+        let output = ok(run("trim", json!({"text": "  hé  ", "mode": "start"})));
+        assert_eq!(output["result"], json!("hé  "));
+        assert_eq!(output["trimmedLength"], json!(2));
+        let output = ok(run("trim", json!({"text": "  hé  ", "mode": "end"})));
+        assert_eq!(output["result"], json!("  hé"));
+        let failure = err(run("trim", json!({"text": "x", "mode": "middle"})));
+        assert_eq!(failure.message, "Unsupported trim mode 'middle'. Use 'start', 'end' or 'both'.");
+    }
+
+    #[test]
+    fn case_transforms() {
+        let output = ok(run("case", json!({"text": "Straße", "to": "upper"})));
+        assert_eq!(output, json!({"original": "Straße", "result": "STRASSE", "to": "upper"}));
+        let output = ok(run("case", json!({"text": "ÀBC", "to": "lower"})));
+        assert_eq!(output["result"], json!("àbc"));
+        let failure = err(run("case", json!({"text": "x", "to": "title"})));
+        assert_eq!(failure.message, "Unsupported case transform 'title'. Use 'upper' or 'lower'.");
+        let failure = err(run("case", json!({"text": "x"})));
+        assert_eq!(failure.message, "'to' is required");
+    }
+
+    #[test]
+    fn unknown_export() {
+        assert!(handler("regex").is_none());
+        assert!(crate::native_handler("text-transform", "template").is_none());
+    }
+}

@@ -1,0 +1,573 @@
+//! Loading a bundle: file limits, parsing, per-document validation, and the
+//! checks across documents (Package position, duplicate names, references).
+//!
+//! References without `package` resolve in the referring resource's own
+//! package; `package: "@goondan/base"` reaches the compiled-in package.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use goondan_core::ObjectRef;
+
+use crate::diagnostic::{Diagnostic, DiagnosticCode, Severity};
+use crate::resources::{AgentSpec, AnyResource, Kind, Resource, SwarmSpec, ToolSpec};
+use crate::validate::{DocReporter, validate_document};
+use crate::yaml::{YamlDocument, parse_documents};
+
+/// Largest accepted `goondan.yaml`.
+pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
+/// Most documents accepted in one file.
+pub const MAX_DOCUMENTS: usize = 100;
+/// The name of the compiled-in package.
+pub const BASE_PACKAGE: &str = "@goondan/base";
+/// The file looked for in a bundle directory.
+pub const BUNDLE_FILE: &str = "goondan.yaml";
+
+/// Which package a resolved resource lives in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PackageScope {
+    /// The bundle itself.
+    Local,
+    /// The compiled-in `@goondan/base`.
+    Base,
+}
+
+/// A resource of a bundle with the index of its document.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BundleResource {
+    /// 0-based index among the file's non-empty documents.
+    pub doc_index: usize,
+    /// The resource.
+    pub resource: AnyResource,
+}
+
+/// A loaded bundle.
+#[derive(Debug, Clone)]
+pub struct Bundle {
+    root: PathBuf,
+    file: PathBuf,
+    package_name: Option<String>,
+    resources: Vec<BundleResource>,
+    index: HashMap<(Kind, String), usize>,
+}
+
+/// The outcome of loading: the bundle (unless it could not be read or
+/// parsed) and every diagnostic found.
+#[derive(Debug, Clone)]
+pub struct LoadReport {
+    /// The bundle with every document that validated.
+    pub bundle: Option<Bundle>,
+    /// Errors and warnings, in file order.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl LoadReport {
+    /// True when any diagnostic is an error.
+    pub fn has_errors(&self) -> bool {
+        self.diagnostics.iter().any(Diagnostic::is_error)
+    }
+
+    /// The bundle, when there are no errors.
+    pub fn valid_bundle(&self) -> Option<&Bundle> {
+        if self.has_errors() { None } else { self.bundle.as_ref() }
+    }
+}
+
+/// Finds the YAML file for `path`: the file itself, or `goondan.yaml` in a directory.
+pub fn resolve_bundle_file(path: &Path) -> PathBuf {
+    if path.is_dir() { path.join(BUNDLE_FILE) } else { path.to_path_buf() }
+}
+
+/// Loads a bundle from a directory holding `goondan.yaml` or from a YAML file.
+pub fn load_bundle(path: &Path) -> LoadReport {
+    let file = resolve_bundle_file(path);
+    let label = file.file_name().map_or_else(|| BUNDLE_FILE.to_owned(), |n| n.to_string_lossy().into_owned());
+    let fail = |code: DiagnosticCode, message: String, suggestion: Option<&str>| {
+        let mut diagnostic = Diagnostic::error(code, label.clone(), message);
+        diagnostic.suggestion = suggestion.map(str::to_owned);
+        LoadReport { bundle: None, diagnostics: vec![diagnostic] }
+    };
+    let metadata = match std::fs::metadata(&file) {
+        Ok(metadata) => metadata,
+        Err(error) => {
+            return fail(
+                DiagnosticCode::FileNotFound,
+                format!("cannot read {}: {error}", file.display()),
+                Some(
+                    "Pass a bundle directory or YAML file with -c/--config, or run in a directory holding goondan.yaml.",
+                ),
+            );
+        }
+    };
+    if metadata.len() > MAX_FILE_BYTES {
+        return fail(
+            DiagnosticCode::FileTooLarge,
+            format!("{} is {} bytes; the limit is {MAX_FILE_BYTES} bytes (1 MiB)", file.display(), metadata.len()),
+            Some("Split the bundle or move large text (prompts) into files referenced with systemRef."),
+        );
+    }
+    let bytes = match std::fs::read(&file) {
+        Ok(bytes) => bytes,
+        Err(error) => {
+            return fail(DiagnosticCode::FileNotFound, format!("cannot read {}: {error}", file.display()), None);
+        }
+    };
+    let text = match String::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(error) => {
+            return fail(
+                DiagnosticCode::ParseError,
+                format!("{} is not UTF-8 text: {error}", file.display()),
+                Some("Save the file as UTF-8."),
+            );
+        }
+    };
+    let root = file.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    let root = if root.as_os_str().is_empty() { PathBuf::from(".") } else { root };
+    load_from_str(&text, &label, Some(&root), file.clone())
+}
+
+/// Loads a bundle from YAML text. `root` is where entry files are looked up
+/// (`None` skips file checks).
+pub fn load_from_str(text: &str, label: &str, root: Option<&Path>, file: PathBuf) -> LoadReport {
+    let documents = match parse_documents(text) {
+        Ok(documents) => documents,
+        Err(error) => {
+            let mut diagnostic = Diagnostic::error(
+                DiagnosticCode::ParseError,
+                label.to_owned(),
+                format!("YAML parse error: {}", error.message),
+            )
+            .suggest("Fix the YAML syntax at the position shown.");
+            if let Some(position) = error.position {
+                diagnostic = diagnostic.at(position.line, position.column);
+            }
+            return LoadReport { bundle: None, diagnostics: vec![diagnostic] };
+        }
+    };
+    if documents.len() > MAX_DOCUMENTS {
+        return LoadReport {
+            bundle: None,
+            diagnostics: vec![
+                Diagnostic::error(
+                    DiagnosticCode::TooManyDocuments,
+                    label.to_owned(),
+                    format!("the file has {} documents; the limit is {MAX_DOCUMENTS}", documents.len()),
+                )
+                .suggest("Split the bundle into packages."),
+            ],
+        };
+    }
+    let mut diagnostics = Vec::new();
+    let mut resources = Vec::new();
+    for (doc_index, document) in documents.iter().enumerate() {
+        let mut reporter = DocReporter { file_label: label, index: doc_index, document, diagnostics: &mut diagnostics };
+        if let Some(resource) = validate_document(&mut reporter, root) {
+            resources.push(BundleResource { doc_index, resource });
+        }
+    }
+    let mut bundle = Bundle {
+        root: root.map_or_else(|| PathBuf::from("."), Path::to_path_buf),
+        file,
+        package_name: None,
+        resources,
+        index: HashMap::new(),
+    };
+    CrossChecks { label, documents: &documents, diagnostics: &mut diagnostics }.run(&mut bundle);
+    LoadReport { bundle: Some(bundle), diagnostics }
+}
+
+/// The compiled-in `@goondan/base` package.
+pub fn base_package() -> &'static Bundle {
+    static BASE: OnceLock<Bundle> = OnceLock::new();
+    BASE.get_or_init(|| {
+        let report = load_from_str(
+            include_str!("base/goondan.yaml"),
+            "@goondan/base",
+            None,
+            PathBuf::from("@goondan/base/goondan.yaml"),
+        );
+        // The package is checked by a unit test; if it ever failed to load,
+        // an empty package keeps the program working and references to it
+        // are reported as not found.
+        report.bundle.unwrap_or_else(|| Bundle {
+            root: PathBuf::new(),
+            file: PathBuf::new(),
+            package_name: Some(BASE_PACKAGE.to_owned()),
+            resources: Vec::new(),
+            index: HashMap::new(),
+        })
+    })
+}
+
+/// A resource found through a reference.
+#[derive(Debug, Clone, Copy)]
+pub struct Resolved<'a> {
+    /// Where it lives.
+    pub scope: PackageScope,
+    /// The resource.
+    pub resource: &'a AnyResource,
+}
+
+/// Why a reference does not resolve.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResolveError {
+    /// No such resource in the package.
+    NotFound,
+    /// The reference names a package this build cannot reach.
+    UnknownPackage(String),
+}
+
+impl Bundle {
+    /// The directory that holds the bundle's files.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The YAML file.
+    pub fn file(&self) -> &Path {
+        &self.file
+    }
+
+    /// The bundle's own package name (from its Package document).
+    pub fn package_name(&self) -> Option<&str> {
+        self.package_name.as_deref()
+    }
+
+    /// Every valid resource, in file order.
+    pub fn resources(&self) -> &[BundleResource] {
+        &self.resources
+    }
+
+    /// The resource of `kind` named `name` in this bundle.
+    pub fn get(&self, kind: Kind, name: &str) -> Option<&AnyResource> {
+        self.index.get(&(kind, name.to_owned())).and_then(|i| self.resources.get(*i)).map(|r| &r.resource)
+    }
+
+    /// Resolves a reference made from inside this bundle.
+    pub fn resolve(&self, reference: &ObjectRef) -> Result<Resolved<'_>, ResolveError> {
+        let kind = Kind::parse(&reference.kind).ok_or(ResolveError::NotFound)?;
+        let (scope, package): (PackageScope, &Bundle) = match reference.package.as_deref() {
+            None => (PackageScope::Local, self),
+            Some(name) if Some(name) == self.package_name.as_deref() => (PackageScope::Local, self),
+            Some(BASE_PACKAGE) => (PackageScope::Base, base_package()),
+            Some(other) => return Err(ResolveError::UnknownPackage(other.to_owned())),
+        };
+        // Inside the base package itself, "local" is the base package.
+        let scope = if std::ptr::eq(package, base_package()) { PackageScope::Base } else { scope };
+        package.get(kind, &reference.name).map(|resource| Resolved { scope, resource }).ok_or(ResolveError::NotFound)
+    }
+
+    /// All Agents.
+    pub fn agents(&self) -> impl Iterator<Item = &Resource<AgentSpec>> {
+        self.resources.iter().filter_map(|r| match &r.resource {
+            AnyResource::Agent(agent) => Some(agent),
+            _ => None,
+        })
+    }
+
+    /// All Swarms.
+    pub fn swarms(&self) -> impl Iterator<Item = &Resource<SwarmSpec>> {
+        self.resources.iter().filter_map(|r| match &r.resource {
+            AnyResource::Swarm(swarm) => Some(swarm),
+            _ => None,
+        })
+    }
+
+    /// All Tools declared in the bundle.
+    pub fn tools(&self) -> impl Iterator<Item = &Resource<ToolSpec>> {
+        self.resources.iter().filter_map(|r| match &r.resource {
+            AnyResource::Tool(tool) => Some(tool),
+            _ => None,
+        })
+    }
+
+    /// The Agent named `name`.
+    pub fn agent(&self, name: &str) -> Option<&Resource<AgentSpec>> {
+        match self.get(Kind::Agent, name) {
+            Some(AnyResource::Agent(agent)) => Some(agent),
+            _ => None,
+        }
+    }
+
+    /// The agent a command uses when none is named: the entry agent of the
+    /// Swarm named `default` (or of the only Swarm), else the only Agent.
+    pub fn default_agent(&self) -> Result<&Resource<AgentSpec>, String> {
+        let swarms: Vec<_> = self.swarms().collect();
+        let swarm = swarms
+            .iter()
+            .find(|s| s.name() == "default")
+            .or_else(|| if swarms.len() == 1 { swarms.first() } else { None });
+        if let Some(swarm) = swarm {
+            let entry = &swarm.spec.entry_agent;
+            return match self.resolve(entry) {
+                Ok(Resolved { resource: AnyResource::Agent(agent), .. }) => Ok(agent),
+                _ => Err(format!("the entry agent {entry} of Swarm '{}' is not defined", swarm.name())),
+            };
+        }
+        let agents: Vec<_> = self.agents().collect();
+        match agents.as_slice() {
+            [only] => Ok(only),
+            [] => Err("the bundle defines no Agent".to_owned()),
+            many => Err(format!(
+                "the bundle has {} Swarms and {} Agents and none is the default; name one with --agent ({})",
+                swarms.len(),
+                many.len(),
+                many.iter().map(|a| a.name()).collect::<Vec<_>>().join(", ")
+            )),
+        }
+    }
+
+    /// The Tools an agent's `spec.tools` names, resolved, in order, without
+    /// repeats. References that do not resolve are skipped (validation
+    /// reports them).
+    pub fn agent_tools<'a>(&'a self, agent: &'a Resource<AgentSpec>) -> Vec<(PackageScope, &'a Resource<ToolSpec>)> {
+        let mut tools: Vec<(PackageScope, &Resource<ToolSpec>)> = Vec::new();
+        for reference in &agent.spec.tools {
+            if let Ok(Resolved { scope, resource: AnyResource::Tool(tool) }) = self.resolve(reference)
+                && !tools.iter().any(|(s, t)| *s == scope && std::ptr::eq(*t, tool))
+            {
+                tools.push((scope, tool));
+            }
+        }
+        tools
+    }
+}
+
+struct CrossChecks<'a> {
+    label: &'a str,
+    documents: &'a [YamlDocument],
+    diagnostics: &'a mut Vec<Diagnostic>,
+}
+
+impl CrossChecks<'_> {
+    fn report(
+        &mut self,
+        severity: Severity,
+        code: DiagnosticCode,
+        doc: usize,
+        path: &str,
+        message: String,
+        suggestion: Option<String>,
+    ) {
+        let full =
+            if path.is_empty() { format!("{}#{doc}", self.label) } else { format!("{}#{doc}.{path}", self.label) };
+        let mut diagnostic = Diagnostic::error(code, full, message);
+        diagnostic.severity = severity;
+        diagnostic.suggestion = suggestion;
+        if let Some(position) = self.documents.get(doc).and_then(|d| d.position_of(path)) {
+            diagnostic = diagnostic.at(position.line, position.column);
+        }
+        self.diagnostics.push(diagnostic);
+    }
+
+    fn error(&mut self, code: DiagnosticCode, doc: usize, path: &str, message: String, suggestion: Option<String>) {
+        self.report(Severity::Error, code, doc, path, message, suggestion);
+    }
+
+    fn run(mut self, bundle: &mut Bundle) {
+        self.check_packages(bundle);
+        self.index(bundle);
+        self.check_references(bundle);
+    }
+
+    fn check_packages(&mut self, bundle: &mut Bundle) {
+        // Package position is judged on the raw documents so that a Package
+        // with other errors still counts.
+        let package_docs: Vec<usize> = self
+            .documents
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| d.value.get("kind").and_then(|k| k.as_str()) == Some("Package"))
+            .map(|(i, _)| i)
+            .collect();
+        for (nth, doc) in package_docs.iter().enumerate() {
+            if nth > 0 {
+                self.error(
+                    DiagnosticCode::PackageDocDuplicated,
+                    *doc,
+                    "kind",
+                    "a bundle may hold at most one Package document".to_owned(),
+                    Some(format!("Remove this Package; the first one is document #{}.", package_docs[0])),
+                );
+            } else if *doc != 0 {
+                self.error(
+                    DiagnosticCode::PackageDocPosition,
+                    *doc,
+                    "kind",
+                    "the Package document must be the first document of the file".to_owned(),
+                    Some("Move it to the top of goondan.yaml.".to_owned()),
+                );
+            }
+        }
+        bundle.package_name = bundle.resources.iter().find_map(|r| match &r.resource {
+            AnyResource::Package(p) => Some(p.metadata.name.clone()),
+            _ => None,
+        });
+    }
+
+    fn index(&mut self, bundle: &mut Bundle) {
+        let mut first_seen: HashMap<(Kind, String), usize> = HashMap::new();
+        for (position, entry) in bundle.resources.iter().enumerate() {
+            let key = (entry.resource.kind(), entry.resource.name().to_owned());
+            if let Some(first) = first_seen.get(&key) {
+                if key.0 == Kind::Package {
+                    // Already reported as E_CONFIG_PACKAGE_DOC_DUPLICATED.
+                    continue;
+                }
+                let first_doc = bundle.resources[*first].doc_index;
+                self.error(
+                    DiagnosticCode::DuplicateName,
+                    entry.doc_index,
+                    "metadata.name",
+                    format!("{} '{}' is defined more than once", key.0.as_str(), key.1),
+                    Some(format!("Rename it or remove it; it is first defined in document #{first_doc}.")),
+                );
+            } else {
+                first_seen.insert(key, position);
+            }
+        }
+        bundle.index = first_seen;
+    }
+
+    fn check_references(&mut self, bundle: &Bundle) {
+        for entry in &bundle.resources {
+            let doc = entry.doc_index;
+            match &entry.resource {
+                AnyResource::Agent(agent) => {
+                    self.check_ref(
+                        bundle,
+                        doc,
+                        "spec.modelConfig.modelRef",
+                        &agent.spec.model_config.model_ref,
+                        Kind::Model,
+                    );
+                    for (i, tool) in agent.spec.tools.iter().enumerate() {
+                        self.check_ref(bundle, doc, &format!("spec.tools[{i}]"), tool, Kind::Tool);
+                    }
+                    for (i, extension) in agent.spec.extensions.iter().enumerate() {
+                        self.check_ref(
+                            bundle,
+                            doc,
+                            &format!("spec.extensions[{i}]"),
+                            &extension.reference,
+                            Kind::Extension,
+                        );
+                    }
+                    self.check_required_tools(bundle, doc, agent);
+                }
+                AnyResource::Swarm(swarm) => {
+                    self.check_ref(bundle, doc, "spec.entryAgent", &swarm.spec.entry_agent, Kind::Agent);
+                    for (i, agent) in swarm.spec.agents.iter().enumerate() {
+                        self.check_ref(bundle, doc, &format!("spec.agents[{i}]"), agent, Kind::Agent);
+                    }
+                    let entry_listed = swarm
+                        .spec
+                        .agents
+                        .iter()
+                        .any(|a| a.kind == swarm.spec.entry_agent.kind && a.name == swarm.spec.entry_agent.name);
+                    if !entry_listed {
+                        self.error(
+                            DiagnosticCode::InvalidRef,
+                            doc,
+                            "spec.entryAgent",
+                            format!("entryAgent {} is not one of the swarm's agents", swarm.spec.entry_agent),
+                            Some("Add it to spec.agents or pick an agent from that list.".to_owned()),
+                        );
+                    }
+                }
+                AnyResource::Connection(connection) => {
+                    self.check_ref(bundle, doc, "spec.connectorRef", &connection.spec.connector_ref, Kind::Connector);
+                    if let Some(swarm) = &connection.spec.swarm_ref {
+                        self.check_ref(bundle, doc, "spec.swarmRef", swarm, Kind::Swarm);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn check_ref(&mut self, bundle: &Bundle, doc: usize, path: &str, reference: &ObjectRef, expected: Kind) {
+        if reference.kind != expected.as_str() {
+            self.error(
+                DiagnosticCode::InvalidRef,
+                doc,
+                path,
+                format!("{path} must refer to a {}, got {reference}", expected.as_str()),
+                Some(format!("Write it as '{}/<name>'.", expected.as_str())),
+            );
+            return;
+        }
+        match bundle.resolve(reference) {
+            Ok(_) => {}
+            Err(ResolveError::NotFound) => {
+                let in_base = reference.package.is_none() && base_package().get(expected, &reference.name).is_some();
+                let suggestion = if in_base {
+                    format!(
+                        "{} '{}' is a built-in; refer to it with package: \"{BASE_PACKAGE}\", e.g. {{kind: {}, name: {}, package: \"{BASE_PACKAGE}\"}}.",
+                        expected.as_str(),
+                        reference.name,
+                        expected.as_str(),
+                        reference.name
+                    )
+                } else {
+                    let known: Vec<&str> = bundle
+                        .resources
+                        .iter()
+                        .filter(|r| r.resource.kind() == expected)
+                        .map(|r| r.resource.name())
+                        .collect();
+                    if known.is_empty() {
+                        format!("Define a {} named '{}' in the bundle.", expected.as_str(), reference.name)
+                    } else {
+                        format!("Defined {}s: {}.", expected.as_str(), known.join(", "))
+                    }
+                };
+                self.error(
+                    DiagnosticCode::RefNotFound,
+                    doc,
+                    path,
+                    format!("{reference} is not defined"),
+                    Some(suggestion),
+                );
+            }
+            Err(ResolveError::UnknownPackage(package)) => {
+                self.error(
+                    DiagnosticCode::RefNotFound,
+                    doc,
+                    path,
+                    format!("{reference}: package '{package}' is not available"),
+                    Some(format!(
+                        "Only the bundle's own resources and the built-in package \"{BASE_PACKAGE}\" can be referenced; installing other packages is not supported yet."
+                    )),
+                );
+            }
+        }
+    }
+
+    fn check_required_tools(&mut self, bundle: &Bundle, doc: usize, agent: &Resource<AgentSpec>) {
+        if agent.spec.required_tools.is_empty() {
+            return;
+        }
+        let offered: Vec<String> = bundle
+            .agent_tools(agent)
+            .iter()
+            .flat_map(|(_, tool)| {
+                tool.spec.exports.iter().map(|e| goondan_core::naming::build_tool_name(tool.name(), &e.name))
+            })
+            .collect();
+        for (i, required) in agent.spec.required_tools.iter().enumerate() {
+            if !offered.iter().any(|name| name == required) {
+                self.report(
+                    Severity::Warning,
+                    DiagnosticCode::RefNotFound,
+                    doc,
+                    &format!("spec.requiredTools[{i}]"),
+                    format!("required tool '{required}' is not offered by the agent's spec.tools"),
+                    Some("Add its Tool to spec.tools, or expect an extension to register it.".to_owned()),
+                );
+            }
+        }
+    }
+}

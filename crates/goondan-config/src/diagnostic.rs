@@ -1,0 +1,155 @@
+//! Validation diagnostics: `{code, message, path, severity, suggestion?,
+//! line?, column?}`, with the original runtime's config error codes.
+
+use std::fmt;
+
+use serde::Serialize;
+
+/// The config error codes of the original runtime (GOONDAN_FACTS).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[allow(missing_docs)]
+pub enum DiagnosticCode {
+    #[serde(rename = "E_CONFIG_PARSE_ERROR")]
+    ParseError,
+    #[serde(rename = "E_CONFIG_UNSUPPORTED_API_VERSION")]
+    UnsupportedApiVersion,
+    #[serde(rename = "E_CONFIG_UNKNOWN_KIND")]
+    UnknownKind,
+    #[serde(rename = "E_CONFIG_INVALID_NAME")]
+    InvalidName,
+    #[serde(rename = "E_CONFIG_DUPLICATE_NAME")]
+    DuplicateName,
+    #[serde(rename = "E_CONFIG_INVALID_REF")]
+    InvalidRef,
+    #[serde(rename = "E_CONFIG_REF_NOT_FOUND")]
+    RefNotFound,
+    #[serde(rename = "E_CONFIG_SCHEMA_INVALID")]
+    SchemaInvalid,
+    #[serde(rename = "E_CONFIG_ENTRY_NOT_FOUND")]
+    EntryNotFound,
+    #[serde(rename = "E_CONFIG_PACKAGE_DOC_POSITION")]
+    PackageDocPosition,
+    #[serde(rename = "E_CONFIG_PACKAGE_DOC_DUPLICATED")]
+    PackageDocDuplicated,
+    #[serde(rename = "E_CONFIG_FILE_TOO_LARGE")]
+    FileTooLarge,
+    #[serde(rename = "E_CONFIG_TOO_MANY_DOCUMENTS")]
+    TooManyDocuments,
+    #[serde(rename = "E_CONFIG_FILE_NOT_FOUND")]
+    FileNotFound,
+}
+
+impl DiagnosticCode {
+    /// The code as written in reports, e.g. `E_CONFIG_PARSE_ERROR`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ParseError => "E_CONFIG_PARSE_ERROR",
+            Self::UnsupportedApiVersion => "E_CONFIG_UNSUPPORTED_API_VERSION",
+            Self::UnknownKind => "E_CONFIG_UNKNOWN_KIND",
+            Self::InvalidName => "E_CONFIG_INVALID_NAME",
+            Self::DuplicateName => "E_CONFIG_DUPLICATE_NAME",
+            Self::InvalidRef => "E_CONFIG_INVALID_REF",
+            Self::RefNotFound => "E_CONFIG_REF_NOT_FOUND",
+            Self::SchemaInvalid => "E_CONFIG_SCHEMA_INVALID",
+            Self::EntryNotFound => "E_CONFIG_ENTRY_NOT_FOUND",
+            Self::PackageDocPosition => "E_CONFIG_PACKAGE_DOC_POSITION",
+            Self::PackageDocDuplicated => "E_CONFIG_PACKAGE_DOC_DUPLICATED",
+            Self::FileTooLarge => "E_CONFIG_FILE_TOO_LARGE",
+            Self::TooManyDocuments => "E_CONFIG_TOO_MANY_DOCUMENTS",
+            Self::FileNotFound => "E_CONFIG_FILE_NOT_FOUND",
+        }
+    }
+}
+
+impl fmt::Display for DiagnosticCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How bad a diagnostic is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// Worth knowing; the bundle still works.
+    Warning,
+    /// The bundle cannot be used.
+    Error,
+}
+
+/// One finding about a bundle.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Diagnostic {
+    /// A stable code.
+    pub code: DiagnosticCode,
+    /// What is wrong.
+    pub message: String,
+    /// Where: `goondan.yaml#<doc index>.spec.…`.
+    pub path: String,
+    /// Error or warning.
+    pub severity: Severity,
+    /// How to fix it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub suggestion: Option<String>,
+    /// 1-based line in the file, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
+    /// 1-based column in the file, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub column: Option<u32>,
+}
+
+impl Diagnostic {
+    /// An error.
+    pub fn error(code: DiagnosticCode, path: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            path: path.into(),
+            severity: Severity::Error,
+            suggestion: None,
+            line: None,
+            column: None,
+        }
+    }
+
+    /// A warning.
+    pub fn warning(code: DiagnosticCode, path: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { severity: Severity::Warning, ..Self::error(code, path, message) }
+    }
+
+    /// Adds a suggestion.
+    #[must_use]
+    pub fn suggest(mut self, suggestion: impl Into<String>) -> Self {
+        self.suggestion = Some(suggestion.into());
+        self
+    }
+
+    /// Sets the position.
+    #[must_use]
+    pub fn at(mut self, line: u32, column: u32) -> Self {
+        self.line = Some(line);
+        self.column = Some(column);
+        self
+    }
+
+    /// True for errors.
+    pub fn is_error(&self) -> bool {
+        self.severity == Severity::Error
+    }
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.code, self.path)?;
+        if let (Some(line), Some(column)) = (self.line, self.column) {
+            write!(f, " (line {line}, column {column})")?;
+        }
+        write!(f, ": {}", self.message)?;
+        if let Some(suggestion) = &self.suggestion {
+            write!(f, " — {suggestion}")?;
+        }
+        Ok(())
+    }
+}

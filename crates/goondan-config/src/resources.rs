@@ -1,0 +1,442 @@
+//! Typed resources of a bundle: `{apiVersion, kind, metadata, spec}` for the
+//! eight kinds. Built from documents that passed validation; unknown fields
+//! are ignored so that newer bundles still load.
+
+use goondan_core::{DEFAULT_ERROR_MESSAGE_LIMIT, JsonObject, JsonValue, ObjectRef};
+use indexmap::IndexMap;
+use serde::de::{self, Deserializer};
+use serde::{Deserialize, Serialize};
+
+/// The resource kinds of `goondan.ai/v1`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub enum Kind {
+    Package,
+    Model,
+    Agent,
+    Swarm,
+    Tool,
+    Extension,
+    Connector,
+    Connection,
+}
+
+impl Kind {
+    /// All kinds, in documentation order.
+    pub const ALL: [Kind; 8] = [
+        Kind::Package,
+        Kind::Model,
+        Kind::Agent,
+        Kind::Swarm,
+        Kind::Tool,
+        Kind::Extension,
+        Kind::Connector,
+        Kind::Connection,
+    ];
+
+    /// The kind's name as written in YAML.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Package => "Package",
+            Kind::Model => "Model",
+            Kind::Agent => "Agent",
+            Kind::Swarm => "Swarm",
+            Kind::Tool => "Tool",
+            Kind::Extension => "Extension",
+            Kind::Connector => "Connector",
+            Kind::Connection => "Connection",
+        }
+    }
+
+    /// Parses a kind name (exact spelling).
+    pub fn parse(name: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|kind| kind.as_str() == name)
+    }
+}
+
+/// `metadata` of every resource.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Metadata {
+    /// The resource name.
+    pub name: String,
+    /// Labels.
+    #[serde(default)]
+    pub labels: IndexMap<String, JsonValue>,
+    /// Annotations.
+    #[serde(default)]
+    pub annotations: IndexMap<String, JsonValue>,
+}
+
+/// A resource with its spec.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Resource<S> {
+    /// Always `goondan.ai/v1`.
+    pub api_version: String,
+    /// The kind's name.
+    pub kind: String,
+    /// Name, labels, annotations.
+    pub metadata: Metadata,
+    /// The kind-specific body.
+    pub spec: S,
+}
+
+impl<S> Resource<S> {
+    /// The resource's `metadata.name`.
+    pub fn name(&self) -> &str {
+        &self.metadata.name
+    }
+}
+
+/// Any resource.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(missing_docs)]
+pub enum AnyResource {
+    Package(Resource<PackageSpec>),
+    Model(Resource<ModelSpec>),
+    Agent(Resource<AgentSpec>),
+    Swarm(Resource<SwarmSpec>),
+    Tool(Resource<ToolSpec>),
+    Extension(Resource<ExtensionSpec>),
+    Connector(Resource<ConnectorSpec>),
+    Connection(Resource<ConnectionSpec>),
+}
+
+impl AnyResource {
+    /// Builds the typed resource of `kind` from a validated document.
+    pub fn from_value(kind: Kind, value: JsonValue) -> Result<Self, serde_json::Error> {
+        Ok(match kind {
+            Kind::Package => Self::Package(serde_json::from_value(value)?),
+            Kind::Model => Self::Model(serde_json::from_value(value)?),
+            Kind::Agent => Self::Agent(serde_json::from_value(value)?),
+            Kind::Swarm => Self::Swarm(serde_json::from_value(value)?),
+            Kind::Tool => Self::Tool(serde_json::from_value(value)?),
+            Kind::Extension => Self::Extension(serde_json::from_value(value)?),
+            Kind::Connector => Self::Connector(serde_json::from_value(value)?),
+            Kind::Connection => Self::Connection(serde_json::from_value(value)?),
+        })
+    }
+
+    /// The kind.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Self::Package(_) => Kind::Package,
+            Self::Model(_) => Kind::Model,
+            Self::Agent(_) => Kind::Agent,
+            Self::Swarm(_) => Kind::Swarm,
+            Self::Tool(_) => Kind::Tool,
+            Self::Extension(_) => Kind::Extension,
+            Self::Connector(_) => Kind::Connector,
+            Self::Connection(_) => Kind::Connection,
+        }
+    }
+
+    /// The name.
+    pub fn name(&self) -> &str {
+        &self.metadata().name
+    }
+
+    /// The metadata.
+    pub fn metadata(&self) -> &Metadata {
+        match self {
+            Self::Package(r) => &r.metadata,
+            Self::Model(r) => &r.metadata,
+            Self::Agent(r) => &r.metadata,
+            Self::Swarm(r) => &r.metadata,
+            Self::Tool(r) => &r.metadata,
+            Self::Extension(r) => &r.metadata,
+            Self::Connector(r) => &r.metadata,
+            Self::Connection(r) => &r.metadata,
+        }
+    }
+}
+
+/// `kind: Package`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PackageSpec {
+    /// The package version.
+    pub version: String,
+    /// What it is.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Packages it depends on.
+    #[serde(default)]
+    pub dependencies: Vec<PackageDependency>,
+}
+
+/// One dependency of a package.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PackageDependency {
+    /// The package name.
+    pub name: String,
+    /// The version range.
+    pub version: String,
+}
+
+/// `kind: Model`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelSpec {
+    /// `openai`, `anthropic`, `google`, …
+    pub provider: String,
+    /// The model id.
+    pub model: String,
+    /// Where the API key comes from.
+    #[serde(default)]
+    pub api_key: Option<ValueSource>,
+    /// The API base URL.
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// Provider options.
+    #[serde(default)]
+    pub options: JsonObject,
+    /// Declared capabilities.
+    #[serde(default)]
+    pub capabilities: JsonObject,
+}
+
+/// A secret or setting given inline or through the environment:
+/// `{value: "..."}` or `{valueFrom: {env: NAME}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ValueSource {
+    /// An inline value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// A reference to the environment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value_from: Option<ValueFrom>,
+}
+
+/// The environment variable of a [`ValueSource`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ValueFrom {
+    /// The variable's name.
+    pub env: String,
+}
+
+/// `kind: Agent`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentSpec {
+    /// Which model and with what parameters.
+    pub model_config: ModelConfig,
+    /// The system prompt, inline or from a file.
+    #[serde(default)]
+    pub prompt: Option<AgentPrompt>,
+    /// The Tool resources the agent may use.
+    #[serde(default, deserialize_with = "de_refs")]
+    pub tools: Vec<ObjectRef>,
+    /// The extensions the agent loads.
+    #[serde(default)]
+    pub extensions: Vec<ExtensionUse>,
+    /// Tool names the agent must call before it may finish.
+    #[serde(default)]
+    pub required_tools: Vec<String>,
+}
+
+/// `Agent.spec.modelConfig`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelConfig {
+    /// The Model resource.
+    #[serde(deserialize_with = "de_ref")]
+    pub model_ref: ObjectRef,
+    /// Sampling parameters (`temperature`, `maxTokens`, `topP`, …).
+    #[serde(default)]
+    pub params: JsonObject,
+}
+
+/// `Agent.spec.prompt`: `system` or `systemRef`, not both.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentPrompt {
+    /// The prompt text.
+    #[serde(default)]
+    pub system: Option<String>,
+    /// A file (relative to the bundle) holding the prompt.
+    #[serde(default)]
+    pub system_ref: Option<String>,
+}
+
+/// One `Agent.spec.extensions[]` item: a reference plus optional config
+/// shallow-merged over the Extension's own `spec.config`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExtensionUse {
+    /// The Extension resource.
+    pub reference: ObjectRef,
+    /// Per-agent configuration.
+    pub config: Option<JsonObject>,
+}
+
+impl<'de> Deserialize<'de> for ExtensionUse {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = JsonValue::deserialize(deserializer)?;
+        let reference = ObjectRef::parse(&value).map_err(de::Error::custom)?;
+        let config = value.get("config").and_then(JsonValue::as_object).cloned();
+        Ok(Self { reference, config })
+    }
+}
+
+/// `kind: Swarm`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SwarmSpec {
+    /// The agent that receives input first.
+    #[serde(deserialize_with = "de_ref")]
+    pub entry_agent: ObjectRef,
+    /// The swarm's agents.
+    #[serde(deserialize_with = "de_refs")]
+    pub agents: Vec<ObjectRef>,
+    /// A fixed instance key.
+    #[serde(default)]
+    pub instance_key: Option<String>,
+    /// Limits and lifecycle.
+    #[serde(default)]
+    pub policy: SwarmPolicy,
+}
+
+/// `Swarm.spec.policy`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SwarmPolicy {
+    /// The most steps one turn may take (spec default 32).
+    #[serde(default)]
+    pub max_steps_per_turn: Option<u32>,
+    /// Instance lifetime.
+    #[serde(default)]
+    pub lifecycle: Option<SwarmLifecycle>,
+    /// Shutdown behaviour.
+    #[serde(default)]
+    pub shutdown: Option<SwarmShutdown>,
+}
+
+/// `Swarm.spec.policy.lifecycle`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SwarmLifecycle {
+    /// Idle time before an instance is collected.
+    #[serde(default)]
+    pub ttl_seconds: Option<u64>,
+    /// Extra time before collection.
+    #[serde(default)]
+    pub gc_grace_seconds: Option<u64>,
+}
+
+/// `Swarm.spec.policy.shutdown`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SwarmShutdown {
+    /// How long an agent gets to stop cleanly.
+    #[serde(default)]
+    pub grace_period_seconds: Option<u64>,
+}
+
+/// `kind: Tool`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolSpec {
+    /// The handler module (relative to the package root).
+    pub entry: String,
+    /// The longest error message returned to the model, in characters.
+    #[serde(default = "default_error_message_limit", deserialize_with = "de_positive_usize")]
+    pub error_message_limit: usize,
+    /// The functions the tool offers.
+    pub exports: Vec<ToolExport>,
+}
+
+/// One `Tool.spec.exports[]` item.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct ToolExport {
+    /// The export name; the model sees `{tool}__{name}`.
+    pub name: String,
+    /// What it does, for the model.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// The JSON Schema of its arguments.
+    #[serde(default)]
+    pub parameters: Option<JsonValue>,
+}
+
+/// `kind: Extension`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct ExtensionSpec {
+    /// The extension module.
+    pub entry: String,
+    /// Default configuration.
+    #[serde(default)]
+    pub config: JsonObject,
+}
+
+/// `kind: Connector`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct ConnectorSpec {
+    /// The connector module.
+    pub entry: String,
+    /// The events it emits.
+    #[serde(default)]
+    pub events: Vec<ConnectorEvent>,
+}
+
+/// One event a connector emits.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct ConnectorEvent {
+    /// The event name.
+    pub name: String,
+    /// Its properties.
+    #[serde(default)]
+    pub properties: JsonObject,
+}
+
+/// `kind: Connection`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConnectionSpec {
+    /// The Connector.
+    #[serde(deserialize_with = "de_ref")]
+    pub connector_ref: ObjectRef,
+    /// The Swarm it feeds.
+    #[serde(default, deserialize_with = "de_opt_ref")]
+    pub swarm_ref: Option<ObjectRef>,
+    /// Connector configuration.
+    #[serde(default)]
+    pub config: JsonObject,
+    /// Connector secrets.
+    #[serde(default)]
+    pub secrets: JsonObject,
+    /// Routing rules.
+    #[serde(default)]
+    pub ingress: JsonValue,
+}
+
+fn default_error_message_limit() -> usize {
+    DEFAULT_ERROR_MESSAGE_LIMIT
+}
+
+fn de_positive_usize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<usize, D::Error> {
+    let value = JsonValue::deserialize(deserializer)?;
+    value
+        .as_u64()
+        .or_else(|| value.as_f64().filter(|f| f.fract() == 0.0 && *f >= 1.0).map(|f| f as u64))
+        .filter(|n| *n >= 1)
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(|| de::Error::custom("errorMessageLimit must be a positive integer"))
+}
+
+fn de_ref<'de, D: Deserializer<'de>>(deserializer: D) -> Result<ObjectRef, D::Error> {
+    let value = JsonValue::deserialize(deserializer)?;
+    ObjectRef::parse(&value).map_err(de::Error::custom)
+}
+
+fn de_opt_ref<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<ObjectRef>, D::Error> {
+    let value = JsonValue::deserialize(deserializer)?;
+    if value.is_null() {
+        return Ok(None);
+    }
+    ObjectRef::parse(&value).map(Some).map_err(de::Error::custom)
+}
+
+fn de_refs<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<ObjectRef>, D::Error> {
+    let values = Vec::<JsonValue>::deserialize(deserializer)?;
+    values.iter().map(|value| ObjectRef::parse(value).map_err(de::Error::custom)).collect()
+}

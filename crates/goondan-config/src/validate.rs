@@ -1,0 +1,443 @@
+//! Per-document checks: apiVersion, kind, metadata.name, the kind's schema,
+//! and the rules of spec 002 §2.3 / §13 for Tools.
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use goondan_core::naming::{
+    ExportNameCheck, ResourceNameProblem, build_tool_name, check_export_name, check_resource_name,
+    is_valid_package_name,
+};
+use goondan_core::{API_VERSION, JsonValue, ObjectRef};
+
+use crate::diagnostic::{Diagnostic, DiagnosticCode};
+use crate::resources::{AnyResource, Kind};
+use crate::schema::check_spec;
+use crate::yaml::YamlDocument;
+
+/// The longest function name model providers accept.
+pub const MAX_TOOL_NAME_LEN: usize = 64;
+
+/// Collects the diagnostics of one file, turning document-relative paths
+/// into `file#index.path` and attaching YAML positions.
+pub(crate) struct DocReporter<'a> {
+    pub file_label: &'a str,
+    pub index: usize,
+    pub document: &'a YamlDocument,
+    pub diagnostics: &'a mut Vec<Diagnostic>,
+}
+
+impl DocReporter<'_> {
+    pub fn full_path(&self, path: &str) -> String {
+        if path.is_empty() {
+            format!("{}#{}", self.file_label, self.index)
+        } else {
+            format!("{}#{}.{}", self.file_label, self.index, path)
+        }
+    }
+
+    pub fn push(&mut self, mut diagnostic: Diagnostic, path: &str) {
+        if let Some(position) = self.document.position_of(path) {
+            diagnostic = diagnostic.at(position.line, position.column);
+        }
+        self.diagnostics.push(diagnostic);
+    }
+
+    pub fn error(&mut self, code: DiagnosticCode, path: &str, message: impl Into<String>, suggestion: Option<String>) {
+        let mut diagnostic = Diagnostic::error(code, self.full_path(path), message);
+        diagnostic.suggestion = suggestion;
+        self.push(diagnostic, path);
+    }
+
+    pub fn warning(
+        &mut self,
+        code: DiagnosticCode,
+        path: &str,
+        message: impl Into<String>,
+        suggestion: Option<String>,
+    ) {
+        let mut diagnostic = Diagnostic::warning(code, self.full_path(path), message);
+        diagnostic.suggestion = suggestion;
+        self.push(diagnostic, path);
+    }
+}
+
+/// Checks one document and, when it has no errors, returns its typed resource.
+///
+/// `bundle_root` is where `entry` files are looked up; `None` skips that
+/// check (the compiled-in package has no files).
+pub(crate) fn validate_document(reporter: &mut DocReporter<'_>, bundle_root: Option<&Path>) -> Option<AnyResource> {
+    let errors_before = reporter.diagnostics.iter().filter(|d| d.is_error()).count();
+    let value = &reporter.document.value;
+    let Some(map) = value.as_object() else {
+        reporter.error(
+            DiagnosticCode::SchemaInvalid,
+            "",
+            format!(
+                "a document must be a mapping with apiVersion, kind, metadata and spec, got {}",
+                goondan_core::json_type_name(value)
+            ),
+            None,
+        );
+        return None;
+    };
+
+    match map.get("apiVersion") {
+        Some(JsonValue::String(version)) if version == API_VERSION => {}
+        Some(other) => reporter.error(
+            DiagnosticCode::UnsupportedApiVersion,
+            "apiVersion",
+            format!("apiVersion {} is not supported", render(other)),
+            Some(format!("Use apiVersion: {API_VERSION}.")),
+        ),
+        None => reporter.error(
+            DiagnosticCode::UnsupportedApiVersion,
+            "",
+            "apiVersion is required",
+            Some(format!("Add apiVersion: {API_VERSION}.")),
+        ),
+    }
+
+    let kind = match map.get("kind") {
+        Some(JsonValue::String(name)) => match Kind::parse(name) {
+            Some(kind) => Some(kind),
+            None => {
+                let near = Kind::ALL.into_iter().find(|k| k.as_str().eq_ignore_ascii_case(name));
+                let suggestion = match near {
+                    Some(k) => format!("Did you mean '{}'? Kinds are case-sensitive.", k.as_str()),
+                    None => format!("Use one of: {}.", kind_list()),
+                };
+                reporter.error(DiagnosticCode::UnknownKind, "kind", format!("unknown kind '{name}'"), Some(suggestion));
+                None
+            }
+        },
+        Some(other) => {
+            reporter.error(
+                DiagnosticCode::UnknownKind,
+                "kind",
+                format!("kind must be a string, got {}", render(other)),
+                Some(format!("Use one of: {}.", kind_list())),
+            );
+            None
+        }
+        None => {
+            reporter.error(
+                DiagnosticCode::UnknownKind,
+                "",
+                "kind is required",
+                Some(format!("Add kind: one of {}.", kind_list())),
+            );
+            None
+        }
+    };
+
+    let name = check_metadata(reporter, kind);
+
+    let Some(kind) = kind else { return None };
+    match map.get("spec") {
+        Some(spec) => {
+            for problem in check_spec(kind, spec) {
+                reporter.error(DiagnosticCode::SchemaInvalid, &problem.path, problem.message, None);
+            }
+        }
+        None => reporter.error(
+            DiagnosticCode::SchemaInvalid,
+            "",
+            format!("spec is required for kind {}", kind.as_str()),
+            None,
+        ),
+    }
+    let structurally_valid = reporter.diagnostics.iter().filter(|d| d.is_error()).count() == errors_before;
+
+    if structurally_valid {
+        check_ref_forms(reporter, kind);
+        match kind {
+            Kind::Tool => check_tool(reporter, name.as_deref().unwrap_or_default(), bundle_root),
+            Kind::Extension | Kind::Connector => check_entry_file(reporter, bundle_root),
+            Kind::Agent => check_agent_prompt(reporter, bundle_root),
+            _ => {}
+        }
+    }
+
+    let valid = reporter.diagnostics.iter().filter(|d| d.is_error()).count() == errors_before;
+    if !valid {
+        return None;
+    }
+    match AnyResource::from_value(kind, value.clone()) {
+        Ok(resource) => Some(resource),
+        Err(error) => {
+            reporter.error(DiagnosticCode::SchemaInvalid, "spec", format!("spec is not valid: {error}"), None);
+            None
+        }
+    }
+}
+
+/// Every reference field must be one of the four ObjectRef forms.
+fn check_ref_forms(reporter: &mut DocReporter<'_>, kind: Kind) {
+    let single: &[&str] = match kind {
+        Kind::Agent => &["modelConfig.modelRef"],
+        Kind::Swarm => &["entryAgent"],
+        Kind::Connection => &["connectorRef", "swarmRef"],
+        _ => &[],
+    };
+    let lists: &[&str] = match kind {
+        Kind::Agent => &["tools", "extensions"],
+        Kind::Swarm => &["agents"],
+        _ => &[],
+    };
+    let Some(spec) = reporter.document.value.get("spec").cloned() else { return };
+    let mut bad = Vec::new();
+    for field in single {
+        let pointer = format!("/{}", field.replace('.', "/"));
+        if let Some(value) = spec.pointer(&pointer)
+            && let Err(error) = ObjectRef::parse(value)
+        {
+            bad.push((format!("spec.{field}"), error));
+        }
+    }
+    for field in lists {
+        for (index, value) in spec.get(*field).and_then(JsonValue::as_array).into_iter().flatten().enumerate() {
+            if let Err(error) = ObjectRef::parse(value) {
+                bad.push((format!("spec.{field}[{index}]"), error));
+            }
+        }
+    }
+    for (path, error) in bad {
+        reporter.error(
+            DiagnosticCode::InvalidRef,
+            &path,
+            format!("{path} is not a valid reference: {error}"),
+            Some(
+                "Write 'Kind/name', {kind, name, package?}, {ref: 'Kind/name'} or {ref: {kind, name, package?}}."
+                    .to_owned(),
+            ),
+        );
+    }
+}
+
+fn kind_list() -> String {
+    Kind::ALL.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ")
+}
+
+fn render(value: &JsonValue) -> String {
+    match value {
+        JsonValue::String(s) => format!("'{s}'"),
+        other => other.to_string(),
+    }
+}
+
+fn check_metadata(reporter: &mut DocReporter<'_>, kind: Option<Kind>) -> Option<String> {
+    let metadata = reporter.document.value.get("metadata");
+    let Some(metadata) = metadata.and_then(JsonValue::as_object) else {
+        let path = if metadata.is_some() { "metadata" } else { "" };
+        reporter.error(
+            DiagnosticCode::InvalidName,
+            path,
+            "metadata with a name is required",
+            Some("Add metadata: {name: <name>}.".to_owned()),
+        );
+        return None;
+    };
+    let name = match metadata.get("name") {
+        Some(JsonValue::String(name)) => name.clone(),
+        Some(other) => {
+            reporter.error(
+                DiagnosticCode::InvalidName,
+                "metadata.name",
+                format!("metadata.name must be a string, got {}", goondan_core::json_type_name(other)),
+                None,
+            );
+            return None;
+        }
+        None => {
+            reporter.error(DiagnosticCode::InvalidName, "metadata", "metadata.name is required", None);
+            return None;
+        }
+    };
+    if kind == Some(Kind::Package) {
+        if !is_valid_package_name(&name) {
+            reporter.error(
+                DiagnosticCode::InvalidName,
+                "metadata.name",
+                format!("package name '{name}' is not a valid package name"),
+                Some("Use lowercase letters, digits, '-', '_' and '.', optionally scoped: '@scope/name'.".to_owned()),
+            );
+        }
+        return Some(name);
+    }
+    let is_tool = kind == Some(Kind::Tool);
+    match check_resource_name(&name, is_tool) {
+        Ok(()) => {}
+        Err(ResourceNameProblem::ContainsSeparator) => reporter.error(
+            DiagnosticCode::SchemaInvalid,
+            "metadata.name",
+            format!("Tool name '{name}' must not contain '__', the separator of tool names"),
+            Some(format!("Rename it, e.g. '{}'.", name.replace("__", "-"))),
+        ),
+        Err(problem) => {
+            let detail = match problem {
+                ResourceNameProblem::Empty => "must not be empty".to_owned(),
+                ResourceNameProblem::TooLong => {
+                    format!("is longer than {} characters", goondan_core::naming::MAX_RESOURCE_NAME_LEN)
+                }
+                ResourceNameProblem::BadEdge => "must start and end with a letter or digit".to_owned(),
+                ResourceNameProblem::InvalidCharacter(c) => format!("contains '{c}'"),
+                ResourceNameProblem::ContainsSeparator => "contains '__'".to_owned(),
+            };
+            let allowed = if is_tool { "letters, digits, '-' and '_'" } else { "letters, digits, '-', '_' and '.'" };
+            reporter.error(
+                DiagnosticCode::InvalidName,
+                "metadata.name",
+                format!("name '{name}' {detail}"),
+                Some(format!("Use 1 to 63 characters of {allowed}, starting and ending with a letter or digit.")),
+            );
+        }
+    }
+    Some(name)
+}
+
+fn check_tool(reporter: &mut DocReporter<'_>, tool_name: &str, bundle_root: Option<&Path>) {
+    check_entry_file(reporter, bundle_root);
+    let exports =
+        reporter.document.value.pointer("/spec/exports").and_then(JsonValue::as_array).cloned().unwrap_or_default();
+    let mut seen = HashSet::new();
+    for (index, export) in exports.iter().enumerate() {
+        let base = format!("spec.exports[{index}]");
+        let name = export.get("name").and_then(JsonValue::as_str).unwrap_or_default();
+        let name_path = format!("{base}.name");
+        match check_export_name(name) {
+            ExportNameCheck::Valid => {}
+            ExportNameCheck::MixedCase => reporter.warning(
+                DiagnosticCode::SchemaInvalid,
+                &name_path,
+                format!("export name '{name}' has uppercase letters; export names should use lowercase letters, digits, '_' and '-'"),
+                Some(format!("Consider '{}'.", to_kebab(name))),
+            ),
+            ExportNameCheck::Empty => {}
+            ExportNameCheck::ContainsSeparator => reporter.error(
+                DiagnosticCode::SchemaInvalid,
+                &name_path,
+                format!("export name '{name}' must not contain '__', the separator of tool names"),
+                Some(format!("Rename it, e.g. '{}'.", name.replace("__", "_"))),
+            ),
+            ExportNameCheck::InvalidCharacter(c) => reporter.error(
+                DiagnosticCode::SchemaInvalid,
+                &name_path,
+                format!("export name '{name}' contains '{c}'; use lowercase letters, digits, '_' and '-'"),
+                None,
+            ),
+        }
+        if !name.is_empty() && !seen.insert(name.to_owned()) {
+            reporter.error(
+                DiagnosticCode::SchemaInvalid,
+                &name_path,
+                format!("duplicate export name '{name}' in Tool '{tool_name}'"),
+                Some("Each export of a Tool needs its own name.".to_owned()),
+            );
+        }
+        let full = build_tool_name(tool_name, name);
+        if full.len() > MAX_TOOL_NAME_LEN {
+            reporter.warning(
+                DiagnosticCode::SchemaInvalid,
+                &name_path,
+                format!(
+                    "tool name '{full}' is {} characters; model providers accept at most {MAX_TOOL_NAME_LEN}",
+                    full.len()
+                ),
+                Some("Shorten the Tool or export name.".to_owned()),
+            );
+        }
+        if export.get("description").is_none() {
+            reporter.warning(
+                DiagnosticCode::SchemaInvalid,
+                &base,
+                format!("export '{name}' has no description; the model decides when to call a tool from it"),
+                Some("Add a description.".to_owned()),
+            );
+        }
+        if let Some(parameters) = export.get("parameters") {
+            check_parameters(reporter, &format!("{base}.parameters"), parameters);
+        }
+    }
+}
+
+fn check_parameters(reporter: &mut DocReporter<'_>, path: &str, parameters: &JsonValue) {
+    if parameters.get("type").and_then(JsonValue::as_str) != Some("object") {
+        reporter.error(
+            DiagnosticCode::SchemaInvalid,
+            path,
+            "parameters must be an object schema (type: object)",
+            Some("Write parameters as {type: object, properties: {...}, required: [...]}.".to_owned()),
+        );
+        return;
+    }
+    if let Err(error) = jsonschema::validator_for(parameters) {
+        let at = error.schema_path().as_str().trim_start_matches('/').replace('/', ".");
+        let where_ = if at.is_empty() { String::new() } else { format!(" at {at}") };
+        reporter.error(
+            DiagnosticCode::SchemaInvalid,
+            path,
+            format!("parameters is not a valid JSON Schema{where_}: {error}"),
+            None,
+        );
+    }
+}
+
+fn check_entry_file(reporter: &mut DocReporter<'_>, bundle_root: Option<&Path>) {
+    let Some(root) = bundle_root else { return };
+    let Some(entry) = reporter.document.value.pointer("/spec/entry").and_then(JsonValue::as_str) else {
+        return;
+    };
+    let entry = entry.to_owned();
+    let full = root.join(&entry);
+    if !full.is_file() {
+        reporter.error(
+            DiagnosticCode::EntryNotFound,
+            "spec.entry",
+            format!("entry file '{entry}' does not exist (looked for {})", full.display()),
+            Some("Paths are relative to the directory holding goondan.yaml.".to_owned()),
+        );
+    }
+}
+
+fn check_agent_prompt(reporter: &mut DocReporter<'_>, bundle_root: Option<&Path>) {
+    let Some(prompt) = reporter.document.value.pointer("/spec/prompt").and_then(JsonValue::as_object) else {
+        return;
+    };
+    let system_ref = prompt.get("systemRef").and_then(JsonValue::as_str).map(str::to_owned);
+    if prompt.contains_key("system") && system_ref.is_some() {
+        reporter.error(
+            DiagnosticCode::SchemaInvalid,
+            "spec.prompt",
+            "spec.prompt must have either system or systemRef, not both",
+            Some("Keep one of them.".to_owned()),
+        );
+        return;
+    }
+    if let (Some(root), Some(system_ref)) = (bundle_root, system_ref) {
+        let full = root.join(&system_ref);
+        if !full.is_file() {
+            reporter.error(
+                DiagnosticCode::RefNotFound,
+                "spec.prompt.systemRef",
+                format!("prompt file '{system_ref}' does not exist (looked for {})", full.display()),
+                Some("Paths are relative to the directory holding goondan.yaml.".to_owned()),
+            );
+        }
+    }
+}
+
+fn to_kebab(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 4);
+    for (i, c) in name.chars().enumerate() {
+        if c.is_ascii_uppercase() {
+            if i > 0 {
+                out.push('-');
+            }
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}

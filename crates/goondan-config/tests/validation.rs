@@ -1,0 +1,286 @@
+//! Validation rules through the public loading API.
+
+use std::path::{Path, PathBuf};
+
+use goondan_config::{Diagnostic, DiagnosticCode, Severity, base_package, load_bundle, load_from_str};
+
+fn load(text: &str) -> Vec<Diagnostic> {
+    load_from_str(text, "goondan.yaml", None, PathBuf::from("goondan.yaml")).diagnostics
+}
+
+fn codes(diagnostics: &[Diagnostic]) -> Vec<(&'static str, String, Severity)> {
+    diagnostics.iter().map(|d| (d.code.as_str(), d.path.clone(), d.severity)).collect()
+}
+
+fn errors(text: &str) -> Vec<(&'static str, String)> {
+    load(text).into_iter().filter(Diagnostic::is_error).map(|d| (d.code.as_str(), d.path)).collect()
+}
+
+const MODEL: &str =
+    "apiVersion: goondan.ai/v1\nkind: Model\nmetadata: {name: m}\nspec: {provider: openai, model: gpt-4o}\n";
+
+fn tool(name: &str, exports: &str) -> String {
+    format!(
+        "apiVersion: goondan.ai/v1\nkind: Tool\nmetadata:\n  name: {name}\nspec:\n  entry: ./t.ts\n  exports:\n{exports}"
+    )
+}
+
+#[test]
+fn base_package_loads_without_diagnostics() {
+    let base = base_package();
+    assert_eq!(base.package_name(), Some("@goondan/base"));
+    let tools: Vec<&str> = base.tools().map(|t| t.name()).collect();
+    assert_eq!(
+        tools,
+        [
+            "bash",
+            "wait",
+            "file-system",
+            "agents",
+            "self-restart",
+            "telegram",
+            "slack",
+            "http-fetch",
+            "json-query",
+            "text-transform"
+        ]
+    );
+    let report = load_from_str(include_str!("../src/base/goondan.yaml"), "base", None, PathBuf::from("base"));
+    // Only the mixed-case warnings of the original's own export names.
+    let problems: Vec<_> = report.diagnostics.iter().filter(|d| !d.message.contains("uppercase")).collect();
+    assert!(problems.is_empty(), "{problems:#?}");
+    assert!(report.diagnostics.iter().all(|d| d.severity == Severity::Warning));
+}
+
+#[test]
+fn a_valid_bundle_has_no_errors() {
+    let text = format!(
+        "apiVersion: goondan.ai/v1\nkind: Package\nmetadata: {{name: demo}}\nspec: {{version: 0.1.0}}\n---\n{MODEL}---\n\
+apiVersion: goondan.ai/v1\nkind: Agent\nmetadata: {{name: helper}}\nspec:\n  modelConfig: {{modelRef: Model/m}}\n  prompt: {{system: hi}}\n  tools:\n    - ref: {{kind: Tool, name: json-query, package: \"@goondan/base\"}}\n    - Tool/local\n---\n\
+apiVersion: goondan.ai/v1\nkind: Swarm\nmetadata: {{name: default}}\nspec:\n  entryAgent: Agent/helper\n  agents: [{{ref: Agent/helper}}]\n---\n{}",
+        tool(
+            "local",
+            "    - name: run\n      description: Run it\n      parameters: {type: object, properties: {x: {type: string}}}\n"
+        )
+    );
+    let report = load_from_str(&text, "goondan.yaml", None, PathBuf::from("goondan.yaml"));
+    assert!(!report.has_errors(), "{:#?}", report.diagnostics);
+    let bundle = report.bundle.unwrap_or_else(|| panic!("bundle"));
+    let agent = bundle.default_agent().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(agent.name(), "helper");
+    let tools: Vec<&str> = bundle.agent_tools(agent).iter().map(|(_, t)| t.name()).collect();
+    assert_eq!(tools, ["json-query", "local"]);
+}
+
+#[test]
+fn parse_errors_carry_a_position_and_never_panic() {
+    let diagnostics = load("apiVersion: goondan.ai/v1\nkind: [Tool\nmetadata: x\n");
+    assert_eq!(diagnostics.len(), 1);
+    assert_eq!(diagnostics[0].code, DiagnosticCode::ParseError);
+    assert!(diagnostics[0].line.is_some());
+    for garbage in ["\u{0}\u{1}:", "a: b: c", "- [", "{{{", "key: 'unterminated", "\t- x"] {
+        let _ = load(garbage);
+    }
+}
+
+#[test]
+fn api_version_kind_and_name() {
+    assert_eq!(
+        errors("apiVersion: goondan.ai/v2\nkind: Model\nmetadata: {name: m}\nspec: {provider: a, model: b}\n"),
+        [("E_CONFIG_UNSUPPORTED_API_VERSION", "goondan.yaml#0.apiVersion".to_owned())]
+    );
+    let diagnostics = load("apiVersion: goondan.ai/v1\nkind: tool\nmetadata: {name: m}\nspec: {}\n");
+    assert_eq!(codes(&diagnostics)[0].0, "E_CONFIG_UNKNOWN_KIND");
+    assert_eq!(diagnostics[0].suggestion.as_deref(), Some("Did you mean 'Tool'? Kinds are case-sensitive."));
+    assert_eq!(diagnostics[0].line, Some(2));
+    assert_eq!(
+        errors("apiVersion: goondan.ai/v1\nkind: Model\nmetadata: {name: 'bad name'}\nspec: {provider: a, model: b}\n"),
+        [("E_CONFIG_INVALID_NAME", "goondan.yaml#0.metadata.name".to_owned())]
+    );
+    assert_eq!(
+        errors("apiVersion: goondan.ai/v1\nkind: Model\nmetadata: {}\nspec: {provider: a, model: b}\n"),
+        [("E_CONFIG_INVALID_NAME", "goondan.yaml#0.metadata".to_owned())]
+    );
+}
+
+#[test]
+fn tool_rules_of_spec_002() {
+    // entry required, at least one export
+    let e = errors("apiVersion: goondan.ai/v1\nkind: Tool\nmetadata: {name: t}\nspec: {exports: []}\n");
+    assert_eq!(
+        e,
+        [
+            ("E_CONFIG_SCHEMA_INVALID", "goondan.yaml#0.spec.entry".to_owned()),
+            ("E_CONFIG_SCHEMA_INVALID", "goondan.yaml#0.spec.exports".to_owned()),
+        ]
+    );
+    // __ in the resource name
+    assert_eq!(
+        errors(&tool("a__b", "    - {name: x, description: d}\n")),
+        [("E_CONFIG_SCHEMA_INVALID", "goondan.yaml#0.metadata.name".to_owned())]
+    );
+    // __ in an export name, duplicates, bad characters
+    assert_eq!(
+        errors(&tool(
+            "t",
+            "    - {name: a__b, description: d}\n    - {name: x, description: d}\n    - {name: x, description: d}\n    - {name: 'a.b', description: d}\n"
+        )),
+        [
+            ("E_CONFIG_SCHEMA_INVALID", "goondan.yaml#0.spec.exports[0].name".to_owned()),
+            ("E_CONFIG_SCHEMA_INVALID", "goondan.yaml#0.spec.exports[2].name".to_owned()),
+            ("E_CONFIG_SCHEMA_INVALID", "goondan.yaml#0.spec.exports[3].name".to_owned()),
+        ]
+    );
+    // mixed case and missing description warn
+    let diagnostics = load(&tool("t", "    - {name: setChatAction}\n"));
+    assert!(diagnostics.iter().all(|d| d.severity == Severity::Warning), "{diagnostics:#?}");
+    assert_eq!(diagnostics.len(), 2);
+    // errorMessageLimit a positive integer
+    let text = "apiVersion: goondan.ai/v1\nkind: Tool\nmetadata: {name: t}\nspec:\n  entry: ./t.ts\n  errorMessageLimit: LIMIT\n  exports: [{name: x, description: d}]\n";
+    for bad in ["0", "-5", "1.5", "'100'"] {
+        assert_eq!(
+            errors(&text.replace("LIMIT", bad)),
+            [("E_CONFIG_SCHEMA_INVALID", "goondan.yaml#0.spec.errorMessageLimit".to_owned())],
+            "{bad}"
+        );
+    }
+    assert!(errors(&text.replace("LIMIT", "1200")).is_empty());
+    // parameters must be a valid object schema
+    assert_eq!(
+        errors(&tool("t", "    - {name: x, description: d, parameters: {type: string}}\n")),
+        [("E_CONFIG_SCHEMA_INVALID", "goondan.yaml#0.spec.exports[0].parameters".to_owned())]
+    );
+    assert_eq!(
+        errors(&tool(
+            "t",
+            "    - {name: x, description: d, parameters: {type: object, properties: {a: {type: nope}}}}\n"
+        )),
+        [("E_CONFIG_SCHEMA_INVALID", "goondan.yaml#0.spec.exports[0].parameters".to_owned())]
+    );
+    assert_eq!(
+        errors(&tool("t", "    - {name: x, description: d, parameters: [1]}\n")),
+        [("E_CONFIG_SCHEMA_INVALID", "goondan.yaml#0.spec.exports[0].parameters".to_owned())]
+    );
+}
+
+#[test]
+fn entry_files_must_exist() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let text = tool("t", "    - {name: x, description: d}\n");
+    std::fs::write(dir.path().join("goondan.yaml"), &text).unwrap_or_else(|e| panic!("{e}"));
+    let report = load_bundle(dir.path());
+    assert_eq!(codes(&report.diagnostics)[0].0, "E_CONFIG_ENTRY_NOT_FOUND");
+    std::fs::write(dir.path().join("t.ts"), "export const handlers = {};").unwrap_or_else(|e| panic!("{e}"));
+    assert!(!load_bundle(dir.path()).has_errors());
+    // The YAML file itself can also be named directly.
+    assert!(!load_bundle(&dir.path().join("goondan.yaml")).has_errors());
+}
+
+#[test]
+fn package_document_rules() {
+    let package = "apiVersion: goondan.ai/v1\nkind: Package\nmetadata: {name: p}\nspec: {version: 1.0.0}\n";
+    assert_eq!(
+        errors(&format!("{MODEL}---\n{package}")),
+        [("E_CONFIG_PACKAGE_DOC_POSITION", "goondan.yaml#1.kind".to_owned())]
+    );
+    assert_eq!(
+        errors(&format!("{package}---\n{package}")),
+        [("E_CONFIG_PACKAGE_DOC_DUPLICATED", "goondan.yaml#1.kind".to_owned())]
+    );
+}
+
+#[test]
+fn duplicate_names() {
+    assert_eq!(
+        errors(&format!("{MODEL}---\n{MODEL}")),
+        [("E_CONFIG_DUPLICATE_NAME", "goondan.yaml#1.metadata.name".to_owned())]
+    );
+    // Same name, different kinds: fine.
+    assert!(errors(&format!("{MODEL}---\n{}", tool("m", "    - {name: x, description: d}\n"))).is_empty());
+}
+
+#[test]
+fn references() {
+    let agent = |tools: &str| {
+        format!(
+            "{MODEL}---\napiVersion: goondan.ai/v1\nkind: Agent\nmetadata: {{name: a}}\nspec:\n  modelConfig: {{modelRef: Model/m}}\n  tools: {tools}\n"
+        )
+    };
+    assert!(errors(&agent("[{kind: Tool, name: bash, package: '@goondan/base'}]")).is_empty());
+    assert!(errors(&agent("[{ref: {kind: Tool, name: wait, package: '@goondan/base'}}]")).is_empty());
+    assert_eq!(errors(&agent("['Tool']")), [("E_CONFIG_INVALID_REF", "goondan.yaml#1.spec.tools[0]".to_owned())]);
+    assert_eq!(errors(&agent("[Model/m]")), [("E_CONFIG_INVALID_REF", "goondan.yaml#1.spec.tools[0]".to_owned())]);
+    let diagnostics = load(&agent("[Tool/bash]"));
+    assert_eq!(codes(&diagnostics)[0].0, "E_CONFIG_REF_NOT_FOUND");
+    let suggestion = diagnostics[0].suggestion.clone().unwrap_or_default();
+    assert!(suggestion.contains("package: \"@goondan/base\""), "{suggestion}");
+    assert_eq!(
+        errors(&agent("[{kind: Tool, name: x, package: '@acme/tools'}]")),
+        [("E_CONFIG_REF_NOT_FOUND", "goondan.yaml#1.spec.tools[0]".to_owned())]
+    );
+    assert_eq!(
+        errors(&agent("[{kind: Tool, name: nope, package: '@goondan/base'}]")),
+        [("E_CONFIG_REF_NOT_FOUND", "goondan.yaml#1.spec.tools[0]".to_owned())]
+    );
+    // Swarm: entryAgent must be one of agents.
+    let swarm = format!(
+        "{}---\napiVersion: goondan.ai/v1\nkind: Swarm\nmetadata: {{name: s}}\nspec: {{entryAgent: Agent/a, agents: [Agent/b]}}\n",
+        agent("[]")
+    );
+    assert_eq!(
+        errors(&swarm),
+        [
+            ("E_CONFIG_REF_NOT_FOUND", "goondan.yaml#2.spec.agents[0]".to_owned()),
+            ("E_CONFIG_INVALID_REF", "goondan.yaml#2.spec.entryAgent".to_owned()),
+        ]
+    );
+}
+
+#[test]
+fn agent_prompt_rules() {
+    let text = format!(
+        "{MODEL}---\napiVersion: goondan.ai/v1\nkind: Agent\nmetadata: {{name: a}}\nspec:\n  modelConfig: {{modelRef: Model/m}}\n  prompt: {{system: x, systemRef: ./p.md}}\n"
+    );
+    assert_eq!(errors(&text), [("E_CONFIG_SCHEMA_INVALID", "goondan.yaml#1.spec.prompt".to_owned())]);
+}
+
+#[test]
+fn file_and_document_limits() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let big = format!("# {}\n{MODEL}", "x".repeat(1024 * 1024));
+    std::fs::write(dir.path().join("goondan.yaml"), big).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(codes(&load_bundle(dir.path()).diagnostics)[0].0, "E_CONFIG_FILE_TOO_LARGE");
+
+    let many: Vec<String> = (0..101)
+        .map(|i| {
+            format!(
+                "apiVersion: goondan.ai/v1\nkind: Model\nmetadata: {{name: m{i}}}\nspec: {{provider: a, model: b}}\n"
+            )
+        })
+        .collect();
+    assert_eq!(codes(&load(&many.join("---\n")))[0].0, "E_CONFIG_TOO_MANY_DOCUMENTS");
+    assert!(errors(&many[..100].join("---\n")).is_empty());
+
+    assert_eq!(codes(&load_bundle(Path::new("/no/such/dir")).diagnostics)[0].0, "E_CONFIG_FILE_NOT_FOUND");
+}
+
+#[test]
+fn all_eight_kinds_parse() {
+    let text = "\
+apiVersion: goondan.ai/v1\nkind: Package\nmetadata: {name: '@me/pkg'}\nspec: {version: 0.1.0, dependencies: [{name: '@goondan/base', version: '^0.0.3'}]}\n---\n\
+apiVersion: goondan.ai/v1\nkind: Model\nmetadata: {name: m}\nspec: {provider: anthropic, model: claude, apiKey: {valueFrom: {env: ANTHROPIC_API_KEY}}, endpoint: 'http://127.0.0.1:1'}\n---\n\
+apiVersion: goondan.ai/v1\nkind: Agent\nmetadata: {name: a}\nspec:\n  modelConfig: {modelRef: {kind: Model, name: m}, params: {temperature: 0.2, maxTokens: 100}}\n  extensions: [{kind: Extension, name: logging, package: '@goondan/base', config: {level: debug}}]\n---\n\
+apiVersion: goondan.ai/v1\nkind: Swarm\nmetadata: {name: default}\nspec: {entryAgent: Agent/a, agents: [Agent/a], policy: {maxStepsPerTurn: 8, lifecycle: {ttlSeconds: 60}, shutdown: {gracePeriodSeconds: 5}}}\n---\n\
+apiVersion: goondan.ai/v1\nkind: Extension\nmetadata: {name: e}\nspec: {entry: ./e.ts, config: {a: 1}}\n---\n\
+apiVersion: goondan.ai/v1\nkind: Connector\nmetadata: {name: c}\nspec: {entry: ./c.ts, events: [{name: msg, properties: {text: {type: string}}}]}\n---\n\
+apiVersion: goondan.ai/v1\nkind: Connection\nmetadata: {name: cx}\nspec: {connectorRef: Connector/c, swarmRef: Swarm/default, config: {PORT: {valueFrom: {env: PORT}}}, ingress: {rules: []}}\n";
+    let report = load_from_str(text, "goondan.yaml", None, PathBuf::from("goondan.yaml"));
+    assert!(!report.has_errors(), "{:#?}", report.diagnostics);
+    let bundle = report.bundle.unwrap_or_else(|| panic!("bundle"));
+    assert_eq!(bundle.resources().len(), 7);
+    assert_eq!(bundle.package_name(), Some("@me/pkg"));
+    let swarm = bundle.swarms().next().unwrap_or_else(|| panic!("swarm"));
+    assert_eq!(swarm.spec.policy.max_steps_per_turn, Some(8));
+    let agent = bundle.agent("a").unwrap_or_else(|| panic!("agent"));
+    assert_eq!(agent.spec.extensions[0].config.as_ref().map(|c| c.len()), Some(1));
+}
