@@ -28,3 +28,25 @@ pub fn native_handler(tool: &str, export: &str) -> Option<Arc<dyn ToolHandler>> 
         _ => None,
     }
 }
+
+/// Registers the native handler of every `@goondan/base` export among
+/// `tools` (an agent's declared tools) that this build implements.
+///
+/// Exports already registered under the same name are left alone, so a
+/// caller may register several agents' tools into one registry.
+pub fn register_native_tools(
+    registry: &mut goondan_tools::ToolRegistry,
+    tools: &goondan_tools::assembly::AgentTools,
+) -> Result<usize, goondan_tools::RegistryError> {
+    let mut registered = 0;
+    for tool in tools.iter() {
+        if tool.scope != goondan_config::PackageScope::Base || registry.contains(tool.item.name()) {
+            continue;
+        }
+        if let Some(handler) = native_handler(&tool.tool, &tool.export) {
+            registry.register(tool.item.clone(), handler)?;
+            registered += 1;
+        }
+    }
+    Ok(registered)
+}

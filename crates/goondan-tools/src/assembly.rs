@@ -1,1 +1,82 @@
-//! later
+//! From a loaded bundle to what the Tool system runs on: catalog items for an
+//! agent's `spec.tools`, and the per-step catalog that adds dynamic tools.
+//!
+//! Items are built once per agent and cloned per step; clones share their
+//! compiled parameter schemas, so a step never recompiles a schema.
+
+use std::sync::Arc;
+
+use goondan_config::{AgentSpec, Bundle, PackageScope, Resource, ToolExport, ToolSpec};
+use goondan_core::naming::build_tool_name;
+
+use crate::catalog::{ToolCatalog, ToolCatalogItem, ToolSource};
+use crate::registry::ToolRegistry;
+
+/// One export of one Tool resource, ready to be offered.
+#[derive(Debug, Clone)]
+pub struct ConfigTool {
+    /// The package the Tool lives in.
+    pub scope: PackageScope,
+    /// The Tool resource's name.
+    pub tool: Arc<str>,
+    /// The export's name.
+    pub export: Arc<str>,
+    /// The catalog item (`tool__export`).
+    pub item: ToolCatalogItem,
+}
+
+/// The catalog item of one export of a Tool resource.
+pub fn export_item(tool: &Resource<ToolSpec>, export: &ToolExport) -> ToolCatalogItem {
+    let mut item = ToolCatalogItem::new(build_tool_name(tool.name(), &export.name), ToolSource::config(tool.name()))
+        .with_error_message_limit(tool.spec.error_message_limit);
+    if let Some(description) = &export.description {
+        item = item.with_description(description.clone());
+    }
+    if let Some(parameters) = &export.parameters {
+        item = item.with_parameters(parameters.clone());
+    }
+    item
+}
+
+/// The config-sourced tools of one agent, in `spec.tools` order.
+#[derive(Debug, Clone, Default)]
+pub struct AgentTools {
+    tools: Vec<ConfigTool>,
+}
+
+impl AgentTools {
+    /// Resolves `agent.spec.tools` in `bundle` into one entry per export.
+    pub fn for_agent(bundle: &Bundle, agent: &Resource<AgentSpec>) -> Self {
+        let mut tools = Vec::new();
+        for (scope, tool) in bundle.agent_tools(agent) {
+            let tool_name: Arc<str> = Arc::from(tool.name());
+            for export in &tool.spec.exports {
+                tools.push(ConfigTool {
+                    scope,
+                    tool: Arc::clone(&tool_name),
+                    export: Arc::from(export.name.as_str()),
+                    item: export_item(tool, export),
+                });
+            }
+        }
+        Self { tools }
+    }
+
+    /// The entries.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &ConfigTool> {
+        self.tools.iter()
+    }
+
+    /// The catalog a step starts from (spec 002 §1.2 rules 1, 2, 4): the
+    /// agent's declared tools, then every dynamically registered tool.
+    pub fn step_catalog(&self, registry: &ToolRegistry) -> ToolCatalog {
+        let mut catalog = ToolCatalog::with_capacity(self.tools.len());
+        for tool in &self.tools {
+            catalog.insert(tool.item.clone());
+        }
+        for item in registry.dynamic_items() {
+            catalog.insert(item.clone());
+        }
+        catalog
+    }
+}
