@@ -1,3 +1,71 @@
-fn main() {
-    println!("Hello, world!");
+//! `gdn`: the goondan-rs command-line program.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+mod cli;
+mod commands;
+mod output;
+
+use cli::{Cli, Command, ToolCommand};
+
+/// Exit codes: 0 success, 1 a failed result (invalid bundle, error
+/// ToolResult), 2 usage or configuration errors.
+pub mod exit {
+    pub const OK: u8 = 0;
+    pub const FAILED: u8 = 1;
+    pub const USAGE: u8 = 2;
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(&cli.global);
+    let mut out = output::Output::new(cli.global.no_color);
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            tracing::error!("cannot start the async runtime: {error}");
+            return ExitCode::from(exit::FAILED);
+        }
+    };
+    let result = match &cli.command {
+        Command::Validate => commands::validate(&cli.global, &mut out),
+        Command::Tool(ToolCommand::List { agent }) => {
+            runtime.block_on(commands::tool_list(&cli.global, agent.as_deref(), &mut out))
+        }
+        Command::Tool(ToolCommand::Call(args)) => runtime.block_on(commands::tool_call(&cli.global, args, &mut out)),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(error) => {
+            let mut stderr = std::io::stderr();
+            let _ = commands::write_fatal(&mut stderr, &error);
+            ExitCode::from(exit::FAILED)
+        }
+    }
+}
+
+fn init_logging(global: &cli::GlobalOptions) {
+    use tracing_subscriber::EnvFilter;
+    let default = if global.quiet {
+        "error"
+    } else {
+        match global.verbose {
+            0 => "warn",
+            1 => "info",
+            2 => "debug",
+            _ => "trace",
+        }
+    };
+    let filter = std::env::var("GOONDAN_LOG")
+        .ok()
+        .and_then(|spec| EnvFilter::try_new(spec).ok())
+        .unwrap_or_else(|| EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(!global.no_color && std::env::var_os("NO_COLOR").is_none())
+        .with_target(global.verbose >= 2)
+        .try_init();
 }

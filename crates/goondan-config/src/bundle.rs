@@ -4,7 +4,7 @@
 //! References without `package` resolve in the referring resource's own
 //! package; `package: "@goondan/base"` reaches the compiled-in package.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -12,7 +12,7 @@ use goondan_core::ObjectRef;
 
 use crate::diagnostic::{Diagnostic, DiagnosticCode, Severity};
 use crate::resources::{AgentSpec, AnyResource, Kind, Resource, SwarmSpec, ToolSpec};
-use crate::validate::{DocReporter, validate_document};
+use crate::validate::{DocReporter, document_refs, validate_document};
 use crate::yaml::{YamlDocument, parse_documents};
 
 /// Largest accepted `goondan.yaml`.
@@ -432,63 +432,57 @@ impl CrossChecks<'_> {
     }
 
     fn check_references(&mut self, bundle: &Bundle) {
+        // Names declared by any document, valid or not: a reference to a
+        // resource that exists but has its own errors is not reported again.
+        let declared: HashSet<(Kind, String)> = self.documents.iter().filter_map(declared_name).collect();
+        for (doc, document) in self.documents.iter().enumerate() {
+            let Some((kind, _)) = declared_name(document) else { continue };
+            for found in document_refs(kind, &document.value) {
+                if let Ok(reference) = &found.parsed {
+                    self.check_ref(bundle, &declared, doc, &found.path, reference, found.expected);
+                }
+            }
+            if kind == Kind::Swarm {
+                self.check_entry_agent_listed(doc, &document.value);
+            }
+        }
         for entry in &bundle.resources {
-            let doc = entry.doc_index;
-            match &entry.resource {
-                AnyResource::Agent(agent) => {
-                    self.check_ref(
-                        bundle,
-                        doc,
-                        "spec.modelConfig.modelRef",
-                        &agent.spec.model_config.model_ref,
-                        Kind::Model,
-                    );
-                    for (i, tool) in agent.spec.tools.iter().enumerate() {
-                        self.check_ref(bundle, doc, &format!("spec.tools[{i}]"), tool, Kind::Tool);
-                    }
-                    for (i, extension) in agent.spec.extensions.iter().enumerate() {
-                        self.check_ref(
-                            bundle,
-                            doc,
-                            &format!("spec.extensions[{i}]"),
-                            &extension.reference,
-                            Kind::Extension,
-                        );
-                    }
-                    self.check_required_tools(bundle, doc, agent);
-                }
-                AnyResource::Swarm(swarm) => {
-                    self.check_ref(bundle, doc, "spec.entryAgent", &swarm.spec.entry_agent, Kind::Agent);
-                    for (i, agent) in swarm.spec.agents.iter().enumerate() {
-                        self.check_ref(bundle, doc, &format!("spec.agents[{i}]"), agent, Kind::Agent);
-                    }
-                    let entry_listed = swarm
-                        .spec
-                        .agents
-                        .iter()
-                        .any(|a| a.kind == swarm.spec.entry_agent.kind && a.name == swarm.spec.entry_agent.name);
-                    if !entry_listed {
-                        self.error(
-                            DiagnosticCode::InvalidRef,
-                            doc,
-                            "spec.entryAgent",
-                            format!("entryAgent {} is not one of the swarm's agents", swarm.spec.entry_agent),
-                            Some("Add it to spec.agents or pick an agent from that list.".to_owned()),
-                        );
-                    }
-                }
-                AnyResource::Connection(connection) => {
-                    self.check_ref(bundle, doc, "spec.connectorRef", &connection.spec.connector_ref, Kind::Connector);
-                    if let Some(swarm) = &connection.spec.swarm_ref {
-                        self.check_ref(bundle, doc, "spec.swarmRef", swarm, Kind::Swarm);
-                    }
-                }
-                _ => {}
+            if let AnyResource::Agent(agent) = &entry.resource {
+                self.check_required_tools(bundle, entry.doc_index, agent);
             }
         }
     }
 
-    fn check_ref(&mut self, bundle: &Bundle, doc: usize, path: &str, reference: &ObjectRef, expected: Kind) {
+    fn check_entry_agent_listed(&mut self, doc: usize, document: &serde_json::Value) {
+        let refs = document_refs(Kind::Swarm, document);
+        let Some(Ok(entry)) = refs.iter().find(|r| r.path == "spec.entryAgent").map(|r| r.parsed.as_ref()) else {
+            return;
+        };
+        let listed = refs
+            .iter()
+            .filter(|r| r.path.starts_with("spec.agents["))
+            .filter_map(|r| r.parsed.as_ref().ok())
+            .any(|agent| agent.kind == entry.kind && agent.name == entry.name);
+        if !listed {
+            self.error(
+                DiagnosticCode::InvalidRef,
+                doc,
+                "spec.entryAgent",
+                format!("entryAgent {entry} is not one of the swarm's agents"),
+                Some("Add it to spec.agents or pick an agent from that list.".to_owned()),
+            );
+        }
+    }
+
+    fn check_ref(
+        &mut self,
+        bundle: &Bundle,
+        declared: &HashSet<(Kind, String)>,
+        doc: usize,
+        path: &str,
+        reference: &ObjectRef,
+        expected: Kind,
+    ) {
         if reference.kind != expected.as_str() {
             self.error(
                 DiagnosticCode::InvalidRef,
@@ -501,6 +495,8 @@ impl CrossChecks<'_> {
         }
         match bundle.resolve(reference) {
             Ok(_) => {}
+            Err(ResolveError::NotFound)
+                if reference.package.is_none() && declared.contains(&(expected, reference.name.clone())) => {}
             Err(ResolveError::NotFound) => {
                 let in_base = reference.package.is_none() && base_package().get(expected, &reference.name).is_some();
                 let suggestion = if in_base {
@@ -519,7 +515,7 @@ impl CrossChecks<'_> {
                         .map(|r| r.resource.name())
                         .collect();
                     if known.is_empty() {
-                        format!("Define a {} named '{}' in the bundle.", expected.as_str(), reference.name)
+                        format!("Define {} named '{}' in the bundle.", with_article(expected), reference.name)
                     } else {
                         format!("Defined {}s: {}.", expected.as_str(), known.join(", "))
                     }
@@ -570,4 +566,15 @@ impl CrossChecks<'_> {
             }
         }
     }
+}
+
+fn declared_name(document: &YamlDocument) -> Option<(Kind, String)> {
+    let kind = Kind::parse(document.value.get("kind")?.as_str()?)?;
+    let name = document.value.get("metadata")?.get("name")?.as_str()?;
+    Some((kind, name.to_owned()))
+}
+
+fn with_article(kind: Kind) -> String {
+    let name = kind.as_str();
+    if name.starts_with(['A', 'E', 'I', 'O', 'U']) { format!("an {name}") } else { format!("a {name}") }
 }

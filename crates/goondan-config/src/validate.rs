@@ -147,16 +147,14 @@ pub(crate) fn validate_document(reporter: &mut DocReporter<'_>, bundle_root: Opt
             None,
         ),
     }
-    let structurally_valid = reporter.diagnostics.iter().filter(|d| d.is_error()).count() == errors_before;
-
-    if structurally_valid {
-        check_ref_forms(reporter, kind);
-        match kind {
-            Kind::Tool => check_tool(reporter, name.as_deref().unwrap_or_default(), bundle_root),
-            Kind::Extension | Kind::Connector => check_entry_file(reporter, bundle_root),
-            Kind::Agent => check_agent_prompt(reporter, bundle_root),
-            _ => {}
-        }
+    // The rules below read fields defensively, so they run even when the
+    // schema found problems: one pass reports everything.
+    check_ref_forms(reporter, kind);
+    match kind {
+        Kind::Tool => check_tool(reporter, name.as_deref().unwrap_or_default(), bundle_root),
+        Kind::Extension | Kind::Connector => check_entry_file(reporter, bundle_root),
+        Kind::Agent => check_agent_prompt(reporter, bundle_root),
+        _ => {}
     }
 
     let valid = reporter.diagnostics.iter().filter(|d| d.is_error()).count() == errors_before;
@@ -172,46 +170,72 @@ pub(crate) fn validate_document(reporter: &mut DocReporter<'_>, bundle_root: Opt
     }
 }
 
+/// The reference fields of a kind's spec: single fields, list fields, and
+/// the kind each must point at.
+const REF_FIELDS: &[(Kind, &str, bool, Kind)] = &[
+    (Kind::Agent, "modelConfig.modelRef", false, Kind::Model),
+    (Kind::Agent, "tools", true, Kind::Tool),
+    (Kind::Agent, "extensions", true, Kind::Extension),
+    (Kind::Swarm, "entryAgent", false, Kind::Agent),
+    (Kind::Swarm, "agents", true, Kind::Agent),
+    (Kind::Connection, "connectorRef", false, Kind::Connector),
+    (Kind::Connection, "swarmRef", false, Kind::Swarm),
+];
+
+/// One reference found in a document.
+pub(crate) struct FoundRef {
+    /// Its path, e.g. `spec.tools[2]`.
+    pub path: String,
+    /// The kind it must point at.
+    pub expected: Kind,
+    /// The parsed reference, or why it does not parse.
+    pub parsed: Result<ObjectRef, goondan_core::ObjectRefError>,
+}
+
+/// Every reference field of a document of `kind`.
+pub(crate) fn document_refs(kind: Kind, document: &JsonValue) -> Vec<FoundRef> {
+    let Some(spec) = document.get("spec") else { return Vec::new() };
+    let mut found = Vec::new();
+    for (owner, field, is_list, expected) in REF_FIELDS {
+        if *owner != kind {
+            continue;
+        }
+        let pointer = format!("/{}", field.replace('.', "/"));
+        let Some(value) = spec.pointer(&pointer) else { continue };
+        if *is_list {
+            for (index, item) in value.as_array().into_iter().flatten().enumerate() {
+                found.push(FoundRef {
+                    path: format!("spec.{field}[{index}]"),
+                    expected: *expected,
+                    parsed: ObjectRef::parse(item),
+                });
+            }
+        } else {
+            found.push(FoundRef {
+                path: format!("spec.{field}"),
+                expected: *expected,
+                parsed: ObjectRef::parse(value),
+            });
+        }
+    }
+    found
+}
+
 /// Every reference field must be one of the four ObjectRef forms.
 fn check_ref_forms(reporter: &mut DocReporter<'_>, kind: Kind) {
-    let single: &[&str] = match kind {
-        Kind::Agent => &["modelConfig.modelRef"],
-        Kind::Swarm => &["entryAgent"],
-        Kind::Connection => &["connectorRef", "swarmRef"],
-        _ => &[],
-    };
-    let lists: &[&str] = match kind {
-        Kind::Agent => &["tools", "extensions"],
-        Kind::Swarm => &["agents"],
-        _ => &[],
-    };
-    let Some(spec) = reporter.document.value.get("spec").cloned() else { return };
-    let mut bad = Vec::new();
-    for field in single {
-        let pointer = format!("/{}", field.replace('.', "/"));
-        if let Some(value) = spec.pointer(&pointer)
-            && let Err(error) = ObjectRef::parse(value)
-        {
-            bad.push((format!("spec.{field}"), error));
+    for found in document_refs(kind, &reporter.document.value) {
+        if let Err(error) = found.parsed {
+            let path = found.path;
+            reporter.error(
+                DiagnosticCode::InvalidRef,
+                &path,
+                format!("{path} is not a valid reference: {error}"),
+                Some(
+                    "Write 'Kind/name', {kind, name, package?}, {ref: 'Kind/name'} or {ref: {kind, name, package?}}."
+                        .to_owned(),
+                ),
+            );
         }
-    }
-    for field in lists {
-        for (index, value) in spec.get(*field).and_then(JsonValue::as_array).into_iter().flatten().enumerate() {
-            if let Err(error) = ObjectRef::parse(value) {
-                bad.push((format!("spec.{field}[{index}]"), error));
-            }
-        }
-    }
-    for (path, error) in bad {
-        reporter.error(
-            DiagnosticCode::InvalidRef,
-            &path,
-            format!("{path} is not a valid reference: {error}"),
-            Some(
-                "Write 'Kind/name', {kind, name, package?}, {ref: 'Kind/name'} or {ref: {kind, name, package?}}."
-                    .to_owned(),
-            ),
-        );
     }
 }
 
@@ -362,6 +386,10 @@ fn check_tool(reporter: &mut DocReporter<'_>, tool_name: &str, bundle_root: Opti
 }
 
 fn check_parameters(reporter: &mut DocReporter<'_>, path: &str, parameters: &JsonValue) {
+    if !parameters.is_object() {
+        // The kind schema already reports a non-object.
+        return;
+    }
     if parameters.get("type").and_then(JsonValue::as_str) != Some("object") {
         reporter.error(
             DiagnosticCode::SchemaInvalid,

@@ -41,7 +41,10 @@ impl Core<StepContext, ToolCatalog> for CatalogCore {
 }
 
 /// Runs step middleware over `ctx` and returns the catalog the model gets.
-pub async fn prepare_step_catalog(chain: &MiddlewareChain<StepContext, ToolCatalog>, mut ctx: StepContext) -> ToolCatalog {
+pub async fn prepare_step_catalog(
+    chain: &MiddlewareChain<StepContext, ToolCatalog>,
+    mut ctx: StepContext,
+) -> ToolCatalog {
     chain.run(&mut ctx, &CatalogCore).await
 }
 
@@ -63,9 +66,12 @@ mod tests {
                 next.run(ctx)
             }),
         );
-        let catalog: ToolCatalog = [ToolCatalogItem::new("bash__exec", ToolSource::config("bash")), ToolCatalogItem::new("wait__seconds", ToolSource::config("wait"))]
-            .into_iter()
-            .collect();
+        let catalog: ToolCatalog = [
+            ToolCatalogItem::new("bash__exec", ToolSource::config("bash")),
+            ToolCatalogItem::new("wait__seconds", ToolSource::config("wait")),
+        ]
+        .into_iter()
+        .collect();
         let ctx = StepContext {
             agent_name: Arc::from("a"),
             instance_key: Arc::from("default"),
