@@ -1,0 +1,382 @@
+//! The `gdn` program end to end, over the fixture bundles in `tests/fixtures`
+//! and the offline example in `examples/quickstart`.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::{Value, json};
+
+fn repo_path(relative: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(relative)
+}
+
+fn fixture(name: &str) -> PathBuf {
+    repo_path(&format!("tests/fixtures/{name}"))
+}
+
+fn quickstart() -> PathBuf {
+    repo_path("examples/quickstart")
+}
+
+/// Runs `gdn -c <bundle> <args…>` with colors and logs off.
+fn gdn(bundle: &PathBuf, args: &[&str]) -> Output {
+    gdn_with_stdin(bundle, args, None)
+}
+
+fn gdn_with_stdin(bundle: &PathBuf, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_gdn"));
+    command
+        .arg("-c")
+        .arg(bundle)
+        .args(args)
+        .env("NO_COLOR", "1")
+        .env_remove("GOONDAN_LOG")
+        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command.spawn().unwrap_or_else(|e| panic!("spawn gdn: {e}"));
+    if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        pipe.write_all(text.as_bytes()).unwrap_or_else(|e| panic!("stdin: {e}"));
+    }
+    child.wait_with_output().unwrap_or_else(|e| panic!("wait gdn: {e}"))
+}
+
+fn code(output: &Output) -> i32 {
+    output.status.code().unwrap_or(-1)
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn json_stdout(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}\nstderr: {}", stdout(output), stderr(output)))
+}
+
+fn diagnostic_summary(report: &Value) -> Vec<(String, String)> {
+    report["diagnostics"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|d| (d["code"].as_str().unwrap_or("").to_owned(), d["path"].as_str().unwrap_or("").to_owned()))
+        .collect()
+}
+
+// ---- validate ----------------------------------------------------------
+
+#[test]
+fn validate_accepts_the_offline_example() {
+    let output = gdn(&quickstart(), &["validate"]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    assert!(stdout(&output).contains("is valid"), "{}", stdout(&output));
+    assert!(!stdout(&output).contains('\u{1b}'), "colors must be off without a terminal");
+
+    let output = gdn(&quickstart(), &["validate", "--json"]);
+    assert_eq!(code(&output), 0);
+    assert_eq!(json_stdout(&output), json!({"valid": true, "diagnostics": []}));
+}
+
+#[test]
+fn validate_accepts_a_yaml_file_path() {
+    let output = gdn(&quickstart().join("goondan.yaml"), &["validate", "--json"]);
+    assert_eq!(code(&output), 0);
+    assert_eq!(json_stdout(&output)["valid"], true);
+}
+
+#[test]
+fn validate_reports_broken_references_with_codes_paths_and_positions() {
+    let output = gdn(&fixture("broken-refs"), &["validate", "--json"]);
+    assert_eq!(code(&output), 1);
+    let report = json_stdout(&output);
+    assert_eq!(report["valid"], false);
+    assert_eq!(
+        diagnostic_summary(&report),
+        [
+            ("E_CONFIG_INVALID_REF", "goondan.yaml#1.spec.tools[1]"),
+            ("E_CONFIG_REF_NOT_FOUND", "goondan.yaml#1.spec.modelConfig.modelRef"),
+            ("E_CONFIG_REF_NOT_FOUND", "goondan.yaml#1.spec.tools[0]"),
+            ("E_CONFIG_REF_NOT_FOUND", "goondan.yaml#1.spec.tools[2]"),
+            ("E_CONFIG_REF_NOT_FOUND", "goondan.yaml#2.spec.agents[0]"),
+            ("E_CONFIG_INVALID_REF", "goondan.yaml#2.spec.entryAgent"),
+        ]
+        .map(|(c, p)| (c.to_owned(), p.to_owned()))
+    );
+    let first = &report["diagnostics"][0];
+    assert_eq!(first["severity"], "error");
+    assert_eq!((first["line"].as_u64(), first["column"].as_u64()), (Some(18), Some(7)));
+    let bash = &report["diagnostics"][2];
+    assert!(bash["suggestion"].as_str().unwrap_or("").contains("package: \"@goondan/base\""), "{bash}");
+}
+
+#[test]
+fn validate_reports_every_tool_rule_in_one_pass() {
+    let output = gdn(&fixture("broken-tools"), &["validate", "--json"]);
+    assert_eq!(code(&output), 1);
+    let report = json_stdout(&output);
+    let summary = diagnostic_summary(&report);
+    let expected = [
+        ("E_CONFIG_SCHEMA_INVALID", "goondan.yaml#0.metadata.name"),
+        ("E_CONFIG_SCHEMA_INVALID", "goondan.yaml#0.spec.errorMessageLimit"),
+        ("E_CONFIG_ENTRY_NOT_FOUND", "goondan.yaml#0.spec.entry"),
+        ("E_CONFIG_SCHEMA_INVALID", "goondan.yaml#0.spec.exports[0].name"),
+        ("E_CONFIG_SCHEMA_INVALID", "goondan.yaml#0.spec.exports[2].name"),
+        ("E_CONFIG_SCHEMA_INVALID", "goondan.yaml#0.spec.exports[3].name"),
+        ("E_CONFIG_SCHEMA_INVALID", "goondan.yaml#0.spec.exports[3]"),
+        ("E_CONFIG_SCHEMA_INVALID", "goondan.yaml#0.spec.exports[3].parameters"),
+        ("E_CONFIG_SCHEMA_INVALID", "goondan.yaml#1.spec.entry"),
+        ("E_CONFIG_SCHEMA_INVALID", "goondan.yaml#1.spec.exports"),
+        ("E_CONFIG_UNSUPPORTED_API_VERSION", "goondan.yaml#2.apiVersion"),
+        ("E_CONFIG_ENTRY_NOT_FOUND", "goondan.yaml#2.spec.entry"),
+        ("E_CONFIG_UNKNOWN_KIND", "goondan.yaml#3.kind"),
+    ]
+    .map(|(c, p)| (c.to_owned(), p.to_owned()));
+    assert_eq!(summary, expected);
+    // Mixed case and a missing description are warnings, not errors.
+    let severities: Vec<&str> =
+        report["diagnostics"].as_array().into_iter().flatten().filter_map(|d| d["severity"].as_str()).collect();
+    assert_eq!(severities.iter().filter(|s| **s == "warning").count(), 2);
+}
+
+#[test]
+fn validate_reports_malformed_yaml_with_its_position() {
+    let output = gdn(&fixture("malformed"), &["validate", "--json"]);
+    assert_eq!(code(&output), 1);
+    let report = json_stdout(&output);
+    assert_eq!(diagnostic_summary(&report), [("E_CONFIG_PARSE_ERROR".to_owned(), "goondan.yaml".to_owned())]);
+    assert_eq!(report["diagnostics"][0]["line"], 7);
+
+    let human = gdn(&fixture("malformed"), &["validate"]);
+    assert_eq!(code(&human), 1);
+    let text = stdout(&human);
+    assert!(text.contains("error[E_CONFIG_PARSE_ERROR] goondan.yaml (line 7, column 9)"), "{text}");
+    assert!(text.contains("1 error"), "{text}");
+}
+
+#[test]
+fn validate_rejects_a_document_that_is_not_a_mapping() {
+    let output = gdn(&fixture("not-a-mapping"), &["validate", "--json"]);
+    assert_eq!(code(&output), 1);
+    assert_eq!(diagnostic_summary(&json_stdout(&output))[0].0, "E_CONFIG_SCHEMA_INVALID");
+}
+
+#[test]
+fn validate_reports_a_missing_bundle() {
+    let output = gdn(&repo_path("tests/fixtures/does-not-exist"), &["validate", "--json"]);
+    assert_eq!(code(&output), 1);
+    assert_eq!(diagnostic_summary(&json_stdout(&output))[0].0, "E_CONFIG_FILE_NOT_FOUND");
+}
+
+// ---- tool list ---------------------------------------------------------
+
+#[test]
+fn tool_list_prints_the_catalog_exactly_as_a_model_gets_it() {
+    let output = gdn(&fixture("multi-agent"), &["tool", "list", "--json"]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    assert_eq!(
+        json_stdout(&output),
+        json!([{
+            "name": "wait__seconds",
+            "description": "Pause execution for the specified number of seconds",
+            "parameters": {
+                "type": "object",
+                "properties": {"seconds": {"type": "number", "description": "Seconds to wait (range: 0 to 300)."}},
+                "additionalProperties": false,
+                "required": ["seconds"]
+            },
+            "source": {"type": "config", "name": "wait"}
+        }])
+    );
+}
+
+#[test]
+fn tool_list_for_a_named_agent_includes_local_tools() {
+    let output = gdn(&fixture("multi-agent"), &["tool", "list", "--json", "--agent", "researcher"]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let names: Vec<String> = json_stdout(&output)
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i["name"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "text-transform__replace",
+            "text-transform__slice",
+            "text-transform__split",
+            "text-transform__join",
+            "text-transform__trim",
+            "text-transform__case",
+            "short-errors__run"
+        ]
+    );
+    let human = gdn(&fixture("multi-agent"), &["tool", "list", "--agent", "researcher"]);
+    let text = stdout(&human);
+    assert!(text.contains("short-errors__run") && text.contains("(no handler in this build)"), "{text}");
+    assert!(text.contains("7 tools for agent 'researcher'"), "{text}");
+}
+
+#[test]
+fn tool_list_with_an_unknown_agent_is_a_usage_error() {
+    let output = gdn(&fixture("multi-agent"), &["tool", "list", "--agent", "nobody"]);
+    assert_eq!(code(&output), 2);
+    assert!(stderr(&output).contains("no Agent named 'nobody'"), "{}", stderr(&output));
+}
+
+#[test]
+fn tool_list_on_a_broken_bundle_exits_2_with_diagnostics_on_stderr() {
+    let output = gdn(&fixture("broken-refs"), &["tool", "list"]);
+    assert_eq!(code(&output), 2);
+    assert!(stdout(&output).is_empty());
+    assert!(stderr(&output).contains("E_CONFIG_REF_NOT_FOUND"), "{}", stderr(&output));
+}
+
+// ---- tool call ---------------------------------------------------------
+
+#[test]
+fn tool_call_runs_a_builtin_through_the_pipeline() {
+    let args = json!({"data": "{\"a\": {\"b\": [1, 2]}}", "path": "a.b[1]"}).to_string();
+    let output = gdn(&quickstart(), &["tool", "call", "json-query__query", "--args", &args]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    assert_eq!(json_stdout(&output), json!({"status": "ok", "output": {"path": "a.b[1]", "found": true, "value": 2}}));
+
+    let output = gdn(
+        &quickstart(),
+        &["--json", "tool", "call", "text-transform__case", "--args", r#"{"text":"Hi","to":"upper"}"#],
+    );
+    assert_eq!(code(&output), 0);
+    assert_eq!(stdout(&output).lines().count(), 1, "--json prints one line");
+    assert_eq!(json_stdout(&output)["output"]["result"], "HI");
+}
+
+#[test]
+fn tool_call_reports_invalid_arguments_in_the_original_format() {
+    let output = gdn(&quickstart(), &["tool", "call", "json-query__query", "--args", r#"{"path": 3, "extra": true}"#]);
+    assert_eq!(code(&output), 1);
+    let result = json_stdout(&output);
+    assert_eq!(result["status"], "error");
+    assert_eq!(result["error"]["code"], "E_TOOL_INVALID_ARGS");
+    assert_eq!(result["error"]["name"], "ToolInputValidationError");
+    let message = result["error"]["message"].as_str().unwrap_or("");
+    assert!(message.starts_with("Invalid arguments for tool 'json-query__query': "), "{message}");
+    for part in [
+        "args.path: expected string but got integer",
+        "args.data: required property is missing",
+        "args.extra: unexpected property",
+    ] {
+        assert!(message.contains(part), "{message}");
+    }
+    assert!(result["error"]["suggestion"].as_str().unwrap_or("").contains("required=[data], allowed=[data, path]"));
+}
+
+#[test]
+fn tool_call_outside_the_catalog_is_refused() {
+    let output = gdn(&quickstart(), &["tool", "call", "bash__exec", "--args", r#"{"command":"id"}"#]);
+    assert_eq!(code(&output), 1);
+    let result = json_stdout(&output);
+    assert_eq!(result["error"]["code"], "E_TOOL_NOT_IN_CATALOG");
+    assert_eq!(result["error"]["message"], "Tool 'bash__exec' is not available in the current Tool Catalog.");
+}
+
+#[test]
+fn tool_call_of_a_script_tool_without_a_handler_is_not_found() {
+    let output = gdn(&quickstart(), &["tool", "call", "word-count__count", "--args", r#"{"text":"a b"}"#]);
+    assert_eq!(code(&output), 1);
+    let result = json_stdout(&output);
+    assert_eq!(result["error"]["code"], "E_TOOL_NOT_FOUND");
+    assert_eq!(result["error"]["message"], "Tool 'word-count__count' is not registered.");
+}
+
+#[test]
+fn tool_call_truncates_errors_with_the_tools_own_limit() {
+    // wait has errorMessageLimit 600; five long unexpected properties make a longer message.
+    let mut args = serde_json::Map::new();
+    args.insert("seconds".into(), json!(1));
+    for i in 0..5 {
+        args.insert(format!("{}{i}", "x".repeat(200)), json!(true));
+    }
+    let output = gdn(&quickstart(), &["tool", "call", "wait__seconds", "--args", &Value::Object(args).to_string()]);
+    assert_eq!(code(&output), 1);
+    let message = json_stdout(&output)["error"]["message"].as_str().unwrap_or("").to_owned();
+    assert_eq!(message.chars().count(), 600, "{message}");
+    assert!(message.ends_with("... (truncated)"));
+}
+
+#[test]
+fn tool_call_deadline_becomes_a_timeout_result() {
+    let output =
+        gdn(&quickstart(), &["tool", "call", "wait__seconds", "--args", r#"{"seconds": 30}"#, "--timeout-ms", "100"]);
+    assert_eq!(code(&output), 1);
+    let result = json_stdout(&output);
+    assert_eq!(result["error"]["code"], "E_TOOL_TIMEOUT");
+    assert_eq!(result["error"]["name"], "ToolTimeoutError");
+}
+
+#[test]
+fn tool_call_reads_arguments_from_a_file_and_from_stdin() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let file = dir.path().join("args.json");
+    std::fs::write(&file, r#"{"reason": "  config changed  "}"#).unwrap_or_else(|e| panic!("{e}"));
+    let file_arg = file.to_string_lossy().into_owned();
+    let output = gdn(&quickstart(), &["tool", "call", "self-restart__request", "--args-file", &file_arg]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    assert_eq!(
+        json_stdout(&output),
+        json!({"status": "ok", "output": {"ok": true, "restartRequested": true, "restartReason": "config changed"}})
+    );
+
+    let output = gdn_with_stdin(
+        &quickstart(),
+        &["tool", "call", "text-transform__trim", "--args-file", "-"],
+        Some(r#"{"text": "  x  ", "mode": "start"}"#),
+    );
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    assert_eq!(json_stdout(&output)["output"]["result"], "x  ");
+}
+
+#[test]
+fn tool_call_usage_errors_exit_2() {
+    for (args, needle) in [
+        (vec!["tool", "call", "wait__seconds", "--args", "{not json"], "not valid JSON"),
+        (vec!["tool", "call", "wait__seconds", "--args", "[1, 2]"], "must be a JSON object, got array"),
+        (vec!["tool", "call", "wait__seconds", "--args-file", "/no/such/file.json"], "cannot read --args-file"),
+        (vec!["tool", "call", "wait__seconds", "--workdir", "/no/such/dir"], "is not a directory"),
+        (vec!["tool", "call", "wait__seconds", "--agent", "ghost"], "no Agent named 'ghost'"),
+    ] {
+        let output = gdn(&quickstart(), &args);
+        assert_eq!(code(&output), 2, "{args:?}: {}", stderr(&output));
+        assert!(stderr(&output).contains(needle), "{args:?}: {}", stderr(&output));
+        assert!(stdout(&output).is_empty(), "{args:?}");
+    }
+    // clap's own usage errors also exit 2.
+    let output = gdn(&quickstart(), &["tool", "call", "x__y", "--args", "{}", "--args-file", "f"]);
+    assert_eq!(code(&output), 2);
+}
+
+#[test]
+fn tool_call_on_a_broken_bundle_exits_2() {
+    let output = gdn(&fixture("broken-tools"), &["tool", "call", "x__y"]);
+    assert_eq!(code(&output), 2);
+    assert!(stderr(&output).contains("E_CONFIG_UNKNOWN_KIND"), "{}", stderr(&output));
+}
+
+#[test]
+fn tool_call_uses_the_agent_named_with_agent() {
+    let output = gdn(
+        &fixture("multi-agent"),
+        &["tool", "call", "text-transform__case", "--args", r#"{"text":"a","to":"upper"}"#],
+    );
+    assert_eq!(code(&output), 1, "coordinator does not have text-transform");
+    assert_eq!(json_stdout(&output)["error"]["code"], "E_TOOL_NOT_IN_CATALOG");
+    let output = gdn(
+        &fixture("multi-agent"),
+        &["tool", "call", "text-transform__case", "--agent", "researcher", "--args", r#"{"text":"a","to":"upper"}"#],
+    );
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+}
