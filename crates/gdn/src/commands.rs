@@ -126,7 +126,7 @@ pub async fn tool_list(global: &GlobalOptions, agent: Option<&str>, out: &mut Ou
         output::BOLD.render_reset()
     )?;
     for item in catalog.iter() {
-        let source = format!("{}", serde_json::to_value(item.source().kind)?.as_str().unwrap_or_default());
+        let source = item.source().kind.as_str();
         let runnable = if setup.registry.contains(item.name()) { "" } else { "  (no handler in this build)" };
         writeln!(
             out.stdout,

@@ -133,7 +133,7 @@ pub(crate) fn validate_document(reporter: &mut DocReporter<'_>, bundle_root: Opt
 
     let name = check_metadata(reporter, kind);
 
-    let Some(kind) = kind else { return None };
+    let kind = kind?;
     match map.get("spec") {
         Some(spec) => {
             for problem in check_spec(kind, spec) {

@@ -39,6 +39,17 @@ pub enum ToolSourceKind {
     Mcp,
 }
 
+impl ToolSourceKind {
+    /// The wire spelling: `config`, `extension` or `mcp`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Config => "config",
+            Self::Extension => "extension",
+            Self::Mcp => "mcp",
+        }
+    }
+}
+
 /// The MCP server details of an MCP-sourced tool.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

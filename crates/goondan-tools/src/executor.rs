@@ -162,7 +162,7 @@ impl ToolExecutor {
         let chain = self.middleware.run(&mut ctx, &self.core);
         let mut result = match CatchUnwind(chain).await {
             Ok(result) => result,
-            Err(payload) => ToolResult::error(panic_error(&ctx.tool_name, payload.as_ref())),
+            Err(payload) => ToolResult::error(middleware_panic_error(&ctx.tool_name, payload.as_ref())),
         };
         if result.is_error() {
             let limit = self.error_message_limit(&ctx.tool_name, catalog);
@@ -181,10 +181,19 @@ impl ToolExecutor {
         result
     }
 
+    /// The limit of the tool that was called: its catalog item's, or the
+    /// registry's when the policy let the call bypass the catalog; the default
+    /// for a refused call.
     fn error_message_limit(&self, tool_name: &str, catalog: &ToolCatalog) -> usize {
         catalog
             .get(tool_name)
-            .or_else(|| self.core.registry.get(tool_name).map(|tool| &tool.item))
+            .or_else(|| {
+                self.core
+                    .policy
+                    .allow_registry_calls
+                    .then(|| self.core.registry.get(tool_name).map(|tool| &tool.item))
+                    .flatten()
+            })
             .map_or(DEFAULT_ERROR_MESSAGE_LIMIT, ToolCatalogItem::error_message_limit)
     }
 
@@ -261,7 +270,12 @@ impl ExecutorCore {
             tool = %ctx.tool_name,
             call = %ctx.tool_call_id,
         );
-        let run = CatchUnwind(tool.handler.call(&tool_ctx, &ctx.args)).instrument(span);
+        // The handler's future is created inside the guard: a synchronous
+        // handler runs its body in `call`, and its panic must be caught here,
+        // inside the middleware, like any other handler failure.
+        let handler = &tool.handler;
+        let args = &ctx.args;
+        let run = CatchUnwind(Box::pin(async { handler.call(&tool_ctx, args).await })).instrument(span);
         let outcome = match self.policy.call_timeout {
             Some(limit) => match tokio::time::timeout(limit, run).await {
                 Ok(outcome) => outcome,
@@ -322,15 +336,25 @@ fn timed_out(name: &str, limit: Duration) -> ToolError {
     .with_suggestion("Retry with a smaller task, or raise the tool call timeout if the work needs longer.")
 }
 
-fn panic_error(name: &str, payload: &(dyn Any + Send)) -> ToolError {
-    let detail = payload
+fn panic_detail(payload: &(dyn Any + Send)) -> String {
+    payload
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())
         .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "no panic message".to_owned());
-    ToolFailure::new(format!("Tool '{name}' panicked: {detail}"))
+        .unwrap_or_else(|| "no panic message".to_owned())
+}
+
+fn panic_error(name: &str, payload: &(dyn Any + Send)) -> ToolError {
+    ToolFailure::new(format!("Tool '{name}' panicked: {}", panic_detail(payload)))
         .named("PanicError")
         .suggest("This is a bug in the tool's handler; report it with the arguments that caused it.")
+        .into_tool_error()
+}
+
+fn middleware_panic_error(name: &str, payload: &(dyn Any + Send)) -> ToolError {
+    ToolFailure::new(format!("A toolCall middleware layer panicked while handling '{name}': {}", panic_detail(payload)))
+        .named("PanicError")
+        .suggest("This is a bug in a toolCall middleware (an extension); the tool itself may not have run.")
         .into_tool_error()
 }
 
