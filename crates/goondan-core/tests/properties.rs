@@ -1,0 +1,43 @@
+//! Properties of tool naming and error-message truncation over random input.
+
+use goondan_core::naming::{ExportNameCheck, build_tool_name, check_export_name, check_resource_name, parse_tool_name};
+use goondan_core::truncate_error_message;
+use proptest::prelude::*;
+
+proptest! {
+    /// Any resource and export name that pass their rules survive build → parse.
+    #[test]
+    fn build_then_parse_round_trips(resource in "[a-zA-Z0-9][a-zA-Z0-9_-]{0,20}[a-zA-Z0-9]", export in "[a-z0-9][a-z0-9_-]{0,20}") {
+        prop_assume!(check_resource_name(&resource, true).is_ok());
+        prop_assume!(check_export_name(&export) == ExportNameCheck::Valid);
+        let full = build_tool_name(&resource, &export);
+        let parts = parse_tool_name(&full);
+        prop_assert_eq!(parts.map(|p| (p.resource, p.export)), Some((resource.as_str(), export.as_str())));
+    }
+
+    /// Parsing never yields a part that is empty or holds the separator.
+    #[test]
+    fn parsed_parts_never_hold_the_separator(name in "[a-z_]{0,12}") {
+        if let Some(parts) = parse_tool_name(&name) {
+            prop_assert!(!parts.resource.is_empty() && !parts.export.is_empty());
+            prop_assert!(!parts.resource.contains("__") && !parts.export.contains("__"));
+            prop_assert_eq!(build_tool_name(parts.resource, parts.export), name);
+        }
+    }
+
+    /// Truncation: never longer than the limit, unchanged within it, exactly
+    /// the limit otherwise, and always a prefix of the original (plus the suffix).
+    #[test]
+    fn truncation_bounds(message in "\\PC{0,300}", limit in 0usize..320) {
+        let mut truncated = message.clone();
+        truncate_error_message(&mut truncated, limit);
+        let chars = message.chars().count();
+        if chars <= limit {
+            prop_assert_eq!(&truncated, &message);
+        } else {
+            prop_assert_eq!(truncated.chars().count(), limit);
+            let kept = truncated.strip_suffix("... (truncated)").filter(|_| limit > 15).unwrap_or(&truncated);
+            prop_assert!(message.starts_with(kept));
+        }
+    }
+}
