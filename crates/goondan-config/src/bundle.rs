@@ -351,15 +351,13 @@ impl CrossChecks<'_> {
         message: String,
         suggestion: Option<String>,
     ) {
-        let full =
-            if path.is_empty() { format!("{}#{doc}", self.label) } else { format!("{}#{doc}.{path}", self.label) };
-        let mut diagnostic = Diagnostic::error(code, full, message);
-        diagnostic.severity = severity;
-        diagnostic.suggestion = suggestion;
-        if let Some(position) = self.documents.get(doc).and_then(|d| d.position_of(path)) {
-            diagnostic = diagnostic.at(position.line, position.column);
+        let Some(document) = self.documents.get(doc) else { return };
+        let mut reporter =
+            DocReporter { file_label: self.label, index: doc, document, diagnostics: &mut *self.diagnostics };
+        match severity {
+            Severity::Error => reporter.error(code, path, message, suggestion),
+            Severity::Warning => reporter.warning(code, path, message, suggestion),
         }
-        self.diagnostics.push(diagnostic);
     }
 
     fn error(&mut self, code: DiagnosticCode, doc: usize, path: &str, message: String, suggestion: Option<String>) {
