@@ -7,12 +7,15 @@
 //! The `ToolCall` handed to `execute` is cloned by divan's `with_inputs`
 //! outside the timing, and the result is dropped outside it too.
 
+use std::future::Future as _;
 use std::hint::black_box;
 use std::path::Path;
+use std::pin::pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 
 use divan::Bencher;
-use goondan_core::{JsonObject, Message, ToolCall};
+use goondan_core::{JsonObject, Message, ToolCall, ToolResult};
 use goondan_tools::events::RuntimeEvent;
 use goondan_tools::{
     CallScope, EventSink, NoopEventSink, ParameterSchema, ToolCallContext, ToolCatalog, ToolCatalogItem, ToolExecutor,
@@ -22,11 +25,24 @@ use serde_json::{Value, json};
 use tokio::runtime::Runtime;
 
 fn main() {
-    divan::main();
+    // 1,000 samples per bench instead of divan's 100: each bench then runs
+    // for ~0.1 s instead of a few ms, so a short hiccup of the (shared,
+    // virtualized) machine moves the median less. CLI options still apply.
+    divan::Divan::default().sample_count(1_000).config_with_args().main();
 }
 
 /// Catalog size of the "large catalog" benches.
 const LARGE: usize = 1_000;
+
+// Fixed sample sizes (iterations per timed sample). Left to divan, a cold
+// first iteration above 100x the timer precision stops its tuning at one
+// iteration per sample, which makes sub-microsecond figures noisy.
+/// For benches of 0.3–2 µs: one sample is ~20–130 µs.
+const SAMPLE_EXECUTE: u32 = 64;
+/// For benches of 0.1–0.5 µs.
+const SAMPLE_SUB_US: u32 = 256;
+/// For benches of a few nanoseconds.
+const SAMPLE_NS: u32 = 4096;
 
 /// A realistic event sink: every event becomes one JSON line in a reusable
 /// buffer, which is cleared when it grows past 64 KiB (as a writer flushing
@@ -127,6 +143,16 @@ fn call(name: String) -> ToolCall {
     ToolCall { id: "call_8f2c1a9d4e6b".to_owned(), name, args }
 }
 
+/// How each no-op middleware layer is written.
+#[derive(Debug, Clone, Copy)]
+enum Layer {
+    /// `from_fn(|ctx, next| next.run(ctx))`: hands the inner future out as is.
+    Direct,
+    /// `from_fn(|ctx, next| Box::pin(async move { next.run(ctx).await }))`:
+    /// its own future, as any layer that does work after `next` has.
+    Async,
+}
+
 /// An executor over `tools` tools (all in the step's catalog) with `layers`
 /// no-op middleware layers, plus the call of the last tool.
 struct Fixture {
@@ -138,7 +164,7 @@ struct Fixture {
 }
 
 impl Fixture {
-    fn new(tools: usize, layers: usize, events: Events) -> Self {
+    fn new(tools: usize, layers: usize, layer: Layer, events: Events) -> Self {
         let items = items(tools);
         let mut registry = ToolRegistry::new();
         for item in &items {
@@ -146,13 +172,13 @@ impl Fixture {
             registry.register(item.clone(), handler).unwrap_or_else(|e| panic!("{e}"));
         }
         let mut executor = ToolExecutor::new(Arc::new(registry)).with_events(events.sink());
-        for layer in 0..layers {
-            let priority = i32::try_from(layer).unwrap_or(i32::MAX);
-            executor.register_middleware(
-                format!("noop-{layer}"),
-                priority,
-                from_fn(|ctx: &mut ToolCallContext, next| next.run(ctx)),
-            );
+        for index in 0..layers {
+            let priority = i32::try_from(index).unwrap_or(i32::MAX);
+            let middleware = match layer {
+                Layer::Direct => from_fn(|ctx: &mut ToolCallContext, next| next.run(ctx)),
+                Layer::Async => from_fn(|ctx: &mut ToolCallContext, next| Box::pin(async move { next.run(ctx).await })),
+            };
+            executor.register_middleware(format!("noop-{index}"), priority, middleware);
         }
         let catalog: Arc<ToolCatalog> = Arc::new(items.into_iter().collect());
         let fixture = Self { rt: runtime(), executor, scope: scope(), catalog, call: call(tool_name(tools - 1)) };
@@ -162,8 +188,18 @@ impl Fixture {
         fixture
     }
 
-    fn execute(&self, call: ToolCall) -> goondan_core::ToolResult {
+    fn execute(&self, call: ToolCall) -> ToolResult {
         self.rt.block_on(self.executor.execute(call, &self.scope, &self.catalog))
+    }
+
+    /// Polls the call once with a no-op waker, without any runtime: the
+    /// handler is synchronous, so the first poll finishes it.
+    fn execute_polled(&self, call: ToolCall) -> ToolResult {
+        let mut future = pin!(self.executor.execute(call, &self.scope, &self.catalog));
+        match future.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(result) => result,
+            Poll::Pending => panic!("a synchronous call returned Pending"),
+        }
     }
 
     fn bench(&self, bencher: Bencher<'_, '_>) {
@@ -172,50 +208,64 @@ impl Fixture {
 }
 
 /// One tool, no-op handler, small schema, valid arguments: the executor's
-/// own cost per call, through 0 and 5 no-op middleware layers.
+/// own cost per call.
 mod execute {
-    use super::{Bencher, Events, Fixture};
+    use super::{Bencher, Events, Fixture, LARGE, Layer, SAMPLE_EXECUTE};
 
-    /// Events serialized to JSON lines.
-    #[divan::bench(args = [0, 5])]
+    /// 0 and 5 direct no-op layers, events serialized to JSON lines.
+    #[divan::bench(args = [0, 5], sample_size = SAMPLE_EXECUTE)]
     fn json_events(bencher: Bencher<'_, '_>, layers: usize) {
-        Fixture::new(1, layers, Events::Json).bench(bencher);
+        Fixture::new(1, layers, Layer::Direct, Events::Json).bench(bencher);
     }
 
-    /// Events dropped by `NoopEventSink`.
-    #[divan::bench(args = [0, 5])]
+    /// 0 and 5 direct no-op layers, events dropped by `NoopEventSink`.
+    #[divan::bench(args = [0, 5], sample_size = SAMPLE_EXECUTE)]
     fn noop_events(bencher: Bencher<'_, '_>, layers: usize) {
-        Fixture::new(1, layers, Events::Noop).bench(bencher);
+        Fixture::new(1, layers, Layer::Direct, Events::Noop).bench(bencher);
     }
 
-    /// The last item of a 1-item and of a 1,000-item catalog (and registry),
-    /// 5 layers, JSON events.
-    #[divan::bench(args = [1, super::LARGE])]
+    /// 5 layers that each wrap `next` in their own `async` block.
+    #[divan::bench(args = [Events::Json, Events::Noop], sample_size = SAMPLE_EXECUTE)]
+    fn async_layers_5(bencher: Bencher<'_, '_>, events: Events) {
+        Fixture::new(1, 5, Layer::Async, events).bench(bencher);
+    }
+
+    /// 5 direct layers, polled once without a runtime: `json_events`/
+    /// `noop_events` minus the cost of `block_on`.
+    #[divan::bench(args = [Events::Json, Events::Noop], sample_size = SAMPLE_EXECUTE)]
+    fn no_runtime_5(bencher: Bencher<'_, '_>, events: Events) {
+        let fixture = Fixture::new(1, 5, Layer::Direct, events);
+        bencher.with_inputs(|| fixture.call.clone()).bench_local_values(|call| fixture.execute_polled(call));
+    }
+
+    /// The last item of a catalog (and registry) of 1, 10 and 1,000 tools,
+    /// 5 direct layers, JSON events.
+    #[divan::bench(args = [1, 10, LARGE], sample_size = SAMPLE_EXECUTE)]
     fn last_of_catalog(bencher: Bencher<'_, '_>, tools: usize) {
-        Fixture::new(tools, 5, Events::Json).bench(bencher);
+        Fixture::new(tools, 5, Layer::Direct, Events::Json).bench(bencher);
     }
 }
 
 /// What the `execute` figures include besides the executor itself.
 mod baseline {
-    use super::{Bencher, black_box, call, runtime, tool_name};
+    use super::{Bencher, SAMPLE_SUB_US, black_box, call, runtime, tool_name};
 
     /// `rt.block_on` of a future that is ready at once.
-    #[divan::bench]
+    #[divan::bench(sample_size = SAMPLE_SUB_US)]
     fn block_on_ready(bencher: Bencher<'_, '_>) {
         let rt = runtime();
         bencher.bench_local(|| rt.block_on(async { black_box(1_u32) }));
     }
 
     /// Cloning the `ToolCall` (done outside the timing in `execute`).
-    #[divan::bench]
+    #[divan::bench(sample_size = SAMPLE_SUB_US)]
     fn call_clone(bencher: Bencher<'_, '_>) {
         let call = call(tool_name(0));
         bencher.bench_local(|| black_box(&call).clone());
     }
 
     /// Serializing one `tool.completed` event through the JSON sink.
-    #[divan::bench]
+    #[divan::bench(sample_size = SAMPLE_SUB_US)]
     fn json_event(bencher: Bencher<'_, '_>) {
         use goondan_core::ToolStatus;
         use goondan_tools::EventKind;
@@ -249,11 +299,11 @@ mod baseline {
 
 /// Building and querying a 1,000-item catalog.
 mod catalog {
-    use super::{Bencher, LARGE, ToolCatalog, black_box, items, tool_name};
+    use super::{Bencher, LARGE, SAMPLE_NS, ToolCatalog, black_box, items, tool_name};
 
     /// A step catalog from 1,000 prebuilt items, cloned into a presized
     /// catalog (what `AgentTools::step_catalog` does).
-    #[divan::bench]
+    #[divan::bench(sample_size = 1)]
     fn build_1000_presized(bencher: Bencher<'_, '_>) {
         let items = items(LARGE);
         bencher.bench_local(|| {
@@ -266,25 +316,25 @@ mod catalog {
     }
 
     /// The same through `FromIterator` (no capacity hint).
-    #[divan::bench]
+    #[divan::bench(sample_size = 1)]
     fn build_1000_collect(bencher: Bencher<'_, '_>) {
         let items = items(LARGE);
         bencher.bench_local(|| items.iter().cloned().collect::<ToolCatalog>());
     }
 
     /// `catalog.get(name)` of the first, middle and last of 1,000 items.
-    #[divan::bench(args = [0, LARGE / 2, LARGE - 1])]
+    #[divan::bench(args = [0, LARGE / 2, LARGE - 1], sample_size = SAMPLE_NS)]
     fn get_of_1000(bencher: Bencher<'_, '_>, index: usize) {
         let catalog: ToolCatalog = items(LARGE).into_iter().collect();
         let name = tool_name(index);
         bencher.bench_local(|| catalog.get(black_box(name.as_str())).is_some());
     }
 
-    /// `catalog.get(name)` in a 1-item catalog.
-    #[divan::bench]
-    fn get_of_1(bencher: Bencher<'_, '_>) {
-        let catalog: ToolCatalog = items(1).into_iter().collect();
-        let name = tool_name(0);
+    /// `catalog.get(name)` of the last item of 1, 10 and 1,000 items.
+    #[divan::bench(args = [1, 10, LARGE], sample_size = SAMPLE_NS)]
+    fn get_last(bencher: Bencher<'_, '_>, size: usize) {
+        let catalog: ToolCatalog = items(size).into_iter().collect();
+        let name = tool_name(size - 1);
         bencher.bench_local(|| catalog.get(black_box(name.as_str())).is_some());
     }
 }
