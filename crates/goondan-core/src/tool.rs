@@ -1,19 +1,31 @@
 //! Tool calls and their results (spec 002 §6.2, §8).
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::{JsonObject, JsonValue};
 
 /// One call a model asked for: `{id, name, args}` (spec 002 §6.2).
+///
+/// The id and name are shared strings: the conversation, the handler's
+/// context and the call's events all hold them without copying.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolCall {
     /// The call id the model generated.
-    pub id: String,
+    pub id: Arc<str>,
     /// The full tool name, e.g. `bash__exec`.
-    pub name: String,
+    pub name: Arc<str>,
     /// The arguments as a JSON object.
     #[serde(default)]
     pub args: JsonObject,
+}
+
+impl ToolCall {
+    /// A call of `name` with `args`, identified by `id`.
+    pub fn new(id: impl Into<Arc<str>>, name: impl Into<Arc<str>>, args: JsonObject) -> Self {
+        Self { id: id.into(), name: name.into(), args }
+    }
 }
 
 /// The outcome class of a tool call.

@@ -18,7 +18,7 @@ use divan::Bencher;
 use goondan_core::{JsonObject, Message, ToolCall, ToolResult};
 use goondan_tools::events::RuntimeEvent;
 use goondan_tools::{
-    CallScope, EventSink, NoopEventSink, ParameterSchema, ToolCallContext, ToolCatalog, ToolCatalogItem, ToolExecutor,
+    CallScope, EventSink, JsonLinesEventSink, NoopEventSink, ParameterSchema, ToolCallContext, ToolCatalog, ToolCatalogItem, ToolExecutor,
     ToolOutput, ToolRegistry, ToolSource, from_fn, sync_handler,
 };
 use serde_json::{Value, json};
@@ -44,9 +44,10 @@ const SAMPLE_SUB_US: u32 = 256;
 /// For benches of a few nanoseconds.
 const SAMPLE_NS: u32 = 4096;
 
-/// A realistic event sink: every event becomes one JSON line in a reusable
-/// buffer, which is cleared when it grows past 64 KiB (as a writer flushing
-/// to a file or socket would).
+/// An event sink that serializes on the call path: every event becomes one
+/// JSON line in a reusable buffer, which is cleared when it grows past 64 KiB
+/// (as a writer flushing to a file or socket would). For comparison with the
+/// runtime's [`JsonLinesEventSink`], which serializes on a background thread.
 #[derive(Default)]
 struct JsonLinesSink {
     buffer: Mutex<Vec<u8>>,
@@ -68,20 +69,46 @@ impl EventSink for JsonLinesSink {
     }
 }
 
+/// An in-process subscriber: receives every event and reads it, as a
+/// listener on an event bus does, without storing or formatting anything.
+#[derive(Default)]
+struct SubscriberSink {
+    seen: std::sync::atomic::AtomicU64,
+}
+
+impl EventSink for SubscriberSink {
+    fn emit(&self, event: &RuntimeEvent<'_>) {
+        black_box(event);
+        self.seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// Which sink an executor reports to.
 #[derive(Debug, Clone, Copy)]
 enum Events {
-    /// [`JsonLinesSink`].
+    /// [`SubscriberSink`]: events built and delivered to an in-process subscriber.
+    Subscriber,
+    /// [`JsonLinesEventSink`]: JSON lines written by a background thread
+    /// (here to `io::sink()`), the sink the runtime uses for event logs.
     Json,
-    /// [`NoopEventSink`].
+    /// [`JsonLinesSink`]: JSON serialized on the call path.
+    JsonInline,
+    /// [`NoopEventSink`]: no events built at all.
     Noop,
 }
 
 impl Events {
-    fn sink(self) -> Arc<dyn EventSink> {
+    /// The sink, and the background writer when there is one.
+    fn sink(self) -> (Arc<dyn EventSink>, Option<Arc<JsonLinesEventSink>>) {
         match self {
-            Self::Json => Arc::new(JsonLinesSink::default()),
-            Self::Noop => Arc::new(NoopEventSink),
+            Self::Json => {
+                let sink =
+                    Arc::new(JsonLinesEventSink::new(std::io::sink()).unwrap_or_else(|e| panic!("event writer: {e}")));
+                (Arc::clone(&sink) as Arc<dyn EventSink>, Some(sink))
+            }
+            Self::JsonInline => (Arc::new(JsonLinesSink::default()), None),
+            Self::Subscriber => (Arc::new(SubscriberSink::default()), None),
+            Self::Noop => (Arc::new(NoopEventSink), None),
         }
     }
 }
@@ -140,7 +167,7 @@ fn call(name: String) -> ToolCall {
     let mut args = JsonObject::new();
     args.insert("command".to_owned(), Value::from("ls -la"));
     args.insert("timeoutMs".to_owned(), Value::from(5_000));
-    ToolCall { id: "call_8f2c1a9d4e6b".to_owned(), name, args }
+    ToolCall::new("call_8f2c1a9d4e6b", name, args)
 }
 
 /// How each no-op middleware layer is written.
@@ -156,6 +183,8 @@ enum Layer {
 /// An executor over `tools` tools (all in the step's catalog) with `layers`
 /// no-op middleware layers, plus the call of the last tool.
 struct Fixture {
+    /// The background writer, drained between samples by [`Fixture::bench`].
+    writer: Option<Arc<JsonLinesEventSink>>,
     rt: Runtime,
     executor: ToolExecutor,
     scope: Arc<CallScope>,
@@ -171,7 +200,8 @@ impl Fixture {
             let handler = sync_handler(|_, _| Ok(ToolOutput::Value(Value::Null)));
             registry.register(item.clone(), handler).unwrap_or_else(|e| panic!("{e}"));
         }
-        let mut executor = ToolExecutor::new(Arc::new(registry)).with_events(events.sink());
+        let (sink, writer) = events.sink();
+        let mut executor = ToolExecutor::new(Arc::new(registry)).with_events(sink);
         for index in 0..layers {
             let priority = i32::try_from(index).unwrap_or(i32::MAX);
             let middleware = match layer {
@@ -181,7 +211,8 @@ impl Fixture {
             executor.register_middleware(format!("noop-{index}"), priority, middleware);
         }
         let catalog: Arc<ToolCatalog> = Arc::new(items.into_iter().collect());
-        let fixture = Self { rt: runtime(), executor, scope: scope(), catalog, call: call(tool_name(tools - 1)) };
+        let fixture =
+            Self { writer, rt: runtime(), executor, scope: scope(), catalog, call: call(tool_name(tools - 1)) };
         // Compiles the schema and checks the path is the success path.
         let result = fixture.execute(fixture.call.clone());
         assert!(!result.is_error(), "warm-up call failed: {result:?}");
@@ -202,8 +233,25 @@ impl Fixture {
         }
     }
 
+    /// Times the call path. Inputs are made before each sample, untimed;
+    /// making them also waits for the background writer to drain, so a
+    /// sample (64 calls, well under one writer batch) measures what a call
+    /// costs its caller, not the writer's throughput on the other core.
     fn bench(&self, bencher: Bencher<'_, '_>) {
+        bencher.with_inputs(|| self.input()).bench_local_values(|call| self.execute(call));
+    }
+
+    /// Times back-to-back calls while the writer serializes on the other
+    /// core: bounded by the writer's throughput once its queue is full.
+    fn bench_sustained(&self, bencher: Bencher<'_, '_>) {
         bencher.with_inputs(|| self.call.clone()).bench_local_values(|call| self.execute(call));
+    }
+
+    fn input(&self) -> ToolCall {
+        if let Some(writer) = &self.writer {
+            writer.flush();
+        }
+        self.call.clone()
     }
 }
 
@@ -212,10 +260,30 @@ impl Fixture {
 mod execute {
     use super::{Bencher, Events, Fixture, LARGE, Layer, SAMPLE_EXECUTE};
 
-    /// 0 and 5 direct no-op layers, events serialized to JSON lines.
+    /// 0 and 5 direct no-op layers, events delivered to an in-process subscriber.
+    #[divan::bench(args = [0, 5], sample_size = SAMPLE_EXECUTE)]
+    fn subscriber_events(bencher: Bencher<'_, '_>, layers: usize) {
+        Fixture::new(1, layers, Layer::Direct, Events::Subscriber).bench(bencher);
+    }
+
+    /// 0 and 5 direct no-op layers, events written as JSON lines by the
+    /// background writer.
     #[divan::bench(args = [0, 5], sample_size = SAMPLE_EXECUTE)]
     fn json_events(bencher: Bencher<'_, '_>, layers: usize) {
         Fixture::new(1, layers, Layer::Direct, Events::Json).bench(bencher);
+    }
+
+    /// 5 direct no-op layers, JSON events, calls back to back without a
+    /// pause for the writer: the sustained rate the event log can absorb.
+    #[divan::bench(sample_size = SAMPLE_EXECUTE)]
+    fn json_events_sustained_5(bencher: Bencher<'_, '_>) {
+        Fixture::new(1, 5, Layer::Direct, Events::Json).bench_sustained(bencher);
+    }
+
+    /// 0 and 5 direct no-op layers, events serialized to JSON on the call path.
+    #[divan::bench(args = [0, 5], sample_size = SAMPLE_EXECUTE)]
+    fn inline_json_events(bencher: Bencher<'_, '_>, layers: usize) {
+        Fixture::new(1, layers, Layer::Direct, Events::JsonInline).bench(bencher);
     }
 
     /// 0 and 5 direct no-op layers, events dropped by `NoopEventSink`.
@@ -232,23 +300,26 @@ mod execute {
 
     /// 5 direct layers, polled once without a runtime: `json_events`/
     /// `noop_events` minus the cost of `block_on`.
-    #[divan::bench(args = [Events::Json, Events::Noop], sample_size = SAMPLE_EXECUTE)]
+    #[divan::bench(
+        args = [Events::Subscriber, Events::Json, Events::JsonInline, Events::Noop],
+        sample_size = SAMPLE_EXECUTE
+    )]
     fn no_runtime_5(bencher: Bencher<'_, '_>, events: Events) {
         let fixture = Fixture::new(1, 5, Layer::Direct, events);
-        bencher.with_inputs(|| fixture.call.clone()).bench_local_values(|call| fixture.execute_polled(call));
+        bencher.with_inputs(|| fixture.input()).bench_local_values(|call| fixture.execute_polled(call));
     }
 
     /// The last item of a catalog (and registry) of 1, 10 and 1,000 tools,
-    /// 5 direct layers, JSON events.
+    /// 5 direct layers, events delivered to a subscriber.
     #[divan::bench(args = [1, 10, LARGE], sample_size = SAMPLE_EXECUTE)]
     fn last_of_catalog(bencher: Bencher<'_, '_>, tools: usize) {
-        Fixture::new(tools, 5, Layer::Direct, Events::Json).bench(bencher);
+        Fixture::new(tools, 5, Layer::Direct, Events::Subscriber).bench(bencher);
     }
 }
 
 /// What the `execute` figures include besides the executor itself.
 mod baseline {
-    use super::{Bencher, SAMPLE_SUB_US, black_box, call, runtime, tool_name};
+    use super::{Arc, Bencher, SAMPLE_SUB_US, black_box, call, runtime, tool_name};
 
     /// `rt.block_on` of a future that is ready at once.
     #[divan::bench(sample_size = SAMPLE_SUB_US)]
@@ -274,6 +345,8 @@ mod baseline {
         use super::{EventSink, JsonLinesSink};
 
         let sink = JsonLinesSink::default();
+        let call_id: Arc<str> = Arc::from("call_8f2c1a9d4e6b");
+        let name: Arc<str> = Arc::from("tool0000__run");
         let event = RuntimeEvent {
             kind: EventKind::ToolCompleted,
             trace_id: "4bf92f3577b34da6a3ce929d0e0e4736",
@@ -285,13 +358,14 @@ mod baseline {
             turn_id: "0190f3c4-7b2a-7c3d-9e1f-2a3b4c5d6e7f",
             step_id: Some("0190f3c4-7b2a-7c3d-9e1f-2a3b4c5d6e80"),
             tool: Some(ToolEventData {
-                tool_call_id: "call_8f2c1a9d4e6b",
-                tool_name: "tool0000__run",
+                tool_call_id: &call_id,
+                tool_name: &name,
                 status: Some(ToolStatus::Ok),
                 error_code: None,
                 duration: Some(std::time::Duration::from_nanos(412)),
             }),
             extra: None,
+            call_scope: None,
         };
         bencher.bench_local(|| sink.emit(black_box(&event)));
     }

@@ -270,7 +270,8 @@ impl ToolCatalog {
 
 impl FromIterator<ToolCatalogItem> for ToolCatalog {
     fn from_iter<I: IntoIterator<Item = ToolCatalogItem>>(iter: I) -> Self {
-        let mut catalog = Self::new();
+        let iter = iter.into_iter();
+        let mut catalog = Self::with_capacity(iter.size_hint().0);
         for item in iter {
             catalog.insert(item);
         }

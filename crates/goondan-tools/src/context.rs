@@ -44,7 +44,7 @@ pub struct CallScope {
 pub struct ToolContext {
     scope: Arc<CallScope>,
     tool_name: Arc<str>,
-    tool_call_id: String,
+    tool_call_id: Arc<str>,
     /// Log lines from the tool, tagged with the agent, tool and call.
     pub logger: ToolLogger,
 }
@@ -63,8 +63,8 @@ impl fmt::Debug for ToolContext {
 
 impl ToolContext {
     /// A context for one call.
-    pub fn new(scope: Arc<CallScope>, tool_name: Arc<str>, tool_call_id: String) -> Self {
-        Self { scope, tool_name, tool_call_id, logger: ToolLogger }
+    pub fn new(scope: Arc<CallScope>, tool_name: Arc<str>, tool_call_id: impl Into<Arc<str>>) -> Self {
+        Self { scope, tool_name, tool_call_id: tool_call_id.into(), logger: ToolLogger }
     }
 
     /// The current agent's name.

@@ -3,7 +3,9 @@
 //! "Events"). Events are handed to an [`EventSink`] by reference, so emitting
 //! one copies nothing unless the sink decides to keep it.
 
-use std::sync::Mutex;
+use std::io::{self, Write};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use goondan_core::ids::format_span_id;
@@ -11,8 +13,11 @@ use goondan_core::{JsonValue, ToolStatus};
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 
+use crate::context::CallScope;
+
 /// The name of an event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
 pub enum EventKind {
     /// A turn began.
     TurnStarted,
@@ -33,6 +38,18 @@ pub enum EventKind {
 }
 
 impl EventKind {
+    /// Every kind, in discriminant order.
+    pub const ALL: [EventKind; 8] = [
+        Self::TurnStarted,
+        Self::TurnCompleted,
+        Self::TurnFailed,
+        Self::StepStarted,
+        Self::StepCompleted,
+        Self::ToolCalled,
+        Self::ToolCompleted,
+        Self::ToolFailed,
+    ];
+
     /// The wire name, e.g. `tool.called`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -51,10 +68,10 @@ impl EventKind {
 /// Per-tool-call details of an event.
 #[derive(Debug, Clone, Copy)]
 pub struct ToolEventData<'a> {
-    /// The call's id.
-    pub tool_call_id: &'a str,
+    /// The call's id (shared, so a sink can keep it without copying).
+    pub tool_call_id: &'a Arc<str>,
     /// The tool's full name.
-    pub tool_name: &'a str,
+    pub tool_name: &'a Arc<str>,
     /// The outcome (completion events only).
     pub status: Option<ToolStatus>,
     /// The error code (failure events only).
@@ -88,6 +105,10 @@ pub struct RuntimeEvent<'a> {
     pub tool: Option<ToolEventData<'a>>,
     /// Any other payload (step counts, token usage, …).
     pub extra: Option<&'a JsonValue>,
+    /// The scope of the step, when the event belongs to a tool call: lets a
+    /// sink keep the event's context with one reference count instead of
+    /// copying every string.
+    pub call_scope: Option<&'a Arc<CallScope>>,
 }
 
 impl Serialize for RuntimeEvent<'_> {
@@ -107,8 +128,8 @@ impl Serialize for RuntimeEvent<'_> {
             map.serialize_entry("stepId", step_id)?;
         }
         if let Some(tool) = &self.tool {
-            map.serialize_entry("toolCallId", tool.tool_call_id)?;
-            map.serialize_entry("toolName", tool.tool_name)?;
+            map.serialize_entry("toolCallId", tool.tool_call_id.as_ref())?;
+            map.serialize_entry("toolName", tool.tool_name.as_ref())?;
             if let Some(status) = tool.status {
                 map.serialize_entry("status", status.as_str())?;
             }
@@ -136,6 +157,11 @@ fn duration_ms(duration: Duration) -> f64 {
 pub trait EventSink: Send + Sync {
     /// Handles one event. Must not block for long: it runs on the call path.
     fn emit(&self, event: &RuntimeEvent<'_>);
+
+    /// False when the sink drops everything, so callers can skip building events.
+    fn enabled(&self) -> bool {
+        true
+    }
 }
 
 /// Drops every event.
@@ -144,6 +170,10 @@ pub struct NoopEventSink;
 
 impl EventSink for NoopEventSink {
     fn emit(&self, _event: &RuntimeEvent<'_>) {}
+
+    fn enabled(&self) -> bool {
+        false
+    }
 }
 
 /// Writes each event to `tracing` at debug level under `goondan::events`.
@@ -183,5 +213,468 @@ impl EventSink for MemoryEventSink {
         if let Ok(mut events) = self.events.lock() {
             events.push(value);
         }
+    }
+}
+
+/// Writes every event as one JSON line to a writer (a file, a socket),
+/// serializing on a background thread.
+///
+/// The call path only appends a compact binary record of the event to a
+/// queue under a short lock — no allocation, no reference counting of the
+/// event's strings, no wake-up of the writer per event. The writer drains the
+/// queue every [`JsonLinesEventSink::FLUSH_INTERVAL`], as soon as a batch has
+/// gathered, on [`JsonLinesEventSink::flush`], and when the sink is dropped.
+/// When the queue is full, `emit` waits for the writer rather than drop an
+/// event.
+pub struct JsonLinesEventSink {
+    shared: Arc<Shared>,
+    writer: Option<JoinHandle<()>>,
+    capacity_bytes: usize,
+}
+
+impl std::fmt::Debug for JsonLinesEventSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JsonLinesEventSink").finish_non_exhaustive()
+    }
+}
+
+struct Shared {
+    state: Mutex<Queue>,
+    /// Wakes the writer: a batch is ready, a flush is wanted, or the sink closed.
+    wake_writer: Condvar,
+    /// Wakes producers waiting for room, and callers of `flush`.
+    progress: Condvar,
+}
+
+/// Encoded events waiting for the writer, and the scopes they refer to.
+#[derive(Default)]
+struct Queue {
+    bytes: Vec<u8>,
+    scopes: Vec<Arc<CallScope>>,
+    closed: bool,
+    flush_requested: u64,
+    flushed: u64,
+}
+
+const TAG_TOOL: u8 = 1;
+const TAG_LINE: u8 = 2;
+const NONE_U32: u32 = u32::MAX;
+const NONE_U64: u64 = u64::MAX;
+
+impl Queue {
+    fn put_u32(&mut self, value: u32) {
+        self.bytes.extend_from_slice(&value.to_le_bytes());
+    }
+
+    fn put_u64(&mut self, value: u64) {
+        self.bytes.extend_from_slice(&value.to_le_bytes());
+    }
+
+    fn put_str(&mut self, text: Option<&str>) {
+        match text {
+            Some(text) => {
+                self.put_u32(u32::try_from(text.len()).unwrap_or(NONE_U32 - 1));
+                self.bytes.extend_from_slice(text.as_bytes());
+            }
+            None => self.put_u32(NONE_U32),
+        }
+    }
+
+    fn push_tool_event(&mut self, event: &RuntimeEvent<'_>, scope: &Arc<CallScope>, tool: &ToolEventData<'_>) {
+        // Consecutive events of one step share their scope entry.
+        if !self.scopes.last().is_some_and(|last| Arc::ptr_eq(last, scope)) {
+            self.scopes.push(Arc::clone(scope));
+        }
+        let scope_index = u32::try_from(self.scopes.len() - 1).unwrap_or(NONE_U32);
+        self.bytes.push(TAG_TOOL);
+        self.bytes.push(event.kind as u8);
+        self.put_u32(scope_index);
+        self.put_u64(event.span_id);
+        self.put_u64(event.timestamp_ms);
+        self.bytes.push(match tool.status {
+            None => 0,
+            Some(ToolStatus::Ok) => 1,
+            Some(ToolStatus::Error) => 2,
+            Some(ToolStatus::Pending) => 3,
+        });
+        self.put_u64(tool.duration.map_or(NONE_U64, |d| u64::try_from(d.as_nanos()).unwrap_or(NONE_U64 - 1)));
+        self.put_str(Some(tool.tool_call_id));
+        self.put_str(Some(tool.tool_name));
+        self.put_str(tool.error_code);
+    }
+
+    fn push_line(&mut self, line: &str) {
+        self.bytes.push(TAG_LINE);
+        self.put_str(Some(line));
+    }
+}
+
+/// Reads back what [`Queue`] wrote.
+struct Reader<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, len: usize) -> Option<&'a [u8]> {
+        if self.bytes.len() < len {
+            return None;
+        }
+        let (head, rest) = self.bytes.split_at(len);
+        self.bytes = rest;
+        Some(head)
+    }
+
+    fn u8(&mut self) -> Option<u8> {
+        self.take(1).map(|b| b[0])
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        self.take(4).and_then(|b| b.try_into().ok()).map(u32::from_le_bytes)
+    }
+
+    fn u64(&mut self) -> Option<u64> {
+        self.take(8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes)
+    }
+
+    fn str(&mut self) -> Option<Option<&'a str>> {
+        let len = self.u32()?;
+        if len == NONE_U32 {
+            return Some(None);
+        }
+        let bytes = self.take(usize::try_from(len).ok()?)?;
+        std::str::from_utf8(bytes).ok().map(Some)
+    }
+
+    /// Writes the next record as a JSON line; `None` at the end (or on a
+    /// record it cannot read, which would be a bug in the encoder).
+    fn write_next(&mut self, scopes: &[Arc<CallScope>], out: &mut impl Write) -> Option<io::Result<()>> {
+        match self.u8()? {
+            TAG_TOOL => {
+                let kind = *EventKind::ALL.get(usize::from(self.u8()?))?;
+                let scope = scopes.get(usize::try_from(self.u32()?).ok()?)?;
+                let span_id = self.u64()?;
+                let timestamp_ms = self.u64()?;
+                let status = match self.u8()? {
+                    1 => Some(ToolStatus::Ok),
+                    2 => Some(ToolStatus::Error),
+                    3 => Some(ToolStatus::Pending),
+                    _ => None,
+                };
+                let duration = Some(self.u64()?).filter(|n| *n != NONE_U64).map(Duration::from_nanos);
+                let tool_call_id: Arc<str> = Arc::from(self.str()??);
+                let tool_name: Arc<str> = Arc::from(self.str()??);
+                let error_code = self.str()?;
+                let event = RuntimeEvent {
+                    kind,
+                    trace_id: &scope.trace_id,
+                    span_id,
+                    parent_span_id: Some(&scope.step_span_id),
+                    timestamp_ms,
+                    agent_name: &scope.agent_name,
+                    instance_key: &scope.instance_key,
+                    turn_id: &scope.turn_id,
+                    step_id: Some(&scope.step_id),
+                    tool: Some(ToolEventData {
+                        tool_call_id: &tool_call_id,
+                        tool_name: &tool_name,
+                        status,
+                        error_code,
+                        duration,
+                    }),
+                    extra: None,
+                    call_scope: None,
+                };
+                Some(serde_json::to_writer(&mut *out, &event).map_err(io::Error::from).and_then(|()| out.write_all(b"\n")))
+            }
+            TAG_LINE => {
+                let line = self.str()??;
+                Some(out.write_all(line.as_bytes()).and_then(|()| out.write_all(b"\n")))
+            }
+            _ => None,
+        }
+    }
+}
+
+impl JsonLinesEventSink {
+    /// The longest an event waits in the queue when nothing else wakes the writer.
+    pub const FLUSH_INTERVAL: Duration = Duration::from_millis(25);
+    /// Queued bytes that wake the writer early.
+    const BATCH_BYTES: usize = 64 * 1024;
+    /// Queued bytes at which `emit` waits for the writer.
+    const CAPACITY_BYTES: usize = 16 * 1024 * 1024;
+
+    /// A sink writing to `out` from a new background thread.
+    pub fn new(out: impl Write + Send + 'static) -> io::Result<Self> {
+        Self::with_capacity(out, Self::CAPACITY_BYTES)
+    }
+
+    /// Like [`JsonLinesEventSink::new`], with `capacity_bytes` of queue
+    /// before `emit` waits for the writer.
+    pub fn with_capacity(out: impl Write + Send + 'static, capacity_bytes: usize) -> io::Result<Self> {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(Queue::default()),
+            wake_writer: Condvar::new(),
+            progress: Condvar::new(),
+        });
+        let writer_shared = Arc::clone(&shared);
+        let writer = std::thread::Builder::new()
+            .name("goondan-events".to_owned())
+            .spawn(move || run_writer(&writer_shared, io::BufWriter::new(out)))?;
+        Ok(Self { shared, writer: Some(writer), capacity_bytes })
+    }
+
+    /// Waits until every event emitted so far is written and flushed.
+    pub fn flush(&self) {
+        let Ok(mut state) = self.shared.state.lock() else { return };
+        state.flush_requested += 1;
+        let wanted = state.flush_requested;
+        self.shared.wake_writer.notify_one();
+        while state.flushed < wanted && !state.closed {
+            state = match self.shared.progress.wait(state) {
+                Ok(state) => state,
+                Err(_) => return,
+            };
+        }
+    }
+
+    /// Locks the queue once there is room in it.
+    fn queue_with_room(&self) -> Option<std::sync::MutexGuard<'_, Queue>> {
+        let mut state = self.shared.state.lock().ok()?;
+        while state.bytes.len() >= self.capacity_bytes && !state.closed {
+            self.shared.wake_writer.notify_one();
+            state = self.shared.progress.wait(state).ok()?;
+        }
+        Some(state)
+    }
+}
+
+impl EventSink for JsonLinesEventSink {
+    fn emit(&self, event: &RuntimeEvent<'_>) {
+        // Events without a call scope are rare (turn and step boundaries):
+        // serialize them here, outside the lock.
+        let line = match (event.call_scope, &event.tool) {
+            (Some(_), Some(_)) => None,
+            _ => match serde_json::to_string(event) {
+                Ok(line) => Some(line),
+                Err(error) => {
+                    tracing::warn!(target: "goondan::events", "cannot serialize an event: {error}");
+                    return;
+                }
+            },
+        };
+        let Some(mut queue) = self.queue_with_room() else { return };
+        let before = queue.bytes.len();
+        match (&line, event.call_scope, &event.tool) {
+            (Some(line), _, _) => queue.push_line(line),
+            (None, Some(scope), Some(tool)) => queue.push_tool_event(event, scope, tool),
+            (None, _, _) => return,
+        }
+        let batch = Self::BATCH_BYTES.min(self.capacity_bytes / 2);
+        if before < batch && queue.bytes.len() >= batch {
+            self.shared.wake_writer.notify_one();
+        }
+    }
+}
+
+impl Drop for JsonLinesEventSink {
+    fn drop(&mut self) {
+        if let Ok(mut state) = self.shared.state.lock() {
+            state.closed = true;
+        }
+        self.shared.wake_writer.notify_one();
+        if let Some(writer) = self.writer.take() {
+            let _ = writer.join();
+        }
+    }
+}
+
+fn run_writer(shared: &Shared, mut out: io::BufWriter<impl Write>) {
+    let mut failed = false;
+    let mut bytes = Vec::new();
+    let mut scopes = Vec::new();
+    loop {
+        let (flush_goal, closed) = {
+            let Ok(mut state) = shared.state.lock() else { return };
+            if state.bytes.is_empty() && !state.closed && state.flush_requested == state.flushed {
+                state = match shared.wake_writer.wait_timeout(state, JsonLinesEventSink::FLUSH_INTERVAL) {
+                    Ok((state, _)) => state,
+                    Err(_) => return,
+                };
+            }
+            // Swap buffers: the producers keep the capacity of the last batch.
+            std::mem::swap(&mut bytes, &mut state.bytes);
+            std::mem::swap(&mut scopes, &mut state.scopes);
+            (state.flush_requested, state.closed)
+        };
+        // Room was made: let waiting producers go on.
+        shared.progress.notify_all();
+        let mut reader = Reader { bytes: &bytes };
+        let mut result = Ok(());
+        while let Some(written) = reader.write_next(&scopes, &mut out) {
+            result = result.and(written);
+        }
+        if !reader.bytes.is_empty() {
+            result = result.and(Err(io::Error::other("an event record could not be decoded")));
+        }
+        result = result.and_then(|()| out.flush());
+        if let Err(error) = result
+            && !failed
+        {
+            failed = true;
+            tracing::error!(target: "goondan::events", "writing events failed: {error}");
+        }
+        bytes.clear();
+        scopes.clear();
+        if let Ok(mut state) = shared.state.lock() {
+            state.flushed = state.flushed.max(flush_goal);
+        }
+        shared.progress.notify_all();
+        if closed {
+            // `closed` was read with the batch, and nothing is emitted after it.
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    use goondan_core::Message;
+
+    #[derive(Clone, Default)]
+    struct SharedBuffer(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for SharedBuffer {
+        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+            if let Ok(mut buffer) = self.0.lock() {
+                buffer.extend_from_slice(bytes);
+            }
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl SharedBuffer {
+        fn lines(&self) -> Vec<serde_json::Value> {
+            let text = self.0.lock().map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
+            text.lines().map(|line| serde_json::from_str(line).unwrap_or(serde_json::Value::Null)).collect()
+        }
+    }
+
+    fn scope() -> Arc<CallScope> {
+        Arc::new(CallScope {
+            agent_name: Arc::from("agent"),
+            instance_key: Arc::from("key"),
+            turn_id: Arc::from("turn"),
+            step_id: Arc::from("step"),
+            message: Arc::new(Message::assistant_tool_calls("step", Vec::new())),
+            workdir: Arc::from(Path::new("/tmp")),
+            trace_id: Arc::from("4bf92f3577b34da6a3ce929d0e0e4736"),
+            step_span_id: Arc::from("00f067aa0ba902b7"),
+            runtime: None,
+        })
+    }
+
+    fn emit_tool_events(sink: &JsonLinesEventSink, count: usize) {
+        let scope = scope();
+        let name: Arc<str> = Arc::from("wait__seconds");
+        for i in 0..count {
+            let id: Arc<str> = Arc::from(format!("call-{i}"));
+            sink.emit(&RuntimeEvent {
+                kind: EventKind::ToolCompleted,
+                trace_id: &scope.trace_id,
+                span_id: u64::try_from(i).unwrap_or(0) + 1,
+                parent_span_id: Some(&scope.step_span_id),
+                timestamp_ms: 1,
+                agent_name: &scope.agent_name,
+                instance_key: &scope.instance_key,
+                turn_id: &scope.turn_id,
+                step_id: Some(&scope.step_id),
+                tool: Some(ToolEventData {
+                    tool_call_id: &id,
+                    tool_name: &name,
+                    status: Some(ToolStatus::Ok),
+                    error_code: None,
+                    duration: Some(Duration::from_micros(5)),
+                }),
+                extra: None,
+                call_scope: Some(&scope),
+            });
+        }
+    }
+
+    #[test]
+    fn flush_writes_every_event_as_a_json_line_in_order() {
+        let buffer = SharedBuffer::default();
+        let Ok(sink) = JsonLinesEventSink::new(buffer.clone()) else { panic!("writer thread") };
+        emit_tool_events(&sink, 3);
+        sink.flush();
+        let lines = buffer.lines();
+        assert_eq!(lines.len(), 3);
+        assert_eq!(lines[0]["type"], "tool.completed");
+        assert_eq!(lines[0]["toolCallId"], "call-0");
+        assert_eq!(lines[2]["toolCallId"], "call-2");
+        assert_eq!(lines[0]["spanId"], "0000000000000001");
+        assert_eq!(lines[0]["parentSpanId"], "00f067aa0ba902b7");
+        assert_eq!(lines[0]["agentName"], "agent");
+        assert_eq!(lines[0]["duration"], 0.005);
+    }
+
+    #[test]
+    fn dropping_the_sink_writes_everything_even_past_the_queue_capacity() {
+        let buffer = SharedBuffer::default();
+        // Records are ~70 bytes: 5,000 of them fill a 4 KiB queue many times over.
+        let count = 5_000;
+        {
+            let Ok(sink) = JsonLinesEventSink::with_capacity(buffer.clone(), 4096) else { panic!("writer thread") };
+            emit_tool_events(&sink, count);
+        }
+        let lines = buffer.lines();
+        assert_eq!(lines.len(), count);
+        assert_eq!(lines[count - 1]["toolCallId"], format!("call-{}", count - 1));
+    }
+
+    #[test]
+    fn events_without_a_call_scope_are_written_too() {
+        let buffer = SharedBuffer::default();
+        let Ok(sink) = JsonLinesEventSink::new(buffer.clone()) else { panic!("writer thread") };
+        let extra = serde_json::json!({"stepCount": 2});
+        sink.emit(&RuntimeEvent {
+            kind: EventKind::TurnCompleted,
+            trace_id: "t",
+            span_id: 9,
+            parent_span_id: None,
+            timestamp_ms: 5,
+            agent_name: "a",
+            instance_key: "k",
+            turn_id: "turn",
+            step_id: None,
+            tool: None,
+            extra: Some(&extra),
+            call_scope: None,
+        });
+        sink.flush();
+        let lines = buffer.lines();
+        assert_eq!(lines.len(), 1);
+        assert_eq!(lines[0]["type"], "turn.completed");
+        assert_eq!(lines[0]["stepCount"], 2);
+    }
+
+    #[test]
+    fn a_quiet_sink_still_writes_within_the_flush_interval() {
+        let buffer = SharedBuffer::default();
+        let Ok(sink) = JsonLinesEventSink::new(buffer.clone()) else { panic!("writer thread") };
+        emit_tool_events(&sink, 1);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while buffer.lines().is_empty() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(buffer.lines().len(), 1);
+        drop(sink);
     }
 }

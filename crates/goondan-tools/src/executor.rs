@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use goondan_core::ids::SpanIdGenerator;
 use goondan_core::message::now_millis;
-use goondan_core::{DEFAULT_ERROR_MESSAGE_LIMIT, JsonObject, JsonValue, ToolCall, ToolError, ToolResult, ToolStatus};
+use goondan_core::{DEFAULT_ERROR_MESSAGE_LIMIT, JsonObject, JsonValue, ToolCall, ToolError, ToolResult};
 use tracing::Instrument as _;
 
 use crate::catalog::{ToolCatalog, ToolCatalogItem};
@@ -37,8 +37,8 @@ use crate::validation::validate_args;
 /// What the toolCall middleware sees and may change (spec 002 §6.3).
 #[derive(Debug)]
 pub struct ToolCallContext {
-    tool_name: String,
-    tool_call_id: String,
+    tool_name: Arc<str>,
+    tool_call_id: Arc<str>,
     /// The arguments; changes are seen by inner layers and the core.
     pub args: JsonObject,
     /// Free-form metadata shared between layers.
@@ -148,19 +148,33 @@ impl ToolExecutor {
     /// Runs one call against the step's `catalog` and returns its result.
     pub async fn execute(&self, call: ToolCall, scope: &Arc<CallScope>, catalog: &Arc<ToolCatalog>) -> ToolResult {
         let started = Instant::now();
+        let events_on = self.events.enabled();
+        // One wall-clock read per call: the completion event's timestamp is
+        // derived from the monotonic clock.
+        let started_ms = if events_on { now_millis() } else { 0 };
         let span_id = self.span_ids.next_raw();
-        self.emit(EventKind::ToolCalled, span_id, scope, &call.id, &call.name, None);
+        let ToolCall { id: tool_call_id, name: tool_name, args } = call;
+        if events_on {
+            let data = ToolEventData {
+                tool_call_id: &tool_call_id,
+                tool_name: &tool_name,
+                status: None,
+                error_code: None,
+                duration: None,
+            };
+            self.emit(EventKind::ToolCalled, span_id, started_ms, scope, data);
+        }
 
         let mut ctx = ToolCallContext {
-            tool_name: call.name,
-            tool_call_id: call.id,
-            args: call.args,
+            tool_name,
+            tool_call_id,
+            args,
             metadata: JsonObject::new(),
             scope: Arc::clone(scope),
             catalog: Arc::clone(catalog),
         };
         let chain = self.middleware.run(&mut ctx, &self.core);
-        let mut result = match CatchUnwind(chain).await {
+        let mut result = match CatchUnwind::new(chain).await {
             Ok(result) => result,
             Err(payload) => ToolResult::error(middleware_panic_error(&ctx.tool_name, payload.as_ref())),
         };
@@ -169,15 +183,19 @@ impl ToolExecutor {
             result.truncate_error(limit);
         }
 
-        let kind = if result.is_error() { EventKind::ToolFailed } else { EventKind::ToolCompleted };
-        let data = ToolEventData {
-            tool_call_id: &ctx.tool_call_id,
-            tool_name: &ctx.tool_name,
-            status: Some(result.status),
-            error_code: result.error_code(),
-            duration: Some(started.elapsed()),
-        };
-        self.emit_data(kind, span_id, scope, data);
+        if events_on {
+            let kind = if result.is_error() { EventKind::ToolFailed } else { EventKind::ToolCompleted };
+            let elapsed = started.elapsed();
+            let data = ToolEventData {
+                tool_call_id: &ctx.tool_call_id,
+                tool_name: &ctx.tool_name,
+                status: Some(result.status),
+                error_code: result.error_code(),
+                duration: Some(elapsed),
+            };
+            let finished_ms = started_ms + u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+            self.emit(kind, span_id, finished_ms, scope, data);
+        }
         result
     }
 
@@ -197,32 +215,20 @@ impl ToolExecutor {
             .map_or(DEFAULT_ERROR_MESSAGE_LIMIT, ToolCatalogItem::error_message_limit)
     }
 
-    fn emit(
-        &self,
-        kind: EventKind,
-        span_id: u64,
-        scope: &CallScope,
-        call_id: &str,
-        name: &str,
-        status: Option<ToolStatus>,
-    ) {
-        let data = ToolEventData { tool_call_id: call_id, tool_name: name, status, error_code: None, duration: None };
-        self.emit_data(kind, span_id, scope, data);
-    }
-
-    fn emit_data(&self, kind: EventKind, span_id: u64, scope: &CallScope, data: ToolEventData<'_>) {
+    fn emit(&self, kind: EventKind, span_id: u64, timestamp_ms: u64, scope: &Arc<CallScope>, data: ToolEventData<'_>) {
         self.events.emit(&RuntimeEvent {
             kind,
             trace_id: &scope.trace_id,
             span_id,
             parent_span_id: Some(&scope.step_span_id),
-            timestamp_ms: now_millis(),
+            timestamp_ms,
             agent_name: &scope.agent_name,
             instance_key: &scope.instance_key,
             turn_id: &scope.turn_id,
             step_id: Some(&scope.step_id),
             tool: Some(data),
             extra: None,
+            call_scope: Some(scope),
         });
     }
 }
@@ -262,7 +268,7 @@ impl ExecutorCore {
 
         // 4. Run it, turning errors, panics and the deadline into results.
         let tool_ctx =
-            ToolContext::new(Arc::clone(&ctx.scope), Arc::clone(item.shared_name()), ctx.tool_call_id.clone());
+            ToolContext::new(Arc::clone(&ctx.scope), Arc::clone(item.shared_name()), Arc::clone(&ctx.tool_call_id));
         let span = tracing::debug_span!(
             target: "goondan::tool",
             "tool",
@@ -275,7 +281,7 @@ impl ExecutorCore {
         // inside the middleware, like any other handler failure.
         let handler = &tool.handler;
         let args = &ctx.args;
-        let run = CatchUnwind(Box::pin(async { handler.call(&tool_ctx, args).await })).instrument(span);
+        let run = CatchUnwind::new(async { handler.call(&tool_ctx, args).await }).instrument(span);
         let outcome = match self.policy.call_timeout {
             Some(limit) => match tokio::time::timeout(limit, run).await {
                 Ok(outcome) => outcome,
@@ -358,15 +364,26 @@ fn middleware_panic_error(name: &str, payload: &(dyn Any + Send)) -> ToolError {
         .into_tool_error()
 }
 
-/// Turns a panic while polling the inner future into an `Err`.
-struct CatchUnwind<F>(F);
+pin_project_lite::pin_project! {
+    /// Turns a panic while polling the inner future into an `Err`.
+    struct CatchUnwind<F> {
+        #[pin]
+        inner: F,
+    }
+}
 
-impl<F: Future + Unpin> Future for CatchUnwind<F> {
+impl<F: Future> CatchUnwind<F> {
+    fn new(inner: F) -> Self {
+        Self { inner }
+    }
+}
+
+impl<F: Future> Future for CatchUnwind<F> {
     type Output = Result<F::Output, Box<dyn Any + Send>>;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let inner = &mut self.0;
-        match catch_unwind(AssertUnwindSafe(|| Pin::new(inner).poll(cx))) {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let inner = self.project().inner;
+        match catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
             Ok(Poll::Pending) => Poll::Pending,
             Ok(Poll::Ready(output)) => Poll::Ready(Ok(output)),
             Err(payload) => Poll::Ready(Err(payload)),

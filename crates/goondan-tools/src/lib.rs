@@ -26,7 +26,9 @@ pub mod validation;
 
 pub use catalog::{ParameterSchema, ToolCatalog, ToolCatalogItem, ToolSource, ToolSourceKind};
 pub use context::{AgentToolRuntime, CallScope, ToolContext, ToolLogger};
-pub use events::{EventKind, EventSink, MemoryEventSink, NoopEventSink, RuntimeEvent, TracingEventSink};
+pub use events::{
+    EventKind, EventSink, JsonLinesEventSink, MemoryEventSink, NoopEventSink, RuntimeEvent, TracingEventSink,
+};
 pub use executor::{ExecutorPolicy, ToolCallContext, ToolCallMiddleware, ToolExecutor};
 pub use handler::{HandlerResult, ToolFailure, ToolHandler, ToolOutput, sync_handler};
 pub use pipeline::{BoxFuture, Core, Middleware, MiddlewareChain, Next, from_fn};
