@@ -206,8 +206,7 @@ pub async fn tool_call(global: &GlobalOptions, args: &ToolCallArgs, out: &mut Ou
     let turn_id: Arc<str> = Arc::from(ids::new_ordered_id());
     let catalog = Arc::new(first_step_catalog(&setup, &instance_key, &turn_id).await);
     let step_id = ids::new_ordered_id();
-    let call =
-        ToolCall::new(format!("call_{}", ids::new_id().replace('-', "")), args.name.as_str(), call_args);
+    let call = ToolCall::new(format!("call_{}", ids::new_id().replace('-', "")), args.name.as_str(), call_args);
     let message = Message::assistant_tool_calls(step_id.clone(), vec![call.clone()]);
     let span_ids = goondan_core::ids::SpanIdGenerator::new();
     let scope = Arc::new(CallScope {

@@ -18,8 +18,8 @@ use divan::Bencher;
 use goondan_core::{JsonObject, Message, ToolCall, ToolResult};
 use goondan_tools::events::RuntimeEvent;
 use goondan_tools::{
-    CallScope, EventSink, JsonLinesEventSink, NoopEventSink, ParameterSchema, ToolCallContext, ToolCatalog, ToolCatalogItem, ToolExecutor,
-    ToolOutput, ToolRegistry, ToolSource, from_fn, sync_handler,
+    CallScope, EventSink, JsonLinesEventSink, NoopEventSink, ParameterSchema, ToolCallContext, ToolCatalog,
+    ToolCatalogItem, ToolExecutor, ToolOutput, ToolRegistry, ToolSource, from_fn, sync_handler,
 };
 use serde_json::{Value, json};
 use tokio::runtime::Runtime;

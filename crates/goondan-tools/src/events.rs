@@ -384,7 +384,11 @@ impl<'a> Reader<'a> {
                     extra: None,
                     call_scope: None,
                 };
-                Some(serde_json::to_writer(&mut *out, &event).map_err(io::Error::from).and_then(|()| out.write_all(b"\n")))
+                Some(
+                    serde_json::to_writer(&mut *out, &event)
+                        .map_err(io::Error::from)
+                        .and_then(|()| out.write_all(b"\n")),
+                )
             }
             TAG_LINE => {
                 let line = self.str()??;
