@@ -68,7 +68,8 @@ fn setup(global: &GlobalOptions, agent: Option<&str>, out: &mut Output) -> Resul
     };
     let tools = AgentTools::for_agent(&bundle, agent);
     let mut registry = ToolRegistry::new();
-    goondan_base::register_native_tools(&mut registry, &tools).context("registering built-in tools")?;
+    goondan_base::register_native_tools(&mut registry, &tools, &Arc::new(goondan_base::BaseSettings::from_env()))
+        .context("registering built-in tools")?;
     let agent_name = agent.name().to_owned();
     Ok(Ok(AgentSetup { bundle, agent_name, tools, registry }))
 }

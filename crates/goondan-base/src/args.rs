@@ -109,9 +109,19 @@ pub(crate) mod test_support {
     use goondan_core::{JsonObject, JsonValue, Message};
     use goondan_tools::{CallScope, HandlerResult, ToolContext, ToolFailure, ToolOutput};
 
+    /// Default settings, as with an empty environment.
+    pub(crate) fn settings() -> Arc<crate::BaseSettings> {
+        Arc::new(crate::BaseSettings::default())
+    }
+
     /// A context for a call of `tool` outside any real agent.
     pub(crate) fn context(tool: &str) -> ToolContext {
-        let workdir: Arc<Path> = Arc::from(std::env::temp_dir().as_path());
+        context_in(tool, std::env::temp_dir().as_path())
+    }
+
+    /// A context for a call of `tool` whose instance works in `workdir`.
+    pub(crate) fn context_in(tool: &str, workdir: &Path) -> ToolContext {
+        let workdir: Arc<Path> = Arc::from(workdir);
         let scope = CallScope {
             agent_name: Arc::from("tester"),
             instance_key: Arc::from("test-instance"),
@@ -136,7 +146,7 @@ pub(crate) mod test_support {
 
     /// Calls a synchronous export through the crate's dispatcher.
     pub(crate) fn call(tool: &str, export: &str, input: JsonValue) -> HandlerResult {
-        let Some(handler) = crate::native_handler(tool, export) else {
+        let Some(handler) = crate::native_handler(tool, export, &settings()) else {
             panic!("no handler for {tool}.{export}");
         };
         let ctx = context(&format!("{tool}__{export}"));

@@ -316,7 +316,7 @@ mod tests {
     #[test]
     fn unknown_export() {
         assert!(handler("transform").is_none());
-        assert!(crate::native_handler("json-query", "nope").is_none());
-        assert!(crate::native_handler("no-such-tool", "query").is_none());
+        assert!(crate::native_handler("json-query", "nope", &crate::args::test_support::settings()).is_none());
+        assert!(crate::native_handler("no-such-tool", "query", &crate::args::test_support::settings()).is_none());
     }
 }

@@ -10,17 +10,33 @@ use std::sync::Arc;
 use goondan_tools::ToolHandler;
 
 pub mod args;
+pub mod bash;
+pub mod file_system;
+pub mod http_fetch;
 pub mod json_query;
+pub mod net_guard;
+pub mod paths;
 pub mod self_restart;
+pub mod settings;
+pub mod slack;
+pub mod telegram;
 pub mod text_transform;
+pub mod tls;
 pub mod wait;
+
+pub use settings::BaseSettings;
 
 /// The package name under which these tools are referenced.
 pub const BASE_PACKAGE: &str = "@goondan/base";
 
 /// The native handler of `tool`'s `export`, if this build has one.
-pub fn native_handler(tool: &str, export: &str) -> Option<Arc<dyn ToolHandler>> {
+pub fn native_handler(tool: &str, export: &str, settings: &Arc<BaseSettings>) -> Option<Arc<dyn ToolHandler>> {
     match tool {
+        "bash" => bash::handler(export, settings),
+        "file-system" => file_system::handler(export, settings),
+        "http-fetch" => http_fetch::handler(export, settings),
+        "telegram" => telegram::handler(export, settings),
+        "slack" => slack::handler(export, settings),
         "json-query" => json_query::handler(export),
         "text-transform" => text_transform::handler(export),
         "wait" => wait::handler(export),
@@ -37,13 +53,14 @@ pub fn native_handler(tool: &str, export: &str) -> Option<Arc<dyn ToolHandler>> 
 pub fn register_native_tools(
     registry: &mut goondan_tools::ToolRegistry,
     tools: &goondan_tools::assembly::AgentTools,
+    settings: &Arc<BaseSettings>,
 ) -> Result<usize, goondan_tools::RegistryError> {
     let mut registered = 0;
     for tool in tools.iter() {
         if tool.scope != goondan_config::PackageScope::Base || registry.contains(tool.item.name()) {
             continue;
         }
-        if let Some(handler) = native_handler(&tool.tool, &tool.export) {
+        if let Some(handler) = native_handler(&tool.tool, &tool.export, settings) {
             registry.register(tool.item.clone(), handler)?;
             registered += 1;
         }

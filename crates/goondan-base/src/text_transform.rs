@@ -314,6 +314,6 @@ mod tests {
     #[test]
     fn unknown_export() {
         assert!(handler("regex").is_none());
-        assert!(crate::native_handler("text-transform", "template").is_none());
+        assert!(crate::native_handler("text-transform", "template", &crate::args::test_support::settings()).is_none());
     }
 }

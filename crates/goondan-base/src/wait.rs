@@ -53,7 +53,7 @@ mod tests {
     use crate::args::test_support::{context, err, object, ok};
 
     async fn run(input: JsonValue) -> (HandlerResult, Duration) {
-        let Some(handler) = crate::native_handler("wait", "seconds") else {
+        let Some(handler) = crate::native_handler("wait", "seconds", &crate::args::test_support::settings()) else {
             panic!("no wait.seconds handler");
         };
         let ctx = context("wait__seconds");

@@ -8,7 +8,6 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use goondan_core::ids::format_span_id;
 use goondan_core::{JsonValue, ToolStatus};
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
@@ -116,7 +115,7 @@ impl Serialize for RuntimeEvent<'_> {
         let mut map = serializer.serialize_map(None)?;
         map.serialize_entry("type", self.kind.as_str())?;
         map.serialize_entry("traceId", self.trace_id)?;
-        map.serialize_entry("spanId", &format_span_id(self.span_id))?;
+        map.serialize_entry("spanId", &SpanHex(self.span_id))?;
         if let Some(parent) = self.parent_span_id {
             map.serialize_entry("parentSpanId", parent)?;
         }
@@ -146,6 +145,21 @@ impl Serialize for RuntimeEvent<'_> {
             }
         }
         map.end()
+    }
+}
+
+/// A span id written as 16 lowercase hex digits without allocating.
+struct SpanHex(u64);
+
+impl Serialize for SpanHex {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut buffer = [0_u8; 16];
+        for (index, byte) in buffer.iter_mut().enumerate() {
+            let shift = (15 - index) * 4;
+            *byte = DIGITS[((self.0 >> shift) & 0xf) as usize];
+        }
+        serializer.serialize_str(std::str::from_utf8(&buffer).unwrap_or("0000000000000000"))
     }
 }
 

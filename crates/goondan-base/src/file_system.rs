@@ -1,0 +1,1459 @@
+//! The `file-system` tool: `read`, `write`, `list` and `mkdir` inside the
+//! instance's working directory.
+//!
+//! The exports, parameters and output fields are the original's
+//! (`packages/base/src/tools/file-system.ts`); what differs is safety:
+//!
+//! - **Confinement.** Every path goes through
+//!   [`crate::paths::resolve_confined`]: relative paths resolve against the
+//!   workdir, and absolute paths, `..` escapes and symbolic links (dangling
+//!   ones included) that lead outside the workdir are refused with
+//!   `E_PATH_OUTSIDE_WORKDIR`. The operator widens the allowed roots with
+//!   `GOONDAN_FS_ALLOW_ROOTS` (directories separated like `PATH`). Outputs
+//!   report the resolved (real, absolute) path, which is the path used.
+//! - **`read`** reads at most `maxBytes` (1..=10 MiB, default 100,000) bytes
+//!   — never the whole of a large file — and backs off to a character
+//!   boundary rather than split a UTF-8 character; `truncated` says the file
+//!   is longer, `size` is its full size. A file with a NUL byte in its first
+//!   8 KiB, or whose bytes are not UTF-8 (other than the cut at the end), is
+//!   refused with `E_BINARY_FILE` naming its size, rather than returned as
+//!   garbage. Only regular files are read (a FIFO could block forever).
+//! - **`write`** is atomic: the content goes to a uniquely named temporary
+//!   file in the target's directory, is synced, takes over the permissions of
+//!   the file it replaces, and is renamed over the target — a crash leaves the
+//!   old file or the new one, never half of one. `append: true` appends
+//!   (creating the file when missing). Missing parent directories are created.
+//! - **`list`** returns entries sorted by path, component by component (a
+//!   directory's entries follow it directly, as in a tree walk). Entries have
+//!   `type` `"file"` (with `size`), `"dir"`, `"symlink"` or `"other"`, and an
+//!   absolute `path` (the listed `path` defaults to `.`, an empty one too;
+//!   the other exports refuse an empty `path`). A recursive walk never
+//!   follows a symbolic link: a link is listed with `targetType` (`"file"`,
+//!   `"dir"` or `"other"`) when it points inside the allowed roots, and
+//!   without it when it is dangling or leads outside (its target is then not
+//!   even examined); links are filtered by `includeDirs` when they point to a
+//!   directory, by `includeFiles` otherwise. The output is bounded: at most [`MAX_LIST_ENTRIES`] entries,
+//!   [`MAX_LIST_DEPTH`] levels and [`MAX_LIST_SCANNED`] directory entries
+//!   examined. The output always has `truncated`; when the listing was cut, or
+//!   a subdirectory could not be read, a `note` says what happened. Since the
+//!   walk is in sorted order, a cut listing is a prefix of the full one.
+//! - **`mkdir`** returns `{path, created, recursive}`; `created` is `false`
+//!   when the directory already existed (the original always said `true`).
+//!
+//! Errors carry their own codes ([`E_FILE_NOT_FOUND`], [`E_IS_DIRECTORY`],
+//! …), name the path and say what to do. The blocking file-system work runs on
+//! Tokio's blocking pool so that a slow disk never stalls the runtime.
+
+use std::ffi::OsString;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use goondan_core::{JsonObject, JsonValue};
+use goondan_tools::{BoxFuture, HandlerResult, ToolContext, ToolFailure, ToolHandler, ToolOutput};
+use serde_json::json;
+
+use crate::BaseSettings;
+use crate::args;
+use crate::paths;
+
+/// `read`'s default `maxBytes`.
+pub const DEFAULT_READ_BYTES: u64 = 100_000;
+/// The largest `maxBytes` `read` accepts: 10 MiB.
+pub const MAX_READ_BYTES: u64 = 10 * 1024 * 1024;
+/// How much of a file's start is searched for a NUL byte.
+pub const BINARY_SNIFF_BYTES: usize = 8 * 1024;
+/// The most entries `list` returns.
+pub const MAX_LIST_ENTRIES: usize = 10_000;
+/// How deep a recursive `list` descends (the listed directory's own entries
+/// are level 1).
+pub const MAX_LIST_DEPTH: usize = 32;
+/// The most directory entries one `list` examines, listed or filtered out, so
+/// that a huge tree costs bounded time even when little of it is returned.
+pub const MAX_LIST_SCANNED: usize = 100_000;
+
+/// No file or directory at the path (ENOENT), or a missing parent.
+pub const E_FILE_NOT_FOUND: &str = "E_FILE_NOT_FOUND";
+/// A directory where a file was expected.
+pub const E_IS_DIRECTORY: &str = "E_IS_DIRECTORY";
+/// A file where a directory was expected.
+pub const E_NOT_DIRECTORY: &str = "E_NOT_DIRECTORY";
+/// Something other than a regular file or directory (FIFO, socket, device).
+pub const E_NOT_REGULAR_FILE: &str = "E_NOT_REGULAR_FILE";
+/// A file that is not UTF-8 text.
+pub const E_BINARY_FILE: &str = "E_BINARY_FILE";
+/// The operating system refused access.
+pub const E_PERMISSION_DENIED: &str = "E_PERMISSION_DENIED";
+/// `mkdir` on a path that exists and is not a directory.
+pub const E_ALREADY_EXISTS: &str = "E_ALREADY_EXISTS";
+/// Any other failure of the file system (disk full, read-only, I/O error).
+pub const E_FS_ERROR: &str = "E_FS_ERROR";
+
+/// The handler of `export`, or `None` if the tool has no such export.
+pub fn handler(export: &str, settings: &Arc<BaseSettings>) -> Option<Arc<dyn ToolHandler>> {
+    let export = match export {
+        "read" => Export::Read,
+        "write" => Export::Write,
+        "list" => Export::List,
+        "mkdir" => Export::Mkdir,
+        _ => return None,
+    };
+    Some(Arc::new(FileSystem { export, settings: Arc::clone(settings) }))
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Export {
+    Read,
+    Write,
+    List,
+    Mkdir,
+}
+
+/// One export of the tool, with the operator's settings.
+struct FileSystem {
+    export: Export,
+    settings: Arc<BaseSettings>,
+}
+
+impl ToolHandler for FileSystem {
+    fn call<'a>(&'a self, ctx: &'a ToolContext, input: &'a JsonObject) -> BoxFuture<'a, HandlerResult> {
+        Box::pin(async move {
+            let request = Request::parse(self.export, input)?;
+            let place =
+                Place { workdir: ctx.workdir().to_path_buf(), extra_roots: self.settings.extra_fs_roots.clone() };
+            let output = run_blocking(move || request.run(&place)).await?;
+            Ok(ToolOutput::Value(output))
+        })
+    }
+}
+
+/// Runs `work` on Tokio's blocking pool, or inline outside a runtime.
+async fn run_blocking<F>(work: F) -> Result<JsonValue, ToolFailure>
+where
+    F: FnOnce() -> Result<JsonValue, ToolFailure> + Send + 'static,
+{
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => runtime.spawn_blocking(work).await.unwrap_or_else(|error| {
+            Err(ToolFailure::with_code(format!("the file-system task did not finish: {error}"), E_FS_ERROR))
+        }),
+        Err(_) => work(),
+    }
+}
+
+/// Where paths resolve: the workdir and the operator's extra roots.
+struct Place {
+    workdir: PathBuf,
+    extra_roots: Vec<PathBuf>,
+}
+
+impl Place {
+    fn resolve(&self, path: &str) -> Result<PathBuf, ToolFailure> {
+        paths::resolve_confined(&self.workdir, &self.extra_roots, path)
+    }
+}
+
+/// A validated call.
+enum Request {
+    Read { path: String, max_bytes: u64 },
+    Write { path: String, content: String, append: bool },
+    List { path: String, recursive: bool, include_dirs: bool, include_files: bool },
+    Mkdir { path: String, recursive: bool },
+}
+
+impl Request {
+    fn parse(export: Export, input: &JsonObject) -> Result<Self, ToolFailure> {
+        Ok(match export {
+            Export::Read => Self::Read { path: required_path(input)?, max_bytes: max_bytes(input)? },
+            Export::Write => Self::Write {
+                path: required_path(input)?,
+                content: args::require_string(input, "content")?.to_owned(),
+                append: args::optional_bool(input, "append")?.unwrap_or(false),
+            },
+            Export::List => Self::List {
+                path: args::optional_string(input, "path")?.filter(|p| !p.is_empty()).unwrap_or(".").to_owned(),
+                recursive: args::optional_bool(input, "recursive")?.unwrap_or(false),
+                include_dirs: args::optional_bool(input, "includeDirs")?.unwrap_or(true),
+                include_files: args::optional_bool(input, "includeFiles")?.unwrap_or(true),
+            },
+            Export::Mkdir => Self::Mkdir {
+                path: required_path(input)?,
+                recursive: args::optional_bool(input, "recursive")?.unwrap_or(true),
+            },
+        })
+    }
+
+    fn run(self, place: &Place) -> Result<JsonValue, ToolFailure> {
+        match self {
+            Self::Read { path, max_bytes } => read(place, &path, max_bytes),
+            Self::Write { path, content, append } => write(place, &path, &content, append),
+            Self::List { path, recursive, include_dirs, include_files } => {
+                list(place, &path, Walk::new(recursive, include_dirs, include_files))
+            }
+            Self::Mkdir { path, recursive } => mkdir(place, &path, recursive),
+        }
+    }
+}
+
+/// The `path` property, which must name something.
+fn required_path(input: &JsonObject) -> Result<String, ToolFailure> {
+    let path = args::require_string(input, "path")?;
+    if path.trim().is_empty() {
+        return Err(ToolFailure::new("'path' must not be empty")
+            .suggest("Pass a path relative to the working directory, e.g. \"notes/todo.md\"."));
+    }
+    Ok(path.to_owned())
+}
+
+/// `read`'s `maxBytes`: a whole number in `1..=MAX_READ_BYTES`.
+fn max_bytes(input: &JsonObject) -> Result<u64, ToolFailure> {
+    let Some(number) = args::optional_number(input, "maxBytes")? else {
+        return Ok(DEFAULT_READ_BYTES);
+    };
+    if number.fract() != 0.0 || !(1.0..=MAX_READ_BYTES as f64).contains(&number) {
+        return Err(ToolFailure::new(format!(
+            "'maxBytes' must be a whole number between 1 and {MAX_READ_BYTES}, got {}",
+            args::number_value(number)
+        ))
+        .suggest(format!(
+            "Omit maxBytes to read up to {DEFAULT_READ_BYTES} bytes, or pass at most {MAX_READ_BYTES}; read the \
+             rest of a larger file with other tools (e.g. bash with head, tail or sed)."
+        )));
+    }
+    // Whole and within 1..=10 MiB, so the conversion is exact.
+    Ok(number as u64)
+}
+
+/// A path for output and messages.
+fn shown(path: &Path) -> String {
+    path.to_string_lossy().into_owned()
+}
+
+/// `'input' (real path)`, or just `'input'` when they are the same text.
+fn describe(input: &str, real: &Path) -> String {
+    let real = shown(real);
+    if real == input { format!("'{input}'") } else { format!("'{input}' ({real})") }
+}
+
+/// A failed operating-system call on `input` (resolved to `real`), with a
+/// code and suggestion chosen by the kind of error.
+fn io_failure(action: &str, input: &str, real: &Path, error: &io::Error) -> ToolFailure {
+    let what = describe(input, real);
+    match error.kind() {
+        io::ErrorKind::NotFound => {
+            ToolFailure::with_code(format!("cannot {action} {what}: no such file or directory"), E_FILE_NOT_FOUND)
+                .suggest(
+                    "Check the path with file-system__list; relative paths resolve against the instance's working \
+             directory.",
+                )
+        }
+        io::ErrorKind::PermissionDenied => {
+            ToolFailure::with_code(format!("cannot {action} {what}: permission denied"), E_PERMISSION_DENIED)
+                .suggest("The file's permissions do not allow this; choose another path or fix them with bash.")
+        }
+        io::ErrorKind::IsADirectory => {
+            ToolFailure::with_code(format!("cannot {action} {what}: it is a directory"), E_IS_DIRECTORY)
+                .suggest("Use file-system__list to see a directory's entries, or choose a file path inside it.")
+        }
+        io::ErrorKind::NotADirectory => ToolFailure::with_code(
+            format!("cannot {action} {what}: a part of the path is a file, not a directory"),
+            E_NOT_DIRECTORY,
+        )
+        .suggest("Check the path with file-system__list; a file cannot contain other files."),
+        _ => ToolFailure::with_code(format!("cannot {action} {what}: {error}"), E_FS_ERROR)
+            .suggest("Check the file system (free space, permissions, read-only mounts) and try again."),
+    }
+}
+
+fn is_directory_failure(action: &str, input: &str, real: &Path) -> ToolFailure {
+    io_failure(action, input, real, &io::Error::from(io::ErrorKind::IsADirectory))
+}
+
+fn not_regular_failure(action: &str, input: &str, real: &Path) -> ToolFailure {
+    ToolFailure::with_code(
+        format!("cannot {action} {}: it is not a regular file (a FIFO, socket or device)", describe(input, real)),
+        E_NOT_REGULAR_FILE,
+    )
+    .suggest("file-system works on regular files and directories only; choose another path.")
+}
+
+// ---------------------------------------------------------------------------
+// read
+// ---------------------------------------------------------------------------
+
+fn read(place: &Place, input: &str, max_bytes: u64) -> Result<JsonValue, ToolFailure> {
+    let real = place.resolve(input)?;
+    let failure = |error: io::Error| io_failure("read", input, &real, &error);
+    // Checked before opening: opening a FIFO would block until a writer came.
+    let meta = fs::metadata(&real).map_err(failure)?;
+    if meta.is_dir() {
+        return Err(is_directory_failure("read", input, &real));
+    }
+    if !meta.is_file() {
+        return Err(not_regular_failure("read", input, &real));
+    }
+    let file = File::open(&real).map_err(failure)?;
+    // One byte more than returned tells whether the file goes on; at least
+    // the sniffed prefix is read so that a small maxBytes still detects
+    // binary content.
+    let want = max_bytes.saturating_add(1).max(BINARY_SNIFF_BYTES as u64);
+    let mut bytes = Vec::with_capacity(usize::try_from(want.min(meta.len().saturating_add(1))).unwrap_or(0));
+    let mut reader = file.take(want);
+    reader.read_to_end(&mut bytes).map_err(failure)?;
+    let seen = bytes.len() as u64;
+    // The file may have changed since `metadata`; what was read is a lower bound.
+    let size = reader.into_inner().metadata().map_or(meta.len(), |now| now.len()).max(seen);
+
+    let sniffed = &bytes[..bytes.len().min(BINARY_SNIFF_BYTES)];
+    if let Some(offset) = sniffed.iter().position(|byte| *byte == 0) {
+        return Err(binary_failure(input, &real, size, &format!("it has a NUL byte at offset {offset}")));
+    }
+    let truncated = seen > max_bytes;
+    bytes.truncate(usize::try_from(max_bytes).unwrap_or(usize::MAX));
+    let content = match String::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(error) => {
+            let utf8 = error.utf8_error();
+            let valid = utf8.valid_up_to();
+            // A character cut by maxBytes is not an error: back off to before it.
+            let cut_by_limit = utf8.error_len().is_none() && truncated;
+            if !cut_by_limit {
+                return Err(binary_failure(input, &real, size, &format!("it is not valid UTF-8 at byte {valid}")));
+            }
+            let mut bytes = error.into_bytes();
+            bytes.truncate(valid);
+            String::from_utf8(bytes).map_err(|error| {
+                binary_failure(input, &real, size, &format!("it is not valid UTF-8 at byte {}", error.utf8_error()))
+            })?
+        }
+    };
+    Ok(json!({"path": shown(&real), "size": size, "truncated": truncated, "content": content}))
+}
+
+fn binary_failure(input: &str, real: &Path, size: u64, why: &str) -> ToolFailure {
+    ToolFailure::with_code(
+        format!("cannot read {} as text: it looks like a binary file of {size} bytes ({why})", describe(input, real)),
+        E_BINARY_FILE,
+    )
+    .named("BinaryFileError")
+    .suggest(
+        "file-system__read returns UTF-8 text only. Inspect binary files with other tools if available (e.g. bash \
+         with `file`, `xxd | head` or `base64`).",
+    )
+}
+
+// ---------------------------------------------------------------------------
+// write
+// ---------------------------------------------------------------------------
+
+fn write(place: &Place, input: &str, content: &str, append: bool) -> Result<JsonValue, ToolFailure> {
+    let real = place.resolve(input)?;
+    let failure = |error: io::Error| io_failure("write", input, &real, &error);
+    let existing = match fs::metadata(&real) {
+        Ok(meta) => Some(meta),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => None,
+        Err(error) => return Err(failure(error)),
+    };
+    if let Some(meta) = &existing {
+        if meta.is_dir() {
+            return Err(is_directory_failure("write", input, &real));
+        }
+        if !meta.is_file() {
+            return Err(not_regular_failure("write", input, &real));
+        }
+    }
+    let (Some(parent), Some(name)) = (real.parent(), real.file_name()) else {
+        return Err(is_directory_failure("write", input, &real));
+    };
+    if existing.is_none() {
+        fs::create_dir_all(parent)
+            .map_err(|error| io_failure("create the parent directory of", input, &real, &error))?;
+        // The new directories were created under a real prefix; make sure no
+        // link appeared on the way meanwhile.
+        if fs::canonicalize(parent).ok().as_deref() != Some(parent) {
+            return Err(place.resolve(input).err().unwrap_or_else(|| {
+                ToolFailure::with_code(
+                    format!("the directory of {} changed while writing", describe(input, &real)),
+                    E_FS_ERROR,
+                )
+                .suggest("Try again.")
+            }));
+        }
+    }
+    if append {
+        let mut file = OpenOptions::new().append(true).create(true).open(&real).map_err(failure)?;
+        file.write_all(content.as_bytes()).map_err(failure)?;
+        file.sync_data().map_err(failure)?;
+    } else {
+        let permissions = existing.map(|meta| meta.permissions());
+        replace_atomically(parent, name, &real, content.as_bytes(), permissions).map_err(failure)?;
+    }
+    let size = fs::metadata(&real).map_err(failure)?.len();
+    Ok(json!({"path": shown(&real), "size": size, "written": true, "append": append}))
+}
+
+/// Distinguishes the temporary files of concurrent writes in one process.
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Writes `bytes` to a new temporary file in `dir`, syncs it, gives it
+/// `permissions` (the replaced file's), and renames it over `target`; the
+/// temporary file is removed on any failure.
+fn replace_atomically(
+    dir: &Path,
+    name: &std::ffi::OsStr,
+    target: &Path,
+    bytes: &[u8],
+    permissions: Option<fs::Permissions>,
+) -> io::Result<()> {
+    let (temp_path, mut file) = create_temp(dir, name)?;
+    let written = (|| {
+        file.write_all(bytes)?;
+        if let Some(permissions) = permissions {
+            file.set_permissions(permissions)?;
+        }
+        file.sync_all()?;
+        drop(file);
+        fs::rename(&temp_path, target)
+    })();
+    if let Err(error) = written {
+        let _ = fs::remove_file(&temp_path);
+        return Err(error);
+    }
+    // Make the rename itself durable; a failure here loses nothing already visible.
+    if let Ok(directory) = File::open(dir) {
+        let _ = directory.sync_all();
+    }
+    Ok(())
+}
+
+/// A new, uniquely named file in `dir` (`create_new`, so an existing file or
+/// link of that name is never opened).
+fn create_temp(dir: &Path, name: &std::ffi::OsStr) -> io::Result<(PathBuf, File)> {
+    // A short prefix of the target's name helps a person recognize leftovers
+    // of a crash without risking a name longer than the file system allows.
+    let stem: String = name.to_string_lossy().chars().take(32).collect();
+    let mut last_error = None;
+    for _ in 0..16 {
+        let sequence = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+        let mut temp_name = OsString::from(".");
+        temp_name.push(&stem);
+        temp_name.push(format!(".{}.{sequence}.{nanos:x}.goondan-tmp", std::process::id()));
+        let temp_path = dir.join(temp_name);
+        match OpenOptions::new().write(true).create_new(true).open(&temp_path) {
+            Ok(file) => return Ok((temp_path, file)),
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => last_error = Some(error),
+            Err(error) => return Err(error),
+        }
+    }
+    Err(last_error.unwrap_or_else(|| io::Error::from(io::ErrorKind::AlreadyExists)))
+}
+
+// ---------------------------------------------------------------------------
+// list
+// ---------------------------------------------------------------------------
+
+/// The state of one listing.
+struct Walk {
+    recursive: bool,
+    include_dirs: bool,
+    include_files: bool,
+    roots: Vec<PathBuf>,
+    entries: Vec<JsonValue>,
+    scanned: usize,
+    truncated: bool,
+    /// Why the listing is incomplete, once each.
+    notes: Vec<String>,
+    unreadable: Vec<String>,
+}
+
+/// Whether the walk goes on.
+#[derive(PartialEq, Eq)]
+enum Flow {
+    Continue,
+    Stop,
+}
+
+impl Walk {
+    fn new(recursive: bool, include_dirs: bool, include_files: bool) -> Self {
+        Self {
+            recursive,
+            include_dirs,
+            include_files,
+            roots: Vec::new(),
+            entries: Vec::new(),
+            scanned: 0,
+            truncated: false,
+            notes: Vec::new(),
+            unreadable: Vec::new(),
+        }
+    }
+
+    fn note(&mut self, note: String) {
+        self.truncated = true;
+        if !self.notes.contains(&note) {
+            self.notes.push(note);
+        }
+    }
+
+    /// Lists `dir` (a real directory, no link on its path), whose entries are
+    /// at `depth`, descending into subdirectories when recursive.
+    fn walk(&mut self, dir: &Path, depth: usize) -> io::Result<Flow> {
+        let mut children = Vec::new();
+        for entry in fs::read_dir(dir)? {
+            if self.scanned >= MAX_LIST_SCANNED {
+                self.note(format!("stopped after examining {MAX_LIST_SCANNED} entries"));
+                break;
+            }
+            self.scanned += 1;
+            let entry = entry?;
+            // `file_type` does not follow symbolic links.
+            let kind = entry.file_type()?;
+            children.push((entry.file_name(), kind));
+        }
+        children.sort_by(|a, b| a.0.cmp(&b.0));
+        for (name, kind) in children {
+            let path = dir.join(&name);
+            let name = name.to_string_lossy().into_owned();
+            if kind.is_dir() {
+                if self.include_dirs
+                    && self.push(json!({"name": name, "path": shown(&path), "type": "dir"})) == Flow::Stop
+                {
+                    return Ok(Flow::Stop);
+                }
+                if self.recursive && self.descend(&path, depth) == Flow::Stop {
+                    return Ok(Flow::Stop);
+                }
+            } else if kind.is_file() {
+                if self.include_files {
+                    // Not following links: the size of this very file.
+                    let size = fs::symlink_metadata(&path).map_or(0, |meta| meta.len());
+                    let entry = json!({"name": name, "path": shown(&path), "type": "file", "size": size});
+                    if self.push(entry) == Flow::Stop {
+                        return Ok(Flow::Stop);
+                    }
+                }
+            } else if kind.is_symlink() {
+                let target = self.link_target_type(&path);
+                let wanted = if target == Some("dir") { self.include_dirs } else { self.include_files };
+                if wanted {
+                    let mut entry = json!({"name": name, "path": shown(&path), "type": "symlink"});
+                    if let (Some(target), JsonValue::Object(map)) = (target, &mut entry) {
+                        map.insert("targetType".to_owned(), JsonValue::from(target));
+                    }
+                    if self.push(entry) == Flow::Stop {
+                        return Ok(Flow::Stop);
+                    }
+                }
+            } else if self.include_files
+                && self.push(json!({"name": name, "path": shown(&path), "type": "other"})) == Flow::Stop
+            {
+                return Ok(Flow::Stop);
+            }
+        }
+        Ok(Flow::Continue)
+    }
+
+    /// Walks the subdirectory `path` of a directory whose entries are at `depth`.
+    fn descend(&mut self, path: &Path, depth: usize) -> Flow {
+        if depth >= MAX_LIST_DEPTH {
+            self.note(format!("directories more than {MAX_LIST_DEPTH} levels deep were not descended into"));
+            return Flow::Continue;
+        }
+        // The entry was a directory when read; if it has been replaced by a
+        // link since, its real path differs and it is not entered.
+        if fs::canonicalize(path).ok().as_deref() != Some(path) {
+            return Flow::Continue;
+        }
+        match self.walk(path, depth + 1) {
+            Ok(flow) => flow,
+            Err(error) => {
+                self.truncated = true;
+                self.unreadable.push(format!("{} ({error})", shown(path)));
+                Flow::Continue
+            }
+        }
+    }
+
+    /// What the link at `path` points to, when that lies inside the allowed
+    /// roots; `None` for dangling links and links that lead outside, whose
+    /// targets are not examined.
+    fn link_target_type(&self, path: &Path) -> Option<&'static str> {
+        let real = fs::canonicalize(path).ok()?;
+        if !paths::is_within(&real, &self.roots) {
+            return None;
+        }
+        let meta = fs::metadata(&real).ok()?;
+        Some(if meta.is_dir() {
+            "dir"
+        } else if meta.is_file() {
+            "file"
+        } else {
+            "other"
+        })
+    }
+
+    /// Adds an entry, unless the listing is full.
+    fn push(&mut self, entry: JsonValue) -> Flow {
+        if self.entries.len() >= MAX_LIST_ENTRIES {
+            self.note(format!("only the first {MAX_LIST_ENTRIES} entries are listed"));
+            return Flow::Stop;
+        }
+        self.entries.push(entry);
+        Flow::Continue
+    }
+
+    /// Why the listing is incomplete, if it is.
+    fn summary(&self) -> Option<String> {
+        let mut parts = self.notes.clone();
+        if !self.unreadable.is_empty() {
+            const SHOWN: usize = 5;
+            let mut part = format!(
+                "{} subdirector{} could not be read: {}",
+                self.unreadable.len(),
+                if self.unreadable.len() == 1 { "y" } else { "ies" },
+                self.unreadable.iter().take(SHOWN).cloned().collect::<Vec<_>>().join(", ")
+            );
+            if self.unreadable.len() > SHOWN {
+                part.push_str(", …");
+            }
+            parts.push(part);
+        }
+        if parts.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "The listing is incomplete: {}. List a subdirectory, or narrow it with includeDirs/includeFiles, to see \
+             more.",
+            parts.join("; ")
+        ))
+    }
+}
+
+fn list(place: &Place, input: &str, mut walk: Walk) -> Result<JsonValue, ToolFailure> {
+    let real = place.resolve(input)?;
+    let meta = fs::metadata(&real).map_err(|error| io_failure("list", input, &real, &error))?;
+    if !meta.is_dir() {
+        return Err(ToolFailure::with_code(
+            format!("cannot list {}: it is not a directory", describe(input, &real)),
+            E_NOT_DIRECTORY,
+        )
+        .suggest("Use file-system__read to read a file, or list its parent directory."));
+    }
+    walk.roots = paths::allowed_roots(&place.workdir, &place.extra_roots);
+    walk.walk(&real, 1).map_err(|error| io_failure("list", input, &real, &error))?;
+    let mut output = json!({
+        "path": shown(&real),
+        "recursive": walk.recursive,
+        "count": walk.entries.len(),
+        "entries": JsonValue::Array(Vec::new()),
+        "truncated": walk.truncated,
+    });
+    if let JsonValue::Object(map) = &mut output {
+        if let Some(note) = walk.summary() {
+            map.insert("note".to_owned(), JsonValue::from(note));
+        }
+        map.insert("entries".to_owned(), JsonValue::Array(std::mem::take(&mut walk.entries)));
+    }
+    Ok(output)
+}
+
+// ---------------------------------------------------------------------------
+// mkdir
+// ---------------------------------------------------------------------------
+
+fn mkdir(place: &Place, input: &str, recursive: bool) -> Result<JsonValue, ToolFailure> {
+    let real = place.resolve(input)?;
+    let exists_as_file = || {
+        ToolFailure::with_code(
+            format!("cannot create directory {}: a file of that name exists", describe(input, &real)),
+            E_ALREADY_EXISTS,
+        )
+        .suggest("Choose another name, or remove or rename the file first.")
+    };
+    let done = |created: bool| json!({"path": shown(&real), "created": created, "recursive": recursive});
+    match fs::metadata(&real) {
+        Ok(meta) if meta.is_dir() => return Ok(done(false)),
+        Ok(_) => return Err(exists_as_file()),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+        Err(error) => return Err(io_failure("create directory", input, &real, &error)),
+    }
+    let created = if recursive { fs::create_dir_all(&real) } else { fs::create_dir(&real) };
+    match created {
+        Ok(()) => Ok(done(true)),
+        // Created by someone else meanwhile.
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => match fs::metadata(&real) {
+            Ok(meta) if meta.is_dir() => Ok(done(false)),
+            _ => Err(exists_as_file()),
+        },
+        Err(error) if error.kind() == io::ErrorKind::NotFound && !recursive => Err(ToolFailure::with_code(
+            format!("cannot create directory {}: its parent directory does not exist", describe(input, &real)),
+            E_FILE_NOT_FOUND,
+        )
+        .suggest("Pass recursive: true (the default) to create missing parent directories too.")),
+        Err(error) => Err(io_failure("create directory", input, &real, &error)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::{PermissionsExt, symlink};
+    use std::sync::atomic::AtomicBool;
+    use std::task::{Context, Poll, Waker};
+
+    use goondan_core::{ToolCall, ToolResult};
+    use goondan_tools::{ToolCatalog, ToolExecutor, ToolRegistry, assembly::export_item};
+    use tempfile::TempDir;
+
+    use super::*;
+    use crate::args::test_support::{context_in, err, object, ok, settings};
+
+    /// A workdir and a directory outside it, both real paths.
+    struct Fixture {
+        _dirs: (TempDir, TempDir),
+        root: PathBuf,
+        outside: PathBuf,
+    }
+
+    fn fixture() -> Fixture {
+        let (Ok(dir), Ok(outside)) = (tempfile::tempdir(), tempfile::tempdir()) else { panic!("tempdir") };
+        let (Ok(root), Ok(outside_real)) = (fs::canonicalize(dir.path()), fs::canonicalize(outside.path())) else {
+            panic!("canonicalize")
+        };
+        Fixture { _dirs: (dir, outside), root, outside: outside_real }
+    }
+
+    fn put(path: &Path, bytes: impl AsRef<[u8]>) {
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent).unwrap_or_else(|e| panic!("mkdir {}: {e}", parent.display()));
+        }
+        fs::write(path, bytes).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    }
+
+    fn text(path: &Path) -> String {
+        fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+    }
+
+    fn link(target: &Path, at: &Path) {
+        symlink(target, at).unwrap_or_else(|e| panic!("symlink {}: {e}", at.display()));
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let Ok(entries) = fs::read_dir(dir) else { panic!("read_dir {}", dir.display()) };
+        let mut names: Vec<String> =
+            entries.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+        names.sort();
+        names
+    }
+
+    async fn call_with(settings: &Arc<BaseSettings>, workdir: &Path, export: &str, input: JsonValue) -> HandlerResult {
+        let Some(handler) = handler(export, settings) else { panic!("no handler for {export}") };
+        let ctx = context_in(&format!("file-system__{export}"), workdir);
+        let input = object(input);
+        handler.call(&ctx, &input).await
+    }
+
+    async fn call(workdir: &Path, export: &str, input: JsonValue) -> HandlerResult {
+        call_with(&settings(), workdir, export, input).await
+    }
+
+    fn code(failure: &ToolFailure) -> &str {
+        failure.code.as_deref().unwrap_or("E_TOOL")
+    }
+
+    /// Asserts that the call failed with `expected` and returns the failure.
+    async fn fails(workdir: &Path, export: &str, input: JsonValue, expected: &str) -> ToolFailure {
+        let shown_input = input.to_string();
+        let failure = err(call(workdir, export, input).await);
+        assert_eq!(code(&failure), expected, "{export} {shown_input}: {failure:?}");
+        assert!(failure.suggestion.is_some(), "{export} {shown_input}: no suggestion in {failure:?}");
+        failure
+    }
+
+    fn at(root: &Path, relative: &str) -> String {
+        shown(&root.join(relative))
+    }
+
+    // --- read --------------------------------------------------------------
+
+    #[tokio::test]
+    async fn read_returns_the_content_and_size() {
+        let f = fixture();
+        put(&f.root.join("notes/a.txt"), "hello, 세계\n");
+        let output = ok(call(&f.root, "read", json!({"path": "notes/a.txt"})).await);
+        assert_eq!(
+            output,
+            json!({"path": at(&f.root, "notes/a.txt"), "size": 14, "truncated": false, "content": "hello, 세계\n"})
+        );
+        // Absolute paths inside the workdir, `.` and `..` that stay inside, and empty files.
+        let absolute = at(&f.root, "notes/a.txt");
+        assert_eq!(ok(call(&f.root, "read", json!({"path": absolute})).await)["size"], json!(14));
+        assert_eq!(ok(call(&f.root, "read", json!({"path": "./notes/../notes/a.txt"})).await)["size"], json!(14));
+        put(&f.root.join("empty"), "");
+        assert_eq!(
+            ok(call(&f.root, "read", json!({"path": "empty"})).await),
+            json!({"path": at(&f.root, "empty"), "size": 0, "truncated": false, "content": ""})
+        );
+        // A link inside the workdir is followed.
+        link(&f.root.join("notes/a.txt"), &f.root.join("alias"));
+        let output = ok(call(&f.root, "read", json!({"path": "alias"})).await);
+        assert_eq!(output["content"], json!("hello, 세계\n"));
+        assert_eq!(output["path"], json!(at(&f.root, "notes/a.txt")));
+    }
+
+    #[tokio::test]
+    async fn read_honours_max_bytes_without_splitting_a_character() {
+        let f = fixture();
+        put(&f.root.join("k.txt"), "가나다"); // three bytes each
+        let read = |max: u64| call(&f.root, "read", json!({"path": "k.txt", "maxBytes": max}));
+        for (max, content, truncated) in
+            [(1, "", true), (3, "가", true), (4, "가", true), (5, "가", true), (6, "가나", true), (8, "가나", true)]
+        {
+            let output = ok(read(max).await);
+            assert_eq!(output["content"], json!(content), "maxBytes {max}");
+            assert_eq!(output["truncated"], json!(truncated), "maxBytes {max}");
+            assert_eq!(output["size"], json!(9), "maxBytes {max}");
+        }
+        for max in [9, 10, 100_000] {
+            let output = ok(read(max).await);
+            assert_eq!(output["content"], json!("가나다"));
+            assert_eq!(output["truncated"], json!(false));
+        }
+        // A float that is whole counts.
+        let output = ok(call(&f.root, "read", json!({"path": "k.txt", "maxBytes": 3.0})).await);
+        assert_eq!(output["content"], json!("가"));
+        // A large file: only the head is returned; the size is the whole file's.
+        put(&f.root.join("big.txt"), "x".repeat(3 * 1024 * 1024));
+        let output = ok(call(&f.root, "read", json!({"path": "big.txt", "maxBytes": 10})).await);
+        assert_eq!(
+            output,
+            json!({"path": at(&f.root, "big.txt"), "size": 3 * 1024 * 1024, "truncated": true, "content": "xxxxxxxxxx"})
+        );
+        let output = ok(call(&f.root, "read", json!({"path": "big.txt"})).await);
+        assert_eq!(output["content"].as_str().map(str::len), Some(100_000));
+        assert_eq!(output["truncated"], json!(true));
+        let output = ok(call(&f.root, "read", json!({"path": "big.txt", "maxBytes": MAX_READ_BYTES})).await);
+        assert_eq!(output["content"].as_str().map(str::len), Some(3 * 1024 * 1024));
+        assert_eq!(output["truncated"], json!(false));
+    }
+
+    #[tokio::test]
+    async fn read_rejects_max_bytes_out_of_range() {
+        let f = fixture();
+        put(&f.root.join("a.txt"), "abc");
+        for (max, shown) in
+            [(json!(0), "0"), (json!(-1), "-1"), (json!(1.5), "1.5"), (json!(MAX_READ_BYTES + 1), "10485761")]
+        {
+            let failure = err(call(&f.root, "read", json!({"path": "a.txt", "maxBytes": max})).await);
+            assert_eq!(
+                failure.message,
+                format!("'maxBytes' must be a whole number between 1 and 10485760, got {shown}")
+            );
+            assert!(failure.suggestion.is_some());
+        }
+        // The handler's own type checks (the executor normally rejects these first).
+        let failure = err(call(&f.root, "read", json!({"path": "a.txt", "maxBytes": "10"})).await);
+        assert_eq!(failure.message, "'maxBytes' must be a number, got string");
+        let failure = err(call(&f.root, "read", json!({})).await);
+        assert_eq!(failure.message, "'path' is required");
+        let failure = err(call(&f.root, "read", json!({"path": 3})).await);
+        assert_eq!(failure.message, "'path' must be a string, got integer");
+        let failure = err(call(&f.root, "read", json!({"path": "  "})).await);
+        assert_eq!(failure.message, "'path' must not be empty");
+    }
+
+    #[tokio::test]
+    async fn read_refuses_binary_files() {
+        let f = fixture();
+        put(&f.root.join("nul.bin"), b"text\0more");
+        let failure = fails(&f.root, "read", json!({"path": "nul.bin"}), E_BINARY_FILE).await;
+        assert!(failure.message.contains("9 bytes"), "{}", failure.message);
+        assert!(failure.message.contains("NUL byte at offset 4"), "{}", failure.message);
+        assert!(failure.message.contains("nul.bin"), "{}", failure.message);
+        // A NUL past maxBytes but within the first 8 KiB still counts.
+        let failure = fails(&f.root, "read", json!({"path": "nul.bin", "maxBytes": 2}), E_BINARY_FILE).await;
+        assert!(failure.message.contains("NUL byte at offset 4"), "{}", failure.message);
+        // Invalid UTF-8 that is not a cut character.
+        let mut png = vec![0x89, b'P', b'N', b'G'];
+        png.extend(std::iter::repeat_n(b'a', 20));
+        put(&f.root.join("image.png"), &png);
+        let failure = fails(&f.root, "read", json!({"path": "image.png"}), E_BINARY_FILE).await;
+        assert!(failure.message.contains("24 bytes"), "{}", failure.message);
+        assert!(failure.message.contains("not valid UTF-8 at byte 0"), "{}", failure.message);
+        // Latin-1 text is not UTF-8 either.
+        put(&f.root.join("latin1.txt"), b"caf\xe9 au lait");
+        let failure = fails(&f.root, "read", json!({"path": "latin1.txt"}), E_BINARY_FILE).await;
+        assert!(failure.message.contains("at byte 3"), "{}", failure.message);
+        // A file that ends in the middle of a character (not cut by maxBytes).
+        put(&f.root.join("broken.txt"), b"ab\xea\xb0");
+        fails(&f.root, "read", json!({"path": "broken.txt"}), E_BINARY_FILE).await;
+        // ...but the same bytes cut by maxBytes are fine.
+        put(&f.root.join("ok.txt"), "ab가");
+        assert_eq!(ok(call(&f.root, "read", json!({"path": "ok.txt", "maxBytes": 4})).await)["content"], json!("ab"));
+    }
+
+    #[tokio::test]
+    async fn read_reports_missing_files_directories_and_special_files() {
+        let f = fixture();
+        let failure = fails(&f.root, "read", json!({"path": "missing.txt"}), E_FILE_NOT_FOUND).await;
+        assert!(failure.message.contains("missing.txt"), "{}", failure.message);
+        assert!(failure.message.contains(&at(&f.root, "missing.txt")), "{}", failure.message);
+        fails(&f.root, "read", json!({"path": "no/such/dir/file.txt"}), E_FILE_NOT_FOUND).await;
+        fs::create_dir(f.root.join("sub")).unwrap_or_else(|e| panic!("{e}"));
+        let failure = fails(&f.root, "read", json!({"path": "sub"}), E_IS_DIRECTORY).await;
+        assert!(failure.suggestion.as_deref().is_some_and(|s| s.contains("file-system__list")), "{failure:?}");
+        fails(&f.root, "read", json!({"path": "."}), E_IS_DIRECTORY).await;
+        put(&f.root.join("file.txt"), "x");
+        fails(&f.root, "read", json!({"path": "file.txt/inner"}), paths::E_PATH_UNRESOLVABLE).await;
+        // A FIFO would block a reader forever: refused before it is opened.
+        let fifo = f.root.join("pipe");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        if made.is_ok_and(|status| status.success()) {
+            fails(&f.root, "read", json!({"path": "pipe"}), E_NOT_REGULAR_FILE).await;
+            fails(&f.root, "write", json!({"path": "pipe", "content": "x"}), E_NOT_REGULAR_FILE).await;
+            let output = ok(call(&f.root, "list", json!({})).await);
+            assert!(output["entries"].as_array().is_some_and(|e| e.iter().any(|e| e["type"] == json!("other"))));
+        }
+    }
+
+    // --- write -------------------------------------------------------------
+
+    #[tokio::test]
+    async fn write_creates_parents_and_replaces_atomically() {
+        let f = fixture();
+        let output = ok(call(&f.root, "write", json!({"path": "deep/er/new.txt", "content": "첫 줄\n"})).await);
+        assert_eq!(
+            output,
+            json!({"path": at(&f.root, "deep/er/new.txt"), "size": 8, "written": true, "append": false})
+        );
+        assert_eq!(text(&f.root.join("deep/er/new.txt")), "첫 줄\n");
+        // Overwriting with shorter content shrinks the file; no temporary file remains.
+        let output = ok(call(&f.root, "write", json!({"path": "deep/er/new.txt", "content": "x"})).await);
+        assert_eq!(output["size"], json!(1));
+        assert_eq!(text(&f.root.join("deep/er/new.txt")), "x");
+        assert_eq!(names(&f.root.join("deep/er")), ["new.txt"]);
+        // Empty content and `append: false` explicitly.
+        let output = ok(call(&f.root, "write", json!({"path": "e.txt", "content": "", "append": false})).await);
+        assert_eq!(output["size"], json!(0));
+        assert_eq!(names(&f.root), ["deep", "e.txt"]);
+        // Writing through a link inside the workdir writes its target and keeps the link.
+        link(Path::new("e.txt"), &f.root.join("alias"));
+        let output = ok(call(&f.root, "write", json!({"path": "alias", "content": "via link"})).await);
+        assert_eq!(output["path"], json!(at(&f.root, "e.txt")));
+        assert_eq!(text(&f.root.join("e.txt")), "via link");
+        assert!(fs::symlink_metadata(f.root.join("alias")).is_ok_and(|m| m.file_type().is_symlink()));
+    }
+
+    #[tokio::test]
+    async fn write_keeps_the_permissions_of_the_replaced_file() {
+        let f = fixture();
+        let script = f.root.join("run.sh");
+        put(&script, "#!/bin/sh\n");
+        for mode in [0o755, 0o600, 0o640] {
+            fs::set_permissions(&script, fs::Permissions::from_mode(mode)).unwrap_or_else(|e| panic!("{e}"));
+            ok(call(&f.root, "write", json!({"path": "run.sh", "content": "#!/bin/sh\necho hi\n"})).await);
+            let Ok(meta) = fs::metadata(&script) else { panic!("metadata") };
+            assert_eq!(meta.permissions().mode() & 0o7777, mode);
+        }
+    }
+
+    #[tokio::test]
+    async fn append_appends_and_creates() {
+        let f = fixture();
+        let output = ok(call(&f.root, "write", json!({"path": "log/a.log", "content": "one\n", "append": true})).await);
+        assert_eq!(output, json!({"path": at(&f.root, "log/a.log"), "size": 4, "written": true, "append": true}));
+        let output = ok(call(&f.root, "write", json!({"path": "log/a.log", "content": "two\n", "append": true})).await);
+        assert_eq!(output["size"], json!(8));
+        assert_eq!(text(&f.root.join("log/a.log")), "one\ntwo\n");
+        let output = ok(call(&f.root, "write", json!({"path": "log/a.log", "content": "", "append": true})).await);
+        assert_eq!(output["size"], json!(8));
+    }
+
+    #[tokio::test]
+    async fn write_rejects_directories_and_bad_input() {
+        let f = fixture();
+        fs::create_dir(f.root.join("sub")).unwrap_or_else(|e| panic!("{e}"));
+        fails(&f.root, "write", json!({"path": "sub", "content": "x"}), E_IS_DIRECTORY).await;
+        fails(&f.root, "write", json!({"path": "sub", "content": "x", "append": true}), E_IS_DIRECTORY).await;
+        fails(&f.root, "write", json!({"path": ".", "content": "x"}), E_IS_DIRECTORY).await;
+        put(&f.root.join("file"), "x");
+        fails(&f.root, "write", json!({"path": "file/inner.txt", "content": "x"}), paths::E_PATH_UNRESOLVABLE).await;
+        let failure = err(call(&f.root, "write", json!({"path": "a.txt"})).await);
+        assert_eq!(failure.message, "'content' is required");
+        let failure = err(call(&f.root, "write", json!({"path": "a.txt", "content": "x", "append": "yes"})).await);
+        assert_eq!(failure.message, "'append' must be a boolean, got string");
+        let failure = err(call(&f.root, "write", json!({"path": "", "content": "x"})).await);
+        assert_eq!(failure.message, "'path' must not be empty");
+        assert_eq!(names(&f.root), ["file", "sub"]);
+    }
+
+    #[test]
+    fn a_reader_never_sees_a_partial_write() {
+        let f = fixture();
+        let target = f.root.join("data.txt");
+        let first = "a".repeat(512 * 1024);
+        let second = "b".repeat(300 * 1024);
+        put(&target, &first);
+        let stop = Arc::new(AtomicBool::new(false));
+        let reader = {
+            let (stop, target, first, second) = (Arc::clone(&stop), target.clone(), first.clone(), second.clone());
+            std::thread::spawn(move || {
+                let mut reads = 0_u32;
+                while !stop.load(Ordering::Relaxed) || reads == 0 {
+                    let Ok(seen) = fs::read_to_string(&target) else { panic!("the target vanished") };
+                    assert!(seen == first || seen == second, "a partial file of {} bytes", seen.len());
+                    reads += 1;
+                }
+                reads
+            })
+        };
+        let Ok(runtime) = tokio::runtime::Builder::new_current_thread().build() else { panic!("runtime") };
+        runtime.block_on(async {
+            for round in 0..40 {
+                let content = if round % 2 == 0 { &second } else { &first };
+                ok(call(&f.root, "write", json!({"path": "data.txt", "content": content})).await);
+            }
+        });
+        stop.store(true, Ordering::Relaxed);
+        let Ok(reads) = reader.join() else { panic!("the reader failed") };
+        assert!(reads > 0);
+        assert_eq!(names(&f.root), ["data.txt"]);
+        assert_eq!(text(&target), first);
+    }
+
+    // --- list --------------------------------------------------------------
+
+    fn tree(root: &Path) {
+        put(&root.join("b.txt"), "bb");
+        put(&root.join("a/z.txt"), "zzz");
+        put(&root.join("a/b/c.txt"), "c");
+        put(&root.join("a.txt"), "a");
+        fs::create_dir(root.join("empty")).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    fn paths_of(output: &JsonValue) -> Vec<String> {
+        let Some(entries) = output["entries"].as_array() else { panic!("no entries in {output}") };
+        entries.iter().filter_map(|e| e["path"].as_str().map(str::to_owned)).collect()
+    }
+
+    #[tokio::test]
+    async fn list_one_level() {
+        let f = fixture();
+        tree(&f.root);
+        let output = ok(call(&f.root, "list", json!({})).await);
+        assert_eq!(
+            output,
+            json!({
+                "path": shown(&f.root),
+                "recursive": false,
+                "count": 4,
+                "entries": [
+                    {"name": "a", "path": at(&f.root, "a"), "type": "dir"},
+                    {"name": "a.txt", "path": at(&f.root, "a.txt"), "type": "file", "size": 1},
+                    {"name": "b.txt", "path": at(&f.root, "b.txt"), "type": "file", "size": 2},
+                    {"name": "empty", "path": at(&f.root, "empty"), "type": "dir"},
+                ],
+                "truncated": false,
+            })
+        );
+        // `path` relative, `.` explicitly, and the empty string all mean the same.
+        assert_eq!(ok(call(&f.root, "list", json!({"path": "."})).await), output);
+        assert_eq!(ok(call(&f.root, "list", json!({"path": ""})).await), output);
+        let output = ok(call(&f.root, "list", json!({"path": "a"})).await);
+        assert_eq!(paths_of(&output), [at(&f.root, "a/b"), at(&f.root, "a/z.txt")]);
+        assert_eq!(output["path"], json!(at(&f.root, "a")));
+        let output = ok(call(&f.root, "list", json!({"path": "empty"})).await);
+        assert_eq!(output["count"], json!(0));
+        assert_eq!(output["entries"], json!([]));
+    }
+
+    #[tokio::test]
+    async fn list_recursive_with_filters() {
+        let f = fixture();
+        tree(&f.root);
+        let output = ok(call(&f.root, "list", json!({"recursive": true})).await);
+        assert_eq!(output["recursive"], json!(true));
+        assert_eq!(output["count"], json!(7));
+        // Sorted by path component by component: a directory's entries follow it.
+        let expected: Vec<String> =
+            ["a", "a/b", "a/b/c.txt", "a/z.txt", "a.txt", "b.txt", "empty"].iter().map(|p| at(&f.root, p)).collect();
+        assert_eq!(paths_of(&output), expected);
+        let output = ok(call(&f.root, "list", json!({"recursive": true, "includeDirs": false})).await);
+        assert_eq!(
+            output["entries"],
+            json!([
+                {"name": "c.txt", "path": at(&f.root, "a/b/c.txt"), "type": "file", "size": 1},
+                {"name": "z.txt", "path": at(&f.root, "a/z.txt"), "type": "file", "size": 3},
+                {"name": "a.txt", "path": at(&f.root, "a.txt"), "type": "file", "size": 1},
+                {"name": "b.txt", "path": at(&f.root, "b.txt"), "type": "file", "size": 2},
+            ])
+        );
+        let output = ok(call(&f.root, "list", json!({"recursive": true, "includeFiles": false})).await);
+        assert_eq!(paths_of(&output), [at(&f.root, "a"), at(&f.root, "a/b"), at(&f.root, "empty")]);
+        let output =
+            ok(call(&f.root, "list", json!({"recursive": true, "includeFiles": false, "includeDirs": false})).await);
+        assert_eq!(output["count"], json!(0));
+        assert_eq!(output["truncated"], json!(false));
+    }
+
+    #[tokio::test]
+    async fn list_reports_missing_paths_and_files() {
+        let f = fixture();
+        put(&f.root.join("file.txt"), "x");
+        let failure = fails(&f.root, "list", json!({"path": "nope"}), E_FILE_NOT_FOUND).await;
+        assert!(failure.message.contains("nope"), "{}", failure.message);
+        let failure = fails(&f.root, "list", json!({"path": "file.txt"}), E_NOT_DIRECTORY).await;
+        assert!(failure.suggestion.as_deref().is_some_and(|s| s.contains("file-system__read")), "{failure:?}");
+        let failure = err(call(&f.root, "list", json!({"recursive": "yes"})).await);
+        assert_eq!(failure.message, "'recursive' must be a boolean, got string");
+        let failure = err(call(&f.root, "list", json!({"includeDirs": 1})).await);
+        assert_eq!(failure.message, "'includeDirs' must be a boolean, got integer");
+        let failure = err(call(&f.root, "list", json!({"includeFiles": null, "path": 5})).await);
+        assert_eq!(failure.message, "'path' must be a string, got integer");
+    }
+
+    #[tokio::test]
+    async fn list_never_follows_symbolic_links() {
+        let f = fixture();
+        put(&f.outside.join("secret/key.txt"), "top secret");
+        put(&f.root.join("real/inner.txt"), "in");
+        put(&f.root.join("plain.txt"), "p");
+        link(&f.outside.join("secret"), &f.root.join("out-dir"));
+        link(&f.outside.join("secret/key.txt"), &f.root.join("out-file"));
+        link(&f.root.join("real"), &f.root.join("in-dir"));
+        link(Path::new("plain.txt"), &f.root.join("in-file"));
+        link(Path::new("nowhere"), &f.root.join("broken"));
+        // A loop back to the root would never end if followed.
+        link(&f.root, &f.root.join("real/up"));
+        let output = ok(call(&f.root, "list", json!({"recursive": true})).await);
+        assert_eq!(
+            output["entries"],
+            json!([
+                {"name": "broken", "path": at(&f.root, "broken"), "type": "symlink"},
+                {"name": "in-dir", "path": at(&f.root, "in-dir"), "type": "symlink", "targetType": "dir"},
+                {"name": "in-file", "path": at(&f.root, "in-file"), "type": "symlink", "targetType": "file"},
+                {"name": "out-dir", "path": at(&f.root, "out-dir"), "type": "symlink"},
+                {"name": "out-file", "path": at(&f.root, "out-file"), "type": "symlink"},
+                {"name": "plain.txt", "path": at(&f.root, "plain.txt"), "type": "file", "size": 1},
+                {"name": "real", "path": at(&f.root, "real"), "type": "dir"},
+                {"name": "inner.txt", "path": at(&f.root, "real/inner.txt"), "type": "file", "size": 2},
+                {"name": "up", "path": at(&f.root, "real/up"), "type": "symlink", "targetType": "dir"},
+            ])
+        );
+        assert_eq!(output["truncated"], json!(false));
+        assert!(!output.to_string().contains("key.txt"), "the outside directory was read: {output}");
+        // Links are filtered by what they point to; unknown targets count as files.
+        let output = ok(call(&f.root, "list", json!({"includeFiles": false})).await);
+        assert_eq!(paths_of(&output), [at(&f.root, "in-dir"), at(&f.root, "real")]);
+        let output = ok(call(&f.root, "list", json!({"includeDirs": false})).await);
+        assert_eq!(
+            paths_of(&output),
+            ["broken", "in-file", "out-dir", "out-file", "plain.txt"].map(|p| at(&f.root, p))
+        );
+        // Listing through a link that stays inside works and shows the real path.
+        let output = ok(call(&f.root, "list", json!({"path": "in-dir"})).await);
+        assert_eq!(output["path"], json!(at(&f.root, "real")));
+        assert_eq!(output["count"], json!(2));
+    }
+
+    #[tokio::test]
+    async fn list_is_bounded_in_entries() {
+        let f = fixture();
+        let many = f.root.join("many");
+        fs::create_dir(&many).unwrap_or_else(|e| panic!("{e}"));
+        for index in 0..MAX_LIST_ENTRIES + 5 {
+            File::create(many.join(format!("f{index:05}"))).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let output = ok(call(&f.root, "list", json!({"recursive": true})).await);
+        assert_eq!(output["count"], json!(MAX_LIST_ENTRIES));
+        assert_eq!(output["truncated"], json!(true));
+        let note = output["note"].as_str().unwrap_or_default();
+        assert!(note.contains("only the first 10000 entries"), "{note}");
+        // The cut listing is the head of the sorted listing.
+        let listed = paths_of(&output);
+        assert_eq!(listed.first(), Some(&at(&f.root, "many")));
+        assert_eq!(listed.get(1), Some(&at(&f.root, "many/f00000")));
+        assert_eq!(listed.last(), Some(&at(&f.root, "many/f09998")));
+        // Narrowed, it fits.
+        let output = ok(call(&f.root, "list", json!({"recursive": true, "includeFiles": false})).await);
+        assert_eq!(output["count"], json!(1));
+        assert_eq!(output["truncated"], json!(false));
+        assert!(output.get("note").is_none());
+    }
+
+    #[tokio::test]
+    async fn list_is_bounded_in_depth() {
+        let f = fixture();
+        let levels: Vec<String> = (0..MAX_LIST_DEPTH + 3).map(|level| format!("d{level}")).collect();
+        let deepest = f.root.join(levels.join("/"));
+        put(&deepest.join("bottom.txt"), "deep");
+        let output = ok(call(&f.root, "list", json!({"recursive": true})).await);
+        assert_eq!(output["count"], json!(MAX_LIST_DEPTH));
+        assert_eq!(output["truncated"], json!(true));
+        let note = output["note"].as_str().unwrap_or_default();
+        assert!(note.contains("more than 32 levels deep"), "{note}");
+        let listed = paths_of(&output);
+        assert_eq!(listed.last(), Some(&at(&f.root, &levels[..MAX_LIST_DEPTH].join("/"))));
+    }
+
+    #[tokio::test]
+    async fn list_goes_on_past_unreadable_subdirectories() {
+        let f = fixture();
+        put(&f.root.join("locked/hidden.txt"), "x");
+        put(&f.root.join("open/seen.txt"), "y");
+        fs::set_permissions(f.root.join("locked"), fs::Permissions::from_mode(0o000)).unwrap_or_else(|e| panic!("{e}"));
+        // Root can read anything; the rule is only observable for other users.
+        let readable = fs::read_dir(f.root.join("locked")).is_ok();
+        let output = ok(call(&f.root, "list", json!({"recursive": true})).await);
+        fs::set_permissions(f.root.join("locked"), fs::Permissions::from_mode(0o755)).unwrap_or_else(|e| panic!("{e}"));
+        assert!(paths_of(&output).contains(&at(&f.root, "open/seen.txt")));
+        if !readable {
+            assert_eq!(output["truncated"], json!(true));
+            let note = output["note"].as_str().unwrap_or_default();
+            assert!(note.contains("1 subdirectory could not be read") && note.contains("locked"), "{note}");
+        }
+    }
+
+    // --- mkdir -------------------------------------------------------------
+
+    #[tokio::test]
+    async fn mkdir_creates_and_reports_existing_directories() {
+        let f = fixture();
+        let output = ok(call(&f.root, "mkdir", json!({"path": "a/b/c"})).await);
+        assert_eq!(output, json!({"path": at(&f.root, "a/b/c"), "created": true, "recursive": true}));
+        assert!(f.root.join("a/b/c").is_dir());
+        let output = ok(call(&f.root, "mkdir", json!({"path": "a/b/c"})).await);
+        assert_eq!(output, json!({"path": at(&f.root, "a/b/c"), "created": false, "recursive": true}));
+        let output = ok(call(&f.root, "mkdir", json!({"path": "a/d", "recursive": false})).await);
+        assert_eq!(output, json!({"path": at(&f.root, "a/d"), "created": true, "recursive": false}));
+        let output = ok(call(&f.root, "mkdir", json!({"path": "a/d", "recursive": false})).await);
+        assert_eq!(output["created"], json!(false));
+        let output = ok(call(&f.root, "mkdir", json!({"path": "."})).await);
+        assert_eq!(output, json!({"path": shown(&f.root), "created": false, "recursive": true}));
+    }
+
+    #[tokio::test]
+    async fn mkdir_failures() {
+        let f = fixture();
+        let failure = fails(&f.root, "mkdir", json!({"path": "x/y", "recursive": false}), E_FILE_NOT_FOUND).await;
+        assert!(failure.message.contains("parent directory does not exist"), "{}", failure.message);
+        assert!(failure.suggestion.as_deref().is_some_and(|s| s.contains("recursive: true")), "{failure:?}");
+        assert!(!f.root.join("x").exists());
+        put(&f.root.join("file"), "x");
+        let failure = fails(&f.root, "mkdir", json!({"path": "file"}), E_ALREADY_EXISTS).await;
+        assert!(failure.message.contains("file"), "{}", failure.message);
+        fails(&f.root, "mkdir", json!({"path": "file/sub"}), paths::E_PATH_UNRESOLVABLE).await;
+        let failure = err(call(&f.root, "mkdir", json!({"path": "z", "recursive": "no"})).await);
+        assert_eq!(failure.message, "'recursive' must be a boolean, got string");
+        let failure = err(call(&f.root, "mkdir", json!({})).await);
+        assert_eq!(failure.message, "'path' is required");
+    }
+
+    // --- confinement ---------------------------------------------------------
+
+    /// Every export refuses `path` with E_PATH_OUTSIDE_WORKDIR and leaves the
+    /// outside directory as it was.
+    async fn all_exports_refuse(f: &Fixture, path: &str) {
+        let before = names(&f.outside);
+        let attempts = [
+            ("read", json!({"path": path})),
+            ("write", json!({"path": path, "content": "pwned"})),
+            ("write", json!({"path": path, "content": "pwned", "append": true})),
+            ("list", json!({"path": path, "recursive": true})),
+            ("mkdir", json!({"path": path})),
+            ("mkdir", json!({"path": path, "recursive": false})),
+        ];
+        for (export, input) in attempts {
+            let failure = fails(&f.root, export, input, paths::E_PATH_OUTSIDE_WORKDIR).await;
+            assert!(failure.message.contains(path), "{export}: {}", failure.message);
+            assert!(failure.message.contains(&shown(&f.root)), "{export}: {}", failure.message);
+            assert!(failure.suggestion.as_deref().is_some_and(|s| s.contains("GOONDAN_FS_ALLOW_ROOTS")));
+        }
+        assert_eq!(names(&f.outside), before, "{path} changed the outside directory");
+        if let Ok(secret) = fs::read_to_string(f.outside.join("secret.txt")) {
+            assert_eq!(secret, "secret");
+        }
+    }
+
+    #[tokio::test]
+    async fn escapes_are_refused_by_every_export() {
+        let f = fixture();
+        put(&f.outside.join("secret.txt"), "secret");
+        put(&f.outside.join("dir/inner.txt"), "inner");
+        put(&f.root.join("sub/ok.txt"), "ok");
+        let outside_name = f.outside.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let dotdot = format!("../{outside_name}/secret.txt");
+        let deep_dotdot = format!("sub/../../{outside_name}/dir");
+        let absolute = shown(&f.outside.join("secret.txt"));
+        let absolute_new = shown(&f.outside.join("new/dir"));
+        link(&f.outside.join("secret.txt"), &f.root.join("file-link"));
+        link(&f.outside, &f.root.join("dir-link"));
+        link(&f.outside.join("created-through-link.txt"), &f.root.join("dangling"));
+        link(&f.outside.join("missing-dir"), &f.root.join("dangling-dir"));
+        link(Path::new("../.."), &f.root.join("sub/relative-up"));
+        for path in [
+            "..",
+            "../",
+            dotdot.as_str(),
+            deep_dotdot.as_str(),
+            absolute.as_str(),
+            absolute_new.as_str(),
+            "/etc/passwd",
+            "/",
+            "file-link",
+            "dir-link",
+            "dir-link/secret.txt",
+            "dir-link/dir/new",
+            "dangling",
+            "dangling-dir/x.txt",
+            "sub/relative-up",
+            "sub/relative-up/etc",
+        ] {
+            all_exports_refuse(&f, path).await;
+        }
+        assert!(!f.outside.join("created-through-link.txt").exists());
+        assert!(!f.outside.join("missing-dir").exists());
+    }
+
+    #[tokio::test]
+    async fn extra_roots_allow_an_outside_directory() {
+        let f = fixture();
+        put(&f.outside.join("shared.txt"), "shared");
+        let widened = Arc::new(BaseSettings { extra_fs_roots: vec![f.outside.clone()], ..BaseSettings::default() });
+        let shared = shown(&f.outside.join("shared.txt"));
+        let output = ok(call_with(&widened, &f.root, "read", json!({"path": shared})).await);
+        assert_eq!(output["content"], json!("shared"));
+        link(&f.outside, &f.root.join("data"));
+        let output = ok(call_with(&widened, &f.root, "write", json!({"path": "data/new.txt", "content": "n"})).await);
+        assert_eq!(output["path"], json!(shown(&f.outside.join("new.txt"))));
+        assert_eq!(text(&f.outside.join("new.txt")), "n");
+        let output = ok(call_with(&widened, &f.root, "mkdir", json!({"path": shown(&f.outside.join("m/n"))})).await);
+        assert_eq!(output["created"], json!(true));
+        let output = ok(call_with(&widened, &f.root, "list", json!({"path": "data", "recursive": true})).await);
+        assert_eq!(paths_of(&output), ["m", "m/n", "new.txt", "shared.txt"].map(|p| shown(&f.outside.join(p))));
+        // The link into the extra root now has a known target.
+        let output = ok(call_with(&widened, &f.root, "list", json!({})).await);
+        assert_eq!(output["entries"][0]["targetType"], json!("dir"));
+        // Without the setting, the same calls are refused.
+        fails(&f.root, "read", json!({"path": shared}), paths::E_PATH_OUTSIDE_WORKDIR).await;
+        // Only the listed roots: their parent is still outside.
+        let parent = f.outside.parent().map(shown).unwrap_or_default();
+        let failure = err(call_with(&widened, &f.root, "list", json!({"path": parent})).await);
+        assert_eq!(code(&failure), paths::E_PATH_OUTSIDE_WORKDIR);
+    }
+
+    // --- dispatch and the executor -------------------------------------------
+
+    #[test]
+    fn unknown_exports_have_no_handler() {
+        for export in ["read", "write", "list", "mkdir"] {
+            assert!(handler(export, &settings()).is_some(), "{export}");
+        }
+        for export in ["exists", "delete", "", "READ"] {
+            assert!(handler(export, &settings()).is_none(), "{export}");
+        }
+        assert!(crate::native_handler("file-system", "list", &settings()).is_some());
+    }
+
+    #[test]
+    fn works_outside_a_runtime() {
+        let f = fixture();
+        put(&f.root.join("a.txt"), "abc");
+        let Some(handler) = handler("read", &settings()) else { panic!("no read handler") };
+        let ctx = context_in("file-system__read", &f.root);
+        let input = object(json!({"path": "a.txt"}));
+        let mut future = handler.call(&ctx, &input);
+        let Poll::Ready(result) = future.as_mut().poll(&mut Context::from_waker(Waker::noop())) else {
+            panic!("read did not finish outside a runtime")
+        };
+        assert_eq!(ok(result)["content"], json!("abc"));
+    }
+
+    /// The executor with the manifest's four exports, as a bundle declares them.
+    fn executor() -> (ToolExecutor, Arc<ToolCatalog>) {
+        let Some(tool) = goondan_config::base_package().tools().find(|tool| tool.name() == "file-system") else {
+            panic!("no file-system tool in the base package")
+        };
+        let mut registry = ToolRegistry::new();
+        let mut catalog = ToolCatalog::new();
+        for export in &tool.spec.exports {
+            let item = export_item(tool, export);
+            let Some(handler) = handler(&export.name, &settings()) else { panic!("no handler for {}", export.name) };
+            catalog.insert(item.clone());
+            registry.register(item, handler).unwrap_or_else(|e| panic!("{e}"));
+        }
+        assert_eq!(catalog.iter().count(), 4);
+        (ToolExecutor::new(Arc::new(registry)), Arc::new(catalog))
+    }
+
+    async fn execute(workdir: &Path, export: &str, args: JsonValue) -> ToolResult {
+        let (executor, catalog) = executor();
+        let name = format!("file-system__{export}");
+        let ctx = context_in(&name, workdir);
+        executor.execute(ToolCall::new("call-1", name.as_str(), object(args)), ctx.scope(), &catalog).await
+    }
+
+    fn error_code(result: &ToolResult) -> String {
+        assert!(result.is_error(), "expected an error, got {result:?}");
+        result.error.as_ref().and_then(|e| e.code.clone()).unwrap_or_default()
+    }
+
+    #[tokio::test]
+    async fn the_executor_checks_the_schema_first() {
+        let f = fixture();
+        put(&f.root.join("a.txt"), "abc");
+        let rejected = [
+            ("read", json!({})),
+            ("read", json!({"path": 1})),
+            ("read", json!({"path": "a.txt", "maxBytes": "10"})),
+            ("read", json!({"path": "a.txt", "encoding": "utf-8"})),
+            ("write", json!({"path": "b.txt"})),
+            ("write", json!({"content": "x"})),
+            ("write", json!({"path": "b.txt", "content": 5})),
+            ("write", json!({"path": "b.txt", "content": "x", "append": "yes"})),
+            ("write", json!({"path": "b.txt", "content": "x", "mode": "append"})),
+            ("list", json!({"path": ["a"]})),
+            ("list", json!({"recursive": 1})),
+            ("list", json!({"includeDirs": "true"})),
+            ("list", json!({"includeFiles": null})),
+            ("mkdir", json!({})),
+            ("mkdir", json!({"path": "d", "recursive": "false"})),
+        ];
+        for (export, args) in rejected {
+            let shown_args = args.to_string();
+            let result = execute(&f.root, export, args).await;
+            assert_eq!(error_code(&result), "E_TOOL_INVALID_ARGS", "{export} {shown_args}: {result:?}");
+        }
+        assert_eq!(names(&f.root), ["a.txt"], "a rejected call touched the workdir");
+        // Valid calls reach the handler.
+        let result = execute(&f.root, "read", json!({"path": "a.txt", "maxBytes": 2})).await;
+        assert!(!result.is_error(), "{result:?}");
+        assert_eq!(
+            result.output,
+            Some(json!({"path": at(&f.root, "a.txt"), "size": 3, "truncated": true, "content": "ab"}))
+        );
+        let result = execute(&f.root, "list", json!({})).await;
+        assert_eq!(result.output.as_ref().map(|o| o["count"].clone()), Some(json!(1)));
+        // Range errors come from the handler.
+        let result = execute(&f.root, "read", json!({"path": "a.txt", "maxBytes": 0})).await;
+        assert_eq!(error_code(&result), "E_TOOL");
+    }
+
+    #[tokio::test]
+    async fn the_executor_keeps_codes_and_truncates_messages_to_2000_characters() {
+        let f = fixture();
+        let result = execute(&f.root, "read", json!({"path": "../escape.txt"})).await;
+        assert_eq!(error_code(&result), paths::E_PATH_OUTSIDE_WORKDIR);
+        let error = result.error.as_ref();
+        assert_eq!(error.and_then(|e| e.name.as_deref()), Some("PathOutsideWorkdirError"));
+        assert!(error.and_then(|e| e.suggestion.as_deref()).is_some());
+        let long = format!("{}/missing.txt", "d".repeat(200));
+        let long = [long.as_str(); 9].join("/");
+        let result = execute(&f.root, "read", json!({"path": long})).await;
+        assert_eq!(error_code(&result), E_FILE_NOT_FOUND);
+        let message = result.error.map(|e| e.message).unwrap_or_default();
+        assert_eq!(message.chars().count(), 2000, "{message}");
+        assert!(message.ends_with("... (truncated)"), "{message}");
+    }
+}
