@@ -32,12 +32,23 @@ pub struct GlobalOptions {
     /// Never use colors.
     #[arg(long, global = true)]
     pub no_color: bool,
+    /// Where instances keep their conversations and event logs
+    /// (default: GOONDAN_STATE_ROOT, else ~/.goondan).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub state_root: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run a turn of the entry agent (or an interactive session without input).
+    Run(RunArgs),
     /// Check a bundle and report every problem.
     Validate,
+    /// Manage agent instances (their conversations and event logs).
+    #[command(subcommand)]
+    Instance(InstanceCommand),
+    /// Write a starter project.
+    Init(InitArgs),
     /// Inspect and call tools.
     #[command(subcommand)]
     Tool(ToolCommand),
@@ -74,4 +85,60 @@ pub struct ToolCallArgs {
     /// Cancel the handler after this many milliseconds.
     #[arg(long, value_name = "MS")]
     pub timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The input of one turn; without it (and without --input-file) gdn starts an interactive session.
+    #[arg(long, value_name = "TEXT", conflicts_with = "input_file")]
+    pub input: Option<String>,
+    /// Read the input from a file (`-` for standard input).
+    #[arg(long, value_name = "FILE")]
+    pub input_file: Option<PathBuf>,
+    /// The agent (default: the entry agent of the bundle's Swarm).
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// The instance whose conversation continues (default: the Swarm's instanceKey, else `default`).
+    #[arg(long, value_name = "KEY")]
+    pub instance_key: Option<String>,
+    /// The working directory the agent's tools see (default: the bundle directory).
+    #[arg(long, value_name = "DIR")]
+    pub workdir: Option<PathBuf>,
+    /// Read API keys and settings from a .env file (the process environment wins).
+    #[arg(long, value_name = "FILE")]
+    pub env_file: Option<PathBuf>,
+    /// Cancel a tool call after this many milliseconds.
+    #[arg(long, value_name = "MS")]
+    pub tool_timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum InstanceCommand {
+    /// List instances, most recently used first.
+    List,
+    /// Delete an instance's conversation and event log.
+    Delete {
+        /// The instance key.
+        key: String,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// The directory to create the project in (default: the current directory).
+    pub path: Option<PathBuf>,
+    /// The template.
+    #[arg(long, value_enum, default_value = "default")]
+    pub template: Template,
+    /// Overwrite files that exist.
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum Template {
+    /// One agent with the built-in tools.
+    Default,
+    /// A coordinator and a worker agent.
+    MultiAgent,
 }

@@ -74,7 +74,7 @@ fn setup(global: &GlobalOptions, agent: Option<&str>, out: &mut Output) -> Resul
     Ok(Ok(AgentSetup { bundle, agent_name, tools, registry }))
 }
 
-fn report_config_errors(global: &GlobalOptions, report: &LoadReport, out: &mut Output) -> Result<()> {
+pub fn report_config_errors(global: &GlobalOptions, report: &LoadReport, out: &mut Output) -> Result<()> {
     if global.json {
         let body = serde_json::json!({"valid": false, "diagnostics": report.diagnostics});
         writeln!(out.stderr, "{}", serde_json::to_string_pretty(&body)?)?;

@@ -6,7 +6,10 @@ use clap::Parser;
 
 mod cli;
 mod commands;
+mod dotenv;
+mod init;
 mod output;
+mod run;
 
 use cli::{Cli, Command, ToolCommand};
 
@@ -30,6 +33,9 @@ fn main() -> ExitCode {
         }
     };
     let result = match &cli.command {
+        Command::Run(args) => runtime.block_on(run::run(&cli.global, args, &mut out)),
+        Command::Instance(command) => run::instance(&cli.global, command, &mut out),
+        Command::Init(args) => init::init(&cli.global, args, &mut out),
         Command::Validate => commands::validate(&cli.global, &mut out),
         Command::Tool(ToolCommand::List { agent }) => {
             runtime.block_on(commands::tool_list(&cli.global, agent.as_deref(), &mut out))

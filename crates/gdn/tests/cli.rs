@@ -277,11 +277,11 @@ fn tool_call_reports_invalid_arguments_in_the_original_format() {
 
 #[test]
 fn tool_call_outside_the_catalog_is_refused() {
-    let output = gdn(&quickstart(), &["tool", "call", "bash__exec", "--args", r#"{"command":"id"}"#]);
+    let output = gdn(&quickstart(), &["tool", "call", "http-fetch__get", "--args", r#"{"url":"https://example.com"}"#]);
     assert_eq!(code(&output), 1);
     let result = json_stdout(&output);
     assert_eq!(result["error"]["code"], "E_TOOL_NOT_IN_CATALOG");
-    assert_eq!(result["error"]["message"], "Tool 'bash__exec' is not available in the current Tool Catalog.");
+    assert_eq!(result["error"]["message"], "Tool 'http-fetch__get' is not available in the current Tool Catalog.");
 }
 
 #[test]

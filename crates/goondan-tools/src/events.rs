@@ -190,11 +190,45 @@ impl EventSink for NoopEventSink {
     }
 }
 
+/// Hands every event to several sinks (e.g. the event log and `tracing`).
+pub struct FanoutEventSink {
+    sinks: Vec<Arc<dyn EventSink>>,
+}
+
+impl std::fmt::Debug for FanoutEventSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FanoutEventSink").field("sinks", &self.sinks.len()).finish()
+    }
+}
+
+impl FanoutEventSink {
+    /// A sink feeding each of `sinks`, skipping those that are not enabled.
+    pub fn new(sinks: Vec<Arc<dyn EventSink>>) -> Self {
+        Self { sinks: sinks.into_iter().filter(|sink| sink.enabled()).collect() }
+    }
+}
+
+impl EventSink for FanoutEventSink {
+    fn emit(&self, event: &RuntimeEvent<'_>) {
+        for sink in &self.sinks {
+            sink.emit(event);
+        }
+    }
+
+    fn enabled(&self) -> bool {
+        !self.sinks.is_empty()
+    }
+}
+
 /// Writes each event to `tracing` at debug level under `goondan::events`.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TracingEventSink;
 
 impl EventSink for TracingEventSink {
+    fn enabled(&self) -> bool {
+        tracing::enabled!(target: "goondan::events", tracing::Level::DEBUG)
+    }
+
     fn emit(&self, event: &RuntimeEvent<'_>) {
         if tracing::enabled!(target: "goondan::events", tracing::Level::DEBUG) {
             let json = serde_json::to_string(event).unwrap_or_default();

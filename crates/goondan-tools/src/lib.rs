@@ -27,7 +27,8 @@ pub mod validation;
 pub use catalog::{ParameterSchema, ToolCatalog, ToolCatalogItem, ToolSource, ToolSourceKind};
 pub use context::{AgentToolRuntime, CallScope, ToolContext, ToolLogger};
 pub use events::{
-    EventKind, EventSink, JsonLinesEventSink, MemoryEventSink, NoopEventSink, RuntimeEvent, TracingEventSink,
+    EventKind, EventSink, FanoutEventSink, JsonLinesEventSink, MemoryEventSink, NoopEventSink, RuntimeEvent,
+    TracingEventSink,
 };
 pub use executor::{ExecutorPolicy, ToolCallContext, ToolCallMiddleware, ToolExecutor};
 pub use handler::{HandlerResult, ToolFailure, ToolHandler, ToolOutput, sync_handler};

@@ -1,0 +1,171 @@
+//! `gdn init`: a starter project, from the original's templates `default`
+//! (one assistant) and `multi-agent` (planner, coder, reviewer).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use crate::cli::{GlobalOptions, InitArgs, Template};
+use crate::exit;
+use crate::output::{self, Output};
+
+/// The files of a template: relative path → content.
+fn files(template: Template, name: &str) -> Vec<(&'static str, String)> {
+    let model = "apiVersion: goondan.ai/v1\nkind: Model\nmetadata:\n  name: claude\nspec:\n  provider: anthropic\n  model: claude-sonnet-4-20250514\n  apiKey:\n    valueFrom:\n      env: ANTHROPIC_API_KEY\n";
+    let package = format!(
+        "apiVersion: goondan.ai/v1\nkind: Package\nmetadata:\n  name: \"{name}\"\nspec:\n  version: \"0.1.0\"\n"
+    );
+    let agent = |agent: &str, prompt_file: &str, tools: &[&str]| {
+        let mut text = format!(
+            "apiVersion: goondan.ai/v1\nkind: Agent\nmetadata:\n  name: {agent}\nspec:\n  modelConfig:\n    modelRef: \"Model/claude\"\n  prompt:\n    systemRef: ./prompts/{prompt_file}\n"
+        );
+        if !tools.is_empty() {
+            text.push_str("  tools:\n");
+            for tool in tools {
+                text.push_str(&format!("    - ref: {{kind: Tool, name: {tool}, package: \"@goondan/base\"}}\n"));
+            }
+        }
+        text
+    };
+    let swarm = |agents: &[&str], entry: &str| {
+        let mut text = format!(
+            "apiVersion: goondan.ai/v1\nkind: Swarm\nmetadata:\n  name: default\nspec:\n  entryAgent: \"Agent/{entry}\"\n  agents:\n"
+        );
+        for agent in agents {
+            text.push_str(&format!("    - ref: \"Agent/{agent}\"\n"));
+        }
+        text.push_str("  policy:\n    maxStepsPerTurn: 32\n");
+        text
+    };
+    let env =
+        "# API keys for `gdn run --env-file .env` (the process environment wins).\n# ANTHROPIC_API_KEY=sk-ant-...\n"
+            .to_owned();
+    let gitignore = ".env\n.env.local\n".to_owned();
+    match template {
+        Template::Default => vec![
+            (
+                "goondan.yaml",
+                [
+                    package,
+                    model.to_owned(),
+                    agent("assistant", "default.system.md", &["file-system", "bash", "http-fetch"]),
+                    swarm(&["assistant"], "assistant"),
+                ]
+                .join("---\n"),
+            ),
+            ("prompts/default.system.md", "You are a helpful assistant.\n".to_owned()),
+            (".env", env),
+            (".gitignore", gitignore),
+        ],
+        Template::MultiAgent => vec![
+            (
+                "goondan.yaml",
+                [
+                    package,
+                    model.to_owned(),
+                    agent("planner", "planner.system.md", &["agents"]),
+                    agent("coder", "coder.system.md", &["file-system", "bash"]),
+                    agent("reviewer", "reviewer.system.md", &["file-system"]),
+                    swarm(&["planner", "coder", "reviewer"], "planner"),
+                ]
+                .join("---\n"),
+            ),
+            ("prompts/planner.system.md", "You are a planning agent. Break tasks into steps.\n".to_owned()),
+            ("prompts/coder.system.md", "You are a coding agent. Implement the plan.\n".to_owned()),
+            ("prompts/reviewer.system.md", "You are a code reviewer. Review code for correctness.\n".to_owned()),
+            (".env", env),
+            (".gitignore", gitignore),
+        ],
+    }
+}
+
+/// `gdn init [PATH]`.
+pub fn init(global: &GlobalOptions, args: &InitArgs, out: &mut Output) -> Result<u8> {
+    let dir: PathBuf = args.path.clone().unwrap_or_else(|| PathBuf::from("."));
+    let name = project_name(&dir);
+    let files = files(args.template, &name);
+    if !args.force {
+        let existing: Vec<&str> = files.iter().map(|(path, _)| *path).filter(|path| dir.join(path).exists()).collect();
+        if !existing.is_empty() {
+            writeln!(
+                out.stderr,
+                "{}error:{} {} already has {}; use --force to overwrite",
+                output::ERROR,
+                output::ERROR.render_reset(),
+                dir.display(),
+                existing.join(", ")
+            )?;
+            return Ok(exit::USAGE);
+        }
+    }
+    for (path, content) in &files {
+        let full = dir.join(path);
+        if let Some(parent) = full.parent() {
+            std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+        }
+        std::fs::write(&full, content).with_context(|| format!("writing {}", full.display()))?;
+    }
+    if global.json {
+        let created: Vec<&str> = files.iter().map(|(path, _)| *path).collect();
+        let body = serde_json::json!({"projectDir": dir, "template": format!("{:?}", args.template).to_lowercase(), "filesCreated": created});
+        writeln!(out.stdout, "{body}")?;
+    } else {
+        writeln!(
+            out.stdout,
+            "{}✓{} created {} in {}",
+            output::OK,
+            output::OK.render_reset(),
+            files.len(),
+            dir.display()
+        )?;
+        for (path, _) in &files {
+            writeln!(out.stdout, "  {path}")?;
+        }
+        writeln!(out.stdout, "Next: set ANTHROPIC_API_KEY (or edit the Model), then `gdn -c {} run`.", dir.display())?;
+    }
+    Ok(exit::OK)
+}
+
+/// A package name from the directory's name (lowercase, npm-safe).
+fn project_name(dir: &Path) -> String {
+    let base = std::fs::canonicalize(dir)
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .or_else(|| dir.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "my-swarm".to_owned());
+    let cleaned: String = base
+        .to_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '-' })
+        .collect();
+    let cleaned = cleaned.trim_matches(|c| c == '-' || c == '_').to_owned();
+    if cleaned.is_empty() { "my-swarm".to_owned() } else { cleaned }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_template_is_a_valid_bundle() {
+        for template in [Template::Default, Template::MultiAgent] {
+            let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+            for (path, content) in files(template, "demo") {
+                let full = dir.path().join(path);
+                if let Some(parent) = full.parent() {
+                    std::fs::create_dir_all(parent).unwrap_or_else(|e| panic!("{e}"));
+                }
+                std::fs::write(full, content).unwrap_or_else(|e| panic!("{e}"));
+            }
+            let report = goondan_config::load_bundle(dir.path());
+            assert!(!report.has_errors(), "{template:?}: {:#?}", report.diagnostics);
+        }
+    }
+
+    #[test]
+    fn names_are_package_safe() {
+        assert_eq!(project_name(Path::new("/tmp/My Project!")), "my-project");
+        assert_eq!(project_name(Path::new("")), "my-swarm");
+    }
+}

@@ -1,0 +1,384 @@
+//! `gdn run`: one turn (`--input`), or an interactive session, of an agent
+//! whose conversation lives in the state root; and `gdn instance`.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, Result, anyhow};
+use goondan_config::{Bundle, load_bundle, resolve_bundle_file};
+use goondan_core::{Message, ToolCall, ToolResult, ToolStatus};
+use goondan_runtime::agent::{AgentOptions, EnvLookup, build_agent, identity};
+use goondan_runtime::store::{InstanceStore, StateRoot, delete_instance, list_instances};
+use goondan_runtime::turn::{AgentLoop, TurnEnd, TurnObserver, TurnOutcome};
+use goondan_tools::{EventSink, FanoutEventSink, JsonLinesEventSink, TracingEventSink};
+use tokio::sync::watch;
+
+use crate::cli::{GlobalOptions, InstanceCommand, RunArgs};
+use crate::exit;
+use crate::output::{self, Output};
+
+/// The state root from `--state-root`, `GOONDAN_STATE_ROOT` or `~/.goondan`.
+fn state_root(global: &GlobalOptions) -> Result<StateRoot> {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    StateRoot::resolve(global.state_root.clone(), std::env::var("GOONDAN_STATE_ROOT").ok(), home)
+        .map_err(|e| anyhow!("{e}"))
+}
+
+/// The process environment, then the `--env-file`.
+fn env_lookup(env_file: Option<&Path>) -> Result<EnvLookup, String> {
+    let file: BTreeMap<String, String> = match env_file {
+        Some(path) => crate::dotenv::load(path)?,
+        None => BTreeMap::new(),
+    };
+    Ok(Arc::new(move |name: &str| std::env::var(name).ok().or_else(|| file.get(name).cloned())))
+}
+
+fn usage_error(out: &mut Output, message: &str) -> Result<u8> {
+    writeln!(out.stderr, "{}error:{} {message}", output::ERROR, output::ERROR.render_reset())?;
+    Ok(exit::USAGE)
+}
+
+/// Prints the turn as it happens and saves each step.
+struct Console {
+    store: Mutex<InstanceStore>,
+    json: bool,
+    /// Text was streamed in this turn.
+    streamed: Mutex<bool>,
+    /// Tool lines were printed since the last text: the next text starts a new paragraph.
+    after_tools: Mutex<bool>,
+    color: bool,
+}
+
+impl TurnObserver for Console {
+    fn text_delta(&self, text: &str) {
+        if self.json {
+            return;
+        }
+        let mut stdout = anstream::stdout();
+        let paragraph = self.after_tools.lock().map(|mut after| std::mem::take(&mut *after)).unwrap_or(false);
+        let streamed = self.streamed.lock().map(|s| *s).unwrap_or(false);
+        if paragraph && streamed {
+            let _ = writeln!(stdout);
+        }
+        let _ = write!(stdout, "{text}");
+        let _ = stdout.flush();
+        if let Ok(mut streamed) = self.streamed.lock() {
+            *streamed = true;
+        }
+    }
+
+    fn tool_call_finished(&self, call: &ToolCall, result: &ToolResult) {
+        let (style, status) = match result.status {
+            ToolStatus::Ok => (output::OK, "ok".to_owned()),
+            ToolStatus::Pending => (output::WARNING, "pending".to_owned()),
+            ToolStatus::Error => (output::ERROR, result.error_code().unwrap_or("error").to_owned()),
+        };
+        let mut stderr = if self.color { anstream::stderr() } else { anstream::AutoStream::never(std::io::stderr()) };
+        let streamed = self.streamed.lock().map(|s| *s).unwrap_or(false);
+        let after = self.after_tools.lock().map(|a| *a).unwrap_or(false);
+        if streamed && !after && !self.json {
+            // End the streamed line before the tool lines.
+            let mut stdout = anstream::stdout();
+            let _ = writeln!(stdout);
+            let _ = stdout.flush();
+        }
+        let _ = writeln!(
+            stderr,
+            "{}  ⚙ {} → {style}{status}{style:#}{}",
+            output::DIM,
+            call.name,
+            output::DIM.render_reset()
+        );
+        if let Ok(mut after) = self.after_tools.lock() {
+            *after = true;
+        }
+    }
+
+    fn commit(&self, messages: &[Message]) -> Result<(), String> {
+        let mut store = self.store.lock().map_err(|_| "the conversation store is unavailable".to_owned())?;
+        store.append(messages).map_err(|e| e.to_string())
+    }
+}
+
+/// `gdn run`.
+pub async fn run(global: &GlobalOptions, args: &RunArgs, out: &mut Output) -> Result<u8> {
+    let report = load_bundle(&global.config);
+    if report.has_errors() {
+        crate::commands::report_config_errors(global, &report, out)?;
+        return Ok(exit::USAGE);
+    }
+    let Some(bundle) = report.bundle else { return Ok(exit::USAGE) };
+    let env = match env_lookup(args.env_file.as_deref()) {
+        Ok(env) => env,
+        Err(message) => return usage_error(out, &message),
+    };
+    if let Some(dir) = args.workdir.as_ref().filter(|dir| !dir.is_dir()) {
+        return usage_error(out, &format!("--workdir {} is not a directory", dir.display()));
+    }
+    let root = state_root(global)?;
+    let mut options = AgentOptions {
+        agent: args.agent.clone(),
+        instance_key: args.instance_key.clone(),
+        workdir: args.workdir.clone(),
+        env,
+        events: Arc::new(TracingEventSink),
+        call_timeout: args.tool_timeout_ms.map(std::time::Duration::from_millis),
+    };
+    let (agent_name, instance_key) = match identity(&bundle, &options) {
+        Ok(identity) => identity,
+        Err(error) => return usage_error(out, &error.to_string()),
+    };
+    let bundle_file = std::fs::canonicalize(resolve_bundle_file(&global.config))
+        .unwrap_or_else(|_| resolve_bundle_file(&global.config));
+    let store = InstanceStore::open(&root, &instance_key, &agent_name, &bundle_file)
+        .with_context(|| format!("opening instance '{instance_key}' in {}", root.path().display()))?;
+    let loaded = store.messages().with_context(|| format!("reading the conversation of '{instance_key}'"))?;
+    if loaded.skipped_torn_tail || loaded.skipped_corrupt_lines > 0 {
+        tracing::warn!(
+            "instance '{instance_key}': skipped {} unreadable line(s) of its conversation log",
+            loaded.skipped_corrupt_lines + usize::from(loaded.skipped_torn_tail)
+        );
+    }
+    let event_log = Arc::new(
+        JsonLinesEventSink::new(store.event_writer().with_context(|| "opening the event log")?)
+            .with_context(|| "starting the event writer")?,
+    );
+    options.events =
+        Arc::new(FanoutEventSink::new(vec![Arc::clone(&event_log) as Arc<dyn EventSink>, Arc::new(TracingEventSink)]));
+    let mut agent = match build_agent(&bundle, &options) {
+        Ok(agent) => agent,
+        Err(error) => return usage_error(out, &error.to_string()),
+    };
+
+    let console = Console {
+        store: Mutex::new(store),
+        json: global.json,
+        streamed: Mutex::new(false),
+        after_tools: Mutex::new(false),
+        color: !global.no_color,
+    };
+    let mut history = loaded.messages;
+
+    let single_input = match (&args.input, &args.input_file) {
+        (Some(text), _) => Some(text.clone()),
+        (None, Some(path)) if path == Path::new("-") => {
+            let mut text = String::new();
+            std::io::stdin().read_to_string(&mut text).context("reading the input from standard input")?;
+            Some(text)
+        }
+        (None, Some(path)) => match std::fs::read_to_string(path) {
+            Ok(text) => Some(text),
+            Err(error) => return usage_error(out, &format!("cannot read --input-file {}: {error}", path.display())),
+        },
+        (None, None) => None,
+    };
+
+    let code = match single_input {
+        Some(input) => {
+            let outcome = one_turn(&agent, &console, &mut history, input).await;
+            report_outcome(global, &console, &outcome, out)?;
+            if outcome.restart_requested {
+                reload(global, &options, &mut agent, out)?;
+            }
+            outcome_code(&outcome.end)
+        }
+        None => interactive(global, &options, &mut agent, &console, &mut history, &root, out).await?,
+    };
+    event_log.flush();
+    Ok(code)
+}
+
+/// Runs one turn, cancelling it on Ctrl-C.
+async fn one_turn(agent: &AgentLoop, console: &Console, history: &mut Vec<Message>, input: String) -> TurnOutcome {
+    let (cancel, cancelled) = watch::channel(false);
+    let interrupt = async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            let _ = cancel.send(true);
+        }
+        // Keep the sender alive until the turn ends.
+        std::future::pending::<()>().await;
+    };
+    if let Ok(mut streamed) = console.streamed.lock() {
+        *streamed = false;
+    }
+    if let Ok(mut after) = console.after_tools.lock() {
+        *after = false;
+    }
+    let outcome = tokio::select! {
+        outcome = agent.run_turn(history, input, console, cancelled) => outcome,
+        () = interrupt => unreachable_outcome(),
+    };
+    if let Ok(mut store) = console.store.lock()
+        && let Err(error) = store.record_turn()
+    {
+        tracing::warn!("cannot record the turn: {error}");
+    }
+    outcome
+}
+
+fn unreachable_outcome() -> TurnOutcome {
+    // `interrupt` never finishes; this only satisfies the type checker.
+    TurnOutcome {
+        text: String::new(),
+        steps: 0,
+        usage: Default::default(),
+        end: TurnEnd::Cancelled,
+        restart_requested: false,
+    }
+}
+
+fn outcome_code(end: &TurnEnd) -> u8 {
+    match end {
+        TurnEnd::Answered | TurnEnd::StepLimit => exit::OK,
+        TurnEnd::Cancelled => 130,
+        TurnEnd::MalformedReplies | TurnEnd::ModelFailed(_) | TurnEnd::CommitFailed(_) => exit::FAILED,
+    }
+}
+
+fn report_outcome(global: &GlobalOptions, console: &Console, outcome: &TurnOutcome, out: &mut Output) -> Result<()> {
+    if global.json {
+        let body = serde_json::json!({
+            "text": outcome.text,
+            "steps": outcome.steps,
+            "end": format!("{:?}", outcome.end),
+            "usage": outcome.usage,
+            "restartRequested": outcome.restart_requested,
+        });
+        writeln!(out.stdout, "{body}")?;
+        return Ok(());
+    }
+    let streamed = console.streamed.lock().map(|s| *s).unwrap_or(false);
+    match &outcome.end {
+        TurnEnd::Answered if streamed => writeln!(out.stdout)?,
+        TurnEnd::Answered => writeln!(out.stdout, "{}", outcome.text)?,
+        TurnEnd::StepLimit | TurnEnd::MalformedReplies => {
+            if streamed {
+                writeln!(out.stdout)?;
+            }
+            let note = outcome.text.rsplit("\n\n").next().unwrap_or(&outcome.text);
+            writeln!(out.stderr, "{}{note}{}", output::WARNING, output::WARNING.render_reset())?;
+        }
+        TurnEnd::Cancelled => writeln!(out.stderr, "\n{}cancelled{}", output::WARNING, output::WARNING.render_reset())?,
+        TurnEnd::ModelFailed(message) | TurnEnd::CommitFailed(message) => {
+            writeln!(out.stderr, "{}error:{} {message}", output::ERROR, output::ERROR.render_reset())?;
+        }
+    }
+    Ok(())
+}
+
+/// Reloads the bundle and rebuilds the agent after a self-restart request.
+fn reload(global: &GlobalOptions, options: &AgentOptions, agent: &mut AgentLoop, out: &mut Output) -> Result<()> {
+    let report = load_bundle(&global.config);
+    let rebuilt = report
+        .valid_bundle()
+        .ok_or_else(|| "the bundle has errors".to_owned())
+        .and_then(|bundle: &Bundle| build_agent(bundle, options).map_err(|e| e.to_string()));
+    match rebuilt {
+        Ok(new_agent) => {
+            *agent = new_agent;
+            writeln!(out.stderr, "{}↻ restarted: the bundle was reloaded{}", output::DIM, output::DIM.render_reset())?;
+        }
+        Err(error) => writeln!(
+            out.stderr,
+            "{}restart requested, but the bundle could not be reloaded: {error}; keeping the running agent{}",
+            output::WARNING,
+            output::WARNING.render_reset()
+        )?,
+    }
+    Ok(())
+}
+
+/// The interactive session: line editing and history, answers streamed.
+async fn interactive(
+    global: &GlobalOptions,
+    options: &AgentOptions,
+    agent: &mut AgentLoop,
+    console: &Console,
+    history: &mut Vec<Message>,
+    root: &StateRoot,
+    out: &mut Output,
+) -> Result<u8> {
+    let mut editor = rustyline::DefaultEditor::new().context("starting the line editor")?;
+    let history_file = root.path().join("repl_history");
+    let _ = editor.load_history(&history_file);
+    writeln!(
+        out.stderr,
+        "{}agent '{}' (instance '{}') — Ctrl-D to quit, Ctrl-C cancels a turn{}",
+        output::DIM,
+        agent.agent_name,
+        agent.instance_key,
+        output::DIM.render_reset()
+    )?;
+    loop {
+        let line = match editor.readline("› ") {
+            Ok(line) => line,
+            Err(rustyline::error::ReadlineError::Interrupted) => continue,
+            Err(rustyline::error::ReadlineError::Eof) => break,
+            Err(error) => return Err(anyhow!("reading input: {error}")),
+        };
+        let input = line.trim();
+        if input.is_empty() {
+            continue;
+        }
+        if matches!(input, "/exit" | "/quit") {
+            break;
+        }
+        let _ = editor.add_history_entry(input);
+        let outcome = one_turn(agent, console, history, input.to_owned()).await;
+        report_outcome(global, console, &outcome, out)?;
+        if outcome.restart_requested {
+            reload(global, options, agent, out)?;
+        }
+    }
+    if let Some(parent) = history_file.parent() {
+        let _ = std::fs::create_dir_all(parent);
+    }
+    let _ = editor.save_history(&history_file);
+    Ok(exit::OK)
+}
+
+/// `gdn instance list|delete`.
+pub fn instance(global: &GlobalOptions, command: &InstanceCommand, out: &mut Output) -> Result<u8> {
+    let root = state_root(global)?;
+    match command {
+        InstanceCommand::List => {
+            let instances = list_instances(&root).map_err(|e| anyhow!("{e}"))?;
+            if global.json {
+                writeln!(out.stdout, "{}", serde_json::to_string_pretty(&instances)?)?;
+                return Ok(exit::OK);
+            }
+            if instances.is_empty() {
+                writeln!(out.stdout, "no instances in {}", root.path().display())?;
+                return Ok(exit::OK);
+            }
+            writeln!(
+                out.stdout,
+                "{}{:<24}  {:<16}  {:>5}  {:>8}  BUNDLE{}",
+                output::BOLD,
+                "INSTANCE",
+                "AGENT",
+                "TURNS",
+                "MESSAGES",
+                output::BOLD.render_reset()
+            )?;
+            for info in instances {
+                writeln!(
+                    out.stdout,
+                    "{:<24}  {:<16}  {:>5}  {:>8}  {}",
+                    info.instance_key, info.agent_name, info.turns, info.messages, info.bundle
+                )?;
+            }
+            Ok(exit::OK)
+        }
+        InstanceCommand::Delete { key } => match delete_instance(&root, key) {
+            Ok(true) => {
+                writeln!(out.stdout, "{}✓{} deleted instance '{key}'", output::OK, output::OK.render_reset())?;
+                Ok(exit::OK)
+            }
+            Ok(false) => usage_error(out, &format!("no instance '{key}' in {}", root.path().display())),
+            Err(error) => usage_error(out, &error.to_string()),
+        },
+    }
+}

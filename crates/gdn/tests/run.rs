@@ -1,0 +1,213 @@
+//! `gdn run`, `gdn instance` and `gdn init`, end to end, offline.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+fn repo(relative: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(relative)
+}
+
+/// Runs gdn with a private state root and NO_COLOR.
+fn gdn(state: &Path, args: &[&str]) -> Output {
+    gdn_stdin(state, args, None)
+}
+
+fn gdn_stdin(state: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_gdn"));
+    command
+        .arg("--state-root")
+        .arg(state)
+        .args(args)
+        .env("NO_COLOR", "1")
+        .env_remove("GOONDAN_STATE_ROOT")
+        .env_remove("GOONDAN_TEST_OPENAI_KEY")
+        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command.spawn().unwrap_or_else(|e| panic!("spawn: {e}"));
+    if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        pipe.write_all(text.as_bytes()).unwrap_or_else(|e| panic!("stdin: {e}"));
+    }
+    child.wait_with_output().unwrap_or_else(|e| panic!("wait: {e}"))
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect()
+}
+
+fn temp() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn the_offline_example_runs_a_turn_and_the_conversation_continues() {
+    let state = temp();
+    let work = temp();
+    let example = repo("examples/quickstart");
+    let workdir = work.path().to_string_lossy().into_owned();
+    let args = ["-c", example.to_str().unwrap_or_default(), "run", "--input", "Take notes", "--workdir", &workdir];
+    let output = gdn(state.path(), &args);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let stdout = text(&output.stdout);
+    assert!(stdout.contains("the second team member is grace. DONE."), "{stdout}");
+    let stderr = text(&output.stderr);
+    for tool in ["file-system__write", "json-query__query", "file-system__read", "bash__exec", "text-transform__case"] {
+        assert!(stderr.contains(&format!("⚙ {tool} → ok")), "{stderr}");
+    }
+    assert!(work.path().join("workspace/notes.md").is_file(), "the tools worked in --workdir");
+
+    let instance = state.path().join("instances/default");
+    let messages = lines(&instance.join("messages.jsonl"));
+    // user, assistant(2 calls), 2 results, assistant(3 calls), 3 results, assistant(answer)
+    assert_eq!(messages.len(), 9);
+    assert_eq!(messages[0]["data"]["role"], "user");
+    assert_eq!(messages[8]["data"]["content"].as_str().map(|t| t.ends_with("DONE.")), Some(true));
+    let events = lines(&instance.join("events.jsonl"));
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+    assert_eq!(kinds.first(), Some(&"turn.started"));
+    assert_eq!(kinds.last(), Some(&"turn.completed"));
+    assert_eq!(kinds.iter().filter(|k| **k == "tool.completed").count(), 5);
+    assert_eq!(kinds.iter().filter(|k| **k == "step.completed").count(), 3);
+
+    // The next run continues the same conversation.
+    let output = gdn(state.path(), &args);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert_eq!(lines(&instance.join("messages.jsonl")).len(), 18);
+
+    // instance list and delete
+    let list = gdn(state.path(), &["--json", "instance", "list"]);
+    let listed: Value = serde_json::from_slice(&list.stdout).unwrap_or_default();
+    assert_eq!(listed[0]["instanceKey"], "default");
+    assert_eq!(listed[0]["turns"], 2);
+    assert_eq!(listed[0]["messages"], 18);
+    let deleted = gdn(state.path(), &["instance", "delete", "default"]);
+    assert_eq!(deleted.status.code(), Some(0), "{}", text(&deleted.stderr));
+    assert!(!instance.exists());
+    let again = gdn(state.path(), &["instance", "delete", "default"]);
+    assert_eq!(again.status.code(), Some(2));
+}
+
+#[test]
+fn a_torn_last_line_is_skipped_with_a_warning_and_the_log_heals() {
+    let state = temp();
+    let work = temp();
+    let example = repo("examples/quickstart");
+    let workdir = work.path().to_string_lossy().into_owned();
+    let args = [
+        "-c",
+        example.to_str().unwrap_or_default(),
+        "run",
+        "--input",
+        "x",
+        "--workdir",
+        &workdir,
+        "--instance-key",
+        "torn",
+    ];
+    assert_eq!(gdn(state.path(), &args).status.code(), Some(0));
+    let log = state.path().join("instances/torn/messages.jsonl");
+    let mut file = std::fs::OpenOptions::new().append(true).open(&log).unwrap_or_else(|e| panic!("{e}"));
+    file.write_all(br#"{"id":"half","data":{"role":"us"#).unwrap_or_else(|e| panic!("{e}"));
+    drop(file);
+    let output = gdn(state.path(), &args);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert!(text(&output.stderr).contains("skipped 1 unreadable line"), "{}", text(&output.stderr));
+    assert_eq!(lines(&log).len(), 18, "the torn line is gone and both turns are intact");
+}
+
+#[test]
+fn json_output_and_input_from_a_file_or_stdin() {
+    let state = temp();
+    let work = temp();
+    let example = repo("examples/quickstart");
+    let workdir = work.path().to_string_lossy().into_owned();
+    let input_file = work.path().join("input.txt");
+    std::fs::write(&input_file, "from a file").unwrap_or_else(|e| panic!("{e}"));
+    let file_arg = input_file.to_string_lossy().into_owned();
+    let output = gdn(
+        state.path(),
+        &[
+            "-c",
+            example.to_str().unwrap_or_default(),
+            "--json",
+            "run",
+            "--input-file",
+            &file_arg,
+            "--workdir",
+            &workdir,
+        ],
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let body: Value = serde_json::from_slice(&output.stdout).unwrap_or_default();
+    assert_eq!(body["steps"], 3);
+    assert_eq!(body["end"], "Answered");
+    assert!(body["text"].as_str().is_some_and(|t| t.ends_with("DONE.")));
+    let first = lines(&state.path().join("instances/default/messages.jsonl"));
+    assert_eq!(first[0]["data"]["content"], "from a file");
+
+    let output = gdn_stdin(
+        state.path(),
+        &["-c", example.to_str().unwrap_or_default(), "run", "--input-file", "-", "--workdir", &workdir],
+        Some("from stdin"),
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+}
+
+#[test]
+fn the_step_limit_ends_the_turn_with_a_note() {
+    let state = temp();
+    let bundle = repo("tests/fixtures/scripted-loop");
+    let output = gdn(state.path(), &["-c", bundle.to_str().unwrap_or_default(), "run", "--input", "go"]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert!(text(&output.stdout).contains("step two"), "{}", text(&output.stdout));
+    assert!(text(&output.stderr).contains("maxStepsPerTurn (2)"), "{}", text(&output.stderr));
+}
+
+#[test]
+fn a_missing_api_key_names_the_variable_to_set() {
+    let state = temp();
+    let bundle = repo("tests/fixtures/needs-key");
+    let output = gdn(state.path(), &["-c", bundle.to_str().unwrap_or_default(), "run", "--input", "hi"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(text(&output.stderr).contains("set GOONDAN_TEST_OPENAI_KEY"), "{}", text(&output.stderr));
+    // An --env-file can provide it (the model call then fails: nothing listens there).
+    let env_dir = temp();
+    let env_file = env_dir.path().join(".env");
+    std::fs::write(&env_file, "GOONDAN_TEST_OPENAI_KEY=sk-test\nOPENAI_BASE_URL=http://127.0.0.1:9/v1\n")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let env_arg = env_file.to_string_lossy().into_owned();
+    let output =
+        gdn(state.path(), &["-c", bundle.to_str().unwrap_or_default(), "run", "--input", "hi", "--env-file", &env_arg]);
+    let stderr = text(&output.stderr);
+    assert!(!stderr.contains("set GOONDAN_TEST_OPENAI_KEY"), "{stderr}");
+    assert!(!stderr.contains("sk-test"), "the key never appears: {stderr}");
+}
+
+#[test]
+fn init_writes_valid_starter_projects() {
+    for template in ["default", "multi-agent"] {
+        let dir = temp();
+        let target = dir.path().join("proj");
+        let target_arg = target.to_string_lossy().into_owned();
+        let state = temp();
+        let output = gdn(state.path(), &["init", &target_arg, "--template", template]);
+        assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+        let check = gdn(state.path(), &["-c", &target_arg, "validate"]);
+        assert_eq!(check.status.code(), Some(0), "{template}: {}", text(&check.stdout));
+        let again = gdn(state.path(), &["init", &target_arg]);
+        assert_eq!(again.status.code(), Some(2), "refuses to overwrite without --force");
+        let forced = gdn(state.path(), &["init", &target_arg, "--force"]);
+        assert_eq!(forced.status.code(), Some(0));
+    }
+}

@@ -1,0 +1,1186 @@
+//! Anthropic's Messages API: `POST {endpoint}/v1/messages`
+//! (<https://docs.anthropic.com/en/api/messages>), always streamed as
+//! Server-Sent Events (<https://docs.anthropic.com/en/docs/build-with-claude/streaming>),
+//! with tool use (<https://docs.anthropic.com/en/docs/agents-and-tools/tool-use/overview>).
+//!
+//! The request:
+//!
+//! - headers `x-api-key` (marked sensitive, so it never shows in a `Debug`
+//!   output), `anthropic-version: 2023-06-01`, `content-type: application/json`;
+//! - `system`: the agent's system prompt, then the text of every
+//!   `MessageData::System` entry, joined by blank lines (the API takes system
+//!   instructions only as this top-level field);
+//! - `messages`: alternating `user` / `assistant` messages of content blocks.
+//!   An assistant message is its text block and one `tool_use` block per call
+//!   (`input` is the call's argument object); tool results go back in a
+//!   `user` message as `tool_result` blocks whose `content` is the
+//!   [`goondan_core::ToolResult`] JSON itself (status, output, error code,
+//!   suggestion, help URL), with `is_error` for `status: "error"`. Messages of
+//!   the same role in a row are merged into one, because the API requires the
+//!   roles to alternate, and within a user message the `tool_result` blocks
+//!   come first, because the API requires that too;
+//! - `tools`: `{name, description, input_schema}`;
+//! - `max_tokens` (required by the API: 4096 unless the params set it),
+//!   `temperature`, `top_p`, `stream: true`;
+//! - from `params.extra`, only the keys with a matching Messages API field:
+//!   `topK`/`top_k`, `stopSequences`/`stop_sequences`,
+//!   `toolChoice`/`tool_choice`, `metadata`, `serviceTier`/`service_tier`.
+//!   Others are ignored (logged at debug level). `thinking` is deliberately
+//!   not passed: with it on, the API requires the thinking blocks to be sent
+//!   back with tool results, and a conversation here has nowhere to keep them.
+//!
+//! The stream: `message_start` (input token counts), `content_block_start`
+//! (a text block, or a `tool_use` block whose id and name are reported as
+//! [`StreamEvent::ToolCallStarted`]), `content_block_delta` (`text_delta`
+//! reported as [`StreamEvent::TextDelta`]; `input_json_delta` fragments
+//! concatenated into the call's raw argument text, `{}` when there are none),
+//! `content_block_stop`, `message_delta` (stop reason and the cumulative
+//! output token count), `message_stop`, `ping`, and `error` (an
+//! [`ModelError::Api`] with the API's message). Unknown events and block
+//! types (thinking, server tools) are skipped, as the API's versioning policy
+//! asks of clients. A stream that ends before `message_stop` is an error, so
+//! a reply cut off by the network is never taken for a whole one.
+//!
+//! Options (`spec.options` of the Model): `idleTimeoutSeconds`, the longest
+//! wait for the response headers and then between two chunks of the stream
+//! (default 120).
+
+use std::borrow::Cow;
+use std::time::Duration;
+
+use goondan_core::{JsonObject, JsonValue, MessageData};
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use serde::{Deserialize, Serialize};
+
+use crate::config::ModelSettings;
+use crate::error::ModelError;
+use crate::http::{RetryPolicy, SseEvent, client, network_error, read_sse, status_error, with_retries};
+use crate::provider::{BoxFuture, ModelProvider, StreamSink};
+use crate::types::{ModelRequest, ModelResponse, RawToolCall, StopReason, StreamEvent, TokenUsage};
+
+const PROVIDER: &str = "anthropic";
+/// The API version this client speaks (the only stable one).
+const API_VERSION: &str = "2023-06-01";
+/// `max_tokens` is required by the API; this is the default when the params have none.
+const DEFAULT_MAX_TOKENS: u64 = 4096;
+const DEFAULT_IDLE: Duration = Duration::from_secs(120);
+const IDLE_OPTION: &str = "idleTimeoutSeconds";
+
+/// `params.extra` keys passed through, and the Messages API field each becomes.
+const EXTRA_FIELDS: &[(&str, &str)] = &[
+    ("topK", "top_k"),
+    ("top_k", "top_k"),
+    ("stopSequences", "stop_sequences"),
+    ("stop_sequences", "stop_sequences"),
+    ("toolChoice", "tool_choice"),
+    ("tool_choice", "tool_choice"),
+    ("metadata", "metadata"),
+    ("serviceTier", "service_tier"),
+    ("service_tier", "service_tier"),
+];
+
+/// A model behind Anthropic's Messages API.
+///
+/// `Debug` is safe to print: the key is a sensitive header value, which
+/// prints as `Sensitive`.
+#[derive(Debug)]
+pub struct AnthropicProvider {
+    client: reqwest::Client,
+    /// The base URL, for error messages.
+    endpoint: String,
+    /// `{endpoint}/v1/messages`.
+    url: String,
+    model: String,
+    /// The key and version headers, built once.
+    headers: HeaderMap,
+    /// The longest wait for the headers and then for each chunk.
+    idle: Duration,
+    retry: RetryPolicy,
+}
+
+impl AnthropicProvider {
+    /// A provider for `settings`: fails without a key, or with an invalid
+    /// `idleTimeoutSeconds` option.
+    pub fn new(settings: &ModelSettings) -> Result<Self, ModelError> {
+        let mut key = HeaderValue::from_str(settings.key()?).map_err(|_| {
+            // The error would not print the key, but neither does this message.
+            ModelError::Config("the anthropic API key contains characters that cannot be sent in a header".to_owned())
+        })?;
+        key.set_sensitive(true);
+        let mut headers = HeaderMap::new();
+        headers.insert(HeaderName::from_static("x-api-key"), key);
+        headers.insert(HeaderName::from_static("anthropic-version"), HeaderValue::from_static(API_VERSION));
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        Ok(Self {
+            client: client(PROVIDER)?,
+            endpoint: settings.endpoint.clone(),
+            url: format!("{}/v1/messages", settings.endpoint),
+            model: settings.model.clone(),
+            headers,
+            idle: idle_timeout(&settings.options)?,
+            retry: RetryPolicy::default(),
+        })
+    }
+
+    /// The request body for `request`.
+    fn body<'a>(&'a self, request: &'a ModelRequest) -> WireRequest<'a> {
+        let (system, messages) = wire_messages(request);
+        let params = &request.params;
+        let mut extra = JsonObject::new();
+        for (key, value) in &params.extra {
+            match EXTRA_FIELDS.iter().find(|(name, _)| name == key) {
+                Some((_, field)) => {
+                    extra.insert((*field).to_owned(), value.clone());
+                }
+                None => {
+                    tracing::debug!(target: "goondan::model", "anthropic: ignoring param '{key}' (no Messages API field)")
+                }
+            }
+        }
+        WireRequest {
+            model: &self.model,
+            max_tokens: params.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+            system,
+            messages,
+            tools: request
+                .tools
+                .iter()
+                .map(|tool| WireTool {
+                    name: &tool.name,
+                    description: tool.description.as_deref(),
+                    input_schema: if tool.parameters.is_null() {
+                        Cow::Owned(serde_json::json!({"type": "object"}))
+                    } else {
+                        Cow::Borrowed(&tool.parameters)
+                    },
+                })
+                .collect(),
+            temperature: params.temperature,
+            top_p: params.top_p,
+            stream: true,
+            extra,
+        }
+    }
+
+    /// One attempt: sends the request and waits for the response headers.
+    async fn send(&self, body: String) -> Result<reqwest::Response, ModelError> {
+        let request = self.client.post(&self.url).headers(self.headers.clone()).body(body).send();
+        let response = match tokio::time::timeout(self.idle, request).await {
+            Ok(Ok(response)) => response,
+            Ok(Err(error)) => return Err(network_error(PROVIDER, &self.endpoint, &error)),
+            Err(_) => {
+                return Err(ModelError::Network {
+                    provider: PROVIDER.to_owned(),
+                    endpoint: self.endpoint.clone(),
+                    message: format!("no response within {:?}", self.idle),
+                });
+            }
+        };
+        let status = response.status();
+        if !status.is_success() {
+            let text = tokio::time::timeout(self.idle, response.text()).await.ok().and_then(Result::ok);
+            return Err(status_error(PROVIDER, status.as_u16(), &text.unwrap_or_default()));
+        }
+        Ok(response)
+    }
+}
+
+impl ModelProvider for AnthropicProvider {
+    fn complete<'a>(
+        &'a self,
+        request: &'a ModelRequest,
+        on_event: StreamSink<'a>,
+    ) -> BoxFuture<'a, Result<ModelResponse, ModelError>> {
+        Box::pin(async move {
+            let body = serde_json::to_string(&self.body(request)).map_err(|e| ModelError::Protocol {
+                provider: PROVIDER.to_owned(),
+                message: format!("cannot encode the request: {e}"),
+            })?;
+            tracing::debug!(target: "goondan::model", "anthropic: POST {} model {}", self.url, self.model);
+            // Only the request up to the headers is retried: once the reply
+            // streams, its text has been reported and a retry would repeat it.
+            let response = with_retries(self.retry, |_| self.send(body.clone())).await?;
+            let content_type = response.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+            if !content_type.starts_with("text/event-stream") {
+                let content_type = content_type.to_owned();
+                let text = tokio::time::timeout(self.idle, response.text()).await.ok().and_then(Result::ok);
+                let text: String = text.unwrap_or_default().chars().take(300).collect();
+                return Err(protocol(format!("expected an event stream, got '{content_type}': {text}")));
+            }
+            let mut reply = Reply::default();
+            read_sse(PROVIDER, response, self.idle, |event| reply.handle(&event, on_event)).await?;
+            reply.finish()
+        })
+    }
+
+    fn name(&self) -> &str {
+        PROVIDER
+    }
+}
+
+fn protocol(message: String) -> ModelError {
+    ModelError::Protocol { provider: PROVIDER.to_owned(), message }
+}
+
+fn idle_timeout(options: &JsonObject) -> Result<Duration, ModelError> {
+    let Some(value) = options.get(IDLE_OPTION) else { return Ok(DEFAULT_IDLE) };
+    value
+        .as_f64()
+        .filter(|seconds| *seconds > 0.0)
+        .and_then(|seconds| Duration::try_from_secs_f64(seconds).ok())
+        .ok_or_else(|| {
+            ModelError::Config(format!("anthropic: options.{IDLE_OPTION} must be a positive number of seconds"))
+        })
+}
+
+// ---- The request ----
+
+#[derive(Debug, Serialize)]
+struct WireRequest<'a> {
+    model: &'a str,
+    max_tokens: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system: Option<String>,
+    messages: Vec<WireMessage<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<f64>,
+    stream: bool,
+    /// Only keys from [`EXTRA_FIELDS`], none of which is a field above.
+    #[serde(flatten)]
+    extra: JsonObject,
+}
+
+#[derive(Debug, Serialize)]
+struct WireMessage<'a> {
+    role: Role,
+    content: Vec<WireBlock<'a>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Role {
+    User,
+    Assistant,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum WireBlock<'a> {
+    Text { text: &'a str },
+    ToolUse { id: &'a str, name: &'a str, input: &'a JsonObject },
+    ToolResult { tool_use_id: &'a str, content: String, is_error: bool },
+}
+
+#[derive(Debug, Serialize)]
+struct WireTool<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<&'a str>,
+    input_schema: Cow<'a, JsonValue>,
+}
+
+/// The system text and the alternating messages of `request`.
+fn wire_messages(request: &ModelRequest) -> (Option<String>, Vec<WireMessage<'_>>) {
+    let mut system: Vec<&str> = request.system.as_deref().into_iter().collect();
+    let mut messages: Vec<WireMessage<'_>> = Vec::new();
+    for message in &request.messages {
+        let (role, blocks) = match message {
+            MessageData::System { content } => {
+                system.push(content);
+                continue;
+            }
+            MessageData::User { content } => (Role::User, text_block(content).into_iter().collect()),
+            MessageData::Assistant { content, tool_calls } => {
+                let mut blocks: Vec<WireBlock<'_>> = content.as_deref().and_then(text_block).into_iter().collect();
+                blocks.extend(tool_calls.iter().map(|call| WireBlock::ToolUse {
+                    id: &call.id,
+                    name: &call.name,
+                    input: &call.args,
+                }));
+                (Role::Assistant, blocks)
+            }
+            MessageData::Tool { tool_call_id, result, .. } => {
+                // ToolResult serializes plain data into a string: this cannot fail.
+                let content = serde_json::to_string(&**result).unwrap_or_default();
+                let block = WireBlock::ToolResult { tool_use_id: tool_call_id, content, is_error: result.is_error() };
+                (Role::User, vec![block])
+            }
+        };
+        if blocks.is_empty() {
+            // An empty message would be rejected; dropping it keeps the
+            // neighbours mergeable.
+            continue;
+        }
+        match messages.last_mut() {
+            Some(last) if last.role == role => {
+                for block in blocks {
+                    if matches!(block, WireBlock::ToolResult { .. }) {
+                        // Tool results must lead their user message.
+                        let at = last.content.iter().take_while(|b| matches!(b, WireBlock::ToolResult { .. })).count();
+                        last.content.insert(at, block);
+                    } else {
+                        last.content.push(block);
+                    }
+                }
+            }
+            _ => messages.push(WireMessage { role, content: blocks }),
+        }
+    }
+    system.retain(|text| !text.is_empty());
+    let system = if system.is_empty() { None } else { Some(system.join("\n\n")) };
+    (system, messages)
+}
+
+/// A text block, or none for empty text (which the API rejects).
+fn text_block(text: &str) -> Option<WireBlock<'_>> {
+    (!text.is_empty()).then_some(WireBlock::Text { text })
+}
+
+// ---- The stream ----
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum WireEvent {
+    MessageStart {
+        message: WireStartMessage,
+    },
+    ContentBlockStart {
+        index: u64,
+        content_block: WireContentBlock,
+    },
+    ContentBlockDelta {
+        index: u64,
+        delta: WireDelta,
+    },
+    ContentBlockStop {},
+    MessageDelta {
+        #[serde(default)]
+        delta: WireMessageDelta,
+        #[serde(default)]
+        usage: Option<WireUsage>,
+    },
+    MessageStop {},
+    Ping {},
+    Error {
+        error: WireError,
+    },
+    #[serde(other)]
+    Unknown,
+}
+
+#[derive(Debug, Deserialize)]
+struct WireStartMessage {
+    #[serde(default)]
+    usage: Option<WireUsage>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct WireUsage {
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    cache_creation_input_tokens: Option<u64>,
+    #[serde(default)]
+    cache_read_input_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum WireContentBlock {
+    Text {
+        #[serde(default)]
+        text: String,
+    },
+    ToolUse {
+        #[serde(default)]
+        id: String,
+        name: String,
+        #[serde(default)]
+        input: Option<JsonValue>,
+    },
+    #[serde(other)]
+    Unknown,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum WireDelta {
+    TextDelta {
+        text: String,
+    },
+    InputJsonDelta {
+        partial_json: String,
+    },
+    #[serde(other)]
+    Unknown,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct WireMessageDelta {
+    #[serde(default)]
+    stop_reason: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WireError {
+    #[serde(rename = "type", default)]
+    kind: String,
+    #[serde(default)]
+    message: String,
+}
+
+/// The reply as it streams in.
+#[derive(Debug, Default)]
+struct Reply {
+    text: String,
+    calls: Vec<CallInProgress>,
+    stop_reason: Option<StopReason>,
+    input_tokens: u64,
+    cache_creation_tokens: u64,
+    cache_read_tokens: u64,
+    output_tokens: u64,
+    stopped: bool,
+}
+
+#[derive(Debug)]
+struct CallInProgress {
+    /// The content block index the deltas name.
+    index: u64,
+    id: String,
+    name: String,
+    /// The `input_json_delta` fragments so far.
+    arguments: String,
+    /// The input given at the block's start (`{}` when it streams).
+    input: Option<JsonValue>,
+}
+
+impl Reply {
+    fn handle(&mut self, event: &SseEvent, on_event: StreamSink<'_>) -> Result<(), ModelError> {
+        if event.data.trim().is_empty() {
+            return Ok(());
+        }
+        let name = event.event.as_deref().unwrap_or("unnamed");
+        let parsed: WireEvent = serde_json::from_str(&event.data)
+            .map_err(|e| protocol(format!("cannot read the '{name}' stream event: {e}")))?;
+        match parsed {
+            WireEvent::MessageStart { message } => self.usage(message.usage),
+            WireEvent::ContentBlockStart { index, content_block } => match content_block {
+                WireContentBlock::Text { text } => self.push_text(text, on_event),
+                WireContentBlock::ToolUse { id, name, input } => {
+                    let id = if id.is_empty() { format!("toolu_{}", self.calls.len() + 1) } else { id };
+                    on_event(StreamEvent::ToolCallStarted { id: id.clone(), name: name.clone() });
+                    self.calls.push(CallInProgress { index, id, name, arguments: String::new(), input });
+                }
+                WireContentBlock::Unknown => {}
+            },
+            WireEvent::ContentBlockDelta { index, delta } => match delta {
+                WireDelta::TextDelta { text } => self.push_text(text, on_event),
+                WireDelta::InputJsonDelta { partial_json } => {
+                    let call = self.calls.iter_mut().rev().find(|call| call.index == index).ok_or_else(|| {
+                        protocol(format!("tool input for content block {index}, which is not a tool call"))
+                    })?;
+                    call.arguments.push_str(&partial_json);
+                }
+                WireDelta::Unknown => {}
+            },
+            WireEvent::MessageDelta { delta, usage } => {
+                if let Some(reason) = delta.stop_reason {
+                    self.stop_reason = Some(stop_reason(&reason));
+                }
+                self.usage(usage);
+            }
+            WireEvent::MessageStop {} => self.stopped = true,
+            WireEvent::Error { error } => return Err(stream_error(&error)),
+            WireEvent::ContentBlockStop {} | WireEvent::Ping {} | WireEvent::Unknown => {}
+        }
+        Ok(())
+    }
+
+    fn push_text(&mut self, text: String, on_event: StreamSink<'_>) {
+        if !text.is_empty() {
+            self.text.push_str(&text);
+            on_event(StreamEvent::TextDelta(text));
+        }
+    }
+
+    /// Counts are cumulative: each one given replaces the last.
+    fn usage(&mut self, usage: Option<WireUsage>) {
+        let Some(usage) = usage else { return };
+        let fields = [
+            (usage.input_tokens, &mut self.input_tokens),
+            (usage.cache_creation_input_tokens, &mut self.cache_creation_tokens),
+            (usage.cache_read_input_tokens, &mut self.cache_read_tokens),
+            (usage.output_tokens, &mut self.output_tokens),
+        ];
+        for (given, count) in fields {
+            if let Some(given) = given {
+                *count = given;
+            }
+        }
+    }
+
+    fn finish(self) -> Result<ModelResponse, ModelError> {
+        if !self.stopped {
+            return Err(protocol("the stream ended before message_stop".to_owned()));
+        }
+        let tool_calls = self
+            .calls
+            .into_iter()
+            .map(|call| {
+                let arguments = if !call.arguments.trim().is_empty() {
+                    call.arguments
+                } else {
+                    match call.input {
+                        // Input given whole at the block's start, not streamed.
+                        Some(JsonValue::Object(input)) if !input.is_empty() => JsonValue::Object(input).to_string(),
+                        _ => "{}".to_owned(),
+                    }
+                };
+                RawToolCall { id: call.id, name: call.name, arguments }
+            })
+            .collect();
+        Ok(ModelResponse {
+            text: (!self.text.is_empty()).then_some(self.text),
+            tool_calls,
+            stop_reason: self.stop_reason,
+            usage: TokenUsage {
+                // The API counts cached prompt tokens apart from `input_tokens`;
+                // together they are the prompt.
+                input_tokens: self.input_tokens + self.cache_creation_tokens + self.cache_read_tokens,
+                output_tokens: self.output_tokens,
+            },
+        })
+    }
+}
+
+fn stop_reason(reason: &str) -> StopReason {
+    match reason {
+        "end_turn" | "stop_sequence" => StopReason::EndTurn,
+        "tool_use" => StopReason::ToolUse,
+        "max_tokens" | "model_context_window_exceeded" => StopReason::MaxTokens,
+        _ => StopReason::Other,
+    }
+}
+
+/// An `error` event: the HTTP status the API uses for its type, so retry
+/// classification matches a non-streamed error of the same type.
+fn stream_error(error: &WireError) -> ModelError {
+    let status = match error.kind.as_str() {
+        "invalid_request_error" => 400,
+        "authentication_error" => 401,
+        "permission_error" => 403,
+        "not_found_error" => 404,
+        "request_too_large" => 413,
+        "rate_limit_error" => 429,
+        "overloaded_error" => 529,
+        _ => 500,
+    };
+    let message = if error.kind.is_empty() {
+        error.message.clone()
+    } else {
+        format!("{} ({}, during the stream)", error.message, error.kind)
+    };
+    ModelError::Api { provider: PROVIDER.to_owned(), status, message }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::path::PathBuf;
+    use std::sync::{Arc, Mutex};
+
+    use axum::extract::State;
+    use axum::http::{HeaderMap as AxumHeaders, Method, StatusCode, Uri, header};
+    use axum::response::{IntoResponse, Response};
+    use goondan_core::{ToolCall, ToolError, ToolResult};
+    use serde_json::json;
+
+    use super::*;
+    use crate::config::{ProviderKind, Secret};
+    use crate::types::{ModelParams, ToolDefinition};
+
+    const KEY: &str = "sk-ant-test-SECRET-0123456789";
+
+    /// The streaming example of Anthropic's docs (text, then a tool call whose
+    /// input arrives in fragments), with a second, parallel call without
+    /// arguments, as the API sends them.
+    const TOOL_STREAM: &str = r##"event: message_start
+data: {"type":"message_start","message":{"id":"msg_014p7gG3wDgGV9EUtLvnow3U","type":"message","role":"assistant","model":"claude-sonnet-4-5","stop_sequence":null,"usage":{"input_tokens":472,"output_tokens":2},"content":[],"stop_reason":null}}
+
+event: content_block_start
+data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}
+
+event: ping
+data: {"type": "ping"}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Okay"}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":", let's check the weather"}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":" for San Francisco, CA:"}}
+
+event: content_block_stop
+data: {"type":"content_block_stop","index":0}
+
+event: content_block_start
+data: {"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_01T1x1fJ34qAmk2tNTrN7Up6","name":"weather__get","input":{}}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":""}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"location\":"}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":" \"San"}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":" Francisc"}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"o, CA\""}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":", \"unit\": \"fah"}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"renheit\"}"}}
+
+event: content_block_stop
+data: {"type":"content_block_stop","index":1}
+
+event: content_block_start
+data: {"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"toolu_01Lp8Gh3RuZDYNy2bQxmN5sV","name":"clock__now","input":{}}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":""}}
+
+event: content_block_stop
+data: {"type":"content_block_stop","index":2}
+
+event: message_delta
+data: {"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":89}}
+
+event: message_stop
+data: {"type":"message_stop"}
+
+"##;
+
+    /// A plain text reply, with prompt caching counts as the API reports them.
+    const TEXT_STREAM: &str = r##"event: message_start
+data: {"type": "message_start", "message": {"id": "msg_1nZdL29xx5MUA1yADyHTEsnR8uuvGzszyY", "type": "message", "role": "assistant", "content": [], "model": "claude-opus-4-1", "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 25, "cache_creation_input_tokens": 10, "cache_read_input_tokens": 5, "output_tokens": 1}}}
+
+event: content_block_start
+data: {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
+
+event: ping
+data: {"type": "ping"}
+
+event: content_block_delta
+data: {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hello"}}
+
+event: content_block_delta
+data: {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "!"}}
+
+event: content_block_stop
+data: {"type": "content_block_stop", "index": 0}
+
+event: message_delta
+data: {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence":null}, "usage": {"output_tokens": 15}}
+
+event: message_stop
+data: {"type": "message_stop"}
+
+"##;
+
+    const OVERLOADED_STREAM: &str = r##"event: message_start
+data: {"type": "message_start", "message": {"id": "msg_01", "type": "message", "role": "assistant", "content": [], "model": "claude-opus-4-1", "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 25, "output_tokens": 1}}}
+
+event: content_block_start
+data: {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
+
+event: content_block_delta
+data: {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hel"}}
+
+event: error
+data: {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+
+"##;
+
+    const MALFORMED_STREAM: &str = r##"event: message_start
+data: {"type": "message_start", "message": {"id": "msg_01", "type": "message", "role": "assistant", "content": [], "model": "claude-opus-4-1", "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 25, "output_tokens": 1}}}
+
+event: content_block_delta
+data: {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hel
+
+event: message_stop
+data: {"type": "message_stop"}
+
+"##;
+
+    struct Scripted {
+        status: u16,
+        content_type: &'static str,
+        body: String,
+        delay: Duration,
+    }
+
+    fn sse(body: &str) -> Scripted {
+        Scripted {
+            status: 200,
+            content_type: "text/event-stream; charset=utf-8",
+            body: body.to_owned(),
+            delay: Duration::ZERO,
+        }
+    }
+
+    fn json_reply(status: u16, body: &str) -> Scripted {
+        Scripted { status, content_type: "application/json", body: body.to_owned(), delay: Duration::ZERO }
+    }
+
+    #[derive(Debug)]
+    struct Seen {
+        method: Method,
+        path: String,
+        headers: AxumHeaders,
+        body: String,
+    }
+
+    #[derive(Clone, Default)]
+    struct Server {
+        seen: Arc<Mutex<Vec<Seen>>>,
+        replies: Arc<Mutex<VecDeque<Scripted>>>,
+    }
+
+    impl Server {
+        fn seen(&self) -> Vec<Seen> {
+            self.seen.lock().map(|mut seen| std::mem::take(&mut *seen)).unwrap_or_default()
+        }
+    }
+
+    async fn handle(
+        State(server): State<Server>,
+        method: Method,
+        uri: Uri,
+        headers: AxumHeaders,
+        body: String,
+    ) -> Response {
+        if let Ok(mut seen) = server.seen.lock() {
+            seen.push(Seen { method, path: uri.path().to_owned(), headers, body });
+        }
+        let reply = server.replies.lock().ok().and_then(|mut replies| replies.pop_front());
+        let Some(reply) = reply else {
+            return (StatusCode::INTERNAL_SERVER_ERROR, "no reply scripted").into_response();
+        };
+        tokio::time::sleep(reply.delay).await;
+        let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        (status, [(header::CONTENT_TYPE, reply.content_type)], reply.body).into_response()
+    }
+
+    /// A local server answering with `replies` in order; returns its base URL.
+    async fn serve(replies: Vec<Scripted>) -> (String, Server) {
+        let server = Server { seen: Arc::default(), replies: Arc::new(Mutex::new(replies.into())) };
+        let app = axum::Router::new().fallback(handle).with_state(server.clone());
+        let listener =
+            tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("cannot bind: {e}"));
+        let address = listener.local_addr().unwrap_or_else(|e| panic!("no address: {e}"));
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (format!("http://{address}"), server)
+    }
+
+    fn settings(endpoint: &str, key: Option<&str>) -> ModelSettings {
+        ModelSettings {
+            kind: ProviderKind::Anthropic,
+            model: "claude-sonnet-4-5".into(),
+            endpoint: endpoint.into(),
+            api_key: key.map(Secret::new),
+            options: JsonObject::new(),
+            bundle_root: PathBuf::from("."),
+        }
+    }
+
+    /// A provider for `endpoint` whose retries wait a millisecond, not seconds.
+    fn provider(endpoint: &str) -> AnthropicProvider {
+        let Ok(mut provider) = AnthropicProvider::new(&settings(endpoint, Some(KEY))) else { panic!("provider") };
+        provider.retry = RetryPolicy {
+            base_delay: Duration::from_millis(1),
+            max_delay: Duration::from_millis(2),
+            ..RetryPolicy::default()
+        };
+        provider
+    }
+
+    async fn complete(
+        provider: &AnthropicProvider,
+        request: &ModelRequest,
+    ) -> (Result<ModelResponse, ModelError>, Vec<StreamEvent>) {
+        let events = Mutex::new(Vec::new());
+        let sink = |event: StreamEvent| {
+            if let Ok(mut events) = events.lock() {
+                events.push(event);
+            }
+        };
+        let result = provider.complete(request, &sink).await;
+        (result, events.into_inner().unwrap_or_default())
+    }
+
+    fn hello() -> ModelRequest {
+        ModelRequest { messages: vec![MessageData::User { content: "Hello".into() }], ..ModelRequest::default() }
+    }
+
+    fn object(value: JsonValue) -> JsonObject {
+        value.as_object().cloned().unwrap_or_default()
+    }
+
+    fn conversation() -> ModelRequest {
+        let error = ToolError::new("E_NOT_FOUND", "NotFoundError", "no clock configured")
+            .with_suggestion("configure a clock")
+            .with_help_url("https://docs.goondan.ai/errors/E_NOT_FOUND");
+        ModelRequest {
+            system: Some("You are a weather bot.".into()),
+            messages: vec![
+                MessageData::System { content: "Answer in English.".into() },
+                MessageData::User { content: "Weather in SF, and the time?".into() },
+                MessageData::Assistant {
+                    content: Some("Let me check.".into()),
+                    tool_calls: vec![
+                        ToolCall::new("toolu_a", "weather__get", object(json!({"location": "San Francisco, CA"}))),
+                        ToolCall::new("toolu_b", "clock__now", JsonObject::new()),
+                    ],
+                },
+                MessageData::Tool {
+                    tool_call_id: "toolu_a".into(),
+                    tool_name: "weather__get".into(),
+                    result: Box::new(ToolResult::ok(json!({"tempF": 58}))),
+                },
+                MessageData::Tool {
+                    tool_call_id: "toolu_b".into(),
+                    tool_name: "clock__now".into(),
+                    result: Box::new(ToolResult::error(error)),
+                },
+                MessageData::User { content: "And in Fahrenheit, please.".into() },
+            ],
+            tools: vec![
+                ToolDefinition {
+                    name: "weather__get".into(),
+                    description: Some("The current weather.".into()),
+                    parameters: json!({"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]}),
+                },
+                ToolDefinition { name: "clock__now".into(), description: None, parameters: JsonValue::Null },
+            ],
+            params: ModelParams {
+                temperature: Some(0.2),
+                max_tokens: None,
+                top_p: Some(0.9),
+                extra: object(json!({"topK": 5, "stopSequences": ["END"], "frequencyPenalty": 1})),
+            },
+        }
+    }
+
+    #[tokio::test]
+    async fn streams_text_and_parallel_tool_calls_and_sends_the_whole_conversation() {
+        let (endpoint, server) = serve(vec![sse(TOOL_STREAM)]).await;
+        let provider = provider(&endpoint);
+        let (result, events) = complete(&provider, &conversation()).await;
+        let response = result.unwrap_or_else(|e| panic!("{e}"));
+
+        assert_eq!(response.text.as_deref(), Some("Okay, let's check the weather for San Francisco, CA:"));
+        assert_eq!(
+            response.tool_calls,
+            [
+                RawToolCall {
+                    id: "toolu_01T1x1fJ34qAmk2tNTrN7Up6".into(),
+                    name: "weather__get".into(),
+                    arguments: r#"{"location": "San Francisco, CA", "unit": "fahrenheit"}"#.into(),
+                },
+                RawToolCall {
+                    id: "toolu_01Lp8Gh3RuZDYNy2bQxmN5sV".into(),
+                    name: "clock__now".into(),
+                    arguments: "{}".into()
+                },
+            ]
+        );
+        assert_eq!(response.stop_reason, Some(StopReason::ToolUse));
+        assert_eq!(response.usage, TokenUsage { input_tokens: 472, output_tokens: 89 });
+        assert_eq!(
+            events,
+            [
+                StreamEvent::TextDelta("Okay".into()),
+                StreamEvent::TextDelta(", let's check the weather".into()),
+                StreamEvent::TextDelta(" for San Francisco, CA:".into()),
+                StreamEvent::ToolCallStarted {
+                    id: "toolu_01T1x1fJ34qAmk2tNTrN7Up6".into(),
+                    name: "weather__get".into()
+                },
+                StreamEvent::ToolCallStarted { id: "toolu_01Lp8Gh3RuZDYNy2bQxmN5sV".into(), name: "clock__now".into() },
+            ]
+        );
+
+        let seen = server.seen();
+        let [request] = seen.as_slice() else { panic!("expected one request, got {}", seen.len()) };
+        assert_eq!(request.method, Method::POST);
+        assert_eq!(request.path, "/v1/messages");
+        let header = |name: &str| request.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("");
+        assert_eq!(header("x-api-key"), KEY);
+        assert_eq!(header("anthropic-version"), "2023-06-01");
+        assert_eq!(header("content-type"), "application/json");
+        assert!(request.headers.get("authorization").is_none());
+
+        let body: JsonValue = serde_json::from_str(&request.body).unwrap_or_else(|e| panic!("{e}"));
+        let ok_result = r#"{"status":"ok","output":{"tempF":58}}"#;
+        let error_result = r#"{"status":"error","error":{"message":"no clock configured","name":"NotFoundError","code":"E_NOT_FOUND","suggestion":"configure a clock","helpUrl":"https://docs.goondan.ai/errors/E_NOT_FOUND"}}"#;
+        assert_eq!(
+            body,
+            json!({
+                "model": "claude-sonnet-4-5",
+                "max_tokens": 4096,
+                "system": "You are a weather bot.\n\nAnswer in English.",
+                "messages": [
+                    {"role": "user", "content": [{"type": "text", "text": "Weather in SF, and the time?"}]},
+                    {"role": "assistant", "content": [
+                        {"type": "text", "text": "Let me check."},
+                        {"type": "tool_use", "id": "toolu_a", "name": "weather__get", "input": {"location": "San Francisco, CA"}},
+                        {"type": "tool_use", "id": "toolu_b", "name": "clock__now", "input": {}},
+                    ]},
+                    {"role": "user", "content": [
+                        {"type": "tool_result", "tool_use_id": "toolu_a", "content": ok_result, "is_error": false},
+                        {"type": "tool_result", "tool_use_id": "toolu_b", "content": error_result, "is_error": true},
+                        {"type": "text", "text": "And in Fahrenheit, please."},
+                    ]},
+                ],
+                "tools": [
+                    {"name": "weather__get", "description": "The current weather.",
+                     "input_schema": {"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]}},
+                    {"name": "clock__now", "input_schema": {"type": "object"}},
+                ],
+                "temperature": 0.2,
+                "top_p": 0.9,
+                "stream": true,
+                "top_k": 5,
+                "stop_sequences": ["END"],
+            })
+        );
+    }
+
+    #[tokio::test]
+    async fn merges_same_role_messages_and_reads_a_text_reply() {
+        let (endpoint, server) = serve(vec![sse(TEXT_STREAM)]).await;
+        let provider = provider(&endpoint);
+        let request = ModelRequest {
+            messages: vec![
+                MessageData::User { content: "one".into() },
+                MessageData::User { content: String::new() },
+                MessageData::User { content: "two".into() },
+                MessageData::Assistant { content: Some("three".into()), tool_calls: Vec::new() },
+                MessageData::Assistant { content: None, tool_calls: Vec::new() },
+                MessageData::Assistant {
+                    content: Some("four".into()),
+                    tool_calls: vec![ToolCall::new("toolu_x", "clock__now", JsonObject::new())],
+                },
+                // Input that arrived while the call ran: the result still leads.
+                MessageData::User { content: "five".into() },
+                MessageData::Tool {
+                    tool_call_id: "toolu_x".into(),
+                    tool_name: "clock__now".into(),
+                    result: Box::new(ToolResult::ok(json!("12:00"))),
+                },
+            ],
+            params: ModelParams { max_tokens: Some(100), ..ModelParams::default() },
+            ..ModelRequest::default()
+        };
+        let (result, events) = complete(&provider, &request).await;
+        let response = result.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(response.text.as_deref(), Some("Hello!"));
+        assert!(response.tool_calls.is_empty());
+        assert_eq!(response.stop_reason, Some(StopReason::EndTurn));
+        assert_eq!(response.usage, TokenUsage { input_tokens: 40, output_tokens: 15 });
+        assert_eq!(events, [StreamEvent::TextDelta("Hello".into()), StreamEvent::TextDelta("!".into())]);
+
+        let seen = server.seen();
+        let [request] = seen.as_slice() else { panic!("expected one request") };
+        let body: JsonValue = serde_json::from_str(&request.body).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            body,
+            json!({
+                "model": "claude-sonnet-4-5",
+                "max_tokens": 100,
+                "messages": [
+                    {"role": "user", "content": [{"type": "text", "text": "one"}, {"type": "text", "text": "two"}]},
+                    {"role": "assistant", "content": [
+                        {"type": "text", "text": "three"},
+                        {"type": "text", "text": "four"},
+                        {"type": "tool_use", "id": "toolu_x", "name": "clock__now", "input": {}},
+                    ]},
+                    {"role": "user", "content": [
+                        {"type": "tool_result", "tool_use_id": "toolu_x", "content": r#"{"status":"ok","output":"12:00"}"#, "is_error": false},
+                        {"type": "text", "text": "five"},
+                    ]},
+                ],
+                "stream": true,
+            })
+        );
+    }
+
+    #[tokio::test]
+    async fn unauthorized_carries_the_api_message_and_never_the_key() {
+        let body = r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"},"request_id":"req_011CSHoEeqs5C35K2UUqR7Fy"}"#;
+        let (endpoint, server) = serve(vec![json_reply(401, body)]).await;
+        let provider = provider(&endpoint);
+        let (result, events) = complete(&provider, &hello()).await;
+        let Err(error) = result else { panic!("expected an error") };
+        assert!(
+            matches!(&error, ModelError::Unauthorized { status: 401, message, .. } if message == "invalid x-api-key"),
+            "{error:?}"
+        );
+        assert!(!error.to_string().contains(KEY) && !format!("{error:?}").contains(KEY));
+        assert!(events.is_empty());
+        assert_eq!(server.seen().len(), 1, "a refused key is not retried");
+        assert!(!format!("{provider:?}").contains(KEY));
+    }
+
+    #[tokio::test]
+    async fn rate_limits_are_retried() {
+        let limited = r#"{"type":"error","error":{"type":"rate_limit_error","message":"Number of request tokens has exceeded your per-minute rate limit"}}"#;
+        let (endpoint, server) = serve(vec![json_reply(429, limited), sse(TEXT_STREAM)]).await;
+        let (result, _) = complete(&provider(&endpoint), &hello()).await;
+        assert_eq!(result.map(|r| r.text), Ok(Some("Hello!".to_owned())));
+        assert_eq!(server.seen().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn server_errors_are_retried_up_to_the_policy() {
+        let down = r#"{"type":"error","error":{"type":"api_error","message":"Internal server error"}}"#;
+        let (endpoint, server) =
+            serve(vec![json_reply(500, down), json_reply(500, down), json_reply(500, down), sse(TEXT_STREAM)]).await;
+        let (result, _) = complete(&provider(&endpoint), &hello()).await;
+        assert_eq!(result.map(|r| r.text), Ok(Some("Hello!".to_owned())));
+        assert_eq!(server.seen().len(), 4);
+
+        let overloaded = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+        let (endpoint, server) = serve((0..5).map(|_| json_reply(529, overloaded)).collect()).await;
+        let (result, _) = complete(&provider(&endpoint), &hello()).await;
+        assert!(matches!(result, Err(ModelError::Api { status: 529, ref message, .. }) if message == "Overloaded"));
+        assert_eq!(server.seen().len(), 4, "the default policy makes four attempts");
+    }
+
+    #[tokio::test]
+    async fn an_error_event_in_the_stream_is_an_api_error_and_not_retried() {
+        let (endpoint, server) = serve(vec![sse(OVERLOADED_STREAM), sse(TEXT_STREAM)]).await;
+        let (result, events) = complete(&provider(&endpoint), &hello()).await;
+        let Err(ModelError::Api { status, message, .. }) = result else { panic!("expected an API error: {result:?}") };
+        assert_eq!(status, 529);
+        assert!(message.starts_with("Overloaded") && message.contains("overloaded_error"), "{message}");
+        assert_eq!(events, [StreamEvent::TextDelta("Hel".into())]);
+        assert_eq!(server.seen().len(), 1, "never retried once streaming began");
+    }
+
+    #[tokio::test]
+    async fn malformed_or_cut_streams_are_protocol_errors() {
+        let cut = TEXT_STREAM.split("event: message_delta").next().unwrap_or_default();
+        let not_sse = json_reply(200, r#"{"id":"msg_01","type":"message","content":[]}"#);
+        let (endpoint, _server) = serve(vec![sse(MALFORMED_STREAM), sse(cut), not_sse]).await;
+        let provider = provider(&endpoint);
+        let (malformed, _) = complete(&provider, &hello()).await;
+        assert!(
+            matches!(&malformed, Err(ModelError::Protocol { message, .. }) if message.contains("content_block_delta")),
+            "{malformed:?}"
+        );
+        let (cut, events) = complete(&provider, &hello()).await;
+        assert!(
+            matches!(&cut, Err(ModelError::Protocol { message, .. }) if message.contains("message_stop")),
+            "{cut:?}"
+        );
+        assert_eq!(events.len(), 2);
+        let (not_sse, _) = complete(&provider, &hello()).await;
+        assert!(matches!(&not_sse, Err(ModelError::Protocol { message, .. }) if message.contains("event stream")));
+    }
+
+    #[tokio::test]
+    async fn unreachable_or_silent_servers_are_network_errors() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("{e}"));
+        let address = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+        drop(listener);
+        let (result, _) = complete(&provider(&format!("http://{address}")), &hello()).await;
+        let Err(error) = result else { panic!("expected an error") };
+        assert!(matches!(error, ModelError::Network { .. }), "{error:?}");
+        assert!(!error.to_string().contains(KEY));
+
+        let slow = Scripted { delay: Duration::from_secs(3), ..sse(TEXT_STREAM) };
+        let (endpoint, _server) = serve(vec![slow]).await;
+        let mut provider = provider(&endpoint);
+        provider.idle = Duration::from_millis(100);
+        provider.retry.max_attempts = 1;
+        let (result, _) = complete(&provider, &hello()).await;
+        assert!(
+            matches!(&result, Err(ModelError::Network { message, .. }) if message.contains("no response")),
+            "{result:?}"
+        );
+    }
+
+    #[test]
+    fn settings_are_checked() {
+        let missing = AnthropicProvider::new(&settings("http://127.0.0.1:9", None));
+        assert!(matches!(missing, Err(ModelError::MissingKey { ref variable, .. }) if variable == "ANTHROPIC_API_KEY"));
+        let mut with_idle = settings("http://127.0.0.1:9", Some(KEY));
+        with_idle.options.insert(IDLE_OPTION.into(), json!(2.5));
+        assert_eq!(AnthropicProvider::new(&with_idle).map(|p| p.idle), Ok(Duration::from_millis(2500)));
+        with_idle.options.insert(IDLE_OPTION.into(), json!("soon"));
+        assert!(matches!(AnthropicProvider::new(&with_idle), Err(ModelError::Config(_))));
+        let Ok(provider) = AnthropicProvider::new(&settings("http://127.0.0.1:9", Some(KEY))) else {
+            panic!("provider")
+        };
+        assert_eq!(provider.idle, DEFAULT_IDLE);
+        assert_eq!(provider.url, "http://127.0.0.1:9/v1/messages");
+        assert_eq!(provider.name(), "anthropic");
+        let debug = format!("{provider:?}");
+        assert!(!debug.contains(KEY) && debug.contains("Sensitive"), "{debug}");
+    }
+
+    #[test]
+    fn stop_reasons_map() {
+        let reasons = ["end_turn", "stop_sequence", "tool_use", "max_tokens", "pause_turn", "refusal"].map(stop_reason);
+        assert_eq!(
+            reasons,
+            [
+                StopReason::EndTurn,
+                StopReason::EndTurn,
+                StopReason::ToolUse,
+                StopReason::MaxTokens,
+                StopReason::Other,
+                StopReason::Other,
+            ]
+        );
+    }
+
+    #[test]
+    fn unknown_events_and_blocks_are_skipped_and_whole_inputs_kept() {
+        let mut reply = Reply::default();
+        let sink = |_: StreamEvent| {};
+        let events = [
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"hmm"}}"#,
+            r#"{"type":"some_future_event","x":1}"#,
+            r#"{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_1","name":"a__b","input":{"k":1}}}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"input_tokens":7,"output_tokens":3}}"#,
+            r#"{"type":"message_stop"}"#,
+        ];
+        for data in events {
+            let event = SseEvent { event: None, data: data.to_owned() };
+            reply.handle(&event, &sink).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let response = reply.finish().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(response.text, None);
+        assert_eq!(response.tool_calls[0].arguments, r#"{"k":1}"#);
+        assert_eq!(response.usage, TokenUsage { input_tokens: 7, output_tokens: 3 });
+    }
+}

@@ -1,0 +1,255 @@
+//! From a `kind: Model` resource to a provider: which API, which endpoint,
+//! which key.
+//!
+//! The key comes from `apiKey` (`{value}` or `{valueFrom: {env}}`) or the
+//! provider's usual environment variable; the endpoint from `spec.endpoint`
+//! (the base URL as the official SDKs take it, e.g.
+//! `https://api.openai.com/v1`), else `OPENAI_BASE_URL` /
+//! `ANTHROPIC_BASE_URL` as the original honours them, else the default.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use goondan_config::ModelSpec;
+use goondan_core::JsonObject;
+
+use crate::error::ModelError;
+use crate::provider::ModelProvider;
+
+/// The APIs this build speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ProviderKind {
+    /// OpenAI and OpenAI-compatible servers (vLLM, llama.cpp, Ollama, …).
+    OpenAi,
+    /// Anthropic's Messages API.
+    Anthropic,
+    /// Google's Gemini API.
+    Google,
+    /// Replies listed in the Model resource (offline examples and tests).
+    Scripted,
+}
+
+impl ProviderKind {
+    /// Parses `spec.provider`.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "openai" | "openai-compatible" => Some(Self::OpenAi),
+            "anthropic" => Some(Self::Anthropic),
+            "google" | "gemini" => Some(Self::Google),
+            "scripted" => Some(Self::Scripted),
+            _ => None,
+        }
+    }
+
+    /// The provider's name in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::OpenAi => "openai",
+            Self::Anthropic => "anthropic",
+            Self::Google => "google",
+            Self::Scripted => "scripted",
+        }
+    }
+
+    /// Environment variables holding the key when `apiKey` is not set, in order.
+    pub fn key_variables(self) -> &'static [&'static str] {
+        match self {
+            Self::OpenAi => &["OPENAI_API_KEY"],
+            Self::Anthropic => &["ANTHROPIC_API_KEY"],
+            Self::Google => &["GOOGLE_GENERATIVE_AI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY"],
+            Self::Scripted => &[],
+        }
+    }
+
+    /// The environment variable that overrides the default endpoint.
+    pub fn base_url_variable(self) -> Option<&'static str> {
+        match self {
+            Self::OpenAi => Some("OPENAI_BASE_URL"),
+            Self::Anthropic => Some("ANTHROPIC_BASE_URL"),
+            Self::Google => Some("GOOGLE_GENERATIVE_AI_BASE_URL"),
+            Self::Scripted => None,
+        }
+    }
+
+    /// The endpoint when nothing else is configured.
+    pub fn default_endpoint(self) -> &'static str {
+        match self {
+            Self::OpenAi => "https://api.openai.com/v1",
+            Self::Anthropic => "https://api.anthropic.com",
+            Self::Google => "https://generativelanguage.googleapis.com/v1beta",
+            Self::Scripted => "",
+        }
+    }
+}
+
+/// A secret that never prints.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret.
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The secret itself, for building a request.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+/// Everything a provider needs, resolved from a Model resource.
+#[derive(Debug, Clone)]
+pub struct ModelSettings {
+    /// The API.
+    pub kind: ProviderKind,
+    /// The model id.
+    pub model: String,
+    /// The base URL, without a trailing slash.
+    pub endpoint: String,
+    /// The API key (absent only for the scripted provider).
+    pub api_key: Option<Secret>,
+    /// `spec.options`.
+    pub options: JsonObject,
+    /// The bundle directory (for files named in options).
+    pub bundle_root: PathBuf,
+}
+
+impl ModelSettings {
+    /// Resolves a Model's spec; `lookup` reads the environment (and any
+    /// `--env-file`).
+    pub fn from_spec(
+        spec: &ModelSpec,
+        lookup: &dyn Fn(&str) -> Option<String>,
+        bundle_root: &Path,
+    ) -> Result<Self, ModelError> {
+        let kind = ProviderKind::parse(&spec.provider).ok_or_else(|| {
+            ModelError::Config(format!(
+                "provider '{}' is not supported; use openai (or any OpenAI-compatible server), anthropic, google or scripted",
+                spec.provider
+            ))
+        })?;
+        let set = |name: &str| lookup(name).filter(|value| !value.trim().is_empty());
+        let api_key = match (&spec.api_key, kind) {
+            (_, ProviderKind::Scripted) => None,
+            (Some(source), _) => match (&source.value, &source.value_from) {
+                (Some(value), _) => Some(Secret::new(value.clone())),
+                (None, Some(from)) => Some(Secret::new(set(&from.env).ok_or_else(|| ModelError::MissingKey {
+                    provider: kind.name().to_owned(),
+                    variable: from.env.clone(),
+                })?)),
+                (None, None) => None,
+            },
+            (None, _) => {
+                let found = kind.key_variables().iter().find_map(|name| set(name));
+                Some(Secret::new(found.ok_or_else(|| ModelError::MissingKey {
+                    provider: kind.name().to_owned(),
+                    variable: kind.key_variables().first().copied().unwrap_or("API_KEY").to_owned(),
+                })?))
+            }
+        };
+        let endpoint = spec
+            .endpoint
+            .clone()
+            .or_else(|| kind.base_url_variable().and_then(set))
+            .unwrap_or_else(|| kind.default_endpoint().to_owned());
+        Ok(Self {
+            kind,
+            model: spec.model.clone(),
+            endpoint: endpoint.trim_end_matches('/').to_owned(),
+            api_key,
+            options: spec.options.clone(),
+            bundle_root: bundle_root.to_path_buf(),
+        })
+    }
+
+    /// The key, or the error naming the variable to set.
+    pub fn key(&self) -> Result<&str, ModelError> {
+        self.api_key.as_ref().map(Secret::expose).ok_or_else(|| ModelError::MissingKey {
+            provider: self.kind.name().to_owned(),
+            variable: self.kind.key_variables().first().copied().unwrap_or("API_KEY").to_owned(),
+        })
+    }
+}
+
+/// The provider for `settings`.
+pub fn build_provider(settings: &ModelSettings) -> Result<Arc<dyn ModelProvider>, ModelError> {
+    Ok(match settings.kind {
+        ProviderKind::OpenAi => Arc::new(crate::openai::OpenAiProvider::new(settings)?),
+        ProviderKind::Anthropic => Arc::new(crate::anthropic::AnthropicProvider::new(settings)?),
+        ProviderKind::Google => Arc::new(crate::google::GoogleProvider::new(settings)?),
+        ProviderKind::Scripted => Arc::new(crate::scripted::ScriptedProvider::new(settings)?),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use goondan_config::{ValueSource, resources::ValueFrom};
+
+    fn spec(provider: &str, api_key: Option<ValueSource>, endpoint: Option<&str>) -> ModelSpec {
+        ModelSpec {
+            provider: provider.into(),
+            model: "m".into(),
+            api_key,
+            endpoint: endpoint.map(str::to_owned),
+            options: JsonObject::new(),
+            capabilities: JsonObject::new(),
+        }
+    }
+
+    fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |name| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| (*v).to_owned())
+    }
+
+    #[test]
+    fn keys_come_from_the_value_source_or_the_usual_variable() {
+        let from_env = ValueSource { value: None, value_from: Some(ValueFrom { env: "MY_KEY".into() }) };
+        let settings = ModelSettings::from_spec(
+            &spec("openai", Some(from_env.clone()), None),
+            &env(&[("MY_KEY", "k1")]),
+            Path::new("."),
+        );
+        assert_eq!(settings.map(|s| s.api_key), Ok(Some(Secret::new("k1"))));
+        let missing = ModelSettings::from_spec(&spec("openai", Some(from_env), None), &env(&[]), Path::new("."));
+        assert_eq!(
+            missing.err(),
+            Some(ModelError::MissingKey { provider: "openai".into(), variable: "MY_KEY".into() })
+        );
+        let default = ModelSettings::from_spec(&spec("anthropic", None, None), &env(&[]), Path::new("."));
+        assert!(default.err().is_some_and(|e| e.to_string().contains("set ANTHROPIC_API_KEY")));
+        let inline = ValueSource { value: Some("inline".into()), value_from: None };
+        let settings = ModelSettings::from_spec(&spec("google", Some(inline), None), &env(&[]), Path::new("."));
+        assert_eq!(settings.map(|s| format!("{:?}", s.api_key)), Ok("Some(Secret(<redacted>))".to_owned()));
+    }
+
+    #[test]
+    fn endpoints_follow_spec_then_environment_then_default() {
+        let vars = env(&[("OPENAI_API_KEY", "k"), ("OPENAI_BASE_URL", "http://127.0.0.1:9/v1/")]);
+        let explicit =
+            ModelSettings::from_spec(&spec("openai", None, Some("http://127.0.0.1:8080/v1")), &vars, Path::new("."));
+        assert_eq!(explicit.map(|s| s.endpoint), Ok("http://127.0.0.1:8080/v1".to_owned()));
+        let from_env = ModelSettings::from_spec(&spec("openai", None, None), &vars, Path::new("."));
+        assert_eq!(from_env.map(|s| s.endpoint), Ok("http://127.0.0.1:9/v1".to_owned()));
+        let default = ModelSettings::from_spec(
+            &spec("anthropic", None, None),
+            &env(&[("ANTHROPIC_API_KEY", "k")]),
+            Path::new("."),
+        );
+        assert_eq!(default.map(|s| s.endpoint), Ok("https://api.anthropic.com".to_owned()));
+    }
+
+    #[test]
+    fn unknown_providers_are_config_errors() {
+        let error = ModelSettings::from_spec(&spec("llama", None, None), &env(&[]), Path::new(".")).err();
+        assert!(matches!(error, Some(ModelError::Config(message)) if message.contains("'llama'")));
+        assert!(ModelSettings::from_spec(&spec("scripted", None, None), &env(&[]), Path::new(".")).is_ok());
+    }
+}

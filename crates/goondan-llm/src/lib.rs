@@ -1,0 +1,29 @@
+//! Model providers: one trait, [`ModelProvider`], and its implementations
+//! for the OpenAI-compatible APIs (Chat Completions, and Responses when a
+//! Model's options select it), Anthropic's Messages API, Google's Gemini
+//! `generateContent`, and a deterministic [`scripted`] provider for offline
+//! examples and tests.
+//!
+//! A provider receives the conversation as provider-neutral
+//! [`goondan_core::MessageData`] plus the step's tool definitions, streams
+//! text as it arrives, and returns the reply with its raw tool calls (the
+//! arguments as the text the model produced, which may not be valid JSON —
+//! the turn loop decides what to do with that).
+
+pub mod config;
+pub mod error;
+pub mod http;
+pub mod provider;
+pub mod scripted;
+pub mod types;
+
+pub mod anthropic;
+pub mod google;
+pub mod openai;
+
+pub use config::{ModelSettings, ProviderKind, Secret, build_provider};
+pub use error::ModelError;
+pub use provider::ModelProvider;
+pub use types::{
+    ModelParams, ModelRequest, ModelResponse, RawToolCall, StopReason, StreamEvent, TokenUsage, ToolDefinition,
+};

@@ -1,0 +1,1010 @@
+//! OpenAI and OpenAI-compatible servers (vLLM, llama.cpp's `llama-server`,
+//! Ollama, LM Studio, …).
+//!
+//! Two APIs, chosen by the Model's `options.api`:
+//!
+//! - **Chat Completions** (the default, since every OpenAI-compatible server
+//!   speaks it): `POST {endpoint}/chat/completions`, see
+//!   <https://platform.openai.com/docs/api-reference/chat/create> and
+//!   <https://platform.openai.com/docs/api-reference/chat-streaming>.
+//! - **Responses** (`api: responses`, what the original Goondan uses):
+//!   `POST {endpoint}/responses`, see
+//!   <https://platform.openai.com/docs/api-reference/responses/create> and
+//!   <https://platform.openai.com/docs/api-reference/responses-streaming>.
+//!
+//! Both always stream (Server-Sent Events) and send the key as
+//! `Authorization: Bearer …`. `endpoint` is the base URL the official SDK
+//! takes (`https://api.openai.com/v1`, `http://127.0.0.1:8080/v1`).
+//!
+//! ```yaml
+//! kind: Model
+//! metadata: {name: gpt}
+//! spec:
+//!   provider: openai
+//!   model: gpt-4.1-mini
+//!   apiKey: {valueFrom: {env: OPENAI_API_KEY}}
+//!   options:
+//!     api: responses                      # or chat (the default)
+//!     maxTokensField: max_completion_tokens # Chat Completions only, see below
+//!     idleTimeoutSeconds: 300             # longest silence while streaming (120)
+//!     organization: org-…                 # OpenAI-Organization header
+//!     project: proj_…                     # OpenAI-Project header
+//!     extraBody: {top_k: 20}              # merged into every request body
+//! ```
+//!
+//! Mapping of a [`ModelRequest`]:
+//!
+//! - `system` comes first (a `system` message; the Responses API's
+//!   `instructions`), and `MessageData::System` entries stay where they are
+//!   in the conversation as `system` messages.
+//! - A tool result is sent as the `ToolResult` JSON itself
+//!   (`{status, output?, error?: {code, message, suggestion, helpUrl}}`) so
+//!   the model sees error codes and suggestions.
+//! - `temperature`, `top_p` and the token limit: `max_tokens` by default for
+//!   Chat Completions, which every compatible server takes; newer OpenAI
+//!   models (o-series, gpt-5) refuse it and want `max_completion_tokens`,
+//!   selected with `options.maxTokensField`. The Responses API always uses
+//!   `max_output_tokens`.
+//! - `params.extra` is passed only for keys the chosen API has a field for
+//!   (camelCase or snake_case: `frequencyPenalty`, `seed`, `stop`,
+//!   `reasoningEffort`, …; see [`CHAT_EXTRA_FIELDS`] and
+//!   [`RESPONSES_EXTRA_FIELDS`]), because api.openai.com rejects unknown
+//!   fields; anything else is dropped with a debug log line. Server-specific
+//!   fields (vLLM's `top_k`, `repetition_penalty`) go in `options.extraBody`,
+//!   like the official SDK's `extra_body`.
+//! - Responses API function tools are sent with `strict: false`: the API
+//!   defaults to strict schemas, which reject ordinary JSON Schemas (optional
+//!   properties, no `additionalProperties: false`).
+//!
+//! The reply keeps each tool call's arguments as the exact text the model
+//! streamed (fragments concatenated); a call with no argument text at all
+//! gets `{}`, and a server that sends an object instead of text has it
+//! serialized. A reply with tool calls always stops with
+//! [`StopReason::ToolUse`], since some compatible servers say `stop` there.
+
+use std::time::Duration;
+
+use goondan_core::{JsonObject, JsonValue, MessageData};
+use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::config::{ModelSettings, Secret};
+use crate::error::ModelError;
+use crate::http::{self, RetryPolicy, SseEvent};
+use crate::provider::{BoxFuture, ModelProvider, StreamSink};
+use crate::types::{ModelParams, ModelRequest, ModelResponse, RawToolCall, StopReason, StreamEvent, TokenUsage};
+
+const PROVIDER: &str = "openai";
+
+/// The longest wait between two stream chunks unless `idleTimeoutSeconds` says otherwise.
+const DEFAULT_IDLE: Duration = Duration::from_secs(120);
+
+/// `params.extra` keys (in snake_case) that Chat Completions has a field for.
+/// `n` is missing on purpose: this client reads one choice.
+pub const CHAT_EXTRA_FIELDS: &[&str] = &[
+    "frequency_penalty",
+    "presence_penalty",
+    "seed",
+    "stop",
+    "logit_bias",
+    "logprobs",
+    "top_logprobs",
+    "user",
+    "response_format",
+    "reasoning_effort",
+    "parallel_tool_calls",
+    "tool_choice",
+    "service_tier",
+    "store",
+    "metadata",
+    "verbosity",
+    "prediction",
+    "prompt_cache_key",
+    "safety_identifier",
+];
+
+/// `params.extra` keys (in snake_case) that the Responses API has a field for.
+pub const RESPONSES_EXTRA_FIELDS: &[&str] = &[
+    "parallel_tool_calls",
+    "tool_choice",
+    "service_tier",
+    "store",
+    "metadata",
+    "reasoning",
+    "text",
+    "truncation",
+    "user",
+    "max_tool_calls",
+    "top_logprobs",
+    "prompt_cache_key",
+    "safety_identifier",
+];
+
+/// Body fields this client owns; `options.extraBody` may not replace them,
+/// or the conversation or the streaming this client relies on would break.
+const RESERVED_FIELDS: &[&str] = &["model", "messages", "input", "instructions", "stream", "stream_options"];
+
+/// Which OpenAI API to speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Api {
+    ChatCompletions,
+    Responses,
+}
+
+/// The OpenAI (and OpenAI-compatible) provider.
+#[derive(Debug)]
+pub struct OpenAiProvider {
+    client: reqwest::Client,
+    endpoint: String,
+    model: String,
+    api: Api,
+    /// Authorization (marked sensitive, so `Debug` shows `Sensitive`),
+    /// content type, accept, and the optional organization/project headers.
+    headers: HeaderMap,
+    /// Kept only to scrub it from error messages; `Secret` never prints.
+    key: Secret,
+    max_tokens_field: &'static str,
+    extra_body: JsonObject,
+    idle: Duration,
+    retry: RetryPolicy,
+}
+
+impl OpenAiProvider {
+    /// A provider for `settings` (reads `options.api`, `maxTokensField`,
+    /// `idleTimeoutSeconds`, `organization`, `project` and `extraBody`).
+    pub fn new(settings: &ModelSettings) -> Result<Self, ModelError> {
+        let key = settings.key()?;
+        let options = &settings.options;
+        let api = match option_str(options, "api")? {
+            None | Some("chat" | "chat-completions" | "chat_completions" | "chatCompletions") => Api::ChatCompletions,
+            Some("responses") => Api::Responses,
+            Some(other) => {
+                return Err(ModelError::Config(format!(
+                    "openai: options.api '{other}' is not supported; use 'chat' (Chat Completions, the default) or 'responses'"
+                )));
+            }
+        };
+        let max_tokens_field = match option_str(options, "maxTokensField")? {
+            None | Some("max_tokens") => "max_tokens",
+            Some("max_completion_tokens") => "max_completion_tokens",
+            Some(other) => {
+                return Err(ModelError::Config(format!(
+                    "openai: options.maxTokensField '{other}' is not supported; use 'max_tokens' or 'max_completion_tokens'"
+                )));
+            }
+        };
+        let idle = match options.get("idleTimeoutSeconds") {
+            None => DEFAULT_IDLE,
+            Some(value) => value
+                .as_f64()
+                .filter(|seconds| seconds.is_finite() && *seconds > 0.0)
+                .map(Duration::from_secs_f64)
+                .ok_or_else(|| {
+                    ModelError::Config("openai: options.idleTimeoutSeconds must be a positive number".to_owned())
+                })?,
+        };
+        let extra_body = match options.get("extraBody") {
+            None => JsonObject::new(),
+            Some(JsonValue::Object(body)) => body.clone(),
+            Some(_) => return Err(ModelError::Config("openai: options.extraBody must be an object".to_owned())),
+        };
+        if let Some(field) = extra_body.keys().find(|key| RESERVED_FIELDS.contains(&key.as_str())) {
+            return Err(ModelError::Config(format!(
+                "openai: options.extraBody may not set '{field}', which this client sends itself"
+            )));
+        }
+
+        let mut headers = HeaderMap::new();
+        // The error must not echo the key, so it names only the problem.
+        let mut auth = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
+            ModelError::Config(
+                "openai: the API key contains characters that cannot be sent in an HTTP header".to_owned(),
+            )
+        })?;
+        auth.set_sensitive(true);
+        headers.insert(AUTHORIZATION, auth);
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        for (option, header) in [("organization", "openai-organization"), ("project", "openai-project")] {
+            if let Some(value) = option_str(options, option)? {
+                let value = HeaderValue::from_str(value).map_err(|_| {
+                    ModelError::Config(format!("openai: options.{option} cannot be sent in an HTTP header"))
+                })?;
+                headers.insert(HeaderName::from_static(header), value);
+            }
+        }
+
+        Ok(Self {
+            client: http::client(PROVIDER)?,
+            endpoint: settings.endpoint.trim_end_matches('/').to_owned(),
+            model: settings.model.clone(),
+            api,
+            headers,
+            key: Secret::new(key),
+            max_tokens_field,
+            extra_body,
+            idle,
+            retry: RetryPolicy::default(),
+        })
+    }
+
+    /// Replaces the retry policy (the default: 4 attempts from 0.5 s backoff).
+    #[must_use]
+    pub fn with_retry_policy(mut self, policy: RetryPolicy) -> Self {
+        self.retry = policy;
+        self
+    }
+
+    async fn chat(&self, request: &ModelRequest, on_event: StreamSink<'_>) -> Result<ModelResponse, ModelError> {
+        let body = self.chat_body(request)?;
+        let response = self.post("chat/completions", &body).await?;
+        let mut stream = ChatStream::default();
+        http::read_sse(PROVIDER, response, self.idle, |event| stream.event(&event, on_event)).await?;
+        stream.finish()
+    }
+
+    async fn responses(&self, request: &ModelRequest, on_event: StreamSink<'_>) -> Result<ModelResponse, ModelError> {
+        let body = self.responses_body(request)?;
+        let response = self.post("responses", &body).await?;
+        let mut stream = ResponsesStream::default();
+        http::read_sse(PROVIDER, response, self.idle, |event| stream.event(&event, on_event)).await?;
+        stream.finish()
+    }
+
+    /// Sends the request and waits for the response headers, retrying
+    /// rate limits, server errors and network failures. Streaming starts
+    /// only after this returns, so a broken stream is never retried here.
+    async fn post(&self, path: &str, body: &JsonObject) -> Result<reqwest::Response, ModelError> {
+        let url = format!("{}/{path}", self.endpoint);
+        let text = serde_json::to_string(body).map_err(|e| ModelError::Protocol {
+            provider: PROVIDER.to_owned(),
+            message: format!("cannot encode the request: {e}"),
+        })?;
+        http::with_retries(self.retry, |attempt| {
+            let request = self.client.post(&url).headers(self.headers.clone()).body(text.clone());
+            let url = &url;
+            async move {
+                tracing::debug!(target: "goondan::model", provider = PROVIDER, %url, attempt, "sending a model request");
+                let response = request.send().await.map_err(|e| http::network_error(PROVIDER, &self.endpoint, &e))?;
+                let status = response.status();
+                if status.is_success() {
+                    return Ok(response);
+                }
+                // Bounded like the stream, so a server that never finishes its
+                // error body cannot hang the call.
+                let body = match tokio::time::timeout(self.idle, response.text()).await {
+                    Ok(Ok(body)) => body,
+                    _ => String::new(),
+                };
+                Err(http::status_error(PROVIDER, status.as_u16(), &body))
+            }
+        })
+        .await
+    }
+
+    fn chat_body(&self, request: &ModelRequest) -> Result<JsonObject, ModelError> {
+        let mut messages = Vec::with_capacity(request.messages.len() + 1);
+        if let Some(system) = request.system.as_deref().filter(|s| !s.is_empty()) {
+            messages.push(json!({"role": "system", "content": system}));
+        }
+        for message in &request.messages {
+            match message {
+                MessageData::System { content } => messages.push(json!({"role": "system", "content": content})),
+                MessageData::User { content } => messages.push(json!({"role": "user", "content": content})),
+                MessageData::Assistant { content, tool_calls } => {
+                    let mut entry = JsonObject::new();
+                    entry.insert("role".into(), "assistant".into());
+                    // `content` may be null only next to tool calls.
+                    let content = match content {
+                        Some(text) if !text.is_empty() => JsonValue::from(text.as_str()),
+                        _ if !tool_calls.is_empty() => JsonValue::Null,
+                        _ => JsonValue::from(""),
+                    };
+                    entry.insert("content".into(), content);
+                    if !tool_calls.is_empty() {
+                        let calls = tool_calls
+                            .iter()
+                            .map(|call| {
+                                Ok(json!({
+                                    "id": &*call.id,
+                                    "type": "function",
+                                    "function": {"name": &*call.name, "arguments": json_text(&call.args)?},
+                                }))
+                            })
+                            .collect::<Result<Vec<_>, ModelError>>()?;
+                        entry.insert("tool_calls".into(), calls.into());
+                    }
+                    messages.push(entry.into());
+                }
+                MessageData::Tool { tool_call_id, result, .. } => messages.push(json!({
+                    "role": "tool",
+                    "tool_call_id": tool_call_id,
+                    "content": json_text(&**result)?,
+                })),
+            }
+        }
+
+        let mut body = JsonObject::new();
+        body.insert("model".into(), self.model.clone().into());
+        body.insert("messages".into(), messages.into());
+        body.insert("stream".into(), true.into());
+        // Without this the stream carries no token counts.
+        body.insert("stream_options".into(), json!({"include_usage": true}));
+        if !request.tools.is_empty() {
+            // api.openai.com rejects an empty `tools` array, so it is left out.
+            let tools: Vec<JsonValue> = request
+                .tools
+                .iter()
+                .map(|tool| {
+                    let mut function = JsonObject::new();
+                    function.insert("name".into(), tool.name.clone().into());
+                    if let Some(description) = &tool.description {
+                        function.insert("description".into(), description.clone().into());
+                    }
+                    function.insert("parameters".into(), tool.parameters.clone());
+                    json!({"type": "function", "function": function})
+                })
+                .collect();
+            body.insert("tools".into(), tools.into());
+        }
+        sampling(&mut body, &request.params, self.max_tokens_field);
+        extras(&mut body, &request.params, CHAT_EXTRA_FIELDS);
+        body.extend(self.extra_body.clone());
+        Ok(body)
+    }
+
+    fn responses_body(&self, request: &ModelRequest) -> Result<JsonObject, ModelError> {
+        let mut input = Vec::with_capacity(request.messages.len());
+        for message in &request.messages {
+            match message {
+                MessageData::System { content } => input.push(json!({"role": "system", "content": content})),
+                MessageData::User { content } => input.push(json!({"role": "user", "content": content})),
+                MessageData::Assistant { content, tool_calls } => {
+                    if let Some(text) = content.as_deref().filter(|t| !t.is_empty()) {
+                        input.push(json!({"role": "assistant", "content": text}));
+                    }
+                    for call in tool_calls {
+                        input.push(json!({
+                            "type": "function_call",
+                            "call_id": &*call.id,
+                            "name": &*call.name,
+                            "arguments": json_text(&call.args)?,
+                        }));
+                    }
+                }
+                MessageData::Tool { tool_call_id, result, .. } => input.push(json!({
+                    "type": "function_call_output",
+                    "call_id": tool_call_id,
+                    "output": json_text(&**result)?,
+                })),
+            }
+        }
+
+        let mut body = JsonObject::new();
+        body.insert("model".into(), self.model.clone().into());
+        if let Some(system) = request.system.as_deref().filter(|s| !s.is_empty()) {
+            body.insert("instructions".into(), system.into());
+        }
+        body.insert("input".into(), input.into());
+        body.insert("stream".into(), true.into());
+        if !request.tools.is_empty() {
+            let tools: Vec<JsonValue> = request
+                .tools
+                .iter()
+                .map(|tool| {
+                    let mut function = JsonObject::new();
+                    function.insert("type".into(), "function".into());
+                    function.insert("name".into(), tool.name.clone().into());
+                    if let Some(description) = &tool.description {
+                        function.insert("description".into(), description.clone().into());
+                    }
+                    function.insert("parameters".into(), tool.parameters.clone());
+                    // The API's default (strict) refuses ordinary schemas.
+                    function.insert("strict".into(), false.into());
+                    function.into()
+                })
+                .collect();
+            body.insert("tools".into(), tools.into());
+        }
+        sampling(&mut body, &request.params, "max_output_tokens");
+        extras(&mut body, &request.params, RESPONSES_EXTRA_FIELDS);
+        body.extend(self.extra_body.clone());
+        Ok(body)
+    }
+
+    /// Removes the key (and the masked key OpenAI echoes in 401 messages,
+    /// `sk-abc***…wxyz`) from an error's message.
+    fn scrub(&self, error: ModelError) -> ModelError {
+        let key = self.key.expose();
+        let clean = |message: String| redact(&message, key);
+        match error {
+            ModelError::Unauthorized { provider, status, message } => {
+                ModelError::Unauthorized { provider, status, message: clean(message) }
+            }
+            ModelError::Api { provider, status, message } => {
+                ModelError::Api { provider, status, message: clean(message) }
+            }
+            ModelError::Protocol { provider, message } => ModelError::Protocol { provider, message: clean(message) },
+            ModelError::Network { provider, endpoint, message } => {
+                ModelError::Network { provider, endpoint, message: clean(message) }
+            }
+            other => other,
+        }
+    }
+}
+
+impl ModelProvider for OpenAiProvider {
+    fn complete<'a>(
+        &'a self,
+        request: &'a ModelRequest,
+        on_event: StreamSink<'a>,
+    ) -> BoxFuture<'a, Result<ModelResponse, ModelError>> {
+        Box::pin(async move {
+            let result = match self.api {
+                Api::ChatCompletions => self.chat(request, on_event).await,
+                Api::Responses => self.responses(request, on_event).await,
+            };
+            result.map_err(|error| self.scrub(error))
+        })
+    }
+
+    fn name(&self) -> &str {
+        PROVIDER
+    }
+}
+
+/// A string option, or an error if it is set to something else.
+fn option_str<'a>(options: &'a JsonObject, name: &str) -> Result<Option<&'a str>, ModelError> {
+    match options.get(name) {
+        None | Some(JsonValue::Null) => Ok(None),
+        Some(JsonValue::String(value)) => Ok(Some(value)),
+        Some(_) => Err(ModelError::Config(format!("openai: options.{name} must be a string"))),
+    }
+}
+
+fn json_text<T: serde::Serialize + ?Sized>(value: &T) -> Result<String, ModelError> {
+    serde_json::to_string(value).map_err(|e| ModelError::Protocol {
+        provider: PROVIDER.to_owned(),
+        message: format!("cannot encode the conversation: {e}"),
+    })
+}
+
+fn sampling(body: &mut JsonObject, params: &ModelParams, max_tokens_field: &str) {
+    if let Some(temperature) = params.temperature {
+        body.insert("temperature".into(), json!(temperature));
+    }
+    if let Some(top_p) = params.top_p {
+        body.insert("top_p".into(), json!(top_p));
+    }
+    if let Some(max_tokens) = params.max_tokens {
+        body.insert(max_tokens_field.into(), max_tokens.into());
+    }
+}
+
+fn extras(body: &mut JsonObject, params: &ModelParams, allowed: &[&str]) {
+    for (key, value) in &params.extra {
+        let field = snake_case(key);
+        if allowed.contains(&field.as_str()) {
+            body.insert(field, value.clone());
+        } else {
+            tracing::debug!(target: "goondan::model", "openai: ignoring model parameter '{key}': this API has no such field");
+        }
+    }
+}
+
+/// `frequencyPenalty` → `frequency_penalty` (snake_case stays as it is).
+fn snake_case(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 4);
+    for c in name.chars() {
+        if c.is_ascii_uppercase() {
+            out.push('_');
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn redact(message: &str, key: &str) -> String {
+    // A very short "key" (local servers often take any, e.g. `none`) would
+    // blank out ordinary words, and is no secret anyway.
+    let message = if key.len() >= 8 { message.replace(key, "<redacted>") } else { message.to_owned() };
+    message
+        .split(' ')
+        .map(|word| {
+            if word.contains("***") {
+                let kept = word.trim_end_matches(['.', ',', ';', ')']);
+                format!("<redacted>{}", &word[kept.len()..])
+            } else {
+                word.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn protocol(message: impl Into<String>) -> ModelError {
+    ModelError::Protocol { provider: PROVIDER.to_owned(), message: message.into() }
+}
+
+/// Parses one event's data, naming the problem (and the start of the data)
+/// when it is not the JSON the API promises.
+fn parse_data<T: serde::de::DeserializeOwned>(data: &str) -> Result<T, ModelError> {
+    serde_json::from_str(data).map_err(|e| {
+        let start: String = data.chars().take(200).collect();
+        protocol(format!("cannot read a stream event ({e}): {start}"))
+    })
+}
+
+/// An error reported inside the stream (`{"message", "type"?, "code"?}`).
+fn stream_error(error: &JsonValue) -> ModelError {
+    let message = error
+        .get("message")
+        .and_then(JsonValue::as_str)
+        .or_else(|| error.as_str())
+        .map_or_else(|| error.to_string(), str::to_owned);
+    let code = error.get("code").filter(|c| !c.is_null());
+    // vLLM and others put the HTTP status they would have sent in `code`;
+    // with it the caller can tell a retryable failure from a final one.
+    if let Some(status) = code.and_then(JsonValue::as_u64).and_then(|c| u16::try_from(c).ok())
+        && (400..600).contains(&status)
+    {
+        return ModelError::Api { provider: PROVIDER.to_owned(), status, message };
+    }
+    let kind = code
+        .and_then(JsonValue::as_str)
+        .or_else(|| error.get("type").and_then(JsonValue::as_str))
+        .map(|kind| format!(" ({kind})"))
+        .unwrap_or_default();
+    protocol(format!("the stream reported an error{kind}: {message}"))
+}
+
+/// A tool call being assembled from stream fragments.
+#[derive(Debug, Default)]
+struct PartialCall {
+    /// Chat Completions: the `index` of its deltas.
+    index: Option<u64>,
+    /// Responses: the output item id and position.
+    item_id: Option<String>,
+    output_index: Option<u64>,
+    id: String,
+    name: String,
+    arguments: String,
+    started: bool,
+}
+
+impl PartialCall {
+    /// Reports the call once its name is known (with a generated id if the
+    /// server gives none).
+    fn start(&mut self, on_event: StreamSink<'_>) {
+        if self.started || self.name.is_empty() {
+            return;
+        }
+        if self.id.is_empty() {
+            self.id = format!("call_{}", goondan_core::ids::new_trace_id());
+        }
+        self.started = true;
+        on_event(StreamEvent::ToolCallStarted { id: self.id.clone(), name: self.name.clone() });
+    }
+
+    fn into_raw(mut self) -> RawToolCall {
+        if self.id.is_empty() {
+            self.id = format!("call_{}", goondan_core::ids::new_trace_id());
+        }
+        let arguments = if self.arguments.trim().is_empty() { "{}".to_owned() } else { self.arguments };
+        RawToolCall { id: self.id, name: self.name, arguments }
+    }
+}
+
+/// Argument text as streamed, or an object serialized (some servers).
+fn arguments_text(value: &JsonValue) -> Option<String> {
+    match value {
+        JsonValue::Null => None,
+        JsonValue::String(text) => Some(text.clone()),
+        other => Some(other.to_string()),
+    }
+}
+
+fn finish_response(
+    text: String,
+    calls: Vec<PartialCall>,
+    stop: Option<StopReason>,
+    usage: TokenUsage,
+) -> ModelResponse {
+    let tool_calls: Vec<RawToolCall> = calls.into_iter().map(PartialCall::into_raw).collect();
+    let stop_reason = match stop {
+        Some(StopReason::EndTurn) | None if !tool_calls.is_empty() => Some(StopReason::ToolUse),
+        other => other,
+    };
+    ModelResponse { text: (!text.is_empty()).then_some(text), tool_calls, stop_reason, usage }
+}
+
+// ---------------------------------------------------------------------------
+// Chat Completions stream: `data: {chat.completion.chunk}` … `data: [DONE]`.
+
+#[derive(Deserialize)]
+struct ChatChunk {
+    #[serde(default)]
+    choices: Vec<ChatChoice>,
+    #[serde(default)]
+    usage: Option<ChatUsage>,
+    #[serde(default)]
+    error: Option<JsonValue>,
+}
+
+#[derive(Deserialize)]
+struct ChatChoice {
+    #[serde(default)]
+    index: u64,
+    #[serde(default)]
+    delta: Option<ChatDelta>,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ChatDelta {
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    refusal: Option<String>,
+    #[serde(default)]
+    tool_calls: Option<Vec<ChatToolCallDelta>>,
+}
+
+#[derive(Deserialize)]
+struct ChatToolCallDelta {
+    #[serde(default)]
+    index: Option<u64>,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    function: Option<ChatFunctionDelta>,
+}
+
+#[derive(Deserialize)]
+struct ChatFunctionDelta {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    arguments: Option<JsonValue>,
+}
+
+#[derive(Deserialize)]
+struct ChatUsage {
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+    #[serde(default)]
+    completion_tokens: Option<u64>,
+}
+
+#[derive(Debug, Default)]
+struct ChatStream {
+    text: String,
+    calls: Vec<PartialCall>,
+    finish_reason: Option<String>,
+    usage: TokenUsage,
+    done: bool,
+}
+
+impl ChatStream {
+    fn event(&mut self, event: &SseEvent, on_event: StreamSink<'_>) -> Result<(), ModelError> {
+        let data = event.data.trim();
+        if self.done || data.is_empty() {
+            return Ok(());
+        }
+        if data == "[DONE]" {
+            self.done = true;
+            return Ok(());
+        }
+        let chunk: ChatChunk = parse_data(data)?;
+        if let Some(error) = chunk.error.filter(|e| !e.is_null()) {
+            return Err(stream_error(&error));
+        }
+        if let Some(usage) = chunk.usage {
+            self.usage = TokenUsage {
+                input_tokens: usage.prompt_tokens.unwrap_or(0),
+                output_tokens: usage.completion_tokens.unwrap_or(0),
+            };
+        }
+        // Only one choice is asked for (no `n`).
+        for choice in chunk.choices.into_iter().filter(|choice| choice.index == 0) {
+            if let Some(delta) = choice.delta {
+                // A refusal is the model's answer too; dropping it would leave an empty reply.
+                for text in [delta.content, delta.refusal].into_iter().flatten().filter(|t| !t.is_empty()) {
+                    self.text.push_str(&text);
+                    on_event(StreamEvent::TextDelta(text));
+                }
+                for call in delta.tool_calls.unwrap_or_default() {
+                    self.tool_call(call, on_event);
+                }
+            }
+            if let Some(reason) = choice.finish_reason.filter(|r| !r.is_empty()) {
+                self.finish_reason = Some(reason);
+            }
+        }
+        Ok(())
+    }
+
+    fn tool_call(&mut self, delta: ChatToolCallDelta, on_event: StreamSink<'_>) {
+        let id = delta.id.filter(|id| !id.is_empty());
+        let name = delta.function.as_ref().and_then(|f| f.name.as_deref()).filter(|n| !n.is_empty());
+        // OpenAI keys fragments by `index`; some compatible servers omit it
+        // and send each call whole, or continue the last one with neither an
+        // id nor a name.
+        let position = match (delta.index, &id) {
+            (Some(index), _) => self.calls.iter().position(|call| call.index == Some(index)),
+            (None, Some(id)) => self.calls.iter().position(|call| call.id == *id),
+            (None, None) => {
+                self.calls.last().filter(|last| name.is_none() || last.name.is_empty()).map(|_| self.calls.len() - 1)
+            }
+        };
+        let position = position.unwrap_or_else(|| {
+            self.calls.push(PartialCall { index: delta.index, ..PartialCall::default() });
+            self.calls.len() - 1
+        });
+        let Some(call) = self.calls.get_mut(position) else { return };
+        if let Some(id) = id
+            && call.id.is_empty()
+        {
+            call.id = id;
+        }
+        if let Some(function) = delta.function {
+            if let Some(name) = function.name.filter(|n| !n.is_empty())
+                && call.name.is_empty()
+            {
+                call.name = name;
+            }
+            match function.arguments {
+                Some(JsonValue::String(fragment)) => call.arguments.push_str(&fragment),
+                Some(value) => call.arguments = arguments_text(&value).unwrap_or_default(),
+                None => {}
+            }
+        }
+        call.start(on_event);
+    }
+
+    fn finish(self) -> Result<ModelResponse, ModelError> {
+        if !self.done && self.finish_reason.is_none() {
+            return Err(protocol("the stream ended before the reply was complete (no finish_reason, no [DONE])"));
+        }
+        let stop = self.finish_reason.as_deref().map(|reason| match reason {
+            "stop" => StopReason::EndTurn,
+            "tool_calls" | "function_call" => StopReason::ToolUse,
+            "length" => StopReason::MaxTokens,
+            _ => StopReason::Other,
+        });
+        Ok(finish_response(self.text, self.calls, stop, self.usage))
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Responses stream: typed events (`response.output_text.delta`, …) ending
+// with `response.completed` / `response.incomplete` / `response.failed`.
+
+#[derive(Deserialize)]
+struct TextDeltaEvent {
+    delta: String,
+}
+
+#[derive(Deserialize)]
+struct ItemEvent {
+    #[serde(default)]
+    output_index: Option<u64>,
+    item: JsonValue,
+}
+
+#[derive(Deserialize)]
+struct FunctionCallItem {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    call_id: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    arguments: Option<JsonValue>,
+}
+
+#[derive(Deserialize)]
+struct ArgumentsEvent {
+    #[serde(default)]
+    item_id: Option<String>,
+    #[serde(default)]
+    output_index: Option<u64>,
+    #[serde(default)]
+    delta: Option<String>,
+    #[serde(default)]
+    arguments: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct FinalEvent {
+    response: FinalResponse,
+}
+
+#[derive(Deserialize)]
+struct FinalResponse {
+    #[serde(default)]
+    usage: Option<ResponsesUsage>,
+    #[serde(default)]
+    incomplete_details: Option<IncompleteDetails>,
+    #[serde(default)]
+    error: Option<JsonValue>,
+    #[serde(default)]
+    output: Vec<JsonValue>,
+}
+
+#[derive(Deserialize)]
+struct ResponsesUsage {
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct IncompleteDetails {
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct ResponsesStream {
+    text: String,
+    calls: Vec<PartialCall>,
+    stop: Option<StopReason>,
+    usage: TokenUsage,
+    finished: bool,
+}
+
+impl ResponsesStream {
+    fn event(&mut self, event: &SseEvent, on_event: StreamSink<'_>) -> Result<(), ModelError> {
+        let data = event.data.trim();
+        // Some compatible servers end with `[DONE]` as in Chat Completions.
+        if self.finished || data.is_empty() || data == "[DONE]" {
+            return Ok(());
+        }
+        let value: JsonValue = parse_data(data)?;
+        let kind =
+            value.get("type").and_then(JsonValue::as_str).or(event.event.as_deref()).unwrap_or_default().to_owned();
+        match kind.as_str() {
+            "response.output_text.delta" | "response.refusal.delta" => {
+                let TextDeltaEvent { delta } = from_event(value)?;
+                if !delta.is_empty() {
+                    self.text.push_str(&delta);
+                    on_event(StreamEvent::TextDelta(delta));
+                }
+            }
+            "response.output_item.added" | "response.output_item.done" => {
+                let ItemEvent { output_index, item } = from_event(value)?;
+                if item.get("type").and_then(JsonValue::as_str) == Some("function_call") {
+                    let item: FunctionCallItem = from_event(item)?;
+                    self.function_call(item, output_index, on_event);
+                }
+            }
+            "response.function_call_arguments.delta" | "response.function_call_arguments.done" => {
+                let ArgumentsEvent { item_id, output_index, delta, arguments } = from_event(value)?;
+                let position = self.find(item_id.as_deref(), output_index).unwrap_or_else(|| {
+                    self.calls.push(PartialCall { item_id, output_index, ..PartialCall::default() });
+                    self.calls.len() - 1
+                });
+                if let Some(call) = self.calls.get_mut(position) {
+                    if let Some(delta) = delta {
+                        call.arguments.push_str(&delta);
+                    }
+                    // `.done` carries the whole text: it wins over the fragments.
+                    if let Some(arguments) = arguments {
+                        call.arguments = arguments;
+                    }
+                }
+            }
+            "response.completed" | "response.incomplete" => {
+                let FinalEvent { response } = from_event(value)?;
+                self.finished = true;
+                if let Some(usage) = response.usage {
+                    self.usage = TokenUsage {
+                        input_tokens: usage.input_tokens.unwrap_or(0),
+                        output_tokens: usage.output_tokens.unwrap_or(0),
+                    };
+                }
+                self.stop = Some(if kind == "response.completed" {
+                    StopReason::EndTurn
+                } else {
+                    match response.incomplete_details.and_then(|d| d.reason).as_deref() {
+                        Some("max_output_tokens") => StopReason::MaxTokens,
+                        _ => StopReason::Other,
+                    }
+                });
+                self.fill_from_output(&response.output, on_event)?;
+            }
+            "response.failed" => {
+                let FinalEvent { response } = from_event(value)?;
+                let error = response.error.unwrap_or_else(|| json!({"message": "the response failed"}));
+                return Err(stream_error(&error));
+            }
+            "error" => {
+                // `{type: "error", code, message, param}`, or the error nested under `error`.
+                let error = value.get("error").filter(|e| e.is_object()).unwrap_or(&value);
+                return Err(stream_error(error));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn find(&self, item_id: Option<&str>, output_index: Option<u64>) -> Option<usize> {
+        item_id
+            .and_then(|id| self.calls.iter().position(|call| call.item_id.as_deref() == Some(id)))
+            .or_else(|| output_index.and_then(|i| self.calls.iter().position(|call| call.output_index == Some(i))))
+    }
+
+    fn function_call(&mut self, item: FunctionCallItem, output_index: Option<u64>, on_event: StreamSink<'_>) {
+        let position = self.find(item.id.as_deref(), output_index).unwrap_or_else(|| {
+            self.calls.push(PartialCall { item_id: item.id.clone(), output_index, ..PartialCall::default() });
+            self.calls.len() - 1
+        });
+        let Some(call) = self.calls.get_mut(position) else { return };
+        if let Some(id) = item.call_id.filter(|id| !id.is_empty())
+            && call.id.is_empty()
+        {
+            call.id = id;
+        }
+        if let Some(name) = item.name.filter(|n| !n.is_empty())
+            && call.name.is_empty()
+        {
+            call.name = name;
+        }
+        // `added` has "" here and `done` the whole text.
+        if let Some(arguments) = item.arguments.as_ref().and_then(arguments_text).filter(|a| !a.is_empty()) {
+            call.arguments = arguments;
+        }
+        call.start(on_event);
+    }
+
+    /// Takes from the final response what the stream did not deliver piece
+    /// by piece (servers that send only the final event).
+    fn fill_from_output(&mut self, output: &[JsonValue], on_event: StreamSink<'_>) -> Result<(), ModelError> {
+        let streamed_text = !self.text.is_empty();
+        for (index, item) in output.iter().enumerate() {
+            match item.get("type").and_then(JsonValue::as_str) {
+                Some("function_call") => {
+                    let item: FunctionCallItem = from_event(item.clone())?;
+                    let known = self.calls.iter().any(|call| {
+                        (item.call_id.is_some() && item.call_id.as_deref() == Some(call.id.as_str()))
+                            || (item.id.is_some() && call.item_id == item.id)
+                    });
+                    if !known {
+                        self.function_call(item, u64::try_from(index).ok(), on_event);
+                    }
+                }
+                Some("message") if !streamed_text => {
+                    let parts =
+                        item.get("content").and_then(JsonValue::as_array).map(Vec::as_slice).unwrap_or_default();
+                    for part in parts {
+                        if let Some(text) = part.get("text").and_then(JsonValue::as_str).filter(|t| !t.is_empty()) {
+                            self.text.push_str(text);
+                            on_event(StreamEvent::TextDelta(text.to_owned()));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> Result<ModelResponse, ModelError> {
+        if !self.finished {
+            return Err(protocol("the stream ended before response.completed"));
+        }
+        Ok(finish_response(self.text, self.calls, self.stop, self.usage))
+    }
+}
+
+fn from_event<T: serde::de::DeserializeOwned>(value: JsonValue) -> Result<T, ModelError> {
+    let kind = value.get("type").and_then(JsonValue::as_str).unwrap_or("event").to_owned();
+    serde_json::from_value(value).map_err(|e| protocol(format!("cannot read a {kind} stream event: {e}")))
+}

@@ -1,0 +1,124 @@
+//! The runtime's own overhead per step, excluding the model and the tools
+//! (see `docs/BENCHMARKS.md`).
+//!
+//! A turn of two steps — a reply with one tool call, then a text answer — is
+//! run against a model that hands back prebuilt replies at once and a tool
+//! whose handler does nothing. What is measured is the loop itself: the
+//! step's catalog, step middleware, building the model request from the
+//! conversation, parsing the calls, the executor pipeline, the result
+//! messages, events and the per-step commit callback.
+
+use std::hint::black_box;
+use std::path::Path;
+use std::sync::Arc;
+
+use divan::Bencher;
+use goondan_core::{Message, MessageData};
+use goondan_llm::provider::{BoxFuture, StreamSink};
+use goondan_llm::{ModelError, ModelParams, ModelProvider, ModelRequest, ModelResponse, RawToolCall, StopReason};
+use goondan_runtime::turn::{AgentLoop, TurnObserver};
+use goondan_tools::assembly::AgentTools;
+use goondan_tools::events::{EventSink, RuntimeEvent};
+use goondan_tools::{
+    MiddlewareChain, ToolCatalogItem, ToolExecutor, ToolOutput, ToolRegistry, ToolSource, sync_handler,
+};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+fn main() {
+    divan::Divan::default().sample_count(500).config_with_args().main();
+}
+
+/// Replies instantly: a tool call while the turn has no tool result yet, then text.
+#[derive(Debug)]
+struct Instant {
+    call: ModelResponse,
+    answer: ModelResponse,
+}
+
+impl ModelProvider for Instant {
+    fn complete<'a>(
+        &'a self,
+        request: &'a ModelRequest,
+        _on_event: StreamSink<'a>,
+    ) -> BoxFuture<'a, Result<ModelResponse, ModelError>> {
+        let answered = matches!(request.messages.last(), Some(MessageData::Tool { .. }));
+        let reply = if answered { self.answer.clone() } else { self.call.clone() };
+        Box::pin(std::future::ready(Ok(reply)))
+    }
+
+    fn name(&self) -> &str {
+        "instant"
+    }
+}
+
+struct Subscriber;
+
+impl EventSink for Subscriber {
+    fn emit(&self, event: &RuntimeEvent<'_>) {
+        black_box(event);
+    }
+}
+
+struct Quiet;
+
+impl TurnObserver for Quiet {}
+
+fn agent() -> AgentLoop {
+    let mut registry = ToolRegistry::new();
+    let item = ToolCatalogItem::new("noop__run", ToolSource::extension("bench")).with_parameters(json!({
+        "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"], "additionalProperties": false
+    }));
+    registry.register(item, sync_handler(|_, _| Ok(ToolOutput::Value(Value::Null)))).unwrap_or_else(|e| panic!("{e}"));
+    let events: Arc<dyn EventSink> = Arc::new(Subscriber);
+    let provider = Instant {
+        call: ModelResponse {
+            text: None,
+            tool_calls: vec![RawToolCall {
+                id: "call_1".into(),
+                name: "noop__run".into(),
+                arguments: r#"{"command":"ls"}"#.into(),
+            }],
+            stop_reason: Some(StopReason::ToolUse),
+            usage: Default::default(),
+        },
+        answer: ModelResponse {
+            text: Some("done".into()),
+            stop_reason: Some(StopReason::EndTurn),
+            ..Default::default()
+        },
+    };
+    AgentLoop {
+        agent_name: Arc::from("bench"),
+        instance_key: Arc::from("bench"),
+        workdir: Arc::from(Path::new("/tmp")),
+        system_prompt: Some("You are fast.".into()),
+        params: ModelParams::default(),
+        max_steps_per_turn: 32,
+        max_parallel_tool_calls: 8,
+        max_malformed_replies: 3,
+        provider: Arc::new(provider),
+        tools: AgentTools::default(),
+        executor: Arc::new(ToolExecutor::new(Arc::new(registry)).with_events(Arc::clone(&events))),
+        step_middleware: MiddlewareChain::new(),
+        turn_middleware: MiddlewareChain::new(),
+        events,
+    }
+}
+
+/// One two-step turn on a conversation that already holds `prior` turns.
+#[divan::bench(args = [0, 50])]
+fn two_step_turn(bencher: Bencher<'_, '_>, prior: usize) {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap_or_else(|e| panic!("{e}"));
+    let agent = agent();
+    let (_cancel, cancelled) = watch::channel(false);
+    let mut history: Vec<Message> = Vec::new();
+    for _ in 0..prior {
+        runtime.block_on(agent.run_turn(&mut history, "warm up".into(), &Quiet, cancelled.clone()));
+    }
+    bencher.with_inputs(|| history.clone()).bench_local_values(|mut history| {
+        let outcome = runtime.block_on(agent.run_turn(&mut history, "go".into(), &Quiet, cancelled.clone()));
+        assert_eq!(outcome.steps, 2);
+        history
+    });
+}

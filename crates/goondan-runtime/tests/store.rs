@@ -1,0 +1,548 @@
+//! The durable conversation store, on real files in temporary directories.
+
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use goondan_core::{JsonObject, Message, MessageData, MessageSource, ToolCall, ToolError, ToolResult};
+use goondan_runtime::store::{
+    InstanceStore, StateRoot, StoreError, delete_instance, instance_dir_name, instance_key_from_dir_name,
+    list_instances,
+};
+use goondan_tools::{EventKind, EventSink, JsonLinesEventSink, RuntimeEvent};
+use serde_json::json;
+
+fn must<T, E: std::fmt::Display>(result: Result<T, E>) -> T {
+    result.unwrap_or_else(|error| panic!("{error}"))
+}
+
+fn temp_root() -> (tempfile::TempDir, StateRoot) {
+    let dir = must(tempfile::tempdir());
+    let root = StateRoot::new(dir.path().join("state"));
+    (dir, root)
+}
+
+fn open(root: &StateRoot, key: &str) -> InstanceStore {
+    must(InstanceStore::open(root, key, "assistant", Path::new("/bundles/demo")))
+}
+
+fn object(value: serde_json::Value) -> JsonObject {
+    value.as_object().cloned().unwrap_or_default()
+}
+
+fn user(text: &str) -> Message {
+    Message::new(MessageData::User { content: text.to_owned() }, MessageSource::User)
+}
+
+/// One step: an assistant message with a tool call and the call's result.
+fn step(n: usize) -> Vec<Message> {
+    let call_id = format!("call-{n}");
+    let call = ToolCall::new(call_id.as_str(), "bash__exec", object(json!({"command": format!("echo {n}")})));
+    vec![
+        Message::assistant_tool_calls(format!("step-{n}"), vec![call]),
+        Message::new(
+            MessageData::Tool {
+                tool_call_id: call_id.clone(),
+                tool_name: "bash__exec".into(),
+                result: Box::new(ToolResult::ok(json!({"stdout": format!("{n}\n")}))),
+            },
+            MessageSource::Tool { tool_call_id: call_id, tool_name: "bash__exec".into() },
+        ),
+    ]
+}
+
+fn every_variant() -> Vec<Message> {
+    let mut with_metadata = Message::new(
+        MessageData::System { content: "You are helpful.\nLine two \"quoted\" \u{0} \u{1F600}".into() },
+        MessageSource::System,
+    );
+    with_metadata.metadata = object(json!({"pinned": true, "nested": {"list": [1, 2.5, null]}}));
+    let call = ToolCall::new("call-1", "file__read", object(json!({"path": "a b/c.txt"})));
+    vec![
+        with_metadata,
+        user("안녕하세요 — hello\r\n"),
+        Message::new(
+            MessageData::Assistant { content: Some("Let me look.".into()), tool_calls: vec![call] },
+            MessageSource::Assistant { step_id: "step-1".into() },
+        ),
+        Message::new(
+            MessageData::Assistant { content: Some("Done.".into()), tool_calls: Vec::new() },
+            MessageSource::Assistant { step_id: "step-2".into() },
+        ),
+        Message::new(
+            MessageData::Assistant { content: None, tool_calls: Vec::new() },
+            MessageSource::Extension { extension_name: "compaction".into() },
+        ),
+        Message::new(
+            MessageData::Tool {
+                tool_call_id: "call-1".into(),
+                tool_name: "file__read".into(),
+                result: Box::new(ToolResult::ok(json!("contents"))),
+            },
+            MessageSource::Tool { tool_call_id: "call-1".into(), tool_name: "file__read".into() },
+        ),
+        Message::new(
+            MessageData::Tool {
+                tool_call_id: "call-2".into(),
+                tool_name: "file__read".into(),
+                result: Box::new(ToolResult::error(ToolError {
+                    message: "no such file".into(),
+                    name: Some("NotFound".into()),
+                    code: Some("E_NOT_FOUND".into()),
+                    suggestion: Some("check the path".into()),
+                    help_url: Some("https://example.com/help".into()),
+                })),
+            },
+            MessageSource::Tool { tool_call_id: "call-2".into(), tool_name: "file__read".into() },
+        ),
+        Message::new(
+            MessageData::Tool {
+                tool_call_id: "call-3".into(),
+                tool_name: "agents__spawn".into(),
+                result: Box::new(ToolResult::pending("job-7", Some(json!({"queued": 1})))),
+            },
+            MessageSource::Tool { tool_call_id: "call-3".into(), tool_name: "agents__spawn".into() },
+        ),
+    ]
+}
+
+fn line_of(message: &Message) -> String {
+    let mut line = must(serde_json::to_string(message));
+    line.push('\n');
+    line
+}
+
+/// Appends raw bytes to a file, as a crashed writer would have left them.
+fn append_raw(path: &Path, bytes: &[u8]) {
+    let mut file = must(OpenOptions::new().append(true).open(path));
+    must(file.write_all(bytes));
+}
+
+fn assert_every_line_is_a_message(path: &Path) {
+    let text = must(fs::read_to_string(path));
+    assert!(text.ends_with('\n'), "the log ends with a newline: {text:?}");
+    for line in text.lines() {
+        must(serde_json::from_str::<Message>(line));
+    }
+}
+
+#[test]
+fn messages_of_every_variant_round_trip() {
+    let (_dir, root) = temp_root();
+    let messages = every_variant();
+    let mut store = open(&root, "round-trip");
+    must(store.append(&messages[..3]));
+    must(store.append(&messages[3..]));
+    must(store.append(&[]));
+    drop(store);
+
+    let store = open(&root, "round-trip");
+    let loaded = must(store.messages());
+    assert_eq!(loaded.messages, messages);
+    assert!(!loaded.skipped_torn_tail);
+    assert_eq!(loaded.skipped_corrupt_lines, 0);
+    assert_eq!(store.info().messages, 8);
+    assert_eq!(must(fs::read_to_string(store.messages_path())).lines().count(), 8);
+
+    let info: serde_json::Value = must(serde_json::from_slice(&must(fs::read(store.dir().join("instance.json")))));
+    assert_eq!(info["instanceKey"], "round-trip");
+    assert_eq!(info["agentName"], "assistant");
+    assert_eq!(info["bundle"], "/bundles/demo");
+    assert_eq!(info["messages"], 8);
+    assert_eq!(info["turns"], 0);
+    assert!(info.get("swarmName").is_none());
+}
+
+#[test]
+fn a_new_instance_has_an_empty_log_and_metadata() {
+    let (_dir, root) = temp_root();
+    let store = open(&root, "fresh");
+    assert_eq!(must(store.messages()), Default::default());
+    assert!(store.messages_path().is_file());
+    assert!(store.dir().join("instance.json").is_file());
+    assert_eq!(store.info().created_at, store.info().updated_at);
+    // No temp file is left beside instance.json.
+    assert_eq!(must(fs::read_dir(store.dir())).count(), 2);
+}
+
+#[test]
+fn a_torn_last_line_is_skipped_then_cut_before_the_next_append() {
+    let (_dir, root) = temp_root();
+    let mut store = open(&root, "torn");
+    let first = every_variant();
+    must(store.append(&first));
+    let path = store.messages_path().to_path_buf();
+    drop(store);
+
+    let half = line_of(&user("this line was being written when the power went out"));
+    append_raw(&path, &half.as_bytes()[..half.len() / 2]);
+
+    let mut store = open(&root, "torn");
+    let loaded = must(store.messages());
+    assert_eq!(loaded.messages, first);
+    assert!(loaded.skipped_torn_tail);
+    assert_eq!(loaded.skipped_corrupt_lines, 0);
+
+    let next = user("after the crash");
+    must(store.append(std::slice::from_ref(&next)));
+    assert_every_line_is_a_message(&path);
+    let loaded = must(store.messages());
+    assert!(!loaded.skipped_torn_tail);
+    assert_eq!(loaded.skipped_corrupt_lines, 0);
+    assert_eq!(loaded.messages.len(), first.len() + 1);
+    assert_eq!(loaded.messages.last(), Some(&next));
+}
+
+#[test]
+fn a_torn_tail_longer_than_the_scan_chunk_is_cut() {
+    let (_dir, root) = temp_root();
+    let mut store = open(&root, "long-tail");
+    let kept = user("kept");
+    must(store.append(std::slice::from_ref(&kept)));
+    let path = store.messages_path().to_path_buf();
+    drop(store);
+
+    let long = line_of(&user(&"x".repeat(40_000)));
+    append_raw(&path, &long.as_bytes()[..long.len() - 1]);
+
+    let mut store = open(&root, "long-tail");
+    let loaded = must(store.messages());
+    assert!(loaded.skipped_torn_tail);
+    assert_eq!(loaded.messages, vec![kept.clone()]);
+    let next = user("next");
+    must(store.append(std::slice::from_ref(&next)));
+    assert_every_line_is_a_message(&path);
+    assert_eq!(must(store.messages()).messages, vec![kept, next]);
+}
+
+#[test]
+fn a_torn_first_line_leaves_an_empty_conversation() {
+    let (_dir, root) = temp_root();
+    let mut store = open(&root, "only-garbage");
+    append_raw(store.messages_path(), b"{\"id\":\"01");
+    let loaded = must(store.messages());
+    assert!(loaded.messages.is_empty());
+    assert!(loaded.skipped_torn_tail);
+    let next = user("first");
+    must(store.append(std::slice::from_ref(&next)));
+    assert_eq!(must(fs::read_to_string(store.messages_path())), line_of(&next));
+}
+
+#[test]
+fn an_unparsable_last_line_with_a_newline_is_a_torn_tail() {
+    let (_dir, root) = temp_root();
+    let mut store = open(&root, "bad-last");
+    let kept = user("kept");
+    must(store.append(std::slice::from_ref(&kept)));
+    append_raw(store.messages_path(), b"\0\0\0\0\n");
+    let loaded = must(store.messages());
+    assert_eq!(loaded.messages, vec![kept]);
+    assert!(loaded.skipped_torn_tail);
+    assert_eq!(loaded.skipped_corrupt_lines, 0);
+}
+
+#[test]
+fn corrupt_lines_in_the_middle_are_counted_and_skipped() {
+    let (_dir, root) = temp_root();
+    let store = open(&root, "corrupt");
+    let (a, b, c) = (user("a"), user("b"), user("c"));
+    let text = format!("{}not json\n{}\n{{\"id\":\"x\"}}\n{}", line_of(&a), line_of(&b), line_of(&c));
+    append_raw(store.messages_path(), text.as_bytes());
+    let loaded = must(store.messages());
+    assert_eq!(loaded.messages, vec![a, b, c]);
+    assert_eq!(loaded.skipped_corrupt_lines, 2);
+    assert!(!loaded.skipped_torn_tail);
+}
+
+#[test]
+fn a_crash_between_steps_loses_no_completed_step() {
+    let (_dir, root) = temp_root();
+    let input = user("list the files");
+    let step_1 = step(1);
+    let step_2 = step(2);
+
+    let mut store = open(&root, "crash");
+    must(store.append(std::slice::from_ref(&input)));
+    must(store.append(&step_1));
+    let path = store.messages_path().to_path_buf();
+    // "Crash": the store goes away without any further call.
+    drop(store);
+    // Step 2's write was interrupted half-way through its second line.
+    let mut torn = line_of(&step_2[0]);
+    let second = line_of(&step_2[1]);
+    torn.push_str(&second[..second.len() / 2]);
+    append_raw(&path, torn.as_bytes());
+
+    let mut store = open(&root, "crash");
+    let loaded = must(store.messages());
+    assert!(loaded.skipped_torn_tail);
+    assert_eq!(loaded.skipped_corrupt_lines, 0);
+    let completed: Vec<Message> = std::iter::once(input).chain(step_1).collect();
+    assert_eq!(loaded.messages[..3], completed[..]);
+    // Complete lines of the interrupted step are kept as they are.
+    assert_eq!(loaded.messages[3..], step_2[..1]);
+
+    // The runtime goes on; the next step lands on a clean line.
+    let step_3 = step(3);
+    must(store.append(&step_3));
+    assert_every_line_is_a_message(&path);
+    let loaded = must(store.messages());
+    assert!(!loaded.skipped_torn_tail);
+    assert_eq!(loaded.messages[..3], completed[..]);
+    assert_eq!(loaded.messages[4..], step_3[..]);
+}
+
+#[test]
+fn instance_keys_round_trip_through_directory_names() {
+    let (_dir, root) = temp_root();
+    let keys = [
+        "user:42/chat",
+        "with spaces and\ttabs",
+        "한국어/채팅 🙂",
+        "../escape",
+        "a/../../b",
+        "...",
+        ".hidden",
+        "100%",
+        "%41",
+        "a%2Fb",
+        "C:\\Windows",
+        "CamelCase",
+        "camelcase",
+        "plain-key_1.2",
+    ];
+    for key in keys {
+        let mut store = open(&root, key);
+        must(store.append(&[user(key)]));
+        let dir = store.dir().to_path_buf();
+        assert_eq!(dir.parent(), Some(root.instances_dir().as_path()), "{key:?} stays in the instances directory");
+        let Some(name) = dir.file_name().and_then(|name| name.to_str()) else { panic!("{dir:?}") };
+        assert!(name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-%".contains(&b)), "{name}");
+        assert_eq!(instance_dir_name(key).as_deref(), Some(name));
+        assert_eq!(instance_key_from_dir_name(name).as_deref(), Some(key));
+        assert_eq!(store.info().instance_key, key);
+    }
+    assert_eq!(instance_dir_name("user:42/chat").as_deref(), Some("user%3A42%2Fchat"));
+    assert_eq!(instance_dir_name("plain-key_1.2").as_deref(), Some("plain-key_1.2"));
+
+    let mut listed: Vec<String> = must(list_instances(&root)).into_iter().map(|info| info.instance_key).collect();
+    listed.sort();
+    let mut expected: Vec<String> = keys.iter().map(|key| (*key).to_owned()).collect();
+    expected.sort();
+    assert_eq!(listed, expected);
+    for key in keys {
+        let store = open(&root, key);
+        assert_eq!(must(store.messages()).messages.len(), 1);
+        assert_eq!(must(store.messages()).messages.first().map(|m| &m.data), Some(&user(key).data));
+    }
+}
+
+#[test]
+fn keys_that_cannot_name_a_directory_are_refused() {
+    let (_dir, root) = temp_root();
+    for key in ["", ".", "..", &"/".repeat(86)] {
+        let result = InstanceStore::open(&root, key, "assistant", Path::new("b"));
+        assert!(matches!(result, Err(StoreError::InvalidKey { .. })), "{key:?}: {result:?}");
+        assert!(matches!(delete_instance(&root, key), Err(StoreError::InvalidKey { .. })), "{key:?}");
+        assert_eq!(instance_dir_name(key), None);
+    }
+    let Err(error) = InstanceStore::open(&root, "..", "assistant", Path::new("b")) else { panic!("refused") };
+    assert!(error.to_string().contains("instances"), "{error}");
+    // Not canonical encodings: nothing maps back.
+    for name in ["%2f", "a/b", "%", "%4", "%ZZ", "%41", "..", "", "%FF"] {
+        assert_eq!(instance_key_from_dir_name(name), None, "{name:?}");
+    }
+    assert!(!root.instances_dir().exists());
+}
+
+#[test]
+fn list_is_sorted_by_update_time_and_skips_unreadable_instances() {
+    let (_dir, root) = temp_root();
+    assert!(must(list_instances(&root)).is_empty(), "no instances directory yet");
+    let mut stores: Vec<InstanceStore> = ["first", "second", "third"].into_iter().map(|key| open(&root, key)).collect();
+    // Append to them in the order second, third, first.
+    for index in [1, 2, 0] {
+        std::thread::sleep(Duration::from_millis(3));
+        if let Some(store) = stores.get_mut(index) {
+            must(store.append(&[user("hi")]));
+        }
+    }
+    // Then the third instance completes a turn: it becomes the most recent.
+    std::thread::sleep(Duration::from_millis(3));
+    if let Some(store) = stores.get_mut(2) {
+        must(store.record_turn());
+        must(store.set_swarm_name(Some("team")));
+    }
+    let instances = root.instances_dir();
+    // Not instances: a directory without instance.json, garbage metadata, a copy, a file.
+    must(fs::create_dir_all(instances.join("empty-dir")));
+    must(fs::create_dir_all(instances.join("garbage")));
+    must(fs::write(instances.join("garbage").join("instance.json"), b"{not json"));
+    must(fs::create_dir_all(instances.join("copy-of-first")));
+    must(fs::copy(
+        instances.join("first").join("instance.json"),
+        instances.join("copy-of-first").join("instance.json"),
+    ));
+    must(fs::write(instances.join("stray-file"), b"x"));
+
+    let listed = must(list_instances(&root));
+    let keys: Vec<&str> = listed.iter().map(|info| info.instance_key.as_str()).collect();
+    assert_eq!(keys, ["third", "first", "second"]);
+    let Some(third) = listed.first() else { panic!("three instances") };
+    assert_eq!((third.turns, third.messages, third.swarm_name.as_deref()), (1, 1, Some("team")));
+    assert_eq!(third.agent_name, "assistant");
+    assert!(listed.windows(2).all(|pair| pair[0].updated_at >= pair[1].updated_at));
+}
+
+#[test]
+fn delete_removes_the_instance_directory() {
+    let (dir, root) = temp_root();
+    let mut store = open(&root, "user:1/chat");
+    must(store.append(&step(1)));
+    let mut events = must(store.event_writer());
+    must(events.write_all(b"{}\n"));
+    drop(events);
+    let instance_dir = store.dir().to_path_buf();
+    drop(store);
+    let other = open(&root, "other");
+    let sibling = dir.path().join("state").join("keep-me");
+    must(fs::write(&sibling, b"x"));
+
+    assert!(must(delete_instance(&root, "user:1/chat")));
+    assert!(!instance_dir.exists());
+    assert!(!must(delete_instance(&root, "user:1/chat")));
+    assert!(!must(delete_instance(&root, "never-existed")));
+    assert!(matches!(delete_instance(&root, ".."), Err(StoreError::InvalidKey { .. })));
+    assert!(sibling.is_file());
+    assert!(other.dir().is_dir());
+    let keys: Vec<String> = must(list_instances(&root)).into_iter().map(|info| info.instance_key).collect();
+    assert_eq!(keys, ["other"]);
+
+    // A re-created instance starts empty.
+    let store = open(&root, "user:1/chat");
+    assert!(must(store.messages()).messages.is_empty());
+    assert_eq!(store.info().messages, 0);
+}
+
+#[test]
+fn a_directory_holding_another_key_is_not_opened_or_deleted() {
+    let (_dir, root) = temp_root();
+    let store = open(&root, "mine");
+    let info_path = store.dir().join("instance.json");
+    drop(store);
+    let text = must(fs::read_to_string(&info_path)).replace("\"mine\"", "\"theirs\"");
+    must(fs::write(&info_path, text));
+    let result = InstanceStore::open(&root, "mine", "assistant", Path::new("b"));
+    assert!(matches!(result, Err(StoreError::KeyMismatch { .. })), "{result:?}");
+    assert!(matches!(delete_instance(&root, "mine"), Err(StoreError::KeyMismatch { .. })));
+    assert!(info_path.is_file());
+}
+
+#[test]
+fn unreadable_metadata_is_rewritten_and_the_conversation_kept() {
+    let (_dir, root) = temp_root();
+    let mut store = open(&root, "meta");
+    let messages = step(1);
+    must(store.append(&messages));
+    let info_path = store.dir().join("instance.json");
+    drop(store);
+    must(fs::write(&info_path, b"{\"instanceKey\": \"me"));
+
+    let store = must(InstanceStore::open(&root, "meta", "other-agent", Path::new("/elsewhere")));
+    assert_eq!(must(store.messages()).messages, messages);
+    assert_eq!(store.info().agent_name, "other-agent");
+    let keys: Vec<String> = must(list_instances(&root)).into_iter().map(|info| info.instance_key).collect();
+    assert_eq!(keys, ["meta"]);
+}
+
+#[test]
+fn counters_and_agent_persist_across_opens() {
+    let (_dir, root) = temp_root();
+    let mut store = open(&root, "counters");
+    let created_at = store.info().created_at;
+    must(store.append(&[user("one")]));
+    must(store.append(&step(1)));
+    must(store.record_turn());
+    drop(store);
+
+    let store = must(InstanceStore::open(&root, "counters", "planner", Path::new("/bundles/v2")));
+    let info = store.info();
+    assert_eq!((info.turns, info.messages, info.created_at), (1, 3, created_at));
+    assert!(info.updated_at >= created_at);
+    assert_eq!((info.agent_name.as_str(), info.bundle.as_str()), ("planner", "/bundles/v2"));
+    let listed = must(list_instances(&root));
+    assert_eq!(listed.first().map(|info| info.agent_name.as_str()), Some("planner"));
+}
+
+#[test]
+fn state_root_resolution_prefers_cli_then_env_then_home() {
+    let cli = Some(PathBuf::from("/from/cli"));
+    let env = Some("/from/env".to_owned());
+    let home = Some(PathBuf::from("/home/me"));
+    let resolve = |cli: &Option<PathBuf>, env: &Option<String>, home: &Option<PathBuf>| {
+        must(StateRoot::resolve(cli.clone(), env.clone(), home.clone())).path().to_path_buf()
+    };
+    assert_eq!(resolve(&cli, &env, &home), Path::new("/from/cli"));
+    assert_eq!(resolve(&None, &env, &home), Path::new("/from/env"));
+    assert_eq!(resolve(&None, &None, &home), Path::new("/home/me/.goondan"));
+    assert_eq!(resolve(&None, &Some(String::new()), &home), Path::new("/home/me/.goondan"));
+    assert_eq!(resolve(&Some(PathBuf::new()), &env, &None), Path::new("/from/env"));
+    assert!(matches!(StateRoot::resolve(None, None, None), Err(StoreError::NoStateRoot)));
+    assert!(matches!(
+        StateRoot::resolve(None, Some(String::new()), Some(PathBuf::new())),
+        Err(StoreError::NoStateRoot)
+    ));
+    let root = StateRoot::new("/r");
+    assert_eq!(root.instances_dir(), Path::new("/r/instances"));
+    assert_eq!(must(root.instance_dir("a/b")), Path::new("/r/instances/a%2Fb"));
+}
+
+#[test]
+fn the_event_writer_appends_and_syncs_on_flush() {
+    let (_dir, root) = temp_root();
+    let store = open(&root, "events");
+    let mut writer = must(store.event_writer());
+    must(writer.write_all(b"{\"n\":1}\n"));
+    must(writer.flush());
+    must(writer.flush());
+    assert_eq!(must(fs::read_to_string(store.events_path())), "{\"n\":1}\n");
+    drop(writer);
+
+    // A second writer appends after the first; a torn tail is cut first.
+    append_raw(store.events_path(), b"{\"n\":");
+    let mut writer = must(store.event_writer());
+    assert_eq!(must(fs::read_to_string(store.events_path())), "{\"n\":1}\n");
+    must(writer.write_all(b"{\"n\":2}\n"));
+    must(writer.flush());
+    assert_eq!(must(fs::read_to_string(store.events_path())), "{\"n\":1}\n{\"n\":2}\n");
+}
+
+#[test]
+fn the_event_writer_serves_a_json_lines_sink() {
+    let (_dir, root) = temp_root();
+    let store = open(&root, "sink");
+    let sink = must(JsonLinesEventSink::new(must(store.event_writer())));
+    for kind in [EventKind::TurnStarted, EventKind::TurnCompleted] {
+        sink.emit(&RuntimeEvent {
+            kind,
+            trace_id: "0123456789abcdef0123456789abcdef",
+            span_id: 1,
+            parent_span_id: None,
+            timestamp_ms: 1,
+            agent_name: "assistant",
+            instance_key: "sink",
+            turn_id: "turn-1",
+            step_id: None,
+            tool: None,
+            extra: None,
+            call_scope: None,
+        });
+    }
+    sink.flush();
+    let text = must(fs::read_to_string(store.events_path()));
+    let events: Vec<serde_json::Value> = text.lines().map(|line| must(serde_json::from_str(line))).collect();
+    assert_eq!(events.len(), 2);
+    assert_eq!(events.first().map(|event| &event["type"]), Some(&json!("turn.started")));
+    assert_eq!(events.get(1).map(|event| &event["instanceKey"]), Some(&json!("sink")));
+}
