@@ -211,3 +211,21 @@ fn init_writes_valid_starter_projects() {
         assert_eq!(forced.status.code(), Some(0));
     }
 }
+
+#[test]
+fn without_input_gdn_runs_an_interactive_session_over_standard_input() {
+    let state = temp();
+    let work = temp();
+    let example = repo("examples/quickstart");
+    let workdir = work.path().to_string_lossy().into_owned();
+    let output = gdn_stdin(
+        state.path(),
+        &["-c", example.to_str().unwrap_or_default(), "run", "--workdir", &workdir],
+        Some("first question\n\nsecond question\n/exit\nnever sent\n"),
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert_eq!(text(&output.stdout).matches("DONE.").count(), 2);
+    let messages = lines(&state.path().join("instances/default/messages.jsonl"));
+    assert_eq!(messages.len(), 18, "two turns; the blank line is skipped and /exit ends the session");
+    assert_eq!(messages[9]["data"]["content"], "second question");
+}
