@@ -193,40 +193,25 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, out: &mut Output) -> Re
 /// Runs one turn, cancelling it on Ctrl-C.
 async fn one_turn(agent: &AgentLoop, console: &Console, history: &mut Vec<Message>, input: String) -> TurnOutcome {
     let (cancel, cancelled) = watch::channel(false);
-    let interrupt = async move {
+    let interrupt = tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
             let _ = cancel.send(true);
         }
-        // Keep the sender alive until the turn ends.
-        std::future::pending::<()>().await;
-    };
+    });
     if let Ok(mut streamed) = console.streamed.lock() {
         *streamed = false;
     }
     if let Ok(mut after) = console.after_tools.lock() {
         *after = false;
     }
-    let outcome = tokio::select! {
-        outcome = agent.run_turn(history, input, console, cancelled) => outcome,
-        () = interrupt => unreachable_outcome(),
-    };
+    let outcome = agent.run_turn(history, input, console, cancelled).await;
+    interrupt.abort();
     if let Ok(mut store) = console.store.lock()
         && let Err(error) = store.record_turn()
     {
         tracing::warn!("cannot record the turn: {error}");
     }
     outcome
-}
-
-fn unreachable_outcome() -> TurnOutcome {
-    // `interrupt` never finishes; this only satisfies the type checker.
-    TurnOutcome {
-        text: String::new(),
-        steps: 0,
-        usage: Default::default(),
-        end: TurnEnd::Cancelled,
-        restart_requested: false,
-    }
 }
 
 fn outcome_code(end: &TurnEnd) -> u8 {

@@ -229,3 +229,37 @@ fn without_input_gdn_runs_an_interactive_session_over_standard_input() {
     assert_eq!(messages.len(), 18, "two turns; the blank line is skipped and /exit ends the session");
     assert_eq!(messages[9]["data"]["content"], "second question");
 }
+
+#[test]
+fn ctrl_c_cancels_the_turn_and_leaves_a_valid_conversation() {
+    let state = temp();
+    let bundle = repo("tests/fixtures/scripted-wait");
+    let child = Command::new(env!("CARGO_BIN_EXE_gdn"))
+        .arg("--state-root")
+        .arg(state.path())
+        .args(["-c", bundle.to_str().unwrap_or_default(), "run", "--input", "wait"])
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
+    let log = state.path().join("instances/default/events.jsonl");
+    // Wait until the long tool call has started, then interrupt.
+    let started = std::time::Instant::now();
+    while !std::fs::read_to_string(&log).unwrap_or_default().contains("\"toolName\":\"wait__seconds\"")
+        && started.elapsed() < std::time::Duration::from_secs(20)
+    {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap_or(0));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap_or_else(|e| panic!("kill: {e}"));
+    let output = child.wait_with_output().unwrap_or_else(|e| panic!("wait: {e}"));
+    assert_eq!(output.status.code(), Some(130), "{}", text(&output.stderr));
+    assert!(started.elapsed() < std::time::Duration::from_secs(20), "the wait was cut short");
+    let messages = lines(&state.path().join("instances/default/messages.jsonl"));
+    // user, assistant with two calls, two results: one ok, one cancelled.
+    assert_eq!(messages.len(), 4);
+    assert_eq!(messages[2]["data"]["result"]["status"], "ok");
+    assert_eq!(messages[3]["data"]["result"]["error"]["code"], "E_TOOL_CANCELLED");
+}
