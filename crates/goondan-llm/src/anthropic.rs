@@ -19,7 +19,8 @@
 //!   the same role in a row are merged into one, because the API requires the
 //!   roles to alternate, and within a user message the `tool_result` blocks
 //!   come first, because the API requires that too;
-//! - `tools`: `{name, description, input_schema}`;
+//! - `tools`: `{name, description, input_schema}` (`{"type": "object"}` for a
+//!   tool without a schema);
 //! - `max_tokens` (required by the API: 4096 unless the params set it),
 //!   `temperature`, `top_p`, `stream: true`;
 //! - from `params.extra`, only the keys with a matching Messages API field:
@@ -36,48 +37,39 @@
 //! concatenated into the call's raw argument text, `{}` when there are none),
 //! `content_block_stop`, `message_delta` (stop reason and the cumulative
 //! output token count), `message_stop`, `ping`, and `error` (an
-//! [`ModelError::Api`] with the API's message). Unknown events and block
+//! [`ModelError::Api`] with the API's message and the status the API sends
+//! with its error type, e.g. 529 for `overloaded_error`; see
+//! [`crate::http`]). Unknown events and block
 //! types (thinking, server tools) are skipped, as the API's versioning policy
 //! asks of clients. A stream that ends before `message_stop` is an error, so
 //! a reply cut off by the network is never taken for a whole one.
 //!
 //! Options (`spec.options` of the Model): `idleTimeoutSeconds`, the longest
 //! wait for the response headers and then between two chunks of the stream
-//! (default 120).
+//! (default 120; see [`crate::config`]). The key is scrubbed from every
+//! error ([`ModelError::redact`]).
 
 use std::borrow::Cow;
-use std::time::Duration;
 
 use goondan_core::{JsonObject, JsonValue, MessageData};
-use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use reqwest::header::{CONTENT_TYPE, HeaderName, HeaderValue};
 use serde::{Deserialize, Serialize};
 
 use crate::config::ModelSettings;
 use crate::error::ModelError;
-use crate::http::{RetryPolicy, SseEvent, client, network_error, read_sse, status_error, with_retries};
+use crate::http::{self, RetryPolicy, SseEvent, Transport};
 use crate::provider::{BoxFuture, ModelProvider, StreamSink};
 use crate::types::{ModelRequest, ModelResponse, RawToolCall, StopReason, StreamEvent, TokenUsage};
+use crate::wire;
 
 const PROVIDER: &str = "anthropic";
 /// The API version this client speaks (the only stable one).
 const API_VERSION: &str = "2023-06-01";
 /// `max_tokens` is required by the API; this is the default when the params have none.
 const DEFAULT_MAX_TOKENS: u64 = 4096;
-const DEFAULT_IDLE: Duration = Duration::from_secs(120);
-const IDLE_OPTION: &str = "idleTimeoutSeconds";
 
-/// `params.extra` keys passed through, and the Messages API field each becomes.
-const EXTRA_FIELDS: &[(&str, &str)] = &[
-    ("topK", "top_k"),
-    ("top_k", "top_k"),
-    ("stopSequences", "stop_sequences"),
-    ("stop_sequences", "stop_sequences"),
-    ("toolChoice", "tool_choice"),
-    ("tool_choice", "tool_choice"),
-    ("metadata", "metadata"),
-    ("serviceTier", "service_tier"),
-    ("service_tier", "service_tier"),
-];
+/// The Messages API fields `params.extra` may set (camelCase keys accepted).
+const EXTRA_FIELDS: &[&str] = &["top_k", "stop_sequences", "tool_choice", "metadata", "service_tier"];
 
 /// A model behind Anthropic's Messages API.
 ///
@@ -85,59 +77,37 @@ const EXTRA_FIELDS: &[(&str, &str)] = &[
 /// prints as `Sensitive`.
 #[derive(Debug)]
 pub struct AnthropicProvider {
-    client: reqwest::Client,
-    /// The base URL, for error messages.
-    endpoint: String,
+    /// The key and version headers, the idle timeout and the retries.
+    http: Transport,
     /// `{endpoint}/v1/messages`.
     url: String,
     model: String,
-    /// The key and version headers, built once.
-    headers: HeaderMap,
-    /// The longest wait for the headers and then for each chunk.
-    idle: Duration,
-    retry: RetryPolicy,
 }
 
 impl AnthropicProvider {
     /// A provider for `settings`: fails without a key, or with an invalid
     /// `idleTimeoutSeconds` option.
     pub fn new(settings: &ModelSettings) -> Result<Self, ModelError> {
-        let mut key = HeaderValue::from_str(settings.key()?).map_err(|_| {
-            // The error would not print the key, but neither does this message.
-            ModelError::Config("the anthropic API key contains characters that cannot be sent in a header".to_owned())
-        })?;
-        key.set_sensitive(true);
-        let mut headers = HeaderMap::new();
-        headers.insert(HeaderName::from_static("x-api-key"), key);
-        headers.insert(HeaderName::from_static("anthropic-version"), HeaderValue::from_static(API_VERSION));
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
-        Ok(Self {
-            client: client(PROVIDER)?,
-            endpoint: settings.endpoint.clone(),
-            url: format!("{}/v1/messages", settings.endpoint),
-            model: settings.model.clone(),
-            headers,
-            idle: idle_timeout(&settings.options)?,
-            retry: RetryPolicy::default(),
-        })
+        let mut http = Transport::new(settings, HeaderName::from_static("x-api-key"), "")?;
+        http.insert_header(HeaderName::from_static("anthropic-version"), HeaderValue::from_static(API_VERSION));
+        Ok(Self { url: http.url("v1/messages"), http, model: settings.model.clone() })
+    }
+
+    /// Replaces the retry policy (the default: 4 attempts from 0.5 s backoff).
+    #[must_use]
+    pub fn with_retry_policy(mut self, policy: RetryPolicy) -> Self {
+        self.http.retry = policy;
+        self
     }
 
     /// The request body for `request`.
     fn body<'a>(&'a self, request: &'a ModelRequest) -> WireRequest<'a> {
         let (system, messages) = wire_messages(request);
         let params = &request.params;
-        let mut extra = JsonObject::new();
-        for (key, value) in &params.extra {
-            match EXTRA_FIELDS.iter().find(|(name, _)| name == key) {
-                Some((_, field)) => {
-                    extra.insert((*field).to_owned(), value.clone());
-                }
-                None => {
-                    tracing::debug!(target: "goondan::model", "anthropic: ignoring param '{key}' (no Messages API field)")
-                }
-            }
-        }
+        let extra = wire::allowed_extras(PROVIDER, &params.extra, EXTRA_FIELDS, &[])
+            .into_iter()
+            .map(|(field, value)| (field.to_owned(), value.clone()))
+            .collect();
         WireRequest {
             model: &self.model,
             max_tokens: params.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
@@ -149,11 +119,7 @@ impl AnthropicProvider {
                 .map(|tool| WireTool {
                     name: &tool.name,
                     description: tool.description.as_deref(),
-                    input_schema: if tool.parameters.is_null() {
-                        Cow::Owned(serde_json::json!({"type": "object"}))
-                    } else {
-                        Cow::Borrowed(&tool.parameters)
-                    },
+                    input_schema: wire::tool_parameters(tool),
                 })
                 .collect(),
             temperature: params.temperature,
@@ -163,26 +129,19 @@ impl AnthropicProvider {
         }
     }
 
-    /// One attempt: sends the request and waits for the response headers.
-    async fn send(&self, body: String) -> Result<reqwest::Response, ModelError> {
-        let request = self.client.post(&self.url).headers(self.headers.clone()).body(body).send();
-        let response = match tokio::time::timeout(self.idle, request).await {
-            Ok(Ok(response)) => response,
-            Ok(Err(error)) => return Err(network_error(PROVIDER, &self.endpoint, &error)),
-            Err(_) => {
-                return Err(ModelError::Network {
-                    provider: PROVIDER.to_owned(),
-                    endpoint: self.endpoint.clone(),
-                    message: format!("no response within {:?}", self.idle),
-                });
-            }
-        };
-        let status = response.status();
-        if !status.is_success() {
-            let text = tokio::time::timeout(self.idle, response.text()).await.ok().and_then(Result::ok);
-            return Err(status_error(PROVIDER, status.as_u16(), &text.unwrap_or_default()));
+    async fn call(&self, request: &ModelRequest, on_event: StreamSink<'_>) -> Result<ModelResponse, ModelError> {
+        // Only the request up to the headers is retried: once the reply
+        // streams, its text has been reported and a retry would repeat it.
+        let response = self.http.post(&self.url, &self.body(request)).await?;
+        let content_type = response.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+        if !content_type.starts_with("text/event-stream") {
+            let content_type = content_type.to_owned();
+            let text = http::excerpt(&self.http.text(response).await, 300);
+            return Err(protocol(format!("expected an event stream, got '{content_type}': {text}")));
         }
-        Ok(response)
+        let mut reply = Reply::default();
+        self.http.read_sse(response, |event| reply.handle(&event, on_event)).await?;
+        reply.finish()
     }
 }
 
@@ -192,26 +151,7 @@ impl ModelProvider for AnthropicProvider {
         request: &'a ModelRequest,
         on_event: StreamSink<'a>,
     ) -> BoxFuture<'a, Result<ModelResponse, ModelError>> {
-        Box::pin(async move {
-            let body = serde_json::to_string(&self.body(request)).map_err(|e| ModelError::Protocol {
-                provider: PROVIDER.to_owned(),
-                message: format!("cannot encode the request: {e}"),
-            })?;
-            tracing::debug!(target: "goondan::model", "anthropic: POST {} model {}", self.url, self.model);
-            // Only the request up to the headers is retried: once the reply
-            // streams, its text has been reported and a retry would repeat it.
-            let response = with_retries(self.retry, |_| self.send(body.clone())).await?;
-            let content_type = response.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-            if !content_type.starts_with("text/event-stream") {
-                let content_type = content_type.to_owned();
-                let text = tokio::time::timeout(self.idle, response.text()).await.ok().and_then(Result::ok);
-                let text: String = text.unwrap_or_default().chars().take(300).collect();
-                return Err(protocol(format!("expected an event stream, got '{content_type}': {text}")));
-            }
-            let mut reply = Reply::default();
-            read_sse(PROVIDER, response, self.idle, |event| reply.handle(&event, on_event)).await?;
-            reply.finish()
-        })
+        Box::pin(async move { self.call(request, on_event).await.map_err(|error| self.http.redact(error)) })
     }
 
     fn name(&self) -> &str {
@@ -220,18 +160,7 @@ impl ModelProvider for AnthropicProvider {
 }
 
 fn protocol(message: String) -> ModelError {
-    ModelError::Protocol { provider: PROVIDER.to_owned(), message }
-}
-
-fn idle_timeout(options: &JsonObject) -> Result<Duration, ModelError> {
-    let Some(value) = options.get(IDLE_OPTION) else { return Ok(DEFAULT_IDLE) };
-    value
-        .as_f64()
-        .filter(|seconds| *seconds > 0.0)
-        .and_then(|seconds| Duration::try_from_secs_f64(seconds).ok())
-        .ok_or_else(|| {
-            ModelError::Config(format!("anthropic: options.{IDLE_OPTION} must be a positive number of seconds"))
-        })
+    ModelError::protocol(PROVIDER, message)
 }
 
 // ---- The request ----
@@ -286,14 +215,12 @@ struct WireTool<'a> {
 
 /// The system text and the alternating messages of `request`.
 fn wire_messages(request: &ModelRequest) -> (Option<String>, Vec<WireMessage<'_>>) {
-    let mut system: Vec<&str> = request.system.as_deref().into_iter().collect();
-    let mut messages: Vec<WireMessage<'_>> = Vec::new();
+    let system = wire::system_texts(request);
+    let mut messages: Vec<(Role, Vec<WireBlock<'_>>)> = Vec::new();
     for message in &request.messages {
         let (role, blocks) = match message {
-            MessageData::System { content } => {
-                system.push(content);
-                continue;
-            }
+            // Sent in `system`.
+            MessageData::System { .. } => continue,
             MessageData::User { content } => (Role::User, text_block(content).into_iter().collect()),
             MessageData::Assistant { content, tool_calls } => {
                 let mut blocks: Vec<WireBlock<'_>> = content.as_deref().and_then(text_block).into_iter().collect();
@@ -311,29 +238,10 @@ fn wire_messages(request: &ModelRequest) -> (Option<String>, Vec<WireMessage<'_>
                 (Role::User, vec![block])
             }
         };
-        if blocks.is_empty() {
-            // An empty message would be rejected; dropping it keeps the
-            // neighbours mergeable.
-            continue;
-        }
-        match messages.last_mut() {
-            Some(last) if last.role == role => {
-                for block in blocks {
-                    if matches!(block, WireBlock::ToolResult { .. }) {
-                        // Tool results must lead their user message.
-                        let at = last.content.iter().take_while(|b| matches!(b, WireBlock::ToolResult { .. })).count();
-                        last.content.insert(at, block);
-                    } else {
-                        last.content.push(block);
-                    }
-                }
-            }
-            _ => messages.push(WireMessage { role, content: blocks }),
-        }
+        wire::push_alternating(&mut messages, role, blocks, |block| matches!(block, WireBlock::ToolResult { .. }));
     }
-    system.retain(|text| !text.is_empty());
     let system = if system.is_empty() { None } else { Some(system.join("\n\n")) };
-    (system, messages)
+    (system, messages.into_iter().map(|(role, content)| WireMessage { role, content }).collect())
 }
 
 /// A text block, or none for empty text (which the API rejects).
@@ -367,7 +275,7 @@ enum WireEvent {
     MessageStop {},
     Ping {},
     Error {
-        error: WireError,
+        error: JsonValue,
     },
     #[serde(other)]
     Unknown,
@@ -426,14 +334,6 @@ enum WireDelta {
 struct WireMessageDelta {
     #[serde(default)]
     stop_reason: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-struct WireError {
-    #[serde(rename = "type", default)]
-    kind: String,
-    #[serde(default)]
-    message: String,
 }
 
 /// The reply as it streams in.
@@ -497,7 +397,7 @@ impl Reply {
                 self.usage(usage);
             }
             WireEvent::MessageStop {} => self.stopped = true,
-            WireEvent::Error { error } => return Err(stream_error(&error)),
+            WireEvent::Error { error } => return Err(http::stream_error(PROVIDER, &error)),
             WireEvent::ContentBlockStop {} | WireEvent::Ping {} | WireEvent::Unknown => {}
         }
         Ok(())
@@ -569,41 +469,18 @@ fn stop_reason(reason: &str) -> StopReason {
     }
 }
 
-/// An `error` event: the HTTP status the API uses for its type, so retry
-/// classification matches a non-streamed error of the same type.
-fn stream_error(error: &WireError) -> ModelError {
-    let status = match error.kind.as_str() {
-        "invalid_request_error" => 400,
-        "authentication_error" => 401,
-        "permission_error" => 403,
-        "not_found_error" => 404,
-        "request_too_large" => 413,
-        "rate_limit_error" => 429,
-        "overloaded_error" => 529,
-        _ => 500,
-    };
-    let message = if error.kind.is_empty() {
-        error.message.clone()
-    } else {
-        format!("{} ({}, during the stream)", error.message, error.kind)
-    };
-    ModelError::Api { provider: PROVIDER.to_owned(), status, message }
-}
-
 #[cfg(test)]
 mod tests {
-    use std::collections::VecDeque;
     use std::path::PathBuf;
-    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
 
-    use axum::extract::State;
-    use axum::http::{HeaderMap as AxumHeaders, Method, StatusCode, Uri, header};
-    use axum::response::{IntoResponse, Response};
+    use axum::http::Method;
     use goondan_core::{ToolCall, ToolError, ToolResult};
     use serde_json::json;
 
     use super::*;
-    use crate::config::{ProviderKind, Secret};
+    use crate::config::{DEFAULT_IDLE_TIMEOUT, IDLE_TIMEOUT_OPTION, ProviderKind, Secret};
+    use crate::test_support::{Canned, MockServer, closed_url, complete, fast_retries, object};
     use crate::types::{ModelParams, ToolDefinition};
 
     const KEY: &str = "sk-ant-test-SECRET-0123456789";
@@ -728,74 +605,15 @@ data: {"type": "message_stop"}
 
 "##;
 
-    struct Scripted {
-        status: u16,
-        content_type: &'static str,
-        body: String,
-        delay: Duration,
+    /// An event stream as Anthropic sends it.
+    fn sse(body: &str) -> Canned {
+        Canned { content_type: "text/event-stream; charset=utf-8", ..Canned::sse(body) }
     }
 
-    fn sse(body: &str) -> Scripted {
-        Scripted {
-            status: 200,
-            content_type: "text/event-stream; charset=utf-8",
-            body: body.to_owned(),
-            delay: Duration::ZERO,
-        }
-    }
-
-    fn json_reply(status: u16, body: &str) -> Scripted {
-        Scripted { status, content_type: "application/json", body: body.to_owned(), delay: Duration::ZERO }
-    }
-
-    #[derive(Debug)]
-    struct Seen {
-        method: Method,
-        path: String,
-        headers: AxumHeaders,
-        body: String,
-    }
-
-    #[derive(Clone, Default)]
-    struct Server {
-        seen: Arc<Mutex<Vec<Seen>>>,
-        replies: Arc<Mutex<VecDeque<Scripted>>>,
-    }
-
-    impl Server {
-        fn seen(&self) -> Vec<Seen> {
-            self.seen.lock().map(|mut seen| std::mem::take(&mut *seen)).unwrap_or_default()
-        }
-    }
-
-    async fn handle(
-        State(server): State<Server>,
-        method: Method,
-        uri: Uri,
-        headers: AxumHeaders,
-        body: String,
-    ) -> Response {
-        if let Ok(mut seen) = server.seen.lock() {
-            seen.push(Seen { method, path: uri.path().to_owned(), headers, body });
-        }
-        let reply = server.replies.lock().ok().and_then(|mut replies| replies.pop_front());
-        let Some(reply) = reply else {
-            return (StatusCode::INTERNAL_SERVER_ERROR, "no reply scripted").into_response();
-        };
-        tokio::time::sleep(reply.delay).await;
-        let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        (status, [(header::CONTENT_TYPE, reply.content_type)], reply.body).into_response()
-    }
-
-    /// A local server answering with `replies` in order; returns its base URL.
-    async fn serve(replies: Vec<Scripted>) -> (String, Server) {
-        let server = Server { seen: Arc::default(), replies: Arc::new(Mutex::new(replies.into())) };
-        let app = axum::Router::new().fallback(handle).with_state(server.clone());
-        let listener =
-            tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("cannot bind: {e}"));
-        let address = listener.local_addr().unwrap_or_else(|e| panic!("no address: {e}"));
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        (format!("http://{address}"), server)
+    /// A mock Messages API answering `replies` in order; returns its base URL.
+    async fn serve(replies: Vec<Canned>) -> (String, MockServer) {
+        let server = MockServer::start(replies).await;
+        (server.url(""), server)
     }
 
     fn settings(endpoint: &str, key: Option<&str>) -> ModelSettings {
@@ -809,37 +627,14 @@ data: {"type": "message_stop"}
         }
     }
 
-    /// A provider for `endpoint` whose retries wait a millisecond, not seconds.
+    /// A provider for `endpoint` whose retries wait milliseconds, not seconds.
     fn provider(endpoint: &str) -> AnthropicProvider {
-        let Ok(mut provider) = AnthropicProvider::new(&settings(endpoint, Some(KEY))) else { panic!("provider") };
-        provider.retry = RetryPolicy {
-            base_delay: Duration::from_millis(1),
-            max_delay: Duration::from_millis(2),
-            ..RetryPolicy::default()
-        };
-        provider
-    }
-
-    async fn complete(
-        provider: &AnthropicProvider,
-        request: &ModelRequest,
-    ) -> (Result<ModelResponse, ModelError>, Vec<StreamEvent>) {
-        let events = Mutex::new(Vec::new());
-        let sink = |event: StreamEvent| {
-            if let Ok(mut events) = events.lock() {
-                events.push(event);
-            }
-        };
-        let result = provider.complete(request, &sink).await;
-        (result, events.into_inner().unwrap_or_default())
+        let Ok(provider) = AnthropicProvider::new(&settings(endpoint, Some(KEY))) else { panic!("provider") };
+        provider.with_retry_policy(fast_retries())
     }
 
     fn hello() -> ModelRequest {
         ModelRequest { messages: vec![MessageData::User { content: "Hello".into() }], ..ModelRequest::default() }
-    }
-
-    fn object(value: JsonValue) -> JsonObject {
-        value.as_object().cloned().unwrap_or_default()
     }
 
     fn conversation() -> ModelRequest {
@@ -926,17 +721,16 @@ data: {"type": "message_stop"}
             ]
         );
 
-        let seen = server.seen();
+        let seen = server.requests();
         let [request] = seen.as_slice() else { panic!("expected one request, got {}", seen.len()) };
         assert_eq!(request.method, Method::POST);
-        assert_eq!(request.path, "/v1/messages");
-        let header = |name: &str| request.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("");
-        assert_eq!(header("x-api-key"), KEY);
-        assert_eq!(header("anthropic-version"), "2023-06-01");
-        assert_eq!(header("content-type"), "application/json");
+        assert_eq!(request.path(), "/v1/messages");
+        assert_eq!(request.header("x-api-key"), KEY);
+        assert_eq!(request.header("anthropic-version"), "2023-06-01");
+        assert_eq!(request.header("content-type"), "application/json");
         assert!(request.headers.get("authorization").is_none());
 
-        let body: JsonValue = serde_json::from_str(&request.body).unwrap_or_else(|e| panic!("{e}"));
+        let body = request.json();
         let ok_result = r#"{"status":"ok","output":{"tempF":58}}"#;
         let error_result = r#"{"status":"error","error":{"message":"no clock configured","name":"NotFoundError","code":"E_NOT_FOUND","suggestion":"configure a clock","helpUrl":"https://docs.goondan.ai/errors/E_NOT_FOUND"}}"#;
         assert_eq!(
@@ -1006,9 +800,9 @@ data: {"type": "message_stop"}
         assert_eq!(response.usage, TokenUsage { input_tokens: 40, output_tokens: 15 });
         assert_eq!(events, [StreamEvent::TextDelta("Hello".into()), StreamEvent::TextDelta("!".into())]);
 
-        let seen = server.seen();
+        let seen = server.requests();
         let [request] = seen.as_slice() else { panic!("expected one request") };
-        let body: JsonValue = serde_json::from_str(&request.body).unwrap_or_else(|e| panic!("{e}"));
+        let body = request.json();
         assert_eq!(
             body,
             json!({
@@ -1034,7 +828,7 @@ data: {"type": "message_stop"}
     #[tokio::test]
     async fn unauthorized_carries_the_api_message_and_never_the_key() {
         let body = r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"},"request_id":"req_011CSHoEeqs5C35K2UUqR7Fy"}"#;
-        let (endpoint, server) = serve(vec![json_reply(401, body)]).await;
+        let (endpoint, server) = serve(vec![Canned::json(401, body)]).await;
         let provider = provider(&endpoint);
         let (result, events) = complete(&provider, &hello()).await;
         let Err(error) = result else { panic!("expected an error") };
@@ -1044,33 +838,55 @@ data: {"type": "message_stop"}
         );
         assert!(!error.to_string().contains(KEY) && !format!("{error:?}").contains(KEY));
         assert!(events.is_empty());
-        assert_eq!(server.seen().len(), 1, "a refused key is not retried");
+        assert_eq!(server.requests().len(), 1, "a refused key is not retried");
         assert!(!format!("{provider:?}").contains(KEY));
+    }
+
+    /// The key was not scrubbed from this provider's errors at all.
+    #[tokio::test]
+    async fn the_key_is_scrubbed_even_when_the_api_echoes_it() {
+        let body = json!({"type": "error", "error": {"type": "invalid_request_error", "message": format!("bad header: {KEY}")}});
+        let (endpoint, _server) = serve(vec![Canned::json(400, body)]).await;
+        let (result, _) = complete(&provider(&endpoint), &hello()).await;
+        assert_eq!(
+            result.map_err(|e| e.to_string()),
+            Err("the anthropic API answered HTTP 400: bad header: <redacted>".to_owned())
+        );
+        let stream = format!(
+            "event: error\ndata: {{\"type\": \"error\", \"error\": {{\"type\": \"api_error\", \"message\": \"{KEY}\"}}}}\n\n"
+        );
+        let (endpoint, _server) = serve(vec![sse(&stream)]).await;
+        let (result, _) = complete(&provider(&endpoint), &hello()).await;
+        assert!(
+            matches!(&result, Err(ModelError::Api { status: 500, message, .. }) if message == "<redacted>"),
+            "{result:?}"
+        );
     }
 
     #[tokio::test]
     async fn rate_limits_are_retried() {
         let limited = r#"{"type":"error","error":{"type":"rate_limit_error","message":"Number of request tokens has exceeded your per-minute rate limit"}}"#;
-        let (endpoint, server) = serve(vec![json_reply(429, limited), sse(TEXT_STREAM)]).await;
+        let (endpoint, server) = serve(vec![Canned::json(429, limited), sse(TEXT_STREAM)]).await;
         let (result, _) = complete(&provider(&endpoint), &hello()).await;
         assert_eq!(result.map(|r| r.text), Ok(Some("Hello!".to_owned())));
-        assert_eq!(server.seen().len(), 2);
+        assert_eq!(server.requests().len(), 2);
     }
 
     #[tokio::test]
     async fn server_errors_are_retried_up_to_the_policy() {
         let down = r#"{"type":"error","error":{"type":"api_error","message":"Internal server error"}}"#;
         let (endpoint, server) =
-            serve(vec![json_reply(500, down), json_reply(500, down), json_reply(500, down), sse(TEXT_STREAM)]).await;
+            serve(vec![Canned::json(500, down), Canned::json(500, down), Canned::json(500, down), sse(TEXT_STREAM)])
+                .await;
         let (result, _) = complete(&provider(&endpoint), &hello()).await;
         assert_eq!(result.map(|r| r.text), Ok(Some("Hello!".to_owned())));
-        assert_eq!(server.seen().len(), 4);
+        assert_eq!(server.requests().len(), 4);
 
         let overloaded = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
-        let (endpoint, server) = serve((0..5).map(|_| json_reply(529, overloaded)).collect()).await;
+        let (endpoint, server) = serve((0..5).map(|_| Canned::json(529, overloaded)).collect()).await;
         let (result, _) = complete(&provider(&endpoint), &hello()).await;
         assert!(matches!(result, Err(ModelError::Api { status: 529, ref message, .. }) if message == "Overloaded"));
-        assert_eq!(server.seen().len(), 4, "the default policy makes four attempts");
+        assert_eq!(server.requests().len(), 4, "the default policy makes four attempts");
     }
 
     #[tokio::test]
@@ -1078,16 +894,17 @@ data: {"type": "message_stop"}
         let (endpoint, server) = serve(vec![sse(OVERLOADED_STREAM), sse(TEXT_STREAM)]).await;
         let (result, events) = complete(&provider(&endpoint), &hello()).await;
         let Err(ModelError::Api { status, message, .. }) = result else { panic!("expected an API error: {result:?}") };
+        // `overloaded_error` is what a 529 carries.
         assert_eq!(status, 529);
-        assert!(message.starts_with("Overloaded") && message.contains("overloaded_error"), "{message}");
+        assert_eq!(message, "Overloaded");
         assert_eq!(events, [StreamEvent::TextDelta("Hel".into())]);
-        assert_eq!(server.seen().len(), 1, "never retried once streaming began");
+        assert_eq!(server.requests().len(), 1, "never retried once streaming began");
     }
 
     #[tokio::test]
     async fn malformed_or_cut_streams_are_protocol_errors() {
         let cut = TEXT_STREAM.split("event: message_delta").next().unwrap_or_default();
-        let not_sse = json_reply(200, r#"{"id":"msg_01","type":"message","content":[]}"#);
+        let not_sse = Canned::json(200, r#"{"id":"msg_01","type":"message","content":[]}"#);
         let (endpoint, _server) = serve(vec![sse(MALFORMED_STREAM), sse(cut), not_sse]).await;
         let provider = provider(&endpoint);
         let (malformed, _) = complete(&provider, &hello()).await;
@@ -1107,19 +924,16 @@ data: {"type": "message_stop"}
 
     #[tokio::test]
     async fn unreachable_or_silent_servers_are_network_errors() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("{e}"));
-        let address = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
-        drop(listener);
-        let (result, _) = complete(&provider(&format!("http://{address}")), &hello()).await;
+        let (result, _) = complete(&provider(&closed_url().await), &hello()).await;
         let Err(error) = result else { panic!("expected an error") };
         assert!(matches!(error, ModelError::Network { .. }), "{error:?}");
         assert!(!error.to_string().contains(KEY));
 
-        let slow = Scripted { delay: Duration::from_secs(3), ..sse(TEXT_STREAM) };
+        let slow = sse(TEXT_STREAM).after(Duration::from_secs(3));
         let (endpoint, _server) = serve(vec![slow]).await;
         let mut provider = provider(&endpoint);
-        provider.idle = Duration::from_millis(100);
-        provider.retry.max_attempts = 1;
+        provider.http.idle = Duration::from_millis(100);
+        provider.http.retry.max_attempts = 1;
         let (result, _) = complete(&provider, &hello()).await;
         assert!(
             matches!(&result, Err(ModelError::Network { message, .. }) if message.contains("no response")),
@@ -1132,14 +946,14 @@ data: {"type": "message_stop"}
         let missing = AnthropicProvider::new(&settings("http://127.0.0.1:9", None));
         assert!(matches!(missing, Err(ModelError::MissingKey { ref variable, .. }) if variable == "ANTHROPIC_API_KEY"));
         let mut with_idle = settings("http://127.0.0.1:9", Some(KEY));
-        with_idle.options.insert(IDLE_OPTION.into(), json!(2.5));
-        assert_eq!(AnthropicProvider::new(&with_idle).map(|p| p.idle), Ok(Duration::from_millis(2500)));
-        with_idle.options.insert(IDLE_OPTION.into(), json!("soon"));
+        with_idle.options.insert(IDLE_TIMEOUT_OPTION.into(), json!(2.5));
+        assert_eq!(AnthropicProvider::new(&with_idle).map(|p| p.http.idle), Ok(Duration::from_millis(2500)));
+        with_idle.options.insert(IDLE_TIMEOUT_OPTION.into(), json!("soon"));
         assert!(matches!(AnthropicProvider::new(&with_idle), Err(ModelError::Config(_))));
         let Ok(provider) = AnthropicProvider::new(&settings("http://127.0.0.1:9", Some(KEY))) else {
             panic!("provider")
         };
-        assert_eq!(provider.idle, DEFAULT_IDLE);
+        assert_eq!(provider.http.idle, DEFAULT_IDLE_TIMEOUT);
         assert_eq!(provider.url, "http://127.0.0.1:9/v1/messages");
         assert_eq!(provider.name(), "anthropic");
         let debug = format!("{provider:?}");

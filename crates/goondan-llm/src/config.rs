@@ -6,16 +6,33 @@
 //! (the base URL as the official SDKs take it, e.g.
 //! `https://api.openai.com/v1`), else `OPENAI_BASE_URL` /
 //! `ANTHROPIC_BASE_URL` as the original honours them, else the default.
+//!
+//! `spec.options` holds what is particular to a provider (see each provider
+//! module), and one option every API provider (openai, anthropic, google)
+//! reads the same way:
+//!
+//! - `idleTimeoutSeconds` (a positive number, fractions allowed; default
+//!   120): the longest wait for the response headers, for each chunk of the
+//!   streamed reply, and for the body of an error response. A wait that runs
+//!   out before the headers is a (retried) [`ModelError::Network`]; one
+//!   while streaming is a [`ModelError::Protocol`].
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use goondan_config::ModelSpec;
-use goondan_core::JsonObject;
+use goondan_core::{JsonObject, JsonValue};
 
 use crate::error::ModelError;
 use crate::provider::ModelProvider;
+
+/// The option naming the idle timeout (see the module documentation).
+pub const IDLE_TIMEOUT_OPTION: &str = "idleTimeoutSeconds";
+
+/// The idle timeout when `idleTimeoutSeconds` is not set.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The APIs this build speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -170,6 +187,38 @@ impl ModelSettings {
         })
     }
 
+    /// `options.idleTimeoutSeconds`, or [`DEFAULT_IDLE_TIMEOUT`]; an error
+    /// for anything but a positive number of seconds a `Duration` can hold.
+    pub fn idle_timeout(&self) -> Result<Duration, ModelError> {
+        let provider = self.kind.name();
+        // An earlier spelling, which would otherwise be ignored without a word.
+        if self.options.contains_key("idleTimeoutSecs") {
+            return Err(ModelError::Config(format!(
+                "{provider}: options.idleTimeoutSecs is not an option; use {IDLE_TIMEOUT_OPTION}"
+            )));
+        }
+        let Some(value) = self.options.get(IDLE_TIMEOUT_OPTION) else { return Ok(DEFAULT_IDLE_TIMEOUT) };
+        value
+            .as_f64()
+            .filter(|seconds| *seconds > 0.0)
+            .and_then(|seconds| Duration::try_from_secs_f64(seconds).ok())
+            .ok_or_else(|| {
+                ModelError::Config(format!(
+                    "{provider}: options.{IDLE_TIMEOUT_OPTION} must be a positive number of seconds"
+                ))
+            })
+    }
+
+    /// A string option (`null` counts as unset), or an error if it is set to
+    /// something else.
+    pub(crate) fn option_str(&self, name: &str) -> Result<Option<&str>, ModelError> {
+        match self.options.get(name) {
+            None | Some(JsonValue::Null) => Ok(None),
+            Some(JsonValue::String(value)) => Ok(Some(value)),
+            Some(_) => Err(ModelError::Config(format!("{}: options.{name} must be a string", self.kind.name()))),
+        }
+    }
+
     /// The key, or the error naming the variable to set.
     pub fn key(&self) -> Result<&str, ModelError> {
         self.api_key.as_ref().map(Secret::expose).ok_or_else(|| ModelError::MissingKey {
@@ -244,6 +293,35 @@ mod tests {
             Path::new("."),
         );
         assert_eq!(default.map(|s| s.endpoint), Ok("https://api.anthropic.com".to_owned()));
+    }
+
+    fn with_options(options: serde_json::Value) -> ModelSettings {
+        ModelSettings {
+            kind: ProviderKind::Google,
+            model: "m".into(),
+            endpoint: String::new(),
+            api_key: None,
+            options: options.as_object().cloned().unwrap_or_default(),
+            bundle_root: PathBuf::new(),
+        }
+    }
+
+    #[test]
+    fn the_idle_timeout_is_a_positive_number_of_seconds() {
+        use serde_json::json;
+        assert_eq!(with_options(json!({})).idle_timeout(), Ok(DEFAULT_IDLE_TIMEOUT));
+        assert_eq!(with_options(json!({"idleTimeoutSeconds": 2.5})).idle_timeout(), Ok(Duration::from_millis(2500)));
+        assert_eq!(with_options(json!({"idleTimeoutSeconds": 300})).idle_timeout(), Ok(Duration::from_secs(300)));
+        // Too large for a Duration: an error, not a panic.
+        for bad in [json!(0), json!(-1), json!("soon"), json!(null), json!(1e300)] {
+            let error = with_options(json!({ "idleTimeoutSeconds": bad })).idle_timeout();
+            assert!(
+                matches!(&error, Err(ModelError::Config(m)) if m.starts_with("google: options.idleTimeoutSeconds")),
+                "{bad}: {error:?}"
+            );
+        }
+        let old = with_options(json!({"idleTimeoutSecs": 30})).idle_timeout();
+        assert!(matches!(&old, Err(ModelError::Config(m)) if m.contains("use idleTimeoutSeconds")), "{old:?}");
     }
 
     #[test]

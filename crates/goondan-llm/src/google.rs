@@ -19,7 +19,7 @@
 //!   whose `response` is the ToolResult object itself (`{status, output?,
 //!   error?: {code, message, suggestion, helpUrl}}`), so the model sees codes
 //!   and suggestions. Consecutive contents of the same role are merged, as
-//!   the API wants turns to alternate.
+//!   the API wants turns to alternate, with the function responses first.
 //! - Tools are one `{functionDeclarations: […]}` entry whose `parameters` are
 //!   rewritten into the OpenAPI subset Gemini accepts (see `gemini_schema`
 //!   below for exactly what changes).
@@ -50,28 +50,34 @@
 //! gets the sentinel the documentation provides for that case on the first
 //! call of its step.
 //!
-//! `options.idleTimeoutSecs` overrides how long to wait for the next stream
-//! chunk (default 120 s).
+//! Errors: a wrong key, which Gemini answers with 400 `API_KEY_INVALID`, is
+//! [`ModelError::Unauthorized`] like a 401; an `error` object inside the
+//! stream is [`ModelError::Api`] with its message and its `code` as the
+//! status (see [`crate::http`]). The key is scrubbed from every error
+//! ([`ModelError::redact`]).
+//!
+//! `options.idleTimeoutSeconds` is the longest wait for the response
+//! headers, then for each chunk of the stream (default 120; see
+//! [`crate::config`]).
 
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::{Mutex, PoisonError};
-use std::time::Duration;
 
 use goondan_core::ids::SpanIdGenerator;
 use goondan_core::{JsonObject, JsonValue, MessageData};
-use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
+use reqwest::header::HeaderName;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::config::{ModelSettings, Secret};
+use crate::config::ModelSettings;
 use crate::error::ModelError;
-use crate::http::{self, RetryPolicy, SseEvent};
+use crate::http::{self, RetryPolicy, SseEvent, Transport};
 use crate::provider::{BoxFuture, ModelProvider, StreamSink};
 use crate::types::{ModelParams, ModelRequest, ModelResponse, RawToolCall, StopReason, StreamEvent, TokenUsage};
+use crate::wire;
 
-const NAME: &str = "google";
-const DEFAULT_IDLE: Duration = Duration::from_secs(120);
+const PROVIDER: &str = "google";
 /// The documented stand-in signature for function calls whose real one is
 /// unknown (history from another model or an earlier process).
 const SKIP_SIGNATURE: &str = "skip_thought_signature_validator";
@@ -79,83 +85,60 @@ const SKIP_SIGNATURE: &str = "skip_thought_signature_validator";
 /// recent steps, small enough not to matter (signatures are a few KB).
 const SIGNATURE_CAPACITY: usize = 512;
 
-/// `params` extras that `generationConfig` has a field for: (accepted key, field).
-const GENERATION_EXTRAS: &[(&str, &str)] = &[
-    ("topK", "topK"),
-    ("top_k", "topK"),
-    ("seed", "seed"),
-    ("stopSequences", "stopSequences"),
-    ("stop_sequences", "stopSequences"),
-    ("stop", "stopSequences"),
-    ("presencePenalty", "presencePenalty"),
-    ("presence_penalty", "presencePenalty"),
-    ("frequencyPenalty", "frequencyPenalty"),
-    ("frequency_penalty", "frequencyPenalty"),
-    ("thinkingConfig", "thinkingConfig"),
-    ("thinking_config", "thinkingConfig"),
-    ("responseMimeType", "responseMimeType"),
-    ("response_mime_type", "responseMimeType"),
+/// `generationConfig` fields `params.extra` may set (snake_case keys accepted).
+const GENERATION_EXTRAS: &[&str] = &[
+    "topK",
+    "seed",
+    "stopSequences",
+    "presencePenalty",
+    "frequencyPenalty",
+    "thinkingConfig",
+    "responseMimeType",
+    // Not in `generationConfig`: a field of the request itself.
+    "safetySettings",
 ];
+
+/// `params.extra` keys accepted for a differently named field.
+const EXTRA_ALIASES: &[(&str, &str)] = &[("stop", "stopSequences")];
 
 /// The Gemini provider.
 pub struct GoogleProvider {
-    client: reqwest::Client,
-    endpoint: String,
+    http: Transport,
     model: String,
-    key: Secret,
-    key_header: HeaderValue,
-    idle: Duration,
-    retry: RetryPolicy,
     ids: SpanIdGenerator,
     signatures: Mutex<VecDeque<(String, String)>>,
 }
 
 impl fmt::Debug for GoogleProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Hand-written so nothing key-shaped can ever show up here.
-        f.debug_struct("GoogleProvider")
-            .field("endpoint", &self.endpoint)
-            .field("model", &self.model)
-            .field("idle", &self.idle)
-            .finish_non_exhaustive()
+        // The transport prints its key header as `Sensitive`; the
+        // signatures are left out as noise.
+        f.debug_struct("GoogleProvider").field("http", &self.http).field("model", &self.model).finish_non_exhaustive()
     }
 }
 
 impl GoogleProvider {
     /// A provider for `settings` (needs an API key).
     pub fn new(settings: &ModelSettings) -> Result<Self, ModelError> {
-        let key = settings.key()?;
-        let mut key_header = HeaderValue::from_str(key).map_err(|_| {
-            ModelError::Config("the google API key contains characters that cannot be sent in an HTTP header".into())
-        })?;
-        key_header.set_sensitive(true);
-        let idle = match settings.options.get("idleTimeoutSecs") {
-            None => DEFAULT_IDLE,
-            Some(value) => match value.as_f64() {
-                Some(secs) if secs.is_finite() && secs > 0.0 => Duration::from_secs_f64(secs),
-                _ => return Err(ModelError::Config("options.idleTimeoutSecs must be a positive number".into())),
-            },
-        };
+        let http =
+            Transport::new(settings, HeaderName::from_static("x-goog-api-key"), "")?.with_status_error(status_error);
         // The API takes `models/gemini-…` as well as the bare id; the URL wants the bare id.
         let model = settings.model.strip_prefix("models/").unwrap_or(&settings.model).to_owned();
         if model.is_empty() {
             return Err(ModelError::Config("the google model needs a model id (e.g. gemini-2.5-flash)".into()));
         }
-        Ok(Self {
-            client: http::client(NAME)?,
-            endpoint: settings.endpoint.trim_end_matches('/').to_owned(),
-            model,
-            key: Secret::new(key),
-            key_header,
-            idle,
-            retry: RetryPolicy::default(),
-            ids: SpanIdGenerator::new(),
-            signatures: Mutex::new(VecDeque::new()),
-        })
+        Ok(Self { http, model, ids: SpanIdGenerator::new(), signatures: Mutex::new(VecDeque::new()) })
+    }
+
+    /// Replaces the retry policy (the default: 4 attempts from 0.5 s backoff).
+    #[must_use]
+    pub fn with_retry_policy(mut self, policy: RetryPolicy) -> Self {
+        self.http.retry = policy;
+        self
     }
 
     fn url(&self) -> String {
-        format!("{}/models/{}:streamGenerateContent?alt=sse", self.endpoint, self.model)
+        self.http.url(&format!("models/{}:streamGenerateContent?alt=sse", self.model))
     }
 
     fn next_call_id(&self) -> String {
@@ -179,17 +162,8 @@ impl GoogleProvider {
     fn body(&self, request: &ModelRequest) -> JsonValue {
         let mut body = JsonObject::new();
 
-        let system_parts: Vec<JsonValue> = request
-            .system
-            .iter()
-            .map(String::as_str)
-            .chain(request.messages.iter().filter_map(|message| match message {
-                MessageData::System { content } => Some(content.as_str()),
-                _ => None,
-            }))
-            .filter(|text| !text.is_empty())
-            .map(|text| json!({"text": text}))
-            .collect();
+        let system_parts: Vec<JsonValue> =
+            wire::system_texts(request).into_iter().map(|text| json!({"text": text})).collect();
         if !system_parts.is_empty() {
             body.insert("systemInstruction".into(), json!({"parts": system_parts}));
         }
@@ -226,15 +200,7 @@ impl GoogleProvider {
     fn contents(&self, messages: &[MessageData]) -> Vec<JsonValue> {
         let mut contents: Vec<(&'static str, Vec<JsonValue>)> = Vec::new();
         let mut push = |role: &'static str, parts: Vec<JsonValue>| {
-            // An empty `parts` is rejected by the API; and the API wants turns
-            // to alternate, so a role continuing the previous one joins it.
-            if parts.is_empty() {
-                return;
-            }
-            match contents.last_mut() {
-                Some((last, existing)) if *last == role => existing.extend(parts),
-                _ => contents.push((role, parts)),
-            }
+            wire::push_alternating(&mut contents, role, parts, |part| part.get("functionResponse").is_some());
         };
         for message in messages {
             match message {
@@ -269,65 +235,24 @@ impl GoogleProvider {
         contents.into_iter().map(|(role, parts)| json!({"role": role, "parts": parts})).collect()
     }
 
-    /// The error for a non-success status; Gemini reports a wrong key as
-    /// 400 `API_KEY_INVALID`, which is a credentials problem too.
-    fn status_error(&self, status: u16, body: &str) -> ModelError {
-        // Without `alt=sse` errors come wrapped in a list; accept both.
-        let value: Option<JsonValue> = serde_json::from_str(body).ok();
-        let error_object = value.as_ref().map(|v| match v {
-            JsonValue::Array(items) => items.first().unwrap_or(v),
-            _ => v,
-        });
-        let normalized = error_object.map_or_else(|| body.to_owned(), JsonValue::to_string);
-        let error = match http::status_error(NAME, status, &normalized) {
-            ModelError::Api { provider, status: 400, message } if body.contains("API_KEY_INVALID") => {
-                ModelError::Unauthorized { provider, status: 400, message }
-            }
-            other => other,
-        };
-        self.redact(error)
+    async fn call(&self, request: &ModelRequest, on_event: StreamSink<'_>) -> Result<ModelResponse, ModelError> {
+        // Retries cover only getting the response headers: once the stream
+        // has begun, events have been reported and a retry would repeat them.
+        let response = self.http.post(&self.url(), &self.body(request)).await?;
+        let mut reply = Reply::default();
+        self.http.read_sse(response, |event| reply.accept(self, &event, on_event)).await?;
+        reply.finish()
     }
+}
 
-    /// Defence in depth: an API message should never quote the key, but if
-    /// one ever did, it must not reach an error.
-    fn redact(&self, error: ModelError) -> ModelError {
-        let key = self.key.expose();
-        if key.is_empty() {
-            return error;
+/// The error for a non-success status; Gemini reports a wrong key as 400
+/// `API_KEY_INVALID`, which is a credentials problem too.
+fn status_error(provider: &str, status: u16, body: &str) -> ModelError {
+    match http::status_error(provider, status, body) {
+        ModelError::Api { provider, status: 400, message } if body.contains("API_KEY_INVALID") => {
+            ModelError::Unauthorized { provider, status: 400, message }
         }
-        let clean = |message: String| if message.contains(key) { message.replace(key, "<redacted>") } else { message };
-        match error {
-            ModelError::Unauthorized { provider, status, message } => {
-                ModelError::Unauthorized { provider, status, message: clean(message) }
-            }
-            ModelError::Api { provider, status, message } => {
-                ModelError::Api { provider, status, message: clean(message) }
-            }
-            ModelError::Network { provider, endpoint, message } => {
-                ModelError::Network { provider, endpoint, message: clean(message) }
-            }
-            ModelError::Protocol { provider, message } => ModelError::Protocol { provider, message: clean(message) },
-            other => other,
-        }
-    }
-
-    async fn send(&self, url: &str, body: &str) -> Result<reqwest::Response, ModelError> {
-        let response = self
-            .client
-            .post(url)
-            .header(CONTENT_TYPE, "application/json")
-            .header(ACCEPT, "text/event-stream")
-            .header("x-goog-api-key", self.key_header.clone())
-            .body(body.to_owned())
-            .send()
-            .await
-            .map_err(|error| self.redact(http::network_error(NAME, &self.endpoint, &error)))?;
-        let status = response.status();
-        if status.is_success() {
-            return Ok(response);
-        }
-        let text = response.text().await.unwrap_or_default();
-        Err(self.status_error(status.as_u16(), &text))
+        other => other,
     }
 }
 
@@ -337,24 +262,11 @@ impl ModelProvider for GoogleProvider {
         request: &'a ModelRequest,
         on_event: StreamSink<'a>,
     ) -> BoxFuture<'a, Result<ModelResponse, ModelError>> {
-        Box::pin(async move {
-            let body = serde_json::to_string(&self.body(request))
-                .map_err(|e| ModelError::Config(format!("cannot encode the google request: {e}")))?;
-            let url = self.url();
-            // Retries cover only getting the response headers: once the
-            // stream has begun, events have been reported and a retry would
-            // repeat them.
-            let response = http::with_retries(self.retry, |_| self.send(&url, &body)).await?;
-            let mut reply = Reply::default();
-            http::read_sse(NAME, response, self.idle, |event| reply.accept(self, &event, on_event))
-                .await
-                .map_err(|error| self.redact(error))?;
-            reply.finish()
-        })
+        Box::pin(async move { self.call(request, on_event).await.map_err(|error| self.http.redact(error)) })
     }
 
     fn name(&self) -> &str {
-        NAME
+        PROVIDER
     }
 }
 
@@ -377,17 +289,17 @@ fn generation_config(params: &ModelParams) -> (JsonObject, JsonObject) {
     if let Some(top_p) = params.top_p {
         config.insert("topP".into(), json!(top_p));
     }
-    for (key, value) in &params.extra {
-        if let Some((_, field)) = GENERATION_EXTRAS.iter().find(|(accepted, _)| accepted == key) {
-            let value = match (*field, value) {
-                ("stopSequences", JsonValue::String(stop)) => json!([stop]),
-                _ => value.clone(),
-            };
-            config.insert((*field).to_owned(), value);
-        } else if key == "safetySettings" || key == "safety_settings" {
-            top_level.insert("safetySettings".into(), value.clone());
-        } else {
-            tracing::debug!(target: "goondan::model", "google: ignoring params.{key}: generateContent has no such field");
+    for (field, value) in wire::allowed_extras(PROVIDER, &params.extra, GENERATION_EXTRAS, EXTRA_ALIASES) {
+        match (field, value) {
+            ("safetySettings", _) => {
+                top_level.insert(field.to_owned(), value.clone());
+            }
+            ("stopSequences", JsonValue::String(stop)) => {
+                config.insert(field.to_owned(), json!([stop]));
+            }
+            _ => {
+                config.insert(field.to_owned(), value.clone());
+            }
         }
     }
     (config, top_level)
@@ -740,14 +652,15 @@ impl Reply {
         if data.is_empty() || data == "[DONE]" {
             return Ok(());
         }
-        let chunk: Chunk = serde_json::from_str(data).map_err(|error| ModelError::Protocol {
-            provider: NAME.to_owned(),
-            message: format!("a stream chunk is not a valid GenerateContentResponse ({error}): {}", excerpt(data)),
+        let chunk: Chunk = serde_json::from_str(data).map_err(|error| {
+            let start = http::excerpt(data, 200);
+            ModelError::protocol(
+                PROVIDER,
+                format!("a stream chunk is not a valid GenerateContentResponse ({error}): {start}"),
+            )
         })?;
         if let Some(error) = chunk.error {
-            let code = error.get("code").and_then(JsonValue::as_u64).and_then(|code| u16::try_from(code).ok());
-            let status = code.filter(|code| (400..600).contains(code)).unwrap_or(500);
-            return Err(provider.status_error(status, &json!({"error": error}).to_string()));
+            return Err(http::stream_error(PROVIDER, &error));
         }
         self.chunks += 1;
         if let Some(usage) = chunk.usage_metadata {
@@ -795,10 +708,7 @@ impl Reply {
 
     fn finish(self) -> Result<ModelResponse, ModelError> {
         if self.chunks == 0 {
-            return Err(ModelError::Protocol {
-                provider: NAME.to_owned(),
-                message: "the stream ended before any reply arrived".to_owned(),
-            });
+            return Err(ModelError::protocol(PROVIDER, "the stream ended before any reply arrived"));
         }
         let stop_reason = match (self.finish.as_deref(), self.calls.is_empty()) {
             (Some("STOP") | None, false) => Some(StopReason::ToolUse),
@@ -825,91 +735,32 @@ impl Reply {
     }
 }
 
-/// The start of a chunk, for error messages.
-fn excerpt(data: &str) -> String {
-    let mut excerpt: String = data.chars().take(200).collect();
-    if excerpt.len() < data.len() {
-        excerpt.push('…');
-    }
-    excerpt
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
+    use std::time::Duration;
 
-    use axum::Router;
-    use axum::extract::State;
-    use axum::http::{HeaderMap, Method, StatusCode, Uri};
-    use axum::response::{IntoResponse, Response};
+    use axum::http::Method;
     use goondan_core::{ToolCall, ToolError, ToolResult};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    use crate::config::ProviderKind;
+    use crate::config::{ProviderKind, Secret};
+    use crate::test_support::{Canned, MockServer, complete, fast_retries, object, stalled_server};
     use crate::types::ToolDefinition;
 
     const KEY: &str = "AIzaSy-test-key-0123456789";
     const MODEL: &str = "gemini-2.5-flash";
 
-    #[derive(Debug, Clone)]
-    struct Recorded {
-        method: Method,
-        uri: Uri,
-        headers: HeaderMap,
-        body: String,
-    }
-
-    impl Recorded {
-        fn json(&self) -> JsonValue {
-            serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("request body is not JSON: {e}"))
-        }
-    }
-
-    #[derive(Debug, Default)]
-    struct Mock {
-        /// Answers in order; the last repeats.
-        replies: Vec<(u16, String)>,
-        requests: Mutex<Vec<Recorded>>,
-    }
-
-    impl Mock {
-        fn requests(&self) -> Vec<Recorded> {
-            self.requests.lock().unwrap_or_else(PoisonError::into_inner).clone()
-        }
-    }
-
-    async fn answer(
-        State(mock): State<Arc<Mock>>,
-        method: Method,
-        uri: Uri,
-        headers: HeaderMap,
-        body: String,
-    ) -> Response {
-        let index = {
-            let mut requests = mock.requests.lock().unwrap_or_else(PoisonError::into_inner);
-            requests.push(Recorded { method, uri, headers, body });
-            requests.len() - 1
-        };
-        let Some((status, body)) = mock.replies.get(index).or(mock.replies.last()).cloned() else {
-            return StatusCode::NOT_FOUND.into_response();
-        };
-        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let content_type = if status.is_success() { "text/event-stream" } else { "application/json; charset=UTF-8" };
-        (status, [("content-type", content_type)], body).into_response()
-    }
-
-    /// A local Gemini stand-in answering `replies` in order; returns its
-    /// recorder and the endpoint (base URL) to give the provider.
-    async fn serve(replies: Vec<(u16, String)>) -> (Arc<Mock>, String) {
-        let mock = Arc::new(Mock { replies, requests: Mutex::new(Vec::new()) });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("bind: {e}"));
-        let address = listener.local_addr().unwrap_or_else(|e| panic!("address: {e}"));
-        let app = Router::new().fallback(answer).with_state(Arc::clone(&mock));
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-        (mock, format!("http://{address}/v1beta"))
+    /// A mock Gemini API answering `replies` (status, body: an event stream
+    /// for a success, else JSON) in order, the last one again once they run
+    /// out; returns the server and the endpoint (base URL) to give the provider.
+    async fn serve(replies: Vec<(u16, String)>) -> (MockServer, String) {
+        let replies = replies
+            .into_iter()
+            .map(|(status, body)| if status == 200 { Canned::sse(body) } else { Canned::json(status, body) })
+            .collect();
+        let server = MockServer::start(replies).await;
+        let endpoint = server.url("/v1beta");
+        (server, endpoint)
     }
 
     fn settings(endpoint: &str) -> ModelSettings {
@@ -924,21 +775,9 @@ mod tests {
     }
 
     fn provider(endpoint: &str) -> GoogleProvider {
-        let mut provider = GoogleProvider::new(&settings(endpoint)).unwrap_or_else(|e| panic!("{e}"));
+        let provider = GoogleProvider::new(&settings(endpoint)).unwrap_or_else(|e| panic!("{e}"));
         // Fast retries for the tests; production uses RetryPolicy::default().
-        provider.retry =
-            RetryPolicy { max_attempts: 4, base_delay: Duration::from_millis(1), max_delay: Duration::from_millis(5) };
-        provider
-    }
-
-    async fn run(
-        provider: &GoogleProvider,
-        request: &ModelRequest,
-    ) -> (Result<ModelResponse, ModelError>, Vec<StreamEvent>) {
-        let events = Mutex::new(Vec::new());
-        let sink = |event: StreamEvent| events.lock().unwrap_or_else(PoisonError::into_inner).push(event);
-        let result = provider.complete(request, &sink).await;
-        (result, events.into_inner().unwrap_or_else(PoisonError::into_inner))
+        provider.with_retry_policy(fast_retries())
     }
 
     /// An SSE body as Gemini frames it (`data: …` and a blank line, CRLF).
@@ -948,10 +787,6 @@ mod tests {
 
     fn user(text: &str) -> ModelRequest {
         ModelRequest { messages: vec![MessageData::User { content: text.into() }], ..ModelRequest::default() }
-    }
-
-    fn args(value: JsonValue) -> JsonObject {
-        value.as_object().cloned().unwrap_or_default()
     }
 
     // Payloads shaped as in https://ai.google.dev/api/generate-content#v1beta.GenerateContentResponse
@@ -978,8 +813,8 @@ mod tests {
                 MessageData::Assistant {
                     content: Some("Let me look.".into()),
                     tool_calls: vec![
-                        ToolCall::new("call_a", "bash__exec", args(json!({"command": "ls"}))),
-                        ToolCall::new("call_b", "fs__read", args(json!({"path": "NOTES.md"}))),
+                        ToolCall::new("call_a", "bash__exec", object(json!({"command": "ls"}))),
+                        ToolCall::new("call_b", "fs__read", object(json!({"path": "NOTES.md"}))),
                     ],
                 },
                 MessageData::Tool {
@@ -1018,11 +853,11 @@ mod tests {
                 temperature: Some(0.25),
                 max_tokens: Some(1024),
                 top_p: Some(0.5),
-                extra: args(json!({"topK": 40, "stop": "END", "logitBias": {"1": 2}})),
+                extra: object(json!({"topK": 40, "stop": "END", "logitBias": {"1": 2}})),
             },
         };
 
-        let (result, events) = run(&provider, &request).await;
+        let (result, events) = complete(&provider, &request).await;
         let response = result.unwrap_or_else(|e| panic!("{e}"));
 
         // The reply.
@@ -1053,11 +888,11 @@ mod tests {
         assert_eq!(requests.len(), 1);
         let sent = &requests[0];
         assert_eq!(sent.method, Method::POST);
-        assert_eq!(sent.uri.path(), "/v1beta/models/gemini-2.5-flash:streamGenerateContent");
+        assert_eq!(sent.path(), "/v1beta/models/gemini-2.5-flash:streamGenerateContent");
         assert_eq!(sent.uri.query(), Some("alt=sse"));
         assert!(!sent.uri.to_string().contains(KEY));
-        assert_eq!(sent.headers.get("x-goog-api-key").map(HeaderValue::as_bytes), Some(KEY.as_bytes()));
-        assert_eq!(sent.headers.get("content-type").map(HeaderValue::as_bytes), Some(&b"application/json"[..]));
+        assert_eq!(sent.header("x-goog-api-key"), KEY);
+        assert_eq!(sent.header("content-type"), "application/json");
         assert!(sent.headers.get("authorization").is_none());
         let body = sent.json();
         assert_eq!(
@@ -1117,7 +952,7 @@ mod tests {
         let provider = provider(&endpoint);
 
         let mut request = user("What time is it?");
-        let (first, events) = run(&provider, &request).await;
+        let (first, events) = complete(&provider, &request).await;
         let first = first.unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(first.text, None);
         assert_eq!(first.stop_reason, Some(StopReason::ToolUse));
@@ -1143,7 +978,7 @@ mod tests {
                 result: Box::new(ToolResult::ok(json!("12:00"))),
             });
         }
-        let (second, _) = run(&provider, &request).await;
+        let (second, _) = complete(&provider, &request).await;
         let second = second.unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(second.text.as_deref(), Some("It is noon."));
         assert_eq!(second.stop_reason, Some(StopReason::EndTurn));
@@ -1166,7 +1001,7 @@ mod tests {
     async fn refused_keys_are_unauthorized_with_the_apis_message_and_no_key() {
         let unauthenticated = r#"{"error": {"code": 401, "message": "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other valid authentication credential.", "status": "UNAUTHENTICATED"}}"#;
         let (mock, endpoint) = serve(vec![(401, unauthenticated.into())]).await;
-        let (result, events) = run(&provider(&endpoint), &user("hi")).await;
+        let (result, events) = complete(&provider(&endpoint), &user("hi")).await;
         let Err(error) = result else { panic!("expected an error") };
         assert!(
             matches!(&error, ModelError::Unauthorized { status: 401, message, .. } if message.starts_with("Request had invalid authentication credentials.")),
@@ -1179,7 +1014,7 @@ mod tests {
         // Gemini answers a wrong key with 400 API_KEY_INVALID.
         let invalid = r#"{"error": {"code": 400, "message": "API key not valid. Please pass a valid API key.", "status": "INVALID_ARGUMENT", "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID", "domain": "googleapis.com", "metadata": {"service": "generativelanguage.googleapis.com"}}]}}"#;
         let (mock, endpoint) = serve(vec![(400, invalid.into())]).await;
-        let (result, _) = run(&provider(&endpoint), &user("hi")).await;
+        let (result, _) = complete(&provider(&endpoint), &user("hi")).await;
         assert!(
             matches!(&result, Err(ModelError::Unauthorized { status: 400, message, .. }) if message == "API key not valid. Please pass a valid API key."),
             "{result:?}"
@@ -1189,7 +1024,7 @@ mod tests {
         // An ordinary 400 stays an API error.
         let bad = r#"{"error": {"code": 400, "message": "* GenerateContentRequest.contents: contents is not specified\n", "status": "INVALID_ARGUMENT"}}"#;
         let (_, endpoint) = serve(vec![(400, bad.into())]).await;
-        let (result, _) = run(&provider(&endpoint), &user("hi")).await;
+        let (result, _) = complete(&provider(&endpoint), &user("hi")).await;
         assert!(
             matches!(&result, Err(ModelError::Api { status: 400, message, .. }) if message.contains("contents is not specified"))
         );
@@ -1202,7 +1037,7 @@ mod tests {
             r#"{"candidates": [{"content": {"parts": [{"text": "Hello!"}],"role": "model"},"finishReason": "STOP","index": 0}],"usageMetadata": {"promptTokenCount": 2,"candidatesTokenCount": 2,"totalTokenCount": 4}}"#,
         ]);
         let (mock, endpoint) = serve(vec![(429, exhausted.into()), (200, ok.clone())]).await;
-        let (result, _) = run(&provider(&endpoint), &user("hi")).await;
+        let (result, _) = complete(&provider(&endpoint), &user("hi")).await;
         assert_eq!(result.map(|r| r.text), Ok(Some("Hello!".into())));
         assert_eq!(mock.requests().len(), 2);
 
@@ -1210,7 +1045,7 @@ mod tests {
         let replies =
             vec![(500, internal.to_owned()), (500, internal.to_owned()), (500, internal.to_owned()), (200, ok)];
         let (mock, endpoint) = serve(replies).await;
-        let (result, events) = run(&provider(&endpoint), &user("hi")).await;
+        let (result, events) = complete(&provider(&endpoint), &user("hi")).await;
         assert_eq!(result.map(|r| r.stop_reason), Ok(Some(StopReason::EndTurn)));
         assert_eq!(events, [StreamEvent::TextDelta("Hello!".into())]);
         assert_eq!(mock.requests().len(), 4);
@@ -1218,7 +1053,7 @@ mod tests {
         // Attempts are bounded.
         let overloaded = r#"{"error": {"code": 503, "message": "The model is overloaded. Please try again later.", "status": "UNAVAILABLE"}}"#;
         let (mock, endpoint) = serve(vec![(503, overloaded.into())]).await;
-        let (result, _) = run(&provider(&endpoint), &user("hi")).await;
+        let (result, _) = complete(&provider(&endpoint), &user("hi")).await;
         assert!(matches!(&result, Err(ModelError::Api { status: 503, message, .. }) if message.contains("overloaded")));
         assert_eq!(mock.requests().len(), 4);
     }
@@ -1230,7 +1065,7 @@ mod tests {
             r#"{"error": {"code": 503, "message": "The model is overloaded. Please try again later.", "status": "UNAVAILABLE"}}"#,
         ]);
         let (mock, endpoint) = serve(vec![(200, body)]).await;
-        let (result, events) = run(&provider(&endpoint), &user("hi")).await;
+        let (result, events) = complete(&provider(&endpoint), &user("hi")).await;
         assert!(
             matches!(&result, Err(ModelError::Api { status: 503, message, .. }) if message == "The model is overloaded. Please try again later."),
             "{result:?}"
@@ -1239,11 +1074,62 @@ mod tests {
         assert_eq!(mock.requests().len(), 1);
     }
 
+    /// The wait for the headers and for an error body was unbounded here: a
+    /// server that accepted the request and never answered hung the call.
+    #[tokio::test]
+    async fn a_server_that_never_answers_times_out_and_is_retried() {
+        let never = Canned::json(503, "{}").after(Duration::from_secs(5));
+        let server = MockServer::start(vec![never]).await;
+        let mut settings = settings(&server.url("/v1beta"));
+        settings.options.insert("idleTimeoutSeconds".into(), json!(0.1));
+        let provider =
+            GoogleProvider::new(&settings).unwrap_or_else(|e| panic!("{e}")).with_retry_policy(fast_retries());
+        let (result, _) = complete(&provider, &user("hi")).await;
+        assert!(
+            matches!(&result, Err(ModelError::Network { message, .. }) if message.contains("no response within 0.1 s")),
+            "{result:?}"
+        );
+        assert_eq!(server.requests().len(), 4);
+    }
+
+    /// Input that arrived while a call ran comes before its result in the
+    /// history; the result still opens the merged user content, as it does
+    /// for Anthropic.
+    #[tokio::test]
+    async fn function_responses_lead_a_merged_user_content() {
+        let (mock, endpoint) = serve(vec![(200, sse(&[TEXT_1]))]).await;
+        let request = ModelRequest {
+            messages: vec![
+                MessageData::User { content: "What time is it?".into() },
+                MessageData::Assistant {
+                    content: None,
+                    tool_calls: vec![ToolCall::new("call_x", "clock__now", JsonObject::new())],
+                },
+                MessageData::User { content: "And the date?".into() },
+                MessageData::Tool {
+                    tool_call_id: "call_x".into(),
+                    tool_name: "clock__now".into(),
+                    result: Box::new(ToolResult::ok(json!("12:00"))),
+                },
+            ],
+            ..ModelRequest::default()
+        };
+        let (result, _) = complete(&provider(&endpoint), &request).await;
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!(
+            mock.requests()[0].json()["contents"][2],
+            json!({"role": "user", "parts": [
+                {"functionResponse": {"name": "clock__now", "response": {"status": "ok", "output": "12:00"}}},
+                {"text": "And the date?"}
+            ]})
+        );
+    }
+
     #[tokio::test]
     async fn malformed_chunks_are_protocol_errors() {
         let truncated = r#"{"candidates": [{"content": {"parts": [{"text": "Hi"#;
         let (_, endpoint) = serve(vec![(200, sse(&[TEXT_1, truncated]))]).await;
-        let (result, _) = run(&provider(&endpoint), &user("hi")).await;
+        let (result, _) = complete(&provider(&endpoint), &user("hi")).await;
         assert!(
             matches!(&result, Err(ModelError::Protocol { message, .. }) if message.contains("not a valid GenerateContentResponse")),
             "{result:?}"
@@ -1251,11 +1137,11 @@ mod tests {
 
         let wrong_shape = r#"{"candidates": [{"content": {"parts": [{"text": 42}]}}]}"#;
         let (_, endpoint) = serve(vec![(200, sse(&[wrong_shape]))]).await;
-        let (result, _) = run(&provider(&endpoint), &user("hi")).await;
+        let (result, _) = complete(&provider(&endpoint), &user("hi")).await;
         assert!(matches!(result, Err(ModelError::Protocol { .. })), "{result:?}");
 
         let (_, endpoint) = serve(vec![(200, String::new())]).await;
-        let (result, _) = run(&provider(&endpoint), &user("hi")).await;
+        let (result, _) = complete(&provider(&endpoint), &user("hi")).await;
         assert!(matches!(&result, Err(ModelError::Protocol { message, .. }) if message.contains("before any reply")));
     }
 
@@ -1285,7 +1171,7 @@ mod tests {
         ];
         for (chunk, stop, text) in cases {
             let (_, endpoint) = serve(vec![(200, sse(&[chunk]))]).await;
-            let (result, _) = run(&provider(&endpoint), &user("hi")).await;
+            let (result, _) = complete(&provider(&endpoint), &user("hi")).await;
             let response = result.unwrap_or_else(|e| panic!("{e}"));
             assert_eq!((response.stop_reason, response.text.as_deref()), (stop, text), "{chunk}");
         }
@@ -1293,23 +1179,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_stalled_stream_times_out() {
-        // A raw server: headers and half an event, then silence.
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("bind: {e}"));
-        let address = listener.local_addr().unwrap_or_else(|e| panic!("address: {e}"));
-        tokio::spawn(async move {
-            let Ok((mut socket, _)) = listener.accept().await else { return };
-            let mut buffer = vec![0_u8; 65536];
-            let _ = socket.read(&mut buffer).await;
-            let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
-            let part = "data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"Hel";
-            let _ = socket.write_all(format!("{head}{:x}\r\n{part}\r\n", part.len()).as_bytes()).await;
-            let _ = socket.flush().await;
-            tokio::time::sleep(Duration::from_secs(30)).await;
-        });
-        let mut settings = settings(&format!("http://{address}/v1beta"));
-        settings.options.insert("idleTimeoutSecs".into(), json!(0.2));
+        // Headers and half an event, then silence.
+        let endpoint = stalled_server("data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"Hel").await;
+        let mut settings = settings(&format!("{endpoint}/v1beta"));
+        settings.options.insert("idleTimeoutSeconds".into(), json!(0.2));
         let provider = GoogleProvider::new(&settings).unwrap_or_else(|e| panic!("{e}"));
-        let (result, events) = run(&provider, &user("hi")).await;
+        let (result, events) = complete(&provider, &user("hi")).await;
         assert!(
             matches!(&result, Err(ModelError::Protocol { message, .. }) if message.contains("while streaming")),
             "{result:?}"
@@ -1339,11 +1214,18 @@ mod tests {
         assert!(error.is_some_and(|e| e.to_string().contains("GOOGLE_GENERATIVE_AI_API_KEY")));
 
         let mut bad = settings("http://127.0.0.1:9/v1beta");
-        bad.options.insert("idleTimeoutSecs".into(), json!("soon"));
+        bad.options.insert("idleTimeoutSeconds".into(), json!("soon"));
         assert!(matches!(GoogleProvider::new(&bad), Err(ModelError::Config(_))));
+        // The old spelling is refused rather than silently ignored.
+        let mut old = settings("http://127.0.0.1:9/v1beta");
+        old.options.insert("idleTimeoutSecs".into(), json!(30));
+        assert!(matches!(GoogleProvider::new(&old), Err(ModelError::Config(m)) if m.contains("idleTimeoutSeconds")));
 
-        let redacted =
-            provider.redact(ModelError::Api { provider: NAME.into(), status: 400, message: format!("bad key {KEY}") });
+        let redacted = provider.http.redact(ModelError::Api {
+            provider: PROVIDER.into(),
+            status: 400,
+            message: format!("bad key {KEY}"),
+        });
         assert!(!redacted.to_string().contains(KEY));
     }
 

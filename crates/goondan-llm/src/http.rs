@@ -1,9 +1,22 @@
 //! HTTP pieces shared by the API providers: the client, retries with
-//! backoff, status mapping, and a Server-Sent Events parser.
+//! backoff, status mapping, a Server-Sent Events parser, the mapping of an
+//! error reported inside a stream, and `Transport`, which puts them
+//! together for one provider.
+//!
+//! Errors inside a stream: every provider turns an error event of the API
+//! into [`ModelError::Api`] carrying the API's message, with the HTTP status
+//! the event gives (a numeric `code` from 400 to 599, as Gemini and vLLM
+//! send), else the status the API uses for the error's type or code (see
+//! [`ERROR_TYPE_STATUS`]), else 500. So an overloaded or rate-limited stream
+//! classifies (retryable or not) like the same error sent as a status.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use goondan_core::JsonValue;
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+
+use crate::config::{ModelSettings, Secret};
 use crate::error::ModelError;
 
 /// An HTTPS client (rustls with the ring provider and Mozilla roots, set per
@@ -76,9 +89,10 @@ where
 }
 
 /// The error for a non-success status, with the API's message when the body
-/// has one (`{"error": {"message": …}}` or `{"error": "…"}`).
+/// has one (`{"error": {"message": …}}` or `{"error": "…"}`, possibly wrapped
+/// in a list as Google does without `alt=sse`).
 pub fn status_error(provider: &str, status: u16, body: &str) -> ModelError {
-    let message = api_message(body).unwrap_or_else(|| body.chars().take(500).collect());
+    let message = api_message(body).unwrap_or_else(|| excerpt(body, 500));
     if status == 401 || status == 403 {
         ModelError::Unauthorized { provider: provider.to_owned(), status, message }
     } else {
@@ -87,9 +101,77 @@ pub fn status_error(provider: &str, status: u16, body: &str) -> ModelError {
 }
 
 fn api_message(body: &str) -> Option<String> {
-    let value: serde_json::Value = serde_json::from_str(body).ok()?;
+    let value: JsonValue = serde_json::from_str(body).ok()?;
+    let value = match &value {
+        JsonValue::Array(items) => items.first()?,
+        other => other,
+    };
     let error = value.get("error")?;
-    error.get("message").and_then(serde_json::Value::as_str).or_else(|| error.as_str()).map(str::to_owned)
+    error.get("message").and_then(JsonValue::as_str).or_else(|| error.as_str()).map(str::to_owned)
+}
+
+/// The HTTP status each API sends with an error of a given type or code:
+/// OpenAI's `type`/`code`, Anthropic's `error.type`, and Google's `status`
+/// (gRPC codes, mapped as Google's HTTP API maps them).
+pub const ERROR_TYPE_STATUS: &[(&str, u16)] = &[
+    ("invalid_request_error", 400),
+    ("context_length_exceeded", 400),
+    ("invalid_prompt", 400),
+    ("INVALID_ARGUMENT", 400),
+    ("FAILED_PRECONDITION", 400),
+    ("authentication_error", 401),
+    ("invalid_api_key", 401),
+    ("UNAUTHENTICATED", 401),
+    ("permission_error", 403),
+    ("PERMISSION_DENIED", 403),
+    ("not_found_error", 404),
+    ("NOT_FOUND", 404),
+    ("request_too_large", 413),
+    ("rate_limit_error", 429),
+    ("rate_limit_exceeded", 429),
+    ("insufficient_quota", 429),
+    ("RESOURCE_EXHAUSTED", 429),
+    ("server_error", 500),
+    ("api_error", 500),
+    ("INTERNAL", 500),
+    ("UNAVAILABLE", 503),
+    ("DEADLINE_EXCEEDED", 504),
+    ("overloaded_error", 529),
+];
+
+/// The error for an error object an API reported inside a stream
+/// (`{message, type?, code?, status?}`, or a bare string): see the module
+/// documentation for the status it gets.
+pub fn stream_error(provider: &str, error: &JsonValue) -> ModelError {
+    let message = error
+        .get("message")
+        .and_then(JsonValue::as_str)
+        .or_else(|| error.as_str())
+        .filter(|message| !message.is_empty())
+        .map_or_else(|| excerpt(&error.to_string(), 500), str::to_owned);
+    let numeric = error
+        .get("code")
+        .and_then(JsonValue::as_u64)
+        .and_then(|code| u16::try_from(code).ok())
+        .filter(|code| (400..600).contains(code));
+    let named = || {
+        ["code", "type", "status"]
+            .iter()
+            .filter_map(|field| error.get(field).and_then(JsonValue::as_str))
+            .find_map(|name| ERROR_TYPE_STATUS.iter().find(|(known, _)| *known == name).map(|(_, status)| *status))
+    };
+    let status = numeric.or_else(named).unwrap_or(500);
+    ModelError::Api { provider: provider.to_owned(), status, message }
+}
+
+/// The first `max` characters of `text`, with `…` when there was more.
+pub(crate) fn excerpt(text: &str, max: usize) -> String {
+    let mut chars = text.chars();
+    let mut start: String = chars.by_ref().take(max).collect();
+    if chars.next().is_some() {
+        start.push('…');
+    }
+    start
 }
 
 /// The error for a request that got no answer.
@@ -201,7 +283,7 @@ pub async fn read_sse(
             Err(_) => {
                 return Err(ModelError::Protocol {
                     provider: provider.to_owned(),
-                    message: format!("no data for {} s while streaming", idle.as_secs()),
+                    message: format!("no data for {} s while streaming", idle.as_secs_f64()),
                 });
             }
         };
@@ -216,9 +298,131 @@ pub async fn read_sse(
     Ok(())
 }
 
+/// The HTTP side of one API provider: the client, the headers (the key
+/// among them, marked sensitive so `Debug` shows `Sensitive`), the idle
+/// timeout and the retry policy. It sends a request, retrying rate limits,
+/// server errors and network failures until the response headers arrive,
+/// and reads the streamed reply; a stream is never retried, since its text
+/// has been reported by then.
+#[derive(Debug)]
+pub(crate) struct Transport {
+    provider: &'static str,
+    client: reqwest::Client,
+    /// The base URL, without a trailing slash.
+    endpoint: String,
+    headers: HeaderMap,
+    /// Kept only to scrub it from error messages; `Secret` never prints.
+    key: Secret,
+    /// `options.idleTimeoutSeconds`.
+    pub(crate) idle: Duration,
+    pub(crate) retry: RetryPolicy,
+    status_error: fn(&str, u16, &str) -> ModelError,
+}
+
+impl Transport {
+    /// A transport for `settings`, sending the key in `key_header` as
+    /// `{key_prefix}{key}`, with `content-type: application/json` and
+    /// `accept: text/event-stream`; fails without a key, with a key that
+    /// cannot be a header value, or with an invalid `idleTimeoutSeconds`.
+    pub(crate) fn new(settings: &ModelSettings, key_header: HeaderName, key_prefix: &str) -> Result<Self, ModelError> {
+        let provider = settings.kind.name();
+        let key = settings.key()?;
+        // The error must not echo the key, so it names only the problem.
+        let mut value = HeaderValue::from_str(&format!("{key_prefix}{key}")).map_err(|_| {
+            ModelError::Config(format!(
+                "{provider}: the API key contains characters that cannot be sent in an HTTP header"
+            ))
+        })?;
+        value.set_sensitive(true);
+        let mut headers = HeaderMap::new();
+        headers.insert(key_header, value);
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        Ok(Self {
+            provider,
+            client: client(provider)?,
+            endpoint: settings.endpoint.trim_end_matches('/').to_owned(),
+            headers,
+            key: Secret::new(key),
+            idle: settings.idle_timeout()?,
+            retry: RetryPolicy::default(),
+            status_error,
+        })
+    }
+
+    /// Sends `name: value` with every request.
+    pub(crate) fn insert_header(&mut self, name: HeaderName, value: HeaderValue) {
+        self.headers.insert(name, value);
+    }
+
+    /// Maps non-success statuses with `map` instead of [`status_error`].
+    #[must_use]
+    pub(crate) fn with_status_error(mut self, map: fn(&str, u16, &str) -> ModelError) -> Self {
+        self.status_error = map;
+        self
+    }
+
+    /// `{endpoint}/{path}`.
+    pub(crate) fn url(&self, path: &str) -> String {
+        format!("{}/{path}", self.endpoint)
+    }
+
+    /// POSTs `body` as JSON and waits for a success status, retrying as the
+    /// policy allows; the wait for the headers and for an error body is
+    /// bounded by the idle timeout.
+    pub(crate) async fn post(&self, url: &str, body: &impl serde::Serialize) -> Result<reqwest::Response, ModelError> {
+        let body = serde_json::to_string(body)
+            .map_err(|e| ModelError::protocol(self.provider, format!("cannot encode the request: {e}")))?;
+        with_retries(self.retry, |attempt| self.attempt(url, &body, attempt)).await
+    }
+
+    async fn attempt(&self, url: &str, body: &str, attempt: u32) -> Result<reqwest::Response, ModelError> {
+        tracing::debug!(target: "goondan::model", provider = self.provider, %url, attempt, "sending a model request");
+        let request = self.client.post(url).headers(self.headers.clone()).body(body.to_owned()).send();
+        let response = match tokio::time::timeout(self.idle, request).await {
+            Ok(Ok(response)) => response,
+            Ok(Err(error)) => return Err(network_error(self.provider, &self.endpoint, &error)),
+            Err(_) => {
+                return Err(ModelError::Network {
+                    provider: self.provider.to_owned(),
+                    endpoint: self.endpoint.clone(),
+                    message: format!("no response within {} s", self.idle.as_secs_f64()),
+                });
+            }
+        };
+        let status = response.status();
+        if status.is_success() {
+            return Ok(response);
+        }
+        let text = self.text(response).await;
+        Err((self.status_error)(self.provider, status.as_u16(), &text))
+    }
+
+    /// The body as text, or what arrived of it within the idle timeout
+    /// (so a server that never finishes its body cannot hang the call).
+    pub(crate) async fn text(&self, response: reqwest::Response) -> String {
+        tokio::time::timeout(self.idle, response.text()).await.ok().and_then(Result::ok).unwrap_or_default()
+    }
+
+    /// Reads the streamed reply as Server-Sent Events (see [`read_sse`]).
+    pub(crate) async fn read_sse(
+        &self,
+        response: reqwest::Response,
+        on_event: impl FnMut(SseEvent) -> Result<(), ModelError>,
+    ) -> Result<(), ModelError> {
+        read_sse(self.provider, response, self.idle, on_event).await
+    }
+
+    /// `error` without the key (see [`ModelError::redact`]).
+    pub(crate) fn redact(&self, error: ModelError) -> ModelError {
+        error.redact(self.key.expose())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn sse_events_split_across_chunks() {
@@ -251,6 +455,51 @@ mod tests {
         assert!(rate.is_retryable());
         assert!(status_error("x", 503, "oops").is_retryable());
         assert!(!status_error("x", 400, "bad").is_retryable());
+    }
+
+    #[test]
+    fn list_wrapped_error_bodies_give_their_message() {
+        let body = r#"[{"error": {"code": 400, "message": "bad", "status": "INVALID_ARGUMENT"}}]"#;
+        assert!(matches!(status_error("google", 400, body), ModelError::Api { ref message, .. } if message == "bad"));
+        let long = "x".repeat(600);
+        assert!(
+            matches!(status_error("x", 502, &long), ModelError::Api { ref message, .. } if message.chars().count() == 501)
+        );
+    }
+
+    #[test]
+    fn stream_errors_are_api_errors_with_a_status() {
+        let cases = [
+            // A numeric HTTP code wins (Gemini, vLLM).
+            (json!({"code": 503, "message": "overloaded", "status": "UNAVAILABLE"}), 503, "overloaded"),
+            (json!({"code": 7, "message": "odd", "status": "PERMISSION_DENIED"}), 403, "odd"),
+            // Else the type or code names it.
+            (json!({"type": "overloaded_error", "message": "Overloaded"}), 529, "Overloaded"),
+            (
+                json!({"type": "invalid_request_error", "code": "context_length_exceeded", "message": "long"}),
+                400,
+                "long",
+            ),
+            (json!({"code": "rate_limit_exceeded", "message": "slow"}), 429, "slow"),
+            // Else 500.
+            (json!({"code": "ERR_SOMETHING", "message": "Something went wrong"}), 500, "Something went wrong"),
+            (json!({"type": "server_error", "code": null, "message": "Sorry"}), 500, "Sorry"),
+            (json!("a bare message"), 500, "a bare message"),
+            (json!({"detail": "no message"}), 500, r#"{"detail":"no message"}"#),
+        ];
+        for (error, status, message) in cases {
+            assert_eq!(
+                stream_error("p", &error),
+                ModelError::Api { provider: "p".into(), status, message: message.into() },
+                "{error}"
+            );
+        }
+    }
+
+    #[test]
+    fn excerpts_mark_what_they_cut() {
+        assert_eq!(excerpt("héllo", 5), "héllo");
+        assert_eq!(excerpt("héllo", 2), "hé…");
     }
 
     #[tokio::test(start_paused = true)]

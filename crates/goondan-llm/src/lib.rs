@@ -16,6 +16,7 @@ pub mod http;
 pub mod provider;
 pub mod scripted;
 pub mod types;
+mod wire;
 
 pub mod anthropic;
 pub mod google;
@@ -27,3 +28,11 @@ pub use provider::ModelProvider;
 pub use types::{
     ModelParams, ModelRequest, ModelResponse, RawToolCall, StopReason, StreamEvent, TokenUsage, ToolDefinition,
 };
+
+// The mock servers and helpers the integration tests use, shared with the
+// unit tests; they name this crate as the integration tests do.
+#[cfg(test)]
+extern crate self as goondan_llm;
+#[cfg(test)]
+#[path = "../tests/common/mod.rs"]
+mod test_support;

@@ -15,6 +15,8 @@
 //! Both always stream (Server-Sent Events) and send the key as
 //! `Authorization: Bearer …`. `endpoint` is the base URL the official SDK
 //! takes (`https://api.openai.com/v1`, `http://127.0.0.1:8080/v1`).
+//! `idleTimeoutSeconds` is the longest wait for the response headers, then
+//! for each chunk of the stream (see [`crate::config`]).
 //!
 //! ```yaml
 //! kind: Model
@@ -26,7 +28,7 @@
 //!   options:
 //!     api: responses                      # or chat (the default)
 //!     maxTokensField: max_completion_tokens # Chat Completions only, see below
-//!     idleTimeoutSeconds: 300             # longest silence while streaming (120)
+//!     idleTimeoutSeconds: 300             # longest wait for headers / each chunk (120)
 //!     organization: org-…                 # OpenAI-Organization header
 //!     project: proj_…                     # OpenAI-Project header
 //!     extraBody: {top_k: 20}              # merged into every request body
@@ -54,7 +56,14 @@
 //!   like the official SDK's `extra_body`.
 //! - Responses API function tools are sent with `strict: false`: the API
 //!   defaults to strict schemas, which reject ordinary JSON Schemas (optional
-//!   properties, no `additionalProperties: false`).
+//!   properties, no `additionalProperties: false`). A tool without a schema
+//!   (`null`) gets `{"type": "object"}`.
+//!
+//! Errors: an `error` in a Chat Completions chunk, a Responses `error` event
+//! and `response.failed` are [`ModelError::Api`] with the API's message and
+//! the status its code or type stands for (see [`crate::http`]). The key,
+//! and the masked key OpenAI echoes in 401 messages (`sk-abc***…wxyz`), are
+//! scrubbed from every error ([`ModelError::redact`]).
 //!
 //! The reply keeps each tool call's arguments as the exact text the model
 //! streamed (fragments concatenated); a call with no argument text at all
@@ -62,23 +71,21 @@
 //! serialized. A reply with tool calls always stops with
 //! [`StopReason::ToolUse`], since some compatible servers say `stop` there.
 
-use std::time::Duration;
-
 use goondan_core::{JsonObject, JsonValue, MessageData};
-use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use reqwest::header::{AUTHORIZATION, HeaderName, HeaderValue};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::config::{ModelSettings, Secret};
+use crate::config::ModelSettings;
 use crate::error::ModelError;
-use crate::http::{self, RetryPolicy, SseEvent};
+use crate::http::{self, RetryPolicy, SseEvent, Transport};
 use crate::provider::{BoxFuture, ModelProvider, StreamSink};
-use crate::types::{ModelParams, ModelRequest, ModelResponse, RawToolCall, StopReason, StreamEvent, TokenUsage};
+use crate::types::{
+    ModelParams, ModelRequest, ModelResponse, RawToolCall, StopReason, StreamEvent, TokenUsage, ToolDefinition,
+};
+use crate::wire;
 
 const PROVIDER: &str = "openai";
-
-/// The longest wait between two stream chunks unless `idleTimeoutSeconds` says otherwise.
-const DEFAULT_IDLE: Duration = Duration::from_secs(120);
 
 /// `params.extra` keys (in snake_case) that Chat Completions has a field for.
 /// `n` is missing on purpose: this client reads one choice.
@@ -135,28 +142,21 @@ enum Api {
 /// The OpenAI (and OpenAI-compatible) provider.
 #[derive(Debug)]
 pub struct OpenAiProvider {
-    client: reqwest::Client,
-    endpoint: String,
+    /// Authorization (marked sensitive, so `Debug` shows `Sensitive`), and
+    /// the optional organization/project headers.
+    http: Transport,
     model: String,
     api: Api,
-    /// Authorization (marked sensitive, so `Debug` shows `Sensitive`),
-    /// content type, accept, and the optional organization/project headers.
-    headers: HeaderMap,
-    /// Kept only to scrub it from error messages; `Secret` never prints.
-    key: Secret,
     max_tokens_field: &'static str,
     extra_body: JsonObject,
-    idle: Duration,
-    retry: RetryPolicy,
 }
 
 impl OpenAiProvider {
     /// A provider for `settings` (reads `options.api`, `maxTokensField`,
     /// `idleTimeoutSeconds`, `organization`, `project` and `extraBody`).
     pub fn new(settings: &ModelSettings) -> Result<Self, ModelError> {
-        let key = settings.key()?;
-        let options = &settings.options;
-        let api = match option_str(options, "api")? {
+        let mut http = Transport::new(settings, AUTHORIZATION, "Bearer ")?;
+        let api = match settings.option_str("api")? {
             None | Some("chat" | "chat-completions" | "chat_completions" | "chatCompletions") => Api::ChatCompletions,
             Some("responses") => Api::Responses,
             Some(other) => {
@@ -165,7 +165,7 @@ impl OpenAiProvider {
                 )));
             }
         };
-        let max_tokens_field = match option_str(options, "maxTokensField")? {
+        let max_tokens_field = match settings.option_str("maxTokensField")? {
             None | Some("max_tokens") => "max_tokens",
             Some("max_completion_tokens") => "max_completion_tokens",
             Some(other) => {
@@ -174,17 +174,7 @@ impl OpenAiProvider {
                 )));
             }
         };
-        let idle = match options.get("idleTimeoutSeconds") {
-            None => DEFAULT_IDLE,
-            Some(value) => value
-                .as_f64()
-                .filter(|seconds| seconds.is_finite() && *seconds > 0.0)
-                .map(Duration::from_secs_f64)
-                .ok_or_else(|| {
-                    ModelError::Config("openai: options.idleTimeoutSeconds must be a positive number".to_owned())
-                })?,
-        };
-        let extra_body = match options.get("extraBody") {
+        let extra_body = match settings.options.get("extraBody") {
             None => JsonObject::new(),
             Some(JsonValue::Object(body)) => body.clone(),
             Some(_) => return Err(ModelError::Config("openai: options.extraBody must be an object".to_owned())),
@@ -194,93 +184,38 @@ impl OpenAiProvider {
                 "openai: options.extraBody may not set '{field}', which this client sends itself"
             )));
         }
-
-        let mut headers = HeaderMap::new();
-        // The error must not echo the key, so it names only the problem.
-        let mut auth = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
-            ModelError::Config(
-                "openai: the API key contains characters that cannot be sent in an HTTP header".to_owned(),
-            )
-        })?;
-        auth.set_sensitive(true);
-        headers.insert(AUTHORIZATION, auth);
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
         for (option, header) in [("organization", "openai-organization"), ("project", "openai-project")] {
-            if let Some(value) = option_str(options, option)? {
+            if let Some(value) = settings.option_str(option)? {
                 let value = HeaderValue::from_str(value).map_err(|_| {
                     ModelError::Config(format!("openai: options.{option} cannot be sent in an HTTP header"))
                 })?;
-                headers.insert(HeaderName::from_static(header), value);
+                http.insert_header(HeaderName::from_static(header), value);
             }
         }
-
-        Ok(Self {
-            client: http::client(PROVIDER)?,
-            endpoint: settings.endpoint.trim_end_matches('/').to_owned(),
-            model: settings.model.clone(),
-            api,
-            headers,
-            key: Secret::new(key),
-            max_tokens_field,
-            extra_body,
-            idle,
-            retry: RetryPolicy::default(),
-        })
+        Ok(Self { http, model: settings.model.clone(), api, max_tokens_field, extra_body })
     }
 
     /// Replaces the retry policy (the default: 4 attempts from 0.5 s backoff).
     #[must_use]
     pub fn with_retry_policy(mut self, policy: RetryPolicy) -> Self {
-        self.retry = policy;
+        self.http.retry = policy;
         self
     }
 
     async fn chat(&self, request: &ModelRequest, on_event: StreamSink<'_>) -> Result<ModelResponse, ModelError> {
         let body = self.chat_body(request)?;
-        let response = self.post("chat/completions", &body).await?;
+        let response = self.http.post(&self.http.url("chat/completions"), &body).await?;
         let mut stream = ChatStream::default();
-        http::read_sse(PROVIDER, response, self.idle, |event| stream.event(&event, on_event)).await?;
+        self.http.read_sse(response, |event| stream.event(&event, on_event)).await?;
         stream.finish()
     }
 
     async fn responses(&self, request: &ModelRequest, on_event: StreamSink<'_>) -> Result<ModelResponse, ModelError> {
         let body = self.responses_body(request)?;
-        let response = self.post("responses", &body).await?;
+        let response = self.http.post(&self.http.url("responses"), &body).await?;
         let mut stream = ResponsesStream::default();
-        http::read_sse(PROVIDER, response, self.idle, |event| stream.event(&event, on_event)).await?;
+        self.http.read_sse(response, |event| stream.event(&event, on_event)).await?;
         stream.finish()
-    }
-
-    /// Sends the request and waits for the response headers, retrying
-    /// rate limits, server errors and network failures. Streaming starts
-    /// only after this returns, so a broken stream is never retried here.
-    async fn post(&self, path: &str, body: &JsonObject) -> Result<reqwest::Response, ModelError> {
-        let url = format!("{}/{path}", self.endpoint);
-        let text = serde_json::to_string(body).map_err(|e| ModelError::Protocol {
-            provider: PROVIDER.to_owned(),
-            message: format!("cannot encode the request: {e}"),
-        })?;
-        http::with_retries(self.retry, |attempt| {
-            let request = self.client.post(&url).headers(self.headers.clone()).body(text.clone());
-            let url = &url;
-            async move {
-                tracing::debug!(target: "goondan::model", provider = PROVIDER, %url, attempt, "sending a model request");
-                let response = request.send().await.map_err(|e| http::network_error(PROVIDER, &self.endpoint, &e))?;
-                let status = response.status();
-                if status.is_success() {
-                    return Ok(response);
-                }
-                // Bounded like the stream, so a server that never finishes its
-                // error body cannot hang the call.
-                let body = match tokio::time::timeout(self.idle, response.text()).await {
-                    Ok(Ok(body)) => body,
-                    _ => String::new(),
-                };
-                Err(http::status_error(PROVIDER, status.as_u16(), &body))
-            }
-        })
-        .await
     }
 
     fn chat_body(&self, request: &ModelRequest) -> Result<JsonObject, ModelError> {
@@ -333,19 +268,8 @@ impl OpenAiProvider {
         body.insert("stream_options".into(), json!({"include_usage": true}));
         if !request.tools.is_empty() {
             // api.openai.com rejects an empty `tools` array, so it is left out.
-            let tools: Vec<JsonValue> = request
-                .tools
-                .iter()
-                .map(|tool| {
-                    let mut function = JsonObject::new();
-                    function.insert("name".into(), tool.name.clone().into());
-                    if let Some(description) = &tool.description {
-                        function.insert("description".into(), description.clone().into());
-                    }
-                    function.insert("parameters".into(), tool.parameters.clone());
-                    json!({"type": "function", "function": function})
-                })
-                .collect();
+            let tools: Vec<JsonValue> =
+                request.tools.iter().map(|tool| json!({"type": "function", "function": function(tool)})).collect();
             body.insert("tools".into(), tools.into());
         }
         sampling(&mut body, &request.params, self.max_tokens_field);
@@ -393,13 +317,8 @@ impl OpenAiProvider {
                 .tools
                 .iter()
                 .map(|tool| {
-                    let mut function = JsonObject::new();
+                    let mut function = function(tool);
                     function.insert("type".into(), "function".into());
-                    function.insert("name".into(), tool.name.clone().into());
-                    if let Some(description) = &tool.description {
-                        function.insert("description".into(), description.clone().into());
-                    }
-                    function.insert("parameters".into(), tool.parameters.clone());
                     // The API's default (strict) refuses ordinary schemas.
                     function.insert("strict".into(), false.into());
                     function.into()
@@ -411,26 +330,6 @@ impl OpenAiProvider {
         extras(&mut body, &request.params, RESPONSES_EXTRA_FIELDS);
         body.extend(self.extra_body.clone());
         Ok(body)
-    }
-
-    /// Removes the key (and the masked key OpenAI echoes in 401 messages,
-    /// `sk-abc***…wxyz`) from an error's message.
-    fn scrub(&self, error: ModelError) -> ModelError {
-        let key = self.key.expose();
-        let clean = |message: String| redact(&message, key);
-        match error {
-            ModelError::Unauthorized { provider, status, message } => {
-                ModelError::Unauthorized { provider, status, message: clean(message) }
-            }
-            ModelError::Api { provider, status, message } => {
-                ModelError::Api { provider, status, message: clean(message) }
-            }
-            ModelError::Protocol { provider, message } => ModelError::Protocol { provider, message: clean(message) },
-            ModelError::Network { provider, endpoint, message } => {
-                ModelError::Network { provider, endpoint, message: clean(message) }
-            }
-            other => other,
-        }
     }
 }
 
@@ -445,7 +344,7 @@ impl ModelProvider for OpenAiProvider {
                 Api::ChatCompletions => self.chat(request, on_event).await,
                 Api::Responses => self.responses(request, on_event).await,
             };
-            result.map_err(|error| self.scrub(error))
+            result.map_err(|error| self.http.redact(error))
         })
     }
 
@@ -454,13 +353,15 @@ impl ModelProvider for OpenAiProvider {
     }
 }
 
-/// A string option, or an error if it is set to something else.
-fn option_str<'a>(options: &'a JsonObject, name: &str) -> Result<Option<&'a str>, ModelError> {
-    match options.get(name) {
-        None | Some(JsonValue::Null) => Ok(None),
-        Some(JsonValue::String(value)) => Ok(Some(value)),
-        Some(_) => Err(ModelError::Config(format!("openai: options.{name} must be a string"))),
+/// A function tool's `{name, description?, parameters}`.
+fn function(tool: &ToolDefinition) -> JsonObject {
+    let mut function = JsonObject::new();
+    function.insert("name".into(), tool.name.clone().into());
+    if let Some(description) = &tool.description {
+        function.insert("description".into(), description.clone().into());
     }
+    function.insert("parameters".into(), wire::tool_parameters(tool).into_owned());
+    function
 }
 
 fn json_text<T: serde::Serialize + ?Sized>(value: &T) -> Result<String, ModelError> {
@@ -482,83 +383,22 @@ fn sampling(body: &mut JsonObject, params: &ModelParams, max_tokens_field: &str)
     }
 }
 
-fn extras(body: &mut JsonObject, params: &ModelParams, allowed: &[&str]) {
-    for (key, value) in &params.extra {
-        let field = snake_case(key);
-        if allowed.contains(&field.as_str()) {
-            body.insert(field, value.clone());
-        } else {
-            tracing::debug!(target: "goondan::model", "openai: ignoring model parameter '{key}': this API has no such field");
-        }
+/// The `params.extra` entries among `allowed` (camelCase keys accepted).
+fn extras(body: &mut JsonObject, params: &ModelParams, allowed: &[&'static str]) {
+    for (field, value) in wire::allowed_extras(PROVIDER, &params.extra, allowed, &[]) {
+        body.insert(field.to_owned(), value.clone());
     }
-}
-
-/// `frequencyPenalty` → `frequency_penalty` (snake_case stays as it is).
-fn snake_case(name: &str) -> String {
-    let mut out = String::with_capacity(name.len() + 4);
-    for c in name.chars() {
-        if c.is_ascii_uppercase() {
-            out.push('_');
-            out.push(c.to_ascii_lowercase());
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-fn redact(message: &str, key: &str) -> String {
-    // A very short "key" (local servers often take any, e.g. `none`) would
-    // blank out ordinary words, and is no secret anyway.
-    let message = if key.len() >= 8 { message.replace(key, "<redacted>") } else { message.to_owned() };
-    message
-        .split(' ')
-        .map(|word| {
-            if word.contains("***") {
-                let kept = word.trim_end_matches(['.', ',', ';', ')']);
-                format!("<redacted>{}", &word[kept.len()..])
-            } else {
-                word.to_owned()
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 fn protocol(message: impl Into<String>) -> ModelError {
-    ModelError::Protocol { provider: PROVIDER.to_owned(), message: message.into() }
+    ModelError::protocol(PROVIDER, message)
 }
 
 /// Parses one event's data, naming the problem (and the start of the data)
 /// when it is not the JSON the API promises.
 fn parse_data<T: serde::de::DeserializeOwned>(data: &str) -> Result<T, ModelError> {
-    serde_json::from_str(data).map_err(|e| {
-        let start: String = data.chars().take(200).collect();
-        protocol(format!("cannot read a stream event ({e}): {start}"))
-    })
-}
-
-/// An error reported inside the stream (`{"message", "type"?, "code"?}`).
-fn stream_error(error: &JsonValue) -> ModelError {
-    let message = error
-        .get("message")
-        .and_then(JsonValue::as_str)
-        .or_else(|| error.as_str())
-        .map_or_else(|| error.to_string(), str::to_owned);
-    let code = error.get("code").filter(|c| !c.is_null());
-    // vLLM and others put the HTTP status they would have sent in `code`;
-    // with it the caller can tell a retryable failure from a final one.
-    if let Some(status) = code.and_then(JsonValue::as_u64).and_then(|c| u16::try_from(c).ok())
-        && (400..600).contains(&status)
-    {
-        return ModelError::Api { provider: PROVIDER.to_owned(), status, message };
-    }
-    let kind = code
-        .and_then(JsonValue::as_str)
-        .or_else(|| error.get("type").and_then(JsonValue::as_str))
-        .map(|kind| format!(" ({kind})"))
-        .unwrap_or_default();
-    protocol(format!("the stream reported an error{kind}: {message}"))
+    serde_json::from_str(data)
+        .map_err(|e| protocol(format!("cannot read a stream event ({e}): {}", http::excerpt(data, 200))))
 }
 
 /// A tool call being assembled from stream fragments.
@@ -701,7 +541,7 @@ impl ChatStream {
         }
         let chunk: ChatChunk = parse_data(data)?;
         if let Some(error) = chunk.error.filter(|e| !e.is_null()) {
-            return Err(stream_error(&error));
+            return Err(http::stream_error(PROVIDER, &error));
         }
         if let Some(usage) = chunk.usage {
             self.usage = TokenUsage {
@@ -923,12 +763,12 @@ impl ResponsesStream {
             "response.failed" => {
                 let FinalEvent { response } = from_event(value)?;
                 let error = response.error.unwrap_or_else(|| json!({"message": "the response failed"}));
-                return Err(stream_error(&error));
+                return Err(http::stream_error(PROVIDER, &error));
             }
             "error" => {
                 // `{type: "error", code, message, param}`, or the error nested under `error`.
                 let error = value.get("error").filter(|e| e.is_object()).unwrap_or(&value);
-                return Err(stream_error(error));
+                return Err(http::stream_error(PROVIDER, error));
             }
             _ => {}
         }

@@ -162,7 +162,6 @@ mod tests {
     use super::*;
     use goondan_core::{ToolCall, ToolResult};
     use serde_json::json;
-    use std::sync::Mutex;
 
     fn provider() -> ScriptedProvider {
         let replies = serde_json::from_value(json!([
@@ -172,28 +171,19 @@ mod tests {
         ScriptedProvider::from_replies(replies.unwrap_or_default())
     }
 
-    fn complete(
+    async fn complete(
         provider: &ScriptedProvider,
         messages: Vec<MessageData>,
     ) -> (Result<ModelResponse, ModelError>, Vec<StreamEvent>) {
-        let events = Mutex::new(Vec::new());
         let request = ModelRequest { messages, ..ModelRequest::default() };
-        let sink = |event: StreamEvent| {
-            if let Ok(mut events) = events.lock() {
-                events.push(event);
-            }
-        };
-        let runtime = tokio::runtime::Builder::new_current_thread().build();
-        let Ok(runtime) = runtime else { panic!("runtime") };
-        let result = runtime.block_on(provider.complete(&request, &sink));
-        (result, events.into_inner().unwrap_or_default())
+        crate::test_support::complete(provider, &request).await
     }
 
-    #[test]
-    fn plays_the_script_step_by_step_within_each_turn() {
+    #[tokio::test]
+    async fn plays_the_script_step_by_step_within_each_turn() {
         let provider = provider();
         let user = MessageData::User { content: "go".into() };
-        let (first, events) = complete(&provider, vec![user.clone()]);
+        let (first, events) = complete(&provider, vec![user.clone()]).await;
         let Ok(first) = first else { panic!("first step") };
         assert_eq!(first.tool_calls.len(), 2);
         assert_eq!(first.tool_calls[0].arguments, r#"{"command":"ls"}"#);
@@ -210,17 +200,17 @@ mod tests {
             tool_name: "bash__exec".into(),
             result: Box::new(ToolResult::ok(json!({}))),
         };
-        let (second, events) = complete(&provider, vec![user.clone(), assistant.clone(), tool.clone()]);
+        let (second, events) = complete(&provider, vec![user.clone(), assistant.clone(), tool.clone()]).await;
         assert_eq!(second.ok().and_then(|r| r.text), Some("All done here.".to_owned()));
         assert_eq!(events, ["All ", "done ", "here."].map(|t| StreamEvent::TextDelta(t.to_owned())));
 
         // A new turn starts the script again.
         let history = vec![user.clone(), assistant.clone(), tool, MessageData::User { content: "again".into() }];
-        let (again, _) = complete(&provider, history);
+        let (again, _) = complete(&provider, history).await;
         assert_eq!(again.map(|r| r.tool_calls.len()), Ok(2));
 
         // Beyond the script: a clear error.
-        let (beyond, _) = complete(&provider, vec![user, assistant.clone(), assistant]);
+        let (beyond, _) = complete(&provider, vec![user, assistant.clone(), assistant]).await;
         assert!(matches!(beyond, Err(ModelError::Script(message)) if message.contains("step 3")));
     }
 }

@@ -2,87 +2,27 @@
 //! format: Chat Completions and Responses streams shaped like the ones in
 //! OpenAI's API reference, and requests recorded and checked.
 
-use std::collections::VecDeque;
+mod common;
+
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use axum::extract::State;
-use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
-use axum::response::{IntoResponse, Response};
-use goondan_core::{JsonObject, JsonValue, MessageData, ToolCall, ToolError, ToolResult};
-use goondan_llm::http::RetryPolicy;
+use axum::http::Method;
+use common::{Canned, MockServer, closed_url, complete, fast_retries, object, stalled_server};
+use goondan_core::{JsonValue, MessageData, ToolCall, ToolError, ToolResult};
 use goondan_llm::openai::OpenAiProvider;
 use goondan_llm::{
-    ModelError, ModelParams, ModelProvider, ModelRequest, ModelResponse, ModelSettings, ProviderKind, RawToolCall,
-    Secret, StopReason, StreamEvent, TokenUsage, ToolDefinition,
+    ModelError, ModelParams, ModelProvider, ModelRequest, ModelSettings, ProviderKind, RawToolCall, Secret, StopReason,
+    StreamEvent, TokenUsage, ToolDefinition,
 };
 use serde_json::json;
 
 const KEY: &str = "sk-test-0123456789SECRETabcd";
 
-// ---------------------------------------------------------------------------
-// The mock server.
-
-#[derive(Debug, Clone)]
-struct Recorded {
-    method: Method,
-    path: String,
-    headers: HeaderMap,
-    body: JsonValue,
-}
-
-#[derive(Debug, Clone)]
-struct Canned {
-    status: u16,
-    content_type: &'static str,
-    body: String,
-}
-
-fn sse(body: &str) -> Canned {
-    Canned { status: 200, content_type: "text/event-stream", body: body.to_owned() }
-}
-
-fn error_reply(status: u16, body: JsonValue) -> Canned {
-    Canned { status, content_type: "application/json", body: body.to_string() }
-}
-
-#[derive(Clone, Default)]
-struct Mock {
-    requests: Arc<Mutex<Vec<Recorded>>>,
-    replies: Arc<Mutex<VecDeque<Canned>>>,
-}
-
-impl Mock {
-    fn requests(&self) -> Vec<Recorded> {
-        self.requests.lock().unwrap_or_else(PoisonError::into_inner).clone()
-    }
-}
-
-async fn handle(State(mock): State<Mock>, method: Method, uri: Uri, headers: HeaderMap, body: String) -> Response {
-    let body = serde_json::from_str(&body).unwrap_or(JsonValue::String(body));
-    mock.requests.lock().unwrap_or_else(PoisonError::into_inner).push(Recorded {
-        method,
-        path: uri.path().to_owned(),
-        headers,
-        body,
-    });
-    let reply = mock.replies.lock().unwrap_or_else(PoisonError::into_inner).pop_front();
-    let reply = reply.unwrap_or_else(|| error_reply(500, json!({"error": {"message": "no reply scripted"}})));
-    let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    (status, [(header::CONTENT_TYPE, reply.content_type)], reply.body).into_response()
-}
-
-/// Serves `replies` in order on 127.0.0.1; returns the `/v1` base URL.
-async fn serve(replies: Vec<Canned>) -> (String, Mock) {
-    let mock = Mock { replies: Arc::new(Mutex::new(replies.into())), ..Mock::default() };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("bind: {e}"));
-    let address = listener.local_addr().unwrap_or_else(|e| panic!("address: {e}"));
-    let app = axum::Router::new().fallback(handle).with_state(mock.clone());
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    (format!("http://{address}/v1"), mock)
+/// A mock OpenAI server answering `replies` in order; returns its `/v1` base URL.
+async fn serve(replies: Vec<Canned>) -> (String, MockServer) {
+    let server = MockServer::start(replies).await;
+    (server.url("/v1"), server)
 }
 
 // ---------------------------------------------------------------------------
@@ -100,26 +40,10 @@ fn settings(endpoint: &str, options: JsonValue) -> ModelSettings {
 }
 
 fn provider(endpoint: &str, options: JsonValue) -> OpenAiProvider {
-    let fast =
-        RetryPolicy { max_attempts: 4, base_delay: Duration::from_millis(1), max_delay: Duration::from_millis(5) };
     match OpenAiProvider::new(&settings(endpoint, options)) {
-        Ok(provider) => provider.with_retry_policy(fast),
+        Ok(provider) => provider.with_retry_policy(fast_retries()),
         Err(error) => panic!("provider: {error}"),
     }
-}
-
-async fn complete(
-    provider: &OpenAiProvider,
-    request: &ModelRequest,
-) -> (Result<ModelResponse, ModelError>, Vec<StreamEvent>) {
-    let events = Mutex::new(Vec::new());
-    let sink = |event: StreamEvent| events.lock().unwrap_or_else(PoisonError::into_inner).push(event);
-    let result = provider.complete(request, &sink).await;
-    (result, events.into_inner().unwrap_or_else(PoisonError::into_inner))
-}
-
-fn object(value: JsonValue) -> JsonObject {
-    value.as_object().cloned().unwrap_or_default()
 }
 
 /// A conversation with everything: a system entry, a user message, an
@@ -170,10 +94,6 @@ fn conversation() -> ModelRequest {
 }
 
 const ERROR_RESULT: &str = r#"{"status":"error","error":{"message":"no such file: b.txt","name":"FileNotFoundError","code":"E_FILE_NOT_FOUND","suggestion":"list the directory first","helpUrl":"https://docs.goondan.ai/errors/E_FILE_NOT_FOUND"}}"#;
-
-fn header<'a>(request: &'a Recorded, name: &str) -> &'a str {
-    request.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
-}
 
 // ---------------------------------------------------------------------------
 // Chat Completions.
@@ -231,7 +151,7 @@ fn hello_request() -> ModelRequest {
 
 #[tokio::test]
 async fn chat_streams_text_and_parallel_tool_calls_and_sends_the_whole_conversation() {
-    let (endpoint, mock) = serve(vec![sse(CHAT_STREAM)]).await;
+    let (endpoint, mock) = serve(vec![Canned::sse(CHAT_STREAM)]).await;
     let provider = provider(&endpoint, json!({"organization": "org-test", "project": "proj_test"}));
     assert_eq!(provider.name(), "openai");
     let (result, events) = complete(&provider, &conversation()).await;
@@ -270,13 +190,13 @@ async fn chat_streams_text_and_parallel_tool_calls_and_sends_the_whole_conversat
     assert_eq!(requests.len(), 1);
     let request = &requests[0];
     assert_eq!(request.method, Method::POST);
-    assert_eq!(request.path, "/v1/chat/completions");
-    assert_eq!(header(request, "authorization"), format!("Bearer {KEY}"));
-    assert_eq!(header(request, "content-type"), "application/json");
-    assert_eq!(header(request, "openai-organization"), "org-test");
-    assert_eq!(header(request, "openai-project"), "proj_test");
+    assert_eq!(request.path(), "/v1/chat/completions");
+    assert_eq!(request.header("authorization"), format!("Bearer {KEY}"));
+    assert_eq!(request.header("content-type"), "application/json");
+    assert_eq!(request.header("openai-organization"), "org-test");
+    assert_eq!(request.header("openai-project"), "proj_test");
     assert_eq!(
-        request.body,
+        request.json(),
         json!({
             "model": "gpt-4.1-mini",
             "messages": [
@@ -310,7 +230,7 @@ async fn chat_streams_text_and_parallel_tool_calls_and_sends_the_whole_conversat
 
 #[tokio::test]
 async fn chat_options_choose_the_token_field_and_extra_body() {
-    let (endpoint, mock) = serve(vec![sse(CHAT_HELLO)]).await;
+    let (endpoint, mock) = serve(vec![Canned::sse(CHAT_HELLO)]).await;
     let options =
         json!({"maxTokensField": "max_completion_tokens", "extraBody": {"top_k": 20, "repetition_penalty": 1.1}});
     let provider = provider(&endpoint, options);
@@ -324,7 +244,7 @@ async fn chat_options_choose_the_token_field_and_extra_body() {
     assert_eq!(events, [StreamEvent::TextDelta("Hello".into())]);
     let requests = mock.requests();
     assert_eq!(
-        requests[0].body,
+        requests[0].json(),
         json!({
             "model": "gpt-4.1-mini",
             "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}],
@@ -353,7 +273,7 @@ data: {"choices":[{"index":0,"delta":{"tool_calls":[{"id":"call_z","function":{"
 data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":3}}
 
 "#;
-    let (endpoint, _mock) = serve(vec![sse(stream)]).await;
+    let (endpoint, _mock) = serve(vec![Canned::sse(stream)]).await;
     let provider = provider(&endpoint, json!({}));
     let (result, events) = complete(&provider, &hello_request()).await;
     let Ok(response) = result else { panic!("{result:?}") };
@@ -387,7 +307,7 @@ data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}
 data: [DONE]
 
 "#;
-    let (endpoint, _mock) = serve(vec![sse(stream)]).await;
+    let (endpoint, _mock) = serve(vec![Canned::sse(stream)]).await;
     let (result, _) = complete(&provider(&endpoint, json!({})), &hello_request()).await;
     assert_eq!(result.map(|r| (r.text, r.stop_reason)), Ok((Some("This is cut".into()), Some(StopReason::MaxTokens))));
 }
@@ -397,7 +317,7 @@ async fn unauthorized_gives_the_api_message_without_the_key() {
     let body = json!({"error": {
         "message": "Incorrect API key provided: sk-test-************abcd. You can find your API key at https://platform.openai.com/account/api-keys.",
         "type": "invalid_request_error", "param": null, "code": "invalid_api_key"}});
-    let (endpoint, mock) = serve(vec![error_reply(401, body)]).await;
+    let (endpoint, mock) = serve(vec![Canned::json(401, body)]).await;
     let provider = provider(&endpoint, json!({}));
     let (result, _) = complete(&provider, &hello_request()).await;
     let Err(error) = result else { panic!("expected an error") };
@@ -411,7 +331,7 @@ async fn unauthorized_gives_the_api_message_without_the_key() {
 #[tokio::test]
 async fn the_key_is_scrubbed_even_when_a_server_echoes_it() {
     let body = json!({"error": {"message": format!("bad header: Bearer {KEY}")}});
-    let (endpoint, _mock) = serve(vec![error_reply(403, body)]).await;
+    let (endpoint, _mock) = serve(vec![Canned::json(403, body)]).await;
     let (result, _) = complete(&provider(&endpoint, json!({})), &hello_request()).await;
     let Err(error) = result else { panic!("expected an error") };
     assert!(matches!(error, ModelError::Unauthorized { status: 403, .. }), "{error:?}");
@@ -420,11 +340,11 @@ async fn the_key_is_scrubbed_even_when_a_server_echoes_it() {
 
 #[tokio::test]
 async fn rate_limits_are_retried() {
-    let limited = error_reply(
+    let limited = Canned::json(
         429,
         json!({"error": {"message": "Rate limit reached for gpt-4.1-mini", "type": "requests", "code": "rate_limit_exceeded"}}),
     );
-    let (endpoint, mock) = serve(vec![limited, sse(CHAT_HELLO)]).await;
+    let (endpoint, mock) = serve(vec![limited, Canned::sse(CHAT_HELLO)]).await;
     let (result, _) = complete(&provider(&endpoint, json!({})), &hello_request()).await;
     assert_eq!(result.map(|r| r.text), Ok(Some("Hello".into())));
     let requests = mock.requests();
@@ -434,13 +354,13 @@ async fn rate_limits_are_retried() {
 
 #[tokio::test]
 async fn server_errors_are_retried_until_the_attempts_run_out() {
-    let down = || error_reply(500, json!({"error": {"message": "The server had an error", "type": "server_error"}}));
-    let (endpoint, mock) = serve(vec![down(), down(), down(), sse(CHAT_HELLO)]).await;
+    let down = || Canned::json(500, json!({"error": {"message": "The server had an error", "type": "server_error"}}));
+    let (endpoint, mock) = serve(vec![down(), down(), down(), Canned::sse(CHAT_HELLO)]).await;
     let (result, _) = complete(&provider(&endpoint, json!({})), &hello_request()).await;
     assert_eq!(result.map(|r| r.text), Ok(Some("Hello".into())));
     assert_eq!(mock.requests().len(), 4);
 
-    let (endpoint, mock) = serve(vec![down(), down(), down(), down(), sse(CHAT_HELLO)]).await;
+    let (endpoint, mock) = serve(vec![down(), down(), down(), down(), Canned::sse(CHAT_HELLO)]).await;
     let (result, _) = complete(&provider(&endpoint, json!({})), &hello_request()).await;
     let Err(error) = result else { panic!("expected an error") };
     assert_eq!(
@@ -452,7 +372,7 @@ async fn server_errors_are_retried_until_the_attempts_run_out() {
 
 #[tokio::test]
 async fn client_errors_are_not_retried() {
-    let bad = error_reply(
+    let bad = Canned::json(
         400,
         json!({"error": {"message": "Unsupported parameter: 'max_tokens'", "type": "invalid_request_error", "param": "max_tokens"}}),
     );
@@ -464,10 +384,7 @@ async fn client_errors_are_not_retried() {
 
 #[tokio::test]
 async fn an_unreachable_server_is_a_network_error() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("bind: {e}"));
-    let address = listener.local_addr().unwrap_or_else(|e| panic!("address: {e}"));
-    drop(listener);
-    let endpoint = format!("http://{address}/v1");
+    let endpoint = format!("{}/v1", closed_url().await);
     let (result, _) = complete(&provider(&endpoint, json!({})), &hello_request()).await;
     assert!(matches!(result, Err(ModelError::Network { ref endpoint, .. }) if endpoint.ends_with("/v1")), "{result:?}");
 }
@@ -479,15 +396,22 @@ async fn an_error_inside_the_chat_stream_fails_the_call() {
 data: {"error":{"message":"The server had an error while processing your request. Sorry about that!","type":"server_error","param":null,"code":null}}
 
 "#;
-    let (endpoint, _mock) = serve(vec![sse(stream)]).await;
+    let (endpoint, _mock) = serve(vec![Canned::sse(stream)]).await;
     let (result, events) = complete(&provider(&endpoint, json!({})), &hello_request()).await;
-    let Err(ModelError::Protocol { message, .. }) = result else { panic!("{result:?}") };
-    assert!(message.contains("(server_error)") && message.contains("Sorry about that!"), "{message}");
+    // `server_error` is what a 500 carries.
+    assert_eq!(
+        result,
+        Err(ModelError::Api {
+            provider: "openai".into(),
+            status: 500,
+            message: "The server had an error while processing your request. Sorry about that!".into()
+        })
+    );
     assert_eq!(events, [StreamEvent::TextDelta("Hel".into())]);
 
     // vLLM puts an HTTP status in `code`.
     let stream = "data: {\"error\":{\"object\":\"error\",\"message\":\"out of memory\",\"type\":\"InternalServerError\",\"code\":503}}\n\n";
-    let (endpoint, _mock) = serve(vec![sse(stream)]).await;
+    let (endpoint, _mock) = serve(vec![Canned::sse(stream)]).await;
     let (result, _) = complete(&provider(&endpoint, json!({})), &hello_request()).await;
     assert_eq!(
         result,
@@ -498,7 +422,7 @@ data: {"error":{"message":"The server had an error while processing your request
 #[tokio::test]
 async fn malformed_or_cut_streams_are_protocol_errors() {
     let stream = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\ndata: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\n\n";
-    let (endpoint, _mock) = serve(vec![sse(stream)]).await;
+    let (endpoint, _mock) = serve(vec![Canned::sse(stream)]).await;
     let (result, _) = complete(&provider(&endpoint, json!({})), &hello_request()).await;
     assert!(
         matches!(result, Err(ModelError::Protocol { ref message, .. }) if message.contains("cannot read a stream event")),
@@ -507,13 +431,13 @@ async fn malformed_or_cut_streams_are_protocol_errors() {
 
     // Wrong types are malformed too.
     let stream = "data: {\"choices\":\"oops\"}\n\n";
-    let (endpoint, _mock) = serve(vec![sse(stream)]).await;
+    let (endpoint, _mock) = serve(vec![Canned::sse(stream)]).await;
     let (result, _) = complete(&provider(&endpoint, json!({})), &hello_request()).await;
     assert!(matches!(result, Err(ModelError::Protocol { .. })), "{result:?}");
 
     // No finish_reason and no [DONE]: the reply is incomplete.
     let stream = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n";
-    let (endpoint, _mock) = serve(vec![sse(stream)]).await;
+    let (endpoint, _mock) = serve(vec![Canned::sse(stream)]).await;
     let (result, _) = complete(&provider(&endpoint, json!({})), &hello_request()).await;
     assert!(
         matches!(result, Err(ModelError::Protocol { ref message, .. }) if message.contains("ended before")),
@@ -521,59 +445,11 @@ async fn malformed_or_cut_streams_are_protocol_errors() {
     );
 }
 
-/// True once `request` holds the headers and the `content-length` bytes after them.
-fn whole_request(request: &[u8]) -> bool {
-    let Some(end) = request.windows(4).position(|w| w == b"\r\n\r\n") else { return false };
-    let head = String::from_utf8_lossy(&request[..end]).to_ascii_lowercase();
-    let length = head
-        .lines()
-        .find_map(|line| line.strip_prefix("content-length:"))
-        .and_then(|value| value.trim().parse::<usize>().ok())
-        .unwrap_or(0);
-    request.len() >= end + 4 + length
-}
-
 /// A server that sends the headers and one event, then goes silent.
 #[tokio::test]
 async fn a_silent_stream_times_out() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("bind: {e}"));
-    let address = listener.local_addr().unwrap_or_else(|e| panic!("address: {e}"));
-    tokio::spawn(async move {
-        let Ok((socket, _)) = listener.accept().await else { return };
-        // Read the whole request first: answering early confuses the client.
-        let mut request = Vec::new();
-        let mut buffer = [0_u8; 65536];
-        while !whole_request(&request) {
-            if socket.readable().await.is_err() {
-                return;
-            }
-            match socket.try_read(&mut buffer) {
-                Ok(0) => return,
-                Ok(n) => request.extend_from_slice(&buffer[..n]),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(_) => return,
-            }
-        }
-        let event = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n";
-        let reply = format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{event}\r\n",
-            event.len()
-        );
-        let mut sent = 0;
-        while sent < reply.len() {
-            if socket.writable().await.is_err() {
-                return;
-            }
-            match socket.try_write(&reply.as_bytes()[sent..]) {
-                Ok(n) => sent += n,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(_) => return,
-            }
-        }
-        tokio::time::sleep(Duration::from_secs(10)).await;
-        drop(socket);
-    });
-    let provider = provider(&format!("http://{address}/v1"), json!({"idleTimeoutSeconds": 0.2}));
+    let endpoint = stalled_server("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n").await;
+    let provider = provider(&format!("{endpoint}/v1"), json!({"idleTimeoutSeconds": 0.2}));
     let (result, events) = complete(&provider, &hello_request()).await;
     assert!(
         matches!(result, Err(ModelError::Protocol { ref message, .. }) if message.contains("no data")),
@@ -652,7 +528,7 @@ data: {"type":"response.completed","sequence_number":19,"response":{"id":"resp_6
 
 #[tokio::test]
 async fn responses_streams_text_and_function_calls_and_sends_the_whole_conversation() {
-    let (endpoint, mock) = serve(vec![sse(RESPONSES_STREAM)]).await;
+    let (endpoint, mock) = serve(vec![Canned::sse(RESPONSES_STREAM)]).await;
     let provider = provider(&endpoint, json!({"api": "responses"}));
     let (result, events) = complete(&provider, &conversation()).await;
     let Ok(response) = result else { panic!("{result:?}") };
@@ -688,11 +564,11 @@ async fn responses_streams_text_and_function_calls_and_sends_the_whole_conversat
     let requests = mock.requests();
     assert_eq!(requests.len(), 1);
     let request = &requests[0];
-    assert_eq!(request.path, "/v1/responses");
-    assert_eq!(header(request, "authorization"), format!("Bearer {KEY}"));
-    assert_eq!(header(request, "content-type"), "application/json");
+    assert_eq!(request.path(), "/v1/responses");
+    assert_eq!(request.header("authorization"), format!("Bearer {KEY}"));
+    assert_eq!(request.header("content-type"), "application/json");
     assert_eq!(
-        request.body,
+        request.json(),
         json!({
             "model": "gpt-4.1-mini",
             "instructions": "You are a careful assistant.",
@@ -730,7 +606,7 @@ event: response.incomplete
 data: {"type":"response.incomplete","sequence_number":5,"response":{"id":"resp_1","object":"response","status":"incomplete","incomplete_details":{"reason":"max_output_tokens"},"output":[],"usage":{"input_tokens":9,"output_tokens":16,"total_tokens":25}}}
 
 "#;
-    let (endpoint, _mock) = serve(vec![sse(stream)]).await;
+    let (endpoint, _mock) = serve(vec![Canned::sse(stream)]).await;
     let provider = provider(&endpoint, json!({"api": "responses"}));
     let (result, _) = complete(&provider, &hello_request()).await;
     let Ok(response) = result else { panic!("{result:?}") };
@@ -742,7 +618,7 @@ data: {"type":"response.incomplete","sequence_number":5,"response":{"id":"resp_1
     let stream = r#"data: {"type":"response.completed","response":{"status":"completed","output":[{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Hi there"}]},{"type":"function_call","id":"fc_1","call_id":"call_1","name":"bash__exec","arguments":"{\"command\":\"pwd\"}"}],"usage":{"input_tokens":3,"output_tokens":4}}}
 
 "#;
-    let (endpoint, _mock) = serve(vec![sse(stream)]).await;
+    let (endpoint, _mock) = serve(vec![Canned::sse(stream)]).await;
     let provider = provider_for_responses(&endpoint);
     let (result, events) = complete(&provider, &hello_request()).await;
     let Ok(response) = result else { panic!("{result:?}") };
@@ -774,25 +650,27 @@ event: response.failed
 data: {"type":"response.failed","sequence_number":1,"response":{"id":"resp_1","object":"response","status":"failed","error":{"code":"server_error","message":"The model failed to generate a response."},"incomplete_details":null,"output":[]}}
 
 "#;
-    let (endpoint, _mock) = serve(vec![sse(failed)]).await;
+    let (endpoint, _mock) = serve(vec![Canned::sse(failed)]).await;
     let (result, _) = complete(&provider_for_responses(&endpoint), &hello_request()).await;
-    let Err(ModelError::Protocol { message, .. }) = result else { panic!("{result:?}") };
-    assert_eq!(message, "the stream reported an error (server_error): The model failed to generate a response.");
+    let Err(ModelError::Api { status: 500, message, .. }) = result else { panic!("{result:?}") };
+    assert_eq!(message, "The model failed to generate a response.");
 
     let error = r#"event: error
 data: {"type":"error","code":"ERR_SOMETHING","message":"Something went wrong","param":null,"sequence_number":1}
 
 "#;
-    let (endpoint, _mock) = serve(vec![sse(error)]).await;
+    let (endpoint, _mock) = serve(vec![Canned::sse(error)]).await;
     let (result, _) = complete(&provider_for_responses(&endpoint), &hello_request()).await;
-    let Err(ModelError::Protocol { message, .. }) = result else { panic!("{result:?}") };
-    assert_eq!(message, "the stream reported an error (ERR_SOMETHING): Something went wrong");
+    // An unknown code: 500.
+    let Err(ModelError::Api { status: 500, message, .. }) = result else { panic!("{result:?}") };
+    assert_eq!(message, "Something went wrong");
 
     let nested = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"code\":\"context_length_exceeded\",\"message\":\"Your input exceeds the context window of this model.\"}}\n\n";
-    let (endpoint, _mock) = serve(vec![sse(nested)]).await;
+    let (endpoint, _mock) = serve(vec![Canned::sse(nested)]).await;
     let (result, _) = complete(&provider_for_responses(&endpoint), &hello_request()).await;
+    // An invalid request is a 400, which is not worth retrying.
     assert!(
-        matches!(result, Err(ModelError::Protocol { ref message, .. }) if message.contains("context_length_exceeded") && message.contains("context window")),
+        matches!(result, Err(ModelError::Api { status: 400, ref message, .. }) if message == "Your input exceeds the context window of this model."),
         "{result:?}"
     );
 }
@@ -801,7 +679,7 @@ data: {"type":"error","code":"ERR_SOMETHING","message":"Something went wrong","p
 async fn responses_malformed_or_cut_streams_are_protocol_errors() {
     let stream =
         "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"Hi\"\n\n";
-    let (endpoint, _mock) = serve(vec![sse(stream)]).await;
+    let (endpoint, _mock) = serve(vec![Canned::sse(stream)]).await;
     let (result, _) = complete(&provider_for_responses(&endpoint), &hello_request()).await;
     assert!(
         matches!(result, Err(ModelError::Protocol { ref message, .. }) if message.contains("cannot read")),
@@ -809,12 +687,12 @@ async fn responses_malformed_or_cut_streams_are_protocol_errors() {
     );
 
     let stream = "data: {\"type\":\"response.output_text.delta\",\"delta\":42}\n\n";
-    let (endpoint, _mock) = serve(vec![sse(stream)]).await;
+    let (endpoint, _mock) = serve(vec![Canned::sse(stream)]).await;
     let (result, _) = complete(&provider_for_responses(&endpoint), &hello_request()).await;
     assert!(matches!(result, Err(ModelError::Protocol { .. })), "{result:?}");
 
     let stream = "data: {\"type\":\"response.output_text.delta\",\"delta\":\"Hi\"}\n\n";
-    let (endpoint, _mock) = serve(vec![sse(stream)]).await;
+    let (endpoint, _mock) = serve(vec![Canned::sse(stream)]).await;
     let (result, _) = complete(&provider_for_responses(&endpoint), &hello_request()).await;
     assert!(
         matches!(result, Err(ModelError::Protocol { ref message, .. }) if message.contains("response.completed")),
@@ -824,8 +702,8 @@ async fn responses_malformed_or_cut_streams_are_protocol_errors() {
 
 #[tokio::test]
 async fn responses_requests_are_retried_too() {
-    let limited = error_reply(429, json!({"error": {"message": "slow down"}}));
-    let (endpoint, mock) = serve(vec![limited, sse(RESPONSES_STREAM)]).await;
+    let limited = Canned::json(429, json!({"error": {"message": "slow down"}}));
+    let (endpoint, mock) = serve(vec![limited, Canned::sse(RESPONSES_STREAM)]).await;
     let (result, _) = complete(&provider_for_responses(&endpoint), &hello_request()).await;
     assert_eq!(result.map(|r| r.tool_calls.len()), Ok(2));
     assert_eq!(mock.requests().len(), 2);
@@ -848,6 +726,8 @@ fn settings_are_checked() {
         (json!({"maxTokensField": "max_output_tokens"}), "maxTokensField"),
         (json!({"idleTimeoutSeconds": 0}), "idleTimeoutSeconds"),
         (json!({"idleTimeoutSeconds": "soon"}), "idleTimeoutSeconds"),
+        // Too large for a Duration: refused, where it used to panic.
+        (json!({"idleTimeoutSeconds": 1e300}), "idleTimeoutSeconds"),
         (json!({"extraBody": []}), "extraBody"),
         (json!({"extraBody": {"stream": false}}), "'stream'"),
         (json!({"organization": "bad\nvalue"}), "organization"),
@@ -862,4 +742,36 @@ fn settings_are_checked() {
     bad_key.api_key = Some(Secret::new("sk-line\nbreak-SECRET"));
     let error = OpenAiProvider::new(&bad_key).err().map(|e| e.to_string()).unwrap_or_default();
     assert!(error.contains("API key") && !error.contains("SECRET"), "{error}");
+}
+
+/// A server that never sends its headers must not hang the call: the idle
+/// timeout bounds that wait too, and it is retried like a network failure.
+#[tokio::test]
+async fn silent_headers_time_out_as_a_network_error() {
+    let slow = Canned::sse(CHAT_HELLO).after(Duration::from_secs(5));
+    let (endpoint, mock) = serve(vec![slow]).await;
+    let provider = provider(&endpoint, json!({"idleTimeoutSeconds": 0.1}));
+    let (result, _) = complete(&provider, &hello_request()).await;
+    assert!(
+        matches!(result, Err(ModelError::Network { ref message, .. }) if message.contains("no response within 0.1 s")),
+        "{result:?}"
+    );
+    assert_eq!(mock.requests().len(), 4, "retried");
+}
+
+/// A tool whose definition has no schema gets an empty object schema, as
+/// the Anthropic provider sends it, instead of `"parameters": null`.
+#[tokio::test]
+async fn tools_without_a_schema_get_an_object_schema() {
+    let stream = "data: {\"type\":\"response.completed\",\"response\":{\"output\":[]}}\n\n";
+    let (endpoint, mock) = serve(vec![Canned::sse(CHAT_HELLO), Canned::sse(stream)]).await;
+    let mut request = hello_request();
+    request.tools = vec![ToolDefinition { name: "clock__now".into(), description: None, parameters: JsonValue::Null }];
+    let (chat, _) = complete(&provider(&endpoint, json!({})), &request).await;
+    assert!(chat.is_ok(), "{chat:?}");
+    let (responses, _) = complete(&provider_for_responses(&endpoint), &request).await;
+    assert!(responses.is_ok(), "{responses:?}");
+    let requests = mock.requests();
+    assert_eq!(requests[0].json()["tools"][0]["function"]["parameters"], json!({"type": "object"}));
+    assert_eq!(requests[1].json()["tools"][0]["parameters"], json!({"type": "object"}));
 }
