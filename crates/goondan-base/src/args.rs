@@ -35,6 +35,20 @@ pub fn require_string<'a>(input: &'a JsonObject, key: &str) -> Result<&'a str, T
     optional_string(input, key)?.ok_or_else(|| missing(key))
 }
 
+/// A string property that must be present and hold more than white space
+/// (returned as given); `suggestion` says what to pass instead of a blank.
+pub fn require_non_blank<'a>(input: &'a JsonObject, key: &str, suggestion: &str) -> Result<&'a str, ToolFailure> {
+    non_blank(key, require_string(input, key)?, suggestion)
+}
+
+/// `value` of `key` unless it is only white space.
+pub fn non_blank<'a>(key: &str, value: &'a str, suggestion: &str) -> Result<&'a str, ToolFailure> {
+    if value.trim().is_empty() {
+        return Err(ToolFailure::new(format!("'{key}' must not be empty")).suggest(suggestion));
+    }
+    Ok(value)
+}
+
 /// A number property that may be absent.
 pub fn optional_number(input: &JsonObject, key: &str) -> Result<Option<f64>, ToolFailure> {
     match present(input, key) {
@@ -53,13 +67,22 @@ pub fn require_number(input: &JsonObject, key: &str) -> Result<f64, ToolFailure>
 
 /// A whole number in `0..=max` that may be absent; `2.0` counts as `2`.
 pub fn optional_count(input: &JsonObject, key: &str, max: u64) -> Result<Option<u64>, ToolFailure> {
+    optional_whole(input, key, 0, max)
+}
+
+/// A whole number in `min..=max` that may be absent; `2.0` counts as `2`.
+pub fn optional_whole(input: &JsonObject, key: &str, min: u64, max: u64) -> Result<Option<u64>, ToolFailure> {
     let Some(number) = optional_number(input, key)? else {
         return Ok(None);
     };
-    let in_range = number.fract() == 0.0 && (0.0..=max as f64).contains(&number);
+    let in_range = number.fract() == 0.0 && (min as f64..=max as f64).contains(&number);
     if !in_range {
-        return Err(ToolFailure::new(format!("'{key}' must be a whole number between 0 and {max}, got {number}")));
+        return Err(ToolFailure::new(format!(
+            "'{key}' must be a whole number between {min} and {max}, got {}",
+            number_value(number)
+        )));
     }
+    // Whole and within `min..=max`, so the conversion is exact.
     Ok(Some(number as u64))
 }
 
@@ -89,6 +112,35 @@ pub fn require_string_array<'a>(input: &'a JsonObject, key: &str) -> Result<Vec<
         .collect()
 }
 
+/// A string, number or boolean as text, the way JavaScript's `String(value)`
+/// writes it (`1.0` → `"1"`, `1e21` → `"1e+21"`); `None` for other values.
+pub fn scalar_text(value: &JsonValue) -> Option<String> {
+    match value {
+        JsonValue::String(text) => Some(text.clone()),
+        JsonValue::Bool(flag) => Some(flag.to_string()),
+        JsonValue::Number(number) => Some(js_number(number)),
+        JsonValue::Null | JsonValue::Array(_) | JsonValue::Object(_) => None,
+    }
+}
+
+/// A number as JavaScript's `String(n)` prints it; integers exactly as written.
+fn js_number(number: &serde_json::Number) -> String {
+    let Some(value) = number.as_f64().filter(|_| number.is_f64()) else {
+        return number.to_string();
+    };
+    if value == 0.0 {
+        return "0".to_owned(); // also -0
+    }
+    if (1e-6..1e21).contains(&value.abs()) {
+        return value.to_string();
+    }
+    let exponential = format!("{value:e}");
+    match exponential.split_once('e') {
+        Some((mantissa, exponent)) if !exponent.starts_with('-') => format!("{mantissa}e+{exponent}"),
+        _ => exponential,
+    }
+}
+
 /// A number as JSON the way JavaScript would print it: integral values
 /// without a fraction (`2`, not `2.0`).
 pub fn number_value(number: f64) -> JsonValue {
@@ -99,88 +151,12 @@ pub fn number_value(number: f64) -> JsonValue {
     serde_json::Number::from_f64(number).map_or(JsonValue::Null, JsonValue::Number)
 }
 
-/// Helpers shared by the tests of every tool.
-#[cfg(test)]
-pub(crate) mod test_support {
-    use std::path::Path;
-    use std::sync::Arc;
-    use std::task::{Context, Poll, Waker};
-
-    use goondan_core::{JsonObject, JsonValue, Message};
-    use goondan_tools::{CallScope, HandlerResult, ToolContext, ToolFailure, ToolOutput};
-
-    /// Default settings, as with an empty environment.
-    pub(crate) fn settings() -> Arc<crate::BaseSettings> {
-        Arc::new(crate::BaseSettings::default())
-    }
-
-    /// A context for a call of `tool` outside any real agent.
-    pub(crate) fn context(tool: &str) -> ToolContext {
-        context_in(tool, std::env::temp_dir().as_path())
-    }
-
-    /// A context for a call of `tool` whose instance works in `workdir`.
-    pub(crate) fn context_in(tool: &str, workdir: &Path) -> ToolContext {
-        let workdir: Arc<Path> = Arc::from(workdir);
-        let scope = CallScope {
-            agent_name: Arc::from("tester"),
-            instance_key: Arc::from("test-instance"),
-            turn_id: Arc::from("turn-1"),
-            step_id: Arc::from("step-1"),
-            message: Arc::new(Message::assistant_tool_calls("step-1", vec![])),
-            workdir,
-            trace_id: Arc::from("0".repeat(32)),
-            step_span_id: Arc::from("0".repeat(16)),
-            runtime: None,
-        };
-        ToolContext::new(Arc::new(scope), Arc::from(tool), "call-1".to_owned())
-    }
-
-    /// `value`'s object, for building inputs with `json!`.
-    pub(crate) fn object(value: JsonValue) -> JsonObject {
-        match value {
-            JsonValue::Object(map) => map,
-            other => panic!("test input must be an object, got {other}"),
-        }
-    }
-
-    /// Calls a synchronous export through the crate's dispatcher.
-    pub(crate) fn call(tool: &str, export: &str, input: JsonValue) -> HandlerResult {
-        let Some(handler) = crate::native_handler(tool, export, &settings()) else {
-            panic!("no handler for {tool}.{export}");
-        };
-        let ctx = context(&format!("{tool}__{export}"));
-        let input = object(input);
-        let mut future = handler.call(&ctx, &input);
-        match future.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
-            Poll::Ready(result) => result,
-            Poll::Pending => panic!("{tool}.{export} did not finish synchronously"),
-        }
-    }
-
-    /// The output of a successful call.
-    pub(crate) fn ok(result: HandlerResult) -> JsonValue {
-        match result {
-            Ok(ToolOutput::Value(value)) => value,
-            other => panic!("expected a value, got {other:?}"),
-        }
-    }
-
-    /// The failure of a failed call.
-    pub(crate) fn err(result: HandlerResult) -> ToolFailure {
-        match result {
-            Err(failure) => failure,
-            Ok(output) => panic!("expected a failure, got {output:?}"),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
-    use super::test_support::object;
     use super::*;
+    use crate::test_support::object;
 
     #[test]
     fn strings() {
@@ -193,6 +169,17 @@ mod tests {
         assert!(failure.suggestion.is_some());
         let Err(failure) = optional_string(&input, "n") else { panic!("number accepted") };
         assert_eq!(failure.message, "'n' must be a string, got integer");
+    }
+
+    #[test]
+    fn non_blank_strings() {
+        let input = object(json!({"a": " x ", "b": " \n", "n": 1}));
+        assert_eq!(require_non_blank(&input, "a", "say"), Ok(" x "));
+        let Err(failure) = require_non_blank(&input, "b", "Pass something.") else { panic!("blank accepted") };
+        assert_eq!(failure.message, "'b' must not be empty");
+        assert_eq!(failure.suggestion.as_deref(), Some("Pass something."));
+        assert_eq!(require_non_blank(&input, "x", "").map_err(|f| f.message), Err("'x' is required".to_owned()));
+        assert!(require_non_blank(&input, "n", "").is_err());
     }
 
     #[test]
@@ -231,6 +218,37 @@ mod tests {
         assert_eq!(failure.message, "'s' must be an array, got string");
         let Err(failure) = require_string_array(&input, "m") else { panic!("mixed accepted") };
         assert_eq!(failure.message, "'m' must contain only strings");
+    }
+
+    #[test]
+    fn whole_numbers_in_a_range() {
+        let input = object(json!({"a": 1, "b": 10.0, "c": 0, "d": 2.5, "e": 11}));
+        assert_eq!(optional_whole(&input, "a", 1, 10), Ok(Some(1)));
+        assert_eq!(optional_whole(&input, "b", 1, 10), Ok(Some(10)));
+        assert_eq!(optional_whole(&input, "x", 1, 10), Ok(None));
+        for (key, shown) in [("c", "0"), ("d", "2.5"), ("e", "11")] {
+            let Err(failure) = optional_whole(&input, key, 1, 10) else { panic!("{key} accepted") };
+            assert_eq!(failure.message, format!("'{key}' must be a whole number between 1 and 10, got {shown}"));
+        }
+    }
+
+    #[test]
+    fn scalars_as_text_like_javascript() {
+        let text = |value: JsonValue| scalar_text(&value);
+        assert_eq!(text(json!("a b")).as_deref(), Some("a b"));
+        assert_eq!(text(json!(true)).as_deref(), Some("true"));
+        assert_eq!(text(json!(42)).as_deref(), Some("42"));
+        assert_eq!(text(json!(12_345_678_901_234_567_890_u64)).as_deref(), Some("12345678901234567890"));
+        assert_eq!(text(json!(-7)).as_deref(), Some("-7"));
+        assert_eq!(text(json!(2.0)).as_deref(), Some("2"));
+        assert_eq!(text(json!(-0.0)).as_deref(), Some("0"));
+        assert_eq!(text(json!(1.5)).as_deref(), Some("1.5"));
+        assert_eq!(text(json!(1e21)).as_deref(), Some("1e+21"));
+        assert_eq!(text(json!(1.5e-7)).as_deref(), Some("1.5e-7"));
+        assert_eq!(text(json!(0.000001)).as_deref(), Some("0.000001"));
+        for other in [json!(null), json!([1]), json!({"a": 1})] {
+            assert_eq!(text(other), None);
+        }
     }
 
     #[test]

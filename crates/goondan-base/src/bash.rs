@@ -39,6 +39,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 use tokio::time::Instant;
 
+use crate::utf8::{complete_prefix_len, complete_suffix_start};
 use crate::{BaseSettings, args, paths};
 
 /// The shell of `exec`.
@@ -84,11 +85,8 @@ struct Exec {
 impl ToolHandler for Exec {
     fn call<'a>(&'a self, ctx: &'a ToolContext, input: &'a JsonObject) -> BoxFuture<'a, HandlerResult> {
         Box::pin(async move {
-            let command = args::require_string(input, "command")?;
-            if command.trim().is_empty() {
-                return Err(ToolFailure::new("'command' must not be empty")
-                    .suggest("Provide the shell command to run, e.g. \"ls -la\"."));
-            }
+            let command =
+                args::require_non_blank(input, "command", "Provide the shell command to run, e.g. \"ls -la\".")?;
             reject_nul("command", command)?;
             let timeout = read_timeout(input)?;
             let env = read_env(input)?;
@@ -115,11 +113,11 @@ struct Script {
 impl ToolHandler for Script {
     fn call<'a>(&'a self, ctx: &'a ToolContext, input: &'a JsonObject) -> BoxFuture<'a, HandlerResult> {
         Box::pin(async move {
-            let path = args::require_string(input, "path")?;
-            if path.trim().is_empty() {
-                return Err(ToolFailure::new("'path' must not be empty")
-                    .suggest("Provide the script's path relative to the working directory, e.g. \"scripts/run.sh\"."));
-            }
+            let path = args::require_non_blank(
+                input,
+                "path",
+                "Provide the script's path relative to the working directory, e.g. \"scripts/run.sh\".",
+            )?;
             reject_nul("path", path)?;
             let script_args = match input.get("args") {
                 None | Some(JsonValue::Null) => Vec::new(),
@@ -129,10 +127,11 @@ impl ToolHandler for Script {
                 reject_nul("args", arg)?;
             }
             let shell = args::optional_string(input, "shell")?.unwrap_or(DEFAULT_SCRIPT_SHELL);
-            if shell.trim().is_empty() {
-                return Err(ToolFailure::new("'shell' must not be empty")
-                    .suggest(format!("Omit 'shell' to use {DEFAULT_SCRIPT_SHELL}, or give a shell's path.")));
-            }
+            let shell = args::non_blank(
+                "shell",
+                shell,
+                &format!("Omit 'shell' to use {DEFAULT_SCRIPT_SHELL}, or give a shell's path."),
+            )?;
             reject_nul("shell", shell)?;
             let timeout = read_timeout(input)?;
             let env = read_env(input)?;
@@ -206,21 +205,10 @@ fn read_env(input: &JsonObject) -> Result<Vec<(String, String)>, ToolFailure> {
             return Err(ToolFailure::new(format!("env key '{key}' is not a valid environment variable name"))
                 .suggest("Use names without '=' or NUL characters, e.g. MY_VAR."));
         }
-        let text = match value {
-            JsonValue::String(text) => text.clone(),
-            JsonValue::Bool(flag) => flag.to_string(),
-            // Integers print as they were written; other numbers like
-            // JavaScript's String(n) (1.0 → "1").
-            JsonValue::Number(number) if number.is_i64() || number.is_u64() => number.to_string(),
-            JsonValue::Number(number) => match number.as_f64() {
-                Some(float) => args::number_value(float).to_string(),
-                None => number.to_string(),
-            },
-            JsonValue::Null | JsonValue::Array(_) | JsonValue::Object(_) => {
-                return Err(ToolFailure::new(format!("env.{key} must be a string, number, or boolean")).suggest(
-                    format!("Give env.{key} as text, e.g. \"1\"; objects, arrays and null are not allowed."),
-                ));
-            }
+        // Numbers as JavaScript's String(n) writes them (1.0 → "1").
+        let Some(text) = args::scalar_text(value) else {
+            return Err(ToolFailure::new(format!("env.{key} must be a string, number, or boolean"))
+                .suggest(format!("Give env.{key} as text, e.g. \"1\"; objects, arrays and null are not allowed.")));
         };
         if text.contains('\0') {
             return Err(ToolFailure::new(format!("env.{key} must not contain NUL characters"))
@@ -522,65 +510,25 @@ impl CappedOutput {
     }
 }
 
-/// The length of `bytes` without a UTF-8 character cut off at its end.
-fn complete_prefix_len(bytes: &[u8]) -> usize {
-    let len = bytes.len();
-    for back in 1..=len.min(4) {
-        let index = len - back;
-        let byte = bytes.get(index).copied().unwrap_or_default();
-        if byte & 0xC0 == 0x80 {
-            continue; // a continuation byte: look further back for the lead
-        }
-        let needed = match byte {
-            0xF0..=0xFF => 4,
-            0xE0..=0xEF => 3,
-            0xC0..=0xDF => 2,
-            _ => 1,
-        };
-        return if back < needed { index } else { len };
-    }
-    len
-}
-
-/// Where `bytes` starts after the continuation bytes of a character whose
-/// beginning was cut off.
-fn complete_suffix_start(bytes: &[u8]) -> usize {
-    bytes.iter().take(3).take_while(|byte| **byte & 0xC0 == 0x80).count()
-}
-
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::PermissionsExt;
 
-    use goondan_core::{ToolCall, ToolResult};
-    use goondan_tools::{ExecutorPolicy, ToolCatalog, ToolExecutor, ToolRegistry};
+    use goondan_core::ToolResult;
+    use goondan_tools::ExecutorPolicy;
 
     use super::*;
-    use crate::args::test_support::{context_in, err, object, ok, settings};
     use crate::paths::E_PATH_OUTSIDE_WORKDIR;
+    use crate::test_support::{Executor, context_in, err, object, ok, run_in, settings, workdir};
 
     // ---- helpers -------------------------------------------------------
-
-    struct Workdir {
-        _dir: tempfile::TempDir,
-        path: PathBuf,
-    }
-
-    fn workdir() -> Workdir {
-        let Ok(dir) = tempfile::tempdir() else { panic!("cannot create a temporary directory") };
-        let path = std::fs::canonicalize(dir.path()).unwrap_or_else(|e| panic!("canonicalize: {e}"));
-        Workdir { _dir: dir, path }
-    }
 
     fn capped_settings(cap: usize) -> Arc<BaseSettings> {
         Arc::new(BaseSettings { bash_max_output_bytes: cap, ..BaseSettings::default() })
     }
 
     async fn call_with(settings: &Arc<BaseSettings>, export: &str, dir: &Path, input: JsonValue) -> HandlerResult {
-        let Some(handler) = handler(export, settings) else { panic!("no bash.{export} handler") };
-        let ctx = context_in(&format!("bash__{export}"), dir);
-        let input = object(input);
-        handler.call(&ctx, &input).await
+        run_in("bash", export, settings, dir, input).await
     }
 
     async fn exec(dir: &Path, input: JsonValue) -> HandlerResult {
@@ -951,23 +899,6 @@ mod tests {
         }
     }
 
-    #[test]
-    fn utf8_edges() {
-        let text = "a가b";
-        let bytes = text.as_bytes();
-        assert_eq!(complete_prefix_len(&bytes[..2]), 1);
-        assert_eq!(complete_prefix_len(&bytes[..3]), 1);
-        assert_eq!(complete_prefix_len(&bytes[..4]), 4);
-        assert_eq!(complete_prefix_len(&bytes[..5]), 5);
-        assert_eq!(complete_prefix_len(b""), 0);
-        assert_eq!(complete_suffix_start(&bytes[2..]), 2);
-        assert_eq!(complete_suffix_start(&bytes[3..]), 1);
-        assert_eq!(complete_suffix_start(&bytes[4..]), 0);
-        // Invalid bytes are not characters to protect: lossy decoding shows them.
-        assert_eq!(complete_prefix_len(&[0x61, 0xFF]), 1);
-        assert_eq!(complete_suffix_start(&[0x80, 0x80, 0x80, 0x80, 0x61]), 3);
-    }
-
     // ---- script ----------------------------------------------------------
 
     fn make_script(dir: &Path, name: &str, text: &str) {
@@ -1083,38 +1014,19 @@ mod tests {
 
     // ---- through the real executor ---------------------------------------
 
-    /// An executor and catalog holding the bash exports of the built-in
-    /// package's manifest, as a bundle would offer them.
-    fn executor(policy: ExecutorPolicy) -> (ToolExecutor, Arc<ToolCatalog>) {
-        let base = goondan_config::base_package();
-        let Some(tool) = base.tools().find(|tool| tool.name() == "bash") else { panic!("no bash tool in base") };
-        let mut registry = ToolRegistry::new();
-        let mut catalog = ToolCatalog::new();
-        for export in &tool.spec.exports {
-            let item = goondan_tools::assembly::export_item(tool, export);
-            let Some(handler) = handler(&export.name, &settings()) else { panic!("no handler for {}", export.name) };
-            catalog.insert(item.clone());
-            registry.register(item, handler).unwrap_or_else(|e| panic!("{e}"));
-        }
-        (ToolExecutor::new(Arc::new(registry)).with_policy(policy), Arc::new(catalog))
-    }
-
-    async fn execute(policy: ExecutorPolicy, dir: &Path, name: &str, args: JsonValue) -> ToolResult {
-        let (executor, catalog) = executor(policy);
-        let ctx = context_in(name, dir);
-        executor.execute(ToolCall::new("call-1", name, object(args)), ctx.scope(), &catalog).await
+    async fn execute(policy: ExecutorPolicy, dir: &Path, export: &str, args: JsonValue) -> ToolResult {
+        Executor::new("bash", &settings()).with_policy(policy).run_in(dir, export, args).await
     }
 
     #[tokio::test]
     async fn executor_runs_both_exports() {
         let dir = workdir();
         make_script(&dir.path, "s.sh", "echo \"s:$1\"\n");
-        let result =
-            execute(ExecutorPolicy::default(), &dir.path, "bash__exec", json!({"command": "printf hello"})).await;
+        let result = execute(ExecutorPolicy::default(), &dir.path, "exec", json!({"command": "printf hello"})).await;
         assert!(!result.is_error(), "{result:?}");
         assert_eq!(result.output.as_ref().map(|o| o["stdout"].clone()), Some(json!("hello")));
         let args = json!({"path": "s.sh", "args": ["ok"], "shell": "/bin/sh", "timeoutMs": 5000, "env": {"A": 1}});
-        let result = execute(ExecutorPolicy::default(), &dir.path, "bash__script", args).await;
+        let result = execute(ExecutorPolicy::default(), &dir.path, "script", args).await;
         assert_eq!(result.output.as_ref().map(|o| o["stdout"].clone()), Some(json!("s:ok\n")), "{result:?}");
     }
 
@@ -1122,33 +1034,32 @@ mod tests {
     async fn executor_rejects_missing_and_wrong_typed_arguments() {
         let dir = workdir();
         let cases = [
-            ("bash__exec", json!({}), "args.command: required property is missing"),
-            ("bash__exec", json!({"command": 1}), "args.command: expected string"),
-            ("bash__exec", json!({"command": "true", "cwd": 5}), "args.cwd: expected string"),
-            ("bash__exec", json!({"command": "true", "timeoutMs": "5"}), "args.timeoutMs: expected number"),
-            ("bash__exec", json!({"command": "true", "env": "A=1"}), "args.env: expected object"),
-            ("bash__exec", json!({"command": "true", "timeout": 5}), "args.timeout: unexpected property"),
-            ("bash__script", json!({"args": []}), "args.path: required property is missing"),
-            ("bash__script", json!({"path": "s.sh", "args": "x"}), "args.args: expected array"),
-            ("bash__script", json!({"path": "s.sh", "args": [1]}), "args.args[0]: expected string"),
-            ("bash__script", json!({"path": "s.sh", "shell": false}), "args.shell: expected string"),
-            ("bash__script", json!({"path": "s.sh", "cwd": "."}), "args.cwd: unexpected property"),
+            ("exec", json!({}), "args.command: required property is missing"),
+            ("exec", json!({"command": 1}), "args.command: expected string"),
+            ("exec", json!({"command": "true", "cwd": 5}), "args.cwd: expected string"),
+            ("exec", json!({"command": "true", "timeoutMs": "5"}), "args.timeoutMs: expected number"),
+            ("exec", json!({"command": "true", "env": "A=1"}), "args.env: expected object"),
+            ("exec", json!({"command": "true", "timeout": 5}), "args.timeout: unexpected property"),
+            ("script", json!({"args": []}), "args.path: required property is missing"),
+            ("script", json!({"path": "s.sh", "args": "x"}), "args.args: expected array"),
+            ("script", json!({"path": "s.sh", "args": [1]}), "args.args[0]: expected string"),
+            ("script", json!({"path": "s.sh", "shell": false}), "args.shell: expected string"),
+            ("script", json!({"path": "s.sh", "cwd": "."}), "args.cwd: unexpected property"),
         ];
-        for (name, args, expected) in cases {
-            let result = execute(ExecutorPolicy::default(), &dir.path, name, args.clone()).await;
-            assert_eq!(result.error_code(), Some("E_TOOL_INVALID_ARGS"), "{name} {args}: {result:?}");
+        for (export, args, expected) in cases {
+            let result = execute(ExecutorPolicy::default(), &dir.path, export, args.clone()).await;
+            assert_eq!(result.error_code(), Some("E_TOOL_INVALID_ARGS"), "{export} {args}: {result:?}");
             let message = result.error.map(|e| e.message).unwrap_or_default();
-            assert!(message.contains(expected), "{name} {args}: {message}");
+            assert!(message.contains(expected), "{export} {args}: {message}");
         }
         // Handler errors come through with their codes.
         let result =
-            execute(ExecutorPolicy::default(), &dir.path, "bash__exec", json!({"command": "true", "cwd": ".."})).await;
+            execute(ExecutorPolicy::default(), &dir.path, "exec", json!({"command": "true", "cwd": ".."})).await;
         assert_eq!(result.error_code(), Some(E_PATH_OUTSIDE_WORKDIR));
-        let result = execute(ExecutorPolicy::default(), &dir.path, "bash__script", json!({"path": "none.sh"})).await;
+        let result = execute(ExecutorPolicy::default(), &dir.path, "script", json!({"path": "none.sh"})).await;
         assert_eq!(result.error_code(), Some(E_SCRIPT_NOT_FOUND));
         let result =
-            execute(ExecutorPolicy::default(), &dir.path, "bash__exec", json!({"command": "true", "env": {"A": []}}))
-                .await;
+            execute(ExecutorPolicy::default(), &dir.path, "exec", json!({"command": "true", "env": {"A": []}})).await;
         assert_eq!(result.error.map(|e| e.message), Some("env.A must be a string, number, or boolean".to_owned()));
     }
 
@@ -1157,7 +1068,7 @@ mod tests {
         let dir = workdir();
         let cwd = format!("../{}", "deep/".repeat(400));
         let result =
-            execute(ExecutorPolicy::default(), &dir.path, "bash__exec", json!({"command": "true", "cwd": cwd})).await;
+            execute(ExecutorPolicy::default(), &dir.path, "exec", json!({"command": "true", "cwd": cwd})).await;
         assert_eq!(result.error_code(), Some(E_PATH_OUTSIDE_WORKDIR));
         let message = result.error.map(|e| e.message).unwrap_or_default();
         assert_eq!(message.chars().count(), 1200, "{message}");
@@ -1169,7 +1080,7 @@ mod tests {
         let dir = workdir();
         let policy = ExecutorPolicy { call_timeout: Some(Duration::from_millis(1000)), ..ExecutorPolicy::default() };
         let args = json!({"command": "sleep 30 & echo $! > cancelled.pid; wait", "timeoutMs": 0});
-        let result = execute(policy, &dir.path, "bash__exec", args).await;
+        let result = execute(policy, &dir.path, "exec", args).await;
         assert_eq!(result.error_code(), Some("E_TOOL_TIMEOUT"), "{result:?}");
         assert_gone(read_pid(&dir.path.join("cancelled.pid")).await).await;
     }

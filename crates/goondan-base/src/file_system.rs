@@ -10,7 +10,9 @@
 //!   ones included) that lead outside the workdir are refused with
 //!   `E_PATH_OUTSIDE_WORKDIR`. The operator widens the allowed roots with
 //!   `GOONDAN_FS_ALLOW_ROOTS` (directories separated like `PATH`). Outputs
-//!   report the resolved (real, absolute) path, which is the path used.
+//!   report the resolved (real, absolute) path, which is the path used;
+//!   files are opened without following a link that replaced the checked
+//!   path's last component since.
 //! - **`read`** reads at most `maxBytes` (1..=10 MiB, default 100,000) bytes
 //!   — never the whole of a large file — and backs off to a character
 //!   boundary rather than split a UTF-8 character; `truncated` says the file
@@ -44,20 +46,16 @@
 //! …), name the path and say what to do. The blocking file-system work runs on
 //! Tokio's blocking pool so that a slow disk never stalls the runtime.
 
-use std::ffi::OsString;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use goondan_core::{JsonObject, JsonValue};
 use goondan_tools::{BoxFuture, HandlerResult, ToolContext, ToolFailure, ToolHandler, ToolOutput};
 use serde_json::json;
 
-use crate::BaseSettings;
-use crate::args;
-use crate::paths;
+use crate::{BaseSettings, args, files, paths};
 
 /// `read`'s default `maxBytes`.
 pub const DEFAULT_READ_BYTES: u64 = 100_000;
@@ -134,12 +132,9 @@ async fn run_blocking<F>(work: F) -> Result<JsonValue, ToolFailure>
 where
     F: FnOnce() -> Result<JsonValue, ToolFailure> + Send + 'static,
 {
-    match tokio::runtime::Handle::try_current() {
-        Ok(runtime) => runtime.spawn_blocking(work).await.unwrap_or_else(|error| {
-            Err(ToolFailure::with_code(format!("the file-system task did not finish: {error}"), E_FS_ERROR))
-        }),
-        Err(_) => work(),
-    }
+    files::run_blocking(work).await.unwrap_or_else(|error| {
+        Err(ToolFailure::with_code(format!("the file-system task did not finish: {error}"), E_FS_ERROR))
+    })
 }
 
 /// Where paths resolve: the workdir and the operator's extra roots.
@@ -198,31 +193,19 @@ impl Request {
 
 /// The `path` property, which must name something.
 fn required_path(input: &JsonObject) -> Result<String, ToolFailure> {
-    let path = args::require_string(input, "path")?;
-    if path.trim().is_empty() {
-        return Err(ToolFailure::new("'path' must not be empty")
-            .suggest("Pass a path relative to the working directory, e.g. \"notes/todo.md\"."));
-    }
-    Ok(path.to_owned())
+    let suggestion = "Pass a path relative to the working directory, e.g. \"notes/todo.md\".";
+    Ok(args::require_non_blank(input, "path", suggestion)?.to_owned())
 }
 
 /// `read`'s `maxBytes`: a whole number in `1..=MAX_READ_BYTES`.
 fn max_bytes(input: &JsonObject) -> Result<u64, ToolFailure> {
-    let Some(number) = args::optional_number(input, "maxBytes")? else {
-        return Ok(DEFAULT_READ_BYTES);
-    };
-    if number.fract() != 0.0 || !(1.0..=MAX_READ_BYTES as f64).contains(&number) {
-        return Err(ToolFailure::new(format!(
-            "'maxBytes' must be a whole number between 1 and {MAX_READ_BYTES}, got {}",
-            args::number_value(number)
-        ))
-        .suggest(format!(
+    let max_bytes = args::optional_whole(input, "maxBytes", 1, MAX_READ_BYTES).map_err(|failure| {
+        failure.suggest(format!(
             "Omit maxBytes to read up to {DEFAULT_READ_BYTES} bytes, or pass at most {MAX_READ_BYTES}; read the \
              rest of a larger file with other tools (e.g. bash with head, tail or sed)."
-        )));
-    }
-    // Whole and within 1..=10 MiB, so the conversion is exact.
-    Ok(number as u64)
+        ))
+    })?;
+    Ok(max_bytes.unwrap_or(DEFAULT_READ_BYTES))
 }
 
 /// A path for output and messages.
@@ -293,7 +276,7 @@ fn read(place: &Place, input: &str, max_bytes: u64) -> Result<JsonValue, ToolFai
     if !meta.is_file() {
         return Err(not_regular_failure("read", input, &real));
     }
-    let file = File::open(&real).map_err(failure)?;
+    let file = files::open_no_follow(&real, OpenOptions::new().read(true)).map_err(failure)?;
     // One byte more than returned tells whether the file goes on; at least
     // the sniffed prefix is read so that a small maxBytes still detects
     // binary content.
@@ -363,15 +346,15 @@ fn write(place: &Place, input: &str, content: &str, append: bool) -> Result<Json
             return Err(not_regular_failure("write", input, &real));
         }
     }
-    let (Some(parent), Some(name)) = (real.parent(), real.file_name()) else {
+    let (Some(parent), Some(_)) = (real.parent(), real.file_name()) else {
         return Err(is_directory_failure("write", input, &real));
     };
     if existing.is_none() {
-        fs::create_dir_all(parent)
-            .map_err(|error| io_failure("create the parent directory of", input, &real, &error))?;
-        // The new directories were created under a real prefix; make sure no
+        // The new directories are created under a real prefix; make sure no
         // link appeared on the way meanwhile.
-        if fs::canonicalize(parent).ok().as_deref() != Some(parent) {
+        let still_real = files::create_real_dir_all(parent)
+            .map_err(|error| io_failure("create the parent directory of", input, &real, &error))?;
+        if !still_real {
             return Err(place.resolve(input).err().unwrap_or_else(|| {
                 ToolFailure::with_code(
                     format!("the directory of {} changed while writing", describe(input, &real)),
@@ -382,72 +365,15 @@ fn write(place: &Place, input: &str, content: &str, append: bool) -> Result<Json
         }
     }
     if append {
-        let mut file = OpenOptions::new().append(true).create(true).open(&real).map_err(failure)?;
+        let mut file = files::open_no_follow(&real, OpenOptions::new().append(true).create(true)).map_err(failure)?;
         file.write_all(content.as_bytes()).map_err(failure)?;
         file.sync_data().map_err(failure)?;
     } else {
         let permissions = existing.map(|meta| meta.permissions());
-        replace_atomically(parent, name, &real, content.as_bytes(), permissions).map_err(failure)?;
+        files::replace_atomically(&real, content.as_bytes(), permissions).map_err(failure)?;
     }
     let size = fs::metadata(&real).map_err(failure)?.len();
     Ok(json!({"path": shown(&real), "size": size, "written": true, "append": append}))
-}
-
-/// Distinguishes the temporary files of concurrent writes in one process.
-static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
-
-/// Writes `bytes` to a new temporary file in `dir`, syncs it, gives it
-/// `permissions` (the replaced file's), and renames it over `target`; the
-/// temporary file is removed on any failure.
-fn replace_atomically(
-    dir: &Path,
-    name: &std::ffi::OsStr,
-    target: &Path,
-    bytes: &[u8],
-    permissions: Option<fs::Permissions>,
-) -> io::Result<()> {
-    let (temp_path, mut file) = create_temp(dir, name)?;
-    let written = (|| {
-        file.write_all(bytes)?;
-        if let Some(permissions) = permissions {
-            file.set_permissions(permissions)?;
-        }
-        file.sync_all()?;
-        drop(file);
-        fs::rename(&temp_path, target)
-    })();
-    if let Err(error) = written {
-        let _ = fs::remove_file(&temp_path);
-        return Err(error);
-    }
-    // Make the rename itself durable; a failure here loses nothing already visible.
-    if let Ok(directory) = File::open(dir) {
-        let _ = directory.sync_all();
-    }
-    Ok(())
-}
-
-/// A new, uniquely named file in `dir` (`create_new`, so an existing file or
-/// link of that name is never opened).
-fn create_temp(dir: &Path, name: &std::ffi::OsStr) -> io::Result<(PathBuf, File)> {
-    // A short prefix of the target's name helps a person recognize leftovers
-    // of a crash without risking a name longer than the file system allows.
-    let stem: String = name.to_string_lossy().chars().take(32).collect();
-    let mut last_error = None;
-    for _ in 0..16 {
-        let sequence = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-        let mut temp_name = OsString::from(".");
-        temp_name.push(&stem);
-        temp_name.push(format!(".{}.{sequence}.{nanos:x}.goondan-tmp", std::process::id()));
-        let temp_path = dir.join(temp_name);
-        match OpenOptions::new().write(true).create_new(true).open(&temp_path) {
-            Ok(file) => return Ok((temp_path, file)),
-            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => last_error = Some(error),
-            Err(error) => return Err(error),
-        }
-    }
-    Err(last_error.unwrap_or_else(|| io::Error::from(io::ErrorKind::AlreadyExists)))
 }
 
 // ---------------------------------------------------------------------------
@@ -698,30 +624,26 @@ fn mkdir(place: &Place, input: &str, recursive: bool) -> Result<JsonValue, ToolF
 
 #[cfg(test)]
 mod tests {
+    use std::fs::File;
     use std::os::unix::fs::{PermissionsExt, symlink};
-    use std::sync::atomic::AtomicBool;
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::task::{Context, Poll, Waker};
 
-    use goondan_core::{ToolCall, ToolResult};
-    use goondan_tools::{ToolCatalog, ToolExecutor, ToolRegistry, assembly::export_item};
-    use tempfile::TempDir;
+    use goondan_core::ToolResult;
 
     use super::*;
-    use crate::args::test_support::{context_in, err, object, ok, settings};
+    use crate::test_support::{Executor, Workdir, context_in, err, names, object, ok, run_in, settings, workdir};
 
     /// A workdir and a directory outside it, both real paths.
     struct Fixture {
-        _dirs: (TempDir, TempDir),
+        _dirs: (Workdir, Workdir),
         root: PathBuf,
         outside: PathBuf,
     }
 
     fn fixture() -> Fixture {
-        let (Ok(dir), Ok(outside)) = (tempfile::tempdir(), tempfile::tempdir()) else { panic!("tempdir") };
-        let (Ok(root), Ok(outside_real)) = (fs::canonicalize(dir.path()), fs::canonicalize(outside.path())) else {
-            panic!("canonicalize")
-        };
-        Fixture { _dirs: (dir, outside), root, outside: outside_real }
+        let (dir, outside) = (workdir(), workdir());
+        Fixture { root: dir.path.clone(), outside: outside.path.clone(), _dirs: (dir, outside) }
     }
 
     fn put(path: &Path, bytes: impl AsRef<[u8]>) {
@@ -739,19 +661,8 @@ mod tests {
         symlink(target, at).unwrap_or_else(|e| panic!("symlink {}: {e}", at.display()));
     }
 
-    fn names(dir: &Path) -> Vec<String> {
-        let Ok(entries) = fs::read_dir(dir) else { panic!("read_dir {}", dir.display()) };
-        let mut names: Vec<String> =
-            entries.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
-        names.sort();
-        names
-    }
-
     async fn call_with(settings: &Arc<BaseSettings>, workdir: &Path, export: &str, input: JsonValue) -> HandlerResult {
-        let Some(handler) = handler(export, settings) else { panic!("no handler for {export}") };
-        let ctx = context_in(&format!("file-system__{export}"), workdir);
-        let input = object(input);
-        handler.call(&ctx, &input).await
+        run_in("file-system", export, settings, workdir, input).await
     }
 
     async fn call(workdir: &Path, export: &str, input: JsonValue) -> HandlerResult {
@@ -1370,28 +1281,10 @@ mod tests {
         assert_eq!(ok(result)["content"], json!("abc"));
     }
 
-    /// The executor with the manifest's four exports, as a bundle declares them.
-    fn executor() -> (ToolExecutor, Arc<ToolCatalog>) {
-        let Some(tool) = goondan_config::base_package().tools().find(|tool| tool.name() == "file-system") else {
-            panic!("no file-system tool in the base package")
-        };
-        let mut registry = ToolRegistry::new();
-        let mut catalog = ToolCatalog::new();
-        for export in &tool.spec.exports {
-            let item = export_item(tool, export);
-            let Some(handler) = handler(&export.name, &settings()) else { panic!("no handler for {}", export.name) };
-            catalog.insert(item.clone());
-            registry.register(item, handler).unwrap_or_else(|e| panic!("{e}"));
-        }
-        assert_eq!(catalog.iter().count(), 4);
-        (ToolExecutor::new(Arc::new(registry)), Arc::new(catalog))
-    }
-
     async fn execute(workdir: &Path, export: &str, args: JsonValue) -> ToolResult {
-        let (executor, catalog) = executor();
-        let name = format!("file-system__{export}");
-        let ctx = context_in(&name, workdir);
-        executor.execute(ToolCall::new("call-1", name.as_str(), object(args)), ctx.scope(), &catalog).await
+        let executor = Executor::new("file-system", &settings());
+        assert_eq!(executor.catalog.iter().count(), 4);
+        executor.run_in(workdir, export, args).await
     }
 
     fn error_code(result: &ToolResult) -> String {

@@ -20,8 +20,8 @@ use reqwest::{Method, Url};
 use serde_json::json;
 
 use crate::BaseSettings;
-use crate::args;
 use crate::net_guard::{self, NetGuard};
+use crate::{args, http_io};
 
 /// The default `timeoutMs`.
 pub const DEFAULT_TIMEOUT_MS: f64 = 30_000.0;
@@ -144,7 +144,7 @@ impl Request {
         }
         // One deadline for everything: connecting, redirects and the body.
         let exchange = async {
-            let response = builder.send().await.map_err(|error| self.request_error(&error))?;
+            let response = builder.send().await.map_err(|error| self.request_error(error))?;
             if let Some(refused) = unfollowed_redirect(&response) {
                 return Err(refused.to_failure(&self.failed()));
             }
@@ -152,7 +152,7 @@ impl Request {
             let final_url = response.url().to_string();
             let headers = response_headers(response.headers());
             let (body, truncated) =
-                read_body(response, self.max_bytes).await.map_err(|error| self.request_error(&error))?;
+                read_body(response, self.max_bytes).await.map_err(|error| self.request_error(error))?;
             Ok(json!({
                 "url": final_url,
                 "method": self.method.as_str(),
@@ -176,8 +176,8 @@ impl Request {
     }
 
     /// The failure for a request that did not complete.
-    fn request_error(&self, error: &reqwest::Error) -> ToolFailure {
-        if let Some(refused) = net_guard::guard_error_in(error) {
+    fn request_error(&self, error: reqwest::Error) -> ToolFailure {
+        if let Some(refused) = net_guard::guard_error_in(&error) {
             return refused.to_failure(&self.failed());
         }
         let what = if error.is_connect() {
@@ -189,8 +189,11 @@ impl Request {
         } else {
             "the request could not be completed"
         };
-        ToolFailure::with_code(format!("{}: {what}: {}", self.failed(), error_chain(error)), HTTP_REQUEST_FAILED)
-            .suggest("Check that the URL is right and the server is reachable, then retry.")
+        ToolFailure::with_code(
+            format!("{}: {what}: {}", self.failed(), http_io::describe_error(error)),
+            HTTP_REQUEST_FAILED,
+        )
+        .suggest("Check that the URL is right and the server is reachable, then retry.")
     }
 }
 
@@ -207,21 +210,6 @@ fn unfollowed_redirect(response: &reqwest::Response) -> Option<net_guard::GuardE
         "http" | "https" => None,
         scheme => Some(net_guard::GuardError::Protocol { url: target.to_string(), protocol: format!("{scheme}:") }),
     }
-}
-
-/// The causes of `error`, outermost first, without the top level (whose
-/// text repeats the URL).
-fn error_chain(error: &reqwest::Error) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut current = std::error::Error::source(error);
-    while let Some(cause) = current {
-        let text = cause.to_string();
-        if !parts.contains(&text) {
-            parts.push(text);
-        }
-        current = cause.source();
-    }
-    if parts.is_empty() { error.to_string() } else { parts.join(": ") }
 }
 
 fn parse_url(raw: &str) -> Result<Url, ToolFailure> {
@@ -254,20 +242,15 @@ fn parse_headers(input: &JsonObject) -> Result<HeaderMap, ToolFailure> {
         }
     };
     for (name, value) in map {
-        let text = match value {
-            JsonValue::Null => continue,
-            JsonValue::String(text) => text.clone(),
-            JsonValue::Bool(flag) => flag.to_string(),
-            JsonValue::Number(number) => {
-                number.as_f64().map_or_else(|| number.to_string(), |n| args::number_value(n).to_string())
-            }
-            other => {
-                return Err(ToolFailure::new(format!(
-                    "header '{name}' must be a string, number or boolean, got {}",
-                    json_type_name(other)
-                ))
-                .suggest("Give each header a single string value."));
-            }
+        if value.is_null() {
+            continue;
+        }
+        let Some(text) = args::scalar_text(value) else {
+            return Err(ToolFailure::new(format!(
+                "header '{name}' must be a string, number or boolean, got {}",
+                json_type_name(value)
+            ))
+            .suggest("Give each header a single string value."));
         };
         let header_name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
             ToolFailure::new(format!("'{name}' is not a valid HTTP header name"))
@@ -296,17 +279,13 @@ fn parse_timeout_ms(input: &JsonObject) -> Result<f64, ToolFailure> {
 }
 
 fn parse_max_bytes(input: &JsonObject) -> Result<usize, ToolFailure> {
-    let Some(max_bytes) = args::optional_number(input, "maxBytes")? else {
-        return Ok(DEFAULT_MAX_BYTES as usize);
-    };
-    if !(max_bytes.fract() == 0.0 && max_bytes >= 1.0 && max_bytes <= MAX_MAX_BYTES as f64) {
-        return Err(ToolFailure::new(format!(
-            "'maxBytes' must be a whole number between 1 and {MAX_MAX_BYTES}, got {max_bytes}"
-        ))
-        .suggest(format!("Leave maxBytes out for the default of {DEFAULT_MAX_BYTES} bytes.")));
-    }
-    // Whole and in 1..=50_000_000: exact.
-    Ok(max_bytes as usize)
+    let max_bytes = args::optional_whole(input, "maxBytes", 1, MAX_MAX_BYTES)
+        .map_err(|failure| {
+            failure.suggest(format!("Leave maxBytes out for the default of {DEFAULT_MAX_BYTES} bytes."))
+        })?
+        .unwrap_or(DEFAULT_MAX_BYTES);
+    // At most 50_000_000.
+    Ok(usize::try_from(max_bytes).unwrap_or(usize::MAX))
 }
 
 /// The body of a `post`: `body` as JSON (content type application/json
@@ -341,91 +320,33 @@ fn response_headers(headers: &HeaderMap) -> JsonObject {
     object
 }
 
-/// Reads at most `max_bytes` of the body, chunk by chunk, and stops reading
-/// (dropping the connection) as soon as more arrives. Returns the text,
-/// decoded lossily without a character split at the cut, and whether it was
-/// cut.
+/// Reads at most `max_bytes` of the body ([`http_io::read_capped`]) and
+/// decodes it lossily, without a character split at the cut.
 async fn read_body(mut response: reqwest::Response, max_bytes: usize) -> Result<(String, bool), reqwest::Error> {
-    let expected = response.content_length();
-    let initial = expected.map_or(64 * 1024, |len| usize::try_from(len).unwrap_or(usize::MAX));
-    let mut buffer: Vec<u8> = Vec::with_capacity(initial.min(max_bytes).min(1024 * 1024));
-    let mut truncated = false;
-    while let Some(chunk) = response.chunk().await? {
-        let room = max_bytes - buffer.len();
-        if chunk.len() > room {
-            buffer.extend_from_slice(&chunk[..room]);
-            truncated = true;
-            break;
-        }
-        buffer.extend_from_slice(&chunk);
-        // A full buffer with nothing more announced needs no further read.
-        if buffer.len() == max_bytes && expected == Some(max_bytes as u64) {
-            break;
-        }
-    }
-    let end = if truncated { utf8_boundary(&buffer) } else { buffer.len() };
-    Ok((String::from_utf8_lossy(&buffer[..end]).into_owned(), truncated))
-}
-
-/// The length of `bytes` without a UTF-8 sequence left incomplete at its
-/// end (one the cut split); invalid bytes are left to lossy decoding.
-fn utf8_boundary(bytes: &[u8]) -> usize {
-    let len = bytes.len();
-    for back in 1..=3.min(len) {
-        let byte = bytes[len - back];
-        if byte & 0b1100_0000 == 0b1000_0000 {
-            continue; // a continuation byte: keep looking for the lead
-        }
-        let width = match byte {
-            0xf0..=0xf7 => 4,
-            0xe0..=0xef => 3,
-            0xc0..=0xdf => 2,
-            _ => 1,
-        };
-        return if width > back { len - back } else { len };
-    }
-    len
+    let body = http_io::read_capped(&mut response, max_bytes).await?;
+    let end = if body.truncated { crate::utf8::complete_prefix_len(&body.bytes) } else { body.bytes.len() };
+    Ok((String::from_utf8_lossy(&body.bytes[..end]).into_owned(), body.truncated))
 }
 
 #[cfg(test)]
 mod tests {
-    use std::net::SocketAddr;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use axum::Router;
     use axum::http::{HeaderMap as AxumHeaders, Method as AxumMethod, StatusCode, header};
     use axum::routing::{any, get};
-    use goondan_core::ToolCall;
-    use goondan_tools::{ToolCatalog, ToolExecutor, ToolRegistry};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio::net::TcpListener;
 
     use super::*;
-    use crate::args::test_support::{context, err, object, ok};
     use crate::net_guard::{PROTOCOL_NOT_ALLOWED, SSRF_BLOCKED, TOO_MANY_REDIRECTS};
+    use crate::test_http::{closed_base, listener, serve, streaming_server};
+    use crate::test_support::{Executor, err, ok, run};
 
     fn settings(allow: &[&str]) -> Arc<BaseSettings> {
         Arc::new(BaseSettings { http_allow: allow.iter().map(|s| (*s).to_owned()).collect(), ..Default::default() })
     }
 
     async fn fetch(export: &str, allow: &[&str], input: JsonValue) -> HandlerResult {
-        let Some(handler) = handler(export, &settings(allow)) else { panic!("no http-fetch.{export}") };
-        let ctx = context(&format!("http-fetch__{export}"));
-        let input = object(input);
-        handler.call(&ctx, &input).await
-    }
-
-    async fn listener() -> (TcpListener, SocketAddr) {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("bind: {e}"));
-        let addr = listener.local_addr().unwrap_or_else(|e| panic!("local_addr: {e}"));
-        (listener, addr)
-    }
-
-    /// Serves `router` on 127.0.0.1 and returns its address.
-    async fn serve(router: Router) -> SocketAddr {
-        let (listener, addr) = listener().await;
-        tokio::spawn(async move { axum::serve(listener, router).await });
-        addr
+        run("http-fetch", export, &settings(allow), input).await
     }
 
     /// Answers with the request it got: method, headers, body.
@@ -578,44 +499,6 @@ mod tests {
             assert_eq!(output["body"], json!(body), "maxBytes {max_bytes}");
             assert_eq!(output["truncated"], json!(truncated), "maxBytes {max_bytes}");
         }
-    }
-
-    /// Accepts one connection, reads the request head, writes `head` and
-    /// then up to `total` bytes of body, and holds the connection open for
-    /// `hold`; reports how many body bytes it managed to write before the
-    /// client went away.
-    async fn streaming_server(
-        head: &'static str,
-        total: usize,
-        hold: Duration,
-    ) -> (SocketAddr, tokio::sync::oneshot::Receiver<usize>) {
-        let (listener, addr) = listener().await;
-        let (report, written) = tokio::sync::oneshot::channel();
-        tokio::spawn(async move {
-            let Ok((mut socket, _)) = listener.accept().await else { return };
-            let mut request = Vec::new();
-            let mut buf = [0u8; 1024];
-            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-                match socket.read(&mut buf).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => request.extend_from_slice(&buf[..n]),
-                }
-            }
-            if socket.write_all(head.as_bytes()).await.is_err() {
-                return;
-            }
-            let chunk = vec![b'x'; 64 * 1024];
-            let mut sent = 0;
-            while sent < total {
-                if socket.write_all(&chunk).await.is_err() {
-                    break;
-                }
-                sent += chunk.len();
-            }
-            let _ = report.send(sent);
-            tokio::time::sleep(hold).await;
-        });
-        (addr, written)
     }
 
     #[tokio::test]
@@ -822,21 +705,9 @@ mod tests {
 
     #[tokio::test]
     async fn connection_failures_name_the_url() {
-        // A port nobody listens on: bind one, then close it.
-        let (listener, addr) = listener().await;
-        drop(listener);
-        let url = format!("http://{addr}/");
+        let url = format!("{}/", closed_base().await);
         let failure = assert_code(fetch("get", &["127.0.0.1"], json!({"url": url})).await, HTTP_REQUEST_FAILED);
         assert!(failure.message.starts_with(&format!("GET {url} failed: could not connect")), "{}", failure.message);
-    }
-
-    #[test]
-    fn utf8_boundaries() {
-        let text = "a가😀".as_bytes(); // 1 + 3 + 4 bytes
-        for (cut, end) in [(0, 0), (1, 1), (2, 1), (3, 1), (4, 4), (5, 4), (6, 4), (7, 4), (8, 8)] {
-            assert_eq!(utf8_boundary(&text[..cut]), end, "cut {cut}");
-        }
-        assert_eq!(utf8_boundary(&[0xff, 0xfe]), 2);
     }
 
     #[test]
@@ -844,57 +715,34 @@ mod tests {
         assert!(handler("put", &settings(&[])).is_none());
     }
 
-    /// The executor with the manifest's http-fetch exports.
-    fn executor(allow: &[&str]) -> (ToolExecutor, Arc<ToolCatalog>) {
-        let Some(tool) = goondan_config::base_package().tools().find(|tool| tool.name() == "http-fetch") else {
-            panic!("no http-fetch in the base package");
-        };
-        let mut registry = ToolRegistry::new();
-        let mut catalog = ToolCatalog::new();
-        for export in &tool.spec.exports {
-            let item = goondan_tools::assembly::export_item(tool, export);
-            let Some(handler) = handler(&export.name, &settings(allow)) else { panic!("no handler {}", export.name) };
-            registry.register(item.clone(), handler).unwrap_or_else(|e| panic!("{e}"));
-            catalog.insert(item);
-        }
-        (ToolExecutor::new(Arc::new(registry)), Arc::new(catalog))
-    }
-
     #[tokio::test]
     async fn through_the_executor() {
         let addr = serve(echo_server()).await;
-        let (executor, catalog) = executor(&["127.0.0.1"]);
-        let scope = Arc::clone(context("http-fetch__get").scope());
-        let run = |name: &'static str, args: JsonValue| {
-            let call = ToolCall::new("call-1", name, object(args));
-            let executor = &executor;
-            let scope = &scope;
-            let catalog = &catalog;
-            async move { executor.execute(call, scope, catalog).await }
-        };
+        let executor = Executor::new("http-fetch", &settings(&["127.0.0.1"]));
+        let run = |export: &'static str, args: JsonValue| executor.run(export, args);
 
-        let result = run("http-fetch__post", json!({"url": format!("http://{addr}/echo"), "body": {"a": 1}})).await;
+        let result = run("post", json!({"url": format!("http://{addr}/echo"), "body": {"a": 1}})).await;
         let Some(output) = result.output else { panic!("no output: {:?}", result.error) };
         assert_eq!(output["status"], json!(201));
 
         // The manifest's schema rejects missing, wrong-typed and unknown
         // arguments before the handler runs.
         for (name, args) in [
-            ("http-fetch__get", json!({})),
-            ("http-fetch__get", json!({"url": 5})),
-            ("http-fetch__get", json!({"url": "http://x/", "headers": "a: b"})),
-            ("http-fetch__get", json!({"url": "http://x/", "timeoutMs": "100"})),
-            ("http-fetch__get", json!({"url": "http://x/", "maxBytes": true})),
-            ("http-fetch__get", json!({"url": "http://x/", "method": "DELETE"})),
-            ("http-fetch__post", json!({"url": "http://x/", "body": "text"})),
-            ("http-fetch__post", json!({"url": "http://x/", "bodyString": {"a": 1}})),
+            ("get", json!({})),
+            ("get", json!({"url": 5})),
+            ("get", json!({"url": "http://x/", "headers": "a: b"})),
+            ("get", json!({"url": "http://x/", "timeoutMs": "100"})),
+            ("get", json!({"url": "http://x/", "maxBytes": true})),
+            ("get", json!({"url": "http://x/", "method": "DELETE"})),
+            ("post", json!({"url": "http://x/", "body": "text"})),
+            ("post", json!({"url": "http://x/", "bodyString": {"a": 1}})),
         ] {
             let result = run(name, args.clone()).await;
             assert_eq!(result.error_code(), Some("E_TOOL_INVALID_ARGS"), "{name} {args}: {result:?}");
         }
 
         // A guard refusal reaches the model as a structured error.
-        let result = run("http-fetch__get", json!({"url": "http://169.254.169.254/latest/meta-data"})).await;
+        let result = run("get", json!({"url": "http://169.254.169.254/latest/meta-data"})).await;
         assert_eq!(result.error_code(), Some(SSRF_BLOCKED));
         let error = result.error.unwrap_or_else(|| panic!("no error"));
         assert!(error.message.contains("169.254.169.254"), "{}", error.message);

@@ -170,7 +170,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::args::test_support::{call, err, ok};
+    use crate::test_support::{call, err, ok};
 
     const DATA: &str = r#"{"user": {"name": "Ada", "tags": ["a", "b"], "nick": null},
         "items": [{"id": 1}, {"id": 2}], "a.b": 5, "n": 3.5, "t": true, "s": "héllo"}"#;
@@ -316,7 +316,7 @@ mod tests {
     #[test]
     fn unknown_export() {
         assert!(handler("transform").is_none());
-        assert!(crate::native_handler("json-query", "nope", &crate::args::test_support::settings()).is_none());
-        assert!(crate::native_handler("no-such-tool", "query", &crate::args::test_support::settings()).is_none());
+        assert!(crate::native_handler("json-query", "nope", &crate::test_support::settings()).is_none());
+        assert!(crate::native_handler("no-such-tool", "query", &crate::test_support::settings()).is_none());
     }
 }

@@ -11,8 +11,11 @@ use goondan_tools::ToolHandler;
 
 pub mod args;
 pub mod bash;
+mod bot_api;
 pub mod file_system;
+mod files;
 pub mod http_fetch;
+mod http_io;
 pub mod json_query;
 pub mod net_guard;
 pub mod paths;
@@ -22,7 +25,13 @@ pub mod slack;
 pub mod telegram;
 pub mod text_transform;
 pub mod tls;
+mod utf8;
 pub mod wait;
+
+#[cfg(test)]
+mod test_http;
+#[cfg(test)]
+mod test_support;
 
 pub use settings::BaseSettings;
 

@@ -145,6 +145,7 @@ fn resolve_once(path: &Path) -> std::io::Result<Resolution> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::workdir;
 
     fn code(result: Result<PathBuf, ToolFailure>) -> Option<String> {
         result.err().and_then(|f| f.code)
@@ -152,8 +153,8 @@ mod tests {
 
     #[test]
     fn relative_paths_stay_inside_and_escapes_are_refused() {
-        let Ok(dir) = tempfile::tempdir() else { panic!("tempdir") };
-        let Ok(root) = std::fs::canonicalize(dir.path()) else { panic!("canonicalize") };
+        let dir = workdir();
+        let root = dir.path.clone();
         let _ = std::fs::create_dir(root.join("sub"));
         assert_eq!(resolve_confined(&root, &[], "sub/new.txt").ok(), Some(root.join("sub/new.txt")));
         assert_eq!(resolve_confined(&root, &[], "./sub/../a.txt").ok(), Some(root.join("a.txt")));
@@ -167,29 +168,27 @@ mod tests {
 
     #[test]
     fn symlinks_that_lead_outside_are_refused() {
-        let Ok(dir) = tempfile::tempdir() else { panic!("tempdir") };
-        let Ok(outside) = tempfile::tempdir() else { panic!("tempdir") };
-        let Ok(root) = std::fs::canonicalize(dir.path()) else { panic!("canonicalize") };
-        let _ = std::os::unix::fs::symlink(outside.path(), root.join("escape"));
+        let (dir, outside) = (workdir(), workdir());
+        let root = dir.path.clone();
+        let _ = std::os::unix::fs::symlink(&outside.path, root.join("escape"));
         let _ = std::os::unix::fs::symlink(root.join("sub"), root.join("inner"));
         let _ = std::fs::create_dir(root.join("sub"));
         assert_eq!(code(resolve_confined(&root, &[], "escape/secret.txt")).as_deref(), Some(E_PATH_OUTSIDE_WORKDIR));
         assert_eq!(code(resolve_confined(&root, &[], "escape")).as_deref(), Some(E_PATH_OUTSIDE_WORKDIR));
         assert_eq!(resolve_confined(&root, &[], "inner/f").ok(), Some(root.join("sub/f")));
         // The operator can widen the roots.
-        assert!(resolve_confined(&root, &[outside.path().to_path_buf()], "escape/secret.txt").is_ok());
+        assert!(resolve_confined(&root, std::slice::from_ref(&outside.path), "escape/secret.txt").is_ok());
     }
 
     #[test]
     fn dangling_links_are_followed_by_hand() {
-        let Ok(dir) = tempfile::tempdir() else { panic!("tempdir") };
-        let Ok(outside) = tempfile::tempdir() else { panic!("tempdir") };
-        let Ok(root) = std::fs::canonicalize(dir.path()) else { panic!("canonicalize") };
+        let (dir, outside) = (workdir(), workdir());
+        let root = dir.path.clone();
         // Creating `dangling` would create a file outside.
-        let _ = std::os::unix::fs::symlink(outside.path().join("new.txt"), root.join("dangling"));
+        let _ = std::os::unix::fs::symlink(outside.path.join("new.txt"), root.join("dangling"));
         assert_eq!(code(resolve_confined(&root, &[], "dangling")).as_deref(), Some(E_PATH_OUTSIDE_WORKDIR));
         // A dangling directory link on the way.
-        let _ = std::os::unix::fs::symlink(outside.path().join("missing-dir"), root.join("gone"));
+        let _ = std::os::unix::fs::symlink(outside.path.join("missing-dir"), root.join("gone"));
         assert_eq!(code(resolve_confined(&root, &[], "gone/a/b.txt")).as_deref(), Some(E_PATH_OUTSIDE_WORKDIR));
         // A dangling link inside resolves to its (future) target, relative links included.
         let _ = std::os::unix::fs::symlink("later.txt", root.join("soon"));

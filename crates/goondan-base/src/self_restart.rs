@@ -35,7 +35,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::args::test_support::{call, err, ok};
+    use crate::test_support::{call, err, ok};
 
     fn run(input: JsonValue) -> HandlerResult {
         call("self-restart", "request", input)

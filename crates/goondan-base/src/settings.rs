@@ -32,7 +32,10 @@ pub const BASH_MAX_OUTPUT_VAR: &str = "GOONDAN_BASH_MAX_OUTPUT_BYTES";
 pub const DEFAULT_BASH_MAX_OUTPUT_BYTES: usize = 1024 * 1024;
 
 /// Operator settings of the built-in tools.
-#[derive(Debug, Clone)]
+///
+/// Its `Debug` form names the environment values that are set but never
+/// shows them: they are tokens.
+#[derive(Clone)]
 pub struct BaseSettings {
     /// Values of [`ENV_VARS`] that are set (tokens, base URLs).
     pub env: BTreeMap<String, String>,
@@ -52,6 +55,18 @@ impl Default for BaseSettings {
             extra_fs_roots: Vec::new(),
             bash_max_output_bytes: DEFAULT_BASH_MAX_OUTPUT_BYTES,
         }
+    }
+}
+
+impl std::fmt::Debug for BaseSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let env: BTreeMap<&str, &str> = self.env.keys().map(|name| (name.as_str(), "<redacted>")).collect();
+        f.debug_struct("BaseSettings")
+            .field("env", &env)
+            .field("http_allow", &self.http_allow)
+            .field("extra_fs_roots", &self.extra_fs_roots)
+            .field("bash_max_output_bytes", &self.bash_max_output_bytes)
+            .finish()
     }
 }
 
@@ -106,5 +121,13 @@ mod tests {
         assert_eq!(settings.extra_fs_roots, [PathBuf::from("/srv/data"), PathBuf::from("/tmp/x")]);
         assert_eq!(settings.bash_max_output_bytes, 4096);
         assert_eq!(BaseSettings::from_lookup(|_| None).bash_max_output_bytes, DEFAULT_BASH_MAX_OUTPUT_BYTES);
+    }
+
+    #[test]
+    fn debug_output_never_shows_tokens() {
+        let settings = BaseSettings::from_lookup(|name| (name == "SLACK_BOT_TOKEN").then(|| "xoxb-secret".to_owned()));
+        let shown = format!("{settings:?}");
+        assert!(shown.contains("SLACK_BOT_TOKEN"), "{shown}");
+        assert!(!shown.contains("xoxb-secret"), "{shown}");
     }
 }

@@ -8,8 +8,8 @@
 //! The token comes from the call's `token` or the operator's environment
 //! (`SLACK_BOT_TOKEN`, `SLACK_TOKEN`); the API base URL from
 //! `SLACK_API_BASE_URL` (default `https://slack.com/api`). As with
-//! `telegram` (whose crate-private `bot_api` module this tool shares),
-//! the operator's token never goes to an `apiBaseUrl` the model chose, and no
+//! `telegram` (both build on the crate-private `bot_api` module), the
+//! operator's token never goes to an `apiBaseUrl` the model chose, and no
 //! token appears in an error or a result. `downloadFile` sends the token only
 //! to Slack's file host (`https://files.slack.com`) or to the origin of the
 //! operator's `SLACK_API_BASE_URL`: the URL is the model's choice, and any
@@ -19,16 +19,16 @@
 use std::sync::Arc;
 
 use goondan_core::{JsonObject, JsonValue};
-use goondan_tools::{BoxFuture, HandlerResult, ToolContext, ToolFailure, ToolHandler};
+use goondan_tools::{ToolContext, ToolFailure, ToolHandler};
 use reqwest::Url;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
 use serde_json::json;
 
 use crate::BaseSettings;
 use crate::args;
-use crate::telegram::bot_api::{
-    Api, DownloadOptions, E_TOKEN_DESTINATION_REFUSED, Service, http_description, invalid, optional_trimmed, put,
-    required_trimmed, trimmed_str,
+use crate::bot_api::{
+    self, Api, DownloadOptions, E_TOKEN_DESTINATION_REFUSED, ExportFn, Service, http_description, invalid,
+    optional_trimmed, positive_whole, put, required_trimmed, trimmed_str,
 };
 
 /// How the Web API is reached and how its failures are reported.
@@ -55,48 +55,16 @@ const FILE_HOST: &str = "files.slack.com";
 
 /// The handler of `export`, or `None` if the tool has no such export.
 pub fn handler(export: &str, settings: &Arc<BaseSettings>) -> Option<Arc<dyn ToolHandler>> {
-    let export = match export {
-        "send" => Export::Send,
-        "read" => Export::Read,
-        "edit" => Export::Edit,
-        "delete" => Export::Delete,
-        "react" => Export::React,
-        "downloadFile" => Export::DownloadFile,
+    let export: ExportFn = match export {
+        "send" => |_, settings, input| Box::pin(send(settings, input)),
+        "read" => |_, settings, input| Box::pin(read(settings, input)),
+        "edit" => |_, settings, input| Box::pin(edit(settings, input)),
+        "delete" => |_, settings, input| Box::pin(delete(settings, input)),
+        "react" => |_, settings, input| Box::pin(react(settings, input)),
+        "downloadFile" => |ctx, settings, input| Box::pin(download_file(ctx, settings, input)),
         _ => return None,
     };
-    Some(Arc::new(Slack { export, settings: Arc::clone(settings) }))
-}
-
-#[derive(Debug, Clone, Copy)]
-enum Export {
-    Send,
-    Read,
-    Edit,
-    Delete,
-    React,
-    DownloadFile,
-}
-
-struct Slack {
-    export: Export,
-    settings: Arc<BaseSettings>,
-}
-
-impl ToolHandler for Slack {
-    fn call<'a>(&'a self, ctx: &'a ToolContext, input: &'a JsonObject) -> BoxFuture<'a, HandlerResult> {
-        Box::pin(async move {
-            let settings = &self.settings;
-            let output = match self.export {
-                Export::Send => send(settings, input).await?,
-                Export::Read => read(settings, input).await?,
-                Export::Edit => edit(settings, input).await?,
-                Export::Delete => delete(settings, input).await?,
-                Export::React => react(settings, input).await?,
-                Export::DownloadFile => download_file(ctx, settings, input).await?,
-            };
-            Ok(output.into())
-        })
-    }
+    Some(bot_api::handler(&SERVICE, settings, export))
 }
 
 fn channel_id(input: &JsonObject) -> Result<String, ToolFailure> {
@@ -178,20 +146,8 @@ async fn read(settings: &BaseSettings, input: &JsonObject) -> Result<JsonValue, 
 }
 
 /// `limit`: a whole number of messages in 1..=1000 (fractions are cut).
-fn limit(input: &JsonObject, default: u32) -> Result<u32, ToolFailure> {
-    let Some(raw) = args::optional_number(input, "limit")? else {
-        return Ok(default);
-    };
-    let suggestion = "Ask for 1 to 1000 messages and page on with 'cursor'.";
-    if !raw.is_finite() || raw <= 0.0 {
-        return Err(invalid("'limit' must be a positive number", suggestion));
-    }
-    let limit = raw.trunc();
-    if !(1.0..=1000.0).contains(&limit) {
-        return Err(invalid("'limit' must be between 1 and 1000", suggestion));
-    }
-    // In 1..=1000, so exact.
-    Ok(limit as u32)
+fn limit(input: &JsonObject, default: u64) -> Result<u64, ToolFailure> {
+    positive_whole(input, "limit", default, 1000, "Ask for 1 to 1000 messages and page on with 'cursor'.")
 }
 
 async fn edit(settings: &BaseSettings, input: &JsonObject) -> Result<JsonValue, ToolFailure> {
@@ -282,16 +238,17 @@ async fn download_file(
     let api = Api::new(&SERVICE, settings, input)?;
     let url = file_url(&raw_url, api.configured_base_url())?;
     let request = api.client().get(url).header(AUTHORIZATION, api.bearer()?);
-    let download = api.download(request, &options).await?;
+    let mut download = api.download(request, &options).await?;
     let content_type = download.header(CONTENT_TYPE.as_str());
     let content_length = download.header("content-length").and_then(|value| value.parse::<u64>().ok());
-    let file_output = options.finish(&api, &download.bytes, content_type.as_deref()).await?;
+    let size_bytes = download.bytes.len();
+    let file_output = options.finish(&api, std::mem::take(&mut download.bytes), content_type.as_deref()).await?;
     Ok(json!({
         "ok": true,
         "url": api.redact(&raw_url),
         "contentType": content_type,
         "contentLength": content_length,
-        "sizeBytes": download.bytes.len(),
+        "sizeBytes": size_bytes,
         "etag": download.header("etag"),
         "contentDisposition": download.header("content-disposition"),
         "savedPath": file_output.saved_path,
@@ -351,15 +308,14 @@ mod tests {
     use serde_json::json;
 
     use crate::BaseSettings;
-    use crate::args::test_support::{err, ok};
-    use crate::paths::E_PATH_OUTSIDE_WORKDIR;
-    use crate::telegram::bot_api::{
+    use crate::bot_api::{
         E_FILE_TOO_LARGE, E_INVALID_ARGS, E_TOKEN_DESTINATION_REFUSED, E_TOKEN_INVALID, E_TOKEN_MISSING,
     };
-    use crate::telegram::test_server::{
-        Answer, TestServer, closed_base, endless_server, execute, json_answer, run, run_in, settings_with,
-        status_json_answer,
+    use crate::paths::E_PATH_OUTSIDE_WORKDIR;
+    use crate::test_http::{
+        Answer, TestServer, closed_base, endless_server, json_answer, settings_with, status_json_answer,
     };
+    use crate::test_support::{assert_no_token, err, execute, ok, run, run_in};
 
     const ENV_TOKEN: &str = "xoxb-env-secret-token";
 
@@ -369,11 +325,6 @@ mod tests {
         let server = TestServer::start(move |_| json_answer(reply.clone())).await;
         let settings = settings_with(&[("SLACK_API_BASE_URL", server.base.as_str()), ("SLACK_BOT_TOKEN", ENV_TOKEN)]);
         (server, settings)
-    }
-
-    fn assert_no_token(value: &impl std::fmt::Debug, token: &str) {
-        let text = format!("{value:?}");
-        assert!(!text.contains(token), "token leaked: {text}");
     }
 
     #[tokio::test]
@@ -740,9 +691,34 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_operator_token_never_goes_to_the_default_base_url_when_another_is_configured() {
+        let (operator, settings) = slack(json!({"ok": true})).await;
+        let failure = err(run(
+            "slack",
+            "send",
+            &settings,
+            json!({"channelId": "C1", "text": "x", "apiBaseUrl": "https://slack.com/api"}),
+        )
+        .await);
+        assert_eq!(failure.code.as_deref(), Some(E_TOKEN_DESTINATION_REFUSED), "{failure:?}");
+        assert_no_token(&failure, ENV_TOKEN);
+        assert!(operator.requests().is_empty());
+    }
+
+    #[tokio::test]
+    async fn results_never_carry_the_token() {
+        let message = json!({"type": "message", "ts": "1.1", "text": format!("oops: {ENV_TOKEN}")});
+        let (_server, settings) = slack(json!({"ok": true, "messages": [message]})).await;
+        let output = ok(run("slack", "read", &settings, json!({"channelId": "C1", "messageTs": "1.1"})).await);
+        assert_eq!(output["messages"][0]["text"], json!("oops: <redacted>"));
+        assert_eq!(output["found"]["text"], json!("oops: <redacted>"));
+        assert_no_token(&output, ENV_TOKEN);
+    }
+
+    #[tokio::test]
     async fn a_token_from_the_input_may_go_to_a_base_url_from_the_input() {
         let (operator, settings) = slack(json!({"ok": true})).await;
-        let settings = crate::telegram::test_server::allowing_loopback(&settings);
+        let settings = crate::test_http::allowing_loopback(&settings);
         let elsewhere = TestServer::start(|_| json_answer(json!({"ok": true, "ts": "9.9"}))).await;
         let output = ok(run(
             "slack",
@@ -793,8 +769,8 @@ mod tests {
         .await;
         let settings =
             settings_with(&[("SLACK_API_BASE_URL", &format!("{}/api", server.base)), ("SLACK_BOT_TOKEN", ENV_TOKEN)]);
-        let Ok(dir) = tempfile::tempdir() else { panic!("tempdir") };
-        let Ok(workdir) = std::fs::canonicalize(dir.path()) else { panic!("canonicalize") };
+        let dir = crate::test_support::workdir();
+        let workdir = dir.path.clone();
         let url = format!("{}/files-pri/T1-F1/a.png?t=1", server.base);
         let output =
             ok(run_in("slack", "downloadFile", &settings, &workdir, json!({"url": url, "savePath": "in/a.png"})).await);
@@ -919,6 +895,6 @@ mod tests {
 
     #[test]
     fn unknown_export() {
-        assert!(super::handler("postMessage", &crate::args::test_support::settings()).is_none());
+        assert!(super::handler("postMessage", &crate::test_support::settings()).is_none());
     }
 }

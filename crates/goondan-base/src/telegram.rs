@@ -10,21 +10,23 @@
 //! original, the operator's token is never sent to an `apiBaseUrl` the model
 //! chose, and no token appears in an error or a result: the Bot API carries
 //! the token in the URL path, which HTTP client errors quote, so every message
-//! is scrubbed and `downloadUrl` shows `<redacted>` in its place.
+//! is scrubbed, `downloadUrl` shows `<redacted>` in its place, and any
+//! string of a result that quotes it is redacted too.
 //!
-//! The crate-private `bot_api` module holds what the `slack` tool shares with this one: token and
-//! base URL selection, JSON calls, bounded downloads.
+//! What this tool shares with `slack` (token and base URL selection, JSON
+//! calls, bounded downloads, atomic `savePath` writes) lives in the
+//! crate-private `bot_api` module.
 
 use std::sync::Arc;
 
 use goondan_core::{JsonObject, JsonValue};
-use goondan_tools::{BoxFuture, HandlerResult, ToolContext, ToolFailure, ToolHandler};
+use goondan_tools::{ToolContext, ToolFailure, ToolHandler};
 use reqwest::header::CONTENT_TYPE;
 use serde_json::json;
 
 use crate::BaseSettings;
 use crate::args;
-use bot_api::{Api, DownloadOptions, Service, invalid, put, required_trimmed};
+use crate::bot_api::{self, Api, DownloadOptions, ExportFn, Service, invalid, put, required_trimmed};
 
 /// How the Bot API is reached and how its failures are reported.
 const SERVICE: Service = Service {
@@ -66,48 +68,16 @@ const CHAT_ACTIONS: &[(&str, &str)] = &[
 
 /// The handler of `export`, or `None` if the tool has no such export.
 pub fn handler(export: &str, settings: &Arc<BaseSettings>) -> Option<Arc<dyn ToolHandler>> {
-    let export = match export {
-        "send" => Export::Send,
-        "edit" => Export::Edit,
-        "delete" => Export::Delete,
-        "react" => Export::React,
-        "setChatAction" => Export::SetChatAction,
-        "downloadFile" => Export::DownloadFile,
+    let export: ExportFn = match export {
+        "send" => |_, settings, input| Box::pin(send(settings, input)),
+        "edit" => |_, settings, input| Box::pin(edit(settings, input)),
+        "delete" => |_, settings, input| Box::pin(delete(settings, input)),
+        "react" => |_, settings, input| Box::pin(react(settings, input)),
+        "setChatAction" => |_, settings, input| Box::pin(set_chat_action(settings, input)),
+        "downloadFile" => |ctx, settings, input| Box::pin(download_file(ctx, settings, input)),
         _ => return None,
     };
-    Some(Arc::new(Telegram { export, settings: Arc::clone(settings) }))
-}
-
-#[derive(Debug, Clone, Copy)]
-enum Export {
-    Send,
-    Edit,
-    Delete,
-    React,
-    SetChatAction,
-    DownloadFile,
-}
-
-struct Telegram {
-    export: Export,
-    settings: Arc<BaseSettings>,
-}
-
-impl ToolHandler for Telegram {
-    fn call<'a>(&'a self, ctx: &'a ToolContext, input: &'a JsonObject) -> BoxFuture<'a, HandlerResult> {
-        Box::pin(async move {
-            let settings = &self.settings;
-            let output = match self.export {
-                Export::Send => send(settings, input).await?,
-                Export::Edit => edit(settings, input).await?,
-                Export::Delete => delete(settings, input).await?,
-                Export::React => react(settings, input).await?,
-                Export::SetChatAction => set_chat_action(settings, input).await?,
-                Export::DownloadFile => download_file(ctx, settings, input).await?,
-            };
-            Ok(output.into())
-        })
-    }
+    Some(bot_api::handler(&SERVICE, settings, export))
 }
 
 async fn send(settings: &BaseSettings, input: &JsonObject) -> Result<JsonValue, ToolFailure> {
@@ -230,9 +200,10 @@ async fn download_file(
     };
     let file_size = file.get("file_size").and_then(JsonValue::as_f64).filter(|n| n.is_finite()).map(f64::trunc);
     let url = format!("{}/file/bot{}/{file_path}", api.base_url(), api.token());
-    let download = api.download(api.client().get(url), &options).await?;
+    let mut download = api.download(api.client().get(url), &options).await?;
     let content_type = download.header(CONTENT_TYPE.as_str());
-    let file_output = options.finish(&api, &download.bytes, content_type.as_deref()).await?;
+    let size_bytes = download.bytes.len();
+    let file_output = options.finish(&api, std::mem::take(&mut download.bytes), content_type.as_deref()).await?;
     Ok(json!({
         "ok": true,
         "fileId": file_id,
@@ -241,7 +212,7 @@ async fn download_file(
         "fileSize": file_size.map(args::number_value),
         "downloadUrl": format!("{}/file/bot{}/{file_path}", api.base_url(), bot_api::REDACTED),
         "contentType": content_type,
-        "sizeBytes": download.bytes.len(),
+        "sizeBytes": size_bytes,
         "savedPath": file_output.saved_path,
         "base64": file_output.base64,
         "dataUrl": file_output.data_url,
@@ -386,862 +357,6 @@ fn reaction_emojis(input: &JsonObject) -> Result<Vec<String>, ToolFailure> {
     Ok(emojis)
 }
 
-/// HTTP plumbing shared by the `telegram` and `slack` tools: which token and
-/// base URL a call uses, JSON calls, bounded downloads, and error messages
-/// that never contain the token.
-pub(crate) mod bot_api {
-    use std::path::{Path, PathBuf};
-    use std::time::Duration;
-
-    use base64::Engine as _;
-    use base64::engine::general_purpose::STANDARD;
-    use goondan_core::{JsonObject, JsonValue};
-    use goondan_tools::{ToolContext, ToolFailure};
-    use reqwest::header::{HeaderMap, HeaderValue};
-    use reqwest::{Client, RequestBuilder, StatusCode, Url};
-
-    use crate::BaseSettings;
-    use crate::args;
-
-    /// Input that passed the schema but makes no sense (the executor's code
-    /// for schema failures).
-    pub(crate) const E_INVALID_ARGS: &str = "E_TOOL_INVALID_ARGS";
-    /// No token in the call or the environment.
-    pub(crate) const E_TOKEN_MISSING: &str = "E_TOKEN_MISSING";
-    /// A token that cannot be put in a request.
-    pub(crate) const E_TOKEN_INVALID: &str = "E_TOKEN_INVALID";
-    /// The token would go somewhere the operator did not choose.
-    pub(crate) const E_TOKEN_DESTINATION_REFUSED: &str = "E_TOKEN_DESTINATION_REFUSED";
-    /// A download larger than `maxBytes`.
-    pub(crate) const E_FILE_TOO_LARGE: &str = "E_FILE_TOO_LARGE";
-    /// A download that could not be saved.
-    pub(crate) const E_FILE_WRITE: &str = "E_FILE_WRITE";
-    /// An operator setting that cannot be used.
-    pub(crate) const E_CONFIG: &str = "E_TOOL_CONFIG";
-    /// What replaces a token in messages and results.
-    pub(crate) const REDACTED: &str = "<redacted>";
-
-    const DEFAULT_TIMEOUT_MS: f64 = 15_000.0;
-    const DEFAULT_MAX_BYTES: f64 = 3_000_000.0;
-    const MAX_MAX_BYTES: f64 = 20_000_000.0;
-    /// The most an API reply may hold; a reply is parsed in memory, so this
-    /// bounds memory however large a `conversations.history` page is.
-    const MAX_API_REPLY_BYTES: usize = 16 * 1024 * 1024;
-
-    /// A chat service's API: where it lives and how it reports failures.
-    #[derive(Debug)]
-    pub(crate) struct Service {
-        /// Display name, e.g. `Telegram`.
-        pub(crate) name: &'static str,
-        /// Message prefix, e.g. `telegram` for `[telegram] …`.
-        pub(crate) tag: &'static str,
-        /// Environment variables holding the operator's token, in order.
-        pub(crate) token_vars: &'static [&'static str],
-        /// The environment variable of the operator's base URL.
-        pub(crate) base_url_var: &'static str,
-        /// The base URL when the operator sets none.
-        pub(crate) default_base_url: &'static str,
-        /// The token goes into the URL path (Telegram), so it must be URL-safe.
-        pub(crate) token_in_url: bool,
-        /// The code of API-level failures (`{ok: false}`, non-2xx).
-        pub(crate) api_error_code: &'static str,
-        /// The code of failures to get a reply at all.
-        pub(crate) request_error_code: &'static str,
-        /// What to do about an API-level failure.
-        pub(crate) api_suggestion: &'static str,
-        /// The documentation page of a method.
-        pub(crate) docs_url: fn(&str) -> String,
-    }
-
-    /// A failure of the input's meaning.
-    pub(crate) fn invalid(message: impl Into<String>, suggestion: impl Into<String>) -> ToolFailure {
-        ToolFailure::with_code(message, E_INVALID_ARGS).suggest(suggestion)
-    }
-
-    /// Inserts `value` under `key` unless it is `None` (the original's `compactJson`).
-    pub(crate) fn put(map: &mut JsonObject, key: &str, value: Option<JsonValue>) {
-        if let Some(value) = value {
-            map.insert(key.to_owned(), value);
-        }
-    }
-
-    /// A string value, trimmed, if it is not blank.
-    pub(crate) fn trimmed_str(value: &JsonValue) -> Option<String> {
-        value.as_str().map(str::trim).filter(|text| !text.is_empty()).map(str::to_owned)
-    }
-
-    /// A string property that must hold more than white space (trimmed).
-    pub(crate) fn required_trimmed(input: &JsonObject, key: &str, suggestion: &str) -> Result<String, ToolFailure> {
-        match args::optional_string(input, key)?.map(str::trim) {
-            Some(text) if !text.is_empty() => Ok(text.to_owned()),
-            _ => Err(invalid(format!("'{key}' must be a non-empty string"), suggestion)),
-        }
-    }
-
-    /// An optional string property, trimmed; blank counts as absent.
-    pub(crate) fn optional_trimmed(input: &JsonObject, key: &str) -> Result<Option<String>, ToolFailure> {
-        Ok(args::optional_string(input, key)?.map(str::trim).filter(|text| !text.is_empty()).map(str::to_owned))
-    }
-
-    /// `HTTP 404 Not Found`.
-    pub(crate) fn http_description(status: StatusCode) -> String {
-        match status.canonical_reason() {
-            Some(reason) => format!("HTTP {} {reason}", status.as_u16()),
-            None => format!("HTTP {}", status.as_u16()),
-        }
-    }
-
-    /// `raw` as a base URL: http(s), with a host, no credentials, query or
-    /// fragment, without trailing slashes (so that equal URLs compare equal).
-    pub(crate) fn normalize_base_url(raw: &str) -> Result<String, &'static str> {
-        let url = Url::parse(raw.trim()).map_err(|_| "it is not a valid URL")?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err("only http and https URLs are supported");
-        }
-        if url.host_str().is_none_or(str::is_empty) {
-            return Err("it has no host");
-        }
-        if !url.username().is_empty() || url.password().is_some() {
-            return Err("it must not contain credentials");
-        }
-        if url.query().is_some() || url.fragment().is_some() {
-            return Err("it must not have a query or fragment");
-        }
-        Ok(url.as_str().trim_end_matches('/').to_owned())
-    }
-
-    /// Where the token of a call came from.
-    #[derive(Debug, Clone, PartialEq, Eq)]
-    enum TokenSource {
-        /// The call's `token`: the model knows it already.
-        Input,
-        /// The operator's environment variable of this name.
-        Env(String),
-    }
-
-    /// One call's connection to a service: its token, base URL, timeout and client.
-    pub(crate) struct Api {
-        service: &'static Service,
-        token: String,
-        base_url: String,
-        configured_base_url: String,
-        timeout_ms: u64,
-        client: Client,
-    }
-
-    impl std::fmt::Debug for Api {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            // Never the token.
-            f.debug_struct("Api").field("service", &self.service.name).field("base_url", &self.base_url).finish()
-        }
-    }
-
-    impl Api {
-        /// Picks the token (input, then environment), the base URL (input,
-        /// then operator setting, then default) and the timeout of a call.
-        ///
-        /// The operator's token only goes to the operator's base URL or the
-        /// service's default: a base URL from the input receives only a token
-        /// from the input.
-        pub(crate) fn new(
-            service: &'static Service,
-            settings: &BaseSettings,
-            input: &JsonObject,
-        ) -> Result<Self, ToolFailure> {
-            let timeout_ms = timeout_ms(input)?;
-            let (token, source) = token(service, settings, input)?;
-            let configured_base_url = configured_base_url(service, settings)?;
-            let base_url = match optional_trimmed(input, "apiBaseUrl")? {
-                None => configured_base_url.clone(),
-                Some(raw) => {
-                    let requested = normalize_base_url(&raw).map_err(|why| {
-                        invalid(
-                            format!("'apiBaseUrl' ({raw}) cannot be used: {why}"),
-                            format!("Omit 'apiBaseUrl' to use the {} API the operator configured.", service.name),
-                        )
-                    })?;
-                    match &source {
-                        TokenSource::Env(var)
-                            if requested != configured_base_url && requested != service.default_base_url =>
-                        {
-                            return Err(destination_refused(service, var, &requested, &configured_base_url));
-                        }
-                        _ => requested,
-                    }
-                }
-            };
-            if service.token_in_url && !token.bytes().all(|b| b.is_ascii_alphanumeric() || b":_-.~".contains(&b)) {
-                let origin = match &source {
-                    TokenSource::Input => "given in 'token'".to_owned(),
-                    TokenSource::Env(var) => format!("from {var}"),
-                };
-                return Err(ToolFailure::with_code(
-                    format!(
-                        "the {} bot token {origin} contains characters that cannot appear in an API URL",
-                        service.name
-                    ),
-                    E_TOKEN_INVALID,
-                )
-                .suggest(
-                    "Use the token exactly as the bot's issuer gave it (digits, a colon, letters, '-' and '_').",
-                ));
-            }
-            // A base URL the model chose (not the operator's, not the
-            // default) is an address the model picked: it goes through the
-            // SSRF guard like any http-fetch URL, so a call that brings its
-            // own token still cannot reach internal addresses.
-            let model_chosen = base_url != configured_base_url && base_url != service.default_base_url;
-            let builder = if model_chosen {
-                let guard = crate::net_guard::NetGuard::new(settings);
-                let url = Url::parse(&base_url).map_err(|error| {
-                    invalid(format!("'apiBaseUrl' ({base_url}) is not a valid URL: {error}"), "Fix the URL.".to_owned())
-                })?;
-                guard
-                    .check_url(&url)
-                    .map_err(|refused| refused.to_failure(&format!("[{}] 'apiBaseUrl'", service.tag)))?;
-                guard.client_builder()
-            } else {
-                crate::tls::client_builder()
-            };
-            let client = builder
-                .map_err(|error| error.to_string())
-                .and_then(|builder| builder.build().map_err(|error| error.to_string()))
-                .map_err(|error| {
-                    ToolFailure::new(format!("[{}] could not set up the HTTPS client: {error}", service.tag))
-                })?;
-            Ok(Self { service, token, base_url, configured_base_url, timeout_ms, client })
-        }
-
-        /// The token, for building requests only.
-        pub(crate) fn token(&self) -> &str {
-            &self.token
-        }
-
-        /// The base URL, without a trailing slash.
-        pub(crate) fn base_url(&self) -> &str {
-            &self.base_url
-        }
-
-        /// The operator's base URL (or the default), without a trailing slash.
-        pub(crate) fn configured_base_url(&self) -> &str {
-            &self.configured_base_url
-        }
-
-        /// The HTTP client.
-        pub(crate) fn client(&self) -> &Client {
-            &self.client
-        }
-
-        /// `Bearer <token>`, marked sensitive so that it is never printed.
-        pub(crate) fn bearer(&self) -> Result<HeaderValue, ToolFailure> {
-            let mut value = HeaderValue::from_str(&format!("Bearer {}", self.token)).map_err(|_| {
-                ToolFailure::with_code(
-                    format!("the {} token contains characters that cannot appear in an HTTP header", self.service.name),
-                    E_TOKEN_INVALID,
-                )
-                .suggest("Use the token exactly as the service issued it.")
-            })?;
-            value.set_sensitive(true);
-            Ok(value)
-        }
-
-        /// `text` with every occurrence of the token replaced.
-        pub(crate) fn redact(&self, text: &str) -> String {
-            if self.token.is_empty() { text.to_owned() } else { text.replace(&self.token, REDACTED) }
-        }
-
-        /// A failure whose message and suggestion are scrubbed of the token.
-        pub(crate) fn fail(&self, code: &str, message: &str, suggestion: &str) -> ToolFailure {
-            ToolFailure::with_code(self.redact(message), code).suggest(self.redact(suggestion))
-        }
-
-        /// `[tag] <method> failed<qualifier>: <reason>` with the service's API code.
-        pub(crate) fn api_failure(&self, method: &str, qualifier: &str, reason: &str) -> ToolFailure {
-            let tag = self.service.tag;
-            self.fail(
-                self.service.api_error_code,
-                &format!("[{tag}] {method} failed{qualifier}: {reason}"),
-                self.service.api_suggestion,
-            )
-            .help_url((self.service.docs_url)(method))
-        }
-
-        /// Sends `request` with `payload` as its JSON body; returns the status
-        /// and the reply when it is a JSON object.
-        pub(crate) async fn post_json(
-            &self,
-            method: &str,
-            request: RequestBuilder,
-            payload: &JsonObject,
-        ) -> Result<(StatusCode, Option<JsonObject>), ToolFailure> {
-            let body = serde_json::to_string(payload).map_err(|error| {
-                self.fail("E_TOOL", &format!("[{}] {method}: {error}", self.service.tag), "Report this bug.")
-            })?;
-            tracing::debug!(target: "goondan::tool", "[{}] {method} via {}", self.service.tag, self.base_url);
-            let reply = match self.exchange(request.body(body), MAX_API_REPLY_BYTES, true).await {
-                Ok(reply) => reply,
-                Err(Exchange::Transport(why)) => {
-                    return Err(self.fail(
-                        self.service.request_error_code,
-                        &format!("[{}] {method} request to {} failed: {why}", self.service.tag, self.base_url),
-                        &format!(
-                            "Check that the {} API at {} is reachable from this machine, or raise 'timeoutMs' if it is slow.",
-                            self.service.name, self.base_url
-                        ),
-                    ));
-                }
-                Err(Exchange::TooLarge { .. }) => {
-                    return Err(self
-                        .api_failure(method, "", &format!("the reply is larger than {MAX_API_REPLY_BYTES} bytes"))
-                        .suggest("Ask for less at a time (e.g. a smaller 'limit')."));
-                }
-            };
-            let object = match serde_json::from_slice::<JsonValue>(&reply.body) {
-                Ok(JsonValue::Object(map)) => Some(map),
-                _ => None,
-            };
-            Ok((reply.status, object))
-        }
-
-        /// Downloads a file with `request`, refusing more than `options.max_bytes`
-        /// (checked against `content-length` and again while streaming).
-        pub(crate) async fn download(
-            &self,
-            request: RequestBuilder,
-            options: &DownloadOptions,
-        ) -> Result<Download, ToolFailure> {
-            let tag = self.service.tag;
-            let max = options.max_bytes;
-            match self.exchange(request, max, false).await {
-                Ok(reply) if reply.status.is_success() => Ok(Download { headers: reply.headers, bytes: reply.body }),
-                Ok(reply) => Err(self.fail(
-                    self.service.api_error_code,
-                    &format!("[{tag}] file download failed: {}", http_description(reply.status)),
-                    "Check that the file still exists and that the bot may read it.",
-                )),
-                Err(Exchange::Transport(why)) => Err(self.fail(
-                    self.service.request_error_code,
-                    &format!("[{tag}] file download request failed: {why}"),
-                    "Check that the file's host is reachable from this machine, or raise 'timeoutMs' if it is slow.",
-                )),
-                Err(Exchange::TooLarge { declared }) => {
-                    let size =
-                        declared.map_or_else(|| format!("more than {max} bytes"), |size| format!("{size} > {max}"));
-                    Err(self.fail(
-                        E_FILE_TOO_LARGE,
-                        &format!("[{tag}] file exceeds maxBytes limit ({size})"),
-                        &format!("Raise 'maxBytes' (at most {MAX_MAX_BYTES}) if the file is really needed."),
-                    ))
-                }
-            }
-        }
-
-        /// Sends `request` and reads the reply's body up to `cap` bytes, all
-        /// within the call's timeout. With `body_on_error` false a non-2xx
-        /// reply's body is not read.
-        async fn exchange(&self, request: RequestBuilder, cap: usize, body_on_error: bool) -> Result<Reply, Exchange> {
-            let work = async {
-                let mut response = request.send().await.map_err(transport)?;
-                let status = response.status();
-                let headers = response.headers().clone();
-                let mut body = Vec::new();
-                if status.is_success() || body_on_error {
-                    if let Some(declared) = response.content_length()
-                        && declared > cap as u64
-                    {
-                        return Err(Exchange::TooLarge { declared: Some(declared) });
-                    }
-                    while let Some(chunk) = response.chunk().await.map_err(transport)? {
-                        if body.len() + chunk.len() > cap {
-                            return Err(Exchange::TooLarge { declared: None });
-                        }
-                        body.extend_from_slice(&chunk);
-                    }
-                }
-                Ok(Reply { status, headers, body })
-            };
-            match tokio::time::timeout(Duration::from_millis(self.timeout_ms), work).await {
-                Ok(result) => result,
-                Err(_) => Err(Exchange::Transport(format!("timed out after {} ms", self.timeout_ms))),
-            }
-        }
-    }
-
-    /// Why an exchange gave no usable reply.
-    enum Exchange {
-        /// No reply (connection, TLS, timeout…), described without the URL.
-        Transport(String),
-        /// The body is larger than allowed.
-        TooLarge { declared: Option<u64> },
-    }
-
-    struct Reply {
-        status: StatusCode,
-        headers: HeaderMap,
-        body: Vec<u8>,
-    }
-
-    /// A reqwest error as text, without the URL it quotes (which may hold the
-    /// token) and with its causes, which say what actually went wrong.
-    fn transport(error: reqwest::Error) -> Exchange {
-        let error = error.without_url();
-        let mut text = error.to_string();
-        let mut source = std::error::Error::source(&error);
-        while let Some(cause) = source {
-            let cause_text = cause.to_string();
-            if !text.contains(&cause_text) {
-                text.push_str(": ");
-                text.push_str(&cause_text);
-            }
-            source = cause.source();
-        }
-        Exchange::Transport(text)
-    }
-
-    /// A downloaded file.
-    #[derive(Debug)]
-    pub(crate) struct Download {
-        headers: HeaderMap,
-        /// The file's content.
-        pub(crate) bytes: Vec<u8>,
-    }
-
-    impl Download {
-        /// A reply header as text, if present, readable and not empty.
-        pub(crate) fn header(&self, name: &str) -> Option<String> {
-            self.headers.get(name).and_then(|value| value.to_str().ok()).filter(|v| !v.is_empty()).map(str::to_owned)
-        }
-    }
-
-    /// `maxBytes`, `includeBase64`, `includeDataUrl` and `savePath` of a download.
-    #[derive(Debug)]
-    pub(crate) struct DownloadOptions {
-        max_bytes: usize,
-        include_base64: bool,
-        include_data_url: bool,
-        save_path: Option<PathBuf>,
-    }
-
-    /// The result fields about a downloaded file's content.
-    #[derive(Debug)]
-    pub(crate) struct FileOutput {
-        /// Where it was saved, or null.
-        pub(crate) saved_path: JsonValue,
-        /// Its content in base64, or null.
-        pub(crate) base64: JsonValue,
-        /// A `data:` URL of it, or null.
-        pub(crate) data_url: JsonValue,
-    }
-
-    impl DownloadOptions {
-        /// Reads and checks the options; `savePath` must resolve inside the
-        /// workdir (or an operator-allowed root), checked before any download.
-        pub(crate) fn from_input(
-            ctx: &ToolContext,
-            settings: &BaseSettings,
-            input: &JsonObject,
-        ) -> Result<Self, ToolFailure> {
-            let raw = args::optional_number(input, "maxBytes")?.unwrap_or(DEFAULT_MAX_BYTES);
-            if !raw.is_finite() || raw <= 0.0 {
-                return Err(invalid("'maxBytes' must be a positive number", "Omit 'maxBytes' for 3000000 bytes."));
-            }
-            let max_bytes = raw.trunc();
-            if !(1.0..=MAX_MAX_BYTES).contains(&max_bytes) {
-                return Err(invalid(
-                    format!("'maxBytes' must be between 1 and {MAX_MAX_BYTES}"),
-                    "Omit 'maxBytes' for 3000000 bytes.",
-                ));
-            }
-            let save_path = match optional_trimmed(input, "savePath")? {
-                Some(path) => {
-                    let resolved = crate::paths::resolve_confined(ctx.workdir(), &settings.extra_fs_roots, &path)?;
-                    // Checked now, before the download; a directory (the
-                    // workdir itself, say) would also put the temporary file
-                    // in its parent.
-                    if resolved.is_dir() {
-                        return Err(invalid(
-                            format!("'savePath' ({path}) is a directory"),
-                            "Name the file to create, e.g. \"downloads/photo.jpg\".",
-                        ));
-                    }
-                    Some(resolved)
-                }
-                None => None,
-            };
-            Ok(Self {
-                // In 1..=20_000_000, so exact.
-                max_bytes: max_bytes as usize,
-                include_base64: args::optional_bool(input, "includeBase64")?.unwrap_or(true),
-                include_data_url: args::optional_bool(input, "includeDataUrl")?.unwrap_or(true),
-                save_path,
-            })
-        }
-
-        /// Saves `bytes` if asked, and encodes them as asked.
-        pub(crate) async fn finish(
-            &self,
-            api: &Api,
-            bytes: &[u8],
-            content_type: Option<&str>,
-        ) -> Result<FileOutput, ToolFailure> {
-            let saved_path = match &self.save_path {
-                Some(path) => {
-                    save(path, bytes).await.map_err(|error| {
-                        api.fail(
-                            E_FILE_WRITE,
-                            &format!("could not save the downloaded file to {}: {error}", path.display()),
-                            "Choose a 'savePath' for a file (not a directory) inside the working directory.",
-                        )
-                    })?;
-                    JsonValue::from(path.to_string_lossy().into_owned())
-                }
-                None => JsonValue::Null,
-            };
-            let base64 = self.include_base64.then(|| STANDARD.encode(bytes));
-            let data_url = match (&base64, content_type) {
-                (Some(encoded), Some(content_type)) if self.include_data_url && !bytes.is_empty() => {
-                    JsonValue::from(format!("data:{content_type};base64,{encoded}"))
-                }
-                _ => JsonValue::Null,
-            };
-            Ok(FileOutput { saved_path, base64: base64.map_or(JsonValue::Null, JsonValue::from), data_url })
-        }
-    }
-
-    /// Writes `bytes` to `path` through a temporary file in the same
-    /// directory, so that a crash never leaves half a file under `path`.
-    async fn save(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-        let (Some(parent), Some(_)) = (path.parent(), path.file_name()) else {
-            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "the path names no file"));
-        };
-        tokio::fs::create_dir_all(parent).await?;
-        // Unique per process and call, so that concurrent saves never share one.
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let serial = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        // Not derived from the name, which may already be as long as a name can be.
-        let temporary = parent.join(format!(".goondan-download-{}-{serial}.part", std::process::id()));
-        let written = async {
-            tokio::fs::write(&temporary, bytes).await?;
-            tokio::fs::rename(&temporary, path).await
-        }
-        .await;
-        if written.is_err() {
-            let _ = tokio::fs::remove_file(&temporary).await;
-        }
-        written
-    }
-
-    /// `timeoutMs`: positive, 15000 by default.
-    fn timeout_ms(input: &JsonObject) -> Result<u64, ToolFailure> {
-        let raw = args::optional_number(input, "timeoutMs")?.unwrap_or(DEFAULT_TIMEOUT_MS);
-        if !raw.is_finite() || raw <= 0.0 {
-            return Err(invalid("'timeoutMs' must be a positive number", "Omit 'timeoutMs' for 15000 ms."));
-        }
-        // Saturating; below one millisecond still waits one.
-        Ok((raw.trunc() as u64).max(1))
-    }
-
-    fn token(
-        service: &Service,
-        settings: &BaseSettings,
-        input: &JsonObject,
-    ) -> Result<(String, TokenSource), ToolFailure> {
-        if let Some(token) = args::optional_string(input, "token")?.filter(|token| !token.is_empty()) {
-            return Ok((token.to_owned(), TokenSource::Input));
-        }
-        if let Some((var, token)) = settings.first_env(service.token_vars) {
-            return Ok((token.to_owned(), TokenSource::Env(var.to_owned())));
-        }
-        let vars = service.token_vars.join("/");
-        Err(ToolFailure::with_code(
-            format!("{} bot token not found. Provide 'token' or set {vars}.", service.name),
-            E_TOKEN_MISSING,
-        )
-        .named("TokenMissingError")
-        .suggest(format!(
-            "Ask the operator to set {} in the environment of the Goondan runtime, or pass 'token'.",
-            service.token_vars.first().copied().unwrap_or("the token variable")
-        )))
-    }
-
-    fn configured_base_url(service: &Service, settings: &BaseSettings) -> Result<String, ToolFailure> {
-        let Some(raw) = settings.env.get(service.base_url_var) else {
-            return Ok(service.default_base_url.to_owned());
-        };
-        normalize_base_url(raw).map_err(|why| {
-            ToolFailure::with_code(
-                format!("{} ({raw}) cannot be used as the {} API base URL: {why}", service.base_url_var, service.name),
-                E_CONFIG,
-            )
-            .suggest(format!(
-                "Ask the operator to set {} to an http(s) URL such as {}, or to unset it.",
-                service.base_url_var, service.default_base_url
-            ))
-        })
-    }
-
-    fn destination_refused(service: &Service, var: &str, requested: &str, configured: &str) -> ToolFailure {
-        ToolFailure::with_code(
-            format!(
-                "refusing to send the operator's {name} token (from {var}) to {requested}: a base URL given in \
-                 'apiBaseUrl' only receives a token given in the same call, and the operator's token only goes to \
-                 {configured}",
-                name = service.name
-            ),
-            E_TOKEN_DESTINATION_REFUSED,
-        )
-        .named("TokenDestinationRefusedError")
-        .suggest(format!(
-            "Omit 'apiBaseUrl' to use {configured}. Another {name} API endpoint needs its own 'token' in the call, or \
-             the operator's {base_var} setting.",
-            name = service.name,
-            base_var = service.base_url_var
-        ))
-    }
-}
-
-/// A local HTTP server that records every request, for the tests of the
-/// `telegram` and `slack` tools.
-#[cfg(test)]
-pub(crate) mod test_server {
-    use std::collections::BTreeMap;
-    use std::sync::{Arc, Mutex, PoisonError};
-
-    use axum::body::Bytes;
-    use axum::http::{HeaderMap, Method, StatusCode, Uri};
-    use axum::response::{IntoResponse, Response};
-    use goondan_core::{JsonObject, JsonValue, ToolCall, ToolResult};
-    use goondan_tools::{ToolCatalog, ToolContext, ToolExecutor, ToolRegistry};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-    use crate::BaseSettings;
-
-    /// One request as the server received it.
-    #[derive(Debug, Clone)]
-    pub(crate) struct Recorded {
-        pub(crate) method: String,
-        /// Path and query.
-        pub(crate) target: String,
-        pub(crate) headers: Vec<(String, String)>,
-        pub(crate) body: Vec<u8>,
-    }
-
-    impl Recorded {
-        /// The value of header `name` (lower case), if sent once or more.
-        pub(crate) fn header(&self, name: &str) -> Option<&str> {
-            self.headers.iter().find(|(key, _)| key == name).map(|(_, value)| value.as_str())
-        }
-
-        /// The body as JSON (null if it is not).
-        pub(crate) fn json(&self) -> JsonValue {
-            serde_json::from_slice(&self.body).unwrap_or(JsonValue::Null)
-        }
-    }
-
-    /// What the server answers.
-    #[derive(Debug, Clone)]
-    pub(crate) struct Answer {
-        pub(crate) status: u16,
-        pub(crate) headers: Vec<(&'static str, String)>,
-        pub(crate) body: Vec<u8>,
-    }
-
-    /// A 200 JSON answer.
-    pub(crate) fn json_answer(value: JsonValue) -> Answer {
-        status_json_answer(200, value)
-    }
-
-    /// A JSON answer with `status`.
-    pub(crate) fn status_json_answer(status: u16, value: JsonValue) -> Answer {
-        Answer {
-            status,
-            headers: vec![("content-type", "application/json".to_owned())],
-            body: value.to_string().into_bytes(),
-        }
-    }
-
-    type Responder = dyn Fn(&Recorded) -> Answer + Send + Sync;
-
-    /// A recording server on 127.0.0.1; stops when dropped.
-    pub(crate) struct TestServer {
-        /// `http://127.0.0.1:<port>`.
-        pub(crate) base: String,
-        requests: Arc<Mutex<Vec<Recorded>>>,
-        task: tokio::task::JoinHandle<()>,
-    }
-
-    impl Drop for TestServer {
-        fn drop(&mut self) {
-            self.task.abort();
-        }
-    }
-
-    impl TestServer {
-        /// Starts a server answering every request with `respond`.
-        pub(crate) async fn start(respond: impl Fn(&Recorded) -> Answer + Send + Sync + 'static) -> Self {
-            let requests: Arc<Mutex<Vec<Recorded>>> = Arc::default();
-            let respond: Arc<Responder> = Arc::new(respond);
-            let log = Arc::clone(&requests);
-            let app = axum::Router::new().fallback(move |method: Method, uri: Uri, headers: HeaderMap, body: Bytes| {
-                let log = Arc::clone(&log);
-                let respond = Arc::clone(&respond);
-                async move {
-                    let recorded = Recorded {
-                        method: method.to_string(),
-                        target: uri.path_and_query().map_or_else(|| uri.path().to_owned(), ToString::to_string),
-                        headers: headers
-                            .iter()
-                            .map(|(name, value)| {
-                                (name.as_str().to_owned(), String::from_utf8_lossy(value.as_bytes()).into_owned())
-                            })
-                            .collect(),
-                        body: body.to_vec(),
-                    };
-                    let answer = respond(&recorded);
-                    log.lock().unwrap_or_else(PoisonError::into_inner).push(recorded);
-                    let mut response: Response = answer.body.into_response();
-                    *response.status_mut() = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::OK);
-                    // Only the answer's own headers: no default content type.
-                    response.headers_mut().remove(axum::http::header::CONTENT_TYPE);
-                    for (name, value) in answer.headers {
-                        if let Ok(value) = value.parse() {
-                            response.headers_mut().insert(name, value);
-                        }
-                    }
-                    response
-                }
-            });
-            let Ok(listener) = tokio::net::TcpListener::bind("127.0.0.1:0").await else { panic!("bind 127.0.0.1:0") };
-            let Ok(address) = listener.local_addr() else { panic!("local_addr") };
-            let task = tokio::spawn(async move {
-                let _ = axum::serve(listener, app).await;
-            });
-            Self { base: format!("http://{address}"), requests, task }
-        }
-
-        /// The requests received so far.
-        pub(crate) fn requests(&self) -> Vec<Recorded> {
-            self.requests.lock().unwrap_or_else(PoisonError::into_inner).clone()
-        }
-
-        /// The only request received.
-        pub(crate) fn single(&self) -> Recorded {
-            let mut requests = self.requests();
-            assert_eq!(requests.len(), 1, "expected exactly one request, got {requests:?}");
-            requests.remove(0)
-        }
-    }
-
-    /// A server that answers POST requests with `api_reply` (when given) and
-    /// every other request with an endless chunked body (no content-length),
-    /// until the client goes away.
-    pub(crate) async fn endless_server(api_reply: Option<JsonValue>) -> (String, tokio::task::JoinHandle<()>) {
-        let Ok(listener) = tokio::net::TcpListener::bind("127.0.0.1:0").await else { panic!("bind") };
-        let Ok(address) = listener.local_addr() else { panic!("local_addr") };
-        let task = tokio::spawn(async move {
-            while let Ok((mut socket, _)) = listener.accept().await {
-                let api_reply = api_reply.clone();
-                tokio::spawn(async move {
-                    let mut request = [0_u8; 4096];
-                    let Ok(read) = socket.read(&mut request).await else { return };
-                    if let Some(reply) = api_reply.filter(|_| request[..read].starts_with(b"POST")) {
-                        let body = reply.to_string();
-                        let answer = format!(
-                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                            body.len()
-                        );
-                        let _ = socket.write_all(answer.as_bytes()).await;
-                        return;
-                    }
-                    let head = "HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n";
-                    if socket.write_all(head.as_bytes()).await.is_err() {
-                        return;
-                    }
-                    let chunk = vec![b'x'; 64 * 1024];
-                    let mut frame = format!("{:x}\r\n", chunk.len()).into_bytes();
-                    frame.extend_from_slice(&chunk);
-                    frame.extend_from_slice(b"\r\n");
-                    // 100 MB at most, in case the client never stops.
-                    for _ in 0..1600 {
-                        if socket.write_all(&frame).await.is_err() {
-                            return;
-                        }
-                    }
-                });
-            }
-        });
-        (format!("http://{address}"), task)
-    }
-
-    /// The base URL of a 127.0.0.1 port nobody listens on.
-    pub(crate) async fn closed_base() -> String {
-        let Ok(listener) = tokio::net::TcpListener::bind("127.0.0.1:0").await else { panic!("bind") };
-        let Ok(address) = listener.local_addr() else { panic!("local_addr") };
-        drop(listener);
-        format!("http://{address}")
-    }
-
-    /// Settings with these environment values.
-    pub(crate) fn settings_with(env: &[(&str, &str)]) -> Arc<BaseSettings> {
-        let env: BTreeMap<String, String> = env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
-        Arc::new(BaseSettings { env, ..BaseSettings::default() })
-    }
-
-    /// `settings` with loopback on the SSRF allow-list (`GOONDAN_HTTP_ALLOW=127.0.0.1`),
-    /// so a model-chosen `apiBaseUrl` may point at a test server.
-    pub(crate) fn allowing_loopback(settings: &Arc<BaseSettings>) -> Arc<BaseSettings> {
-        Arc::new(BaseSettings { http_allow: vec!["127.0.0.1".to_owned()], ..(**settings).clone() })
-    }
-
-    /// Runs `tool.export` with `input` in `workdir`.
-    pub(crate) async fn run_in(
-        tool: &str,
-        export: &str,
-        settings: &Arc<BaseSettings>,
-        workdir: &std::path::Path,
-        input: JsonValue,
-    ) -> goondan_tools::HandlerResult {
-        let Some(handler) = crate::native_handler(tool, export, settings) else { panic!("no handler {tool}.{export}") };
-        let ctx: ToolContext = crate::args::test_support::context_in(&format!("{tool}__{export}"), workdir);
-        let input: JsonObject = crate::args::test_support::object(input);
-        handler.call(&ctx, &input).await
-    }
-
-    /// Runs `tool.export` with `input` in the temp directory.
-    pub(crate) async fn run(
-        tool: &str,
-        export: &str,
-        settings: &Arc<BaseSettings>,
-        input: JsonValue,
-    ) -> goondan_tools::HandlerResult {
-        run_in(tool, export, settings, std::env::temp_dir().as_path(), input).await
-    }
-
-    /// Runs `call` through a real executor whose registry and catalog hold
-    /// every export of `tool` from the built-in package's manifest.
-    pub(crate) async fn execute(tool: &str, settings: &Arc<BaseSettings>, export: &str, args: JsonValue) -> ToolResult {
-        let Some(resource) = goondan_config::base_package().tools().find(|t| t.name() == tool) else {
-            panic!("no {tool} in the base package")
-        };
-        let mut registry = ToolRegistry::new();
-        let mut catalog = ToolCatalog::new();
-        for item_export in &resource.spec.exports {
-            let item = goondan_tools::assembly::export_item(resource, item_export);
-            let Some(handler) = crate::native_handler(tool, &item_export.name, settings) else {
-                panic!("no handler for {tool}.{}", item_export.name)
-            };
-            if let Err(error) = registry.register(item.clone(), handler) {
-                panic!("{error}");
-            }
-            catalog.insert(item);
-        }
-        let executor = ToolExecutor::new(Arc::new(registry));
-        let ctx = crate::args::test_support::context(&format!("{tool}__{export}"));
-        let call = ToolCall::new("call-1", format!("{tool}__{export}"), crate::args::test_support::object(args));
-        executor.execute(call, ctx.scope(), &Arc::new(catalog)).await
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -1249,16 +364,16 @@ mod tests {
     use goondan_core::{JsonValue, ToolStatus};
     use serde_json::json;
 
-    use super::bot_api::{
+    use crate::BaseSettings;
+    use crate::bot_api::{
         E_FILE_TOO_LARGE, E_INVALID_ARGS, E_TOKEN_DESTINATION_REFUSED, E_TOKEN_INVALID, E_TOKEN_MISSING,
     };
-    use super::test_server::{
-        Answer, TestServer, allowing_loopback, closed_base, endless_server, execute, json_answer, run, run_in,
-        settings_with, status_json_answer,
-    };
-    use crate::BaseSettings;
-    use crate::args::test_support::{err, ok};
     use crate::paths::E_PATH_OUTSIDE_WORKDIR;
+    use crate::test_http::{
+        Answer, TestServer, allowing_loopback, closed_base, endless_server, json_answer, settings_with,
+        status_json_answer,
+    };
+    use crate::test_support::{assert_no_token, err, execute, ok, run, run_in};
 
     const ENV_TOKEN: &str = "123456:ENV-secret_token";
 
@@ -1269,11 +384,6 @@ mod tests {
         let settings =
             settings_with(&[("TELEGRAM_API_BASE_URL", server.base.as_str()), ("TELEGRAM_BOT_TOKEN", ENV_TOKEN)]);
         (server, settings)
-    }
-
-    fn assert_no_token(value: &impl std::fmt::Debug, token: &str) {
-        let text = format!("{value:?}");
-        assert!(!text.contains(token), "token leaked: {text}");
     }
 
     #[tokio::test]
@@ -1418,7 +528,7 @@ mod tests {
         for bad in [json!(0), json!(-3), json!(1.5), json!("12a"), json!(""), json!("-4")] {
             for export in ["edit", "delete", "react"] {
                 let input = json!({"chatId": 1, "messageId": bad, "text": "x", "emoji": "👍"});
-                let mut input = crate::args::test_support::object(input);
+                let mut input = crate::test_support::object(input);
                 if export != "edit" {
                     input.shift_remove("text");
                 }
@@ -1684,6 +794,32 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_operator_token_never_goes_to_the_default_base_url_when_another_is_configured() {
+        // The operator runs its own Bot API server: the token must not go to
+        // the public one either, just because the model names it.
+        let (operator, settings) = telegram(json!(true)).await;
+        for base in ["https://api.telegram.org", "https://api.telegram.org/"] {
+            let failure =
+                err(run("telegram", "setChatAction", &settings, json!({"chatId": 1, "apiBaseUrl": base})).await);
+            assert_eq!(failure.code.as_deref(), Some(E_TOKEN_DESTINATION_REFUSED), "{base}: {failure:?}");
+            assert!(failure.message.contains(&operator.base), "{}", failure.message);
+            assert_no_token(&failure, ENV_TOKEN);
+        }
+        assert!(operator.requests().is_empty());
+    }
+
+    #[tokio::test]
+    async fn results_never_carry_the_token() {
+        // A reply that quotes the token (an echoing proxy, a message that
+        // contains it): the model gets it redacted.
+        let (server, settings) = telegram(json!({"message_id": 5, "text": format!("token is {ENV_TOKEN}")})).await;
+        let output = ok(run("telegram", "send", &settings, json!({"chatId": 1, "text": "x"})).await);
+        assert_eq!(output["text"], json!("token is <redacted>"));
+        assert_no_token(&output, ENV_TOKEN);
+        assert_eq!(server.single().target, format!("/bot{ENV_TOKEN}/sendMessage"));
+    }
+
+    #[tokio::test]
     async fn a_token_from_the_input_may_go_to_a_base_url_from_the_input() {
         let (operator, settings) = telegram(json!(true)).await;
         let settings = allowing_loopback(&settings);
@@ -1733,6 +869,27 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn an_unusable_operator_base_url_is_reported_without_its_secrets() {
+        for base in [
+            "https://bot:s3cret@proxy.example/tg",
+            "https://proxy.example/tg?key=s3cret",
+            "https://proxy.example/tg#s3cret",
+        ] {
+            let settings = settings_with(&[("TELEGRAM_API_BASE_URL", base), ("TELEGRAM_BOT_TOKEN", ENV_TOKEN)]);
+            let failure = err(run("telegram", "setChatAction", &settings, json!({"chatId": 1})).await);
+            assert_eq!(failure.code.as_deref(), Some("E_TOOL_CONFIG"), "{base}");
+            assert!(
+                failure.message.starts_with(
+                    "TELEGRAM_API_BASE_URL (https://proxy.example/tg, credentials, query and fragment hidden) cannot be used"
+                ),
+                "{}",
+                failure.message
+            );
+            assert_no_token(&failure, "s3cret");
+        }
+    }
+
     /// A Bot API server with one file `photos/file_1.jpg` of `size` bytes.
     async fn file_server(size: usize) -> TestServer {
         TestServer::start(move |request| {
@@ -1753,8 +910,8 @@ mod tests {
     async fn download_file_resolves_then_downloads() {
         let server = file_server(4).await;
         let settings = settings_with(&[("TELEGRAM_API_BASE_URL", &server.base), ("TELEGRAM_BOT_TOKEN", ENV_TOKEN)]);
-        let Ok(dir) = tempfile::tempdir() else { panic!("tempdir") };
-        let Ok(workdir) = std::fs::canonicalize(dir.path()) else { panic!("canonicalize") };
+        let dir = crate::test_support::workdir();
+        let workdir = dir.path.clone();
         let output = ok(run_in(
             "telegram",
             "downloadFile",
@@ -1848,16 +1005,40 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn saving_never_writes_through_a_planted_link() {
+        // Links planted under the names a save's temporary file once had
+        // (`.goondan-download-<pid>-<n>.part`, opened without O_EXCL) would
+        // have sent the download outside the workdir.
+        let server = file_server(4).await;
+        let settings = settings_with(&[("TELEGRAM_API_BASE_URL", &server.base), ("TELEGRAM_BOT_TOKEN", ENV_TOKEN)]);
+        let (dir, outside) = (crate::test_support::workdir(), crate::test_support::workdir());
+        let victim = outside.path.join("victim.txt");
+        std::fs::write(&victim, "untouched").unwrap_or_else(|e| panic!("{e}"));
+        std::fs::create_dir(dir.path.join("in")).unwrap_or_else(|e| panic!("{e}"));
+        for serial in 0..256 {
+            let name = format!(".goondan-download-{}-{serial}.part", std::process::id());
+            std::os::unix::fs::symlink(&victim, dir.path.join("in").join(name)).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let input = json!({"fileId": "AgAD", "savePath": "in/photo.jpg", "includeBase64": false});
+        let output = ok(run_in("telegram", "downloadFile", &settings, &dir.path, input).await);
+        let saved = dir.path.join("in/photo.jpg");
+        assert_eq!(output["savedPath"], json!(saved.to_string_lossy()));
+        assert_eq!(std::fs::read_to_string(&victim).ok().as_deref(), Some("untouched"));
+        assert!(std::fs::symlink_metadata(&saved).is_ok_and(|meta| meta.file_type().is_file()));
+        assert_eq!(std::fs::read(&saved).ok(), Some(vec![0xFF; 4]));
+    }
+
+    #[tokio::test]
     async fn download_file_checks_its_inputs_and_get_file_reply() {
         let server = file_server(4).await;
         let settings = settings_with(&[("TELEGRAM_API_BASE_URL", &server.base), ("TELEGRAM_BOT_TOKEN", ENV_TOKEN)]);
-        let Ok(dir) = tempfile::tempdir() else { panic!("tempdir") };
+        let dir = crate::test_support::workdir();
         for path in ["../escape.jpg", "/etc/passwd"] {
             let failure = err(run_in(
                 "telegram",
                 "downloadFile",
                 &settings,
-                dir.path(),
+                &dir.path,
                 json!({"fileId": "AgAD", "savePath": path}),
             )
             .await);
@@ -1872,7 +1053,7 @@ mod tests {
                 "telegram",
                 "downloadFile",
                 &settings,
-                dir.path(),
+                &dir.path,
                 json!({"fileId": "AgAD", "savePath": path}),
             )
             .await);
@@ -1889,7 +1070,7 @@ mod tests {
                 "telegram",
                 "downloadFile",
                 &Arc::new(proc_settings),
-                dir.path(),
+                &dir.path,
                 json!({"fileId": "AgAD", "savePath": "/proc/goondan-download-test.jpg"}),
             )
             .await);
@@ -1943,6 +1124,6 @@ mod tests {
 
     #[test]
     fn unknown_export() {
-        assert!(super::handler("sendPhoto", &crate::args::test_support::settings()).is_none());
+        assert!(super::handler("sendPhoto", &crate::test_support::settings()).is_none());
     }
 }

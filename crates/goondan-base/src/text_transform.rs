@@ -8,6 +8,11 @@
 //!   and booleans.
 //! - `trim{text, mode?}`: whitespace off the start, end or both.
 //! - `case{text, to}`: upper or lower case.
+//!
+//! `replace` with `all` and `join` multiply their inputs (every match gets a
+//! copy of `replacement`, every gap a copy of `delimiter`); a result larger
+//! than [`MAX_RESULT_BYTES`] is refused before it is built, so that a few
+//! kilobytes of input cannot ask for gigabytes of memory.
 
 use std::sync::Arc;
 
@@ -16,6 +21,20 @@ use goondan_tools::{HandlerResult, ToolContext, ToolFailure, ToolHandler, sync_h
 use serde_json::json;
 
 use crate::args;
+
+/// The largest result `replace` and `join` build: 16 MiB.
+pub const MAX_RESULT_BYTES: usize = 16 * 1024 * 1024;
+
+/// Refuses a result of `len` bytes (saturated) larger than [`MAX_RESULT_BYTES`].
+fn check_result_len(export: &str, len: usize) -> Result<(), ToolFailure> {
+    if len > MAX_RESULT_BYTES {
+        return Err(ToolFailure::new(format!(
+            "the result of {export} would be {len} bytes, more than the limit of {MAX_RESULT_BYTES}"
+        ))
+        .suggest("Work on smaller pieces of text, or use a shorter replacement or delimiter."));
+    }
+    Ok(())
+}
 
 /// The handler of `export`, or `None` if the tool has no such export.
 pub fn handler(export: &str) -> Option<Arc<dyn ToolHandler>> {
@@ -40,7 +59,10 @@ fn replace(_ctx: &ToolContext, input: &JsonObject) -> HandlerResult {
             .suggest("Pass the text to look for in 'search'; to insert text, use 'join' or 'slice'."));
     }
     let (result, replacements) = if all {
-        (text.replace(search, replacement), text.matches(search).count())
+        let count = text.matches(search).count();
+        let len = (text.len() - count * search.len()).saturating_add(count.saturating_mul(replacement.len()));
+        check_result_len("replace", len)?;
+        (text.replace(search, replacement), count)
     } else {
         (text.replacen(search, replacement, 1), usize::from(text.contains(search)))
     };
@@ -93,35 +115,19 @@ fn join(_ctx: &ToolContext, input: &JsonObject) -> HandlerResult {
     let delimiter = args::optional_string(input, "delimiter")?.unwrap_or("\n");
     let strings = parts
         .iter()
-        .map(|part| match part {
-            JsonValue::String(text) => Ok(text.clone()),
-            JsonValue::Number(number) => Ok(js_number(number)),
-            JsonValue::Bool(flag) => Ok(flag.to_string()),
-            _ => Err(ToolFailure::new("'parts' must contain only string/number/boolean values")
-                .suggest("Convert other values to strings before joining them.")),
+        .map(|part| {
+            args::scalar_text(part).ok_or_else(|| {
+                ToolFailure::new("'parts' must contain only string/number/boolean values")
+                    .suggest("Convert other values to strings before joining them.")
+            })
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let len = strings
+        .iter()
+        .map(String::len)
+        .fold(delimiter.len().saturating_mul(strings.len().saturating_sub(1)), usize::saturating_add);
+    check_result_len("join", len)?;
     Ok(json!({"delimiter": delimiter, "count": strings.len(), "result": strings.join(delimiter)}).into())
-}
-
-/// A number as JavaScript's `String(n)` prints it.
-fn js_number(number: &serde_json::Number) -> String {
-    let Some(value) = number.as_f64().filter(|_| number.is_f64()) else {
-        return number.to_string();
-    };
-    if value == 0.0 {
-        return "0".to_owned(); // also -0
-    }
-    if (1e-6..1e21).contains(&value.abs()) {
-        return value.to_string();
-    }
-    let exponential = format!("{value:e}");
-    match exponential.split_once('e') {
-        Some((mantissa, exponent)) if !exponent.starts_with('-') => {
-            format!("{mantissa}e+{exponent}")
-        }
-        _ => exponential,
-    }
 }
 
 fn trim(_ctx: &ToolContext, input: &JsonObject) -> HandlerResult {
@@ -159,7 +165,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::args::test_support::{call, err, ok};
+    use crate::test_support::{call, err, ok};
 
     fn run(export: &str, input: JsonValue) -> HandlerResult {
         call("text-transform", export, input)
@@ -179,6 +185,30 @@ mod tests {
         // The replacement is literal: no `$&` patterns.
         let output = ok(run("replace", json!({"text": "ab", "search": "a", "replacement": "$&$$"})));
         assert_eq!(output["result"], json!("$&$$b"));
+    }
+
+    #[test]
+    fn results_are_bounded_before_they_are_built() {
+        let text = "a".repeat(100_000);
+        let replacement = "b".repeat(1000);
+        // 100 MB from 101 KB of input: refused.
+        let input = json!({"text": text, "search": "a", "replacement": replacement, "all": true});
+        let failure = err(run("replace", input));
+        assert_eq!(
+            failure.message,
+            format!("the result of replace would be 100000000 bytes, more than the limit of {MAX_RESULT_BYTES}")
+        );
+        assert!(failure.suggestion.is_some());
+        // The first match only, or a replacement that fits, is fine.
+        let output = ok(run("replace", json!({"text": text, "search": "a", "replacement": replacement})));
+        assert_eq!(output["replacements"], json!(1));
+        let output = ok(run("replace", json!({"text": text, "search": "a", "replacement": "bb", "all": true})));
+        assert_eq!(output["result"].as_str().map(str::len), Some(200_000));
+        let parts: Vec<&str> = vec!["x"; 20_000];
+        let failure = err(run("join", json!({"parts": parts, "delimiter": replacement})));
+        assert!(failure.message.starts_with("the result of join would be 20019000 bytes"), "{}", failure.message);
+        let output = ok(run("join", json!({"parts": parts, "delimiter": ","})));
+        assert_eq!(output["result"].as_str().map(str::len), Some(39_999));
     }
 
     #[test]
@@ -314,6 +344,6 @@ mod tests {
     #[test]
     fn unknown_export() {
         assert!(handler("regex").is_none());
-        assert!(crate::native_handler("text-transform", "template", &crate::args::test_support::settings()).is_none());
+        assert!(crate::native_handler("text-transform", "template", &crate::test_support::settings()).is_none());
     }
 }

@@ -50,10 +50,10 @@ mod tests {
     use tokio::time::Instant;
 
     use super::*;
-    use crate::args::test_support::{context, err, object, ok};
+    use crate::test_support::{context, err, object, ok};
 
     async fn run(input: JsonValue) -> (HandlerResult, Duration) {
-        let Some(handler) = crate::native_handler("wait", "seconds", &crate::args::test_support::settings()) else {
+        let Some(handler) = crate::native_handler("wait", "seconds", &crate::test_support::settings()) else {
             panic!("no wait.seconds handler");
         };
         let ctx = context("wait__seconds");
