@@ -186,7 +186,7 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, out: &mut Output) -> Re
         }
         None => interactive(global, &options, &mut agent, &console, &mut history, &root, out).await?,
     };
-    event_log.flush();
+    event_log.flush_and_wait();
     Ok(code)
 }
 

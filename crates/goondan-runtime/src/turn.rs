@@ -315,6 +315,9 @@ impl TurnCore<'_> {
             }
             let extra = serde_json::json!({"stepIndex": step_index, "toolCalls": step.tool_results.len()});
             agent.emit(EventKind::StepCompleted, &trace, step_span, Some(&turn_span_hex), Some(&step_id), Some(&extra));
+            // The step's messages were synced by `commit`; make its events
+            // durable too before the next step begins.
+            agent.events.flush();
 
             if let Some(text) = &step.text {
                 outcome.text = text.clone();
@@ -366,6 +369,7 @@ impl TurnCore<'_> {
             "end": end_name(&outcome.end),
         });
         self.agent.emit(kind, trace, turn_span, None, None, Some(&extra));
+        self.agent.events.flush();
         outcome
     }
 }

@@ -356,3 +356,22 @@ async fn calls_left_unanswered_by_a_crash_get_interrupted_results_first() {
     assert!(matches!(committed[0].data, MessageData::Tool { ref tool_call_id, .. } if tool_call_id == "c2"));
     assert!(matches!(committed[1].data, MessageData::User { ref content } if content == "after"));
 }
+
+#[tokio::test]
+async fn the_event_log_is_flushed_at_every_step_boundary() {
+    #[derive(Default)]
+    struct Flushes(AtomicUsize);
+    impl goondan_tools::EventSink for Flushes {
+        fn emit(&self, _event: &goondan_tools::RuntimeEvent<'_>) {}
+        fn flush(&self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let mut f = fixture(json!([{"toolCalls": [{"name": "echo__say", "args": {"text": "a"}}]}, {"text": "done"}]), 8);
+    let flushes = Arc::new(Flushes::default());
+    f.agent.events = Arc::clone(&flushes) as _;
+    let mut history = Vec::new();
+    let outcome = f.agent.run_turn(&mut history, "go".to_owned(), &Collect::default(), never_cancelled()).await;
+    assert_eq!(outcome.steps, 2);
+    assert_eq!(flushes.0.load(Ordering::SeqCst), 3, "after each of the two steps and at the end of the turn");
+}

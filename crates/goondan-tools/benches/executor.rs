@@ -249,7 +249,7 @@ impl Fixture {
 
     fn input(&self) -> ToolCall {
         if let Some(writer) = &self.writer {
-            writer.flush();
+            writer.flush_and_wait();
         }
         self.call.clone()
     }

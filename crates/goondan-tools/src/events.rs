@@ -176,6 +176,10 @@ pub trait EventSink: Send + Sync {
     fn enabled(&self) -> bool {
         true
     }
+
+    /// Makes every event emitted so far durable before returning (the turn
+    /// loop calls it at step boundaries). Sinks that keep nothing do nothing.
+    fn flush(&self) {}
 }
 
 /// Drops every event.
@@ -217,6 +221,12 @@ impl EventSink for FanoutEventSink {
 
     fn enabled(&self) -> bool {
         !self.sinks.is_empty()
+    }
+
+    fn flush(&self) {
+        for sink in &self.sinks {
+            sink.flush();
+        }
     }
 }
 
@@ -475,8 +485,9 @@ impl JsonLinesEventSink {
         Ok(Self { shared, writer: Some(writer), capacity_bytes })
     }
 
-    /// Waits until every event emitted so far is written and flushed.
-    pub fn flush(&self) {
+    /// Waits until every event emitted so far is written and flushed (and,
+    /// with a syncing writer such as the instance's event log, synced).
+    pub fn flush_and_wait(&self) {
         let Ok(mut state) = self.shared.state.lock() else { return };
         state.flush_requested += 1;
         let wanted = state.flush_requested;
@@ -501,6 +512,10 @@ impl JsonLinesEventSink {
 }
 
 impl EventSink for JsonLinesEventSink {
+    fn flush(&self) {
+        self.flush_and_wait();
+    }
+
     fn emit(&self, event: &RuntimeEvent<'_>) {
         // Events without a call scope are rare (turn and step boundaries):
         // serialize them here, outside the lock.
@@ -665,7 +680,7 @@ mod tests {
         let buffer = SharedBuffer::default();
         let Ok(sink) = JsonLinesEventSink::new(buffer.clone()) else { panic!("writer thread") };
         emit_tool_events(&sink, 3);
-        sink.flush();
+        sink.flush_and_wait();
         let lines = buffer.lines();
         assert_eq!(lines.len(), 3);
         assert_eq!(lines[0]["type"], "tool.completed");
@@ -710,7 +725,7 @@ mod tests {
             extra: Some(&extra),
             call_scope: None,
         });
-        sink.flush();
+        sink.flush_and_wait();
         let lines = buffer.lines();
         assert_eq!(lines.len(), 1);
         assert_eq!(lines[0]["type"], "turn.completed");
