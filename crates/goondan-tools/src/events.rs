@@ -110,6 +110,33 @@ pub struct RuntimeEvent<'a> {
     pub call_scope: Option<&'a Arc<CallScope>>,
 }
 
+impl<'a> RuntimeEvent<'a> {
+    /// A `tool.*` event of a call made in `scope`: the trace, agent, instance,
+    /// turn and step come from the scope, and the parent span is the step's.
+    pub fn tool(
+        kind: EventKind,
+        scope: &'a Arc<CallScope>,
+        span_id: u64,
+        timestamp_ms: u64,
+        data: ToolEventData<'a>,
+    ) -> Self {
+        Self {
+            kind,
+            trace_id: &scope.trace_id,
+            span_id,
+            parent_span_id: Some(&scope.step_span_id),
+            timestamp_ms,
+            agent_name: &scope.agent_name,
+            instance_key: &scope.instance_key,
+            turn_id: &scope.turn_id,
+            step_id: Some(&scope.step_id),
+            tool: Some(data),
+            extra: None,
+            call_scope: Some(scope),
+        }
+    }
+}
+
 impl Serialize for RuntimeEvent<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut map = serializer.serialize_map(None)?;
@@ -422,26 +449,9 @@ impl<'a> Reader<'a> {
                 let tool_call_id: Arc<str> = Arc::from(self.str()??);
                 let tool_name: Arc<str> = Arc::from(self.str()??);
                 let error_code = self.str()?;
-                let event = RuntimeEvent {
-                    kind,
-                    trace_id: &scope.trace_id,
-                    span_id,
-                    parent_span_id: Some(&scope.step_span_id),
-                    timestamp_ms,
-                    agent_name: &scope.agent_name,
-                    instance_key: &scope.instance_key,
-                    turn_id: &scope.turn_id,
-                    step_id: Some(&scope.step_id),
-                    tool: Some(ToolEventData {
-                        tool_call_id: &tool_call_id,
-                        tool_name: &tool_name,
-                        status,
-                        error_code,
-                        duration,
-                    }),
-                    extra: None,
-                    call_scope: None,
-                };
+                let data =
+                    ToolEventData { tool_call_id: &tool_call_id, tool_name: &tool_name, status, error_code, duration };
+                let event = RuntimeEvent::tool(kind, scope, span_id, timestamp_ms, data);
                 Some(
                     serde_json::to_writer(&mut *out, &event)
                         .map_err(io::Error::from)

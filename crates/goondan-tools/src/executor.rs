@@ -216,20 +216,7 @@ impl ToolExecutor {
     }
 
     fn emit(&self, kind: EventKind, span_id: u64, timestamp_ms: u64, scope: &Arc<CallScope>, data: ToolEventData<'_>) {
-        self.events.emit(&RuntimeEvent {
-            kind,
-            trace_id: &scope.trace_id,
-            span_id,
-            parent_span_id: Some(&scope.step_span_id),
-            timestamp_ms,
-            agent_name: &scope.agent_name,
-            instance_key: &scope.instance_key,
-            turn_id: &scope.turn_id,
-            step_id: Some(&scope.step_id),
-            tool: Some(data),
-            extra: None,
-            call_scope: Some(scope),
-        });
+        self.events.emit(&RuntimeEvent::tool(kind, scope, span_id, timestamp_ms, data));
     }
 }
 
