@@ -134,6 +134,11 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, out: &mut Output) -> Re
         .unwrap_or_else(|_| resolve_bundle_file(&global.config));
     let store = InstanceStore::open(&root, &instance_key, &agent_name, &bundle_file)
         .with_context(|| format!("opening instance '{instance_key}' in {}", root.path().display()))?;
+    // One process per instance: a second `gdn run` on it is refused, not interleaved.
+    let _held = match store.lock() {
+        Ok(lock) => lock,
+        Err(error) => return usage_error(out, &error.to_string()),
+    };
     let loaded = store.messages().with_context(|| format!("reading the conversation of '{instance_key}'"))?;
     if loaded.skipped_torn_tail || loaded.skipped_corrupt_lines > 0 {
         tracing::warn!(

@@ -263,3 +263,34 @@ fn ctrl_c_cancels_the_turn_and_leaves_a_valid_conversation() {
     assert_eq!(messages[2]["data"]["result"]["status"], "ok");
     assert_eq!(messages[3]["data"]["result"]["error"]["code"], "E_TOOL_CANCELLED");
 }
+
+#[test]
+fn a_second_run_on_a_busy_instance_is_refused() {
+    let state = temp();
+    let bundle = repo("tests/fixtures/scripted-wait");
+    let bundle_arg = bundle.to_str().unwrap_or_default().to_owned();
+    let first = Command::new(env!("CARGO_BIN_EXE_gdn"))
+        .arg("--state-root")
+        .arg(state.path())
+        .args(["-c", &bundle_arg, "run", "--input", "wait"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
+    let log = state.path().join("instances/default/events.jsonl");
+    let started = std::time::Instant::now();
+    while !std::fs::read_to_string(&log).unwrap_or_default().contains("tool.called")
+        && started.elapsed() < std::time::Duration::from_secs(20)
+    {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let second = gdn(state.path(), &["-c", &bundle_arg, "run", "--input", "me too"]);
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(first.id()).unwrap_or(0));
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+    let _ = first.wait_with_output();
+    assert_eq!(second.status.code(), Some(2), "{}", text(&second.stderr));
+    assert!(text(&second.stderr).contains("in use by another process"), "{}", text(&second.stderr));
+    let messages = lines(&state.path().join("instances/default/messages.jsonl"));
+    assert!(messages.iter().all(|m| m["data"]["content"] != "me too"), "the refused run wrote nothing");
+}

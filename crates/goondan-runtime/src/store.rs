@@ -80,6 +80,16 @@ pub enum StoreError {
         #[source]
         source: io::Error,
     },
+    /// Another process is running the instance.
+    #[error(
+        "instance {key:?} is in use by another process (lock {path}); wait for it to finish or use another --instance-key"
+    )]
+    Busy {
+        /// The instance key.
+        key: String,
+        /// The lock file.
+        path: PathBuf,
+    },
     /// A file's JSON could not be read or written.
     #[error("{op} {path}: {source}")]
     Json {
@@ -237,6 +247,12 @@ fn hex_value(digit: u8) -> Option<u8> {
     }
 }
 
+/// Holds an instance for this process; dropping it releases the lock.
+#[derive(Debug)]
+pub struct InstanceLock {
+    _file: File,
+}
+
 /// The metadata of an instance (its instance.json).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -293,6 +309,8 @@ impl InstanceStore {
     pub const MESSAGES_FILE: &'static str = "messages.jsonl";
     /// The event log of an instance directory.
     pub const EVENTS_FILE: &'static str = "events.jsonl";
+    /// The lock file of an instance directory (see [`InstanceStore::lock`]).
+    pub const LOCK_FILE: &'static str = "lock";
 
     /// Opens the instance `instance_key` under `root`, creating its directory,
     /// instance.json and message log if missing.
@@ -454,6 +472,25 @@ impl InstanceStore {
         self.write_info()
     }
 
+    /// Takes the instance for this process: an exclusive advisory lock on
+    /// `<instance>/lock`, held until the returned guard is dropped (or the
+    /// process ends). A second process asking for the same instance gets
+    /// [`StoreError::Busy`] instead of interleaving its writes.
+    pub fn lock(&self) -> Result<InstanceLock, StoreError> {
+        let path = self.dir.join(Self::LOCK_FILE);
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(StoreError::io("opening the lock file", &path))?;
+        match file.try_lock() {
+            Ok(()) => Ok(InstanceLock { _file: file }),
+            Err(fs::TryLockError::WouldBlock) => Err(StoreError::Busy { key: self.info.instance_key.clone(), path }),
+            Err(fs::TryLockError::Error(error)) => Err(StoreError::io("locking", &path)(error)),
+        }
+    }
+
     /// The event log opened for appending, for a
     /// `goondan_tools::JsonLinesEventSink`: its `flush()` also syncs the file
     /// (only when something was written since the last sync). A torn tail
@@ -591,6 +628,18 @@ pub fn delete_instance(root: &StateRoot, key: &str) -> Result<bool, StoreError> 
                 found: info.instance_key,
             });
         }
+        // Never delete an instance a running process holds.
+        let lock_path = dir.join(InstanceStore::LOCK_FILE);
+        let _held = match File::options().write(true).open(&lock_path) {
+            Ok(file) => match file.try_lock() {
+                Ok(()) => Some(file),
+                Err(fs::TryLockError::WouldBlock) => {
+                    return Err(StoreError::Busy { key: key.to_owned(), path: lock_path });
+                }
+                Err(fs::TryLockError::Error(error)) => return Err(StoreError::io("locking", &lock_path)(error)),
+            },
+            Err(_) => None,
+        };
         fs::remove_dir_all(&dir).map_err(StoreError::io("deleting the instance directory", &dir))?;
     } else {
         fs::remove_file(&dir).map_err(StoreError::io("deleting", &dir))?;

@@ -546,3 +546,22 @@ fn the_event_writer_serves_a_json_lines_sink() {
     assert_eq!(events.first().map(|event| &event["type"]), Some(&json!("turn.started")));
     assert_eq!(events.get(1).map(|event| &event["instanceKey"]), Some(&json!("sink")));
 }
+
+#[test]
+fn an_instance_can_be_held_by_one_lock_at_a_time() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let root = goondan_runtime::store::StateRoot::new(dir.path());
+    let store = goondan_runtime::store::InstanceStore::open(&root, "shared", "a", std::path::Path::new("b.yaml"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let held = store.lock().unwrap_or_else(|e| panic!("{e}"));
+    let again = goondan_runtime::store::InstanceStore::open(&root, "shared", "a", std::path::Path::new("b.yaml"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let busy = again.lock();
+    assert!(matches!(busy, Err(goondan_runtime::store::StoreError::Busy { .. })), "{busy:?}");
+    assert!(busy.err().is_some_and(|e| e.to_string().contains("in use by another process")));
+    // A held instance is not deleted.
+    let refused = goondan_runtime::store::delete_instance(&root, "shared");
+    assert!(matches!(refused, Err(goondan_runtime::store::StoreError::Busy { .. })), "{refused:?}");
+    drop(held);
+    assert!(again.lock().is_ok(), "released when the guard is dropped");
+}
