@@ -4,14 +4,12 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
-use goondan_config::{AgentSpec, Bundle, LoadReport, Resource, load_bundle, resolve_bundle_file};
+use anyhow::Result;
+use goondan_config::{Bundle, LoadReport, load_bundle, resolve_bundle_file};
 use goondan_core::{JsonObject, JsonValue, Message, ToolCall, ToolStatus, ids};
-use goondan_tools::assembly::AgentTools;
+use goondan_runtime::agent::{AgentBuildError, AgentOptions, AgentToolSet, tool_set};
 use goondan_tools::step::{StepContext, prepare_step_catalog};
-use goondan_tools::{
-    CallScope, ExecutorPolicy, MiddlewareChain, ToolCatalog, ToolExecutor, ToolRegistry, TracingEventSink,
-};
+use goondan_tools::{CallScope, ExecutorPolicy, MiddlewareChain, ToolCatalog, ToolExecutor, TracingEventSink};
 
 use crate::cli::{GlobalOptions, ToolCallArgs};
 use crate::exit;
@@ -34,9 +32,7 @@ pub fn validate(global: &GlobalOptions, out: &mut Output) -> Result<u8> {
 /// A bundle, the agent a command works on, and the agent's tools.
 struct AgentSetup {
     bundle: Bundle,
-    agent_name: String,
-    tools: AgentTools,
-    registry: ToolRegistry,
+    tools: AgentToolSet,
 }
 
 /// Loads the bundle and picks the agent, or reports why not (exit 2).
@@ -52,26 +48,22 @@ fn setup(global: &GlobalOptions, agent: Option<&str>, out: &mut Output) -> Resul
     for warning in &report.diagnostics {
         tracing::warn!("{warning}");
     }
-    let chosen: std::result::Result<&Resource<AgentSpec>, String> = match agent {
-        Some(name) => bundle.agent(name).ok_or_else(|| {
-            let known: Vec<&str> = bundle.agents().map(|a| a.name()).collect();
-            format!("no Agent named '{name}' in the bundle (agents: {})", known.join(", "))
-        }),
-        None => bundle.default_agent(),
+    let options = AgentOptions {
+        agent: agent.map(str::to_owned),
+        instance_key: None,
+        workdir: None,
+        env: Arc::new(|name: &str| std::env::var(name).ok()),
+        events: Arc::new(TracingEventSink),
+        call_timeout: None,
     };
-    let agent = match chosen {
-        Ok(agent) => agent,
-        Err(message) => {
+    match tool_set(&bundle, &options) {
+        Ok(tools) => Ok(Ok(AgentSetup { bundle, tools })),
+        Err(AgentBuildError::Agent(message)) => {
             writeln!(out.stderr, "{}error:{} {message}", output::ERROR, output::ERROR.render_reset())?;
-            return Ok(Err(exit::USAGE));
+            Ok(Err(exit::USAGE))
         }
-    };
-    let tools = AgentTools::for_agent(&bundle, agent);
-    let mut registry = ToolRegistry::new();
-    goondan_base::register_native_tools(&mut registry, &tools, &Arc::new(goondan_base::BaseSettings::from_env()))
-        .context("registering built-in tools")?;
-    let agent_name = agent.name().to_owned();
-    Ok(Ok(AgentSetup { bundle, agent_name, tools, registry }))
+        Err(error) => Err(anyhow::Error::new(error).context("registering built-in tools")),
+    }
 }
 
 pub fn report_config_errors(global: &GlobalOptions, report: &LoadReport, out: &mut Output) -> Result<()> {
@@ -86,24 +78,19 @@ pub fn report_config_errors(global: &GlobalOptions, report: &LoadReport, out: &m
 }
 
 /// The catalog of the agent's first step, after step middleware.
-async fn first_step_catalog(setup: &AgentSetup, instance_key: &Arc<str>, turn_id: &Arc<str>) -> ToolCatalog {
+async fn first_step_catalog(setup: &AgentSetup, turn_id: &Arc<str>) -> ToolCatalog {
     // Extensions are not loaded by this build, so the step chain is empty;
     // the catalog still goes through it exactly as a step's would.
     let chain: MiddlewareChain<StepContext, ToolCatalog> = MiddlewareChain::new();
     let ctx = StepContext {
-        agent_name: Arc::from(setup.agent_name.as_str()),
-        instance_key: Arc::clone(instance_key),
+        agent_name: Arc::from(setup.tools.agent_name.as_str()),
+        instance_key: Arc::from(setup.tools.instance_key.as_str()),
         turn_id: Arc::clone(turn_id),
         step_index: 0,
-        tool_catalog: setup.tools.step_catalog(&setup.registry),
+        tool_catalog: setup.tools.tools.step_catalog(&setup.tools.registry),
         metadata: JsonObject::new(),
     };
     prepare_step_catalog(&chain, ctx).await
-}
-
-fn instance_key(bundle: &Bundle) -> Arc<str> {
-    let key = bundle.swarms().find_map(|s| s.spec.instance_key.clone()).unwrap_or_else(|| "default".to_owned());
-    Arc::from(key)
 }
 
 /// `gdn tool list`.
@@ -112,7 +99,7 @@ pub async fn tool_list(global: &GlobalOptions, agent: Option<&str>, out: &mut Ou
         Ok(setup) => setup,
         Err(code) => return Ok(code),
     };
-    let catalog = first_step_catalog(&setup, &instance_key(&setup.bundle), &Arc::from(ids::new_ordered_id())).await;
+    let catalog = first_step_catalog(&setup, &Arc::from(ids::new_ordered_id())).await;
     if global.json {
         writeln!(out.stdout, "{}", serde_json::to_string_pretty(&catalog)?)?;
         return Ok(exit::OK);
@@ -128,7 +115,7 @@ pub async fn tool_list(global: &GlobalOptions, agent: Option<&str>, out: &mut Ou
     )?;
     for item in catalog.iter() {
         let source = item.source().kind.as_str();
-        let runnable = if setup.registry.contains(item.name()) { "" } else { "  (no handler in this build)" };
+        let runnable = if setup.tools.registry.contains(item.name()) { "" } else { "  (no handler in this build)" };
         writeln!(
             out.stdout,
             "{:width$}  {:<10}  {}{}{runnable}{}",
@@ -144,7 +131,7 @@ pub async fn tool_list(global: &GlobalOptions, agent: Option<&str>, out: &mut Ou
         "{}{} tools for agent '{}'{}",
         output::DIM,
         catalog.len(),
-        setup.agent_name,
+        setup.tools.agent_name,
         output::DIM.render_reset()
     )?;
     Ok(exit::OK)
@@ -203,16 +190,15 @@ pub async fn tool_call(global: &GlobalOptions, args: &ToolCallArgs, out: &mut Ou
     };
     let workdir = absolute(args.workdir.as_deref().unwrap_or(setup.bundle.root()));
 
-    let instance_key = instance_key(&setup.bundle);
     let turn_id: Arc<str> = Arc::from(ids::new_ordered_id());
-    let catalog = Arc::new(first_step_catalog(&setup, &instance_key, &turn_id).await);
+    let catalog = Arc::new(first_step_catalog(&setup, &turn_id).await);
     let step_id = ids::new_ordered_id();
     let call = ToolCall::new(format!("call_{}", ids::new_id().replace('-', "")), args.name.as_str(), call_args);
     let message = Message::assistant_tool_calls(step_id.clone(), vec![call.clone()]);
     let span_ids = goondan_core::ids::SpanIdGenerator::new();
     let scope = Arc::new(CallScope {
-        agent_name: Arc::from(setup.agent_name.as_str()),
-        instance_key,
+        agent_name: Arc::from(setup.tools.agent_name.as_str()),
+        instance_key: Arc::from(setup.tools.instance_key.as_str()),
         turn_id,
         step_id: Arc::from(step_id),
         message: Arc::new(message),
@@ -226,7 +212,7 @@ pub async fn tool_call(global: &GlobalOptions, args: &ToolCallArgs, out: &mut Ou
         call_timeout: args.timeout_ms.map(std::time::Duration::from_millis),
     };
     let executor =
-        ToolExecutor::new(Arc::new(setup.registry)).with_policy(policy).with_events(Arc::new(TracingEventSink));
+        ToolExecutor::new(Arc::new(setup.tools.registry)).with_policy(policy).with_events(Arc::new(TracingEventSink));
     let result = executor.execute(call, &scope, &catalog).await;
     // The ToolResult is the output either way; --json keeps it on one line.
     let rendered = if global.json { serde_json::to_string(&result)? } else { serde_json::to_string_pretty(&result)? };

@@ -76,14 +76,56 @@ pub enum AgentBuildError {
 /// named agent or the bundle's default; the explicit key, else the Swarm's
 /// `instanceKey`, else `default`.
 pub fn identity(bundle: &Bundle, options: &AgentOptions) -> Result<(String, String), AgentBuildError> {
+    let (agent, key) = resolve(bundle, options)?;
+    Ok((agent.name().to_owned(), key))
+}
+
+fn resolve<'a>(
+    bundle: &'a Bundle,
+    options: &AgentOptions,
+) -> Result<(&'a Resource<AgentSpec>, String), AgentBuildError> {
     let agent = select_agent(bundle, options)?;
-    let name = agent.name().to_owned();
     let key = options
         .instance_key
         .clone()
-        .or_else(|| swarm_of(bundle, &name).and_then(|s| s.spec.instance_key.clone()))
+        .or_else(|| swarm_of(bundle, agent.name()).and_then(|s| s.spec.instance_key.clone()))
         .unwrap_or_else(|| "default".to_owned());
-    Ok((name, key))
+    Ok((agent, key))
+}
+
+/// An agent's tools: the ones its `spec.tools` declares, and a registry
+/// holding the handlers this build has for them.
+#[derive(Debug)]
+pub struct AgentToolSet {
+    /// The agent.
+    pub agent_name: String,
+    /// The instance key it runs under (see [`identity`]).
+    pub instance_key: String,
+    /// The declared tools, one entry per export.
+    pub tools: AgentTools,
+    /// The executable tools.
+    pub registry: ToolRegistry,
+}
+
+/// The tools of the agent `options` select, without building its model —
+/// for commands that inspect or call tools directly.
+pub fn tool_set(bundle: &Bundle, options: &AgentOptions) -> Result<AgentToolSet, AgentBuildError> {
+    let (agent, instance_key) = resolve(bundle, options)?;
+    tools_of(bundle, agent, instance_key, options)
+}
+
+fn tools_of(
+    bundle: &Bundle,
+    agent: &Resource<AgentSpec>,
+    instance_key: String,
+    options: &AgentOptions,
+) -> Result<AgentToolSet, AgentBuildError> {
+    let tools = AgentTools::for_agent(bundle, agent);
+    let mut registry = ToolRegistry::new();
+    let base_settings = Arc::new(goondan_base::BaseSettings::from_lookup(|v| (options.env)(v)));
+    goondan_base::register_native_tools(&mut registry, &tools, &base_settings)
+        .map_err(|source| AgentBuildError::Tools { agent: agent.name().to_owned(), source })?;
+    Ok(AgentToolSet { agent_name: agent.name().to_owned(), instance_key, tools, registry })
 }
 
 fn select_agent<'a>(bundle: &'a Bundle, options: &AgentOptions) -> Result<&'a Resource<AgentSpec>, AgentBuildError> {
@@ -102,8 +144,7 @@ fn swarm_of<'a>(bundle: &'a Bundle, agent: &str) -> Option<&'a Resource<goondan_
 
 /// Builds the agent loop for `options.agent` of `bundle`.
 pub fn build_agent(bundle: &Bundle, options: &AgentOptions) -> Result<AgentLoop, AgentBuildError> {
-    let agent = select_agent(bundle, options)?;
-    let (_, instance_key) = identity(bundle, options)?;
+    let (agent, instance_key) = resolve(bundle, options)?;
     let name = agent.name().to_owned();
     let model_error = |source| AgentBuildError::Model { agent: name.clone(), source };
 
@@ -128,11 +169,7 @@ pub fn build_agent(bundle: &Bundle, options: &AgentOptions) -> Result<AgentLoop,
     let workdir = options.workdir.clone().unwrap_or_else(|| bundle.root().to_path_buf());
     let workdir = std::fs::canonicalize(&workdir).unwrap_or(workdir);
 
-    let tools = AgentTools::for_agent(bundle, agent);
-    let mut registry = ToolRegistry::new();
-    let base_settings = Arc::new(goondan_base::BaseSettings::from_lookup(|v| (options.env)(v)));
-    goondan_base::register_native_tools(&mut registry, &tools, &base_settings)
-        .map_err(|source| AgentBuildError::Tools { agent: name.clone(), source })?;
+    let AgentToolSet { instance_key, tools, registry, .. } = tools_of(bundle, agent, instance_key, options)?;
     let executor = ToolExecutor::new(Arc::new(registry))
         .with_policy(ExecutorPolicy { allow_registry_calls: false, call_timeout: options.call_timeout })
         .with_events(Arc::clone(&options.events));
