@@ -14,10 +14,12 @@ use serde::{Serialize, Serializer};
 
 use crate::context::CallScope;
 
-/// The name of an event.
+/// The name of an event: one of the runtime's kinds, or an extension's own.
+///
+/// The built-in kinds carry no data, so emitting one stays a copy of a small
+/// value; an extension's kind borrows its name from the emitter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum EventKind {
+pub enum EventKind<'a> {
     /// A turn began.
     TurnStarted,
     /// A turn ended normally.
@@ -34,11 +36,15 @@ pub enum EventKind {
     ToolCompleted,
     /// A tool call ended with `error`.
     ToolFailed,
+    /// An extension's event (`api.events.emit('my.thing', payload)`), named
+    /// as emitted; its payload travels in [`RuntimeEvent::extra`]. Sinks do
+    /// not check the name: the emitter validates it.
+    Custom(&'a str),
 }
 
-impl EventKind {
-    /// Every kind, in discriminant order.
-    pub const ALL: [EventKind; 8] = [
+impl EventKind<'static> {
+    /// Every built-in kind (all but [`EventKind::Custom`]).
+    pub const ALL: [EventKind<'static>; 8] = [
         Self::TurnStarted,
         Self::TurnCompleted,
         Self::TurnFailed,
@@ -48,9 +54,11 @@ impl EventKind {
         Self::ToolCompleted,
         Self::ToolFailed,
     ];
+}
 
-    /// The wire name, e.g. `tool.called`.
-    pub fn as_str(self) -> &'static str {
+impl<'a> EventKind<'a> {
+    /// The wire name, e.g. `tool.called`, or an extension's event name.
+    pub fn as_str(self) -> &'a str {
         match self {
             Self::TurnStarted => "turn.started",
             Self::TurnCompleted => "turn.completed",
@@ -60,6 +68,27 @@ impl EventKind {
             Self::ToolCalled => "tool.called",
             Self::ToolCompleted => "tool.completed",
             Self::ToolFailed => "tool.failed",
+            Self::Custom(name) => name,
+        }
+    }
+
+    /// True for an extension's event.
+    pub fn is_custom(self) -> bool {
+        matches!(self, Self::Custom(_))
+    }
+
+    /// The kind's position in [`EventKind::ALL`]; `None` for a custom kind.
+    fn builtin_index(self) -> Option<u8> {
+        match self {
+            Self::TurnStarted => Some(0),
+            Self::TurnCompleted => Some(1),
+            Self::TurnFailed => Some(2),
+            Self::StepStarted => Some(3),
+            Self::StepCompleted => Some(4),
+            Self::ToolCalled => Some(5),
+            Self::ToolCompleted => Some(6),
+            Self::ToolFailed => Some(7),
+            Self::Custom(_) => None,
         }
     }
 }
@@ -83,7 +112,7 @@ pub struct ToolEventData<'a> {
 #[derive(Debug, Clone, Copy)]
 pub struct RuntimeEvent<'a> {
     /// What happened.
-    pub kind: EventKind,
+    pub kind: EventKind<'a>,
     /// The trace (32 hex digits).
     pub trace_id: &'a str,
     /// This event's span.
@@ -102,7 +131,10 @@ pub struct RuntimeEvent<'a> {
     pub step_id: Option<&'a str>,
     /// Tool details for `tool.*` events.
     pub tool: Option<ToolEventData<'a>>,
-    /// Any other payload (step counts, token usage, …).
+    /// Any other payload (step counts, token usage, an extension's payload):
+    /// an object's fields are written beside the event's own fields (which
+    /// win over a field of the same name); any other value is written as
+    /// `payload`.
     pub extra: Option<&'a JsonValue>,
     /// The scope of the step, when the event belongs to a tool call: lets a
     /// sink keep the event's context with one reference count instead of
@@ -114,7 +146,7 @@ impl<'a> RuntimeEvent<'a> {
     /// A `tool.*` event of a call made in `scope`: the trace, agent, instance,
     /// turn and step come from the scope, and the parent span is the step's.
     pub fn tool(
-        kind: EventKind,
+        kind: EventKind<'a>,
         scope: &'a Arc<CallScope>,
         span_id: u64,
         timestamp_ms: u64,
@@ -132,6 +164,34 @@ impl<'a> RuntimeEvent<'a> {
             step_id: Some(&scope.step_id),
             tool: Some(data),
             extra: None,
+            call_scope: Some(scope),
+        }
+    }
+
+    /// An extension's event `name` with `payload`, emitted while the calls of
+    /// `scope` run (from toolCall middleware or a handler): the trace, agent,
+    /// instance, turn and step come from the scope, and the parent span is
+    /// the step's. Events outside a step are built field by field, as the
+    /// turn loop does.
+    pub fn custom(
+        name: &'a str,
+        payload: &'a JsonValue,
+        scope: &'a Arc<CallScope>,
+        span_id: u64,
+        timestamp_ms: u64,
+    ) -> Self {
+        Self {
+            kind: EventKind::Custom(name),
+            trace_id: &scope.trace_id,
+            span_id,
+            parent_span_id: Some(&scope.step_span_id),
+            timestamp_ms,
+            agent_name: &scope.agent_name,
+            instance_key: &scope.instance_key,
+            turn_id: &scope.turn_id,
+            step_id: Some(&scope.step_id),
+            tool: None,
+            extra: Some(payload),
             call_scope: Some(scope),
         }
     }
@@ -166,12 +226,31 @@ impl Serialize for RuntimeEvent<'_> {
                 map.serialize_entry("duration", &duration_ms(duration))?;
             }
         }
-        if let Some(JsonValue::Object(extra)) = self.extra {
-            for (key, value) in extra {
-                map.serialize_entry(key, value)?;
+        match self.extra {
+            Some(JsonValue::Object(extra)) => {
+                for (key, value) in extra {
+                    // An extension's payload must not forge the event's own
+                    // fields: a reader keeping the last of duplicate keys
+                    // would see its `type` or `traceId` instead.
+                    if !self.writes_field(key) {
+                        map.serialize_entry(key, value)?;
+                    }
+                }
             }
+            Some(other) => map.serialize_entry("payload", other)?,
+            None => {}
         }
         map.end()
+    }
+}
+
+impl RuntimeEvent<'_> {
+    /// Whether the event writes `key` itself (so its `extra` must not).
+    fn writes_field(&self, key: &str) -> bool {
+        const OWN: [&str; 9] =
+            ["type", "traceId", "spanId", "parentSpanId", "timestamp", "agentName", "instanceKey", "turnId", "stepId"];
+        const TOOL: [&str; 5] = ["toolCallId", "toolName", "status", "errorCode", "duration"];
+        OWN.contains(&key) || (self.tool.is_some() && TOOL.contains(&key))
     }
 }
 
@@ -365,14 +444,20 @@ impl Queue {
         }
     }
 
-    fn push_tool_event(&mut self, event: &RuntimeEvent<'_>, scope: &Arc<CallScope>, tool: &ToolEventData<'_>) {
+    fn push_tool_event(
+        &mut self,
+        kind: u8,
+        event: &RuntimeEvent<'_>,
+        scope: &Arc<CallScope>,
+        tool: &ToolEventData<'_>,
+    ) {
         // Consecutive events of one step share their scope entry.
         if !self.scopes.last().is_some_and(|last| Arc::ptr_eq(last, scope)) {
             self.scopes.push(Arc::clone(scope));
         }
         let scope_index = u32::try_from(self.scopes.len() - 1).unwrap_or(NONE_U32);
         self.bytes.push(TAG_TOOL);
-        self.bytes.push(event.kind as u8);
+        self.bytes.push(kind);
         self.put_u32(scope_index);
         self.put_u64(event.span_id);
         self.put_u64(event.timestamp_ms);
@@ -527,11 +612,16 @@ impl EventSink for JsonLinesEventSink {
     }
 
     fn emit(&self, event: &RuntimeEvent<'_>) {
-        // Events without a call scope are rare (turn and step boundaries):
-        // serialize them here, outside the lock.
-        let line = match (event.call_scope, &event.tool) {
-            (Some(_), Some(_)) => None,
-            _ => match serde_json::to_string(event) {
+        // Only the tool events of a call (two per call, built-in kinds, no
+        // payload) take the compact path. The rest are rare (turn and step
+        // boundaries, extensions' events): serialize them here, outside the lock.
+        let compact = match (event.kind.builtin_index(), event.call_scope, &event.tool, event.extra) {
+            (Some(kind), Some(scope), Some(tool), None) => Some((kind, scope, tool)),
+            _ => None,
+        };
+        let line = match compact {
+            Some(_) => None,
+            None => match serde_json::to_string(event) {
                 Ok(line) => Some(line),
                 Err(error) => {
                     tracing::warn!(target: "goondan::events", "cannot serialize an event: {error}");
@@ -541,10 +631,10 @@ impl EventSink for JsonLinesEventSink {
         };
         let Some(mut queue) = self.queue_with_room() else { return };
         let before = queue.bytes.len();
-        match (&line, event.call_scope, &event.tool) {
-            (Some(line), _, _) => queue.push_line(line),
-            (None, Some(scope), Some(tool)) => queue.push_tool_event(event, scope, tool),
-            (None, _, _) => return,
+        match (&line, compact) {
+            (Some(line), _) => queue.push_line(line),
+            (None, Some((kind, scope, tool))) => queue.push_tool_event(kind, event, scope, tool),
+            (None, None) => return,
         }
         let batch = Self::BATCH_BYTES.min(self.capacity_bytes / 2);
         if before < batch && queue.bytes.len() >= batch {
@@ -740,6 +830,103 @@ mod tests {
         assert_eq!(lines.len(), 1);
         assert_eq!(lines[0]["type"], "turn.completed");
         assert_eq!(lines[0]["stepCount"], 2);
+    }
+
+    /// `api.events.emit('my.thing', {"count": 3, "who": "ext"})` during a call.
+    fn emit_custom(sink: &dyn EventSink, scope: &Arc<CallScope>) {
+        let payload = serde_json::json!({"count": 3, "who": "ext"});
+        let name = String::from("my.thing");
+        sink.emit(&RuntimeEvent::custom(&name, &payload, scope, 7, 11));
+    }
+
+    fn assert_custom(event: &JsonValue) {
+        assert_eq!(event["type"], "my.thing");
+        assert_eq!(event["count"], 3);
+        assert_eq!(event["who"], "ext");
+        assert_eq!(event["spanId"], "0000000000000007");
+        assert_eq!(event["parentSpanId"], "00f067aa0ba902b7");
+        assert_eq!(event["timestamp"], 11);
+        assert_eq!(event["agentName"], "agent");
+        assert_eq!(event["stepId"], "step");
+    }
+
+    #[test]
+    fn a_custom_kind_names_itself() {
+        let name = String::from("my.thing");
+        let kind = EventKind::Custom(&name);
+        assert_eq!(kind.as_str(), "my.thing");
+        assert!(kind.is_custom());
+        assert!(!EventKind::ToolCalled.is_custom());
+        for (index, kind) in EventKind::ALL.iter().enumerate() {
+            assert_eq!(kind.builtin_index().map(usize::from), Some(index));
+        }
+    }
+
+    #[test]
+    fn a_custom_event_reaches_the_memory_sink() {
+        let sink = MemoryEventSink::new();
+        emit_custom(&sink, &scope());
+        let events = sink.events();
+        assert_eq!(events.len(), 1);
+        assert_custom(&events[0]);
+    }
+
+    #[test]
+    fn a_custom_event_reaches_the_json_lines_sink() {
+        let buffer = SharedBuffer::default();
+        let Ok(sink) = JsonLinesEventSink::new(buffer.clone()) else { panic!("writer thread") };
+        let scope = scope();
+        emit_tool_events(&sink, 1);
+        emit_custom(&sink, &scope);
+        emit_tool_events(&sink, 1);
+        sink.flush_and_wait();
+        let lines = buffer.lines();
+        assert_eq!(lines.len(), 3, "in emission order, between the tool events");
+        assert_eq!(lines[0]["type"], "tool.completed");
+        assert_custom(&lines[1]);
+        assert_eq!(lines[2]["type"], "tool.completed");
+    }
+
+    #[test]
+    fn a_custom_event_reaches_every_sink_of_a_fanout() {
+        let memory = Arc::new(MemoryEventSink::new());
+        let buffer = SharedBuffer::default();
+        let Ok(log) = JsonLinesEventSink::new(buffer.clone()) else { panic!("writer thread") };
+        let log = Arc::new(log);
+        let fanout = FanoutEventSink::new(vec![
+            Arc::clone(&memory) as Arc<dyn EventSink>,
+            Arc::new(NoopEventSink),
+            Arc::clone(&log) as Arc<dyn EventSink>,
+        ]);
+        emit_custom(&fanout, &scope());
+        fanout.flush();
+        assert_custom(&memory.events()[0]);
+        assert_custom(&buffer.lines()[0]);
+    }
+
+    #[test]
+    fn a_payload_cannot_overwrite_the_events_own_fields() {
+        let scope = scope();
+        let payload = serde_json::json!({"type": "tool.completed", "traceId": "forged", "toolName": "x", "n": 1});
+        let event = RuntimeEvent::custom("my.thing", &payload, &scope, 1, 2);
+        let Ok(line) = serde_json::to_string(&event) else { panic!("serializable") };
+        assert_eq!(line.matches("\"type\"").count(), 1, "{line}");
+        let Ok(value) = serde_json::from_str::<JsonValue>(&line) else { panic!("{line}") };
+        assert_eq!(value["type"], "my.thing");
+        assert_eq!(value["traceId"], "4bf92f3577b34da6a3ce929d0e0e4736");
+        // Not a tool event: a payload may name a tool.
+        assert_eq!(value["toolName"], "x");
+        assert_eq!(value["n"], 1);
+    }
+
+    #[test]
+    fn a_payload_that_is_not_an_object_is_written_as_payload() {
+        let scope = scope();
+        let payload = serde_json::json!(["a", 1]);
+        let value = serde_json::to_value(RuntimeEvent::custom("my.list", &payload, &scope, 1, 2))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(value["type"], "my.list");
+        assert_eq!(value["payload"], payload);
     }
 
     #[test]
