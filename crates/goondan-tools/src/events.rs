@@ -4,15 +4,17 @@
 //! one copies nothing unless the sink decides to keep it.
 
 use std::io::{self, Write};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use goondan_core::{JsonValue, ToolStatus};
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
+use tokio::sync::oneshot;
 
 use crate::context::CallScope;
+use crate::pipeline::BoxFuture;
 
 /// The name of an event: one of the runtime's kinds, or an extension's own.
 ///
@@ -283,9 +285,21 @@ pub trait EventSink: Send + Sync {
         true
     }
 
-    /// Makes every event emitted so far durable before returning (the turn
-    /// loop calls it at step boundaries). Sinks that keep nothing do nothing.
+    /// Makes every event emitted so far durable before returning. It blocks
+    /// the calling thread: async code awaits [`EventSink::flushed`] instead.
+    /// Sinks that keep nothing do nothing.
     fn flush(&self) {}
+
+    /// A future that resolves once every event emitted before this call is
+    /// durable (written and flushed; synced, for the instance's event log),
+    /// without blocking the thread that awaits it: the turn loop awaits it at
+    /// step boundaries on a runtime thread shared with other tasks. It also
+    /// resolves if the sink can no longer write, so it never hangs. The
+    /// default, for sinks that keep nothing, is ready at once; a sink that
+    /// implements [`EventSink::flush`] implements this too.
+    fn flushed(&self) -> BoxFuture<'static, ()> {
+        Box::pin(std::future::ready(()))
+    }
 }
 
 /// Drops every event.
@@ -333,6 +347,17 @@ impl EventSink for FanoutEventSink {
         for sink in &self.sinks {
             sink.flush();
         }
+    }
+
+    fn flushed(&self) -> BoxFuture<'static, ()> {
+        // Every sink's goal is taken now, so the events emitted before this
+        // call are covered whatever happens while the futures are awaited.
+        let pending: Vec<_> = self.sinks.iter().map(|sink| sink.flushed()).collect();
+        Box::pin(async move {
+            for flushed in pending {
+                flushed.await;
+            }
+        })
     }
 }
 
@@ -387,7 +412,9 @@ impl EventSink for MemoryEventSink {
 /// queue under a short lock — no allocation, no reference counting of the
 /// event's strings, no wake-up of the writer per event. The writer drains the
 /// queue every [`JsonLinesEventSink::FLUSH_INTERVAL`], as soon as a batch has
-/// gathered, on [`JsonLinesEventSink::flush`], and when the sink is dropped.
+/// gathered, on a flush ([`EventSink::flush`] waits for it,
+/// [`EventSink::flushed`] returns a future of it), and when the sink is
+/// dropped.
 /// When the queue is full, `emit` waits for the writer rather than drop an
 /// event.
 pub struct JsonLinesEventSink {
@@ -415,9 +442,14 @@ struct Shared {
 struct Queue {
     bytes: Vec<u8>,
     scopes: Vec<Arc<CallScope>>,
+    /// The sink was dropped, or the writer is gone: nothing more is written.
     closed: bool,
+    /// Flushes asked for so far; a flush's goal is the count after its request.
     flush_requested: u64,
+    /// Goal of the last flush the writer completed.
     flushed: u64,
+    /// Futures of [`EventSink::flushed`] waiting for their goal, in goal order.
+    flush_waiters: Vec<(u64, oneshot::Sender<()>)>,
 }
 
 const TAG_TOOL: u8 = 1;
@@ -582,6 +614,7 @@ impl JsonLinesEventSink {
 
     /// Waits until every event emitted so far is written and flushed (and,
     /// with a syncing writer such as the instance's event log, synced).
+    /// Blocks the thread: async code awaits [`EventSink::flushed`].
     pub fn flush_and_wait(&self) {
         let Ok(mut state) = self.shared.state.lock() else { return };
         state.flush_requested += 1;
@@ -595,20 +628,39 @@ impl JsonLinesEventSink {
         }
     }
 
-    /// Locks the queue once there is room in it.
+    /// Locks the queue once there is room in it; `None` once nothing will
+    /// be written any more (the writer is gone), so events are not queued
+    /// without bound.
     fn queue_with_room(&self) -> Option<std::sync::MutexGuard<'_, Queue>> {
         let mut state = self.shared.state.lock().ok()?;
         while state.bytes.len() >= self.capacity_bytes && !state.closed {
             self.shared.wake_writer.notify_one();
             state = self.shared.progress.wait(state).ok()?;
         }
-        Some(state)
+        (!state.closed).then_some(state)
     }
 }
 
 impl EventSink for JsonLinesEventSink {
     fn flush(&self) {
         self.flush_and_wait();
+    }
+
+    fn flushed(&self) -> BoxFuture<'static, ()> {
+        let (done, finished) = oneshot::channel();
+        if let Ok(mut state) = self.shared.state.lock()
+            && !state.closed
+        {
+            state.flush_requested += 1;
+            let goal = state.flush_requested;
+            state.flush_waiters.push((goal, done));
+            self.shared.wake_writer.notify_one();
+        }
+        // Otherwise `done` is dropped here and the future is ready at once. A
+        // sender dropped by a writer that is gone resolves it too.
+        Box::pin(async move {
+            let _ = finished.await;
+        })
     }
 
     fn emit(&self, event: &RuntimeEvent<'_>) {
@@ -655,10 +707,31 @@ impl Drop for JsonLinesEventSink {
     }
 }
 
+/// Marks the queue closed when the writer thread ends, however it ends (a
+/// panic in the output's `Write`, a poisoned lock), and releases everyone
+/// waiting on it: a flush must never wait for a writer that is gone.
+struct WriterExit<'a>(&'a Shared);
+
+impl Drop for WriterExit<'_> {
+    fn drop(&mut self) {
+        let waiters = {
+            // A poisoned lock still guards a usable queue for this.
+            let mut state = self.0.state.lock().unwrap_or_else(PoisonError::into_inner);
+            state.closed = true;
+            std::mem::take(&mut state.flush_waiters)
+        };
+        // Dropping a sender resolves its future.
+        drop(waiters);
+        self.0.progress.notify_all();
+    }
+}
+
 fn run_writer(shared: &Shared, mut out: io::BufWriter<impl Write>) {
+    let _exit = WriterExit(shared);
     let mut failed = false;
     let mut bytes = Vec::new();
     let mut scopes = Vec::new();
+    let mut done = Vec::new();
     loop {
         let (flush_goal, closed) = {
             let Ok(mut state) = shared.state.lock() else { return };
@@ -694,8 +767,15 @@ fn run_writer(shared: &Shared, mut out: io::BufWriter<impl Write>) {
         scopes.clear();
         if let Ok(mut state) = shared.state.lock() {
             state.flushed = state.flushed.max(flush_goal);
+            let flushed = state.flushed;
+            let reached = state.flush_waiters.partition_point(|(goal, _)| *goal <= flushed);
+            done.extend(state.flush_waiters.drain(..reached));
         }
         shared.progress.notify_all();
+        // Woken outside the lock: a waker may run the awaiting task at once.
+        for (_, waiter) in done.drain(..) {
+            let _ = waiter.send(());
+        }
         if closed {
             // `closed` was read with the batch, and nothing is emitted after it.
             return;
@@ -927,6 +1007,138 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(value["type"], "my.list");
         assert_eq!(value["payload"], payload);
+    }
+
+    /// A writer whose `flush` takes `delay` (a slow disk's sync), counting flushes.
+    #[derive(Clone, Default)]
+    struct SlowSync {
+        buffer: SharedBuffer,
+        delay: Duration,
+        flushes: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl SlowSync {
+        fn new(delay: Duration) -> Self {
+            Self { delay, ..Self::default() }
+        }
+
+        fn flushes(&self) -> usize {
+            self.flushes.load(std::sync::atomic::Ordering::SeqCst)
+        }
+    }
+
+    impl Write for SlowSync {
+        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+            self.buffer.write(bytes)
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            std::thread::sleep(self.delay);
+            self.flushes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(())
+        }
+    }
+
+    /// A writer that fails hard on its first write.
+    struct Panics;
+
+    impl Write for Panics {
+        fn write(&mut self, _bytes: &[u8]) -> io::Result<usize> {
+            panic!("the writer's output broke");
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Awaits `future`, failing the test after 5 s instead of hanging.
+    async fn within_5s(future: BoxFuture<'static, ()>, what: &str) {
+        if tokio::time::timeout(Duration::from_secs(5), future).await.is_err() {
+            panic!("{what}: still pending after 5 s");
+        }
+    }
+
+    #[tokio::test]
+    async fn flushed_resolves_once_the_events_are_written_and_flushed() {
+        let out = SlowSync::new(Duration::from_millis(50));
+        let Ok(sink) = JsonLinesEventSink::new(out.clone()) else { panic!("writer thread") };
+        emit_tool_events(&sink, 3);
+        emit_custom(&sink, &scope());
+        within_5s(sink.flushed(), "flushed").await;
+        assert_eq!(out.buffer.lines().len(), 4, "every event emitted before the call is written");
+        assert!(out.flushes() >= 1, "and the output was flushed (synced) after them");
+    }
+
+    #[tokio::test]
+    async fn flushed_resolves_when_nothing_was_emitted() {
+        let Ok(sink) = JsonLinesEventSink::new(SharedBuffer::default()) else { panic!("writer thread") };
+        within_5s(sink.flushed(), "flushed").await;
+        within_5s(FanoutEventSink::new(Vec::new()).flushed(), "empty fanout").await;
+        within_5s(MemoryEventSink::new().flushed(), "default").await;
+    }
+
+    #[tokio::test]
+    async fn flushed_does_not_block_the_runtime_thread() {
+        // `tokio::test` runs a current-thread runtime: a flush that blocked
+        // this thread would stop the ticker for the writer's whole sync.
+        let out = SlowSync::new(Duration::from_millis(200));
+        let Ok(sink) = JsonLinesEventSink::new(out.clone()) else { panic!("writer thread") };
+        let ticks = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let ticker = tokio::spawn({
+            let ticks = Arc::clone(&ticks);
+            async move {
+                loop {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    ticks.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+        });
+        emit_tool_events(&sink, 1);
+        let started = std::time::Instant::now();
+        within_5s(sink.flushed(), "flushed").await;
+        let waited = started.elapsed();
+        ticker.abort();
+        assert_eq!(out.buffer.lines().len(), 1);
+        assert!(waited >= Duration::from_millis(150), "the flush waited for the slow sync ({waited:?})");
+        let ticks = ticks.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(ticks >= 5, "the other task ran {ticks} times while the flush was pending ({waited:?})");
+    }
+
+    #[tokio::test]
+    async fn flushed_resolves_when_the_sink_is_dropped() {
+        let out = SlowSync::new(Duration::from_millis(20));
+        let Ok(sink) = JsonLinesEventSink::new(out.clone()) else { panic!("writer thread") };
+        emit_tool_events(&sink, 2);
+        let pending = sink.flushed();
+        drop(sink);
+        within_5s(pending, "flushed after drop").await;
+        assert_eq!(out.buffer.lines().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn flushed_resolves_when_the_writer_is_gone() {
+        let Ok(sink) = JsonLinesEventSink::new(Panics) else { panic!("writer thread") };
+        emit_tool_events(&sink, 1);
+        within_5s(sink.flushed(), "flushed while the writer dies").await;
+        within_5s(sink.flushed(), "flushed after the writer died").await;
+        // The blocking flush returns too, and later events are dropped.
+        sink.flush_and_wait();
+        emit_tool_events(&sink, 1);
+    }
+
+    #[tokio::test]
+    async fn a_fanout_is_flushed_when_every_sink_is() {
+        let slow = SlowSync::new(Duration::from_millis(100));
+        let fast = SlowSync::new(Duration::ZERO);
+        let Ok(slow_log) = JsonLinesEventSink::new(slow.clone()) else { panic!("writer thread") };
+        let Ok(fast_log) = JsonLinesEventSink::new(fast.clone()) else { panic!("writer thread") };
+        let fanout = FanoutEventSink::new(vec![Arc::new(fast_log), Arc::new(slow_log)]);
+        emit_custom(&fanout, &scope());
+        within_5s(fanout.flushed(), "fanout flushed").await;
+        assert_custom(&fast.buffer.lines()[0]);
+        assert_custom(&slow.buffer.lines()[0]);
+        assert!(slow.flushes() >= 1 && fast.flushes() >= 1);
     }
 
     #[test]
