@@ -30,6 +30,7 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use goondan_core::codes::{E_CWD_NOT_DIRECTORY, E_CWD_NOT_FOUND, E_SCRIPT_NOT_FOUND, E_SPAWN_FAILED};
 use goondan_core::{JsonObject, JsonValue, json_type_name};
 use goondan_tools::{BoxFuture, HandlerResult, ToolContext, ToolFailure, ToolHandler};
 use nix::sys::signal::{Signal, killpg};
@@ -57,15 +58,6 @@ pub const TERM_GRACE: Duration = Duration::from_millis(200);
 const DRAIN_GRACE: Duration = Duration::from_secs(1);
 /// The size of one read from a pipe.
 const READ_CHUNK: usize = 64 * 1024;
-
-/// The code of a `script` path that is not an existing file.
-pub const E_SCRIPT_NOT_FOUND: &str = "E_SCRIPT_NOT_FOUND";
-/// The code of a `cwd` that does not exist.
-pub const E_CWD_NOT_FOUND: &str = "E_CWD_NOT_FOUND";
-/// The code of a `cwd` that is not a directory.
-pub const E_CWD_NOT_DIRECTORY: &str = "E_CWD_NOT_DIRECTORY";
-/// The code of a shell that could not be started.
-pub const E_SPAWN_FAILED: &str = "E_SPAWN_FAILED";
 
 /// The handler of `export`, or `None` if the tool has no such export.
 pub fn handler(export: &str, settings: &Arc<BaseSettings>) -> Option<Arc<dyn ToolHandler>> {
@@ -515,10 +507,10 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     use goondan_core::ToolResult;
+    use goondan_core::codes::E_PATH_OUTSIDE_WORKDIR;
     use goondan_tools::ExecutorPolicy;
 
     use super::*;
-    use crate::paths::E_PATH_OUTSIDE_WORKDIR;
     use crate::test_support::{Executor, context_in, err, object, ok, run_in, settings, workdir};
 
     // ---- helpers -------------------------------------------------------

@@ -8,6 +8,10 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
+use goondan_core::codes::{
+    E_FILE_TOO_LARGE, E_FILE_WRITE, E_TOKEN_DESTINATION_REFUSED, E_TOKEN_INVALID, E_TOKEN_MISSING, E_TOOL,
+    E_TOOL_CONFIG, E_TOOL_INVALID_ARGS,
+};
 use goondan_core::{JsonObject, JsonValue};
 use goondan_tools::{BoxFuture, HandlerResult, ToolContext, ToolFailure, ToolHandler};
 use reqwest::header::{HeaderMap, HeaderValue};
@@ -15,21 +19,6 @@ use reqwest::{Client, RequestBuilder, StatusCode, Url};
 
 use crate::{BaseSettings, args, files, http_io};
 
-/// Input that passed the schema but makes no sense (the executor's code
-/// for schema failures).
-pub(crate) const E_INVALID_ARGS: &str = "E_TOOL_INVALID_ARGS";
-/// No token in the call or the environment.
-pub(crate) const E_TOKEN_MISSING: &str = "E_TOKEN_MISSING";
-/// A token that cannot be put in a request.
-pub(crate) const E_TOKEN_INVALID: &str = "E_TOKEN_INVALID";
-/// The token would go somewhere the operator did not choose.
-pub(crate) const E_TOKEN_DESTINATION_REFUSED: &str = "E_TOKEN_DESTINATION_REFUSED";
-/// A download larger than `maxBytes`.
-pub(crate) const E_FILE_TOO_LARGE: &str = "E_FILE_TOO_LARGE";
-/// A download that could not be saved.
-pub(crate) const E_FILE_WRITE: &str = "E_FILE_WRITE";
-/// An operator setting that cannot be used.
-pub(crate) const E_CONFIG: &str = "E_TOOL_CONFIG";
 /// What replaces a token in messages and results.
 pub(crate) const REDACTED: &str = "<redacted>";
 
@@ -112,7 +101,7 @@ impl ToolHandler for BotExport {
 
 /// A failure of the input's meaning.
 pub(crate) fn invalid(message: impl Into<String>, suggestion: impl Into<String>) -> ToolFailure {
-    ToolFailure::with_code(message, E_INVALID_ARGS).suggest(suggestion)
+    ToolFailure::with_code(message, E_TOOL_INVALID_ARGS).suggest(suggestion)
 }
 
 /// Inserts `value` under `key` unless it is `None` (the original's `compactJson`).
@@ -337,7 +326,7 @@ impl Api {
         payload: &JsonObject,
     ) -> Result<(StatusCode, Option<JsonObject>), ToolFailure> {
         let body = serde_json::to_string(payload).map_err(|error| {
-            self.fail("E_TOOL", &format!("[{}] {method}: {error}", self.service.tag), "Report this bug.")
+            self.fail(E_TOOL, &format!("[{}] {method}: {error}", self.service.tag), "Report this bug.")
         })?;
         tracing::debug!(target: "goondan::tool", "[{}] {method} via {}", self.service.tag, self.base_url);
         let reply = match self.exchange(request.body(body), MAX_API_REPLY_BYTES, true).await {
@@ -630,7 +619,7 @@ fn configured_base_url(service: &Service, settings: &BaseSettings) -> Result<Str
         let shown = without_secrets(raw);
         ToolFailure::with_code(
             format!("{} ({shown}) cannot be used as the {} API base URL: {why}", service.base_url_var, service.name),
-            E_CONFIG,
+            E_TOOL_CONFIG,
         )
         .suggest(format!(
             "Ask the operator to set {} to an http(s) URL such as {}, or to unset it.",

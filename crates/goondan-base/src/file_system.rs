@@ -42,15 +42,20 @@
 //! - **`mkdir`** returns `{path, created, recursive}`; `created` is `false`
 //!   when the directory already existed (the original always said `true`).
 //!
-//! Errors carry their own codes ([`E_FILE_NOT_FOUND`], [`E_IS_DIRECTORY`],
-//! …), name the path and say what to do. The blocking file-system work runs on
-//! Tokio's blocking pool so that a slow disk never stalls the runtime.
+//! Errors carry their own codes (from [`goondan_core::codes`]:
+//! [`E_FILE_NOT_FOUND`], [`E_IS_DIRECTORY`], …), name the path and say what
+//! to do. The blocking file-system work runs on Tokio's blocking pool so that
+//! a slow disk never stalls the runtime.
 
 use std::fs::{self, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use goondan_core::codes::{
+    E_ALREADY_EXISTS, E_BINARY_FILE, E_FILE_NOT_FOUND, E_FS_ERROR, E_IS_DIRECTORY, E_NOT_DIRECTORY, E_NOT_REGULAR_FILE,
+    E_PERMISSION_DENIED,
+};
 use goondan_core::{JsonObject, JsonValue};
 use goondan_tools::{BoxFuture, HandlerResult, ToolContext, ToolFailure, ToolHandler, ToolOutput};
 use serde_json::json;
@@ -71,23 +76,6 @@ pub const MAX_LIST_DEPTH: usize = 32;
 /// The most directory entries one `list` examines, listed or filtered out, so
 /// that a huge tree costs bounded time even when little of it is returned.
 pub const MAX_LIST_SCANNED: usize = 100_000;
-
-/// No file or directory at the path (ENOENT), or a missing parent.
-pub const E_FILE_NOT_FOUND: &str = "E_FILE_NOT_FOUND";
-/// A directory where a file was expected.
-pub const E_IS_DIRECTORY: &str = "E_IS_DIRECTORY";
-/// A file where a directory was expected.
-pub const E_NOT_DIRECTORY: &str = "E_NOT_DIRECTORY";
-/// Something other than a regular file or directory (FIFO, socket, device).
-pub const E_NOT_REGULAR_FILE: &str = "E_NOT_REGULAR_FILE";
-/// A file that is not UTF-8 text.
-pub const E_BINARY_FILE: &str = "E_BINARY_FILE";
-/// The operating system refused access.
-pub const E_PERMISSION_DENIED: &str = "E_PERMISSION_DENIED";
-/// `mkdir` on a path that exists and is not a directory.
-pub const E_ALREADY_EXISTS: &str = "E_ALREADY_EXISTS";
-/// Any other failure of the file system (disk full, read-only, I/O error).
-pub const E_FS_ERROR: &str = "E_FS_ERROR";
 
 /// The handler of `export`, or `None` if the tool has no such export.
 pub fn handler(export: &str, settings: &Arc<BaseSettings>) -> Option<Arc<dyn ToolHandler>> {
@@ -629,7 +617,7 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::task::{Context, Poll, Waker};
 
-    use goondan_core::ToolResult;
+    use goondan_core::{ToolResult, codes};
 
     use super::*;
     use crate::test_support::{Executor, Workdir, context_in, err, names, object, ok, run_in, settings, workdir};
@@ -816,7 +804,7 @@ mod tests {
         assert!(failure.suggestion.as_deref().is_some_and(|s| s.contains("file-system__list")), "{failure:?}");
         fails(&f.root, "read", json!({"path": "."}), E_IS_DIRECTORY).await;
         put(&f.root.join("file.txt"), "x");
-        fails(&f.root, "read", json!({"path": "file.txt/inner"}), paths::E_PATH_UNRESOLVABLE).await;
+        fails(&f.root, "read", json!({"path": "file.txt/inner"}), codes::E_PATH_UNRESOLVABLE).await;
         // A FIFO would block a reader forever: refused before it is opened.
         let fifo = f.root.join("pipe");
         let made = std::process::Command::new("mkfifo").arg(&fifo).status();
@@ -889,7 +877,7 @@ mod tests {
         fails(&f.root, "write", json!({"path": "sub", "content": "x", "append": true}), E_IS_DIRECTORY).await;
         fails(&f.root, "write", json!({"path": ".", "content": "x"}), E_IS_DIRECTORY).await;
         put(&f.root.join("file"), "x");
-        fails(&f.root, "write", json!({"path": "file/inner.txt", "content": "x"}), paths::E_PATH_UNRESOLVABLE).await;
+        fails(&f.root, "write", json!({"path": "file/inner.txt", "content": "x"}), codes::E_PATH_UNRESOLVABLE).await;
         let failure = err(call(&f.root, "write", json!({"path": "a.txt"})).await);
         assert_eq!(failure.message, "'content' is required");
         let failure = err(call(&f.root, "write", json!({"path": "a.txt", "content": "x", "append": "yes"})).await);
@@ -1154,7 +1142,7 @@ mod tests {
         put(&f.root.join("file"), "x");
         let failure = fails(&f.root, "mkdir", json!({"path": "file"}), E_ALREADY_EXISTS).await;
         assert!(failure.message.contains("file"), "{}", failure.message);
-        fails(&f.root, "mkdir", json!({"path": "file/sub"}), paths::E_PATH_UNRESOLVABLE).await;
+        fails(&f.root, "mkdir", json!({"path": "file/sub"}), codes::E_PATH_UNRESOLVABLE).await;
         let failure = err(call(&f.root, "mkdir", json!({"path": "z", "recursive": "no"})).await);
         assert_eq!(failure.message, "'recursive' must be a boolean, got string");
         let failure = err(call(&f.root, "mkdir", json!({})).await);
@@ -1176,7 +1164,7 @@ mod tests {
             ("mkdir", json!({"path": path, "recursive": false})),
         ];
         for (export, input) in attempts {
-            let failure = fails(&f.root, export, input, paths::E_PATH_OUTSIDE_WORKDIR).await;
+            let failure = fails(&f.root, export, input, codes::E_PATH_OUTSIDE_WORKDIR).await;
             assert!(failure.message.contains(path), "{export}: {}", failure.message);
             assert!(failure.message.contains(&shown(&f.root)), "{export}: {}", failure.message);
             assert!(failure.suggestion.as_deref().is_some_and(|s| s.contains("GOONDAN_FS_ALLOW_ROOTS")));
@@ -1247,11 +1235,11 @@ mod tests {
         let output = ok(call_with(&widened, &f.root, "list", json!({})).await);
         assert_eq!(output["entries"][0]["targetType"], json!("dir"));
         // Without the setting, the same calls are refused.
-        fails(&f.root, "read", json!({"path": shared}), paths::E_PATH_OUTSIDE_WORKDIR).await;
+        fails(&f.root, "read", json!({"path": shared}), codes::E_PATH_OUTSIDE_WORKDIR).await;
         // Only the listed roots: their parent is still outside.
         let parent = f.outside.parent().map(shown).unwrap_or_default();
         let failure = err(call_with(&widened, &f.root, "list", json!({"path": parent})).await);
-        assert_eq!(code(&failure), paths::E_PATH_OUTSIDE_WORKDIR);
+        assert_eq!(code(&failure), codes::E_PATH_OUTSIDE_WORKDIR);
     }
 
     // --- dispatch and the executor -------------------------------------------
@@ -1337,7 +1325,7 @@ mod tests {
     async fn the_executor_keeps_codes_and_truncates_messages_to_2000_characters() {
         let f = fixture();
         let result = execute(&f.root, "read", json!({"path": "../escape.txt"})).await;
-        assert_eq!(error_code(&result), paths::E_PATH_OUTSIDE_WORKDIR);
+        assert_eq!(error_code(&result), codes::E_PATH_OUTSIDE_WORKDIR);
         let error = result.error.as_ref();
         assert_eq!(error.and_then(|e| e.name.as_deref()), Some("PathOutsideWorkdirError"));
         assert!(error.and_then(|e| e.suggestion.as_deref()).is_some());

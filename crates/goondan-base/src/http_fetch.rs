@@ -13,6 +13,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use goondan_core::codes::{E_HTTP_REQUEST, E_HTTP_TIMEOUT, E_INVALID_URL};
 use goondan_core::{JsonObject, JsonValue, json_type_name};
 use goondan_tools::{BoxFuture, HandlerResult, ToolContext, ToolFailure, ToolHandler};
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
@@ -31,13 +32,6 @@ pub const MAX_TIMEOUT_MS: f64 = 600_000.0;
 pub const DEFAULT_MAX_BYTES: u64 = 500_000;
 /// The largest `maxBytes`: what a call may hold in memory (50 MB).
 pub const MAX_MAX_BYTES: u64 = 50_000_000;
-
-/// The code of an unusable `url`.
-pub const INVALID_URL: &str = "E_INVALID_URL";
-/// The code of a request that did not finish within `timeoutMs`.
-pub const HTTP_TIMEOUT: &str = "E_HTTP_TIMEOUT";
-/// The code of a request that failed for another reason (connection, TLS, …).
-pub const HTTP_REQUEST_FAILED: &str = "E_HTTP_REQUEST";
 
 /// The `User-Agent` sent unless the input sets one (some APIs refuse
 /// requests without it).
@@ -89,7 +83,7 @@ impl ToolHandler for HttpFetch {
             let client = self.fetcher.client.as_ref().map_err(|error| {
                 ToolFailure::with_code(
                     format!("{}: the HTTP client could not be set up: {error}", request.failed()),
-                    HTTP_REQUEST_FAILED,
+                    E_HTTP_REQUEST,
                 )
             })?;
             Ok(request.send(client).await?.into())
@@ -167,7 +161,7 @@ impl Request {
         tokio::time::timeout(self.timeout, exchange).await.unwrap_or_else(|_| {
             Err(ToolFailure::with_code(
                 format!("{} {} timed out after {}ms", self.method, self.url, args::number_value(self.timeout_ms)),
-                HTTP_TIMEOUT,
+                E_HTTP_TIMEOUT,
             )
             .suggest(format!(
                 "Retry later or with a larger timeoutMs (at most {MAX_TIMEOUT_MS}), or fetch a smaller resource."
@@ -189,11 +183,8 @@ impl Request {
         } else {
             "the request could not be completed"
         };
-        ToolFailure::with_code(
-            format!("{}: {what}: {}", self.failed(), http_io::describe_error(error)),
-            HTTP_REQUEST_FAILED,
-        )
-        .suggest("Check that the URL is right and the server is reachable, then retry.")
+        ToolFailure::with_code(format!("{}: {what}: {}", self.failed(), http_io::describe_error(error)), E_HTTP_REQUEST)
+            .suggest("Check that the URL is right and the server is reachable, then retry.")
     }
 }
 
@@ -215,15 +206,15 @@ fn unfollowed_redirect(response: &reqwest::Response) -> Option<net_guard::GuardE
 fn parse_url(raw: &str) -> Result<Url, ToolFailure> {
     let trimmed = raw.trim();
     if trimmed.is_empty() {
-        return Err(ToolFailure::with_code("'url' must be a non-empty string", INVALID_URL)
+        return Err(ToolFailure::with_code("'url' must be a non-empty string", E_INVALID_URL)
             .suggest("Provide an absolute http:// or https:// URL."));
     }
     let url = Url::parse(trimmed).map_err(|error| {
-        ToolFailure::with_code(format!("Invalid URL: {trimmed} ({error})"), INVALID_URL)
+        ToolFailure::with_code(format!("Invalid URL: {trimmed} ({error})"), E_INVALID_URL)
             .suggest("Provide an absolute http:// or https:// URL, e.g. https://example.com/page.")
     })?;
     if matches!(url.scheme(), "http" | "https") && url.host_str().is_none_or(str::is_empty) {
-        return Err(ToolFailure::with_code(format!("Invalid URL: {trimmed} has no host"), INVALID_URL)
+        return Err(ToolFailure::with_code(format!("Invalid URL: {trimmed} has no host"), E_INVALID_URL)
             .suggest("Provide an absolute http:// or https:// URL with a host name."));
     }
     Ok(url)
@@ -335,9 +326,9 @@ mod tests {
     use axum::Router;
     use axum::http::{HeaderMap as AxumHeaders, Method as AxumMethod, StatusCode, header};
     use axum::routing::{any, get};
+    use goondan_core::codes::{E_PROTOCOL_NOT_ALLOWED, E_SSRF_BLOCKED, E_TOO_MANY_REDIRECTS};
 
     use super::*;
-    use crate::net_guard::{PROTOCOL_NOT_ALLOWED, SSRF_BLOCKED, TOO_MANY_REDIRECTS};
     use crate::test_http::{closed_base, listener, serve, streaming_server};
     use crate::test_support::{Executor, err, ok, run};
 
@@ -526,7 +517,7 @@ mod tests {
         let url = format!("http://{addr}/slow");
         let started = Instant::now();
         let failure =
-            assert_code(fetch("get", &["127.0.0.1"], json!({"url": url, "timeoutMs": 200})).await, HTTP_TIMEOUT);
+            assert_code(fetch("get", &["127.0.0.1"], json!({"url": url, "timeoutMs": 200})).await, E_HTTP_TIMEOUT);
         assert_eq!(failure.message, format!("GET {url} timed out after 200ms"));
         assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
     }
@@ -538,7 +529,7 @@ mod tests {
         let (addr, _written) = streaming_server(head, 0, Duration::from_secs(5)).await;
         let started = Instant::now();
         let result = fetch("post", &["127.0.0.1"], json!({"url": format!("http://{addr}/"), "timeoutMs": 300})).await;
-        let failure = assert_code(result, HTTP_TIMEOUT);
+        let failure = assert_code(result, E_HTTP_TIMEOUT);
         assert!(failure.message.starts_with("POST http://127.0.0.1:"), "{}", failure.message);
         assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
     }
@@ -547,19 +538,20 @@ mod tests {
     async fn other_schemes_are_refused() {
         for export in ["get", "post"] {
             for url in ["file:///etc/passwd", "ftp://example.com/file", "data:text/html,<script>alert(1)</script>"] {
-                let failure = assert_code(fetch(export, &[], json!({"url": url})).await, PROTOCOL_NOT_ALLOWED);
+                let failure = assert_code(fetch(export, &[], json!({"url": url})).await, E_PROTOCOL_NOT_ALLOWED);
                 assert!(failure.message.contains("Protocol not allowed"), "{}", failure.message);
                 assert!(failure.message.contains("Only http: and https: are allowed"), "{}", failure.message);
             }
         }
-        let failure = assert_code(fetch("get", &[], json!({"url": "javascript:alert(1)"})).await, PROTOCOL_NOT_ALLOWED);
+        let failure =
+            assert_code(fetch("get", &[], json!({"url": "javascript:alert(1)"})).await, E_PROTOCOL_NOT_ALLOWED);
         assert!(failure.message.contains("javascript:"), "{}", failure.message);
     }
 
     #[tokio::test]
     async fn unusable_urls_are_refused() {
         for url in ["", "   ", "not-a-url", "http://", "http://:80/"] {
-            let failure = assert_code(fetch("get", &[], json!({"url": url})).await, INVALID_URL);
+            let failure = assert_code(fetch("get", &[], json!({"url": url})).await, E_INVALID_URL);
             assert!(failure.message.contains("URL") || failure.message.contains("'url'"), "{}", failure.message);
         }
         let failure = err(fetch("get", &[], json!({})).await);
@@ -587,7 +579,7 @@ mod tests {
             "http://169.254.169.254/latest/meta-data".to_owned(),
         ] {
             for export in ["get", "post"] {
-                let failure = assert_code(fetch(export, &[], json!({"url": url})).await, SSRF_BLOCKED);
+                let failure = assert_code(fetch(export, &[], json!({"url": url})).await, E_SSRF_BLOCKED);
                 assert!(failure.message.contains("SSRF guard"), "{}", failure.message);
                 assert!(failure.message.contains(&format!("{} ", export.to_uppercase())), "{}", failure.message);
                 assert!(failure.suggestion.is_some_and(|s| s.contains("GOONDAN_HTTP_ALLOW")));
@@ -601,7 +593,7 @@ mod tests {
 
         // An allow-list for something else does not open the rest.
         let failure = err(fetch("get", &["192.168.0.0/16", "other.example"], json!({"url": "http://10.0.0.1/"})).await);
-        assert_eq!(failure.code.as_deref(), Some(SSRF_BLOCKED));
+        assert_eq!(failure.code.as_deref(), Some(E_SSRF_BLOCKED));
     }
 
     #[tokio::test]
@@ -645,23 +637,25 @@ mod tests {
         // 127.0.0.1 literal is not allowed.
         let failure = assert_code(
             fetch("get", &["localhost"], json!({"url": format!("{base}/to-internal")})).await,
-            SSRF_BLOCKED,
+            E_SSRF_BLOCKED,
         );
         assert!(failure.message.contains(&to_internal), "{}", failure.message);
         assert!(failure.message.contains("redirected from"), "{}", failure.message);
         let failure = assert_code(
             fetch("get", &["localhost"], json!({"url": format!("{base}/to-metadata")})).await,
-            SSRF_BLOCKED,
+            E_SSRF_BLOCKED,
         );
         assert!(failure.message.contains("169.254.169.254"), "{}", failure.message);
         assert_eq!(hits.load(Ordering::SeqCst), 0);
 
         assert_code(
             fetch("get", &["localhost"], json!({"url": format!("{base}/to-file")})).await,
-            PROTOCOL_NOT_ALLOWED,
+            E_PROTOCOL_NOT_ALLOWED,
         );
-        let failure =
-            assert_code(fetch("get", &["localhost"], json!({"url": format!("{base}/loop")})).await, TOO_MANY_REDIRECTS);
+        let failure = assert_code(
+            fetch("get", &["localhost"], json!({"url": format!("{base}/loop")})).await,
+            E_TOO_MANY_REDIRECTS,
+        );
         assert!(failure.message.contains("too many redirects"), "{}", failure.message);
 
         // An allowed hop is followed, and the result names where it ended.
@@ -706,7 +700,7 @@ mod tests {
     #[tokio::test]
     async fn connection_failures_name_the_url() {
         let url = format!("{}/", closed_base().await);
-        let failure = assert_code(fetch("get", &["127.0.0.1"], json!({"url": url})).await, HTTP_REQUEST_FAILED);
+        let failure = assert_code(fetch("get", &["127.0.0.1"], json!({"url": url})).await, E_HTTP_REQUEST);
         assert!(failure.message.starts_with(&format!("GET {url} failed: could not connect")), "{}", failure.message);
     }
 
@@ -743,7 +737,7 @@ mod tests {
 
         // A guard refusal reaches the model as a structured error.
         let result = run("get", json!({"url": "http://169.254.169.254/latest/meta-data"})).await;
-        assert_eq!(result.error_code(), Some(SSRF_BLOCKED));
+        assert_eq!(result.error_code(), Some(E_SSRF_BLOCKED));
         let error = result.error.unwrap_or_else(|| panic!("no error"));
         assert!(error.message.contains("169.254.169.254"), "{}", error.message);
         assert!(error.suggestion.is_some_and(|s| s.contains("GOONDAN_HTTP_ALLOW")));

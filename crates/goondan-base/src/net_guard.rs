@@ -30,6 +30,7 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 
+use goondan_core::codes::{E_PROTOCOL_NOT_ALLOWED, E_SSRF_BLOCKED, E_TOO_MANY_REDIRECTS};
 use goondan_tools::ToolFailure;
 use ipnet::IpNet;
 use reqwest::Url;
@@ -39,12 +40,6 @@ use reqwest::redirect::{Attempt, Policy};
 use crate::BaseSettings;
 use crate::settings::HTTP_ALLOW_VAR;
 
-/// The error code of a request refused because its target is not public.
-pub const SSRF_BLOCKED: &str = "E_SSRF_BLOCKED";
-/// The error code of a URL (or redirect target) whose scheme is not http or https.
-pub const PROTOCOL_NOT_ALLOWED: &str = "E_PROTOCOL_NOT_ALLOWED";
-/// The error code of a redirect chain longer than [`MAX_REDIRECTS`].
-pub const TOO_MANY_REDIRECTS: &str = "E_TOO_MANY_REDIRECTS";
 /// How many redirects a request follows before giving up.
 pub const MAX_REDIRECTS: usize = 10;
 
@@ -261,9 +256,9 @@ impl GuardError {
     /// The error code the model sees.
     pub fn code(&self) -> &'static str {
         match self {
-            Self::Blocked { .. } => SSRF_BLOCKED,
-            Self::Protocol { .. } => PROTOCOL_NOT_ALLOWED,
-            Self::TooManyRedirects { .. } => TOO_MANY_REDIRECTS,
+            Self::Blocked { .. } => E_SSRF_BLOCKED,
+            Self::Protocol { .. } => E_PROTOCOL_NOT_ALLOWED,
+            Self::TooManyRedirects { .. } => E_TOO_MANY_REDIRECTS,
         }
     }
 
@@ -596,12 +591,12 @@ mod tests {
             "https://0.0.0.0/",
         ] {
             let Err(refused) = check(text) else { panic!("{text} allowed") };
-            assert_eq!(refused.code(), SSRF_BLOCKED, "{text}");
+            assert_eq!(refused.code(), E_SSRF_BLOCKED, "{text}");
             assert!(refused.suggestion().contains(HTTP_ALLOW_VAR));
         }
         for text in ["file:///etc/passwd", "ftp://example.com/", "data:text/plain,x", "javascript:alert(1)"] {
             let Err(refused) = check(text) else { panic!("{text} allowed") };
-            assert_eq!(refused.code(), PROTOCOL_NOT_ALLOWED, "{text}");
+            assert_eq!(refused.code(), E_PROTOCOL_NOT_ALLOWED, "{text}");
         }
         // Names pass here: the resolver checks them after resolution.
         assert_eq!(check("http://localhost/"), Ok(()));
@@ -620,7 +615,7 @@ mod tests {
         let resolver = GuardedResolver { allow: Arc::new(AllowList::default()) };
         let Err(error) = resolver.resolve(name("localhost")).await else { panic!("localhost resolved") };
         let Some(refused) = guard_error_in(error.as_ref()) else { panic!("not a guard error: {error}") };
-        assert_eq!(refused.code(), SSRF_BLOCKED);
+        assert_eq!(refused.code(), E_SSRF_BLOCKED);
         assert!(refused.to_string().contains("resolved only to non-public addresses"), "{refused}");
 
         let resolver = GuardedResolver { allow: Arc::new(AllowList::from_entries(&["localhost"])) };
@@ -638,7 +633,7 @@ mod tests {
     fn failures_carry_code_and_suggestion() {
         let refused = GuardError::Blocked { target: "http://10.0.0.1/".into(), detail: "10.0.0.1 is private".into() };
         let failure = refused.to_failure("GET http://10.0.0.1/ failed");
-        assert_eq!(failure.code.as_deref(), Some(SSRF_BLOCKED));
+        assert_eq!(failure.code.as_deref(), Some(E_SSRF_BLOCKED));
         assert_eq!(
             failure.message,
             "GET http://10.0.0.1/ failed: refused to connect to http://10.0.0.1/: 10.0.0.1 is private; \

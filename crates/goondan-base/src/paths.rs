@@ -15,13 +15,8 @@
 
 use std::path::{Component, Path, PathBuf};
 
+use goondan_core::codes::{E_PATH_OUTSIDE_WORKDIR, E_PATH_UNRESOLVABLE};
 use goondan_tools::ToolFailure;
-
-/// The code of a path that leaves the allowed roots.
-pub const E_PATH_OUTSIDE_WORKDIR: &str = "E_PATH_OUTSIDE_WORKDIR";
-/// The code of a path that cannot be resolved at all (a loop of symbolic
-/// links, a file used as a directory, a permission error on the way).
-pub const E_PATH_UNRESOLVABLE: &str = "E_PATH_UNRESOLVABLE";
 
 /// How many symbolic links one resolution may follow by hand, like the
 /// kernel's `MAXSYMLINKS`.

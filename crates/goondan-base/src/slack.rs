@@ -18,6 +18,7 @@
 
 use std::sync::Arc;
 
+use goondan_core::codes::{E_SLACK_API, E_SLACK_REQUEST, E_TOKEN_DESTINATION_REFUSED};
 use goondan_core::{JsonObject, JsonValue};
 use goondan_tools::{ToolContext, ToolFailure, ToolHandler};
 use reqwest::Url;
@@ -27,8 +28,8 @@ use serde_json::json;
 use crate::BaseSettings;
 use crate::args;
 use crate::bot_api::{
-    self, Api, DownloadOptions, E_TOKEN_DESTINATION_REFUSED, ExportFn, Service, http_description, invalid,
-    optional_trimmed, positive_whole, put, required_trimmed, trimmed_str,
+    self, Api, DownloadOptions, ExportFn, Service, http_description, invalid, optional_trimmed, positive_whole, put,
+    required_trimmed, trimmed_str,
 };
 
 /// How the Web API is reached and how its failures are reported.
@@ -39,8 +40,8 @@ const SERVICE: Service = Service {
     base_url_var: "SLACK_API_BASE_URL",
     default_base_url: "https://slack.com/api",
     token_in_url: false,
-    api_error_code: "E_SLACK_API",
-    request_error_code: "E_SLACK_REQUEST",
+    api_error_code: E_SLACK_API,
+    request_error_code: E_SLACK_REQUEST,
     api_suggestion: "Check the channel id, the message timestamp and the bot's scopes and channel membership; the \
                      method's documentation explains Slack's error code.",
     docs_url: slack_docs_url,
@@ -304,14 +305,14 @@ async fn call_method(api: &Api, method: &str, payload: &JsonObject) -> Result<Js
 mod tests {
     use std::sync::Arc;
 
+    use goondan_core::codes::{
+        E_FILE_TOO_LARGE, E_PATH_OUTSIDE_WORKDIR, E_TOKEN_DESTINATION_REFUSED, E_TOKEN_INVALID, E_TOKEN_MISSING,
+        E_TOOL_INVALID_ARGS,
+    };
     use goondan_core::{JsonValue, ToolStatus};
     use serde_json::json;
 
     use crate::BaseSettings;
-    use crate::bot_api::{
-        E_FILE_TOO_LARGE, E_INVALID_ARGS, E_TOKEN_DESTINATION_REFUSED, E_TOKEN_INVALID, E_TOKEN_MISSING,
-    };
-    use crate::paths::E_PATH_OUTSIDE_WORKDIR;
     use crate::test_http::{
         Answer, TestServer, closed_base, endless_server, json_answer, settings_with, status_json_answer,
     };
@@ -516,7 +517,7 @@ mod tests {
         ] {
             let failure = err(run("slack", "read", &settings, json!({"channelId": "C1", "limit": limit})).await);
             assert_eq!(failure.message, message);
-            assert_eq!(failure.code.as_deref(), Some(E_INVALID_ARGS));
+            assert_eq!(failure.code.as_deref(), Some(E_TOOL_INVALID_ARGS));
         }
         ok(run("slack", "read", &settings, json!({"channelId": "C1", "limit": 1000})).await);
         assert_eq!(server.single().json()["limit"], json!(1000));
@@ -546,7 +547,7 @@ mod tests {
         for (export, input, message) in cases {
             let failure = err(run("slack", export, &settings, input.clone()).await);
             assert_eq!(failure.message, message, "{export} {input}");
-            assert_eq!(failure.code.as_deref(), Some(E_INVALID_ARGS), "{export} {input}");
+            assert_eq!(failure.code.as_deref(), Some(E_TOOL_INVALID_ARGS), "{export} {input}");
             assert!(failure.suggestion.is_some());
         }
         assert!(server.requests().is_empty());
@@ -588,7 +589,7 @@ mod tests {
         ] {
             let failure = err(run("slack", "react", &settings, input.clone()).await);
             assert_eq!(failure.message, message, "{input}");
-            assert_eq!(failure.code.as_deref(), Some(E_INVALID_ARGS), "{input}");
+            assert_eq!(failure.code.as_deref(), Some(E_TOOL_INVALID_ARGS), "{input}");
         }
         assert!(server.requests().is_empty());
     }

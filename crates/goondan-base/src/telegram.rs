@@ -19,6 +19,7 @@
 
 use std::sync::Arc;
 
+use goondan_core::codes::{E_TELEGRAM_API, E_TELEGRAM_REQUEST};
 use goondan_core::{JsonObject, JsonValue};
 use goondan_tools::{ToolContext, ToolFailure, ToolHandler};
 use reqwest::header::CONTENT_TYPE;
@@ -36,8 +37,8 @@ const SERVICE: Service = Service {
     base_url_var: "TELEGRAM_API_BASE_URL",
     default_base_url: "https://api.telegram.org",
     token_in_url: true,
-    api_error_code: "E_TELEGRAM_API",
-    request_error_code: "E_TELEGRAM_REQUEST",
+    api_error_code: E_TELEGRAM_API,
+    request_error_code: E_TELEGRAM_REQUEST,
     api_suggestion: "Check the chat id, the message id and the bot's rights in the chat; Telegram's description says \
                      what it rejected.",
     docs_url: telegram_docs_url,
@@ -361,14 +362,14 @@ fn reaction_emojis(input: &JsonObject) -> Result<Vec<String>, ToolFailure> {
 mod tests {
     use std::sync::Arc;
 
+    use goondan_core::codes::{
+        E_FILE_TOO_LARGE, E_PATH_OUTSIDE_WORKDIR, E_TOKEN_DESTINATION_REFUSED, E_TOKEN_INVALID, E_TOKEN_MISSING,
+        E_TOOL_INVALID_ARGS,
+    };
     use goondan_core::{JsonValue, ToolStatus};
     use serde_json::json;
 
     use crate::BaseSettings;
-    use crate::bot_api::{
-        E_FILE_TOO_LARGE, E_INVALID_ARGS, E_TOKEN_DESTINATION_REFUSED, E_TOKEN_INVALID, E_TOKEN_MISSING,
-    };
-    use crate::paths::E_PATH_OUTSIDE_WORKDIR;
     use crate::test_http::{
         Answer, TestServer, allowing_loopback, closed_base, endless_server, json_answer, settings_with,
         status_json_answer,
@@ -493,7 +494,7 @@ mod tests {
             assert_eq!(failure.message, message, "{input}");
             assert!(failure.suggestion.is_some(), "{input}");
             if message != "'text' is required" {
-                assert_eq!(failure.code.as_deref(), Some(E_INVALID_ARGS), "{input}");
+                assert_eq!(failure.code.as_deref(), Some(E_TOOL_INVALID_ARGS), "{input}");
             }
         }
         assert!(server.requests().is_empty());
@@ -537,7 +538,7 @@ mod tests {
                 }
                 let failure = err(run("telegram", export, &settings, JsonValue::Object(input)).await);
                 assert_eq!(failure.message, "'messageId' must be a positive integer", "{export} {bad}");
-                assert_eq!(failure.code.as_deref(), Some(E_INVALID_ARGS));
+                assert_eq!(failure.code.as_deref(), Some(E_TOOL_INVALID_ARGS));
             }
         }
         assert!(server.requests().is_empty());
@@ -615,7 +616,7 @@ mod tests {
         {
             let failure = err(run("telegram", "react", &settings, input).await);
             assert!(failure.message.starts_with("Provide 'emoji' or 'emojis'"), "{}", failure.message);
-            assert_eq!(failure.code.as_deref(), Some(E_INVALID_ARGS));
+            assert_eq!(failure.code.as_deref(), Some(E_TOOL_INVALID_ARGS));
         }
         assert!(server.requests().is_empty());
     }
@@ -644,7 +645,7 @@ mod tests {
         let failure =
             err(run("telegram", "setChatAction", &settings, json!({"chatId": "42", "action": "non-typing"})).await);
         assert!(failure.message.starts_with("Unsupported chat action 'non-typing'. Use one of: typing, upload-photo"));
-        assert_eq!(failure.code.as_deref(), Some(E_INVALID_ARGS));
+        assert_eq!(failure.code.as_deref(), Some(E_TOOL_INVALID_ARGS));
         assert!(server.requests().is_empty());
     }
 
@@ -979,7 +980,7 @@ mod tests {
             let failure =
                 err(run("telegram", "downloadFile", &settings, json!({"fileId": "AgAD", "maxBytes": bad})).await);
             assert_eq!(failure.message, message);
-            assert_eq!(failure.code.as_deref(), Some(E_INVALID_ARGS));
+            assert_eq!(failure.code.as_deref(), Some(E_TOOL_INVALID_ARGS));
         }
     }
 
@@ -1057,7 +1058,7 @@ mod tests {
                 json!({"fileId": "AgAD", "savePath": path}),
             )
             .await);
-            assert_eq!(failure.code.as_deref(), Some(E_INVALID_ARGS), "{path}");
+            assert_eq!(failure.code.as_deref(), Some(E_TOOL_INVALID_ARGS), "{path}");
             assert!(failure.message.ends_with("is a directory"), "{}", failure.message);
         }
         assert!(server.requests().is_empty());

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use goondan_core::JsonObject;
+use goondan_core::codes::E_TOOL;
 use goondan_tools::{BoxFuture, HandlerResult, ToolContext, ToolFailure, ToolHandler};
 use serde_json::json;
 
@@ -31,7 +32,7 @@ impl ToolHandler for WaitSeconds {
             if !(0.0..=MAX_SECONDS).contains(&seconds) {
                 return Err(ToolFailure::with_code(
                     format!("seconds must be between 0 and {MAX_SECONDS}, got {seconds}"),
-                    "E_TOOL",
+                    E_TOOL,
                 )
                 .suggest(format!("Wait at most {MAX_SECONDS} seconds per call; call again to wait longer.")));
             }

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use goondan_core::codes::{E_TOOL_NOT_FOUND, E_TOOL_NOT_IN_CATALOG, E_TOOL_TIMEOUT};
 use goondan_core::ids::SpanIdGenerator;
 use goondan_core::message::now_millis;
 use goondan_core::{DEFAULT_ERROR_MESSAGE_LIMIT, JsonObject, JsonValue, ToolCall, ToolError, ToolResult};
@@ -305,7 +306,7 @@ fn not_in_catalog(name: &str, catalog: &ToolCatalog) -> ToolError {
         suggestion.push('.');
     }
     ToolError::new(
-        "E_TOOL_NOT_IN_CATALOG",
+        E_TOOL_NOT_IN_CATALOG,
         "ToolNotInCatalogError",
         format!("Tool '{name}' is not available in the current Tool Catalog."),
     )
@@ -313,17 +314,16 @@ fn not_in_catalog(name: &str, catalog: &ToolCatalog) -> ToolError {
 }
 
 fn not_registered(name: &str) -> ToolError {
-    ToolError::new("E_TOOL_NOT_FOUND", "ToolNotFoundError", format!("Tool '{name}' is not registered."))
-        .with_suggestion(
-            "The tool is offered but no handler is registered for it. This build runs the built-in tools of \
-             @goondan/base natively, except `agents` (it needs the orchestrator); script-module tools (a Tool's \
-             spec.entry) are not executed yet. Use another tool or tell the user.",
-        )
+    ToolError::new(E_TOOL_NOT_FOUND, "ToolNotFoundError", format!("Tool '{name}' is not registered.")).with_suggestion(
+        "The tool is offered but no handler is registered for it. This build runs the built-in tools of \
+         @goondan/base natively, except `agents` (it needs the orchestrator); script-module tools (a Tool's \
+         spec.entry) are not executed yet. Use another tool or tell the user.",
+    )
 }
 
 fn timed_out(name: &str, limit: Duration) -> ToolError {
     ToolError::new(
-        "E_TOOL_TIMEOUT",
+        E_TOOL_TIMEOUT,
         "ToolTimeoutError",
         format!("Tool '{name}' did not finish within {} ms and was cancelled.", limit.as_millis()),
     )

@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use goondan_core::codes::E_TOOL;
 use goondan_core::{JsonObject, JsonValue, ToolError};
 
 use crate::context::ToolContext;
@@ -111,7 +112,7 @@ impl ToolFailure {
         ToolError {
             message,
             name: Some(if self.name.is_empty() { "Error".to_owned() } else { self.name }),
-            code: Some(self.code.unwrap_or_else(|| "E_TOOL".to_owned())),
+            code: Some(self.code.unwrap_or_else(|| E_TOOL.to_owned())),
             suggestion: self.suggestion,
             help_url: self.help_url,
         }

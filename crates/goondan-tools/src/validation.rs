@@ -8,6 +8,7 @@
 
 use std::fmt::Write as _;
 
+use goondan_core::codes::{E_TOOL_INVALID_ARGS, E_TOOL_SCHEMA_INVALID};
 use goondan_core::{JsonValue, ToolError, json_type_name};
 use jsonschema::error::ValidationErrorKind;
 use jsonschema::paths::LocationSegment;
@@ -28,7 +29,7 @@ pub fn validate_args(item: &ToolCatalogItem, args: &JsonValue) -> Result<(), Too
         Ok(validator) => validator,
         Err(problem) => {
             return Err(ToolError::new(
-                "E_TOOL_SCHEMA_INVALID",
+                E_TOOL_SCHEMA_INVALID,
                 "ToolSchemaError",
                 format!("Tool '{}' has an invalid parameters schema: {problem}", item.name()),
             )
@@ -133,7 +134,7 @@ fn invalid_args_error(tool_name: &str, issues: &[String], schema: &JsonValue) ->
         required.join(", "),
         allowed.join(", ")
     );
-    ToolError::new("E_TOOL_INVALID_ARGS", "ToolInputValidationError", message).with_suggestion(suggestion)
+    ToolError::new(E_TOOL_INVALID_ARGS, "ToolInputValidationError", message).with_suggestion(suggestion)
 }
 
 fn string_list(value: Option<&JsonValue>) -> Vec<&str> {

@@ -1,0 +1,199 @@
+//! The error codes of tool results (`ToolResult.error.code`), in one place.
+//!
+//! The executor, the runtime's turn loop and the built-in tools all report
+//! failures with these codes, and later hosts (script modules, the MCP bridge)
+//! share them, so a code means the same thing wherever a result comes from.
+//! Each constant's name is its wire value. [`ALL`] lists every one.
+//!
+//! The `E_CONFIG_*` codes are not here: they are bundle diagnostics, not tool
+//! results, and live with the loader in `goondan-config` (`diagnostic.rs`,
+//! `validate.rs`, `bundle.rs`).
+
+// --- The tool pipeline (goondan-tools: executor, validation, handler) -------
+
+/// The default: a handler failure without a specific code, or a panic in the call chain.
+pub const E_TOOL: &str = "E_TOOL";
+/// Arguments that are unreadable, fail the parameter schema, or make no sense to the tool.
+pub const E_TOOL_INVALID_ARGS: &str = "E_TOOL_INVALID_ARGS";
+/// A tool whose parameters schema does not compile.
+pub const E_TOOL_SCHEMA_INVALID: &str = "E_TOOL_SCHEMA_INVALID";
+/// A call to a tool that is not in the step's catalog.
+pub const E_TOOL_NOT_IN_CATALOG: &str = "E_TOOL_NOT_IN_CATALOG";
+/// A call to a catalog tool that has no registered handler.
+pub const E_TOOL_NOT_FOUND: &str = "E_TOOL_NOT_FOUND";
+/// A call that did not finish before its deadline and was cancelled.
+pub const E_TOOL_TIMEOUT: &str = "E_TOOL_TIMEOUT";
+
+// --- The runtime (goondan-runtime: the turn loop) ----------------------------
+
+/// A call the turn's cancellation (Ctrl-C) cut short.
+pub const E_TOOL_CANCELLED: &str = "E_TOOL_CANCELLED";
+/// A call whose result a stopped process lost; answered when the next turn starts.
+pub const E_TOOL_INTERRUPTED: &str = "E_TOOL_INTERRUPTED";
+
+// --- Built-ins: workdir confinement (file-system, bash, telegram, slack) -----
+
+/// A path that leaves the workdir and the operator's allowed roots.
+pub const E_PATH_OUTSIDE_WORKDIR: &str = "E_PATH_OUTSIDE_WORKDIR";
+/// A path that cannot be resolved (a symbolic-link loop, a file used as a directory).
+pub const E_PATH_UNRESOLVABLE: &str = "E_PATH_UNRESOLVABLE";
+
+// --- Built-ins: the network guard (http-fetch, telegram, slack) ---------------
+
+/// A request refused because its target is not a public address.
+pub const E_SSRF_BLOCKED: &str = "E_SSRF_BLOCKED";
+/// A URL (or redirect target) whose scheme is not http or https.
+pub const E_PROTOCOL_NOT_ALLOWED: &str = "E_PROTOCOL_NOT_ALLOWED";
+/// A redirect chain longer than the guard follows.
+pub const E_TOO_MANY_REDIRECTS: &str = "E_TOO_MANY_REDIRECTS";
+
+// --- Built-in: bash --------------------------------------------------------
+
+/// A `script` path that is not an existing file.
+pub const E_SCRIPT_NOT_FOUND: &str = "E_SCRIPT_NOT_FOUND";
+/// A `cwd` that does not exist.
+pub const E_CWD_NOT_FOUND: &str = "E_CWD_NOT_FOUND";
+/// A `cwd` that is not a directory.
+pub const E_CWD_NOT_DIRECTORY: &str = "E_CWD_NOT_DIRECTORY";
+/// A shell that could not be started.
+pub const E_SPAWN_FAILED: &str = "E_SPAWN_FAILED";
+
+// --- Built-in: file-system -------------------------------------------------
+
+/// No file or directory at the path (ENOENT), or a missing parent.
+pub const E_FILE_NOT_FOUND: &str = "E_FILE_NOT_FOUND";
+/// A directory where a file was expected.
+pub const E_IS_DIRECTORY: &str = "E_IS_DIRECTORY";
+/// A file where a directory was expected.
+pub const E_NOT_DIRECTORY: &str = "E_NOT_DIRECTORY";
+/// Something other than a regular file or directory (FIFO, socket, device).
+pub const E_NOT_REGULAR_FILE: &str = "E_NOT_REGULAR_FILE";
+/// A file that is not UTF-8 text.
+pub const E_BINARY_FILE: &str = "E_BINARY_FILE";
+/// The operating system refused access.
+pub const E_PERMISSION_DENIED: &str = "E_PERMISSION_DENIED";
+/// `mkdir` on a path that exists and is not a directory.
+pub const E_ALREADY_EXISTS: &str = "E_ALREADY_EXISTS";
+/// Any other failure of the file system (disk full, read-only, I/O error).
+pub const E_FS_ERROR: &str = "E_FS_ERROR";
+
+// --- Built-in: http-fetch --------------------------------------------------
+
+/// An unusable `url` (empty, unparsable, or without a host).
+pub const E_INVALID_URL: &str = "E_INVALID_URL";
+/// A request that did not finish within `timeoutMs`.
+pub const E_HTTP_TIMEOUT: &str = "E_HTTP_TIMEOUT";
+/// A request that failed for another reason (connection, TLS, …).
+pub const E_HTTP_REQUEST: &str = "E_HTTP_REQUEST";
+
+// --- Built-ins: telegram and slack (shared bot API code) ---------------------
+
+/// No bot token in the call or the environment.
+pub const E_TOKEN_MISSING: &str = "E_TOKEN_MISSING";
+/// A bot token that cannot be put in a request.
+pub const E_TOKEN_INVALID: &str = "E_TOKEN_INVALID";
+/// The bot token would go somewhere the operator did not choose.
+pub const E_TOKEN_DESTINATION_REFUSED: &str = "E_TOKEN_DESTINATION_REFUSED";
+/// A download larger than `maxBytes`.
+pub const E_FILE_TOO_LARGE: &str = "E_FILE_TOO_LARGE";
+/// A download that could not be saved.
+pub const E_FILE_WRITE: &str = "E_FILE_WRITE";
+/// An operator setting (an API base URL) that cannot be used.
+pub const E_TOOL_CONFIG: &str = "E_TOOL_CONFIG";
+
+// --- Built-in: telegram ----------------------------------------------------
+
+/// A failure the Bot API reported (`{ok: false}`, non-2xx, an oversized reply).
+pub const E_TELEGRAM_API: &str = "E_TELEGRAM_API";
+/// The Bot API could not be reached or did not answer (connection, timeout).
+pub const E_TELEGRAM_REQUEST: &str = "E_TELEGRAM_REQUEST";
+
+// --- Built-in: slack -------------------------------------------------------
+
+/// A failure the Web API reported (`{ok: false}`, non-2xx, an oversized reply).
+pub const E_SLACK_API: &str = "E_SLACK_API";
+/// The Web API could not be reached or did not answer (connection, timeout).
+pub const E_SLACK_REQUEST: &str = "E_SLACK_REQUEST";
+
+/// Every code above, in the order of this module.
+pub const ALL: &[&str] = &[
+    E_TOOL,
+    E_TOOL_INVALID_ARGS,
+    E_TOOL_SCHEMA_INVALID,
+    E_TOOL_NOT_IN_CATALOG,
+    E_TOOL_NOT_FOUND,
+    E_TOOL_TIMEOUT,
+    E_TOOL_CANCELLED,
+    E_TOOL_INTERRUPTED,
+    E_PATH_OUTSIDE_WORKDIR,
+    E_PATH_UNRESOLVABLE,
+    E_SSRF_BLOCKED,
+    E_PROTOCOL_NOT_ALLOWED,
+    E_TOO_MANY_REDIRECTS,
+    E_SCRIPT_NOT_FOUND,
+    E_CWD_NOT_FOUND,
+    E_CWD_NOT_DIRECTORY,
+    E_SPAWN_FAILED,
+    E_FILE_NOT_FOUND,
+    E_IS_DIRECTORY,
+    E_NOT_DIRECTORY,
+    E_NOT_REGULAR_FILE,
+    E_BINARY_FILE,
+    E_PERMISSION_DENIED,
+    E_ALREADY_EXISTS,
+    E_FS_ERROR,
+    E_INVALID_URL,
+    E_HTTP_TIMEOUT,
+    E_HTTP_REQUEST,
+    E_TOKEN_MISSING,
+    E_TOKEN_INVALID,
+    E_TOKEN_DESTINATION_REFUSED,
+    E_FILE_TOO_LARGE,
+    E_FILE_WRITE,
+    E_TOOL_CONFIG,
+    E_TELEGRAM_API,
+    E_TELEGRAM_REQUEST,
+    E_SLACK_API,
+    E_SLACK_REQUEST,
+];
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::*;
+
+    #[test]
+    fn every_code_is_an_e_code() {
+        for code in ALL {
+            assert!(code.starts_with("E_"), "{code}");
+            assert!(code.len() > 2 && code.bytes().all(|b| b.is_ascii_uppercase() || b == b'_'), "{code}");
+            assert!(!code.starts_with("E_CONFIG_"), "{code} is a config diagnostic, not a tool error code");
+        }
+    }
+
+    #[test]
+    fn no_two_codes_share_a_value() {
+        let mut seen = HashSet::new();
+        for code in ALL {
+            assert!(seen.insert(*code), "duplicate code {code}");
+        }
+    }
+
+    /// `ALL` is complete: every `pub const` of this file (other than `ALL`
+    /// itself) is listed in it.
+    #[test]
+    fn all_lists_every_constant() {
+        let source = include_str!("codes.rs");
+        let declared: Vec<&str> = source
+            .lines()
+            .filter_map(|line| line.strip_prefix("pub const "))
+            .filter_map(|rest| rest.split(':').next())
+            .filter(|name| *name != "ALL")
+            .collect();
+        assert_eq!(declared.len(), ALL.len(), "declared {declared:?}");
+        for name in declared {
+            assert!(ALL.contains(&name), "{name} is declared but missing from ALL");
+        }
+    }
+}
