@@ -58,21 +58,29 @@ pub fn native_handler(tool: &str, export: &str, settings: &Arc<BaseSettings>) ->
 /// `tools` (an agent's declared tools) that this build implements.
 ///
 /// Exports already registered under the same name are left alone, so a
-/// caller may register several agents' tools into one registry.
+/// caller may register several agents' tools into one registry. The rest are
+/// registered in one change, all or none, so a registry shared with a
+/// running agent never holds half an agent's tools.
 pub fn register_native_tools(
-    registry: &mut goondan_tools::ToolRegistry,
+    registry: &goondan_tools::ToolRegistry,
     tools: &goondan_tools::assembly::AgentTools,
     settings: &Arc<BaseSettings>,
 ) -> Result<usize, goondan_tools::RegistryError> {
-    let mut registered = 0;
+    let present = registry.snapshot();
+    // An agent may declare the same export twice; register it once.
+    let mut chosen = std::collections::HashSet::new();
+    let mut batch = Vec::new();
     for tool in tools.iter() {
-        if tool.scope != goondan_config::PackageScope::Base || registry.contains(tool.item.name()) {
+        let name = tool.item.name();
+        if tool.scope != goondan_config::PackageScope::Base || present.contains(name) || chosen.contains(name) {
             continue;
         }
         if let Some(handler) = native_handler(&tool.tool, &tool.export, settings) {
-            registry.register(tool.item.clone(), handler)?;
-            registered += 1;
+            chosen.insert(name);
+            batch.push((tool.item.clone(), handler));
         }
     }
+    let registered = batch.len();
+    registry.register_all(batch)?;
     Ok(registered)
 }

@@ -142,7 +142,7 @@ impl Executor {
         let Some(resource) = goondan_config::base_package().tools().find(|t| t.name() == tool) else {
             panic!("no {tool} in the base package")
         };
-        let mut registry = ToolRegistry::new();
+        let registry = ToolRegistry::new();
         let mut catalog = ToolCatalog::new();
         for export in &resource.spec.exports {
             let item = goondan_tools::assembly::export_item(resource, export);

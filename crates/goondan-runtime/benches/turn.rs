@@ -65,7 +65,7 @@ struct Quiet;
 impl TurnObserver for Quiet {}
 
 fn agent() -> AgentLoop {
-    let mut registry = ToolRegistry::new();
+    let registry = ToolRegistry::new();
     let item = ToolCatalogItem::new("noop__run", ToolSource::extension("bench")).with_parameters(json!({
         "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"], "additionalProperties": false
     }));

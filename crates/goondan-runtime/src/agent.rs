@@ -121,9 +121,9 @@ fn tools_of(
     options: &AgentOptions,
 ) -> Result<AgentToolSet, AgentBuildError> {
     let tools = AgentTools::for_agent(bundle, agent);
-    let mut registry = ToolRegistry::new();
+    let registry = ToolRegistry::new();
     let base_settings = Arc::new(goondan_base::BaseSettings::from_lookup(|v| (options.env)(v)));
-    goondan_base::register_native_tools(&mut registry, &tools, &base_settings)
+    goondan_base::register_native_tools(&registry, &tools, &base_settings)
         .map_err(|source| AgentBuildError::Tools { agent: agent.name().to_owned(), source })?;
     Ok(AgentToolSet { agent_name: agent.name().to_owned(), instance_key, tools, registry })
 }

@@ -77,7 +77,7 @@ fn fixture(replies: Value, max_steps: u32) -> Fixture {
     let provider = script(replies);
     let events = Arc::new(MemoryEventSink::new());
     let peak = Arc::new(AtomicUsize::new(0));
-    let mut registry = ToolRegistry::new();
+    let registry = ToolRegistry::new();
     let sleepy = ToolCatalogItem::new("clock__sleep", ToolSource::extension("test"))
         .with_description("Sleep a while")
         .with_parameters(

@@ -22,7 +22,7 @@ struct Quiet;
 impl TurnObserver for Quiet {}
 
 fn agent(replies: Vec<ScriptedReply>, max_steps: u32) -> AgentLoop {
-    let mut registry = ToolRegistry::new();
+    let registry = ToolRegistry::new();
     let item = ToolCatalogItem::new("echo__say", ToolSource::extension("test")).with_parameters(json!({
         "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"], "additionalProperties": false
     }));

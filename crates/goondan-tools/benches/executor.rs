@@ -1,4 +1,4 @@
-//! Executor overhead and catalog cost (see `docs/BENCHMARKS.md`).
+//! Executor overhead, catalog and registry cost (see `docs/BENCHMARKS.md`).
 //!
 //! Run with `cargo bench -p goondan-tools --bench executor`.
 //!
@@ -195,7 +195,7 @@ struct Fixture {
 impl Fixture {
     fn new(tools: usize, layers: usize, layer: Layer, events: Events) -> Self {
         let items = items(tools);
-        let mut registry = ToolRegistry::new();
+        let registry = ToolRegistry::new();
         for item in &items {
             let handler = sync_handler(|_, _| Ok(ToolOutput::Value(Value::Null)));
             registry.register(item.clone(), handler).unwrap_or_else(|e| panic!("{e}"));
@@ -410,5 +410,56 @@ mod catalog {
         let catalog: ToolCatalog = items(size).into_iter().collect();
         let name = tool_name(size - 1);
         bencher.bench_local(|| catalog.get(black_box(name.as_str())).is_some());
+    }
+}
+
+/// Looking tools up in, and registering into, a registry of 1,000 tools.
+mod registry {
+    use super::{
+        Arc, Bencher, LARGE, SAMPLE_NS, ToolCatalogItem, ToolOutput, ToolRegistry, ToolSource, Value, black_box, items,
+        sync_handler, tool_name,
+    };
+
+    fn registry_of(count: usize) -> ToolRegistry {
+        let registry = ToolRegistry::new();
+        let handler = sync_handler(|_, _| Ok(ToolOutput::Value(Value::Null)));
+        registry
+            .register_all(items(count).into_iter().map(|item| (item, Arc::clone(&handler))))
+            .unwrap_or_else(|e| panic!("{e}"));
+        registry
+    }
+
+    /// `registry.get(name)` of the first, middle and last of 1,000 tools:
+    /// load the current snapshot, one hash probe, clone the tool's `Arc`
+    /// (what the executor's handler lookup does per call).
+    #[divan::bench(args = [0, LARGE / 2, LARGE - 1], sample_size = SAMPLE_NS)]
+    fn get_of_1000(bencher: Bencher<'_, '_>, index: usize) {
+        let registry = registry_of(LARGE);
+        let name = tool_name(index);
+        bencher.bench_local(|| registry.get(black_box(name.as_str())));
+    }
+
+    /// `snapshot.get(name)` of the last of 1,000 tools on a snapshot already
+    /// held: the hash probe alone.
+    #[divan::bench(sample_size = SAMPLE_NS)]
+    fn snapshot_get_of_1000(bencher: Bencher<'_, '_>) {
+        let registry = registry_of(LARGE);
+        let snapshot = registry.snapshot();
+        let name = tool_name(LARGE - 1);
+        bencher.bench_local(|| snapshot.get(black_box(name.as_str())).is_some());
+    }
+
+    /// Registering one more tool into 1,000 and unregistering it again: two
+    /// copy-on-write snapshots of ~1,000 entries (the price of a change,
+    /// paid by the writer, never by a lookup).
+    #[divan::bench(sample_size = 1)]
+    fn register_unregister_into_1000(bencher: Bencher<'_, '_>) {
+        let registry = registry_of(LARGE);
+        let extra = ToolCatalogItem::new(tool_name(LARGE), ToolSource::extension("bench"));
+        let handler = sync_handler(|_, _| Ok(ToolOutput::Value(Value::Null)));
+        bencher.bench_local(|| {
+            registry.register(extra.clone(), Arc::clone(&handler)).unwrap_or_else(|e| panic!("{e}"));
+            registry.unregister(extra.name())
+        });
     }
 }

@@ -2,7 +2,9 @@
 //! agent's `spec.tools`, and the per-step catalog that adds dynamic tools.
 //!
 //! Items are built once per agent and cloned per step; clones share their
-//! compiled parameter schemas, so a step never recompiles a schema.
+//! compiled parameter schemas, so a step never recompiles a schema. Tools
+//! registered while the agent runs join the next step's catalog, because
+//! each step reads the registry's current snapshot.
 
 use std::sync::Arc;
 
@@ -68,13 +70,16 @@ impl AgentTools {
     }
 
     /// The catalog a step starts from (spec 002 §1.2 rules 1, 2, 4): the
-    /// agent's declared tools, then every dynamically registered tool.
+    /// agent's declared tools, then every tool registered at run time that
+    /// is in the registry now — one snapshot of it, so the step sees a
+    /// consistent set even while tools are being registered.
     pub fn step_catalog(&self, registry: &ToolRegistry) -> ToolCatalog {
         let mut catalog = ToolCatalog::with_capacity(self.tools.len());
         for tool in &self.tools {
             catalog.insert(tool.item.clone());
         }
-        for item in registry.dynamic_items() {
+        let snapshot = registry.load();
+        for item in snapshot.dynamic_items() {
             catalog.insert(item.clone());
         }
         catalog

@@ -12,6 +12,12 @@
 //! Whatever happens — a handler error, a panic in a handler or a middleware
 //! layer, a deadline — the caller gets exactly one [`ToolResult`], never an
 //! exception (spec 002 §8.3).
+//!
+//! The registry may change while calls run (tools registered or removed at
+//! run time). The core reads it through one lock-free snapshot per call for
+//! the catalog-bypass check and the handler lookup, and lets go of that
+//! snapshot before the handler runs; the handler it found stays alive for the
+//! call even if it is unregistered meanwhile.
 
 use std::any::Any;
 use std::future::Future;
@@ -27,12 +33,12 @@ use goondan_core::message::now_millis;
 use goondan_core::{DEFAULT_ERROR_MESSAGE_LIMIT, JsonObject, JsonValue, ToolCall, ToolError, ToolResult};
 use tracing::Instrument as _;
 
-use crate::catalog::{ToolCatalog, ToolCatalogItem};
+use crate::catalog::ToolCatalog;
 use crate::context::{CallScope, ToolContext};
 use crate::events::{EventKind, EventSink, NoopEventSink, RuntimeEvent, ToolEventData};
 use crate::handler::{ToolFailure, ToolOutput};
 use crate::pipeline::{BoxFuture, Core, Middleware, MiddlewareChain};
-use crate::registry::ToolRegistry;
+use crate::registry::{RegisteredTool, ToolRegistry};
 use crate::validation::validate_args;
 
 /// What the toolCall middleware sees and may change (spec 002 §6.3).
@@ -204,16 +210,16 @@ impl ToolExecutor {
     /// registry's when the policy let the call bypass the catalog; the default
     /// for a refused call.
     fn error_message_limit(&self, tool_name: &str, catalog: &ToolCatalog) -> usize {
-        catalog
-            .get(tool_name)
-            .or_else(|| {
-                self.core
-                    .policy
-                    .allow_registry_calls
-                    .then(|| self.core.registry.get(tool_name).map(|tool| &tool.item))
-                    .flatten()
-            })
-            .map_or(DEFAULT_ERROR_MESSAGE_LIMIT, ToolCatalogItem::error_message_limit)
+        match catalog.get(tool_name) {
+            Some(item) => item.error_message_limit(),
+            None if self.core.policy.allow_registry_calls => self
+                .core
+                .registry
+                .load()
+                .get(tool_name)
+                .map_or(DEFAULT_ERROR_MESSAGE_LIMIT, |tool| tool.item.error_message_limit()),
+            None => DEFAULT_ERROR_MESSAGE_LIMIT,
+        }
     }
 
     fn emit(&self, kind: EventKind, span_id: u64, timestamp_ms: u64, scope: &Arc<CallScope>, data: ToolEventData<'_>) {
@@ -228,13 +234,20 @@ impl Core<ToolCallContext, ToolResult> for ExecutorCore {
 }
 
 impl ExecutorCore {
-    async fn run_core(&self, ctx: &mut ToolCallContext) -> ToolResult {
+    /// Steps 1–3: the catalog check, argument validation and handler lookup,
+    /// against one snapshot of the registry. The snapshot is borrowed only
+    /// here, never across the handler's `await` (the registry may change
+    /// meanwhile); the tool is returned as its own `Arc`, which keeps the
+    /// handler alive even if it is unregistered while it runs.
+    fn admit(&self, ctx: &mut ToolCallContext) -> Result<Arc<RegisteredTool>, ToolError> {
+        let registry = self.registry.load();
+
         // 1. The step's catalog is the allow-list (spec 002 §7).
         let item = match ctx.catalog.get(&ctx.tool_name) {
             Some(item) => item,
-            None => match self.registry.get(&ctx.tool_name) {
+            None => match registry.get(&ctx.tool_name) {
                 Some(tool) if self.policy.allow_registry_calls => &tool.item,
-                _ => return ToolResult::error(not_in_catalog(&ctx.tool_name, &ctx.catalog)),
+                _ => return Err(not_in_catalog(&ctx.tool_name, &ctx.catalog)),
             },
         };
 
@@ -245,18 +258,25 @@ impl ExecutorCore {
         if let JsonValue::Object(map) = args {
             ctx.args = map;
         }
-        if let Err(error) = verdict {
-            return ToolResult::error(error);
-        }
+        verdict?;
 
-        // 3. Something must execute it.
-        let Some(tool) = self.registry.get(&ctx.tool_name) else {
-            return ToolResult::error(not_registered(&ctx.tool_name));
+        // 3. Something must execute it. A tool offered in the step's catalog
+        // may have been unregistered since the step began.
+        registry.get_shared(&ctx.tool_name).cloned().ok_or_else(|| not_registered(&ctx.tool_name))
+    }
+
+    async fn run_core(&self, ctx: &mut ToolCallContext) -> ToolResult {
+        let tool = match self.admit(ctx) {
+            Ok(tool) => tool,
+            Err(refused) => return ToolResult::error(refused),
         };
 
         // 4. Run it, turning errors, panics and the deadline into results.
-        let tool_ctx =
-            ToolContext::new(Arc::clone(&ctx.scope), Arc::clone(item.shared_name()), Arc::clone(&ctx.tool_call_id));
+        let tool_ctx = ToolContext::new(
+            Arc::clone(&ctx.scope),
+            Arc::clone(tool.item.shared_name()),
+            Arc::clone(&ctx.tool_call_id),
+        );
         let span = tracing::debug_span!(
             target: "goondan::tool",
             "tool",

@@ -1,7 +1,8 @@
 //! The Goondan Tool system (spec 002 §1–§8, §10–§11; spec 000 §12.1–§12.5).
 //!
 //! - [`catalog`]: the per-step Tool Catalog and its items.
-//! - [`registry`]: every executable tool with its handler.
+//! - [`registry`]: every executable tool with its handler; grows and
+//!   shrinks while the agent runs (copy-on-write snapshots).
 //! - [`handler`]: the native handler trait and handler results.
 //! - [`context`]: what a handler sees ([`ToolContext`]).
 //! - [`validation`]: argument validation with the original's messages.
@@ -33,4 +34,4 @@ pub use events::{
 pub use executor::{ExecutorPolicy, ToolCallContext, ToolCallMiddleware, ToolExecutor};
 pub use handler::{HandlerResult, ToolFailure, ToolHandler, ToolOutput, sync_handler};
 pub use pipeline::{BoxFuture, Core, Middleware, MiddlewareChain, Next, from_fn};
-pub use registry::{RegisteredTool, RegistryError, ToolRegistry};
+pub use registry::{RegisteredTool, RegistryError, RegistrySnapshot, ToolRegistry};

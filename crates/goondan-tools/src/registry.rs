@@ -1,13 +1,34 @@
 //! The Tool Registry: every executable tool of an agent process with its
 //! handler (spec 002 §1.1). Insertion order is kept; a name is registered at
 //! most once.
+//!
+//! The registry grows and shrinks while the agent runs: extensions call
+//! `api.tools.register`, MCP servers connect and send `tools/list_changed`.
+//! Those changes must reach the next step's catalog without rebuilding the
+//! agent, while every tool call keeps looking its handler up with one hash
+//! probe and no lock a registration could hold.
+//!
+//! So the registry is copy-on-write: it holds an immutable
+//! [`RegistrySnapshot`] behind an [`ArcSwap`]. Readers `load()` the current
+//! snapshot without locking (a few atomic operations) and look up in it;
+//! a change builds a new snapshot from the current one (O(n), and changes
+//! are rare) and swaps it in. Writers are serialized by a mutex that readers
+//! never touch, so two concurrent registrations cannot lose each other's
+//! tools. A snapshot never changes once published: whoever holds one sees a
+//! consistent set of tools, and [`RegistrySnapshot::version`] tells whether
+//! the set has changed since.
+//!
+//! Entries are stored as `Arc<RegisteredTool>`: rebuilding a snapshot copies
+//! pointers, not items, and [`ToolRegistry::get`] hands out a tool that may
+//! outlive the snapshot it came from (a handler running across an `await`).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
+use arc_swap::{ArcSwap, Guard};
 use goondan_core::naming::parse_tool_name;
 use indexmap::IndexMap;
 
-use crate::catalog::{ToolCatalogItem, ToolSourceKind};
+use crate::catalog::{ToolCatalogItem, ToolSource, ToolSourceKind};
 use crate::handler::ToolHandler;
 
 /// A tool the registry can execute.
@@ -25,7 +46,8 @@ impl std::fmt::Debug for RegisteredTool {
     }
 }
 
-/// Why a registration was refused.
+/// Why a registration was refused. A refused change leaves the registry as
+/// it was.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RegistryError {
     /// The name is already registered.
@@ -34,35 +56,29 @@ pub enum RegistryError {
     /// The name is not `resource__export`.
     #[error("tool name '{0}' must have the form 'resource__export' with neither part empty or containing '__'")]
     InvalidName(String),
+    /// [`ToolRegistry::replace_source`] was given a tool of another source,
+    /// which a later refresh of that source would then never remove.
+    #[error("tool '{0}' does not belong to the source being replaced; replace_source only takes that source's tools")]
+    WrongSource(String),
 }
 
-/// The executable tools of one agent process.
-#[derive(Debug, Clone, Default)]
-pub struct ToolRegistry {
-    entries: IndexMap<Arc<str>, RegisteredTool>,
+/// One immutable state of a [`ToolRegistry`]: its tools in registration
+/// order, indexed by name, and the version that state has.
+#[derive(Debug, Default)]
+pub struct RegistrySnapshot {
+    entries: IndexMap<Arc<str>, Arc<RegisteredTool>>,
+    version: u64,
 }
 
-impl ToolRegistry {
-    /// An empty registry.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Registers a tool. Fails for a malformed name or a name already taken.
-    pub fn register(&mut self, item: ToolCatalogItem, handler: Arc<dyn ToolHandler>) -> Result<(), RegistryError> {
-        if parse_tool_name(item.name()).is_none() {
-            return Err(RegistryError::InvalidName(item.name().to_owned()));
-        }
-        if self.entries.contains_key(item.name()) {
-            return Err(RegistryError::Duplicate(item.name().to_owned()));
-        }
-        let name = Arc::clone(item.shared_name());
-        self.entries.insert(name, RegisteredTool { item, handler });
-        Ok(())
-    }
-
+impl RegistrySnapshot {
     /// Looks a tool up by its full name.
     pub fn get(&self, name: &str) -> Option<&RegisteredTool> {
+        self.entries.get(name).map(Arc::as_ref)
+    }
+
+    /// Looks a tool up by its full name, as the shared pointer the snapshot
+    /// holds; clone it to keep the tool after the snapshot is gone.
+    pub fn get_shared(&self, name: &str) -> Option<&Arc<RegisteredTool>> {
         self.entries.get(name)
     }
 
@@ -73,13 +89,13 @@ impl ToolRegistry {
 
     /// All tools, in registration order.
     pub fn iter(&self) -> impl ExactSizeIterator<Item = &RegisteredTool> {
-        self.entries.values()
+        self.entries.values().map(Arc::as_ref)
     }
 
     /// Tools registered at run time (by extensions or MCP bridges), which
     /// join every step's catalog (spec 002 §10.3).
     pub fn dynamic_items(&self) -> impl Iterator<Item = &ToolCatalogItem> {
-        self.entries.values().map(|tool| &tool.item).filter(|item| item.source().kind != ToolSourceKind::Config)
+        self.iter().map(|tool| &tool.item).filter(|item| item.source().kind != ToolSourceKind::Config)
     }
 
     /// Number of tools.
@@ -91,12 +107,232 @@ impl ToolRegistry {
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
+
+    /// How many changes the registry had gone through when this snapshot was
+    /// published: 0 for a new registry, one more for every change. Two
+    /// snapshots of one registry with the same version hold the same tools.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+}
+
+/// The executable tools of one agent process, shared (`Arc<ToolRegistry>`)
+/// by the executor and whatever registers tools while the agent runs.
+///
+/// Every method takes `&self`. Reads go through the current
+/// [`RegistrySnapshot`]; several related reads should take one
+/// [`snapshot`](Self::snapshot) so they see the same set of tools.
+///
+/// The registry is deliberately not `Clone`: share it through an `Arc`, so a
+/// registration is seen by everyone holding it.
+pub struct ToolRegistry {
+    current: ArcSwap<RegistrySnapshot>,
+    /// Serializes writers (each builds the next snapshot from the current
+    /// one, so two unserialized writers would drop each other's change).
+    /// Readers never take it.
+    writer: Mutex<()>,
+}
+
+impl Default for ToolRegistry {
+    fn default() -> Self {
+        Self { current: ArcSwap::from_pointee(RegistrySnapshot::default()), writer: Mutex::new(()) }
+    }
+}
+
+impl std::fmt::Debug for ToolRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let snapshot = self.current.load();
+        f.debug_struct("ToolRegistry")
+            .field("tools", &snapshot.len())
+            .field("version", &snapshot.version)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ToolRegistry {
+    /// An empty registry (version 0).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers a tool. Fails for a malformed name or a name already taken.
+    pub fn register(&self, item: ToolCatalogItem, handler: Arc<dyn ToolHandler>) -> Result<(), RegistryError> {
+        self.register_all([(item, handler)])
+    }
+
+    /// Registers several tools at once: all of them or, when any is refused
+    /// (malformed name, name taken, or given twice), none. One new snapshot,
+    /// so a reader sees either none of them or all of them.
+    pub fn register_all(
+        &self,
+        tools: impl IntoIterator<Item = (ToolCatalogItem, Arc<dyn ToolHandler>)>,
+    ) -> Result<(), RegistryError> {
+        let added = new_entries(tools)?;
+        if added.is_empty() {
+            return Ok(());
+        }
+        self.change(|current| {
+            if let Some(name) = added.keys().find(|name| current.entries.contains_key(*name)) {
+                return Err(RegistryError::Duplicate(name.to_string()));
+            }
+            let mut entries = IndexMap::with_capacity(current.entries.len() + added.len());
+            entries.extend(current.entries.iter().map(|(name, tool)| (Arc::clone(name), Arc::clone(tool))));
+            entries.extend(added);
+            Ok(Some(entries))
+        })
+        .map(|_changed| ())
+    }
+
+    /// Removes a tool; the rest keep their order. False when `name` was not
+    /// registered (and nothing changed).
+    pub fn unregister(&self, name: &str) -> bool {
+        let removed = self.change(|current| {
+            if !current.entries.contains_key(name) {
+                return Ok(None);
+            }
+            let entries = current
+                .entries
+                .iter()
+                .filter(|(key, _)| key.as_ref() != name)
+                .map(|(name, tool)| (Arc::clone(name), Arc::clone(tool)))
+                .collect();
+            Ok(Some(entries))
+        });
+        matches!(removed, Ok(true))
+    }
+
+    /// Replaces every tool of `source` (those whose `item.source() == source`)
+    /// with `tools`, in one change: what refreshing an MCP server's tools
+    /// after `tools/list_changed` needs. Readers see the old set or the new
+    /// one, never a mix.
+    ///
+    /// The new tools take the place of the source's first old tool, so a
+    /// refresh that returns the same tools leaves the order (and the model's
+    /// view of the catalog) unchanged; a source with no tools yet appends
+    /// them. Refused, with nothing changed, when a new tool has a malformed
+    /// name, a name given twice, a name another source holds, or an item of
+    /// another source. `tools` empty removes the source's tools.
+    pub fn replace_source(
+        &self,
+        source: &ToolSource,
+        tools: Vec<(ToolCatalogItem, Arc<dyn ToolHandler>)>,
+    ) -> Result<(), RegistryError> {
+        if let Some((item, _)) = tools.iter().find(|(item, _)| item.source() != source) {
+            return Err(RegistryError::WrongSource(item.name().to_owned()));
+        }
+        let added = new_entries(tools)?;
+        self.change(move |current| {
+            let taken =
+                current.entries.iter().find(|(name, tool)| tool.item.source() != source && added.contains_key(*name));
+            if let Some((name, _)) = taken {
+                return Err(RegistryError::Duplicate(name.to_string()));
+            }
+            if added.is_empty() && !current.iter().any(|tool| tool.item.source() == source) {
+                return Ok(None);
+            }
+            let mut entries = IndexMap::with_capacity(current.entries.len() + added.len());
+            let mut pending = Some(added);
+            for (name, tool) in &current.entries {
+                if tool.item.source() != source {
+                    entries.insert(Arc::clone(name), Arc::clone(tool));
+                } else if let Some(added) = pending.take() {
+                    entries.extend(added);
+                }
+            }
+            if let Some(added) = pending {
+                entries.extend(added);
+            }
+            Ok(Some(entries))
+        })
+        .map(|_changed| ())
+    }
+
+    /// The current snapshot, kept as long as the caller holds it; later
+    /// changes do not touch it.
+    pub fn snapshot(&self) -> Arc<RegistrySnapshot> {
+        self.current.load_full()
+    }
+
+    /// A short-lived borrow of the current snapshot: no reference count is
+    /// touched in the common case. For the executor's lookups; not to be held
+    /// across an `await` (arc-swap has a few such borrows per thread and
+    /// falls back to slower ones beyond that).
+    pub(crate) fn load(&self) -> Guard<Arc<RegistrySnapshot>> {
+        self.current.load()
+    }
+
+    /// Looks a tool up by its full name in the current snapshot. The tool is
+    /// returned as the `Arc` the snapshot holds (a reference-count increment,
+    /// no copy), so it stays usable after the registry changes.
+    pub fn get(&self, name: &str) -> Option<Arc<RegisteredTool>> {
+        self.current.load().get_shared(name).cloned()
+    }
+
+    /// True when `name` is registered now.
+    pub fn contains(&self, name: &str) -> bool {
+        self.current.load().contains(name)
+    }
+
+    /// Number of tools now.
+    pub fn len(&self) -> usize {
+        self.current.load().len()
+    }
+
+    /// True when empty now.
+    pub fn is_empty(&self) -> bool {
+        self.current.load().is_empty()
+    }
+
+    /// The current version (see [`RegistrySnapshot::version`]).
+    pub fn version(&self) -> u64 {
+        self.current.load().version
+    }
+
+    /// Runs one writer: `build` gets the current snapshot and returns the
+    /// next entries, `None` for "no change" or an error for "refused"; the
+    /// new snapshot (with the next version) is swapped in. Returns whether
+    /// something changed.
+    fn change(
+        &self,
+        build: impl FnOnce(&RegistrySnapshot) -> Result<Option<IndexMap<Arc<str>, Arc<RegisteredTool>>>, RegistryError>,
+    ) -> Result<bool, RegistryError> {
+        // A panic while another writer held the lock cannot have left a half
+        // change behind: snapshots are only ever swapped in whole. So a
+        // poisoned lock is as good as a free one.
+        let _writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        let current = self.current.load();
+        let Some(entries) = build(&current)? else {
+            return Ok(false);
+        };
+        let version = current.version.wrapping_add(1);
+        self.current.store(Arc::new(RegistrySnapshot { entries, version }));
+        Ok(true)
+    }
+}
+
+/// Checks a batch of new tools on its own (names well-formed and distinct)
+/// and indexes it, keeping its order.
+fn new_entries(
+    tools: impl IntoIterator<Item = (ToolCatalogItem, Arc<dyn ToolHandler>)>,
+) -> Result<IndexMap<Arc<str>, Arc<RegisteredTool>>, RegistryError> {
+    let tools = tools.into_iter();
+    let mut entries = IndexMap::with_capacity(tools.size_hint().0);
+    for (item, handler) in tools {
+        if parse_tool_name(item.name()).is_none() {
+            return Err(RegistryError::InvalidName(item.name().to_owned()));
+        }
+        let name = Arc::clone(item.shared_name());
+        if entries.contains_key(&name) {
+            return Err(RegistryError::Duplicate(name.to_string()));
+        }
+        entries.insert(name, Arc::new(RegisteredTool { item, handler }));
+    }
+    Ok(entries)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::ToolSource;
     use crate::handler::{ToolOutput, sync_handler};
     use serde_json::json;
 
@@ -104,34 +340,112 @@ mod tests {
         sync_handler(|_, _| Ok(ToolOutput::Value(json!(null))))
     }
 
+    fn names(snapshot: &RegistrySnapshot) -> Vec<&str> {
+        snapshot.iter().map(|t| t.item.name()).collect()
+    }
+
     #[test]
     fn keeps_order_and_refuses_duplicates() {
-        let mut registry = ToolRegistry::new();
+        let registry = ToolRegistry::new();
         for name in ["b__one", "a__two", "c__three"] {
             assert_eq!(registry.register(ToolCatalogItem::new(name, ToolSource::config("x")), noop()), Ok(()));
         }
-        assert_eq!(registry.iter().map(|t| t.item.name()).collect::<Vec<_>>(), ["b__one", "a__two", "c__three"]);
+        assert_eq!(names(&registry.snapshot()), ["b__one", "a__two", "c__three"]);
         let again = registry.register(ToolCatalogItem::new("a__two", ToolSource::extension("e")), noop());
         assert_eq!(again, Err(RegistryError::Duplicate("a__two".into())));
         assert_eq!(registry.len(), 3);
+        assert_eq!(registry.version(), 3);
     }
 
     #[test]
     fn refuses_malformed_names() {
-        let mut registry = ToolRegistry::new();
+        let registry = ToolRegistry::new();
         for bad in ["plain", "__x", "x__", "a__b__c"] {
             assert_eq!(
                 registry.register(ToolCatalogItem::new(bad, ToolSource::extension("e")), noop()),
                 Err(RegistryError::InvalidName(bad.into()))
             );
         }
+        assert_eq!(registry.version(), 0);
     }
 
     #[test]
     fn dynamic_items_are_the_non_config_ones() {
-        let mut registry = ToolRegistry::new();
+        let registry = ToolRegistry::new();
         let _ = registry.register(ToolCatalogItem::new("bash__exec", ToolSource::config("bash")), noop());
         let _ = registry.register(ToolCatalogItem::new("weather__get", ToolSource::extension("weather")), noop());
-        assert_eq!(registry.dynamic_items().map(ToolCatalogItem::name).collect::<Vec<_>>(), ["weather__get"]);
+        let snapshot = registry.snapshot();
+        assert_eq!(snapshot.dynamic_items().map(ToolCatalogItem::name).collect::<Vec<_>>(), ["weather__get"]);
+    }
+
+    #[test]
+    fn register_all_is_all_or_nothing() {
+        let registry = ToolRegistry::new();
+        let _ = registry.register(ToolCatalogItem::new("a__one", ToolSource::extension("e")), noop());
+        let batch = |names: &[&str]| {
+            names
+                .iter()
+                .map(|name| (ToolCatalogItem::new(*name, ToolSource::extension("e")), noop()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(registry.register_all(batch(&["b__two", "a__one"])), Err(RegistryError::Duplicate("a__one".into())));
+        assert_eq!(registry.register_all(batch(&["b__two", "b__two"])), Err(RegistryError::Duplicate("b__two".into())));
+        assert_eq!(registry.register_all(batch(&["b__two", "bad"])), Err(RegistryError::InvalidName("bad".into())));
+        assert_eq!((registry.len(), registry.version()), (1, 1));
+
+        assert_eq!(registry.register_all(batch(&["b__two", "c__three"])), Ok(()));
+        assert_eq!(names(&registry.snapshot()), ["a__one", "b__two", "c__three"]);
+        // One change, one version.
+        assert_eq!(registry.version(), 2);
+        // An empty batch changes nothing.
+        assert_eq!(registry.register_all(batch(&[])), Ok(()));
+        assert_eq!(registry.version(), 2);
+    }
+
+    #[test]
+    fn unregister_keeps_the_order_of_the_rest() {
+        let registry = ToolRegistry::new();
+        for name in ["a__one", "b__two", "c__three"] {
+            let _ = registry.register(ToolCatalogItem::new(name, ToolSource::extension("e")), noop());
+        }
+        assert!(registry.unregister("b__two"));
+        assert_eq!(names(&registry.snapshot()), ["a__one", "c__three"]);
+        assert_eq!(registry.version(), 4);
+        assert!(!registry.unregister("b__two"));
+        assert_eq!(registry.version(), 4);
+    }
+
+    #[test]
+    fn replace_source_keeps_the_place_of_the_source() {
+        let mcp = ToolSource::extension("mcp-bridge");
+        let registry = ToolRegistry::new();
+        let _ = registry.register(ToolCatalogItem::new("a__one", ToolSource::extension("e")), noop());
+        let _ = registry.register(ToolCatalogItem::new("m__old", mcp.clone()), noop());
+        let _ = registry.register(ToolCatalogItem::new("z__last", ToolSource::extension("e")), noop());
+        let fresh = vec![
+            (ToolCatalogItem::new("m__new", mcp.clone()), noop()),
+            (ToolCatalogItem::new("m__old", mcp.clone()), noop()),
+        ];
+        assert_eq!(registry.replace_source(&mcp, fresh), Ok(()));
+        assert_eq!(names(&registry.snapshot()), ["a__one", "m__new", "m__old", "z__last"]);
+
+        // A source with no tools yet appends them; an empty set removes them.
+        let other = ToolSource::extension("other");
+        assert_eq!(
+            registry.replace_source(&other, vec![(ToolCatalogItem::new("o__x", other.clone()), noop())]),
+            Ok(())
+        );
+        assert_eq!(names(&registry.snapshot()), ["a__one", "m__new", "m__old", "z__last", "o__x"]);
+        assert_eq!(registry.replace_source(&mcp, Vec::new()), Ok(()));
+        assert_eq!(names(&registry.snapshot()), ["a__one", "z__last", "o__x"]);
+    }
+
+    #[test]
+    fn replace_source_refuses_tools_of_another_source() {
+        let mcp = ToolSource::extension("mcp-bridge");
+        let registry = ToolRegistry::new();
+        let stray = vec![(ToolCatalogItem::new("m__x", ToolSource::extension("elsewhere")), noop())];
+        assert_eq!(registry.replace_source(&mcp, stray), Err(RegistryError::WrongSource("m__x".into())));
+        assert_eq!(registry.version(), 0);
     }
 }

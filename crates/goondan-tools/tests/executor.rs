@@ -218,7 +218,7 @@ impl Fixture {
     }
 
     /// Registers the tool without offering it.
-    fn registered(mut self, item: ToolCatalogItem, handler: Arc<dyn ToolHandler>) -> Self {
+    fn registered(self, item: ToolCatalogItem, handler: Arc<dyn ToolHandler>) -> Self {
         let name = item.name().to_owned();
         if let Err(e) = self.registry.register(item, handler) {
             panic!("register {name}: {e}");
@@ -1138,7 +1138,7 @@ async fn a_short_circuited_call_still_emits_both_events() {
 
 #[test]
 fn registering_a_name_twice_is_refused() {
-    let mut registry = ToolRegistry::new();
+    let registry = ToolRegistry::new();
     let (first, _) = echo();
     let (second, _) = echo();
     assert_eq!(registry.register(item("bash__exec"), first), Ok(()));
@@ -1153,7 +1153,7 @@ fn registering_a_name_twice_is_refused() {
 
 #[test]
 fn registering_a_malformed_name_is_refused() {
-    let mut registry = ToolRegistry::new();
+    let registry = ToolRegistry::new();
     for bad in ["plain", "__x", "x__", "a__b__c"] {
         let (handler, _) = echo();
         assert_eq!(
@@ -1169,7 +1169,7 @@ async fn dynamic_tools_join_the_step_catalog_and_config_tools_do_not() {
     let (config_handler, config_calls) = echo();
     let (weather, weather_calls) = echo();
     let (news, _) = echo();
-    let mut registry = ToolRegistry::new();
+    let registry = ToolRegistry::new();
     for (item, handler) in [
         (item("bash__exec"), config_handler),
         (dynamic_item("weather__get"), weather),
