@@ -175,8 +175,9 @@ impl ToolRegistry {
             if let Some(name) = added.keys().find(|name| current.entries.contains_key(*name)) {
                 return Err(RegistryError::Duplicate(name.to_string()));
             }
-            let mut entries = IndexMap::with_capacity(current.entries.len() + added.len());
-            entries.extend(current.entries.iter().map(|(name, tool)| (Arc::clone(name), Arc::clone(tool))));
+            // Cloning the map copies its hash index as is (no key is hashed
+            // again) and bumps one reference count per tool.
+            let mut entries = current.entries.clone();
             entries.extend(added);
             Ok(Some(entries))
         })
@@ -190,12 +191,8 @@ impl ToolRegistry {
             if !current.entries.contains_key(name) {
                 return Ok(None);
             }
-            let entries = current
-                .entries
-                .iter()
-                .filter(|(key, _)| key.as_ref() != name)
-                .map(|(name, tool)| (Arc::clone(name), Arc::clone(tool)))
-                .collect();
+            let mut entries = current.entries.clone();
+            entries.shift_remove(name);
             Ok(Some(entries))
         });
         matches!(removed, Ok(true))
