@@ -6,8 +6,12 @@
 //! The server answers at once, so the figures are the runtime's own cost:
 //! process start, bundle loading, the conversation store, two streamed model
 //! calls over HTTP, one shell command, and the event log.
+//!
+//! `GDN_BASELINE=/path/to/an/older/gdn` times that binary too, interleaved
+//! run by run with this build's (A B A B …), so both see the same machine
+//! noise; each binary's peak memory is measured in runs of its own.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -62,6 +66,11 @@ async fn completions(requests: Arc<AtomicUsize>, body: Bytes) -> impl IntoRespon
 }
 
 fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--rss") {
+        rss_child(&args[1..]);
+        return;
+    }
     let runs: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(20);
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build();
     let Ok(runtime) = runtime else { panic!("runtime") };
@@ -83,38 +92,97 @@ apiVersion: goondan.ai/v1\nkind: Agent\nmetadata: {{name: runner}}\nspec:\n  mod
     std::fs::write(dir.path().join("goondan.yaml"), bundle).unwrap_or_else(|e| panic!("{e}"));
     let state = dir.path().join("state");
 
-    let mut times = Vec::with_capacity(runs);
-    for run in 0..runs {
+    let mut binaries = vec![("this build".to_owned(), PathBuf::from(env!("CARGO_BIN_EXE_gdn")))];
+    if let Some(baseline) = std::env::var_os("GDN_BASELINE") {
+        binaries.push(("baseline".to_owned(), PathBuf::from(baseline)));
+    }
+    let run_once = |binary: &Path, key: &str| {
         let started = Instant::now();
-        let status = Command::new(env!("CARGO_BIN_EXE_gdn"))
+        let status = Command::new(binary)
             .arg("--state-root")
             .arg(&state)
             .arg("-c")
             .arg(dir.path())
-            .args(["run", "--instance-key", &format!("bench-{run}"), "--input", "Say hello with the shell"])
+            .args(["run", "--instance-key", key, "--input", "Say hello with the shell"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
-            .unwrap_or_else(|e| panic!("spawn gdn: {e}"));
-        times.push(started.elapsed());
-        assert!(status.success(), "gdn run failed");
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", binary.display()));
+        assert!(status.success(), "{} run failed", binary.display());
+        started.elapsed()
+    };
+    let mut times: Vec<Vec<Duration>> = vec![Vec::with_capacity(runs); binaries.len()];
+    for run in 0..runs {
+        for (index, (_, binary)) in binaries.iter().enumerate() {
+            times[index].push(run_once(binary, &format!("bench-{index}-{run}")));
+        }
     }
-    assert_eq!(requests.load(Ordering::SeqCst), runs * 2, "two model requests per turn");
-    let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN);
-    let peak_kib = usage.map(|u| u.max_rss()).unwrap_or(0);
-    times.sort();
-    let median = times[times.len() / 2];
-    let p90 = times[(times.len() * 9 / 10).min(times.len() - 1)];
-    let fastest = times[0];
-    report(runs, fastest, median, p90, peak_kib, &state);
+    assert_eq!(requests.load(Ordering::SeqCst), runs * 2 * binaries.len(), "two model requests per turn");
+    for (index, (label, binary)) in binaries.iter().enumerate() {
+        let peak_kib = peak_rss_kib(binary, &state, dir.path());
+        let times = &mut times[index];
+        times.sort();
+        let median = times[times.len() / 2];
+        let p90 = times[(times.len() * 9 / 10).min(times.len() - 1)];
+        let saved = messages_saved(&state.join(format!("instances/bench-{index}-0/messages.jsonl")));
+        report(label, runs, times[0], median, p90, peak_kib, saved);
+    }
 }
 
-fn report(runs: usize, fastest: Duration, median: Duration, p90: Duration, peak_kib: i64, state: &Path) {
+/// The peak resident set of `binary` over three runs of its own: a helper
+/// process (this bench re-run with `--rss`) spawns it and reports the
+/// largest resident set of its only child.
+fn peak_rss_kib(binary: &Path, state: &Path, bundle: &Path) -> i64 {
+    let Ok(me) = std::env::current_exe() else { return 0 };
+    (0..3)
+        .filter_map(|run| {
+            let output = Command::new(&me)
+                .arg("--rss")
+                .arg(binary)
+                .arg(state)
+                .arg(bundle)
+                .arg(format!("rss-{run}-{}", std::process::id()))
+                .output()
+                .ok()?;
+            String::from_utf8_lossy(&output.stdout).trim().parse::<i64>().ok()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// `--rss BINARY STATE BUNDLE KEY`: run one turn and print the child's peak RSS in KiB.
+fn rss_child(args: &[String]) {
+    let [binary, state, bundle, key] = args else { return };
+    let status = Command::new(binary)
+        .args(["--state-root", state, "-c", bundle, "run", "--instance-key", key, "--input", "Say hello"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    if status.is_ok_and(|s| s.success()) {
+        let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN);
+        let line = format!("{}\n", usage.map(|u| u.max_rss()).unwrap_or(0));
+        let _ = std::io::Write::write_all(&mut std::io::stdout(), line.as_bytes());
+    }
+}
+
+/// Messages a turn saved: appends in the log, whether one per line or in commits.
+fn messages_saved(log: &Path) -> usize {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .map(|line| {
+            let value: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
+            match value.get("events").and_then(serde_json::Value::as_array) {
+                Some(events) => events.iter().filter(|e| e["type"] == "append").count(),
+                None => 1,
+            }
+        })
+        .sum()
+}
+
+fn report(label: &str, runs: usize, fastest: Duration, median: Duration, p90: Duration, peak_kib: i64, saved: usize) {
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-    let lines =
-        std::fs::read_to_string(state.join("instances/bench-0/messages.jsonl")).unwrap_or_default().lines().count();
     let report = format!(
-        "gdn run --input, one bash__exec call, two streamed model requests ({runs} runs)\n  fastest {:.1} ms  median {:.1} ms  p90 {:.1} ms\n  peak RSS of a gdn process: {:.1} MiB\n  messages saved per turn: {lines}\n",
+        "{label}: gdn run --input, one bash__exec call, two streamed model requests ({runs} runs)\n  fastest {:.1} ms  median {:.1} ms  p90 {:.1} ms\n  peak RSS of a gdn process: {:.1} MiB\n  messages saved per turn: {saved}\n",
         ms(fastest),
         ms(median),
         ms(p90),

@@ -88,13 +88,9 @@ pub fn init(global: &GlobalOptions, args: &InitArgs, out: &mut Output) -> Result
     if !args.force {
         let existing: Vec<&str> = files.iter().map(|(path, _)| *path).filter(|path| dir.join(path).exists()).collect();
         if !existing.is_empty() {
-            writeln!(
-                out.stderr,
-                "{}error:{} {} already has {}; use --force to overwrite",
-                output::ERROR,
-                output::ERROR.render_reset(),
-                dir.display(),
-                existing.join(", ")
+            output::error_line(
+                &mut out.stderr,
+                format_args!("{} already has {}; use --force to overwrite", dir.display(), existing.join(", ")),
             )?;
             return Ok(exit::USAGE);
         }

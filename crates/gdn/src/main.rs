@@ -10,6 +10,7 @@ mod dotenv;
 mod init;
 mod output;
 mod run;
+mod wiring;
 
 use cli::{Cli, Command, ToolCommand};
 
@@ -44,9 +45,10 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => ExitCode::from(code),
+        // The reader of our output went away (`gdn … | head`): it has what it wanted.
+        Err(error) if output::is_broken_pipe(&error) => ExitCode::from(exit::OK),
         Err(error) => {
-            let mut stderr = std::io::stderr();
-            let _ = commands::write_fatal(&mut stderr, &error);
+            let _ = output::error_line(&mut out.stderr, format_args!("{error:#}"));
             ExitCode::from(exit::FAILED)
         }
     }

@@ -1,7 +1,9 @@
 //! Writing to the terminal: colors when it is one (and NO_COLOR is unset),
-//! plain text otherwise.
+//! plain text otherwise. Error and warning lines are written here and
+//! nowhere else, so they look the same whichever command prints them.
 
-use std::io::Write;
+use std::fmt::Display;
+use std::io::{self, Write};
 
 use anstream::{AutoStream, ColorChoice};
 use anstyle::{AnsiColor, Style};
@@ -26,6 +28,27 @@ pub const OK: Style = AnsiColor::Green.on_default().bold();
 pub const DIM: Style = Style::new().dimmed();
 pub const BOLD: Style = Style::new().bold();
 pub const HELP: Style = AnsiColor::Cyan.on_default();
+
+/// Writes `error: MESSAGE` (the label in red on a terminal).
+pub fn error_line(out: &mut impl Write, message: impl Display) -> io::Result<()> {
+    writeln!(out, "{ERROR}error:{ERROR:#} {message}")
+}
+
+/// Writes `warning: MESSAGE` (the label in yellow on a terminal).
+pub fn warning_line(out: &mut impl Write, message: impl Display) -> io::Result<()> {
+    writeln!(out, "{WARNING}warning:{WARNING:#} {message}")
+}
+
+/// Writes a note in the warning color, without a label.
+pub fn note_line(out: &mut impl Write, message: impl Display) -> io::Result<()> {
+    writeln!(out, "{WARNING}{message}{WARNING:#}")
+}
+
+/// True when `error` is, or was caused by, writing to a closed pipe
+/// (`gdn … | head`): the reader has what it wanted, and gdn ends quietly.
+pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| cause.downcast_ref::<io::Error>().is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe))
+}
 
 /// Writes one diagnostic in the human format.
 pub fn write_diagnostic(out: &mut impl Write, diagnostic: &Diagnostic) -> std::io::Result<()> {

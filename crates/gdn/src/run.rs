@@ -8,10 +8,12 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result, anyhow};
 use goondan_config::{Bundle, load_bundle, resolve_bundle_file};
-use goondan_core::{Message, ToolCall, ToolResult, ToolStatus};
+use goondan_core::{ToolCall, ToolResult, ToolStatus};
 use goondan_runtime::agent::{AgentOptions, EnvLookup, build_agent, identity};
+use goondan_runtime::conversation::{Conversation, InstanceLog};
 use goondan_runtime::store::{InstanceStore, StateRoot, delete_instance, list_instances};
-use goondan_runtime::turn::{AgentLoop, TurnEnd, TurnObserver, TurnOutcome};
+use goondan_runtime::turn::{Agent, TurnObserver};
+use goondan_runtime::{TurnEnd, TurnOutcome};
 use goondan_tools::{EventSink, FanoutEventSink, JsonLinesEventSink, TracingEventSink};
 use tokio::sync::watch;
 
@@ -36,13 +38,12 @@ fn env_lookup(env_file: Option<&Path>) -> Result<EnvLookup, String> {
 }
 
 fn usage_error(out: &mut Output, message: &str) -> Result<u8> {
-    writeln!(out.stderr, "{}error:{} {message}", output::ERROR, output::ERROR.render_reset())?;
+    output::error_line(&mut out.stderr, message)?;
     Ok(exit::USAGE)
 }
 
-/// Prints the turn as it happens and saves each step.
+/// Prints the turn as it happens (the runtime saves it).
 struct Console {
-    store: Mutex<InstanceStore>,
     json: bool,
     /// Text was streamed in this turn.
     streamed: Mutex<bool>,
@@ -95,11 +96,6 @@ impl TurnObserver for Console {
             *after = true;
         }
     }
-
-    fn commit(&self, messages: &[Message]) -> Result<(), String> {
-        let mut store = self.store.lock().map_err(|_| "the conversation store is unavailable".to_owned())?;
-        store.append(messages).map_err(|e| e.to_string())
-    }
 }
 
 /// `gdn run`.
@@ -118,14 +114,13 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, out: &mut Output) -> Re
         return usage_error(out, &format!("--workdir {} is not a directory", dir.display()));
     }
     let root = state_root(global)?;
-    let mut options = AgentOptions {
-        agent: args.agent.clone(),
-        instance_key: args.instance_key.clone(),
-        workdir: args.workdir.clone(),
-        env,
-        events: Arc::new(TracingEventSink),
-        call_timeout: args.tool_timeout_ms.map(std::time::Duration::from_millis),
-    };
+    let mut options = AgentOptions::new(Arc::new(TracingEventSink));
+    options.agent.clone_from(&args.agent);
+    options.instance_key.clone_from(&args.instance_key);
+    options.workdir.clone_from(&args.workdir);
+    options.env = env;
+    options.call_timeout = args.tool_timeout_ms.map(std::time::Duration::from_millis);
+    options.install_tools = crate::wiring::native_tools();
     let (agent_name, instance_key) = match identity(&bundle, &options) {
         Ok(identity) => identity,
         Err(error) => return usage_error(out, &error.to_string()),
@@ -139,7 +134,7 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, out: &mut Output) -> Re
         Ok(lock) => lock,
         Err(error) => return usage_error(out, &error.to_string()),
     };
-    let loaded = store.messages().with_context(|| format!("reading the conversation of '{instance_key}'"))?;
+    let loaded = store.load().with_context(|| format!("reading the conversation of '{instance_key}'"))?;
     if loaded.skipped_torn_tail || loaded.skipped_corrupt_lines > 0 {
         tracing::warn!(
             "instance '{instance_key}': skipped {} unreadable line(s) of its conversation log",
@@ -158,13 +153,12 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, out: &mut Output) -> Re
     };
 
     let console = Console {
-        store: Mutex::new(store),
         json: global.json,
         streamed: Mutex::new(false),
         after_tools: Mutex::new(false),
         color: !global.no_color,
     };
-    let mut history = loaded.messages;
+    let mut conversation = Conversation::new(loaded.state, Arc::new(InstanceLog::new(store, loaded.events_on_disk)));
 
     let single_input = match (&args.input, &args.input_file) {
         (Some(text), _) => Some(text.clone()),
@@ -182,21 +176,21 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, out: &mut Output) -> Re
 
     let code = match single_input {
         Some(input) => {
-            let outcome = one_turn(&agent, &console, &mut history, input).await;
+            let outcome = one_turn(&agent, &console, &mut conversation, input).await;
             report_outcome(global, &console, &outcome, out)?;
             if outcome.restart_requested {
                 reload(global, &options, &mut agent, out)?;
             }
             outcome_code(&outcome.end)
         }
-        None => interactive(global, &options, &mut agent, &console, &mut history, &root, out).await?,
+        None => interactive(global, &options, &mut agent, &console, &mut conversation, &root, out).await?,
     };
     event_log.flush_and_wait();
     Ok(code)
 }
 
 /// Runs one turn, cancelling it on Ctrl-C.
-async fn one_turn(agent: &AgentLoop, console: &Console, history: &mut Vec<Message>, input: String) -> TurnOutcome {
+async fn one_turn(agent: &Agent, console: &Console, conversation: &mut Conversation, input: String) -> TurnOutcome {
     let (cancel, cancelled) = watch::channel(false);
     let interrupt = tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
@@ -209,21 +203,20 @@ async fn one_turn(agent: &AgentLoop, console: &Console, history: &mut Vec<Messag
     if let Ok(mut after) = console.after_tools.lock() {
         *after = false;
     }
-    let outcome = agent.run_turn(history, input, console, cancelled).await;
+    let outcome = agent.run_turn(conversation, input, console, cancelled).await;
     interrupt.abort();
-    if let Ok(mut store) = console.store.lock()
-        && let Err(error) = store.record_turn()
-    {
-        tracing::warn!("cannot record the turn: {error}");
-    }
     outcome
 }
 
 fn outcome_code(end: &TurnEnd) -> u8 {
     match end {
-        TurnEnd::Answered | TurnEnd::StepLimit => exit::OK,
+        TurnEnd::Answered => exit::OK,
         TurnEnd::Cancelled => 130,
-        TurnEnd::MalformedReplies | TurnEnd::ModelFailed(_) | TurnEnd::CommitFailed(_) => exit::FAILED,
+        TurnEnd::StepLimit { .. } => exit::OK,
+        TurnEnd::MalformedReplies { .. }
+        | TurnEnd::ModelFailed { .. }
+        | TurnEnd::CommitFailed { .. }
+        | TurnEnd::LayerFailed(_) => exit::FAILED,
     }
 }
 
@@ -232,7 +225,8 @@ fn report_outcome(global: &GlobalOptions, console: &Console, outcome: &TurnOutco
         let body = serde_json::json!({
             "text": outcome.text,
             "steps": outcome.steps,
-            "end": format!("{:?}", outcome.end),
+            "end": outcome.end.as_str(),
+            "note": outcome.end.note(),
             "usage": outcome.usage,
             "restartRequested": outcome.restart_requested,
         });
@@ -243,23 +237,31 @@ fn report_outcome(global: &GlobalOptions, console: &Console, outcome: &TurnOutco
     match &outcome.end {
         TurnEnd::Answered if streamed => writeln!(out.stdout)?,
         TurnEnd::Answered => writeln!(out.stdout, "{}", outcome.text)?,
-        TurnEnd::StepLimit | TurnEnd::MalformedReplies => {
+        TurnEnd::StepLimit { .. } | TurnEnd::MalformedReplies { .. } => {
             if streamed {
                 writeln!(out.stdout)?;
+            } else if !outcome.text.is_empty() {
+                writeln!(out.stdout, "{}", outcome.text)?;
             }
-            let note = outcome.text.rsplit("\n\n").next().unwrap_or(&outcome.text);
-            writeln!(out.stderr, "{}{note}{}", output::WARNING, output::WARNING.render_reset())?;
+            if let Some(note) = outcome.end.note() {
+                output::note_line(&mut out.stderr, format_args!("[{note}]"))?;
+            }
         }
-        TurnEnd::Cancelled => writeln!(out.stderr, "\n{}cancelled{}", output::WARNING, output::WARNING.render_reset())?,
-        TurnEnd::ModelFailed(message) | TurnEnd::CommitFailed(message) => {
-            writeln!(out.stderr, "{}error:{} {message}", output::ERROR, output::ERROR.render_reset())?;
+        TurnEnd::Cancelled => {
+            writeln!(out.stderr)?;
+            output::note_line(&mut out.stderr, "cancelled")?;
+        }
+        TurnEnd::ModelFailed { .. } | TurnEnd::CommitFailed { .. } | TurnEnd::LayerFailed(_) => {
+            if let Some(note) = outcome.end.note() {
+                output::error_line(&mut out.stderr, note)?;
+            }
         }
     }
     Ok(())
 }
 
 /// Reloads the bundle and rebuilds the agent after a self-restart request.
-fn reload(global: &GlobalOptions, options: &AgentOptions, agent: &mut AgentLoop, out: &mut Output) -> Result<()> {
+fn reload(global: &GlobalOptions, options: &AgentOptions, agent: &mut Agent, out: &mut Output) -> Result<()> {
     let report = load_bundle(&global.config);
     let rebuilt = report
         .valid_bundle()
@@ -270,11 +272,9 @@ fn reload(global: &GlobalOptions, options: &AgentOptions, agent: &mut AgentLoop,
             *agent = new_agent;
             writeln!(out.stderr, "{}↻ restarted: the bundle was reloaded{}", output::DIM, output::DIM.render_reset())?;
         }
-        Err(error) => writeln!(
-            out.stderr,
-            "{}restart requested, but the bundle could not be reloaded: {error}; keeping the running agent{}",
-            output::WARNING,
-            output::WARNING.render_reset()
+        Err(error) => output::warning_line(
+            &mut out.stderr,
+            format_args!("restart requested, but the bundle could not be reloaded: {error}; keeping the running agent"),
         )?,
     }
     Ok(())
@@ -284,9 +284,9 @@ fn reload(global: &GlobalOptions, options: &AgentOptions, agent: &mut AgentLoop,
 async fn interactive(
     global: &GlobalOptions,
     options: &AgentOptions,
-    agent: &mut AgentLoop,
+    agent: &mut Agent,
     console: &Console,
-    history: &mut Vec<Message>,
+    conversation: &mut Conversation,
     root: &StateRoot,
     out: &mut Output,
 ) -> Result<u8> {
@@ -297,8 +297,8 @@ async fn interactive(
         out.stderr,
         "{}agent '{}' (instance '{}') — Ctrl-D to quit, Ctrl-C cancels a turn{}",
         output::DIM,
-        agent.agent_name,
-        agent.instance_key,
+        agent.tooling.agent_name,
+        agent.tooling.instance_key,
         output::DIM.render_reset()
     )?;
     loop {
@@ -316,7 +316,7 @@ async fn interactive(
             break;
         }
         let _ = editor.add_history_entry(input);
-        let outcome = one_turn(agent, console, history, input.to_owned()).await;
+        let outcome = one_turn(agent, console, conversation, input.to_owned()).await;
         report_outcome(global, console, &outcome, out)?;
         if outcome.restart_requested {
             reload(global, options, agent, out)?;

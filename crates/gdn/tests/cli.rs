@@ -380,3 +380,36 @@ fn tool_call_uses_the_agent_named_with_agent() {
     );
     assert_eq!(code(&output), 0, "{}", stderr(&output));
 }
+
+/// Runs gdn with its standard output a pipe whose reader is already gone,
+/// as in `gdn … | head -c 0`.
+fn gdn_into_closed_pipe(bundle: &PathBuf, args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gdn"))
+        .arg("-c")
+        .arg(bundle)
+        .args(args)
+        .env("NO_COLOR", "1")
+        .env_remove("GOONDAN_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn gdn: {e}"));
+    // Close the only reader before gdn writes anything: its writes fail with EPIPE.
+    drop(child.stdout.take());
+    child.wait_with_output().unwrap_or_else(|e| panic!("wait gdn: {e}"))
+}
+
+#[test]
+fn a_closed_pipe_ends_output_quietly_with_status_0() {
+    for args in [
+        &["tool", "list"][..],
+        &["tool", "call", "text-transform__case", "--args", r#"{"text": "hello", "to": "upper"}"#][..],
+        &["validate"][..],
+        &["--json", "tool", "list"][..],
+    ] {
+        let output = gdn_into_closed_pipe(&quickstart(), args);
+        assert_eq!(code(&output), 0, "{args:?}: {}", stderr(&output));
+        assert_eq!(stderr(&output), "", "{args:?} printed to stderr");
+    }
+}

@@ -46,6 +46,13 @@ fn lines(path: &Path) -> Vec<Value> {
         .collect()
 }
 
+/// The conversation a message log folds to, one JSON value per message.
+fn folded(path: &Path) -> Vec<Value> {
+    let loaded = goondan_runtime::store::read_message_log(path).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!loaded.skipped_torn_tail && loaded.skipped_corrupt_lines == 0, "{} has unreadable lines", path.display());
+    loaded.state.messages().iter().map(|m| serde_json::to_value(m).unwrap_or_default()).collect()
+}
+
 fn temp() -> tempfile::TempDir {
     tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"))
 }
@@ -68,7 +75,7 @@ fn the_offline_example_runs_a_turn_and_the_conversation_continues() {
     assert!(work.path().join("workspace/notes.md").is_file(), "the tools worked in --workdir");
 
     let instance = state.path().join("instances/default");
-    let messages = lines(&instance.join("messages.jsonl"));
+    let messages = folded(&instance.join("messages.jsonl"));
     // user, assistant(2 calls), 2 results, assistant(3 calls), 3 results, assistant(answer)
     assert_eq!(messages.len(), 9);
     assert_eq!(messages[0]["data"]["role"], "user");
@@ -83,7 +90,7 @@ fn the_offline_example_runs_a_turn_and_the_conversation_continues() {
     // The next run continues the same conversation.
     let output = gdn(state.path(), &args);
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
-    assert_eq!(lines(&instance.join("messages.jsonl")).len(), 18);
+    assert_eq!(folded(&instance.join("messages.jsonl")).len(), 18);
 
     // instance list and delete
     let list = gdn(state.path(), &["--json", "instance", "list"]);
@@ -123,7 +130,7 @@ fn a_torn_last_line_is_skipped_with_a_warning_and_the_log_heals() {
     let output = gdn(state.path(), &args);
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
     assert!(text(&output.stderr).contains("skipped 1 unreadable line"), "{}", text(&output.stderr));
-    assert_eq!(lines(&log).len(), 18, "the torn line is gone and both turns are intact");
+    assert_eq!(folded(&log).len(), 18, "the torn line is gone and both turns are intact");
 }
 
 #[test]
@@ -151,9 +158,9 @@ fn json_output_and_input_from_a_file_or_stdin() {
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
     let body: Value = serde_json::from_slice(&output.stdout).unwrap_or_default();
     assert_eq!(body["steps"], 3);
-    assert_eq!(body["end"], "Answered");
+    assert_eq!(body["end"], "answered");
     assert!(body["text"].as_str().is_some_and(|t| t.ends_with("DONE.")));
-    let first = lines(&state.path().join("instances/default/messages.jsonl"));
+    let first = folded(&state.path().join("instances/default/messages.jsonl"));
     assert_eq!(first[0]["data"]["content"], "from a file");
 
     let output = gdn_stdin(
@@ -225,7 +232,7 @@ fn without_input_gdn_runs_an_interactive_session_over_standard_input() {
     );
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
     assert_eq!(text(&output.stdout).matches("DONE.").count(), 2);
-    let messages = lines(&state.path().join("instances/default/messages.jsonl"));
+    let messages = folded(&state.path().join("instances/default/messages.jsonl"));
     assert_eq!(messages.len(), 18, "two turns; the blank line is skipped and /exit ends the session");
     assert_eq!(messages[9]["data"]["content"], "second question");
 }
@@ -257,7 +264,7 @@ fn ctrl_c_cancels_the_turn_and_leaves_a_valid_conversation() {
     let output = child.wait_with_output().unwrap_or_else(|e| panic!("wait: {e}"));
     assert_eq!(output.status.code(), Some(130), "{}", text(&output.stderr));
     assert!(started.elapsed() < std::time::Duration::from_secs(20), "the wait was cut short");
-    let messages = lines(&state.path().join("instances/default/messages.jsonl"));
+    let messages = folded(&state.path().join("instances/default/messages.jsonl"));
     // user, assistant with two calls, two results: one ok, one cancelled.
     assert_eq!(messages.len(), 4);
     assert_eq!(messages[2]["data"]["result"]["status"], "ok");
@@ -291,6 +298,6 @@ fn a_second_run_on_a_busy_instance_is_refused() {
     let _ = first.wait_with_output();
     assert_eq!(second.status.code(), Some(2), "{}", text(&second.stderr));
     assert!(text(&second.stderr).contains("in use by another process"), "{}", text(&second.stderr));
-    let messages = lines(&state.path().join("instances/default/messages.jsonl"));
+    let messages = folded(&state.path().join("instances/default/messages.jsonl"));
     assert!(messages.iter().all(|m| m["data"]["content"] != "me too"), "the refused run wrote nothing");
 }

@@ -5,12 +5,14 @@
 //! exactly the JSON the original TypeScript runtime produces.
 
 pub mod codes;
+pub mod conversation;
 pub mod ids;
 pub mod message;
 pub mod naming;
 pub mod object_ref;
 pub mod tool;
 
+pub use conversation::{ConversationState, MessageEvent, MessageEventError};
 pub use message::{Message, MessageData, MessageSource};
 pub use object_ref::{ObjectRef, ObjectRefError, json_type_name};
 pub use tool::{ToolCall, ToolError, ToolResult, ToolStatus, truncate_error_message};

@@ -41,3 +41,46 @@ proptest! {
         }
     }
 }
+
+mod conversation_rule {
+    use goondan_core::conversation::integrity_repairs;
+    use goondan_core::{ConversationState, JsonObject, Message, MessageData, MessageSource, ToolCall, ToolResult};
+    use proptest::prelude::*;
+
+    /// A message of a random kind; calls and results draw from a few ids so
+    /// that matches, orphans and duplicates all occur.
+    fn message() -> impl Strategy<Value = Message> {
+        prop_oneof![
+            Just(Message::new(MessageData::User { content: "u".into() }, MessageSource::User)),
+            (proptest::collection::vec(0u8..4, 0..4), proptest::bool::ANY).prop_map(|(ids, text)| {
+                let calls = ids.iter().map(|i| ToolCall::new(format!("c{i}"), "t__x", JsonObject::new())).collect();
+                let content = text.then(|| "thinking".to_owned());
+                Message::new(
+                    MessageData::Assistant { content, tool_calls: calls },
+                    MessageSource::Assistant { step_id: "s".into() },
+                )
+            }),
+            (0u8..5).prop_map(|i| Message::new(
+                MessageData::Tool {
+                    tool_call_id: format!("c{i}"),
+                    tool_name: "t__x".into(),
+                    result: Box::new(ToolResult::ok(serde_json::json!(i))),
+                },
+                MessageSource::Tool { tool_call_id: format!("c{i}"), tool_name: "t__x".into() },
+            )),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn repairs_restore_the_rule_from_any_conversation(messages in proptest::collection::vec(message(), 0..24)) {
+            let mut state = ConversationState::new(messages);
+            state.append_new([]);
+            // Any change makes the next commit run the repairs.
+            state.append_new([Message::new(MessageData::User { content: "next".into() }, MessageSource::User)]);
+            let _ = state.commit();
+            prop_assert!(state.is_consistent());
+            prop_assert!(integrity_repairs(state.messages()).is_empty(), "repairs are idempotent");
+        }
+    }
+}

@@ -6,22 +6,22 @@
 //! whose handler does nothing. What is measured is the loop itself: the
 //! step's catalog, step middleware, building the model request from the
 //! conversation, parsing the calls, the executor pipeline, the result
-//! messages, events and the per-step commit callback.
+//! messages, events and the per-step commits (to a store that keeps nothing).
 
 use std::hint::black_box;
 use std::path::Path;
 use std::sync::Arc;
 
 use divan::Bencher;
-use goondan_core::{Message, MessageData};
+use goondan_core::MessageData;
 use goondan_llm::provider::{BoxFuture, StreamSink};
-use goondan_llm::{ModelError, ModelParams, ModelProvider, ModelRequest, ModelResponse, RawToolCall, StopReason};
-use goondan_runtime::turn::{AgentLoop, TurnObserver};
+use goondan_llm::{ModelError, ModelProvider, ModelRequest, ModelResponse, RawToolCall, StopReason};
+use goondan_runtime::AgentTooling;
+use goondan_runtime::conversation::Conversation;
+use goondan_runtime::turn::{Agent, TurnObserver};
 use goondan_tools::assembly::AgentTools;
 use goondan_tools::events::{EventSink, RuntimeEvent};
-use goondan_tools::{
-    MiddlewareChain, ToolCatalogItem, ToolExecutor, ToolOutput, ToolRegistry, ToolSource, sync_handler,
-};
+use goondan_tools::{ToolCatalogItem, ToolExecutor, ToolOutput, ToolRegistry, ToolSource, sync_handler};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -64,7 +64,7 @@ struct Quiet;
 
 impl TurnObserver for Quiet {}
 
-fn agent() -> AgentLoop {
+fn agent() -> Agent {
     let registry = ToolRegistry::new();
     let item = ToolCatalogItem::new("noop__run", ToolSource::extension("bench")).with_parameters(json!({
         "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"], "additionalProperties": false
@@ -88,22 +88,11 @@ fn agent() -> AgentLoop {
             ..Default::default()
         },
     };
-    AgentLoop {
-        agent_name: Arc::from("bench"),
-        instance_key: Arc::from("bench"),
-        workdir: Arc::from(Path::new("/tmp")),
-        system_prompt: Some("You are fast.".into()),
-        params: ModelParams::default(),
-        max_steps_per_turn: 32,
-        max_parallel_tool_calls: 8,
-        max_malformed_replies: 3,
-        provider: Arc::new(provider),
-        tools: AgentTools::default(),
-        executor: Arc::new(ToolExecutor::new(Arc::new(registry)).with_events(Arc::clone(&events))),
-        step_middleware: MiddlewareChain::new(),
-        turn_middleware: MiddlewareChain::new(),
-        events,
-    }
+    let executor = ToolExecutor::new(Arc::new(registry)).with_events(Arc::clone(&events));
+    let tooling = AgentTooling::new("bench", "bench", Path::new("/tmp"), AgentTools::default(), executor, events);
+    let mut agent = Agent::new(tooling, Arc::new(provider));
+    agent.system_prompt = Some("You are fast.".into());
+    agent
 }
 
 /// One two-step turn on a conversation that already holds `prior` turns.
@@ -112,13 +101,14 @@ fn two_step_turn(bencher: Bencher<'_, '_>, prior: usize) {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap_or_else(|e| panic!("{e}"));
     let agent = agent();
     let (_cancel, cancelled) = watch::channel(false);
-    let mut history: Vec<Message> = Vec::new();
+    let mut conversation = Conversation::in_memory(Vec::new());
     for _ in 0..prior {
-        runtime.block_on(agent.run_turn(&mut history, "warm up".into(), &Quiet, cancelled.clone()));
+        runtime.block_on(agent.run_turn(&mut conversation, "warm up".into(), &Quiet, cancelled.clone()));
     }
-    bencher.with_inputs(|| history.clone()).bench_local_values(|mut history| {
-        let outcome = runtime.block_on(agent.run_turn(&mut history, "go".into(), &Quiet, cancelled.clone()));
+    let history = conversation.messages().to_vec();
+    bencher.with_inputs(|| Conversation::in_memory(history.clone())).bench_local_values(|mut conversation| {
+        let outcome = runtime.block_on(agent.run_turn(&mut conversation, "go".into(), &Quiet, cancelled.clone()));
         assert_eq!(outcome.steps, 2);
-        history
+        conversation
     });
 }

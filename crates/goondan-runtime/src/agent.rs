@@ -1,23 +1,39 @@
-//! Assembling an [`AgentLoop`] from a loaded bundle: the agent, its model,
-//! system prompt, parameters, step limit, tools and executor.
+//! The one place an agent is assembled from a loaded bundle.
+//!
+//! [`assemble_tooling`] builds everything of an agent but its model — which
+//! agent and instance, the working directory, the declared tools, the
+//! registry with the handlers the caller installs, the executor, the turn,
+//! step and toolCall middleware chains and the event sink — and
+//! [`build_agent`] adds the model. `gdn run`, `gdn tool list`,
+//! `gdn tool call` (and next the agent process and `gdn mcp serve`) all go
+//! through them, so every front end sees the same catalog and calls through
+//! the same pipeline.
+//!
+//! The runtime knows no tool implementations: the caller passes a
+//! [`ToolInstaller`] (`gdn` wires in the native `@goondan/base` tools).
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use goondan_config::{AgentSpec, AnyResource, Bundle, Resolved, Resource};
+use goondan_core::ids::{SpanIdGenerator, new_id, new_ordered_id, new_trace_id};
+use goondan_core::{ConversationState, JsonObject, Message, ToolCall, ToolResult};
 use goondan_llm::{ModelError, ModelParams, ModelSettings, build_provider};
 use goondan_tools::assembly::AgentTools;
 use goondan_tools::events::EventSink;
-use goondan_tools::{ExecutorPolicy, MiddlewareChain, RegistryError, ToolExecutor, ToolRegistry};
+use goondan_tools::{
+    BoxFuture, CallScope, Core, ExecutorPolicy, MiddlewareChain, RegistryError, ToolCatalog, ToolExecutor, ToolRegistry,
+};
 
-use crate::turn::AgentLoop;
-
-/// The spec's default `maxStepsPerTurn`.
-pub const DEFAULT_MAX_STEPS_PER_TURN: u32 = 32;
+use crate::context::{StepContext, StepOutcome, TurnContext, TurnOutcome};
+use crate::turn::Agent;
 
 /// Reads an environment variable (the process environment, plus any `.env` file).
 pub type EnvLookup = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
+/// Registers the handlers a build has for an agent's declared tools.
+pub type ToolInstaller = Arc<dyn Fn(&ToolRegistry, &AgentTools, &EnvLookup) -> Result<(), RegistryError> + Send + Sync>;
 
 /// How to build an agent beyond what the bundle says.
 #[derive(Clone)]
@@ -34,6 +50,25 @@ pub struct AgentOptions {
     pub events: Arc<dyn EventSink>,
     /// The deadline of one tool call.
     pub call_timeout: Option<Duration>,
+    /// Installs the handlers of the agent's tools.
+    pub install_tools: ToolInstaller,
+}
+
+impl AgentOptions {
+    /// Options for the bundle's default agent and instance, reading the
+    /// process environment, with no events and no tool handlers; set the
+    /// fields that matter to the caller.
+    pub fn new(events: Arc<dyn EventSink>) -> Self {
+        Self {
+            agent: None,
+            instance_key: None,
+            workdir: None,
+            env: Arc::new(|name: &str| std::env::var(name).ok()),
+            events,
+            call_timeout: None,
+            install_tools: Arc::new(|_: &ToolRegistry, _: &AgentTools, _: &EnvLookup| Ok(())),
+        }
+    }
 }
 
 /// Why an agent could not be built.
@@ -72,6 +107,169 @@ pub enum AgentBuildError {
     },
 }
 
+/// The ids that place tool calls in a trace: shared by every call of a step.
+#[derive(Debug, Clone)]
+pub struct ScopeIds {
+    /// The turn.
+    pub turn_id: Arc<str>,
+    /// The step.
+    pub step_id: Arc<str>,
+    /// The trace (32 hex digits).
+    pub trace_id: Arc<str>,
+    /// The step's span (16 hex digits).
+    pub step_span_id: Arc<str>,
+}
+
+impl ScopeIds {
+    /// Fresh ids for a call made outside any turn (`gdn tool call`, an MCP client).
+    pub fn detached() -> Self {
+        Self {
+            turn_id: Arc::from(new_ordered_id()),
+            step_id: Arc::from(new_ordered_id()),
+            trace_id: Arc::from(new_trace_id()),
+            step_span_id: Arc::from(SpanIdGenerator::new().next_hex()),
+        }
+    }
+}
+
+/// An agent without its model: who it is, its tools, the executor, the
+/// middleware chains and where events go.
+pub struct AgentTooling {
+    /// The agent's name.
+    pub agent_name: Arc<str>,
+    /// The instance's key.
+    pub instance_key: Arc<str>,
+    /// The instance's working directory.
+    pub workdir: Arc<Path>,
+    /// The tools the agent's `spec.tools` declares.
+    pub tools: AgentTools,
+    /// The executor (registry, toolCall middleware, policy, events).
+    pub executor: Arc<ToolExecutor>,
+    /// Step middleware; its core calls the model and runs the tool calls.
+    pub step_middleware: MiddlewareChain<StepContext, StepOutcome>,
+    /// Turn middleware; its core runs the steps.
+    pub turn_middleware: MiddlewareChain<TurnContext, TurnOutcome>,
+    /// Where turn and step events go (tool events go through the executor).
+    pub events: Arc<dyn EventSink>,
+}
+
+impl std::fmt::Debug for AgentTooling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentTooling")
+            .field("agent_name", &self.agent_name)
+            .field("instance_key", &self.instance_key)
+            .field("tools", &self.tools.iter().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl AgentTooling {
+    /// Tooling with empty middleware chains; `executor` carries the registry
+    /// and the toolCall middleware.
+    pub fn new(
+        agent_name: &str,
+        instance_key: &str,
+        workdir: &Path,
+        tools: AgentTools,
+        executor: ToolExecutor,
+        events: Arc<dyn EventSink>,
+    ) -> Self {
+        Self {
+            agent_name: Arc::from(agent_name),
+            instance_key: Arc::from(instance_key),
+            workdir: Arc::from(workdir),
+            tools,
+            executor: Arc::new(executor),
+            step_middleware: MiddlewareChain::new(),
+            turn_middleware: MiddlewareChain::new(),
+            events,
+        }
+    }
+
+    /// The registry: every executable tool. It grows while the agent runs;
+    /// each step's catalog is built from it as it stands.
+    pub fn registry(&self) -> &Arc<ToolRegistry> {
+        self.executor.registry()
+    }
+
+    /// The catalog a step starts from, before step middleware: the declared
+    /// tools, then every dynamically registered one (spec 002 §1.2).
+    pub fn base_catalog(&self) -> ToolCatalog {
+        self.tools.step_catalog(self.registry())
+    }
+
+    /// The scope shared by the calls of one step.
+    pub fn call_scope(&self, ids: &ScopeIds, message: Arc<Message>) -> Arc<CallScope> {
+        Arc::new(CallScope {
+            agent_name: Arc::clone(&self.agent_name),
+            instance_key: Arc::clone(&self.instance_key),
+            turn_id: Arc::clone(&ids.turn_id),
+            step_id: Arc::clone(&ids.step_id),
+            message,
+            workdir: Arc::clone(&self.workdir),
+            trace_id: Arc::clone(&ids.trace_id),
+            step_span_id: Arc::clone(&ids.step_span_id),
+            runtime: None,
+        })
+    }
+
+    /// The catalog the model would get at the first step of a turn on
+    /// `conversation`: the base catalog through the agent's step middleware,
+    /// exactly as a step builds it, without calling the model. What the
+    /// layers emit here is not saved.
+    pub async fn preview_catalog(&self, conversation: ConversationState) -> ToolCatalog {
+        let ids = ScopeIds::detached();
+        let mut ctx = StepContext {
+            agent_name: Arc::clone(&self.agent_name),
+            instance_key: Arc::clone(&self.instance_key),
+            turn_id: ids.turn_id,
+            trace_id: ids.trace_id,
+            step_index: 0,
+            conversation,
+            tool_catalog: self.base_catalog(),
+            metadata: JsonObject::new(),
+        };
+        let core = CatalogCore { seen: Mutex::new(None) };
+        let on_panic = |layer: Option<&str>, message: String| {
+            tracing::warn!(
+                "step middleware {} panicked while previewing the catalog: {message}",
+                layer.unwrap_or("core")
+            );
+            StepOutcome::default()
+        };
+        let _ = self.step_middleware.run_catching(&mut ctx, &core, &on_panic).await;
+        let seen = core.seen.lock().map(|mut seen| seen.take()).unwrap_or_default();
+        // A layer that did not call next: the model would have got no request.
+        seen.unwrap_or_default()
+    }
+
+    /// Runs one call outside any turn — as the only call of a fresh step
+    /// whose catalog is [`AgentTooling::preview_catalog`] — through the
+    /// executor's whole pipeline.
+    pub async fn call_tool(&self, name: &str, args: JsonObject) -> ToolResult {
+        let catalog = Arc::new(self.preview_catalog(ConversationState::default()).await);
+        let ids = ScopeIds::detached();
+        let call = ToolCall::new(format!("call_{}", new_id().replace('-', "")), name, args);
+        let message = Message::assistant_tool_calls(ids.step_id.to_string(), vec![call.clone()]);
+        let scope = self.call_scope(&ids, Arc::new(message));
+        self.executor.execute(call, &scope, &catalog).await
+    }
+}
+
+/// A step core that records the catalog the model would get.
+struct CatalogCore {
+    seen: Mutex<Option<ToolCatalog>>,
+}
+
+impl Core<StepContext, StepOutcome> for CatalogCore {
+    fn run<'a>(&'a self, ctx: &'a mut StepContext) -> BoxFuture<'a, StepOutcome> {
+        if let Ok(mut seen) = self.seen.lock() {
+            *seen = Some(ctx.tool_catalog.clone());
+        }
+        Box::pin(std::future::ready(StepOutcome::default()))
+    }
+}
+
 /// The agent `options` select and the instance key it runs under: the
 /// named agent or the bundle's default; the explicit key, else the Swarm's
 /// `instanceKey`, else `default`.
@@ -93,41 +291,6 @@ fn resolve<'a>(
     Ok((agent, key))
 }
 
-/// An agent's tools: the ones its `spec.tools` declares, and a registry
-/// holding the handlers this build has for them.
-#[derive(Debug)]
-pub struct AgentToolSet {
-    /// The agent.
-    pub agent_name: String,
-    /// The instance key it runs under (see [`identity`]).
-    pub instance_key: String,
-    /// The declared tools, one entry per export.
-    pub tools: AgentTools,
-    /// The executable tools.
-    pub registry: ToolRegistry,
-}
-
-/// The tools of the agent `options` select, without building its model —
-/// for commands that inspect or call tools directly.
-pub fn tool_set(bundle: &Bundle, options: &AgentOptions) -> Result<AgentToolSet, AgentBuildError> {
-    let (agent, instance_key) = resolve(bundle, options)?;
-    tools_of(bundle, agent, instance_key, options)
-}
-
-fn tools_of(
-    bundle: &Bundle,
-    agent: &Resource<AgentSpec>,
-    instance_key: String,
-    options: &AgentOptions,
-) -> Result<AgentToolSet, AgentBuildError> {
-    let tools = AgentTools::for_agent(bundle, agent);
-    let registry = ToolRegistry::new();
-    let base_settings = Arc::new(goondan_base::BaseSettings::from_lookup(|v| (options.env)(v)));
-    goondan_base::register_native_tools(&registry, &tools, &base_settings)
-        .map_err(|source| AgentBuildError::Tools { agent: agent.name().to_owned(), source })?;
-    Ok(AgentToolSet { agent_name: agent.name().to_owned(), instance_key, tools, registry })
-}
-
 fn select_agent<'a>(bundle: &'a Bundle, options: &AgentOptions) -> Result<&'a Resource<AgentSpec>, AgentBuildError> {
     match &options.agent {
         Some(name) => bundle.agent(name).ok_or_else(|| {
@@ -142,8 +305,35 @@ fn swarm_of<'a>(bundle: &'a Bundle, agent: &str) -> Option<&'a Resource<goondan_
     bundle.swarms().find(|s| s.spec.agents.iter().any(|a| a.kind == "Agent" && a.name == agent))
 }
 
-/// Builds the agent loop for `options.agent` of `bundle`.
-pub fn build_agent(bundle: &Bundle, options: &AgentOptions) -> Result<AgentLoop, AgentBuildError> {
+/// Assembles the tooling of the agent `options` select: its declared tools,
+/// a registry with the handlers `options.install_tools` provides, the
+/// executor (catalog-only calls, `options.call_timeout`, `options.events`)
+/// and empty middleware chains for extensions to fill.
+pub fn assemble_tooling(bundle: &Bundle, options: &AgentOptions) -> Result<AgentTooling, AgentBuildError> {
+    let (agent, instance_key) = resolve(bundle, options)?;
+    tooling_of(bundle, agent, &instance_key, options)
+}
+
+fn tooling_of(
+    bundle: &Bundle,
+    agent: &Resource<AgentSpec>,
+    instance_key: &str,
+    options: &AgentOptions,
+) -> Result<AgentTooling, AgentBuildError> {
+    let tools = AgentTools::for_agent(bundle, agent);
+    let registry = ToolRegistry::new();
+    (options.install_tools)(&registry, &tools, &options.env)
+        .map_err(|source| AgentBuildError::Tools { agent: agent.name().to_owned(), source })?;
+    let executor = ToolExecutor::new(Arc::new(registry))
+        .with_policy(ExecutorPolicy { allow_registry_calls: false, call_timeout: options.call_timeout })
+        .with_events(Arc::clone(&options.events));
+    let workdir = options.workdir.clone().unwrap_or_else(|| bundle.root().to_path_buf());
+    let workdir = std::fs::canonicalize(&workdir).unwrap_or(workdir);
+    Ok(AgentTooling::new(agent.name(), instance_key, &workdir, tools, executor, Arc::clone(&options.events)))
+}
+
+/// Builds the agent `options` select: its tooling and its model.
+pub fn build_agent(bundle: &Bundle, options: &AgentOptions) -> Result<Agent, AgentBuildError> {
     let (agent, instance_key) = resolve(bundle, options)?;
     let name = agent.name().to_owned();
     let model_error = |source| AgentBuildError::Model { agent: name.clone(), source };
@@ -162,34 +352,17 @@ pub fn build_agent(bundle: &Bundle, options: &AgentOptions) -> Result<AgentLoop,
     let provider = build_provider(&settings).map_err(model_error)?;
     let params: ModelParams = serde_json::from_value(serde_json::Value::Object(agent.spec.model_config.params.clone()))
         .map_err(|e| model_error(ModelError::Config(format!("modelConfig.params: {e}"))))?;
-
     let system_prompt = system_prompt(bundle.root(), agent)?;
-    let max_steps_per_turn =
-        swarm_of(bundle, &name).and_then(|s| s.spec.policy.max_steps_per_turn).unwrap_or(DEFAULT_MAX_STEPS_PER_TURN);
-    let workdir = options.workdir.clone().unwrap_or_else(|| bundle.root().to_path_buf());
-    let workdir = std::fs::canonicalize(&workdir).unwrap_or(workdir);
+    let max_steps_per_turn = swarm_of(bundle, &name)
+        .and_then(|s| s.spec.policy.max_steps_per_turn)
+        .unwrap_or(Agent::DEFAULT_MAX_STEPS_PER_TURN);
 
-    let AgentToolSet { instance_key, tools, registry, .. } = tools_of(bundle, agent, instance_key, options)?;
-    let executor = ToolExecutor::new(Arc::new(registry))
-        .with_policy(ExecutorPolicy { allow_registry_calls: false, call_timeout: options.call_timeout })
-        .with_events(Arc::clone(&options.events));
-
-    Ok(AgentLoop {
-        agent_name: Arc::from(name.as_str()),
-        instance_key: Arc::from(instance_key),
-        workdir: Arc::from(workdir.as_path()),
-        system_prompt,
-        params,
-        max_steps_per_turn,
-        max_parallel_tool_calls: 8,
-        max_malformed_replies: 3,
-        provider,
-        tools,
-        executor: Arc::new(executor),
-        step_middleware: MiddlewareChain::new(),
-        turn_middleware: MiddlewareChain::new(),
-        events: Arc::clone(&options.events),
-    })
+    let tooling = tooling_of(bundle, agent, &instance_key, options)?;
+    let mut built = Agent::new(tooling, provider);
+    built.system_prompt = system_prompt;
+    built.params = params;
+    built.max_steps_per_turn = max_steps_per_turn;
+    Ok(built)
 }
 
 fn system_prompt(root: &Path, agent: &Resource<AgentSpec>) -> Result<Option<String>, AgentBuildError> {

@@ -1,9 +1,23 @@
-//! The agent runtime: the turn/step loop and durable conversations.
+//! The agent runtime: agents assembled from bundles, the turn/step loop and
+//! durable conversations.
 //!
-//! - [`store`]: the state root, one directory per instance with an
-//!   append-only message log and event log.
+//! - [`agent`]: the one place an agent is assembled (tooling, then model).
+//! - [`context`]: what turn and step middleware see; how turns and steps end.
 //! - [`turn`]: a turn — steps of model call and tool calls — ending with an answer.
+//! - [`conversation`]: a conversation and the store its commits go to.
+//! - [`store`]: the state root, one directory per instance with its message
+//!   log (message events) and event log.
+//!
+//! Architecture invariant: this crate implements no tool. Handlers come in
+//! through [`agent::ToolInstaller`]; `gdn` wires in the built-ins.
 
 pub mod agent;
+pub mod context;
+pub mod conversation;
 pub mod store;
 pub mod turn;
+
+pub use agent::{AgentBuildError, AgentOptions, AgentTooling, ScopeIds, assemble_tooling, build_agent, identity};
+pub use context::{LayerFailure, Pipeline, StepContext, StepFailure, StepOutcome, TurnContext, TurnEnd, TurnOutcome};
+pub use conversation::{Conversation, ConversationStore, InstanceLog, NoStore};
+pub use turn::{Agent, NoObserver, TurnObserver};

@@ -5,26 +5,38 @@
 //!   instances/
 //!     <instance dir>/               the instance key, percent-encoded (see below)
 //!       instance.json               metadata; replaced atomically (temp file + fsync + rename)
-//!       messages.jsonl              the conversation: one goondan_core::Message per line, append-only
+//!       messages.jsonl              the conversation as a log of message events, one commit per line
 //!       events.jsonl                the event log: one runtime event per line, append-only
 //! ```
 //!
+//! The message log is the conversation's [`MessageEvent`]s, folded on load
+//! ([`InstanceStore::load`]). Each line is one commit: a plain
+//! `goondan_core::Message` when the commit appended exactly one message
+//! (and in logs written before message events existed, where every line is
+//! one), otherwise `{"events": [MessageEvent, ...]}`. Why a log of events
+//! and not a file rewritten per change: a step costs one append of its own
+//! lines and one fsync, whatever the conversation's length; edits by
+//! extensions (`replace`, `remove`, `truncate`) are recorded the same way;
+//! and when dead records pile up the runtime rewrites the file from the
+//! folded state ([`InstanceStore::rewrite`]: temp file, fsync, rename), so
+//! the log never grows without bound.
+//!
 //! Durability:
-//! - [`InstanceStore::append`] writes all the messages of one call with a
+//! - [`InstanceStore::append_events`] writes one commit as one line with a
 //!   single `write_all`, then syncs the file before returning. The runtime
-//!   appends once per step (the assistant message and its tool results), so
-//!   writes are flushed and synced at step boundaries and a step whose append
-//!   returned survives a crash.
-//! - A crash in the middle of an append can leave a torn last line. Reading
-//!   ([`InstanceStore::messages`]) skips it with a warning and reports it in
-//!   [`LoadedMessages`]; it is never fatal. Before the first append of a
-//!   store, and when an event writer is opened, the torn tail is cut off (the
-//!   file is truncated to the end of its last complete line) so new lines
-//!   never glue onto garbage.
-//! - A crash can also tear a step between its lines: the log may then end
-//!   with a complete assistant message whose tool results are missing. The
-//!   store keeps every complete line; the turn loop must tolerate unanswered
-//!   tool calls at the end of a loaded conversation.
+//!   commits at step boundaries, so a step whose commit returned survives a
+//!   crash, and a commit is all or nothing: a crash leaves the log at a
+//!   state the process had.
+//! - A crash in the middle of a write can leave a torn last line. Loading
+//!   skips it with a warning and reports it in [`LoadedConversation`]; it
+//!   is never fatal. Before the first append of a store, and when an event
+//!   writer is opened, the torn tail is cut off (the file is truncated to
+//!   the end of its last complete line) so new lines never glue onto
+//!   garbage.
+//! - Logs of earlier versions may end with an assistant message whose tool
+//!   results were never written. Loading keeps every complete line; the
+//!   runtime's first commit repairs the conversation (see
+//!   `goondan_core::conversation`).
 //!
 //! Instance keys are user-chosen strings (`user:42/chat`). The directory name
 //! keeps `[A-Za-z0-9._-]` and percent-encodes every other byte of the key's
@@ -40,8 +52,8 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use goondan_core::Message;
 use goondan_core::message::now_millis;
+use goondan_core::{ConversationState, Message, MessageEvent};
 use serde::{Deserialize, Serialize};
 
 /// The `tracing` target of the store's warnings.
@@ -101,6 +113,12 @@ pub enum StoreError {
         #[source]
         source: serde_json::Error,
     },
+    /// The store's lock was poisoned by a panic while saving.
+    #[error("the conversation store is unavailable: an earlier save panicked")]
+    Poisoned,
+    /// The background task that saves could not run.
+    #[error("saving the conversation: the background writer failed: {0}")]
+    Background(String),
     /// The instance directory holds another instance (its instance.json names another key).
     #[error("opening instance {expected:?}: {path} belongs to instance {found:?}")]
     KeyMismatch {
@@ -288,6 +306,36 @@ pub struct LoadedMessages {
     pub skipped_corrupt_lines: usize,
 }
 
+/// A conversation folded from an instance's message log, and what was skipped.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LoadedConversation {
+    /// The conversation: every readable commit applied in order.
+    pub state: ConversationState,
+    /// Events read from the log (appends included); the runtime compares it
+    /// with the live messages to decide when to rewrite the log.
+    pub events_on_disk: usize,
+    /// The last line was torn (no trailing newline, or unreadable) and was skipped.
+    pub skipped_torn_tail: bool,
+    /// Complete lines before the last that could not be read, skipped.
+    pub skipped_corrupt_lines: usize,
+    /// `replace`/`remove` events whose target was not in the conversation, skipped.
+    pub skipped_events: usize,
+}
+
+/// One line of the message log.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum LogLine {
+    Commit { events: Vec<MessageEvent> },
+    Message(Message),
+}
+
+/// One line of the message log, borrowed for writing.
+#[derive(Serialize)]
+struct CommitLine<'a> {
+    events: &'a [MessageEvent],
+}
+
 /// One instance's directory: its message log, event log and metadata.
 #[derive(Debug)]
 pub struct InstanceStore {
@@ -401,36 +449,54 @@ impl InstanceStore {
         &self.events_path
     }
 
-    /// Reads the conversation.
+    /// Reads the conversation: every commit of the log applied in order.
     ///
-    /// Every complete line is parsed as a [`Message`]. A torn last line — no
-    /// trailing newline, or not a message — is skipped with a warning and
-    /// reported in [`LoadedMessages::skipped_torn_tail`]. A line in the middle
-    /// that is not a message is skipped with a warning and counted in
-    /// [`LoadedMessages::skipped_corrupt_lines`]: we keep going rather than
-    /// lose the rest of the conversation. Blank lines are ignored. Only I/O
-    /// failures are errors.
-    pub fn messages(&self) -> Result<LoadedMessages, StoreError> {
-        read_messages(&self.messages_path)
+    /// A torn last line — no trailing newline, or unreadable — is skipped
+    /// with a warning and reported in
+    /// [`LoadedConversation::skipped_torn_tail`]. A line in the middle that
+    /// cannot be read is skipped with a warning and counted in
+    /// [`LoadedConversation::skipped_corrupt_lines`]: we keep going rather
+    /// than lose the rest of the conversation. Blank lines are ignored. Only
+    /// I/O failures are errors.
+    pub fn load(&self) -> Result<LoadedConversation, StoreError> {
+        read_message_log(&self.messages_path)
     }
 
-    /// Appends `messages` (one step: an assistant message and its tool
-    /// results) with one write, then syncs the log; on return the step is
-    /// durable. Then updates `updatedAt` and `messages` in instance.json.
+    /// The messages of [`InstanceStore::load`], for readers that want only them.
+    pub fn messages(&self) -> Result<LoadedMessages, StoreError> {
+        let loaded = self.load()?;
+        Ok(LoadedMessages {
+            messages: loaded.state.messages().to_vec(),
+            skipped_torn_tail: loaded.skipped_torn_tail,
+            skipped_corrupt_lines: loaded.skipped_corrupt_lines,
+        })
+    }
+
+    /// Appends `messages` as one commit (see [`InstanceStore::append_events`]).
+    pub fn append(&mut self, messages: &[Message]) -> Result<(), StoreError> {
+        let events: Vec<MessageEvent> =
+            messages.iter().map(|message| MessageEvent::Append { message: message.clone() }).collect();
+        self.append_events(&events)
+    }
+
+    /// Appends one commit — `events` as one line, with one write — then
+    /// syncs the log; on return the commit is durable. Then updates
+    /// `updatedAt` and `messages` in instance.json.
     ///
     /// The first append cuts a torn tail left by a crash. If the write or the
     /// sync fails, the log is truncated back to where it was (best effort)
     /// and the error returned.
-    pub fn append(&mut self, messages: &[Message]) -> Result<(), StoreError> {
-        if messages.is_empty() {
+    pub fn append_events(&mut self, events: &[MessageEvent]) -> Result<(), StoreError> {
+        if events.is_empty() {
             return Ok(());
         }
-        let mut lines = Vec::with_capacity(512 * messages.len());
-        for message in messages {
-            serde_json::to_writer(&mut lines, message)
-                .map_err(StoreError::json("serializing a message for", &self.messages_path))?;
-            lines.push(b'\n');
-        }
+        let mut line = Vec::with_capacity(512 * events.len());
+        let serialized = match events {
+            [MessageEvent::Append { message }] => serde_json::to_writer(&mut line, message),
+            _ => serde_json::to_writer(&mut line, &CommitLine { events }),
+        };
+        serialized.map_err(StoreError::json("serializing a commit for", &self.messages_path))?;
+        line.push(b'\n');
         if self.tail_unchecked {
             cut_torn_tail(&mut self.messages_file, &self.messages_path)?;
             self.tail_unchecked = false;
@@ -439,7 +505,7 @@ impl InstanceStore {
         let file = &mut self.messages_file;
         let length = file.metadata().map_err(StoreError::io("inspecting", path))?.len();
         let written = file
-            .write_all(&lines)
+            .write_all(&line)
             .and_then(|()| file.flush())
             .map_err(StoreError::io("appending to", path))
             .and_then(|()| file.sync_data().map_err(StoreError::io("syncing", path)));
@@ -451,7 +517,43 @@ impl InstanceStore {
             }
             return Err(error);
         }
-        self.info.messages += u64::try_from(messages.len()).unwrap_or(u64::MAX);
+        let appended = events.iter().filter(|event| matches!(event, MessageEvent::Append { .. })).count();
+        self.info.messages += u64::try_from(appended).unwrap_or(u64::MAX);
+        self.info.updated_at = now_millis();
+        self.write_info()
+    }
+
+    /// Replaces the log with `messages`, one per line: a temp file beside
+    /// it, synced, renamed over it, the directory synced. A crash leaves
+    /// either the old log or the new one, which fold to the same conversation.
+    pub fn rewrite(&mut self, messages: &[Message]) -> Result<(), StoreError> {
+        let path = self.messages_path.clone();
+        let mut lines = Vec::with_capacity(512 * messages.len());
+        for message in messages {
+            serde_json::to_writer(&mut lines, message).map_err(StoreError::json("serializing a message for", &path))?;
+            lines.push(b'\n');
+        }
+        let temp = self.dir.join(format!(".{}.{}.tmp", Self::MESSAGES_FILE, std::process::id()));
+        let written = File::create(&temp)
+            .and_then(|mut file| {
+                file.write_all(&lines)?;
+                file.sync_all()
+            })
+            .map_err(StoreError::io("writing", &temp))
+            .and_then(|()| fs::rename(&temp, &path).map_err(StoreError::io("replacing", &path)));
+        if let Err(error) = written {
+            // Best effort: the temp file is garbage now; the old log stands.
+            let _ = fs::remove_file(&temp);
+            return Err(error);
+        }
+        sync_dir(&self.dir);
+        // The old handle points at the replaced file.
+        self.messages_file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .open(&path)
+            .map_err(StoreError::io("opening the message log", &path))?;
+        self.tail_unchecked = false;
         self.info.updated_at = now_millis();
         self.write_info()
     }
@@ -692,8 +794,10 @@ fn write_info_atomically(dir: &Path, path: &Path, info: &InstanceInfo) -> Result
     written
 }
 
-fn read_messages(path: &Path) -> Result<LoadedMessages, StoreError> {
-    let mut loaded = LoadedMessages::default();
+/// Folds the message log at `path` (see [`InstanceStore::load`]) without
+/// opening the instance, for readers such as tests and inspection tools.
+pub fn read_message_log(path: &Path) -> Result<LoadedConversation, StoreError> {
+    let mut loaded = LoadedConversation::default();
     let file = match File::open(path) {
         Ok(file) => file,
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(loaded),
@@ -702,7 +806,8 @@ fn read_messages(path: &Path) -> Result<LoadedMessages, StoreError> {
     let mut reader = BufReader::with_capacity(64 * 1024, file);
     let mut line = Vec::new();
     let mut number = 0_usize;
-    // A complete line that is not a message: corrupt if more lines follow, the torn tail if not.
+    let mut events = Vec::new();
+    // A complete line that cannot be read: corrupt if more lines follow, the torn tail if not.
     let mut unparsable: Option<(usize, serde_json::Error)> = None;
     loop {
         line.clear();
@@ -713,7 +818,7 @@ fn read_messages(path: &Path) -> Result<LoadedMessages, StoreError> {
         number += 1;
         if let Some((bad, error)) = unparsable.take() {
             loaded.skipped_corrupt_lines += 1;
-            tracing::warn!(target: LOG_TARGET, "{}: skipping line {bad}, which is not a message: {error}", path.display());
+            tracing::warn!(target: LOG_TARGET, "{}: skipping line {bad}, which cannot be read: {error}", path.display());
         }
         if line.last() != Some(&b'\n') {
             loaded.skipped_torn_tail = true;
@@ -727,8 +832,9 @@ fn read_messages(path: &Path) -> Result<LoadedMessages, StoreError> {
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        match serde_json::from_slice::<Message>(&line) {
-            Ok(message) => loaded.messages.push(message),
+        match serde_json::from_slice::<LogLine>(&line) {
+            Ok(LogLine::Message(message)) => events.push(MessageEvent::Append { message }),
+            Ok(LogLine::Commit { events: commit }) => events.extend(commit),
             Err(error) => unparsable = Some((number, error)),
         }
     }
@@ -736,8 +842,18 @@ fn read_messages(path: &Path) -> Result<LoadedMessages, StoreError> {
         loaded.skipped_torn_tail = true;
         tracing::warn!(
             target: LOG_TARGET,
-            "{}: skipping the last line {bad}, which is not a message (torn by an interrupted write?): {error}",
+            "{}: skipping the last line {bad}, which cannot be read (torn by an interrupted write?): {error}",
             path.display()
+        );
+    }
+    loaded.events_on_disk = events.len();
+    loaded.skipped_events = loaded.state.replay(events);
+    if loaded.skipped_events > 0 {
+        tracing::warn!(
+            target: LOG_TARGET,
+            "{}: skipped {} edit(s) whose target message is not in the conversation",
+            path.display(),
+            loaded.skipped_events
         );
     }
     Ok(loaded)

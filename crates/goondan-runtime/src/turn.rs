@@ -2,9 +2,24 @@
 //! Tool Catalog, run step middleware, call the model, run the tool calls it
 //! asked for — and end with an answer (spec 002 §6, spec 000 §12.1–§12.4).
 //!
-//! The loop owns no terminal and no global state: the caller passes the
-//! conversation and a [`TurnObserver`] that sees streamed text, tool calls,
-//! and each completed step's messages (which it persists).
+//! ```text
+//! Agent::run_turn(conversation, input, observer, cancel)
+//!   turn middleware (onion over TurnContext) ─► turn core
+//!     append the user message; commit
+//!     per step, until an answer, maxStepsPerTurn, repeated malformed replies,
+//!     cancel or a failure:
+//!       step middleware (onion over StepContext) ─► step core
+//!         commit what the layers emitted (the model sees a valid, durable conversation)
+//!         ModelRequest from ctx.conversation and ctx.tool_catalog
+//!         run the calls (bounded, concurrent) through the executor
+//!         append [assistant, results…]; commit
+//!       commit what step layers emitted afterwards; step.completed; events flushed
+//!   commit what turn layers emitted afterwards; the store records the turn
+//! ```
+//!
+//! The loop owns no terminal and no global state: the conversation and its
+//! store come in as a [`Conversation`], and a [`TurnObserver`] sees streamed
+//! text and tool calls.
 //!
 //! Guarantees:
 //! - the tool calls of one reply run concurrently (bounded), and their
@@ -12,33 +27,41 @@
 //!   call — also when a call fails, times out or the turn is cancelled;
 //! - a reply whose tool-call arguments are not valid JSON gets an
 //!   `E_TOOL_INVALID_ARGS` result back to the model instead of a crash; after
-//!   [`AgentLoop::max_malformed_replies`] such replies in a row the turn ends
-//!   with a clear message;
+//!   [`Agent::max_malformed_replies`] such replies in a row the turn ends;
 //! - the model receives the `ToolResult` itself (status, output, error code,
 //!   message, suggestion, help URL) so it can recover;
-//! - `maxStepsPerTurn` ends the turn with the last text and a note.
+//! - a turn or step layer that fails or panics ends the turn with
+//!   [`TurnEnd::LayerFailed`] and a `turn.failed` event; after a cancel, a
+//!   turn whose layers do not return within [`Agent::cancel_grace`] is
+//!   abandoned and the conversation reloaded from its store.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use goondan_core::ids::{SpanIdGenerator, new_ordered_id, new_trace_id};
+use goondan_core::codes::{E_TOOL_CANCELLED, E_TOOL_INVALID_ARGS};
+use goondan_core::ids::{SpanIdGenerator, format_span_id, new_ordered_id, new_trace_id};
 use goondan_core::message::now_millis;
-use goondan_core::{JsonObject, JsonValue, Message, MessageData, MessageSource, ToolCall, ToolError, ToolResult};
+use goondan_core::{
+    ConversationState, JsonObject, JsonValue, Message, MessageData, MessageSource, ToolCall, ToolError, ToolResult,
+};
 use goondan_llm::{ModelError, ModelParams, ModelProvider, ModelRequest, StreamEvent, TokenUsage, ToolDefinition};
-use goondan_tools::assembly::AgentTools;
-use goondan_tools::events::{EventKind, EventSink, RuntimeEvent};
-use goondan_tools::step::StepContext;
-use goondan_tools::{BoxFuture, CallScope, Core, MiddlewareChain, ToolCatalog, ToolExecutor};
+use goondan_tools::events::{EventKind, RuntimeEvent};
+use goondan_tools::{BoxFuture, CallScope, Core, ToolCatalog};
 use tokio::sync::watch;
 
-/// Everything one agent needs to run turns.
-pub struct AgentLoop {
-    /// The agent's name.
-    pub agent_name: Arc<str>,
-    /// The instance's key.
-    pub instance_key: Arc<str>,
-    /// The instance's working directory.
-    pub workdir: Arc<std::path::Path>,
+use crate::agent::{AgentTooling, ScopeIds};
+use crate::context::{
+    LayerFailure, Pipeline, StepContext, StepFailure, StepOutcome, TurnContext, TurnEnd, TurnOutcome,
+};
+use crate::conversation::{Conversation, ConversationStore, commit};
+
+/// An agent that runs turns: its tooling (tools, executor, middleware,
+/// events) and its model.
+pub struct Agent {
+    /// Everything but the model: identity, tools, executor, middleware, events.
+    pub tooling: AgentTooling,
+    /// The model.
+    pub provider: Arc<dyn ModelProvider>,
     /// The system prompt.
     pub system_prompt: Option<String>,
     /// Sampling parameters.
@@ -50,25 +73,16 @@ pub struct AgentLoop {
     /// Replies in a row whose tool calls all had unreadable arguments before
     /// the turn gives up.
     pub max_malformed_replies: u32,
-    /// The model.
-    pub provider: Arc<dyn ModelProvider>,
-    /// The agent's declared tools.
-    pub tools: AgentTools,
-    /// The executor (registry, toolCall middleware, policy, events).
-    pub executor: Arc<ToolExecutor>,
-    /// Step middleware; its core calls the model and runs the tool calls.
-    pub step_middleware: MiddlewareChain<StepContext, StepOutcome>,
-    /// Turn middleware; its core runs the steps.
-    pub turn_middleware: MiddlewareChain<TurnContext, TurnOutcome>,
-    /// Where turn and step events go (tool events go through the executor).
-    pub events: Arc<dyn EventSink>,
+    /// How long a cancelled turn's layers may take to return before the
+    /// turn is abandoned.
+    pub cancel_grace: Duration,
 }
 
-impl std::fmt::Debug for AgentLoop {
+impl std::fmt::Debug for Agent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AgentLoop")
-            .field("agent_name", &self.agent_name)
-            .field("instance_key", &self.instance_key)
+        f.debug_struct("Agent")
+            .field("agent_name", &self.tooling.agent_name)
+            .field("instance_key", &self.tooling.instance_key)
             .field("max_steps_per_turn", &self.max_steps_per_turn)
             .finish_non_exhaustive()
     }
@@ -82,127 +96,156 @@ pub trait TurnObserver: Send + Sync {
     fn tool_call_started(&self, _name: &str) {}
     /// A tool call finished.
     fn tool_call_finished(&self, _call: &ToolCall, _result: &ToolResult) {}
-    /// Messages to persist: the user's input, then each step's assistant
-    /// message with its tool results. An error ends the turn.
-    fn commit(&self, _messages: &[Message]) -> Result<(), String> {
-        Ok(())
+}
+
+/// An observer that ignores everything.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoObserver;
+
+impl TurnObserver for NoObserver {}
+
+impl Agent {
+    /// The spec's default `maxStepsPerTurn`.
+    pub const DEFAULT_MAX_STEPS_PER_TURN: u32 = 32;
+
+    /// An agent with default limits, no system prompt and default parameters.
+    pub fn new(tooling: AgentTooling, provider: Arc<dyn ModelProvider>) -> Self {
+        Self {
+            tooling,
+            provider,
+            system_prompt: None,
+            params: ModelParams::default(),
+            max_steps_per_turn: Self::DEFAULT_MAX_STEPS_PER_TURN,
+            max_parallel_tool_calls: 8,
+            max_malformed_replies: 3,
+            cancel_grace: Duration::from_secs(5),
+        }
     }
-}
 
-/// What turn middleware sees.
-#[derive(Debug, Clone)]
-pub struct TurnContext {
-    /// The agent.
-    pub agent_name: Arc<str>,
-    /// The instance.
-    pub instance_key: Arc<str>,
-    /// The turn.
-    pub turn_id: Arc<str>,
-    /// The input; layers may rewrite it before the steps run.
-    pub input: String,
-    /// Free-form metadata shared between layers.
-    pub metadata: JsonObject,
-}
-
-/// How a turn ended.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TurnOutcome {
-    /// The answer (the last reply's text), possibly with a note appended.
-    pub text: String,
-    /// Steps taken.
-    pub steps: u32,
-    /// Tokens used across the steps.
-    pub usage: TokenUsage,
-    /// How it ended.
-    pub end: TurnEnd,
-    /// A tool asked the agent to restart (self-restart) during the turn.
-    pub restart_requested: bool,
-}
-
-/// How a turn ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TurnEnd {
-    /// The model answered without asking for tools.
-    Answered,
-    /// `maxStepsPerTurn` was reached.
-    StepLimit,
-    /// Too many replies in a row had unreadable tool-call arguments.
-    MalformedReplies,
-    /// The turn was cancelled (Ctrl-C).
-    Cancelled,
-    /// The model could not be called.
-    ModelFailed(String),
-    /// The conversation could not be saved.
-    CommitFailed(String),
-}
-
-/// What one step produced.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StepOutcome {
-    /// The assistant message (text and tool calls), if the model answered.
-    pub assistant: Option<Message>,
-    /// One result message per tool call, in call order.
-    pub tool_results: Vec<Message>,
-    /// The reply text.
-    pub text: Option<String>,
-    /// Tokens used.
-    pub usage: TokenUsage,
-    /// Every tool call of the reply had unreadable arguments.
-    pub all_calls_malformed: bool,
-    /// A tool's ok output asked for a restart.
-    pub restart_requested: bool,
-    /// Why the step failed, if it did.
-    pub failure: Option<StepFailure>,
-}
-
-/// Why a step could not complete.
-#[derive(Debug, Clone, PartialEq)]
-pub enum StepFailure {
-    /// The model call failed.
-    Model(String),
-    /// The turn was cancelled.
-    Cancelled,
-}
-
-/// Runs turns; `cancel` turning `true` cancels the running turn.
-impl AgentLoop {
-    /// Runs one turn on `history` (the conversation so far, which grows by
-    /// the turn's messages).
+    /// Runs one turn on `conversation`, which grows by the turn's messages
+    /// and is saved to its store at every step. `cancel` turning `true`
+    /// cancels the turn. Drive the future to its end: cancelling is done
+    /// through `cancel`, not by dropping it.
     pub async fn run_turn(
         &self,
-        history: &mut Vec<Message>,
+        conversation: &mut Conversation,
         input: String,
         observer: &dyn TurnObserver,
         cancel: watch::Receiver<bool>,
     ) -> TurnOutcome {
-        let mut ctx = TurnContext {
-            agent_name: Arc::clone(&self.agent_name),
-            instance_key: Arc::clone(&self.instance_key),
+        let tooling = &self.tooling;
+        let store = Arc::clone(&conversation.store);
+        if conversation.needs_reload {
+            reload(conversation).await;
+        }
+        let started = Instant::now();
+        let span_ids = SpanIdGenerator::new();
+        let turn_span = span_ids.next_raw();
+        let trace = TraceIds {
+            trace_id: Arc::from(new_trace_id()),
             turn_id: Arc::from(new_ordered_id()),
+            turn_span_hex: Arc::from(format_span_id(turn_span)),
+        };
+        self.emit(EventKind::TurnStarted, &trace, turn_span, None, None, None);
+
+        conversation.state.begin_turn();
+        // Calls a crash left unanswered are answered before anything else
+        // (saved with the user message).
+        conversation.state.repair();
+        let mut ctx = TurnContext {
+            agent_name: Arc::clone(&tooling.agent_name),
+            instance_key: Arc::clone(&tooling.instance_key),
+            turn_id: Arc::clone(&trace.turn_id),
+            trace_id: Arc::clone(&trace.trace_id),
             input,
+            conversation: std::mem::take(&mut conversation.state),
             metadata: JsonObject::new(),
         };
-        let core = TurnCore { agent: self, history: tokio::sync::Mutex::new(history), observer, cancel };
-        self.turn_middleware.run(&mut ctx, &core).await
+        let core = TurnCore { agent: self, store: &*store, observer, cancel: cancel.clone(), span_ids, trace: &trace };
+        let on_panic = |layer: Option<&str>, message: String| {
+            failed_turn(LayerFailure { pipeline: Pipeline::Turn, layer: layer.map(str::to_owned), message })
+        };
+        let finished = {
+            let chain = tooling.turn_middleware.run_catching(&mut ctx, &core, &on_panic);
+            let mut cancel = cancel;
+            tokio::select! {
+                outcome = chain => Some(outcome),
+                () = cancelled_for(&mut cancel, self.cancel_grace) => None,
+            }
+        };
+        let outcome = match finished {
+            Some(mut outcome) => {
+                // What turn layers emitted after the steps.
+                if let Err(error) = commit(&mut ctx.conversation, &*store).await
+                    && !outcome.end.is_failure()
+                {
+                    outcome.end = TurnEnd::CommitFailed { message: error.to_string() };
+                }
+                conversation.state = ctx.conversation;
+                outcome
+            }
+            None => {
+                tracing::warn!(
+                    "turn {} did not return within {:?} of its cancellation; abandoning it",
+                    trace.turn_id,
+                    self.cancel_grace
+                );
+                conversation.needs_reload = true;
+                reload(conversation).await;
+                TurnOutcome {
+                    text: String::new(),
+                    steps: 0,
+                    usage: TokenUsage::default(),
+                    end: TurnEnd::Cancelled,
+                    restart_requested: false,
+                }
+            }
+        };
+        if let Err(error) = store.turn_ended().await {
+            tracing::warn!("cannot record the end of the turn: {error}");
+        }
+        self.finish(&outcome, &trace, turn_span, started).await;
+        outcome
+    }
+
+    async fn finish(&self, outcome: &TurnOutcome, trace: &TraceIds, turn_span: u64, started: Instant) {
+        let kind = if outcome.end.is_failure() { EventKind::TurnFailed } else { EventKind::TurnCompleted };
+        let mut extra = serde_json::json!({
+            "stepCount": outcome.steps,
+            "duration": started.elapsed().as_secs_f64() * 1000.0,
+            "tokenUsage": {
+                "inputTokens": outcome.usage.input_tokens,
+                "outputTokens": outcome.usage.output_tokens,
+                "totalTokens": outcome.usage.total(),
+            },
+            "end": outcome.end.as_str(),
+        });
+        if outcome.end.is_failure()
+            && let (Some(note), Some(map)) = (outcome.end.note(), extra.as_object_mut())
+        {
+            map.insert("error".to_owned(), JsonValue::String(note));
+        }
+        self.emit(kind, trace, turn_span, None, None, Some(&extra));
+        self.tooling.events.flushed().await;
     }
 
     fn emit(
         &self,
-        kind: EventKind,
+        kind: EventKind<'_>,
         trace: &TraceIds,
         span_id: u64,
         parent: Option<&str>,
         step: Option<&str>,
         extra: Option<&JsonValue>,
     ) {
-        self.events.emit(&RuntimeEvent {
+        self.tooling.events.emit(&RuntimeEvent {
             kind,
             trace_id: &trace.trace_id,
             span_id,
             parent_span_id: parent,
             timestamp_ms: now_millis(),
-            agent_name: &self.agent_name,
-            instance_key: &self.instance_key,
+            agent_name: &self.tooling.agent_name,
+            instance_key: &self.tooling.instance_key,
             turn_id: &trace.turn_id,
             step_id: step,
             tool: None,
@@ -212,40 +255,57 @@ impl AgentLoop {
     }
 }
 
+/// Replaces the in-memory state with the store's, after a turn was abandoned.
+async fn reload(conversation: &mut Conversation) {
+    match conversation.store.reload().await {
+        Ok(Some(state)) => {
+            conversation.state = state;
+            conversation.needs_reload = false;
+        }
+        Ok(None) => {
+            tracing::warn!("the conversation lives only in memory and was lost with the abandoned turn");
+            conversation.state = ConversationState::default();
+            conversation.needs_reload = false;
+        }
+        Err(error) => tracing::error!("cannot reload the conversation after an abandoned turn: {error}"),
+    }
+}
+
+fn failed_turn(failure: LayerFailure) -> TurnOutcome {
+    TurnOutcome {
+        text: String::new(),
+        steps: 0,
+        usage: TokenUsage::default(),
+        end: TurnEnd::LayerFailed(failure),
+        restart_requested: false,
+    }
+}
+
 struct TraceIds {
     trace_id: Arc<str>,
     turn_id: Arc<str>,
+    turn_span_hex: Arc<str>,
 }
 
-/// The turn core: the steps.
+/// The turn core: the user message, then the steps.
 struct TurnCore<'a> {
-    agent: &'a AgentLoop,
-    // The core runs once per turn; the mutex only satisfies `Core`'s `&self`.
-    history: tokio::sync::Mutex<&'a mut Vec<Message>>,
+    agent: &'a Agent,
+    store: &'a dyn ConversationStore,
     observer: &'a dyn TurnObserver,
     cancel: watch::Receiver<bool>,
+    span_ids: SpanIdGenerator,
+    trace: &'a TraceIds,
 }
 
 impl Core<TurnContext, TurnOutcome> for TurnCore<'_> {
     fn run<'a>(&'a self, ctx: &'a mut TurnContext) -> BoxFuture<'a, TurnOutcome> {
-        Box::pin(async move {
-            let mut history = self.history.lock().await;
-            self.run_steps(ctx, &mut history).await
-        })
+        Box::pin(self.run_steps(ctx))
     }
 }
 
 impl TurnCore<'_> {
-    async fn run_steps(&self, ctx: &mut TurnContext, history: &mut Vec<Message>) -> TurnOutcome {
+    async fn run_steps(&self, ctx: &mut TurnContext) -> TurnOutcome {
         let agent = self.agent;
-        let started = Instant::now();
-        let span_ids = SpanIdGenerator::new();
-        let trace = TraceIds { trace_id: Arc::from(new_trace_id()), turn_id: Arc::clone(&ctx.turn_id) };
-        let turn_span = span_ids.next_raw();
-        let turn_span_hex = goondan_core::ids::format_span_id(turn_span);
-        agent.emit(EventKind::TurnStarted, &trace, turn_span, None, None, None);
-
-        let user = Message::new(MessageData::User { content: ctx.input.clone() }, MessageSource::User);
         let mut outcome = TurnOutcome {
             text: String::new(),
             steps: 0,
@@ -253,74 +313,26 @@ impl TurnCore<'_> {
             end: TurnEnd::Answered,
             restart_requested: false,
         };
-        // A crash in the middle of saving a step can leave the last
-        // assistant message with calls that have no results; answer them so
-        // the conversation is valid for the model.
-        let mut opening = unanswered_call_results(history);
-        opening.push(user);
-        if let Err(error) = self.observer.commit(&opening) {
-            outcome.end = TurnEnd::CommitFailed(error);
-            return self.finish(outcome, &trace, turn_span, started);
+        let user = Message::new(MessageData::User { content: ctx.input.clone() }, MessageSource::User);
+        ctx.conversation.append_new([user]);
+        if let Err(error) = commit(&mut ctx.conversation, self.store).await {
+            outcome.end = TurnEnd::CommitFailed { message: error.to_string() };
+            return outcome;
         }
-        history.extend(opening);
 
         let mut malformed_in_a_row = 0;
         loop {
             if outcome.steps >= agent.max_steps_per_turn {
-                outcome.end = TurnEnd::StepLimit;
-                let note = format!(
-                    "[stopped: the turn reached maxStepsPerTurn ({}) before the model finished]",
-                    agent.max_steps_per_turn
-                );
-                outcome.text = if outcome.text.is_empty() { note } else { format!("{}\n\n{note}", outcome.text) };
+                outcome.end = TurnEnd::StepLimit { max_steps: agent.max_steps_per_turn };
                 break;
             }
             let step_index = outcome.steps;
             outcome.steps += 1;
-            let step_id: Arc<str> = Arc::from(new_ordered_id());
-            let step_span = span_ids.next_raw();
-            let step_span_hex: Arc<str> = Arc::from(goondan_core::ids::format_span_id(step_span));
-            agent.emit(EventKind::StepStarted, &trace, step_span, Some(&turn_span_hex), Some(&step_id), None);
-
-            let mut step_ctx = StepContext {
-                agent_name: Arc::clone(&agent.agent_name),
-                instance_key: Arc::clone(&agent.instance_key),
-                turn_id: Arc::clone(&ctx.turn_id),
-                step_index,
-                tool_catalog: agent.tools.step_catalog(agent.executor.registry()),
-                metadata: JsonObject::new(),
-            };
-            let core = StepCore {
-                agent,
-                history,
-                observer: self.observer,
-                cancel: self.cancel.clone(),
-                step_id: Arc::clone(&step_id),
-                trace_id: Arc::clone(&trace.trace_id),
-                step_span: Arc::clone(&step_span_hex),
-            };
-            let step = agent.step_middleware.run(&mut step_ctx, &core).await;
+            let step = self.run_step(ctx, step_index).await;
             outcome.usage.add(step.usage);
             outcome.restart_requested |= step.restart_requested;
-
-            let mut committed: Vec<Message> = Vec::with_capacity(1 + step.tool_results.len());
-            committed.extend(step.assistant.iter().cloned());
-            committed.extend(step.tool_results.iter().cloned());
-            if !committed.is_empty() {
-                if let Err(error) = self.observer.commit(&committed) {
-                    outcome.end = TurnEnd::CommitFailed(error);
-                    break;
-                }
-                history.extend(committed);
-            }
-            let extra = serde_json::json!({"stepIndex": step_index, "toolCalls": step.tool_results.len()});
-            agent.emit(EventKind::StepCompleted, &trace, step_span, Some(&turn_span_hex), Some(&step_id), Some(&extra));
-            // The step's messages were synced by `commit`; make its events
-            // durable too before the next step begins.
-            agent.events.flush();
-
             if let Some(text) = &step.text {
-                outcome.text = text.clone();
+                outcome.text.clone_from(text);
             }
             match step.failure {
                 Some(StepFailure::Cancelled) => {
@@ -328,72 +340,98 @@ impl TurnCore<'_> {
                     break;
                 }
                 Some(StepFailure::Model(message)) => {
-                    outcome.end = TurnEnd::ModelFailed(message);
+                    outcome.end = TurnEnd::ModelFailed { message };
+                    break;
+                }
+                Some(StepFailure::Commit(message)) => {
+                    outcome.end = TurnEnd::CommitFailed { message };
+                    break;
+                }
+                Some(StepFailure::Layer(failure)) => {
+                    outcome.end = TurnEnd::LayerFailed(failure);
                     break;
                 }
                 None => {}
             }
-            if step.tool_results.is_empty() {
+            if !step.should_continue {
                 break;
             }
             if step.all_calls_malformed {
                 malformed_in_a_row += 1;
                 if malformed_in_a_row >= agent.max_malformed_replies {
-                    outcome.end = TurnEnd::MalformedReplies;
-                    let note = format!(
-                        "[stopped: the model's tool calls had unreadable arguments {malformed_in_a_row} times in a row]"
-                    );
-                    outcome.text = if outcome.text.is_empty() { note } else { format!("{}\n\n{note}", outcome.text) };
+                    outcome.end = TurnEnd::MalformedReplies { in_a_row: malformed_in_a_row };
                     break;
                 }
             } else {
                 malformed_in_a_row = 0;
             }
         }
-        self.finish(outcome, &trace, turn_span, started)
-    }
-
-    fn finish(&self, outcome: TurnOutcome, trace: &TraceIds, turn_span: u64, started: Instant) -> TurnOutcome {
-        let kind = match outcome.end {
-            TurnEnd::ModelFailed(_) | TurnEnd::CommitFailed(_) => EventKind::TurnFailed,
-            _ => EventKind::TurnCompleted,
-        };
-        let extra = serde_json::json!({
-            "stepCount": outcome.steps,
-            "duration": started.elapsed().as_secs_f64() * 1000.0,
-            "tokenUsage": {
-                "inputTokens": outcome.usage.input_tokens,
-                "outputTokens": outcome.usage.output_tokens,
-                "totalTokens": outcome.usage.total(),
-            },
-            "end": end_name(&outcome.end),
-        });
-        self.agent.emit(kind, trace, turn_span, None, None, Some(&extra));
-        self.agent.events.flush();
         outcome
     }
-}
 
-fn end_name(end: &TurnEnd) -> &'static str {
-    match end {
-        TurnEnd::Answered => "answered",
-        TurnEnd::StepLimit => "stepLimit",
-        TurnEnd::MalformedReplies => "malformedReplies",
-        TurnEnd::Cancelled => "cancelled",
-        TurnEnd::ModelFailed(_) => "modelFailed",
-        TurnEnd::CommitFailed(_) => "commitFailed",
+    /// One step through the step middleware, with its events and commits.
+    async fn run_step(&self, ctx: &mut TurnContext, step_index: u32) -> StepOutcome {
+        let agent = self.agent;
+        let tooling = &agent.tooling;
+        let step_id: Arc<str> = Arc::from(new_ordered_id());
+        let step_span = self.span_ids.next_raw();
+        let parent = Some(&*self.trace.turn_span_hex);
+        agent.emit(EventKind::StepStarted, self.trace, step_span, parent, Some(&step_id), None);
+
+        let mut step_ctx = StepContext {
+            agent_name: Arc::clone(&ctx.agent_name),
+            instance_key: Arc::clone(&ctx.instance_key),
+            turn_id: Arc::clone(&ctx.turn_id),
+            trace_id: Arc::clone(&ctx.trace_id),
+            step_index,
+            conversation: std::mem::take(&mut ctx.conversation),
+            tool_catalog: tooling.base_catalog(),
+            metadata: JsonObject::new(),
+        };
+        let core = StepCore {
+            agent,
+            store: self.store,
+            observer: self.observer,
+            cancel: self.cancel.clone(),
+            ids: ScopeIds {
+                turn_id: Arc::clone(&ctx.turn_id),
+                step_id: Arc::clone(&step_id),
+                trace_id: Arc::clone(&ctx.trace_id),
+                step_span_id: Arc::from(format_span_id(step_span)),
+            },
+        };
+        let on_panic = |layer: Option<&str>, message: String| StepOutcome {
+            failure: Some(StepFailure::Layer(LayerFailure {
+                pipeline: Pipeline::Step,
+                layer: layer.map(str::to_owned),
+                message,
+            })),
+            ..StepOutcome::default()
+        };
+        let mut step = tooling.step_middleware.run_catching(&mut step_ctx, &core, &on_panic).await;
+        ctx.conversation = step_ctx.conversation;
+        // What step layers emitted after the core.
+        if let Err(error) = commit(&mut ctx.conversation, self.store).await
+            && step.failure.is_none()
+        {
+            step.failure = Some(StepFailure::Commit(error.to_string()));
+        }
+        let extra = serde_json::json!({"stepIndex": step_index, "toolCalls": step.tool_calls.len()});
+        agent.emit(EventKind::StepCompleted, self.trace, step_span, parent, Some(&step_id), Some(&extra));
+        // The step's messages were synced by the commit; make its events
+        // durable too before the next step begins.
+        tooling.events.flushed().await;
+        step
     }
 }
 
 /// The step core: one model call and its tool calls.
 struct StepCore<'a> {
-    agent: &'a AgentLoop,
-    history: &'a [Message],
+    agent: &'a Agent,
+    store: &'a dyn ConversationStore,
     observer: &'a dyn TurnObserver,
     cancel: watch::Receiver<bool>,
-    step_id: Arc<str>,
-    trace_id: Arc<str>,
-    step_span: Arc<str>,
+    ids: ScopeIds,
 }
 
 impl Core<StepContext, StepOutcome> for StepCore<'_> {
@@ -405,18 +443,15 @@ impl Core<StepContext, StepOutcome> for StepCore<'_> {
 impl StepCore<'_> {
     async fn run_step(&self, ctx: &mut StepContext) -> StepOutcome {
         let agent = self.agent;
-        let mut outcome = StepOutcome {
-            assistant: None,
-            tool_results: Vec::new(),
-            text: None,
-            usage: TokenUsage::default(),
-            all_calls_malformed: false,
-            restart_requested: false,
-            failure: None,
-        };
+        let mut outcome = StepOutcome::default();
+        // What the layers changed is made valid and durable before the model sees it.
+        if let Err(error) = commit(&mut ctx.conversation, self.store).await {
+            outcome.failure = Some(StepFailure::Commit(error.to_string()));
+            return outcome;
+        }
         let request = ModelRequest {
             system: agent.system_prompt.clone(),
-            messages: self.history.iter().map(|m| m.data.clone()).collect(),
+            messages: ctx.conversation.messages().iter().map(|m| m.data.clone()).collect(),
             tools: ctx.tool_catalog.iter().map(definition).collect(),
             params: agent.params.clone(),
         };
@@ -442,7 +477,7 @@ impl StepCore<'_> {
             }
         };
         outcome.usage = reply.usage;
-        outcome.text = reply.text.clone().filter(|t| !t.is_empty());
+        outcome.text = reply.text.filter(|t| !t.is_empty());
 
         // Parse each call's arguments; unreadable ones are answered with an
         // error result instead of being run.
@@ -455,23 +490,13 @@ impl StepCore<'_> {
         }
         let assistant = Message::new(
             MessageData::Assistant { content: outcome.text.clone(), tool_calls: calls.clone() },
-            MessageSource::Assistant { step_id: self.step_id.to_string() },
+            MessageSource::Assistant { step_id: self.ids.step_id.to_string() },
         );
         outcome.all_calls_malformed = !calls.is_empty() && parse_errors.iter().all(Option::is_some);
 
-        let scope = Arc::new(CallScope {
-            agent_name: Arc::clone(&agent.agent_name),
-            instance_key: Arc::clone(&agent.instance_key),
-            turn_id: Arc::clone(&ctx.turn_id),
-            step_id: Arc::clone(&self.step_id),
-            message: Arc::new(assistant.clone()),
-            workdir: Arc::clone(&agent.workdir),
-            trace_id: Arc::clone(&self.trace_id),
-            step_span_id: Arc::clone(&self.step_span),
-            runtime: None,
-        });
+        let scope = agent.tooling.call_scope(&self.ids, Arc::new(assistant.clone()));
         let catalog = Arc::new(std::mem::take(&mut ctx.tool_catalog));
-        let results = self.run_calls(&calls, parse_errors, &scope, &catalog).await;
+        let (results, was_cancelled) = self.run_calls(&calls, parse_errors, &scope, &catalog).await;
         ctx.tool_catalog = Arc::try_unwrap(catalog).unwrap_or_else(|shared| (*shared).clone());
 
         for (call, result) in calls.iter().zip(&results) {
@@ -479,36 +504,39 @@ impl StepCore<'_> {
                 && result.output.as_ref().and_then(|o| o.get("restartRequested")) == Some(&JsonValue::Bool(true));
             self.observer.tool_call_finished(call, result);
         }
-        if results.iter().any(|r| r.error_code() == Some(E_TOOL_CANCELLED)) {
+        let result_messages = calls.iter().zip(&results).map(|(call, result)| {
+            Message::new(
+                MessageData::Tool {
+                    tool_call_id: call.id.to_string(),
+                    tool_name: call.name.to_string(),
+                    result: Box::new(result.clone()),
+                },
+                MessageSource::Tool { tool_call_id: call.id.to_string(), tool_name: call.name.to_string() },
+            )
+        });
+        ctx.conversation.append_new(std::iter::once(assistant).chain(result_messages));
+        if let Err(error) = commit(&mut ctx.conversation, self.store).await {
+            outcome.failure = Some(StepFailure::Commit(error.to_string()));
+        }
+        if was_cancelled {
             outcome.failure = Some(StepFailure::Cancelled);
         }
-        outcome.tool_results = calls
-            .iter()
-            .zip(results)
-            .map(|(call, result)| {
-                Message::new(
-                    MessageData::Tool {
-                        tool_call_id: call.id.to_string(),
-                        tool_name: call.name.to_string(),
-                        result: Box::new(result),
-                    },
-                    MessageSource::Tool { tool_call_id: call.id.to_string(), tool_name: call.name.to_string() },
-                )
-            })
-            .collect();
-        outcome.assistant = Some(assistant);
+        outcome.should_continue = !calls.is_empty();
+        outcome.tool_calls = calls;
+        outcome.tool_results = results;
         outcome
     }
 
     /// Runs the calls (at most `max_parallel_tool_calls` at once) and returns
-    /// one result per call, in call order.
+    /// one result per call, in call order, and whether the turn's
+    /// cancellation cut them short.
     async fn run_calls(
         &self,
         calls: &[ToolCall],
         parse_errors: Vec<Option<ToolError>>,
         scope: &Arc<CallScope>,
         catalog: &Arc<ToolCatalog>,
-    ) -> Vec<ToolResult> {
+    ) -> (Vec<ToolResult>, bool) {
         let agent = self.agent;
         let mut results: Vec<Option<ToolResult>> = parse_errors.into_iter().map(|e| e.map(ToolResult::error)).collect();
         let limit = agent.max_parallel_tool_calls.max(1);
@@ -518,7 +546,7 @@ impl StepCore<'_> {
             if results[index].is_some() {
                 continue;
             }
-            let executor = Arc::clone(&agent.executor);
+            let executor = Arc::clone(&agent.tooling.executor);
             let scope = Arc::clone(scope);
             let catalog = Arc::clone(catalog);
             let semaphore = Arc::clone(&semaphore);
@@ -529,6 +557,7 @@ impl StepCore<'_> {
             });
         }
         let mut cancel = self.cancel.clone();
+        let mut was_cancelled = false;
         loop {
             tokio::select! {
                 joined = tasks.join_next() => match joined {
@@ -537,13 +566,14 @@ impl StepCore<'_> {
                     None => break,
                 },
                 () = cancelled(&mut cancel) => {
+                    was_cancelled = true;
                     tasks.abort_all();
                     while tasks.join_next().await.is_some() {}
                     break;
                 }
             }
         }
-        calls
+        let results = calls
             .iter()
             .zip(results)
             .map(|(call, result)| {
@@ -558,55 +588,9 @@ impl StepCore<'_> {
                     )
                 })
             })
-            .collect()
+            .collect();
+        (results, was_cancelled)
     }
-}
-
-/// The code of a call the turn's cancellation cut short.
-pub const E_TOOL_CANCELLED: &str = "E_TOOL_CANCELLED";
-/// The code of a call whose result was lost when the process stopped.
-pub const E_TOOL_INTERRUPTED: &str = "E_TOOL_INTERRUPTED";
-
-/// Error results for the calls of the last assistant message that have none.
-pub fn unanswered_call_results(history: &[Message]) -> Vec<Message> {
-    let Some(last_assistant) = history.iter().rposition(|m| matches!(m.data, MessageData::Assistant { .. })) else {
-        return Vec::new();
-    };
-    let MessageData::Assistant { tool_calls, .. } = &history[last_assistant].data else {
-        return Vec::new();
-    };
-    let answered: Vec<&str> = history[last_assistant + 1..]
-        .iter()
-        .filter_map(|m| match &m.data {
-            MessageData::Tool { tool_call_id, .. } => Some(tool_call_id.as_str()),
-            _ => None,
-        })
-        .collect();
-    tool_calls
-        .iter()
-        .filter(|call| !answered.contains(&call.id.as_ref()))
-        .map(|call| {
-            let result = ToolResult::error(
-                ToolError::new(
-                    E_TOOL_INTERRUPTED,
-                    "ToolInterruptedError",
-                    format!(
-                        "The result of tool '{}' was lost: the agent stopped while the call was running.",
-                        call.name
-                    ),
-                )
-                .with_suggestion("Call the tool again if its result is still needed."),
-            );
-            Message::new(
-                MessageData::Tool {
-                    tool_call_id: call.id.to_string(),
-                    tool_name: call.name.to_string(),
-                    result: Box::new(result),
-                },
-                MessageSource::Tool { tool_call_id: call.id.to_string(), tool_name: call.name.to_string() },
-            )
-        })
-        .collect()
 }
 
 /// Resolves when `cancel` becomes true (never, if its sender is gone).
@@ -616,7 +600,14 @@ async fn cancelled(cancel: &mut watch::Receiver<bool>) {
     }
 }
 
-fn definition(item: &goondan_tools::ToolCatalogItem) -> ToolDefinition {
+/// Resolves `grace` after `cancel` becomes true.
+async fn cancelled_for(cancel: &mut watch::Receiver<bool>, grace: Duration) {
+    cancelled(cancel).await;
+    tokio::time::sleep(grace).await;
+}
+
+/// A catalog item as the model's tool definition.
+pub fn definition(item: &goondan_tools::ToolCatalogItem) -> ToolDefinition {
     ToolDefinition {
         name: item.name().to_owned(),
         description: item.description().map(str::to_owned),
@@ -646,7 +637,7 @@ fn parse_arguments(name: &str, text: &str) -> (JsonObject, Option<ToolError>) {
 
 fn invalid_arguments(name: &str, problem: String) -> ToolError {
     ToolError::new(
-        "E_TOOL_INVALID_ARGS",
+        E_TOOL_INVALID_ARGS,
         "ToolInputValidationError",
         format!("Invalid arguments for tool '{name}': {problem}"),
     )

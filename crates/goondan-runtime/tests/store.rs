@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use goondan_core::{JsonObject, Message, MessageData, MessageSource, ToolCall, ToolError, ToolResult};
+use goondan_core::{JsonObject, Message, MessageData, MessageEvent, MessageSource, ToolCall, ToolError, ToolResult};
 use goondan_runtime::store::{
     InstanceStore, StateRoot, StoreError, delete_instance, instance_dir_name, instance_key_from_dir_name,
     list_instances,
@@ -119,11 +119,20 @@ fn append_raw(path: &Path, bytes: &[u8]) {
     must(file.write_all(bytes));
 }
 
-fn assert_every_line_is_a_message(path: &Path) {
+/// Every line is one commit: a message, or `{"events": [...]}`.
+fn assert_every_line_is_a_commit(path: &Path) {
     let text = must(fs::read_to_string(path));
     assert!(text.ends_with('\n'), "the log ends with a newline: {text:?}");
     for line in text.lines() {
-        must(serde_json::from_str::<Message>(line));
+        let value: serde_json::Value = must(serde_json::from_str(line));
+        match value.get("events") {
+            Some(events) => {
+                must(serde_json::from_value::<Vec<MessageEvent>>(events.clone()));
+            }
+            None => {
+                must(serde_json::from_value::<Message>(value));
+            }
+        }
     }
 }
 
@@ -143,7 +152,9 @@ fn messages_of_every_variant_round_trip() {
     assert!(!loaded.skipped_torn_tail);
     assert_eq!(loaded.skipped_corrupt_lines, 0);
     assert_eq!(store.info().messages, 8);
-    assert_eq!(must(fs::read_to_string(store.messages_path())).lines().count(), 8);
+    // One line per commit.
+    assert_eq!(must(fs::read_to_string(store.messages_path())).lines().count(), 2);
+    assert_every_line_is_a_commit(store.messages_path());
 
     let info: serde_json::Value = must(serde_json::from_slice(&must(fs::read(store.dir().join("instance.json")))));
     assert_eq!(info["instanceKey"], "round-trip");
@@ -186,7 +197,7 @@ fn a_torn_last_line_is_skipped_then_cut_before_the_next_append() {
 
     let next = user("after the crash");
     must(store.append(std::slice::from_ref(&next)));
-    assert_every_line_is_a_message(&path);
+    assert_every_line_is_a_commit(&path);
     let loaded = must(store.messages());
     assert!(!loaded.skipped_torn_tail);
     assert_eq!(loaded.skipped_corrupt_lines, 0);
@@ -212,7 +223,7 @@ fn a_torn_tail_longer_than_the_scan_chunk_is_cut() {
     assert_eq!(loaded.messages, vec![kept.clone()]);
     let next = user("next");
     must(store.append(std::slice::from_ref(&next)));
-    assert_every_line_is_a_message(&path);
+    assert_every_line_is_a_commit(&path);
     assert_eq!(must(store.messages()).messages, vec![kept, next]);
 }
 
@@ -286,7 +297,7 @@ fn a_crash_between_steps_loses_no_completed_step() {
     // The runtime goes on; the next step lands on a clean line.
     let step_3 = step(3);
     must(store.append(&step_3));
-    assert_every_line_is_a_message(&path);
+    assert_every_line_is_a_commit(&path);
     let loaded = must(store.messages());
     assert!(!loaded.skipped_torn_tail);
     assert_eq!(loaded.messages[..3], completed[..]);
@@ -564,4 +575,42 @@ fn an_instance_can_be_held_by_one_lock_at_a_time() {
     assert!(matches!(refused, Err(goondan_runtime::store::StoreError::Busy { .. })), "{refused:?}");
     drop(held);
     assert!(again.lock().is_ok(), "released when the guard is dropped");
+}
+
+#[test]
+fn edits_are_recorded_and_folded_on_load_and_a_rewrite_keeps_the_conversation() {
+    let (_dir, root) = temp_root();
+    let mut store = open(&root, "edits");
+    let (a, b, c) = (user("a"), user("b"), user("c"));
+    must(store.append(&[a.clone(), b.clone(), c.clone()]));
+    let b2 = user("b, shorter");
+    must(store.append_events(&[
+        MessageEvent::Replace { target_id: b.id.clone(), message: b2.clone() },
+        MessageEvent::Remove { target_id: a.id.clone() },
+    ]));
+    let loaded = must(store.load());
+    assert_eq!(loaded.state.messages(), [b2.clone(), c.clone()]);
+    assert_eq!(loaded.events_on_disk, 5);
+    assert_eq!(loaded.skipped_events, 0);
+    assert_every_line_is_a_commit(store.messages_path());
+
+    // A rewrite replaces the log with the folded state, and appends go on in the new file.
+    must(store.rewrite(loaded.state.messages()));
+    assert_eq!(must(fs::read_to_string(store.messages_path())).lines().count(), 2);
+    let d = user("d");
+    must(store.append(std::slice::from_ref(&d)));
+    drop(store);
+    let store = open(&root, "edits");
+    let loaded = must(store.load());
+    assert_eq!(loaded.state.messages(), [b2, c, d]);
+    assert_eq!(loaded.events_on_disk, 3);
+    // No temp file is left behind.
+    assert!(must(fs::read_dir(store.dir())).all(|entry| !must(entry).file_name().to_string_lossy().ends_with(".tmp")));
+
+    // A truncate folds to nothing; an edit whose target is gone is skipped, not fatal.
+    let mut store = open(&root, "edits");
+    must(store.append_events(&[MessageEvent::Truncate, MessageEvent::Remove { target_id: "gone".into() }]));
+    let loaded = must(store.load());
+    assert!(loaded.state.messages().is_empty());
+    assert_eq!(loaded.skipped_events, 1);
 }

@@ -5,15 +5,21 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use goondan_core::{JsonObject, Message, MessageData, ToolCall, ToolResult, ToolStatus};
+use goondan_core::{
+    ConversationState, JsonObject, Message, MessageData, MessageEvent, ToolCall, ToolResult, ToolStatus,
+};
 use goondan_llm::provider::{BoxFuture as ModelFuture, StreamSink};
 use goondan_llm::scripted::{ScriptedProvider, ScriptedReply};
-use goondan_llm::{ModelError, ModelParams, ModelProvider, ModelRequest, ModelResponse};
-use goondan_runtime::turn::{AgentLoop, TurnEnd, TurnObserver};
+use goondan_llm::{ModelError, ModelProvider, ModelRequest, ModelResponse};
+use goondan_runtime::conversation::Conversation;
+use goondan_runtime::turn::{Agent, TurnObserver};
+use goondan_runtime::{
+    AgentTooling, LayerFailure, Pipeline, StepContext, StepOutcome, TurnContext, TurnEnd, TurnOutcome,
+};
 use goondan_tools::assembly::AgentTools;
 use goondan_tools::{
-    BoxFuture, HandlerResult, MemoryEventSink, MiddlewareChain, ToolCatalogItem, ToolContext, ToolExecutor,
-    ToolHandler, ToolOutput, ToolRegistry, ToolSource, sync_handler,
+    BoxFuture, HandlerResult, MemoryEventSink, ToolCatalogItem, ToolContext, ToolExecutor, ToolHandler, ToolOutput,
+    ToolRegistry, ToolSource, from_fn, sync_handler,
 };
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -67,7 +73,7 @@ impl ToolHandler for Sleepy {
 }
 
 struct Fixture {
-    agent: AgentLoop,
+    agent: Agent,
     provider: Arc<Recording>,
     events: Arc<MemoryEventSink>,
     peak: Arc<AtomicUsize>,
@@ -100,31 +106,25 @@ fn fixture(replies: Value, max_steps: u32) -> Fixture {
         registry.register(item, handler).unwrap_or_else(|e| panic!("{e}"));
     }
     // The agent declares every registered tool (dynamic items are the way to offer them here).
-    let registry = Arc::new(registry);
-    let tools = AgentTools::default();
-    let executor = ToolExecutor::new(Arc::clone(&registry)).with_events(Arc::clone(&events) as _);
-    let agent = AgentLoop {
-        agent_name: Arc::from("tester"),
-        instance_key: Arc::from("t-1"),
-        workdir: Arc::from(Path::new("/tmp")),
-        system_prompt: Some("You are a test agent.".to_owned()),
-        params: ModelParams::default(),
-        max_steps_per_turn: max_steps,
-        max_parallel_tool_calls: 2,
-        max_malformed_replies: 2,
-        provider: Arc::clone(&provider) as Arc<dyn ModelProvider>,
-        tools,
-        executor: Arc::new(executor),
-        step_middleware: MiddlewareChain::new(),
-        turn_middleware: MiddlewareChain::new(),
-        events: Arc::clone(&events) as _,
-    };
+    let executor = ToolExecutor::new(Arc::new(registry)).with_events(Arc::clone(&events) as _);
+    let tooling = AgentTooling::new(
+        "tester",
+        "t-1",
+        Path::new("/tmp"),
+        AgentTools::default(),
+        executor,
+        Arc::clone(&events) as _,
+    );
+    let mut agent = Agent::new(tooling, Arc::clone(&provider) as Arc<dyn ModelProvider>);
+    agent.system_prompt = Some("You are a test agent.".to_owned());
+    agent.max_steps_per_turn = max_steps;
+    agent.max_parallel_tool_calls = 2;
+    agent.max_malformed_replies = 2;
     Fixture { agent, provider, events, peak }
 }
 
 #[derive(Default)]
 struct Collect {
-    committed: Mutex<Vec<Message>>,
     text: Mutex<String>,
     finished: Mutex<Vec<(String, ToolStatus)>>,
 }
@@ -141,13 +141,49 @@ impl TurnObserver for Collect {
             finished.push((call.name.to_string(), result.status));
         }
     }
+}
 
-    fn commit(&self, messages: &[Message]) -> Result<(), String> {
-        if let Ok(mut committed) = self.committed.lock() {
-            committed.extend_from_slice(messages);
+/// A store that keeps every committed batch, to check what was saved.
+#[derive(Default)]
+struct Recorder {
+    initial: Vec<Message>,
+    batches: Mutex<Vec<Vec<MessageEvent>>>,
+}
+
+impl goondan_runtime::ConversationStore for Recorder {
+    fn commit(
+        &self,
+        batch: Vec<MessageEvent>,
+        _state: &ConversationState,
+    ) -> BoxFuture<'static, Result<(), goondan_runtime::store::StoreError>> {
+        if let Ok(mut batches) = self.batches.lock() {
+            batches.push(batch);
         }
-        Ok(())
+        Box::pin(std::future::ready(Ok(())))
     }
+
+    fn reload(&self) -> BoxFuture<'static, Result<Option<ConversationState>, goondan_runtime::store::StoreError>> {
+        let state = self.state();
+        Box::pin(std::future::ready(Ok(Some(state))))
+    }
+}
+
+impl Recorder {
+    fn batches(&self) -> Vec<Vec<MessageEvent>> {
+        self.batches.lock().map(|b| b.clone()).unwrap_or_default()
+    }
+
+    /// The conversation a reload would see.
+    fn state(&self) -> ConversationState {
+        let mut state = ConversationState::new(self.initial.clone());
+        state.replay(self.batches().into_iter().flatten());
+        state
+    }
+}
+
+fn recorded(messages: Vec<Message>) -> (Conversation, Arc<Recorder>) {
+    let store = Arc::new(Recorder { initial: messages.clone(), batches: Mutex::new(Vec::new()) });
+    (Conversation::new(ConversationState::new(messages), Arc::clone(&store) as _), store)
 }
 
 fn tool_results(history: &[Message]) -> Vec<(String, ToolResult)> {
@@ -182,14 +218,14 @@ async fn a_turn_runs_tool_calls_concurrently_and_answers_in_call_order() {
         8,
     );
     let observer = Collect::default();
-    let mut history = Vec::new();
-    let outcome = f.agent.run_turn(&mut history, "go".to_owned(), &observer, never_cancelled()).await;
+    let (mut conversation, store) = recorded(Vec::new());
+    let outcome = f.agent.run_turn(&mut conversation, "go".to_owned(), &observer, never_cancelled()).await;
     assert_eq!(outcome.end, TurnEnd::Answered);
     assert_eq!(outcome.steps, 2);
     assert_eq!(outcome.text, "All done.");
     assert_eq!(observer.text.lock().map(|t| t.clone()).unwrap_or_default(), "All done.");
 
-    let results = tool_results(&history);
+    let results = tool_results(conversation.messages());
     let names: Vec<&str> = results.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names, ["clock__sleep", "clock__sleep", "echo__say", "bash__exec", "echo__say"]);
     assert_eq!(results[0].1.output, Some(json!({"slept": 150})), "results keep call order");
@@ -198,10 +234,11 @@ async fn a_turn_runs_tool_calls_concurrently_and_answers_in_call_order() {
     assert_eq!(results[4].1.error_code(), Some("E_TOOL_INVALID_ARGS"));
     assert_eq!(f.peak.load(Ordering::SeqCst), 2, "two sleeps overlapped (the limit is 2)");
 
-    // Everything was committed, in order: user, assistant, 5 results, assistant.
-    let committed = observer.committed.lock().map(|c| c.clone()).unwrap_or_default();
-    assert_eq!(committed.len(), 8);
-    assert_eq!(committed, history);
+    // Everything was committed, in order: user, assistant, 5 results, assistant; once per step.
+    assert_eq!(store.batches().len(), 3, "the user message, then each step");
+    let committed = store.state();
+    assert_eq!(committed.messages().len(), 8);
+    assert_eq!(committed.messages(), conversation.messages());
 
     // The model saw the system prompt and, in step 2, the ToolResults themselves.
     let requests = f.provider.requests.lock().map(|r| r.clone()).unwrap_or_default();
@@ -235,12 +272,12 @@ async fn malformed_arguments_get_error_results_and_repeated_ones_end_the_turn() 
         8,
     );
     let observer = Collect::default();
-    let mut history = Vec::new();
-    let outcome = f.agent.run_turn(&mut history, "go".to_owned(), &observer, never_cancelled()).await;
-    assert_eq!(outcome.end, TurnEnd::MalformedReplies);
+    let (mut conversation, _store) = recorded(Vec::new());
+    let outcome = f.agent.run_turn(&mut conversation, "go".to_owned(), &observer, never_cancelled()).await;
+    assert_eq!(outcome.end, TurnEnd::MalformedReplies { in_a_row: 2 });
     assert_eq!(outcome.steps, 2);
-    assert!(outcome.text.contains("unreadable arguments 2 times"), "{}", outcome.text);
-    let results = tool_results(&history);
+    assert!(outcome.end.note().is_some_and(|note| note.contains("unreadable arguments 2 times")));
+    let results = tool_results(conversation.messages());
     assert_eq!(results.len(), 2);
     for (_, result) in &results {
         assert_eq!(result.error_code(), Some("E_TOOL_INVALID_ARGS"));
@@ -253,12 +290,12 @@ async fn malformed_arguments_get_error_results_and_repeated_ones_end_the_turn() 
 async fn the_step_limit_ends_the_turn_with_the_last_text_and_a_note() {
     let call = json!({"text": "working", "toolCalls": [{"name": "echo__say", "args": {"text": "x"}}]});
     let f = fixture(json!([call.clone(), call.clone(), call.clone(), call]), 3);
-    let mut history = Vec::new();
-    let outcome = f.agent.run_turn(&mut history, "go".to_owned(), &Collect::default(), never_cancelled()).await;
-    assert_eq!(outcome.end, TurnEnd::StepLimit);
+    let (mut conversation, _store) = recorded(Vec::new());
+    let outcome = f.agent.run_turn(&mut conversation, "go".to_owned(), &Collect::default(), never_cancelled()).await;
+    assert_eq!(outcome.end, TurnEnd::StepLimit { max_steps: 3 });
     assert_eq!(outcome.steps, 3);
-    assert!(outcome.text.starts_with("working"), "{}", outcome.text);
-    assert!(outcome.text.contains("maxStepsPerTurn (3)"), "{}", outcome.text);
+    assert_eq!(outcome.text, "working");
+    assert!(outcome.end.note().is_some_and(|note| note.contains("maxStepsPerTurn (3)")));
 }
 
 #[tokio::test]
@@ -269,28 +306,30 @@ async fn cancelling_gives_each_unfinished_call_a_result_and_keeps_the_conversati
     );
     let (cancel, receiver) = watch::channel(false);
     let observer = Collect::default();
-    let mut history = Vec::new();
-    let turn = f.agent.run_turn(&mut history, "go".to_owned(), &observer, receiver);
+    let (mut conversation, _store) = recorded(Vec::new());
+    let turn = f.agent.run_turn(&mut conversation, "go".to_owned(), &observer, receiver);
     let trigger = async {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let _ = cancel.send(true);
     };
     let (outcome, ()) = tokio::join!(turn, trigger);
     assert_eq!(outcome.end, TurnEnd::Cancelled);
-    let results = tool_results(&history);
+    let results = tool_results(conversation.messages());
     assert_eq!(results.len(), 2, "exactly one result per call");
     assert_eq!(results[0].1.status, ToolStatus::Ok);
     assert_eq!(results[1].1.error_code(), Some("E_TOOL_CANCELLED"));
     // user, assistant, two results: a valid conversation for the next turn.
-    assert_eq!(history.len(), 4);
-    assert!(matches!(history[1].data, MessageData::Assistant { ref tool_calls, .. } if tool_calls.len() == 2));
+    assert_eq!(conversation.messages().len(), 4);
+    assert!(
+        matches!(conversation.messages()[1].data, MessageData::Assistant { ref tool_calls, .. } if tool_calls.len() == 2)
+    );
 }
 
 #[tokio::test]
 async fn a_restart_request_is_reported_and_events_trace_the_turn() {
     let f = fixture(json!([{"toolCalls": [{"name": "self-restart__request"}]}, {"text": "ok"}]), 8);
-    let mut history = Vec::new();
-    let outcome = f.agent.run_turn(&mut history, "go".to_owned(), &Collect::default(), never_cancelled()).await;
+    let (mut conversation, _store) = recorded(Vec::new());
+    let outcome = f.agent.run_turn(&mut conversation, "go".to_owned(), &Collect::default(), never_cancelled()).await;
     assert!(outcome.restart_requested);
     let events = f.events.events();
     let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
@@ -340,21 +379,25 @@ async fn calls_left_unanswered_by_a_crash_get_interrupted_results_first() {
         },
         goondan_core::MessageSource::Tool { tool_call_id: "c1".into(), tool_name: "echo__say".into() },
     );
-    let mut history = vec![
+    let (mut conversation, store) = recorded(vec![
         Message::new(MessageData::User { content: "before".into() }, goondan_core::MessageSource::User),
         assistant,
         answered,
-    ];
+    ]);
     let observer = Collect::default();
-    let outcome = f.agent.run_turn(&mut history, "after".to_owned(), &observer, never_cancelled()).await;
+    let outcome = f.agent.run_turn(&mut conversation, "after".to_owned(), &observer, never_cancelled()).await;
     assert_eq!(outcome.end, TurnEnd::Answered);
-    let results = tool_results(&history);
+    let results = tool_results(conversation.messages());
     assert_eq!(results.len(), 2);
     assert_eq!(results[1].1.error_code(), Some("E_TOOL_INTERRUPTED"));
-    // The repair was saved before the new input.
-    let committed = observer.committed.lock().map(|c| c.clone()).unwrap_or_default();
-    assert!(matches!(committed[0].data, MessageData::Tool { ref tool_call_id, .. } if tool_call_id == "c2"));
-    assert!(matches!(committed[1].data, MessageData::User { ref content } if content == "after"));
+    // The repair was saved before the new input, in the same commit.
+    let first = &store.batches()[0];
+    assert!(
+        matches!(&first[0], MessageEvent::Append { message } if matches!(message.data, MessageData::Tool { ref tool_call_id, .. } if tool_call_id == "c2"))
+    );
+    assert!(
+        matches!(&first[1], MessageEvent::Append { message } if matches!(message.data, MessageData::User { ref content } if content == "after"))
+    );
 }
 
 #[tokio::test]
@@ -363,15 +406,216 @@ async fn the_event_log_is_flushed_at_every_step_boundary() {
     struct Flushes(AtomicUsize);
     impl goondan_tools::EventSink for Flushes {
         fn emit(&self, _event: &goondan_tools::RuntimeEvent<'_>) {}
-        fn flush(&self) {
+        fn flushed(&self) -> BoxFuture<'static, ()> {
             self.0.fetch_add(1, Ordering::SeqCst);
+            Box::pin(std::future::ready(()))
         }
     }
     let mut f = fixture(json!([{"toolCalls": [{"name": "echo__say", "args": {"text": "a"}}]}, {"text": "done"}]), 8);
     let flushes = Arc::new(Flushes::default());
-    f.agent.events = Arc::clone(&flushes) as _;
-    let mut history = Vec::new();
-    let outcome = f.agent.run_turn(&mut history, "go".to_owned(), &Collect::default(), never_cancelled()).await;
+    f.agent.tooling.events = Arc::clone(&flushes) as _;
+    let (mut conversation, _store) = recorded(Vec::new());
+    let outcome = f.agent.run_turn(&mut conversation, "go".to_owned(), &Collect::default(), never_cancelled()).await;
     assert_eq!(outcome.steps, 2);
     assert_eq!(flushes.0.load(Ordering::SeqCst), 3, "after each of the two steps and at the end of the turn");
+}
+
+fn requests_of(f: &Fixture) -> Vec<ModelRequest> {
+    f.provider.requests.lock().map(|r| r.clone()).unwrap_or_default()
+}
+
+fn user_text(data: &MessageData) -> Option<&str> {
+    match data {
+        MessageData::User { content } | MessageData::System { content } => Some(content),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn turn_and_step_layers_change_what_the_model_receives_and_it_is_saved() {
+    let mut f = fixture(json!([{"toolCalls": [{"name": "echo__say", "args": {"text": "a"}}]}, {"text": "done"}]), 8);
+    // A turn layer rewrites the input and sees the conversation as it stands.
+    f.agent.tooling.turn_middleware.register(
+        "shout",
+        0,
+        from_fn(|ctx: &mut TurnContext, next| {
+            ctx.input.push('!');
+            ctx.metadata.insert("seen".into(), json!(ctx.conversation.messages().len()));
+            next.run(ctx)
+        }),
+    );
+    // A step layer drops the oldest message and adds a system note, every step.
+    f.agent.tooling.step_middleware.register(
+        "window",
+        0,
+        from_fn(|ctx: &mut StepContext, next| {
+            if let Some(first) = ctx.conversation.messages().first().map(|m| m.id.clone())
+                && ctx.step_index == 0
+            {
+                let _ = ctx.conversation.emit(MessageEvent::Remove { target_id: first });
+            }
+            let note = Message::new(
+                MessageData::System { content: format!("step {}", ctx.step_index) },
+                goondan_core::MessageSource::Extension { extension_name: "window".into() },
+            );
+            let _ = ctx.conversation.emit(MessageEvent::Append { message: note });
+            next.run(ctx)
+        }),
+    );
+    let old = Message::new(MessageData::User { content: "old".into() }, goondan_core::MessageSource::User);
+    let (mut conversation, store) = recorded(vec![old]);
+    let outcome = f.agent.run_turn(&mut conversation, "go".to_owned(), &Collect::default(), never_cancelled()).await;
+    assert_eq!(outcome.end, TurnEnd::Answered);
+    let requests = requests_of(&f);
+    let first: Vec<&str> = requests[0].messages.iter().filter_map(user_text).collect();
+    assert_eq!(first, ["go!", "step 0"], "the oldest message was removed, the note added");
+    let second: Vec<&str> = requests[1].messages.iter().filter_map(user_text).collect();
+    assert_eq!(second, ["go!", "step 0", "step 1"]);
+    // What the model saw is what was saved.
+    assert_eq!(store.state().messages(), conversation.messages());
+    assert!(conversation.state().is_consistent());
+}
+
+#[tokio::test]
+async fn a_failing_or_panicking_layer_ends_the_turn_with_a_typed_reason_and_an_event() {
+    // A step layer that refuses.
+    let mut f = fixture(json!([{"text": "never"}]), 8);
+    f.agent.tooling.step_middleware.register(
+        "guard",
+        0,
+        from_fn(|_ctx: &mut StepContext, _next| Box::pin(async { StepOutcome::failed("guard", "budget exhausted") })),
+    );
+    let (mut conversation, _store) = recorded(Vec::new());
+    let outcome = f.agent.run_turn(&mut conversation, "go".to_owned(), &Collect::default(), never_cancelled()).await;
+    let expected =
+        LayerFailure { pipeline: Pipeline::Step, layer: Some("guard".into()), message: "budget exhausted".into() };
+    assert_eq!(outcome.end, TurnEnd::LayerFailed(expected));
+    assert!(requests_of(&f).is_empty(), "the model was never called");
+    let events = f.events.events();
+    let last = events.last().cloned().unwrap_or_default();
+    assert_eq!(last["type"], "turn.failed");
+    assert_eq!(last["end"], "layerFailed");
+    assert!(last["error"].as_str().is_some_and(|e| e.contains("guard") && e.contains("budget exhausted")));
+
+    // A turn layer that panics, after another layer already ran.
+    let mut f = fixture(json!([{"text": "never"}]), 8);
+    f.agent.tooling.turn_middleware.register("outer", 0, from_fn(|ctx: &mut TurnContext, next| next.run(ctx)));
+    f.agent.tooling.turn_middleware.register(
+        "broken",
+        1,
+        from_fn(|_ctx: &mut TurnContext, _next| -> BoxFuture<'_, TurnOutcome> { panic!("bug in layer") }),
+    );
+    let (mut conversation, _store) = recorded(Vec::new());
+    let outcome = f.agent.run_turn(&mut conversation, "go".to_owned(), &Collect::default(), never_cancelled()).await;
+    let TurnEnd::LayerFailed(failure) = &outcome.end else { panic!("{:?}", outcome.end) };
+    assert_eq!((failure.pipeline, failure.layer.as_deref()), (Pipeline::Turn, Some("broken")));
+    assert!(failure.message.contains("bug in layer"));
+
+    // A step layer that panics after the model answered: the step's messages are saved.
+    let mut f = fixture(json!([{"text": "answer"}]), 8);
+    f.agent.tooling.step_middleware.register(
+        "late",
+        0,
+        from_fn(|ctx: &mut StepContext, next| {
+            Box::pin(async move {
+                let _ = next.run(ctx).await;
+                panic!("after the core")
+            })
+        }),
+    );
+    let (mut conversation, store) = recorded(Vec::new());
+    let outcome = f.agent.run_turn(&mut conversation, "go".to_owned(), &Collect::default(), never_cancelled()).await;
+    assert!(matches!(&outcome.end, TurnEnd::LayerFailed(f) if f.pipeline == Pipeline::Step));
+    assert_eq!(store.state().messages().len(), 2, "user and assistant were saved");
+}
+
+#[tokio::test]
+async fn a_cancelled_turn_whose_layer_hangs_is_abandoned_and_the_conversation_reloaded() {
+    let mut f = fixture(json!([{"text": "never"}]), 8);
+    f.agent.cancel_grace = Duration::from_millis(100);
+    f.agent.tooling.step_middleware.register(
+        "stuck",
+        0,
+        from_fn(|_ctx: &mut StepContext, _next| Box::pin(std::future::pending())),
+    );
+    let earlier = Message::new(MessageData::User { content: "earlier".into() }, goondan_core::MessageSource::User);
+    let (mut conversation, _store) = recorded(vec![earlier]);
+    let (cancel, receiver) = watch::channel(false);
+    let observer = Collect::default();
+    let turn = f.agent.run_turn(&mut conversation, "go".to_owned(), &observer, receiver);
+    let trigger = async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let _ = cancel.send(true);
+    };
+    let (outcome, ()) = tokio::time::timeout(Duration::from_secs(10), async { tokio::join!(turn, trigger) })
+        .await
+        .unwrap_or_else(|_| panic!("the turn hung"));
+    assert_eq!(outcome.end, TurnEnd::Cancelled);
+    // The conversation is what was committed: the earlier message and the new input.
+    let texts: Vec<&str> = conversation.messages().iter().filter_map(|m| user_text(&m.data)).collect();
+    assert_eq!(texts, ["earlier", "go"]);
+}
+
+/// A handler that registers another tool while the turn runs.
+struct Installer(Arc<ToolRegistry>);
+
+impl ToolHandler for Installer {
+    fn call<'a>(&'a self, _ctx: &'a ToolContext, _input: &'a JsonObject) -> BoxFuture<'a, HandlerResult> {
+        let item =
+            ToolCatalogItem::new("late__hello", ToolSource::extension("test")).with_description("Registered late");
+        let registered = self.0.register(item, sync_handler(|_, _| Ok(ToolOutput::Value(json!("hello from late")))));
+        Box::pin(std::future::ready(
+            registered
+                .map(|()| ToolOutput::Value(json!("installed")))
+                .map_err(|e| goondan_tools::ToolFailure::new(e.to_string())),
+        ))
+    }
+}
+
+#[tokio::test]
+async fn a_tool_registered_during_a_turn_joins_the_next_steps_catalog() {
+    let f = fixture(
+        json!([
+            {"toolCalls": [{"name": "install__now"}, {"name": "late__hello"}]},
+            {"toolCalls": [{"name": "late__hello"}]},
+            {"text": "done"}
+        ]),
+        8,
+    );
+    let registry = Arc::clone(f.agent.tooling.registry());
+    registry
+        .register(
+            ToolCatalogItem::new("install__now", ToolSource::extension("test")),
+            Arc::new(Installer(Arc::clone(&registry))),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (mut conversation, _store) = recorded(Vec::new());
+    let outcome = f.agent.run_turn(&mut conversation, "go".to_owned(), &Collect::default(), never_cancelled()).await;
+    assert_eq!(outcome.end, TurnEnd::Answered);
+    let results = tool_results(conversation.messages());
+    // In the step that registered it, the tool was not yet in the catalog: the catalog is the allow-list.
+    assert_eq!(results[1].1.error_code(), Some("E_TOOL_NOT_IN_CATALOG"));
+    assert_eq!(results[2].1.output, Some(json!("hello from late")));
+    let requests = requests_of(&f);
+    let offered = |i: usize| requests[i].tools.iter().any(|t| t.name == "late__hello");
+    assert!(!offered(0) && offered(1) && offered(2));
+}
+
+#[tokio::test]
+async fn the_preview_catalog_is_what_the_first_request_offers() {
+    let mut f = fixture(json!([{"text": "hi"}]), 8);
+    f.agent.tooling.step_middleware.register(
+        "hide-sleep",
+        0,
+        from_fn(|ctx: &mut StepContext, next| {
+            ctx.tool_catalog.remove("clock__sleep");
+            next.run(ctx)
+        }),
+    );
+    let preview = f.agent.tooling.preview_catalog(ConversationState::default()).await;
+    let (mut conversation, _store) = recorded(Vec::new());
+    let _ = f.agent.run_turn(&mut conversation, "go".to_owned(), &Collect::default(), never_cancelled()).await;
+    let offered: Vec<String> = requests_of(&f)[0].tools.iter().map(|t| t.name.clone()).collect();
+    assert_eq!(preview.names().collect::<Vec<_>>(), offered);
+    assert_eq!(offered, ["echo__say", "self-restart__request"]);
 }

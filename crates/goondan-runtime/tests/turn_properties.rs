@@ -7,13 +7,13 @@ use std::path::Path;
 use std::sync::Arc;
 
 use goondan_core::{Message, MessageData};
+use goondan_llm::ModelProvider;
 use goondan_llm::scripted::{ScriptedProvider, ScriptedReply};
-use goondan_llm::{ModelParams, ModelProvider};
-use goondan_runtime::turn::{AgentLoop, TurnObserver};
+use goondan_runtime::AgentTooling;
+use goondan_runtime::conversation::Conversation;
+use goondan_runtime::turn::{Agent, TurnObserver};
 use goondan_tools::assembly::AgentTools;
-use goondan_tools::{
-    MiddlewareChain, NoopEventSink, ToolCatalogItem, ToolExecutor, ToolOutput, ToolRegistry, ToolSource, sync_handler,
-};
+use goondan_tools::{NoopEventSink, ToolCatalogItem, ToolExecutor, ToolOutput, ToolRegistry, ToolSource, sync_handler};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -21,7 +21,7 @@ use tokio::sync::watch;
 struct Quiet;
 impl TurnObserver for Quiet {}
 
-fn agent(replies: Vec<ScriptedReply>, max_steps: u32) -> AgentLoop {
+fn agent(replies: Vec<ScriptedReply>, max_steps: u32) -> Agent {
     let registry = ToolRegistry::new();
     let item = ToolCatalogItem::new("echo__say", ToolSource::extension("test")).with_parameters(json!({
         "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"], "additionalProperties": false
@@ -33,22 +33,14 @@ fn agent(replies: Vec<ScriptedReply>, max_steps: u32) -> AgentLoop {
     registry
         .register(fails, sync_handler(|_, _| Err(goondan_tools::ToolFailure::new("always fails"))))
         .unwrap_or_else(|e| panic!("{e}"));
-    AgentLoop {
-        agent_name: Arc::from("prop"),
-        instance_key: Arc::from("prop"),
-        workdir: Arc::from(Path::new("/tmp")),
-        system_prompt: None,
-        params: ModelParams::default(),
-        max_steps_per_turn: max_steps,
-        max_parallel_tool_calls: 3,
-        max_malformed_replies: 2,
-        provider: Arc::new(ScriptedProvider::from_replies(replies)) as Arc<dyn ModelProvider>,
-        tools: AgentTools::default(),
-        executor: Arc::new(ToolExecutor::new(Arc::new(registry))),
-        step_middleware: MiddlewareChain::new(),
-        turn_middleware: MiddlewareChain::new(),
-        events: Arc::new(NoopEventSink),
-    }
+    let executor = ToolExecutor::new(Arc::new(registry));
+    let tooling =
+        AgentTooling::new("prop", "prop", Path::new("/tmp"), AgentTools::default(), executor, Arc::new(NoopEventSink));
+    let mut agent = Agent::new(tooling, Arc::new(ScriptedProvider::from_replies(replies)) as Arc<dyn ModelProvider>);
+    agent.max_steps_per_turn = max_steps;
+    agent.max_parallel_tool_calls = 3;
+    agent.max_malformed_replies = 2;
+    agent
 }
 
 fn call() -> impl Strategy<Value = Value> {
@@ -105,12 +97,12 @@ proptest! {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
         let Ok(runtime) = runtime else { panic!("runtime") };
         let (_cancel, cancelled) = watch::channel(false);
-        let mut history = Vec::new();
-        let outcome = runtime.block_on(agent.run_turn(&mut history, "go".into(), &Quiet, cancelled.clone()));
+        let mut conversation = Conversation::in_memory(Vec::new());
+        let outcome = runtime.block_on(agent.run_turn(&mut conversation, "go".into(), &Quiet, cancelled.clone()));
         prop_assert!(outcome.steps <= max_steps);
-        check_pairs(&history)?;
+        check_pairs(conversation.messages())?;
         // And the conversation stays usable for another turn.
-        let _ = runtime.block_on(agent.run_turn(&mut history, "again".into(), &Quiet, cancelled));
-        check_pairs(&history)?;
+        let _ = runtime.block_on(agent.run_turn(&mut conversation, "again".into(), &Quiet, cancelled));
+        check_pairs(conversation.messages())?;
     }
 }

@@ -9,7 +9,6 @@
 //! - [`pipeline`]: the generic middleware onion.
 //! - [`executor`]: the enforced path of every call.
 //! - [`events`]: `tool.*` (and later `turn.*`/`step.*`) events.
-//! - [`step`]: step middleware over the catalog.
 //! - [`assembly`]: catalogs and registries from a loaded bundle.
 //!
 //! This crate knows nothing of models or processes.
@@ -22,7 +21,6 @@ pub mod executor;
 pub mod handler;
 pub mod pipeline;
 pub mod registry;
-pub mod step;
 pub mod validation;
 
 pub use catalog::{ParameterSchema, ToolCatalog, ToolCatalogItem, ToolSource, ToolSourceKind};
@@ -33,5 +31,7 @@ pub use events::{
 };
 pub use executor::{ExecutorPolicy, ToolCallContext, ToolCallMiddleware, ToolExecutor};
 pub use handler::{HandlerResult, ToolFailure, ToolHandler, ToolOutput, sync_handler};
-pub use pipeline::{BoxFuture, Core, Middleware, MiddlewareChain, Next, from_fn};
+pub use pipeline::{
+    BoxFuture, CatchUnwind, Core, Middleware, MiddlewareChain, Next, PanicHandler, from_fn, panic_message,
+};
 pub use registry::{RegisteredTool, RegistryError, RegistrySnapshot, ToolRegistry};

@@ -10,9 +10,12 @@
 //! registration order. With A(10), B(5), C(10) the order is
 //! `B:pre, A:pre, C:pre, core, C:post, A:post, B:post`.
 
+use std::any::Any;
 use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 /// A boxed, sendable future, the return type of middleware and handlers.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -29,18 +32,43 @@ pub trait Core<C, R>: Send + Sync {
     fn run<'a>(&'a self, ctx: &'a mut C) -> BoxFuture<'a, R>;
 }
 
+/// Turns a panic of a layer (its name) or of the core (`None`) into a result.
+pub type PanicHandler<'a, R> = &'a (dyn Fn(Option<&str>, String) -> R + Send + Sync);
+
 /// The rest of the pipeline, handed to a layer.
 pub struct Next<'a, C, R> {
     layers: &'a [Layer<C, R>],
     core: &'a dyn Core<C, R>,
+    on_panic: Option<PanicHandler<'a, R>>,
 }
 
-impl<'a, C: Send + 'a, R: 'a> Next<'a, C, R> {
+impl<'a, C: Send + 'a, R: Send + 'a> Next<'a, C, R> {
     /// Runs the remaining layers and then the core.
     pub fn run(self, ctx: &'a mut C) -> BoxFuture<'a, R> {
+        let Some(on_panic) = self.on_panic else {
+            return match self.layers.split_first() {
+                Some((first, rest)) => {
+                    first.middleware.handle(ctx, Next { layers: rest, core: self.core, on_panic: None })
+                }
+                None => self.core.run(ctx),
+            };
+        };
         match self.layers.split_first() {
-            Some((first, rest)) => first.middleware.handle(ctx, Next { layers: rest, core: self.core }),
-            None => self.core.run(ctx),
+            Some((first, rest)) => Box::pin(async move {
+                let next = Next { layers: rest, core: self.core, on_panic: Some(on_panic) };
+                // The future is made inside the guard: a layer may panic
+                // before it returns one.
+                match CatchUnwind::new(async move { first.middleware.handle(ctx, next).await }).await {
+                    Ok(result) => result,
+                    Err(payload) => on_panic(Some(&first.name), panic_message(payload.as_ref())),
+                }
+            }),
+            None => Box::pin(async move {
+                match CatchUnwind::new(async move { self.core.run(ctx).await }).await {
+                    Ok(result) => result,
+                    Err(payload) => on_panic(None, panic_message(payload.as_ref())),
+                }
+            }),
         }
     }
 }
@@ -80,7 +108,7 @@ impl<C, R> std::fmt::Debug for MiddlewareChain<C, R> {
     }
 }
 
-impl<C: Send, R> MiddlewareChain<C, R> {
+impl<C: Send, R: Send> MiddlewareChain<C, R> {
     /// An empty chain.
     pub fn new() -> Self {
         Self::default()
@@ -116,7 +144,62 @@ impl<C: Send, R> MiddlewareChain<C, R> {
         C: 'a,
         R: 'a,
     {
-        Next { layers: &self.layers, core }.run(ctx)
+        Next { layers: &self.layers, core, on_panic: None }.run(ctx)
+    }
+
+    /// Runs the whole chain around `core`, turning a panic of any layer or
+    /// of the core into `on_panic(layer name or None, message)` at the point
+    /// where it happened: the layers outside it see an ordinary result.
+    /// (The toolCall pipeline does not use this: the executor guards the
+    /// whole chain at once, which costs less per call.)
+    pub fn run_catching<'a>(
+        &'a self,
+        ctx: &'a mut C,
+        core: &'a dyn Core<C, R>,
+        on_panic: PanicHandler<'a, R>,
+    ) -> BoxFuture<'a, R>
+    where
+        C: 'a,
+        R: 'a,
+    {
+        Next { layers: &self.layers, core, on_panic: Some(on_panic) }.run(ctx)
+    }
+}
+
+/// The message of a panic payload (`&str` or `String`), or a placeholder.
+pub fn panic_message(payload: &(dyn Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no panic message".to_owned())
+}
+
+pin_project_lite::pin_project! {
+    /// A future that turns a panic while polling the inner future into an `Err`.
+    pub struct CatchUnwind<F> {
+        #[pin]
+        inner: F,
+    }
+}
+
+impl<F: Future> CatchUnwind<F> {
+    /// Guards `inner`.
+    pub fn new(inner: F) -> Self {
+        Self { inner }
+    }
+}
+
+impl<F: Future> Future for CatchUnwind<F> {
+    type Output = Result<F::Output, Box<dyn Any + Send>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let inner = self.project().inner;
+        match catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(output)) => Poll::Ready(Ok(output)),
+            Err(payload) => Poll::Ready(Err(payload)),
+        }
     }
 }
 
@@ -227,6 +310,27 @@ mod tests {
         assert_eq!(out, "short+outer");
         let seen = trace.0.lock().map(|g| g.clone()).unwrap_or_default();
         assert_eq!(seen, ["outer:pre", "outer:post"]);
+    }
+
+    #[test]
+    fn run_catching_names_the_layer_that_panicked_and_outer_layers_go_on() {
+        let trace = Arc::new(Trace(Mutex::new(Vec::new())));
+        let mut chain: MiddlewareChain<Vec<String>, String> = MiddlewareChain::new();
+        chain.register("outer", 0, Arc::new(Recording { label: "outer", trace: Arc::clone(&trace) }));
+        chain.register("boom", 1, from_fn(|_ctx, _next| panic!("layer exploded")));
+        let core = JoinCore(Arc::clone(&trace));
+        let on_panic = |layer: Option<&str>, message: String| format!("{layer:?}: {message}");
+        let out = block_on(chain.run_catching(&mut Vec::new(), &core, &on_panic));
+        assert_eq!(out, "Some(\"boom\"): layer exploded+outer");
+
+        struct PanickingCore;
+        impl Core<Vec<String>, String> for PanickingCore {
+            fn run<'a>(&'a self, _ctx: &'a mut Vec<String>) -> BoxFuture<'a, String> {
+                Box::pin(async { panic!("core exploded") })
+            }
+        }
+        let plain: MiddlewareChain<Vec<String>, String> = MiddlewareChain::new();
+        assert_eq!(block_on(plain.run_catching(&mut Vec::new(), &PanickingCore, &on_panic)), "None: core exploded");
     }
 
     #[test]

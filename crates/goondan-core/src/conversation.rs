@@ -1,0 +1,478 @@
+//! The conversation as it stands, and the message events that change it.
+//!
+//! A conversation changes only through [`MessageEvent`]s — `append`,
+//! `replace`, `remove`, `truncate`, the four events of the original Goondan's
+//! `ConversationState` — so that what the runtime does, what an extension
+//! does and what the store persists are one vocabulary: the store writes the
+//! events, and folding them on load rebuilds the same state.
+//!
+//! [`ConversationState`] holds the messages as they stand (`nextMessages` of
+//! the original), the messages at the start of the current turn
+//! (`baseMessages`) and the events of the turn (`events`). Events are
+//! applied at once; the runtime *commits* them at step boundaries
+//! ([`ConversationState::commit`]), which is where the conversation rule is
+//! enforced and the batch handed to the store.
+//!
+//! **The rule** (what every model API requires of a conversation): every tool
+//! call of an assistant message has exactly one result, and every result
+//! answers a call. Results follow their assistant message directly.
+//! [`integrity_repairs`] computes the events that restore the rule after any
+//! sequence of events:
+//!
+//! - a result that answers no call of the assistant message right before its
+//!   run of results (an orphan, or a second result for one call) is removed;
+//! - calls without a result at the end of the conversation (a crash cut the
+//!   step short) get an `E_TOOL_INTERRUPTED` error result appended, so the
+//!   model learns the call was lost;
+//! - calls without a result anywhere else (an edit removed the result) are
+//!   dropped from their assistant message, which is removed if nothing is
+//!   left of it.
+//!
+//! Repairs are events too: a commit appends them to its batch, so the store
+//! records them and a reload reaches exactly the state the process had.
+
+use serde::{Deserialize, Serialize};
+
+use crate::codes::E_TOOL_INTERRUPTED;
+use crate::{Message, MessageData, MessageSource, ToolCall, ToolError, ToolResult};
+
+/// One change to a conversation (the original's `MessageEvent`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum MessageEvent {
+    /// Adds a message at the end.
+    Append {
+        /// The new message.
+        message: Message,
+    },
+    /// Puts `message` where the message `target_id` is.
+    Replace {
+        /// The id of the message to replace.
+        #[serde(rename = "targetId")]
+        target_id: String,
+        /// Its replacement.
+        message: Message,
+    },
+    /// Removes the message `target_id`.
+    Remove {
+        /// The id of the message to remove.
+        #[serde(rename = "targetId")]
+        target_id: String,
+    },
+    /// Removes every message.
+    Truncate,
+}
+
+impl MessageEvent {
+    /// The wire name: `append`, `replace`, `remove` or `truncate`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Append { .. } => "append",
+            Self::Replace { .. } => "replace",
+            Self::Remove { .. } => "remove",
+            Self::Truncate => "truncate",
+        }
+    }
+}
+
+/// Why a message event was refused. A refused event changes nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MessageEventError {
+    /// `replace` or `remove` named a message that is not in the conversation.
+    #[error("{event} target not found: no message with id '{target_id}' in the conversation")]
+    TargetNotFound {
+        /// `replace` or `remove`.
+        event: &'static str,
+        /// The id that was not found.
+        target_id: String,
+    },
+    /// The event would put a second message with this id into the conversation.
+    #[error("a message with id '{id}' is already in the conversation; message ids must be unique")]
+    DuplicateId {
+        /// The id.
+        id: String,
+    },
+}
+
+/// The base of the current turn: while the turn only appended, it is a
+/// prefix of the messages and costs nothing to keep.
+#[derive(Debug, Clone, PartialEq)]
+enum Base {
+    Prefix(usize),
+    Copied(Vec<Message>),
+}
+
+/// A conversation: its messages as they stand, and the current turn's events.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConversationState {
+    messages: Vec<Message>,
+    base: Base,
+    turn_events: Vec<MessageEvent>,
+    /// How many of `turn_events` have been committed.
+    committed: usize,
+}
+
+impl Default for ConversationState {
+    fn default() -> Self {
+        Self::new(Vec::new())
+    }
+}
+
+impl ConversationState {
+    /// A conversation holding `messages`, at the start of a turn.
+    pub fn new(messages: Vec<Message>) -> Self {
+        let len = messages.len();
+        Self { messages, base: Base::Prefix(len), turn_events: Vec::new(), committed: 0 }
+    }
+
+    /// The messages as they stand, with every event applied (`nextMessages`).
+    pub fn messages(&self) -> &[Message] {
+        &self.messages
+    }
+
+    /// The messages at the start of the turn (`baseMessages`).
+    pub fn base_messages(&self) -> &[Message] {
+        match &self.base {
+            Base::Prefix(len) => &self.messages[..(*len).min(self.messages.len())],
+            Base::Copied(messages) => messages,
+        }
+    }
+
+    /// The events of this turn so far, committed or not (`events`).
+    pub fn events(&self) -> &[MessageEvent] {
+        &self.turn_events
+    }
+
+    /// The events not yet committed.
+    pub fn uncommitted(&self) -> &[MessageEvent] {
+        &self.turn_events[self.committed..]
+    }
+
+    /// Starts a turn: the messages as they stand become its base.
+    pub fn begin_turn(&mut self) {
+        self.base = Base::Prefix(self.messages.len());
+        self.turn_events.clear();
+        self.committed = 0;
+    }
+
+    /// Applies an event, or refuses it (changing nothing): `replace` and
+    /// `remove` need their target, and no event may introduce a message id
+    /// the conversation already holds.
+    pub fn emit(&mut self, event: MessageEvent) -> Result<(), MessageEventError> {
+        match &event {
+            MessageEvent::Append { message } => {
+                if self.position(&message.id).is_some() {
+                    return Err(MessageEventError::DuplicateId { id: message.id.clone() });
+                }
+            }
+            MessageEvent::Replace { target_id, message } => {
+                if self.position(target_id).is_none() {
+                    return Err(MessageEventError::TargetNotFound { event: "replace", target_id: target_id.clone() });
+                }
+                if message.id != *target_id && self.position(&message.id).is_some() {
+                    return Err(MessageEventError::DuplicateId { id: message.id.clone() });
+                }
+            }
+            MessageEvent::Remove { target_id } => {
+                if self.position(target_id).is_none() {
+                    return Err(MessageEventError::TargetNotFound { event: "remove", target_id: target_id.clone() });
+                }
+            }
+            MessageEvent::Truncate => {}
+        }
+        self.record(event);
+        Ok(())
+    }
+
+    /// Appends messages the runtime made (fresh ids, so no uniqueness check).
+    pub fn append_new(&mut self, messages: impl IntoIterator<Item = Message>) {
+        for message in messages {
+            self.record(MessageEvent::Append { message });
+        }
+    }
+
+    /// Records the repairs the rule needs now (see [`integrity_repairs`]),
+    /// uncommitted. The runtime calls it when a turn begins, so that calls a
+    /// crash left unanswered at the end are answered before the new input.
+    pub fn repair(&mut self) {
+        for repair in integrity_repairs(&self.messages) {
+            self.record(repair);
+        }
+    }
+
+    /// Makes the uncommitted events a batch: first the repairs that restore
+    /// the rule (applied and recorded like any event), then the batch is
+    /// returned for the store and counted as committed. Empty when nothing
+    /// changed since the last commit.
+    pub fn commit(&mut self) -> Vec<MessageEvent> {
+        if self.committed == self.turn_events.len() {
+            return Vec::new();
+        }
+        self.repair();
+        let batch = self.turn_events[self.committed..].to_vec();
+        self.committed = self.turn_events.len();
+        batch
+    }
+
+    /// Applies events read back from a store, as they were recorded. An event
+    /// whose target is missing (a log edited by hand) is skipped and counted.
+    pub fn replay(&mut self, events: impl IntoIterator<Item = MessageEvent>) -> usize {
+        let mut skipped = 0;
+        for event in events {
+            let applies = match &event {
+                MessageEvent::Replace { target_id, .. } | MessageEvent::Remove { target_id } => {
+                    self.position(target_id).is_some()
+                }
+                MessageEvent::Append { .. } | MessageEvent::Truncate => true,
+            };
+            if applies {
+                apply(&mut self.messages, event);
+            } else {
+                skipped += 1;
+            }
+        }
+        self.begin_turn();
+        skipped
+    }
+
+    /// Whether the messages satisfy the rule (they do after every commit).
+    pub fn is_consistent(&self) -> bool {
+        integrity_repairs(&self.messages).is_empty()
+    }
+
+    fn position(&self, id: &str) -> Option<usize> {
+        self.messages.iter().rposition(|m| m.id == id)
+    }
+
+    fn record(&mut self, event: MessageEvent) {
+        if let (Base::Prefix(len), false) = (&self.base, matches!(event, MessageEvent::Append { .. })) {
+            let len = (*len).min(self.messages.len());
+            self.base = Base::Copied(self.messages[..len].to_vec());
+        }
+        apply(&mut self.messages, event.clone());
+        self.turn_events.push(event);
+    }
+}
+
+/// Applies one event whose target (if any) is known to exist.
+fn apply(messages: &mut Vec<Message>, event: MessageEvent) {
+    match event {
+        MessageEvent::Append { message } => messages.push(message),
+        MessageEvent::Replace { target_id, message } => {
+            if let Some(at) = messages.iter().rposition(|m| m.id == target_id) {
+                messages[at] = message;
+            }
+        }
+        MessageEvent::Remove { target_id } => {
+            if let Some(at) = messages.iter().rposition(|m| m.id == target_id) {
+                messages.remove(at);
+            }
+        }
+        MessageEvent::Truncate => messages.clear(),
+    }
+}
+
+/// The events that make `messages` satisfy the rule (see the module docs);
+/// empty when it already does.
+pub fn integrity_repairs(messages: &[Message]) -> Vec<MessageEvent> {
+    let mut repairs = Vec::new();
+    let mut index = 0;
+    while index < messages.len() {
+        let message = &messages[index];
+        index += 1;
+        match &message.data {
+            MessageData::Tool { .. } => {
+                // A result outside the run right after an assistant message answers nothing.
+                repairs.push(MessageEvent::Remove { target_id: message.id.clone() });
+            }
+            MessageData::Assistant { content, tool_calls } => {
+                let mut answered = vec![false; tool_calls.len()];
+                while let Some(next) = messages.get(index) {
+                    let MessageData::Tool { tool_call_id, .. } = &next.data else { break };
+                    match tool_calls
+                        .iter()
+                        .zip(&mut answered)
+                        .find(|(call, done)| *call.id == **tool_call_id && !**done)
+                    {
+                        Some((_, done)) => *done = true,
+                        None => repairs.push(MessageEvent::Remove { target_id: next.id.clone() }),
+                    }
+                    index += 1;
+                }
+                if answered.iter().all(|done| *done) {
+                    continue;
+                }
+                let missing = tool_calls.iter().zip(&answered).filter(|(_, done)| !**done).map(|(call, _)| call);
+                if index == messages.len() {
+                    repairs.extend(missing.map(|call| MessageEvent::Append { message: interrupted_result(call) }));
+                } else {
+                    let kept: Vec<ToolCall> = tool_calls
+                        .iter()
+                        .zip(&answered)
+                        .filter(|(_, done)| **done)
+                        .map(|(call, _)| call.clone())
+                        .collect();
+                    if kept.is_empty() && content.as_deref().is_none_or(str::is_empty) {
+                        repairs.push(MessageEvent::Remove { target_id: message.id.clone() });
+                    } else {
+                        let mut replacement = message.clone();
+                        replacement.data = MessageData::Assistant { content: content.clone(), tool_calls: kept };
+                        repairs.push(MessageEvent::Replace { target_id: message.id.clone(), message: replacement });
+                    }
+                }
+            }
+            MessageData::System { .. } | MessageData::User { .. } => {}
+        }
+    }
+    repairs
+}
+
+/// The error result of a call whose result was lost when the agent stopped.
+pub fn interrupted_result(call: &ToolCall) -> Message {
+    let result = ToolResult::error(
+        ToolError::new(
+            E_TOOL_INTERRUPTED,
+            "ToolInterruptedError",
+            format!("The result of tool '{}' was lost: the agent stopped while the call was running.", call.name),
+        )
+        .with_suggestion("Call the tool again if its result is still needed."),
+    );
+    Message::new(
+        MessageData::Tool {
+            tool_call_id: call.id.to_string(),
+            tool_name: call.name.to_string(),
+            result: Box::new(result),
+        },
+        MessageSource::Tool { tool_call_id: call.id.to_string(), tool_name: call.name.to_string() },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::JsonObject;
+    use serde_json::json;
+
+    fn user(id: &str) -> Message {
+        let mut m = Message::new(MessageData::User { content: id.to_owned() }, MessageSource::User);
+        m.id = id.to_owned();
+        m
+    }
+
+    fn assistant(id: &str, calls: &[&str]) -> Message {
+        let calls = calls.iter().map(|c| ToolCall::new(*c, "echo__say", JsonObject::new())).collect();
+        let mut m = Message::assistant_tool_calls("s", calls);
+        m.id = id.to_owned();
+        m
+    }
+
+    fn result(id: &str, call: &str) -> Message {
+        let mut m = Message::new(
+            MessageData::Tool {
+                tool_call_id: call.to_owned(),
+                tool_name: "echo__say".into(),
+                result: Box::new(ToolResult::ok(json!(1))),
+            },
+            MessageSource::Tool { tool_call_id: call.to_owned(), tool_name: "echo__say".into() },
+        );
+        m.id = id.to_owned();
+        m
+    }
+
+    fn ids(state: &ConversationState) -> Vec<&str> {
+        state.messages().iter().map(|m| m.id.as_str()).collect()
+    }
+
+    #[test]
+    fn events_apply_and_refusals_change_nothing() {
+        let mut state = ConversationState::new(vec![user("u1"), user("u2")]);
+        assert_eq!(state.emit(MessageEvent::Append { message: user("u3") }), Ok(()));
+        assert_eq!(state.emit(MessageEvent::Replace { target_id: "u1".into(), message: user("u1b") }), Ok(()));
+        assert_eq!(state.emit(MessageEvent::Remove { target_id: "u2".into() }), Ok(()));
+        assert_eq!(ids(&state), ["u1b", "u3"]);
+        let before = state.clone();
+        assert!(matches!(
+            state.emit(MessageEvent::Remove { target_id: "nope".into() }),
+            Err(MessageEventError::TargetNotFound { event: "remove", .. })
+        ));
+        assert!(matches!(
+            state.emit(MessageEvent::Append { message: user("u3") }),
+            Err(MessageEventError::DuplicateId { .. })
+        ));
+        assert!(matches!(
+            state.emit(MessageEvent::Replace { target_id: "u1b".into(), message: user("u3") }),
+            Err(MessageEventError::DuplicateId { .. })
+        ));
+        assert_eq!(state, before);
+        assert_eq!(state.emit(MessageEvent::Truncate), Ok(()));
+        assert!(state.messages().is_empty());
+    }
+
+    #[test]
+    fn the_base_is_the_turns_starting_point() {
+        let mut state = ConversationState::new(vec![user("u1")]);
+        state.append_new([user("u2")]);
+        assert_eq!(state.base_messages().len(), 1);
+        let _ = state.emit(MessageEvent::Remove { target_id: "u1".into() });
+        assert_eq!(state.base_messages()[0].id, "u1");
+        assert_eq!(ids(&state), ["u2"]);
+        assert_eq!(state.events().len(), 2);
+        state.begin_turn();
+        assert_eq!(state.base_messages().len(), 1);
+        assert!(state.events().is_empty());
+    }
+
+    #[test]
+    fn unanswered_calls_at_the_end_get_interrupted_results() {
+        let mut state = ConversationState::new(vec![user("u"), assistant("a", &["c1", "c2"]), result("r1", "c1")]);
+        state.append_new([]);
+        let repairs = integrity_repairs(state.messages());
+        assert_eq!(repairs.len(), 1);
+        let MessageEvent::Append { message } = &repairs[0] else { panic!("{repairs:?}") };
+        let MessageData::Tool { tool_call_id, result, .. } = &message.data else { panic!("{message:?}") };
+        assert_eq!(tool_call_id, "c2");
+        assert_eq!(result.error_code(), Some(E_TOOL_INTERRUPTED));
+    }
+
+    #[test]
+    fn orphans_and_duplicates_are_removed_and_unanswered_calls_inside_are_dropped() {
+        let messages = vec![
+            result("orphan", "zz"),
+            user("u"),
+            assistant("a1", &["c1", "c2"]),
+            result("r1", "c1"),
+            result("r1dup", "c1"),
+            user("later"),
+            assistant("a2", &["c3"]),
+            user("end"),
+        ];
+        let mut state = ConversationState::new(messages);
+        let _ = state.emit(MessageEvent::Append { message: user("x") });
+        let _ = state.commit();
+        assert!(state.is_consistent());
+        assert_eq!(ids(&state), ["u", "a1", "r1", "later", "end", "x"]);
+        let MessageData::Assistant { tool_calls, .. } = &state.messages()[1].data else { panic!() };
+        assert_eq!(tool_calls.len(), 1);
+        assert_eq!(&*tool_calls[0].id, "c1");
+    }
+
+    #[test]
+    fn commit_returns_the_batch_once_with_its_repairs() {
+        let mut state = ConversationState::new(Vec::new());
+        state.append_new([user("u"), assistant("a", &["c1"])]);
+        let batch = state.commit();
+        assert_eq!(batch.len(), 3, "two appends and the interrupted result");
+        assert!(state.commit().is_empty());
+        assert!(state.is_consistent());
+        let mut replayed = ConversationState::default();
+        assert_eq!(replayed.replay(batch), 0);
+        assert_eq!(replayed.messages(), state.messages());
+    }
+
+    #[test]
+    fn events_serialize_as_the_original() {
+        let event = MessageEvent::Remove { target_id: "m1".into() };
+        assert_eq!(serde_json::to_value(&event).unwrap_or_default(), json!({"type": "remove", "targetId": "m1"}));
+        assert_eq!(serde_json::to_value(MessageEvent::Truncate).unwrap_or_default(), json!({"type": "truncate"}));
+    }
+}

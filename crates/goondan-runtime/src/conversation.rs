@@ -1,0 +1,190 @@
+//! A conversation and where it is saved.
+//!
+//! [`Conversation`] pairs the in-memory [`ConversationState`] with a
+//! [`ConversationStore`]. The runtime commits the state's events at step
+//! boundaries and hands each batch to the store; the front end (a terminal,
+//! an agent process, `gdn mcp serve`) never saves anything itself.
+//!
+//! Stores do their file I/O off the async executor: [`InstanceLog`] runs
+//! every write and fsync on tokio's blocking pool, so a task reading IPC or
+//! JS-host frames on the same runtime never waits behind a save.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use goondan_core::{ConversationState, Message, MessageEvent};
+use goondan_tools::BoxFuture;
+
+use crate::store::{InstanceStore, StoreError};
+
+/// Where committed message events go.
+pub trait ConversationStore: Send + Sync {
+    /// Makes `batch` durable. `state` is the conversation after the batch,
+    /// for stores that choose to rewrite instead of append.
+    fn commit(&self, batch: Vec<MessageEvent>, state: &ConversationState)
+    -> BoxFuture<'static, Result<(), StoreError>>;
+
+    /// Records that a turn ended (counters, timestamps).
+    fn turn_ended(&self) -> BoxFuture<'static, Result<(), StoreError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    /// The conversation as last committed, for recovering the in-memory
+    /// state after a turn was abandoned; `None` if the store keeps nothing.
+    fn reload(&self) -> BoxFuture<'static, Result<Option<ConversationState>, StoreError>> {
+        Box::pin(std::future::ready(Ok(None)))
+    }
+}
+
+/// Keeps nothing: a conversation that lives only in memory (tests,
+/// benchmarks, previews).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoStore;
+
+impl ConversationStore for NoStore {
+    fn commit(
+        &self,
+        _batch: Vec<MessageEvent>,
+        _state: &ConversationState,
+    ) -> BoxFuture<'static, Result<(), StoreError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+}
+
+/// A conversation and its store.
+pub struct Conversation {
+    pub(crate) state: ConversationState,
+    pub(crate) store: Arc<dyn ConversationStore>,
+    /// The state was lost with an abandoned turn and must be reloaded.
+    pub(crate) needs_reload: bool,
+}
+
+impl std::fmt::Debug for Conversation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conversation").field("messages", &self.state.messages().len()).finish_non_exhaustive()
+    }
+}
+
+impl Conversation {
+    /// A conversation kept only in memory.
+    pub fn in_memory(messages: Vec<Message>) -> Self {
+        Self::new(ConversationState::new(messages), Arc::new(NoStore))
+    }
+
+    /// A conversation saved to `store`, starting from `state` (as loaded from it).
+    pub fn new(state: ConversationState, store: Arc<dyn ConversationStore>) -> Self {
+        Self { state, store, needs_reload: false }
+    }
+
+    /// The messages as they stand.
+    pub fn messages(&self) -> &[Message] {
+        self.state.messages()
+    }
+
+    /// The state (messages, the current turn's base and events).
+    pub fn state(&self) -> &ConversationState {
+        &self.state
+    }
+
+    /// Commits the state's uncommitted events (with the repairs that keep
+    /// the conversation valid) and saves them.
+    pub async fn commit(&mut self) -> Result<(), StoreError> {
+        commit(&mut self.state, &*self.store).await
+    }
+}
+
+/// Commits `state`'s uncommitted events to `store`; nothing to do is free.
+pub(crate) async fn commit(state: &mut ConversationState, store: &dyn ConversationStore) -> Result<(), StoreError> {
+    let batch = state.commit();
+    if batch.is_empty() {
+        return Ok(());
+    }
+    store.commit(batch, state).await
+}
+
+/// An instance's message log as a [`ConversationStore`].
+///
+/// Every batch is appended as one line (one write, then fsync) on the
+/// blocking pool. When the events on disk outnumber the live messages by
+/// more than a slack ([`InstanceLog::COMPACT_SLACK`]) plus their own count — edits by
+/// extensions (windows, compaction) leave dead records behind — the log is
+/// rewritten from the state instead, atomically (temp file, fsync, rename).
+pub struct InstanceLog {
+    store: Arc<Mutex<InstanceStore>>,
+    /// Events recorded in the file (appends, edits, folded or not).
+    events_on_disk: AtomicUsize,
+    slack: usize,
+}
+
+impl std::fmt::Debug for InstanceLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InstanceLog").field("events_on_disk", &self.events_on_disk).finish_non_exhaustive()
+    }
+}
+
+impl InstanceLog {
+    /// Dead records tolerated before a rewrite, beyond one per live message.
+    pub const COMPACT_SLACK: usize = 64;
+
+    /// Wraps an open instance store whose log held `events_on_disk` events when loaded.
+    pub fn new(store: InstanceStore, events_on_disk: usize) -> Self {
+        Self {
+            store: Arc::new(Mutex::new(store)),
+            events_on_disk: AtomicUsize::new(events_on_disk),
+            slack: Self::COMPACT_SLACK,
+        }
+    }
+
+    /// Sets how many dead records are tolerated before a rewrite (tests use 0).
+    #[must_use]
+    pub fn with_compaction_slack(mut self, slack: usize) -> Self {
+        self.slack = slack;
+        self
+    }
+
+    /// Runs `work` on the store on the blocking pool.
+    fn blocking<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&mut InstanceStore) -> Result<T, StoreError> + Send + 'static,
+    ) -> BoxFuture<'static, Result<T, StoreError>> {
+        let store = Arc::clone(&self.store);
+        Box::pin(async move {
+            let task = tokio::task::spawn_blocking(move || {
+                let mut store = store.lock().map_err(|_| StoreError::Poisoned)?;
+                work(&mut store)
+            });
+            match task.await {
+                Ok(result) => result,
+                Err(error) => Err(StoreError::Background(error.to_string())),
+            }
+        })
+    }
+}
+
+impl ConversationStore for InstanceLog {
+    fn commit(
+        &self,
+        batch: Vec<MessageEvent>,
+        state: &ConversationState,
+    ) -> BoxFuture<'static, Result<(), StoreError>> {
+        let live = state.messages().len();
+        let on_disk = self.events_on_disk.load(Ordering::Relaxed) + batch.len();
+        let edits = batch.iter().any(|event| !matches!(event, MessageEvent::Append { .. }));
+        if edits && on_disk > 2 * live + self.slack || matches!(batch.last(), Some(MessageEvent::Truncate)) {
+            self.events_on_disk.store(live, Ordering::Relaxed);
+            let messages = state.messages().to_vec();
+            self.blocking(move |store| store.rewrite(&messages))
+        } else {
+            self.events_on_disk.store(on_disk, Ordering::Relaxed);
+            self.blocking(move |store| store.append_events(&batch))
+        }
+    }
+
+    fn turn_ended(&self) -> BoxFuture<'static, Result<(), StoreError>> {
+        self.blocking(InstanceStore::record_turn)
+    }
+
+    fn reload(&self) -> BoxFuture<'static, Result<Option<ConversationState>, StoreError>> {
+        self.blocking(|store| store.load().map(|loaded| Some(loaded.state)))
+    }
+}

@@ -1,0 +1,209 @@
+//! Message events through the durable store, with crashes.
+//!
+//! Random sequences of message events — valid or not, with the runtime's
+//! commits in between — are applied to a conversation saved by
+//! `InstanceLog` (compacting eagerly, so rewrites happen too). At random
+//! points the process "crashes": the in-memory state and the store are
+//! dropped without further calls, sometimes with a torn partial line left at
+//! the end of the log. Properties:
+//!
+//! - after every commit, the conversation satisfies the rule: every tool call
+//!   has exactly one result right after its assistant message, every result
+//!   answers a call;
+//! - reloading after a crash gives exactly the state of the last commit;
+//! - the conversation goes on from there.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+
+use goondan_core::{
+    ConversationState, JsonObject, Message, MessageData, MessageEvent, MessageSource, ToolCall, ToolResult,
+};
+use goondan_runtime::conversation::{ConversationStore, InstanceLog};
+use goondan_runtime::store::{InstanceStore, StateRoot};
+use proptest::prelude::*;
+use serde_json::json;
+
+#[derive(Debug, Clone)]
+enum Op {
+    User,
+    /// An assistant message with this many calls.
+    Assistant(usize),
+    /// A result for the n-th call seen so far (modulo), or for an unknown call.
+    Result(Option<usize>),
+    /// Replace the n-th message (modulo) with a user message, or an unknown id.
+    Replace(Option<usize>),
+    /// Remove the n-th message (modulo), or an unknown id.
+    Remove(Option<usize>),
+    Truncate,
+    Commit,
+    /// Crash, leaving this many bytes of a torn line (0: none).
+    Crash(usize),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => Just(Op::User),
+        3 => (0usize..3).prop_map(Op::Assistant),
+        4 => proptest::option::weighted(0.9, 0usize..16).prop_map(Op::Result),
+        2 => proptest::option::weighted(0.8, 0usize..16).prop_map(Op::Replace),
+        2 => proptest::option::weighted(0.8, 0usize..16).prop_map(Op::Remove),
+        1 => Just(Op::Truncate),
+        4 => Just(Op::Commit),
+        1 => (0usize..200).prop_map(Op::Crash),
+    ]
+}
+
+fn user(n: usize) -> Message {
+    Message::new(MessageData::User { content: format!("user {n}") }, MessageSource::User)
+}
+
+fn result(call_id: &str) -> Message {
+    Message::new(
+        MessageData::Tool {
+            tool_call_id: call_id.to_owned(),
+            tool_name: "echo__say".into(),
+            result: Box::new(ToolResult::ok(json!({"echo": call_id}))),
+        },
+        MessageSource::Tool { tool_call_id: call_id.to_owned(), tool_name: "echo__say".into() },
+    )
+}
+
+/// The rule, checked independently of the code that enforces it.
+fn assert_rule(messages: &[Message]) -> Result<(), TestCaseError> {
+    let mut index = 0;
+    while index < messages.len() {
+        match &messages[index].data {
+            MessageData::Assistant { tool_calls, .. } => {
+                let mut answered: Vec<&str> = Vec::new();
+                index += 1;
+                while let Some(MessageData::Tool { tool_call_id, .. }) = messages.get(index).map(|m| &m.data) {
+                    prop_assert!(tool_calls.iter().any(|c| *c.id == **tool_call_id), "a result for another call");
+                    prop_assert!(!answered.contains(&tool_call_id.as_str()), "two results for one call");
+                    answered.push(tool_call_id);
+                    index += 1;
+                }
+                prop_assert_eq!(answered.len(), tool_calls.len(), "a call without a result");
+            }
+            MessageData::Tool { .. } => prop_assert!(false, "a result without its call"),
+            _ => index += 1,
+        }
+    }
+    Ok(())
+}
+
+fn open(root: &StateRoot) -> (InstanceStore, goondan_runtime::store::LoadedConversation) {
+    let store = InstanceStore::open(root, "prop", "agent", Path::new("/bundle")).unwrap_or_else(|e| panic!("{e}"));
+    let loaded = store.load().unwrap_or_else(|e| panic!("{e}"));
+    (store, loaded)
+}
+
+fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let root = StateRoot::new(dir.path());
+    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap_or_else(|e| panic!("{e}"));
+    let (store, loaded) = open(&root);
+    let messages_path = store.messages_path().to_path_buf();
+    let mut log = InstanceLog::new(store, loaded.events_on_disk).with_compaction_slack(0);
+    let mut state = loaded.state;
+    let mut durable = state.clone();
+    let mut calls: Vec<String> = Vec::new();
+    let mut counter = 0;
+    for op in ops {
+        counter += 1;
+        let ids: Vec<String> = state.messages().iter().map(|m| m.id.clone()).collect();
+        let pick = |n: Option<usize>| match n {
+            Some(n) if !ids.is_empty() => ids[n % ids.len()].clone(),
+            _ => "no-such-message".to_owned(),
+        };
+        match op {
+            Op::User => state.append_new([user(counter)]),
+            Op::Assistant(n) => {
+                let tool_calls: Vec<ToolCall> =
+                    (0..n).map(|i| ToolCall::new(format!("c{counter}-{i}"), "echo__say", JsonObject::new())).collect();
+                calls.extend(tool_calls.iter().map(|c| c.id.to_string()));
+                state.append_new([Message::assistant_tool_calls("s", tool_calls)]);
+            }
+            Op::Result(n) => {
+                let call = match n {
+                    Some(n) if !calls.is_empty() => calls[n % calls.len()].clone(),
+                    _ => "unknown-call".to_owned(),
+                };
+                state.append_new([result(&call)]);
+            }
+            Op::Replace(n) => {
+                let before = state.clone();
+                let target_id = pick(n);
+                let outcome = state.emit(MessageEvent::Replace { target_id, message: user(counter) });
+                if outcome.is_err() {
+                    prop_assert_eq!(&state, &before, "a refused event changes nothing");
+                }
+            }
+            Op::Remove(n) => {
+                let _ = state.emit(MessageEvent::Remove { target_id: pick(n) });
+            }
+            Op::Truncate => {
+                let _ = state.emit(MessageEvent::Truncate);
+            }
+            Op::Commit => {
+                let batch = state.commit();
+                if !batch.is_empty() {
+                    runtime.block_on(log.commit(batch, &state)).unwrap_or_else(|e| panic!("{e}"));
+                }
+                assert_rule(state.messages())?;
+                durable = state.clone();
+            }
+            Op::Crash(torn) => {
+                drop(log);
+                if torn > 0 {
+                    let line = serde_json::to_string(&json!({"events": [{"type": "append", "message": user(0)}]}))
+                        .unwrap_or_default();
+                    let cut = torn.min(line.len().saturating_sub(1)).max(1);
+                    let mut file =
+                        std::fs::OpenOptions::new().append(true).open(&messages_path).unwrap_or_else(|e| panic!("{e}"));
+                    file.write_all(&line.as_bytes()[..cut]).unwrap_or_else(|e| panic!("{e}"));
+                }
+                let (store, loaded) = open(&root);
+                prop_assert_eq!(loaded.state.messages(), durable.messages(), "reload gives the last commit");
+                prop_assert_eq!(loaded.skipped_corrupt_lines, 0);
+                prop_assert_eq!(loaded.skipped_events, 0);
+                log = InstanceLog::new(store, loaded.events_on_disk).with_compaction_slack(0);
+                state = loaded.state;
+            }
+        }
+    }
+    // A final clean shutdown keeps what was committed, and only that.
+    let batch = state.commit();
+    if !batch.is_empty() {
+        runtime.block_on(log.commit(batch, &state)).unwrap_or_else(|e| panic!("{e}"));
+    }
+    drop(log);
+    let (_store, loaded) = open(&root);
+    prop_assert_eq!(loaded.state.messages(), state.messages());
+    assert_rule(loaded.state.messages())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    #[test]
+    fn committed_states_survive_crashes_and_keep_the_rule(ops in proptest::collection::vec(op(), 1..60)) {
+        run(ops)?;
+    }
+}
+
+#[test]
+fn a_conversation_store_is_shared_through_the_trait() {
+    // InstanceLog is usable as the runtime's store object.
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let (store, loaded) = open(&StateRoot::new(dir.path()));
+    let log: Arc<dyn ConversationStore> = Arc::new(InstanceLog::new(store, loaded.events_on_disk));
+    let mut state = ConversationState::default();
+    state.append_new([user(1)]);
+    let batch = state.commit();
+    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap_or_else(|e| panic!("{e}"));
+    runtime.block_on(log.commit(batch, &state)).unwrap_or_else(|e| panic!("{e}"));
+    let reloaded = runtime.block_on(log.reload()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(reloaded.map(|s| s.messages().to_vec()), Some(state.messages().to_vec()));
+}
