@@ -26,7 +26,7 @@ use goondan_tools::{
     BoxFuture, CallScope, Core, ExecutorPolicy, MiddlewareChain, RegistryError, ToolCatalog, ToolExecutor, ToolRegistry,
 };
 
-use crate::context::{StepContext, StepOutcome, TurnContext, TurnOutcome};
+use crate::context::{EventEmitter, StepContext, StepOutcome, TurnContext, TurnOutcome};
 use crate::turn::Agent;
 
 /// Reads an environment variable (the process environment, plus any `.env` file).
@@ -222,6 +222,15 @@ impl AgentTooling {
         let mut ctx = StepContext {
             agent_name: Arc::clone(&self.agent_name),
             instance_key: Arc::clone(&self.instance_key),
+            events: EventEmitter::new(
+                Arc::clone(&self.events),
+                &self.agent_name,
+                &self.instance_key,
+                &ids.turn_id,
+                &ids.trace_id,
+                &ids.step_span_id,
+                Some(&ids.step_id),
+            ),
             turn_id: ids.turn_id,
             trace_id: ids.trace_id,
             step_index: 0,

@@ -17,9 +17,107 @@
 use std::fmt;
 use std::sync::Arc;
 
-use goondan_core::{ConversationState, JsonObject, ToolCall, ToolResult};
+use goondan_core::ids::SpanIdGenerator;
+use goondan_core::message::now_millis;
+use goondan_core::{ConversationState, JsonObject, JsonValue, ToolCall, ToolResult};
 use goondan_llm::TokenUsage;
 use goondan_tools::ToolCatalog;
+use goondan_tools::events::{EventKind, EventSink, RuntimeEvent};
+
+/// Emits a layer's own events (`api.events.emit` of the original) to the
+/// agent's event sinks — the subscribers and the event log that receive the
+/// runtime's own events — inside the current turn's trace.
+#[derive(Clone)]
+pub struct EventEmitter {
+    sink: Arc<dyn EventSink>,
+    agent_name: Arc<str>,
+    instance_key: Arc<str>,
+    turn_id: Arc<str>,
+    trace_id: Arc<str>,
+    /// The span of the turn or step the events belong to.
+    parent_span_id: Arc<str>,
+    step_id: Option<Arc<str>>,
+    span_ids: Arc<SpanIdGenerator>,
+}
+
+impl fmt::Debug for EventEmitter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EventEmitter").field("turn_id", &self.turn_id).finish_non_exhaustive()
+    }
+}
+
+/// Why an event name was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EventNameError {
+    /// Empty, too long, or with characters outside `[A-Za-z0-9._:/-]`.
+    #[error(
+        "event name {0:?} is not valid: use 1 to {max} of the characters A-Z a-z 0-9 . _ : / -",
+        max = EventEmitter::MAX_NAME_LEN
+    )]
+    Invalid(String),
+    /// The name of one of the runtime's own events.
+    #[error("event name '{0}' belongs to the runtime; an extension's events need names of their own")]
+    Reserved(String),
+}
+
+impl EventEmitter {
+    /// The longest event name accepted.
+    pub const MAX_NAME_LEN: usize = 128;
+
+    /// An emitter for events inside a turn (`step_id: None`) or a step.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        sink: Arc<dyn EventSink>,
+        agent_name: &Arc<str>,
+        instance_key: &Arc<str>,
+        turn_id: &Arc<str>,
+        trace_id: &Arc<str>,
+        parent_span_id: &Arc<str>,
+        step_id: Option<&Arc<str>>,
+    ) -> Self {
+        Self {
+            sink,
+            agent_name: Arc::clone(agent_name),
+            instance_key: Arc::clone(instance_key),
+            turn_id: Arc::clone(turn_id),
+            trace_id: Arc::clone(trace_id),
+            parent_span_id: Arc::clone(parent_span_id),
+            step_id: step_id.map(Arc::clone),
+            span_ids: Arc::new(SpanIdGenerator::new()),
+        }
+    }
+
+    /// Emits the event `name` with `payload` (an object's fields are merged
+    /// into the event; any other value is written as `payload`). Names of
+    /// the runtime's own events (`turn.started`, `tool.called`, …) are
+    /// refused so that an extension cannot fake them.
+    pub fn emit(&self, name: &str, payload: &JsonValue) -> Result<(), EventNameError> {
+        let valid = !name.is_empty()
+            && name.len() <= Self::MAX_NAME_LEN
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'/' | b'-'));
+        if !valid {
+            return Err(EventNameError::Invalid(name.chars().take(Self::MAX_NAME_LEN + 1).collect()));
+        }
+        if EventKind::ALL.iter().any(|kind| kind.as_str() == name) {
+            return Err(EventNameError::Reserved(name.to_owned()));
+        }
+        self.sink.emit(&RuntimeEvent {
+            kind: EventKind::Custom(name),
+            trace_id: &self.trace_id,
+            span_id: self.span_ids.next_raw(),
+            parent_span_id: Some(&self.parent_span_id),
+            timestamp_ms: now_millis(),
+            agent_name: &self.agent_name,
+            instance_key: &self.instance_key,
+            turn_id: &self.turn_id,
+            step_id: self.step_id.as_deref(),
+            tool: None,
+            extra: Some(payload),
+            call_scope: None,
+        });
+        Ok(())
+    }
+}
 
 /// What turn middleware sees.
 #[derive(Debug, Clone)]
@@ -35,6 +133,8 @@ pub struct TurnContext {
     /// The input; layers may rewrite it before the turn core appends it as
     /// the user message.
     pub input: String,
+    /// Emits the layer's own events into the turn's trace.
+    pub events: EventEmitter,
     /// The conversation as it stands; layers read it and change it with
     /// message events.
     pub conversation: ConversationState,
@@ -55,6 +155,8 @@ pub struct StepContext {
     pub trace_id: Arc<str>,
     /// The step's index within the turn, from 0.
     pub step_index: u32,
+    /// Emits the layer's own events into the step's trace.
+    pub events: EventEmitter,
     /// The conversation as it stands; what the model receives is built from
     /// it when the core runs.
     pub conversation: ConversationState,

@@ -18,6 +18,9 @@ pub mod store;
 pub mod turn;
 
 pub use agent::{AgentBuildError, AgentOptions, AgentTooling, ScopeIds, assemble_tooling, build_agent, identity};
-pub use context::{LayerFailure, Pipeline, StepContext, StepFailure, StepOutcome, TurnContext, TurnEnd, TurnOutcome};
+pub use context::{
+    EventEmitter, EventNameError, LayerFailure, Pipeline, StepContext, StepFailure, StepOutcome, TurnContext, TurnEnd,
+    TurnOutcome,
+};
 pub use conversation::{Conversation, ConversationStore, InstanceLog, NoStore};
 pub use turn::{Agent, NoObserver, TurnObserver};

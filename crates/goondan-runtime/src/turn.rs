@@ -51,7 +51,7 @@ use tokio::sync::watch;
 
 use crate::agent::{AgentTooling, ScopeIds};
 use crate::context::{
-    LayerFailure, Pipeline, StepContext, StepFailure, StepOutcome, TurnContext, TurnEnd, TurnOutcome,
+    EventEmitter, LayerFailure, Pipeline, StepContext, StepFailure, StepOutcome, TurnContext, TurnEnd, TurnOutcome,
 };
 use crate::conversation::{Conversation, ConversationStore, commit};
 
@@ -158,6 +158,15 @@ impl Agent {
             turn_id: Arc::clone(&trace.turn_id),
             trace_id: Arc::clone(&trace.trace_id),
             input,
+            events: EventEmitter::new(
+                Arc::clone(&tooling.events),
+                &tooling.agent_name,
+                &tooling.instance_key,
+                &trace.turn_id,
+                &trace.trace_id,
+                &trace.turn_span_hex,
+                None,
+            ),
             conversation: std::mem::take(&mut conversation.state),
             metadata: JsonObject::new(),
         };
@@ -378,12 +387,22 @@ impl TurnCore<'_> {
         let parent = Some(&*self.trace.turn_span_hex);
         agent.emit(EventKind::StepStarted, self.trace, step_span, parent, Some(&step_id), None);
 
+        let step_span_hex: Arc<str> = Arc::from(format_span_id(step_span));
         let mut step_ctx = StepContext {
             agent_name: Arc::clone(&ctx.agent_name),
             instance_key: Arc::clone(&ctx.instance_key),
             turn_id: Arc::clone(&ctx.turn_id),
             trace_id: Arc::clone(&ctx.trace_id),
             step_index,
+            events: EventEmitter::new(
+                Arc::clone(&tooling.events),
+                &ctx.agent_name,
+                &ctx.instance_key,
+                &ctx.turn_id,
+                &ctx.trace_id,
+                &step_span_hex,
+                Some(&step_id),
+            ),
             conversation: std::mem::take(&mut ctx.conversation),
             tool_catalog: tooling.base_catalog(),
             metadata: JsonObject::new(),
@@ -397,7 +416,7 @@ impl TurnCore<'_> {
                 turn_id: Arc::clone(&ctx.turn_id),
                 step_id: Arc::clone(&step_id),
                 trace_id: Arc::clone(&ctx.trace_id),
-                step_span_id: Arc::from(format_span_id(step_span)),
+                step_span_id: step_span_hex,
             },
         };
         let on_panic = |layer: Option<&str>, message: String| StepOutcome {

@@ -619,3 +619,29 @@ async fn the_preview_catalog_is_what_the_first_request_offers() {
     assert_eq!(preview.names().collect::<Vec<_>>(), offered);
     assert_eq!(offered, ["echo__say", "self-restart__request"]);
 }
+
+#[tokio::test]
+async fn a_layers_own_events_reach_the_agents_sinks_in_the_turns_trace() {
+    let mut f = fixture(json!([{"text": "hi"}]), 8);
+    f.agent.tooling.step_middleware.register(
+        "counter",
+        0,
+        from_fn(|ctx: &mut StepContext, next| {
+            let sent = ctx.events.emit("counter.tick", &json!({"messages": ctx.conversation.messages().len()}));
+            assert_eq!(sent, Ok(()));
+            let faked = ctx.events.emit("turn.completed", &json!({}));
+            assert!(matches!(faked, Err(goondan_runtime::EventNameError::Reserved(_))));
+            assert!(ctx.events.emit("", &json!({})).is_err());
+            assert!(ctx.events.emit("has space", &json!({})).is_err());
+            next.run(ctx)
+        }),
+    );
+    let (mut conversation, _store) = recorded(Vec::new());
+    let _ = f.agent.run_turn(&mut conversation, "go".to_owned(), &Collect::default(), never_cancelled()).await;
+    let events = f.events.events();
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+    assert_eq!(kinds, ["turn.started", "step.started", "counter.tick", "step.completed", "turn.completed"]);
+    assert_eq!(events[2]["messages"], 1);
+    assert_eq!(events[2]["parentSpanId"], events[1]["spanId"], "inside the step's span");
+    assert_eq!(events[2]["traceId"], events[0]["traceId"]);
+}

@@ -20,11 +20,7 @@
 //! call even if it is unregistered meanwhile.
 
 use std::any::Any;
-use std::future::Future;
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use goondan_core::codes::{E_TOOL_NOT_FOUND, E_TOOL_NOT_IN_CATALOG, E_TOOL_TIMEOUT};
@@ -37,7 +33,7 @@ use crate::catalog::ToolCatalog;
 use crate::context::{CallScope, ToolContext};
 use crate::events::{EventKind, EventSink, NoopEventSink, RuntimeEvent, ToolEventData};
 use crate::handler::{ToolFailure, ToolOutput};
-use crate::pipeline::{BoxFuture, Core, Middleware, MiddlewareChain};
+use crate::pipeline::{BoxFuture, CatchUnwind, Core, Middleware, MiddlewareChain, panic_message};
 use crate::registry::{RegisteredTool, ToolRegistry};
 use crate::validation::validate_args;
 
@@ -350,51 +346,19 @@ fn timed_out(name: &str, limit: Duration) -> ToolError {
     .with_suggestion("Retry with a smaller task, or raise the tool call timeout if the work needs longer.")
 }
 
-fn panic_detail(payload: &(dyn Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "no panic message".to_owned())
-}
-
 fn panic_error(name: &str, payload: &(dyn Any + Send)) -> ToolError {
-    ToolFailure::new(format!("Tool '{name}' panicked: {}", panic_detail(payload)))
+    ToolFailure::new(format!("Tool '{name}' panicked: {}", panic_message(payload)))
         .named("PanicError")
         .suggest("This is a bug in the tool's handler; report it with the arguments that caused it.")
         .into_tool_error()
 }
 
 fn middleware_panic_error(name: &str, payload: &(dyn Any + Send)) -> ToolError {
-    ToolFailure::new(format!("A toolCall middleware layer panicked while handling '{name}': {}", panic_detail(payload)))
-        .named("PanicError")
-        .suggest("This is a bug in a toolCall middleware (an extension); the tool itself may not have run.")
-        .into_tool_error()
-}
-
-pin_project_lite::pin_project! {
-    /// Turns a panic while polling the inner future into an `Err`.
-    struct CatchUnwind<F> {
-        #[pin]
-        inner: F,
-    }
-}
-
-impl<F: Future> CatchUnwind<F> {
-    fn new(inner: F) -> Self {
-        Self { inner }
-    }
-}
-
-impl<F: Future> Future for CatchUnwind<F> {
-    type Output = Result<F::Output, Box<dyn Any + Send>>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let inner = self.project().inner;
-        match catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
-            Ok(Poll::Pending) => Poll::Pending,
-            Ok(Poll::Ready(output)) => Poll::Ready(Ok(output)),
-            Err(payload) => Poll::Ready(Err(payload)),
-        }
-    }
+    ToolFailure::new(format!(
+        "A toolCall middleware layer panicked while handling '{name}': {}",
+        panic_message(payload)
+    ))
+    .named("PanicError")
+    .suggest("This is a bug in a toolCall middleware (an extension); the tool itself may not have run.")
+    .into_tool_error()
 }
