@@ -94,22 +94,37 @@ pub enum MessageEventError {
     },
 }
 
-/// The base of the current turn: while the turn only appended, it is a
-/// prefix of the messages and costs nothing to keep.
+/// The turn's record once it edited the conversation.
 #[derive(Debug, Clone, PartialEq)]
-enum Base {
-    Prefix(usize),
-    Copied(Vec<Message>),
+struct Edited {
+    /// The messages at the start of the turn.
+    base: Vec<Message>,
+    /// Every event of the turn, in order.
+    events: Vec<MessageEvent>,
 }
 
 /// A conversation: its messages as they stand, and the current turn's events.
+///
+/// While a turn only appends — the common case — its base is a prefix of the
+/// messages and its events are the appended messages themselves, so neither
+/// is copied; the first edit of a turn copies both once.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConversationState {
     messages: Vec<Message>,
-    base: Base,
-    turn_events: Vec<MessageEvent>,
-    /// How many of `turn_events` have been committed.
+    /// `messages.len()` when the turn began.
+    base_len: usize,
+    /// `None` while the turn only appended.
+    edited: Option<Edited>,
+    /// How many of the turn's events have been committed.
     committed: usize,
+    /// Where the last commit's batch starts among the turn's events.
+    batch_start: usize,
+    /// The rule was checked for `messages[..checked]`, and appends cannot
+    /// break it there: the next check starts here (the last assistant
+    /// message, whose run of results an append could extend). Edits reset it.
+    checked: usize,
+    /// Something changed since the rule was last checked.
+    unchecked: bool,
 }
 
 impl Default for ConversationState {
@@ -121,8 +136,8 @@ impl Default for ConversationState {
 impl ConversationState {
     /// A conversation holding `messages`, at the start of a turn.
     pub fn new(messages: Vec<Message>) -> Self {
-        let len = messages.len();
-        Self { messages, base: Base::Prefix(len), turn_events: Vec::new(), committed: 0 }
+        let base_len = messages.len();
+        Self { messages, base_len, edited: None, committed: 0, batch_start: 0, checked: 0, unchecked: true }
     }
 
     /// The messages as they stand, with every event applied (`nextMessages`).
@@ -132,27 +147,50 @@ impl ConversationState {
 
     /// The messages at the start of the turn (`baseMessages`).
     pub fn base_messages(&self) -> &[Message] {
-        match &self.base {
-            Base::Prefix(len) => &self.messages[..(*len).min(self.messages.len())],
-            Base::Copied(messages) => messages,
+        match &self.edited {
+            None => &self.messages[..self.base_len.min(self.messages.len())],
+            Some(edited) => &edited.base,
         }
     }
 
     /// The events of this turn so far, committed or not (`events`).
-    pub fn events(&self) -> &[MessageEvent] {
-        &self.turn_events
+    pub fn events(&self) -> Vec<MessageEvent> {
+        self.events_in(0, self.event_count())
     }
 
-    /// The events not yet committed.
-    pub fn uncommitted(&self) -> &[MessageEvent] {
-        &self.turn_events[self.committed..]
+    /// How many events this turn has recorded.
+    pub fn event_count(&self) -> usize {
+        match &self.edited {
+            None => self.messages.len().saturating_sub(self.base_len),
+            Some(edited) => edited.events.len(),
+        }
     }
 
-    /// Starts a turn: the messages as they stand become its base.
+    /// Whether some of the turn's events are not committed yet.
+    pub fn has_uncommitted(&self) -> bool {
+        self.committed < self.event_count()
+    }
+
+    fn events_in(&self, from: usize, to: usize) -> Vec<MessageEvent> {
+        match &self.edited {
+            None => self
+                .messages
+                .get(self.base_len + from..self.base_len + to)
+                .unwrap_or_default()
+                .iter()
+                .map(|message| MessageEvent::Append { message: message.clone() })
+                .collect(),
+            Some(edited) => edited.events.get(from..to).unwrap_or_default().to_vec(),
+        }
+    }
+
+    /// Starts a turn: the messages as they stand become its base. Events not
+    /// committed by then are no longer offered to the store: commit first.
     pub fn begin_turn(&mut self) {
-        self.base = Base::Prefix(self.messages.len());
-        self.turn_events.clear();
+        self.base_len = self.messages.len();
+        self.edited = None;
         self.committed = 0;
+        self.batch_start = 0;
     }
 
     /// Applies an event, or refuses it (changing nothing): `replace` and
@@ -195,23 +233,40 @@ impl ConversationState {
     /// uncommitted. The runtime calls it when a turn begins, so that calls a
     /// crash left unanswered at the end are answered before the new input.
     pub fn repair(&mut self) {
-        for repair in integrity_repairs(&self.messages) {
+        if !self.unchecked {
+            return;
+        }
+        let start = self.checked.min(self.messages.len());
+        for repair in repairs_from(&self.messages, start) {
             self.record(repair);
         }
+        // Now the rule holds; only the last assistant message's run can be
+        // broken by appends.
+        self.checked = self
+            .messages
+            .iter()
+            .rposition(|m| matches!(m.data, MessageData::Assistant { .. }))
+            .unwrap_or(self.messages.len());
+        self.unchecked = false;
     }
 
     /// Makes the uncommitted events a batch: first the repairs that restore
-    /// the rule (applied and recorded like any event), then the batch is
-    /// returned for the store and counted as committed. Empty when nothing
-    /// changed since the last commit.
-    pub fn commit(&mut self) -> Vec<MessageEvent> {
-        if self.committed == self.turn_events.len() {
-            return Vec::new();
-        }
+    /// the rule (applied and recorded like any event), then the batch —
+    /// [`ConversationState::last_batch`] — is counted as committed. Returns
+    /// false when there is nothing to commit. After it the rule holds.
+    pub fn commit(&mut self) -> bool {
         self.repair();
-        let batch = self.turn_events[self.committed..].to_vec();
-        self.committed = self.turn_events.len();
-        batch
+        if !self.has_uncommitted() {
+            return false;
+        }
+        self.batch_start = self.committed;
+        self.committed = self.event_count();
+        true
+    }
+
+    /// The events of the last commit, for the store.
+    pub fn last_batch(&self) -> Vec<MessageEvent> {
+        self.events_in(self.batch_start.min(self.committed), self.committed)
     }
 
     /// Applies events read back from a store, as they were recorded. An event
@@ -231,6 +286,8 @@ impl ConversationState {
                 skipped += 1;
             }
         }
+        self.checked = 0;
+        self.unchecked = true;
         self.begin_turn();
         skipped
     }
@@ -245,12 +302,31 @@ impl ConversationState {
     }
 
     fn record(&mut self, event: MessageEvent) {
-        if let (Base::Prefix(len), false) = (&self.base, matches!(event, MessageEvent::Append { .. })) {
-            let len = (*len).min(self.messages.len());
-            self.base = Base::Copied(self.messages[..len].to_vec());
+        self.unchecked = true;
+        if let MessageEvent::Append { message } = event {
+            match &mut self.edited {
+                // The appended message itself is the event.
+                None => self.messages.push(message),
+                Some(edited) => {
+                    self.messages.push(message.clone());
+                    edited.events.push(MessageEvent::Append { message });
+                }
+            }
+            return;
         }
-        apply(&mut self.messages, event.clone());
-        self.turn_events.push(event);
+        self.checked = 0;
+        let edited = self.edited.get_or_insert_with(|| {
+            let base_len = self.base_len.min(self.messages.len());
+            Edited {
+                base: self.messages[..base_len].to_vec(),
+                events: self.messages[base_len..]
+                    .iter()
+                    .map(|message| MessageEvent::Append { message: message.clone() })
+                    .collect(),
+            }
+        });
+        edited.events.push(event.clone());
+        apply(&mut self.messages, event);
     }
 }
 
@@ -275,8 +351,45 @@ fn apply(messages: &mut Vec<Message>, event: MessageEvent) {
 /// The events that make `messages` satisfy the rule (see the module docs);
 /// empty when it already does.
 pub fn integrity_repairs(messages: &[Message]) -> Vec<MessageEvent> {
+    repairs_from(messages, 0)
+}
+
+/// Which calls of one assistant message have a result; no allocation for
+/// the usual handful of calls.
+enum Answered {
+    Few(u64),
+    Many(Vec<bool>),
+}
+
+impl Answered {
+    fn new(calls: usize) -> Self {
+        if calls <= 64 { Self::Few(0) } else { Self::Many(vec![false; calls]) }
+    }
+
+    fn get(&self, index: usize) -> bool {
+        match self {
+            Self::Few(bits) => bits & (1 << index) != 0,
+            Self::Many(flags) => flags.get(index).copied().unwrap_or(false),
+        }
+    }
+
+    fn set(&mut self, index: usize) {
+        match self {
+            Self::Few(bits) => *bits |= 1 << index,
+            Self::Many(flags) => {
+                if let Some(flag) = flags.get_mut(index) {
+                    *flag = true;
+                }
+            }
+        }
+    }
+}
+
+/// [`integrity_repairs`] for `messages[start..]`, where `start` is 0 or an
+/// assistant message and the rule is known to hold before it.
+fn repairs_from(messages: &[Message], start: usize) -> Vec<MessageEvent> {
     let mut repairs = Vec::new();
-    let mut index = 0;
+    let mut index = start;
     while index < messages.len() {
         let message = &messages[index];
         index += 1;
@@ -286,31 +399,28 @@ pub fn integrity_repairs(messages: &[Message]) -> Vec<MessageEvent> {
                 repairs.push(MessageEvent::Remove { target_id: message.id.clone() });
             }
             MessageData::Assistant { content, tool_calls } => {
-                let mut answered = vec![false; tool_calls.len()];
+                let mut answered = Answered::new(tool_calls.len());
                 while let Some(next) = messages.get(index) {
                     let MessageData::Tool { tool_call_id, .. } = &next.data else { break };
-                    match tool_calls
-                        .iter()
-                        .zip(&mut answered)
-                        .find(|(call, done)| *call.id == **tool_call_id && !**done)
-                    {
-                        Some((_, done)) => *done = true,
+                    let call = (0..tool_calls.len()).find(|&i| !answered.get(i) && *tool_calls[i].id == **tool_call_id);
+                    match call {
+                        Some(i) => answered.set(i),
                         None => repairs.push(MessageEvent::Remove { target_id: next.id.clone() }),
                     }
                     index += 1;
                 }
-                if answered.iter().all(|done| *done) {
+                if (0..tool_calls.len()).all(|i| answered.get(i)) {
                     continue;
                 }
-                let missing = tool_calls.iter().zip(&answered).filter(|(_, done)| !**done).map(|(call, _)| call);
+                let missing = tool_calls.iter().enumerate().filter(|(i, _)| !answered.get(*i)).map(|(_, call)| call);
                 if index == messages.len() {
                     repairs.extend(missing.map(|call| MessageEvent::Append { message: interrupted_result(call) }));
                 } else {
                     let kept: Vec<ToolCall> = tool_calls
                         .iter()
-                        .zip(&answered)
-                        .filter(|(_, done)| **done)
-                        .map(|(call, _)| call.clone())
+                        .enumerate()
+                        .filter(|(i, _)| answered.get(*i))
+                        .map(|(_, call)| call.clone())
                         .collect();
                     if kept.is_empty() && content.as_deref().is_none_or(str::is_empty) {
                         repairs.push(MessageEvent::Remove { target_id: message.id.clone() });
@@ -417,6 +527,7 @@ mod tests {
         assert_eq!(state.base_messages()[0].id, "u1");
         assert_eq!(ids(&state), ["u2"]);
         assert_eq!(state.events().len(), 2);
+        assert!(matches!(&state.events()[0], MessageEvent::Append { message } if message.id == "u2"));
         state.begin_turn();
         assert_eq!(state.base_messages().len(), 1);
         assert!(state.events().is_empty());
@@ -460,9 +571,11 @@ mod tests {
     fn commit_returns_the_batch_once_with_its_repairs() {
         let mut state = ConversationState::new(Vec::new());
         state.append_new([user("u"), assistant("a", &["c1"])]);
-        let batch = state.commit();
+        assert!(state.commit());
+        let batch = state.last_batch();
         assert_eq!(batch.len(), 3, "two appends and the interrupted result");
-        assert!(state.commit().is_empty());
+        assert!(!state.commit());
+        assert_eq!(state.last_batch(), batch);
         assert!(state.is_consistent());
         let mut replayed = ConversationState::default();
         assert_eq!(replayed.replay(batch), 0);

@@ -17,7 +17,7 @@ use goondan_core::MessageData;
 use goondan_llm::provider::{BoxFuture, StreamSink};
 use goondan_llm::{ModelError, ModelProvider, ModelRequest, ModelResponse, RawToolCall, StopReason};
 use goondan_runtime::AgentTooling;
-use goondan_runtime::conversation::Conversation;
+use goondan_runtime::conversation::{Conversation, NoStore};
 use goondan_runtime::turn::{Agent, TurnObserver};
 use goondan_tools::assembly::AgentTools;
 use goondan_tools::events::{EventSink, RuntimeEvent};
@@ -26,7 +26,33 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 fn main() {
+    // `TURN_IR=PRIOR:TURNS` runs TURNS turns on a conversation of PRIOR
+    // earlier turns and exits, for counting instructions with callgrind
+    // (`--toggle-collect='tokio::runtime::runtime::Runtime::block_on*'`;
+    // the difference between two TURNS counts is the cost of the extra turns).
+    if let Ok(spec) = std::env::var("TURN_IR") {
+        let mut parts = spec.split(':').map(|n| n.parse::<usize>().unwrap_or(0));
+        counted_turns(parts.next().unwrap_or(0), parts.next().unwrap_or(1));
+        return;
+    }
     divan::Divan::default().sample_count(500).config_with_args().main();
+}
+
+fn counted_turns(prior: usize, turns: usize) {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap_or_else(|e| panic!("{e}"));
+    let agent = agent();
+    let (_cancel, cancelled) = watch::channel(false);
+    let mut conversation = Conversation::in_memory(Vec::new());
+    for _ in 0..prior {
+        runtime.block_on(agent.run_turn(&mut conversation, "warm up".into(), &Quiet, cancelled.clone()));
+    }
+    let state = conversation.state().clone();
+    for _ in 0..turns {
+        let mut conversation = Conversation::new(state.clone(), Arc::new(NoStore));
+        let outcome = runtime.block_on(agent.run_turn(&mut conversation, "go".into(), &Quiet, cancelled.clone()));
+        assert_eq!(outcome.steps, 2);
+        black_box(conversation);
+    }
 }
 
 /// Replies instantly: a tool call while the turn has no tool result yet, then text.
@@ -105,10 +131,14 @@ fn two_step_turn(bencher: Bencher<'_, '_>, prior: usize) {
     for _ in 0..prior {
         runtime.block_on(agent.run_turn(&mut conversation, "warm up".into(), &Quiet, cancelled.clone()));
     }
-    let history = conversation.messages().to_vec();
-    bencher.with_inputs(|| Conversation::in_memory(history.clone())).bench_local_values(|mut conversation| {
-        let outcome = runtime.block_on(agent.run_turn(&mut conversation, "go".into(), &Quiet, cancelled.clone()));
-        assert_eq!(outcome.steps, 2);
-        conversation
-    });
+    // The conversation as a long-running agent holds it between turns (its
+    // rule already checked); a freshly loaded one pays one scan at its first turn.
+    let state = conversation.state().clone();
+    bencher.with_inputs(|| Conversation::new(state.clone(), Arc::new(NoStore))).bench_local_values(
+        |mut conversation| {
+            let outcome = runtime.block_on(agent.run_turn(&mut conversation, "go".into(), &Quiet, cancelled.clone()));
+            assert_eq!(outcome.steps, 2);
+            conversation
+        },
+    );
 }

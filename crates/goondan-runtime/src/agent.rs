@@ -26,7 +26,7 @@ use goondan_tools::{
     BoxFuture, CallScope, Core, ExecutorPolicy, MiddlewareChain, RegistryError, ToolCatalog, ToolExecutor, ToolRegistry,
 };
 
-use crate::context::{EventEmitter, StepContext, StepOutcome, TurnContext, TurnOutcome};
+use crate::context::{EmitterTurn, EventEmitter, StepContext, StepOutcome, TurnContext, TurnOutcome};
 use crate::turn::Agent;
 
 /// Reads an environment variable (the process environment, plus any `.env` file).
@@ -223,11 +223,14 @@ impl AgentTooling {
             agent_name: Arc::clone(&self.agent_name),
             instance_key: Arc::clone(&self.instance_key),
             events: EventEmitter::new(
-                Arc::clone(&self.events),
-                &self.agent_name,
-                &self.instance_key,
-                &ids.turn_id,
-                &ids.trace_id,
+                &Arc::new(EmitterTurn {
+                    sink: Arc::clone(&self.events),
+                    agent_name: Arc::clone(&self.agent_name),
+                    instance_key: Arc::clone(&self.instance_key),
+                    turn_id: Arc::clone(&ids.turn_id),
+                    trace_id: Arc::clone(&ids.trace_id),
+                    span_ids: Arc::new(SpanIdGenerator::new()),
+                }),
                 &ids.step_span_id,
                 Some(&ids.step_id),
             ),

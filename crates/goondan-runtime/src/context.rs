@@ -29,20 +29,25 @@ use goondan_tools::events::{EventKind, EventSink, RuntimeEvent};
 /// runtime's own events — inside the current turn's trace.
 #[derive(Clone)]
 pub struct EventEmitter {
-    sink: Arc<dyn EventSink>,
-    agent_name: Arc<str>,
-    instance_key: Arc<str>,
-    turn_id: Arc<str>,
-    trace_id: Arc<str>,
+    turn: Arc<EmitterTurn>,
     /// The span of the turn or step the events belong to.
     parent_span_id: Arc<str>,
     step_id: Option<Arc<str>>,
-    span_ids: Arc<SpanIdGenerator>,
+}
+
+/// What every emitter of one turn shares.
+pub(crate) struct EmitterTurn {
+    pub(crate) sink: Arc<dyn EventSink>,
+    pub(crate) agent_name: Arc<str>,
+    pub(crate) instance_key: Arc<str>,
+    pub(crate) turn_id: Arc<str>,
+    pub(crate) trace_id: Arc<str>,
+    pub(crate) span_ids: Arc<SpanIdGenerator>,
 }
 
 impl fmt::Debug for EventEmitter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EventEmitter").field("turn_id", &self.turn_id).finish_non_exhaustive()
+        f.debug_struct("EventEmitter").field("turn_id", &self.turn.turn_id).finish_non_exhaustive()
     }
 }
 
@@ -65,26 +70,8 @@ impl EventEmitter {
     pub const MAX_NAME_LEN: usize = 128;
 
     /// An emitter for events inside a turn (`step_id: None`) or a step.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        sink: Arc<dyn EventSink>,
-        agent_name: &Arc<str>,
-        instance_key: &Arc<str>,
-        turn_id: &Arc<str>,
-        trace_id: &Arc<str>,
-        parent_span_id: &Arc<str>,
-        step_id: Option<&Arc<str>>,
-    ) -> Self {
-        Self {
-            sink,
-            agent_name: Arc::clone(agent_name),
-            instance_key: Arc::clone(instance_key),
-            turn_id: Arc::clone(turn_id),
-            trace_id: Arc::clone(trace_id),
-            parent_span_id: Arc::clone(parent_span_id),
-            step_id: step_id.map(Arc::clone),
-            span_ids: Arc::new(SpanIdGenerator::new()),
-        }
+    pub(crate) fn new(turn: &Arc<EmitterTurn>, parent_span_id: &Arc<str>, step_id: Option<&Arc<str>>) -> Self {
+        Self { turn: Arc::clone(turn), parent_span_id: Arc::clone(parent_span_id), step_id: step_id.map(Arc::clone) }
     }
 
     /// Emits the event `name` with `payload` (an object's fields are merged
@@ -101,15 +88,16 @@ impl EventEmitter {
         if EventKind::ALL.iter().any(|kind| kind.as_str() == name) {
             return Err(EventNameError::Reserved(name.to_owned()));
         }
-        self.sink.emit(&RuntimeEvent {
+        let turn = &self.turn;
+        turn.sink.emit(&RuntimeEvent {
             kind: EventKind::Custom(name),
-            trace_id: &self.trace_id,
-            span_id: self.span_ids.next_raw(),
+            trace_id: &turn.trace_id,
+            span_id: turn.span_ids.next_raw(),
             parent_span_id: Some(&self.parent_span_id),
             timestamp_ms: now_millis(),
-            agent_name: &self.agent_name,
-            instance_key: &self.instance_key,
-            turn_id: &self.turn_id,
+            agent_name: &turn.agent_name,
+            instance_key: &turn.instance_key,
+            turn_id: &turn.turn_id,
             step_id: self.step_id.as_deref(),
             tool: None,
             extra: Some(payload),

@@ -24,6 +24,11 @@ pub trait ConversationStore: Send + Sync {
     fn commit(&self, batch: Vec<MessageEvent>, state: &ConversationState)
     -> BoxFuture<'static, Result<(), StoreError>>;
 
+    /// False for a store that keeps nothing: the runtime then skips it.
+    fn keeps_anything(&self) -> bool {
+        true
+    }
+
     /// Records that a turn ended (counters, timestamps).
     fn turn_ended(&self) -> BoxFuture<'static, Result<(), StoreError>> {
         Box::pin(std::future::ready(Ok(())))
@@ -42,6 +47,10 @@ pub trait ConversationStore: Send + Sync {
 pub struct NoStore;
 
 impl ConversationStore for NoStore {
+    fn keeps_anything(&self) -> bool {
+        false
+    }
+
     fn commit(
         &self,
         _batch: Vec<MessageEvent>,
@@ -95,11 +104,10 @@ impl Conversation {
 
 /// Commits `state`'s uncommitted events to `store`; nothing to do is free.
 pub(crate) async fn commit(state: &mut ConversationState, store: &dyn ConversationStore) -> Result<(), StoreError> {
-    let batch = state.commit();
-    if batch.is_empty() {
+    if !state.commit() || !store.keeps_anything() {
         return Ok(());
     }
-    store.commit(batch, state).await
+    store.commit(state.last_batch(), state).await
 }
 
 /// An instance's message log as a [`ConversationStore`].
@@ -176,6 +184,7 @@ impl ConversationStore for InstanceLog {
             self.blocking(move |store| store.rewrite(&messages))
         } else {
             self.events_on_disk.store(on_disk, Ordering::Relaxed);
+            // Serialized and written on the blocking pool.
             self.blocking(move |store| store.append_events(&batch))
         }
     }

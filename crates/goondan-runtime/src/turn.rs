@@ -51,7 +51,8 @@ use tokio::sync::watch;
 
 use crate::agent::{AgentTooling, ScopeIds};
 use crate::context::{
-    EventEmitter, LayerFailure, Pipeline, StepContext, StepFailure, StepOutcome, TurnContext, TurnEnd, TurnOutcome,
+    EmitterTurn, EventEmitter, LayerFailure, Pipeline, StepContext, StepFailure, StepOutcome, TurnContext, TurnEnd,
+    TurnOutcome,
 };
 use crate::conversation::{Conversation, ConversationStore, commit};
 
@@ -139,7 +140,7 @@ impl Agent {
             reload(conversation).await;
         }
         let started = Instant::now();
-        let span_ids = SpanIdGenerator::new();
+        let span_ids = Arc::new(SpanIdGenerator::new());
         let turn_span = span_ids.next_raw();
         let trace = TraceIds {
             trace_id: Arc::from(new_trace_id()),
@@ -148,6 +149,14 @@ impl Agent {
         };
         self.emit(EventKind::TurnStarted, &trace, turn_span, None, None, None);
 
+        let emitter_turn = Arc::new(EmitterTurn {
+            sink: Arc::clone(&tooling.events),
+            agent_name: Arc::clone(&tooling.agent_name),
+            instance_key: Arc::clone(&tooling.instance_key),
+            turn_id: Arc::clone(&trace.turn_id),
+            trace_id: Arc::clone(&trace.trace_id),
+            span_ids: Arc::clone(&span_ids),
+        });
         conversation.state.begin_turn();
         // Calls a crash left unanswered are answered before anything else
         // (saved with the user message).
@@ -158,19 +167,19 @@ impl Agent {
             turn_id: Arc::clone(&trace.turn_id),
             trace_id: Arc::clone(&trace.trace_id),
             input,
-            events: EventEmitter::new(
-                Arc::clone(&tooling.events),
-                &tooling.agent_name,
-                &tooling.instance_key,
-                &trace.turn_id,
-                &trace.trace_id,
-                &trace.turn_span_hex,
-                None,
-            ),
+            events: EventEmitter::new(&emitter_turn, &trace.turn_span_hex, None),
             conversation: std::mem::take(&mut conversation.state),
             metadata: JsonObject::new(),
         };
-        let core = TurnCore { agent: self, store: &*store, observer, cancel: cancel.clone(), span_ids, trace: &trace };
+        let core = TurnCore {
+            agent: self,
+            store: &*store,
+            observer,
+            cancel: cancel.clone(),
+            span_ids,
+            emitter_turn,
+            trace: &trace,
+        };
         let on_panic = |layer: Option<&str>, message: String| {
             failed_turn(LayerFailure { pipeline: Pipeline::Turn, layer: layer.map(str::to_owned), message })
         };
@@ -178,6 +187,7 @@ impl Agent {
             let chain = tooling.turn_middleware.run_catching(&mut ctx, &core, &on_panic);
             let mut cancel = cancel;
             tokio::select! {
+                biased;
                 outcome = chain => Some(outcome),
                 () = cancelled_for(&mut cancel, self.cancel_grace) => None,
             }
@@ -191,6 +201,11 @@ impl Agent {
                     outcome.end = TurnEnd::CommitFailed { message: error.to_string() };
                 }
                 conversation.state = ctx.conversation;
+                if matches!(outcome.end, TurnEnd::CommitFailed { .. }) {
+                    // Memory holds what the store does not: the next turn
+                    // starts again from what was saved.
+                    conversation.needs_reload = true;
+                }
                 outcome
             }
             None => {
@@ -210,7 +225,9 @@ impl Agent {
                 }
             }
         };
-        if let Err(error) = store.turn_ended().await {
+        if store.keeps_anything()
+            && let Err(error) = store.turn_ended().await
+        {
             tracing::warn!("cannot record the end of the turn: {error}");
         }
         self.finish(&outcome, &trace, turn_span, started).await;
@@ -302,7 +319,8 @@ struct TurnCore<'a> {
     store: &'a dyn ConversationStore,
     observer: &'a dyn TurnObserver,
     cancel: watch::Receiver<bool>,
-    span_ids: SpanIdGenerator,
+    span_ids: Arc<SpanIdGenerator>,
+    emitter_turn: Arc<EmitterTurn>,
     trace: &'a TraceIds,
 }
 
@@ -394,15 +412,7 @@ impl TurnCore<'_> {
             turn_id: Arc::clone(&ctx.turn_id),
             trace_id: Arc::clone(&ctx.trace_id),
             step_index,
-            events: EventEmitter::new(
-                Arc::clone(&tooling.events),
-                &ctx.agent_name,
-                &ctx.instance_key,
-                &ctx.turn_id,
-                &ctx.trace_id,
-                &step_span_hex,
-                Some(&step_id),
-            ),
+            events: EventEmitter::new(&self.emitter_turn, &step_span_hex, Some(&step_id)),
             conversation: std::mem::take(&mut ctx.conversation),
             tool_catalog: tooling.base_catalog(),
             metadata: JsonObject::new(),
