@@ -11,15 +11,14 @@ use std::future::Future as _;
 use std::hint::black_box;
 use std::path::Path;
 use std::pin::pin;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
 
 use divan::Bencher;
-use goondan_core::{JsonObject, Message, ToolCall, ToolResult, ToolStatus};
-use goondan_tools::events::{RuntimeEvent, ToolEventData};
+use goondan_core::{JsonObject, Message, ToolCall, ToolResult};
+use goondan_tools::events::RuntimeEvent;
 use goondan_tools::{
-    CallScope, EventKind, EventSink, JsonLinesEventSink, NoopEventSink, ParameterSchema, ToolCallContext, ToolCatalog,
+    CallScope, EventSink, JsonLinesEventSink, NoopEventSink, ParameterSchema, ToolCallContext, ToolCatalog,
     ToolCatalogItem, ToolExecutor, ToolOutput, ToolRegistry, ToolSource, from_fn, sync_handler,
 };
 use serde_json::{Value, json};
@@ -70,186 +69,6 @@ impl EventSink for JsonLinesSink {
     }
 }
 
-/// The simplest alternative to [`JsonLinesEventSink`]'s binary queue, for
-/// comparison (docs/BENCHMARKS.md, "Event log encoder"): `emit` pushes an
-/// owned event — reference-counted clones of the scope, call id and tool
-/// name, plain copies of the rest — onto a `Vec` under a mutex, and a
-/// background thread serializes the events as the library's writer does.
-/// Bounded (`emit` waits for room), woken by a full batch, a flush or every
-/// 25 ms, and drop writes everything, like the library's sink.
-struct OwnedQueueSink {
-    shared: Arc<OwnedShared>,
-    writer: Option<std::thread::JoinHandle<()>>,
-}
-
-struct OwnedShared {
-    state: Mutex<OwnedQueue>,
-    wake_writer: Condvar,
-    progress: Condvar,
-}
-
-#[derive(Default)]
-struct OwnedQueue {
-    events: Vec<Queued>,
-    closed: bool,
-    flush_requested: u64,
-    flushed: u64,
-}
-
-enum Queued {
-    /// A `tool.*` event of a call.
-    Tool(OwnedToolEvent),
-    /// Any other event, serialized by `emit`.
-    Line(String),
-}
-
-struct OwnedToolEvent {
-    scope: Arc<CallScope>,
-    tool_call_id: Arc<str>,
-    tool_name: Arc<str>,
-    kind: EventKind<'static>,
-    span_id: u64,
-    timestamp_ms: u64,
-    status: Option<ToolStatus>,
-    duration: Option<Duration>,
-    error_code: Option<String>,
-}
-
-impl OwnedQueueSink {
-    const FLUSH_INTERVAL: Duration = Duration::from_millis(25);
-    /// Events (~100 bytes each, plus what they share) that wake the writer early.
-    const BATCH: usize = 1024;
-    /// Queued events at which `emit` waits for the writer.
-    const CAPACITY: usize = 256 * 1024;
-
-    fn new(out: impl std::io::Write + Send + 'static) -> Self {
-        let shared = Arc::new(OwnedShared {
-            state: Mutex::new(OwnedQueue::default()),
-            wake_writer: Condvar::new(),
-            progress: Condvar::new(),
-        });
-        let writer_shared = Arc::clone(&shared);
-        let writer = std::thread::Builder::new()
-            .name("owned-events".to_owned())
-            .spawn(move || owned_writer(&writer_shared, std::io::BufWriter::new(out)))
-            .unwrap_or_else(|e| panic!("event writer: {e}"));
-        Self { shared, writer: Some(writer) }
-    }
-
-    /// A tool event's kind, owned: tool events only have built-in kinds.
-    fn static_kind(kind: EventKind<'_>) -> Option<EventKind<'static>> {
-        match kind {
-            EventKind::ToolCalled => Some(EventKind::ToolCalled),
-            EventKind::ToolCompleted => Some(EventKind::ToolCompleted),
-            EventKind::ToolFailed => Some(EventKind::ToolFailed),
-            _ => None,
-        }
-    }
-}
-
-impl EventSink for OwnedQueueSink {
-    fn emit(&self, event: &RuntimeEvent<'_>) {
-        let queued = match (Self::static_kind(event.kind), event.call_scope, &event.tool, event.extra) {
-            (Some(kind), Some(scope), Some(tool), None) => Queued::Tool(OwnedToolEvent {
-                scope: Arc::clone(scope),
-                tool_call_id: Arc::clone(tool.tool_call_id),
-                tool_name: Arc::clone(tool.tool_name),
-                kind,
-                span_id: event.span_id,
-                timestamp_ms: event.timestamp_ms,
-                status: tool.status,
-                duration: tool.duration,
-                error_code: tool.error_code.map(str::to_owned),
-            }),
-            _ => match serde_json::to_string(event) {
-                Ok(line) => Queued::Line(line),
-                Err(_) => return,
-            },
-        };
-        let Ok(mut state) = self.shared.state.lock() else { return };
-        while state.events.len() >= Self::CAPACITY && !state.closed {
-            self.shared.wake_writer.notify_one();
-            state = match self.shared.progress.wait(state) {
-                Ok(state) => state,
-                Err(_) => return,
-            };
-        }
-        state.events.push(queued);
-        if state.events.len() == Self::BATCH {
-            self.shared.wake_writer.notify_one();
-        }
-    }
-
-    fn flush(&self) {
-        let Ok(mut state) = self.shared.state.lock() else { return };
-        state.flush_requested += 1;
-        let wanted = state.flush_requested;
-        self.shared.wake_writer.notify_one();
-        while state.flushed < wanted && !state.closed {
-            state = match self.shared.progress.wait(state) {
-                Ok(state) => state,
-                Err(_) => return,
-            };
-        }
-    }
-}
-
-impl Drop for OwnedQueueSink {
-    fn drop(&mut self) {
-        if let Ok(mut state) = self.shared.state.lock() {
-            state.closed = true;
-        }
-        self.shared.wake_writer.notify_one();
-        if let Some(writer) = self.writer.take() {
-            let _ = writer.join();
-        }
-    }
-}
-
-fn owned_writer(shared: &OwnedShared, mut out: std::io::BufWriter<impl std::io::Write>) {
-    use std::io::Write as _;
-    let mut events = Vec::new();
-    loop {
-        let (flush_goal, closed) = {
-            let Ok(mut state) = shared.state.lock() else { return };
-            if state.events.is_empty() && !state.closed && state.flush_requested == state.flushed {
-                state = match shared.wake_writer.wait_timeout(state, OwnedQueueSink::FLUSH_INTERVAL) {
-                    Ok((state, _)) => state,
-                    Err(_) => return,
-                };
-            }
-            std::mem::swap(&mut events, &mut state.events);
-            (state.flush_requested, state.closed)
-        };
-        shared.progress.notify_all();
-        for queued in events.drain(..) {
-            let _ = match &queued {
-                Queued::Tool(tool) => {
-                    let data = ToolEventData {
-                        tool_call_id: &tool.tool_call_id,
-                        tool_name: &tool.tool_name,
-                        status: tool.status,
-                        error_code: tool.error_code.as_deref(),
-                        duration: tool.duration,
-                    };
-                    let event = RuntimeEvent::tool(tool.kind, &tool.scope, tool.span_id, tool.timestamp_ms, data);
-                    serde_json::to_writer(&mut out, &event).map_err(std::io::Error::from)
-                }
-                Queued::Line(line) => out.write_all(line.as_bytes()),
-            }
-            .and_then(|()| out.write_all(b"\n"));
-        }
-        let _ = out.flush();
-        if let Ok(mut state) = shared.state.lock() {
-            state.flushed = state.flushed.max(flush_goal);
-        }
-        shared.progress.notify_all();
-        if closed {
-            return;
-        }
-    }
-}
-
 /// An in-process subscriber: receives every event and reads it, as a
 /// listener on an event bus does, without storing or formatting anything.
 #[derive(Default)]
@@ -272,9 +91,6 @@ enum Events {
     /// [`JsonLinesEventSink`]: JSON lines written by a background thread
     /// (here to `io::sink()`), the sink the runtime uses for event logs.
     Json,
-    /// [`OwnedQueueSink`]: like `Json`, but the queue holds owned events
-    /// instead of the library's compact binary records.
-    JsonOwned,
     /// [`JsonLinesSink`]: JSON serialized on the call path.
     JsonInline,
     /// [`NoopEventSink`]: no events built at all.
@@ -283,16 +99,12 @@ enum Events {
 
 impl Events {
     /// The sink, and the background writer when there is one.
-    fn sink(self) -> (Arc<dyn EventSink>, Option<Arc<dyn EventSink>>) {
+    fn sink(self) -> (Arc<dyn EventSink>, Option<Arc<JsonLinesEventSink>>) {
         match self {
             Self::Json => {
-                let sink: Arc<dyn EventSink> =
+                let sink =
                     Arc::new(JsonLinesEventSink::new(std::io::sink()).unwrap_or_else(|e| panic!("event writer: {e}")));
-                (Arc::clone(&sink), Some(sink))
-            }
-            Self::JsonOwned => {
-                let sink: Arc<dyn EventSink> = Arc::new(OwnedQueueSink::new(std::io::sink()));
-                (Arc::clone(&sink), Some(sink))
+                (Arc::clone(&sink) as Arc<dyn EventSink>, Some(sink))
             }
             Self::JsonInline => (Arc::new(JsonLinesSink::default()), None),
             Self::Subscriber => (Arc::new(SubscriberSink::default()), None),
@@ -371,9 +183,8 @@ enum Layer {
 /// An executor over `tools` tools (all in the step's catalog) with `layers`
 /// no-op middleware layers, plus the call of the last tool.
 struct Fixture {
-    /// The background writer, drained between samples by [`Fixture::bench`]
-    /// (its blocking `flush`).
-    writer: Option<Arc<dyn EventSink>>,
+    /// The background writer, drained between samples by [`Fixture::bench`].
+    writer: Option<Arc<JsonLinesEventSink>>,
     rt: Runtime,
     executor: ToolExecutor,
     scope: Arc<CallScope>,
@@ -438,7 +249,7 @@ impl Fixture {
 
     fn input(&self) -> ToolCall {
         if let Some(writer) = &self.writer {
-            writer.flush();
+            writer.flush_and_wait();
         }
         self.call.clone()
     }
@@ -490,7 +301,7 @@ mod execute {
     /// 5 direct layers, polled once without a runtime: `json_events`/
     /// `noop_events` minus the cost of `block_on`.
     #[divan::bench(
-        args = [Events::Subscriber, Events::Json, Events::JsonOwned, Events::JsonInline, Events::Noop],
+        args = [Events::Subscriber, Events::Json, Events::JsonInline, Events::Noop],
         sample_size = SAMPLE_EXECUTE
     )]
     fn no_runtime_5(bencher: Bencher<'_, '_>, events: Events) {
@@ -527,7 +338,11 @@ mod baseline {
     /// Serializing one `tool.completed` event through the JSON sink.
     #[divan::bench(sample_size = SAMPLE_SUB_US)]
     fn json_event(bencher: Bencher<'_, '_>) {
-        use super::{EventKind, EventSink, JsonLinesSink, RuntimeEvent, ToolEventData, ToolStatus};
+        use goondan_core::ToolStatus;
+        use goondan_tools::EventKind;
+        use goondan_tools::events::{RuntimeEvent, ToolEventData};
+
+        use super::{EventSink, JsonLinesSink};
 
         let sink = JsonLinesSink::default();
         let call_id: Arc<str> = Arc::from("call_8f2c1a9d4e6b");
