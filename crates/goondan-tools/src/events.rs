@@ -79,17 +79,18 @@ impl<'a> EventKind<'a> {
         matches!(self, Self::Custom(_))
     }
 
-    /// The kind's position in [`EventKind::ALL`]; `None` for a custom kind.
-    fn builtin_index(self) -> Option<u8> {
+    /// The kind without its borrow, so a sink can keep it; `None` for a
+    /// custom kind, whose name is borrowed.
+    fn builtin(self) -> Option<EventKind<'static>> {
         match self {
-            Self::TurnStarted => Some(0),
-            Self::TurnCompleted => Some(1),
-            Self::TurnFailed => Some(2),
-            Self::StepStarted => Some(3),
-            Self::StepCompleted => Some(4),
-            Self::ToolCalled => Some(5),
-            Self::ToolCompleted => Some(6),
-            Self::ToolFailed => Some(7),
+            Self::TurnStarted => Some(EventKind::TurnStarted),
+            Self::TurnCompleted => Some(EventKind::TurnCompleted),
+            Self::TurnFailed => Some(EventKind::TurnFailed),
+            Self::StepStarted => Some(EventKind::StepStarted),
+            Self::StepCompleted => Some(EventKind::StepCompleted),
+            Self::ToolCalled => Some(EventKind::ToolCalled),
+            Self::ToolCompleted => Some(EventKind::ToolCompleted),
+            Self::ToolFailed => Some(EventKind::ToolFailed),
             Self::Custom(_) => None,
         }
     }
@@ -408,15 +409,18 @@ impl EventSink for MemoryEventSink {
 /// Writes every event as one JSON line to a writer (a file, a socket),
 /// serializing on a background thread.
 ///
-/// The call path only appends a compact binary record of the event to a
-/// queue under a short lock — no allocation, no reference counting of the
-/// event's strings, no wake-up of the writer per event. The writer drains the
-/// queue every [`JsonLinesEventSink::FLUSH_INTERVAL`], as soon as a batch has
-/// gathered, on a flush ([`EventSink::flush`] waits for it,
-/// [`EventSink::flushed`] returns a future of it), and when the sink is
-/// dropped.
-/// When the queue is full, `emit` waits for the writer rather than drop an
-/// event.
+/// The call path only moves an owned copy of a tool event into a queue under
+/// a short lock: the call's scope, id and tool name by reference count, the
+/// rest by value. Nothing is serialized there, and nothing is allocated but
+/// an error code (the queue keeps its capacity from batch to batch). A
+/// hand-made binary encoding of the events was measured against this and
+/// saved nothing (docs/BENCHMARKS.md, "Event log encoder"). Other events —
+/// turn and step boundaries, extensions' events — are rare and are
+/// serialized by `emit`, outside the lock. The writer drains the queue every
+/// [`JsonLinesEventSink::FLUSH_INTERVAL`], as soon as a batch has gathered,
+/// on a flush ([`EventSink::flush`] waits for it, [`EventSink::flushed`]
+/// returns a future of it), and when the sink is dropped. When the queue is
+/// full, `emit` waits for the writer rather than drop an event.
 pub struct JsonLinesEventSink {
     shared: Arc<Shared>,
     writer: Option<JoinHandle<()>>,
@@ -437,11 +441,13 @@ struct Shared {
     progress: Condvar,
 }
 
-/// Encoded events waiting for the writer, and the scopes they refer to.
+/// Events waiting for the writer.
 #[derive(Default)]
 struct Queue {
-    bytes: Vec<u8>,
-    scopes: Vec<Arc<CallScope>>,
+    events: Vec<Queued>,
+    /// What `events` holds, in bytes (see [`Queued::size`]): the queue's
+    /// bound and batch size are in bytes, whatever the events are.
+    bytes: usize,
     /// The sink was dropped, or the writer is gone: nothing more is written.
     closed: bool,
     /// Flushes asked for so far; a flush's goal is the count after its request.
@@ -452,135 +458,54 @@ struct Queue {
     flush_waiters: Vec<(u64, oneshot::Sender<()>)>,
 }
 
-const TAG_TOOL: u8 = 1;
-const TAG_LINE: u8 = 2;
-const NONE_U32: u32 = u32::MAX;
-const NONE_U64: u64 = u64::MAX;
+/// One event waiting for the writer.
+enum Queued {
+    /// A `tool.*` event of a call, serialized by the writer.
+    Tool(ToolRecord),
+    /// Any other event, already serialized.
+    Line(String),
+}
 
-impl Queue {
-    fn put_u32(&mut self, value: u32) {
-        self.bytes.extend_from_slice(&value.to_le_bytes());
-    }
+/// An owned `tool.*` event: what [`RuntimeEvent::tool`] needs to rebuild it.
+struct ToolRecord {
+    kind: EventKind<'static>,
+    scope: Arc<CallScope>,
+    span_id: u64,
+    timestamp_ms: u64,
+    tool_call_id: Arc<str>,
+    tool_name: Arc<str>,
+    status: Option<ToolStatus>,
+    error_code: Option<String>,
+    duration: Option<Duration>,
+}
 
-    fn put_u64(&mut self, value: u64) {
-        self.bytes.extend_from_slice(&value.to_le_bytes());
-    }
-
-    fn put_str(&mut self, text: Option<&str>) {
-        match text {
-            Some(text) => {
-                self.put_u32(u32::try_from(text.len()).unwrap_or(NONE_U32 - 1));
-                self.bytes.extend_from_slice(text.as_bytes());
+impl Queued {
+    /// What the event holds on its own (shared strings are not counted).
+    fn size(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + match self {
+                Self::Tool(record) => record.error_code.as_ref().map_or(0, String::len),
+                Self::Line(line) => line.len(),
             }
-            None => self.put_u32(NONE_U32),
-        }
     }
 
-    fn push_tool_event(
-        &mut self,
-        kind: u8,
-        event: &RuntimeEvent<'_>,
-        scope: &Arc<CallScope>,
-        tool: &ToolEventData<'_>,
-    ) {
-        // Consecutive events of one step share their scope entry.
-        if !self.scopes.last().is_some_and(|last| Arc::ptr_eq(last, scope)) {
-            self.scopes.push(Arc::clone(scope));
-        }
-        let scope_index = u32::try_from(self.scopes.len() - 1).unwrap_or(NONE_U32);
-        self.bytes.push(TAG_TOOL);
-        self.bytes.push(kind);
-        self.put_u32(scope_index);
-        self.put_u64(event.span_id);
-        self.put_u64(event.timestamp_ms);
-        self.bytes.push(match tool.status {
-            None => 0,
-            Some(ToolStatus::Ok) => 1,
-            Some(ToolStatus::Error) => 2,
-            Some(ToolStatus::Pending) => 3,
-        });
-        self.put_u64(tool.duration.map_or(NONE_U64, |d| u64::try_from(d.as_nanos()).unwrap_or(NONE_U64 - 1)));
-        self.put_str(Some(tool.tool_call_id));
-        self.put_str(Some(tool.tool_name));
-        self.put_str(tool.error_code);
-    }
-
-    fn push_line(&mut self, line: &str) {
-        self.bytes.push(TAG_LINE);
-        self.put_str(Some(line));
-    }
-}
-
-/// Reads back what [`Queue`] wrote.
-struct Reader<'a> {
-    bytes: &'a [u8],
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, len: usize) -> Option<&'a [u8]> {
-        if self.bytes.len() < len {
-            return None;
-        }
-        let (head, rest) = self.bytes.split_at(len);
-        self.bytes = rest;
-        Some(head)
-    }
-
-    fn u8(&mut self) -> Option<u8> {
-        self.take(1).map(|b| b[0])
-    }
-
-    fn u32(&mut self) -> Option<u32> {
-        self.take(4).and_then(|b| b.try_into().ok()).map(u32::from_le_bytes)
-    }
-
-    fn u64(&mut self) -> Option<u64> {
-        self.take(8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes)
-    }
-
-    fn str(&mut self) -> Option<Option<&'a str>> {
-        let len = self.u32()?;
-        if len == NONE_U32 {
-            return Some(None);
-        }
-        let bytes = self.take(usize::try_from(len).ok()?)?;
-        std::str::from_utf8(bytes).ok().map(Some)
-    }
-
-    /// Writes the next record as a JSON line; `None` at the end (or on a
-    /// record it cannot read, which would be a bug in the encoder).
-    fn write_next(&mut self, scopes: &[Arc<CallScope>], out: &mut impl Write) -> Option<io::Result<()>> {
-        match self.u8()? {
-            TAG_TOOL => {
-                let kind = *EventKind::ALL.get(usize::from(self.u8()?))?;
-                let scope = scopes.get(usize::try_from(self.u32()?).ok()?)?;
-                let span_id = self.u64()?;
-                let timestamp_ms = self.u64()?;
-                let status = match self.u8()? {
-                    1 => Some(ToolStatus::Ok),
-                    2 => Some(ToolStatus::Error),
-                    3 => Some(ToolStatus::Pending),
-                    _ => None,
+    /// Writes the event as one JSON line.
+    fn write(&self, out: &mut impl Write) -> io::Result<()> {
+        match self {
+            Self::Tool(record) => {
+                let data = ToolEventData {
+                    tool_call_id: &record.tool_call_id,
+                    tool_name: &record.tool_name,
+                    status: record.status,
+                    error_code: record.error_code.as_deref(),
+                    duration: record.duration,
                 };
-                let duration = Some(self.u64()?).filter(|n| *n != NONE_U64).map(Duration::from_nanos);
-                let tool_call_id: Arc<str> = Arc::from(self.str()??);
-                let tool_name: Arc<str> = Arc::from(self.str()??);
-                let error_code = self.str()?;
-                let data =
-                    ToolEventData { tool_call_id: &tool_call_id, tool_name: &tool_name, status, error_code, duration };
-                let event = RuntimeEvent::tool(kind, scope, span_id, timestamp_ms, data);
-                Some(
-                    serde_json::to_writer(&mut *out, &event)
-                        .map_err(io::Error::from)
-                        .and_then(|()| out.write_all(b"\n")),
-                )
+                let event = RuntimeEvent::tool(record.kind, &record.scope, record.span_id, record.timestamp_ms, data);
+                serde_json::to_writer(&mut *out, &event).map_err(io::Error::from)?;
             }
-            TAG_LINE => {
-                let line = self.str()??;
-                Some(out.write_all(line.as_bytes()).and_then(|()| out.write_all(b"\n")))
-            }
-            _ => None,
+            Self::Line(line) => out.write_all(line.as_bytes())?,
         }
+        out.write_all(b"\n")
     }
 }
 
@@ -633,7 +558,7 @@ impl JsonLinesEventSink {
     /// without bound.
     fn queue_with_room(&self) -> Option<std::sync::MutexGuard<'_, Queue>> {
         let mut state = self.shared.state.lock().ok()?;
-        while state.bytes.len() >= self.capacity_bytes && !state.closed {
+        while state.bytes >= self.capacity_bytes && !state.closed {
             self.shared.wake_writer.notify_one();
             state = self.shared.progress.wait(state).ok()?;
         }
@@ -665,31 +590,36 @@ impl EventSink for JsonLinesEventSink {
 
     fn emit(&self, event: &RuntimeEvent<'_>) {
         // Only the tool events of a call (two per call, built-in kinds, no
-        // payload) take the compact path. The rest are rare (turn and step
-        // boundaries, extensions' events): serialize them here, outside the lock.
-        let compact = match (event.kind.builtin_index(), event.call_scope, &event.tool, event.extra) {
-            (Some(kind), Some(scope), Some(tool), None) => Some((kind, scope, tool)),
-            _ => None,
-        };
-        let line = match compact {
-            Some(_) => None,
-            None => match serde_json::to_string(event) {
-                Ok(line) => Some(line),
+        // payload) are kept as records; the rest are serialized here,
+        // outside the lock.
+        let queued = match (event.kind.builtin(), event.call_scope, &event.tool, event.extra) {
+            (Some(kind), Some(scope), Some(tool), None) => Queued::Tool(ToolRecord {
+                kind,
+                scope: Arc::clone(scope),
+                span_id: event.span_id,
+                timestamp_ms: event.timestamp_ms,
+                tool_call_id: Arc::clone(tool.tool_call_id),
+                tool_name: Arc::clone(tool.tool_name),
+                status: tool.status,
+                error_code: tool.error_code.map(str::to_owned),
+                duration: tool.duration,
+            }),
+            _ => match serde_json::to_string(event) {
+                Ok(line) => Queued::Line(line),
                 Err(error) => {
                     tracing::warn!(target: "goondan::events", "cannot serialize an event: {error}");
                     return;
                 }
             },
         };
+        let size = queued.size();
         let Some(mut queue) = self.queue_with_room() else { return };
-        let before = queue.bytes.len();
-        match (&line, compact) {
-            (Some(line), _) => queue.push_line(line),
-            (None, Some((kind, scope, tool))) => queue.push_tool_event(kind, event, scope, tool),
-            (None, None) => return,
-        }
+        let before = queue.bytes;
+        queue.bytes += size;
+        queue.events.push(queued);
+        // One wake-up per batch, not per event.
         let batch = Self::BATCH_BYTES.min(self.capacity_bytes / 2);
-        if before < batch && queue.bytes.len() >= batch {
+        if before < batch && queue.bytes >= batch {
             self.shared.wake_writer.notify_one();
         }
     }
@@ -729,32 +659,27 @@ impl Drop for WriterExit<'_> {
 fn run_writer(shared: &Shared, mut out: io::BufWriter<impl Write>) {
     let _exit = WriterExit(shared);
     let mut failed = false;
-    let mut bytes = Vec::new();
-    let mut scopes = Vec::new();
+    let mut events = Vec::new();
     let mut done = Vec::new();
     loop {
         let (flush_goal, closed) = {
             let Ok(mut state) = shared.state.lock() else { return };
-            if state.bytes.is_empty() && !state.closed && state.flush_requested == state.flushed {
+            if state.events.is_empty() && !state.closed && state.flush_requested == state.flushed {
                 state = match shared.wake_writer.wait_timeout(state, JsonLinesEventSink::FLUSH_INTERVAL) {
                     Ok((state, _)) => state,
                     Err(_) => return,
                 };
             }
             // Swap buffers: the producers keep the capacity of the last batch.
-            std::mem::swap(&mut bytes, &mut state.bytes);
-            std::mem::swap(&mut scopes, &mut state.scopes);
+            std::mem::swap(&mut events, &mut state.events);
+            state.bytes = 0;
             (state.flush_requested, state.closed)
         };
         // Room was made: let waiting producers go on.
         shared.progress.notify_all();
-        let mut reader = Reader { bytes: &bytes };
         let mut result = Ok(());
-        while let Some(written) = reader.write_next(&scopes, &mut out) {
-            result = result.and(written);
-        }
-        if !reader.bytes.is_empty() {
-            result = result.and(Err(io::Error::other("an event record could not be decoded")));
+        for event in &events {
+            result = result.and(event.write(&mut out));
         }
         result = result.and_then(|()| out.flush());
         if let Err(error) = result
@@ -763,8 +688,9 @@ fn run_writer(shared: &Shared, mut out: io::BufWriter<impl Write>) {
             failed = true;
             tracing::error!(target: "goondan::events", "writing events failed: {error}");
         }
-        bytes.clear();
-        scopes.clear();
+        // The last references of the events' scopes and strings go here, on
+        // this thread, not on the call path.
+        events.clear();
         if let Ok(mut state) = shared.state.lock() {
             state.flushed = state.flushed.max(flush_goal);
             let flushed = state.flushed;
@@ -875,7 +801,8 @@ mod tests {
     #[test]
     fn dropping_the_sink_writes_everything_even_past_the_queue_capacity() {
         let buffer = SharedBuffer::default();
-        // Records are ~70 bytes: 5,000 of them fill a 4 KiB queue many times over.
+        // Queued events count 128 bytes: 5,000 of them fill a 4 KiB queue
+        // many times over.
         let count = 5_000;
         {
             let Ok(sink) = JsonLinesEventSink::with_capacity(buffer.clone(), 4096) else { panic!("writer thread") };
@@ -884,6 +811,63 @@ mod tests {
         let lines = buffer.lines();
         assert_eq!(lines.len(), count);
         assert_eq!(lines[count - 1]["toolCallId"], format!("call-{}", count - 1));
+    }
+
+    /// An output whose writes wait until the test opens it.
+    #[derive(Clone, Default)]
+    struct Gated {
+        open: Arc<(Mutex<bool>, Condvar)>,
+        buffer: SharedBuffer,
+    }
+
+    impl Gated {
+        fn open(&self) {
+            if let Ok(mut open) = self.open.0.lock() {
+                *open = true;
+            }
+            self.open.1.notify_all();
+        }
+    }
+
+    impl Write for Gated {
+        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+            let Ok(mut open) = self.open.0.lock() else { return Err(io::Error::other("poisoned")) };
+            while !*open {
+                open = self.open.1.wait(open).map_err(|_| io::Error::other("poisoned"))?;
+            }
+            self.buffer.write(bytes)
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_full_queue_makes_emit_wait_for_the_writer_and_drops_nothing() {
+        let out = Gated::default();
+        // Room for 8 queued tool events while the writer is stuck on its output.
+        let Ok(sink) = JsonLinesEventSink::with_capacity(out.clone(), 1024) else { panic!("writer thread") };
+        let sink = Arc::new(sink);
+        let emitted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let producer = std::thread::spawn({
+            let (sink, emitted) = (Arc::clone(&sink), Arc::clone(&emitted));
+            move || {
+                for _ in 0..100 {
+                    emit_tool_events(&sink, 1);
+                    emitted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        let while_stuck = emitted.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(while_stuck < 100, "emit waited for room ({while_stuck} of 100 emitted while the output was stuck)");
+        out.open();
+        if producer.join().is_err() {
+            panic!("the producer panicked");
+        }
+        sink.flush_and_wait();
+        assert_eq!(out.buffer.lines().len(), 100, "nothing was dropped");
     }
 
     #[test]
@@ -937,9 +921,10 @@ mod tests {
         assert_eq!(kind.as_str(), "my.thing");
         assert!(kind.is_custom());
         assert!(!EventKind::ToolCalled.is_custom());
-        for (index, kind) in EventKind::ALL.iter().enumerate() {
-            assert_eq!(kind.builtin_index().map(usize::from), Some(index));
+        for kind in EventKind::ALL {
+            assert_eq!(kind.builtin(), Some(kind));
         }
+        assert_eq!(kind.builtin(), None);
     }
 
     #[test]
