@@ -44,15 +44,23 @@ pub struct Next<'a, C, R> {
 
 impl<'a, C: Send + 'a, R: Send + 'a> Next<'a, C, R> {
     /// Runs the remaining layers and then the core.
+    #[inline]
     pub fn run(self, ctx: &'a mut C) -> BoxFuture<'a, R> {
-        let Some(on_panic) = self.on_panic else {
-            return match self.layers.split_first() {
+        match self.on_panic {
+            None => match self.layers.split_first() {
                 Some((first, rest)) => {
                     first.middleware.handle(ctx, Next { layers: rest, core: self.core, on_panic: None })
                 }
                 None => self.core.run(ctx),
-            };
-        };
+            },
+            Some(on_panic) => self.run_guarded(ctx, on_panic),
+        }
+    }
+
+    /// The `run_catching` path, kept out of line so that the plain path
+    /// (every tool call) stays as small as it was.
+    #[inline(never)]
+    fn run_guarded(self, ctx: &'a mut C, on_panic: PanicHandler<'a, R>) -> BoxFuture<'a, R> {
         match self.layers.split_first() {
             Some((first, rest)) => Box::pin(async move {
                 let next = Next { layers: rest, core: self.core, on_panic: Some(on_panic) };
