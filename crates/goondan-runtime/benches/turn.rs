@@ -13,7 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use divan::Bencher;
-use goondan_core::MessageData;
+use goondan_core::{ConversationState, MessageData};
 use goondan_llm::provider::{BoxFuture, StreamSink};
 use goondan_llm::{ModelError, ModelProvider, ModelRequest, ModelResponse, RawToolCall, StopReason};
 use goondan_runtime::AgentTooling;
@@ -38,15 +38,27 @@ fn main() {
     divan::Divan::default().sample_count(500).config_with_args().main();
 }
 
-fn counted_turns(prior: usize, turns: usize) {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap_or_else(|e| panic!("{e}"));
-    let agent = agent();
-    let (_cancel, cancelled) = watch::channel(false);
+/// The conversation after `prior` turns, as a long-running agent holds it
+/// between turns (its rule already checked); a conversation freshly loaded
+/// from disk pays one full check at its first turn.
+fn after_turns(
+    runtime: &tokio::runtime::Runtime,
+    agent: &Agent,
+    prior: usize,
+    cancelled: &watch::Receiver<bool>,
+) -> ConversationState {
     let mut conversation = Conversation::in_memory(Vec::new());
     for _ in 0..prior {
         runtime.block_on(agent.run_turn(&mut conversation, "warm up".into(), &Quiet, cancelled.clone()));
     }
-    let state = conversation.state().clone();
+    conversation.state().clone()
+}
+
+fn counted_turns(prior: usize, turns: usize) {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap_or_else(|e| panic!("{e}"));
+    let agent = agent();
+    let (_cancel, cancelled) = watch::channel(false);
+    let state = after_turns(&runtime, &agent, prior, &cancelled);
     for _ in 0..turns {
         let mut conversation = Conversation::new(state.clone(), Arc::new(NoStore));
         let outcome = runtime.block_on(agent.run_turn(&mut conversation, "go".into(), &Quiet, cancelled.clone()));
@@ -127,13 +139,7 @@ fn two_step_turn(bencher: Bencher<'_, '_>, prior: usize) {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap_or_else(|e| panic!("{e}"));
     let agent = agent();
     let (_cancel, cancelled) = watch::channel(false);
-    let mut conversation = Conversation::in_memory(Vec::new());
-    for _ in 0..prior {
-        runtime.block_on(agent.run_turn(&mut conversation, "warm up".into(), &Quiet, cancelled.clone()));
-    }
-    // The conversation as a long-running agent holds it between turns (its
-    // rule already checked); a freshly loaded one pays one scan at its first turn.
-    let state = conversation.state().clone();
+    let state = after_turns(&runtime, &agent, prior, &cancelled);
     bencher.with_inputs(|| Conversation::new(state.clone(), Arc::new(NoStore))).bench_local_values(
         |mut conversation| {
             let outcome = runtime.block_on(agent.run_turn(&mut conversation, "go".into(), &Quiet, cancelled.clone()));
