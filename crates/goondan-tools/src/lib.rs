@@ -8,7 +8,7 @@
 //! - [`validation`]: argument validation with the original's messages.
 //! - [`pipeline`]: the generic middleware onion.
 //! - [`executor`]: the enforced path of every call.
-//! - [`events`]: `tool.*` (and later `turn.*`/`step.*`) events.
+//! - [`events`]: `turn.*`, `step.*`, `tool.*` and extensions' own events; sinks, the event log writer.
 //! - [`assembly`]: catalogs and registries from a loaded bundle.
 //!
 //! This crate knows nothing of models or processes.
