@@ -444,11 +444,14 @@ impl Drop for CancelOnDrop {
         let id = self.id;
         runtime.spawn(async move {
             let answered = tokio::time::timeout(CANCEL_GRACE, acked).await;
+            lock(&connection.shared.calls).cancel_acks.remove(&id);
             if answered.is_err() && connection.shared.is_open() {
                 tracing::warn!(target: "goondan::script", pid = connection.shared.pid, "script host did not acknowledge the cancel of call {id} within {CANCEL_GRACE:?}; killing it");
                 let _ = connection.kill.send("a cancelled call did not stop: its event loop was blocked");
+                // The count stays up until the supervisor closes the
+                // connection, so no new call is handed to the dying host.
+                return;
             }
-            lock(&connection.shared.calls).cancel_acks.remove(&id);
             connection.shared.cancels.send_modify(|n| *n = n.saturating_sub(1));
         });
     }
@@ -595,7 +598,7 @@ fn host_exited(message: String) -> ToolFailure {
 fn runtime_missing(module: &Path, error: &DiscoverError) -> ToolFailure {
     ToolFailure::with_code(
         format!(
-            "cannot run the script tool module {}: {error}. Install Bun (https://bun.sh) or set GOONDAN_JS_RUNTIME",
+            "cannot run the script tool module {}: {error}; install Bun (https://bun.sh) or set GOONDAN_JS_RUNTIME",
             module.display()
         ),
         E_SCRIPT_RUNTIME_MISSING,
@@ -613,5 +616,36 @@ fn thrown(error: ErrorBody) -> ToolFailure {
         code: error.code.filter(|c| !c.is_empty()),
         suggestion: error.suggestion,
         help_url: error.help_url,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_starts_at_the_third_death_in_a_row_and_doubles_to_a_cap() {
+        let mut failures = Failures::default();
+        failures.record();
+        failures.record();
+        assert_eq!(failures.next_start(), None);
+        let delay = |f: &Failures| f.next_start().zip(f.last).map(|(at, last)| at - last);
+        failures.record();
+        assert_eq!(delay(&failures), Some(Duration::from_millis(100)));
+        failures.record();
+        assert_eq!(delay(&failures), Some(Duration::from_millis(200)));
+        failures.in_a_row = 40;
+        assert_eq!(delay(&failures), Some(BACKOFF_MAX));
+        // A death long after the last one starts a new count.
+        failures.last = Instant::now().checked_sub(FAILURE_WINDOW * 2);
+        failures.record();
+        assert_eq!(failures.in_a_row, 1);
+    }
+
+    #[test]
+    fn exit_statuses_read_plainly() {
+        use std::os::unix::process::ExitStatusExt as _;
+        assert_eq!(describe_status(ExitStatus::from_raw(3 << 8)), "exited with code 3");
+        assert_eq!(describe_status(ExitStatus::from_raw(9)), "was killed by signal 9 (SIGKILL)");
     }
 }
