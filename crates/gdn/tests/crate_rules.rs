@@ -17,7 +17,19 @@ const RULES: &[(&str, &[&str])] = &[
     ("goondan-base", &["goondan-core", "goondan-config", "goondan-tools"]),
     ("goondan-llm", &["goondan-core", "goondan-config"]),
     ("goondan-runtime", &["goondan-core", "goondan-config", "goondan-tools", "goondan-llm"]),
-    ("gdn", &["goondan-core", "goondan-config", "goondan-tools", "goondan-base", "goondan-llm", "goondan-runtime"]),
+    ("goondan-script", &["goondan-core", "goondan-config", "goondan-tools"]),
+    (
+        "gdn",
+        &[
+            "goondan-core",
+            "goondan-config",
+            "goondan-tools",
+            "goondan-base",
+            "goondan-llm",
+            "goondan-runtime",
+            "goondan-script",
+        ],
+    ),
 ];
 
 #[test]

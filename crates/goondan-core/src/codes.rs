@@ -115,6 +115,19 @@ pub const E_SLACK_API: &str = "E_SLACK_API";
 /// The Web API could not be reached or did not answer (connection, timeout).
 pub const E_SLACK_REQUEST: &str = "E_SLACK_REQUEST";
 
+// --- Script tools (goondan-script: the JavaScript host) ---------------------
+
+/// No usable JavaScript runtime (Bun, or Node >= 22.6) for a script tool.
+pub const E_SCRIPT_RUNTIME_MISSING: &str = "E_SCRIPT_RUNTIME_MISSING";
+/// The JavaScript host could not be started or did not report ready.
+pub const E_SCRIPT_HOST_START: &str = "E_SCRIPT_HOST_START";
+/// The JavaScript host exited, crashed, closed its socket or was killed while a call ran.
+pub const E_SCRIPT_HOST_EXITED: &str = "E_SCRIPT_HOST_EXITED";
+/// A tool module that has no handler for a declared export.
+pub const E_SCRIPT_EXPORT_MISSING: &str = "E_SCRIPT_EXPORT_MISSING";
+/// A tool module that failed to load (missing file, syntax error, a throw at import).
+pub const E_SCRIPT_MODULE: &str = "E_SCRIPT_MODULE";
+
 /// Every code above, in the order of this module.
 pub const ALL: &[&str] = &[
     E_TOOL,
@@ -155,6 +168,11 @@ pub const ALL: &[&str] = &[
     E_TELEGRAM_REQUEST,
     E_SLACK_API,
     E_SLACK_REQUEST,
+    E_SCRIPT_RUNTIME_MISSING,
+    E_SCRIPT_HOST_START,
+    E_SCRIPT_HOST_EXITED,
+    E_SCRIPT_EXPORT_MISSING,
+    E_SCRIPT_MODULE,
 ];
 
 #[cfg(test)]

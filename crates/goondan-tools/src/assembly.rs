@@ -6,6 +6,7 @@
 //! registered while the agent runs join the next step's catalog, because
 //! each step reads the registry's current snapshot.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use goondan_config::{AgentSpec, Bundle, PackageScope, Resource, ToolExport, ToolSpec};
@@ -25,6 +26,10 @@ pub struct ConfigTool {
     pub export: Arc<str>,
     /// The catalog item (`tool__export`).
     pub item: ToolCatalogItem,
+    /// The Tool's module (`spec.entry`) as an absolute path, for tools of
+    /// the bundle's own package; `None` for the built-in `@goondan/base`
+    /// tools, whose handlers are native. A script host runs the rest.
+    pub entry: Option<Arc<Path>>,
 }
 
 /// The catalog item of one export of a Tool resource.
@@ -40,6 +45,35 @@ pub fn export_item(tool: &Resource<ToolSpec>, export: &ToolExport) -> ToolCatalo
     item
 }
 
+/// `entry` resolved against the bundle root, made absolute so that a host
+/// running in another directory imports the same file.
+fn entry_path(root: &Path, entry: &str) -> Arc<Path> {
+    let joined = root.join(entry);
+    // `absolute` only fails for an empty path or an unreadable current
+    // directory; the joined path is then the best there is.
+    let absolute = std::path::absolute(&joined).unwrap_or(joined);
+    Arc::from(normalize(&absolute))
+}
+
+/// Drops `.` components and folds `..` lexically (the loader already checked
+/// that the file exists; symbolic links are left to the runtime).
+fn normalize(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if !out.pop() {
+                    out.push(component);
+                }
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
 /// The config-sourced tools of one agent, in `spec.tools` order.
 #[derive(Debug, Clone, Default)]
 pub struct AgentTools {
@@ -52,12 +86,17 @@ impl AgentTools {
         let mut tools = Vec::new();
         for (scope, tool) in bundle.agent_tools(agent) {
             let tool_name: Arc<str> = Arc::from(tool.name());
+            let entry = match scope {
+                PackageScope::Local => Some(entry_path(bundle.root(), &tool.spec.entry)),
+                PackageScope::Base => None,
+            };
             for export in &tool.spec.exports {
                 tools.push(ConfigTool {
                     scope,
                     tool: Arc::clone(&tool_name),
                     export: Arc::from(export.name.as_str()),
                     item: export_item(tool, export),
+                    entry: entry.clone(),
                 });
             }
         }

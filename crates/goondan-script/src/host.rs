@@ -1,0 +1,651 @@
+//! [`ScriptHost`]: one supervised JavaScript process that runs Tool modules.
+//!
+//! Nothing starts until the first call. A start writes the host script (it
+//! ships in the binary) into a private temporary directory, listens on a
+//! Unix socket there, runs `bun <script>` / `node [flags] <script>` and
+//! waits for the host to connect and say `ready`. Frames go over the socket,
+//! never stdout: user code may print anything, and its stdout and stderr go
+//! to `tracing` (target `goondan::script`).
+//!
+//! Three tasks serve one host process: a writer (so that a dropped call can
+//! never leave half a frame on the socket), a reader (routes results by id
+//! to the waiting calls) and a supervisor (owns the child; when it exits,
+//! is killed or closes its socket, every call still waiting gets an error
+//! result that says what happened). The next call starts a new host, after
+//! a backoff when hosts keep dying.
+//!
+//! A call whose future is dropped (the executor's deadline) sends `cancel`.
+//! A host that does not acknowledge within [`CANCEL_GRACE`] has a blocked
+//! event loop (`while (true) {}`) and is killed, so later calls do not queue
+//! behind it; calls made meanwhile wait for that verdict first.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use goondan_core::codes::{E_SCRIPT_HOST_EXITED, E_SCRIPT_HOST_START, E_SCRIPT_RUNTIME_MISSING};
+use goondan_core::{JsonObject, JsonValue};
+use goondan_tools::{HandlerResult, ToolFailure, ToolOutput};
+use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncWriteExt as _, BufReader};
+use tokio::net::UnixListener;
+use tokio::net::unix::OwnedWriteHalf;
+use tokio::process::{Child, ChildStdin, Command};
+use tokio::sync::{OnceCell, mpsc, oneshot, watch};
+
+use crate::protocol::{ErrorBody, FromHost, ToHost};
+use crate::runtime::{DiscoverError, JsRuntime};
+
+/// The host script, compiled into the binary.
+const HOST_SCRIPT: &str = include_str!("host/host.mjs");
+/// The environment variable that gives the host its socket path.
+pub const SOCKET_ENV: &str = "GOONDAN_SCRIPT_SOCKET";
+/// How long a starting host has to connect and say `ready`.
+const START_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long a host has to acknowledge a `cancel` before it is killed.
+pub const CANCEL_GRACE: Duration = Duration::from_secs(1);
+/// How long a host that closed its socket has to exit by itself.
+const EXIT_GRACE: Duration = Duration::from_secs(1);
+/// Deaths closer together than this count as one crash loop.
+const FAILURE_WINDOW: Duration = Duration::from_secs(10);
+/// Deaths in a row (within the window) before starts are delayed.
+const FAILURES_BEFORE_BACKOFF: u32 = 3;
+const BACKOFF_START: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// Reads an environment variable; [`ScriptHost::new`] takes one so that
+/// tests and embedders control discovery.
+pub type EnvLookup = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
+/// The JavaScript host of one agent process, shared by its script tools.
+pub struct ScriptHost {
+    env: EnvLookup,
+    runtime: OnceCell<Result<Arc<JsRuntime>, DiscoverError>>,
+    state: tokio::sync::Mutex<State>,
+    failures: Arc<Mutex<Failures>>,
+    next_id: AtomicU64,
+}
+
+impl std::fmt::Debug for ScriptHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScriptHost").field("runtime", &self.runtime.get()).finish_non_exhaustive()
+    }
+}
+
+#[derive(Default)]
+struct State {
+    /// The private directory (0700) holding the script and the sockets.
+    dir: Option<tempfile::TempDir>,
+    current: Option<Arc<Connection>>,
+    generation: u64,
+}
+
+/// Recent deaths, for the backoff.
+#[derive(Debug, Default)]
+struct Failures {
+    in_a_row: u32,
+    last: Option<Instant>,
+}
+
+impl Failures {
+    fn record(&mut self) {
+        let now = Instant::now();
+        let recent = self.last.is_some_and(|last| now.duration_since(last) < FAILURE_WINDOW);
+        self.in_a_row = if recent { self.in_a_row.saturating_add(1) } else { 1 };
+        self.last = Some(now);
+    }
+
+    /// When the next start may happen.
+    fn next_start(&self) -> Option<Instant> {
+        if self.in_a_row < FAILURES_BEFORE_BACKOFF {
+            return None;
+        }
+        let doublings = (self.in_a_row - FAILURES_BEFORE_BACKOFF).min(20);
+        let delay = BACKOFF_START.saturating_mul(1 << doublings).min(BACKOFF_MAX);
+        self.last.map(|last| last + delay)
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // The guarded maps stay consistent even if a holder panicked.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl ScriptHost {
+    /// A host that discovers its runtime (with `env`) at the first call and
+    /// starts then. Creating one costs nothing.
+    pub fn new(env: EnvLookup) -> Arc<Self> {
+        Arc::new(Self {
+            env,
+            runtime: OnceCell::new(),
+            state: tokio::sync::Mutex::new(State::default()),
+            failures: Arc::new(Mutex::new(Failures::default())),
+            next_id: AtomicU64::new(1),
+        })
+    }
+
+    /// A host that reads the process environment.
+    pub fn from_process_env() -> Arc<Self> {
+        Self::new(Arc::new(|name: &str| std::env::var(name).ok()))
+    }
+
+    /// A host that uses `runtime` instead of discovering one.
+    pub fn with_runtime(runtime: JsRuntime) -> Arc<Self> {
+        let host = Self::new(Arc::new(|_: &str| None));
+        // A fresh cell is empty, so this cannot fail.
+        let _already = host.runtime.set(Ok(Arc::new(runtime)));
+        host
+    }
+
+    /// The runtime, discovered once (off the async threads: it runs
+    /// `--version`). `gdn validate` can call this to warn early.
+    pub async fn runtime(&self) -> Result<Arc<JsRuntime>, DiscoverError> {
+        self.runtime
+            .get_or_init(|| async {
+                let env = Arc::clone(&self.env);
+                tokio::task::spawn_blocking(move || JsRuntime::discover(&*env))
+                    .await
+                    .unwrap_or_else(|e| Err(DiscoverError { tried: vec![format!("discovery failed: {e}")] }))
+                    .map(Arc::new)
+            })
+            .await
+            .clone()
+    }
+
+    /// The pid of the running host, if one runs.
+    pub async fn running_pid(&self) -> Option<u32> {
+        let state = self.state.lock().await;
+        state.current.as_ref().filter(|c| c.shared.is_open()).map(|c| c.shared.pid)
+    }
+
+    /// Runs `handlers[export](ctx, input)` of `module` in the host.
+    /// `ctx` is the JSON part of the JavaScript ToolContext; `tool_call_id`
+    /// tags the call's log lines.
+    pub async fn call(
+        &self,
+        module: &Path,
+        export: &str,
+        input: &JsonObject,
+        ctx: &JsonValue,
+        tool_call_id: &str,
+    ) -> HandlerResult {
+        let module_str = module.to_string_lossy();
+        // A host may die between handing out its connection and taking the
+        // call; one retry on a fresh host covers that race.
+        for _attempt in 0..2 {
+            let connection = self.connection(module).await?;
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            let (tx, rx) = oneshot::channel();
+            if !connection.shared.insert(id, tx, tool_call_id) {
+                continue;
+            }
+            let mut guard = CancelOnDrop { connection: Some(Arc::clone(&connection)), id };
+            let frame = ToHost::Call { id, module: &module_str, export, input, ctx };
+            match serde_json::to_vec(&frame) {
+                Ok(line) => connection.send(line),
+                Err(e) => {
+                    guard.disarm();
+                    connection.shared.take(id);
+                    return Err(ToolFailure::new(format!("cannot encode the call for the script host: {e}")));
+                }
+            }
+            let outcome = rx.await;
+            guard.disarm();
+            return match outcome {
+                Ok(result) => result.map(ToolOutput::from_json),
+                Err(_closed) => Err(host_exited("the script host dropped the call".to_owned())),
+            };
+        }
+        Err(host_exited("the script host exited twice while the call was being sent".to_owned()))
+    }
+
+    /// The live connection, starting a host when there is none.
+    async fn connection(&self, module: &Path) -> Result<Arc<Connection>, ToolFailure> {
+        let runtime = self.runtime().await.map_err(|error| runtime_missing(module, &error))?;
+        let mut state = self.state.lock().await;
+        if let Some(current) = state.current.clone() {
+            // A cancel that is not yet acknowledged may mean a blocked host,
+            // about to be killed: wait for the verdict rather than queue
+            // behind it.
+            current.shared.settle_cancels().await;
+            if current.shared.is_open() {
+                return Ok(current);
+            }
+            state.current = None;
+        }
+        let next_start = lock(&self.failures).next_start();
+        if let Some(at) = next_start {
+            tracing::warn!(target: "goondan::script", "script host keeps dying; waiting {:?} before restarting it", at.saturating_duration_since(Instant::now()));
+            tokio::time::sleep_until(at.into()).await;
+        }
+        match self.start(&runtime, &mut state).await {
+            Ok(connection) => {
+                state.current = Some(Arc::clone(&connection));
+                Ok(connection)
+            }
+            Err(failure) => {
+                lock(&self.failures).record();
+                Err(failure)
+            }
+        }
+    }
+
+    async fn start(&self, runtime: &JsRuntime, state: &mut State) -> Result<Arc<Connection>, ToolFailure> {
+        let start_failed = |what: String| {
+            ToolFailure::with_code(
+                format!("cannot start the script host ({} {}): {what}", runtime.kind, runtime.version),
+                E_SCRIPT_HOST_START,
+            )
+            .named("ScriptHostError")
+        };
+        if state.dir.is_none() {
+            // tempfile creates the directory with mode 0700: only this user
+            // can reach the socket.
+            let dir = tempfile::Builder::new()
+                .prefix("goondan-js-")
+                .tempdir()
+                .map_err(|e| start_failed(format!("cannot create a private directory: {e}")))?;
+            std::fs::write(dir.path().join("host.mjs"), HOST_SCRIPT)
+                .map_err(|e| start_failed(format!("cannot write the host script: {e}")))?;
+            state.dir = Some(dir);
+        }
+        let Some(dir) = state.dir.as_ref().map(|d| d.path().to_path_buf()) else {
+            return Err(start_failed("no private directory".to_owned()));
+        };
+        state.generation += 1;
+        let socket_path = dir.join(format!("host-{}.sock", state.generation));
+        let listener = UnixListener::bind(&socket_path)
+            .map_err(|e| start_failed(format!("cannot listen on {}: {e}", socket_path.display())))?;
+        let mut child = Command::new(&runtime.path)
+            .args(&runtime.args)
+            .arg(dir.join("host.mjs"))
+            .env(SOCKET_ENV, &socket_path)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| {
+                let _ = std::fs::remove_file(&socket_path);
+                start_failed(format!("cannot run {}: {e}", runtime.path.display()))
+            })?;
+        let pid = child.id().unwrap_or_default();
+        let label = format!("{} {}, pid {pid}", runtime.kind, runtime.version);
+        if let Some(stdout) = child.stdout.take() {
+            tokio::spawn(forward_lines(stdout, pid, false));
+        }
+        if let Some(stderr) = child.stderr.take() {
+            tokio::spawn(forward_lines(stderr, pid, true));
+        }
+        let stdin = child.stdin.take();
+
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted.map_err(|e| format!("accepting its connection failed: {e}")),
+            status = child.wait() => Err(match status {
+                Ok(status) => format!("it {} before connecting (pid {pid}; see its stderr with -v)", describe_status(status)),
+                Err(e) => format!("waiting for it failed: {e}"),
+            }),
+            () = tokio::time::sleep(START_TIMEOUT) => Err(format!("it did not connect within {START_TIMEOUT:?} (pid {pid})")),
+        };
+        drop(listener);
+        // The socket file is only needed until the one connection is made.
+        let _ = std::fs::remove_file(&socket_path);
+        let (stream, _address) = accepted.map_err(start_failed)?;
+        let (read_half, write_half) = stream.into_split();
+        let mut reader = BufReader::new(read_half);
+        let mut first = String::new();
+        match tokio::time::timeout(START_TIMEOUT, reader.read_line(&mut first)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            Ok(Ok(_)) => return Err(start_failed(format!("it closed its socket before saying ready (pid {pid})"))),
+            Ok(Err(e)) => return Err(start_failed(format!("reading its first frame failed: {e}"))),
+            Err(_) => return Err(start_failed(format!("it did not say ready within {START_TIMEOUT:?} (pid {pid})"))),
+        }
+        match serde_json::from_str::<FromHost>(first.trim_end()) {
+            Ok(FromHost::Ready { runtime: name, version }) => {
+                tracing::debug!(target: "goondan::script", pid, "script host ready ({name} {version})");
+            }
+            _ => return Err(start_failed(format!("its first frame was not `ready`: {}", first.trim_end()))),
+        }
+
+        let (cancels, _) = watch::channel(0_usize);
+        let shared = Arc::new(Shared {
+            calls: Mutex::new(Calls { open: true, ..Calls::default() }),
+            cancels,
+            failures: Arc::clone(&self.failures),
+            pid,
+            label,
+        });
+        let (frames, frames_rx) = mpsc::unbounded_channel();
+        let (kill, kill_rx) = mpsc::unbounded_channel();
+        let (reader_done, reader_done_rx) = oneshot::channel();
+        tokio::spawn(write_frames(write_half, frames_rx));
+        tokio::spawn(read_frames(reader, Arc::clone(&shared), reader_done));
+        tokio::spawn(supervise(child, stdin, Arc::clone(&shared), kill_rx, reader_done_rx));
+        Ok(Arc::new(Connection { shared, frames, kill }))
+    }
+}
+
+/// One running host process, as the callers see it. Dropping the last
+/// handle closes the socket and kills the process.
+struct Connection {
+    shared: Arc<Shared>,
+    frames: mpsc::UnboundedSender<Vec<u8>>,
+    kill: mpsc::UnboundedSender<&'static str>,
+}
+
+impl Connection {
+    fn send(&self, mut line: Vec<u8>) {
+        line.push(b'\n');
+        // A closed channel means the host is gone; the supervisor answers
+        // the waiting call.
+        let _ = self.frames.send(line);
+    }
+}
+
+/// What the tasks of one host share.
+struct Shared {
+    calls: Mutex<Calls>,
+    /// Cancels sent and not yet acknowledged.
+    cancels: watch::Sender<usize>,
+    failures: Arc<Mutex<Failures>>,
+    pid: u32,
+    label: String,
+}
+
+#[derive(Default)]
+struct Calls {
+    /// False once the host is gone: no call may wait on it any more.
+    open: bool,
+    pending: HashMap<u64, Pending>,
+    cancel_acks: HashMap<u64, oneshot::Sender<()>>,
+}
+
+struct Pending {
+    reply: oneshot::Sender<Result<JsonValue, ToolFailure>>,
+    tool_call_id: Arc<str>,
+}
+
+impl Shared {
+    fn is_open(&self) -> bool {
+        lock(&self.calls).open
+    }
+
+    fn insert(&self, id: u64, reply: oneshot::Sender<Result<JsonValue, ToolFailure>>, tool_call_id: &str) -> bool {
+        let mut calls = lock(&self.calls);
+        if !calls.open {
+            return false;
+        }
+        calls.pending.insert(id, Pending { reply, tool_call_id: Arc::from(tool_call_id) });
+        true
+    }
+
+    fn take(&self, id: u64) -> Option<Pending> {
+        lock(&self.calls).pending.remove(&id)
+    }
+
+    /// Waits until no cancel is unacknowledged or the host is gone.
+    async fn settle_cancels(&self) {
+        let mut outstanding = self.cancels.subscribe();
+        // Bounded: the watchdog of each cancel resolves it within the grace.
+        let _ = tokio::time::timeout(CANCEL_GRACE * 2, outstanding.wait_for(|n| *n == 0)).await;
+    }
+
+    /// The host is gone: every waiting call gets `message`.
+    fn close(&self, message: &str) {
+        let (pending, acks) = {
+            let mut calls = lock(&self.calls);
+            calls.open = false;
+            (std::mem::take(&mut calls.pending), std::mem::take(&mut calls.cancel_acks))
+        };
+        drop(acks);
+        self.cancels.send_replace(0);
+        for (_, call) in pending {
+            let _ = call.reply.send(Err(host_exited(message.to_owned())));
+        }
+    }
+}
+
+/// Sends `cancel` when a call's future is dropped before its result came.
+struct CancelOnDrop {
+    connection: Option<Arc<Connection>>,
+    id: u64,
+}
+
+impl CancelOnDrop {
+    fn disarm(&mut self) {
+        self.connection = None;
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(connection) = self.connection.take() else { return };
+        if connection.shared.take(self.id).is_none() {
+            return; // The result came (or the host died) meanwhile.
+        }
+        let (ack, acked) = oneshot::channel();
+        {
+            let mut calls = lock(&connection.shared.calls);
+            if !calls.open {
+                return;
+            }
+            calls.cancel_acks.insert(self.id, ack);
+        }
+        connection.shared.cancels.send_modify(|n| *n += 1);
+        if let Ok(line) = serde_json::to_vec(&ToHost::Cancel { id: self.id }) {
+            connection.send(line);
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            connection.shared.cancels.send_modify(|n| *n = n.saturating_sub(1));
+            return;
+        };
+        let id = self.id;
+        runtime.spawn(async move {
+            let answered = tokio::time::timeout(CANCEL_GRACE, acked).await;
+            lock(&connection.shared.calls).cancel_acks.remove(&id);
+            if answered.is_err() && connection.shared.is_open() {
+                tracing::warn!(target: "goondan::script", pid = connection.shared.pid, "script host did not acknowledge the cancel of call {id} within {CANCEL_GRACE:?}; killing it");
+                let _ = connection.kill.send("a cancelled call did not stop: its event loop was blocked");
+                // The count stays up until the supervisor closes the
+                // connection, so no new call is handed to the dying host.
+                return;
+            }
+            connection.shared.cancels.send_modify(|n| *n = n.saturating_sub(1));
+        });
+    }
+}
+
+async fn write_frames(mut socket: OwnedWriteHalf, mut frames: mpsc::UnboundedReceiver<Vec<u8>>) {
+    while let Some(line) = frames.recv().await {
+        if socket.write_all(&line).await.is_err() {
+            break;
+        }
+    }
+    // Dropping the write half shuts the socket down; the host exits on that.
+}
+
+async fn read_frames<R: AsyncRead + Unpin>(reader: BufReader<R>, shared: Arc<Shared>, done: oneshot::Sender<()>) {
+    let mut lines = reader.lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let frame = match serde_json::from_str::<FromHost>(&line) {
+            Ok(frame) => frame,
+            Err(e) => {
+                tracing::warn!(target: "goondan::script", pid = shared.pid, "unreadable frame from the script host: {e}");
+                continue;
+            }
+        };
+        match frame {
+            FromHost::Result { id, ok, output, error } => {
+                let Some(call) = shared.take(id) else { continue };
+                let result = if ok {
+                    let mut failures = lock(&shared.failures);
+                    if failures.in_a_row != 0 {
+                        failures.in_a_row = 0;
+                    }
+                    Ok(output.unwrap_or(JsonValue::Null))
+                } else {
+                    Err(thrown(error.unwrap_or_default()))
+                };
+                let _ = call.reply.send(result);
+            }
+            FromHost::Cancelled { id } => {
+                if let Some(ack) = lock(&shared.calls).cancel_acks.remove(&id) {
+                    let _ = ack.send(());
+                }
+            }
+            FromHost::Log { level, message, id } => {
+                let call = id.and_then(|id| lock(&shared.calls).pending.get(&id).map(|p| Arc::clone(&p.tool_call_id)));
+                let call = call.as_deref().unwrap_or("");
+                match level.as_str() {
+                    "debug" => tracing::debug!(target: "goondan::script", tool_call_id = call, "{message}"),
+                    "warn" => tracing::warn!(target: "goondan::script", tool_call_id = call, "{message}"),
+                    "error" => tracing::error!(target: "goondan::script", tool_call_id = call, "{message}"),
+                    _ => tracing::info!(target: "goondan::script", tool_call_id = call, "{message}"),
+                }
+            }
+            FromHost::Ready { .. } => {}
+        }
+    }
+    let _ = done.send(());
+}
+
+async fn supervise(
+    mut child: Child,
+    stdin: Option<ChildStdin>,
+    shared: Arc<Shared>,
+    mut kill: mpsc::UnboundedReceiver<&'static str>,
+    reader_done: oneshot::Receiver<()>,
+) {
+    // Held until the end: the host also exits when its stdin closes.
+    let _stdin = stdin;
+    let mut wanted = true;
+    let mut reason = None;
+    let status = tokio::select! {
+        status = child.wait() => status,
+        why = kill.recv() => {
+            // `None`: every handle is gone (the ScriptHost was dropped).
+            wanted = why.is_some();
+            reason = why;
+            let _ = child.start_kill();
+            child.wait().await
+        }
+        _ = reader_done => match tokio::time::timeout(EXIT_GRACE, child.wait()).await {
+            Ok(status) => status,
+            Err(_) => {
+                reason = Some("it closed its socket but did not exit");
+                let _ = child.start_kill();
+                child.wait().await
+            }
+        },
+    };
+    let what = match status {
+        Ok(status) => describe_status(status),
+        Err(e) => format!("could not be waited for ({e})"),
+    };
+    let mut message = format!("the script host ({}) {what}", shared.label);
+    if let Some(reason) = reason {
+        message.push_str(": ");
+        message.push_str(reason);
+    }
+    if wanted {
+        tracing::warn!(target: "goondan::script", pid = shared.pid, "{message}");
+        lock(&shared.failures).record();
+    }
+    shared.close(&format!("{message}; the call was lost (the next call starts a new host)"));
+}
+
+async fn forward_lines<R: AsyncRead + Unpin>(stream: R, pid: u32, stderr: bool) {
+    let mut lines = BufReader::new(stream).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        if stderr {
+            tracing::warn!(target: "goondan::script", pid, "{line}");
+        } else {
+            tracing::info!(target: "goondan::script", pid, "{line}");
+        }
+    }
+}
+
+fn describe_status(status: ExitStatus) -> String {
+    if let Some(code) = status.code() {
+        return format!("exited with code {code}");
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt as _;
+        if let Some(signal) = status.signal() {
+            let name = match signal {
+                1 => " (SIGHUP)",
+                2 => " (SIGINT)",
+                4 => " (SIGILL)",
+                6 => " (SIGABRT)",
+                9 => " (SIGKILL)",
+                11 => " (SIGSEGV)",
+                15 => " (SIGTERM)",
+                _ => "",
+            };
+            return format!("was killed by signal {signal}{name}");
+        }
+    }
+    format!("ended ({status})")
+}
+
+fn host_exited(message: String) -> ToolFailure {
+    ToolFailure::with_code(message, E_SCRIPT_HOST_EXITED).named("ScriptHostError")
+}
+
+fn runtime_missing(module: &Path, error: &DiscoverError) -> ToolFailure {
+    ToolFailure::with_code(
+        format!(
+            "cannot run the script tool module {}: {error}; install Bun (https://bun.sh) or set GOONDAN_JS_RUNTIME",
+            module.display()
+        ),
+        E_SCRIPT_RUNTIME_MISSING,
+    )
+    .named("ScriptRuntimeError")
+    .suggest("Install Bun (https://bun.sh) or set GOONDAN_JS_RUNTIME to a Bun or Node >= 22.6 binary.")
+    .help_url("https://bun.sh")
+}
+
+/// A thrown value as a failure; `ToolFailure` fills in `Error` / `E_TOOL`.
+fn thrown(error: ErrorBody) -> ToolFailure {
+    ToolFailure {
+        name: error.name.unwrap_or_default(),
+        message: error.message,
+        code: error.code.filter(|c| !c.is_empty()),
+        suggestion: error.suggestion,
+        help_url: error.help_url,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_starts_at_the_third_death_in_a_row_and_doubles_to_a_cap() {
+        let mut failures = Failures::default();
+        failures.record();
+        failures.record();
+        assert_eq!(failures.next_start(), None);
+        let delay = |f: &Failures| f.next_start().zip(f.last).map(|(at, last)| at - last);
+        failures.record();
+        assert_eq!(delay(&failures), Some(Duration::from_millis(100)));
+        failures.record();
+        assert_eq!(delay(&failures), Some(Duration::from_millis(200)));
+        failures.in_a_row = 40;
+        assert_eq!(delay(&failures), Some(BACKOFF_MAX));
+        // A death long after the last one starts a new count.
+        failures.last = Instant::now().checked_sub(FAILURE_WINDOW * 2);
+        failures.record();
+        assert_eq!(failures.in_a_row, 1);
+    }
+
+    #[test]
+    fn exit_statuses_read_plainly() {
+        use std::os::unix::process::ExitStatusExt as _;
+        assert_eq!(describe_status(ExitStatus::from_raw(3 << 8)), "exited with code 3");
+        assert_eq!(describe_status(ExitStatus::from_raw(9)), "was killed by signal 9 (SIGKILL)");
+    }
+}

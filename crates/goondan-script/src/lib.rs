@@ -1,0 +1,27 @@
+//! Script tools for goondan-rs: a bundle's own TypeScript/JavaScript Tool
+//! modules (`spec.entry`), run unchanged in a real JavaScript runtime.
+//!
+//! - [`runtime`]: finding Bun (or Node ≥ 22.6, or `GOONDAN_JS_RUNTIME`).
+//! - [`host`]: [`ScriptHost`], one lazily started, supervised host process
+//!   speaking newline-delimited JSON frames over a Unix socket.
+//! - [`protocol`]: the frames.
+//! - [`tool`]: [`ScriptToolHandler`] and [`install_script_tools`].
+//!
+//! ```no_run
+//! # use std::sync::Arc;
+//! # fn wire(bundle: &goondan_config::Bundle, agent: &goondan_config::Resource<goondan_config::AgentSpec>,
+//! #         registry: &goondan_tools::ToolRegistry) -> Result<(), goondan_tools::RegistryError> {
+//! let tools = goondan_tools::assembly::AgentTools::for_agent(bundle, agent);
+//! let host = goondan_script::ScriptHost::from_process_env(); // starts nothing yet
+//! goondan_script::install_script_tools(registry, &tools, &host)?;
+//! # Ok(()) }
+//! ```
+
+pub mod host;
+pub mod protocol;
+pub mod runtime;
+pub mod tool;
+
+pub use host::{CANCEL_GRACE, EnvLookup, SOCKET_ENV, ScriptHost};
+pub use runtime::{DiscoverError, JsRuntime, RUNTIME_ENV, RuntimeKind};
+pub use tool::{ScriptToolHandler, install_script_tools};

@@ -1,0 +1,84 @@
+//! Script tools: a [`ToolHandler`] per export of a Tool module, and the
+//! installer that registers them for an agent.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use goondan_core::{JsonObject, JsonValue};
+use goondan_tools::assembly::AgentTools;
+use goondan_tools::{BoxFuture, HandlerResult, RegistryError, ToolContext, ToolHandler, ToolRegistry};
+use serde_json::json;
+
+use crate::host::ScriptHost;
+
+/// Runs one export of one Tool module in the [`ScriptHost`].
+#[derive(Debug, Clone)]
+pub struct ScriptToolHandler {
+    host: Arc<ScriptHost>,
+    module: Arc<Path>,
+    export: Arc<str>,
+}
+
+impl ScriptToolHandler {
+    /// The handler of `export` in `module` (an absolute path).
+    pub fn new(host: Arc<ScriptHost>, module: Arc<Path>, export: impl Into<Arc<str>>) -> Self {
+        Self { host, module, export: export.into() }
+    }
+
+    /// The module.
+    pub fn module(&self) -> &Path {
+        &self.module
+    }
+
+    /// The export.
+    pub fn export(&self) -> &str {
+        &self.export
+    }
+}
+
+impl ToolHandler for ScriptToolHandler {
+    fn call<'a>(&'a self, ctx: &'a ToolContext, input: &'a JsonObject) -> BoxFuture<'a, HandlerResult> {
+        Box::pin(async move {
+            let js_ctx = context_json(ctx);
+            self.host.call(&self.module, &self.export, input, &js_ctx, ctx.tool_call_id()).await
+        })
+    }
+}
+
+/// The JSON part of the JavaScript ToolContext; the host adds `logger` and
+/// `runtime`. Never `swarmBundle` or `oauth` (spec 000 §12.5 rule 3).
+fn context_json(ctx: &ToolContext) -> JsonValue {
+    json!({
+        "agentName": ctx.agent_name(),
+        "instanceKey": ctx.instance_key(),
+        "turnId": ctx.turn_id(),
+        "traceId": &*ctx.scope().trace_id,
+        "toolCallId": ctx.tool_call_id(),
+        "toolName": ctx.tool_name(),
+        "message": serde_json::to_value(ctx.message()).unwrap_or(JsonValue::Null),
+        "workdir": ctx.workdir().to_string_lossy(),
+    })
+}
+
+/// Registers a [`ScriptToolHandler`] for every tool of `tools` that has a
+/// module (`entry`) and no handler yet; returns how many it registered. All
+/// or none are registered.
+pub fn install_script_tools(
+    registry: &ToolRegistry,
+    tools: &AgentTools,
+    host: &Arc<ScriptHost>,
+) -> Result<usize, RegistryError> {
+    let snapshot = registry.snapshot();
+    let mut added: Vec<(goondan_tools::ToolCatalogItem, Arc<dyn ToolHandler>)> = Vec::new();
+    for tool in tools.iter() {
+        let Some(entry) = &tool.entry else { continue };
+        if snapshot.contains(tool.item.name()) || added.iter().any(|(item, _)| item.name() == tool.item.name()) {
+            continue;
+        }
+        let handler = ScriptToolHandler::new(Arc::clone(host), Arc::clone(entry), Arc::clone(&tool.export));
+        added.push((tool.item.clone(), Arc::new(handler)));
+    }
+    let count = added.len();
+    registry.register_all(added)?;
+    Ok(count)
+}
