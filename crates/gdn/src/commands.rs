@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Result;
-use goondan_config::{LoadReport, load_bundle, resolve_bundle_file};
+use goondan_config::{Diagnostic, DiagnosticCode, LoadReport, load_bundle, resolve_bundle_file};
 use goondan_core::{ConversationState, JsonObject, JsonValue, ToolStatus};
 use goondan_runtime::agent::{AgentBuildError, AgentOptions, AgentTooling, assemble_tooling};
 use goondan_tools::TracingEventSink;
@@ -16,8 +16,11 @@ use crate::output::{self, Output};
 
 /// `gdn validate`.
 pub fn validate(global: &GlobalOptions, out: &mut Output) -> Result<u8> {
-    let report = load_bundle(&global.config);
+    let mut report = load_bundle(&global.config);
     let valid = !report.has_errors();
+    if let Some(warning) = report.bundle.as_ref().and_then(script_runtime_warning) {
+        report.diagnostics.push(warning);
+    }
     if global.json {
         let body = serde_json::json!({"valid": valid, "diagnostics": report.diagnostics});
         writeln!(out.stdout, "{}", serde_json::to_string_pretty(&body)?)?;
@@ -26,6 +29,20 @@ pub fn validate(global: &GlobalOptions, out: &mut Output) -> Result<u8> {
         output::write_report(&mut out.stdout, &report.diagnostics, &subject)?;
     }
     Ok(if valid { exit::OK } else { exit::FAILED })
+}
+
+/// A warning when the bundle has script tools and no JavaScript runtime is usable.
+fn script_runtime_warning(bundle: &goondan_config::Bundle) -> Option<Diagnostic> {
+    let doc = bundle.resources().iter().find(|r| matches!(r.resource, goondan_config::AnyResource::Tool(_)))?;
+    let error = goondan_script::JsRuntime::discover(&|name: &str| std::env::var(name).ok()).err()?;
+    let mut warning = Diagnostic::warning(
+        DiagnosticCode::ScriptRuntimeMissing,
+        format!("goondan.yaml#{}.spec.entry", doc.doc_index),
+        format!("the bundle's script tools cannot run: no usable JavaScript runtime ({error})"),
+    );
+    warning.suggestion =
+        Some("Install Bun (https://bun.sh), or set GOONDAN_JS_RUNTIME to a Bun or Node >= 22.6 binary.".to_owned());
+    Some(warning)
 }
 
 /// Loads the bundle and assembles the agent's tooling exactly as `gdn run`
@@ -48,7 +65,7 @@ fn setup(
         tracing::warn!("{warning}");
     }
     let mut options = AgentOptions::new(Arc::new(TracingEventSink));
-    options.install_tools = crate::wiring::native_tools();
+    options.install_tools = crate::wiring::agent_tools();
     configure(&mut options);
     match assemble_tooling(&bundle, &options) {
         Ok(tooling) => Ok(Ok(tooling)),

@@ -120,7 +120,7 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, out: &mut Output) -> Re
     options.workdir.clone_from(&args.workdir);
     options.env = env;
     options.call_timeout = args.tool_timeout_ms.map(std::time::Duration::from_millis);
-    options.install_tools = crate::wiring::native_tools();
+    options.install_tools = crate::wiring::agent_tools();
     let (agent_name, instance_key) = match identity(&bundle, &options) {
         Ok(identity) => identity,
         Err(error) => return usage_error(out, &error.to_string()),

@@ -38,6 +38,9 @@ pub enum DiagnosticCode {
     TooManyDocuments,
     #[serde(rename = "E_CONFIG_FILE_NOT_FOUND")]
     FileNotFound,
+    /// A warning: the bundle has script tools and no JavaScript runtime is usable.
+    #[serde(rename = "W_SCRIPT_RUNTIME_MISSING")]
+    ScriptRuntimeMissing,
 }
 
 impl DiagnosticCode {
@@ -58,6 +61,7 @@ impl DiagnosticCode {
             Self::FileTooLarge => "E_CONFIG_FILE_TOO_LARGE",
             Self::TooManyDocuments => "E_CONFIG_TOO_MANY_DOCUMENTS",
             Self::FileNotFound => "E_CONFIG_FILE_NOT_FOUND",
+            Self::ScriptRuntimeMissing => "W_SCRIPT_RUNTIME_MISSING",
         }
     }
 }

@@ -1,5 +1,5 @@
-// A script-module tool. goondan-rs validates and catalogs it; running script
-// tools needs the JS worker of a later release (calls return E_TOOL_NOT_FOUND).
+// A script-module tool: goondan-rs runs it on Bun (or GOONDAN_JS_RUNTIME),
+// in a host process started at its first call.
 export const handlers = {
   count: async (_ctx: unknown, input: { text: string }) => ({
     words: input.text.split(/\s+/).filter(Boolean).length,
