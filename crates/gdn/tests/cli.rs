@@ -293,13 +293,17 @@ fn tool_call_outside_the_catalog_is_refused() {
 
 /// Whether a JavaScript runtime is usable here; with `GOONDAN_REQUIRE_JS=1`
 /// (CI) its absence fails the test instead.
+#[allow(clippy::print_stderr)]
 fn js_runtime_usable() -> bool {
     match goondan_script::JsRuntime::discover(&|name: &str| std::env::var(name).ok()) {
         Ok(_) => true,
         Err(error) if std::env::var("GOONDAN_REQUIRE_JS").as_deref() == Ok("1") => {
             panic!("GOONDAN_REQUIRE_JS=1 but no JavaScript runtime is usable: {error}")
         }
-        Err(_) => false,
+        Err(error) => {
+            eprintln!("skipping the script-tool part: no JavaScript runtime ({error})");
+            false
+        }
     }
 }
 

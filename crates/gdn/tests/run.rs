@@ -301,3 +301,51 @@ fn a_second_run_on_a_busy_instance_is_refused() {
     let messages = folded(&state.path().join("instances/default/messages.jsonl"));
     assert!(messages.iter().all(|m| m["data"]["content"] != "me too"), "the refused run wrote nothing");
 }
+
+/// Whether a JavaScript runtime is usable here; with `GOONDAN_REQUIRE_JS=1`
+/// (CI) its absence fails the test instead.
+#[allow(clippy::print_stderr)]
+fn js_runtime_usable() -> bool {
+    match goondan_script::JsRuntime::discover(&|name: &str| std::env::var(name).ok()) {
+        Ok(_) => true,
+        Err(error) if std::env::var("GOONDAN_REQUIRE_JS").as_deref() == Ok("1") => {
+            panic!("GOONDAN_REQUIRE_JS=1 but no JavaScript runtime is usable: {error}")
+        }
+        Err(error) => {
+            eprintln!("skipping the script-tool part: no JavaScript runtime ({error})");
+            false
+        }
+    }
+}
+
+#[test]
+fn the_js_host_starts_only_when_a_script_tool_is_called() {
+    if !js_runtime_usable() {
+        return;
+    }
+    let state = temp();
+    let work = temp();
+    let workdir = work.path().to_string_lossy().into_owned();
+    // The offline example declares a script tool but its model never calls it: no host.
+    let example = repo("examples/quickstart");
+    let output = gdn(
+        state.path(),
+        &["-vv", "-c", example.to_str().unwrap_or_default(), "run", "--input", "x", "--workdir", &workdir],
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert!(!text(&output.stderr).contains("script host ready"), "{}", text(&output.stderr));
+
+    // A turn that calls the script tool starts it and gets its result.
+    let bundle = repo("tests/fixtures/script-turn");
+    let output = gdn(
+        state.path(),
+        &["-vv", "-c", bundle.to_str().unwrap_or_default(), "run", "--input", "count", "--instance-key", "counting"],
+    );
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("script host ready"), "{stderr}");
+    assert!(stderr.contains("⚙ word-count__count → ok"), "{stderr}");
+    let messages = folded(&state.path().join("instances/counting/messages.jsonl"));
+    let result = messages.iter().find(|m| m["data"]["role"] == "tool").cloned().unwrap_or_default();
+    assert_eq!(result["data"]["result"]["output"]["words"], 3, "{result}");
+}
