@@ -84,6 +84,36 @@ async fn pipe_round_trips(n: usize) -> Duration {
     median(samples)
 }
 
+/// The JS runtime's own floor: the same frame line through a script that
+/// parses and re-serializes it over stdin/stdout, as the host does per call.
+async fn runtime_echo_round_trips(runtime: &JsRuntime, n: usize) -> Duration {
+    const ECHO: &str = "let b='';process.stdin.setEncoding('utf8');process.stdin.on('data',d=>{b+=d;let i;\
+        while((i=b.indexOf('\\n'))>=0){const l=b.slice(0,i);b=b.slice(i+1);\
+        process.stdout.write(JSON.stringify(JSON.parse(l))+'\\n');}});";
+    let mut echo = tokio::process::Command::new(&runtime.path)
+        .args(["-e", ECHO])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("echo: {e}"));
+    let (Some(mut input), Some(output)) = (echo.stdin.take(), echo.stdout.take()) else { panic!("echo pipes") };
+    let mut lines = BufReader::new(output).lines();
+    let line = b"{\"type\":\"call\",\"id\":1,\"module\":\"/x/kit.ts\",\"export\":\"noop\",\"input\":{},\"ctx\":{}}\n";
+    for _ in 0..100 {
+        input.write_all(line).await.unwrap_or_else(|e| panic!("{e}"));
+        lines.next_line().await.unwrap_or_else(|e| panic!("{e}"));
+    }
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let started = Instant::now();
+        input.write_all(line).await.unwrap_or_else(|e| panic!("{e}"));
+        lines.next_line().await.unwrap_or_else(|e| panic!("{e}"));
+        samples.push(started.elapsed());
+    }
+    median(samples)
+}
+
 fn main() {
     let Ok(runtime) = JsRuntime::discover(&|name: &str| std::env::var(name).ok()) else {
         println!("host bench skipped: no JavaScript runtime (install Bun or set GOONDAN_JS_RUNTIME)");
@@ -107,7 +137,10 @@ fn main() {
         let pipe = pipe_round_trips(WARM_CALLS).await;
         println!("no-op script tool call, warm host (median of {WARM_CALLS}): {call:?}");
         println!("raw pipe round trip through cat (median of {WARM_CALLS}): {pipe:?}");
-        println!("ratio: {:.1}x", call.as_secs_f64() / pipe.as_secs_f64().max(1e-9));
+        println!("ratio to the pipe: {:.1}x", call.as_secs_f64() / pipe.as_secs_f64().max(1e-9));
+        let echo = runtime_echo_round_trips(&runtime, WARM_CALLS).await;
+        println!("the runtime's own JSON echo over stdin/stdout (median of {WARM_CALLS}): {echo:?}");
+        println!("ratio to the runtime's echo: {:.2}x", call.as_secs_f64() / echo.as_secs_f64().max(1e-9));
 
         let mut cold = Vec::with_capacity(COLD_STARTS);
         for _ in 0..COLD_STARTS {
