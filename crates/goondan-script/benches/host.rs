@@ -64,24 +64,33 @@ async fn noop(setup: &Setup) {
     assert!(!result.is_error(), "{result:?}");
 }
 
-async fn pipe_round_trips(n: usize) -> Duration {
-    let mut cat = tokio::process::Command::new("cat")
+/// Median round trip of one frame line through a child that echoes lines
+/// (after 100 warm-up round trips).
+async fn echo_round_trips(mut command: tokio::process::Command, n: usize) -> Duration {
+    let mut child = command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .unwrap_or_else(|e| panic!("cat: {e}"));
-    let (Some(mut input), Some(output)) = (cat.stdin.take(), cat.stdout.take()) else { panic!("cat pipes") };
+        .unwrap_or_else(|e| panic!("echo child: {e}"));
+    let (Some(mut input), Some(output)) = (child.stdin.take(), child.stdout.take()) else { panic!("echo pipes") };
     let mut lines = BufReader::new(output).lines();
     let line = b"{\"type\":\"call\",\"id\":1,\"module\":\"/x/kit.ts\",\"export\":\"noop\",\"input\":{},\"ctx\":{}}\n";
     let mut samples = Vec::with_capacity(n);
-    for _ in 0..n {
+    for round in 0..n + 100 {
         let started = Instant::now();
         input.write_all(line).await.unwrap_or_else(|e| panic!("{e}"));
         lines.next_line().await.unwrap_or_else(|e| panic!("{e}"));
-        samples.push(started.elapsed());
+        if round >= 100 {
+            samples.push(started.elapsed());
+        }
     }
     median(samples)
+}
+
+/// The raw IPC floor: one line through `cat` over pipes and back.
+async fn pipe_round_trips(n: usize) -> Duration {
+    echo_round_trips(tokio::process::Command::new("cat"), n).await
 }
 
 /// The JS runtime's own floor: the same frame line through a script that
@@ -90,28 +99,9 @@ async fn runtime_echo_round_trips(runtime: &JsRuntime, n: usize) -> Duration {
     const ECHO: &str = "let b='';process.stdin.setEncoding('utf8');process.stdin.on('data',d=>{b+=d;let i;\
         while((i=b.indexOf('\\n'))>=0){const l=b.slice(0,i);b=b.slice(i+1);\
         process.stdout.write(JSON.stringify(JSON.parse(l))+'\\n');}});";
-    let mut echo = tokio::process::Command::new(&runtime.path)
-        .args(["-e", ECHO])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap_or_else(|e| panic!("echo: {e}"));
-    let (Some(mut input), Some(output)) = (echo.stdin.take(), echo.stdout.take()) else { panic!("echo pipes") };
-    let mut lines = BufReader::new(output).lines();
-    let line = b"{\"type\":\"call\",\"id\":1,\"module\":\"/x/kit.ts\",\"export\":\"noop\",\"input\":{},\"ctx\":{}}\n";
-    for _ in 0..100 {
-        input.write_all(line).await.unwrap_or_else(|e| panic!("{e}"));
-        lines.next_line().await.unwrap_or_else(|e| panic!("{e}"));
-    }
-    let mut samples = Vec::with_capacity(n);
-    for _ in 0..n {
-        let started = Instant::now();
-        input.write_all(line).await.unwrap_or_else(|e| panic!("{e}"));
-        lines.next_line().await.unwrap_or_else(|e| panic!("{e}"));
-        samples.push(started.elapsed());
-    }
-    median(samples)
+    let mut command = tokio::process::Command::new(&runtime.path);
+    command.args(["-e", ECHO]);
+    echo_round_trips(command, n).await
 }
 
 fn main() {
