@@ -12,7 +12,8 @@ use goondan_core::codes::{E_SCRIPT_MODULE, E_SCRIPT_RUNTIME_MISSING};
 use goondan_script::ScriptHost;
 
 fn module(fixture: &str, file: &str) -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(fixture).join("tools").join(file);
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(fixture).join("tools").join(file);
     std::path::absolute(&path).unwrap_or_else(|e| panic!("absolute {}: {e}", path.display()))
 }
 
