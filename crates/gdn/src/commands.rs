@@ -90,7 +90,7 @@ async fn check_script_modules(bundle: &goondan_config::Bundle, runtime: goondan_
             }
             Ok(names) => {
                 for (i, export) in tool.spec.exports.iter().enumerate() {
-                    if names.iter().any(|name| *name == export.name) {
+                    if names.contains(&export.name) {
                         continue;
                     }
                     let offered = if names.is_empty() { "none".to_owned() } else { names.join(", ") };
