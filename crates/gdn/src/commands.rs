@@ -1,5 +1,6 @@
 //! The commands: `validate`, `tool list`, `tool call`.
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::path::Path;
 use std::sync::Arc;
@@ -15,12 +16,19 @@ use crate::exit;
 use crate::output::{self, Output};
 
 /// `gdn validate`.
-pub fn validate(global: &GlobalOptions, out: &mut Output) -> Result<u8> {
+pub async fn validate(global: &GlobalOptions, out: &mut Output) -> Result<u8> {
     let mut report = load_bundle(&global.config);
-    let valid = !report.has_errors();
-    if let Some(warning) = report.bundle.as_ref().and_then(script_runtime_warning) {
-        report.diagnostics.push(warning);
+    // Only a bundle with Tools needs a runtime (discovery runs `--version`).
+    if let Some(bundle) = report.bundle.as_ref().filter(|bundle| bundle.tools().next().is_some()) {
+        match goondan_script::JsRuntime::discover(&|name: &str| std::env::var(name).ok()) {
+            Ok(runtime) => {
+                let found = check_script_modules(bundle, runtime).await;
+                report.diagnostics.extend(found);
+            }
+            Err(error) => report.diagnostics.extend(script_runtime_warning(bundle, &error)),
+        }
     }
+    let valid = !report.has_errors();
     if global.json {
         let body = serde_json::json!({"valid": valid, "diagnostics": report.diagnostics});
         writeln!(out.stdout, "{}", serde_json::to_string_pretty(&body)?)?;
@@ -32,9 +40,11 @@ pub fn validate(global: &GlobalOptions, out: &mut Output) -> Result<u8> {
 }
 
 /// A warning when the bundle has script tools and no JavaScript runtime is usable.
-fn script_runtime_warning(bundle: &goondan_config::Bundle) -> Option<Diagnostic> {
+fn script_runtime_warning(
+    bundle: &goondan_config::Bundle,
+    error: &goondan_script::DiscoverError,
+) -> Option<Diagnostic> {
     let doc = bundle.resources().iter().find(|r| matches!(r.resource, goondan_config::AnyResource::Tool(_)))?;
-    let error = goondan_script::JsRuntime::discover(&|name: &str| std::env::var(name).ok()).err()?;
     let mut warning = Diagnostic::warning(
         DiagnosticCode::ScriptRuntimeMissing,
         format!("goondan.yaml#{}.spec.entry", doc.doc_index),
@@ -43,6 +53,63 @@ fn script_runtime_warning(bundle: &goondan_config::Bundle) -> Option<Diagnostic>
     warning.suggestion =
         Some("Install Bun (https://bun.sh), or set GOONDAN_JS_RUNTIME to a Bun or Node >= 22.6 binary.".to_owned());
     Some(warning)
+}
+
+/// Loads each Tool module (`spec.entry`) of the bundle once in one script
+/// host and reports a module that does not load, or a declared export its
+/// `handlers` lack. Starts no host when the bundle has no script tools.
+async fn check_script_modules(bundle: &goondan_config::Bundle, runtime: goondan_script::JsRuntime) -> Vec<Diagnostic> {
+    let mut diagnostics = Vec::new();
+    let mut host = None;
+    let mut inspected: HashMap<Arc<Path>, Result<Vec<String>, String>> = HashMap::new();
+    for doc in bundle.resources() {
+        let goondan_config::AnyResource::Tool(tool) = &doc.resource else { continue };
+        let module = goondan_tools::assembly::entry_path(bundle.root(), &tool.spec.entry);
+        if !module.is_file() {
+            continue; // The loader reports a missing entry (E_CONFIG_ENTRY_NOT_FOUND).
+        }
+        let host = host.get_or_insert_with(|| goondan_script::ScriptHost::with_runtime(runtime.clone()));
+        let names = match inspected.get(&module) {
+            Some(names) => names.clone(),
+            None => {
+                let names = host.inspect(&module).await.map_err(|failure| failure.message);
+                inspected.insert(Arc::clone(&module), names.clone());
+                names
+            }
+        };
+        let file = &tool.spec.entry;
+        match names {
+            Err(why) => {
+                let mut error = Diagnostic::error(
+                    DiagnosticCode::ScriptModule,
+                    format!("goondan.yaml#{}.spec.entry", doc.doc_index),
+                    format!("Tool '{}': the JavaScript runtime cannot load its module '{file}': {why}", tool.name()),
+                );
+                error.suggestion = Some(format!("Fix {} so that it loads.", module.display()));
+                diagnostics.push(error);
+            }
+            Ok(names) => {
+                for (i, export) in tool.spec.exports.iter().enumerate() {
+                    if names.contains(&export.name) {
+                        continue;
+                    }
+                    let offered = if names.is_empty() { "none".to_owned() } else { names.join(", ") };
+                    let mut error = Diagnostic::error(
+                        DiagnosticCode::ScriptExportMissing,
+                        format!("goondan.yaml#{}.spec.exports[{i}].name", doc.doc_index),
+                        format!(
+                            "Tool '{}' declares export '{}', but its module '{file}' has no handler for it (its handlers are: {offered})",
+                            tool.name(),
+                            export.name
+                        ),
+                    );
+                    error.suggestion = Some(format!("add `{}` to the module's `handlers`", export.name));
+                    diagnostics.push(error);
+                }
+            }
+        }
+    }
+    diagnostics
 }
 
 /// Loads the bundle and assembles the agent's tooling exactly as `gdn run`

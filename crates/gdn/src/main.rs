@@ -37,7 +37,7 @@ fn main() -> ExitCode {
         Command::Run(args) => runtime.block_on(run::run(&cli.global, args, &mut out)),
         Command::Instance(command) => run::instance(&cli.global, command, &mut out),
         Command::Init(args) => init::init(&cli.global, args, &mut out),
-        Command::Validate => commands::validate(&cli.global, &mut out),
+        Command::Validate => runtime.block_on(commands::validate(&cli.global, &mut out)),
         Command::Tool(ToolCommand::List { agent }) => {
             runtime.block_on(commands::tool_list(&cli.global, agent.as_deref(), &mut out))
         }

@@ -349,6 +349,53 @@ fn validate_warns_when_script_tools_have_no_runtime() {
 }
 
 #[test]
+fn validate_reports_script_exports_the_module_lacks_and_modules_that_do_not_load() {
+    let output = gdn(&fixture("script-missing-export"), &["validate", "--json"]);
+    let report = json_stdout(&output);
+    if !js_runtime_usable() {
+        assert_eq!(code(&output), 0, "{}", stderr(&output));
+        let codes: Vec<_> = diagnostic_summary(&report).into_iter().map(|(code, _)| code).collect();
+        assert_eq!(codes, ["W_SCRIPT_RUNTIME_MISSING"], "{report}");
+        return;
+    }
+    assert_eq!(code(&output), 1, "{}", stderr(&output));
+    assert_eq!(report["valid"], false);
+    assert_eq!(
+        diagnostic_summary(&report),
+        [
+            ("E_CONFIG_SCRIPT_EXPORT_MISSING".to_owned(), "goondan.yaml#0.spec.exports[1].name".to_owned()),
+            ("E_CONFIG_SCRIPT_MODULE".to_owned(), "goondan.yaml#1.spec.entry".to_owned()),
+        ],
+        "{report}"
+    );
+    let missing = &report["diagnostics"][0];
+    assert_eq!(missing["severity"], "error");
+    let message = missing["message"].as_str().unwrap_or_default();
+    assert!(message.contains("partial.ts") && message.contains("'absent'"), "{message}");
+    assert_eq!(missing["suggestion"], "add `absent` to the module's `handlers`");
+    let broken = &report["diagnostics"][1];
+    assert_eq!(broken["severity"], "error");
+    assert!(broken["message"].as_str().is_some_and(|m| m.contains("broken.ts")), "{report}");
+}
+
+#[test]
+fn validate_without_a_runtime_only_warns_about_script_modules() {
+    let output = Command::new(env!("CARGO_BIN_EXE_gdn"))
+        .arg("-c")
+        .arg(fixture("script-missing-export"))
+        .args(["--json", "validate"])
+        .env("NO_COLOR", "1")
+        .env("GOONDAN_JS_RUNTIME", "/nonexistent/js-runtime")
+        .env("PATH", "/nonexistent")
+        .output()
+        .unwrap_or_else(|e| panic!("spawn gdn: {e}"));
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let report = json_stdout(&output);
+    let codes: Vec<_> = diagnostic_summary(&report).into_iter().map(|(code, _)| code).collect();
+    assert_eq!(codes, ["W_SCRIPT_RUNTIME_MISSING"], "{report}");
+}
+
+#[test]
 fn tool_call_truncates_errors_with_the_tools_own_limit() {
     // wait has errorMessageLimit 600; five long unexpected properties make a longer message.
     let mut args = serde_json::Map::new();

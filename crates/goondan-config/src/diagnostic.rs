@@ -38,6 +38,13 @@ pub enum DiagnosticCode {
     TooManyDocuments,
     #[serde(rename = "E_CONFIG_FILE_NOT_FOUND")]
     FileNotFound,
+    /// A Tool export declared in goondan.yaml that its module's `handlers`
+    /// lack (found by `gdn validate` when a JavaScript runtime is usable).
+    #[serde(rename = "E_CONFIG_SCRIPT_EXPORT_MISSING")]
+    ScriptExportMissing,
+    /// A Tool module (`spec.entry`) that the JavaScript runtime cannot load.
+    #[serde(rename = "E_CONFIG_SCRIPT_MODULE")]
+    ScriptModule,
     /// A warning: the bundle has script tools and no JavaScript runtime is usable.
     #[serde(rename = "W_SCRIPT_RUNTIME_MISSING")]
     ScriptRuntimeMissing,
@@ -61,6 +68,8 @@ impl DiagnosticCode {
             Self::FileTooLarge => "E_CONFIG_FILE_TOO_LARGE",
             Self::TooManyDocuments => "E_CONFIG_TOO_MANY_DOCUMENTS",
             Self::FileNotFound => "E_CONFIG_FILE_NOT_FOUND",
+            Self::ScriptExportMissing => "E_CONFIG_SCRIPT_EXPORT_MISSING",
+            Self::ScriptModule => "E_CONFIG_SCRIPT_MODULE",
             Self::ScriptRuntimeMissing => "W_SCRIPT_RUNTIME_MISSING",
         }
     }

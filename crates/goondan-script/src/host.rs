@@ -172,8 +172,31 @@ impl ScriptHost {
         tool_call_id: &str,
     ) -> HandlerResult {
         let module_str = module.to_string_lossy();
+        let frame = |id| ToHost::Call { id, module: &module_str, export, input, ctx };
+        self.request(module, tool_call_id, frame).await.map(ToolOutput::from_json)
+    }
+
+    /// The names of the handlers `module` offers, found as for a call
+    /// (`handlers`, or a default export's `handlers`). A module that does
+    /// not load (a syntax error, a missing file) is an `E_SCRIPT_MODULE`
+    /// failure naming it; no runtime is `E_SCRIPT_RUNTIME_MISSING`.
+    pub async fn inspect(&self, module: &Path) -> Result<Vec<String>, ToolFailure> {
+        let module_str = module.to_string_lossy();
+        let frame = |id| ToHost::Inspect { id, module: &module_str };
+        let names = self.request(module, "", frame).await?;
+        serde_json::from_value(names)
+            .map_err(|e| ToolFailure::new(format!("the script host listed the handlers of {module_str} oddly: {e}")))
+    }
+
+    /// Sends the frame `frame(id)` and waits for the answer with that id.
+    async fn request<'f>(
+        &self,
+        module: &Path,
+        tool_call_id: &str,
+        frame: impl Fn(u64) -> ToHost<'f>,
+    ) -> Result<JsonValue, ToolFailure> {
         // A host may die between handing out its connection and taking the
-        // call; one retry on a fresh host covers that race.
+        // request; one retry on a fresh host covers that race.
         for _attempt in 0..2 {
             let connection = self.connection(module).await?;
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -182,19 +205,18 @@ impl ScriptHost {
                 continue;
             }
             let mut guard = CancelOnDrop { connection: Some(Arc::clone(&connection)), id };
-            let frame = ToHost::Call { id, module: &module_str, export, input, ctx };
-            match serde_json::to_vec(&frame) {
+            match serde_json::to_vec(&frame(id)) {
                 Ok(line) => connection.send(line),
                 Err(e) => {
                     guard.disarm();
                     connection.shared.take(id);
-                    return Err(ToolFailure::new(format!("cannot encode the call for the script host: {e}")));
+                    return Err(ToolFailure::new(format!("cannot encode the request for the script host: {e}")));
                 }
             }
             let outcome = rx.await;
             guard.disarm();
             return match outcome {
-                Ok(result) => result.map(ToolOutput::from_json),
+                Ok(result) => result,
                 Err(_closed) => Err(host_exited("the script host dropped the call".to_owned())),
             };
         }
@@ -485,6 +507,15 @@ async fn read_frames<R: AsyncRead + Unpin>(reader: BufReader<R>, shared: Arc<Sha
                         failures.in_a_row = 0;
                     }
                     Ok(output.unwrap_or(JsonValue::Null))
+                } else {
+                    Err(thrown(error.unwrap_or_default()))
+                };
+                let _ = call.reply.send(result);
+            }
+            FromHost::Exports { id, ok, names, error } => {
+                let Some(call) = shared.take(id) else { continue };
+                let result = if ok {
+                    Ok(JsonValue::Array(names.into_iter().map(JsonValue::String).collect()))
                 } else {
                     Err(thrown(error.unwrap_or_default()))
                 };

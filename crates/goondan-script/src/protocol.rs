@@ -1,9 +1,10 @@
 //! The frames between goondan-rs and the JavaScript host: one JSON object a
 //! line, tagged by `type`, over the host's Unix socket.
 //!
-//! Rust → JS: `call`, `cancel`. JS → Rust: `ready`, `result`, `cancelled`,
-//! `log`. Calls are matched to results by `id`, so any number may be in
-//! flight and results may come back in any order.
+//! Rust → JS: `call`, `cancel`, `inspect`. JS → Rust: `ready`, `result`,
+//! `exports`, `cancelled`, `log`. Calls are matched to results (and
+//! inspections to `exports`) by `id`, so any number may be in flight and
+//! answers may come back in any order.
 
 use goondan_core::{JsonObject, JsonValue};
 use serde::{Deserialize, Serialize};
@@ -25,6 +26,13 @@ pub enum ToHost<'a> {
         input: &'a JsonObject,
         /// The JSON part of the ToolContext (the host adds `logger` and `runtime`).
         ctx: &'a JsonValue,
+    },
+    /// List the handler names `module` offers (`gdn validate`).
+    Inspect {
+        /// Matches the `exports` answer.
+        id: u64,
+        /// The module's absolute path.
+        module: &'a str,
     },
     /// The caller gave up on call `id`; its result is no longer wanted.
     Cancel {
@@ -54,6 +62,20 @@ pub enum FromHost {
         #[serde(default)]
         output: Option<JsonValue>,
         /// What was thrown.
+        #[serde(default)]
+        error: Option<ErrorBody>,
+    },
+    /// The answer to `inspect`: the names of the module's handlers, or why
+    /// it failed to load.
+    Exports {
+        /// The inspection.
+        id: u64,
+        /// Whether the module loaded (`names`) or not (`error`).
+        ok: bool,
+        /// The handler names (keys of `handlers` whose values are functions).
+        #[serde(default)]
+        names: Vec<String>,
+        /// Why the module did not load.
         #[serde(default)]
         error: Option<ErrorBody>,
     },
@@ -118,6 +140,17 @@ mod tests {
                 assert_eq!(error.code.as_deref(), Some("E_X"));
                 assert_eq!(error.help_url.as_deref(), Some("u"));
             }
+            other => panic!("{other:?}"),
+        }
+        let inspect = ToHost::Inspect { id: 2, module: "/m.ts" };
+        assert_eq!(
+            serde_json::to_value(&inspect).unwrap_or_default(),
+            json!({"type": "inspect", "id": 2, "module": "/m.ts"})
+        );
+        let frame: FromHost = serde_json::from_str(r#"{"type":"exports","id":2,"ok":true,"names":["a","b"]}"#)
+            .unwrap_or_else(|e| panic!("{e}"));
+        match frame {
+            FromHost::Exports { id: 2, ok: true, names, error: None } => assert_eq!(names, ["a", "b"]),
             other => panic!("{other:?}"),
         }
     }

@@ -47,7 +47,7 @@ pub fn export_item(tool: &Resource<ToolSpec>, export: &ToolExport) -> ToolCatalo
 
 /// `entry` resolved against the bundle root, made absolute so that a host
 /// running in another directory imports the same file.
-fn entry_path(root: &Path, entry: &str) -> Arc<Path> {
+pub fn entry_path(root: &Path, entry: &str) -> Arc<Path> {
     let joined = root.join(entry);
     // `absolute` only fails for an empty path or an unreadable current
     // directory; the joined path is then the best there is.

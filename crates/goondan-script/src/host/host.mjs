@@ -52,6 +52,8 @@ socket.on('data', (chunk) => {
     if (frame.type === 'call') {
       // Each call is its own task: calls of one step run concurrently.
       void runCall(frame);
+    } else if (frame.type === 'inspect') {
+      void runInspect(frame);
     } else if (frame.type === 'cancel') {
       if (inflight.has(frame.id)) cancelled.add(frame.id);
       send({ type: 'cancelled', id: frame.id });
@@ -161,18 +163,36 @@ const runtimeApi = Object.freeze({
   catalog: unavailable('catalog'),
 });
 
+async function importModule(modulePath) {
+  try {
+    return await loadModule(modulePath);
+  } catch (error) {
+    const why = error instanceof Error ? error.message : String(error);
+    throw new HostError(`cannot load tool module ${modulePath}: ${why}`, 'E_SCRIPT_MODULE', 'ModuleError');
+  }
+}
+
+// The names a call could run: the keys of the module's handlers (found as
+// for a call) whose values are functions.
+async function runInspect(frame) {
+  const { id, module: modulePath } = frame;
+  let reply;
+  try {
+    const handlers = readHandlers(await importModule(modulePath));
+    const names = handlers ? Object.keys(handlers).filter((name) => typeof handlers[name] === 'function') : [];
+    reply = { type: 'exports', id, ok: true, names };
+  } catch (thrown) {
+    reply = { type: 'exports', id, ok: false, error: errorBody(thrown) };
+  }
+  send(reply);
+}
+
 async function runCall(frame) {
   const { id, module: modulePath, export: exportName } = frame;
   inflight.add(id);
   let reply;
   try {
-    let namespace;
-    try {
-      namespace = await loadModule(modulePath);
-    } catch (error) {
-      const why = error instanceof Error ? error.message : String(error);
-      throw new HostError(`cannot load tool module ${modulePath}: ${why}`, 'E_SCRIPT_MODULE', 'ModuleError');
-    }
+    const namespace = await importModule(modulePath);
     const handlers = readHandlers(namespace);
     const handler = handlers?.[exportName];
     if (typeof handler !== 'function') {
