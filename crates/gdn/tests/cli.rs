@@ -7,6 +7,9 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::{Value, json};
 
+mod common;
+use common::js_runtime_usable;
+
 fn repo_path(relative: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(relative)
 }
@@ -289,22 +292,6 @@ fn tool_call_outside_the_catalog_is_refused() {
     let result = json_stdout(&output);
     assert_eq!(result["error"]["code"], "E_TOOL_NOT_IN_CATALOG");
     assert_eq!(result["error"]["message"], "Tool 'http-fetch__get' is not available in the current Tool Catalog.");
-}
-
-/// Whether a JavaScript runtime is usable here; with `GOONDAN_REQUIRE_JS=1`
-/// (CI) its absence fails the test instead.
-#[allow(clippy::print_stderr)]
-fn js_runtime_usable() -> bool {
-    match goondan_script::JsRuntime::discover(&|name: &str| std::env::var(name).ok()) {
-        Ok(_) => true,
-        Err(error) if std::env::var("GOONDAN_REQUIRE_JS").as_deref() == Ok("1") => {
-            panic!("GOONDAN_REQUIRE_JS=1 but no JavaScript runtime is usable: {error}")
-        }
-        Err(error) => {
-            eprintln!("skipping the script-tool part: no JavaScript runtime ({error})");
-            false
-        }
-    }
 }
 
 #[test]

@@ -6,6 +6,9 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
+mod common;
+use common::js_runtime_usable;
+
 fn repo(relative: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(relative)
 }
@@ -300,22 +303,6 @@ fn a_second_run_on_a_busy_instance_is_refused() {
     assert!(text(&second.stderr).contains("in use by another process"), "{}", text(&second.stderr));
     let messages = folded(&state.path().join("instances/default/messages.jsonl"));
     assert!(messages.iter().all(|m| m["data"]["content"] != "me too"), "the refused run wrote nothing");
-}
-
-/// Whether a JavaScript runtime is usable here; with `GOONDAN_REQUIRE_JS=1`
-/// (CI) its absence fails the test instead.
-#[allow(clippy::print_stderr)]
-fn js_runtime_usable() -> bool {
-    match goondan_script::JsRuntime::discover(&|name: &str| std::env::var(name).ok()) {
-        Ok(_) => true,
-        Err(error) if std::env::var("GOONDAN_REQUIRE_JS").as_deref() == Ok("1") => {
-            panic!("GOONDAN_REQUIRE_JS=1 but no JavaScript runtime is usable: {error}")
-        }
-        Err(error) => {
-            eprintln!("skipping the script-tool part: no JavaScript runtime ({error})");
-            false
-        }
-    }
 }
 
 #[test]
