@@ -312,18 +312,23 @@ fn tool_call_of_a_script_tool_runs_it_on_the_js_runtime() {
     }
 }
 
-#[test]
-fn validate_warns_when_script_tools_have_no_runtime() {
-    // GOONDAN_JS_RUNTIME naming a missing binary makes every runtime unusable.
-    let output = Command::new(env!("CARGO_BIN_EXE_gdn"))
+/// `gdn --json validate` with every JavaScript runtime made unusable
+/// (`GOONDAN_JS_RUNTIME` naming a missing binary, nothing on `PATH`).
+fn validate_without_js(bundle: &PathBuf) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gdn"))
         .arg("-c")
-        .arg(quickstart())
+        .arg(bundle)
         .args(["--json", "validate"])
         .env("NO_COLOR", "1")
         .env("GOONDAN_JS_RUNTIME", "/nonexistent/js-runtime")
         .env("PATH", "/nonexistent")
         .output()
-        .unwrap_or_else(|e| panic!("spawn gdn: {e}"));
+        .unwrap_or_else(|e| panic!("spawn gdn: {e}"))
+}
+
+#[test]
+fn validate_warns_when_script_tools_have_no_runtime() {
+    let output = validate_without_js(&quickstart());
     assert_eq!(code(&output), 0, "a warning does not make the bundle invalid: {}", stderr(&output));
     let report = json_stdout(&output);
     let warning = report["diagnostics"]
@@ -367,15 +372,7 @@ fn validate_reports_script_exports_the_module_lacks_and_modules_that_do_not_load
 
 #[test]
 fn validate_without_a_runtime_only_warns_about_script_modules() {
-    let output = Command::new(env!("CARGO_BIN_EXE_gdn"))
-        .arg("-c")
-        .arg(fixture("script-missing-export"))
-        .args(["--json", "validate"])
-        .env("NO_COLOR", "1")
-        .env("GOONDAN_JS_RUNTIME", "/nonexistent/js-runtime")
-        .env("PATH", "/nonexistent")
-        .output()
-        .unwrap_or_else(|e| panic!("spawn gdn: {e}"));
+    let output = validate_without_js(&fixture("script-missing-export"));
     assert_eq!(code(&output), 0, "{}", stderr(&output));
     let report = json_stdout(&output);
     let codes: Vec<_> = diagnostic_summary(&report).into_iter().map(|(code, _)| code).collect();
