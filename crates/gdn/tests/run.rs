@@ -336,3 +336,57 @@ fn the_js_host_starts_only_when_a_script_tool_is_called() {
     let result = messages.iter().find(|m| m["data"]["role"] == "tool").cloned().unwrap_or_default();
     assert_eq!(result["data"]["result"]["output"]["words"], 3, "{result}");
 }
+
+/// The pids of `pid`'s children whose command line mentions `needle`.
+fn children_running(pid: u32, needle: &str) -> Vec<u32> {
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    children
+        .split_whitespace()
+        .filter_map(|child| child.parse::<u32>().ok())
+        .filter(|child| {
+            std::fs::read(format!("/proc/{child}/cmdline"))
+                .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains(needle))
+        })
+        .collect()
+}
+
+/// A process that is gone (or a zombie nobody reaped: it runs nothing).
+fn is_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/status")) {
+        Err(_) => true,
+        Ok(status) => status.lines().any(|line| line.starts_with("State:") && line.contains('Z')),
+    }
+}
+
+#[test]
+fn the_js_host_does_not_outlive_gdn_even_after_sigkill() {
+    if !js_runtime_usable() {
+        return;
+    }
+    let state = temp();
+    let bundle = repo("tests/fixtures/script-slow");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gdn"))
+        .arg("--state-root")
+        .arg(state.path())
+        .args(["-c", bundle.to_str().unwrap_or_default(), "run", "--input", "go"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn gdn: {e}"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let host = loop {
+        if let Some(host) = children_running(child.id(), "host.mjs").first() {
+            break *host;
+        }
+        assert!(std::time::Instant::now() < deadline, "the JS host never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    child.kill().unwrap_or_else(|e| panic!("SIGKILL gdn: {e}"));
+    let _ = child.wait();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !is_gone(host) {
+        assert!(std::time::Instant::now() < deadline, "the JS host {host} outlived gdn");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
