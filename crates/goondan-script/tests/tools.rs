@@ -24,8 +24,8 @@ macro_rules! kit {
 #[tokio::test]
 async fn nothing_starts_until_the_first_call_and_only_local_tools_are_installed() {
     let (kit, _) = kit!("lazy start", None);
-    // kit (15 exports) + shaped (1); the base `wait` tool is not a script.
-    assert_eq!(kit.installed, 16);
+    // kit (16 exports) + shaped (1); the base `wait` tool is not a script.
+    assert_eq!(kit.installed, 17);
     assert_eq!(kit.host.running_pid().await, None);
     let result = kit.call("c1", "kit__echo", json!({"text": "hi"})).await;
     assert_eq!(output(&result)["text"], "hi");
@@ -49,6 +49,21 @@ async fn plain_return_sees_the_tool_context() {
     // The assistant message holding the call, as JSON.
     assert_eq!(out["message"]["data"]["role"], "assistant", "{}", out["message"]);
     assert!(out["message"].to_string().contains("call-7"), "{}", out["message"]);
+}
+
+#[tokio::test]
+async fn results_larger_than_the_socket_buffer_arrive_whole() {
+    let (kit, _) = kit!("large results", None);
+    // 4 MiB of text (half of it two-byte characters) in one frame, twice in a
+    // row: a frame the socket takes in pieces must go out whole and in order.
+    for _ in 0..2 {
+        let result = kit.call("big", "kit__big", json!({"size": 4 * 1024 * 1024})).await;
+        let text = output(&result)["text"].as_str().map(str::to_owned).unwrap_or_default();
+        assert_eq!(text.chars().count(), 4 * 1024 * 1024);
+        assert!(text.starts_with('é') && text.ends_with('x'));
+    }
+    let after = kit.call("echo", "kit__echo", json!({"text": "still in step"})).await;
+    assert_eq!(output(&after)["text"], "still in step");
 }
 
 #[tokio::test]

@@ -5,10 +5,11 @@
 // GOONDAN_SCRIPT_SOCKET — never stdout, which user code may print to (gdn
 // logs stdout and stderr). The host exits when the socket or stdin closes,
 // so it never outlives gdn.
-import { existsSync } from 'node:fs';
-import net from 'node:net';
-import { pathToFileURL } from 'node:url';
-import { format } from 'node:util';
+// Start-up is on the cold path of the first script call, so nothing is
+// imported statically: on Bun the socket, file checks and formatting use
+// Bun's own APIs (importing node:net, or touching process.stdin, costs Bun
+// 15-25 ms each on these machines); Node loads its modules on demand.
+const isBun = typeof Bun !== 'undefined';
 
 const socketPath = process.env.GOONDAN_SCRIPT_SOCKET;
 if (!socketPath) {
@@ -16,26 +17,19 @@ if (!socketPath) {
   process.exit(2);
 }
 
-const socket = net.createConnection(socketPath);
-socket.setNoDelay?.(true);
-socket.on('error', () => process.exit(0));
-socket.on('close', () => process.exit(0));
-process.stdin.on('end', () => process.exit(0));
-process.stdin.on('error', () => process.exit(0));
-process.stdin.resume();
-
-function send(frame) {
-  socket.write(JSON.stringify(frame) + '\n');
+// Log lines are formatted like console.log; node:util's format takes over
+// once loaded, in the background after start-up.
+let format = (...args) => args.map((arg) => (typeof arg === 'string' ? arg : safeInspect(arg))).join(' ');
+function safeInspect(value) {
+  try {
+    return isBun ? Bun.inspect(value) : JSON.stringify(value);
+  } catch {
+    return String(value);
+  }
 }
 
-socket.on('connect', () => {
-  const isBun = typeof Bun !== 'undefined';
-  send({ type: 'ready', runtime: isBun ? 'bun' : 'node', version: isBun ? Bun.version : process.versions.node });
-});
-
 let buffered = '';
-socket.setEncoding('utf8');
-socket.on('data', (chunk) => {
+function onData(chunk) {
   buffered += chunk;
   let newline;
   while ((newline = buffered.indexOf('\n')) >= 0) {
@@ -59,7 +53,76 @@ socket.on('data', (chunk) => {
       send({ type: 'cancelled', id: frame.id });
     }
   }
-});
+}
+
+function sendReady() {
+  send({ type: 'ready', runtime: isBun ? 'bun' : 'node', version: isBun ? Bun.version : process.versions.node });
+  // Not needed for the first call: load the full formatter afterwards.
+  import('node:util').then((util) => { format = util.format; }, () => {});
+}
+
+// The host exits when its socket closes: the kernel closes it when gdn dies
+// in any way, SIGKILL included, so the host never outlives gdn.
+let write;
+if (isBun) {
+  const decoder = new TextDecoder();
+  const encoder = new TextEncoder();
+  // Bun's socket.write may take part of a large frame: the rest waits here
+  // and goes out, in order, when the socket drains.
+  let pending = null;
+  let socket = null;
+  const flush = () => {
+    while (pending) {
+      const written = socket.write(pending);
+      if (written >= pending.length) {
+        pending = null;
+      } else {
+        pending = pending.subarray(Math.max(written, 0));
+        return;
+      }
+    }
+  };
+  socket = await Bun.connect({
+    unix: socketPath,
+    socket: {
+      data(_socket, bytes) { onData(decoder.decode(bytes, { stream: true })); },
+      drain() { flush(); },
+      close() { process.exit(0); },
+      error() { process.exit(0); },
+      end() { process.exit(0); },
+    },
+  }).catch(() => process.exit(0));
+  write = (text) => {
+    const bytes = encoder.encode(text);
+    if (pending) {
+      const joined = new Uint8Array(pending.length + bytes.length);
+      joined.set(pending);
+      joined.set(bytes, pending.length);
+      pending = joined;
+      return;
+    }
+    const written = socket.write(bytes);
+    if (written < bytes.length) pending = bytes.subarray(Math.max(written, 0));
+  };
+  sendReady();
+} else {
+  const net = (await import('node:net')).default;
+  const socket = net.createConnection(socketPath);
+  socket.setNoDelay?.(true);
+  socket.on('error', () => process.exit(0));
+  socket.on('close', () => process.exit(0));
+  process.stdin.on('end', () => process.exit(0));
+  process.stdin.on('error', () => process.exit(0));
+  process.stdin.resume();
+  write = (text) => socket.write(text);
+  socket.setEncoding('utf8');
+  socket.on('data', onData);
+  socket.on('connect', sendReady);
+}
+
+function send(frame) {
+  write(JSON.stringify(frame) + '\n');
+}
 
 // Ids of calls running now, and of those whose caller gave up (their
 // eventual result is dropped).
@@ -76,22 +139,35 @@ class HostError extends Error {
   }
 }
 
-function resolveEntry(path) {
+async function exists(path) {
+  if (isBun) return Bun.file(path).exists();
+  const fs = await import('node:fs');
+  return fs.existsSync(path);
+}
+
+async function resolveEntry(path) {
   // As the original loader: a missing .ts may exist as .js and the other way round.
-  if (existsSync(path)) return path;
+  if (await exists(path)) return path;
   for (const [from, to] of [['.ts', '.js'], ['.js', '.ts']]) {
     if (path.endsWith(from)) {
       const other = path.slice(0, -from.length) + to;
-      if (existsSync(other)) return other;
+      if (await exists(other)) return other;
     }
   }
   return path;
 }
 
+async function importEntry(path) {
+  const resolved = await resolveEntry(path);
+  if (isBun) return import(resolved);
+  const { pathToFileURL } = await import('node:url');
+  return import(pathToFileURL(resolved).href);
+}
+
 function loadModule(path) {
   let loading = modules.get(path);
   if (!loading) {
-    loading = import(pathToFileURL(resolveEntry(path)).href);
+    loading = importEntry(path);
     modules.set(path, loading);
     // A failed import is retried on the next call (the file may be fixed).
     loading.catch(() => modules.delete(path));
