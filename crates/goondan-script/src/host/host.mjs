@@ -3,8 +3,8 @@
 // Shipped inside the gdn binary and written to a private directory at start.
 // Frames are newline-delimited JSON over the Unix socket named by
 // GOONDAN_SCRIPT_SOCKET — never stdout, which user code may print to (gdn
-// logs stdout and stderr). The host exits when the socket or stdin closes,
-// so it never outlives gdn.
+// logs stdout and stderr). The host exits when the socket closes (on Node
+// also when stdin does), so it never outlives gdn.
 // Start-up is on the cold path of the first script call, so nothing is
 // imported statically: on Bun the socket, file checks and formatting use
 // Bun's own APIs (importing node:net, or touching process.stdin, costs Bun
