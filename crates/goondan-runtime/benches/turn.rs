@@ -17,7 +17,7 @@ use goondan_core::{ConversationState, MessageData};
 use goondan_llm::provider::{BoxFuture, StreamSink};
 use goondan_llm::{ModelError, ModelProvider, ModelRequest, ModelResponse, RawToolCall, StopReason};
 use goondan_runtime::AgentTooling;
-use goondan_runtime::conversation::{Conversation, NoStore};
+use goondan_runtime::conversation::Conversation;
 use goondan_runtime::turn::{Agent, TurnObserver};
 use goondan_tools::assembly::AgentTools;
 use goondan_tools::events::{EventSink, RuntimeEvent};
@@ -60,7 +60,7 @@ fn counted_turns(prior: usize, turns: usize) {
     let (_cancel, cancelled) = watch::channel(false);
     let state = after_turns(&runtime, &agent, prior, &cancelled);
     for _ in 0..turns {
-        let mut conversation = Conversation::new(state.clone(), Arc::new(NoStore));
+        let mut conversation = Conversation::unsaved(state.clone());
         let outcome = runtime.block_on(agent.run_turn(&mut conversation, "go".into(), &Quiet, cancelled.clone()));
         assert_eq!(outcome.steps, 2);
         black_box(conversation);
@@ -140,11 +140,9 @@ fn two_step_turn(bencher: Bencher<'_, '_>, prior: usize) {
     let agent = agent();
     let (_cancel, cancelled) = watch::channel(false);
     let state = after_turns(&runtime, &agent, prior, &cancelled);
-    bencher.with_inputs(|| Conversation::new(state.clone(), Arc::new(NoStore))).bench_local_values(
-        |mut conversation| {
-            let outcome = runtime.block_on(agent.run_turn(&mut conversation, "go".into(), &Quiet, cancelled.clone()));
-            assert_eq!(outcome.steps, 2);
-            conversation
-        },
-    );
+    bencher.with_inputs(|| Conversation::unsaved(state.clone())).bench_local_values(|mut conversation| {
+        let outcome = runtime.block_on(agent.run_turn(&mut conversation, "go".into(), &Quiet, cancelled.clone()));
+        assert_eq!(outcome.steps, 2);
+        conversation
+    });
 }

@@ -24,46 +24,22 @@ pub trait ConversationStore: Send + Sync {
     fn commit(&self, batch: Vec<MessageEvent>, state: &ConversationState)
     -> BoxFuture<'static, Result<(), StoreError>>;
 
-    /// False for a store that keeps nothing: the runtime then skips it.
-    fn keeps_anything(&self) -> bool {
-        true
-    }
-
     /// Records that a turn ended (counters, timestamps).
     fn turn_ended(&self) -> BoxFuture<'static, Result<(), StoreError>> {
         Box::pin(std::future::ready(Ok(())))
     }
 
     /// The conversation as last committed, for recovering the in-memory
-    /// state after a turn was abandoned; `None` if the store keeps nothing.
+    /// state after a turn was abandoned; `None` if the store cannot tell.
     fn reload(&self) -> BoxFuture<'static, Result<Option<ConversationState>, StoreError>> {
         Box::pin(std::future::ready(Ok(None)))
     }
 }
 
-/// Keeps nothing: a conversation that lives only in memory (tests,
-/// benchmarks, previews).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NoStore;
-
-impl ConversationStore for NoStore {
-    fn keeps_anything(&self) -> bool {
-        false
-    }
-
-    fn commit(
-        &self,
-        _batch: Vec<MessageEvent>,
-        _state: &ConversationState,
-    ) -> BoxFuture<'static, Result<(), StoreError>> {
-        Box::pin(std::future::ready(Ok(())))
-    }
-}
-
-/// A conversation and its store.
+/// A conversation and its store (none for one kept only in memory).
 pub struct Conversation {
     pub(crate) state: ConversationState,
-    pub(crate) store: Arc<dyn ConversationStore>,
+    pub(crate) store: Option<Arc<dyn ConversationStore>>,
     /// The state was lost with an abandoned turn and must be reloaded.
     pub(crate) needs_reload: bool,
 }
@@ -75,14 +51,19 @@ impl std::fmt::Debug for Conversation {
 }
 
 impl Conversation {
-    /// A conversation kept only in memory.
+    /// A conversation of `messages` kept only in memory.
     pub fn in_memory(messages: Vec<Message>) -> Self {
-        Self::new(ConversationState::new(messages), Arc::new(NoStore))
+        Self::unsaved(ConversationState::new(messages))
+    }
+
+    /// A conversation kept only in memory, starting from `state`.
+    pub fn unsaved(state: ConversationState) -> Self {
+        Self { state, store: None, needs_reload: false }
     }
 
     /// A conversation saved to `store`, starting from `state` (as loaded from it).
     pub fn new(state: ConversationState, store: Arc<dyn ConversationStore>) -> Self {
-        Self { state, store, needs_reload: false }
+        Self { state, store: Some(store), needs_reload: false }
     }
 
     /// The messages as they stand.
@@ -98,16 +79,24 @@ impl Conversation {
     /// Commits the state's uncommitted events (with the repairs that keep
     /// the conversation valid) and saves them.
     pub async fn commit(&mut self) -> Result<(), StoreError> {
-        commit(&mut self.state, &*self.store).await
+        commit(&mut self.state, self.store.as_deref()).await
     }
 }
 
-/// Commits `state`'s uncommitted events to `store`; nothing to do is free.
-pub(crate) async fn commit(state: &mut ConversationState, store: &dyn ConversationStore) -> Result<(), StoreError> {
-    if !state.commit() || !store.keeps_anything() {
-        return Ok(());
+/// Commits `state`'s uncommitted events and saves them to `store`, if any;
+/// nothing to do is free.
+pub(crate) async fn commit(
+    state: &mut ConversationState,
+    store: Option<&dyn ConversationStore>,
+) -> Result<(), StoreError> {
+    match store {
+        Some(store) if state.commit() => store.commit(state.last_batch(), state).await,
+        Some(_) => Ok(()),
+        None => {
+            state.commit();
+            Ok(())
+        }
     }
-    store.commit(state.last_batch(), state).await
 }
 
 /// An instance's message log as a [`ConversationStore`].

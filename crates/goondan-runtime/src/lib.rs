@@ -22,5 +22,5 @@ pub use context::{
     EventEmitter, EventNameError, LayerFailure, Pipeline, StepContext, StepFailure, StepOutcome, TurnContext, TurnEnd,
     TurnOutcome,
 };
-pub use conversation::{Conversation, ConversationStore, InstanceLog, NoStore};
+pub use conversation::{Conversation, ConversationStore, InstanceLog};
 pub use turn::{Agent, NoObserver, TurnObserver};

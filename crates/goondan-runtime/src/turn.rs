@@ -135,7 +135,7 @@ impl Agent {
         cancel: watch::Receiver<bool>,
     ) -> TurnOutcome {
         let tooling = &self.tooling;
-        let store = Arc::clone(&conversation.store);
+        let store = conversation.store.clone();
         if conversation.needs_reload {
             reload(conversation).await;
         }
@@ -173,7 +173,7 @@ impl Agent {
         };
         let core = TurnCore {
             agent: self,
-            store: &*store,
+            store: store.as_deref(),
             observer,
             cancel: cancel.clone(),
             span_ids,
@@ -195,7 +195,7 @@ impl Agent {
         let outcome = match finished {
             Some(mut outcome) => {
                 // What turn layers emitted after the steps.
-                if let Err(error) = commit(&mut ctx.conversation, &*store).await
+                if let Err(error) = commit(&mut ctx.conversation, store.as_deref()).await
                     && !outcome.end.is_failure()
                 {
                     outcome.end = TurnEnd::CommitFailed { message: error.to_string() };
@@ -225,7 +225,7 @@ impl Agent {
                 }
             }
         };
-        if store.keeps_anything()
+        if let Some(store) = &store
             && let Err(error) = store.turn_ended().await
         {
             tracing::warn!("cannot record the end of the turn: {error}");
@@ -281,19 +281,24 @@ impl Agent {
     }
 }
 
-/// Replaces the in-memory state with the store's, after a turn was abandoned.
+/// Replaces the in-memory state with the store's, after a turn was abandoned
+/// or a commit failed.
 async fn reload(conversation: &mut Conversation) {
-    match conversation.store.reload().await {
+    let reloaded = match &conversation.store {
+        Some(store) => store.reload().await,
+        None => Ok(None),
+    };
+    match reloaded {
         Ok(Some(state)) => {
             conversation.state = state;
             conversation.needs_reload = false;
         }
         Ok(None) => {
-            tracing::warn!("the conversation lives only in memory and was lost with the abandoned turn");
+            tracing::warn!("the conversation cannot be reloaded (it lives only in memory) and starts over");
             conversation.state = ConversationState::default();
             conversation.needs_reload = false;
         }
-        Err(error) => tracing::error!("cannot reload the conversation after an abandoned turn: {error}"),
+        Err(error) => tracing::error!("cannot reload the conversation: {error}"),
     }
 }
 
@@ -316,7 +321,7 @@ struct TraceIds {
 /// The turn core: the user message, then the steps.
 struct TurnCore<'a> {
     agent: &'a Agent,
-    store: &'a dyn ConversationStore,
+    store: Option<&'a dyn ConversationStore>,
     observer: &'a dyn TurnObserver,
     cancel: watch::Receiver<bool>,
     span_ids: Arc<SpanIdGenerator>,
@@ -457,7 +462,7 @@ impl TurnCore<'_> {
 /// The step core: one model call and its tool calls.
 struct StepCore<'a> {
     agent: &'a Agent,
-    store: &'a dyn ConversationStore,
+    store: Option<&'a dyn ConversationStore>,
     observer: &'a dyn TurnObserver,
     cancel: watch::Receiver<bool>,
     ids: ScopeIds,
@@ -636,7 +641,7 @@ async fn cancelled_for(cancel: &mut watch::Receiver<bool>, grace: Duration) {
 }
 
 /// A catalog item as the model's tool definition.
-pub fn definition(item: &goondan_tools::ToolCatalogItem) -> ToolDefinition {
+fn definition(item: &goondan_tools::ToolCatalogItem) -> ToolDefinition {
     ToolDefinition {
         name: item.name().to_owned(),
         description: item.description().map(str::to_owned),
