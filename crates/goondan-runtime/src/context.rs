@@ -280,20 +280,19 @@ pub struct TurnOutcome {
 }
 
 impl TurnOutcome {
+    /// A turn that ended with `end` before any step produced anything.
+    pub fn ended(end: TurnEnd) -> Self {
+        Self { text: String::new(), steps: 0, usage: TokenUsage::default(), end, restart_requested: false }
+    }
+
     /// An outcome that ends the turn with a failed layer (for turn layers
     /// that refuse to go on).
     pub fn layer_failed(layer: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            text: String::new(),
-            steps: 0,
-            usage: TokenUsage::default(),
-            end: TurnEnd::LayerFailed(LayerFailure {
-                pipeline: Pipeline::Turn,
-                layer: Some(layer.into()),
-                message: message.into(),
-            }),
-            restart_requested: false,
-        }
+        Self::ended(TurnEnd::LayerFailed(LayerFailure {
+            pipeline: Pipeline::Turn,
+            layer: Some(layer.into()),
+            message: message.into(),
+        }))
     }
 }
 

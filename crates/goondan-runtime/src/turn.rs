@@ -44,7 +44,7 @@ use goondan_core::message::now_millis;
 use goondan_core::{
     ConversationState, JsonObject, JsonValue, Message, MessageData, MessageSource, ToolCall, ToolError, ToolResult,
 };
-use goondan_llm::{ModelError, ModelParams, ModelProvider, ModelRequest, StreamEvent, TokenUsage, ToolDefinition};
+use goondan_llm::{ModelError, ModelParams, ModelProvider, ModelRequest, StreamEvent, ToolDefinition};
 use goondan_tools::events::{EventKind, RuntimeEvent};
 use goondan_tools::{BoxFuture, CallScope, Core, ToolCatalog};
 use tokio::sync::watch;
@@ -181,7 +181,11 @@ impl Agent {
             trace: &trace,
         };
         let on_panic = |layer: Option<&str>, message: String| {
-            failed_turn(LayerFailure { pipeline: Pipeline::Turn, layer: layer.map(str::to_owned), message })
+            TurnOutcome::ended(TurnEnd::LayerFailed(LayerFailure {
+                pipeline: Pipeline::Turn,
+                layer: layer.map(str::to_owned),
+                message,
+            }))
         };
         let finished = {
             let chain = tooling.turn_middleware.run_catching(&mut ctx, &core, &on_panic);
@@ -216,13 +220,7 @@ impl Agent {
                 );
                 conversation.needs_reload = true;
                 reload(conversation).await;
-                TurnOutcome {
-                    text: String::new(),
-                    steps: 0,
-                    usage: TokenUsage::default(),
-                    end: TurnEnd::Cancelled,
-                    restart_requested: false,
-                }
+                TurnOutcome::ended(TurnEnd::Cancelled)
             }
         };
         if let Some(store) = &store
@@ -302,16 +300,6 @@ async fn reload(conversation: &mut Conversation) {
     }
 }
 
-fn failed_turn(failure: LayerFailure) -> TurnOutcome {
-    TurnOutcome {
-        text: String::new(),
-        steps: 0,
-        usage: TokenUsage::default(),
-        end: TurnEnd::LayerFailed(failure),
-        restart_requested: false,
-    }
-}
-
 struct TraceIds {
     trace_id: Arc<str>,
     turn_id: Arc<str>,
@@ -338,13 +326,7 @@ impl Core<TurnContext, TurnOutcome> for TurnCore<'_> {
 impl TurnCore<'_> {
     async fn run_steps(&self, ctx: &mut TurnContext) -> TurnOutcome {
         let agent = self.agent;
-        let mut outcome = TurnOutcome {
-            text: String::new(),
-            steps: 0,
-            usage: TokenUsage::default(),
-            end: TurnEnd::Answered,
-            restart_requested: false,
-        };
+        let mut outcome = TurnOutcome::ended(TurnEnd::Answered);
         let user = Message::new(MessageData::User { content: ctx.input.clone() }, MessageSource::User);
         ctx.conversation.append_new([user]);
         if let Err(error) = commit(&mut ctx.conversation, self.store).await {
