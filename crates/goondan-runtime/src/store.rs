@@ -7,6 +7,7 @@
 //!       instance.json               metadata; replaced atomically (temp file + fsync + rename)
 //!       messages.jsonl              the conversation as a log of message events, one commit per line
 //!       events.jsonl                the event log: one runtime event per line, append-only
+//!       extensions/<name>.json      each extension's state (see crate::extension_state)
 //! ```
 //!
 //! The message log is the conversation's [`MessageEvent`]s, folded on load
@@ -234,27 +235,50 @@ fn is_kept(byte: u8) -> bool {
 }
 
 fn encode_key(key: &str) -> Result<String, &'static str> {
-    if key.is_empty() {
-        return Err("an instance key must not be empty");
+    encode_name(key, MAX_DIR_NAME_BYTES).map_err(|refusal| match refusal {
+        NameRefusal::Empty => "an instance key must not be empty",
+        NameRefusal::Dots => "the instance keys `.` and `..` would name directories outside the instance",
+        NameRefusal::TooLong => "the instance key is too long (its directory name would exceed 255 bytes)",
+    })
+}
+
+/// Why [`encode_name`] refused a name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NameRefusal {
+    /// The name is empty.
+    Empty,
+    /// The name is `.` or `..`, which name existing directories.
+    Dots,
+    /// The encoded name is longer than allowed.
+    TooLong,
+}
+
+/// Encodes a user-chosen name as one path component: `[A-Za-z0-9._-]` kept,
+/// every other byte of its UTF-8 percent-encoded (upper-case hex), so the
+/// result never holds a path separator and is injective. Shared by instance
+/// directories and extension state files so both confine names the same way.
+pub(crate) fn encode_name(name: &str, max_bytes: usize) -> Result<String, NameRefusal> {
+    if name.is_empty() {
+        return Err(NameRefusal::Empty);
     }
-    if key == "." || key == ".." {
-        return Err("the instance keys `.` and `..` would name directories outside the instance");
+    if name == "." || name == ".." {
+        return Err(NameRefusal::Dots);
     }
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    let mut name = String::with_capacity(key.len());
-    for &byte in key.as_bytes() {
+    let mut encoded = String::with_capacity(name.len());
+    for &byte in name.as_bytes() {
         if is_kept(byte) {
-            name.push(char::from(byte));
+            encoded.push(char::from(byte));
         } else {
-            name.push('%');
-            name.push(char::from(HEX[usize::from(byte >> 4)]));
-            name.push(char::from(HEX[usize::from(byte & 0x0f)]));
+            encoded.push('%');
+            encoded.push(char::from(HEX[usize::from(byte >> 4)]));
+            encoded.push(char::from(HEX[usize::from(byte & 0x0f)]));
         }
     }
-    if name.len() > MAX_DIR_NAME_BYTES {
-        return Err("the instance key is too long (its directory name would exceed 255 bytes)");
+    if encoded.len() > max_bytes {
+        return Err(NameRefusal::TooLong);
     }
-    Ok(name)
+    Ok(encoded)
 }
 
 fn hex_value(digit: u8) -> Option<u8> {
@@ -896,7 +920,7 @@ fn cut_torn_tail(file: &mut File, path: &Path) -> Result<u64, StoreError> {
 
 /// Syncs a directory so that entries created, renamed or removed in it
 /// survive a crash. Best effort: not every platform can open a directory.
-fn sync_dir(dir: &Path) {
+pub(crate) fn sync_dir(dir: &Path) {
     #[cfg(unix)]
     if let Err(error) = File::open(dir).and_then(|dir| dir.sync_all()) {
         tracing::debug!(target: LOG_TARGET, "syncing the directory {}: {error}", dir.display());
