@@ -5,6 +5,8 @@
 //! - [`context`]: what turn and step middleware see; how turns and steps end.
 //! - [`turn`]: a turn — steps of model call and tool calls — ending with an answer.
 //! - [`conversation`]: a conversation and the store its commits go to.
+//! - [`extension_state`]: each extension's durable state (`api.state`), one
+//!   JSON object per extension per instance.
 //! - [`store`]: the state root, one directory per instance with its message
 //!   log (message events) and event log.
 //!
@@ -14,6 +16,7 @@
 pub mod agent;
 pub mod context;
 pub mod conversation;
+pub mod extension_state;
 pub mod store;
 pub mod turn;
 
@@ -23,4 +26,5 @@ pub use context::{
     TurnOutcome,
 };
 pub use conversation::{Conversation, ConversationStore, InstanceLog};
+pub use extension_state::{ExtensionStateError, ExtensionStateStore};
 pub use turn::{Agent, NoObserver, TurnObserver};
