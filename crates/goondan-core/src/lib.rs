@@ -7,12 +7,14 @@
 pub mod codes;
 pub mod conversation;
 pub mod ids;
+pub mod js_message;
 pub mod message;
 pub mod naming;
 pub mod object_ref;
 pub mod tool;
 
 pub use conversation::{ConversationState, MessageEvent, MessageEventError};
+pub use js_message::{JsMessageError, message_event_from_js, message_from_js};
 pub use message::{Message, MessageData, MessageSource};
 pub use object_ref::{ObjectRef, ObjectRefError, json_type_name};
 pub use tool::{ToolCall, ToolError, ToolResult, ToolStatus, truncate_error_message};
