@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::Result;
 use goondan_config::{Diagnostic, DiagnosticCode, LoadReport, load_bundle, resolve_bundle_file};
 use goondan_core::{ConversationState, JsonObject, JsonValue, ToolStatus};
-use goondan_runtime::agent::{AgentBuildError, AgentOptions, AgentTooling, assemble_tooling};
+use goondan_runtime::agent::{AgentBuildError, AgentOptions, AgentTooling, assemble_tooling, identity};
 use goondan_tools::TracingEventSink;
 
 use crate::cli::{GlobalOptions, ToolCallArgs};
@@ -18,8 +18,8 @@ use crate::output::{self, Output};
 /// `gdn validate`.
 pub async fn validate(global: &GlobalOptions, out: &mut Output) -> Result<u8> {
     let mut report = load_bundle(&global.config);
-    // Only a bundle with Tools needs a runtime (discovery runs `--version`).
-    if let Some(bundle) = report.bundle.as_ref().filter(|bundle| bundle.tools().next().is_some()) {
+    // Only a bundle with Tools or Extensions needs a runtime (discovery runs `--version`).
+    if let Some(bundle) = report.bundle.as_ref().filter(|bundle| has_scripts(bundle)) {
         match goondan_script::JsRuntime::discover(&|name: &str| std::env::var(name).ok()) {
             Ok(runtime) => {
                 let found = check_script_modules(bundle, runtime).await;
@@ -39,30 +39,76 @@ pub async fn validate(global: &GlobalOptions, out: &mut Output) -> Result<u8> {
     Ok(if valid { exit::OK } else { exit::FAILED })
 }
 
-/// A warning when the bundle has script tools and no JavaScript runtime is usable.
+fn is_script(resource: &goondan_config::AnyResource) -> bool {
+    matches!(resource, goondan_config::AnyResource::Tool(_) | goondan_config::AnyResource::Extension(_))
+}
+
+/// Whether the bundle has Tool or Extension modules of its own.
+fn has_scripts(bundle: &goondan_config::Bundle) -> bool {
+    bundle.resources().iter().any(|r| is_script(&r.resource))
+}
+
+/// A warning when the bundle has script tools or extensions and no
+/// JavaScript runtime is usable.
 fn script_runtime_warning(
     bundle: &goondan_config::Bundle,
     error: &goondan_script::DiscoverError,
 ) -> Option<Diagnostic> {
-    let doc = bundle.resources().iter().find(|r| matches!(r.resource, goondan_config::AnyResource::Tool(_)))?;
+    let doc = bundle.resources().iter().find(|r| is_script(&r.resource))?;
     let mut warning = Diagnostic::warning(
         DiagnosticCode::ScriptRuntimeMissing,
         format!("goondan.yaml#{}.spec.entry", doc.doc_index),
-        format!("the bundle's script tools cannot run: no usable JavaScript runtime ({error})"),
+        format!("the bundle's script tools and extensions cannot run: no usable JavaScript runtime ({error})"),
     );
     warning.suggestion =
         Some("Install Bun (https://bun.sh), or set GOONDAN_JS_RUNTIME to a Bun or Node >= 22.6 binary.".to_owned());
     Some(warning)
 }
 
-/// Loads each Tool module (`spec.entry`) of the bundle once in one script
-/// host and reports a module that does not load, or a declared export its
-/// `handlers` lack. Starts no host when the bundle has no script tools.
+/// Loads each Tool and Extension module (`spec.entry`) of the bundle once in
+/// one script host and reports a module that does not load, a declared
+/// export its `handlers` lack, or an Extension without `register`. Starts no
+/// host when the bundle has neither.
 async fn check_script_modules(bundle: &goondan_config::Bundle, runtime: goondan_script::JsRuntime) -> Vec<Diagnostic> {
     let mut diagnostics = Vec::new();
     let mut host = None;
     let mut inspected: HashMap<Arc<Path>, Result<Vec<String>, String>> = HashMap::new();
     for doc in bundle.resources() {
+        if let goondan_config::AnyResource::Extension(extension) = &doc.resource {
+            let module = goondan_tools::assembly::entry_path(bundle.root(), &extension.spec.entry);
+            if !module.is_file() {
+                continue;
+            }
+            let host = host.get_or_insert_with(|| goondan_script::ScriptHost::with_runtime(runtime.clone()));
+            let file = &extension.spec.entry;
+            let at = format!("goondan.yaml#{}.spec.entry", doc.doc_index);
+            match host.inspect_extension(&module).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    let mut error = Diagnostic::error(
+                        DiagnosticCode::ExtensionRegisterMissing,
+                        at,
+                        format!("Extension '{}': its module '{file}' exports no register function", extension.name()),
+                    );
+                    error.suggestion = Some("export function register(api, config) { ... } from the module".to_owned());
+                    diagnostics.push(error);
+                }
+                Err(failure) => {
+                    let mut error = Diagnostic::error(
+                        DiagnosticCode::ScriptModule,
+                        at,
+                        format!(
+                            "Extension '{}': the JavaScript runtime cannot load its module '{file}': {}",
+                            extension.name(),
+                            failure.message
+                        ),
+                    );
+                    error.suggestion = Some(format!("Fix {} so that it loads.", module.display()));
+                    diagnostics.push(error);
+                }
+            }
+            continue;
+        }
         let goondan_config::AnyResource::Tool(tool) = &doc.resource else { continue };
         let module = goondan_tools::assembly::entry_path(bundle.root(), &tool.spec.entry);
         if !module.is_file() {
@@ -115,7 +161,7 @@ async fn check_script_modules(bundle: &goondan_config::Bundle, runtime: goondan_
 /// Loads the bundle and assembles the agent's tooling exactly as `gdn run`
 /// does (same tools, registry, executor and middleware), or reports why not
 /// (exit 2).
-fn setup(
+async fn setup(
     global: &GlobalOptions,
     configure: impl FnOnce(&mut AgentOptions),
     out: &mut Output,
@@ -132,13 +178,33 @@ fn setup(
         tracing::warn!("{warning}");
     }
     let mut options = AgentOptions::new(Arc::new(TracingEventSink));
-    options.install_tools = crate::wiring::agent_tools();
+    crate::wiring::install(&mut options);
     configure(&mut options);
-    match assemble_tooling(&bundle, &options) {
+    // Extensions keep their state in the instance's directory, as `gdn run` does.
+    let (_, instance_key) = match identity(&bundle, &options) {
+        Ok(identity) => identity,
+        Err(error) => {
+            output::error_line(&mut out.stderr, error)?;
+            return Ok(Err(exit::USAGE));
+        }
+    };
+    let root = crate::run::state_root(global)?;
+    match root.instance_dir(&instance_key) {
+        Ok(dir) => options.extension_state = Some(dir.join(goondan_runtime::ExtensionStateStore::DIR_NAME)),
+        Err(error) => {
+            output::error_line(&mut out.stderr, error)?;
+            return Ok(Err(exit::USAGE));
+        }
+    }
+    match assemble_tooling(&bundle, &options).await {
         Ok(tooling) => Ok(Ok(tooling)),
         Err(AgentBuildError::Agent(message)) => {
             output::error_line(&mut out.stderr, message)?;
             Ok(Err(exit::USAGE))
+        }
+        Err(error @ AgentBuildError::Extension { .. }) => {
+            output::error_line(&mut out.stderr, error)?;
+            Ok(Err(exit::FAILED))
         }
         Err(error) => Err(anyhow::Error::new(error).context("registering built-in tools")),
     }
@@ -157,7 +223,7 @@ pub fn report_config_errors(global: &GlobalOptions, report: &LoadReport, out: &m
 
 /// `gdn tool list`.
 pub async fn tool_list(global: &GlobalOptions, agent: Option<&str>, out: &mut Output) -> Result<u8> {
-    let tooling = match setup(global, |options| options.agent = agent.map(str::to_owned), out)? {
+    let tooling = match setup(global, |options| options.agent = agent.map(str::to_owned), out).await? {
         Ok(tooling) => tooling,
         Err(code) => return Ok(code),
     };
@@ -241,7 +307,7 @@ pub async fn tool_call(global: &GlobalOptions, args: &ToolCallArgs, out: &mut Ou
         options.workdir.clone_from(&args.workdir);
         options.call_timeout = args.timeout_ms.map(std::time::Duration::from_millis);
     };
-    let tooling = match setup(global, configure, out)? {
+    let tooling = match setup(global, configure, out).await? {
         Ok(tooling) => tooling,
         Err(code) => return Ok(code),
     };

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result, anyhow};
-use goondan_config::{Bundle, load_bundle, resolve_bundle_file};
+use goondan_config::{load_bundle, resolve_bundle_file};
 use goondan_core::{ToolCall, ToolResult, ToolStatus};
 use goondan_runtime::agent::{AgentOptions, EnvLookup, build_agent, identity};
 use goondan_runtime::conversation::{Conversation, InstanceLog};
@@ -22,7 +22,7 @@ use crate::exit;
 use crate::output::{self, Output};
 
 /// The state root from `--state-root`, `GOONDAN_STATE_ROOT` or `~/.goondan`.
-fn state_root(global: &GlobalOptions) -> Result<StateRoot> {
+pub(crate) fn state_root(global: &GlobalOptions) -> Result<StateRoot> {
     let home = std::env::var_os("HOME").map(PathBuf::from);
     StateRoot::resolve(global.state_root.clone(), std::env::var("GOONDAN_STATE_ROOT").ok(), home)
         .map_err(|e| anyhow!("{e}"))
@@ -120,7 +120,7 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, out: &mut Output) -> Re
     options.workdir.clone_from(&args.workdir);
     options.env = env;
     options.call_timeout = args.tool_timeout_ms.map(std::time::Duration::from_millis);
-    options.install_tools = crate::wiring::agent_tools();
+    crate::wiring::install(&mut options);
     let (agent_name, instance_key) = match identity(&bundle, &options) {
         Ok(identity) => identity,
         Err(error) => return usage_error(out, &error.to_string()),
@@ -147,7 +147,8 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, out: &mut Output) -> Re
     );
     options.events =
         Arc::new(FanoutEventSink::new(vec![Arc::clone(&event_log) as Arc<dyn EventSink>, Arc::new(TracingEventSink)]));
-    let mut agent = match build_agent(&bundle, &options) {
+    options.extension_state = Some(store.dir().join(goondan_runtime::ExtensionStateStore::DIR_NAME));
+    let mut agent = match build_agent(&bundle, &options).await {
         Ok(agent) => agent,
         Err(error) => return usage_error(out, &error.to_string()),
     };
@@ -179,7 +180,7 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, out: &mut Output) -> Re
             let outcome = one_turn(&agent, &console, &mut conversation, input).await;
             report_outcome(global, &console, &outcome, out)?;
             if outcome.restart_requested {
-                reload(global, &options, &mut agent, out)?;
+                reload(global, &options, &mut agent, out).await?;
             }
             outcome_code(&outcome.end)
         }
@@ -261,12 +262,12 @@ fn report_outcome(global: &GlobalOptions, console: &Console, outcome: &TurnOutco
 }
 
 /// Reloads the bundle and rebuilds the agent after a self-restart request.
-fn reload(global: &GlobalOptions, options: &AgentOptions, agent: &mut Agent, out: &mut Output) -> Result<()> {
+async fn reload(global: &GlobalOptions, options: &AgentOptions, agent: &mut Agent, out: &mut Output) -> Result<()> {
     let report = load_bundle(&global.config);
-    let rebuilt = report
-        .valid_bundle()
-        .ok_or_else(|| "the bundle has errors".to_owned())
-        .and_then(|bundle: &Bundle| build_agent(bundle, options).map_err(|e| e.to_string()));
+    let rebuilt = match report.valid_bundle() {
+        Some(bundle) => build_agent(bundle, options).await.map_err(|e| e.to_string()),
+        None => Err("the bundle has errors".to_owned()),
+    };
     match rebuilt {
         Ok(new_agent) => {
             *agent = new_agent;
@@ -319,7 +320,7 @@ async fn interactive(
         let outcome = one_turn(agent, console, conversation, input.to_owned()).await;
         report_outcome(global, console, &outcome, out)?;
         if outcome.restart_requested {
-            reload(global, options, agent, out)?;
+            reload(global, options, agent, out).await?;
         }
     }
     if let Some(parent) = history_file.parent() {

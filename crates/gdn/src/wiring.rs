@@ -1,27 +1,59 @@
-//! What `gdn` plugs into the runtime: the native `@goondan/base` tools and
-//! the bundle's script tools (run by a JavaScript host started at their first call).
+//! What `gdn` plugs into the runtime: the native `@goondan/base` tools, the
+//! bundle's script tools and its JavaScript extensions, which share one
+//! JavaScript host per agent.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use goondan_base::BaseSettings;
-use goondan_runtime::agent::{EnvLookup, ToolInstaller};
+use goondan_config::PackageScope;
+use goondan_runtime::agent::{AgentOptions, EnvLookup};
+use goondan_runtime::extension::{AgentExtension, ExtensionSetup};
 use goondan_script::ScriptHost;
 use goondan_tools::ToolRegistry;
 use goondan_tools::assembly::AgentTools;
 
-/// Installs the native handler of every `@goondan/base` export an agent
-/// declares (operator settings read from the agent's environment), and a
-/// script handler for every Tool of the bundle with a `spec.entry`. The
-/// JavaScript host is created only when the agent has script tools, and
-/// started only when one is called.
-pub fn agent_tools() -> ToolInstaller {
-    Arc::new(|registry: &ToolRegistry, tools: &AgentTools, env: &EnvLookup| {
+/// Sets `options` to install, for each agent it assembles: the native
+/// handler of every `@goondan/base` export the agent declares (operator
+/// settings read from its environment), a script handler for every Tool
+/// with a `spec.entry`, and its extensions. One JavaScript host per
+/// assembled agent, created only when it has script tools or JavaScript
+/// extensions; tools alone start it at their first call, extensions at
+/// assembly (their `register` decides the pipelines).
+pub fn install(options: &mut AgentOptions) {
+    // The host the tool installer made for the agent being assembled, for
+    // its extensions (the two installers run one after the other).
+    let assembling: Arc<Mutex<Option<Arc<ScriptHost>>>> = Arc::new(Mutex::new(None));
+    let for_tools = Arc::clone(&assembling);
+    options.install_tools = Arc::new(move |registry: &ToolRegistry, tools: &AgentTools, env: &EnvLookup| {
         let settings = Arc::new(BaseSettings::from_lookup(|name| env(name)));
         goondan_base::register_native_tools(registry, tools, &settings)?;
-        if tools.iter().any(|tool| tool.entry.is_some()) {
+        let host = if tools.iter().any(|tool| tool.entry.is_some()) {
             let host = ScriptHost::new(Arc::clone(env));
             goondan_script::install_script_tools(registry, tools, &host)?;
-        }
+            Some(host)
+        } else {
+            None
+        };
+        *for_tools.lock().unwrap_or_else(PoisonError::into_inner) = host;
         Ok(())
-    })
+    });
+    options.install_extensions = Arc::new(move |setup: ExtensionSetup<'_>| {
+        let host = assembling.lock().unwrap_or_else(PoisonError::into_inner).take();
+        Box::pin(async move {
+            let (scripts, packaged): (Vec<AgentExtension>, Vec<AgentExtension>) =
+                setup.extensions.iter().cloned().partition(|extension| extension.scope == PackageScope::Local);
+            for extension in &packaged {
+                tracing::warn!(
+                    "agent '{}': extension '{}' of @goondan/base is not implemented by this build yet; the agent runs without it",
+                    setup.tooling.agent_name,
+                    extension.name
+                );
+            }
+            if scripts.is_empty() {
+                return Ok(());
+            }
+            let host = host.unwrap_or_else(|| ScriptHost::new(Arc::clone(setup.env)));
+            goondan_script::install_script_extensions(setup, &scripts, &host).await
+        })
+    });
 }

@@ -17,7 +17,7 @@ const RULES: &[(&str, &[&str])] = &[
     ("goondan-base", &["goondan-core", "goondan-config", "goondan-tools"]),
     ("goondan-llm", &["goondan-core", "goondan-config"]),
     ("goondan-runtime", &["goondan-core", "goondan-config", "goondan-tools", "goondan-llm"]),
-    ("goondan-script", &["goondan-core", "goondan-config", "goondan-tools"]),
+    ("goondan-script", &["goondan-core", "goondan-config", "goondan-tools", "goondan-runtime"]),
     (
         "gdn",
         &[

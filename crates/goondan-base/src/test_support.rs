@@ -32,6 +32,7 @@ pub(crate) fn context_in(tool: &str, workdir: &Path) -> ToolContext {
         instance_key: Arc::from("test-instance"),
         turn_id: Arc::from("turn-1"),
         step_id: Arc::from("step-1"),
+        step_index: 0,
         message: Arc::new(Message::assistant_tool_calls("step-1", vec![])),
         workdir,
         trace_id: Arc::from("0".repeat(32)),

@@ -42,10 +42,15 @@ pub enum DiagnosticCode {
     /// lack (found by `gdn validate` when a JavaScript runtime is usable).
     #[serde(rename = "E_CONFIG_SCRIPT_EXPORT_MISSING")]
     ScriptExportMissing,
-    /// A Tool module (`spec.entry`) that the JavaScript runtime cannot load.
+    /// A Tool or Extension module (`spec.entry`) that the JavaScript runtime
+    /// cannot load.
     #[serde(rename = "E_CONFIG_SCRIPT_MODULE")]
     ScriptModule,
-    /// A warning: the bundle has script tools and no JavaScript runtime is usable.
+    /// An Extension module that exports no `register` function.
+    #[serde(rename = "E_CONFIG_EXTENSION_REGISTER_MISSING")]
+    ExtensionRegisterMissing,
+    /// A warning: the bundle has script tools or extensions and no JavaScript
+    /// runtime is usable.
     #[serde(rename = "W_SCRIPT_RUNTIME_MISSING")]
     ScriptRuntimeMissing,
 }
@@ -70,6 +75,7 @@ impl DiagnosticCode {
             Self::FileNotFound => "E_CONFIG_FILE_NOT_FOUND",
             Self::ScriptExportMissing => "E_CONFIG_SCRIPT_EXPORT_MISSING",
             Self::ScriptModule => "E_CONFIG_SCRIPT_MODULE",
+            Self::ExtensionRegisterMissing => "E_CONFIG_EXTENSION_REGISTER_MISSING",
             Self::ScriptRuntimeMissing => "W_SCRIPT_RUNTIME_MISSING",
         }
     }

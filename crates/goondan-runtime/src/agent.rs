@@ -27,6 +27,8 @@ use goondan_tools::{
 };
 
 use crate::context::{EmitterTurn, EventEmitter, StepContext, StepOutcome, TurnContext, TurnOutcome};
+use crate::extension::{ExtensionError, ExtensionInstaller, ExtensionSetup, agent_extensions, no_extensions};
+use crate::extension_state::ExtensionStateStore;
 use crate::turn::Agent;
 
 /// Reads an environment variable (the process environment, plus any `.env` file).
@@ -52,6 +54,12 @@ pub struct AgentOptions {
     pub call_timeout: Option<Duration>,
     /// Installs the handlers of the agent's tools.
     pub install_tools: ToolInstaller,
+    /// Installs the agent's extensions (after its tools); the default
+    /// refuses an agent that has any.
+    pub install_extensions: ExtensionInstaller,
+    /// The instance's extension-state directory (`<instance>/extensions`);
+    /// `None` keeps extension state in memory only.
+    pub extension_state: Option<PathBuf>,
 }
 
 impl AgentOptions {
@@ -67,6 +75,8 @@ impl AgentOptions {
             events,
             call_timeout: None,
             install_tools: Arc::new(|_: &ToolRegistry, _: &AgentTools, _: &EnvLookup| Ok(())),
+            install_extensions: no_extensions(),
+            extension_state: None,
         }
     }
 }
@@ -96,6 +106,15 @@ pub enum AgentBuildError {
         /// Why.
         message: String,
     },
+    /// An extension could not be installed.
+    #[error("agent '{agent}': {source}")]
+    Extension {
+        /// The agent.
+        agent: String,
+        /// Why.
+        #[source]
+        source: ExtensionError,
+    },
     /// A tool could not be registered.
     #[error("agent '{agent}': {source}")]
     Tools {
@@ -114,6 +133,8 @@ pub struct ScopeIds {
     pub turn_id: Arc<str>,
     /// The step.
     pub step_id: Arc<str>,
+    /// The step's index within the turn.
+    pub step_index: u32,
     /// The trace (32 hex digits).
     pub trace_id: Arc<str>,
     /// The step's span (16 hex digits).
@@ -126,6 +147,7 @@ impl ScopeIds {
         Self {
             turn_id: Arc::from(new_ordered_id()),
             step_id: Arc::from(new_ordered_id()),
+            step_index: 0,
             trace_id: Arc::from(new_trace_id()),
             step_span_id: Arc::from(SpanIdGenerator::new().next_hex()),
         }
@@ -186,6 +208,24 @@ impl AgentTooling {
         }
     }
 
+    /// Adds a toolCall layer. Only while the agent is being assembled
+    /// (the executor is not shared yet); afterwards it returns false and
+    /// changes nothing.
+    pub fn register_tool_call_middleware(
+        &mut self,
+        name: impl Into<Arc<str>>,
+        priority: i32,
+        layer: Arc<goondan_tools::ToolCallMiddleware>,
+    ) -> bool {
+        match Arc::get_mut(&mut self.executor) {
+            Some(executor) => {
+                executor.register_middleware(name, priority, layer);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The registry: every executable tool. It grows while the agent runs;
     /// each step's catalog is built from it as it stands.
     pub fn registry(&self) -> &Arc<ToolRegistry> {
@@ -205,6 +245,7 @@ impl AgentTooling {
             instance_key: Arc::clone(&self.instance_key),
             turn_id: Arc::clone(&ids.turn_id),
             step_id: Arc::clone(&ids.step_id),
+            step_index: ids.step_index,
             message,
             workdir: Arc::clone(&self.workdir),
             trace_id: Arc::clone(&ids.trace_id),
@@ -237,6 +278,7 @@ impl AgentTooling {
             turn_id: ids.turn_id,
             trace_id: ids.trace_id,
             step_index: 0,
+            turn_input: Arc::from(""),
             conversation,
             tool_catalog: self.base_catalog(),
             metadata: JsonObject::new(),
@@ -320,13 +362,13 @@ fn swarm_of<'a>(bundle: &'a Bundle, agent: &str) -> Option<&'a Resource<goondan_
 /// Assembles the tooling of the agent `options` select: its declared tools,
 /// a registry with the handlers `options.install_tools` provides, the
 /// executor (catalog-only calls, `options.call_timeout`, `options.events`)
-/// and empty middleware chains for extensions to fill.
-pub fn assemble_tooling(bundle: &Bundle, options: &AgentOptions) -> Result<AgentTooling, AgentBuildError> {
+/// and the middleware and tools its extensions install.
+pub async fn assemble_tooling(bundle: &Bundle, options: &AgentOptions) -> Result<AgentTooling, AgentBuildError> {
     let (agent, instance_key) = resolve(bundle, options)?;
-    tooling_of(bundle, agent, &instance_key, options)
+    tooling_of(bundle, agent, &instance_key, options).await
 }
 
-fn tooling_of(
+async fn tooling_of(
     bundle: &Bundle,
     agent: &Resource<AgentSpec>,
     instance_key: &str,
@@ -341,11 +383,24 @@ fn tooling_of(
         .with_events(Arc::clone(&options.events));
     let workdir = options.workdir.clone().unwrap_or_else(|| bundle.root().to_path_buf());
     let workdir = std::fs::canonicalize(&workdir).unwrap_or(workdir);
-    Ok(AgentTooling::new(agent.name(), instance_key, &workdir, tools, executor, Arc::clone(&options.events)))
+    let mut tooling =
+        AgentTooling::new(agent.name(), instance_key, &workdir, tools, executor, Arc::clone(&options.events));
+    let extensions = agent_extensions(bundle, agent);
+    if !extensions.is_empty() {
+        let state = Arc::new(match &options.extension_state {
+            Some(dir) => ExtensionStateStore::at(dir.clone()),
+            None => ExtensionStateStore::in_memory(),
+        });
+        let setup = ExtensionSetup { tooling: &mut tooling, extensions: &extensions, state, env: &options.env };
+        (options.install_extensions)(setup)
+            .await
+            .map_err(|source| AgentBuildError::Extension { agent: agent.name().to_owned(), source })?;
+    }
+    Ok(tooling)
 }
 
 /// Builds the agent `options` select: its tooling and its model.
-pub fn build_agent(bundle: &Bundle, options: &AgentOptions) -> Result<Agent, AgentBuildError> {
+pub async fn build_agent(bundle: &Bundle, options: &AgentOptions) -> Result<Agent, AgentBuildError> {
     let (agent, instance_key) = resolve(bundle, options)?;
     let name = agent.name().to_owned();
     let model_error = |source| AgentBuildError::Model { agent: name.clone(), source };
@@ -369,7 +424,7 @@ pub fn build_agent(bundle: &Bundle, options: &AgentOptions) -> Result<Agent, Age
         .and_then(|s| s.spec.policy.max_steps_per_turn)
         .unwrap_or(Agent::DEFAULT_MAX_STEPS_PER_TURN);
 
-    let tooling = tooling_of(bundle, agent, &instance_key, options)?;
+    let tooling = tooling_of(bundle, agent, &instance_key, options).await?;
     let mut built = Agent::new(tooling, provider);
     built.system_prompt = system_prompt;
     built.params = params;

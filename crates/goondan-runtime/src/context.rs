@@ -143,6 +143,8 @@ pub struct StepContext {
     pub trace_id: Arc<str>,
     /// The step's index within the turn, from 0.
     pub step_index: u32,
+    /// The turn's input, as the turn core received it.
+    pub turn_input: Arc<str>,
     /// Emits the layer's own events into the step's trace.
     pub events: EventEmitter,
     /// The conversation as it stands; what the model receives is built from

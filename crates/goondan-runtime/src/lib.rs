@@ -5,6 +5,8 @@
 //! - [`context`]: what turn and step middleware see; how turns and steps end.
 //! - [`turn`]: a turn — steps of model call and tool calls — ending with an answer.
 //! - [`conversation`]: a conversation and the store its commits go to.
+//! - [`extension`]: an agent's extensions, resolved, and the hook through
+//!   which a build installs their layers and tools.
 //! - [`extension_state`]: each extension's durable state (`api.state`), one
 //!   JSON object per extension per instance.
 //! - [`store`]: the state root, one directory per instance with its message
@@ -16,6 +18,7 @@
 pub mod agent;
 pub mod context;
 pub mod conversation;
+pub mod extension;
 pub mod extension_state;
 pub mod store;
 pub mod turn;

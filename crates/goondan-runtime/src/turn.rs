@@ -334,6 +334,7 @@ impl TurnCore<'_> {
             return outcome;
         }
 
+        let input: Arc<str> = Arc::from(ctx.input.as_str());
         let mut malformed_in_a_row = 0;
         loop {
             if outcome.steps >= agent.max_steps_per_turn {
@@ -342,7 +343,7 @@ impl TurnCore<'_> {
             }
             let step_index = outcome.steps;
             outcome.steps += 1;
-            let step = self.run_step(ctx, step_index).await;
+            let step = self.run_step(ctx, step_index, &input).await;
             outcome.usage.add(step.usage);
             outcome.restart_requested |= step.restart_requested;
             if let Some(text) = &step.text {
@@ -384,7 +385,7 @@ impl TurnCore<'_> {
     }
 
     /// One step through the step middleware, with its events and commits.
-    async fn run_step(&self, ctx: &mut TurnContext, step_index: u32) -> StepOutcome {
+    async fn run_step(&self, ctx: &mut TurnContext, step_index: u32, input: &Arc<str>) -> StepOutcome {
         let agent = self.agent;
         let tooling = &agent.tooling;
         let step_id: Arc<str> = Arc::from(new_ordered_id());
@@ -399,6 +400,7 @@ impl TurnCore<'_> {
             turn_id: Arc::clone(&ctx.turn_id),
             trace_id: Arc::clone(&ctx.trace_id),
             step_index,
+            turn_input: Arc::clone(input),
             events: EventEmitter::new(&self.emitter_turn, &step_span_hex, Some(&step_id)),
             conversation: std::mem::take(&mut ctx.conversation),
             tool_catalog: tooling.base_catalog(),
@@ -412,6 +414,7 @@ impl TurnCore<'_> {
             ids: ScopeIds {
                 turn_id: Arc::clone(&ctx.turn_id),
                 step_id: Arc::clone(&step_id),
+                step_index,
                 trace_id: Arc::clone(&ctx.trace_id),
                 step_span_id: step_span_hex,
             },

@@ -49,6 +49,7 @@ fn setup(host: &Arc<ScriptHost>) -> Setup {
         instance_key: "bench".into(),
         turn_id: "turn".into(),
         step_id: "step".into(),
+        step_index: 0,
         message: Arc::new(Message::assistant_tool_calls("step", vec![call])),
         workdir: Arc::from(std::env::temp_dir().as_path()),
         trace_id: "0af7651916cd43dd8448eb211c80319c".into(),

@@ -28,14 +28,14 @@ use std::time::{Duration, Instant};
 
 use goondan_core::codes::{E_SCRIPT_HOST_EXITED, E_SCRIPT_HOST_START, E_SCRIPT_RUNTIME_MISSING};
 use goondan_core::{JsonObject, JsonValue};
-use goondan_tools::{HandlerResult, ToolFailure, ToolOutput};
+use goondan_tools::{BoxFuture, HandlerResult, ToolFailure, ToolOutput};
 use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncWriteExt as _, BufReader};
 use tokio::net::UnixListener;
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::{OnceCell, mpsc, oneshot, watch};
 
-use crate::protocol::{ErrorBody, FromHost, ToHost};
+use crate::protocol::{ErrorBody, FromHost, MiddlewareDecl, ToHost};
 use crate::runtime::{DiscoverError, JsRuntime};
 
 /// The host script, compiled into the binary.
@@ -59,13 +59,55 @@ const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// tests and embedders control discovery.
 pub type EnvLookup = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
-/// The JavaScript host of one agent process, shared by its script tools.
+/// The JavaScript host of one agent process, shared by its script tools
+/// and extensions.
 pub struct ScriptHost {
     env: EnvLookup,
     runtime: OnceCell<Result<Arc<JsRuntime>, DiscoverError>>,
     state: tokio::sync::Mutex<State>,
     failures: Arc<Mutex<Failures>>,
     next_id: AtomicU64,
+    /// The extensions every host process loads first, once set.
+    extensions: Mutex<Option<Arc<ExtensionPlan>>>,
+}
+
+/// An extension module a host loads at start.
+#[derive(Debug, Clone)]
+pub struct ExtensionLoad {
+    /// The Extension resource's name.
+    pub name: String,
+    /// The module (absolute).
+    pub module: Arc<Path>,
+    /// What `register(api, config)` receives.
+    pub config: JsonObject,
+}
+
+/// What an extension's `register` registered.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadedExtension {
+    /// The extension.
+    pub name: String,
+    /// Its middleware layers, in registration order.
+    pub middleware: Vec<MiddlewareDecl>,
+    /// Its tools' catalog items (JSON), in registration order.
+    pub tools: Vec<JsonValue>,
+}
+
+/// What the host asks of the Rust side on behalf of extensions.
+pub trait HostServices: Send + Sync {
+    /// `api.state.get()`: the extension's state, or `null`.
+    fn state_get(&self, extension: String) -> BoxFuture<'static, Result<JsonValue, String>>;
+    /// `api.state.set(value)`, durable when the future resolves.
+    fn state_set(&self, extension: String, value: JsonValue) -> BoxFuture<'static, Result<(), String>>;
+    /// `api.tools.register` after `register()` returned.
+    fn register_tool(&self, extension: &str, item: JsonValue);
+}
+
+struct ExtensionPlan {
+    loads: Vec<ExtensionLoad>,
+    services: Arc<dyn HostServices>,
+    /// What the first host registered; later hosts are compared with it.
+    first: Mutex<Option<Vec<LoadedExtension>>>,
 }
 
 impl std::fmt::Debug for ScriptHost {
@@ -123,7 +165,87 @@ impl ScriptHost {
             state: tokio::sync::Mutex::new(State::default()),
             failures: Arc::new(Mutex::new(Failures::default())),
             next_id: AtomicU64::new(1),
+            extensions: Mutex::new(None),
         })
+    }
+
+    /// Makes every host process load `loads` (in order) before anything
+    /// else, and starts one now; returns what each `register` registered.
+    /// A module that does not load or has no `register` is an `E_EXT_LOAD`
+    /// failure, a `register` that throws `E_EXT_INIT`; the message names
+    /// the extension. A host started later (after a crash) loads them
+    /// again; if it then registers something else, that is logged.
+    pub async fn load_extensions(
+        &self,
+        loads: Vec<ExtensionLoad>,
+        services: Arc<dyn HostServices>,
+    ) -> Result<Vec<LoadedExtension>, ToolFailure> {
+        let Some(module) = loads.first().map(|load| Arc::clone(&load.module)) else {
+            return Ok(Vec::new());
+        };
+        let plan = Arc::new(ExtensionPlan { loads, services, first: Mutex::new(None) });
+        *lock(&self.extensions) = Some(Arc::clone(&plan));
+        // A host already running has not loaded them: replace it.
+        if let Some(current) = self.state.lock().await.current.take() {
+            let _ = current.kill.send("replaced by a host that loads the extensions");
+        }
+        self.connection(&module).await?;
+        let loaded = lock(&plan.first).clone();
+        loaded.ok_or_else(|| ToolFailure::new("the script host started without loading the extensions"))
+    }
+
+    /// Starts the JavaScript layer `index` of `extension` in `pipeline` on
+    /// `ctx`; the session carries its `next()` calls and its end.
+    pub async fn middleware(
+        &self,
+        pipeline: &str,
+        extension: &str,
+        index: u32,
+        ctx: JsonValue,
+    ) -> Result<MiddlewareSession, ToolFailure> {
+        let module = self.extension_module(extension);
+        let mut ctx = Some(ctx);
+        for _attempt in 0..2 {
+            let connection = self.connection(&module).await?;
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            let (tx, rx) = mpsc::unbounded_channel();
+            if !connection.shared.insert(id, Reply::Session(tx), "") {
+                continue;
+            }
+            let frame = ToHost::Middleware { id, pipeline, extension, index, ctx: ctx.take().unwrap_or_default() };
+            match serde_json::to_vec(&frame) {
+                Ok(line) => connection.send(line),
+                Err(e) => {
+                    connection.shared.take(id);
+                    return Err(ToolFailure::new(format!("cannot encode the middleware context: {e}")));
+                }
+            }
+            let guard = CancelOnDrop { connection: Some(Arc::clone(&connection)), id };
+            return Ok(MiddlewareSession { connection, id, events: rx, guard });
+        }
+        Err(host_exited("the script host exited twice while the middleware was being started".to_owned()))
+    }
+
+    /// Runs the tool `tool` that an extension registered.
+    pub async fn call_extension_tool(
+        &self,
+        extension: &str,
+        tool: &str,
+        input: &JsonObject,
+        ctx: &JsonValue,
+        tool_call_id: &str,
+    ) -> HandlerResult {
+        let module = self.extension_module(extension);
+        let frame = |id| ToHost::ExtensionCall { id, tool, input, ctx };
+        self.request(&module, tool_call_id, frame).await.map(ToolOutput::from_json)
+    }
+
+    /// The module of `extension`, for messages.
+    fn extension_module(&self, extension: &str) -> Arc<Path> {
+        lock(&self.extensions)
+            .as_ref()
+            .and_then(|plan| plan.loads.iter().find(|load| load.name == extension).map(|load| Arc::clone(&load.module)))
+            .unwrap_or_else(|| Arc::from(Path::new(extension)))
     }
 
     /// A host that reads the process environment.
@@ -181,11 +303,23 @@ impl ScriptHost {
     /// not load (a syntax error, a missing file) is an `E_SCRIPT_MODULE`
     /// failure naming it; no runtime is `E_SCRIPT_RUNTIME_MISSING`.
     pub async fn inspect(&self, module: &Path) -> Result<Vec<String>, ToolFailure> {
+        self.inspect_as(module, "tool").await
+    }
+
+    /// Whether the Extension module `module` loads and exports `register`
+    /// (as a named export or on its default export); a module that does not
+    /// load is an `E_SCRIPT_MODULE` failure naming it. Runs nothing of it
+    /// but its top level.
+    pub async fn inspect_extension(&self, module: &Path) -> Result<bool, ToolFailure> {
+        Ok(self.inspect_as(module, "extension").await?.iter().any(|name| name == "register"))
+    }
+
+    async fn inspect_as(&self, module: &Path, kind: &str) -> Result<Vec<String>, ToolFailure> {
         let module_str = module.to_string_lossy();
-        let frame = |id| ToHost::Inspect { id, module: &module_str };
+        let frame = |id| ToHost::Inspect { id, module: &module_str, kind };
         let names = self.request(module, "", frame).await?;
         serde_json::from_value(names)
-            .map_err(|e| ToolFailure::new(format!("the script host listed the handlers of {module_str} oddly: {e}")))
+            .map_err(|e| ToolFailure::new(format!("the script host listed the exports of {module_str} oddly: {e}")))
     }
 
     /// Sends the frame `frame(id)` and waits for the answer with that id.
@@ -201,7 +335,7 @@ impl ScriptHost {
             let connection = self.connection(module).await?;
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             let (tx, rx) = oneshot::channel();
-            if !connection.shared.insert(id, tx, tool_call_id) {
+            if !connection.shared.insert(id, Reply::Once(tx), tool_call_id) {
                 continue;
             }
             let mut guard = CancelOnDrop { connection: Some(Arc::clone(&connection)), id };
@@ -343,9 +477,123 @@ impl ScriptHost {
         let (kill, kill_rx) = mpsc::unbounded_channel();
         let (reader_done, reader_done_rx) = oneshot::channel();
         tokio::spawn(write_frames(write_half, frames_rx));
-        tokio::spawn(read_frames(reader, Arc::clone(&shared), reader_done));
+        let plan = lock(&self.extensions).clone();
+        // Weak: the socket closes when the last caller's handle is gone,
+        // whatever the reader holds.
+        let answers = Answers { frames: frames.downgrade(), services: plan.as_ref().map(|p| Arc::clone(&p.services)) };
+        tokio::spawn(read_frames(reader, Arc::clone(&shared), reader_done, answers));
         tokio::spawn(supervise(child, stdin, Arc::clone(&shared), kill_rx, reader_done_rx));
-        Ok(Arc::new(Connection { shared, frames, kill }))
+        let connection = Arc::new(Connection { shared, frames, kill });
+        if let Some(plan) = plan
+            && let Err(failure) = self.load_all(&connection, &plan).await
+        {
+            let _ = connection.kill.send("its extensions did not load");
+            return Err(failure);
+        }
+        Ok(connection)
+    }
+
+    /// Loads the plan's extensions on a new host, in order.
+    async fn load_all(&self, connection: &Arc<Connection>, plan: &ExtensionPlan) -> Result<(), ToolFailure> {
+        let mut loaded = Vec::with_capacity(plan.loads.len());
+        for load in &plan.loads {
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            let (tx, rx) = oneshot::channel();
+            if !connection.shared.insert(id, Reply::Once(tx), "") {
+                return Err(host_exited("the script host exited while loading the extensions".to_owned()));
+            }
+            let module = load.module.to_string_lossy();
+            let frame = ToHost::LoadExtension { id, name: &load.name, module: &module, config: &load.config };
+            match serde_json::to_vec(&frame) {
+                Ok(line) => connection.send(line),
+                Err(e) => return Err(ToolFailure::new(format!("cannot encode the extension's config: {e}"))),
+            }
+            let answer = match tokio::time::timeout(START_TIMEOUT, rx).await {
+                Ok(Ok(answer)) => answer?,
+                Ok(Err(_)) => return Err(host_exited("the script host dropped the extension load".to_owned())),
+                Err(_) => {
+                    return Err(ToolFailure::with_code(
+                        format!("extension '{}': register() did not finish within {START_TIMEOUT:?}", load.name),
+                        "E_EXT_INIT",
+                    ));
+                }
+            };
+            let (middleware, tools) =
+                serde_json::from_value::<(Vec<MiddlewareDecl>, Vec<JsonValue>)>(answer).map_err(|e| {
+                    ToolFailure::new(format!("the script host reported extension '{}' oddly: {e}", load.name))
+                })?;
+            loaded.push(LoadedExtension { name: load.name.clone(), middleware, tools });
+        }
+        let mut first = lock(&plan.first);
+        match first.as_ref() {
+            None => *first = Some(loaded),
+            Some(before) if *before != loaded => tracing::warn!(
+                target: "goondan::script",
+                "the restarted script host's extensions registered other middleware or tools than at first; the first registration stays in effect"
+            ),
+            Some(_) => {}
+        }
+        Ok(())
+    }
+}
+
+/// One JavaScript middleware layer running in the host.
+pub struct MiddlewareSession {
+    connection: Arc<Connection>,
+    id: u64,
+    events: mpsc::UnboundedReceiver<SessionEvent>,
+    guard: CancelOnDrop,
+}
+
+impl std::fmt::Debug for MiddlewareSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MiddlewareSession").field("id", &self.id).finish_non_exhaustive()
+    }
+}
+
+/// What a running layer does next.
+#[derive(Debug)]
+pub enum SessionEvent {
+    /// It called `ctx.next()`, having changed the context thus.
+    Next(JsonValue),
+    /// It returned (or threw, or the host died).
+    Done(Result<LayerReturn, ToolFailure>),
+}
+
+/// What a layer returned.
+#[derive(Debug)]
+pub struct LayerReturn {
+    /// The value.
+    pub result: Option<JsonValue>,
+    /// It is what its last `next()` resolved to, unchanged.
+    pub unchanged: bool,
+    /// What it changed in the context since its last `next()`.
+    pub ctx: JsonValue,
+}
+
+impl MiddlewareSession {
+    /// The layer's next move.
+    pub async fn recv(&mut self) -> SessionEvent {
+        match self.events.recv().await {
+            Some(event) => {
+                if matches!(event, SessionEvent::Done(_)) {
+                    self.guard.disarm();
+                }
+                event
+            }
+            None => {
+                self.guard.disarm();
+                SessionEvent::Done(Err(host_exited("the script host dropped the middleware".to_owned())))
+            }
+        }
+    }
+
+    /// Answers the layer's `next()`.
+    pub fn reply_next(&self, result: JsonValue, ctx: JsonValue) {
+        match serde_json::to_vec(&ToHost::NextResult { id: self.id, result, ctx }) {
+            Ok(line) => self.connection.send(line),
+            Err(e) => tracing::error!(target: "goondan::script", "cannot encode a middleware result: {e}"),
+        }
     }
 }
 
@@ -385,8 +633,31 @@ struct Calls {
 }
 
 struct Pending {
-    reply: oneshot::Sender<Result<JsonValue, ToolFailure>>,
+    reply: Reply,
     tool_call_id: Arc<str>,
+}
+
+/// Where the answer to a request goes.
+enum Reply {
+    /// One answer.
+    Once(oneshot::Sender<Result<JsonValue, ToolFailure>>),
+    /// A middleware conversation: any number of `next`, then `done`.
+    Session(mpsc::UnboundedSender<SessionEvent>),
+}
+
+impl Reply {
+    fn finish(self, result: Result<JsonValue, ToolFailure>) {
+        match self {
+            Self::Once(tx) => {
+                let _ = tx.send(result);
+            }
+            Self::Session(tx) => {
+                let done =
+                    result.map(|result| LayerReturn { result: Some(result), unchanged: false, ctx: JsonValue::Null });
+                let _ = tx.send(SessionEvent::Done(done));
+            }
+        }
+    }
 }
 
 impl Shared {
@@ -394,7 +665,7 @@ impl Shared {
         lock(&self.calls).open
     }
 
-    fn insert(&self, id: u64, reply: oneshot::Sender<Result<JsonValue, ToolFailure>>, tool_call_id: &str) -> bool {
+    fn insert(&self, id: u64, reply: Reply, tool_call_id: &str) -> bool {
         let mut calls = lock(&self.calls);
         if !calls.open {
             return false;
@@ -424,7 +695,7 @@ impl Shared {
         drop(acks);
         self.cancels.send_replace(0);
         for (_, call) in pending {
-            let _ = call.reply.send(Err(host_exited(message.to_owned())));
+            call.reply.finish(Err(host_exited(message.to_owned())));
         }
     }
 }
@@ -479,6 +750,12 @@ impl Drop for CancelOnDrop {
     }
 }
 
+/// What the reader needs to answer the host's own requests.
+struct Answers {
+    frames: mpsc::WeakUnboundedSender<Vec<u8>>,
+    services: Option<Arc<dyn HostServices>>,
+}
+
 async fn write_frames(mut socket: OwnedWriteHalf, mut frames: mpsc::UnboundedReceiver<Vec<u8>>) {
     while let Some(line) = frames.recv().await {
         if socket.write_all(&line).await.is_err() {
@@ -488,7 +765,13 @@ async fn write_frames(mut socket: OwnedWriteHalf, mut frames: mpsc::UnboundedRec
     // Dropping the write half shuts the socket down; the host exits on that.
 }
 
-async fn read_frames<R: AsyncRead + Unpin>(reader: BufReader<R>, shared: Arc<Shared>, done: oneshot::Sender<()>) {
+async fn read_frames<R: AsyncRead + Unpin>(
+    reader: BufReader<R>,
+    shared: Arc<Shared>,
+    done: oneshot::Sender<()>,
+    answers: Answers,
+) {
+    let Answers { frames, services } = answers;
     let mut lines = reader.lines();
     while let Ok(Some(line)) = lines.next_line().await {
         let frame = match serde_json::from_str::<FromHost>(&line) {
@@ -510,7 +793,7 @@ async fn read_frames<R: AsyncRead + Unpin>(reader: BufReader<R>, shared: Arc<Sha
                 } else {
                     Err(thrown(error.unwrap_or_default()))
                 };
-                let _ = call.reply.send(result);
+                call.reply.finish(result);
             }
             FromHost::Exports { id, ok, names, error } => {
                 let Some(call) = shared.take(id) else { continue };
@@ -519,7 +802,69 @@ async fn read_frames<R: AsyncRead + Unpin>(reader: BufReader<R>, shared: Arc<Sha
                 } else {
                     Err(thrown(error.unwrap_or_default()))
                 };
-                let _ = call.reply.send(result);
+                call.reply.finish(result);
+            }
+            FromHost::Extension { id, ok, middleware, tools, error } => {
+                let Some(call) = shared.take(id) else { continue };
+                let result = if ok {
+                    serde_json::to_value((middleware, tools)).map_err(|e| ToolFailure::new(e.to_string()))
+                } else {
+                    Err(thrown(error.unwrap_or_default()))
+                };
+                call.reply.finish(result);
+            }
+            FromHost::Next { id, ctx } => {
+                let calls = lock(&shared.calls);
+                if let Some(Pending { reply: Reply::Session(tx), .. }) = calls.pending.get(&id) {
+                    let _ = tx.send(SessionEvent::Next(ctx));
+                }
+            }
+            FromHost::Done { id, ok, result, unchanged, ctx, error } => {
+                let Some(call) = shared.take(id) else { continue };
+                let done = if ok {
+                    Ok(LayerReturn { result, unchanged, ctx })
+                } else {
+                    Err(thrown(error.unwrap_or_default()))
+                };
+                match call.reply {
+                    Reply::Session(tx) => {
+                        let _ = tx.send(SessionEvent::Done(done));
+                    }
+                    Reply::Once(tx) => {
+                        let _ = tx.send(done.map(|d| d.result.unwrap_or_default()));
+                    }
+                }
+            }
+            FromHost::State { rid, op, extension, value } => {
+                let Some(services) = services.clone() else { continue };
+                let frames = frames.clone();
+                tokio::spawn(async move {
+                    let answer = match op.as_str() {
+                        "get" => match services.state_get(extension).await {
+                            Ok(value) => ToHost::StateResult { rid, ok: true, value: Some(value), error: None },
+                            Err(error) => ToHost::StateResult { rid, ok: false, value: None, error: Some(error) },
+                        },
+                        "set" => match services.state_set(extension, value.unwrap_or_default()).await {
+                            Ok(()) => ToHost::StateResult { rid, ok: true, value: None, error: None },
+                            Err(error) => ToHost::StateResult { rid, ok: false, value: None, error: Some(error) },
+                        },
+                        other => ToHost::StateResult {
+                            rid,
+                            ok: false,
+                            value: None,
+                            error: Some(format!("unknown state operation '{other}'")),
+                        },
+                    };
+                    if let (Ok(mut line), Some(frames)) = (serde_json::to_vec(&answer), frames.upgrade()) {
+                        line.push(b'\n');
+                        let _ = frames.send(line);
+                    }
+                });
+            }
+            FromHost::RegisterTool { extension, item } => {
+                if let Some(services) = &services {
+                    services.register_tool(&extension, item);
+                }
             }
             FromHost::Cancelled { id } => {
                 if let Some(ack) = lock(&shared.calls).cancel_acks.remove(&id) {
@@ -528,12 +873,21 @@ async fn read_frames<R: AsyncRead + Unpin>(reader: BufReader<R>, shared: Arc<Sha
             }
             FromHost::Log { level, message, id } => {
                 let call = id.and_then(|id| lock(&shared.calls).pending.get(&id).map(|p| Arc::clone(&p.tool_call_id)));
-                let call = call.as_deref().unwrap_or("");
-                match level.as_str() {
-                    "debug" => tracing::debug!(target: "goondan::script", tool_call_id = call, "{message}"),
-                    "warn" => tracing::warn!(target: "goondan::script", tool_call_id = call, "{message}"),
-                    "error" => tracing::error!(target: "goondan::script", tool_call_id = call, "{message}"),
-                    _ => tracing::info!(target: "goondan::script", tool_call_id = call, "{message}"),
+                // Extensions log outside any call: no empty field then.
+                let call = call.filter(|call| !call.is_empty());
+                match (level.as_str(), call.as_deref()) {
+                    ("debug", Some(call)) => {
+                        tracing::debug!(target: "goondan::script", tool_call_id = call, "{message}")
+                    }
+                    ("debug", None) => tracing::debug!(target: "goondan::script", "{message}"),
+                    ("warn", Some(call)) => tracing::warn!(target: "goondan::script", tool_call_id = call, "{message}"),
+                    ("warn", None) => tracing::warn!(target: "goondan::script", "{message}"),
+                    ("error", Some(call)) => {
+                        tracing::error!(target: "goondan::script", tool_call_id = call, "{message}")
+                    }
+                    ("error", None) => tracing::error!(target: "goondan::script", "{message}"),
+                    (_, Some(call)) => tracing::info!(target: "goondan::script", tool_call_id = call, "{message}"),
+                    (_, None) => tracing::info!(target: "goondan::script", "{message}"),
                 }
             }
             FromHost::Ready { .. } => {}

@@ -6,6 +6,8 @@
 //!   speaking newline-delimited JSON frames over a Unix socket.
 //! - [`protocol`]: the frames.
 //! - [`tool`]: [`ScriptToolHandler`] and [`install_script_tools`].
+//! - [`extension`]: Extensions — `register(api)` in the host, their
+//!   middleware as layers on the agent's chains, their tools in its registry.
 //!
 //! ```no_run
 //! # use std::sync::Arc;
@@ -17,11 +19,16 @@
 //! # Ok(()) }
 //! ```
 
+pub mod extension;
 pub mod host;
 pub mod protocol;
 pub mod runtime;
 pub mod tool;
 
-pub use host::{CANCEL_GRACE, EnvLookup, SOCKET_ENV, ScriptHost};
+pub use extension::{ExtensionToolHandler, install_script_extensions};
+pub use host::{
+    CANCEL_GRACE, EnvLookup, ExtensionLoad, HostServices, LoadedExtension, MiddlewareSession, SOCKET_ENV, ScriptHost,
+    SessionEvent,
+};
 pub use runtime::{DiscoverError, JsRuntime, RUNTIME_ENV, RuntimeKind};
 pub use tool::{ScriptToolHandler, install_script_tools};

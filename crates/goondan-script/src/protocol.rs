@@ -1,10 +1,17 @@
 //! The frames between goondan-rs and the JavaScript host: one JSON object a
 //! line, tagged by `type`, over the host's Unix socket.
 //!
-//! Rust → JS: `call`, `cancel`, `inspect`. JS → Rust: `ready`, `result`,
-//! `exports`, `cancelled`, `log`. Calls are matched to results (and
-//! inspections to `exports`) by `id`, so any number may be in flight and
-//! answers may come back in any order.
+//! Rust → JS: `call`, `cancel`, `inspect`, `loadExtension`, `middleware`,
+//! `nextResult`, `stateResult`. JS → Rust: `ready`, `result`, `exports`,
+//! `cancelled`, `log`, `extension`, `next`, `done`, `state`, `registerTool`.
+//! Requests are matched to answers by `id`, so any number may be in flight
+//! and answers may come back in any order.
+//!
+//! A middleware layer is a conversation on one id: `middleware` starts the
+//! JavaScript function; each `ctx.next()` sends `next` (with what the layer
+//! changed) and waits for `nextResult` (the inner layers' result and the
+//! context as they left it); `done` ends it. The host's own requests
+//! (`state`, answered by `stateResult`) carry a separate `rid`.
 
 use goondan_core::{JsonObject, JsonValue};
 use serde::{Deserialize, Serialize};
@@ -27,17 +34,77 @@ pub enum ToHost<'a> {
         /// The JSON part of the ToolContext (the host adds `logger` and `runtime`).
         ctx: &'a JsonValue,
     },
-    /// List the handler names `module` offers (`gdn validate`).
+    /// List the handler names a Tool module offers, or whether an
+    /// Extension module has `register` (`gdn validate`).
     Inspect {
         /// Matches the `exports` answer.
         id: u64,
         /// The module's absolute path.
         module: &'a str,
+        /// `tool` or `extension`.
+        kind: &'a str,
     },
     /// The caller gave up on call `id`; its result is no longer wanted.
     Cancel {
         /// The call.
         id: u64,
+    },
+    /// Run an export of a tool an extension registered (`api.tools.register`).
+    ExtensionCall {
+        /// Matches the result.
+        id: u64,
+        /// The tool's full name.
+        tool: &'a str,
+        /// The validated arguments.
+        input: &'a JsonObject,
+        /// The JSON part of the ToolContext.
+        ctx: &'a JsonValue,
+    },
+    /// Import an extension module and run its `register(api, config)`.
+    LoadExtension {
+        /// Matches the `extension` answer.
+        id: u64,
+        /// The Extension resource's name.
+        name: &'a str,
+        /// The module's absolute path.
+        module: &'a str,
+        /// What `register` receives as its second argument.
+        config: &'a JsonObject,
+    },
+    /// Run one JavaScript middleware layer.
+    Middleware {
+        /// The conversation's id.
+        id: u64,
+        /// `turn`, `step` or `toolCall`.
+        pipeline: &'a str,
+        /// The extension that registered it.
+        extension: &'a str,
+        /// Its position among the extension's layers of this pipeline.
+        index: u32,
+        /// The context the layer sees.
+        ctx: JsonValue,
+    },
+    /// The answer to `next`: the inner result and the context after it.
+    NextResult {
+        /// The middleware conversation.
+        id: u64,
+        /// The inner layers' result, as JavaScript sees it.
+        result: JsonValue,
+        /// The context as the inner layers left it.
+        ctx: JsonValue,
+    },
+    /// The answer to a host's `state` request.
+    StateResult {
+        /// The request.
+        rid: u64,
+        /// Whether it worked.
+        ok: bool,
+        /// The state (`get`).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        value: Option<JsonValue>,
+        /// Why not.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
     },
 }
 
@@ -84,6 +151,68 @@ pub enum FromHost {
         /// The call.
         id: u64,
     },
+    /// The answer to `loadExtension`.
+    Extension {
+        /// The load.
+        id: u64,
+        /// Whether `register` returned.
+        ok: bool,
+        /// The layers it registered.
+        #[serde(default)]
+        middleware: Vec<MiddlewareDecl>,
+        /// The tools it registered (catalog items as JSON).
+        #[serde(default)]
+        tools: Vec<JsonValue>,
+        /// Why it failed.
+        #[serde(default)]
+        error: Option<ErrorBody>,
+    },
+    /// A middleware layer called `ctx.next()`.
+    Next {
+        /// The middleware conversation.
+        id: u64,
+        /// What the layer changed.
+        #[serde(default)]
+        ctx: JsonValue,
+    },
+    /// A middleware layer returned or threw.
+    Done {
+        /// The middleware conversation.
+        id: u64,
+        /// Whether it returned (`result`) or threw (`error`).
+        ok: bool,
+        /// What it returned.
+        #[serde(default)]
+        result: Option<JsonValue>,
+        /// It returned what its last `next()` resolved to, unchanged.
+        #[serde(default)]
+        unchanged: bool,
+        /// What the layer changed since its last `next()`.
+        #[serde(default)]
+        ctx: JsonValue,
+        /// What it threw.
+        #[serde(default)]
+        error: Option<ErrorBody>,
+    },
+    /// `api.state.get()` / `api.state.set(value)`.
+    State {
+        /// Matches the `stateResult`.
+        rid: u64,
+        /// `get` or `set`.
+        op: String,
+        /// The extension.
+        extension: String,
+        /// The new state (`set`).
+        #[serde(default)]
+        value: Option<JsonValue>,
+    },
+    /// `api.tools.register` after `register()` returned.
+    RegisterTool {
+        /// The extension.
+        extension: String,
+        /// The catalog item.
+        item: JsonValue,
+    },
     /// A line from `ctx.logger` (with the call's id) or from the host itself.
     Log {
         /// `debug`, `info`, `warn` or `error`.
@@ -96,8 +225,21 @@ pub enum FromHost {
     },
 }
 
+/// A middleware layer an extension registered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MiddlewareDecl {
+    /// `turn`, `step` or `toolCall`.
+    pub pipeline: String,
+    /// Its priority (lower runs further out).
+    #[serde(default)]
+    pub priority: i32,
+    /// Its position among the extension's layers of this pipeline.
+    pub index: u32,
+}
+
 /// A thrown value, as the host reports it.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ErrorBody {
     /// `error.message`, or the thrown value as a string.
@@ -142,10 +284,10 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        let inspect = ToHost::Inspect { id: 2, module: "/m.ts" };
+        let inspect = ToHost::Inspect { id: 2, module: "/m.ts", kind: "tool" };
         assert_eq!(
             serde_json::to_value(&inspect).unwrap_or_default(),
-            json!({"type": "inspect", "id": 2, "module": "/m.ts"})
+            json!({"type": "inspect", "id": 2, "module": "/m.ts", "kind": "tool"})
         );
         let frame: FromHost = serde_json::from_str(r#"{"type":"exports","id":2,"ok":true,"names":["a","b"]}"#)
             .unwrap_or_else(|e| panic!("{e}"));

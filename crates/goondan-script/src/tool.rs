@@ -47,7 +47,7 @@ impl ToolHandler for ScriptToolHandler {
 
 /// The JSON part of the JavaScript ToolContext; the host adds `logger` and
 /// `runtime`. Never `swarmBundle` or `oauth` (spec 000 §12.5 rule 3).
-fn context_json(ctx: &ToolContext) -> JsonValue {
+pub(crate) fn context_json(ctx: &ToolContext) -> JsonValue {
     json!({
         "agentName": ctx.agent_name(),
         "instanceKey": ctx.instance_key(),

@@ -155,6 +155,7 @@ fn scope() -> Arc<CallScope> {
         instance_key: Arc::from("user-42"),
         turn_id: Arc::from("0190f3c4-7b2a-7c3d-9e1f-2a3b4c5d6e7f"),
         step_id: Arc::from("0190f3c4-7b2a-7c3d-9e1f-2a3b4c5d6e80"),
+        step_index: 0,
         message: Arc::new(message),
         workdir: Arc::from(Path::new("/tmp/goondan-bench")),
         trace_id: Arc::from("4bf92f3577b34da6a3ce929d0e0e4736"),

@@ -27,6 +27,8 @@ pub struct CallScope {
     pub turn_id: Arc<str>,
     /// The current step's id.
     pub step_id: Arc<str>,
+    /// The step's index within the turn, from 0.
+    pub step_index: u32,
     /// The assistant message whose tool calls are being run.
     pub message: Arc<Message>,
     /// The instance's working directory.

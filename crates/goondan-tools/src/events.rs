@@ -745,6 +745,7 @@ mod tests {
             instance_key: Arc::from("key"),
             turn_id: Arc::from("turn"),
             step_id: Arc::from("step"),
+            step_index: 0,
             message: Arc::new(Message::assistant_tool_calls("step", Vec::new())),
             workdir: Arc::from(Path::new("/tmp")),
             trace_id: Arc::from("4bf92f3577b34da6a3ce929d0e0e4736"),

@@ -35,17 +35,31 @@ pub trait Core<C, R>: Send + Sync {
 /// Turns a panic of a layer (its name) or of the core (`None`) into a result.
 pub type PanicHandler<'a, R> = &'a (dyn Fn(Option<&str>, String) -> R + Send + Sync);
 
-/// The rest of the pipeline, handed to a layer.
+/// The rest of the pipeline, handed to a layer. It is `Copy`: a layer may
+/// run the rest more than once (a retry), and keeps its own context after
+/// each run.
 pub struct Next<'a, C, R> {
     layers: &'a [Layer<C, R>],
     core: &'a dyn Core<C, R>,
     on_panic: Option<PanicHandler<'a, R>>,
 }
 
+impl<C, R> Clone for Next<'_, C, R> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<C, R> Copy for Next<'_, C, R> {}
+
 impl<'a, C: Send + 'a, R: Send + 'a> Next<'a, C, R> {
-    /// Runs the remaining layers and then the core.
+    /// Runs the remaining layers and then the core. The context is borrowed
+    /// only for the run: the layer may read and change it afterwards.
     #[inline]
-    pub fn run(self, ctx: &'a mut C) -> BoxFuture<'a, R> {
+    pub fn run<'b>(self, ctx: &'b mut C) -> BoxFuture<'b, R>
+    where
+        'a: 'b,
+    {
         match self.on_panic {
             None => match self.layers.split_first() {
                 Some((first, rest)) => {
@@ -60,7 +74,10 @@ impl<'a, C: Send + 'a, R: Send + 'a> Next<'a, C, R> {
     /// The `run_catching` path, kept out of line so that the plain path
     /// (every tool call) stays as small as it was.
     #[inline(never)]
-    fn run_guarded(self, ctx: &'a mut C, on_panic: PanicHandler<'a, R>) -> BoxFuture<'a, R> {
+    fn run_guarded<'b>(self, ctx: &'b mut C, on_panic: PanicHandler<'a, R>) -> BoxFuture<'b, R>
+    where
+        'a: 'b,
+    {
         match self.layers.split_first() {
             Some((first, rest)) => Box::pin(async move {
                 let next = Next { layers: rest, core: self.core, on_panic: Some(on_panic) };

@@ -41,6 +41,7 @@ fn scope_holding(calls: Vec<ToolCall>) -> Arc<CallScope> {
         instance_key: INSTANCE.into(),
         turn_id: TURN.into(),
         step_id: STEP.into(),
+        step_index: 0,
         message: Arc::new(Message::assistant_tool_calls(STEP, calls)),
         workdir: Arc::from(Path::new(WORKDIR)),
         trace_id: TRACE_ID.into(),

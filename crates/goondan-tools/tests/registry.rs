@@ -22,6 +22,7 @@ fn scope() -> Arc<CallScope> {
         instance_key: "inst-1".into(),
         turn_id: "turn-1".into(),
         step_id: "step-1".into(),
+        step_index: 0,
         message: Arc::new(Message::assistant_tool_calls("step-1", Vec::new())),
         workdir: Arc::from(Path::new("/tmp/goondan-tests/inst-1")),
         trace_id: "0af7651916cd43dd8448eb211c80319c".into(),

@@ -1,4 +1,5 @@
-// The goondan JavaScript host: runs a bundle's Tool modules for goondan-rs.
+// The goondan JavaScript host: runs a bundle's Tool modules and Extensions
+// for goondan-rs.
 //
 // Shipped inside the gdn binary and written to a private directory at start.
 // Frames are newline-delimited JSON over the Unix socket named by
@@ -45,11 +46,27 @@ function onData(chunk) {
     }
     if (frame.type === 'call') {
       // Each call is its own task: calls of one step run concurrently.
-      void runCall(frame);
+      void runCall(frame, moduleHandler);
+    } else if (frame.type === 'extensionCall') {
+      void runCall(frame, extensionToolHandler);
+    } else if (frame.type === 'middleware') {
+      void runMiddleware(frame);
+    } else if (frame.type === 'nextResult') {
+      sessions.get(frame.id)?.answer(frame);
+    } else if (frame.type === 'stateResult') {
+      const waiting = hostRequests.get(frame.rid);
+      hostRequests.delete(frame.rid);
+      if (waiting) {
+        if (frame.ok) waiting.resolve(frame.value ?? null);
+        else waiting.reject(new Error(frame.error ?? 'the state request failed'));
+      }
+    } else if (frame.type === 'loadExtension') {
+      void runLoadExtension(frame);
     } else if (frame.type === 'inspect') {
       void runInspect(frame);
     } else if (frame.type === 'cancel') {
       if (inflight.has(frame.id)) cancelled.add(frame.id);
+      sessions.get(frame.id)?.cancel();
       send({ type: 'cancelled', id: frame.id });
     }
   }
@@ -217,8 +234,9 @@ function errorBody(thrown) {
   return body;
 }
 
-function makeLogger(id) {
-  const line = (level) => (...args) => send({ type: 'log', level, message: format(...args), id });
+function makeLogger(id, prefix) {
+  const line = (level) => (...args) =>
+    send({ type: 'log', level, message: prefix ? `${prefix} ${format(...args)}` : format(...args), id });
   return { debug: line('debug'), info: line('info'), warn: line('warn'), error: line('error') };
 }
 
@@ -244,7 +262,7 @@ async function importModule(modulePath) {
     return await loadModule(modulePath);
   } catch (error) {
     const why = error instanceof Error ? error.message : String(error);
-    throw new HostError(`cannot load tool module ${modulePath}: ${why}`, 'E_SCRIPT_MODULE', 'ModuleError');
+    throw new HostError(`cannot load module ${modulePath}: ${why}`, 'E_SCRIPT_MODULE', 'ModuleError');
   }
 }
 
@@ -254,8 +272,14 @@ async function runInspect(frame) {
   const { id, module: modulePath } = frame;
   let reply;
   try {
-    const handlers = readHandlers(await importModule(modulePath));
-    const names = handlers ? Object.keys(handlers).filter((name) => typeof handlers[name] === 'function') : [];
+    const namespace = await importModule(modulePath);
+    let names;
+    if (frame.kind === 'extension') {
+      names = typeof findRegister(namespace) === 'function' ? ['register'] : [];
+    } else {
+      const handlers = readHandlers(namespace);
+      names = handlers ? Object.keys(handlers).filter((name) => typeof handlers[name] === 'function') : [];
+    }
     reply = { type: 'exports', id, ok: true, names };
   } catch (thrown) {
     reply = { type: 'exports', id, ok: false, error: errorBody(thrown) };
@@ -263,29 +287,429 @@ async function runInspect(frame) {
   send(reply);
 }
 
-async function runCall(frame) {
-  const { id, module: modulePath, export: exportName } = frame;
+// The handler of a Tool module's export.
+async function moduleHandler(frame) {
+  const { module: modulePath, export: exportName } = frame;
+  const namespace = await importModule(modulePath);
+  const handlers = readHandlers(namespace);
+  const handler = handlers?.[exportName];
+  if (typeof handler !== 'function') {
+    const found = handlers ? `its handlers are: ${Object.keys(handlers).join(', ') || 'none'}` : 'it has no `handlers` export';
+    throw new HostError(
+      `tool module ${modulePath} has no handler for export '${exportName}' (${found}); ` +
+        `export const handlers = { ${exportName}: (ctx, input) => ... }`,
+      'E_SCRIPT_EXPORT_MISSING',
+      'ExportMissingError',
+    );
+  }
+  return handler;
+}
+
+// The handler of a tool an extension registered.
+async function extensionToolHandler(frame) {
+  const registered = extensionTools.get(frame.tool);
+  if (!registered) {
+    throw new HostError(`no extension registered a tool named '${frame.tool}' in this host`, 'E_TOOL_NOT_FOUND', 'ToolNotFoundError');
+  }
+  return registered.handler;
+}
+
+async function runCall(frame, findHandler) {
+  const { id } = frame;
   inflight.add(id);
   let reply;
   try {
-    const namespace = await importModule(modulePath);
-    const handlers = readHandlers(namespace);
-    const handler = handlers?.[exportName];
-    if (typeof handler !== 'function') {
-      const found = handlers ? `its handlers are: ${Object.keys(handlers).join(', ') || 'none'}` : 'it has no `handlers` export';
-      throw new HostError(
-        `tool module ${modulePath} has no handler for export '${exportName}' (${found}); ` +
-          `export const handlers = { ${exportName}: (ctx, input) => ... }`,
-        'E_SCRIPT_EXPORT_MISSING',
-        'ExportMissingError',
-      );
-    }
-    const ctx = { ...frame.ctx, logger: makeLogger(id), runtime: runtimeApi };
+    const handler = await findHandler(frame);
+    const ctx = { ...frame.ctx, message: toJsMessage(frame.ctx?.message), logger: makeLogger(id), runtime: runtimeApi };
     const output = await handler(ctx, frame.input ?? {});
     reply = { type: 'result', id, ok: true, output: toJson(output) };
   } catch (thrown) {
     reply = { type: 'result', id, ok: false, error: errorBody(thrown) };
   }
+  inflight.delete(id);
+  if (cancelled.delete(id)) return;
+  send(reply);
+}
+
+// ---------------------------------------------------------------------------
+// Extensions: register(api, config), middleware and extension tools.
+// ---------------------------------------------------------------------------
+
+// Extension name → what its register() registered.
+const extensions = new Map();
+// Tool name → { extension, handler } for api.tools.register.
+const extensionTools = new Map();
+// api.events: one bus shared by the agent's extensions, as in the original.
+const bus = new Map();
+// Middleware id → its session (answers to next()).
+const sessions = new Map();
+// The host's own requests (api.state) by rid.
+const hostRequests = new Map();
+let nextRid = 1;
+
+const PIPELINES = ['turn', 'step', 'toolCall'];
+
+function hostRequest(body) {
+  const rid = nextRid++;
+  return new Promise((resolve, reject) => {
+    hostRequests.set(rid, { resolve, reject });
+    send({ type: 'state', rid, ...body });
+  });
+}
+
+// The `register` of an extension module: a named export, or a default
+// export's (itself possibly a function module or holding a default).
+function findRegister(namespace) {
+  if (!isObject(namespace) && typeof namespace !== 'function') return undefined;
+  if (typeof namespace.register === 'function') return namespace.register.bind(namespace);
+  if ('default' in namespace && namespace.default !== namespace) return findRegister(namespace.default);
+  return undefined;
+}
+
+function makeExtensionApi(record) {
+  const logger = makeLogger(undefined, `[${record.name}]`);
+  return {
+    pipeline: {
+      register(type, fn, options) {
+        if (!PIPELINES.includes(type)) {
+          throw new TypeError(`api.pipeline.register: unknown pipeline '${type}' (expected 'turn', 'step' or 'toolCall')`);
+        }
+        if (typeof fn !== 'function') throw new TypeError('api.pipeline.register: the middleware must be a function');
+        const priority = options?.priority ?? 0;
+        if (!Number.isSafeInteger(priority)) throw new TypeError('api.pipeline.register: options.priority must be an integer');
+        if (!record.loading) {
+          throw new Error(
+            `api.pipeline.register('${type}') after register() returned: goondan-rs builds the pipelines when the agent starts; register middleware inside register()`,
+          );
+        }
+        const list = record.middleware[type];
+        record.decls.push({ pipeline: type, priority, index: list.length });
+        list.push(fn);
+      },
+    },
+    tools: {
+      register(item, handler) {
+        if (!isObject(item) || typeof item.name !== 'string' || item.name.length === 0) {
+          throw new TypeError('api.tools.register: the item needs a non-empty string `name`');
+        }
+        if (typeof handler !== 'function') throw new TypeError(`api.tools.register('${item.name}'): the handler must be a function`);
+        const owner = extensionTools.get(item.name);
+        if (owner && owner.extension !== record.name) {
+          throw new Error(`api.tools.register: extension '${owner.extension}' already registered a tool named '${item.name}'`);
+        }
+        extensionTools.set(item.name, { extension: record.name, handler });
+        const tool = { name: item.name, source: { type: 'extension', name: record.name } };
+        if (typeof item.description === 'string') tool.description = item.description;
+        if (isObject(item.parameters)) tool.parameters = toJson(item.parameters);
+        if (record.loading) record.tools.push(tool);
+        else send({ type: 'registerTool', extension: record.name, item: tool });
+      },
+    },
+    state: {
+      get: () => hostRequest({ op: 'get', extension: record.name }),
+      set: (value) => hostRequest({ op: 'set', extension: record.name, value: toJson(value) }),
+    },
+    events: {
+      on(event, handler) {
+        if (typeof handler !== 'function') throw new TypeError('api.events.on: the handler must be a function');
+        let handlers = bus.get(event);
+        if (!handlers) bus.set(event, (handlers = new Set()));
+        handlers.add(handler);
+        return () => handlers.delete(handler);
+      },
+      emit(event, ...args) {
+        for (const handler of [...(bus.get(event) ?? [])]) {
+          try {
+            const returned = handler(...args);
+            if (returned && typeof returned.catch === 'function') {
+              returned.catch((error) => logger.error(`api.events handler for '${event}' failed:`, error));
+            }
+          } catch (error) {
+            logger.error(`api.events handler for '${event}' failed:`, error);
+          }
+        }
+        return Promise.resolve();
+      },
+    },
+    logger,
+  };
+}
+
+async function runLoadExtension(frame) {
+  const { id, name, module: modulePath } = frame;
+  const record = { name, loading: true, middleware: { turn: [], step: [], toolCall: [] }, decls: [], tools: [] };
+  extensions.set(name, record);
+  let reply;
+  try {
+    let namespace;
+    try {
+      namespace = await loadModule(modulePath);
+    } catch (error) {
+      const why = error instanceof Error ? error.message : String(error);
+      throw new HostError(`cannot load extension module ${modulePath}: ${why}`, 'E_EXT_LOAD', 'ExtensionLoadError');
+    }
+    const register = findRegister(namespace);
+    if (typeof register !== 'function') {
+      throw new HostError(
+        `extension module ${modulePath} does not export a register function; export function register(api) { ... }`,
+        'E_EXT_LOAD',
+        'ExtensionLoadError',
+      );
+    }
+    try {
+      await register(makeExtensionApi(record), frame.config ?? {});
+    } catch (error) {
+      const why = error instanceof Error ? error.message : String(error);
+      throw new HostError(`register() of extension '${name}' threw: ${why}`, 'E_EXT_INIT', 'ExtensionInitError');
+    }
+    record.loading = false;
+    reply = { type: 'extension', id, ok: true, middleware: record.decls, tools: record.tools };
+  } catch (thrown) {
+    extensions.delete(name);
+    for (const [tool, owner] of extensionTools) if (owner.extension === name) extensionTools.delete(tool);
+    reply = { type: 'extension', id, ok: false, error: errorBody(thrown) };
+  }
+  send(reply);
+}
+
+// Messages travel with createdAt in milliseconds; extensions see a Date, as
+// in the original.
+function toJsMessage(message) {
+  if (!isObject(message)) return message;
+  const copy = { ...message, data: isObject(message.data) ? { ...message.data } : message.data };
+  copy.metadata = isObject(message.metadata) ? { ...message.metadata } : {};
+  if (typeof message.createdAt === 'number') copy.createdAt = new Date(message.createdAt);
+  return copy;
+}
+
+function toJsEvent(event) {
+  if (!isObject(event)) return event;
+  return 'message' in event ? { ...event, message: toJsMessage(event.message) } : { ...event };
+}
+
+// The original's fold: events whose target is missing are skipped.
+function foldEvents(base, events) {
+  let current = base.slice();
+  for (const event of events) {
+    if (!isObject(event)) continue;
+    if (event.type === 'append') current.push(event.message);
+    else if (event.type === 'replace') {
+      const at = current.findIndex((m) => m?.id === event.targetId);
+      if (at >= 0) current[at] = event.message;
+    } else if (event.type === 'remove') {
+      const at = current.findIndex((m) => m?.id === event.targetId);
+      if (at >= 0) current.splice(at, 1);
+    } else if (event.type === 'truncate') current = [];
+  }
+  return current;
+}
+
+function unavailableAgents(method) {
+  return () =>
+    Promise.reject(
+      new Error(`ctx.agents.${method}: the agents API needs the orchestrator, which this build of goondan-rs does not run yet`),
+    );
+}
+
+const agentsApi = Object.freeze({ request: unavailableAgents('request'), send: unavailableAgents('send') });
+
+function stringify(value) {
+  try {
+    return JSON.stringify(value);
+  } catch {
+    return undefined;
+  }
+}
+
+function toJsResult(pipeline, result) {
+  if (pipeline === 'turn' && isObject(result) && result.responseMessage) {
+    return { ...result, responseMessage: toJsMessage(result.responseMessage) };
+  }
+  return result;
+}
+
+// One running layer: the context it sees (backed by one shared state, so
+// what inner layers change shows after next()), and its side of the
+// next()/nextResult exchange.
+function makeSession(frame) {
+  const { id, pipeline } = frame;
+  const raw = isObject(frame.ctx) ? frame.ctx : {};
+  const conversation = isObject(raw.conversation) ? raw.conversation : {};
+  const state = {
+    base: Array.isArray(conversation.base) ? conversation.base.map(toJsMessage) : [],
+    events: Array.isArray(conversation.events) ? conversation.events.map(toJsEvent) : [],
+    pending: [],
+    metadata: isObject(raw.metadata) ? raw.metadata : {},
+    toolCatalog: Array.isArray(raw.toolCatalog) ? raw.toolCatalog : [],
+    catalogJson: undefined,
+    args: isObject(raw.args) ? raw.args : {},
+  };
+  state.catalogJson = stringify(state.toolCatalog);
+  let waiting = null;
+  let last = undefined;
+
+  const conversationState = {
+    get baseMessages() {
+      return state.base;
+    },
+    get events() {
+      return state.events;
+    },
+    get nextMessages() {
+      return foldEvents(state.base, state.events);
+    },
+    toLlmMessages() {
+      return foldEvents(state.base, state.events).map((message) => message?.data);
+    },
+  };
+  const emitMessageEvent = (event) => {
+    if (!isObject(event) || typeof event.type !== 'string') {
+      throw new TypeError('emitMessageEvent: the event must be an object with a `type`');
+    }
+    state.events.push(event);
+    state.pending.push(event);
+  };
+  const changes = () => {
+    const out = { events: state.pending.splice(0).map(toJson), metadata: toJson(state.metadata) };
+    if (pipeline === 'step') {
+      const now = stringify(state.toolCatalog);
+      out.toolCatalog = now === state.catalogJson ? null : toJson(state.toolCatalog);
+    }
+    if (pipeline === 'toolCall') out.args = toJson(state.args);
+    return out;
+  };
+  const next = async () => {
+    if (waiting) throw new Error('ctx.next() is already running; await it before calling it again');
+    send({ type: 'next', id, ctx: changes() });
+    const answer = await new Promise((resolve, reject) => {
+      waiting = { resolve, reject };
+    });
+    const after = isObject(answer.ctx) ? answer.ctx : {};
+    if (Array.isArray(after.events)) state.events = after.events.map(toJsEvent);
+    if (isObject(after.metadata)) state.metadata = after.metadata;
+    if (Array.isArray(after.toolCatalog)) {
+      state.toolCatalog = after.toolCatalog;
+      state.catalogJson = stringify(state.toolCatalog);
+    }
+    if (isObject(after.args)) state.args = after.args;
+    const value = toJsResult(pipeline, answer.result);
+    last = { value, json: stringify(value) };
+    return value;
+  };
+
+  const base = {
+    agentName: raw.agentName,
+    instanceKey: raw.instanceKey,
+    turnId: raw.turnId,
+    traceId: raw.traceId,
+  };
+  let ctx;
+  if (pipeline === 'toolCall') {
+    ctx = {
+      ...base,
+      stepIndex: raw.stepIndex,
+      toolName: raw.toolName,
+      toolCallId: raw.toolCallId,
+      runtime: runtimeApi,
+      get args() {
+        return state.args;
+      },
+      set args(value) {
+        state.args = value;
+      },
+      get metadata() {
+        return state.metadata;
+      },
+      set metadata(value) {
+        state.metadata = value;
+      },
+      next,
+    };
+  } else {
+    const inputEvent = isObject(raw.inputEvent) ? { ...raw.inputEvent } : {};
+    if (typeof inputEvent.createdAt === 'number') inputEvent.createdAt = new Date(inputEvent.createdAt);
+    ctx = {
+      ...base,
+      inputEvent,
+      conversationState,
+      agents: agentsApi,
+      runtime: runtimeApi,
+      emitMessageEvent,
+      get metadata() {
+        return state.metadata;
+      },
+      set metadata(value) {
+        state.metadata = value;
+      },
+      next,
+    };
+    if (pipeline === 'step') {
+      ctx.stepIndex = raw.stepIndex;
+      ctx.turn = {
+        id: raw.turnId,
+        agentName: raw.agentName,
+        inputEvent,
+        get messages() {
+          return foldEvents(state.base, state.events);
+        },
+        steps: [],
+        status: 'running',
+        metadata: {},
+      };
+      Object.defineProperty(ctx, 'toolCatalog', {
+        get: () => state.toolCatalog,
+        set: (value) => {
+          state.toolCatalog = value;
+        },
+        enumerable: true,
+      });
+    }
+  }
+
+  return {
+    ctx,
+    changes,
+    // Whether `result` is what the last next() resolved to, untouched.
+    unchanged(result) {
+      return last !== undefined && result === last.value && stringify(result) === last.json;
+    },
+    answer(frame) {
+      const resolve = waiting?.resolve;
+      waiting = null;
+      resolve?.(frame);
+    },
+    cancel() {
+      const reject = waiting?.reject;
+      waiting = null;
+      reject?.(new Error('the caller gave up on this middleware (the call timed out or the turn was cancelled)'));
+    },
+  };
+}
+
+async function runMiddleware(frame) {
+  const { id, pipeline, extension, index } = frame;
+  const fn = extensions.get(extension)?.middleware[pipeline]?.[index];
+  if (typeof fn !== 'function') {
+    send({
+      type: 'done',
+      id,
+      ok: false,
+      error: { message: `the script host has no ${pipeline} middleware #${index} of extension '${extension}'` },
+    });
+    return;
+  }
+  const session = makeSession(frame);
+  sessions.set(id, session);
+  inflight.add(id);
+  let reply;
+  try {
+    const result = await fn(session.ctx);
+    const unchanged = session.unchanged(result);
+    reply = { type: 'done', id, ok: true, unchanged, result: unchanged ? null : toJson(result), ctx: session.changes() };
+  } catch (thrown) {
+    reply = { type: 'done', id, ok: false, error: errorBody(thrown) };
+  }
+  sessions.delete(id);
   inflight.delete(id);
   if (cancelled.delete(id)) return;
   send(reply);

@@ -64,6 +64,7 @@ impl Kit {
             instance_key: "inst-1".into(),
             turn_id: "turn-1".into(),
             step_id: "step-1".into(),
+            step_index: 0,
             message: Arc::new(Message::assistant_tool_calls("step-1", calls)),
             workdir: Arc::from(self.workdir.as_path()),
             trace_id: TRACE_ID.into(),

@@ -1,0 +1,120 @@
+//! Extensions: what an agent's `spec.extensions[]` asks for, and the hook
+//! through which a build installs them.
+//!
+//! The runtime runs no extension code itself. [`agent_extensions`] resolves
+//! an agent's references to [`AgentExtension`]s (module, scope, merged
+//! config); at assembly the caller's [`ExtensionInstaller`] gets an
+//! [`ExtensionSetup`] — the agent's tooling, with its turn, step and toolCall
+//! chains and its registry still open for layers and tools, and the
+//! instance's extension state — and registers whatever the extensions
+//! provide. `gdn` installs JavaScript extensions through its script host.
+//! Everything an extension registers goes through the same chains, catalog,
+//! validation and executor as native code.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use goondan_config::{AgentSpec, AnyResource, Bundle, PackageScope, Resolved, Resource};
+use goondan_core::JsonObject;
+use goondan_tools::BoxFuture;
+
+use crate::agent::{AgentTooling, EnvLookup};
+use crate::extension_state::ExtensionStateStore;
+
+/// One extension an agent loads, resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentExtension {
+    /// The Extension resource's name (`metadata.name`).
+    pub name: String,
+    /// The bundle itself, or the `@goondan/base` package.
+    pub scope: PackageScope,
+    /// The module: absolute for the bundle's own extensions; for a package's,
+    /// `spec.entry` as the package declares it.
+    pub entry: Arc<Path>,
+    /// The Extension's `spec.config` with the agent's per-reference `config`
+    /// shallow-merged over it: what `register(api, config)` receives.
+    pub config: JsonObject,
+}
+
+/// The extensions `agent` references, in order; references that do not
+/// resolve are left out (the loader reports them).
+pub fn agent_extensions(bundle: &Bundle, agent: &Resource<AgentSpec>) -> Vec<AgentExtension> {
+    let mut found = Vec::with_capacity(agent.spec.extensions.len());
+    for reference in &agent.spec.extensions {
+        let Ok(Resolved { scope, resource: AnyResource::Extension(extension) }) = bundle.resolve(&reference.reference)
+        else {
+            continue;
+        };
+        let entry = match scope {
+            PackageScope::Local => goondan_tools::assembly::entry_path(bundle.root(), &extension.spec.entry),
+            _ => Arc::from(Path::new(&extension.spec.entry)),
+        };
+        let mut config = extension.spec.config.clone();
+        if let Some(overrides) = &reference.config {
+            for (key, value) in overrides {
+                config.insert(key.clone(), value.clone());
+            }
+        }
+        found.push(AgentExtension { name: extension.name().to_owned(), scope, entry, config });
+    }
+    found
+}
+
+/// What an [`ExtensionInstaller`] works with.
+pub struct ExtensionSetup<'a> {
+    /// The agent's tooling: register turn and step layers on its chains,
+    /// toolCall layers with [`AgentTooling::register_tool_call_middleware`],
+    /// tools in its registry.
+    pub tooling: &'a mut AgentTooling,
+    /// The extensions to install, in the agent's order (never empty).
+    pub extensions: &'a [AgentExtension],
+    /// Each extension's durable state for this instance (`api.state`).
+    pub state: Arc<ExtensionStateStore>,
+    /// The agent's environment.
+    pub env: &'a EnvLookup,
+}
+
+impl std::fmt::Debug for ExtensionSetup<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExtensionSetup")
+            .field("agent", &self.tooling.agent_name)
+            .field("extensions", &self.extensions)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why an agent's extensions could not be installed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("extension '{extension}': {message}")]
+pub struct ExtensionError {
+    /// The extension.
+    pub extension: String,
+    /// A stable code: `E_EXT_LOAD` (the module could not be loaded or has no
+    /// `register`), `E_EXT_INIT` (`register` failed), `E_EXT_UNSUPPORTED`
+    /// (this build cannot run it), or the script host's code.
+    pub code: String,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl ExtensionError {
+    /// An error with `code`.
+    pub fn new(extension: impl Into<String>, code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { extension: extension.into(), code: code.into(), message: message.into() }
+    }
+}
+
+/// Installs an agent's extensions; see [`ExtensionSetup`].
+pub type ExtensionInstaller =
+    Arc<dyn for<'a> Fn(ExtensionSetup<'a>) -> BoxFuture<'a, Result<(), ExtensionError>> + Send + Sync>;
+
+/// The installer of a build that runs no extensions: an agent that has any
+/// is refused, rather than run without the middleware it was written for.
+pub fn no_extensions() -> ExtensionInstaller {
+    Arc::new(|setup: ExtensionSetup<'_>| {
+        let refused = setup.extensions.first().map(|extension| {
+            ExtensionError::new(&extension.name, "E_EXT_UNSUPPORTED", "this build of the runtime runs no extensions")
+        });
+        Box::pin(std::future::ready(refused.map_or(Ok(()), Err)))
+    })
+}
