@@ -150,6 +150,11 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, out: &mut Output) -> Re
     options.extension_state = Some(store.dir().join(goondan_runtime::ExtensionStateStore::DIR_NAME));
     let mut agent = match build_agent(&bundle, &options).await {
         Ok(agent) => agent,
+        // The bundle is fine; its extension failed when it ran.
+        Err(error @ goondan_runtime::AgentBuildError::Extension { .. }) => {
+            output::error_line(&mut out.stderr, error)?;
+            return Ok(exit::FAILED);
+        }
         Err(error) => return usage_error(out, &error.to_string()),
     };
 

@@ -344,6 +344,46 @@ fn failing_layers_fail_closed_and_name_themselves() {
 }
 
 #[test]
+fn a_tool_registered_during_a_turn_is_offered_at_once_and_bad_state_is_refused() {
+    if runtime_or_skip("a_tool_registered_during_a_turn").is_none() {
+        return;
+    }
+    let bundle = load("script-extension-faults");
+    block_on(async {
+        let model = recording(json!([{"text": "ok"}]));
+        let tooling = assemble(&bundle, &options("guarded", None)).await;
+        assert!(!tooling.registry().contains("grown__ping"));
+        let agent = Agent::new(tooling, Arc::clone(&model) as Arc<dyn ModelProvider>);
+        let (_cancel, cancelled) = tokio::sync::watch::channel(false);
+        let mut conversation = Conversation::in_memory(Vec::new());
+        let outcome = agent.run_turn(&mut conversation, "grow".to_owned(), &NoObserver, cancelled.clone()).await;
+        assert_eq!(outcome.end, TurnEnd::Answered, "{outcome:?}");
+        let offered: Vec<String> =
+            model.requests.lock().unwrap_or_else(|e| e.into_inner())[0].tools.iter().map(|t| t.name.clone()).collect();
+        assert_eq!(offered, ["probe__fail", "probe__pass", "grown__ping"]);
+        let pong = agent.tooling.call_tool("grown__ping", JsonObject::new()).await;
+        assert_eq!(pong.output, Some(json!({"pong": true})), "{pong:?}");
+        assert_eq!(
+            agent.tooling.registry().snapshot().get("grown__ping").map(|t| t.item.source().clone()),
+            Some(goondan_tools::ToolSource::extension("faulty"))
+        );
+
+        let outcome = agent.run_turn(&mut conversation, "bad-state".to_owned(), &NoObserver, cancelled).await;
+        assert_eq!(outcome.end, TurnEnd::Answered, "{outcome:?}");
+        let refused = conversation
+            .state()
+            .messages()
+            .iter()
+            .find_map(|m| match &m.data {
+                MessageData::System { content } if content.starts_with("state refused") => Some(content.clone()),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no refusal message"));
+        assert!(refused.contains("must be a JSON object, got array"), "{refused}");
+    });
+}
+
+#[test]
 fn extensions_that_do_not_load_stop_the_agent_with_a_coded_error() {
     if runtime_or_skip("extensions_that_do_not_load").is_none() {
         return;

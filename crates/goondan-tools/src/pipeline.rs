@@ -359,6 +359,29 @@ mod tests {
     }
 
     #[test]
+    fn a_layer_may_run_the_rest_again_and_read_its_context_afterwards() {
+        let trace = Arc::new(Trace(Mutex::new(Vec::new())));
+        let mut chain: MiddlewareChain<Vec<String>, String> = MiddlewareChain::new();
+        chain.register(
+            "retry",
+            0,
+            from_fn(|ctx: &mut Vec<String>, next| {
+                Box::pin(async move {
+                    let first = next.run(ctx).await;
+                    ctx.push("again".to_owned());
+                    let second = next.run(ctx).await;
+                    format!("{first}|{second}|{}", ctx.len())
+                })
+            }),
+        );
+        chain.register("inner", 1, Arc::new(Recording { label: "inner", trace: Arc::clone(&trace) }));
+        let out = block_on(chain.run(&mut vec!["x".to_owned()], &JoinCore(Arc::clone(&trace))));
+        assert_eq!(out, "x,inner+inner|x,inner,again,inner+inner|4");
+        let seen = trace.0.lock().map(|g| g.clone()).unwrap_or_default();
+        assert_eq!(seen, ["inner:pre", "core", "inner:post", "inner:pre", "core", "inner:post"]);
+    }
+
+    #[test]
     fn empty_chain_runs_core() {
         let trace = Arc::new(Trace(Mutex::new(Vec::new())));
         let chain: MiddlewareChain<Vec<String>, String> = MiddlewareChain::new();

@@ -1,0 +1,172 @@
+//! JavaScript extensions through the `gdn` binary: `tool list` shows the
+//! catalog after their step middleware, `tool call` runs their toolCall
+//! middleware, their state lives in the state root across processes, and
+//! `validate` checks their modules.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+mod common;
+use common::js_runtime_usable;
+
+fn repo(relative: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(relative)
+}
+
+fn gdn(state: &Path, bundle: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gdn"))
+        .arg("--state-root")
+        .arg(state)
+        .arg("-c")
+        .arg(repo(bundle))
+        .args(args)
+        .env("NO_COLOR", "1")
+        .env_remove("GOONDAN_STATE_ROOT")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("spawn gdn: {e}"))
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn json(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&output.stdout)))
+}
+
+fn temp() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn tool_list_shows_the_catalog_after_js_step_middleware() {
+    if !js_runtime_usable() {
+        return;
+    }
+    let state = temp();
+    let output = gdn(state.path(), "tests/fixtures/script-extensions", &["--json", "tool", "list"]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let catalog = json(&output);
+    let names: Vec<&str> = catalog.as_array().into_iter().flatten().filter_map(|i| i["name"].as_str()).collect();
+    // hidden__peek is declared but the step layer removes it; notes__count
+    // comes from api.tools.register.
+    assert_eq!(names, ["echo__say", "notes__count"]);
+    assert_eq!(catalog[1]["source"], serde_json::json!({"type": "extension", "name": "notes"}));
+    assert_eq!(catalog[1]["description"], "How many turns this instance has finished.");
+    // Listing changes no state.
+    assert!(!state.path().join("instances").exists());
+}
+
+#[test]
+fn tool_call_runs_the_agents_js_tool_call_middleware() {
+    if !js_runtime_usable() {
+        return;
+    }
+    let state = temp();
+    let output = gdn(
+        state.path(),
+        "tests/fixtures/script-extensions",
+        &["--json", "tool", "call", "echo__say", "--args", r#"{"text": "psst"}"#],
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let result = json(&output);
+    assert_eq!(result["output"]["said"], "PSST", "{result}");
+    assert_eq!(result["output"]["shouted"], true);
+
+    // A tool the step middleware hides is not callable either: one pipeline.
+    let output = gdn(state.path(), "tests/fixtures/script-extensions", &["--json", "tool", "call", "hidden__peek"]);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    assert_eq!(json(&output)["error"]["code"], "E_TOOL_NOT_IN_CATALOG");
+}
+
+#[test]
+fn extension_state_lives_in_the_state_root_across_processes() {
+    if !js_runtime_usable() {
+        return;
+    }
+    let state = temp();
+    for input in ["first", "second"] {
+        let output = gdn(state.path(), "tests/fixtures/script-extensions", &["run", "--input", input]);
+        assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+        assert_eq!(text(&output.stdout).trim(), "Done.");
+    }
+    let saved: Value = serde_json::from_str(
+        &std::fs::read_to_string(state.path().join("instances/default/extensions/notes.json"))
+            .unwrap_or_else(|e| panic!("state file: {e}")),
+    )
+    .unwrap_or_default();
+    assert_eq!(saved, serde_json::json!({"turns": 2, "lastInput": "second"}));
+
+    // `tool call` reads the same state root: the extension's tool sees both turns.
+    let output = gdn(state.path(), "tests/fixtures/script-extensions", &["--json", "tool", "call", "notes__count"]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert_eq!(json(&output)["output"], serde_json::json!({"turns": 2}));
+
+    // Another state root is another world.
+    let other = temp();
+    let output = gdn(other.path(), "tests/fixtures/script-extensions", &["--json", "tool", "call", "notes__count"]);
+    assert_eq!(json(&output)["output"], serde_json::json!({"turns": 0}));
+}
+
+#[test]
+fn an_extension_that_does_not_load_stops_the_agent_with_its_name_and_code() {
+    if !js_runtime_usable() {
+        return;
+    }
+    let state = temp();
+    let output =
+        gdn(state.path(), "tests/fixtures/script-extension-faults", &["run", "--agent", "no-register", "--input", "x"]);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("extension 'without-register'"), "{stderr}");
+    assert!(stderr.contains("does not export a register function"), "{stderr}");
+}
+
+#[test]
+fn validate_checks_extension_modules() {
+    if !js_runtime_usable() {
+        return;
+    }
+    let state = temp();
+    let output = gdn(state.path(), "tests/fixtures/script-extension-faults", &["--json", "validate"]);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    let report = json(&output);
+    let found: Vec<(String, String)> = report["diagnostics"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|d| {
+            (d["code"].as_str().unwrap_or_default().to_owned(), d["message"].as_str().unwrap_or_default().to_owned())
+        })
+        .collect();
+    assert_eq!(found.len(), 2, "{found:#?}");
+    assert_eq!(found[0].0, "E_CONFIG_EXTENSION_REGISTER_MISSING", "{found:#?}");
+    assert!(found[0].1.contains("'without-register'"), "{found:#?}");
+    assert_eq!(found[1].0, "E_CONFIG_SCRIPT_MODULE", "{found:#?}");
+    assert!(found[1].1.contains("'syntax-error'"), "{found:#?}");
+
+    let output = gdn(state.path(), "tests/fixtures/script-extensions", &["validate"]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stdout));
+}
+
+#[test]
+fn the_brain_persona_sample_validates_but_for_the_base_extension_it_lacks() {
+    if !js_runtime_usable() {
+        return;
+    }
+    let state = temp();
+    let output = gdn(state.path(), "tests/fixtures/brain-persona", &["--json", "validate"]);
+    let report = json(&output);
+    let diagnostics = report["diagnostics"].as_array().cloned().unwrap_or_default();
+    assert!(!diagnostics.is_empty());
+    // Only @goondan/base's context-message, which the base-extensions work
+    // adds, is missing; its own TypeScript extensions load and register.
+    for diagnostic in &diagnostics {
+        assert_eq!(diagnostic["code"], "E_CONFIG_REF_NOT_FOUND", "{diagnostic}");
+        let message = diagnostic["message"].as_str().unwrap_or_default();
+        assert!(message.contains("Extension/context-message (package @goondan/base)"), "{diagnostic}");
+    }
+}
