@@ -384,6 +384,36 @@ fn a_tool_registered_during_a_turn_is_offered_at_once_and_bad_state_is_refused()
 }
 
 #[test]
+fn a_layer_that_blocks_its_host_is_abandoned_on_cancel_and_the_host_replaced() {
+    if runtime_or_skip("a_layer_that_blocks_its_host").is_none() {
+        return;
+    }
+    let bundle = load("script-extension-faults");
+    block_on(async {
+        let model = recording(json!([{"text": "ok"}]));
+        let mut agent = Agent::new(assemble(&bundle, &options("guarded", None)).await, model);
+        agent.cancel_grace = std::time::Duration::from_millis(200);
+        let mut conversation = Conversation::in_memory(Vec::new());
+        let (cancel, cancelled) = tokio::sync::watch::channel(false);
+        let canceller = tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            let _ = cancel.send(true);
+            cancel
+        });
+        let outcome = agent.run_turn(&mut conversation, "hang".to_owned(), &NoObserver, cancelled).await;
+        assert_eq!(outcome.end, TurnEnd::Cancelled, "{outcome:?}");
+        drop(canceller.await);
+
+        // The blocked host is killed (it cannot acknowledge the cancel) and
+        // the next turn gets a new one, extensions loaded.
+        let (_cancel, cancelled) = tokio::sync::watch::channel(false);
+        let outcome = agent.run_turn(&mut conversation, "fine".to_owned(), &NoObserver, cancelled).await;
+        assert_eq!(outcome.end, TurnEnd::Answered, "{outcome:?}");
+        assert_eq!(outcome.text, "ok");
+    });
+}
+
+#[test]
 fn extensions_that_do_not_load_stop_the_agent_with_a_coded_error() {
     if runtime_or_skip("extensions_that_do_not_load").is_none() {
         return;
