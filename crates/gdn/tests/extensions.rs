@@ -88,10 +88,14 @@ fn extension_state_lives_in_the_state_root_across_processes() {
         return;
     }
     let state = temp();
-    for input in ["first", "second"] {
-        let output = gdn(state.path(), "tests/fixtures/script-extensions", &["run", "--input", input]);
-        assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    for (turn, input) in [(1, "first"), (2, "second")] {
+        let output = gdn(state.path(), "tests/fixtures/script-extensions", &["-v", "run", "--input", input]);
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(0), "{stderr}");
         assert_eq!(text(&output.stdout).trim(), "Done.");
+        // api.events carried notes' event to shout, whose api.logger line is in the log.
+        assert!(stderr.contains(&format!("[shout] notes saw turn {turn}")), "{stderr}");
+        assert!(stderr.contains("[catalog-editor] step 0 done with 2 tool calls"), "{stderr}");
     }
     let saved: Value = serde_json::from_str(
         &std::fs::read_to_string(state.path().join("instances/default/extensions/notes.json"))
