@@ -1,6 +1,7 @@
 //! `gdn`: the goondan-rs command-line program.
 
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::Parser;
 
@@ -10,6 +11,7 @@ mod dotenv;
 mod init;
 mod output;
 mod run;
+mod secrets;
 mod wiring;
 
 use cli::{Cli, Command, ToolCommand};
@@ -24,7 +26,22 @@ pub mod exit {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Before any thread exists: the secrets leave the process environment
+    // (this may re-execute the binary) and live only in `env` from here on.
+    let secrets = match secrets::isolate(&cli.global.config) {
+        Ok(secrets) => Arc::new(secrets),
+        Err(message) => {
+            let _ = output::error_line(&mut output::Output::new(cli.global.no_color).stderr, message);
+            return ExitCode::from(exit::FAILED);
+        }
+    };
+    let kept_away = secrets.len();
+    let env: goondan_runtime::agent::EnvLookup =
+        Arc::new(move |name: &str| std::env::var(name).ok().or_else(|| secrets.get(name).map(str::to_owned)));
     init_logging(&cli.global);
+    if kept_away > 0 {
+        tracing::debug!("{kept_away} secret variable(s) kept out of the environment of tool processes");
+    }
     let mut out = output::Output::new(cli.global.no_color);
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
@@ -34,14 +51,16 @@ fn main() -> ExitCode {
         }
     };
     let result = match &cli.command {
-        Command::Run(args) => runtime.block_on(run::run(&cli.global, args, &mut out)),
+        Command::Run(args) => runtime.block_on(run::run(&cli.global, args, &env, &mut out)),
         Command::Instance(command) => run::instance(&cli.global, command, &mut out),
         Command::Init(args) => init::init(&cli.global, args, &mut out),
         Command::Validate => runtime.block_on(commands::validate(&cli.global, &mut out)),
         Command::Tool(ToolCommand::List { agent }) => {
-            runtime.block_on(commands::tool_list(&cli.global, agent.as_deref(), &mut out))
+            runtime.block_on(commands::tool_list(&cli.global, agent.as_deref(), &env, &mut out))
         }
-        Command::Tool(ToolCommand::Call(args)) => runtime.block_on(commands::tool_call(&cli.global, args, &mut out)),
+        Command::Tool(ToolCommand::Call(args)) => {
+            runtime.block_on(commands::tool_call(&cli.global, args, &env, &mut out))
+        }
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -28,13 +28,12 @@ pub(crate) fn state_root(global: &GlobalOptions) -> Result<StateRoot> {
         .map_err(|e| anyhow!("{e}"))
 }
 
-/// The process environment, then the `--env-file`.
-fn env_lookup(env_file: Option<&Path>) -> Result<EnvLookup, String> {
-    let file: BTreeMap<String, String> = match env_file {
-        Some(path) => crate::dotenv::load(path)?,
-        None => BTreeMap::new(),
-    };
-    Ok(Arc::new(move |name: &str| std::env::var(name).ok().or_else(|| file.get(name).cloned())))
+/// `env` (the process environment and its secrets), then the `--env-file`.
+fn env_lookup(env: &EnvLookup, env_file: Option<&Path>) -> Result<EnvLookup, String> {
+    let Some(path) = env_file else { return Ok(Arc::clone(env)) };
+    let file: BTreeMap<String, String> = crate::dotenv::load(path)?;
+    let env = Arc::clone(env);
+    Ok(Arc::new(move |name: &str| env(name).or_else(|| file.get(name).cloned())))
 }
 
 fn usage_error(out: &mut Output, message: &str) -> Result<u8> {
@@ -99,14 +98,14 @@ impl TurnObserver for Console {
 }
 
 /// `gdn run`.
-pub async fn run(global: &GlobalOptions, args: &RunArgs, out: &mut Output) -> Result<u8> {
+pub async fn run(global: &GlobalOptions, args: &RunArgs, env: &EnvLookup, out: &mut Output) -> Result<u8> {
     let report = load_bundle(&global.config);
     if report.has_errors() {
         crate::commands::report_config_errors(global, &report, out)?;
         return Ok(exit::USAGE);
     }
     let Some(bundle) = report.bundle else { return Ok(exit::USAGE) };
-    let env = match env_lookup(args.env_file.as_deref()) {
+    let env = match env_lookup(env, args.env_file.as_deref()) {
         Ok(env) => env,
         Err(message) => return usage_error(out, &message),
     };

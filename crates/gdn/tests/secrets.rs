@@ -1,0 +1,227 @@
+//! Operator secrets never reach a process that runs what the model chose:
+//! not through its environment, not through `/proc/<gdn>/environ`, not in
+//! the JavaScript host — while the model and the built-ins still get them.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+
+mod common;
+use common::js_runtime_usable;
+
+const MODEL_KEY: &str = "sk-model-key-9f3b2c";
+const ODD_SECRET: &str = "odd-name-secret-5e1a";
+const TOKEN: &str = "ghp-token-77c1d0";
+
+/// gdn with secrets in its environment: a pattern-named key, a variable
+/// whose name looks harmless but the bundle reads with `valueFrom.env`, a
+/// token, and a plain variable.
+fn gdn(bundle: &Path, state: &Path, extra_env: &[(&str, &str)], args: &[&str]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_gdn"));
+    command
+        .arg("--state-root")
+        .arg(state)
+        .arg("-c")
+        .arg(bundle)
+        .args(args)
+        .env("NO_COLOR", "1")
+        .env("OPENAI_API_KEY", MODEL_KEY)
+        .env("ODD_NAME", ODD_SECRET)
+        .env("GITHUB_TOKEN", TOKEN)
+        .env("PLAIN_SETTING", "plain-value")
+        .env_remove("GOONDAN_STATE_ROOT")
+        .stdin(Stdio::null());
+    for (key, value) in extra_env {
+        command.env(key, value);
+    }
+    command.output().unwrap_or_else(|e| panic!("spawn gdn: {e}"))
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn write_bundle(dir: &Path, endpoint: &str) {
+    let yaml = format!(
+        r#"apiVersion: goondan.ai/v1
+kind: Model
+metadata: {{name: local}}
+spec:
+  provider: openai
+  model: local-model
+  endpoint: {endpoint}
+  apiKey: {{valueFrom: {{env: ODD_NAME}}}}
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {{name: a}}
+spec:
+  modelConfig: {{modelRef: Model/local}}
+  tools:
+    - {{ref: {{kind: Tool, name: bash, package: "@goondan/base"}}}}
+    - Tool/peek
+---
+apiVersion: goondan.ai/v1
+kind: Tool
+metadata: {{name: peek}}
+spec:
+  entry: ./peek.ts
+  exports:
+    - name: env
+      description: What the script host's environment holds.
+"#
+    );
+    std::fs::write(dir.join("goondan.yaml"), yaml).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(
+        dir.join("peek.ts"),
+        "export const handlers = { env: () => ({ env: JSON.stringify(process.env), parent: require('node:fs').readFileSync(`/proc/${process.ppid}/environ`, 'utf8') }) };\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// An OpenAI-compatible server on 127.0.0.1 that records each request's
+/// Authorization header and streams one short answer.
+fn serve_openai() -> (String, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind: {e}"));
+    let address = listener.local_addr().unwrap_or_else(|e| panic!("addr: {e}"));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(&stream);
+            let mut line = String::new();
+            let _ = reader.read_line(&mut line);
+            let mut length = 0;
+            loop {
+                let mut header = String::new();
+                if reader.read_line(&mut header).unwrap_or(0) == 0 || header.trim().is_empty() {
+                    break;
+                }
+                if let Some((key, value)) = header.trim_end().split_once(':') {
+                    if key.eq_ignore_ascii_case("content-length") {
+                        length = value.trim().parse().unwrap_or(0);
+                    }
+                    if key.eq_ignore_ascii_case("authorization") {
+                        log.lock().unwrap_or_else(|e| e.into_inner()).push(value.trim().to_owned());
+                    }
+                }
+            }
+            let mut body = vec![0; length];
+            let _ = reader.read_exact(&mut body);
+            let events = [
+                r#"{"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":"hello"}}]}"#,
+                r#"{"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+            ];
+            let mut payload = String::new();
+            for event in events {
+                payload.push_str(&format!("data: {event}\n\n"));
+            }
+            payload.push_str("data: [DONE]\n\n");
+            let mut stream = &stream;
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{payload}",
+                payload.len()
+            );
+        }
+    });
+    (format!("http://{address}/v1"), seen)
+}
+
+fn assert_no_secret(what: &str, haystack: &str) {
+    for secret in [MODEL_KEY, ODD_SECRET, TOKEN] {
+        assert!(!haystack.contains(secret), "{what} holds a secret ({secret}):\n{haystack}");
+    }
+}
+
+#[test]
+fn bash_sees_no_secret_in_its_environment_or_in_gdns() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let state = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    write_bundle(dir.path(), "http://127.0.0.1:9/v1");
+    let command = r#"env; echo ---; tr '\0' '\n' < /proc/$PPID/environ"#;
+    let args = serde_json::json!({ "command": command }).to_string();
+    let output = gdn(dir.path(), state.path(), &[], &["--json", "tool", "call", "bash__exec", "--args", &args]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let result: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let stdout = result["output"]["stdout"].as_str().unwrap_or_default();
+    let (own, parent) = stdout.split_once("---").unwrap_or_else(|| panic!("{stdout}"));
+    assert_no_secret("bash's environment", own);
+    assert_no_secret("gdn's /proc environ", parent);
+    // What is not a secret is still there.
+    assert!(own.contains("PLAIN_SETTING=plain-value"), "{own}");
+    assert!(parent.contains("PLAIN_SETTING=plain-value"), "{parent}");
+
+    // The operator may let a named variable through on purpose.
+    let output = gdn(
+        dir.path(),
+        state.path(),
+        &[("GOONDAN_ENV_PASSTHROUGH", "GITHUB_TOKEN")],
+        &[
+            "--json",
+            "tool",
+            "call",
+            "bash__exec",
+            "--args",
+            r#"{"command": "printf %s \"$GITHUB_TOKEN|$OPENAI_API_KEY\""}"#,
+        ],
+    );
+    let result: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(result["output"]["stdout"], format!("{TOKEN}|"), "{result}");
+}
+
+#[test]
+fn the_script_host_sees_no_secret_either() {
+    if !js_runtime_usable() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let state = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    write_bundle(dir.path(), "http://127.0.0.1:9/v1");
+    let output = gdn(dir.path(), state.path(), &[], &["--json", "tool", "call", "peek__env"]);
+    assert_eq!(output.status.code(), Some(0), "{} {}", text(&output.stdout), text(&output.stderr));
+    let result: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let env = result["output"]["env"].as_str().unwrap_or_default();
+    assert!(env.contains("plain-value"), "{env}");
+    assert_no_secret("the script host's environment", env);
+    assert_no_secret("gdn's /proc environ, read by the host", result["output"]["parent"].as_str().unwrap_or_default());
+}
+
+#[test]
+fn the_model_still_gets_its_key_and_no_secret_is_saved() {
+    let (endpoint, seen) = serve_openai();
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let state = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    write_bundle(dir.path(), &endpoint);
+    let output = gdn(dir.path(), state.path(), &[], &["-vv", "run", "--input", "hi"]);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert_eq!(text(&output.stdout).trim(), "hello");
+    // ODD_NAME was taken out of the environment (the bundle reads it with
+    // valueFrom.env) and still reached the model.
+    let headers = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    assert_eq!(headers, [format!("Bearer {ODD_SECRET}")]);
+    assert!(stderr.contains("secret variable(s) kept out of the environment of tool processes"), "{stderr}");
+    assert_no_secret("the log", &stderr);
+    for entry in walk(state.path()) {
+        let content = std::fs::read(&entry).unwrap_or_default();
+        assert_no_secret(&entry.display().to_string(), &String::from_utf8_lossy(&content));
+    }
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}
