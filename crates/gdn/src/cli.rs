@@ -107,7 +107,8 @@ pub struct RunArgs {
     /// Read API keys and settings from a .env file (the process environment wins).
     #[arg(long, value_name = "FILE")]
     pub env_file: Option<PathBuf>,
-    /// Cancel a tool call after this many milliseconds.
+    /// Cancel a tool call after this many milliseconds (default 600000, ten
+    /// minutes; 0 for no deadline).
     #[arg(long, value_name = "MS")]
     pub tool_timeout_ms: Option<u64>,
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::Result;
 use goondan_config::{Diagnostic, DiagnosticCode, LoadReport, load_bundle, resolve_bundle_file};
 use goondan_core::{ConversationState, JsonObject, JsonValue, ToolStatus};
-use goondan_runtime::agent::{AgentBuildError, AgentOptions, AgentTooling, EnvLookup, assemble_tooling, identity};
+use goondan_runtime::agent::{AgentBuildError, AgentOptions, AgentTooling, assemble_tooling, identity};
 use goondan_tools::TracingEventSink;
 
 use crate::cli::{GlobalOptions, ToolCallArgs};
@@ -163,7 +163,7 @@ async fn check_script_modules(bundle: &goondan_config::Bundle, runtime: goondan_
 /// (exit 2).
 async fn setup(
     global: &GlobalOptions,
-    env: &EnvLookup,
+    session: &crate::Session,
     configure: impl FnOnce(&mut AgentOptions),
     out: &mut Output,
 ) -> Result<std::result::Result<AgentTooling, u8>> {
@@ -179,8 +179,8 @@ async fn setup(
         tracing::warn!("{warning}");
     }
     let mut options = AgentOptions::new(Arc::new(TracingEventSink));
-    options.env = Arc::clone(env);
-    crate::wiring::install(&mut options);
+    options.env = Arc::clone(&session.env);
+    crate::wiring::install(&mut options, &session.tool_processes);
     configure(&mut options);
     // Extensions keep their state in the instance's directory, as `gdn run` does.
     let (_, instance_key) = match identity(&bundle, &options) {
@@ -224,8 +224,13 @@ pub fn report_config_errors(global: &GlobalOptions, report: &LoadReport, out: &m
 }
 
 /// `gdn tool list`.
-pub async fn tool_list(global: &GlobalOptions, agent: Option<&str>, env: &EnvLookup, out: &mut Output) -> Result<u8> {
-    let tooling = match setup(global, env, |options| options.agent = agent.map(str::to_owned), out).await? {
+pub async fn tool_list(
+    global: &GlobalOptions,
+    agent: Option<&str>,
+    session: &crate::Session,
+    out: &mut Output,
+) -> Result<u8> {
+    let tooling = match setup(global, session, |options| options.agent = agent.map(str::to_owned), out).await? {
         Ok(tooling) => tooling,
         Err(code) => return Ok(code),
     };
@@ -292,7 +297,12 @@ fn read_args(args: &ToolCallArgs) -> std::result::Result<JsonObject, String> {
 }
 
 /// `gdn tool call`.
-pub async fn tool_call(global: &GlobalOptions, args: &ToolCallArgs, env: &EnvLookup, out: &mut Output) -> Result<u8> {
+pub async fn tool_call(
+    global: &GlobalOptions,
+    args: &ToolCallArgs,
+    session: &crate::Session,
+    out: &mut Output,
+) -> Result<u8> {
     let call_args = match read_args(args) {
         Ok(map) => map,
         Err(message) => {
@@ -309,7 +319,7 @@ pub async fn tool_call(global: &GlobalOptions, args: &ToolCallArgs, env: &EnvLoo
         options.workdir.clone_from(&args.workdir);
         options.call_timeout = args.timeout_ms.map(std::time::Duration::from_millis);
     };
-    let tooling = match setup(global, env, configure, out).await? {
+    let tooling = match setup(global, session, configure, out).await? {
         Ok(tooling) => tooling,
         Err(code) => return Ok(code),
     };

@@ -12,9 +12,20 @@ mod init;
 mod output;
 mod run;
 mod secrets;
+mod shutdown;
 mod wiring;
 
 use cli::{Cli, Command, ToolCommand};
+
+/// What every command gets from `main`.
+pub struct Session {
+    /// The environment, with the secrets `main` took out of it.
+    pub env: goondan_runtime::agent::EnvLookup,
+    /// The processes tool calls start (killed when `gdn` ends).
+    pub tool_processes: Arc<goondan_base::tool_processes::ToolProcesses>,
+    /// SIGTERM / SIGHUP handling.
+    pub shutdown: Arc<shutdown::Shutdown>,
+}
 
 /// Exit codes: 0 success, 1 a failed result (invalid bundle, error
 /// ToolResult), 2 usage or configuration errors.
@@ -38,6 +49,12 @@ fn main() -> ExitCode {
     let kept_away = secrets.len();
     let env: goondan_runtime::agent::EnvLookup =
         Arc::new(move |name: &str| std::env::var(name).ok().or_else(|| secrets.get(name).map(str::to_owned)));
+    // Still before any thread: orphans of tool processes come to us, and
+    // TERM/HUP are received by a thread of their own.
+    goondan_base::tool_processes::become_subreaper();
+    let tool_processes = Arc::new(goondan_base::tool_processes::ToolProcesses::default());
+    let shutdown = shutdown::Shutdown::install(Arc::clone(&tool_processes));
+    let session = Session { env, tool_processes: Arc::clone(&tool_processes), shutdown: Arc::clone(&shutdown) };
     init_logging(&cli.global);
     if kept_away > 0 {
         tracing::debug!("{kept_away} secret variable(s) kept out of the environment of tool processes");
@@ -51,17 +68,23 @@ fn main() -> ExitCode {
         }
     };
     let result = match &cli.command {
-        Command::Run(args) => runtime.block_on(run::run(&cli.global, args, &env, &mut out)),
+        Command::Run(args) => runtime.block_on(run::run(&cli.global, args, &session, &mut out)),
         Command::Instance(command) => run::instance(&cli.global, command, &mut out),
         Command::Init(args) => init::init(&cli.global, args, &mut out),
         Command::Validate => runtime.block_on(commands::validate(&cli.global, &mut out)),
         Command::Tool(ToolCommand::List { agent }) => {
-            runtime.block_on(commands::tool_list(&cli.global, agent.as_deref(), &env, &mut out))
+            runtime.block_on(commands::tool_list(&cli.global, agent.as_deref(), &session, &mut out))
         }
         Command::Tool(ToolCommand::Call(args)) => {
-            runtime.block_on(commands::tool_call(&cli.global, args, &env, &mut out))
+            runtime.block_on(commands::tool_call(&cli.global, args, &session, &mut out))
         }
     };
+    // Background jobs of tool calls end with us.
+    drop(runtime);
+    tool_processes.kill_all();
+    if let Some(code) = shutdown.requested() {
+        return ExitCode::from(code);
+    }
     match result {
         Ok(code) => ExitCode::from(code),
         // The reader of our output went away (`gdn … | head`): it has what it wanted.

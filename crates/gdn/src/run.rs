@@ -98,14 +98,14 @@ impl TurnObserver for Console {
 }
 
 /// `gdn run`.
-pub async fn run(global: &GlobalOptions, args: &RunArgs, env: &EnvLookup, out: &mut Output) -> Result<u8> {
+pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Session, out: &mut Output) -> Result<u8> {
     let report = load_bundle(&global.config);
     if report.has_errors() {
         crate::commands::report_config_errors(global, &report, out)?;
         return Ok(exit::USAGE);
     }
     let Some(bundle) = report.bundle else { return Ok(exit::USAGE) };
-    let env = match env_lookup(env, args.env_file.as_deref()) {
+    let env = match env_lookup(&session.env, args.env_file.as_deref()) {
         Ok(env) => env,
         Err(message) => return usage_error(out, &message),
     };
@@ -118,8 +118,12 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, env: &EnvLookup, out: &
     options.instance_key.clone_from(&args.instance_key);
     options.workdir.clone_from(&args.workdir);
     options.env = env;
-    options.call_timeout = args.tool_timeout_ms.map(std::time::Duration::from_millis);
-    crate::wiring::install(&mut options);
+    // A deadline per call by default; 0 turns it off.
+    options.call_timeout = match args.tool_timeout_ms.unwrap_or(DEFAULT_TOOL_TIMEOUT_MS) {
+        0 => None,
+        ms => Some(std::time::Duration::from_millis(ms)),
+    };
+    crate::wiring::install(&mut options, &session.tool_processes);
     let (agent_name, instance_key) = match identity(&bundle, &options) {
         Ok(identity) => identity,
         Err(error) => return usage_error(out, &error.to_string()),
@@ -181,22 +185,36 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, env: &EnvLookup, out: &
 
     let code = match single_input {
         Some(input) => {
-            let outcome = one_turn(&agent, &console, &mut conversation, input).await;
+            let outcome = one_turn(&agent, &console, &mut conversation, input, &session.shutdown).await;
             report_outcome(global, &console, &outcome, out)?;
             if outcome.restart_requested {
                 reload(global, &options, &mut agent, out).await?;
             }
-            outcome_code(&outcome.end)
+            session.shutdown.requested().unwrap_or_else(|| outcome_code(&outcome.end))
         }
-        None => interactive(global, &options, &mut agent, &console, &mut conversation, &root, out).await?,
+        None => {
+            let chat = Chat { global, options: &options, console: &console, root: &root, shutdown: &session.shutdown };
+            interactive(&chat, &mut agent, &mut conversation, out).await?
+        }
     };
     event_log.flush_and_wait();
     Ok(code)
 }
 
-/// Runs one turn, cancelling it on Ctrl-C.
-async fn one_turn(agent: &Agent, console: &Console, conversation: &mut Conversation, input: String) -> TurnOutcome {
+/// The default deadline of one tool call in `gdn run` (`--tool-timeout-ms`).
+pub const DEFAULT_TOOL_TIMEOUT_MS: u64 = 600_000;
+
+/// Runs one turn, cancelling it on Ctrl-C (and on SIGTERM or SIGHUP, after
+/// which the run ends).
+async fn one_turn(
+    agent: &Agent,
+    console: &Console,
+    conversation: &mut Conversation,
+    input: String,
+    shutdown: &crate::shutdown::Shutdown,
+) -> TurnOutcome {
     let (cancel, cancelled) = watch::channel(false);
+    shutdown.turn_started(cancel.clone());
     let interrupt = tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
             let _ = cancel.send(true);
@@ -210,6 +228,7 @@ async fn one_turn(agent: &Agent, console: &Console, conversation: &mut Conversat
     }
     let outcome = agent.run_turn(conversation, input, console, cancelled).await;
     interrupt.abort();
+    shutdown.turn_ended();
     outcome
 }
 
@@ -285,16 +304,23 @@ async fn reload(global: &GlobalOptions, options: &AgentOptions, agent: &mut Agen
     Ok(())
 }
 
+/// What an interactive session keeps besides the agent and conversation.
+struct Chat<'a> {
+    global: &'a GlobalOptions,
+    options: &'a AgentOptions,
+    console: &'a Console,
+    root: &'a StateRoot,
+    shutdown: &'a crate::shutdown::Shutdown,
+}
+
 /// The interactive session: line editing and history, answers streamed.
 async fn interactive(
-    global: &GlobalOptions,
-    options: &AgentOptions,
+    chat: &Chat<'_>,
     agent: &mut Agent,
-    console: &Console,
     conversation: &mut Conversation,
-    root: &StateRoot,
     out: &mut Output,
 ) -> Result<u8> {
+    let Chat { global, options, console, root, shutdown } = *chat;
     let mut editor = rustyline::DefaultEditor::new().context("starting the line editor")?;
     let history_file = root.path().join("repl_history");
     let _ = editor.load_history(&history_file);
@@ -321,8 +347,12 @@ async fn interactive(
             break;
         }
         let _ = editor.add_history_entry(input);
-        let outcome = one_turn(agent, console, conversation, input.to_owned()).await;
+        let outcome = one_turn(agent, console, conversation, input.to_owned(), shutdown).await;
         report_outcome(global, console, &outcome, out)?;
+        if let Some(code) = shutdown.requested() {
+            let _ = editor.save_history(&history_file);
+            return Ok(code);
+        }
         if outcome.restart_requested {
             reload(global, options, agent, out).await?;
         }

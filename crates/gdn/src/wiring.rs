@@ -5,6 +5,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use goondan_base::BaseSettings;
+use goondan_base::tool_processes::ToolProcesses;
 use goondan_config::PackageScope;
 use goondan_runtime::agent::{AgentOptions, EnvLookup};
 use goondan_runtime::extension::{AgentExtension, ExtensionSetup};
@@ -19,13 +20,16 @@ use goondan_tools::assembly::AgentTools;
 /// assembled agent, created only when it has script tools or JavaScript
 /// extensions; tools alone start it at their first call, extensions at
 /// assembly (their `register` decides the pipelines).
-pub fn install(options: &mut AgentOptions) {
+pub fn install(options: &mut AgentOptions, tool_processes: &Arc<ToolProcesses>) {
     // The host the tool installer made for the agent being assembled, for
     // its extensions (the two installers run one after the other).
     let assembling: Arc<Mutex<Option<Arc<ScriptHost>>>> = Arc::new(Mutex::new(None));
     let for_tools = Arc::clone(&assembling);
+    let tool_processes = Arc::clone(tool_processes);
     options.install_tools = Arc::new(move |registry: &ToolRegistry, tools: &AgentTools, env: &EnvLookup| {
-        let settings = Arc::new(BaseSettings::from_lookup(|name| env(name)));
+        let mut settings = BaseSettings::from_lookup(|name| env(name));
+        settings.tool_processes = Arc::clone(&tool_processes);
+        let settings = Arc::new(settings);
         goondan_base::register_native_tools(registry, tools, &settings)?;
         let host = if tools.iter().any(|tool| tool.entry.is_some()) {
             let host = ScriptHost::new(Arc::clone(env));

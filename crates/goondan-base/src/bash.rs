@@ -11,12 +11,17 @@
 //!
 //! - `cwd` and the script's `path` must resolve inside the workdir (or an
 //!   operator root of `GOONDAN_FS_ALLOW_ROOTS`), symbolic links included.
-//! - Every command runs in a process group of its own. On timeout the whole
-//!   group gets `SIGTERM`, then after [`TERM_GRACE`] `SIGKILL`, so no
-//!   grandchild outlives the call; the same happens (with `SIGKILL` at once)
-//!   when the call's future is dropped, which is how the executor cancels a
-//!   call at its own deadline. A command that finishes normally keeps its
-//!   background jobs: `server > log 2>&1 &` works as with the original.
+//! - Every command runs in a process group of its own, its environment
+//!   marked for the call ([`crate::tool_processes`]). On timeout the whole
+//!   group gets `SIGTERM`, then after [`TERM_GRACE`] `SIGKILL`, and so does
+//!   every process carrying the call's marker — also those that left the
+//!   group (`setsid`) — so no descendant outlives the call; the same happens
+//!   (with `SIGKILL` at once) when the call's future is dropped, which is how
+//!   the executor cancels a call at its own deadline. A command that
+//!   finishes normally keeps its background jobs (`server > log 2>&1 &`
+//!   works as with the original) until the agent's process ends. Once the
+//!   shell has exited, its output is read for at most [`AFTER_EXIT_GRACE`]
+//!   more: a background job holding the pipes cannot hang the call.
 //! - Each output stream is capped (`GOONDAN_BASH_MAX_OUTPUT_BYTES`, 1 MiB by
 //!   default): the first half and the last half of the cap are kept, the rest
 //!   is counted and dropped while it is read, so memory stays bounded however
@@ -40,6 +45,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 use tokio::time::Instant;
 
+use crate::tool_processes::{MARKER_ENV, ToolProcesses};
 use crate::utf8::{complete_prefix_len, complete_suffix_start};
 use crate::{BaseSettings, args, paths};
 
@@ -56,6 +62,8 @@ pub const TERM_GRACE: Duration = Duration::from_millis(200);
 /// process that left the group (`setsid`) can hold them forever, and the call
 /// must still end.
 const DRAIN_GRACE: Duration = Duration::from_secs(1);
+/// How long the output pipes are still read after the shell exited.
+pub const AFTER_EXIT_GRACE: Duration = Duration::from_millis(500);
 /// The size of one read from a pipe.
 const READ_CHUNK: usize = 64 * 1024;
 
@@ -91,6 +99,7 @@ impl ToolHandler for Exec {
                 timeout,
                 env,
                 max_output_bytes: self.settings.bash_max_output_bytes,
+                processes: Arc::clone(&self.settings.tool_processes),
             };
             run.execute(ctx).await.map(Into::into)
         })
@@ -151,6 +160,7 @@ impl ToolHandler for Script {
                 timeout,
                 env,
                 max_output_bytes: self.settings.bash_max_output_bytes,
+                processes: Arc::clone(&self.settings.tool_processes),
             };
             run.execute(ctx).await.map(Into::into)
         })
@@ -273,16 +283,19 @@ struct Run {
     timeout: Option<Duration>,
     env: Vec<(String, String)>,
     max_output_bytes: usize,
+    processes: Arc<ToolProcesses>,
 }
 
 impl Run {
     async fn execute(self, ctx: &ToolContext) -> Result<JsonValue, ToolFailure> {
         let started = Instant::now();
+        let marker = self.processes.marker();
         let mut command = Command::new(&self.program);
         command
             .args(&self.args)
             .current_dir(&self.cwd)
             .envs(self.env.iter().map(|(key, value)| (key.as_str(), value.as_str())))
+            .env(MARKER_ENV, &marker)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -296,7 +309,7 @@ impl Run {
         })?;
         // Declared after `child`, so dropped before it: the group is killed
         // while its leader is not yet reaped and its id cannot be reused.
-        let mut guard = GroupGuard::new(child.id());
+        let mut guard = GroupGuard::new(child.id(), marker, Arc::clone(&self.processes));
 
         let mut stdout = CappedOutput::new(self.max_output_bytes);
         let mut stderr = CappedOutput::new(self.max_output_bytes);
@@ -305,9 +318,20 @@ impl Run {
         let mut timed_out = false;
         let finished = {
             let mut all = std::pin::pin!(async {
-                let ((), (), status) =
-                    tokio::join!(drain(stdout_pipe, &mut stdout), drain(stderr_pipe, &mut stderr), child.wait());
-                status
+                let mut output = std::pin::pin!(async {
+                    tokio::join!(drain(stdout_pipe, &mut stdout), drain(stderr_pipe, &mut stderr));
+                });
+                let mut exited = std::pin::pin!(child.wait());
+                tokio::select! {
+                    status = &mut exited => {
+                        // The shell is gone; what its output still holds
+                        // arrives now, unless a background job keeps the
+                        // pipes open.
+                        let _ = tokio::time::timeout(AFTER_EXIT_GRACE, &mut output).await;
+                        status
+                    }
+                    () = &mut output => exited.await,
+                }
             });
             match self.timeout {
                 None => Some(all.await),
@@ -325,6 +349,7 @@ impl Run {
                         // ignored SIGTERM or closed its output is still in
                         // the group.
                         guard.signal(Signal::SIGKILL);
+                        guard.kill_marked().await;
                         match after_term {
                             Some(status) => Some(status),
                             None => tokio::time::timeout(DRAIN_GRACE, &mut all).await.ok(),
@@ -372,15 +397,29 @@ fn signal_name(status: ExitStatus) -> Option<String> {
     Some(Signal::try_from(number).map_or_else(|_| format!("SIG{number}"), |signal| signal.as_str().to_owned()))
 }
 
-/// Kills the process group when dropped while armed: a call whose future is
-/// dropped (cancelled) leaves nothing running.
+/// Kills the process group, and every process carrying the call's marker,
+/// when dropped while armed: a call whose future is dropped (cancelled)
+/// leaves nothing running.
 struct GroupGuard {
     pgid: Option<Pid>,
+    marker: Option<String>,
+    processes: Arc<ToolProcesses>,
 }
 
 impl GroupGuard {
-    fn new(leader: Option<u32>) -> Self {
-        Self { pgid: leader.and_then(|id| i32::try_from(id).ok()).filter(|id| *id > 0).map(Pid::from_raw) }
+    fn new(leader: Option<u32>, marker: String, processes: Arc<ToolProcesses>) -> Self {
+        Self {
+            pgid: leader.and_then(|id| i32::try_from(id).ok()).filter(|id| *id > 0).map(Pid::from_raw),
+            marker: Some(marker),
+            processes,
+        }
+    }
+
+    /// Kills what left the group (scanning `/proc`, off the async threads).
+    async fn kill_marked(&mut self) {
+        let Some(marker) = self.marker.take() else { return };
+        let processes = Arc::clone(&self.processes);
+        let _ = tokio::task::spawn_blocking(move || processes.kill_marked(&marker)).await;
     }
 
     /// Sends `signal` to every process of the group; a group already gone
@@ -391,15 +430,24 @@ impl GroupGuard {
         }
     }
 
-    /// The call ended normally: background jobs of the command may live on.
+    /// The call ended: background jobs of a command that finished may live
+    /// on (until the agent's process ends).
     fn disarm(&mut self) {
         self.pgid = None;
+        self.marker = None;
     }
 }
 
 impl Drop for GroupGuard {
     fn drop(&mut self) {
         self.signal(Signal::SIGKILL);
+        if let Some(marker) = self.marker.take() {
+            let processes = Arc::clone(&self.processes);
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => drop(runtime.spawn_blocking(move || processes.kill_marked(&marker))),
+                Err(_) => drop(processes.kill_marked(&marker)),
+            }
+        }
     }
 }
 
@@ -791,6 +839,48 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_process_that_left_the_group_dies_at_the_timeout_too() {
+        let dir = workdir();
+        // `setsid` puts sleep in a session and group of its own: killpg misses it.
+        let input = json!({
+            "command": "setsid sleep 30 > /dev/null 2>&1 < /dev/null & echo $! > escaped.pid; wait",
+            "timeoutMs": 300
+        });
+        let out = ok(exec(&dir.path, input).await);
+        assert_eq!(out["timedOut"], json!(true));
+        assert_gone(read_pid(&dir.path.join("escaped.pid")).await).await;
+    }
+
+    #[tokio::test]
+    async fn a_background_job_holding_the_output_cannot_hang_a_call_without_timeout() {
+        let dir = workdir();
+        let started = std::time::Instant::now();
+        // No timeout, and a job that keeps stdout open after the shell exits.
+        let input = json!({"command": "sleep 30 & echo $! > holder.pid; echo done", "timeoutMs": 0});
+        let out = ok(exec(&dir.path, input).await);
+        assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+        assert_eq!(out["stdout"], json!("done\n"));
+        assert_eq!(out["exitCode"], json!(0));
+        let pid = read_pid(&dir.path.join("holder.pid")).await;
+        // A normal finish keeps background jobs, until the agent's process ends.
+        assert!(alive(pid));
+        let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+    }
+
+    #[tokio::test]
+    async fn background_jobs_end_when_the_agents_process_ends() {
+        let dir = workdir();
+        let settings = settings();
+        let input = json!({"command": "setsid sleep 30 > /dev/null 2>&1 < /dev/null & echo $! > bg.pid"});
+        let out = ok(call_with(&settings, "exec", &dir.path, input).await);
+        assert_eq!(out["timedOut"], json!(false));
+        let pid = read_pid(&dir.path.join("bg.pid")).await;
+        assert!(alive(pid));
+        assert_eq!(settings.tool_processes.kill_all(), 1);
+        assert_gone(pid).await;
+    }
+
+    #[tokio::test]
     async fn dropping_the_call_kills_the_process_group() {
         let dir = workdir();
         let Some(handler) = handler("exec", &settings()) else { panic!("no bash.exec handler") };
@@ -805,6 +895,23 @@ mod tests {
             pid = read_pid(&pid_file) => {
                 assert!(alive(pid), "the grandchild should run until the call is dropped");
             }
+        }
+        drop(call);
+        assert_gone(read_pid(&pid_file).await).await;
+    }
+
+    #[tokio::test]
+    async fn dropping_the_call_kills_what_left_the_group() {
+        let dir = workdir();
+        let Some(handler) = handler("exec", &settings()) else { panic!("no bash.exec handler") };
+        let ctx = context_in("bash__exec", &dir.path);
+        let command = "setsid sleep 30 > /dev/null 2>&1 < /dev/null & echo $! > left.pid; sleep 30";
+        let input = object(json!({"command": command, "timeoutMs": 0}));
+        let pid_file = dir.path.join("left.pid");
+        let mut call = handler.call(&ctx, &input);
+        tokio::select! {
+            result = &mut call => panic!("the call finished: {result:?}"),
+            pid = read_pid(&pid_file) => assert!(alive(pid)),
         }
         drop(call);
         assert_gone(read_pid(&pid_file).await).await;

@@ -25,6 +25,7 @@ pub mod slack;
 pub mod telegram;
 pub mod text_transform;
 pub mod tls;
+pub mod tool_processes;
 mod utf8;
 pub mod wait;
 

@@ -7,6 +7,9 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::tool_processes::ToolProcesses;
 
 /// Environment variables the built-in tools read.
 pub const ENV_VARS: &[&str] = &[
@@ -45,6 +48,9 @@ pub struct BaseSettings {
     pub extra_fs_roots: Vec<PathBuf>,
     /// The cap on each of `bash`'s output streams, in bytes.
     pub bash_max_output_bytes: usize,
+    /// The processes tool calls started (shared with whoever ends them when
+    /// the agent's process ends).
+    pub tool_processes: Arc<ToolProcesses>,
 }
 
 impl Default for BaseSettings {
@@ -54,6 +60,7 @@ impl Default for BaseSettings {
             http_allow: Vec::new(),
             extra_fs_roots: Vec::new(),
             bash_max_output_bytes: DEFAULT_BASH_MAX_OUTPUT_BYTES,
+            tool_processes: Arc::default(),
         }
     }
 }
@@ -92,7 +99,7 @@ impl BaseSettings {
             .and_then(|v| v.trim().parse::<usize>().ok())
             .filter(|n| *n > 0)
             .unwrap_or(DEFAULT_BASH_MAX_OUTPUT_BYTES);
-        Self { env, http_allow, extra_fs_roots, bash_max_output_bytes }
+        Self { env, http_allow, extra_fs_roots, bash_max_output_bytes, tool_processes: Arc::default() }
     }
 
     /// The first of `names` that is set, with its name.

@@ -1,0 +1,99 @@
+//! SIGTERM and SIGHUP end `gdn` the way Ctrl-C ends a turn: the running
+//! turn is cancelled (its tool calls killed, its conversation committed),
+//! then the process exits — and no process a tool started is left behind.
+//!
+//! The two signals are blocked in every thread from the start and received
+//! by one thread of their own with `sigwait`, so they are seen even while
+//! the main thread blocks (reading a line at the prompt). Child processes
+//! start with an empty signal mask (the standard library resets it), so the
+//! commands tools run still receive them.
+
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use goondan_base::tool_processes::ToolProcesses;
+use nix::sys::signal::{SigSet, Signal};
+use tokio::sync::watch;
+
+/// What a termination signal does, and what the run needs to know of it.
+pub struct Shutdown {
+    /// The signal received (0: none).
+    received: AtomicI32,
+    /// Cancels the running turn, if one runs.
+    turn: Mutex<Option<watch::Sender<bool>>>,
+    processes: Arc<ToolProcesses>,
+}
+
+impl std::fmt::Debug for Shutdown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shutdown").field("received", &self.received.load(Ordering::Relaxed)).finish_non_exhaustive()
+    }
+}
+
+impl Shutdown {
+    /// Blocks SIGTERM and SIGHUP in this thread — call it before any other
+    /// thread exists, so that they all inherit the mask — and starts the
+    /// thread that receives them.
+    pub fn install(processes: Arc<ToolProcesses>) -> Arc<Self> {
+        let shutdown = Arc::new(Self { received: AtomicI32::new(0), turn: Mutex::new(None), processes });
+        let mut signals = SigSet::empty();
+        signals.add(Signal::SIGTERM);
+        signals.add(Signal::SIGHUP);
+        if signals.thread_block().is_err() {
+            // The default action (exit) stays; tools' processes are then
+            // only ended by their own timeouts.
+            return shutdown;
+        }
+        let receiver = Arc::clone(&shutdown);
+        let spawned = std::thread::Builder::new().name("gdn-signals".to_owned()).spawn(move || {
+            while let Ok(signal) = signals.wait() {
+                receiver.received(signal);
+            }
+        });
+        if spawned.is_err() {
+            // Nobody would receive them: let them act as before.
+            let _ = signals.thread_unblock();
+        }
+        shutdown
+    }
+
+    fn received(&self, signal: Signal) {
+        self.received.store(signal as i32, Ordering::SeqCst);
+        let running = self.turn.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        match running {
+            // The turn ends as after Ctrl-C; the run then exits.
+            Some(cancel) => {
+                tracing::warn!("{}: cancelling the turn, then exiting", signal.as_str());
+                let _ = cancel.send(true);
+            }
+            None => {
+                self.processes.kill_all();
+                std::process::exit(128 + signal as i32);
+            }
+        }
+    }
+
+    /// A turn starts; `cancel` cancels it.
+    pub fn turn_started(&self, cancel: watch::Sender<bool>) {
+        *self.turn.lock().unwrap_or_else(PoisonError::into_inner) = Some(cancel);
+        // A signal that came just before: cancel at once.
+        if self.requested().is_some()
+            && let Some(cancel) = self.turn.lock().unwrap_or_else(PoisonError::into_inner).as_ref()
+        {
+            let _ = cancel.send(true);
+        }
+    }
+
+    /// The turn ended.
+    pub fn turn_ended(&self) {
+        *self.turn.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+
+    /// The exit status a received SIGTERM/SIGHUP asks for (128 + its number).
+    pub fn requested(&self) -> Option<u8> {
+        match self.received.load(Ordering::SeqCst) {
+            0 => None,
+            signal => u8::try_from(128 + signal).ok(),
+        }
+    }
+}

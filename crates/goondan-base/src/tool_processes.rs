@@ -1,0 +1,162 @@
+//! Every process a tool call started, found again — including those that
+//! left its process group (`setsid`, a double fork).
+//!
+//! A process group does not hold a process that starts its own session, so
+//! `killpg` alone lets `setsid sleep 1000 &` outlive the call and the agent.
+//! Instead each call's shell gets a marker in its environment,
+//! `GOONDAN_TOOL_CALL=<pid of gdn>-<random>-<n>`: every descendant inherits it (a new
+//! session does not change the environment, and `/proc/<pid>/environ`
+//! shows it), so the call's processes are found by scanning `/proc`, wherever
+//! they were reparented. `gdn` also makes itself a child subreaper
+//! ([`become_subreaper`]) so that orphans of a call are reparented to it and
+//! reaped rather than handed to init.
+//!
+//! A call that times out or is cancelled kills its marked processes at once;
+//! one that finishes normally keeps its background jobs (as the original),
+//! and they are killed when `gdn` ends ([`ToolProcesses::kill_all`]).
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+/// The environment variable that marks a call's processes.
+pub const MARKER_ENV: &str = "GOONDAN_TOOL_CALL";
+
+/// How many times a kill rescans for processes forked meanwhile.
+const KILL_PASSES: usize = 5;
+
+/// The markers of this process's tool calls whose processes may still run.
+#[derive(Debug)]
+pub struct ToolProcesses {
+    prefix: String,
+    next: AtomicU64,
+    live: Mutex<BTreeSet<String>>,
+}
+
+impl Default for ToolProcesses {
+    fn default() -> Self {
+        // Random per tracker: two trackers of one process never share a marker.
+        let unique = goondan_core::ids::new_id().replace('-', "");
+        Self {
+            prefix: format!("{}-{unique}-", std::process::id()),
+            next: AtomicU64::new(1),
+            live: Mutex::new(BTreeSet::new()),
+        }
+    }
+}
+
+impl ToolProcesses {
+    /// A fresh marker for one call, remembered until its processes are killed.
+    pub fn marker(&self) -> String {
+        let marker = format!("{}{}", self.prefix, self.next.fetch_add(1, Ordering::Relaxed));
+        self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(marker.clone());
+        marker
+    }
+
+    /// Kills (SIGKILL) every process carrying `marker`, however it left the
+    /// call's group; returns how many were signalled.
+    pub fn kill_marked(&self, marker: &str) -> usize {
+        let killed = kill_carrying(&[marker]);
+        self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(marker);
+        killed
+    }
+
+    /// Kills what every call of this process left running (background jobs
+    /// of calls that finished): `gdn` calls it when it ends.
+    pub fn kill_all(&self) -> usize {
+        let markers: Vec<String> =
+            std::mem::take(&mut *self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+                .into_iter()
+                .collect();
+        if markers.is_empty() {
+            return 0;
+        }
+        let markers: Vec<&str> = markers.iter().map(String::as_str).collect();
+        kill_carrying(&markers)
+    }
+}
+
+/// Makes this process the reaper of its orphaned descendants (Linux
+/// `PR_SET_CHILD_SUBREAPER`), so that a tool's double-forked processes stay
+/// below it. Best effort: false where the kernel refuses.
+pub fn become_subreaper() -> bool {
+    nix::sys::prctl::set_child_subreaper(true).is_ok()
+}
+
+/// SIGKILLs every process whose environment holds one of `markers`, rescanning
+/// until none is left (a process may fork between a scan and its kill).
+fn kill_carrying(markers: &[&str]) -> usize {
+    let needles: Vec<Vec<u8>> = markers.iter().map(|m| format!("{MARKER_ENV}={m}").into_bytes()).collect();
+    let own = std::process::id();
+    let mut killed = 0;
+    for _pass in 0..KILL_PASSES {
+        let mut found = 0;
+        let Ok(entries) = std::fs::read_dir("/proc") else { return killed };
+        for entry in entries.flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<u32>().ok()) else { continue };
+            if pid == own {
+                continue;
+            }
+            // Unreadable (another user's, or gone): not ours to kill.
+            let Ok(environ) = std::fs::read(entry.path().join("environ")) else { continue };
+            if environ.split(|byte| *byte == 0).any(|var| needles.iter().any(|needle| var == needle.as_slice())) {
+                if let Ok(raw) = i32::try_from(pid) {
+                    let _ = kill(Pid::from_raw(raw), Signal::SIGKILL);
+                }
+                found += 1;
+            }
+        }
+        killed += found;
+        if found == 0 {
+            break;
+        }
+        // Let the kernel deliver the kills before looking again.
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    killed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    fn gone(pid: u32) -> bool {
+        // A zombie (killed, not yet reaped by us) counts as gone.
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        stat.is_empty() || stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z'))
+    }
+
+    #[test]
+    fn a_process_that_left_the_group_is_found_by_its_marker_and_killed() {
+        let processes = ToolProcesses::default();
+        let marker = processes.marker();
+        let other = processes.marker();
+        // A new session, as `setsid sleep 1000 &` makes; and one of another call.
+        let mut escaped = Command::new("setsid")
+            .args(["sleep", "1000"])
+            .env(MARKER_ENV, &marker)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("setsid: {e}"));
+        let mut bystander =
+            Command::new("sleep").arg("1000").env(MARKER_ENV, &other).spawn().unwrap_or_else(|e| panic!("sleep: {e}"));
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(processes.kill_marked(&marker), 1);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !gone(escaped.id()) {
+            assert!(Instant::now() < deadline, "the marked process survived");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = escaped.wait();
+        assert!(!gone(bystander.id()), "another call's process was killed");
+        // At the end, everything still marked goes.
+        assert_eq!(processes.kill_all(), 1);
+        let _ = bystander.wait();
+        assert_eq!(processes.kill_all(), 0);
+    }
+}
