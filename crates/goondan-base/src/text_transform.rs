@@ -10,9 +10,11 @@
 //! - `case{text, to}`: upper or lower case.
 //!
 //! `replace` with `all` and `join` multiply their inputs (every match gets a
-//! copy of `replacement`, every gap a copy of `delimiter`); a result larger
-//! than [`MAX_RESULT_BYTES`] is refused before it is built, so that a few
-//! kilobytes of input cannot ask for gigabytes of memory.
+//! copy of `replacement`, every gap a copy of `delimiter`), and `split` turns
+//! every character into a string of its own with an empty delimiter; a result
+//! larger than [`MAX_RESULT_BYTES`] (or of more than [`MAX_SPLIT_PARTS`]
+//! parts) is refused before it is built, so that a few kilobytes of input
+//! cannot ask for gigabytes of memory.
 
 use std::sync::Arc;
 
@@ -24,6 +26,10 @@ use crate::args;
 
 /// The largest result `replace` and `join` build: 16 MiB.
 pub const MAX_RESULT_BYTES: usize = 16 * 1024 * 1024;
+
+/// The most parts `split` returns: each part costs far more memory as a
+/// JSON value than its characters.
+pub const MAX_SPLIT_PARTS: usize = 200_000;
 
 /// Refuses a result of `len` bytes (saturated) larger than [`MAX_RESULT_BYTES`].
 fn check_result_len(export: &str, len: usize) -> Result<(), ToolFailure> {
@@ -102,6 +108,20 @@ fn split(_ctx: &ToolContext, input: &JsonObject) -> HandlerResult {
     let delimiter = args::optional_string(input, "delimiter")?.unwrap_or("\n");
     let max_parts = args::optional_count(input, "maxParts", u64::from(u32::MAX))?;
     let limit = max_parts.map_or(usize::MAX, |max| usize::try_from(max).unwrap_or(usize::MAX));
+    // Counted before anything is built.
+    let count = if delimiter.is_empty() {
+        text.chars().take(limit).count()
+    } else {
+        text.matches(delimiter).take(limit).count().saturating_add(1).min(limit)
+    };
+    if count > MAX_SPLIT_PARTS {
+        return Err(ToolFailure::new(format!(
+            "split would return {count} parts, more than the limit of {MAX_SPLIT_PARTS}"
+        ))
+        .suggest("Split a smaller piece of the text, use a delimiter that occurs less often, or set maxParts."));
+    }
+    // Each part adds its quotes and a comma to the JSON result.
+    check_result_len("split", text.len().saturating_add(count.saturating_mul(3)))?;
     let parts: Vec<String> = if delimiter.is_empty() {
         text.chars().take(limit).map(String::from).collect()
     } else {
@@ -209,6 +229,24 @@ mod tests {
         assert!(failure.message.starts_with("the result of join would be 20019000 bytes"), "{}", failure.message);
         let output = ok(run("join", json!({"parts": parts, "delimiter": ","})));
         assert_eq!(output["result"].as_str().map(str::len), Some(39_999));
+    }
+
+    #[test]
+    fn split_is_bounded_before_it_is_built() {
+        // 1 MB of text into a million one-character parts: refused, not built.
+        let text = "x".repeat(1_000_000);
+        let failure = err(run("split", json!({"text": text, "delimiter": ""})));
+        assert_eq!(
+            failure.message,
+            format!("split would return 1000000 parts, more than the limit of {MAX_SPLIT_PARTS}")
+        );
+        assert!(failure.suggestion.is_some());
+        // Asking for fewer parts, or a delimiter that occurs less often, is fine.
+        let output = ok(run("split", json!({"text": text, "delimiter": "", "maxParts": 10})));
+        assert_eq!(output["count"], json!(10));
+        let lines = "line\n".repeat(1000);
+        let output = ok(run("split", json!({"text": lines})));
+        assert_eq!(output["count"], json!(1001));
     }
 
     #[test]

@@ -429,6 +429,9 @@ pub async fn build_agent(bundle: &Bundle, options: &AgentOptions) -> Result<Agen
     built.system_prompt = system_prompt;
     built.params = params;
     built.max_steps_per_turn = max_steps_per_turn;
+    built.step_result_budget = crate::result_budget::StepResultBudget::from_setting(
+        (options.env)(crate::result_budget::StepResultBudget::ENV_VAR).as_deref(),
+    );
     Ok(built)
 }
 

@@ -9,6 +9,8 @@
 //!   which a build installs their layers and tools.
 //! - [`extension_state`]: each extension's durable state (`api.state`), one
 //!   JSON object per extension per instance.
+//! - [`result_budget`]: how much tool output one step may put into the
+//!   conversation; the rest is saved to files and previewed.
 //! - [`store`]: the state root, one directory per instance with its message
 //!   log (message events) and event log.
 //!
@@ -20,6 +22,7 @@ pub mod context;
 pub mod conversation;
 pub mod extension;
 pub mod extension_state;
+pub mod result_budget;
 pub mod store;
 pub mod turn;
 

@@ -55,6 +55,7 @@ use crate::context::{
     TurnOutcome,
 };
 use crate::conversation::{Conversation, ConversationStore, commit};
+use crate::result_budget::StepResultBudget;
 
 /// An agent that runs turns: its tooling (tools, executor, middleware,
 /// events) and its model.
@@ -77,6 +78,8 @@ pub struct Agent {
     /// How long a cancelled turn's layers may take to return before the
     /// turn is abandoned.
     pub cancel_grace: Duration,
+    /// How much tool output one step may put into the conversation.
+    pub step_result_budget: StepResultBudget,
 }
 
 impl std::fmt::Debug for Agent {
@@ -120,6 +123,7 @@ impl Agent {
             max_parallel_tool_calls: 8,
             max_malformed_replies: 3,
             cancel_grace: Duration::from_secs(5),
+            step_result_budget: StepResultBudget::default(),
         }
     }
 
@@ -515,7 +519,10 @@ impl StepCore<'_> {
 
         let scope = agent.tooling.call_scope(&self.ids, Arc::new(assistant.clone()));
         let catalog = Arc::new(std::mem::take(&mut ctx.tool_catalog));
-        let (results, was_cancelled) = self.run_calls(&calls, parse_errors, &scope, &catalog).await;
+        let (mut results, was_cancelled) = self.run_calls(&calls, parse_errors, &scope, &catalog).await;
+        if agent.step_result_budget.exceeded_by(&results) {
+            results = self.spill(&calls, results).await;
+        }
         ctx.tool_catalog = Arc::try_unwrap(catalog).unwrap_or_else(|shared| (*shared).clone());
 
         for (call, result) in calls.iter().zip(&results) {
@@ -544,6 +551,29 @@ impl StepCore<'_> {
         outcome.tool_calls = calls;
         outcome.tool_results = results;
         outcome
+    }
+
+    /// Saves the largest outputs to files so that the step's results fit
+    /// its budget (the file I/O off the async threads).
+    async fn spill(&self, calls: &[ToolCall], mut results: Vec<ToolResult>) -> Vec<ToolResult> {
+        let budget = self.agent.step_result_budget;
+        let workdir = Arc::clone(&self.agent.tooling.workdir);
+        let step_id = Arc::clone(&self.ids.step_id);
+        let calls = calls.to_vec();
+        let kept = results.clone();
+        match tokio::task::spawn_blocking(move || {
+            let spilled = budget.apply(&workdir, &step_id, &calls, &mut results);
+            tracing::info!("{spilled} tool result(s) of step {step_id} went over its budget and were saved to files");
+            results
+        })
+        .await
+        {
+            Ok(results) => results,
+            Err(error) => {
+                tracing::error!("saving oversized tool results failed: {error}");
+                kept
+            }
+        }
     }
 
     /// Runs the calls (at most `max_parallel_tool_calls` at once) and returns

@@ -645,3 +645,42 @@ async fn a_layers_own_events_reach_the_agents_sinks_in_the_turns_trace() {
     assert_eq!(events[2]["parentSpanId"], events[1]["spanId"], "inside the step's span");
     assert_eq!(events[2]["traceId"], events[0]["traceId"]);
 }
+
+#[tokio::test]
+async fn results_over_the_steps_budget_are_saved_to_files_and_the_model_gets_previews() {
+    let mut f = fixture(
+        json!([
+            {"toolCalls": [{"name": "big__dump", "args": {}}, {"name": "big__dump", "args": {}}, {"name": "echo__say", "args": {"text": "hi"}}]},
+            {"text": "done"}
+        ]),
+        8,
+    );
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    f.agent.tooling.workdir = Arc::from(dir.path());
+    f.agent
+        .tooling
+        .registry()
+        .register(
+            ToolCatalogItem::new("big__dump", ToolSource::extension("test")),
+            sync_handler(|_, _| Ok(ToolOutput::Value(json!({"body": "x".repeat(700 * 1024)})))),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (mut conversation, store) = recorded(Vec::new());
+    let outcome = f.agent.run_turn(&mut conversation, "go".to_owned(), &Collect::default(), never_cancelled()).await;
+    assert_eq!(outcome.end, TurnEnd::Answered);
+    // Two results of 700 KiB exceed the default 1 MiB: the first is spilled, the rest fit.
+    let results = tool_results(&store.state().messages().to_vec());
+    let spilled = results[0].1.output.clone().unwrap_or_default();
+    assert_eq!(spilled["truncated"], json!(true), "{spilled}");
+    let saved_to = spilled["savedTo"].as_str().unwrap_or_default().to_owned();
+    assert!(saved_to.starts_with(".goondan/tool-results/"), "{saved_to}");
+    let saved: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join(&saved_to)).unwrap_or_default()).unwrap_or_default();
+    assert_eq!(saved["body"].as_str().map(str::len), Some(700 * 1024));
+    assert_eq!(results[1].1.output.as_ref().and_then(|o| o["body"].as_str()).map(str::len), Some(700 * 1024));
+    assert_eq!(results[2].1.output, Some(json!({"said": "hi"})));
+    // The model's next request carries the preview, not the whole output.
+    let requests = requests_of(&f);
+    let sent = serde_json::to_string(&requests[1].messages).unwrap_or_default();
+    assert!(sent.len() < 1024 * 1024, "{}", sent.len());
+}
