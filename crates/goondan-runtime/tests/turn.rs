@@ -669,7 +669,7 @@ async fn results_over_the_steps_budget_are_saved_to_files_and_the_model_gets_pre
     let outcome = f.agent.run_turn(&mut conversation, "go".to_owned(), &Collect::default(), never_cancelled()).await;
     assert_eq!(outcome.end, TurnEnd::Answered);
     // Two results of 700 KiB exceed the default 1 MiB: the first is spilled, the rest fit.
-    let results = tool_results(&store.state().messages().to_vec());
+    let results = tool_results(store.state().messages());
     let spilled = results[0].1.output.clone().unwrap_or_default();
     assert_eq!(spilled["truncated"], json!(true), "{spilled}");
     let saved_to = spilled["savedTo"].as_str().unwrap_or_default().to_owned();
