@@ -65,12 +65,13 @@ use cap_std::fs::{Dir, MetadataExt, OpenOptions, OpenOptionsExt};
 
 use goondan_core::codes::{
     E_ALREADY_EXISTS, E_BINARY_FILE, E_FILE_NOT_FOUND, E_FS_ERROR, E_HARD_LINKED_FILE, E_IS_DIRECTORY, E_NOT_DIRECTORY,
-    E_NOT_REGULAR_FILE, E_PATH_UNRESOLVABLE, E_PERMISSION_DENIED,
+    E_NOT_REGULAR_FILE, E_PATH_PROTECTED, E_PATH_UNRESOLVABLE, E_PERMISSION_DENIED,
 };
 use goondan_core::{JsonObject, JsonValue};
 use goondan_tools::{BoxFuture, HandlerResult, ToolContext, ToolFailure, ToolHandler, ToolOutput};
 use serde_json::json;
 
+use crate::protect::{self, FsGuard};
 use crate::{BaseSettings, args, files, paths};
 
 /// `read`'s default `maxBytes`.
@@ -118,7 +119,7 @@ impl ToolHandler for FileSystem {
     fn call<'a>(&'a self, ctx: &'a ToolContext, input: &'a JsonObject) -> BoxFuture<'a, HandlerResult> {
         Box::pin(async move {
             let request = Request::parse(self.export, input)?;
-            let place = Place::new(ctx.workdir().to_path_buf(), self.settings.extra_fs_roots.clone());
+            let place = Place::new(ctx.workdir().to_path_buf(), Arc::clone(&self.settings));
             let output = run_blocking(move || request.run(&place)).await?;
             Ok(ToolOutput::Value(output))
         })
@@ -139,7 +140,7 @@ where
 /// roots opened so far as directory capabilities (once per root and call).
 struct Place {
     workdir: PathBuf,
-    extra_roots: Vec<PathBuf>,
+    settings: Arc<BaseSettings>,
     opened: RefCell<Vec<(PathBuf, Arc<Dir>)>>,
 }
 
@@ -160,13 +161,43 @@ impl Target {
 }
 
 impl Place {
-    fn new(workdir: PathBuf, extra_roots: Vec<PathBuf>) -> Self {
-        Self { workdir, extra_roots, opened: RefCell::new(Vec::new()) }
+    fn new(workdir: PathBuf, settings: Arc<BaseSettings>) -> Self {
+        Self { workdir, settings, opened: RefCell::new(Vec::new()) }
+    }
+
+    /// What the agent's use of the tool refuses inside the roots.
+    fn guard(&self) -> &FsGuard {
+        &self.settings.fs_guard
+    }
+
+    /// Refuses a `.env*` path (read or written) unless allowed.
+    fn check_dot_env(&self, input: &str, target: &Target) -> Result<(), ToolFailure> {
+        if self.guard().refuses_dot_env(&target.relative, input) {
+            return Err(protected_failure(
+                input,
+                "files whose name starts with .env hold the operator's secrets",
+                protect::ALLOW_DOT_ENV,
+            ));
+        }
+        Ok(())
+    }
+
+    /// Refuses writing one of the bundle's own files (`id`: the existing
+    /// file's device and inode) unless allowed.
+    fn check_config_write(&self, input: &str, real: &Path, id: Option<(u64, u64)>) -> Result<(), ToolFailure> {
+        if self.guard().refuses_write(real, id) {
+            return Err(protected_failure(
+                input,
+                "the runtime loads it as configuration or code (the bundle, its lock file, a prompt or a module)",
+                protect::ALLOW_CONFIG_WRITES,
+            ));
+        }
+        Ok(())
     }
 
     /// Checks `path` ([`paths::resolve_beneath`]) and opens its root.
     fn resolve(&self, path: &str) -> Result<Target, ToolFailure> {
-        let confined = paths::resolve_beneath(&self.workdir, &self.extra_roots, path)?;
+        let confined = paths::resolve_beneath(&self.workdir, &self.settings.extra_fs_roots, path)?;
         let root = self.root(&confined.root).map_err(|error| io_failure("open", path, &confined.real, &error))?;
         Ok(Target { real: confined.real, relative: confined.relative, root })
     }
@@ -294,6 +325,21 @@ fn io_failure(action: &str, input: &str, real: &Path, error: &io::Error) -> Tool
     }
 }
 
+/// A path the tool may not touch by default, naming only what was sent.
+fn protected_failure(input: &str, why: &str, allow_key: &str) -> ToolFailure {
+    ToolFailure::with_code(format!("path '{input}' is protected: {why}"), E_PATH_PROTECTED)
+        .named("PathProtectedError")
+        .suggest(format!(
+            "Choose another path. The bundle's author can allow this with config: {{{allow_key}: true}} on the \
+             agent's file-system item in spec.tools."
+        ))
+}
+
+/// A file's identity, for comparing with protected files.
+fn identity(meta: &cap_std::fs::Metadata) -> (u64, u64) {
+    (meta.dev(), meta.ino())
+}
+
 fn is_directory_failure(action: &str, input: &str, real: &Path) -> ToolFailure {
     io_failure(action, input, real, &io::Error::from(io::ErrorKind::IsADirectory))
 }
@@ -312,6 +358,7 @@ fn not_regular_failure(action: &str, input: &str, real: &Path) -> ToolFailure {
 
 fn read(place: &Place, input: &str, max_bytes: u64) -> Result<JsonValue, ToolFailure> {
     let target = place.resolve(input)?;
+    place.check_dot_env(input, &target)?;
     let real = &target.real;
     let failure = |error: io::Error| io_failure("read", input, real, &error);
     // Checked before opening: opening a FIFO would block until a writer came.
@@ -386,6 +433,7 @@ fn binary_failure(input: &str, real: &Path, size: u64, why: &str) -> ToolFailure
 
 fn write(place: &Place, input: &str, content: &str, append: bool) -> Result<JsonValue, ToolFailure> {
     let target = place.resolve(input)?;
+    place.check_dot_env(input, &target)?;
     let real = &target.real;
     let failure = |error: io::Error| io_failure("write", input, real, &error);
     // Not following a link: the checked path has none at its end, and one
@@ -395,6 +443,7 @@ fn write(place: &Place, input: &str, content: &str, append: bool) -> Result<Json
         Err(error) if error.kind() == io::ErrorKind::NotFound => None,
         Err(error) => return Err(failure(error)),
     };
+    place.check_config_write(input, real, existing.as_ref().map(identity))?;
     if let Some(meta) = &existing {
         if meta.is_dir() {
             return Err(is_directory_failure("write", input, real));
@@ -423,6 +472,7 @@ fn write(place: &Place, input: &str, content: &str, append: bool) -> Result<Json
         // What was opened, not what was checked: a hard link made meanwhile
         // is refused before a byte is written.
         let meta = file.metadata().map_err(failure)?;
+        place.check_config_write(input, real, Some(identity(&meta)))?;
         if !meta.is_file() {
             return Err(not_regular_failure("write", input, real));
         }
@@ -678,6 +728,7 @@ fn list(place: &Place, input: &str, mut walk: Walk) -> Result<JsonValue, ToolFai
 fn mkdir(place: &Place, input: &str, recursive: bool) -> Result<JsonValue, ToolFailure> {
     let target = place.resolve(input)?;
     let real = &target.real;
+    place.check_config_write(input, real, None)?;
     let exists_as_file = || {
         ToolFailure::with_code(
             format!("cannot create directory {}: a file of that name exists", describe(input, real)),
@@ -1338,6 +1389,68 @@ mod tests {
         }
         assert!(!f.outside.join("created-through-link.txt").exists());
         assert!(!f.outside.join("missing-dir").exists());
+    }
+
+    /// Settings guarding a bundle in `root`, with `config` on its file-system item.
+    fn guarded(root: &Path, config: JsonValue) -> Arc<BaseSettings> {
+        let files: Vec<PathBuf> =
+            ["goondan.yaml", "goondan.lock.yaml", "prompts/system.md", "tools/x.ts"].map(|f| root.join(f)).to_vec();
+        let fs_guard = FsGuard::new(&files, config.as_object());
+        Arc::new(BaseSettings { fs_guard, ..BaseSettings::default() })
+    }
+
+    #[tokio::test]
+    async fn the_bundles_own_files_and_dot_env_are_protected() {
+        let f = fixture();
+        for file in ["goondan.yaml", "prompts/system.md", "tools/x.ts", ".env", "sub/.env.local", ".envs/prod/db"] {
+            put(&f.root.join(file), "original");
+        }
+        fs::create_dir(f.root.join("x")).unwrap_or_else(|e| panic!("{e}"));
+        link(Path::new("goondan.yaml"), &f.root.join("alias.yaml"));
+        link(Path::new(".env"), &f.root.join("notes"));
+        let settings = guarded(&f.root, json!(null));
+        let refused = |export: &'static str, input: JsonValue| {
+            let settings = Arc::clone(&settings);
+            let root = f.root.clone();
+            async move {
+                let sent = input["path"].as_str().unwrap_or_default().to_owned();
+                let failure = err(call_with(&settings, &root, export, input).await);
+                assert_eq!(code(&failure), codes::E_PATH_PROTECTED, "{export} {sent}: {failure:?}");
+                assert!(failure.message.starts_with(&format!("path '{sent}' is protected")), "{failure:?}");
+                assert!(!failure.message.contains(&shown(&root)), "{failure:?}");
+                assert!(failure.suggestion.as_deref().is_some_and(|s| s.contains(": true}")), "{failure:?}");
+            }
+        };
+        for path in ["goondan.yaml", "./x/../goondan.yaml", "alias.yaml", "prompts/system.md", "tools/x.ts"] {
+            refused("write", json!({"path": path, "content": "pwned"})).await;
+            refused("write", json!({"path": path, "content": "pwned", "append": true})).await;
+        }
+        // The lock file is protected before it exists, from writes and mkdir.
+        refused("write", json!({"path": "goondan.lock.yaml", "content": "x"})).await;
+        refused("mkdir", json!({"path": "goondan.lock.yaml"})).await;
+        assert!(!f.root.join("goondan.lock.yaml").exists());
+        for path in [".env", "sub/.env.local", ".envs/prod/db", "notes", ".env.new"] {
+            refused("read", json!({"path": path})).await;
+            refused("write", json!({"path": path, "content": "pwned"})).await;
+        }
+        for file in ["goondan.yaml", "prompts/system.md", "tools/x.ts", ".env", "sub/.env.local"] {
+            assert_eq!(text(&f.root.join(file)), "original", "{file}");
+        }
+        // Reading the bundle is fine, and so is everything else.
+        let output = ok(call_with(&settings, &f.root, "read", json!({"path": "goondan.yaml"})).await);
+        assert_eq!(output["content"], json!("original"));
+        ok(call_with(&settings, &f.root, "write", json!({"path": "notes.md", "content": "n"})).await);
+        // Without a bundle (default settings), .env files are still refused.
+        fails(&f.root, "read", json!({"path": ".env"}), codes::E_PATH_PROTECTED).await;
+        // The Tool config lifts each rule.
+        let lifted = guarded(&f.root, json!({"allowConfigWrites": true, "allowDotEnv": true}));
+        ok(call_with(&lifted, &f.root, "write", json!({"path": "goondan.yaml", "content": "new"})).await);
+        assert_eq!(text(&f.root.join("goondan.yaml")), "new");
+        let output = ok(call_with(&lifted, &f.root, "read", json!({"path": ".env"})).await);
+        assert_eq!(output["content"], json!("original"));
+        let only_config = guarded(&f.root, json!({"allowConfigWrites": true}));
+        let failure = err(call_with(&only_config, &f.root, "read", json!({"path": ".env"})).await);
+        assert_eq!(code(&failure), codes::E_PATH_PROTECTED);
     }
 
     #[tokio::test]

@@ -125,7 +125,7 @@ fn locate<'r>(path: &Path, roots: &'r [Root]) -> Option<(&'r PathBuf, PathBuf)> 
 }
 
 /// Removes `.` and resolves `..` lexically (a `..` at the root stays at the root).
-fn normalize(path: &Path) -> PathBuf {
+pub(crate) fn normalize(path: &Path) -> PathBuf {
     let mut out = PathBuf::new();
     for component in path.components() {
         match component {

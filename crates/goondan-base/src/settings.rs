@@ -45,6 +45,11 @@ pub struct BaseSettings {
     pub extra_fs_roots: Vec<PathBuf>,
     /// The cap on each of `bash`'s output streams, in bytes.
     pub bash_max_output_bytes: usize,
+    /// What `file-system` refuses inside the roots: not from the
+    /// environment, but built at install time from the agent's bundle and
+    /// its `file-system` config ([`crate::register_native_tools`]). The
+    /// default refuses `.env*` files and protects no bundle file.
+    pub fs_guard: crate::protect::FsGuard,
 }
 
 impl Default for BaseSettings {
@@ -54,6 +59,7 @@ impl Default for BaseSettings {
             http_allow: Vec::new(),
             extra_fs_roots: Vec::new(),
             bash_max_output_bytes: DEFAULT_BASH_MAX_OUTPUT_BYTES,
+            fs_guard: crate::protect::FsGuard::default(),
         }
     }
 }
@@ -66,6 +72,7 @@ impl std::fmt::Debug for BaseSettings {
             .field("http_allow", &self.http_allow)
             .field("extra_fs_roots", &self.extra_fs_roots)
             .field("bash_max_output_bytes", &self.bash_max_output_bytes)
+            .field("fs_guard", &self.fs_guard)
             .finish()
     }
 }
@@ -92,7 +99,7 @@ impl BaseSettings {
             .and_then(|v| v.trim().parse::<usize>().ok())
             .filter(|n| *n > 0)
             .unwrap_or(DEFAULT_BASH_MAX_OUTPUT_BYTES);
-        Self { env, http_allow, extra_fs_roots, bash_max_output_bytes }
+        Self { env, http_allow, extra_fs_roots, bash_max_output_bytes, fs_guard: crate::protect::FsGuard::default() }
     }
 
     /// The first of `names` that is set, with its name.
