@@ -2,7 +2,6 @@
 //! base URL a call uses, JSON calls, bounded downloads, and error messages
 //! (and results) that never contain the token.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -457,7 +456,7 @@ pub(crate) struct DownloadOptions {
     max_bytes: usize,
     include_base64: bool,
     include_data_url: bool,
-    save_path: Option<PathBuf>,
+    save_path: Option<crate::paths::Confined>,
 }
 
 /// The result fields about a downloaded file's content.
@@ -483,11 +482,11 @@ impl DownloadOptions {
         let max_bytes = positive_whole(input, "maxBytes", DEFAULT_MAX_BYTES, MAX_MAX_BYTES, &suggestion)?;
         let save_path = match optional_trimmed(input, "savePath")? {
             Some(path) => {
-                let resolved = crate::paths::resolve_confined(ctx.workdir(), &settings.extra_fs_roots, &path)?;
+                let resolved = crate::paths::resolve_beneath(ctx.workdir(), &settings.extra_fs_roots, &path)?;
                 // Checked now, before the download; a directory (the
                 // workdir itself, say) would also put the temporary file
                 // in its parent.
-                if resolved.is_dir() {
+                if resolved.real.is_dir() {
                     return Err(invalid(
                         format!("'savePath' ({path}) is a directory"),
                         "Name the file to create, e.g. \"downloads/photo.jpg\".",
@@ -521,8 +520,8 @@ impl DownloadOptions {
             _ => JsonValue::Null,
         };
         let saved_path = match &self.save_path {
-            Some(path) => {
-                let target = path.clone();
+            Some(confined) => {
+                let (target, path) = (confined.clone(), &confined.real);
                 let saved = files::run_blocking(move || save(&target, &bytes))
                     .await
                     .unwrap_or_else(|error| Err(std::io::Error::other(error.to_string())));
@@ -541,17 +540,17 @@ impl DownloadOptions {
     }
 }
 
-/// Writes `bytes` to the real path `path` atomically ([`files::replace_atomically`]),
-/// creating missing directories on the way; an existing file keeps its permissions.
-fn save(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let Some(parent) = path.parent() else {
+/// Writes `bytes` to the checked path `target` atomically
+/// ([`files::replace_atomically`]), beneath its root (a link swapped in
+/// meanwhile cannot lead outside), creating missing directories on the way;
+/// an existing file keeps its permissions.
+fn save(target: &crate::paths::Confined, bytes: &[u8]) -> std::io::Result<()> {
+    let root = files::open_root(&target.root)?;
+    let Some((parent, name)) = files::open_parent(&root, &target.relative, true)? else {
         return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "the path names no file"));
     };
-    if !files::create_real_dir_all(parent)? {
-        return Err(std::io::Error::other("a directory on the way was replaced by a symbolic link"));
-    }
-    let permissions = std::fs::metadata(path).ok().filter(std::fs::Metadata::is_file).map(|meta| meta.permissions());
-    files::replace_atomically(path, bytes, permissions)
+    let permissions = parent.symlink_metadata(&name).ok().filter(|meta| meta.is_file()).map(|meta| meta.permissions());
+    files::replace_atomically(&parent, &name, bytes, permissions)
 }
 
 /// A number property that must be positive; `default` when absent.

@@ -10,9 +10,16 @@
 //!   ones included) that lead outside the workdir are refused with
 //!   `E_PATH_OUTSIDE_WORKDIR`. The operator widens the allowed roots with
 //!   `GOONDAN_FS_ALLOW_ROOTS` (directories separated like `PATH`). Outputs
-//!   report the resolved (real, absolute) path, which is the path used;
-//!   files are opened without following a link that replaced the checked
-//!   path's last component since.
+//!   report the resolved (real, absolute) path, which is the path used.
+//!   Refusals name only the path the model sent, never where it leads nor
+//!   whether that exists.
+//! - **No check-then-use race.** The I/O goes through a directory
+//!   capability of the root the path was checked in ([`crate::files`]), so
+//!   a directory swapped for a link to elsewhere during the call makes the
+//!   call fail instead of escaping; the last component is opened without
+//!   following a link. Writes and appends through a file with more than one
+//!   hard link are refused (`E_HARD_LINKED_FILE`): its other name may lie
+//!   outside.
 //! - **`read`** reads at most `maxBytes` (1..=10 MiB, default 100,000) bytes
 //!   — never the whole of a large file — and backs off to a character
 //!   boundary rather than split a UTF-8 character; `truncated` says the file
@@ -47,19 +54,24 @@
 //! to do. The blocking file-system work runs on Tokio's blocking pool so that
 //! a slow disk never stalls the runtime.
 
-use std::fs::{self, OpenOptions};
+use std::cell::RefCell;
+use std::ffi::OsStr;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use cap_fs_ext::DirExt;
+use cap_std::fs::{Dir, MetadataExt, OpenOptions, OpenOptionsExt};
+
 use goondan_core::codes::{
-    E_ALREADY_EXISTS, E_BINARY_FILE, E_FILE_NOT_FOUND, E_FS_ERROR, E_IS_DIRECTORY, E_NOT_DIRECTORY, E_NOT_REGULAR_FILE,
-    E_PERMISSION_DENIED,
+    E_ALREADY_EXISTS, E_BINARY_FILE, E_FILE_NOT_FOUND, E_FS_ERROR, E_HARD_LINKED_FILE, E_IS_DIRECTORY, E_NOT_DIRECTORY,
+    E_NOT_REGULAR_FILE, E_PATH_PROTECTED, E_PATH_UNRESOLVABLE, E_PERMISSION_DENIED,
 };
 use goondan_core::{JsonObject, JsonValue};
 use goondan_tools::{BoxFuture, HandlerResult, ToolContext, ToolFailure, ToolHandler, ToolOutput};
 use serde_json::json;
 
+use crate::protect::{self, FsGuard};
 use crate::{BaseSettings, args, files, paths};
 
 /// `read`'s default `maxBytes`.
@@ -107,8 +119,7 @@ impl ToolHandler for FileSystem {
     fn call<'a>(&'a self, ctx: &'a ToolContext, input: &'a JsonObject) -> BoxFuture<'a, HandlerResult> {
         Box::pin(async move {
             let request = Request::parse(self.export, input)?;
-            let place =
-                Place { workdir: ctx.workdir().to_path_buf(), extra_roots: self.settings.extra_fs_roots.clone() };
+            let place = Place::new(ctx.workdir().to_path_buf(), Arc::clone(&self.settings));
             let output = run_blocking(move || request.run(&place)).await?;
             Ok(ToolOutput::Value(output))
         })
@@ -125,15 +136,80 @@ where
     })
 }
 
-/// Where paths resolve: the workdir and the operator's extra roots.
+/// Where paths resolve: the workdir and the operator's extra roots, and the
+/// roots opened so far as directory capabilities (once per root and call).
 struct Place {
     workdir: PathBuf,
-    extra_roots: Vec<PathBuf>,
+    settings: Arc<BaseSettings>,
+    opened: RefCell<Vec<(PathBuf, Arc<Dir>)>>,
+}
+
+/// A checked path and the capability of its root, through which it is used.
+struct Target {
+    /// The real path, for output and messages.
+    real: PathBuf,
+    /// The path below `root`.
+    relative: PathBuf,
+    root: Arc<Dir>,
+}
+
+impl Target {
+    /// The path for cap-std calls on `root` (`.` for the root itself).
+    fn beneath(&self) -> &Path {
+        files::dot_if_empty(&self.relative)
+    }
 }
 
 impl Place {
-    fn resolve(&self, path: &str) -> Result<PathBuf, ToolFailure> {
-        paths::resolve_confined(&self.workdir, &self.extra_roots, path)
+    fn new(workdir: PathBuf, settings: Arc<BaseSettings>) -> Self {
+        Self { workdir, settings, opened: RefCell::new(Vec::new()) }
+    }
+
+    /// What the agent's use of the tool refuses inside the roots.
+    fn guard(&self) -> &FsGuard {
+        &self.settings.fs_guard
+    }
+
+    /// Refuses a `.env*` path (read or written) unless allowed.
+    fn check_dot_env(&self, input: &str, target: &Target) -> Result<(), ToolFailure> {
+        if self.guard().refuses_dot_env(&target.relative, input) {
+            return Err(protected_failure(
+                input,
+                "files whose name starts with .env hold the operator's secrets",
+                protect::ALLOW_DOT_ENV,
+            ));
+        }
+        Ok(())
+    }
+
+    /// Refuses writing one of the bundle's own files (`id`: the existing
+    /// file's device and inode) unless allowed.
+    fn check_config_write(&self, input: &str, real: &Path, id: Option<(u64, u64)>) -> Result<(), ToolFailure> {
+        if self.guard().refuses_write(real, id) {
+            return Err(protected_failure(
+                input,
+                "the runtime loads it as configuration or code (the bundle, its lock file, a prompt or a module)",
+                protect::ALLOW_CONFIG_WRITES,
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks `path` ([`paths::resolve_beneath`]) and opens its root.
+    fn resolve(&self, path: &str) -> Result<Target, ToolFailure> {
+        let confined = paths::resolve_beneath(&self.workdir, &self.settings.extra_fs_roots, path)?;
+        let root = self.root(&confined.root).map_err(|error| io_failure("open", path, &confined.real, &error))?;
+        Ok(Target { real: confined.real, relative: confined.relative, root })
+    }
+
+    /// The capability of the allowed root `root`.
+    fn root(&self, root: &Path) -> io::Result<Arc<Dir>> {
+        if let Some((_, dir)) = self.opened.borrow().iter().find(|(path, _)| path == root) {
+            return Ok(Arc::clone(dir));
+        }
+        let dir = Arc::new(files::open_root(root)?);
+        self.opened.borrow_mut().push((root.to_path_buf(), Arc::clone(&dir)));
+        Ok(dir)
     }
 }
 
@@ -210,7 +286,19 @@ fn describe(input: &str, real: &Path) -> String {
 /// A failed operating-system call on `input` (resolved to `real`), with a
 /// code and suggestion chosen by the kind of error.
 fn io_failure(action: &str, input: &str, real: &Path, error: &io::Error) -> ToolFailure {
+    if files::is_escape(error) {
+        // A link swapped in after the check led outside: refused like any
+        // other path that leads there, naming only what the model sent.
+        return paths::outside_failure(input);
+    }
     let what = describe(input, real);
+    if files::is_link_in_the_way(error) {
+        return ToolFailure::with_code(
+            format!("cannot {action} {what}: a symbolic link replaced part of the path while it was used"),
+            E_PATH_UNRESOLVABLE,
+        )
+        .suggest("Something changed the path meanwhile; check it with file-system__list and try again.");
+    }
     match error.kind() {
         io::ErrorKind::NotFound => {
             ToolFailure::with_code(format!("cannot {action} {what}: no such file or directory"), E_FILE_NOT_FOUND)
@@ -237,6 +325,21 @@ fn io_failure(action: &str, input: &str, real: &Path, error: &io::Error) -> Tool
     }
 }
 
+/// A path the tool may not touch by default, naming only what was sent.
+fn protected_failure(input: &str, why: &str, allow_key: &str) -> ToolFailure {
+    ToolFailure::with_code(format!("path '{input}' is protected: {why}"), E_PATH_PROTECTED)
+        .named("PathProtectedError")
+        .suggest(format!(
+            "Choose another path. The bundle's author can allow this with config: {{{allow_key}: true}} on the \
+             agent's file-system item in spec.tools."
+        ))
+}
+
+/// A file's identity, for comparing with protected files.
+fn identity(meta: &cap_std::fs::Metadata) -> (u64, u64) {
+    (meta.dev(), meta.ino())
+}
+
 fn is_directory_failure(action: &str, input: &str, real: &Path) -> ToolFailure {
     io_failure(action, input, real, &io::Error::from(io::ErrorKind::IsADirectory))
 }
@@ -254,17 +357,27 @@ fn not_regular_failure(action: &str, input: &str, real: &Path) -> ToolFailure {
 // ---------------------------------------------------------------------------
 
 fn read(place: &Place, input: &str, max_bytes: u64) -> Result<JsonValue, ToolFailure> {
-    let real = place.resolve(input)?;
-    let failure = |error: io::Error| io_failure("read", input, &real, &error);
+    let target = place.resolve(input)?;
+    place.check_dot_env(input, &target)?;
+    let real = &target.real;
+    let failure = |error: io::Error| io_failure("read", input, real, &error);
     // Checked before opening: opening a FIFO would block until a writer came.
-    let meta = fs::metadata(&real).map_err(failure)?;
+    let meta = target.root.metadata(target.beneath()).map_err(failure)?;
     if meta.is_dir() {
-        return Err(is_directory_failure("read", input, &real));
+        return Err(is_directory_failure("read", input, real));
     }
     if !meta.is_file() {
-        return Err(not_regular_failure("read", input, &real));
+        return Err(not_regular_failure("read", input, real));
     }
-    let file = files::open_no_follow(&real, OpenOptions::new().read(true)).map_err(failure)?;
+    // Non-blocking, in case a FIFO took the file's place since; what was
+    // opened is checked again below.
+    let mut options = OpenOptions::new();
+    options.read(true).custom_flags(nix::libc::O_NONBLOCK);
+    let file = files::open_no_follow(&target.root, target.beneath(), &mut options).map_err(failure)?.into_std();
+    let meta = file.metadata().map_err(failure)?;
+    if !meta.is_file() {
+        return Err(not_regular_failure("read", input, real));
+    }
     // One byte more than returned tells whether the file goes on; at least
     // the sniffed prefix is read so that a small maxBytes still detects
     // binary content.
@@ -278,7 +391,7 @@ fn read(place: &Place, input: &str, max_bytes: u64) -> Result<JsonValue, ToolFai
 
     let sniffed = &bytes[..bytes.len().min(BINARY_SNIFF_BYTES)];
     if let Some(offset) = sniffed.iter().position(|byte| *byte == 0) {
-        return Err(binary_failure(input, &real, size, &format!("it has a NUL byte at offset {offset}")));
+        return Err(binary_failure(input, real, size, &format!("it has a NUL byte at offset {offset}")));
     }
     let truncated = seen > max_bytes;
     bytes.truncate(usize::try_from(max_bytes).unwrap_or(usize::MAX));
@@ -290,16 +403,16 @@ fn read(place: &Place, input: &str, max_bytes: u64) -> Result<JsonValue, ToolFai
             // A character cut by maxBytes is not an error: back off to before it.
             let cut_by_limit = utf8.error_len().is_none() && truncated;
             if !cut_by_limit {
-                return Err(binary_failure(input, &real, size, &format!("it is not valid UTF-8 at byte {valid}")));
+                return Err(binary_failure(input, real, size, &format!("it is not valid UTF-8 at byte {valid}")));
             }
             let mut bytes = error.into_bytes();
             bytes.truncate(valid);
             String::from_utf8(bytes).map_err(|error| {
-                binary_failure(input, &real, size, &format!("it is not valid UTF-8 at byte {}", error.utf8_error()))
+                binary_failure(input, real, size, &format!("it is not valid UTF-8 at byte {}", error.utf8_error()))
             })?
         }
     };
-    Ok(json!({"path": shown(&real), "size": size, "truncated": truncated, "content": content}))
+    Ok(json!({"path": shown(real), "size": size, "truncated": truncated, "content": content}))
 }
 
 fn binary_failure(input: &str, real: &Path, size: u64, why: &str) -> ToolFailure {
@@ -319,49 +432,76 @@ fn binary_failure(input: &str, real: &Path, size: u64, why: &str) -> ToolFailure
 // ---------------------------------------------------------------------------
 
 fn write(place: &Place, input: &str, content: &str, append: bool) -> Result<JsonValue, ToolFailure> {
-    let real = place.resolve(input)?;
-    let failure = |error: io::Error| io_failure("write", input, &real, &error);
-    let existing = match fs::metadata(&real) {
+    let target = place.resolve(input)?;
+    place.check_dot_env(input, &target)?;
+    let real = &target.real;
+    let failure = |error: io::Error| io_failure("write", input, real, &error);
+    // Not following a link: the checked path has none at its end, and one
+    // that appeared since is refused when the file is opened or replaced.
+    let existing = match target.root.symlink_metadata(target.beneath()) {
         Ok(meta) => Some(meta),
         Err(error) if error.kind() == io::ErrorKind::NotFound => None,
         Err(error) => return Err(failure(error)),
     };
+    place.check_config_write(input, real, existing.as_ref().map(identity))?;
     if let Some(meta) = &existing {
         if meta.is_dir() {
-            return Err(is_directory_failure("write", input, &real));
+            return Err(is_directory_failure("write", input, real));
         }
         if !meta.is_file() {
-            return Err(not_regular_failure("write", input, &real));
+            return Err(not_regular_failure("write", input, real));
+        }
+        if meta.nlink() > 1 {
+            return Err(hard_linked_failure(input, real, meta.nlink()));
         }
     }
-    let (Some(parent), Some(_)) = (real.parent(), real.file_name()) else {
-        return Err(is_directory_failure("write", input, &real));
+    let parent = files::open_parent(&target.root, &target.relative, existing.is_none()).map_err(|error| {
+        if error.kind() == io::ErrorKind::NotFound || files::is_escape(&error) {
+            failure(error)
+        } else {
+            io_failure("create the parent directory of", input, real, &error)
+        }
+    })?;
+    let Some((parent, name)) = parent else {
+        return Err(is_directory_failure("write", input, real));
     };
-    if existing.is_none() {
-        // The new directories are created under a real prefix; make sure no
-        // link appeared on the way meanwhile.
-        let still_real = files::create_real_dir_all(parent)
-            .map_err(|error| io_failure("create the parent directory of", input, &real, &error))?;
-        if !still_real {
-            return Err(place.resolve(input).err().unwrap_or_else(|| {
-                ToolFailure::with_code(
-                    format!("the directory of {} changed while writing", describe(input, &real)),
-                    E_FS_ERROR,
-                )
-                .suggest("Try again.")
-            }));
+    let size = if append {
+        let mut options = OpenOptions::new();
+        options.append(true).create(true);
+        let mut file = files::open_no_follow(&parent, Path::new(&name), &mut options).map_err(failure)?;
+        // What was opened, not what was checked: a hard link made meanwhile
+        // is refused before a byte is written.
+        let meta = file.metadata().map_err(failure)?;
+        place.check_config_write(input, real, Some(identity(&meta)))?;
+        if !meta.is_file() {
+            return Err(not_regular_failure("write", input, real));
         }
-    }
-    if append {
-        let mut file = files::open_no_follow(&real, OpenOptions::new().append(true).create(true)).map_err(failure)?;
+        if meta.nlink() > 1 {
+            return Err(hard_linked_failure(input, real, meta.nlink()));
+        }
         file.write_all(content.as_bytes()).map_err(failure)?;
         file.sync_data().map_err(failure)?;
+        file.metadata().map_err(failure)?.len()
     } else {
         let permissions = existing.map(|meta| meta.permissions());
-        files::replace_atomically(&real, content.as_bytes(), permissions).map_err(failure)?;
-    }
-    let size = fs::metadata(&real).map_err(failure)?.len();
-    Ok(json!({"path": shown(&real), "size": size, "written": true, "append": append}))
+        files::replace_atomically(&parent, &name, content.as_bytes(), permissions).map_err(failure)?;
+        parent.symlink_metadata(&name).map_err(failure)?.len()
+    };
+    Ok(json!({"path": shown(real), "size": size, "written": true, "append": append}))
+}
+
+/// A write through a file with another name: the other name (perhaps
+/// outside the workdir) would change too, or stop sharing the content.
+fn hard_linked_failure(input: &str, real: &Path, links: u64) -> ToolFailure {
+    ToolFailure::with_code(
+        format!(
+            "cannot write {}: the file has {links} hard links, so other names would change too",
+            describe(input, real)
+        ),
+        E_HARD_LINKED_FILE,
+    )
+    .named("HardLinkedFileError")
+    .suggest("Write to a new file instead, or ask the operator to replace the hard link with a copy.")
 }
 
 // ---------------------------------------------------------------------------
@@ -373,7 +513,6 @@ struct Walk {
     recursive: bool,
     include_dirs: bool,
     include_files: bool,
-    roots: Vec<PathBuf>,
     entries: Vec<JsonValue>,
     scanned: usize,
     truncated: bool,
@@ -395,7 +534,6 @@ impl Walk {
             recursive,
             include_dirs,
             include_files,
-            roots: Vec::new(),
             entries: Vec::new(),
             scanned: 0,
             truncated: false,
@@ -411,11 +549,11 @@ impl Walk {
         }
     }
 
-    /// Lists `dir` (a real directory, no link on its path), whose entries are
-    /// at `depth`, descending into subdirectories when recursive.
-    fn walk(&mut self, dir: &Path, depth: usize) -> io::Result<Flow> {
+    /// Lists `dir` (opened beneath its root; its real path is `path`), whose
+    /// entries are at `depth`, descending into subdirectories when recursive.
+    fn walk(&mut self, place: &Place, dir: &Dir, path: &Path, depth: usize) -> io::Result<Flow> {
         let mut children = Vec::new();
-        for entry in fs::read_dir(dir)? {
+        for entry in dir.entries()? {
             if self.scanned >= MAX_LIST_SCANNED {
                 self.note(format!("stopped after examining {MAX_LIST_SCANNED} entries"));
                 break;
@@ -424,35 +562,35 @@ impl Walk {
             let entry = entry?;
             // `file_type` does not follow symbolic links.
             let kind = entry.file_type()?;
-            children.push((entry.file_name(), kind));
+            // Not following links either: the size of this very file.
+            let size = if kind.is_file() { entry.metadata().map_or(0, |meta| meta.len()) } else { 0 };
+            children.push((entry.file_name(), kind, size));
         }
         children.sort_by(|a, b| a.0.cmp(&b.0));
-        for (name, kind) in children {
-            let path = dir.join(&name);
-            let name = name.to_string_lossy().into_owned();
+        for (file_name, kind, size) in children {
+            let child = path.join(&file_name);
+            let name = file_name.to_string_lossy().into_owned();
             if kind.is_dir() {
                 if self.include_dirs
-                    && self.push(json!({"name": name, "path": shown(&path), "type": "dir"})) == Flow::Stop
+                    && self.push(json!({"name": name, "path": shown(&child), "type": "dir"})) == Flow::Stop
                 {
                     return Ok(Flow::Stop);
                 }
-                if self.recursive && self.descend(&path, depth) == Flow::Stop {
+                if self.recursive && self.descend(place, dir, &file_name, &child, depth) == Flow::Stop {
                     return Ok(Flow::Stop);
                 }
             } else if kind.is_file() {
                 if self.include_files {
-                    // Not following links: the size of this very file.
-                    let size = fs::symlink_metadata(&path).map_or(0, |meta| meta.len());
-                    let entry = json!({"name": name, "path": shown(&path), "type": "file", "size": size});
+                    let entry = json!({"name": name, "path": shown(&child), "type": "file", "size": size});
                     if self.push(entry) == Flow::Stop {
                         return Ok(Flow::Stop);
                     }
                 }
             } else if kind.is_symlink() {
-                let target = self.link_target_type(&path);
+                let target = link_target_type(place, &child);
                 let wanted = if target == Some("dir") { self.include_dirs } else { self.include_files };
                 if wanted {
-                    let mut entry = json!({"name": name, "path": shown(&path), "type": "symlink"});
+                    let mut entry = json!({"name": name, "path": shown(&child), "type": "symlink"});
                     if let (Some(target), JsonValue::Object(map)) = (target, &mut entry) {
                         map.insert("targetType".to_owned(), JsonValue::from(target));
                     }
@@ -461,7 +599,7 @@ impl Walk {
                     }
                 }
             } else if self.include_files
-                && self.push(json!({"name": name, "path": shown(&path), "type": "other"})) == Flow::Stop
+                && self.push(json!({"name": name, "path": shown(&child), "type": "other"})) == Flow::Stop
             {
                 return Ok(Flow::Stop);
             }
@@ -469,43 +607,33 @@ impl Walk {
         Ok(Flow::Continue)
     }
 
-    /// Walks the subdirectory `path` of a directory whose entries are at `depth`.
-    fn descend(&mut self, path: &Path, depth: usize) -> Flow {
+    /// Walks the subdirectory `name` of `parent` (real path `path`), a
+    /// directory whose entries are at `depth`.
+    fn descend(&mut self, place: &Place, parent: &Dir, name: &OsStr, path: &Path, depth: usize) -> Flow {
         if depth >= MAX_LIST_DEPTH {
             self.note(format!("directories more than {MAX_LIST_DEPTH} levels deep were not descended into"));
             return Flow::Continue;
         }
         // The entry was a directory when read; if it has been replaced by a
-        // link since, its real path differs and it is not entered.
-        if fs::canonicalize(path).ok().as_deref() != Some(path) {
-            return Flow::Continue;
-        }
-        match self.walk(path, depth + 1) {
-            Ok(flow) => flow,
-            Err(error) => {
-                self.truncated = true;
-                self.unreadable.push(format!("{} ({error})", shown(path)));
-                Flow::Continue
+        // link since, it is not entered (the open refuses to follow it).
+        let dir = match parent.open_dir_nofollow(name) {
+            Ok(dir) => dir,
+            Err(error) if files::is_link_in_the_way(&error) || error.raw_os_error() == Some(nix::libc::ENOTDIR) => {
+                return Flow::Continue;
             }
+            Err(error) => return self.unreadable(path, &error),
+        };
+        match self.walk(place, &dir, path, depth + 1) {
+            Ok(flow) => flow,
+            Err(error) => self.unreadable(path, &error),
         }
     }
 
-    /// What the link at `path` points to, when that lies inside the allowed
-    /// roots; `None` for dangling links and links that lead outside, whose
-    /// targets are not examined.
-    fn link_target_type(&self, path: &Path) -> Option<&'static str> {
-        let real = fs::canonicalize(path).ok()?;
-        if !paths::is_within(&real, &self.roots) {
-            return None;
-        }
-        let meta = fs::metadata(&real).ok()?;
-        Some(if meta.is_dir() {
-            "dir"
-        } else if meta.is_file() {
-            "file"
-        } else {
-            "other"
-        })
+    /// Notes a subdirectory that could not be read, and goes on.
+    fn unreadable(&mut self, path: &Path, error: &io::Error) -> Flow {
+        self.truncated = true;
+        self.unreadable.push(format!("{} ({error})", shown(path)));
+        Flow::Continue
     }
 
     /// Adds an entry, unless the listing is full.
@@ -545,20 +673,40 @@ impl Walk {
     }
 }
 
+/// What the link at the real path `link` points to, when that lies inside
+/// the allowed roots; `None` for dangling links and links that lead outside,
+/// whose targets are not examined.
+fn link_target_type(place: &Place, link: &Path) -> Option<&'static str> {
+    let target = place.resolve(&link.to_string_lossy()).ok()?;
+    let meta = target.root.metadata(target.beneath()).ok()?;
+    Some(if meta.is_dir() {
+        "dir"
+    } else if meta.is_file() {
+        "file"
+    } else {
+        "other"
+    })
+}
+
 fn list(place: &Place, input: &str, mut walk: Walk) -> Result<JsonValue, ToolFailure> {
-    let real = place.resolve(input)?;
-    let meta = fs::metadata(&real).map_err(|error| io_failure("list", input, &real, &error))?;
+    let target = place.resolve(input)?;
+    let real = &target.real;
+    let failure = |error: io::Error| io_failure("list", input, real, &error);
+    let not_directory = || {
+        ToolFailure::with_code(format!("cannot list {}: it is not a directory", describe(input, real)), E_NOT_DIRECTORY)
+            .suggest("Use file-system__read to read a file, or list its parent directory.")
+    };
+    let meta = target.root.metadata(target.beneath()).map_err(failure)?;
     if !meta.is_dir() {
-        return Err(ToolFailure::with_code(
-            format!("cannot list {}: it is not a directory", describe(input, &real)),
-            E_NOT_DIRECTORY,
-        )
-        .suggest("Use file-system__read to read a file, or list its parent directory."));
+        return Err(not_directory());
     }
-    walk.roots = paths::allowed_roots(&place.workdir, &place.extra_roots);
-    walk.walk(&real, 1).map_err(|error| io_failure("list", input, &real, &error))?;
+    let dir = target.root.open_dir_nofollow(target.beneath()).map_err(|error| {
+        if error.raw_os_error() == Some(nix::libc::ENOTDIR) { not_directory() } else { failure(error) }
+    })?;
+    walk.walk(place, &dir, real, 1).map_err(failure)?;
     let mut output = json!({
-        "path": shown(&real),
+        "path": shown(real),
+
         "recursive": walk.recursive,
         "count": walk.entries.len(),
         "entries": JsonValue::Array(Vec::new()),
@@ -578,41 +726,44 @@ fn list(place: &Place, input: &str, mut walk: Walk) -> Result<JsonValue, ToolFai
 // ---------------------------------------------------------------------------
 
 fn mkdir(place: &Place, input: &str, recursive: bool) -> Result<JsonValue, ToolFailure> {
-    let real = place.resolve(input)?;
+    let target = place.resolve(input)?;
+    let real = &target.real;
+    place.check_config_write(input, real, None)?;
     let exists_as_file = || {
         ToolFailure::with_code(
-            format!("cannot create directory {}: a file of that name exists", describe(input, &real)),
+            format!("cannot create directory {}: a file of that name exists", describe(input, real)),
             E_ALREADY_EXISTS,
         )
         .suggest("Choose another name, or remove or rename the file first.")
     };
-    let done = |created: bool| json!({"path": shown(&real), "created": created, "recursive": recursive});
-    match fs::metadata(&real) {
+    let done = |created: bool| json!({"path": shown(real), "created": created, "recursive": recursive});
+    match target.root.metadata(target.beneath()) {
         Ok(meta) if meta.is_dir() => return Ok(done(false)),
         Ok(_) => return Err(exists_as_file()),
         Err(error) if error.kind() == io::ErrorKind::NotFound => {}
-        Err(error) => return Err(io_failure("create directory", input, &real, &error)),
+        Err(error) => return Err(io_failure("create directory", input, real, &error)),
     }
-    let created = if recursive { fs::create_dir_all(&real) } else { fs::create_dir(&real) };
+    let created =
+        if recursive { target.root.create_dir_all(target.beneath()) } else { target.root.create_dir(target.beneath()) };
     match created {
         Ok(()) => Ok(done(true)),
         // Created by someone else meanwhile.
-        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => match fs::metadata(&real) {
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => match target.root.metadata(target.beneath()) {
             Ok(meta) if meta.is_dir() => Ok(done(false)),
             _ => Err(exists_as_file()),
         },
         Err(error) if error.kind() == io::ErrorKind::NotFound && !recursive => Err(ToolFailure::with_code(
-            format!("cannot create directory {}: its parent directory does not exist", describe(input, &real)),
+            format!("cannot create directory {}: its parent directory does not exist", describe(input, real)),
             E_FILE_NOT_FOUND,
         )
         .suggest("Pass recursive: true (the default) to create missing parent directories too.")),
-        Err(error) => Err(io_failure("create directory", input, &real, &error)),
+        Err(error) => Err(io_failure("create directory", input, real, &error)),
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::fs::File;
+    use std::fs::{self, File};
     use std::os::unix::fs::{PermissionsExt, symlink};
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::task::{Context, Poll, Waker};
@@ -867,6 +1018,30 @@ mod tests {
         assert_eq!(text(&f.root.join("log/a.log")), "one\ntwo\n");
         let output = ok(call(&f.root, "write", json!({"path": "log/a.log", "content": "", "append": true})).await);
         assert_eq!(output["size"], json!(8));
+    }
+
+    #[tokio::test]
+    async fn writes_through_hard_links_are_refused() {
+        let f = fixture();
+        let victim = f.outside.join("victim.txt");
+        put(&victim, "untouched");
+        fs::hard_link(&victim, f.root.join("linked.txt")).unwrap_or_else(|e| panic!("{e}"));
+        for input in [
+            json!({"path": "linked.txt", "content": "pwned"}),
+            json!({"path": "linked.txt", "content": "pwned", "append": true}),
+        ] {
+            let failure = fails(&f.root, "write", input, codes::E_HARD_LINKED_FILE).await;
+            assert!(
+                failure.message.contains("'linked.txt'") && failure.message.contains("2 hard links"),
+                "{failure:?}"
+            );
+        }
+        assert_eq!(text(&victim), "untouched");
+        assert_eq!(text(&f.root.join("linked.txt")), "untouched");
+        // Reading is fine, and so is a file with one link.
+        assert_eq!(ok(call(&f.root, "read", json!({"path": "linked.txt"})).await)["content"], json!("untouched"));
+        put(&f.root.join("single.txt"), "one");
+        ok(call(&f.root, "write", json!({"path": "single.txt", "content": "two", "append": true})).await);
     }
 
     #[tokio::test]
@@ -1165,8 +1340,9 @@ mod tests {
         ];
         for (export, input) in attempts {
             let failure = fails(&f.root, export, input, codes::E_PATH_OUTSIDE_WORKDIR).await;
-            assert!(failure.message.contains(path), "{export}: {}", failure.message);
-            assert!(failure.message.contains(&shown(&f.root)), "{export}: {}", failure.message);
+            // Only the path as sent: not where it leads, nor whether that exists.
+            let expected = format!("path '{path}' is outside the instance's working directory");
+            assert_eq!(failure.message, expected, "{export}");
             assert!(failure.suggestion.as_deref().is_some_and(|s| s.contains("GOONDAN_FS_ALLOW_ROOTS")));
         }
         assert_eq!(names(&f.outside), before, "{path} changed the outside directory");
@@ -1213,6 +1389,68 @@ mod tests {
         }
         assert!(!f.outside.join("created-through-link.txt").exists());
         assert!(!f.outside.join("missing-dir").exists());
+    }
+
+    /// Settings guarding a bundle in `root`, with `config` on its file-system item.
+    fn guarded(root: &Path, config: JsonValue) -> Arc<BaseSettings> {
+        let files: Vec<PathBuf> =
+            ["goondan.yaml", "goondan.lock.yaml", "prompts/system.md", "tools/x.ts"].map(|f| root.join(f)).to_vec();
+        let fs_guard = FsGuard::new(&files, config.as_object());
+        Arc::new(BaseSettings { fs_guard, ..BaseSettings::default() })
+    }
+
+    #[tokio::test]
+    async fn the_bundles_own_files_and_dot_env_are_protected() {
+        let f = fixture();
+        for file in ["goondan.yaml", "prompts/system.md", "tools/x.ts", ".env", "sub/.env.local", ".envs/prod/db"] {
+            put(&f.root.join(file), "original");
+        }
+        fs::create_dir(f.root.join("x")).unwrap_or_else(|e| panic!("{e}"));
+        link(Path::new("goondan.yaml"), &f.root.join("alias.yaml"));
+        link(Path::new(".env"), &f.root.join("notes"));
+        let settings = guarded(&f.root, json!(null));
+        let refused = |export: &'static str, input: JsonValue| {
+            let settings = Arc::clone(&settings);
+            let root = f.root.clone();
+            async move {
+                let sent = input["path"].as_str().unwrap_or_default().to_owned();
+                let failure = err(call_with(&settings, &root, export, input).await);
+                assert_eq!(code(&failure), codes::E_PATH_PROTECTED, "{export} {sent}: {failure:?}");
+                assert!(failure.message.starts_with(&format!("path '{sent}' is protected")), "{failure:?}");
+                assert!(!failure.message.contains(&shown(&root)), "{failure:?}");
+                assert!(failure.suggestion.as_deref().is_some_and(|s| s.contains(": true}")), "{failure:?}");
+            }
+        };
+        for path in ["goondan.yaml", "./x/../goondan.yaml", "alias.yaml", "prompts/system.md", "tools/x.ts"] {
+            refused("write", json!({"path": path, "content": "pwned"})).await;
+            refused("write", json!({"path": path, "content": "pwned", "append": true})).await;
+        }
+        // The lock file is protected before it exists, from writes and mkdir.
+        refused("write", json!({"path": "goondan.lock.yaml", "content": "x"})).await;
+        refused("mkdir", json!({"path": "goondan.lock.yaml"})).await;
+        assert!(!f.root.join("goondan.lock.yaml").exists());
+        for path in [".env", "sub/.env.local", ".envs/prod/db", "notes", ".env.new"] {
+            refused("read", json!({"path": path})).await;
+            refused("write", json!({"path": path, "content": "pwned"})).await;
+        }
+        for file in ["goondan.yaml", "prompts/system.md", "tools/x.ts", ".env", "sub/.env.local"] {
+            assert_eq!(text(&f.root.join(file)), "original", "{file}");
+        }
+        // Reading the bundle is fine, and so is everything else.
+        let output = ok(call_with(&settings, &f.root, "read", json!({"path": "goondan.yaml"})).await);
+        assert_eq!(output["content"], json!("original"));
+        ok(call_with(&settings, &f.root, "write", json!({"path": "notes.md", "content": "n"})).await);
+        // Without a bundle (default settings), .env files are still refused.
+        fails(&f.root, "read", json!({"path": ".env"}), codes::E_PATH_PROTECTED).await;
+        // The Tool config lifts each rule.
+        let lifted = guarded(&f.root, json!({"allowConfigWrites": true, "allowDotEnv": true}));
+        ok(call_with(&lifted, &f.root, "write", json!({"path": "goondan.yaml", "content": "new"})).await);
+        assert_eq!(text(&f.root.join("goondan.yaml")), "new");
+        let output = ok(call_with(&lifted, &f.root, "read", json!({"path": ".env"})).await);
+        assert_eq!(output["content"], json!("original"));
+        let only_config = guarded(&f.root, json!({"allowConfigWrites": true}));
+        let failure = err(call_with(&only_config, &f.root, "read", json!({"path": ".env"})).await);
+        assert_eq!(code(&failure), codes::E_PATH_PROTECTED);
     }
 
     #[tokio::test]

@@ -1,20 +1,27 @@
-//! File writes shared by `file-system`'s `write` and the `savePath` of the
-//! chat tools' downloads, and running such blocking work off the runtime's
-//! threads.
+//! File I/O beneath the allowed roots, shared by `file-system` and the
+//! `savePath` of the chat tools' downloads, and running such blocking work
+//! off the runtime's threads.
 //!
-//! Paths given here are real paths checked by
-//! [`crate::paths::resolve_confined`]; these functions keep them so while
-//! they work: new directories are checked for links that appeared on the
-//! way, temporary files are created with `O_CREAT | O_EXCL` (an existing
-//! file or link of that name is never opened), and files are opened without
-//! following a link in their last component.
+//! A path checked by [`crate::paths::resolve_beneath`] is used through a
+//! directory capability of its root ([`cap_std::fs::Dir`], opened once per
+//! root and call): every open, create, rename and listing names the path
+//! relative to that directory, and the kernel resolves it beneath it
+//! (`openat2` with `RESOLVE_BENEATH` on Linux, or cap-std's own careful
+//! walk). So a directory swapped for a symbolic link to elsewhere after the
+//! check cannot lead the I/O outside: it fails instead ([`is_escape`]).
+//! Besides, the last component is opened without following a link (the
+//! checked path had none there), temporary files are created with
+//! `O_CREAT | O_EXCL` (an existing file or link of that name is never
+//! opened), and a write's parent directory is opened once and the temporary
+//! file created and renamed inside it.
 
 use std::ffi::{OsStr, OsString};
-use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use cap_fs_ext::DirExt;
+use cap_std::fs::{Dir, File, OpenOptions, Permissions};
 
 /// Runs `work` on Tokio's blocking pool, or inline outside a runtime.
 pub(crate) async fn run_blocking<T, F>(work: F) -> Result<T, tokio::task::JoinError>
@@ -28,33 +35,70 @@ where
     }
 }
 
-/// Opens the real path `path` with `options`, refusing (`ELOOP`) to follow a
-/// symbolic link that replaced its last component since it was checked.
-pub(crate) fn open_no_follow(path: &Path, options: &mut OpenOptions) -> io::Result<File> {
-    options.custom_flags(nix::libc::O_NOFOLLOW).open(path)
+/// Opens the allowed root `root` (a real path the operator chose) as a
+/// directory capability.
+pub(crate) fn open_root(root: &Path) -> io::Result<Dir> {
+    Dir::open_ambient_dir(root, cap_std::ambient_authority())
 }
 
-/// Creates `dir` and its missing ancestors. `Ok(false)` when `dir` is no
-/// longer a real path afterwards: a symbolic link appeared on the way
-/// meanwhile, and the caller must not write there.
-pub(crate) fn create_real_dir_all(dir: &Path) -> io::Result<bool> {
-    fs::create_dir_all(dir)?;
-    Ok(fs::canonicalize(dir).ok().as_deref() == Some(dir))
+/// Whether `error` is cap-std's refusal of a path that led outside its
+/// directory: a link swapped in after the check. cap-std reports it (and
+/// the kernel's `EXDEV` from `RESOLVE_BENEATH`) as permission denied with
+/// this message; nothing else it returns says so.
+pub(crate) fn is_escape(error: &io::Error) -> bool {
+    error.kind() == io::ErrorKind::PermissionDenied
+        && error.raw_os_error().is_none()
+        && error.to_string().contains("outside of the filesystem")
+}
+
+/// Whether `error` says a symbolic link was met where none may be: the
+/// last component, opened without following links, became one after the
+/// check.
+pub(crate) fn is_link_in_the_way(error: &io::Error) -> bool {
+    error.raw_os_error() == Some(nix::libc::ELOOP)
+}
+
+/// `relative` for cap-std: the root itself is `.`.
+pub(crate) fn dot_if_empty(relative: &Path) -> &Path {
+    if relative.as_os_str().is_empty() { Path::new(".") } else { relative }
+}
+
+/// The directory that holds `relative` (below `root`), opened without
+/// following a link in its last component, and the name of the entry in it;
+/// missing directories are created first when `create` is set. `None` when
+/// `relative` names the root itself.
+pub(crate) fn open_parent(root: &Dir, relative: &Path, create: bool) -> io::Result<Option<(Dir, OsString)>> {
+    let (Some(parent), Some(name)) = (relative.parent(), relative.file_name()) else {
+        return Ok(None);
+    };
+    if create && !parent.as_os_str().is_empty() {
+        root.create_dir_all(parent)?;
+    }
+    Ok(Some((root.open_dir_nofollow(dot_if_empty(parent))?, name.to_os_string())))
+}
+
+/// Opens `name` in `dir` with `options`, refusing (`ELOOP`) to follow a
+/// symbolic link that replaced it since it was checked.
+pub(crate) fn open_no_follow(dir: &Dir, name: &Path, options: &mut OpenOptions) -> io::Result<File> {
+    use cap_fs_ext::{FollowSymlinks, OpenOptionsFollowExt};
+    dir.open_with(name, options.follow(FollowSymlinks::No))
 }
 
 /// Distinguishes the temporary files of concurrent writes in one process.
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
-/// Replaces (or creates) `target` with `bytes` atomically: writes a new
-/// temporary file in the same directory, syncs it, gives it `permissions`
-/// (those of the file it replaces), and renames it over `target`, so that a
-/// crash leaves the old file or the new one, never half of one. The
-/// temporary file is removed on any failure.
-pub(crate) fn replace_atomically(target: &Path, bytes: &[u8], permissions: Option<fs::Permissions>) -> io::Result<()> {
-    let (Some(dir), Some(name)) = (target.parent(), target.file_name()) else {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "the path names no file"));
-    };
-    let (temp_path, mut file) = create_temp(dir, name)?;
+/// Replaces (or creates) `name` in `dir` with `bytes` atomically: writes a
+/// new temporary file in `dir`, syncs it, gives it `permissions` (those of
+/// the file it replaces), and renames it over `name`, so that a crash leaves
+/// the old file or the new one, never half of one. The temporary file is
+/// removed on any failure.
+pub(crate) fn replace_atomically(
+    dir: &Dir,
+    name: &OsStr,
+    bytes: &[u8],
+    permissions: Option<Permissions>,
+) -> io::Result<()> {
+    let (temp_name, mut file) = create_temp(dir, name)?;
     let written = (|| {
         file.write_all(bytes)?;
         if let Some(permissions) = permissions {
@@ -62,22 +106,22 @@ pub(crate) fn replace_atomically(target: &Path, bytes: &[u8], permissions: Optio
         }
         file.sync_all()?;
         drop(file);
-        fs::rename(&temp_path, target)
+        dir.rename(&temp_name, dir, name)
     })();
     if let Err(error) = written {
-        let _ = fs::remove_file(&temp_path);
+        let _ = dir.remove_file(&temp_name);
         return Err(error);
     }
     // Make the rename itself durable; a failure here loses nothing already visible.
-    if let Ok(directory) = File::open(dir) {
-        let _ = directory.sync_all();
+    if let Ok(directory) = dir.try_clone() {
+        let _ = directory.into_std_file().sync_all();
     }
     Ok(())
 }
 
 /// A new, uniquely named file in `dir` (`create_new`, so an existing file or
 /// link of that name is never opened).
-fn create_temp(dir: &Path, name: &OsStr) -> io::Result<(PathBuf, File)> {
+fn create_temp(dir: &Dir, name: &OsStr) -> io::Result<(OsString, File)> {
     // A short prefix of the target's name helps a person recognize leftovers
     // of a crash without risking a name longer than the file system allows.
     let stem: String = name.to_string_lossy().chars().take(32).collect();
@@ -93,12 +137,11 @@ fn create_temp(dir: &Path, name: &OsStr) -> io::Result<(PathBuf, File)> {
 }
 
 /// Creates the first of `names` in `dir` that does not exist yet.
-fn create_first_new(dir: &Path, names: impl Iterator<Item = OsString>) -> io::Result<(PathBuf, File)> {
+fn create_first_new(dir: &Dir, names: impl Iterator<Item = OsString>) -> io::Result<(OsString, File)> {
     let mut last_error = None;
     for name in names {
-        let path = dir.join(name);
-        match OpenOptions::new().write(true).create_new(true).open(&path) {
-            Ok(file) => return Ok((path, file)),
+        match dir.open_with(&name, OpenOptions::new().write(true).create_new(true)) {
+            Ok(file) => return Ok((name, file)),
             Err(error) if error.kind() == io::ErrorKind::AlreadyExists => last_error = Some(error),
             Err(error) => return Err(error),
         }
@@ -108,65 +151,82 @@ fn create_first_new(dir: &Path, names: impl Iterator<Item = OsString>) -> io::Re
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
     use std::os::unix::fs::symlink;
 
     use super::*;
     use crate::test_support::{names, workdir};
 
+    fn root(path: &Path) -> Dir {
+        open_root(path).unwrap_or_else(|e| panic!("{e}"))
+    }
+
     #[test]
     fn replaces_atomically_and_leaves_no_temporary_file() {
         let dir = workdir();
-        let target = dir.path.join("a.txt");
-        replace_atomically(&target, b"first", None).unwrap_or_else(|e| panic!("{e}"));
-        replace_atomically(&target, b"2nd", None).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(fs::read(&target).ok(), Some(b"2nd".to_vec()));
+        let cap = root(&dir.path);
+        replace_atomically(&cap, OsStr::new("a.txt"), b"first", None).unwrap_or_else(|e| panic!("{e}"));
+        replace_atomically(&cap, OsStr::new("a.txt"), b"2nd", None).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(fs::read(dir.path.join("a.txt")).ok(), Some(b"2nd".to_vec()));
         assert_eq!(names(&dir.path), ["a.txt"]);
         // A directory in the way: nothing is left behind.
         fs::create_dir(dir.path.join("d")).unwrap_or_else(|e| panic!("{e}"));
-        assert!(replace_atomically(&dir.path.join("d"), b"x", None).is_err());
+        fs::write(dir.path.join("d/x"), "x").unwrap_or_else(|e| panic!("{e}"));
+        assert!(replace_atomically(&cap, OsStr::new("d"), b"x", None).is_err());
         assert_eq!(names(&dir.path), ["a.txt", "d"]);
-        assert!(replace_atomically(Path::new("/"), b"x", None).is_err());
     }
 
     #[test]
     fn temporary_files_never_open_an_existing_link() {
         let (dir, outside) = (workdir(), workdir());
+        let cap = root(&dir.path);
         let victim = outside.path.join("victim.txt");
         fs::write(&victim, "untouched").unwrap_or_else(|e| panic!("{e}"));
         symlink(&victim, dir.path.join(".taken")).unwrap_or_else(|e| panic!("{e}"));
         let names = [".taken", ".free"].map(OsString::from).into_iter();
-        let (temp, mut file) = create_first_new(&dir.path, names).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(temp, dir.path.join(".free"));
+        let (temp, mut file) = create_first_new(&cap, names).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(temp, OsString::from(".free"));
         file.write_all(b"new").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(fs::read_to_string(&victim).ok().as_deref(), Some("untouched"));
         let only_taken = [".taken"].map(OsString::from).into_iter();
-        let failed = create_first_new(&dir.path, only_taken).err().map(|e| e.kind());
+        let failed = create_first_new(&cap, only_taken).err().map(|e| e.kind());
         assert_eq!(failed, Some(io::ErrorKind::AlreadyExists));
-        let (temp, _file) = create_temp(&dir.path, OsStr::new("x.txt")).unwrap_or_else(|e| panic!("{e}"));
-        assert!(temp.starts_with(&dir.path) && temp.to_string_lossy().ends_with(".goondan-tmp"), "{temp:?}");
+        let (temp, _file) = create_temp(&cap, OsStr::new("x.txt")).unwrap_or_else(|e| panic!("{e}"));
+        assert!(temp.to_string_lossy().ends_with(".goondan-tmp"), "{temp:?}");
     }
 
     #[test]
     fn opening_without_following_refuses_a_link() {
         let (dir, outside) = (workdir(), workdir());
+        let cap = root(&dir.path);
         let victim = outside.path.join("victim.txt");
         fs::write(&victim, "untouched").unwrap_or_else(|e| panic!("{e}"));
-        let link = dir.path.join("log.txt");
-        symlink(&victim, &link).unwrap_or_else(|e| panic!("{e}"));
-        let opened = open_no_follow(&link, OpenOptions::new().append(true).create(true));
+        symlink(&victim, dir.path.join("log.txt")).unwrap_or_else(|e| panic!("{e}"));
+        let opened = open_no_follow(&cap, Path::new("log.txt"), OpenOptions::new().append(true).create(true));
         assert!(opened.is_err());
-        assert!(open_no_follow(&link, OpenOptions::new().read(true)).is_err());
+        assert!(open_no_follow(&cap, Path::new("log.txt"), OpenOptions::new().read(true)).is_err());
         assert_eq!(fs::read_to_string(&victim).ok().as_deref(), Some("untouched"));
-        let plain = dir.path.join("plain.txt");
-        assert!(open_no_follow(&plain, OpenOptions::new().append(true).create(true)).is_ok());
+        let plain = open_no_follow(&cap, Path::new("plain.txt"), OpenOptions::new().append(true).create(true));
+        assert!(plain.is_ok());
     }
 
     #[test]
-    fn new_directories_are_checked_for_links() {
+    fn nothing_leads_outside_the_root() {
         let (dir, outside) = (workdir(), workdir());
-        assert_eq!(create_real_dir_all(&dir.path.join("a/b")).ok(), Some(true));
+        let cap = root(&dir.path);
+        fs::write(outside.path.join("secret.txt"), "secret").unwrap_or_else(|e| panic!("{e}"));
         symlink(&outside.path, dir.path.join("link")).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(create_real_dir_all(&dir.path.join("link/c")).ok(), Some(false));
+        let read = cap.open(Path::new("link/secret.txt")).err();
+        assert!(read.as_ref().is_some_and(is_escape), "{read:?}");
+        let created = open_parent(&cap, Path::new("link/c/new.txt"), true).err();
+        assert!(created.as_ref().is_some_and(is_escape), "{created:?}");
+        assert_eq!(names(&outside.path), ["secret.txt"]);
+        // Inside, parents are created and opened.
+        let opened = open_parent(&cap, Path::new("a/b/new.txt"), true).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(opened.map(|(_, name)| name), Some(OsString::from("new.txt")));
+        assert!(open_parent(&cap, Path::new(""), true).is_ok_and(|parent| parent.is_none()));
+        // A real permission error is not an escape.
+        assert!(!is_escape(&io::Error::from(io::ErrorKind::PermissionDenied)));
     }
 
     #[tokio::test]

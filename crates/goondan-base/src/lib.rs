@@ -19,6 +19,7 @@ mod http_io;
 pub mod json_query;
 pub mod net_guard;
 pub mod paths;
+pub mod protect;
 pub mod self_restart;
 pub mod settings;
 pub mod slack;
@@ -68,6 +69,11 @@ pub fn register_native_tools(
     settings: &Arc<BaseSettings>,
 ) -> Result<usize, goondan_tools::RegistryError> {
     let present = registry.snapshot();
+    // `file-system` gets the agent's guard: the bundle's files and its own config.
+    let file_system_settings = |config: Option<&goondan_core::JsonObject>| {
+        let fs_guard = protect::FsGuard::new(tools.loaded_files(), config);
+        Arc::new(BaseSettings { fs_guard, ..BaseSettings::clone(settings) })
+    };
     // An agent may declare the same export twice; register it once.
     let mut chosen = std::collections::HashSet::new();
     let mut batch = Vec::new();
@@ -76,7 +82,12 @@ pub fn register_native_tools(
         if tool.scope != goondan_config::PackageScope::Base || present.contains(name) || chosen.contains(name) {
             continue;
         }
-        if let Some(handler) = native_handler(&tool.tool, &tool.export, settings) {
+        let tool_settings = if &*tool.tool == "file-system" {
+            file_system_settings(tool.config.as_deref())
+        } else {
+            Arc::clone(settings)
+        };
+        if let Some(handler) = native_handler(&tool.tool, &tool.export, &tool_settings) {
             chosen.insert(name);
             batch.push((tool.item.clone(), handler));
         }

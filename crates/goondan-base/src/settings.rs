@@ -51,6 +51,11 @@ pub struct BaseSettings {
     /// The processes tool calls started (shared with whoever ends them when
     /// the agent's process ends).
     pub tool_processes: Arc<ToolProcesses>,
+    /// What `file-system` refuses inside the roots: not from the
+    /// environment, but built at install time from the agent's bundle and
+    /// its `file-system` config ([`crate::register_native_tools`]). The
+    /// default refuses `.env*` files and protects no bundle file.
+    pub fs_guard: crate::protect::FsGuard,
 }
 
 impl Default for BaseSettings {
@@ -61,6 +66,7 @@ impl Default for BaseSettings {
             extra_fs_roots: Vec::new(),
             bash_max_output_bytes: DEFAULT_BASH_MAX_OUTPUT_BYTES,
             tool_processes: Arc::default(),
+            fs_guard: crate::protect::FsGuard::default(),
         }
     }
 }
@@ -73,6 +79,7 @@ impl std::fmt::Debug for BaseSettings {
             .field("http_allow", &self.http_allow)
             .field("extra_fs_roots", &self.extra_fs_roots)
             .field("bash_max_output_bytes", &self.bash_max_output_bytes)
+            .field("fs_guard", &self.fs_guard)
             .finish()
     }
 }
@@ -99,7 +106,14 @@ impl BaseSettings {
             .and_then(|v| v.trim().parse::<usize>().ok())
             .filter(|n| *n > 0)
             .unwrap_or(DEFAULT_BASH_MAX_OUTPUT_BYTES);
-        Self { env, http_allow, extra_fs_roots, bash_max_output_bytes, tool_processes: Arc::default() }
+        Self {
+            env,
+            http_allow,
+            extra_fs_roots,
+            bash_max_output_bytes,
+            tool_processes: Arc::default(),
+            fs_guard: crate::protect::FsGuard::default(),
+        }
     }
 
     /// The first of `names` that is set, with its name.

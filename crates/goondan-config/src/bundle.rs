@@ -23,6 +23,8 @@ pub const MAX_DOCUMENTS: usize = 100;
 pub const BASE_PACKAGE: &str = "@goondan/base";
 /// The file looked for in a bundle directory.
 pub const BUNDLE_FILE: &str = "goondan.yaml";
+/// The package lock file next to the bundle file.
+pub const LOCK_FILE: &str = "goondan.lock.yaml";
 
 /// Which package a resolved resource lives in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -317,6 +319,26 @@ impl Bundle {
                 many.iter().map(|a| a.name()).collect::<Vec<_>>().join(", ")
             )),
         }
+    }
+
+    /// The files the runtime loads from this bundle as configuration or code
+    /// (whether they exist or not): the bundle file, its lock file
+    /// ([`LOCK_FILE`]), every Agent's `prompt.systemRef`, and every Tool,
+    /// Extension and Connector `spec.entry`. Relative paths are joined to
+    /// the bundle's root; nothing is resolved on disk.
+    pub fn loaded_files(&self) -> Vec<PathBuf> {
+        let mut files = vec![self.file.clone(), self.root.join(LOCK_FILE)];
+        for BundleResource { resource, .. } in &self.resources {
+            let file = match resource {
+                AnyResource::Agent(agent) => agent.spec.prompt.as_ref().and_then(|p| p.system_ref.as_deref()),
+                AnyResource::Tool(tool) => Some(tool.spec.entry.as_str()),
+                AnyResource::Extension(extension) => Some(extension.spec.entry.as_str()),
+                AnyResource::Connector(connector) => Some(connector.spec.entry.as_str()),
+                _ => None,
+            };
+            files.extend(file.map(|file| self.root.join(file)));
+        }
+        files
     }
 
     /// The Tools an agent's `spec.tools` names, resolved, in order, without

@@ -16,8 +16,8 @@ pub mod validate;
 pub mod yaml;
 
 pub use bundle::{
-    BASE_PACKAGE, Bundle, BundleResource, LoadReport, PackageScope, ResolveError, Resolved, base_package, load_bundle,
-    load_from_str, resolve_bundle_file,
+    BASE_PACKAGE, Bundle, BundleResource, LOCK_FILE, LoadReport, PackageScope, ResolveError, Resolved, base_package,
+    load_bundle, load_from_str, resolve_bundle_file,
 };
 pub use diagnostic::{Diagnostic, DiagnosticCode, Severity};
 pub use resources::{

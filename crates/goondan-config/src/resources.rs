@@ -217,7 +217,7 @@ pub struct ValueFrom {
 
 /// `kind: Agent`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", try_from = "RawAgentSpec")]
 pub struct AgentSpec {
     /// Which model and with what parameters.
     pub model_config: ModelConfig,
@@ -225,14 +225,53 @@ pub struct AgentSpec {
     #[serde(default)]
     pub prompt: Option<AgentPrompt>,
     /// The Tool resources the agent may use.
-    #[serde(default, deserialize_with = "de_refs")]
     pub tools: Vec<ObjectRef>,
+    /// The `config` object of each `spec.tools` item (same index as
+    /// `tools`), for the agent's use of that Tool: e.g. `{kind: Tool, name: file-system,
+    /// package: "@goondan/base", config: {allowConfigWrites: true}}`.
+    pub tool_configs: Vec<Option<JsonObject>>,
     /// The extensions the agent loads.
-    #[serde(default)]
     pub extensions: Vec<ExtensionUse>,
     /// Tool names the agent must call before it may finish.
-    #[serde(default)]
     pub required_tools: Vec<String>,
+}
+
+/// `Agent.spec` as written, before the `spec.tools` items are split into
+/// references and their configs.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawAgentSpec {
+    model_config: ModelConfig,
+    #[serde(default)]
+    prompt: Option<AgentPrompt>,
+    #[serde(default)]
+    tools: Vec<JsonValue>,
+    #[serde(default)]
+    extensions: Vec<ExtensionUse>,
+    #[serde(default)]
+    required_tools: Vec<String>,
+}
+
+impl TryFrom<RawAgentSpec> for AgentSpec {
+    type Error = String;
+
+    fn try_from(raw: RawAgentSpec) -> Result<Self, Self::Error> {
+        let tools = raw
+            .tools
+            .iter()
+            .map(|value| ObjectRef::parse(value).map_err(|e| e.to_string()))
+            .collect::<Result<_, _>>()?;
+        let tool_configs =
+            raw.tools.iter().map(|value| value.get("config").and_then(JsonValue::as_object).cloned()).collect();
+        Ok(Self {
+            model_config: raw.model_config,
+            prompt: raw.prompt,
+            tools,
+            tool_configs,
+            extensions: raw.extensions,
+            required_tools: raw.required_tools,
+        })
+    }
 }
 
 /// `Agent.spec.modelConfig`.

@@ -84,7 +84,10 @@ fn spec_schema(kind: Kind) -> JsonValue {
                     "type": "object",
                     "properties": {"system": {"type": "string"}, "systemRef": {"type": "string", "minLength": 1}}
                 },
-                "tools": {"type": "array", "items": object_ref()},
+                "tools": {
+                    "type": "array",
+                    "items": {"type": ["string", "object"], "properties": {"config": {"type": "object"}}}
+                },
                 "extensions": {
                     "type": "array",
                     "items": {"type": ["string", "object"], "properties": {"config": {"type": "object"}}}

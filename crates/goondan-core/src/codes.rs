@@ -37,6 +37,14 @@ pub const E_TOOL_INTERRUPTED: &str = "E_TOOL_INTERRUPTED";
 pub const E_PATH_OUTSIDE_WORKDIR: &str = "E_PATH_OUTSIDE_WORKDIR";
 /// A path that cannot be resolved (a symbolic-link loop, a file used as a directory).
 pub const E_PATH_UNRESOLVABLE: &str = "E_PATH_UNRESOLVABLE";
+/// A path inside the workdir that the tool may not touch by default: a file
+/// the runtime loads as configuration or code (the bundle, its lock file,
+/// prompt files, Tool and Extension modules), or a `.env*` file; a Tool
+/// config can lift this.
+pub const E_PATH_PROTECTED: &str = "E_PATH_PROTECTED";
+/// A write or append through a file that has more than one hard link (another
+/// name, perhaps outside the workdir, would change too).
+pub const E_HARD_LINKED_FILE: &str = "E_HARD_LINKED_FILE";
 
 // --- Built-ins: the network guard (http-fetch, telegram, slack) ---------------
 
@@ -140,6 +148,8 @@ pub const ALL: &[&str] = &[
     E_TOOL_INTERRUPTED,
     E_PATH_OUTSIDE_WORKDIR,
     E_PATH_UNRESOLVABLE,
+    E_PATH_PROTECTED,
+    E_HARD_LINKED_FILE,
     E_SSRF_BLOCKED,
     E_PROTOCOL_NOT_ALLOWED,
     E_TOO_MANY_REDIRECTS,

@@ -9,7 +9,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use goondan_config::{AgentSpec, Bundle, PackageScope, Resource, ToolExport, ToolSpec};
+use goondan_config::{AgentSpec, AnyResource, Bundle, PackageScope, Resource, ToolExport, ToolSpec};
+use goondan_core::JsonObject;
 use goondan_core::naming::build_tool_name;
 
 use crate::catalog::{ToolCatalog, ToolCatalogItem, ToolSource};
@@ -30,6 +31,9 @@ pub struct ConfigTool {
     /// the bundle's own package; `None` for the built-in `@goondan/base`
     /// tools, whose handlers are native. A script host runs the rest.
     pub entry: Option<Arc<Path>>,
+    /// The `config` of the agent's `spec.tools` item that names the Tool
+    /// (e.g. `allowConfigWrites` for `file-system`), if any.
+    pub config: Option<Arc<JsonObject>>,
 }
 
 /// The catalog item of one export of a Tool resource.
@@ -78,6 +82,7 @@ fn normalize(path: &Path) -> PathBuf {
 #[derive(Debug, Clone, Default)]
 pub struct AgentTools {
     tools: Vec<ConfigTool>,
+    loaded_files: Arc<[PathBuf]>,
 }
 
 impl AgentTools {
@@ -86,6 +91,18 @@ impl AgentTools {
         let mut tools = Vec::new();
         for (scope, tool) in bundle.agent_tools(agent) {
             let tool_name: Arc<str> = Arc::from(tool.name());
+            // The first `spec.tools` item that names this Tool carries its config.
+            let config = agent
+                .spec
+                .tools
+                .iter()
+                .zip(&agent.spec.tool_configs)
+                .find(|(reference, _)| {
+                    bundle.resolve(reference).is_ok_and(
+                        |resolved| matches!(resolved.resource, AnyResource::Tool(found) if std::ptr::eq(found, tool)),
+                    )
+                })
+                .and_then(|(_, config)| config.clone().map(Arc::new));
             let entry = match scope {
                 PackageScope::Local => Some(entry_path(bundle.root(), &tool.spec.entry)),
                 PackageScope::Base => None,
@@ -97,10 +114,18 @@ impl AgentTools {
                     export: Arc::from(export.name.as_str()),
                     item: export_item(tool, export),
                     entry: entry.clone(),
+                    config: config.clone(),
                 });
             }
         }
-        Self { tools }
+        Self { tools, loaded_files: Arc::from(bundle.loaded_files()) }
+    }
+
+    /// The files the runtime loads from the agent's bundle as configuration
+    /// or code ([`Bundle::loaded_files`]): what a tool that writes files must
+    /// leave alone by default.
+    pub fn loaded_files(&self) -> &[PathBuf] {
+        &self.loaded_files
     }
 
     /// The entries.
