@@ -91,10 +91,11 @@ pub fn become_subreaper() -> bool {
 fn kill_carrying(markers: &[&str]) -> usize {
     let needles: Vec<Vec<u8>> = markers.iter().map(|m| format!("{MARKER_ENV}={m}").into_bytes()).collect();
     let own = std::process::id();
-    let mut killed = 0;
+    // Counted once each, though a process is seen again until the kill lands.
+    let mut signalled = BTreeSet::new();
     for _pass in 0..KILL_PASSES {
         let mut found = 0;
-        let Ok(entries) = std::fs::read_dir("/proc") else { return killed };
+        let Ok(entries) = std::fs::read_dir("/proc") else { break };
         for entry in entries.flatten() {
             let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<u32>().ok()) else { continue };
             if pid == own {
@@ -106,17 +107,17 @@ fn kill_carrying(markers: &[&str]) -> usize {
                 if let Ok(raw) = i32::try_from(pid) {
                     let _ = kill(Pid::from_raw(raw), Signal::SIGKILL);
                 }
+                signalled.insert(pid);
                 found += 1;
             }
         }
-        killed += found;
         if found == 0 {
             break;
         }
         // Let the kernel deliver the kills before looking again.
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
-    killed
+    signalled.len()
 }
 
 #[cfg(test)]

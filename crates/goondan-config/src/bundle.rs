@@ -11,6 +11,7 @@ use std::sync::OnceLock;
 use goondan_core::ObjectRef;
 
 use crate::diagnostic::{Diagnostic, DiagnosticCode, Severity};
+use crate::files::{FileReadError, read_regular_file};
 use crate::resources::{AgentSpec, AnyResource, Kind, Resource, SwarmSpec, ToolSpec};
 use crate::validate::{DocReporter, document_refs, validate_document};
 use crate::yaml::{YamlDocument, parse_documents};
@@ -90,29 +91,32 @@ pub fn load_bundle(path: &Path) -> LoadReport {
         diagnostic.suggestion = suggestion.map(str::to_owned);
         LoadReport { bundle: None, diagnostics: vec![diagnostic] }
     };
-    let metadata = match std::fs::metadata(&file) {
-        Ok(metadata) => metadata,
-        Err(error) => {
+    // Bounded and type-checked: `-c /dev/zero` must not read forever and
+    // `-c` on a FIFO must not block (see crate::files).
+    let bytes = match read_regular_file(&file, MAX_FILE_BYTES) {
+        Ok(bytes) => bytes,
+        Err(error @ (FileReadError::NotFound { .. } | FileReadError::Io { .. })) => {
             return fail(
                 DiagnosticCode::FileNotFound,
-                format!("cannot read {}: {error}", file.display()),
+                error.to_string(),
                 Some(
                     "Pass a bundle directory or YAML file with -c/--config, or run in a directory holding goondan.yaml.",
                 ),
             );
         }
-    };
-    if metadata.len() > MAX_FILE_BYTES {
-        return fail(
-            DiagnosticCode::FileTooLarge,
-            format!("{} is {} bytes; the limit is {MAX_FILE_BYTES} bytes (1 MiB)", file.display(), metadata.len()),
-            Some("Split the bundle or move large text (prompts) into files referenced with systemRef."),
-        );
-    }
-    let bytes = match std::fs::read(&file) {
-        Ok(bytes) => bytes,
-        Err(error) => {
-            return fail(DiagnosticCode::FileNotFound, format!("cannot read {}: {error}", file.display()), None);
+        Err(error @ FileReadError::NotRegular { .. }) => {
+            return fail(
+                DiagnosticCode::NotAFile,
+                format!("{error}; a bundle is a directory holding goondan.yaml or a YAML file"),
+                Some("Pass a bundle directory or a regular YAML file with -c/--config."),
+            );
+        }
+        Err(FileReadError::TooLarge { .. }) => {
+            return fail(
+                DiagnosticCode::FileTooLarge,
+                format!("{} is larger than the limit of {MAX_FILE_BYTES} bytes (1 MiB)", file.display()),
+                Some("Split the bundle or move large text (prompts) into files referenced with systemRef."),
+            );
         }
     };
     let text = match String::from_utf8(bytes) {

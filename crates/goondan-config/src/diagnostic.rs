@@ -38,6 +38,14 @@ pub enum DiagnosticCode {
     TooManyDocuments,
     #[serde(rename = "E_CONFIG_FILE_NOT_FOUND")]
     FileNotFound,
+    /// The bundle path is neither a regular file nor a directory (a FIFO,
+    /// a device, a socket): refused before it is opened.
+    #[serde(rename = "E_CONFIG_NOT_A_FILE")]
+    NotAFile,
+    /// A file reference (`prompt.systemRef`, `spec.entry`) that is absolute,
+    /// climbs out with `..`, or leads out through a symbolic link.
+    #[serde(rename = "E_CONFIG_PATH_OUTSIDE_BUNDLE")]
+    PathOutsideBundle,
     /// A Tool export declared in goondan.yaml that its module's `handlers`
     /// lack (found by `gdn validate` when a JavaScript runtime is usable).
     #[serde(rename = "E_CONFIG_SCRIPT_EXPORT_MISSING")]
@@ -73,6 +81,8 @@ impl DiagnosticCode {
             Self::FileTooLarge => "E_CONFIG_FILE_TOO_LARGE",
             Self::TooManyDocuments => "E_CONFIG_TOO_MANY_DOCUMENTS",
             Self::FileNotFound => "E_CONFIG_FILE_NOT_FOUND",
+            Self::NotAFile => "E_CONFIG_NOT_A_FILE",
+            Self::PathOutsideBundle => "E_CONFIG_PATH_OUTSIDE_BUNDLE",
             Self::ScriptExportMissing => "E_CONFIG_SCRIPT_EXPORT_MISSING",
             Self::ScriptModule => "E_CONFIG_SCRIPT_MODULE",
             Self::ExtensionRegisterMissing => "E_CONFIG_EXTENSION_REGISTER_MISSING",

@@ -10,6 +10,7 @@
 
 pub mod bundle;
 pub mod diagnostic;
+pub mod files;
 pub mod resources;
 pub mod schema;
 pub mod validate;

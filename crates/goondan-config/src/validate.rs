@@ -417,14 +417,42 @@ fn check_entry_file(reporter: &mut DocReporter<'_>, bundle_root: Option<&Path>) 
         return;
     };
     let entry = entry.to_owned();
-    let full = root.join(&entry);
-    if !full.is_file() {
-        reporter.error(
-            DiagnosticCode::EntryNotFound,
-            "spec.entry",
-            format!("entry file '{entry}' does not exist (looked for {})", full.display()),
-            Some("Paths are relative to the directory holding goondan.yaml.".to_owned()),
-        );
+    check_bundle_file(reporter, root, &entry, "spec.entry", "entry file", DiagnosticCode::EntryNotFound);
+}
+
+/// Reports a file reference that leaves the bundle (absolute, `..`, or a
+/// link out: E_CONFIG_PATH_OUTSIDE_BUNDLE) or names no regular file
+/// (`missing`): such files are never read, here or by the runtime.
+fn check_bundle_file(
+    reporter: &mut DocReporter<'_>,
+    root: &Path,
+    reference: &str,
+    path: &str,
+    what: &str,
+    missing: DiagnosticCode,
+) {
+    let hint = || Some("Paths are relative to the directory holding goondan.yaml.".to_owned());
+    match crate::files::resolve_inside(root, reference) {
+        Ok(full) if full.is_file() => {}
+        Ok(full) => reporter.error(
+            missing,
+            path,
+            format!("{what} '{reference}' is not a regular file ({})", full.display()),
+            hint(),
+        ),
+        Err(error) if error.is_outside() => reporter.error(
+            DiagnosticCode::PathOutsideBundle,
+            path,
+            format!("{what} {error}"),
+            Some("Keep the file inside the bundle directory and name it relative to goondan.yaml.".to_owned()),
+        ),
+        Err(crate::files::BundlePathError::NotFound { path: looked, .. }) => reporter.error(
+            missing,
+            path,
+            format!("{what} '{reference}' does not exist (looked for {})", looked.display()),
+            hint(),
+        ),
+        Err(error) => reporter.error(missing, path, format!("{what} {error}"), hint()),
     }
 }
 
@@ -443,15 +471,14 @@ fn check_agent_prompt(reporter: &mut DocReporter<'_>, bundle_root: Option<&Path>
         return;
     }
     if let (Some(root), Some(system_ref)) = (bundle_root, system_ref) {
-        let full = root.join(&system_ref);
-        if !full.is_file() {
-            reporter.error(
-                DiagnosticCode::RefNotFound,
-                "spec.prompt.systemRef",
-                format!("prompt file '{system_ref}' does not exist (looked for {})", full.display()),
-                Some("Paths are relative to the directory holding goondan.yaml.".to_owned()),
-            );
-        }
+        check_bundle_file(
+            reporter,
+            root,
+            &system_ref,
+            "spec.prompt.systemRef",
+            "prompt file",
+            DiagnosticCode::RefNotFound,
+        );
     }
 }
 

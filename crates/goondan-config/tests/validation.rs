@@ -284,3 +284,74 @@ apiVersion: goondan.ai/v1\nkind: Connection\nmetadata: {name: cx}\nspec: {connec
     let agent = bundle.agent("a").unwrap_or_else(|| panic!("agent"));
     assert_eq!(agent.spec.extensions[0].config.as_ref().map(|c| c.len()), Some(1));
 }
+
+/// A bundle whose files sit in `dir/bundle`, beside a secret outside it.
+fn bundle_with(dir: &Path, yaml: &str) -> PathBuf {
+    let root = dir.join("bundle");
+    std::fs::create_dir_all(&root).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(dir.join("secret.txt"), "outside").unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(root.join("inside.md"), "inside").unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(root.join("goondan.yaml"), yaml).unwrap_or_else(|e| panic!("{e}"));
+    root
+}
+
+fn agent_with_system_ref(system_ref: &str) -> String {
+    format!(
+        "{MODEL}---\napiVersion: goondan.ai/v1\nkind: Agent\nmetadata: {{name: a}}\nspec:\n  modelConfig: {{modelRef: Model/m}}\n  prompt: {{systemRef: '{system_ref}'}}\n"
+    )
+}
+
+#[test]
+fn file_references_must_stay_inside_the_bundle() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let outside = dir.path().join("secret.txt").to_string_lossy().into_owned();
+    for reference in ["../secret.txt", "./x/../../secret.txt", outside.as_str()] {
+        let root = bundle_with(dir.path(), &agent_with_system_ref(reference));
+        let report = load_bundle(&root);
+        let found: Vec<_> = report.diagnostics.iter().filter(|d| d.is_error()).collect();
+        assert_eq!(found.len(), 1, "{reference}: {found:?}");
+        assert_eq!(found[0].code, DiagnosticCode::PathOutsideBundle, "{reference}");
+        assert_eq!(found[0].path, "goondan.yaml#1.spec.prompt.systemRef");
+        assert!(found[0].message.contains(reference), "{}", found[0].message);
+    }
+    let root = bundle_with(dir.path(), &agent_with_system_ref("./inside.md"));
+    assert!(!load_bundle(&root).has_errors());
+
+    #[cfg(unix)]
+    {
+        // Inside by name, outside through a link: refused too, for entries as for prompts.
+        let root = bundle_with(dir.path(), &agent_with_system_ref("link.md"));
+        let _ = std::fs::remove_file(root.join("link.md"));
+        std::os::unix::fs::symlink(dir.path().join("secret.txt"), root.join("link.md"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let codes: Vec<_> = load_bundle(&root).diagnostics.iter().map(|d| d.code).collect();
+        assert_eq!(codes, [DiagnosticCode::PathOutsideBundle]);
+        let tool = "apiVersion: goondan.ai/v1\nkind: Tool\nmetadata: {name: t}\nspec:\n  entry: ./link.md\n  exports: [{name: go, description: d, parameters: {type: object}}]\n";
+        let root = bundle_with(dir.path(), tool);
+        let found: Vec<_> = load_bundle(&root).diagnostics.into_iter().filter(Diagnostic::is_error).collect();
+        assert_eq!(
+            found.iter().map(|d| (d.code, d.path.as_str())).collect::<Vec<_>>(),
+            [(DiagnosticCode::PathOutsideBundle, "goondan.yaml#0.spec.entry")],
+            "{found:?}"
+        );
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn a_bundle_path_that_is_no_regular_file_is_refused_without_reading_it() {
+    // /dev/zero never ends; reading it whole would grow without bound.
+    let report = load_bundle(Path::new("/dev/zero"));
+    assert_eq!(codes(&report.diagnostics)[0].0, "E_CONFIG_NOT_A_FILE");
+    assert!(report.diagnostics[0].message.contains("a character device"), "{}", report.diagnostics[0].message);
+    // Opening a FIFO for reading blocks until a writer comes: it must not be opened.
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let fifo = dir.path().join("goondan.yaml");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap_or_else(|e| panic!("mkfifo: {e}"));
+    assert!(made.success());
+    for path in [fifo.as_path(), dir.path()] {
+        let report = load_bundle(path);
+        assert_eq!(codes(&report.diagnostics)[0].0, "E_CONFIG_NOT_A_FILE", "{}", path.display());
+        assert!(report.diagnostics[0].message.contains("FIFO"), "{}", report.diagnostics[0].message);
+    }
+}

@@ -232,12 +232,16 @@ impl ConversationState {
     /// Records the repairs the rule needs now (see [`integrity_repairs`]),
     /// uncommitted. The runtime calls it when a turn begins, so that calls a
     /// crash left unanswered at the end are answered before the new input.
-    pub fn repair(&mut self) {
+    ///
+    /// Returns what was repaired, for the caller's warning (empty when the
+    /// rule already held).
+    pub fn repair(&mut self) -> RepairReport {
+        let mut report = RepairReport::default();
         if !self.unchecked {
-            return;
+            return report;
         }
         let start = self.checked.min(self.messages.len());
-        for repair in repairs_from(&self.messages, start) {
+        for repair in repairs_with_report(&self.messages, start, &mut report) {
             self.record(repair);
         }
         // Now the rule holds; only the last assistant message's run can be
@@ -248,6 +252,7 @@ impl ConversationState {
             .rposition(|m| matches!(m.data, MessageData::Assistant { .. }))
             .unwrap_or(self.messages.len());
         self.unchecked = false;
+        report
     }
 
     /// Makes the uncommitted events a batch: first the repairs that restore
@@ -255,7 +260,9 @@ impl ConversationState {
     /// [`ConversationState::last_batch`] — is counted as committed. Returns
     /// false when there is nothing to commit. After it the rule holds.
     pub fn commit(&mut self) -> bool {
-        self.repair();
+        // The runtime's own commits repair only what a layer's edit broke;
+        // loading reports repairs of what it read (see the store).
+        let _ = self.repair();
         if !self.has_uncommitted() {
             return false;
         }
@@ -385,9 +392,59 @@ impl Answered {
     }
 }
 
+/// What [`ConversationState::repair`] changed to restore the rule, counted
+/// so that a warning can say it in one line.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RepairReport {
+    /// Results that answered no call (orphans, second results for one call), removed.
+    pub results_removed: usize,
+    /// Calls at the end of the conversation without a result, answered with
+    /// an `E_TOOL_INTERRUPTED` error result.
+    pub calls_interrupted: usize,
+    /// Calls elsewhere without a result, dropped from their assistant message.
+    pub calls_dropped: usize,
+    /// Assistant messages removed because nothing was left of them.
+    pub messages_removed: usize,
+}
+
+impl RepairReport {
+    /// Whether nothing was repaired.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+impl std::fmt::Display for RepairReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let parts = [
+            (self.results_removed, "result(s) answering no call removed"),
+            (self.calls_interrupted, "unanswered call(s) at the end answered with E_TOOL_INTERRUPTED"),
+            (self.calls_dropped, "unanswered call(s) dropped from their assistant message"),
+            (self.messages_removed, "assistant message(s) left empty removed"),
+        ];
+        let mut first = true;
+        for (count, what) in parts.into_iter().filter(|(count, _)| *count > 0) {
+            if !first {
+                f.write_str(", ")?;
+            }
+            first = false;
+            write!(f, "{count} {what}")?;
+        }
+        if first {
+            f.write_str("nothing repaired")?;
+        }
+        Ok(())
+    }
+}
+
 /// [`integrity_repairs`] for `messages[start..]`, where `start` is 0 or an
 /// assistant message and the rule is known to hold before it.
 fn repairs_from(messages: &[Message], start: usize) -> Vec<MessageEvent> {
+    repairs_with_report(messages, start, &mut RepairReport::default())
+}
+
+/// [`repairs_from`], counting what each repair does into `report`.
+fn repairs_with_report(messages: &[Message], start: usize, report: &mut RepairReport) -> Vec<MessageEvent> {
     let mut repairs = Vec::new();
     let mut index = start;
     while index < messages.len() {
@@ -396,6 +453,7 @@ fn repairs_from(messages: &[Message], start: usize) -> Vec<MessageEvent> {
         match &message.data {
             MessageData::Tool { .. } => {
                 // A result outside the run right after an assistant message answers nothing.
+                report.results_removed += 1;
                 repairs.push(MessageEvent::Remove { target_id: message.id.clone() });
             }
             MessageData::Assistant { content, tool_calls } => {
@@ -405,7 +463,10 @@ fn repairs_from(messages: &[Message], start: usize) -> Vec<MessageEvent> {
                     let call = (0..tool_calls.len()).find(|&i| !answered.get(i) && *tool_calls[i].id == **tool_call_id);
                     match call {
                         Some(i) => answered.set(i),
-                        None => repairs.push(MessageEvent::Remove { target_id: next.id.clone() }),
+                        None => {
+                            report.results_removed += 1;
+                            repairs.push(MessageEvent::Remove { target_id: next.id.clone() });
+                        }
                     }
                     index += 1;
                 }
@@ -414,8 +475,12 @@ fn repairs_from(messages: &[Message], start: usize) -> Vec<MessageEvent> {
                 }
                 let missing = tool_calls.iter().enumerate().filter(|(i, _)| !answered.get(*i)).map(|(_, call)| call);
                 if index == messages.len() {
+                    let before = repairs.len();
                     repairs.extend(missing.map(|call| MessageEvent::Append { message: interrupted_result(call) }));
+                    report.calls_interrupted += repairs.len() - before;
                 } else {
+                    report.calls_dropped +=
+                        tool_calls.len() - (0..tool_calls.len()).filter(|&i| answered.get(i)).count();
                     let kept: Vec<ToolCall> = tool_calls
                         .iter()
                         .enumerate()
@@ -423,6 +488,7 @@ fn repairs_from(messages: &[Message], start: usize) -> Vec<MessageEvent> {
                         .map(|(_, call)| call.clone())
                         .collect();
                     if kept.is_empty() && content.as_deref().is_none_or(str::is_empty) {
+                        report.messages_removed += 1;
                         repairs.push(MessageEvent::Remove { target_id: message.id.clone() });
                     } else {
                         let mut replacement = message.clone();

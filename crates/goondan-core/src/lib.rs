@@ -13,7 +13,7 @@ pub mod naming;
 pub mod object_ref;
 pub mod tool;
 
-pub use conversation::{ConversationState, MessageEvent, MessageEventError};
+pub use conversation::{ConversationState, MessageEvent, MessageEventError, RepairReport};
 pub use js_message::{JsMessageError, message_event_from_js, message_from_js};
 pub use message::{Message, MessageData, MessageSource};
 pub use object_ref::{ObjectRef, ObjectRefError, json_type_name};

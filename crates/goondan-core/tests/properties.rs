@@ -151,5 +151,29 @@ mod conversation_rule {
             prop_assert!(state.is_consistent());
             prop_assert!(integrity_repairs(state.messages()).is_empty(), "repairs are idempotent");
         }
+
+        /// A history missing any one message (a line lost from the log) is
+        /// made valid by one `repair`, whose report counts what it changed
+        /// and is empty exactly when nothing had to change.
+        #[test]
+        fn one_repair_restores_the_rule_after_a_lost_message(
+            messages in proptest::collection::vec(message(), 1..24),
+            lost in 0usize..24,
+        ) {
+            let mut messages = messages;
+            messages.remove(lost % messages.len());
+            let was_consistent = integrity_repairs(&messages).is_empty();
+            let mut state = ConversationState::default();
+            state.replay(messages.into_iter().map(|message| goondan_core::MessageEvent::Append { message }));
+            let report = state.repair();
+            prop_assert!(state.is_consistent());
+            prop_assert_eq!(report.is_empty(), was_consistent);
+            let events = state.events();
+            let count = |kind: &str| events.iter().filter(|event| event.kind() == kind).count();
+            prop_assert_eq!(count("remove"), report.results_removed + report.messages_removed);
+            prop_assert_eq!(count("append"), report.calls_interrupted);
+            prop_assert!(count("replace") <= report.calls_dropped);
+            prop_assert_eq!(events.is_empty(), was_consistent, "the repairs are events to save");
+        }
     }
 }

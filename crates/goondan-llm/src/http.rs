@@ -198,13 +198,44 @@ pub struct SseEvent {
     pub data: String,
 }
 
+/// The most bytes one SSE line may hold, and the most the `data` lines of
+/// one event may hold together: 4 MiB, far above any real chunk (a whole
+/// tool call's arguments arrive in one line from some APIs) and small
+/// enough that a broken or hostile server cannot grow memory without bound.
+pub const MAX_SSE_EVENT_BYTES: usize = 4 * 1024 * 1024;
+
+/// A stream the parser refuses.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SseError {
+    /// A line, or one event's data, exceeded [`MAX_SSE_EVENT_BYTES`].
+    #[error("a server-sent event line or event exceeds the limit of {limit} bytes")]
+    TooLong {
+        /// The limit, in bytes.
+        limit: usize,
+    },
+}
+
 /// Splits a byte stream into Server-Sent Events (the WHATWG format: fields
 /// per line, events end at a blank line, `:` starts a comment).
-#[derive(Debug, Default)]
+///
+/// Each byte is scanned once: a chunk is searched for line ends from where
+/// the previous chunk left off, and only an unfinished line is kept, up to
+/// [`MAX_SSE_EVENT_BYTES`] (as are one event's data lines together).
+#[derive(Debug)]
 pub struct SseParser {
-    buffer: Vec<u8>,
+    /// The unfinished line (no `\n` in it).
+    partial: Vec<u8>,
     event: Option<String>,
     data: Vec<String>,
+    /// Bytes in `data`.
+    data_bytes: usize,
+    limit: usize,
+}
+
+impl Default for SseParser {
+    fn default() -> Self {
+        Self::with_limit(MAX_SSE_EVENT_BYTES)
+    }
 }
 
 impl SseParser {
@@ -213,42 +244,65 @@ impl SseParser {
         Self::default()
     }
 
-    /// Feeds bytes; returns the events they complete.
-    pub fn feed(&mut self, bytes: &[u8]) -> Vec<SseEvent> {
-        self.buffer.extend_from_slice(bytes);
+    /// A parser whose line and event limit is `limit` bytes (tests use small ones).
+    pub fn with_limit(limit: usize) -> Self {
+        Self { partial: Vec::new(), event: None, data: Vec::new(), data_bytes: 0, limit }
+    }
+
+    /// Feeds bytes; returns the events they complete, or [`SseError`] once a
+    /// line or an event is too long (the stream is then unusable).
+    pub fn feed(&mut self, bytes: &[u8]) -> Result<Vec<SseEvent>, SseError> {
         let mut events = Vec::new();
-        while let Some(end) = self.buffer.iter().position(|b| *b == b'\n') {
-            let mut line: Vec<u8> = self.buffer.drain(..=end).collect();
-            line.pop();
-            if line.last() == Some(&b'\r') {
-                line.pop();
+        let mut rest = bytes;
+        while let Some(end) = rest.iter().position(|b| *b == b'\n') {
+            let (line, tail) = rest.split_at(end);
+            rest = &tail[1..];
+            if self.partial.is_empty() {
+                self.complete_line(line, &mut events)?;
+            } else {
+                let mut whole = std::mem::take(&mut self.partial);
+                self.check_length(whole.len() + line.len())?;
+                whole.extend_from_slice(line);
+                self.complete_line(&whole, &mut events)?;
             }
-            let line = String::from_utf8_lossy(&line).into_owned();
-            self.line(&line, &mut events);
         }
-        events
+        self.check_length(self.partial.len() + rest.len())?;
+        self.partial.extend_from_slice(rest);
+        Ok(events)
     }
 
     /// Ends the stream; returns a last event that had no blank line after it.
-    pub fn finish(&mut self) -> Option<SseEvent> {
-        let rest = std::mem::take(&mut self.buffer);
+    pub fn finish(&mut self) -> Result<Option<SseEvent>, SseError> {
+        let rest = std::mem::take(&mut self.partial);
         let mut events = Vec::new();
         if !rest.is_empty() {
-            self.line(&String::from_utf8_lossy(&rest), &mut events);
+            self.complete_line(&rest, &mut events)?;
         }
-        self.line("", &mut events);
-        events.pop()
+        self.line("", &mut events)?;
+        Ok(events.pop())
     }
 
-    fn line(&mut self, line: &str, events: &mut Vec<SseEvent>) {
+    fn check_length(&self, length: usize) -> Result<(), SseError> {
+        if length > self.limit { Err(SseError::TooLong { limit: self.limit }) } else { Ok(()) }
+    }
+
+    /// A line without its `\n` (a `\r` before it is dropped here).
+    fn complete_line(&mut self, line: &[u8], events: &mut Vec<SseEvent>) -> Result<(), SseError> {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        self.check_length(line.len())?;
+        self.line(&String::from_utf8_lossy(line), events)
+    }
+
+    fn line(&mut self, line: &str, events: &mut Vec<SseEvent>) -> Result<(), SseError> {
         if line.is_empty() {
             if !self.data.is_empty() || self.event.is_some() {
+                self.data_bytes = 0;
                 events.push(SseEvent { event: self.event.take(), data: std::mem::take(&mut self.data).join("\n") });
             }
-            return;
+            return Ok(());
         }
         if line.starts_with(':') {
-            return;
+            return Ok(());
         }
         let (field, value) = match line.split_once(':') {
             Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
@@ -256,9 +310,14 @@ impl SseParser {
         };
         match field {
             "event" => self.event = Some(value.to_owned()),
-            "data" => self.data.push(value.to_owned()),
+            "data" => {
+                self.data_bytes += value.len() + 1;
+                self.check_length(self.data_bytes)?;
+                self.data.push(value.to_owned());
+            }
             _ => {}
         }
+        Ok(())
     }
 }
 
@@ -288,14 +347,33 @@ pub async fn read_sse(
             }
         };
         let Some(chunk) = chunk else { break };
-        for event in parser.feed(&chunk) {
+        let events = parser.feed(&chunk).map_err(|error| ModelError::protocol(provider, error.to_string()))?;
+        for event in events {
             on_event(event)?;
         }
     }
-    if let Some(event) = parser.finish() {
+    if let Some(event) = parser.finish().map_err(|error| ModelError::protocol(provider, error.to_string()))? {
         on_event(event)?;
     }
     Ok(())
+}
+
+/// The most bytes of an error body read: enough for any API's error JSON;
+/// the rest is never read, so a huge or endless body costs nothing.
+pub const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
+
+/// Reads at most `cap` bytes of `response`'s body, chunk by chunk, and
+/// stops there (or at the end, or at a failure: what arrived is kept).
+async fn read_capped(response: &mut reqwest::Response, cap: usize, body: &mut Vec<u8>) {
+    while body.len() < cap {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                let room = cap - body.len();
+                body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
 }
 
 /// The HTTP side of one API provider: the client, the headers (the key
@@ -398,10 +476,13 @@ impl Transport {
         Err((self.status_error)(self.provider, status.as_u16(), &text))
     }
 
-    /// The body as text, or what arrived of it within the idle timeout
-    /// (so a server that never finishes its body cannot hang the call).
-    pub(crate) async fn text(&self, response: reqwest::Response) -> String {
-        tokio::time::timeout(self.idle, response.text()).await.ok().and_then(Result::ok).unwrap_or_default()
+    /// The first [`MAX_ERROR_BODY_BYTES`] of an error body as text, or what
+    /// arrived of them within the idle timeout (so a server that never
+    /// finishes its body cannot hang the call, nor a huge one fill memory).
+    pub(crate) async fn text(&self, mut response: reqwest::Response) -> String {
+        let mut body = Vec::new();
+        let _ = tokio::time::timeout(self.idle, read_capped(&mut response, MAX_ERROR_BODY_BYTES, &mut body)).await;
+        String::from_utf8_lossy(&body).into_owned()
     }
 
     /// Reads the streamed reply as Server-Sent Events (see [`read_sse`]).
@@ -427,8 +508,8 @@ mod tests {
     #[test]
     fn sse_events_split_across_chunks() {
         let mut parser = SseParser::new();
-        assert!(parser.feed(b"event: message_start\ndata: {\"a\"").is_empty());
-        let events = parser.feed(b":1}\n\n: comment\ndata: x\r\ndata: y\r\n\r\ndata: [DONE]");
+        assert_eq!(parser.feed(b"event: message_start\ndata: {\"a\""), Ok(Vec::new()));
+        let events = parser.feed(b":1}\n\n: comment\ndata: x\r\ndata: y\r\n\r\ndata: [DONE]").unwrap_or_default();
         assert_eq!(
             events,
             [
@@ -436,7 +517,27 @@ mod tests {
                 SseEvent { event: None, data: "x\ny".into() },
             ]
         );
-        assert_eq!(parser.finish(), Some(SseEvent { event: None, data: "[DONE]".into() }));
+        assert_eq!(parser.finish(), Ok(Some(SseEvent { event: None, data: "[DONE]".into() })));
+    }
+
+    #[test]
+    fn an_over_long_line_or_event_is_refused_naming_the_limit() {
+        // A line that never ends: refused once it passes the limit, however it is cut.
+        let mut parser = SseParser::with_limit(16);
+        assert_eq!(parser.feed(b"data: 0123456789"), Ok(Vec::new()));
+        assert_eq!(parser.feed(b"x"), Err(SseError::TooLong { limit: 16 }));
+        let mut parser = SseParser::with_limit(16);
+        assert_eq!(parser.feed(b"data: 0123456789abcdef\n"), Err(SseError::TooLong { limit: 16 }));
+        // Many short data lines of one event add up.
+        let mut parser = SseParser::with_limit(16);
+        assert_eq!(parser.feed(b"data: 12345\ndata: 12345\n"), Ok(Vec::new()));
+        assert_eq!(parser.feed(b"data: 12345\n"), Err(SseError::TooLong { limit: 16 }));
+        // The limit is per event: a blank line starts the count again.
+        let mut parser = SseParser::with_limit(16);
+        for _ in 0..10 {
+            assert_eq!(parser.feed(b"data: 12345\n\n").map(|events| events.len()), Ok(1));
+        }
+        assert!(SseError::TooLong { limit: MAX_SSE_EVENT_BYTES }.to_string().contains("4194304 bytes"));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use axum::http::Method;
-use common::{Canned, MockServer, closed_url, complete, fast_retries, object, stalled_server};
+use common::{Canned, MockServer, closed_url, complete, endless_server, fast_retries, object, stalled_server};
 use goondan_core::{JsonValue, MessageData, ToolCall, ToolError, ToolResult};
 use goondan_llm::openai::OpenAiProvider;
 use goondan_llm::{
@@ -774,4 +774,29 @@ async fn tools_without_a_schema_get_an_object_schema() {
     let requests = mock.requests();
     assert_eq!(requests[0].json()["tools"][0]["function"]["parameters"], json!({"type": "object"}));
     assert_eq!(requests[1].json()["tools"][0]["parameters"], json!({"type": "object"}));
+}
+
+/// A stream whose line never ends is refused once the line passes the
+/// parser's limit, naming it, instead of buffering without bound.
+#[tokio::test]
+async fn an_endless_sse_line_is_a_protocol_error_naming_the_limit() {
+    let endpoint = endless_server(200, "text/event-stream", "data: {\"choices\":", b'x').await;
+    let provider = provider(&format!("{endpoint}/v1"), json!({}));
+    let error = complete(&provider, &conversation()).await.0.err();
+    let Some(ModelError::Protocol { message, .. }) = &error else { panic!("{error:?}") };
+    let limit = goondan_llm::http::MAX_SSE_EVENT_BYTES.to_string();
+    assert!(message.contains(&limit) && message.contains("exceeds the limit"), "{message}");
+}
+
+/// An error body that never ends is read up to its cap, and the error
+/// carries what was read (the old reader waited for the end of the body,
+/// then gave up with nothing).
+#[tokio::test]
+async fn a_huge_error_body_is_cut_and_still_reported() {
+    let endpoint = endless_server(400, "application/json", "{\"error\": {\"message\": \"bad request", b'!').await;
+    let provider = provider(&format!("{endpoint}/v1"), json!({"idleTimeoutSeconds": 600}));
+    let error = complete(&provider, &conversation()).await.0.err();
+    let Some(ModelError::Api { status: 400, message, .. }) = &error else { panic!("{error:?}") };
+    assert!(message.starts_with("{\"error\": {\"message\": \"bad request!!!"), "{message}");
+    assert!(message.chars().count() <= 501, "an excerpt, not the body: {}", message.len());
 }

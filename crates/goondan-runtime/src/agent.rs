@@ -441,10 +441,61 @@ fn system_prompt(root: &Path, agent: &Resource<AgentSpec>) -> Result<Option<Stri
         return Ok(Some(system.clone()));
     }
     let Some(file) = &prompt.system_ref else { return Ok(None) };
-    let path = root.join(file);
-    std::fs::read_to_string(&path).map(Some).map_err(|e| AgentBuildError::Prompt {
-        agent: agent.name().to_owned(),
-        path,
-        message: e.to_string(),
-    })
+    let refused =
+        |message: String| AgentBuildError::Prompt { agent: agent.name().to_owned(), path: root.join(file), message };
+    // The same rules as validation, again here: the file is read now, and a
+    // link may have changed since (a prompt is sent to the model provider,
+    // so a file outside the bundle must never become one).
+    let path = goondan_config::files::resolve_inside(root, file).map_err(|e| refused(e.to_string()))?;
+    let bytes =
+        goondan_config::files::read_regular_file(&path, MAX_SYSTEM_PROMPT_BYTES).map_err(|e| refused(e.to_string()))?;
+    String::from_utf8(bytes).map(Some).map_err(|e| refused(format!("not UTF-8 text: {e}")))
+}
+
+/// The largest system prompt file read, in bytes (the bundle file's own limit).
+pub const MAX_SYSTEM_PROMPT_BYTES: u64 = goondan_config::bundle::MAX_FILE_BYTES;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn agent_in(text: &str) -> Resource<AgentSpec> {
+        let report = goondan_config::load_from_str(text, "goondan.yaml", None, PathBuf::from("goondan.yaml"));
+        let agent = report.bundle.as_ref().and_then(|bundle| bundle.agents().next().cloned());
+        agent.unwrap_or_else(|| panic!("no agent: {:?}", report.diagnostics))
+    }
+
+    fn with_system_ref(system_ref: &str) -> Resource<AgentSpec> {
+        agent_in(&format!(
+            "apiVersion: goondan.ai/v1\nkind: Model\nmetadata: {{name: m}}\nspec: {{provider: openai, model: x}}\n---\n\
+             apiVersion: goondan.ai/v1\nkind: Agent\nmetadata: {{name: a}}\nspec:\n  modelConfig: {{modelRef: Model/m}}\n  \
+             prompt: {{systemRef: '{system_ref}'}}\n"
+        ))
+    }
+
+    /// The runtime refuses a prompt file outside the bundle even when
+    /// validation did not see it (a link changed since, or a bundle loaded
+    /// without file checks), and never reads a device whole.
+    #[test]
+    fn a_system_prompt_outside_the_bundle_or_not_a_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let root = dir.path().join("bundle");
+        std::fs::create_dir_all(&root).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(dir.path().join("secret"), "top secret").unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(root.join("p.md"), "be brief").unwrap_or_else(|e| panic!("{e}"));
+        let read = |reference: &str| system_prompt(&root, &with_system_ref(reference));
+        assert_eq!(read("p.md").ok().flatten().as_deref(), Some("be brief"));
+        let refused = read("../secret").err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(refused.contains("outside the bundle"), "{refused}");
+        assert!(read("/dev/zero").is_err());
+        #[cfg(unix)]
+        {
+            std::os::unix::fs::symlink(dir.path().join("secret"), root.join("link.md"))
+                .unwrap_or_else(|e| panic!("{e}"));
+            let refused = read("link.md").err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(refused.contains("outside the bundle"), "{refused}");
+            std::os::unix::fs::symlink("/dev/zero", root.join("zero.md")).unwrap_or_else(|e| panic!("{e}"));
+            assert!(read("zero.md").is_err(), "a link to a device inside the bundle is still no file");
+        }
+    }
 }

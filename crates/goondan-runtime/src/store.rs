@@ -34,10 +34,15 @@
 //!   writer is opened, the torn tail is cut off (the file is truncated to
 //!   the end of its last complete line) so new lines never glue onto
 //!   garbage.
-//! - Logs of earlier versions may end with an assistant message whose tool
-//!   results were never written. Loading keeps every complete line; the
-//!   runtime's first commit repairs the conversation (see
-//!   `goondan_core::conversation`).
+//! - A skipped line, a log of an earlier version or a hand edit can leave a
+//!   tool call without its result, or a result without its call, anywhere
+//!   in the history. Loading keeps every readable line, then repairs the
+//!   folded conversation by the rule of `goondan_core::conversation`
+//!   (orphan results removed, calls unanswered at the end answered with
+//!   `E_TOOL_INTERRUPTED`, calls unanswered elsewhere dropped) with a
+//!   warning saying what was repaired ([`LoadedConversation::repairs`]). The
+//!   repairs are uncommitted events of the loaded state; the runtime saves
+//!   them before its next turn.
 //!
 //! Instance keys are user-chosen strings (`user:42/chat`). The directory name
 //! keeps `[A-Za-z0-9._-]` and percent-encodes every other byte of the key's
@@ -54,7 +59,7 @@ use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use goondan_core::message::now_millis;
-use goondan_core::{ConversationState, Message, MessageEvent};
+use goondan_core::{ConversationState, Message, MessageEvent, RepairReport};
 use serde::{Deserialize, Serialize};
 
 /// The `tracing` target of the store's warnings.
@@ -344,6 +349,11 @@ pub struct LoadedConversation {
     pub skipped_corrupt_lines: usize,
     /// `replace`/`remove` events whose target was not in the conversation, skipped.
     pub skipped_events: usize,
+    /// What folding left breaking the conversation rule (a skipped line can
+    /// take a call's result or an edit with it) and was repaired. The repairs
+    /// are the state's uncommitted events: the runtime's first commit saves
+    /// them, so a reload then reaches the same state.
+    pub repairs: RepairReport,
 }
 
 /// One line of the message log.
@@ -486,9 +496,11 @@ impl InstanceStore {
         read_message_log(&self.messages_path)
     }
 
-    /// The messages of [`InstanceStore::load`], for readers that want only them.
+    /// The messages the log holds, folded but not repaired (what was
+    /// written, for inspection); [`InstanceStore::load`] gives the
+    /// conversation the runtime uses.
     pub fn messages(&self) -> Result<LoadedMessages, StoreError> {
-        let loaded = self.load()?;
+        let loaded = fold_message_log(&self.messages_path)?;
         Ok(LoadedMessages {
             messages: loaded.state.messages().to_vec(),
             skipped_torn_tail: loaded.skipped_torn_tail,
@@ -818,9 +830,30 @@ fn write_info_atomically(dir: &Path, path: &Path, info: &InstanceInfo) -> Result
     written
 }
 
-/// Folds the message log at `path` (see [`InstanceStore::load`]) without
-/// opening the instance, for readers such as tests and inspection tools.
+/// Folds the message log at `path` and repairs the result (see
+/// [`InstanceStore::load`]) without opening the instance, for readers such
+/// as tests and inspection tools.
 pub fn read_message_log(path: &Path) -> Result<LoadedConversation, StoreError> {
+    let mut loaded = fold_message_log(path)?;
+    // Whatever the lines held, the conversation handed out keeps the rule:
+    // a provider refuses a call without its result (or a result without its
+    // call) on every later request, so one bad line would break the
+    // instance for good.
+    loaded.repairs = loaded.state.repair();
+    if !loaded.repairs.is_empty() {
+        tracing::warn!(
+            target: LOG_TARGET,
+            "{}: the conversation broke the tool call rule and was repaired: {}",
+            path.display(),
+            loaded.repairs
+        );
+    }
+    Ok(loaded)
+}
+
+/// Folds the message log at `path`, skipping unreadable lines, without
+/// repairing what the fold gives.
+fn fold_message_log(path: &Path) -> Result<LoadedConversation, StoreError> {
     let mut loaded = LoadedConversation::default();
     let file = match File::open(path) {
         Ok(file) => file,

@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! Agent::run_turn(conversation, input, observer, cancel)
+//!   save events left uncommitted (repairs made on load); begin the turn; repair
 //!   turn middleware (onion over TurnContext) ─► turn core
 //!     append the user message; commit
 //!     per step, until an answer, maxStepsPerTurn, repeated malformed replies,
@@ -14,6 +15,7 @@
 //!         run the calls (bounded, concurrent) through the executor
 //!         append [assistant, results…]; commit
 //!       commit what step layers emitted afterwards; step.completed; events flushed
+//!     the model or a step layer failed before any reply: remove the user message; commit
 //!   commit what turn layers emitted afterwards; the store records the turn
 //! ```
 //!
@@ -161,10 +163,24 @@ impl Agent {
             trace_id: Arc::clone(&trace.trace_id),
             span_ids: Arc::clone(&span_ids),
         });
+        // Events not yet saved — the repairs loading made to a log that broke
+        // the rule — are saved before the turn begins, which would otherwise
+        // drop them from the store while memory keeps them.
+        if conversation.state.has_uncommitted()
+            && let Err(error) = commit(&mut conversation.state, store.as_deref()).await
+        {
+            conversation.needs_reload = true;
+            let outcome = TurnOutcome::ended(TurnEnd::CommitFailed { message: error.to_string() });
+            self.finish(&outcome, &trace, turn_span, started).await;
+            return outcome;
+        }
         conversation.state.begin_turn();
         // Calls a crash left unanswered are answered before anything else
         // (saved with the user message).
-        conversation.state.repair();
+        let repairs = conversation.state.repair();
+        if !repairs.is_empty() {
+            tracing::warn!("turn {}: the conversation was repaired before the input: {repairs}", trace.turn_id);
+        }
         let mut ctx = TurnContext {
             agent_name: Arc::clone(&tooling.agent_name),
             instance_key: Arc::clone(&tooling.instance_key),
@@ -332,6 +348,7 @@ impl TurnCore<'_> {
         let agent = self.agent;
         let mut outcome = TurnOutcome::ended(TurnEnd::Answered);
         let user = Message::new(MessageData::User { content: ctx.input.clone() }, MessageSource::User);
+        let user_id = user.id.clone();
         ctx.conversation.append_new([user]);
         if let Err(error) = commit(&mut ctx.conversation, self.store).await {
             outcome.end = TurnEnd::CommitFailed { message: error.to_string() };
@@ -385,7 +402,35 @@ impl TurnCore<'_> {
                 malformed_in_a_row = 0;
             }
         }
+        self.take_back_unanswered_input(ctx, &user_id, &mut outcome).await;
         outcome
+    }
+
+    /// A turn that failed before the model answered anything — the request
+    /// failed, or a step layer did — removes its user message again, so the
+    /// conversation is as it was before the turn. Otherwise every retry of a
+    /// failing request (a provider outage, a broken extension) would leave
+    /// one more unanswered user message behind, each sent again with the
+    /// next request. The caller, which passed the input in, can send it
+    /// again. A cancelled turn keeps its input (the user stopped it on purpose).
+    async fn take_back_unanswered_input(&self, ctx: &mut TurnContext, user_id: &str, outcome: &mut TurnOutcome) {
+        if !matches!(outcome.end, TurnEnd::ModelFailed { .. } | TurnEnd::LayerFailed(_)) {
+            return;
+        }
+        if ctx.conversation.messages().last().is_none_or(|last| last.id != user_id) {
+            return;
+        }
+        if ctx.conversation.emit(goondan_core::MessageEvent::Remove { target_id: user_id.to_owned() }).is_err() {
+            return;
+        }
+        tracing::info!(
+            "turn {}: the model did not answer; the input is not kept in the conversation, so a retry sends it once",
+            ctx.turn_id
+        );
+        if let Err(error) = commit(&mut ctx.conversation, self.store).await {
+            let failed = outcome.end.note().unwrap_or_default();
+            outcome.end = TurnEnd::CommitFailed { message: format!("{error} (after: {failed})") };
+        }
     }
 
     /// One step through the step middleware, with its events and commits.

@@ -266,6 +266,52 @@ fn corrupt_lines_in_the_middle_are_counted_and_skipped() {
     assert!(!loaded.skipped_torn_tail);
 }
 
+/// A corrupt line in the middle that held a tool result: loading repairs
+/// the history (the call is dropped, not sent unanswered forever), says
+/// so, and the repair is saved by the next commit, so reloads agree.
+#[test]
+fn a_corrupt_middle_line_that_held_a_result_is_repaired_on_load() {
+    let (_dir, root) = temp_root();
+    let mut store = open(&root, "corrupt-result");
+    let steps = step(1);
+    // An old-format log: one message per line, so the result has its own line.
+    let text = format!(
+        "{}{}{{\"id\": \"torn in the middle\n{}{}",
+        line_of(&user("first")),
+        line_of(&steps[0]),
+        line_of(&user("second")),
+        line_of(&Message::new(
+            MessageData::Assistant { content: Some("ok".into()), tool_calls: Vec::new() },
+            MessageSource::Assistant { step_id: "s".into() }
+        )),
+    );
+    append_raw(store.messages_path(), text.as_bytes());
+    let loaded = must(store.load());
+    assert_eq!(loaded.skipped_corrupt_lines, 1);
+    assert!(loaded.state.is_consistent(), "{:?}", loaded.state.messages());
+    assert_eq!(loaded.repairs.calls_dropped, 1);
+    assert_eq!(loaded.repairs.messages_removed, 1, "nothing was left of the assistant message");
+    let texts: Vec<&str> = loaded
+        .state
+        .messages()
+        .iter()
+        .filter_map(|m| match &m.data {
+            MessageData::User { content } => Some(content.as_str()),
+            MessageData::Assistant { content, .. } => content.as_deref(),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(texts, ["first", "second", "ok"]);
+    // The repair events are the state's uncommitted batch: saving it makes
+    // every later load the same without repairing again.
+    let mut state = loaded.state;
+    assert!(state.commit());
+    must(store.append_events(&state.last_batch()));
+    let again = must(store.load());
+    assert!(again.repairs.is_empty());
+    assert_eq!(again.state.messages(), state.messages());
+}
+
 #[test]
 fn a_crash_between_steps_loses_no_completed_step() {
     let (_dir, root) = temp_root();

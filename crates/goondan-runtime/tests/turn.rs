@@ -684,3 +684,49 @@ async fn results_over_the_steps_budget_are_saved_to_files_and_the_model_gets_pre
     let sent = serde_json::to_string(&requests[1].messages).unwrap_or_default();
     assert!(sent.len() < 1024 * 1024, "{}", sent.len());
 }
+
+/// Retrying a request that fails (a provider outage) must not pile up
+/// unanswered user messages: the failed turn takes its input back.
+#[tokio::test]
+async fn a_failed_request_leaves_no_unanswered_user_message_behind() {
+    let f = fixture(json!([]), 8);
+    let before = vec![Message::new(MessageData::User { content: "hello".into() }, goondan_core::MessageSource::User)];
+    let (mut conversation, store) = recorded(before.clone());
+    for attempt in 0..3 {
+        let outcome = f
+            .agent
+            .run_turn(&mut conversation, format!("retry {attempt}"), &Collect::default(), never_cancelled())
+            .await;
+        assert!(matches!(outcome.end, TurnEnd::ModelFailed { .. }), "{:?}", outcome.end);
+        assert_eq!(conversation.messages(), &before[..], "attempt {attempt}: the conversation is as before");
+        assert_eq!(store.state().messages(), &before[..], "attempt {attempt}: and so is what was saved");
+    }
+    // Each request carried the earlier message and this attempt's input, once.
+    for (attempt, request) in requests_of(&f).iter().enumerate() {
+        let users: Vec<&str> = request.messages.iter().filter_map(user_text).collect();
+        assert_eq!(users, ["hello", format!("retry {attempt}").as_str()]);
+    }
+}
+
+/// Repairs made when a broken log was loaded are saved before the turn's
+/// own events, so what is on disk folds to what the turn saw.
+#[tokio::test]
+async fn repairs_made_on_load_are_saved_before_the_turn() {
+    let f = fixture(json!([{"text": "fine"}]), 8);
+    let assistant = Message::new(
+        MessageData::Assistant { content: None, tool_calls: vec![ToolCall::new("c1", "echo__say", JsonObject::new())] },
+        goondan_core::MessageSource::Assistant { step_id: "s".into() },
+    );
+    let user = |text: &str| Message::new(MessageData::User { content: text.into() }, goondan_core::MessageSource::User);
+    // As loaded: a call whose result line was lost, then more conversation.
+    let mut state = ConversationState::new(vec![user("a"), assistant, user("b")]);
+    let repairs = state.repair();
+    assert_eq!(repairs.messages_removed, 1);
+    // The log holds the conversation before the repair.
+    let store = Arc::new(Recorder { initial: state.base_messages().to_vec(), batches: Mutex::new(Vec::new()) });
+    let mut conversation = Conversation::new(state, Arc::clone(&store) as _);
+    let outcome = f.agent.run_turn(&mut conversation, "c".to_owned(), &Collect::default(), never_cancelled()).await;
+    assert_eq!(outcome.end, TurnEnd::Answered);
+    assert!(matches!(&store.batches()[0][..], [MessageEvent::Remove { .. }]), "{:?}", store.batches());
+    assert_eq!(store.state().messages(), conversation.messages());
+}

@@ -3,7 +3,9 @@
 //!
 //! `Invalid arguments for tool 'x__y': args.command: required property is
 //! missing; args.extra: unexpected property` — at most five issues, then
-//! `; +N more issues`. The suggestion lists `required=[...]` and
+//! `; +N more issues`. Type, enum, const and pattern failures name the value
+//! given (compact JSON, cut to 60 characters with `…`): `args.parseMode: "md"
+//! is not one of ["markdown", "html"]`. The suggestion lists `required=[...]` and
 //! `allowed=[...]` from the schema's top level.
 
 use std::fmt::Write as _;
@@ -69,12 +71,51 @@ fn describe(error: &jsonschema::ValidationError<'_>, schema: &JsonValue, issues:
                 .pointer(error.schema_path().as_str())
                 .and_then(expected_types)
                 .unwrap_or_else(|| type_kind_names(kind));
-            issues.push(format!("{path}: expected {expected} but got {}", json_type_name(error.instance())));
+            let given = error.instance();
+            issues.push(format!("{path}: expected {expected} but got {} {}", json_type_name(given), shown(given)));
         }
         ValidationErrorKind::Enum { options } => {
-            issues.push(format!("{path}: value must be one of {options}"));
+            let listed = match options.as_array() {
+                Some(items) => items.iter().map(compact).collect::<Vec<_>>().join(", "),
+                None => compact(options),
+            };
+            let listed = cut(&listed, MAX_OPTIONS_CHARS);
+            issues.push(format!("{path}: {} is not one of [{listed}]", shown(error.instance())));
+        }
+        ValidationErrorKind::Constant { expected_value } => {
+            issues.push(format!("{path}: expected {} but got {}", shown(expected_value), shown(error.instance())));
+        }
+        ValidationErrorKind::Pattern { pattern } => {
+            issues.push(format!(
+                "{path}: {} does not match the pattern {}",
+                shown(error.instance()),
+                cut(pattern, MAX_OPTIONS_CHARS)
+            ));
         }
         _ => issues.push(format!("{path}: {error}")),
+    }
+}
+
+/// The longest rendering of a given value in a message, in characters.
+const MAX_SHOWN_CHARS: usize = 60;
+/// The longest rendering of a list of allowed values or a pattern.
+const MAX_OPTIONS_CHARS: usize = 200;
+
+/// The value the model gave, as compact JSON cut to [`MAX_SHOWN_CHARS`]:
+/// enough to see the mistake, never a whole document pasted into an error.
+fn shown(value: &JsonValue) -> String {
+    cut(&compact(value), MAX_SHOWN_CHARS)
+}
+
+fn compact(value: &JsonValue) -> String {
+    serde_json::to_string(value).unwrap_or_else(|_| json_type_name(value).to_owned())
+}
+
+/// `text` cut to `max` characters (never inside one), with `…` when cut.
+fn cut(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        None => text.to_owned(),
+        Some((end, _)) => format!("{}…", &text[..end]),
     }
 }
 
@@ -196,11 +237,11 @@ mod tests {
     fn unexpected_property_and_wrong_types() {
         let (_, message, _) = message_of(validate_args(&bash_exec(), &json!({"command": 3, "extra": true})));
         assert!(message.contains("args.extra: unexpected property"), "{message}");
-        assert!(message.contains("args.command: expected string but got integer"), "{message}");
+        assert!(message.contains("args.command: expected string but got integer 3"), "{message}");
         let (_, message, _) = message_of(validate_args(&bash_exec(), &json!({"command": 1.5})));
-        assert!(message.ends_with("args.command: expected string but got number"), "{message}");
+        assert!(message.ends_with("args.command: expected string but got number 1.5"), "{message}");
         let (_, message, _) = message_of(validate_args(&bash_exec(), &json!({"command": "x", "chatId": true})));
-        assert!(message.ends_with("args.chatId: expected string|number but got boolean"), "{message}");
+        assert!(message.ends_with("args.chatId: expected string|number but got boolean true"), "{message}");
     }
 
     #[test]
@@ -209,9 +250,40 @@ mod tests {
             &bash_exec(),
             &json!({"command": "x", "nested": {"inner": "no"}, "list": ["a", 2], "mode": "middle"}),
         ));
-        assert!(message.contains("args.nested.inner: expected integer but got string"), "{message}");
-        assert!(message.contains("args.list[1]: expected string but got integer"), "{message}");
-        assert!(message.contains(r#"args.mode: value must be one of ["start","end","both"]"#), "{message}");
+        assert!(message.contains(r#"args.nested.inner: expected integer but got string "no""#), "{message}");
+        assert!(message.contains("args.list[1]: expected string but got integer 2"), "{message}");
+        assert!(message.contains(r#"args.mode: "middle" is not one of ["start", "end", "both"]"#), "{message}");
+    }
+
+    #[test]
+    fn the_given_value_is_named_and_cut_when_long() {
+        let item = ToolCatalogItem::new("t__x", ToolSource::config("t")).with_parameters(json!({
+            "type": "object",
+            "properties": {
+                "parseMode": {"enum": ["markdown", "html"]},
+                "kind": {"const": "text"},
+                "code": {"type": "string", "pattern": "^[0-9]+$"},
+                "count": {"type": "integer"}
+            }
+        }));
+        let (_, message, _) = message_of(validate_args(&item, &json!({"parseMode": "md"})));
+        assert!(message.ends_with(r#"args.parseMode: "md" is not one of ["markdown", "html"]"#), "{message}");
+        let (_, message, _) = message_of(validate_args(&item, &json!({"kind": "image"})));
+        assert!(message.ends_with(r#"args.kind: expected "text" but got "image""#), "{message}");
+        let (_, message, _) = message_of(validate_args(&item, &json!({"code": "12a"})));
+        assert!(message.ends_with(r#"args.code: "12a" does not match the pattern ^[0-9]+$"#), "{message}");
+        // A long value is cut to 60 characters, never inside a character.
+        let long = "한".repeat(100);
+        let (_, message, _) = message_of(validate_args(&item, &json!({"parseMode": long})));
+        let expected = format!("args.parseMode: \"{}… is not one of", "한".repeat(59));
+        assert!(message.contains(&expected), "{message}");
+        let (_, message, _) =
+            message_of(validate_args(&item, &json!({"count": {"deep": [1, 2, 3], "more": "x".repeat(80)}})));
+        assert!(
+            message.contains(r#"args.count: expected integer but got object {"deep":[1,2,3],"more":"xxx"#),
+            "{message}"
+        );
+        assert!(message.ends_with('…'), "{message}");
     }
 
     #[test]

@@ -426,7 +426,7 @@ async fn invalid_args_messages_name_each_problem() {
     let result = ready.call("bash__exec", json!({"command": 3})).await;
     assert_eq!(
         error_message(&result),
-        "Invalid arguments for tool 'bash__exec': args.command: expected string but got integer"
+        "Invalid arguments for tool 'bash__exec': args.command: expected string but got integer 3"
     );
 
     let result = ready.call("bash__exec", json!({"command": "ls", "extra": true})).await;

@@ -166,6 +166,39 @@ pub async fn stalled_server(first: &'static str) -> String {
     format!("http://{address}")
 }
 
+/// A server that answers one request with `status`, `content-type` and a
+/// chunked body that starts with `head` and then never ends: `fill` bytes,
+/// 64 KiB a chunk, until the client goes away. Returns its base URL.
+pub async fn endless_server(status: u16, content_type: &'static str, head: &'static str, fill: u8) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("bind: {e}"));
+    let address = listener.local_addr().unwrap_or_else(|e| panic!("address: {e}"));
+    tokio::spawn(async move {
+        let Ok((mut socket, _)) = listener.accept().await else { return };
+        let mut request = Vec::new();
+        let mut buffer = [0_u8; 65536];
+        while !whole_request(&request) {
+            match socket.read(&mut buffer).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => request.extend_from_slice(&buffer[..n]),
+            }
+        }
+        let start = format!(
+            "HTTP/1.1 {status} X\r\ncontent-type: {content_type}\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{head}\r\n",
+            head.len()
+        );
+        if socket.write_all(start.as_bytes()).await.is_err() {
+            return;
+        }
+        let mut chunk = format!("{:x}\r\n", 65536).into_bytes();
+        chunk.extend(std::iter::repeat_n(fill, 65536));
+        chunk.extend_from_slice(b"\r\n");
+        // Ends when the client closes the connection.
+        while socket.write_all(&chunk).await.is_ok() {}
+    });
+    format!("http://{address}")
+}
+
 /// True once `request` holds the headers and the `content-length` bytes after them.
 fn whole_request(request: &[u8]) -> bool {
     let Some(end) = request.windows(4).position(|w| w == b"\r\n\r\n") else { return false };
