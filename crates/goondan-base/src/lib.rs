@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use goondan_tools::ToolHandler;
 
+pub mod agents;
 pub mod args;
 pub mod bash;
 mod bot_api;
@@ -43,6 +44,7 @@ pub const BASE_PACKAGE: &str = "@goondan/base";
 /// The native handler of `tool`'s `export`, if this build has one.
 pub fn native_handler(tool: &str, export: &str, settings: &Arc<BaseSettings>) -> Option<Arc<dyn ToolHandler>> {
     match tool {
+        "agents" => agents::handler(export),
         "bash" => bash::handler(export, settings),
         "file-system" => file_system::handler(export, settings),
         "http-fetch" => http_fetch::handler(export, settings),

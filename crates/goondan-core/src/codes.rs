@@ -135,6 +135,9 @@ pub const E_SCRIPT_HOST_EXITED: &str = "E_SCRIPT_HOST_EXITED";
 pub const E_SCRIPT_EXPORT_MISSING: &str = "E_SCRIPT_EXPORT_MISSING";
 /// A tool module that failed to load (missing file, syntax error, a throw at import).
 pub const E_SCRIPT_MODULE: &str = "E_SCRIPT_MODULE";
+/// The `agents` tool was called by an agent that runs without the swarm's
+/// orchestrator, so there is no other agent to reach.
+pub const E_AGENTS_UNAVAILABLE: &str = "E_AGENTS_UNAVAILABLE";
 
 /// Every code above, in the order of this module.
 pub const ALL: &[&str] = &[
@@ -183,6 +186,7 @@ pub const ALL: &[&str] = &[
     E_SCRIPT_HOST_EXITED,
     E_SCRIPT_EXPORT_MISSING,
     E_SCRIPT_MODULE,
+    E_AGENTS_UNAVAILABLE,
 ];
 
 #[cfg(test)]
