@@ -4,6 +4,11 @@
 //! runs, so these checks are a second line of defence: a value of the wrong
 //! type becomes a [`ToolFailure`] naming the property, never a panic. For the
 //! optional readers an explicit `null` counts as absent.
+//!
+//! The messages start with the original's (`'path' must be a non-empty
+//! string`, `'start' must be a valid number`, `'keys' must be an array of
+//! strings`), which its users and tests match on; where it helps, the type
+//! that was sent follows (`, got integer`) or is named in the suggestion.
 
 use goondan_core::{JsonObject, JsonValue, json_type_name};
 use goondan_tools::ToolFailure;
@@ -17,8 +22,10 @@ fn wrong_type(key: &str, expected: &str, actual: &JsonValue) -> ToolFailure {
     ToolFailure::new(format!("'{key}' must be {expected}, got {}", json_type_name(actual)))
 }
 
-fn missing(key: &str) -> ToolFailure {
-    ToolFailure::new(format!("'{key}' is required")).suggest(format!("Provide the '{key}' property."))
+/// A required property that is absent; `expected` as in [`wrong_type`], so
+/// the message is the original's (`'keys' must be an array of strings`).
+fn missing(key: &str, expected: &str) -> ToolFailure {
+    ToolFailure::new(format!("'{key}' must be {expected}")).suggest(format!("Provide the '{key}' property."))
 }
 
 /// A string property that may be absent.
@@ -30,21 +37,43 @@ pub fn optional_string<'a>(input: &'a JsonObject, key: &str) -> Result<Option<&'
     }
 }
 
-/// A string property that must be present.
+/// The original's message for a required string that is missing, empty or
+/// not a string: its users and tests match on this wording.
+fn not_a_non_empty_string(key: &str) -> String {
+    format!("'{key}' must be a non-empty string")
+}
+
+/// A string property that must be present and not empty, as the original's
+/// `requireString`: a missing, empty or non-string value gets the original's
+/// message, `'key' must be a non-empty string`; the suggestion says what was
+/// sent instead.
 pub fn require_string<'a>(input: &'a JsonObject, key: &str) -> Result<&'a str, ToolFailure> {
-    optional_string(input, key)?.ok_or_else(|| missing(key))
+    let got = match present(input, key) {
+        Some(JsonValue::String(text)) if !text.is_empty() => return Ok(text),
+        Some(JsonValue::String(_)) => "an empty string".to_owned(),
+        Some(other) => json_type_name(other).to_owned(),
+        None => "nothing".to_owned(),
+    };
+    Err(ToolFailure::new(not_a_non_empty_string(key))
+        .suggest(format!("Provide '{key}' as a non-empty string (got {got}).")))
 }
 
 /// A string property that must be present and hold more than white space
 /// (returned as given); `suggestion` says what to pass instead of a blank.
 pub fn require_non_blank<'a>(input: &'a JsonObject, key: &str, suggestion: &str) -> Result<&'a str, ToolFailure> {
-    non_blank(key, require_string(input, key)?, suggestion)
+    match present(input, key) {
+        Some(JsonValue::String(text)) => non_blank(key, text, suggestion),
+        _ => require_string(input, key),
+    }
 }
 
-/// `value` of `key` unless it is only white space.
+/// `value` of `key` unless it is empty or only white space. The original
+/// refuses only the empty string; a blank one is always a mistake here (a
+/// command that does nothing, a file name nobody can see), so it gets the
+/// same refusal and the same wording.
 pub fn non_blank<'a>(key: &str, value: &'a str, suggestion: &str) -> Result<&'a str, ToolFailure> {
     if value.trim().is_empty() {
-        return Err(ToolFailure::new(format!("'{key}' must not be empty")).suggest(suggestion));
+        return Err(ToolFailure::new(not_a_non_empty_string(key)).suggest(suggestion));
     }
     Ok(value)
 }
@@ -54,15 +83,15 @@ pub fn optional_number(input: &JsonObject, key: &str) -> Result<Option<f64>, Too
     match present(input, key) {
         None => Ok(None),
         Some(value @ JsonValue::Number(number)) => {
-            number.as_f64().map(Some).ok_or_else(|| wrong_type(key, "a number", value))
+            number.as_f64().map(Some).ok_or_else(|| wrong_type(key, "a valid number", value))
         }
-        Some(other) => Err(wrong_type(key, "a number", other)),
+        Some(other) => Err(wrong_type(key, "a valid number", other)),
     }
 }
 
 /// A number property that must be present.
 pub fn require_number(input: &JsonObject, key: &str) -> Result<f64, ToolFailure> {
-    optional_number(input, key)?.ok_or_else(|| missing(key))
+    optional_number(input, key)?.ok_or_else(|| missing(key, "a valid number"))
 }
 
 /// A whole number in `0..=max` that may be absent; `2.0` counts as `2`.
@@ -98,7 +127,7 @@ pub fn optional_bool(input: &JsonObject, key: &str) -> Result<Option<bool>, Tool
 /// An array property that must be present.
 pub fn require_array<'a>(input: &'a JsonObject, key: &str) -> Result<&'a [JsonValue], ToolFailure> {
     match present(input, key) {
-        None => Err(missing(key)),
+        None => Err(missing(key, "an array")),
         Some(JsonValue::Array(items)) => Ok(items),
         Some(other) => Err(wrong_type(key, "an array", other)),
     }
@@ -106,7 +135,13 @@ pub fn require_array<'a>(input: &'a JsonObject, key: &str) -> Result<&'a [JsonVa
 
 /// An array-of-strings property that must be present.
 pub fn require_string_array<'a>(input: &'a JsonObject, key: &str) -> Result<Vec<&'a str>, ToolFailure> {
-    require_array(input, key)?
+    const EXPECTED: &str = "an array of strings";
+    let items = match present(input, key) {
+        None => return Err(missing(key, EXPECTED)),
+        Some(JsonValue::Array(items)) => items,
+        Some(other) => return Err(wrong_type(key, EXPECTED, other)),
+    };
+    items
         .iter()
         .map(|item| item.as_str().ok_or_else(|| ToolFailure::new(format!("'{key}' must contain only strings"))))
         .collect()
@@ -164,11 +199,21 @@ mod tests {
         assert_eq!(require_string(&input, "a"), Ok("x"));
         assert_eq!(optional_string(&input, "b"), Ok(None));
         assert_eq!(optional_string(&input, "z"), Ok(None));
-        let Err(failure) = require_string(&input, "b") else { panic!("missing accepted") };
-        assert_eq!(failure.message, "'b' is required");
-        assert!(failure.suggestion.is_some());
         let Err(failure) = optional_string(&input, "n") else { panic!("number accepted") };
         assert_eq!(failure.message, "'n' must be a string, got integer");
+    }
+
+    #[test]
+    fn required_strings_use_the_originals_wording() {
+        let input = object(json!({"e": "", "n": 1, "z": null, "s": " "}));
+        // A blank string is not empty: the original accepts it.
+        assert_eq!(require_string(&input, "s"), Ok(" "));
+        for (key, got) in [("e", "an empty string"), ("n", "integer"), ("z", "nothing"), ("x", "nothing")] {
+            let Err(failure) = require_string(&input, key) else { panic!("{key} accepted") };
+            assert_eq!(failure.message, format!("'{key}' must be a non-empty string"));
+            let suggestion = failure.suggestion.unwrap_or_default();
+            assert!(suggestion.contains(&format!("(got {got})")), "{suggestion}");
+        }
     }
 
     #[test]
@@ -176,9 +221,10 @@ mod tests {
         let input = object(json!({"a": " x ", "b": " \n", "n": 1}));
         assert_eq!(require_non_blank(&input, "a", "say"), Ok(" x "));
         let Err(failure) = require_non_blank(&input, "b", "Pass something.") else { panic!("blank accepted") };
-        assert_eq!(failure.message, "'b' must not be empty");
+        assert_eq!(failure.message, "'b' must be a non-empty string");
         assert_eq!(failure.suggestion.as_deref(), Some("Pass something."));
-        assert_eq!(require_non_blank(&input, "x", "").map_err(|f| f.message), Err("'x' is required".to_owned()));
+        let missing = require_non_blank(&input, "x", "").map_err(|f| f.message);
+        assert_eq!(missing, Err("'x' must be a non-empty string".to_owned()));
         assert!(require_non_blank(&input, "n", "").is_err());
     }
 
@@ -190,7 +236,9 @@ mod tests {
         assert_eq!(optional_number(&input, "x"), Ok(None));
         assert!(require_number(&input, "x").is_err());
         let Err(failure) = optional_number(&input, "s") else { panic!("string accepted") };
-        assert_eq!(failure.message, "'s' must be a number, got string");
+        assert_eq!(failure.message, "'s' must be a valid number, got string");
+        let Err(failure) = require_number(&input, "x") else { panic!("missing accepted") };
+        assert_eq!(failure.message, "'x' must be a valid number");
         assert_eq!(optional_bool(&input, "b"), Ok(Some(true)));
         assert_eq!(optional_bool(&input, "x"), Ok(None));
         assert!(optional_bool(&input, "n").is_err());
@@ -216,6 +264,13 @@ mod tests {
         assert!(require_array(&input, "x").is_err());
         let Err(failure) = require_array(&input, "s") else { panic!("string accepted") };
         assert_eq!(failure.message, "'s' must be an array, got string");
+        let Err(failure) = require_array(&input, "x") else { panic!("missing accepted") };
+        assert_eq!(failure.message, "'x' must be an array");
+        // The original's wording for arrays of strings.
+        let Err(failure) = require_string_array(&input, "s") else { panic!("string accepted") };
+        assert_eq!(failure.message, "'s' must be an array of strings, got string");
+        let Err(failure) = require_string_array(&input, "x") else { panic!("missing accepted") };
+        assert_eq!(failure.message, "'x' must be an array of strings");
         let Err(failure) = require_string_array(&input, "m") else { panic!("mixed accepted") };
         assert_eq!(failure.message, "'m' must contain only strings");
     }

@@ -3,9 +3,11 @@
 //! file with a shell; both in the instance's working directory.
 //!
 //! Both answer `{command, cwd, durationMs, stdout, stderr, exitCode, signal,
-//! timedOut, truncated}`. A non-zero exit is an ordinary result for the model
-//! to judge, not a tool error; `exitCode` is `null` when the shell was killed
-//! by a signal, and `signal` then names it (`"SIGKILL"`).
+//! timedOut, truncated}`; `script` also has the original's `path` (the
+//! resolved script), `shell` and `args`. A non-zero exit is an ordinary
+//! result for the model to judge, not a tool error; as in the original,
+//! `exitCode` is `-1` when the shell was killed by a signal (on timeout or
+//! not), and `signal` then names it (`"SIGKILL"`).
 //!
 //! Where the original left holes, this one is strict:
 //!
@@ -95,6 +97,7 @@ impl ToolHandler for Exec {
                 program: EXEC_SHELL.to_owned(),
                 args: vec!["-lc".to_owned(), command.to_owned()],
                 shown: command.to_owned(),
+                leading_fields: JsonObject::new(),
                 cwd,
                 timeout,
                 env,
@@ -152,10 +155,16 @@ impl ToolHandler for Script {
                 .join(" ");
             let mut argv = vec![script.to_string_lossy().into_owned()];
             argv.extend(script_args.iter().map(|arg| (*arg).to_owned()));
+            // The original's output fields of `script`, ahead of the rest.
+            let mut leading_fields = JsonObject::new();
+            leading_fields.insert("path".to_owned(), json!(script.to_string_lossy()));
+            leading_fields.insert("shell".to_owned(), json!(shell));
+            leading_fields.insert("args".to_owned(), json!(script_args));
             let run = Run {
                 program: shell.to_owned(),
                 args: argv,
                 shown,
+                leading_fields,
                 cwd,
                 timeout,
                 env,
@@ -197,7 +206,7 @@ fn read_env(input: &JsonObject) -> Result<Vec<(String, String)>, ToolFailure> {
         None | Some(JsonValue::Null) => return Ok(Vec::new()),
         Some(JsonValue::Object(entries)) => entries,
         Some(other) => {
-            return Err(ToolFailure::new(format!("'env' must be an object, got {}", json_type_name(other)))
+            return Err(ToolFailure::new(format!("'env' must be a JSON object, got {}", json_type_name(other)))
                 .suggest("Pass environment variables as an object, e.g. {\"NODE_ENV\": \"test\"}."));
         }
     };
@@ -209,7 +218,7 @@ fn read_env(input: &JsonObject) -> Result<Vec<(String, String)>, ToolFailure> {
         }
         // Numbers as JavaScript's String(n) writes them (1.0 → "1").
         let Some(text) = args::scalar_text(value) else {
-            return Err(ToolFailure::new(format!("env.{key} must be a string, number, or boolean"))
+            return Err(ToolFailure::new(format!("env.{key} must be a primitive string/number/boolean value"))
                 .suggest(format!("Give env.{key} as text, e.g. \"1\"; objects, arrays and null are not allowed.")));
         };
         if text.contains('\0') {
@@ -279,6 +288,8 @@ struct Run {
     args: Vec<String>,
     /// The command line reported as `command`.
     shown: String,
+    /// Fields the output starts with (`script`'s `path`, `shell`, `args`).
+    leading_fields: JsonObject,
     cwd: PathBuf,
     timeout: Option<Duration>,
     env: Vec<(String, String)>,
@@ -376,17 +387,24 @@ impl Run {
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let (stdout, stdout_cut) = stdout.finish();
         let (stderr, stderr_cut) = stderr.finish();
-        Ok(json!({
+        let mut output = self.leading_fields;
+        let rest = json!({
             "command": self.shown,
             "cwd": self.cwd.to_string_lossy(),
             "durationMs": duration_ms,
             "stdout": stdout,
             "stderr": stderr,
-            "exitCode": status.code(),
+            // The original's `code === null ? -1 : code`: a shell killed by a
+            // signal (timed out or not) reports -1, and `signal` says which.
+            "exitCode": status.code().unwrap_or(-1),
             "signal": signal_name(status),
             "timedOut": timed_out,
             "truncated": stdout_cut || stderr_cut,
-        }))
+        });
+        if let JsonValue::Object(rest) = rest {
+            output.extend(rest);
+        }
+        Ok(JsonValue::Object(output))
     }
 }
 
@@ -650,10 +668,10 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn exec_killed_by_a_signal_has_no_exit_code() {
+    async fn exec_killed_by_a_signal_reports_exit_code_minus_one() {
         let dir = workdir();
         let out = ok(exec(&dir.path, json!({"command": "kill -TERM $$"})).await);
-        assert_eq!(out["exitCode"], JsonValue::Null);
+        assert_eq!(out["exitCode"], json!(-1));
         assert_eq!(out["signal"], json!("SIGTERM"));
         assert_eq!(out["timedOut"], json!(false));
     }
@@ -720,20 +738,20 @@ mod tests {
         let dir = workdir();
         for command in ["", "   \n"] {
             let failure = err(exec(&dir.path, json!({"command": command})).await);
-            assert_eq!(failure.message, "'command' must not be empty");
+            assert_eq!(failure.message, "'command' must be a non-empty string");
             assert!(failure.suggestion.is_some());
         }
         let failure = err(exec(&dir.path, json!({"command": "echo a\u{0}b"})).await);
         assert_eq!(failure.message, "'command' must not contain NUL characters");
         // The handler's own type checks (the executor's schema check runs first).
         let failure = err(exec(&dir.path, json!({})).await);
-        assert_eq!(failure.message, "'command' is required");
+        assert_eq!(failure.message, "'command' must be a non-empty string");
         let failure = err(exec(&dir.path, json!({"command": 1})).await);
-        assert_eq!(failure.message, "'command' must be a string, got integer");
+        assert_eq!(failure.message, "'command' must be a non-empty string");
         let failure = err(exec(&dir.path, json!({"command": "true", "cwd": 1})).await);
         assert_eq!(failure.message, "'cwd' must be a string, got integer");
         let failure = err(exec(&dir.path, json!({"command": "true", "timeoutMs": "5"})).await);
-        assert_eq!(failure.message, "'timeoutMs' must be a number, got string");
+        assert_eq!(failure.message, "'timeoutMs' must be a valid number, got string");
     }
 
     #[tokio::test]
@@ -761,11 +779,11 @@ mod tests {
         let dir = workdir();
         for (value, shown) in [(json!({"a": 1}), "object"), (json!([1]), "array"), (JsonValue::Null, "null")] {
             let failure = err(exec(&dir.path, json!({"command": "true", "env": {"BAD": value}})).await);
-            assert_eq!(failure.message, "env.BAD must be a string, number, or boolean", "{shown}");
+            assert_eq!(failure.message, "env.BAD must be a primitive string/number/boolean value", "{shown}");
             assert!(failure.suggestion.is_some());
         }
         let failure = err(exec(&dir.path, json!({"command": "true", "env": "A=1"})).await);
-        assert_eq!(failure.message, "'env' must be an object, got string");
+        assert_eq!(failure.message, "'env' must be a JSON object, got string");
         let failure = err(exec(&dir.path, json!({"command": "true", "env": {"A=B": "1"}})).await);
         assert!(failure.message.contains("not a valid environment variable name"), "{failure:?}");
         let failure = err(exec(&dir.path, json!({"command": "true", "env": {"": "1"}})).await);
@@ -773,7 +791,7 @@ mod tests {
         let failure = err(exec(&dir.path, json!({"command": "true", "env": {"A": "x\u{0}y"}})).await);
         assert_eq!(failure.message, "env.A must not contain NUL characters");
         let failure = err(script(&dir.path, json!({"path": "s.sh", "env": {"A": {}}})).await);
-        assert_eq!(failure.message, "env.A must be a string, number, or boolean");
+        assert_eq!(failure.message, "env.A must be a primitive string/number/boolean value");
     }
 
     // ---- timeouts and process groups -------------------------------------
@@ -790,7 +808,7 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
         assert_eq!(out["timedOut"], json!(true));
         assert_eq!(out["stdout"], json!("started\n"));
-        assert_eq!(out["exitCode"], JsonValue::Null);
+        assert_eq!(out["exitCode"], json!(-1));
         assert_eq!(out["signal"], json!("SIGTERM"));
         let duration = out["durationMs"].as_u64().unwrap_or_default();
         assert!((300..5000).contains(&duration), "{duration}");
@@ -1011,7 +1029,12 @@ mod tests {
         let dir = workdir();
         make_script(&dir.path, "run.sh", "printf 'arg:%s|' \"$@\"; pwd; echo \"$0\" >&2; exit 4\n");
         let out = ok(script(&dir.path, json!({"path": "run.sh", "args": ["a", "b c", "it's"]})).await);
+        assert_eq!(out["path"], json!(dir.path.join("run.sh").to_string_lossy()));
+        assert_eq!(out["shell"], json!("/bin/bash"));
+        assert_eq!(out["args"], json!(["a", "b c", "it's"]));
         assert_eq!(out["command"], json!("/bin/bash run.sh a 'b c' 'it'\\''s'"));
+        let keys: Vec<&str> = out.as_object().map(|o| o.keys().map(String::as_str).collect()).unwrap_or_default();
+        assert_eq!(&keys[..3], ["path", "shell", "args"]);
         assert_eq!(out["stdout"], json!(format!("arg:a|arg:b c|arg:it's|{}\n", dir.path.display())));
         assert_eq!(out["stderr"], json!(format!("{}\n", dir.path.join("run.sh").display())));
         assert_eq!(out["exitCode"], json!(4));
@@ -1025,6 +1048,9 @@ mod tests {
         let input = json!({"path": "./scripts/plain.sh", "shell": "/bin/sh", "env": {"GREETING": "hey"}});
         let out = ok(script(&dir.path, input).await);
         assert_eq!(out["command"], json!("/bin/sh ./scripts/plain.sh"));
+        assert_eq!(out["path"], json!(dir.path.join("scripts/plain.sh").to_string_lossy()));
+        assert_eq!(out["shell"], json!("/bin/sh"));
+        assert_eq!(out["args"], json!([]));
         assert_eq!(out["stdout"], json!("plain 0 hey\n"));
         assert_eq!(out["exitCode"], json!(0));
         let out = ok(script(&dir.path, json!({"path": "scripts/plain.sh", "args": null, "shell": "sh"})).await);
@@ -1071,17 +1097,17 @@ mod tests {
         assert!(failure.message.contains("'/nonexistent/shell'"), "{}", failure.message);
         assert!(failure.suggestion.is_some());
         let failure = err(script(&dir.path, json!({"path": "ok.sh", "shell": " "})).await);
-        assert_eq!(failure.message, "'shell' must not be empty");
+        assert_eq!(failure.message, "'shell' must be a non-empty string");
         let failure = err(script(&dir.path, json!({"path": ""})).await);
-        assert_eq!(failure.message, "'path' must not be empty");
+        assert_eq!(failure.message, "'path' must be a non-empty string");
         let failure = err(script(&dir.path, json!({"path": "ok.sh", "args": ["a\u{0}"]})).await);
         assert_eq!(failure.message, "'args' must not contain NUL characters");
         let failure = err(script(&dir.path, json!({"path": "ok.sh", "args": ["a", 1]})).await);
         assert_eq!(failure.message, "'args' must contain only strings");
         let failure = err(script(&dir.path, json!({"path": "ok.sh", "args": "a"})).await);
-        assert_eq!(failure.message, "'args' must be an array, got string");
+        assert_eq!(failure.message, "'args' must be an array of strings, got string");
         let failure = err(script(&dir.path, json!({"args": []})).await);
-        assert_eq!(failure.message, "'path' is required");
+        assert_eq!(failure.message, "'path' must be a non-empty string");
         let out = ok(script(&dir.path, json!({"path": "ok.sh", "timeoutMs": 0})).await);
         assert_eq!(out["stdout"], json!("ok\n"));
     }
@@ -1092,6 +1118,7 @@ mod tests {
         make_script(&dir.path, "slow.sh", "sleep 30 & echo $! > slow.pid\nwait\n");
         let out = ok(script(&dir.path, json!({"path": "slow.sh", "timeoutMs": 200})).await);
         assert_eq!(out["timedOut"], json!(true));
+        assert_eq!(out["exitCode"], json!(-1));
         assert_gone(read_pid(&dir.path.join("slow.pid")).await).await;
     }
 
@@ -1159,7 +1186,10 @@ mod tests {
         assert_eq!(result.error_code(), Some(E_SCRIPT_NOT_FOUND));
         let result =
             execute(ExecutorPolicy::default(), &dir.path, "exec", json!({"command": "true", "env": {"A": []}})).await;
-        assert_eq!(result.error.map(|e| e.message), Some("env.A must be a string, number, or boolean".to_owned()));
+        assert_eq!(
+            result.error.map(|e| e.message),
+            Some("env.A must be a primitive string/number/boolean value".to_owned())
+        );
     }
 
     #[tokio::test]

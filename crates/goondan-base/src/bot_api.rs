@@ -35,8 +35,12 @@ pub(crate) struct Service {
     pub(crate) name: &'static str,
     /// Message prefix, e.g. `telegram` for `[telegram] …`.
     pub(crate) tag: &'static str,
-    /// Environment variables holding the operator's token, in order.
+    /// Environment variables holding the operator's token, in the
+    /// original's order of reading them.
     pub(crate) token_vars: &'static [&'static str],
+    /// The variables the "token not found" message names, as the original
+    /// words it (Telegram's leaves out its last fallback).
+    pub(crate) missing_token_vars: &'static str,
     /// The environment variable of the operator's base URL.
     pub(crate) base_url_var: &'static str,
     /// The base URL when the operator sets none.
@@ -121,6 +125,15 @@ pub(crate) fn required_trimmed(input: &JsonObject, key: &str, suggestion: &str) 
         Some(text) if !text.is_empty() => Ok(text.to_owned()),
         _ => Err(invalid(format!("'{key}' must be a non-empty string"), suggestion)),
     }
+}
+
+/// A message's text: a non-empty string (white space is kept), refused with
+/// the original's wording, `'text' must be a non-empty string`, before any
+/// request is made.
+pub(crate) fn required_text<'a>(input: &'a JsonObject, key: &str) -> Result<&'a str, ToolFailure> {
+    args::require_string(input, key).map_err(|failure| {
+        invalid(failure.message, format!("Pass the message's text in '{key}'; an empty message cannot be sent."))
+    })
 }
 
 /// An optional string property, trimmed; blank counts as absent.
@@ -598,9 +611,8 @@ fn token(service: &Service, settings: &BaseSettings, input: &JsonObject) -> Resu
     if let Some((var, token)) = settings.first_env(service.token_vars) {
         return Ok((token.to_owned(), TokenSource::Env(var.to_owned())));
     }
-    let vars = service.token_vars.join("/");
     Err(ToolFailure::with_code(
-        format!("{} bot token not found. Provide 'token' or set {vars}.", service.name),
+        format!("{} bot token not found. Provide 'token' or set {}.", service.name, service.missing_token_vars),
         E_TOKEN_MISSING,
     )
     .named("TokenMissingError")

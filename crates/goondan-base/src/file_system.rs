@@ -263,12 +263,18 @@ fn required_path(input: &JsonObject) -> Result<String, ToolFailure> {
 
 /// `read`'s `maxBytes`: a whole number in `1..=MAX_READ_BYTES`.
 fn max_bytes(input: &JsonObject) -> Result<u64, ToolFailure> {
-    let max_bytes = args::optional_whole(input, "maxBytes", 1, MAX_READ_BYTES).map_err(|failure| {
-        failure.suggest(format!(
+    let suggestion = || {
+        format!(
             "Omit maxBytes to read up to {DEFAULT_READ_BYTES} bytes, or pass at most {MAX_READ_BYTES}; read the \
              rest of a larger file with other tools (e.g. bash with head, tail or sed)."
-        ))
-    })?;
+        )
+    };
+    // Below 1 gets the original's message; the upper cap is ours.
+    if args::optional_number(input, "maxBytes")?.is_some_and(|n| n < 1.0) {
+        return Err(ToolFailure::new("'maxBytes' must be greater than 0").suggest(suggestion()));
+    }
+    let max_bytes =
+        args::optional_whole(input, "maxBytes", 1, MAX_READ_BYTES).map_err(|failure| failure.suggest(suggestion()))?;
     Ok(max_bytes.unwrap_or(DEFAULT_READ_BYTES))
 }
 
@@ -892,9 +898,12 @@ mod tests {
     async fn read_rejects_max_bytes_out_of_range() {
         let f = fixture();
         put(&f.root.join("a.txt"), "abc");
-        for (max, shown) in
-            [(json!(0), "0"), (json!(-1), "-1"), (json!(1.5), "1.5"), (json!(MAX_READ_BYTES + 1), "10485761")]
-        {
+        for max in [json!(0), json!(-1), json!(0.5)] {
+            let failure = err(call(&f.root, "read", json!({"path": "a.txt", "maxBytes": max})).await);
+            assert_eq!(failure.message, "'maxBytes' must be greater than 0");
+            assert!(failure.suggestion.is_some());
+        }
+        for (max, shown) in [(json!(1.5), "1.5"), (json!(MAX_READ_BYTES + 1), "10485761")] {
             let failure = err(call(&f.root, "read", json!({"path": "a.txt", "maxBytes": max})).await);
             assert_eq!(
                 failure.message,
@@ -904,13 +913,11 @@ mod tests {
         }
         // The handler's own type checks (the executor normally rejects these first).
         let failure = err(call(&f.root, "read", json!({"path": "a.txt", "maxBytes": "10"})).await);
-        assert_eq!(failure.message, "'maxBytes' must be a number, got string");
-        let failure = err(call(&f.root, "read", json!({})).await);
-        assert_eq!(failure.message, "'path' is required");
-        let failure = err(call(&f.root, "read", json!({"path": 3})).await);
-        assert_eq!(failure.message, "'path' must be a string, got integer");
-        let failure = err(call(&f.root, "read", json!({"path": "  "})).await);
-        assert_eq!(failure.message, "'path' must not be empty");
+        assert_eq!(failure.message, "'maxBytes' must be a valid number, got string");
+        for path in [json!(null), json!(3), json!(""), json!("  ")] {
+            let failure = err(call(&f.root, "read", json!({"path": path})).await);
+            assert_eq!(failure.message, "'path' must be a non-empty string", "{path}");
+        }
     }
 
     #[tokio::test]
@@ -983,9 +990,9 @@ mod tests {
         assert_eq!(output["size"], json!(1));
         assert_eq!(text(&f.root.join("deep/er/new.txt")), "x");
         assert_eq!(names(&f.root.join("deep/er")), ["new.txt"]);
-        // Empty content and `append: false` explicitly.
-        let output = ok(call(&f.root, "write", json!({"path": "e.txt", "content": "", "append": false})).await);
-        assert_eq!(output["size"], json!(0));
+        // `append: false` explicitly.
+        let output = ok(call(&f.root, "write", json!({"path": "e.txt", "content": "e", "append": false})).await);
+        assert_eq!(output["size"], json!(1));
         assert_eq!(names(&f.root), ["deep", "e.txt"]);
         // Writing through a link inside the workdir writes its target and keeps the link.
         link(Path::new("e.txt"), &f.root.join("alias"));
@@ -1016,8 +1023,21 @@ mod tests {
         let output = ok(call(&f.root, "write", json!({"path": "log/a.log", "content": "two\n", "append": true})).await);
         assert_eq!(output["size"], json!(8));
         assert_eq!(text(&f.root.join("log/a.log")), "one\ntwo\n");
-        let output = ok(call(&f.root, "write", json!({"path": "log/a.log", "content": "", "append": true})).await);
-        assert_eq!(output["size"], json!(8));
+    }
+
+    #[tokio::test]
+    async fn empty_content_is_refused_as_in_the_original() {
+        let f = fixture();
+        put(&f.root.join("kept.txt"), "kept");
+        for append in [false, true] {
+            let input = json!({"path": "kept.txt", "content": "", "append": append});
+            let failure = err(call(&f.root, "write", input).await);
+            assert_eq!(failure.message, "'content' must be a non-empty string");
+            let input = json!({"path": "new.txt", "content": "", "append": append});
+            assert!(call(&f.root, "write", input).await.is_err());
+        }
+        assert_eq!(text(&f.root.join("kept.txt")), "kept");
+        assert!(!f.root.join("new.txt").exists());
     }
 
     #[tokio::test]
@@ -1054,11 +1074,11 @@ mod tests {
         put(&f.root.join("file"), "x");
         fails(&f.root, "write", json!({"path": "file/inner.txt", "content": "x"}), codes::E_PATH_UNRESOLVABLE).await;
         let failure = err(call(&f.root, "write", json!({"path": "a.txt"})).await);
-        assert_eq!(failure.message, "'content' is required");
+        assert_eq!(failure.message, "'content' must be a non-empty string");
         let failure = err(call(&f.root, "write", json!({"path": "a.txt", "content": "x", "append": "yes"})).await);
         assert_eq!(failure.message, "'append' must be a boolean, got string");
         let failure = err(call(&f.root, "write", json!({"path": "", "content": "x"})).await);
-        assert_eq!(failure.message, "'path' must not be empty");
+        assert_eq!(failure.message, "'path' must be a non-empty string");
         assert_eq!(names(&f.root), ["file", "sub"]);
     }
 
@@ -1321,7 +1341,7 @@ mod tests {
         let failure = err(call(&f.root, "mkdir", json!({"path": "z", "recursive": "no"})).await);
         assert_eq!(failure.message, "'recursive' must be a boolean, got string");
         let failure = err(call(&f.root, "mkdir", json!({})).await);
-        assert_eq!(failure.message, "'path' is required");
+        assert_eq!(failure.message, "'path' must be a non-empty string");
     }
 
     // --- confinement ---------------------------------------------------------

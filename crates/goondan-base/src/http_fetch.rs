@@ -106,7 +106,8 @@ impl Request {
     /// Reads the input; the URL first, refused before anything else when
     /// its scheme or IP-literal host is not allowed.
     fn parse(method: &Method, input: &JsonObject, guard: &NetGuard) -> Result<Self, ToolFailure> {
-        let url = parse_url(args::require_string(input, "url")?)?;
+        // Missing, empty and blank all get `parse_url`'s E_INVALID_URL refusal.
+        let url = parse_url(args::optional_string(input, "url")?.unwrap_or_default())?;
         guard.check_url(&url).map_err(|refused| refused.to_failure(&format!("{method} {url} failed")))?;
         let mut headers = parse_headers(input)?;
         let timeout_ms = parse_timeout_ms(input)?;
@@ -228,7 +229,7 @@ fn parse_headers(input: &JsonObject) -> Result<HeaderMap, ToolFailure> {
         None | Some(JsonValue::Null) => return Ok(headers),
         Some(JsonValue::Object(map)) => map,
         Some(other) => {
-            return Err(ToolFailure::new(format!("'headers' must be an object, got {}", json_type_name(other)))
+            return Err(ToolFailure::new(format!("'headers' must be a JSON object, got {}", json_type_name(other)))
                 .suggest("Pass headers as an object, e.g. {\"Accept\": \"application/json\"}."));
         }
     };
@@ -289,7 +290,7 @@ fn post_body(input: &JsonObject, headers: &mut HeaderMap) -> Result<Option<Strin
         },
         Some(value @ JsonValue::Object(_)) => (value.to_string(), "application/json"),
         Some(other) => {
-            return Err(ToolFailure::new(format!("'body' must be an object, got {}", json_type_name(other)))
+            return Err(ToolFailure::new(format!("'body' must be a JSON object, got {}", json_type_name(other)))
                 .suggest("Pass a JSON object as body, or send other content as bodyString."));
         }
     };
@@ -554,8 +555,10 @@ mod tests {
             let failure = assert_code(fetch("get", &[], json!({"url": url})).await, E_INVALID_URL);
             assert!(failure.message.contains("URL") || failure.message.contains("'url'"), "{}", failure.message);
         }
-        let failure = err(fetch("get", &[], json!({})).await);
-        assert_eq!(failure.message, "'url' is required");
+        for input in [json!({}), json!({"url": ""})] {
+            let failure = assert_code(fetch("get", &[], input).await, E_INVALID_URL);
+            assert_eq!(failure.message, "'url' must be a non-empty string");
+        }
     }
 
     #[tokio::test]
@@ -686,13 +689,13 @@ mod tests {
             (json!({"X-Arr": [1]}), "header 'X-Arr' must be a string, number or boolean, got array"),
             (json!({"bad name": "v"}), "'bad name' is not a valid HTTP header name"),
             (json!({"X-Inject": "a\r\nHost: evil"}), "header 'X-Inject' has an invalid value"),
-            (json!("not-an-object"), "'headers' must be an object, got string"),
+            (json!("not-an-object"), "'headers' must be a JSON object, got string"),
         ] {
             let failure = err(fetch("get", &["127.0.0.1"], json!({"url": url, "headers": headers})).await);
             assert_eq!(failure.message, expected);
         }
         let failure = err(fetch("post", &["127.0.0.1"], json!({"url": url, "body": "{}"})).await);
-        assert_eq!(failure.message, "'body' must be an object, got string");
+        assert_eq!(failure.message, "'body' must be a JSON object, got string");
         let failure = err(fetch("get", &[], json!({"url": 12345})).await);
         assert_eq!(failure.message, "'url' must be a string, got integer");
     }

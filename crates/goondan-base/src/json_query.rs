@@ -9,8 +9,11 @@
 //!
 //! Paths are dot-separated with an optional leading `.` (`.` or an empty
 //! path is the root); bracket segments (`items[0]`, `map[a.b]`,
-//! `map["a.b"]`) are not split on dots. On an array a segment must be a
-//! non-negative index. A missing value, or `null`, is "not found".
+//! `map["a.b"]`) are not split on dots. On an array a segment is read as
+//! JavaScript's `parseInt` reads it (`1`, `+1`, `1abc`), and must be a
+//! non-negative index. As in the original, a missing value is "not found",
+//! while a `null` that is present is found (`found: true, value: null`);
+//! a path going on below a `null` finds nothing.
 
 use std::sync::Arc;
 
@@ -135,7 +138,7 @@ fn unquote(segment: &str) -> &str {
     ['"', '\''].iter().find_map(|&quote| segment.strip_prefix(quote)?.strip_suffix(quote)).unwrap_or(segment)
 }
 
-/// The non-null value at `segments` under `root`.
+/// The value at `segments` under `root`, `null` included.
 fn resolve<'a>(root: &'a JsonValue, segments: &[String]) -> Option<&'a JsonValue> {
     let mut current = root;
     for segment in segments {
@@ -145,15 +148,26 @@ fn resolve<'a>(root: &'a JsonValue, segments: &[String]) -> Option<&'a JsonValue
             _ => return None,
         };
     }
-    (!current.is_null()).then_some(current)
+    Some(current)
 }
 
-/// A segment as an array index: ASCII digits only.
+/// A segment as an array index, read like the original's
+/// `Number.parseInt(segment, 10)`: leading white space, an optional sign,
+/// then the digits up to the first other character (`"1abc"` is 1). No
+/// digits, or a negative number, is no index; `-0` is 0.
 fn array_index(segment: &str) -> Option<usize> {
-    if segment.is_empty() || !segment.bytes().all(|b| b.is_ascii_digit()) {
+    let text = segment.trim_start_matches(|c: char| c.is_whitespace() || c == '\u{feff}');
+    let (negative, text) = match (text.strip_prefix('-'), text.strip_prefix('+')) {
+        (Some(rest), _) => (true, rest),
+        (None, Some(rest)) => (false, rest),
+        (None, None) => (false, text),
+    };
+    let digits = text.split(|c: char| !c.is_ascii_digit()).next().unwrap_or_default();
+    if digits.is_empty() || (negative && digits.bytes().any(|b| b != b'0')) {
         return None;
     }
-    segment.parse().ok()
+    // Too many digits for an index is past the end of any array.
+    digits.parse().ok()
 }
 
 fn flatten_into(items: &[JsonValue], depth: u64, out: &mut Vec<JsonValue>) {
@@ -209,20 +223,37 @@ mod tests {
     fn query_not_found() {
         for path in [
             "missing",
-            "user.nick",
             "user.nick.x",
             "user.name.x",
             "items[5]",
             "items[-1]",
             "items.x",
-            "items[+1]",
+            "items[99999999999999999999999]",
             "t.x",
         ] {
             let output = query_value(path);
             assert_eq!(output, json!({"path": path, "found": false, "value": null}), "{path}");
         }
+    }
+
+    #[test]
+    fn a_present_null_is_found() {
+        // As in the original: `null !== undefined`.
+        let output = query_value("user.nick");
+        assert_eq!(output, json!({"path": "user.nick", "found": true, "value": null}));
         let output = ok(run("query", json!({"data": "null", "path": "."})));
-        assert_eq!(output["found"], json!(false));
+        assert_eq!(output, json!({"path": ".", "found": true, "value": null}));
+        let output = ok(run("query", json!({"data": "[null]", "path": "[0]"})));
+        assert_eq!(output["found"], json!(true));
+    }
+
+    #[test]
+    fn array_indexes_are_read_like_parse_int() {
+        for (path, id) in [("items[+1]", 2), ("items[1abc]", 2), ("items[1.5]", 2), ("items[ 0]", 1), ("items[-0]", 1)]
+        {
+            let path = format!("{path}.id");
+            assert_eq!(query_value(&path)["value"], json!(id), "{path}");
+        }
     }
 
     #[test]
@@ -245,8 +276,10 @@ mod tests {
             assert!(failure.suggestion.is_some());
             assert_eq!(failure.code, None);
         }
-        let failure = err(run("query", json!({"path": "."})));
-        assert_eq!(failure.message, "'data' is required");
+        for input in [json!({"path": "."}), json!({"data": ""})] {
+            let failure = err(run("query", input));
+            assert_eq!(failure.message, "'data' must be a non-empty string");
+        }
     }
 
     #[test]

@@ -16,9 +16,12 @@ pub const ENV_VARS: &[&str] = &[
     "TELEGRAM_BOT_TOKEN",
     "BOT_TOKEN",
     "TELEGRAM_TOKEN",
+    // The original's last fallbacks, read after the others.
+    "BRAIN_TELEGRAM_BOT_TOKEN",
     "TELEGRAM_API_BASE_URL",
     "SLACK_BOT_TOKEN",
     "SLACK_TOKEN",
+    "BRAIN_SLACK_BOT_TOKEN",
     "SLACK_API_BASE_URL",
 ];
 
@@ -130,6 +133,8 @@ mod tests {
     fn reads_every_setting_through_a_lookup() {
         let settings = BaseSettings::from_lookup(|name| match name {
             "SLACK_BOT_TOKEN" => Some("xoxb-1".to_owned()),
+            "BRAIN_SLACK_BOT_TOKEN" => Some("xoxb-brain".to_owned()),
+            "BRAIN_TELEGRAM_BOT_TOKEN" => Some("1:brain".to_owned()),
             "TELEGRAM_TOKEN" => Some("  ".to_owned()),
             "GOONDAN_HTTP_ALLOW" => Some("127.0.0.1, 10.0.0.0/8,,internal.example".to_owned()),
             "GOONDAN_FS_ALLOW_ROOTS" => Some("/srv/data:/tmp/x".to_owned()),
@@ -138,6 +143,9 @@ mod tests {
         });
         assert_eq!(settings.first_env(&["SLACK_BOT_TOKEN", "SLACK_TOKEN"]), Some(("SLACK_BOT_TOKEN", "xoxb-1")));
         assert_eq!(settings.first_env(&["TELEGRAM_BOT_TOKEN", "TELEGRAM_TOKEN"]), None);
+        // The original's fallbacks are read too.
+        assert_eq!(settings.env.get("BRAIN_SLACK_BOT_TOKEN").map(String::as_str), Some("xoxb-brain"));
+        assert_eq!(settings.env.get("BRAIN_TELEGRAM_BOT_TOKEN").map(String::as_str), Some("1:brain"));
         assert_eq!(settings.http_allow, ["127.0.0.1", "10.0.0.0/8", "internal.example"]);
         assert_eq!(settings.extra_fs_roots, [PathBuf::from("/srv/data"), PathBuf::from("/tmp/x")]);
         assert_eq!(settings.bash_max_output_bytes, 4096);

@@ -6,7 +6,8 @@
 //! (a GET of a Slack file URL with the bot token).
 //!
 //! The token comes from the call's `token` or the operator's environment
-//! (`SLACK_BOT_TOKEN`, `SLACK_TOKEN`); the API base URL from
+//! (`SLACK_BOT_TOKEN`, `SLACK_TOKEN`, then the original's fallback
+//! `BRAIN_SLACK_BOT_TOKEN`); the API base URL from
 //! `SLACK_API_BASE_URL` (default `https://slack.com/api`). As with
 //! `telegram` (both build on the crate-private `bot_api` module), the
 //! operator's token never goes to an `apiBaseUrl` the model chose, and no
@@ -29,14 +30,15 @@ use crate::BaseSettings;
 use crate::args;
 use crate::bot_api::{
     self, Api, DownloadOptions, ExportFn, Service, http_description, invalid, optional_trimmed, positive_whole, put,
-    required_trimmed, trimmed_str,
+    required_text, required_trimmed, trimmed_str,
 };
 
 /// How the Web API is reached and how its failures are reported.
 const SERVICE: Service = Service {
     name: "Slack",
     tag: "slack",
-    token_vars: &["SLACK_BOT_TOKEN", "SLACK_TOKEN"],
+    token_vars: &["SLACK_BOT_TOKEN", "SLACK_TOKEN", "BRAIN_SLACK_BOT_TOKEN"],
+    missing_token_vars: "SLACK_BOT_TOKEN/SLACK_TOKEN/BRAIN_SLACK_BOT_TOKEN",
     base_url_var: "SLACK_API_BASE_URL",
     default_base_url: "https://slack.com/api",
     token_in_url: false,
@@ -82,7 +84,7 @@ fn bool_value(input: &JsonObject, key: &str) -> Result<Option<JsonValue>, ToolFa
 
 async fn send(settings: &BaseSettings, input: &JsonObject) -> Result<JsonValue, ToolFailure> {
     let channel = channel_id(input)?;
-    let text = args::require_string(input, "text")?;
+    let text = required_text(input, "text")?;
     let mut payload = JsonObject::new();
     put(&mut payload, "channel", Some(json!(channel)));
     put(&mut payload, "text", Some(json!(text)));
@@ -154,7 +156,7 @@ fn limit(input: &JsonObject, default: u64) -> Result<u64, ToolFailure> {
 async fn edit(settings: &BaseSettings, input: &JsonObject) -> Result<JsonValue, ToolFailure> {
     let channel = channel_id(input)?;
     let ts = message_ts(input)?;
-    let text = args::require_string(input, "text")?;
+    let text = required_text(input, "text")?;
     let mut payload = JsonObject::new();
     put(&mut payload, "channel", Some(json!(channel)));
     put(&mut payload, "ts", Some(json!(ts)));
@@ -234,7 +236,13 @@ async fn download_file(
     settings: &BaseSettings,
     input: &JsonObject,
 ) -> Result<JsonValue, ToolFailure> {
-    let raw_url = required_trimmed(input, "url", "Pass the file's url_private_download (or url_private).")?;
+    // The original's wording, which names its other spellings too.
+    let raw_url = optional_trimmed(input, "url")?.ok_or_else(|| {
+        invalid(
+            "Provide 'url' (or 'fileUrl'/'downloadUrl') to download Slack file.",
+            "Pass the file's url_private_download (or url_private).",
+        )
+    })?;
     let options = DownloadOptions::from_input(ctx, settings, input)?;
     let api = Api::new(&SERVICE, settings, input)?;
     let url = file_url(&raw_url, api.configured_base_url())?;
@@ -541,7 +549,15 @@ mod tests {
                 "'messageTs' must be a non-empty string",
             ),
             ("send", json!({"channelId": "C1", "text": "x", "timeoutMs": 0}), "'timeoutMs' must be a positive number"),
-            ("downloadFile", json!({"url": "  "}), "'url' must be a non-empty string"),
+            (
+                "downloadFile",
+                json!({"url": "  "}),
+                "Provide 'url' (or 'fileUrl'/'downloadUrl') to download Slack file.",
+            ),
+            // Slack would post (or edit to) an empty message; the original refuses it.
+            ("send", json!({"channelId": "C1", "text": ""}), "'text' must be a non-empty string"),
+            ("send", json!({"channelId": "C1"}), "'text' must be a non-empty string"),
+            ("edit", json!({"channelId": "C1", "messageTs": "1.2", "text": ""}), "'text' must be a non-empty string"),
             ("downloadFile", json!({"url": "files.slack.com/x"}), "'url' (files.slack.com/x) is not a valid URL"),
         ];
         for (export, input, message) in cases {
@@ -641,12 +657,28 @@ mod tests {
         let (server, _) = slack(json!({"ok": true})).await;
         let settings = settings_with(&[("SLACK_API_BASE_URL", &server.base)]);
         let failure = err(run("slack", "send", &settings, json!({"channelId": "C1", "text": "x"})).await);
-        assert_eq!(failure.message, "Slack bot token not found. Provide 'token' or set SLACK_BOT_TOKEN/SLACK_TOKEN.");
+        assert_eq!(
+            failure.message,
+            "Slack bot token not found. Provide 'token' or set SLACK_BOT_TOKEN/SLACK_TOKEN/BRAIN_SLACK_BOT_TOKEN."
+        );
         assert_eq!(failure.code.as_deref(), Some(E_TOKEN_MISSING));
         assert!(server.requests().is_empty());
         let settings = settings_with(&[("SLACK_API_BASE_URL", &server.base), ("SLACK_TOKEN", "xoxb-second")]);
         ok(run("slack", "delete", &settings, json!({"channelId": "C1", "messageTs": "1.2"})).await);
         assert_eq!(server.single().header("authorization"), Some("Bearer xoxb-second"));
+    }
+
+    #[tokio::test]
+    async fn the_originals_last_fallback_token_is_read_last() {
+        let (server, _) = slack(json!({"ok": true})).await;
+        let base = ("SLACK_API_BASE_URL", server.base.as_str());
+        let settings = settings_with(&[base, ("BRAIN_SLACK_BOT_TOKEN", "xoxb-brain")]);
+        ok(run("slack", "delete", &settings, json!({"channelId": "C1", "messageTs": "1.2"})).await);
+        assert_eq!(server.single().header("authorization"), Some("Bearer xoxb-brain"));
+        let settings = settings_with(&[base, ("BRAIN_SLACK_BOT_TOKEN", "xoxb-brain"), ("SLACK_TOKEN", "xoxb-second")]);
+        ok(run("slack", "delete", &settings, json!({"channelId": "C1", "messageTs": "1.2"})).await);
+        let last = server.requests().last().and_then(|r| r.header("authorization").map(str::to_owned));
+        assert_eq!(last.as_deref(), Some("Bearer xoxb-second"));
     }
 
     #[tokio::test]

@@ -5,7 +5,8 @@
 //! (getFile, then `<base>/file/bot<token>/<file_path>`).
 //!
 //! The token comes from the call's `token` or the operator's environment
-//! (`TELEGRAM_BOT_TOKEN`, `BOT_TOKEN`, `TELEGRAM_TOKEN`); the API base URL from
+//! (`TELEGRAM_BOT_TOKEN`, `BOT_TOKEN`, `TELEGRAM_TOKEN`, then the original's
+//! fallback `BRAIN_TELEGRAM_BOT_TOKEN`); the API base URL from
 //! `TELEGRAM_API_BASE_URL` (default `https://api.telegram.org`). Unlike the
 //! original, the operator's token is never sent to an `apiBaseUrl` the model
 //! chose, and no token appears in an error or a result: the Bot API carries
@@ -27,13 +28,14 @@ use serde_json::json;
 
 use crate::BaseSettings;
 use crate::args;
-use crate::bot_api::{self, Api, DownloadOptions, ExportFn, Service, invalid, put, required_trimmed};
+use crate::bot_api::{self, Api, DownloadOptions, ExportFn, Service, invalid, put, required_text};
 
 /// How the Bot API is reached and how its failures are reported.
 const SERVICE: Service = Service {
     name: "Telegram",
     tag: "telegram",
-    token_vars: &["TELEGRAM_BOT_TOKEN", "BOT_TOKEN", "TELEGRAM_TOKEN"],
+    token_vars: &["TELEGRAM_BOT_TOKEN", "BOT_TOKEN", "TELEGRAM_TOKEN", "BRAIN_TELEGRAM_BOT_TOKEN"],
+    missing_token_vars: "TELEGRAM_BOT_TOKEN/BOT_TOKEN/TELEGRAM_TOKEN",
     base_url_var: "TELEGRAM_API_BASE_URL",
     default_base_url: "https://api.telegram.org",
     token_in_url: true,
@@ -83,7 +85,7 @@ pub fn handler(export: &str, settings: &Arc<BaseSettings>) -> Option<Arc<dyn Too
 
 async fn send(settings: &BaseSettings, input: &JsonObject) -> Result<JsonValue, ToolFailure> {
     let chat_id = chat_id(input)?;
-    let text = args::require_string(input, "text")?;
+    let text = required_text(input, "text")?;
     let mut payload = JsonObject::new();
     put(&mut payload, "chat_id", Some(json!(chat_id)));
     put(&mut payload, "text", Some(json!(text)));
@@ -114,7 +116,7 @@ async fn send(settings: &BaseSettings, input: &JsonObject) -> Result<JsonValue, 
 async fn edit(settings: &BaseSettings, input: &JsonObject) -> Result<JsonValue, ToolFailure> {
     let chat_id = chat_id(input)?;
     let message_id = message_id(input, "messageId")?;
-    let text = args::require_string(input, "text")?;
+    let text = required_text(input, "text")?;
     let mut payload = JsonObject::new();
     put(&mut payload, "chat_id", Some(json!(chat_id)));
     put(&mut payload, "message_id", Some(json!(message_id)));
@@ -184,8 +186,13 @@ async fn download_file(
     settings: &BaseSettings,
     input: &JsonObject,
 ) -> Result<JsonValue, ToolFailure> {
-    let file_id =
-        required_trimmed(input, "fileId", "Pass the file_id of the message's photo, document, voice or video.")?;
+    // The original's wording, which names its `file_id` spelling too.
+    let file_id = bot_api::optional_trimmed(input, "fileId")?.ok_or_else(|| {
+        invalid(
+            "Provide 'fileId' (or 'file_id') for Telegram file download.",
+            "Pass the file_id of the message's photo, document, voice or video.",
+        )
+    })?;
     let options = DownloadOptions::from_input(ctx, settings, input)?;
     let api = Api::new(&SERVICE, settings, input)?;
     let mut payload = JsonObject::new();
@@ -487,16 +494,17 @@ mod tests {
                 json!({"chatId": 1, "text": "x", "apiBaseUrl": "not a url"}),
                 "'apiBaseUrl' (not a url) cannot be used: it is not a valid URL",
             ),
-            (json!({"chatId": 1}), "'text' is required"),
+            (json!({"chatId": 1}), "'text' must be a non-empty string"),
+            (json!({"chatId": 1, "text": ""}), "'text' must be a non-empty string"),
         ];
         for (input, message) in cases {
             let failure = err(run("telegram", "send", &settings, input.clone()).await);
             assert_eq!(failure.message, message, "{input}");
             assert!(failure.suggestion.is_some(), "{input}");
-            if message != "'text' is required" {
-                assert_eq!(failure.code.as_deref(), Some(E_TOOL_INVALID_ARGS), "{input}");
-            }
+            assert_eq!(failure.code.as_deref(), Some(E_TOOL_INVALID_ARGS), "{input}");
         }
+        let failure = err(run("telegram", "edit", &settings, json!({"chatId": 1, "messageId": 2, "text": ""})).await);
+        assert_eq!(failure.message, "'text' must be a non-empty string");
         assert!(server.requests().is_empty());
     }
 
@@ -757,6 +765,18 @@ mod tests {
             settings_with(&[("TELEGRAM_API_BASE_URL", &server.base), ("TELEGRAM_TOKEN", "3:c"), ("BOT_TOKEN", "2:b")]);
         ok(run("telegram", "setChatAction", &settings, json!({"chatId": 1})).await);
         assert_eq!(server.single().target, "/bot2:b/sendChatAction");
+    }
+
+    #[tokio::test]
+    async fn the_originals_last_fallback_token_is_read_last() {
+        let (server, _) = telegram(json!(true)).await;
+        let base = ("TELEGRAM_API_BASE_URL", server.base.as_str());
+        let settings = settings_with(&[base, ("BRAIN_TELEGRAM_BOT_TOKEN", "4:d")]);
+        ok(run("telegram", "setChatAction", &settings, json!({"chatId": 1})).await);
+        assert_eq!(server.single().target, "/bot4:d/sendChatAction");
+        let settings = settings_with(&[base, ("BRAIN_TELEGRAM_BOT_TOKEN", "4:d"), ("TELEGRAM_TOKEN", "3:c")]);
+        ok(run("telegram", "setChatAction", &settings, json!({"chatId": 1})).await);
+        assert_eq!(server.requests().last().map(|r| r.target.clone()).as_deref(), Some("/bot3:c/sendChatAction"));
     }
 
     #[tokio::test]
@@ -1046,7 +1066,7 @@ mod tests {
             assert_eq!(failure.code.as_deref(), Some(E_PATH_OUTSIDE_WORKDIR), "{path}");
         }
         let failure = err(run("telegram", "downloadFile", &settings, json!({"fileId": "  "})).await);
-        assert_eq!(failure.message, "'fileId' must be a non-empty string");
+        assert_eq!(failure.message, "Provide 'fileId' (or 'file_id') for Telegram file download.");
         assert!(server.requests().is_empty());
 
         for path in [".", "sub/.."] {

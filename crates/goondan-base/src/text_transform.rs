@@ -60,10 +60,6 @@ fn replace(_ctx: &ToolContext, input: &JsonObject) -> HandlerResult {
     let search = args::require_string(input, "search")?;
     let replacement = args::optional_string(input, "replacement")?.unwrap_or("");
     let all = args::optional_bool(input, "all")?.unwrap_or(false);
-    if search.is_empty() {
-        return Err(ToolFailure::new("'search' must not be empty")
-            .suggest("Pass the text to look for in 'search'; to insert text, use 'join' or 'slice'."));
-    }
     let (result, replacements) = if all {
         let count = text.matches(search).count();
         let len = (text.len() - count * search.len()).saturating_add(count.saturating_mul(replacement.len()));
@@ -155,13 +151,12 @@ fn trim(_ctx: &ToolContext, input: &JsonObject) -> HandlerResult {
     let mode = args::optional_string(input, "mode")?.unwrap_or("both");
     // JavaScript also trims the byte-order mark.
     let is_space = |c: char| c.is_whitespace() || c == '\u{feff}';
+    // Any other mode trims both ends, as in the original (the schema's enum
+    // stops other modes before a call through the executor gets here).
     let result = match mode {
         "start" => text.trim_start_matches(is_space),
         "end" => text.trim_end_matches(is_space),
-        "both" => text.trim_matches(is_space),
-        other => {
-            return Err(ToolFailure::new(format!("Unsupported trim mode '{other}'. Use 'start', 'end' or 'both'.")));
-        }
+        _ => text.trim_matches(is_space),
     };
     let trimmed = text.chars().count() - result.chars().count();
     Ok(json!({"original": text, "result": result, "mode": mode, "trimmedLength": trimmed}).into())
@@ -252,10 +247,13 @@ mod tests {
     #[test]
     fn replace_rejects_empty_search() {
         let failure = err(run("replace", json!({"text": "abc", "search": ""})));
-        assert_eq!(failure.message, "'search' must not be empty");
+        assert_eq!(failure.message, "'search' must be a non-empty string");
         assert!(failure.suggestion.is_some());
         let failure = err(run("replace", json!({"text": "abc"})));
-        assert_eq!(failure.message, "'search' is required");
+        assert_eq!(failure.message, "'search' must be a non-empty string");
+        // A blank search is a search for white space, as in the original.
+        let output = ok(run("replace", json!({"text": "a b c", "search": " ", "replacement": "_", "all": true})));
+        assert_eq!(output["result"], json!("a_b_c"));
         let failure = err(run("replace", json!({"text": "abc", "search": "a", "all": "yes"})));
         assert_eq!(failure.message, "'all' must be a boolean, got string");
     }
@@ -304,9 +302,9 @@ mod tests {
     #[test]
     fn slice_rejects_wrong_types() {
         let failure = err(run("slice", json!({"text": "abc", "start": "1"})));
-        assert_eq!(failure.message, "'start' must be a number, got string");
+        assert_eq!(failure.message, "'start' must be a valid number, got string");
         let failure = err(run("slice", json!({"start": 1})));
-        assert_eq!(failure.message, "'text' is required");
+        assert_eq!(failure.message, "'text' must be a non-empty string");
     }
 
     #[test]
@@ -319,10 +317,8 @@ mod tests {
         assert_eq!(output["parts"], json!([]));
         let output = ok(run("split", json!({"text": "hé!", "delimiter": ""})));
         assert_eq!(output["parts"], json!(["h", "é", "!"]));
-        let output = ok(run("split", json!({"text": "", "delimiter": ","})));
-        assert_eq!(output["parts"], json!([""]));
-        let output = ok(run("split", json!({"text": "", "delimiter": ""})));
-        assert_eq!(output["count"], json!(0));
+        let output = ok(run("split", json!({"text": ",", "delimiter": ","})));
+        assert_eq!(output["parts"], json!(["", ""]));
     }
 
     #[test]
@@ -363,8 +359,9 @@ mod tests {
         assert_eq!(output["trimmedLength"], json!(2));
         let output = ok(run("trim", json!({"text": "  hé  ", "mode": "end"})));
         assert_eq!(output["result"], json!("  hé"));
-        let failure = err(run("trim", json!({"text": "x", "mode": "middle"})));
-        assert_eq!(failure.message, "Unsupported trim mode 'middle'. Use 'start', 'end' or 'both'.");
+        // The original trims both ends for any other mode and reports it as given.
+        let output = ok(run("trim", json!({"text": " x ", "mode": "middle"})));
+        assert_eq!(output, json!({"original": " x ", "result": "x", "mode": "middle", "trimmedLength": 2}));
     }
 
     #[test]
@@ -376,7 +373,24 @@ mod tests {
         let failure = err(run("case", json!({"text": "x", "to": "title"})));
         assert_eq!(failure.message, "Unsupported case transform 'title'. Use 'upper' or 'lower'.");
         let failure = err(run("case", json!({"text": "x"})));
-        assert_eq!(failure.message, "'to' is required");
+        assert_eq!(failure.message, "'to' must be a non-empty string");
+    }
+
+    #[test]
+    fn empty_text_is_refused_as_in_the_original() {
+        let inputs = [
+            ("replace", json!({"text": "", "search": "a"})),
+            ("slice", json!({"text": ""})),
+            ("split", json!({"text": ""})),
+            ("trim", json!({"text": ""})),
+            ("case", json!({"text": "", "to": "upper"})),
+        ];
+        for (export, input) in inputs {
+            let failure = err(run(export, input));
+            assert_eq!(failure.message, "'text' must be a non-empty string", "{export}");
+        }
+        let failure = err(run("case", json!({"text": "x", "to": ""})));
+        assert_eq!(failure.message, "'to' must be a non-empty string");
     }
 
     #[test]

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use goondan_core::JsonObject;
 use goondan_core::codes::E_TOOL;
+use goondan_core::{JsonObject, JsonValue};
 use goondan_tools::{BoxFuture, HandlerResult, ToolContext, ToolFailure, ToolHandler};
 use serde_json::json;
 
@@ -22,20 +22,32 @@ pub fn handler(export: &str) -> Option<Arc<dyn ToolHandler>> {
     }
 }
 
+/// `seconds`, checked with the original's messages (its users and tests
+/// match on `'seconds' must be less than or equal to 300`).
+fn read_seconds(input: &JsonObject) -> Result<f64, ToolFailure> {
+    let failure = |message: String| {
+        ToolFailure::with_code(message, E_TOOL)
+            .suggest(format!("Wait 0 to {MAX_SECONDS} seconds per call; call again to wait longer."))
+    };
+    let Some(seconds) = input.get("seconds").and_then(JsonValue::as_f64).filter(|s| s.is_finite()) else {
+        return Err(failure("'seconds' must be a finite number".to_owned()));
+    };
+    if seconds < 0.0 {
+        return Err(failure("'seconds' must be greater than or equal to 0".to_owned()));
+    }
+    if seconds > MAX_SECONDS {
+        return Err(failure(format!("'seconds' must be less than or equal to {MAX_SECONDS}")));
+    }
+    Ok(seconds)
+}
+
 /// `wait.seconds`: sleeps on the Tokio timer, then reports how long.
 struct WaitSeconds;
 
 impl ToolHandler for WaitSeconds {
     fn call<'a>(&'a self, _ctx: &'a ToolContext, input: &'a JsonObject) -> BoxFuture<'a, HandlerResult> {
         Box::pin(async move {
-            let seconds = args::require_number(input, "seconds")?;
-            if !(0.0..=MAX_SECONDS).contains(&seconds) {
-                return Err(ToolFailure::with_code(
-                    format!("seconds must be between 0 and {MAX_SECONDS}, got {seconds}"),
-                    E_TOOL,
-                )
-                .suggest(format!("Wait at most {MAX_SECONDS} seconds per call; call again to wait longer.")));
-            }
+            let seconds = read_seconds(input)?;
             // In 0..=300_000, so the conversion is exact.
             let waited_ms = (seconds * 1000.0).round() as u64;
             tokio::time::sleep(Duration::from_millis(waited_ms)).await;
@@ -85,10 +97,12 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn rejects_out_of_range_without_waiting() {
-        for (seconds, shown) in [(json!(301), "301"), (json!(-1), "-1"), (json!(300.5), "300.5")] {
+        let too_long = "'seconds' must be less than or equal to 300";
+        let negative = "'seconds' must be greater than or equal to 0";
+        for (seconds, message) in [(json!(301), too_long), (json!(-1), negative), (json!(300.5), too_long)] {
             let (result, elapsed) = run(json!({"seconds": seconds})).await;
             let failure = err(result);
-            assert_eq!(failure.message, format!("seconds must be between 0 and 300, got {shown}"));
+            assert_eq!(failure.message, message);
             assert_eq!(failure.code.as_deref(), Some("E_TOOL"));
             assert!(failure.suggestion.is_some());
             assert_eq!(elapsed, Duration::ZERO);
@@ -97,10 +111,10 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn rejects_missing_or_wrong_type() {
-        let (result, _) = run(json!({})).await;
-        assert_eq!(err(result).message, "'seconds' is required");
-        let (result, _) = run(json!({"seconds": "5"})).await;
-        assert_eq!(err(result).message, "'seconds' must be a number, got string");
+        for input in [json!({}), json!({"seconds": "5"}), json!({"seconds": null})] {
+            let (result, _) = run(input).await;
+            assert_eq!(err(result).message, "'seconds' must be a finite number");
+        }
     }
 
     #[test]
