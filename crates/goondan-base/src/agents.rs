@@ -216,7 +216,7 @@ mod tests {
             refused(Export::Request, json!({"target": "", "input": "x"})),
             "'target' must be a non-empty string"
         );
-        assert_eq!(refused(Export::Request, json!({"target": "b"})), "'input' is required");
+        assert_eq!(refused(Export::Request, json!({"target": "b"})), "'input' must be a non-empty string");
         assert_eq!(
             refused(Export::Request, json!({"target": "b", "input": "x", "timeoutMs": 0})),
             "'timeoutMs' must be a positive number, got 0"
