@@ -31,6 +31,8 @@
 //! Repairs are events too: a commit appends them to its batch, so the store
 //! records them and a reload reaches exactly the state the process had.
 
+use std::collections::HashSet;
+
 use serde::{Deserialize, Serialize};
 
 use crate::codes::E_TOOL_INTERRUPTED;
@@ -277,21 +279,43 @@ impl ConversationState {
     }
 
     /// Applies events read back from a store, as they were recorded. An event
-    /// whose target is missing (a log edited by hand) is skipped and counted.
+    /// [`ConversationState::emit`] would refuse — its target is missing, or
+    /// it would put a second message with an id into the conversation (a log
+    /// edited by hand or damaged) — is skipped and counted.
+    ///
+    /// Ids must stay unique: repairs and later edits name messages by id,
+    /// and with two messages of one id they would hit the wrong one.
     pub fn replay(&mut self, events: impl IntoIterator<Item = MessageEvent>) -> usize {
         let mut skipped = 0;
+        // The ids present, kept alongside so that a long log replays in linear time.
+        let mut ids: HashSet<String> = self.messages.iter().map(|m| m.id.clone()).collect();
         for event in events {
             let applies = match &event {
-                MessageEvent::Replace { target_id, .. } | MessageEvent::Remove { target_id } => {
-                    self.position(target_id).is_some()
+                MessageEvent::Append { message } => !ids.contains(&message.id),
+                MessageEvent::Replace { target_id, message } => {
+                    ids.contains(target_id) && (message.id == *target_id || !ids.contains(&message.id))
                 }
-                MessageEvent::Append { .. } | MessageEvent::Truncate => true,
+                MessageEvent::Remove { target_id } => ids.contains(target_id),
+                MessageEvent::Truncate => true,
             };
-            if applies {
-                apply(&mut self.messages, event);
-            } else {
+            if !applies {
                 skipped += 1;
+                continue;
             }
+            match &event {
+                MessageEvent::Append { message } => {
+                    ids.insert(message.id.clone());
+                }
+                MessageEvent::Replace { target_id, message } => {
+                    ids.remove(target_id);
+                    ids.insert(message.id.clone());
+                }
+                MessageEvent::Remove { target_id } => {
+                    ids.remove(target_id);
+                }
+                MessageEvent::Truncate => ids.clear(),
+            }
+            apply(&mut self.messages, event);
         }
         self.checked = 0;
         self.unchecked = true;
@@ -646,6 +670,37 @@ mod tests {
         let mut replayed = ConversationState::default();
         assert_eq!(replayed.replay(batch), 0);
         assert_eq!(replayed.messages(), state.messages());
+    }
+
+    #[test]
+    fn replay_skips_a_second_message_with_an_id_so_repairs_hit_the_right_one() {
+        // Found by the conversation_loader fuzz target: a damaged log held two
+        // messages `m4` (a result answering nothing, then a real result).
+        // Repairs name messages by id, so removing the stray `m4` removed the
+        // real result instead and the "repaired" conversation broke the rule.
+        let mut state = ConversationState::default();
+        let events = [assistant("m2", &["c2", "c3"]), result("m4", "c1"), result("m4", "c2"), result("m5", "c3")]
+            .into_iter()
+            .map(|message| MessageEvent::Append { message });
+        assert_eq!(state.replay(events), 1, "the second m4 is skipped");
+        assert_eq!(state.messages().iter().filter(|m| m.id == "m4").count(), 1);
+        let report = state.repair();
+        assert!(!report.is_empty());
+        assert!(state.is_consistent(), "{:?}", state.messages());
+
+        // A replacement that would duplicate another message's id is skipped too.
+        let mut state = ConversationState::default();
+        let events = vec![
+            MessageEvent::Append { message: user("u1") },
+            MessageEvent::Append { message: user("u2") },
+            MessageEvent::Replace { target_id: "u1".into(), message: user("u2") },
+            MessageEvent::Replace { target_id: "u1".into(), message: user("u1") },
+            MessageEvent::Remove { target_id: "u2".into() },
+            MessageEvent::Append { message: user("u2") },
+        ];
+        assert_eq!(state.replay(events), 1);
+        let ids: Vec<&str> = state.messages().iter().map(|m| m.id.as_str()).collect();
+        assert_eq!(ids, ["u1", "u2"]);
     }
 
     #[test]

@@ -347,7 +347,9 @@ pub struct LoadedConversation {
     pub skipped_torn_tail: bool,
     /// Complete lines before the last that could not be read, skipped.
     pub skipped_corrupt_lines: usize,
-    /// `replace`/`remove` events whose target was not in the conversation, skipped.
+    /// Events skipped on replay: `replace`/`remove` whose target was not in
+    /// the conversation, or one that would have put a second message with an
+    /// id into it (see [`ConversationState::replay`]).
     pub skipped_events: usize,
     /// What folding left breaking the conversation rule (a skipped line can
     /// take a call's result or an edit with it) and was repaired. The repairs

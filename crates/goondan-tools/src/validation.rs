@@ -5,8 +5,11 @@
 //! missing; args.extra: unexpected property` — at most five issues, then
 //! `; +N more issues`. Type, enum, const and pattern failures name the value
 //! given (compact JSON, cut to 60 characters with `…`): `args.parseMode: "md"
-//! is not one of ["markdown", "html"]`. The suggestion lists `required=[...]` and
-//! `allowed=[...]` from the schema's top level.
+//! is not one of ["markdown", "html"]`; other keywords keep jsonschema's
+//! wording with the value shown the same way. Each listed issue is cut to
+//! 400 characters, so the message stays small however large the arguments.
+//! The suggestion lists `required=[...]` and `allowed=[...]` from the
+//! schema's top level.
 
 use std::fmt::Write as _;
 
@@ -92,7 +95,10 @@ fn describe(error: &jsonschema::ValidationError<'_>, schema: &JsonValue, issues:
                 cut(pattern, MAX_OPTIONS_CHARS)
             ));
         }
-        _ => issues.push(format!("{path}: {error}")),
+        // jsonschema's own wording, with the value shown as above rather
+        // than in full: its plain rendering pastes the whole instance
+        // (`maxLength` on a megabyte string, `not` on a large object).
+        _ => issues.push(format!("{path}: {}", error.masked_with(shown(error.instance())))),
     }
 }
 
@@ -100,6 +106,11 @@ fn describe(error: &jsonschema::ValidationError<'_>, schema: &JsonValue, issues:
 const MAX_SHOWN_CHARS: usize = 60;
 /// The longest rendering of a list of allowed values or a pattern.
 const MAX_OPTIONS_CHARS: usize = 200;
+/// The longest listed issue. Paths repeat property names the model chose
+/// (`args.<long key>[3]`) and schema-written parts are unbounded too; five
+/// issues of this size keep the message a few KiB before the executor cuts
+/// it to the tool's limit.
+const MAX_ISSUE_CHARS: usize = 400;
 
 /// The value the model gave, as compact JSON cut to [`MAX_SHOWN_CHARS`]:
 /// enough to see the mistake, never a whole document pasted into an error.
@@ -160,7 +171,8 @@ fn join_property(path: &str, property: &str) -> String {
 
 fn invalid_args_error(tool_name: &str, issues: &[String], schema: &JsonValue) -> ToolError {
     let mut message = format!("Invalid arguments for tool '{tool_name}': ");
-    message.push_str(&issues[..issues.len().min(MAX_LISTED_ISSUES)].join("; "));
+    let listed: Vec<String> = issues.iter().take(MAX_LISTED_ISSUES).map(|issue| cut(issue, MAX_ISSUE_CHARS)).collect();
+    message.push_str(&listed.join("; "));
     if issues.len() > MAX_LISTED_ISSUES {
         let _ = write!(message, "; +{} more issues", issues.len() - MAX_LISTED_ISSUES);
     }
@@ -284,6 +296,33 @@ mod tests {
             "{message}"
         );
         assert!(message.ends_with('…'), "{message}");
+    }
+
+    #[test]
+    fn other_keywords_show_the_value_cut_not_whole() {
+        // Found by the validation property test: `maxLength` (and every
+        // keyword without its own wording) pasted the whole value.
+        let item = ToolCatalogItem::new("t__x", ToolSource::config("t")).with_parameters(json!({
+            "type": "object",
+            "properties": {"text": {"type": "string", "maxLength": 3}, "n": {"minimum": 0}}
+        }));
+        let (_, message, _) = message_of(validate_args(&item, &json!({"text": "x".repeat(100_000)})));
+        let expected = format!("args.text: \"{}… is longer than 3 characters", "x".repeat(59));
+        assert!(message.ends_with(&expected), "{message}");
+        let (_, message, _) = message_of(validate_args(&item, &json!({"n": -1})));
+        assert!(message.ends_with("args.n: -1 is less than the minimum of 0"), "{message}");
+    }
+
+    #[test]
+    fn long_issues_are_cut_and_the_message_stays_small() {
+        // Each of the five listed issues repeats the model's 10 000-character key.
+        let item = ToolCatalogItem::new("t__x", ToolSource::config("t"))
+            .with_parameters(json!({"additionalProperties": {"items": {"type": "integer"}}}));
+        let key = "k".repeat(10_000);
+        let (_, message, _) = message_of(validate_args(&item, &json!({ key: ["a", "b", "c", "d", "e", "f"] })));
+        assert!(message.chars().count() < 2_200, "{} characters", message.chars().count());
+        assert_eq!(message.matches('…').count(), 5, "{message}");
+        assert!(message.ends_with("; +1 more issues"), "{message}");
     }
 
     #[test]
