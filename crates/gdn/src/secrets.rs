@@ -34,8 +34,6 @@ pub const SECRETS_FD_ENV: &str = "GOONDAN_SECRETS_FD";
 pub const PASSTHROUGH_ENV: &str = "GOONDAN_ENV_PASSTHROUGH";
 /// The most secret bytes carried across the re-execution.
 const MAX_BYTES: u64 = 4 << 20;
-/// The bundle file is only scanned for `valueFrom.env` names up to this size.
-const MAX_BUNDLE_BYTES: u64 = 1 << 20;
 
 /// The secret variables taken out of this process's environment.
 #[derive(Default)]
@@ -174,16 +172,11 @@ fn reexec_without(taken: &BTreeMap<String, String>, kept: Vec<(OsString, OsStrin
 fn bundle_secret_names(bundle: &Path) -> BTreeSet<String> {
     let file = goondan_config::resolve_bundle_file(bundle);
     let mut names = BTreeSet::new();
-    // Only a regular file, read with a cap: the loader reports the rest.
-    let is_file = std::fs::metadata(&file).is_ok_and(|m| m.is_file());
-    if !is_file {
+    // Read as the loader reads it (a regular file, capped); it reports the rest.
+    let Ok(bytes) = goondan_config::files::read_regular_file(&file, goondan_config::bundle::MAX_FILE_BYTES) else {
         return names;
-    }
-    let mut text = String::new();
-    let read = std::fs::File::open(&file).and_then(|f| f.take(MAX_BUNDLE_BYTES).read_to_string(&mut text));
-    if read.is_err() {
-        return names;
-    }
+    };
+    let Ok(text) = String::from_utf8(bytes) else { return names };
     if let Ok(documents) = goondan_config::yaml::parse_documents(&text) {
         for document in &documents {
             collect_env_refs(&document.value, &mut names);

@@ -74,7 +74,12 @@ impl StepResultBudget {
         if self.bytes == usize::MAX {
             return false;
         }
-        results.iter().map(json_len).fold(0_usize, usize::saturating_add) > self.bytes
+        // Stops counting once over: a step of large results is not serialized twice here.
+        let mut total = 0_usize;
+        results.iter().any(|result| {
+            total = total.saturating_add(json_len(result));
+            total > self.bytes
+        })
     }
 
     /// Keeps `results` (one per call) within the budget, spilling the largest
