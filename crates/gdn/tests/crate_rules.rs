@@ -18,6 +18,11 @@ const RULES: &[(&str, &[&str])] = &[
     ("goondan-llm", &["goondan-core", "goondan-config"]),
     ("goondan-runtime", &["goondan-core", "goondan-config", "goondan-tools", "goondan-llm"]),
     ("goondan-script", &["goondan-core", "goondan-config", "goondan-tools", "goondan-runtime"]),
+    ("goondan-ipc", &["goondan-core"]),
+    (
+        "goondan-orchestrator",
+        &["goondan-core", "goondan-config", "goondan-tools", "goondan-runtime", "goondan-ipc"],
+    ),
     (
         "gdn",
         &[
@@ -28,6 +33,8 @@ const RULES: &[(&str, &[&str])] = &[
             "goondan-llm",
             "goondan-runtime",
             "goondan-script",
+            "goondan-ipc",
+            "goondan-orchestrator",
         ],
     ),
 ];

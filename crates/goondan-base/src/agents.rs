@@ -54,7 +54,7 @@ impl ToolHandler for Agents {
             // Arguments first: a bad call is reported as such, runtime or not.
             let call = Call::read(self.export, input)?;
             let runtime = ctx.runtime().ok_or_else(unavailable)?;
-            call.run(runtime.as_ref()).await.map(Into::into)
+            call.run(ctx, runtime.as_ref()).await.map(Into::into)
         })
     }
 }
@@ -83,13 +83,13 @@ impl Call {
         })
     }
 
-    async fn run(self, runtime: &dyn AgentToolRuntime) -> Result<JsonValue, ToolFailure> {
+    async fn run(self, ctx: &ToolContext, runtime: &dyn AgentToolRuntime) -> Result<JsonValue, ToolFailure> {
         match self {
-            Self::Request(request) => runtime.request(request).await,
-            Self::Send(request) => runtime.send(request).await,
-            Self::Spawn(request) => runtime.spawn(request).await,
-            Self::List(include_all) => runtime.list(include_all).await,
-            Self::Catalog => runtime.catalog().await,
+            Self::Request(request) => runtime.request(ctx, request).await,
+            Self::Send(request) => runtime.send(ctx, request).await,
+            Self::Spawn(request) => runtime.spawn(ctx, request).await,
+            Self::List(include_all) => runtime.list(ctx, include_all).await,
+            Self::Catalog => runtime.catalog(ctx).await,
         }
     }
 }
@@ -165,22 +165,34 @@ mod tests {
     struct Recording(Mutex<Vec<String>>);
 
     impl AgentToolRuntime for Recording {
-        fn request(&self, request: AgentMessageRequest) -> BoxFuture<'_, Result<JsonValue, ToolFailure>> {
+        fn request<'a>(
+            &'a self,
+            _: &'a ToolContext,
+            request: AgentMessageRequest,
+        ) -> BoxFuture<'a, Result<JsonValue, ToolFailure>> {
             self.0.lock().unwrap_or_else(|e| e.into_inner()).push(format!("{request:?}"));
             Box::pin(async move { Ok(json!({"target": request.target, "response": "pong"})) })
         }
-        fn send(&self, request: AgentMessageRequest) -> BoxFuture<'_, Result<JsonValue, ToolFailure>> {
+        fn send<'a>(
+            &'a self,
+            _: &'a ToolContext,
+            request: AgentMessageRequest,
+        ) -> BoxFuture<'a, Result<JsonValue, ToolFailure>> {
             self.0.lock().unwrap_or_else(|e| e.into_inner()).push(format!("{request:?}"));
             Box::pin(async move { Ok(json!({"target": request.target, "accepted": true})) })
         }
-        fn spawn(&self, request: AgentSpawnRequest) -> BoxFuture<'_, Result<JsonValue, ToolFailure>> {
+        fn spawn<'a>(
+            &'a self,
+            _: &'a ToolContext,
+            request: AgentSpawnRequest,
+        ) -> BoxFuture<'a, Result<JsonValue, ToolFailure>> {
             self.0.lock().unwrap_or_else(|e| e.into_inner()).push(format!("{request:?}"));
             Box::pin(async move { Ok(json!({"target": request.target, "spawned": true})) })
         }
-        fn list(&self, include_all: bool) -> BoxFuture<'_, Result<JsonValue, ToolFailure>> {
+        fn list<'a>(&'a self, _: &'a ToolContext, include_all: bool) -> BoxFuture<'a, Result<JsonValue, ToolFailure>> {
             Box::pin(async move { Ok(json!({"count": 0, "agents": [], "includeAll": include_all})) })
         }
-        fn catalog(&self) -> BoxFuture<'_, Result<JsonValue, ToolFailure>> {
+        fn catalog<'a>(&'a self, _: &'a ToolContext) -> BoxFuture<'a, Result<JsonValue, ToolFailure>> {
             Box::pin(async { Ok(json!({"swarmName": "s"})) })
         }
     }

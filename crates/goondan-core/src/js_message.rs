@@ -93,6 +93,31 @@ const ROLES: &str = "one of system, user, assistant, tool";
 const SOURCE_TYPES: &str = "one of user, assistant, tool, system, extension";
 const CREATED_AT: &str = "milliseconds since the Unix epoch or an ISO-8601 date such as 2026-11-23T08:39:02.123Z";
 
+/// Milliseconds since the Unix epoch as JavaScript's `Date.toJSON` writes
+/// them (`2026-11-24T05:04:05.123Z`); the inverse of [`parse_rfc3339_millis`].
+pub fn format_rfc3339_millis(millis: u64) -> String {
+    let total_seconds = i64::try_from(millis / 1000).unwrap_or(i64::MAX);
+    let days = total_seconds / 86_400;
+    let rest = total_seconds % 86_400;
+    // Civil from days (Hinnant), the inverse of days_from_civil.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60,
+        millis % 1000
+    )
+}
+
 /// Parses an RFC 3339 / ISO-8601 date-time, `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`
 /// (what JavaScript's `Date.toJSON` writes), into milliseconds since the Unix
 /// epoch. Digits of the fraction beyond milliseconds are dropped; `t`, `z`
@@ -901,27 +926,7 @@ mod tests {
         }
     }
 
-    /// `Date.toJSON` for tests: the inverse of `days_from_civil` by search.
     fn format_rfc3339(millis: u64) -> String {
-        let total_seconds = i64::try_from(millis / 1000).unwrap_or(i64::MAX);
-        let days = total_seconds / 86_400;
-        let rest = total_seconds % 86_400;
-        // Civil from days (Hinnant), the inverse of days_from_civil.
-        let z = days + 719_468;
-        let era = z.div_euclid(146_097);
-        let doe = z.rem_euclid(146_097);
-        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        let mp = (5 * doy + 2) / 153;
-        let day = doy - (153 * mp + 2) / 5 + 1;
-        let month = if mp < 10 { mp + 3 } else { mp - 9 };
-        let year = yoe + era * 400 + i64::from(month <= 2);
-        format!(
-            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-            rest / 3600,
-            rest % 3600 / 60,
-            rest % 60,
-            millis % 1000
-        )
+        super::format_rfc3339_millis(millis)
     }
 }

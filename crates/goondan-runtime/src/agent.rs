@@ -23,7 +23,7 @@ use goondan_llm::{ModelError, ModelParams, ModelSettings, build_provider};
 use goondan_tools::assembly::AgentTools;
 use goondan_tools::events::EventSink;
 use goondan_tools::{
-    BoxFuture, CallScope, Core, ExecutorPolicy, MiddlewareChain, RegistryError, ToolCatalog, ToolExecutor, ToolRegistry,
+    AgentToolRuntime, BoxFuture, CallScope, Core, ExecutorPolicy, MiddlewareChain, RegistryError, ToolCatalog, ToolExecutor, ToolRegistry,
 };
 
 use crate::context::{EmitterTurn, EventEmitter, StepContext, StepOutcome, TurnContext, TurnOutcome};
@@ -60,6 +60,9 @@ pub struct AgentOptions {
     /// The instance's extension-state directory (`<instance>/extensions`);
     /// `None` keeps extension state in memory only.
     pub extension_state: Option<PathBuf>,
+    /// The swarm's agent-to-agent runtime (the `agents` tool's), when the
+    /// agent runs under an orchestrator.
+    pub agent_runtime: Option<Arc<dyn AgentToolRuntime>>,
 }
 
 impl AgentOptions {
@@ -77,6 +80,7 @@ impl AgentOptions {
             install_tools: Arc::new(|_: &ToolRegistry, _: &AgentTools, _: &EnvLookup| Ok(())),
             install_extensions: no_extensions(),
             extension_state: None,
+            agent_runtime: None,
         }
     }
 }
@@ -173,6 +177,8 @@ pub struct AgentTooling {
     pub turn_middleware: MiddlewareChain<TurnContext, TurnOutcome>,
     /// Where turn and step events go (tool events go through the executor).
     pub events: Arc<dyn EventSink>,
+    /// The swarm's agent-to-agent runtime, handed to tools in their context.
+    pub agent_runtime: Option<Arc<dyn AgentToolRuntime>>,
 }
 
 impl std::fmt::Debug for AgentTooling {
@@ -205,6 +211,7 @@ impl AgentTooling {
             step_middleware: MiddlewareChain::new(),
             turn_middleware: MiddlewareChain::new(),
             events,
+            agent_runtime: None,
         }
     }
 
@@ -250,7 +257,7 @@ impl AgentTooling {
             workdir: Arc::clone(&self.workdir),
             trace_id: Arc::clone(&ids.trace_id),
             step_span_id: Arc::clone(&ids.step_span_id),
-            runtime: None,
+            runtime: self.agent_runtime.clone(),
         })
     }
 
@@ -385,6 +392,7 @@ async fn tooling_of(
     let workdir = std::fs::canonicalize(&workdir).unwrap_or(workdir);
     let mut tooling =
         AgentTooling::new(agent.name(), instance_key, &workdir, tools, executor, Arc::clone(&options.events));
+    tooling.agent_runtime.clone_from(&options.agent_runtime);
     let extensions = agent_extensions(bundle, agent);
     if !extensions.is_empty() {
         let state = Arc::new(match &options.extension_state {

@@ -76,6 +76,16 @@ impl Conversation {
         &self.state
     }
 
+    /// Appends `messages` outside a turn (replies that arrived between
+    /// turns) and saves them at once.
+    pub async fn append_and_commit(&mut self, messages: Vec<Message>) -> Result<(), StoreError> {
+        if self.needs_reload {
+            crate::turn::reload(self).await;
+        }
+        self.state.append_new(messages);
+        self.commit().await
+    }
+
     /// Commits the state's uncommitted events (with the repairs that keep
     /// the conversation valid) and saves them.
     pub async fn commit(&mut self) -> Result<(), StoreError> {

@@ -9,6 +9,8 @@
 //!   which a build installs their layers and tools.
 //! - [`extension_state`]: each extension's durable state (`api.state`), one
 //!   JSON object per extension per instance.
+//! - [`inbox`]: messages (asynchronous replies) that enter the conversation
+//!   before the next model request.
 //! - [`result_budget`]: how much tool output one step may put into the
 //!   conversation; the rest is saved to files and previewed.
 //! - [`store`]: the state root, one directory per instance with its message
@@ -22,6 +24,7 @@ pub mod context;
 pub mod conversation;
 pub mod extension;
 pub mod extension_state;
+pub mod inbox;
 pub mod result_budget;
 pub mod store;
 pub mod turn;
@@ -33,4 +36,5 @@ pub use context::{
 };
 pub use conversation::{Conversation, ConversationStore, InstanceLog};
 pub use extension_state::{ExtensionStateError, ExtensionStateStore};
-pub use turn::{Agent, NoObserver, TurnObserver};
+pub use inbox::Inbox;
+pub use turn::{Agent, NoObserver, TurnInput, TurnObserver};

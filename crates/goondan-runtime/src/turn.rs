@@ -57,7 +57,14 @@ use crate::context::{
     TurnOutcome,
 };
 use crate::conversation::{Conversation, ConversationStore, commit};
+use crate::inbox::Inbox;
 use crate::result_budget::StepResultBudget;
+
+/// A trace id as the runtime makes them: 32 lowercase hex digits, not all
+/// zero. Another agent's id that is not one is replaced, not trusted.
+fn is_trace_id(id: &str) -> bool {
+    id.len() == 32 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) && id.bytes().any(|b| b != b'0')
+}
 
 /// An agent that runs turns: its tooling (tools, executor, middleware,
 /// events) and its model.
@@ -82,6 +89,33 @@ pub struct Agent {
     pub cancel_grace: Duration,
     /// How much tool output one step may put into the conversation.
     pub step_result_budget: StepResultBudget,
+    /// Messages that enter the conversation before the next model request
+    /// (asynchronous replies from other agents); none outside a swarm.
+    pub inbox: Option<Arc<Inbox>>,
+}
+
+/// What starts a turn: the input, and where it came from.
+#[derive(Debug, Clone, Default)]
+pub struct TurnInput {
+    /// The text of the user message.
+    pub text: String,
+    /// The trace the turn continues (another agent's request carries its
+    /// caller's); a new trace when `None`.
+    pub trace_id: Option<String>,
+    /// Metadata of the user message (who sent it, for an agent's request).
+    pub metadata: JsonObject,
+}
+
+impl From<String> for TurnInput {
+    fn from(text: String) -> Self {
+        Self { text, ..Self::default() }
+    }
+}
+
+impl From<&str> for TurnInput {
+    fn from(text: &str) -> Self {
+        Self::from(text.to_owned())
+    }
 }
 
 impl std::fmt::Debug for Agent {
@@ -126,6 +160,7 @@ impl Agent {
             max_malformed_replies: 3,
             cancel_grace: Duration::from_secs(5),
             step_result_budget: StepResultBudget::default(),
+            inbox: None,
         }
     }
 
@@ -136,10 +171,11 @@ impl Agent {
     pub async fn run_turn(
         &self,
         conversation: &mut Conversation,
-        input: String,
+        input: impl Into<TurnInput>,
         observer: &dyn TurnObserver,
         cancel: watch::Receiver<bool>,
     ) -> TurnOutcome {
+        let TurnInput { text: input, trace_id, metadata: input_metadata } = input.into();
         let tooling = &self.tooling;
         let store = conversation.store.clone();
         if conversation.needs_reload {
@@ -149,7 +185,7 @@ impl Agent {
         let span_ids = Arc::new(SpanIdGenerator::new());
         let turn_span = span_ids.next_raw();
         let trace = TraceIds {
-            trace_id: Arc::from(new_trace_id()),
+            trace_id: Arc::from(trace_id.filter(|id| is_trace_id(id)).unwrap_or_else(new_trace_id)),
             turn_id: Arc::from(new_ordered_id()),
             turn_span_hex: Arc::from(format_span_id(turn_span)),
         };
@@ -199,6 +235,7 @@ impl Agent {
             span_ids,
             emitter_turn,
             trace: &trace,
+            input_metadata,
         };
         let on_panic = |layer: Option<&str>, message: String| {
             TurnOutcome::ended(TurnEnd::LayerFailed(LayerFailure {
@@ -301,7 +338,7 @@ impl Agent {
 
 /// Replaces the in-memory state with the store's, after a turn was abandoned
 /// or a commit failed.
-async fn reload(conversation: &mut Conversation) {
+pub(crate) async fn reload(conversation: &mut Conversation) {
     let reloaded = match &conversation.store {
         Some(store) => store.reload().await,
         None => Ok(None),
@@ -335,6 +372,8 @@ struct TurnCore<'a> {
     span_ids: Arc<SpanIdGenerator>,
     emitter_turn: Arc<EmitterTurn>,
     trace: &'a TraceIds,
+    /// Metadata of the turn's user message.
+    input_metadata: JsonObject,
 }
 
 impl Core<TurnContext, TurnOutcome> for TurnCore<'_> {
@@ -347,7 +386,8 @@ impl TurnCore<'_> {
     async fn run_steps(&self, ctx: &mut TurnContext) -> TurnOutcome {
         let agent = self.agent;
         let mut outcome = TurnOutcome::ended(TurnEnd::Answered);
-        let user = Message::new(MessageData::User { content: ctx.input.clone() }, MessageSource::User);
+        let mut user = Message::new(MessageData::User { content: ctx.input.clone() }, MessageSource::User);
+        user.metadata.clone_from(&self.input_metadata);
         let user_id = user.id.clone();
         ctx.conversation.append_new([user]);
         if let Err(error) = commit(&mut ctx.conversation, self.store).await {
@@ -512,6 +552,13 @@ impl StepCore<'_> {
     async fn run_step(&self, ctx: &mut StepContext) -> StepOutcome {
         let agent = self.agent;
         let mut outcome = StepOutcome::default();
+        // Replies that arrived since the last request go in before it.
+        if let Some(inbox) = &agent.inbox {
+            let arrived = inbox.take();
+            if !arrived.is_empty() {
+                ctx.conversation.append_new(arrived);
+            }
+        }
         // What the layers changed is made valid and durable before the model sees it.
         if let Err(error) = commit(&mut ctx.conversation, self.store).await {
             outcome.failure = Some(StepFailure::Commit(error.to_string()));

@@ -181,13 +181,20 @@ pub struct AgentSpawnRequest {
 /// user. Each method returns the JSON output of the corresponding export.
 pub trait AgentToolRuntime: Send + Sync + fmt::Debug {
     /// Sends a request and (unless asynchronous) waits for the reply.
-    fn request(&self, request: AgentMessageRequest) -> BoxFuture<'_, Result<JsonValue, ToolFailure>>;
+    /// `ctx` is the calling tool's context (agent, instance, turn, trace).
+    fn request<'a>(
+        &'a self,
+        ctx: &'a ToolContext,
+        request: AgentMessageRequest,
+    ) -> BoxFuture<'a, Result<JsonValue, ToolFailure>>;
     /// Sends a fire-and-forget event.
-    fn send(&self, request: AgentMessageRequest) -> BoxFuture<'_, Result<JsonValue, ToolFailure>>;
+    fn send<'a>(&'a self, ctx: &'a ToolContext, request: AgentMessageRequest)
+    -> BoxFuture<'a, Result<JsonValue, ToolFailure>>;
     /// Spawns or prepares an instance.
-    fn spawn(&self, request: AgentSpawnRequest) -> BoxFuture<'_, Result<JsonValue, ToolFailure>>;
+    fn spawn<'a>(&'a self, ctx: &'a ToolContext, request: AgentSpawnRequest)
+    -> BoxFuture<'a, Result<JsonValue, ToolFailure>>;
     /// Lists spawned instances.
-    fn list(&self, include_all: bool) -> BoxFuture<'_, Result<JsonValue, ToolFailure>>;
+    fn list<'a>(&'a self, ctx: &'a ToolContext, include_all: bool) -> BoxFuture<'a, Result<JsonValue, ToolFailure>>;
     /// Describes the swarm's agents.
-    fn catalog(&self) -> BoxFuture<'_, Result<JsonValue, ToolFailure>>;
+    fn catalog<'a>(&'a self, ctx: &'a ToolContext) -> BoxFuture<'a, Result<JsonValue, ToolFailure>>;
 }

@@ -1,0 +1,23 @@
+//! The error codes of inter-agent calls (the original's names where it has one).
+
+/// The target is not an agent of the swarm.
+pub const AGENT_NOT_FOUND: &str = "AGENT_NOT_FOUND";
+/// The reply did not come within `timeoutMs`.
+pub const AGENT_REQUEST_TIMEOUT: &str = "AGENT_REQUEST_TIMEOUT";
+/// A synchronous request to an instance that is (transitively) waiting for the caller.
+pub const CIRCULAR_CALL_DETECTED: &str = "CIRCULAR_CALL_DETECTED";
+/// Too many agent-to-agent hops in one chain.
+pub const AGENT_HOP_LIMIT: &str = "AGENT_HOP_LIMIT_EXCEEDED";
+/// The target's process ended before it answered.
+pub const AGENT_CRASHED: &str = "AGENT_CRASHED";
+/// The target cannot be started now (its start failed, or it crashed
+/// repeatedly and is backing off).
+pub const AGENT_UNAVAILABLE: &str = "AGENT_UNAVAILABLE";
+/// A message could not be delivered.
+pub const IPC_DELIVERY_FAILED: &str = "IPC_DELIVERY_FAILED";
+/// The target's turn ended without an answer (the model or a layer failed).
+pub const AGENT_TURN_FAILED: &str = "AGENT_TURN_FAILED";
+/// The request was cancelled (the caller's turn was, or the swarm is stopping).
+pub const AGENT_REQUEST_CANCELLED: &str = "AGENT_REQUEST_CANCELLED";
+/// An argument of a call to the orchestrator was refused.
+pub const AGENT_INVALID_REQUEST: &str = "AGENT_INVALID_REQUEST";

@@ -1,0 +1,97 @@
+//! The swarm an orchestrator runs.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use goondan_config::Bundle;
+use goondan_ipc::SwarmInfo;
+
+/// The default hop limit: a chain of requests longer than this is refused.
+pub const DEFAULT_HOP_LIMIT: u32 = 8;
+
+/// Everything the orchestrator needs to start and route agent processes.
+#[derive(Clone)]
+pub struct SwarmPlan {
+    /// The swarm: its name, entry agent and agents.
+    pub swarm: SwarmInfo,
+    /// The bundle, absolute (each agent process loads it).
+    pub config: PathBuf,
+    /// The state root, absolute.
+    pub state_root: PathBuf,
+    /// The working directory of instances started without a `cwd`, absolute.
+    pub workdir: PathBuf,
+    /// Secrets and `--env-file` entries, handed to agent processes over the channel.
+    pub env: BTreeMap<String, String>,
+    /// The deadline of one tool call.
+    pub tool_timeout_ms: Option<u64>,
+    /// The most agent-to-agent hops in one chain.
+    pub hop_limit: u32,
+    /// How long an agent process may take from its start to `ready`.
+    pub start_timeout: Duration,
+    /// How long agent processes get to stop after `shutdown` before they are killed.
+    pub shutdown_grace: Duration,
+}
+
+impl std::fmt::Debug for SwarmPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SwarmPlan")
+            .field("swarm", &self.swarm)
+            .field("config", &self.config)
+            .field("state_root", &self.state_root)
+            .field("workdir", &self.workdir)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SwarmPlan {
+    /// A plan with the defaults (hop limit 8, 60 s to start, 5 s to stop).
+    pub fn new(swarm: SwarmInfo, config: PathBuf, state_root: PathBuf, workdir: PathBuf) -> Self {
+        Self {
+            swarm,
+            config,
+            state_root,
+            workdir,
+            env: BTreeMap::new(),
+            tool_timeout_ms: None,
+            hop_limit: DEFAULT_HOP_LIMIT,
+            start_timeout: Duration::from_secs(60),
+            shutdown_grace: Duration::from_secs(5),
+        }
+    }
+
+    /// Whether `agent` belongs to the swarm.
+    pub fn has_agent(&self, agent: &str) -> bool {
+        self.swarm.agents.iter().any(|name| name == agent)
+    }
+}
+
+/// The swarm that `entry_agent` runs in: the Swarm resource that lists it
+/// (its name and agents), or a swarm of that agent alone when none does.
+pub fn swarm_of(bundle: &Bundle, entry_agent: &str) -> SwarmInfo {
+    let swarm = bundle
+        .swarms()
+        .find(|s| s.spec.entry_agent.name == entry_agent)
+        .or_else(|| bundle.swarms().find(|s| s.spec.agents.iter().any(|a| a.name == entry_agent)));
+    match swarm {
+        Some(swarm) => {
+            let mut agents: Vec<String> = swarm
+                .spec
+                .agents
+                .iter()
+                .filter(|a| a.kind == "Agent")
+                .map(|a| a.name.clone())
+                .chain(std::iter::once(entry_agent.to_owned()))
+                .collect();
+            agents.sort();
+            agents.dedup();
+            SwarmInfo { name: swarm.name().to_owned(), entry_agent: entry_agent.to_owned(), agents }
+        }
+        None => SwarmInfo {
+            name: entry_agent.to_owned(),
+            entry_agent: entry_agent.to_owned(),
+            agents: vec![entry_agent.to_owned()],
+        },
+    }
+}
