@@ -52,6 +52,16 @@ pub enum Command {
     /// Inspect and call tools.
     #[command(subcommand)]
     Tool(ToolCommand),
+    /// An agent process of a running swarm (started by `gdn run`, not by hand).
+    #[command(name = "__agent", hide = true)]
+    Agent(AgentProcessArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct AgentProcessArgs {
+    /// The instance it runs (`agent@key`), shown by `ps`; the orchestrator's
+    /// `init` message is what counts.
+    pub instance: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use clap::Parser;
 
+mod agent_process;
 mod cli;
 mod commands;
 mod dotenv;
@@ -25,6 +26,8 @@ pub struct Session {
     pub tool_processes: Arc<goondan_base::tool_processes::ToolProcesses>,
     /// SIGTERM / SIGHUP handling.
     pub shutdown: Arc<shutdown::Shutdown>,
+    /// The secrets taken out of the environment (handed to agent processes over their channel).
+    pub secrets: Arc<secrets::Secrets>,
 }
 
 /// Exit codes: 0 success, 1 a failed result (invalid bundle, error
@@ -37,9 +40,18 @@ pub mod exit {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let agent_process = matches!(cli.command, Command::Agent(_));
+    // An agent process ends with its orchestrator (asked before any thread exists).
+    if agent_process && !goondan_orchestrator::agent_process::guard_parent() {
+        return ExitCode::from(exit::FAILED);
+    }
     // Before any thread exists: the secrets leave the process environment
     // (this may re-execute the binary) and live only in `env` from here on.
-    let secrets = match secrets::isolate(&cli.global.config) {
+    // An agent process's environment has none: the orchestrator took them
+    // out, and hands them over the channel.
+    let isolated =
+        if agent_process { Ok(secrets::Secrets::default()) } else { secrets::isolate(&cli.global.config) };
+    let secrets = match isolated {
         Ok(secrets) => Arc::new(secrets),
         Err(message) => {
             let _ = output::error_line(&mut output::Output::new(cli.global.no_color).stderr, message);
@@ -47,14 +59,16 @@ fn main() -> ExitCode {
         }
     };
     let kept_away = secrets.len();
+    let env_secrets = Arc::clone(&secrets);
     let env: goondan_runtime::agent::EnvLookup =
-        Arc::new(move |name: &str| std::env::var(name).ok().or_else(|| secrets.get(name).map(str::to_owned)));
+        Arc::new(move |name: &str| std::env::var(name).ok().or_else(|| env_secrets.get(name).map(str::to_owned)));
     // Still before any thread: orphans of tool processes come to us, and
     // TERM/HUP are received by a thread of their own.
     goondan_base::tool_processes::become_subreaper();
     let tool_processes = Arc::new(goondan_base::tool_processes::ToolProcesses::default());
     let shutdown = shutdown::Shutdown::install(Arc::clone(&tool_processes));
-    let session = Session { env, tool_processes: Arc::clone(&tool_processes), shutdown: Arc::clone(&shutdown) };
+    let session =
+        Session { env, tool_processes: Arc::clone(&tool_processes), shutdown: Arc::clone(&shutdown), secrets };
     init_logging(&cli.global);
     if kept_away > 0 {
         tracing::debug!("{kept_away} secret variable(s) kept out of the environment of tool processes");
@@ -78,6 +92,7 @@ fn main() -> ExitCode {
         Command::Tool(ToolCommand::Call(args)) => {
             runtime.block_on(commands::tool_call(&cli.global, args, &session, &mut out))
         }
+        Command::Agent(_) => runtime.block_on(agent_process::run(&cli.global, &session)),
     };
     // Background jobs of tool calls end with us.
     drop(runtime);

@@ -34,11 +34,6 @@ pub fn error_line(out: &mut impl Write, message: impl Display) -> io::Result<()>
     writeln!(out, "{ERROR}error:{ERROR:#} {message}")
 }
 
-/// Writes `warning: MESSAGE` (the label in yellow on a terminal).
-pub fn warning_line(out: &mut impl Write, message: impl Display) -> io::Result<()> {
-    writeln!(out, "{WARNING}warning:{WARNING:#} {message}")
-}
-
 /// Writes a note in the warning color, without a label.
 pub fn note_line(out: &mut impl Write, message: impl Display) -> io::Result<()> {
     writeln!(out, "{WARNING}{message}{WARNING:#}")

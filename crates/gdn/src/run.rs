@@ -1,20 +1,18 @@
 //! `gdn run`: one turn (`--input`), or an interactive session, of an agent
 //! whose conversation lives in the state root; and `gdn instance`.
 
-use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result, anyhow};
-use goondan_config::{load_bundle, resolve_bundle_file};
-use goondan_core::{ToolCall, ToolResult, ToolStatus};
-use goondan_runtime::agent::{AgentOptions, EnvLookup, build_agent, identity};
-use goondan_runtime::conversation::{Conversation, InstanceLog};
-use goondan_runtime::store::{InstanceStore, StateRoot, delete_instance, list_instances};
-use goondan_runtime::turn::{Agent, TurnObserver};
-use goondan_runtime::{TurnEnd, TurnOutcome};
-use goondan_tools::{EventSink, FanoutEventSink, JsonLinesEventSink, TracingEventSink};
+use goondan_config::load_bundle;
+use goondan_ipc::{AgentInstance, DelegateResultPayload, ErrorInfo, ObservePayload};
+use goondan_orchestrator::plan::swarm_of;
+use goondan_orchestrator::{AgentLauncher, Orchestrator, SwarmObserver, SwarmPlan};
+use goondan_runtime::agent::{AgentOptions, identity};
+use goondan_runtime::store::{StateRoot, delete_instance, list_instances};
+use goondan_tools::TracingEventSink;
 use tokio::sync::watch;
 
 use crate::cli::{GlobalOptions, InstanceCommand, RunArgs};
@@ -28,76 +26,216 @@ pub(crate) fn state_root(global: &GlobalOptions) -> Result<StateRoot> {
         .map_err(|e| anyhow!("{e}"))
 }
 
-/// `env` (the process environment and its secrets), then the `--env-file`.
-fn env_lookup(env: &EnvLookup, env_file: Option<&Path>) -> Result<EnvLookup, String> {
-    let Some(path) = env_file else { return Ok(Arc::clone(env)) };
-    let file: BTreeMap<String, String> = crate::dotenv::load(path)?;
-    let env = Arc::clone(env);
-    Ok(Arc::new(move |name: &str| env(name).or_else(|| file.get(name).cloned())))
-}
-
 fn usage_error(out: &mut Output, message: &str) -> Result<u8> {
     output::error_line(&mut out.stderr, message)?;
     Ok(exit::USAGE)
 }
 
-/// Prints the turn as it happens (the runtime saves it).
+/// Prints the swarm's turns as they happen (the agent processes save them):
+/// the entry agent's streamed text, and a compact line per tool call and per
+/// turn of another agent, naming the agent that acts.
 struct Console {
     json: bool,
+    color: bool,
+    entry: AgentInstance,
+    /// More than one agent: tool lines name the acting agent.
+    swarm: bool,
     /// Text was streamed in this turn.
     streamed: Mutex<bool>,
     /// Tool lines were printed since the last text: the next text starts a new paragraph.
     after_tools: Mutex<bool>,
-    color: bool,
+    /// What each agent did, for `--json`.
+    activity: Mutex<Vec<serde_json::Value>>,
 }
 
-impl TurnObserver for Console {
-    fn text_delta(&self, text: &str) {
-        if self.json {
-            return;
-        }
-        let mut stdout = anstream::stdout();
-        let paragraph = self.after_tools.lock().map(|mut after| std::mem::take(&mut *after)).unwrap_or(false);
-        let streamed = self.streamed.lock().map(|s| *s).unwrap_or(false);
-        if paragraph && streamed {
-            let _ = writeln!(stdout);
-        }
-        let _ = write!(stdout, "{text}");
-        let _ = stdout.flush();
+impl Console {
+    fn stderr(&self) -> anstream::AutoStream<std::io::Stderr> {
+        if self.color { anstream::stderr() } else { anstream::AutoStream::never(std::io::stderr()) }
+    }
+
+    fn begin_turn(&self) {
         if let Ok(mut streamed) = self.streamed.lock() {
-            *streamed = true;
+            *streamed = false;
+        }
+        if let Ok(mut after) = self.after_tools.lock() {
+            *after = false;
+        }
+        if let Ok(mut activity) = self.activity.lock() {
+            activity.clear();
         }
     }
 
-    fn tool_call_finished(&self, call: &ToolCall, result: &ToolResult) {
-        let (style, status) = match result.status {
-            ToolStatus::Ok => (output::OK, "ok".to_owned()),
-            ToolStatus::Pending => (output::WARNING, "pending".to_owned()),
-            ToolStatus::Error => (output::ERROR, result.error_code().unwrap_or("error").to_owned()),
-        };
-        let mut stderr = if self.color { anstream::stderr() } else { anstream::AutoStream::never(std::io::stderr()) };
-        let streamed = self.streamed.lock().map(|s| *s).unwrap_or(false);
+    fn streamed(&self) -> bool {
+        self.streamed.lock().map(|s| *s).unwrap_or(false)
+    }
+
+    /// A line on stderr between streamed text: the text's line is ended first.
+    fn side_line(&self, line: std::fmt::Arguments<'_>) {
+        if self.json {
+            return;
+        }
         let after = self.after_tools.lock().map(|a| *a).unwrap_or(false);
-        if streamed && !after && !self.json {
-            // End the streamed line before the tool lines.
+        if self.streamed() && !after {
             let mut stdout = anstream::stdout();
             let _ = writeln!(stdout);
             let _ = stdout.flush();
         }
-        let _ = writeln!(
-            stderr,
-            "{}  ⚙ {} → {style}{status}{style:#}{}",
-            output::DIM,
-            call.name,
-            output::DIM.render_reset()
-        );
+        let _ = writeln!(self.stderr(), "{line}");
         if let Ok(mut after) = self.after_tools.lock() {
             *after = true;
         }
     }
+
+    fn who(&self, instance: &AgentInstance) -> String {
+        if instance.instance_key == self.entry.instance_key { instance.agent.clone() } else { instance.to_string() }
+    }
 }
 
-/// `gdn run`.
+impl SwarmObserver for Console {
+    fn observe(&self, instance: &AgentInstance, event: &ObservePayload) {
+        let entry = *instance == self.entry;
+        match event {
+            ObservePayload::TextDelta { text } if entry && !self.json => {
+                let mut stdout = anstream::stdout();
+                let paragraph = self.after_tools.lock().map(|mut after| std::mem::take(&mut *after)).unwrap_or(false);
+                if paragraph && self.streamed() {
+                    let _ = writeln!(stdout);
+                }
+                let _ = write!(stdout, "{text}");
+                let _ = stdout.flush();
+                if let Ok(mut streamed) = self.streamed.lock() {
+                    *streamed = true;
+                }
+            }
+            ObservePayload::TextDelta { .. } => {}
+            ObservePayload::ToolFinished { name, status, error_code } => {
+                let style = match status.as_str() {
+                    "ok" => output::OK,
+                    "pending" => output::WARNING,
+                    _ => output::ERROR,
+                };
+                let status = if status == "error" { error_code.as_deref().unwrap_or("error") } else { status };
+                let agent = if self.swarm { format!("{} › ", self.who(instance)) } else { String::new() };
+                self.side_line(format_args!(
+                    "{}  ⚙ {agent}{name} → {style}{status}{style:#}{}",
+                    output::DIM,
+                    output::DIM.render_reset()
+                ));
+            }
+            ObservePayload::TurnStarted { source } => {
+                if !entry {
+                    let from = match &source.instance_key {
+                        Some(key) if *key != self.entry.instance_key => format!("{}@{key}", source.name),
+                        _ => source.name.clone(),
+                    };
+                    self.side_line(format_args!(
+                        "{}  ↳ {} ← {from}{}",
+                        output::DIM,
+                        self.who(instance),
+                        output::DIM.render_reset()
+                    ));
+                }
+            }
+            ObservePayload::TurnEnded { summary } => {
+                if let Ok(mut activity) = self.activity.lock() {
+                    activity.push(serde_json::json!({
+                        "agent": instance.agent,
+                        "instanceKey": instance.instance_key,
+                        "steps": summary.steps,
+                        "end": summary.end,
+                    }));
+                }
+                if !entry {
+                    let how = match &summary.note {
+                        Some(note) if summary.end != "answered" => format!("{}: {note}", summary.end),
+                        _ => format!("answered in {} step{}", summary.steps, if summary.steps == 1 { "" } else { "s" }),
+                    };
+                    self.side_line(format_args!(
+                        "{}  ↲ {} {how}{}",
+                        output::DIM,
+                        self.who(instance),
+                        output::DIM.render_reset()
+                    ));
+                }
+            }
+        }
+    }
+
+    fn exited(&self, instance: &AgentInstance, pid: u32, status: &str, crashed: bool) {
+        // What its tools left running ends with it.
+        let killed = goondan_base::tool_processes::kill_left_by(pid);
+        if killed > 0 {
+            tracing::debug!("ended {killed} process(es) that tools of {instance} (pid {pid}) left running");
+        }
+        if crashed {
+            self.side_line(format_args!(
+                "{}  ✗ {} (pid {pid}) crashed: {status}{}",
+                output::ERROR,
+                self.who(instance),
+                output::ERROR.render_reset()
+            ));
+        }
+    }
+}
+
+/// How the entry agent's turn went, as the terminal reports it.
+struct Reported {
+    text: String,
+    end: String,
+    note: Option<String>,
+    steps: u32,
+    usage: serde_json::Value,
+    restart_requested: bool,
+    /// The agent process could not start: (code, message).
+    start_error: Option<(String, String)>,
+}
+
+impl Reported {
+    fn of(answer: DelegateResultPayload) -> Self {
+        match answer.turn {
+            Some(turn) => Self {
+                text: answer.response.unwrap_or_default(),
+                end: turn.end,
+                note: turn.note,
+                steps: turn.steps,
+                usage: turn.usage,
+                restart_requested: turn.restart_requested,
+                start_error: None,
+            },
+            None => {
+                let error = answer.error.unwrap_or_else(|| ErrorInfo::new("AGENT_UNAVAILABLE", "no answer"));
+                Self {
+                    text: String::new(),
+                    end: "failed".to_owned(),
+                    note: Some(error.message.clone()),
+                    steps: 0,
+                    usage: serde_json::Value::Null,
+                    restart_requested: false,
+                    start_error: Some((error.code, error.message)),
+                }
+            }
+        }
+    }
+
+    fn code(&self) -> u8 {
+        if let Some((code, _)) = &self.start_error {
+            return match code.as_str() {
+                crate::agent_process::ready_codes::BUILD_FAILED | crate::agent_process::ready_codes::INSTANCE_BUSY => {
+                    exit::USAGE
+                }
+                _ => exit::FAILED,
+            };
+        }
+        match self.end.as_str() {
+            "answered" | "stepLimit" => exit::OK,
+            "cancelled" => 130,
+            _ => exit::FAILED,
+        }
+    }
+}
+
+/// `gdn run`: the orchestrator of the bundle's swarm. The entry agent and
+/// every other agent instance run in processes of their own.
 pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Session, out: &mut Output) -> Result<u8> {
     let report = load_bundle(&global.config);
     if report.has_errors() {
@@ -105,8 +243,8 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
         return Ok(exit::USAGE);
     }
     let Some(bundle) = report.bundle else { return Ok(exit::USAGE) };
-    let env = match env_lookup(&session.env, args.env_file.as_deref()) {
-        Ok(env) => env,
+    let env_file = match args.env_file.as_deref().map(crate::dotenv::load).transpose() {
+        Ok(entries) => entries.unwrap_or_default(),
         Err(message) => return usage_error(out, &message),
     };
     if let Some(dir) = args.workdir.as_ref().filter(|dir| !dir.is_dir()) {
@@ -116,58 +254,40 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
     let mut options = AgentOptions::new(Arc::new(TracingEventSink));
     options.agent.clone_from(&args.agent);
     options.instance_key.clone_from(&args.instance_key);
-    options.workdir.clone_from(&args.workdir);
-    options.env = env;
-    // A deadline per call by default; 0 turns it off.
-    options.call_timeout = match args.tool_timeout_ms.unwrap_or(DEFAULT_TOOL_TIMEOUT_MS) {
-        0 => None,
-        ms => Some(std::time::Duration::from_millis(ms)),
-    };
-    crate::wiring::install(&mut options, &session.tool_processes);
     let (agent_name, instance_key) = match identity(&bundle, &options) {
         Ok(identity) => identity,
         Err(error) => return usage_error(out, &error.to_string()),
     };
-    let bundle_file = std::fs::canonicalize(resolve_bundle_file(&global.config))
-        .unwrap_or_else(|_| resolve_bundle_file(&global.config));
-    let store = InstanceStore::open(&root, &instance_key, &agent_name, &bundle_file)
-        .with_context(|| format!("opening instance '{instance_key}' in {}", root.path().display()))?;
-    // One process per instance: a second `gdn run` on it is refused, not interleaved.
-    let _held = match store.lock() {
-        Ok(lock) => lock,
-        Err(error) => return usage_error(out, &error.to_string()),
+    let absolute = |path: &Path| std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let config = absolute(&global.config);
+    let workdir = absolute(args.workdir.as_deref().unwrap_or(bundle.root()));
+    let state_root = {
+        std::fs::create_dir_all(root.path()).with_context(|| format!("creating {}", root.path().display()))?;
+        absolute(root.path())
     };
-    let loaded = store.load().with_context(|| format!("reading the conversation of '{instance_key}'"))?;
-    if loaded.skipped_torn_tail || loaded.skipped_corrupt_lines > 0 {
-        tracing::warn!(
-            "instance '{instance_key}': skipped {} unreadable line(s) of its conversation log",
-            loaded.skipped_corrupt_lines + usize::from(loaded.skipped_torn_tail)
-        );
-    }
-    let event_log = Arc::new(
-        JsonLinesEventSink::new(store.event_writer().with_context(|| "opening the event log")?)
-            .with_context(|| "starting the event writer")?,
-    );
-    options.events =
-        Arc::new(FanoutEventSink::new(vec![Arc::clone(&event_log) as Arc<dyn EventSink>, Arc::new(TracingEventSink)]));
-    options.extension_state = Some(store.dir().join(goondan_runtime::ExtensionStateStore::DIR_NAME));
-    let mut agent = match build_agent(&bundle, &options).await {
-        Ok(agent) => agent,
-        // The bundle is fine; its extension failed when it ran.
-        Err(error @ goondan_runtime::AgentBuildError::Extension { .. }) => {
-            output::error_line(&mut out.stderr, error)?;
-            return Ok(exit::FAILED);
-        }
-        Err(error) => return usage_error(out, &error.to_string()),
-    };
-
-    let console = Console {
+    let mut plan = SwarmPlan::new(swarm_of(&bundle, &agent_name), config, state_root, workdir);
+    // The secrets (the process environment wins over the file, as before).
+    plan.env = env_file;
+    plan.env.extend(session.secrets.to_map());
+    // A deadline per call by default; 0 turns it off.
+    plan.tool_timeout_ms = Some(args.tool_timeout_ms.unwrap_or(DEFAULT_TOOL_TIMEOUT_MS));
+    let program = std::env::current_exe().context("finding the gdn binary to start agent processes")?;
+    let entry = AgentInstance::new(agent_name, instance_key);
+    let console = Arc::new(Console {
         json: global.json,
+        color: !global.no_color,
+        entry: entry.clone(),
+        swarm: plan.swarm.agents.len() > 1,
         streamed: Mutex::new(false),
         after_tools: Mutex::new(false),
-        color: !global.no_color,
-    };
-    let mut conversation = Conversation::new(loaded.state, Arc::new(InstanceLog::new(store, loaded.events_on_disk)));
+        activity: Mutex::new(Vec::new()),
+    });
+    let orchestrator = Orchestrator::start(
+        plan,
+        AgentLauncher::new(program, ["__agent"]),
+        Arc::clone(&console) as Arc<dyn SwarmObserver>,
+    )
+    .context("starting the orchestrator")?;
 
     let single_input = match (&args.input, &args.input_file) {
         (Some(text), _) => Some(text.clone()),
@@ -183,153 +303,114 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
         (None, None) => None,
     };
 
+    let chat = Chat { global, console: &console, root: &root, shutdown: &session.shutdown, orchestrator: &orchestrator };
     let code = match single_input {
         Some(input) => {
-            let outcome = one_turn(&agent, &console, &mut conversation, input, &session.shutdown).await;
-            report_outcome(global, &console, &outcome, out)?;
-            if outcome.restart_requested {
-                reload(global, &options, &mut agent, out).await?;
-            }
-            session.shutdown.requested().unwrap_or_else(|| outcome_code(&outcome.end))
+            let reported = one_turn(&chat, input).await;
+            report_outcome(&chat, &reported, out)?;
+            session.shutdown.requested().unwrap_or_else(|| reported.code())
         }
-        None => {
-            let chat = Chat { global, options: &options, console: &console, root: &root, shutdown: &session.shutdown };
-            interactive(&chat, &mut agent, &mut conversation, out).await?
-        }
+        None => interactive(&chat, out).await?,
     };
-    event_log.flush_and_wait();
+    orchestrator.shutdown("the run ended").await;
     Ok(code)
 }
 
 /// The default deadline of one tool call in `gdn run` (`--tool-timeout-ms`).
 pub const DEFAULT_TOOL_TIMEOUT_MS: u64 = 600_000;
 
-/// Runs one turn, cancelling it on Ctrl-C (and on SIGTERM or SIGHUP, after
-/// which the run ends).
-async fn one_turn(
-    agent: &Agent,
-    console: &Console,
-    conversation: &mut Conversation,
-    input: String,
-    shutdown: &crate::shutdown::Shutdown,
-) -> TurnOutcome {
+/// Runs one turn of the entry agent, cancelling it on Ctrl-C (and on
+/// SIGTERM or SIGHUP, after which the run ends).
+async fn one_turn(chat: &Chat<'_>, input: String) -> Reported {
     let (cancel, cancelled) = watch::channel(false);
-    shutdown.turn_started(cancel.clone());
+    chat.shutdown.turn_started(cancel.clone());
     let interrupt = tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
             let _ = cancel.send(true);
         }
     });
-    if let Ok(mut streamed) = console.streamed.lock() {
-        *streamed = false;
-    }
-    if let Ok(mut after) = console.after_tools.lock() {
-        *after = false;
-    }
-    let outcome = agent.run_turn(conversation, input, console, cancelled).await;
+    chat.console.begin_turn();
+    let answer = chat.orchestrator.ask(&chat.console.entry, input, cancelled).await;
     interrupt.abort();
-    shutdown.turn_ended();
-    outcome
+    chat.shutdown.turn_ended();
+    Reported::of(answer)
 }
 
-fn outcome_code(end: &TurnEnd) -> u8 {
-    match end {
-        TurnEnd::Answered => exit::OK,
-        TurnEnd::Cancelled => 130,
-        TurnEnd::StepLimit { .. } => exit::OK,
-        TurnEnd::MalformedReplies { .. }
-        | TurnEnd::ModelFailed { .. }
-        | TurnEnd::CommitFailed { .. }
-        | TurnEnd::LayerFailed(_) => exit::FAILED,
-    }
-}
-
-fn report_outcome(global: &GlobalOptions, console: &Console, outcome: &TurnOutcome, out: &mut Output) -> Result<()> {
-    if global.json {
-        let body = serde_json::json!({
+fn report_outcome(chat: &Chat<'_>, outcome: &Reported, out: &mut Output) -> Result<()> {
+    let console = chat.console;
+    if chat.global.json {
+        let activity = console.activity.lock().map(|a| a.clone()).unwrap_or_default();
+        let mut body = serde_json::json!({
+            "agent": console.entry.agent,
+            "instanceKey": console.entry.instance_key,
             "text": outcome.text,
             "steps": outcome.steps,
-            "end": outcome.end.as_str(),
-            "note": outcome.end.note(),
+            "end": outcome.end,
+            "note": outcome.note,
             "usage": outcome.usage,
             "restartRequested": outcome.restart_requested,
+            "agents": activity,
         });
+        if let Some((code, message)) = &outcome.start_error {
+            body["error"] = serde_json::json!({"code": code, "message": message});
+        }
         writeln!(out.stdout, "{body}")?;
         return Ok(());
     }
-    let streamed = console.streamed.lock().map(|s| *s).unwrap_or(false);
-    match &outcome.end {
-        TurnEnd::Answered if streamed => writeln!(out.stdout)?,
-        TurnEnd::Answered => writeln!(out.stdout, "{}", outcome.text)?,
-        TurnEnd::StepLimit { .. } | TurnEnd::MalformedReplies { .. } => {
+    if let Some((_, message)) = &outcome.start_error {
+        output::error_line(&mut out.stderr, message)?;
+        return Ok(());
+    }
+    let streamed = console.streamed();
+    match outcome.end.as_str() {
+        "answered" if streamed => writeln!(out.stdout)?,
+        "answered" => writeln!(out.stdout, "{}", outcome.text)?,
+        "stepLimit" | "malformedReplies" => {
             if streamed {
                 writeln!(out.stdout)?;
             } else if !outcome.text.is_empty() {
                 writeln!(out.stdout, "{}", outcome.text)?;
             }
-            if let Some(note) = outcome.end.note() {
+            if let Some(note) = &outcome.note {
                 output::note_line(&mut out.stderr, format_args!("[{note}]"))?;
             }
         }
-        TurnEnd::Cancelled => {
+        "cancelled" => {
             writeln!(out.stderr)?;
             output::note_line(&mut out.stderr, "cancelled")?;
         }
-        TurnEnd::ModelFailed { .. } | TurnEnd::CommitFailed { .. } | TurnEnd::LayerFailed(_) => {
-            if let Some(note) = outcome.end.note() {
+        _ => {
+            if let Some(note) = &outcome.note {
                 output::error_line(&mut out.stderr, note)?;
             }
         }
     }
-    Ok(())
-}
-
-/// Reloads the bundle and rebuilds the agent after a self-restart request.
-async fn reload(global: &GlobalOptions, options: &AgentOptions, agent: &mut Agent, out: &mut Output) -> Result<()> {
-    let report = load_bundle(&global.config);
-    let rebuilt = match report.valid_bundle() {
-        Some(bundle) => build_agent(bundle, options).await.map_err(|e| e.to_string()),
-        None => Err("the bundle has errors".to_owned()),
-    };
-    match rebuilt {
-        Ok(new_agent) => {
-            *agent = new_agent;
-            writeln!(out.stderr, "{}↻ restarted: the bundle was reloaded{}", output::DIM, output::DIM.render_reset())?;
-        }
-        Err(error) => output::warning_line(
-            &mut out.stderr,
-            format_args!("restart requested, but the bundle could not be reloaded: {error}; keeping the running agent"),
-        )?,
+    if outcome.restart_requested {
+        writeln!(out.stderr, "{}↻ restarted: the bundle was reloaded{}", output::DIM, output::DIM.render_reset())?;
     }
     Ok(())
 }
 
-/// What an interactive session keeps besides the agent and conversation.
+/// What a run keeps besides its output.
 struct Chat<'a> {
     global: &'a GlobalOptions,
-    options: &'a AgentOptions,
     console: &'a Console,
     root: &'a StateRoot,
     shutdown: &'a crate::shutdown::Shutdown,
+    orchestrator: &'a Orchestrator,
 }
 
 /// The interactive session: line editing and history, answers streamed.
-async fn interactive(
-    chat: &Chat<'_>,
-    agent: &mut Agent,
-    conversation: &mut Conversation,
-    out: &mut Output,
-) -> Result<u8> {
-    let Chat { global, options, console, root, shutdown } = *chat;
+async fn interactive(chat: &Chat<'_>, out: &mut Output) -> Result<u8> {
     let mut editor = rustyline::DefaultEditor::new().context("starting the line editor")?;
-    let history_file = root.path().join("repl_history");
+    let history_file = chat.root.path().join("repl_history");
     let _ = editor.load_history(&history_file);
     writeln!(
         out.stderr,
         "{}agent '{}' (instance '{}') — Ctrl-D to quit, Ctrl-C cancels a turn{}",
         output::DIM,
-        agent.tooling.agent_name,
-        agent.tooling.instance_key,
+        chat.console.entry.agent,
+        chat.console.entry.instance_key,
         output::DIM.render_reset()
     )?;
     loop {
@@ -347,14 +428,15 @@ async fn interactive(
             break;
         }
         let _ = editor.add_history_entry(input);
-        let outcome = one_turn(agent, console, conversation, input.to_owned(), shutdown).await;
-        report_outcome(global, console, &outcome, out)?;
-        if let Some(code) = shutdown.requested() {
+        let reported = one_turn(chat, input.to_owned()).await;
+        report_outcome(chat, &reported, out)?;
+        if let Some(code) = chat.shutdown.requested() {
             let _ = editor.save_history(&history_file);
             return Ok(code);
         }
-        if outcome.restart_requested {
-            reload(global, options, agent, out).await?;
+        if reported.start_error.is_some() {
+            let _ = editor.save_history(&history_file);
+            return Ok(reported.code());
         }
     }
     if let Some(parent) = history_file.parent() {

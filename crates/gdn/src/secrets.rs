@@ -54,6 +54,11 @@ impl Secrets {
         self.values.get(name).map(String::as_str)
     }
 
+    /// Every secret, by name (handed to agent processes over their channel).
+    pub fn to_map(&self) -> BTreeMap<String, String> {
+        self.values.clone()
+    }
+
     /// How many there are.
     pub fn len(&self) -> usize {
         self.values.len()

@@ -79,6 +79,13 @@ impl ToolProcesses {
     }
 }
 
+/// Kills (SIGKILL) every process a tool call of the process `owner` started
+/// (their markers begin with its pid): what an agent process that died left
+/// behind. Returns how many were signalled.
+pub fn kill_left_by(owner: u32) -> usize {
+    kill_matching(&[], &[format!("{MARKER_ENV}={owner}-").into_bytes()])
+}
+
 /// Makes this process the reaper of its orphaned descendants (Linux
 /// `PR_SET_CHILD_SUBREAPER`), so that a tool's double-forked processes stay
 /// below it. Best effort: false where the kernel refuses.
@@ -90,6 +97,12 @@ pub fn become_subreaper() -> bool {
 /// until none is left (a process may fork between a scan and its kill).
 fn kill_carrying(markers: &[&str]) -> usize {
     let needles: Vec<Vec<u8>> = markers.iter().map(|m| format!("{MARKER_ENV}={m}").into_bytes()).collect();
+    kill_matching(&needles, &[])
+}
+
+/// SIGKILLs every process with an environment variable equal to one of
+/// `exact` or starting with one of `prefixes`, rescanning until none is left.
+fn kill_matching(exact: &[Vec<u8>], prefixes: &[Vec<u8>]) -> usize {
     let own = std::process::id();
     // Counted once each, though a process is seen again until the kill lands.
     let mut signalled = BTreeSet::new();
@@ -103,7 +116,11 @@ fn kill_carrying(markers: &[&str]) -> usize {
             }
             // Unreadable (another user's, or gone): not ours to kill.
             let Ok(environ) = std::fs::read(entry.path().join("environ")) else { continue };
-            if environ.split(|byte| *byte == 0).any(|var| needles.iter().any(|needle| var == needle.as_slice())) {
+            let matches = |var: &[u8]| {
+                exact.iter().any(|needle| var == needle.as_slice())
+                    || prefixes.iter().any(|prefix| var.starts_with(prefix))
+            };
+            if environ.split(|byte| *byte == 0).any(matches) {
                 if let Ok(raw) = i32::try_from(pid) {
                     let _ = kill(Pid::from_raw(raw), Signal::SIGKILL);
                 }

@@ -17,7 +17,10 @@
 //!
 //! Reply *n* answers step *n* of a turn (counted as the assistant messages
 //! since the last user message), so every turn plays the same script and a
-//! rerun behaves the same. A reply's tool call gives `args` (an object) or
+//! rerun behaves the same. `options.when` (a list of `{inputContains,
+//! replies}`) plays another script when the last user message contains a
+//! text — an agent that answers a request differently from its own input,
+//! or reacts to a reply that arrived in its conversation. A reply's tool call gives `args` (an object) or
 //! `arguments` (raw text, to exercise malformed arguments). The text is
 //! streamed word by word, as an API would stream it.
 
@@ -59,6 +62,16 @@ pub struct ScriptedToolCall {
 #[derive(Debug, Clone)]
 pub struct ScriptedProvider {
     replies: Vec<ScriptedReply>,
+    /// Scripts chosen by the last user message: (text it contains, replies).
+    when: Vec<(String, Vec<ScriptedReply>)>,
+}
+
+/// One entry of `options.when`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ScriptedCase {
+    input_contains: String,
+    replies: Vec<ScriptedReply>,
 }
 
 impl ScriptedProvider {
@@ -86,23 +99,40 @@ impl ScriptedProvider {
         if replies.is_empty() {
             return Err(ModelError::Config("a scripted model needs at least one reply".to_owned()));
         }
-        Ok(Self { replies })
+        let when = match settings.options.get("when") {
+            None => Vec::new(),
+            Some(value) => serde_json::from_value::<Vec<ScriptedCase>>(value.clone())
+                .map_err(|e| ModelError::Config(format!("scripted options.when is not valid: {e}")))?
+                .into_iter()
+                .map(|case| (case.input_contains, case.replies))
+                .collect(),
+        };
+        Ok(Self { replies, when })
     }
 
     /// A provider playing `replies`.
     pub fn from_replies(replies: Vec<ScriptedReply>) -> Self {
-        Self { replies }
+        Self { replies, when: Vec::new() }
     }
 
     fn reply(&self, request: &ModelRequest) -> Result<ModelResponse, ModelError> {
         let last_user = request.messages.iter().rposition(|m| matches!(m, MessageData::User { .. }));
         let after = last_user.map_or(0, |i| i + 1);
         let step = request.messages[after..].iter().filter(|m| matches!(m, MessageData::Assistant { .. })).count();
-        let reply = self.replies.get(step).ok_or_else(|| {
+        let input = match last_user.map(|i| &request.messages[i]) {
+            Some(MessageData::User { content }) => content.as_str(),
+            _ => "",
+        };
+        let replies = self
+            .when
+            .iter()
+            .find(|(needle, _)| input.contains(needle.as_str()))
+            .map_or(&self.replies, |(_, replies)| replies);
+        let reply = replies.get(step).ok_or_else(|| {
             ModelError::Script(format!(
                 "no reply scripted for step {} of this turn (the script has {})",
                 step + 1,
-                self.replies.len()
+                replies.len()
             ))
         })?;
         let tool_calls: Vec<RawToolCall> = reply
