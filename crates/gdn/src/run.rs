@@ -11,7 +11,7 @@ use goondan_config::{load_bundle, resolve_bundle_file};
 use goondan_core::{ToolCall, ToolResult, ToolStatus};
 use goondan_runtime::agent::{AgentOptions, EnvLookup, build_agent, identity};
 use goondan_runtime::conversation::{Conversation, InstanceLog};
-use goondan_runtime::store::{InstanceStore, StateRoot, delete_instance, list_instances};
+use goondan_runtime::store::{InstanceStore, StateRoot, delete_instances, list_instances};
 use goondan_runtime::turn::{Agent, TurnObserver};
 use goondan_runtime::{TurnEnd, TurnOutcome};
 use goondan_tools::{EventSink, FanoutEventSink, JsonLinesEventSink, TracingEventSink};
@@ -388,7 +388,7 @@ pub fn instance(global: &GlobalOptions, command: &InstanceCommand, out: &mut Out
                 "MESSAGES",
                 output::BOLD.render_reset()
             )?;
-            for info in instances {
+            for info in instances.iter().map(|instance| &instance.info) {
                 writeln!(
                     out.stdout,
                     "{:<24}  {:<16}  {:>5}  {:>8}  {}",
@@ -397,12 +397,15 @@ pub fn instance(global: &GlobalOptions, command: &InstanceCommand, out: &mut Out
             }
             Ok(exit::OK)
         }
-        InstanceCommand::Delete { key } => match delete_instance(&root, key) {
-            Ok(true) => {
+        // Every agent's instance of the key.
+        InstanceCommand::Delete { key } => match delete_instances(&root, key, None) {
+            Ok(deleted) if deleted.is_empty() => {
+                usage_error(out, &format!("no instance '{key}' in {}", root.path().display()))
+            }
+            Ok(_) => {
                 writeln!(out.stdout, "{}✓{} deleted instance '{key}'", output::OK, output::OK.render_reset())?;
                 Ok(exit::OK)
             }
-            Ok(false) => usage_error(out, &format!("no instance '{key}' in {}", root.path().display())),
             Err(error) => usage_error(out, &error.to_string()),
         },
     }
