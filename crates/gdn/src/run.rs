@@ -1,5 +1,5 @@
 //! `gdn run`: one turn (`--input`), or an interactive session, of an agent
-//! whose conversation lives in the state root; and `gdn instance`.
+//! whose conversation lives in the state root.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -11,13 +11,13 @@ use goondan_config::{load_bundle, resolve_bundle_file};
 use goondan_core::{ToolCall, ToolResult, ToolStatus};
 use goondan_runtime::agent::{AgentOptions, EnvLookup, build_agent, identity};
 use goondan_runtime::conversation::{Conversation, InstanceLog};
-use goondan_runtime::store::{InstanceStore, StateRoot, delete_instances, list_instances};
+use goondan_runtime::store::{InstanceStore, StateRoot};
 use goondan_runtime::turn::{Agent, TurnObserver};
 use goondan_runtime::{TurnEnd, TurnOutcome};
 use goondan_tools::{EventSink, FanoutEventSink, JsonLinesEventSink, TracingEventSink};
 use tokio::sync::watch;
 
-use crate::cli::{GlobalOptions, InstanceCommand, RunArgs};
+use crate::cli::{GlobalOptions, RunArgs};
 use crate::exit;
 use crate::output::{self, Output};
 
@@ -362,51 +362,4 @@ async fn interactive(
     }
     let _ = editor.save_history(&history_file);
     Ok(exit::OK)
-}
-
-/// `gdn instance list|delete`.
-pub fn instance(global: &GlobalOptions, command: &InstanceCommand, out: &mut Output) -> Result<u8> {
-    let root = state_root(global)?;
-    match command {
-        InstanceCommand::List => {
-            let instances = list_instances(&root).map_err(|e| anyhow!("{e}"))?;
-            if global.json {
-                writeln!(out.stdout, "{}", serde_json::to_string_pretty(&instances)?)?;
-                return Ok(exit::OK);
-            }
-            if instances.is_empty() {
-                writeln!(out.stdout, "no instances in {}", root.path().display())?;
-                return Ok(exit::OK);
-            }
-            writeln!(
-                out.stdout,
-                "{}{:<24}  {:<16}  {:>5}  {:>8}  BUNDLE{}",
-                output::BOLD,
-                "INSTANCE",
-                "AGENT",
-                "TURNS",
-                "MESSAGES",
-                output::BOLD.render_reset()
-            )?;
-            for info in instances.iter().map(|instance| &instance.info) {
-                writeln!(
-                    out.stdout,
-                    "{:<24}  {:<16}  {:>5}  {:>8}  {}",
-                    info.instance_key, info.agent_name, info.turns, info.messages, info.bundle
-                )?;
-            }
-            Ok(exit::OK)
-        }
-        // Every agent's instance of the key.
-        InstanceCommand::Delete { key } => match delete_instances(&root, key, None) {
-            Ok(deleted) if deleted.is_empty() => {
-                usage_error(out, &format!("no instance '{key}' in {}", root.path().display()))
-            }
-            Ok(_) => {
-                writeln!(out.stdout, "{}✓{} deleted instance '{key}'", output::OK, output::OK.render_reset())?;
-                Ok(exit::OK)
-            }
-            Err(error) => usage_error(out, &error.to_string()),
-        },
-    }
 }
