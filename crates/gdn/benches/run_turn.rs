@@ -124,7 +124,14 @@ apiVersion: goondan.ai/v1\nkind: Agent\nmetadata: {{name: runner}}\nspec:\n  mod
         times.sort();
         let median = times[times.len() / 2];
         let p90 = times[(times.len() * 9 / 10).min(times.len() - 1)];
-        let saved = messages_saved(&state.join(format!("instances/bench-{index}-0/messages.jsonl")));
+        // This build keeps `runner@<key>`; a baseline from before agent
+        // instances kept the key alone.
+        let instance = ["runner@", ""]
+            .iter()
+            .map(|prefix| state.join(format!("instances/{prefix}bench-{index}-0")))
+            .find(|dir| dir.is_dir())
+            .unwrap_or_else(|| state.join(format!("instances/runner@bench-{index}-0")));
+        let saved = messages_saved(&instance.join("messages.jsonl"));
         report(label, runs, times[0], median, p90, peak_kib, saved);
     }
 }

@@ -125,12 +125,16 @@ pub struct RunArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum InstanceCommand {
-    /// List instances, most recently used first.
+    /// List agent instances, most recently used first, and whether a process runs them.
     List,
-    /// Delete an instance's conversation and event log.
+    /// Delete the conversations and event logs of an instance key: every
+    /// agent's, or only --agent's. Nothing is deleted while one of them runs.
     Delete {
         /// The instance key.
         key: String,
+        /// Only this agent's instance of the key.
+        #[arg(long, value_name = "NAME")]
+        agent: Option<String>,
     },
 }
 

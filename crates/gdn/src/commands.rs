@@ -9,6 +9,7 @@ use anyhow::Result;
 use goondan_config::{Diagnostic, DiagnosticCode, LoadReport, load_bundle, resolve_bundle_file};
 use goondan_core::{ConversationState, JsonObject, JsonValue, ToolStatus};
 use goondan_runtime::agent::{AgentBuildError, AgentOptions, AgentTooling, assemble_tooling, identity};
+use goondan_runtime::store::resolve_instance_dir;
 use goondan_tools::TracingEventSink;
 
 use crate::cli::{GlobalOptions, ToolCallArgs};
@@ -183,7 +184,7 @@ async fn setup(
     crate::wiring::install(&mut options, &session.tool_processes);
     configure(&mut options);
     // Extensions keep their state in the instance's directory, as `gdn run` does.
-    let (_, instance_key) = match identity(&bundle, &options) {
+    let (agent_name, instance_key) = match identity(&bundle, &options) {
         Ok(identity) => identity,
         Err(error) => {
             output::error_line(&mut out.stderr, error)?;
@@ -191,7 +192,9 @@ async fn setup(
         }
     };
     let root = crate::run::state_root(global)?;
-    match root.instance_dir(&instance_key) {
+    // The instance's own directory, moved from the old layout if it is
+    // still there, so its extensions see the state `gdn run` left them.
+    match resolve_instance_dir(&root, &agent_name, &instance_key) {
         Ok(dir) => options.extension_state = Some(dir.join(goondan_runtime::ExtensionStateStore::DIR_NAME)),
         Err(error) => {
             output::error_line(&mut out.stderr, error)?;

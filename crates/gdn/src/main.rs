@@ -10,6 +10,7 @@ mod cli;
 mod commands;
 mod dotenv;
 mod init;
+mod instance;
 mod output;
 mod run;
 mod secrets;
@@ -83,7 +84,7 @@ fn main() -> ExitCode {
     };
     let result = match &cli.command {
         Command::Run(args) => runtime.block_on(run::run(&cli.global, args, &session, &mut out)),
-        Command::Instance(command) => run::instance(&cli.global, command, &mut out),
+        Command::Instance(command) => instance::instance(&cli.global, command, &mut out),
         Command::Init(args) => init::init(&cli.global, args, &mut out),
         Command::Validate => runtime.block_on(commands::validate(&cli.global, &mut out)),
         Command::Tool(ToolCommand::List { agent }) => {

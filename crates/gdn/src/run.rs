@@ -1,5 +1,5 @@
 //! `gdn run`: one turn (`--input`), or an interactive session, of an agent
-//! whose conversation lives in the state root; and `gdn instance`.
+//! whose conversation lives in the state root.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -11,11 +11,11 @@ use goondan_ipc::{AgentInstance, DelegateResultPayload, ErrorInfo, ObservePayloa
 use goondan_orchestrator::plan::swarm_of;
 use goondan_orchestrator::{AgentLauncher, Orchestrator, SwarmObserver, SwarmPlan};
 use goondan_runtime::agent::{AgentOptions, identity};
-use goondan_runtime::store::{StateRoot, delete_instance, list_instances};
+use goondan_runtime::store::StateRoot;
 use goondan_tools::TracingEventSink;
 use tokio::sync::watch;
 
-use crate::cli::{GlobalOptions, InstanceCommand, RunArgs};
+use crate::cli::{GlobalOptions, RunArgs};
 use crate::exit;
 use crate::output::{self, Output};
 
@@ -444,48 +444,4 @@ async fn interactive(chat: &Chat<'_>, out: &mut Output) -> Result<u8> {
     }
     let _ = editor.save_history(&history_file);
     Ok(exit::OK)
-}
-
-/// `gdn instance list|delete`.
-pub fn instance(global: &GlobalOptions, command: &InstanceCommand, out: &mut Output) -> Result<u8> {
-    let root = state_root(global)?;
-    match command {
-        InstanceCommand::List => {
-            let instances = list_instances(&root).map_err(|e| anyhow!("{e}"))?;
-            if global.json {
-                writeln!(out.stdout, "{}", serde_json::to_string_pretty(&instances)?)?;
-                return Ok(exit::OK);
-            }
-            if instances.is_empty() {
-                writeln!(out.stdout, "no instances in {}", root.path().display())?;
-                return Ok(exit::OK);
-            }
-            writeln!(
-                out.stdout,
-                "{}{:<24}  {:<16}  {:>5}  {:>8}  BUNDLE{}",
-                output::BOLD,
-                "INSTANCE",
-                "AGENT",
-                "TURNS",
-                "MESSAGES",
-                output::BOLD.render_reset()
-            )?;
-            for info in instances {
-                writeln!(
-                    out.stdout,
-                    "{:<24}  {:<16}  {:>5}  {:>8}  {}",
-                    info.instance_key, info.agent_name, info.turns, info.messages, info.bundle
-                )?;
-            }
-            Ok(exit::OK)
-        }
-        InstanceCommand::Delete { key } => match delete_instance(&root, key) {
-            Ok(true) => {
-                writeln!(out.stdout, "{}✓{} deleted instance '{key}'", output::OK, output::OK.render_reset())?;
-                Ok(exit::OK)
-            }
-            Ok(false) => usage_error(out, &format!("no instance '{key}' in {}", root.path().display())),
-            Err(error) => usage_error(out, &error.to_string()),
-        },
-    }
 }

@@ -98,7 +98,7 @@ fn failed_runs_leave_no_unanswered_user_messages() {
         let output = gdn(state.path(), &["-c", &config, "run", "--input", attempt, "--env-file", &env_arg]);
         assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
     }
-    let log = state.path().join("instances/default/messages.jsonl");
+    let log = state.path().join("instances/a@default/messages.jsonl");
     assert!(std::fs::metadata(&log).is_ok_and(|m| m.len() > 0), "each run saved its input, then took it back");
     let loaded = goondan_runtime::store::read_message_log(&log).unwrap_or_else(|e| panic!("{e}"));
     assert!(loaded.state.messages().is_empty(), "{:?}", loaded.state.messages());

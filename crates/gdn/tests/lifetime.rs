@@ -99,7 +99,8 @@ fn terminate_during_a_call(signal: Signal, expected_code: i32) {
     wait_gone(grandchild, "the command's child");
     wait_gone(escaped, "the child that left the process group");
     // The turn ended as a cancelled one: its call has a result, saved.
-    let messages = std::fs::read_to_string(state.path().join("instances/default/messages.jsonl")).unwrap_or_default();
+    let messages =
+        std::fs::read_to_string(state.path().join("instances/runner@default/messages.jsonl")).unwrap_or_default();
     assert!(messages.contains("E_TOOL_CANCELLED"), "{messages}");
 }
 

@@ -431,7 +431,7 @@ mod tests {
     #[tokio::test]
     async fn set_then_get_round_trips_and_writes_pretty_json_with_a_newline() {
         let root = temp_dir();
-        let dir = root.path().join("instances/i/extensions");
+        let dir = root.path().join("instances/assistant@i/extensions");
         let store = ExtensionStateStore::at(dir.clone());
         assert_eq!(store.get("counter").await.ok(), Some(None));
         assert!(!dir.exists(), "a read must not create the directory");

@@ -1,14 +1,21 @@
-//! Durable conversations: the state root and one directory per instance.
+//! Durable conversations: the state root and one directory per agent instance.
 //!
 //! ```text
 //! <state root>/                     --state-root, else GOONDAN_STATE_ROOT, else ~/.goondan
 //!   instances/
-//!     <instance dir>/               the instance key, percent-encoded (see below)
+//!     <agent>@<key>/                one agent instance: agent name and instance key, each
+//!                                   percent-encoded (see below), e.g. assistant@default
 //!       instance.json               metadata; replaced atomically (temp file + fsync + rename)
 //!       messages.jsonl              the conversation as a log of message events, one commit per line
 //!       events.jsonl                the event log: one runtime event per line, append-only
+//!       lock                        locked by the process running the instance; holds its pid
 //!       extensions/<name>.json      each extension's state (see crate::extension_state)
 //! ```
+//!
+//! An agent instance is a pair (agent name, instance key). In a swarm every
+//! agent keeps its own conversation and event log for a key, and is run by
+//! its own process, so agents that share a key (`assistant` and `planner`
+//! on `default`) get a directory each.
 //!
 //! The message log is the conversation's [`MessageEvent`]s, folded on load
 //! ([`InstanceStore::load`]). Each line is one commit: a plain
@@ -44,15 +51,28 @@
 //!   repairs are uncommitted events of the loaded state; the runtime saves
 //!   them before its next turn.
 //!
-//! Instance keys are user-chosen strings (`user:42/chat`). The directory name
-//! keeps `[A-Za-z0-9._-]` and percent-encodes every other byte of the key's
-//! UTF-8 (`user%3A42%2Fchat`), so it never contains a path separator; the keys
-//! `""`, `"."` and `".."` and keys whose encoding exceeds 255 bytes are
-//! refused. The encoding is reversible ([`instance_key_from_dir_name`]), and
-//! instance.json holds the real key, checked on open and delete so that two
-//! keys can never share a directory (say, on a case-insensitive file system).
+//! Agent names and instance keys are user-chosen strings (`user:42/chat`).
+//! Each is encoded alike: `[A-Za-z0-9._-]` kept, every other byte of its
+//! UTF-8 percent-encoded (`user%3A42%2Fchat`), so neither holds a path
+//! separator or an `@`; the directory name is the two joined with `@`,
+//! which splits back at its only `@` ([`parse_instance_dir_name`]). Empty
+//! names, `.` and `..` are refused for both, and so is a pair whose
+//! directory name would exceed 255 bytes. instance.json holds the real
+//! pair, checked on open and delete so that two instances can never share a
+//! directory (say, on a case-insensitive file system).
 //!
-//! One process at a time may write an instance; the store takes no lock.
+//! Earlier versions kept one directory per key (`instances/<encoded key>`,
+//! never an `@` in it), whatever the agent. Such a directory is moved to its
+//! new name the first time the pair its instance.json names is opened
+//! ([`resolve_instance_dir`]), by one rename, so nothing is copied or lost.
+//! Until then [`list_instances`] shows it with the agent its instance.json
+//! names. A directory is never deleted or overwritten to migrate: if the new
+//! one exists already, the old one is left alone with a warning.
+//!
+//! One process at a time runs an instance: [`InstanceStore::lock`] takes an
+//! advisory lock on its `lock` file and writes the process id into it.
+//! [`lock_status`] tells whether a process holds it now (and which), and
+//! [`delete_instances`] refuses to delete a held instance.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
@@ -68,6 +88,12 @@ const LOG_TARGET: &str = "goondan::store";
 /// The longest directory name most file systems accept, in bytes.
 const MAX_DIR_NAME_BYTES: usize = 255;
 
+/// How often [`InstanceStore::lock`] tries again when the lock is taken,
+/// and how long it waits before each try: long enough to outlast an
+/// inspector's test of the lock, short enough not to be noticed.
+const LOCK_RETRIES: u32 = 3;
+const LOCK_RETRY_DELAY: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// A failure of the store; every variant says what was being done and where.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -77,10 +103,12 @@ pub enum StoreError {
          pass --state-root PATH"
     )]
     NoStateRoot,
-    /// The instance key cannot name a directory.
-    #[error("storing instance {key:?} under {path}: {reason}")]
+    /// The agent name or instance key cannot name a directory.
+    #[error("storing instance {} under {path}: {reason}", describe_instance(.agent, .key))]
     InvalidKey {
-        /// The refused key.
+        /// The agent name (empty when every agent's instances of `key` were meant).
+        agent: String,
+        /// The instance key.
         key: String,
         /// The directory that holds the instances.
         path: PathBuf,
@@ -100,13 +128,20 @@ pub enum StoreError {
     },
     /// Another process is running the instance.
     #[error(
-        "instance {key:?} is in use by another process (lock {path}); wait for it to finish or use another --instance-key"
+        "instance {} is in use by another process{} (lock {path}); wait for it to finish or use another --instance-key",
+        describe_instance(.agent, .key),
+        pid_note(*.pid)
     )]
     Busy {
+        /// The agent name.
+        agent: String,
         /// The instance key.
         key: String,
         /// The lock file.
         path: PathBuf,
+        /// The id of the process that holds the lock, as it wrote it in the
+        /// lock file (unknown for processes of earlier versions).
+        pid: Option<u32>,
     },
     /// A file's JSON could not be read or written.
     #[error("{op} {path}: {source}")]
@@ -125,16 +160,35 @@ pub enum StoreError {
     /// The background task that saves could not run.
     #[error("saving the conversation: the background writer failed: {0}")]
     Background(String),
-    /// The instance directory holds another instance (its instance.json names another key).
-    #[error("opening instance {expected:?}: {path} belongs to instance {found:?}")]
+    /// The instance directory holds another instance (its instance.json
+    /// names another agent or key).
+    #[error(
+        "opening instance {}: {path} belongs to instance {}",
+        describe_instance(.expected_agent, .expected_key),
+        describe_instance(.found_agent, .found_key)
+    )]
     KeyMismatch {
         /// The instance.json that was read.
         path: PathBuf,
+        /// The agent name asked for.
+        expected_agent: String,
         /// The key asked for.
-        expected: String,
+        expected_key: String,
+        /// The agent name instance.json holds.
+        found_agent: String,
         /// The key instance.json holds.
-        found: String,
+        found_key: String,
     },
+}
+
+/// `"key" of agent "agent"`, or `"key"` when no agent is meant.
+fn describe_instance(agent: &str, key: &str) -> String {
+    if agent.is_empty() { format!("{key:?}") } else { format!("{key:?} of agent {agent:?}") }
+}
+
+/// ` (pid N)`, or nothing if the pid is unknown.
+fn pid_note(pid: Option<u32>) -> String {
+    pid.map(|pid| format!(" (pid {pid})")).unwrap_or_default()
 }
 
 impl StoreError {
@@ -197,28 +251,56 @@ impl StateRoot {
         self.path.join(Self::INSTANCES_DIR_NAME)
     }
 
-    /// The directory of the instance `key` (which need not exist), or
-    /// [`StoreError::InvalidKey`] for a key that cannot name one.
-    pub fn instance_dir(&self, key: &str) -> Result<PathBuf, StoreError> {
+    /// The directory of the instance of `agent` for `key` (which need not
+    /// exist), or [`StoreError::InvalidKey`] for a pair that cannot name
+    /// one. It does not look for an old-layout directory to migrate; see
+    /// [`resolve_instance_dir`].
+    pub fn instance_dir(&self, agent: &str, key: &str) -> Result<PathBuf, StoreError> {
         let instances = self.instances_dir();
-        match encode_key(key) {
+        match encode_instance(agent, key) {
             Ok(name) => Ok(instances.join(name)),
-            Err(reason) => Err(StoreError::InvalidKey { key: key.to_owned(), path: instances, reason }),
+            Err(reason) => {
+                Err(StoreError::InvalidKey { agent: agent.to_owned(), key: key.to_owned(), path: instances, reason })
+            }
         }
+    }
+
+    /// Where earlier versions kept the instance `key`, whatever its agent
+    /// (`<encoded key>`), or `None` for a key that could not name one.
+    fn legacy_instance_dir(&self, key: &str) -> Option<PathBuf> {
+        encode_key(key).ok().map(|name| self.instances_dir().join(name))
     }
 }
 
-/// The directory name of the instance `key`, or `None` if the key is refused
-/// (empty, `.`, `..`, or longer than 255 bytes once encoded).
-pub fn instance_dir_name(key: &str) -> Option<String> {
-    encode_key(key).ok()
+/// The directory name of the instance of `agent` for `key`
+/// (`<encoded agent>@<encoded key>`), or `None` if the pair is refused
+/// (either empty, `.` or `..`, or a name longer than 255 bytes).
+pub fn instance_dir_name(agent: &str, key: &str) -> Option<String> {
+    encode_instance(agent, key).ok()
 }
 
-/// The instance key a directory name encodes, or `None` if `name` is not the
-/// encoding of any key (the inverse of [`instance_dir_name`]).
-pub fn instance_key_from_dir_name(name: &str) -> Option<String> {
-    let mut bytes = Vec::with_capacity(name.len());
-    let mut rest = name.as_bytes();
+/// The (agent name, instance key) a directory name encodes, or `None` if
+/// `name` is not the encoding of any pair (the inverse of
+/// [`instance_dir_name`]; old-layout names, which hold no `@`, are `None`).
+pub fn parse_instance_dir_name(name: &str) -> Option<(String, String)> {
+    // Neither encoded part holds an `@`, so the first one is the separator;
+    // a second one makes the key part non-canonical, refused below.
+    let (agent, key) = name.split_once('@')?;
+    let (agent, key) = (decode_name(agent)?, decode_name(key)?);
+    (encode_instance(&agent, &key).ok()? == name).then_some((agent, key))
+}
+
+/// The key an old-layout directory name (`<encoded key>`) encodes, or `None`.
+fn legacy_key_from_dir_name(name: &str) -> Option<String> {
+    let key = decode_name(name)?;
+    (encode_key(&key).ok()? == name).then_some(key)
+}
+
+/// Undoes [`encode_name`]: the name whose canonical encoding (upper-case
+/// hex, safe bytes kept) is `encoded`, or `None`.
+fn decode_name(encoded: &str) -> Option<String> {
+    let mut bytes = Vec::with_capacity(encoded.len());
+    let mut rest = encoded.as_bytes();
     while let Some((&byte, tail)) = rest.split_first() {
         if byte == b'%' {
             let (&high, tail) = tail.split_first()?;
@@ -230,21 +312,41 @@ pub fn instance_key_from_dir_name(name: &str) -> Option<String> {
             rest = tail;
         }
     }
-    let key = String::from_utf8(bytes).ok()?;
-    // Only the canonical encoding (upper-case hex, safe bytes kept) maps back.
-    (encode_key(&key).ok()? == name).then_some(key)
+    let name = String::from_utf8(bytes).ok()?;
+    (encode_name(&name, usize::MAX).ok()? == encoded).then_some(name)
 }
 
 fn is_kept(byte: u8) -> bool {
     byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-')
 }
 
-fn encode_key(key: &str) -> Result<String, &'static str> {
-    encode_name(key, MAX_DIR_NAME_BYTES).map_err(|refusal| match refusal {
+const TOO_LONG: &str = "the agent name and instance key are too long (their directory name would exceed 255 bytes)";
+
+/// `<encoded agent>@<encoded key>`, or why the pair cannot name a directory.
+fn encode_instance(agent: &str, key: &str) -> Result<String, &'static str> {
+    let agent = encode_name(agent, MAX_DIR_NAME_BYTES).map_err(|refusal| match refusal {
+        NameRefusal::Empty => "an agent name must not be empty",
+        NameRefusal::Dots => "the agent names `.` and `..` are refused (they name directories)",
+        NameRefusal::TooLong => TOO_LONG,
+    })?;
+    let key = encode_name(key, MAX_DIR_NAME_BYTES).map_err(key_refusal)?;
+    if agent.len() + 1 + key.len() > MAX_DIR_NAME_BYTES {
+        return Err(TOO_LONG);
+    }
+    Ok(format!("{agent}@{key}"))
+}
+
+fn key_refusal(refusal: NameRefusal) -> &'static str {
+    match refusal {
         NameRefusal::Empty => "an instance key must not be empty",
-        NameRefusal::Dots => "the instance keys `.` and `..` would name directories outside the instance",
-        NameRefusal::TooLong => "the instance key is too long (its directory name would exceed 255 bytes)",
-    })
+        NameRefusal::Dots => "the instance keys `.` and `..` are refused (they name directories)",
+        NameRefusal::TooLong => TOO_LONG,
+    }
+}
+
+/// The old layout's directory name of `key`.
+fn encode_key(key: &str) -> Result<String, NameRefusal> {
+    encode_name(key, MAX_DIR_NAME_BYTES)
 }
 
 /// Why [`encode_name`] refused a name.
@@ -297,7 +399,18 @@ fn hex_value(digit: u8) -> Option<u8> {
 /// Holds an instance for this process; dropping it releases the lock.
 #[derive(Debug)]
 pub struct InstanceLock {
-    _file: File,
+    file: File,
+}
+
+impl Drop for InstanceLock {
+    fn drop(&mut self) {
+        // Take our pid out while still holding the lock (it is released when
+        // the file closes, right after): a later holder that writes none (a
+        // process of an earlier version, `flock`) is then not reported
+        // under ours. Best effort; a crash leaves it, and it is only shown
+        // while someone holds the lock.
+        let _ = self.file.set_len(0);
+    }
 }
 
 /// The metadata of an instance (its instance.json).
@@ -306,7 +419,7 @@ pub struct InstanceLock {
 pub struct InstanceInfo {
     /// The instance key as the user gave it.
     pub instance_key: String,
-    /// The agent that last opened the instance.
+    /// The agent whose instance this is.
     pub agent_name: String,
     /// The swarm, if the caller set one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -396,22 +509,24 @@ impl InstanceStore {
     /// The lock file of an instance directory (see [`InstanceStore::lock`]).
     pub const LOCK_FILE: &'static str = "lock";
 
-    /// Opens the instance `instance_key` under `root`, creating its directory,
-    /// instance.json and message log if missing.
+    /// Opens the instance of `agent_name` for `instance_key` under `root`,
+    /// creating its directory, instance.json and message log if missing. An
+    /// old-layout directory that holds the pair is moved to the new name
+    /// first ([`resolve_instance_dir`]).
     ///
-    /// An existing instance keeps its times and counters; its agent name and
-    /// bundle are updated to these. An instance.json that is not valid JSON is
+    /// An existing instance keeps its times and counters; its bundle is
+    /// updated to this one. An instance.json that is not valid JSON is
     /// replaced with a warning (its counters restart); one that names another
-    /// key is [`StoreError::KeyMismatch`]. The message log is not modified
-    /// here, so [`InstanceStore::messages`] still reports a torn tail; the
-    /// first [`InstanceStore::append`] cuts it.
+    /// agent or key is [`StoreError::KeyMismatch`]. The message log is not
+    /// modified here, so [`InstanceStore::messages`] still reports a torn
+    /// tail; the first [`InstanceStore::append`] cuts it.
     pub fn open(
         root: &StateRoot,
         instance_key: &str,
         agent_name: &str,
         bundle_path: &Path,
     ) -> Result<Self, StoreError> {
-        let dir = root.instance_dir(instance_key)?;
+        let dir = resolve_instance_dir(root, agent_name, instance_key)?;
         let created = !dir.is_dir();
         fs::create_dir_all(&dir).map_err(StoreError::io("creating the instance directory", &dir))?;
         if created && let Some(parent) = dir.parent() {
@@ -421,15 +536,16 @@ impl InstanceStore {
         let bundle = bundle_path.display().to_string();
         let (info, changed) = match read_info(&info_path) {
             Ok(Some(mut info)) => {
-                if info.instance_key != instance_key {
+                if info.instance_key != instance_key || info.agent_name != agent_name {
                     return Err(StoreError::KeyMismatch {
                         path: info_path,
-                        expected: instance_key.to_owned(),
-                        found: info.instance_key,
+                        expected_agent: agent_name.to_owned(),
+                        expected_key: instance_key.to_owned(),
+                        found_agent: info.agent_name,
+                        found_key: info.instance_key,
                     });
                 }
-                let changed = info.agent_name != agent_name || info.bundle != bundle;
-                info.agent_name = agent_name.to_owned();
+                let changed = info.bundle != bundle;
                 info.bundle = bundle;
                 (info, changed)
             }
@@ -614,21 +730,52 @@ impl InstanceStore {
 
     /// Takes the instance for this process: an exclusive advisory lock on
     /// `<instance>/lock`, held until the returned guard is dropped (or the
-    /// process ends). A second process asking for the same instance gets
-    /// [`StoreError::Busy`] instead of interleaving its writes.
+    /// process ends), then writes this process's id into the file for
+    /// [`lock_status`]. A second process asking for the same instance gets
+    /// [`StoreError::Busy`], naming the holder's pid, instead of
+    /// interleaving its writes.
     pub fn lock(&self) -> Result<InstanceLock, StoreError> {
         let path = self.dir.join(Self::LOCK_FILE);
+        // Not truncated on open: until we hold the lock, the pid in it is the holder's.
         let file = OpenOptions::new()
             .create(true)
             .truncate(false)
+            .read(true)
             .write(true)
             .open(&path)
             .map_err(StoreError::io("opening the lock file", &path))?;
-        match file.try_lock() {
-            Ok(()) => Ok(InstanceLock { _file: file }),
-            Err(fs::TryLockError::WouldBlock) => Err(StoreError::Busy { key: self.info.instance_key.clone(), path }),
-            Err(fs::TryLockError::Error(error)) => Err(StoreError::io("locking", &path)(error)),
+        let mut retries = LOCK_RETRIES;
+        loop {
+            match file.try_lock() {
+                Ok(()) => break,
+                // An inspector (`lock_status`) holds the lock for an instant
+                // to test it; that is not a process running the instance.
+                Err(fs::TryLockError::WouldBlock) if retries > 0 => {
+                    retries -= 1;
+                    std::thread::sleep(LOCK_RETRY_DELAY);
+                }
+                Err(fs::TryLockError::WouldBlock) => {
+                    return Err(StoreError::Busy {
+                        agent: self.info.agent_name.clone(),
+                        key: self.info.instance_key.clone(),
+                        pid: read_pid(&file),
+                        path,
+                    });
+                }
+                Err(fs::TryLockError::Error(error)) => return Err(StoreError::io("locking", &path)(error)),
+            }
         }
+        // Truncate first: a shorter pid must not leave digits of a longer
+        // one. The pid only informs (`gdn instance list`), so failing to
+        // write it does not stop the run; nor is it synced, as it means
+        // nothing after a crash (the lock is gone with the process).
+        let pid = format!("{}\n", std::process::id());
+        if let Err(error) =
+            file.set_len(0).and_then(|()| (&file).rewind()).and_then(|()| (&file).write_all(pid.as_bytes()))
+        {
+            tracing::warn!(target: LOG_TARGET, "writing the pid into {}: {error}", path.display());
+        }
+        Ok(InstanceLock { file })
     }
 
     /// The event log opened for appending, for a
@@ -699,18 +846,182 @@ impl Drop for EventLogWriter {
     }
 }
 
+/// Whether a process runs an instance right now: it holds the instance's
+/// lock ([`InstanceStore::lock`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LockStatus {
+    /// A process holds the lock.
+    pub running: bool,
+    /// That process's id, as it wrote it in the lock file; `None` when idle,
+    /// or when the holder has not written it (yet, or ever: earlier versions
+    /// did not).
+    pub pid: Option<u32>,
+}
+
+/// Tells whether a process holds the lock of the instance directory `dir`
+/// now, by trying to take it (shared, and released at once); the lock
+/// file is not created. A pid left in the file by a process that is gone
+/// is ignored: its lock went with it.
+///
+/// The answer can be stale as soon as it is given; [`delete_instances`]
+/// takes the locks itself rather than trusting it. While it tests, the
+/// lock is taken for an instant, which [`InstanceStore::lock`] rides out.
+pub fn lock_status(dir: &Path) -> Result<LockStatus, StoreError> {
+    let path = dir.join(InstanceStore::LOCK_FILE);
+    let file = match File::open(&path) {
+        Ok(file) => file,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(LockStatus::default()),
+        Err(error) => return Err(StoreError::io("opening the lock file", &path)(error)),
+    };
+    // Shared, so that two inspectors do not see each other as the runner,
+    // and so that a read-only descriptor is enough everywhere.
+    match file.try_lock_shared() {
+        Ok(()) => Ok(LockStatus::default()),
+        Err(fs::TryLockError::WouldBlock) => Ok(LockStatus { running: true, pid: read_pid(&file) }),
+        Err(fs::TryLockError::Error(error)) => Err(StoreError::io("testing the lock", &path)(error)),
+    }
+}
+
+/// The pid a lock holder wrote into its lock file, if it is one.
+fn read_pid(file: &File) -> Option<u32> {
+    let mut text = String::new();
+    let mut reader = file;
+    reader.rewind().ok()?;
+    // A pid is a few digits; a bigger file is not ours to read whole.
+    reader.take(32).read_to_string(&mut text).ok()?;
+    text.trim().parse().ok()
+}
+
+/// Takes the lock of the instance directory `dir` (for `agent` and `key`)
+/// exclusively without creating the file: `Ok(None)` if there is no lock
+/// file (no process ever ran the instance), [`StoreError::Busy`] if a
+/// process holds it.
+fn hold_lock(dir: &Path, agent: &str, key: &str) -> Result<Option<File>, StoreError> {
+    let path = dir.join(InstanceStore::LOCK_FILE);
+    let file = match File::options().read(true).write(true).open(&path) {
+        Ok(file) => file,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(StoreError::io("opening the lock file", &path)(error)),
+    };
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(fs::TryLockError::WouldBlock) => {
+            Err(StoreError::Busy { agent: agent.to_owned(), key: key.to_owned(), pid: read_pid(&file), path })
+        }
+        Err(fs::TryLockError::Error(error)) => Err(StoreError::io("locking", &path)(error)),
+    }
+}
+
+/// Whether `path` is a directory itself (not a link to one).
+fn is_real_dir(path: &Path) -> bool {
+    fs::symlink_metadata(path).is_ok_and(|metadata| metadata.is_dir())
+}
+
+/// The directory of the instance of `agent` for `key`, which need not
+/// exist, after migrating it from the old layout if needed.
+///
+/// If the new directory does not exist and the old-layout directory of
+/// `key` holds an instance.json naming this very pair, the old directory
+/// is renamed to the new name (one rename: nothing is copied, nothing
+/// lost), holding its lock meanwhile so no process of this version starts
+/// on it halfway; if it is locked, [`StoreError::Busy`]. If both exist, the
+/// old one is left alone with a warning. An old directory naming another
+/// agent stays for that agent. Nothing is created.
+pub fn resolve_instance_dir(root: &StateRoot, agent: &str, key: &str) -> Result<PathBuf, StoreError> {
+    let dir = root.instance_dir(agent, key)?;
+    let Some(legacy) = root.legacy_instance_dir(key).filter(|legacy| is_real_dir(legacy)) else {
+        return Ok(dir);
+    };
+    let legacy_info = legacy.join(InstanceStore::INFO_FILE);
+    match read_info(&legacy_info) {
+        Ok(Some(info)) if info.instance_key == key && info.agent_name == agent => {}
+        Ok(_) => return Ok(dir),
+        // Without its metadata we cannot tell whose it is: it stays.
+        Err(error) => {
+            tracing::debug!(target: LOG_TARGET, "not migrating {}: {error}", legacy.display());
+            return Ok(dir);
+        }
+    }
+    if fs::symlink_metadata(&dir).is_ok() {
+        tracing::warn!(
+            target: LOG_TARGET,
+            "{} (the old layout) also holds instance {}; using {} and leaving the old directory alone \
+             (move or delete one of them)",
+            legacy.display(),
+            describe_instance(agent, key),
+            dir.display()
+        );
+        return Ok(dir);
+    }
+    let _held = hold_lock(&legacy, agent, key)?;
+    // A directory made at `dir` since the check above is not replaced:
+    // rename fails on a non-empty one. An empty one would be (POSIX allows
+    // renaming over an empty directory), which loses nothing.
+    match fs::rename(&legacy, &dir) {
+        Ok(()) => {
+            sync_dir(&root.instances_dir());
+            tracing::info!(
+                target: LOG_TARGET,
+                "moved instance {} from {} to {}",
+                describe_instance(agent, key),
+                legacy.display(),
+                dir.display()
+            );
+        }
+        // Another process migrated it (or made the new one) meanwhile.
+        Err(_) if fs::symlink_metadata(&dir).is_ok() => {
+            if is_real_dir(&legacy) {
+                tracing::warn!(
+                    target: LOG_TARGET,
+                    "{} (the old layout) also holds instance {}; using {} and leaving the old directory alone",
+                    legacy.display(),
+                    describe_instance(agent, key),
+                    dir.display()
+                );
+            }
+        }
+        Err(error) => return Err(StoreError::io("moving the instance directory", &legacy)(error)),
+    }
+    Ok(dir)
+}
+
+/// An instance as [`list_instances`] finds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListedInstance {
+    /// Its instance.json.
+    #[serde(flatten)]
+    pub info: InstanceInfo,
+    /// Its directory (lossy in JSON for non-UTF-8 paths).
+    #[serde(serialize_with = "serialize_path")]
+    pub dir: PathBuf,
+    /// The directory is in the old layout (named by the key alone); the
+    /// next open of the instance moves it.
+    pub legacy_layout: bool,
+    /// Whether a process runs it now.
+    #[serde(flatten)]
+    pub status: LockStatus,
+}
+
+fn serialize_path<S: serde::Serializer>(path: &Path, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&path.to_string_lossy())
+}
+
 /// The instances under `root`, most recently updated first, read from their
-/// instance.json files. Directories without a readable instance.json, or
-/// whose name is not the encoding of the key it holds, are skipped with a
-/// warning. No instances directory means no instances.
-pub fn list_instances(root: &StateRoot) -> Result<Vec<InstanceInfo>, StoreError> {
+/// instance.json files, each with whether a process runs it now
+/// ([`lock_status`]). Old-layout directories are listed with the agent
+/// their instance.json names. Directories without a readable
+/// instance.json, or whose name is not the encoding of the pair it holds,
+/// are skipped with a warning. No instances directory means no instances.
+pub fn list_instances(root: &StateRoot) -> Result<Vec<ListedInstance>, StoreError> {
     let instances = root.instances_dir();
     let entries = match fs::read_dir(&instances) {
         Ok(entries) => entries,
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(error) => return Err(StoreError::io("listing", &instances)(error)),
     };
-    let mut infos = Vec::new();
+    let mut listed = Vec::new();
     for entry in entries {
         let entry = match entry {
             Ok(entry) => entry,
@@ -722,70 +1033,174 @@ pub fn list_instances(root: &StateRoot) -> Result<Vec<InstanceInfo>, StoreError>
         if !entry.file_type().is_ok_and(|kind| kind.is_dir()) {
             continue;
         }
-        let info_path = entry.path().join(InstanceStore::INFO_FILE);
-        match read_info(&info_path) {
-            Ok(Some(info)) => {
-                if entry.file_name().to_str() == instance_dir_name(&info.instance_key).as_deref() {
-                    infos.push(info);
-                } else {
-                    tracing::warn!(
-                        target: LOG_TARGET,
-                        "skipping {}: it names instance {:?}, which belongs in another directory",
-                        info_path.display(),
-                        info.instance_key
-                    );
+        let dir = entry.path();
+        let name = entry.file_name();
+        let name = name.to_str().unwrap_or_default();
+        // What the name says the directory holds: a pair, or (old layout) a key.
+        let named = match parse_instance_dir_name(name) {
+            Some((agent, key)) => (Some(agent), key),
+            None => match legacy_key_from_dir_name(name) {
+                Some(key) => (None, key),
+                None => {
+                    tracing::warn!(target: LOG_TARGET, "skipping {}: not an instance directory name", dir.display());
+                    continue;
                 }
-            }
+            },
+        };
+        let info_path = dir.join(InstanceStore::INFO_FILE);
+        let info = match read_info(&info_path) {
+            Ok(Some(info)) => info,
             Ok(None) => {
-                tracing::warn!(target: LOG_TARGET, "skipping {}: no {}", entry.path().display(), InstanceStore::INFO_FILE);
+                tracing::warn!(target: LOG_TARGET, "skipping {}: no {}", dir.display(), InstanceStore::INFO_FILE);
+                continue;
             }
-            Err(error) => tracing::warn!(target: LOG_TARGET, "skipping an instance: {error}"),
+            Err(error) => {
+                tracing::warn!(target: LOG_TARGET, "skipping an instance: {error}");
+                continue;
+            }
+        };
+        let (named_agent, named_key) = named;
+        let legacy_layout = named_agent.is_none();
+        if info.instance_key != named_key || named_agent.is_some_and(|agent| agent != info.agent_name) {
+            tracing::warn!(
+                target: LOG_TARGET,
+                "skipping {}: it names instance {}, which belongs in another directory",
+                info_path.display(),
+                describe_instance(&info.agent_name, &info.instance_key)
+            );
+            continue;
+        }
+        let status = lock_status(&dir).unwrap_or_else(|error| {
+            tracing::warn!(target: LOG_TARGET, "{error}; reporting the instance as idle");
+            LockStatus::default()
+        });
+        listed.push(ListedInstance { info, dir, legacy_layout, status });
+    }
+    for old in listed.iter().filter(|instance| instance.legacy_layout) {
+        let (agent, key) = (&old.info.agent_name, &old.info.instance_key);
+        if listed.iter().any(|new| !new.legacy_layout && new.info.agent_name == *agent && new.info.instance_key == *key)
+        {
+            tracing::warn!(
+                target: LOG_TARGET,
+                "{} (the old layout) also holds instance {}, which has a directory of the new layout; \
+                 it is left alone (move or delete one of them)",
+                old.dir.display(),
+                describe_instance(agent, key)
+            );
         }
     }
-    infos.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then_with(|| a.instance_key.cmp(&b.instance_key)));
-    Ok(infos)
+    listed.sort_by(|a, b| {
+        b.info
+            .updated_at
+            .cmp(&a.info.updated_at)
+            .then_with(|| a.info.instance_key.cmp(&b.info.instance_key))
+            .then_with(|| a.info.agent_name.cmp(&b.info.agent_name))
+            .then_with(|| a.legacy_layout.cmp(&b.legacy_layout))
+    });
+    Ok(listed)
 }
 
-/// Deletes the instance `key` (its whole directory). `Ok(false)` if it did
-/// not exist. Keys that cannot name an instance directory (`..`) are
-/// [`StoreError::InvalidKey`]; a directory whose instance.json names another
-/// key is [`StoreError::KeyMismatch`] and is left alone.
-pub fn delete_instance(root: &StateRoot, key: &str) -> Result<bool, StoreError> {
-    let dir = root.instance_dir(key)?;
-    let metadata = match fs::symlink_metadata(&dir) {
-        Ok(metadata) => metadata,
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(false),
-        Err(error) => return Err(StoreError::io("inspecting", &dir)(error)),
-    };
-    if metadata.is_dir() {
-        let info_path = dir.join(InstanceStore::INFO_FILE);
+/// An instance [`delete_instances`] deleted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeletedInstance {
+    /// The agent whose instance it was.
+    pub agent_name: String,
+    /// The directory that was deleted.
+    pub dir: PathBuf,
+    /// It was in the old layout.
+    pub legacy_layout: bool,
+}
+
+/// Deletes the instance of `agent` for `key`; `Ok(false)` if it did not
+/// exist. See [`delete_instances`].
+pub fn delete_instance(root: &StateRoot, agent: &str, key: &str) -> Result<bool, StoreError> {
+    delete_instances(root, key, Some(agent)).map(|deleted| !deleted.is_empty())
+}
+
+/// Deletes the instances of `key` (their whole directories): every agent's,
+/// or only `agent`'s. Old-layout directories that hold one of them go too.
+/// Returns what was deleted; nothing if there was nothing.
+///
+/// All or nothing with regard to running instances: the locks of all of
+/// them are taken first, and if any is held, [`StoreError::Busy`] names it
+/// and nothing is deleted. A pair that cannot name an instance directory
+/// (`..`) is [`StoreError::InvalidKey`]; a directory whose instance.json
+/// names another pair is [`StoreError::KeyMismatch`], and nothing is
+/// deleted either.
+pub fn delete_instances(root: &StateRoot, key: &str, agent: Option<&str>) -> Result<Vec<DeletedInstance>, StoreError> {
+    let instances = root.instances_dir();
+    let mut found = Vec::new();
+    match agent {
+        Some(agent) => {
+            let dir = root.instance_dir(agent, key)?;
+            if is_real_dir(&dir) {
+                found.push(DeletedInstance { agent_name: agent.to_owned(), dir, legacy_layout: false });
+            }
+        }
+        None => {
+            // The old layout's rule: a key its directories could hold is worth looking for.
+            if let Err(refusal) = encode_key(key) {
+                let reason = key_refusal(refusal);
+                return Err(StoreError::InvalidKey {
+                    agent: String::new(),
+                    key: key.to_owned(),
+                    path: instances,
+                    reason,
+                });
+            }
+            let entries = match fs::read_dir(&instances) {
+                Ok(entries) => entries.collect::<Result<Vec<_>, _>>().map_err(StoreError::io("listing", &instances))?,
+                Err(error) if error.kind() == io::ErrorKind::NotFound => Vec::new(),
+                Err(error) => return Err(StoreError::io("listing", &instances)(error)),
+            };
+            for entry in entries {
+                let Some((agent, entry_key)) = entry.file_name().to_str().and_then(parse_instance_dir_name) else {
+                    continue;
+                };
+                if entry_key == key && is_real_dir(&entry.path()) {
+                    found.push(DeletedInstance { agent_name: agent, dir: entry.path(), legacy_layout: false });
+                }
+            }
+            found.sort_by(|a, b| a.agent_name.cmp(&b.agent_name));
+        }
+    }
+    for instance in &found {
+        let info_path = instance.dir.join(InstanceStore::INFO_FILE);
+        // An unreadable instance.json is no reason to keep a directory the
+        // name says is this instance's; one naming another pair is.
         if let Ok(Some(info)) = read_info(&info_path)
-            && info.instance_key != key
+            && (info.instance_key != key || info.agent_name != instance.agent_name)
         {
             return Err(StoreError::KeyMismatch {
                 path: info_path,
-                expected: key.to_owned(),
-                found: info.instance_key,
+                expected_agent: instance.agent_name.clone(),
+                expected_key: key.to_owned(),
+                found_agent: info.agent_name,
+                found_key: info.instance_key,
             });
         }
-        // Never delete an instance a running process holds.
-        let lock_path = dir.join(InstanceStore::LOCK_FILE);
-        let _held = match File::options().write(true).open(&lock_path) {
-            Ok(file) => match file.try_lock() {
-                Ok(()) => Some(file),
-                Err(fs::TryLockError::WouldBlock) => {
-                    return Err(StoreError::Busy { key: key.to_owned(), path: lock_path });
-                }
-                Err(fs::TryLockError::Error(error)) => return Err(StoreError::io("locking", &lock_path)(error)),
-            },
-            Err(_) => None,
-        };
-        fs::remove_dir_all(&dir).map_err(StoreError::io("deleting the instance directory", &dir))?;
-    } else {
-        fs::remove_file(&dir).map_err(StoreError::io("deleting", &dir))?;
     }
-    sync_dir(&root.instances_dir());
-    Ok(true)
+    if let Some(legacy) = root.legacy_instance_dir(key).filter(|legacy| is_real_dir(legacy))
+        && let Ok(Some(info)) = read_info(&legacy.join(InstanceStore::INFO_FILE))
+        && info.instance_key == key
+        && agent.is_none_or(|agent| agent == info.agent_name)
+    {
+        found.push(DeletedInstance { agent_name: info.agent_name, dir: legacy, legacy_layout: true });
+    }
+    // Never delete an instance a running process holds: every lock is
+    // taken (and kept) before anything is deleted.
+    let mut held = Vec::with_capacity(found.len());
+    for instance in &found {
+        held.push(hold_lock(&instance.dir, &instance.agent_name, key)?);
+    }
+    for instance in &found {
+        fs::remove_dir_all(&instance.dir).map_err(StoreError::io("deleting the instance directory", &instance.dir))?;
+    }
+    drop(held);
+    if !found.is_empty() {
+        sync_dir(&instances);
+    }
+    Ok(found)
 }
 
 fn new_info(instance_key: &str, agent_name: &str, bundle: String) -> InstanceInfo {

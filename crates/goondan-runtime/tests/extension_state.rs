@@ -39,7 +39,7 @@ fn tree(dir: &Path) -> Vec<String> {
 }
 
 fn instance_store(root: &StateRoot, key: &str) -> ExtensionStateStore {
-    ExtensionStateStore::at(must(root.instance_dir(key)).join(ExtensionStateStore::DIR_NAME))
+    ExtensionStateStore::at(must(root.instance_dir("assistant", key)).join(ExtensionStateStore::DIR_NAME))
 }
 
 #[tokio::test]
@@ -64,10 +64,10 @@ async fn a_second_store_over_the_same_instance_sees_the_first_ones_state() {
     assert_eq!(
         tree(&root.instances_dir()),
         vec![
-            "user%3A42%2Fchat",
-            "user%3A42%2Fchat/extensions",
-            "user%3A42%2Fchat/extensions/counter.json",
-            "user%3A42%2Fchat/extensions/idle-monitor.json",
+            "assistant@user%3A42%2Fchat",
+            "assistant@user%3A42%2Fchat/extensions",
+            "assistant@user%3A42%2Fchat/extensions/counter.json",
+            "assistant@user%3A42%2Fchat/extensions/idle-monitor.json",
         ]
     );
 }

@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use goondan_core::{JsonObject, Message, MessageData, MessageEvent, MessageSource, ToolCall, ToolError, ToolResult};
 use goondan_runtime::store::{
-    InstanceStore, StateRoot, StoreError, delete_instance, instance_dir_name, instance_key_from_dir_name,
-    list_instances,
+    InstanceStore, LockStatus, StateRoot, StoreError, delete_instance, delete_instances, instance_dir_name,
+    list_instances, lock_status, parse_instance_dir_name,
 };
 use goondan_tools::{EventKind, EventSink, JsonLinesEventSink, RuntimeEvent};
+use proptest::prelude::*;
 use serde_json::json;
 
 fn must<T, E: std::fmt::Display>(result: Result<T, E>) -> T {
@@ -375,15 +376,20 @@ fn instance_keys_round_trip_through_directory_names() {
         let dir = store.dir().to_path_buf();
         assert_eq!(dir.parent(), Some(root.instances_dir().as_path()), "{key:?} stays in the instances directory");
         let Some(name) = dir.file_name().and_then(|name| name.to_str()) else { panic!("{dir:?}") };
-        assert!(name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-%".contains(&b)), "{name}");
-        assert_eq!(instance_dir_name(key).as_deref(), Some(name));
-        assert_eq!(instance_key_from_dir_name(name).as_deref(), Some(key));
+        assert!(name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-%@".contains(&b)), "{name}");
+        assert_eq!(name.matches('@').count(), 1, "{name}");
+        assert_eq!(instance_dir_name("assistant", key).as_deref(), Some(name));
+        assert_eq!(parse_instance_dir_name(name), Some(("assistant".to_owned(), key.to_owned())));
         assert_eq!(store.info().instance_key, key);
     }
-    assert_eq!(instance_dir_name("user:42/chat").as_deref(), Some("user%3A42%2Fchat"));
-    assert_eq!(instance_dir_name("plain-key_1.2").as_deref(), Some("plain-key_1.2"));
+    assert_eq!(instance_dir_name("assistant", "user:42/chat").as_deref(), Some("assistant@user%3A42%2Fchat"));
+    assert_eq!(instance_dir_name("assistant", "plain-key_1.2").as_deref(), Some("assistant@plain-key_1.2"));
+    // `@` in either part is encoded, so the separator stays unambiguous.
+    assert_eq!(instance_dir_name("a@b", "c@d").as_deref(), Some("a%40b@c%40d"));
+    assert_eq!(parse_instance_dir_name("a%40b@c%40d"), Some(("a@b".to_owned(), "c@d".to_owned())));
 
-    let mut listed: Vec<String> = must(list_instances(&root)).into_iter().map(|info| info.instance_key).collect();
+    let mut listed: Vec<String> =
+        must(list_instances(&root)).into_iter().map(|found| found.info.instance_key).collect();
     listed.sort();
     let mut expected: Vec<String> = keys.iter().map(|key| (*key).to_owned()).collect();
     expected.sort();
@@ -401,14 +407,33 @@ fn keys_that_cannot_name_a_directory_are_refused() {
     for key in ["", ".", "..", &"/".repeat(86)] {
         let result = InstanceStore::open(&root, key, "assistant", Path::new("b"));
         assert!(matches!(result, Err(StoreError::InvalidKey { .. })), "{key:?}: {result:?}");
-        assert!(matches!(delete_instance(&root, key), Err(StoreError::InvalidKey { .. })), "{key:?}");
-        assert_eq!(instance_dir_name(key), None);
+        assert!(matches!(delete_instance(&root, "assistant", key), Err(StoreError::InvalidKey { .. })), "{key:?}");
+        assert!(matches!(delete_instances(&root, key, None), Err(StoreError::InvalidKey { .. })), "{key:?}");
+        assert_eq!(instance_dir_name("assistant", key), None);
     }
+    // The same rule for agent names.
+    for agent in ["", ".", ".."] {
+        let result = InstanceStore::open(&root, "key", agent, Path::new("b"));
+        assert!(matches!(result, Err(StoreError::InvalidKey { .. })), "{agent:?}: {result:?}");
+        assert_eq!(instance_dir_name(agent, "key"), None);
+    }
+    // The limit is on the whole name: 127 + 1 + 127 bytes fit, one more does not.
+    let half = "k".repeat(127);
+    assert_eq!(instance_dir_name(&half, &half).map(|name| name.len()), Some(255));
+    assert_eq!(instance_dir_name(&half, &format!("{half}k")), None);
+    let Err(error) = InstanceStore::open(&root, &format!("{half}k"), &half, Path::new("b")) else { panic!("refused") };
+    assert!(error.to_string().contains("255 bytes"), "{error}");
     let Err(error) = InstanceStore::open(&root, "..", "assistant", Path::new("b")) else { panic!("refused") };
     assert!(error.to_string().contains("instances"), "{error}");
-    // Not canonical encodings: nothing maps back.
+    // Not canonical encodings, or not two parts: nothing maps back.
+    assert_eq!(parse_instance_dir_name("plain-key"), None, "an old-layout name");
     for name in ["%2f", "a/b", "%", "%4", "%ZZ", "%41", "..", "", "%FF"] {
-        assert_eq!(instance_key_from_dir_name(name), None, "{name:?}");
+        assert_eq!(parse_instance_dir_name(name), None, "{name:?}");
+        assert_eq!(parse_instance_dir_name(&format!("a@{name}")), None, "a@{name:?}");
+        assert_eq!(parse_instance_dir_name(&format!("{name}@a")), None, "{name:?}@a");
+    }
+    for name in ["a@b@c", "@", "a@b/c", "A%3a@b"] {
+        assert_eq!(parse_instance_dir_name(name), None, "{name:?}");
     }
     assert!(!root.instances_dir().exists());
 }
@@ -432,24 +457,31 @@ fn list_is_sorted_by_update_time_and_skips_unreadable_instances() {
         must(store.set_swarm_name(Some("team")));
     }
     let instances = root.instances_dir();
-    // Not instances: a directory without instance.json, garbage metadata, a copy, a file.
-    must(fs::create_dir_all(instances.join("empty-dir")));
-    must(fs::create_dir_all(instances.join("garbage")));
+    // Not instances: directories without instance.json, garbage metadata,
+    // copies under the names of other instances (either layout), a file,
+    // a name that is no encoding.
+    for name in ["empty-dir", "assistant@empty", "garbage", "copy-of-first", "planner@first", "bad%2fname"] {
+        must(fs::create_dir_all(instances.join(name)));
+    }
     must(fs::write(instances.join("garbage").join("instance.json"), b"{not json"));
-    must(fs::create_dir_all(instances.join("copy-of-first")));
-    must(fs::copy(
-        instances.join("first").join("instance.json"),
-        instances.join("copy-of-first").join("instance.json"),
-    ));
+    for copy in ["copy-of-first", "planner@first", "bad%2fname"] {
+        must(fs::copy(
+            instances.join("assistant@first").join("instance.json"),
+            instances.join(copy).join("instance.json"),
+        ));
+    }
     must(fs::write(instances.join("stray-file"), b"x"));
 
     let listed = must(list_instances(&root));
-    let keys: Vec<&str> = listed.iter().map(|info| info.instance_key.as_str()).collect();
+    let keys: Vec<&str> = listed.iter().map(|found| found.info.instance_key.as_str()).collect();
     assert_eq!(keys, ["third", "first", "second"]);
     let Some(third) = listed.first() else { panic!("three instances") };
-    assert_eq!((third.turns, third.messages, third.swarm_name.as_deref()), (1, 1, Some("team")));
-    assert_eq!(third.agent_name, "assistant");
-    assert!(listed.windows(2).all(|pair| pair[0].updated_at >= pair[1].updated_at));
+    assert_eq!((third.info.turns, third.info.messages, third.info.swarm_name.as_deref()), (1, 1, Some("team")));
+    assert_eq!(third.info.agent_name, "assistant");
+    assert_eq!(third.dir, instances.join("assistant@third"));
+    assert!(!third.legacy_layout);
+    assert_eq!(third.status, LockStatus { running: false, pid: None });
+    assert!(listed.windows(2).all(|pair| pair[0].info.updated_at >= pair[1].info.updated_at));
 }
 
 #[test]
@@ -466,14 +498,17 @@ fn delete_removes_the_instance_directory() {
     let sibling = dir.path().join("state").join("keep-me");
     must(fs::write(&sibling, b"x"));
 
-    assert!(must(delete_instance(&root, "user:1/chat")));
+    assert!(!must(delete_instance(&root, "planner", "user:1/chat")), "another agent's instance of the key");
+    assert!(instance_dir.exists());
+    assert!(must(delete_instance(&root, "assistant", "user:1/chat")));
     assert!(!instance_dir.exists());
-    assert!(!must(delete_instance(&root, "user:1/chat")));
-    assert!(!must(delete_instance(&root, "never-existed")));
-    assert!(matches!(delete_instance(&root, ".."), Err(StoreError::InvalidKey { .. })));
+    assert!(!must(delete_instance(&root, "assistant", "user:1/chat")));
+    assert!(!must(delete_instance(&root, "assistant", "never-existed")));
+    assert!(must(delete_instances(&root, "never-existed", None)).is_empty());
+    assert!(matches!(delete_instance(&root, "assistant", ".."), Err(StoreError::InvalidKey { .. })));
     assert!(sibling.is_file());
     assert!(other.dir().is_dir());
-    let keys: Vec<String> = must(list_instances(&root)).into_iter().map(|info| info.instance_key).collect();
+    let keys: Vec<String> = must(list_instances(&root)).into_iter().map(|found| found.info.instance_key).collect();
     assert_eq!(keys, ["other"]);
 
     // A re-created instance starts empty.
@@ -488,11 +523,21 @@ fn a_directory_holding_another_key_is_not_opened_or_deleted() {
     let store = open(&root, "mine");
     let info_path = store.dir().join("instance.json");
     drop(store);
-    let text = must(fs::read_to_string(&info_path)).replace("\"mine\"", "\"theirs\"");
-    must(fs::write(&info_path, text));
+    let original = must(fs::read_to_string(&info_path));
+    must(fs::write(&info_path, original.replace("\"mine\"", "\"theirs\"")));
     let result = InstanceStore::open(&root, "mine", "assistant", Path::new("b"));
     assert!(matches!(result, Err(StoreError::KeyMismatch { .. })), "{result:?}");
-    assert!(matches!(delete_instance(&root, "mine"), Err(StoreError::KeyMismatch { .. })));
+    assert!(matches!(delete_instance(&root, "assistant", "mine"), Err(StoreError::KeyMismatch { .. })));
+    assert!(matches!(delete_instances(&root, "mine", None), Err(StoreError::KeyMismatch { .. })));
+    assert!(info_path.is_file());
+
+    // Another agent's name in it is a mismatch too, and the error names both.
+    must(fs::write(&info_path, original.replace("\"assistant\"", "\"planner\"")));
+    let Err(error) = InstanceStore::open(&root, "mine", "assistant", Path::new("b")) else { panic!("refused") };
+    assert!(matches!(error, StoreError::KeyMismatch { .. }), "{error:?}");
+    let message = error.to_string();
+    assert!(message.contains("\"assistant\"") && message.contains("\"planner\""), "{message}");
+    assert!(matches!(delete_instance(&root, "assistant", "mine"), Err(StoreError::KeyMismatch { .. })));
     assert!(info_path.is_file());
 }
 
@@ -506,15 +551,15 @@ fn unreadable_metadata_is_rewritten_and_the_conversation_kept() {
     drop(store);
     must(fs::write(&info_path, b"{\"instanceKey\": \"me"));
 
-    let store = must(InstanceStore::open(&root, "meta", "other-agent", Path::new("/elsewhere")));
+    let store = must(InstanceStore::open(&root, "meta", "assistant", Path::new("/elsewhere")));
     assert_eq!(must(store.messages()).messages, messages);
-    assert_eq!(store.info().agent_name, "other-agent");
-    let keys: Vec<String> = must(list_instances(&root)).into_iter().map(|info| info.instance_key).collect();
+    assert_eq!((store.info().agent_name.as_str(), store.info().bundle.as_str()), ("assistant", "/elsewhere"));
+    let keys: Vec<String> = must(list_instances(&root)).into_iter().map(|found| found.info.instance_key).collect();
     assert_eq!(keys, ["meta"]);
 }
 
 #[test]
-fn counters_and_agent_persist_across_opens() {
+fn counters_persist_across_opens_and_the_bundle_follows() {
     let (_dir, root) = temp_root();
     let mut store = open(&root, "counters");
     let created_at = store.info().created_at;
@@ -523,13 +568,13 @@ fn counters_and_agent_persist_across_opens() {
     must(store.record_turn());
     drop(store);
 
-    let store = must(InstanceStore::open(&root, "counters", "planner", Path::new("/bundles/v2")));
+    let store = must(InstanceStore::open(&root, "counters", "assistant", Path::new("/bundles/v2")));
     let info = store.info();
     assert_eq!((info.turns, info.messages, info.created_at), (1, 3, created_at));
     assert!(info.updated_at >= created_at);
-    assert_eq!((info.agent_name.as_str(), info.bundle.as_str()), ("planner", "/bundles/v2"));
+    assert_eq!((info.agent_name.as_str(), info.bundle.as_str()), ("assistant", "/bundles/v2"));
     let listed = must(list_instances(&root));
-    assert_eq!(listed.first().map(|info| info.agent_name.as_str()), Some("planner"));
+    assert_eq!(listed.first().map(|found| found.info.bundle.as_str()), Some("/bundles/v2"));
 }
 
 #[test]
@@ -552,7 +597,7 @@ fn state_root_resolution_prefers_cli_then_env_then_home() {
     ));
     let root = StateRoot::new("/r");
     assert_eq!(root.instances_dir(), Path::new("/r/instances"));
-    assert_eq!(must(root.instance_dir("a/b")), Path::new("/r/instances/a%2Fb"));
+    assert_eq!(must(root.instance_dir("assistant", "a/b")), Path::new("/r/instances/assistant@a%2Fb"));
 }
 
 #[test]
@@ -616,8 +661,14 @@ fn an_instance_can_be_held_by_one_lock_at_a_time() {
     let busy = again.lock();
     assert!(matches!(busy, Err(goondan_runtime::store::StoreError::Busy { .. })), "{busy:?}");
     assert!(busy.err().is_some_and(|e| e.to_string().contains("in use by another process")));
+    // The holder wrote its pid, which the refusal names.
+    let pid = std::process::id();
+    assert_eq!(must(fs::read_to_string(store.dir().join("lock"))), format!("{pid}\n"));
+    let busy = again.lock();
+    assert!(matches!(busy, Err(StoreError::Busy { pid: Some(p), .. }) if p == pid), "{busy:?}");
+    assert!(busy.err().is_some_and(|e| e.to_string().contains(&format!("(pid {pid})"))));
     // A held instance is not deleted.
-    let refused = goondan_runtime::store::delete_instance(&root, "shared");
+    let refused = goondan_runtime::store::delete_instance(&root, "a", "shared");
     assert!(matches!(refused, Err(goondan_runtime::store::StoreError::Busy { .. })), "{refused:?}");
     drop(held);
     assert!(again.lock().is_ok(), "released when the guard is dropped");
@@ -659,4 +710,240 @@ fn edits_are_recorded_and_folded_on_load_and_a_rewrite_keeps_the_conversation() 
     let loaded = must(store.load());
     assert!(loaded.state.messages().is_empty());
     assert_eq!(loaded.skipped_events, 1);
+}
+
+/// Makes an instance of `agent` for `key` with `messages`, then moves its
+/// directory to the old layout's name (`instances/<encoded key>`), as an
+/// earlier version would have left it: the files inside are the same.
+fn old_layout_instance(root: &StateRoot, agent: &str, key: &str, messages: &[Message]) -> PathBuf {
+    let mut store = must(InstanceStore::open(root, key, agent, Path::new("/bundles/old")));
+    must(store.append(messages));
+    must(store.record_turn());
+    let dir = store.dir().to_path_buf();
+    drop(store);
+    let Some((_, encoded_key)) = dir.file_name().and_then(|name| name.to_str()).and_then(|name| name.split_once('@'))
+    else {
+        panic!("{dir:?}")
+    };
+    let old = root.instances_dir().join(encoded_key);
+    must(fs::rename(&dir, &old));
+    old
+}
+
+#[test]
+fn two_agents_with_the_same_key_get_separate_directories() {
+    let (_dir, root) = temp_root();
+    let mut assistant = must(InstanceStore::open(&root, "default", "assistant", Path::new("b")));
+    let mut planner = must(InstanceStore::open(&root, "default", "planner", Path::new("b")));
+    assert_ne!(assistant.dir(), planner.dir());
+    assert_eq!(assistant.dir(), root.instances_dir().join("assistant@default"));
+    assert_eq!(planner.dir(), root.instances_dir().join("planner@default"));
+    must(assistant.append(&[user("to the assistant")]));
+    must(planner.append(&[user("to the planner"), user("twice")]));
+    // Each holds its own lock: both run at once.
+    let _a = must(assistant.lock());
+    let _p = must(planner.lock());
+    drop((assistant, planner));
+
+    let assistant = must(InstanceStore::open(&root, "default", "assistant", Path::new("b")));
+    assert_eq!(must(assistant.messages()).messages.len(), 1);
+    assert_eq!(assistant.info().agent_name, "assistant");
+    let mut listed: Vec<(String, String, u64)> = must(list_instances(&root))
+        .into_iter()
+        .map(|found| (found.info.agent_name, found.info.instance_key, found.info.messages))
+        .collect();
+    listed.sort();
+    assert_eq!(
+        listed,
+        [("assistant".to_owned(), "default".to_owned(), 1), ("planner".to_owned(), "default".to_owned(), 2)]
+    );
+}
+
+/// Names of every kind: any Unicode, and short ones made of the bytes
+/// that matter to the encoding (kept, `%`, `@`, separators, dots).
+fn name_strategy() -> impl Strategy<Value = String> {
+    prop_oneof![any::<String>(), "[a-zA-Z0-9._%@/: -]{0,8}", Just(".".to_owned()), Just("..".to_owned())]
+}
+
+proptest! {
+    #[test]
+    fn directory_names_round_trip(agent in name_strategy(), key in name_strategy()) {
+        match instance_dir_name(&agent, &key) {
+            Some(name) => {
+                prop_assert!(name.len() <= 255);
+                prop_assert_eq!(name.matches('@').count(), 1);
+                prop_assert!(name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-%@".contains(&b)), "{}", name);
+                prop_assert_eq!(parse_instance_dir_name(&name), Some((agent, key)));
+            }
+            None => {
+                let refused = |part: &str| part.is_empty() || part == "." || part == "..";
+                let encoded_len = |part: &str| -> usize {
+                    part.bytes().map(|b| if b.is_ascii_alphanumeric() || b"._-".contains(&b) { 1 } else { 3 }).sum()
+                };
+                prop_assert!(refused(&agent) || refused(&key) || encoded_len(&agent) + 1 + encoded_len(&key) > 255);
+            }
+        }
+    }
+
+    #[test]
+    fn only_canonical_names_parse(name in "[A-Za-z0-9%@._/-]{0,12}") {
+        if let Some((agent, key)) = parse_instance_dir_name(&name) {
+            prop_assert_eq!(instance_dir_name(&agent, &key), Some(name));
+        }
+    }
+}
+
+#[test]
+fn an_old_layout_directory_is_listed_then_moved_when_its_instance_is_opened() {
+    let (_dir, root) = temp_root();
+    let messages = every_variant();
+    let old = old_layout_instance(&root, "assistant", "user:1/chat", &messages);
+    assert_eq!(old, root.instances_dir().join("user%3A1%2Fchat"));
+
+    // Listed with the agent its instance.json names.
+    let listed = must(list_instances(&root));
+    assert_eq!(listed.len(), 1);
+    let Some(found) = listed.first() else { panic!("one instance") };
+    assert_eq!((found.info.agent_name.as_str(), found.info.instance_key.as_str()), ("assistant", "user:1/chat"));
+    assert!(found.legacy_layout);
+    assert_eq!(found.dir, old);
+
+    // Another agent with the key gets an instance of its own; the old one stays.
+    let planner = must(InstanceStore::open(&root, "user:1/chat", "planner", Path::new("b")));
+    assert!(must(planner.messages()).messages.is_empty());
+    assert!(old.is_dir());
+    drop(planner);
+
+    // Its own agent's first open moves it, conversation and counters kept.
+    let store = must(InstanceStore::open(&root, "user:1/chat", "assistant", Path::new("/bundles/new")));
+    assert_eq!(store.dir(), root.instances_dir().join("assistant@user%3A1%2Fchat"));
+    assert!(!old.exists());
+    assert_eq!(must(store.messages()).messages, messages);
+    assert_eq!((store.info().turns, store.info().messages), (1, 8));
+    drop(store);
+    let store = must(InstanceStore::open(&root, "user:1/chat", "assistant", Path::new("/bundles/new")));
+    assert_eq!(must(store.messages()).messages, messages);
+
+    let mut listed: Vec<(String, bool)> =
+        must(list_instances(&root)).into_iter().map(|found| (found.info.agent_name, found.legacy_layout)).collect();
+    listed.sort();
+    assert_eq!(listed, [("assistant".to_owned(), false), ("planner".to_owned(), false)]);
+}
+
+#[test]
+fn an_old_layout_directory_is_never_moved_over_an_existing_one() {
+    let (_dir, root) = temp_root();
+    let old_messages = vec![user("old")];
+    // The new layout's instance exists first; then an old-layout copy appears.
+    let mut store = open(&root, "both");
+    must(store.append(&[user("new")]));
+    drop(store);
+    let new_dir = root.instances_dir().join("assistant@both");
+    must(fs::rename(&new_dir, root.instances_dir().join("parked")));
+    let old = old_layout_instance(&root, "assistant", "both", &old_messages);
+    must(fs::rename(root.instances_dir().join("parked"), &new_dir));
+
+    let store = open(&root, "both");
+    assert_eq!(store.dir(), new_dir);
+    assert_eq!(must(store.messages()).messages.first().map(|m| &m.data), Some(&user("new").data));
+    // The old directory is untouched, and both are listed.
+    assert_eq!(must(read_old_messages(&old)), old_messages);
+    let listed = must(list_instances(&root));
+    let layouts: Vec<bool> = listed.iter().map(|found| found.legacy_layout).collect();
+    assert_eq!(layouts.len(), 2);
+    assert!(layouts.contains(&true) && layouts.contains(&false), "{listed:?}");
+}
+
+fn read_old_messages(dir: &Path) -> Result<Vec<Message>, StoreError> {
+    goondan_runtime::store::read_message_log(&dir.join("messages.jsonl")).map(|loaded| loaded.state.messages().to_vec())
+}
+
+#[test]
+fn an_old_layout_directory_in_use_is_not_moved() {
+    let (_dir, root) = temp_root();
+    let old = old_layout_instance(&root, "assistant", "busy", &[user("hi")]);
+    // A process of an earlier version runs it: it holds the lock (and wrote no pid).
+    let lock = must(fs::File::create(old.join("lock")));
+    must(lock.try_lock());
+    let result = InstanceStore::open(&root, "busy", "assistant", Path::new("b"));
+    assert!(matches!(result, Err(StoreError::Busy { pid: None, .. })), "{result:?}");
+    assert!(old.is_dir());
+    assert!(!root.instances_dir().join("assistant@busy").exists());
+    let listed = must(list_instances(&root));
+    assert_eq!(listed.first().map(|found| found.status), Some(LockStatus { running: true, pid: None }));
+    drop(lock);
+    must(InstanceStore::open(&root, "busy", "assistant", Path::new("b")));
+    assert!(!old.exists());
+}
+
+#[test]
+fn list_reports_a_held_instance_as_running_with_its_pid() {
+    let (_dir, root) = temp_root();
+    let store = open(&root, "held");
+    let idle = open(&root, "idle");
+    // Never locked: no lock file, and asking creates none.
+    assert_eq!(must(lock_status(idle.dir())), LockStatus::default());
+    assert!(!idle.dir().join("lock").exists());
+    assert_eq!(must(lock_status(&root.instances_dir().join("nowhere"))), LockStatus::default());
+
+    let held = must(store.lock());
+    let status = |key: &str| {
+        must(list_instances(&root)).into_iter().find(|found| found.info.instance_key == key).map(|found| found.status)
+    };
+    let running = LockStatus { running: true, pid: Some(std::process::id()) };
+    assert_eq!(status("held"), Some(running));
+    assert_eq!(must(lock_status(store.dir())), running);
+    assert_eq!(status("idle"), Some(LockStatus::default()));
+    // Asking does not get in the holder's way, nor in the way of the next one.
+    assert_eq!(status("held"), Some(running));
+    drop(held);
+    // Released: idle, and the pid is gone from the file.
+    assert_eq!(status("held"), Some(LockStatus::default()));
+    assert_eq!(must(fs::read_to_string(store.dir().join("lock"))), "");
+    // A pid left by a process that crashed is not reported: nobody holds the lock.
+    must(fs::write(store.dir().join("lock"), "4242\n"));
+    assert_eq!(status("held"), Some(LockStatus::default()));
+    let again = must(store.lock());
+    assert_eq!(status("held"), Some(running));
+    drop(again);
+
+    let json = must(serde_json::to_value(must(list_instances(&root))));
+    let first = &json[0];
+    for field in ["agentName", "instanceKey", "running", "pid", "dir", "legacyLayout", "turns", "messages"] {
+        assert!(first.get(field).is_some(), "{field} in {first}");
+    }
+}
+
+#[test]
+fn deleting_a_key_removes_every_agents_instance_of_it_or_nothing() {
+    let (_dir, root) = temp_root();
+    let old = old_layout_instance(&root, "coder", "shared", &[user("old")]);
+    let assistant = must(InstanceStore::open(&root, "shared", "assistant", Path::new("b")));
+    let planner = must(InstanceStore::open(&root, "shared", "planner", Path::new("b")));
+    let other_key = must(InstanceStore::open(&root, "other", "assistant", Path::new("b")));
+    let dirs = [assistant.dir().to_path_buf(), planner.dir().to_path_buf(), old.clone()];
+
+    // One of them runs: nothing is deleted, and the refusal names it.
+    let held = must(planner.lock());
+    let refused = delete_instances(&root, "shared", None);
+    assert!(
+        matches!(&refused, Err(StoreError::Busy { agent, pid: Some(pid), .. }) if agent == "planner" && *pid == std::process::id()),
+        "{refused:?}"
+    );
+    assert!(dirs.iter().all(|dir| dir.is_dir()));
+    // Another agent's instance of the key can go alone.
+    let deleted = must(delete_instances(&root, "shared", Some("coder")));
+    assert_eq!(deleted.len(), 1);
+    assert!(deleted.iter().all(|gone| gone.agent_name == "coder" && gone.legacy_layout && gone.dir == old));
+    assert!(!old.exists());
+    drop(held);
+
+    let old = old_layout_instance(&root, "coder", "shared", &[user("old")]);
+    let deleted = must(delete_instances(&root, "shared", None));
+    let agents: Vec<&str> = deleted.iter().map(|gone| gone.agent_name.as_str()).collect();
+    assert_eq!(agents, ["assistant", "planner", "coder"]);
+    assert!(dirs.iter().all(|dir| !dir.exists()));
+    assert!(!old.exists());
+    assert!(other_key.dir().is_dir());
+    assert!(must(delete_instances(&root, "shared", None)).is_empty());
 }

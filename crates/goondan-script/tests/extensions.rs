@@ -138,7 +138,7 @@ fn js_middleware_edits_what_the_model_receives_and_the_edits_are_durable() {
     let state = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let root = StateRoot::new(state.path());
     let bundle = load("script-extensions");
-    let extensions_dir = root.instance_dir("default").unwrap_or_else(|e| panic!("{e}")).join("extensions");
+    let extensions_dir = root.instance_dir("assistant", "default").unwrap_or_else(|e| panic!("{e}")).join("extensions");
     block_on(async {
         let options = options("assistant", Some(extensions_dir.clone()));
         let model = recording(extensions_script());

@@ -1,0 +1,231 @@
+//! `gdn instance list|delete`: the agent instances in the state root, one
+//! per (agent, instance key), and whether a process runs them.
+
+use std::fmt::Display;
+use std::io::Write;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{Result, anyhow};
+use goondan_runtime::store::{ListedInstance, StateRoot, StoreError, delete_instances, list_instances};
+
+use crate::cli::{GlobalOptions, InstanceCommand};
+use crate::exit;
+use crate::output::{self, Output};
+
+/// `gdn instance list|delete`.
+pub fn instance(global: &GlobalOptions, command: &InstanceCommand, out: &mut Output) -> Result<u8> {
+    let root = crate::run::state_root(global)?;
+    match command {
+        InstanceCommand::List => list(global, &root, out),
+        InstanceCommand::Delete { key, agent } => delete(global, &root, key, agent.as_deref(), out),
+    }
+}
+
+fn usage_error(out: &mut Output, message: impl Display) -> Result<u8> {
+    output::error_line(&mut out.stderr, message)?;
+    Ok(exit::USAGE)
+}
+
+/// `'key'`, or `'key' of agent 'agent'`.
+fn describe(key: &str, agent: Option<&str>) -> String {
+    match agent {
+        Some(agent) => format!("'{key}' of agent '{agent}'"),
+        None => format!("'{key}'"),
+    }
+}
+
+const HEADERS: [&str; 7] = ["AGENT", "INSTANCE", "STATUS", "TURNS", "MESSAGES", "UPDATED", "BUNDLE"];
+/// The columns printed flush right (numbers).
+const RIGHT_ALIGNED: [bool; 7] = [false, false, false, true, true, false, false];
+
+fn list(global: &GlobalOptions, root: &StateRoot, out: &mut Output) -> Result<u8> {
+    // The store's errors already name their cause; anyhow's chain would repeat it.
+    let instances = list_instances(root).map_err(|e| anyhow!("{e}"))?;
+    if global.json {
+        writeln!(out.stdout, "{}", serde_json::to_string_pretty(&instances)?)?;
+        return Ok(exit::OK);
+    }
+    if instances.is_empty() {
+        writeln!(out.stdout, "no instances in {}", root.path().display())?;
+        return Ok(exit::OK);
+    }
+    let now = now_millis();
+    let rows: Vec<[String; 7]> = instances.iter().map(|instance| row(instance, now)).collect();
+    let mut widths = HEADERS.map(|header| header.chars().count());
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let header = HEADERS.map(str::to_owned);
+    writeln!(out.stdout, "{}{}{}", output::BOLD, line(&header, &widths), output::BOLD.render_reset())?;
+    for row in &rows {
+        writeln!(out.stdout, "{}", line(row, &widths))?;
+    }
+    Ok(exit::OK)
+}
+
+fn row(instance: &ListedInstance, now: u64) -> [String; 7] {
+    let info = &instance.info;
+    let status = match (instance.status.running, instance.status.pid) {
+        (true, Some(pid)) => format!("running (pid {pid})"),
+        (true, None) => "running".to_owned(),
+        (false, _) => "idle".to_owned(),
+    };
+    [
+        info.agent_name.clone(),
+        info.instance_key.clone(),
+        status,
+        info.turns.to_string(),
+        info.messages.to_string(),
+        updated(info.updated_at, now),
+        info.bundle.clone(),
+    ]
+}
+
+/// The cells padded to their column's width, two spaces apart; the last
+/// column is not padded (no trailing blanks).
+fn line(cells: &[String; 7], widths: &[usize; 7]) -> String {
+    let mut text = String::new();
+    let last = cells.len() - 1;
+    for (index, cell) in cells.iter().enumerate() {
+        if index > 0 {
+            text.push_str("  ");
+        }
+        let padding = " ".repeat(widths[index].saturating_sub(cell.chars().count()));
+        if RIGHT_ALIGNED[index] {
+            text.push_str(&padding);
+            text.push_str(cell);
+        } else {
+            text.push_str(cell);
+            if index < last {
+                text.push_str(&padding);
+            }
+        }
+    }
+    text
+}
+
+fn now_millis() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|elapsed| u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// When an instance was last updated, for people: relative while recent
+/// (`just now`, `42s ago`, `5m ago`, `3h ago`, `6d ago`), else the UTC date.
+fn updated(updated_at: u64, now: u64) -> String {
+    const MINUTE: u64 = 60;
+    const HOUR: u64 = 60 * MINUTE;
+    const DAY: u64 = 24 * HOUR;
+    // A time in the future (another machine's clock) counts as now.
+    let seconds = now.saturating_sub(updated_at) / 1000;
+    match seconds {
+        0..5 => "just now".to_owned(),
+        5..MINUTE => format!("{seconds}s ago"),
+        MINUTE..HOUR => format!("{}m ago", seconds / MINUTE),
+        HOUR..DAY => format!("{}h ago", seconds / HOUR),
+        _ if seconds < 7 * DAY => format!("{}d ago", seconds / DAY),
+        _ => iso_date(updated_at),
+    }
+}
+
+/// `YYYY-MM-DD` (UTC) of a time in milliseconds since the Unix epoch
+/// (the civil-from-days algorithm of H. Hinnant, without a date library).
+fn iso_date(millis: u64) -> String {
+    let days = i64::try_from(millis / 86_400_000).unwrap_or(0);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097);
+    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_index = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
+    let month = if month_index < 10 { month_index + 3 } else { month_index - 9 };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}")
+}
+
+/// `gdn instance delete KEY [--agent NAME]`: every agent's instance of the
+/// key, or only that agent's. All or nothing: if one of them runs, nothing
+/// is deleted (the store takes every lock before it deletes).
+fn delete(global: &GlobalOptions, root: &StateRoot, key: &str, agent: Option<&str>, out: &mut Output) -> Result<u8> {
+    let deleted = match delete_instances(root, key, agent) {
+        Ok(deleted) => deleted,
+        Err(StoreError::Busy { agent, pid, .. }) => {
+            let pid = pid.map(|pid| format!(" (pid {pid})")).unwrap_or_default();
+            return usage_error(
+                out,
+                format_args!(
+                    "instance {} is running{pid}; stop it first (nothing was deleted)",
+                    describe(key, Some(&agent))
+                ),
+            );
+        }
+        Err(error @ (StoreError::InvalidKey { .. } | StoreError::KeyMismatch { .. })) => {
+            return usage_error(out, format_args!("{error} (nothing was deleted)"));
+        }
+        Err(error) => return Err(anyhow!("{error}")),
+    };
+    if deleted.is_empty() {
+        return usage_error(out, format_args!("no instance {} in {}", describe(key, agent), root.path().display()));
+    }
+    if global.json {
+        let body: Vec<serde_json::Value> = deleted
+            .iter()
+            .map(|gone| {
+                serde_json::json!({
+                    "agentName": gone.agent_name,
+                    "instanceKey": key,
+                    "dir": gone.dir.to_string_lossy(),
+                })
+            })
+            .collect();
+        writeln!(out.stdout, "{}", serde_json::to_string_pretty(&body)?)?;
+        return Ok(exit::OK);
+    }
+    for gone in &deleted {
+        writeln!(
+            out.stdout,
+            "{}✓{} deleted instance {}",
+            output::OK,
+            output::OK.render_reset(),
+            describe(key, Some(&gone.agent_name))
+        )?;
+    }
+    Ok(exit::OK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recent_times_are_relative_and_older_ones_dates() {
+        let now = 1_700_000_000_000;
+        assert_eq!(updated(now, now), "just now");
+        assert_eq!(updated(now + 60_000, now), "just now", "a clock ahead of ours");
+        assert_eq!(updated(now - 42_000, now), "42s ago");
+        assert_eq!(updated(now - 5 * 60_000 - 1, now), "5m ago");
+        assert_eq!(updated(now - 3 * 3_600_000, now), "3h ago");
+        assert_eq!(updated(now - 6 * 86_400_000, now), "6d ago");
+        assert_eq!(updated(now - 8 * 86_400_000, now), "2023-11-06");
+    }
+
+    #[test]
+    fn dates_are_utc_calendar_dates() {
+        assert_eq!(iso_date(0), "1970-01-01");
+        assert_eq!(iso_date(951_782_400_000), "2000-02-29");
+        assert_eq!(iso_date(951_868_799_999), "2000-02-29");
+        assert_eq!(iso_date(1_700_000_000_000), "2023-11-14");
+        assert_eq!(iso_date(4_102_444_800_000), "2100-01-01");
+    }
+
+    #[test]
+    fn columns_are_padded_and_numbers_flush_right() {
+        let widths = [5, 8, 6, 5, 8, 7, 6];
+        let cells = ["a", "default", "idle", "3", "12", "now", "/b"].map(str::to_owned);
+        assert_eq!(line(&cells, &widths), "a      default   idle        3        12  now      /b");
+    }
+}
