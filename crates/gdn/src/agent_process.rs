@@ -95,12 +95,14 @@ async fn prepare(
     let secrets: BTreeMap<String, String> = init.env.clone();
     let env: EnvLookup = Arc::new(move |name: &str| std::env::var(name).ok().or_else(|| secrets.get(name).cloned()));
     let root = StateRoot::new(PathBuf::from(&init.state_root));
-    let bundle_file = std::fs::canonicalize(resolve_bundle_file(&config)).unwrap_or_else(|_| resolve_bundle_file(&config));
+    let bundle_file =
+        std::fs::canonicalize(resolve_bundle_file(&config)).unwrap_or_else(|_| resolve_bundle_file(&config));
     let store_failed = |error: StoreError| match error {
         StoreError::Busy { .. } => ErrorInfo::new(ready_codes::INSTANCE_BUSY, error.to_string()),
         other => ErrorInfo::new(ready_codes::STORE_FAILED, format!("{instance}: {other}")),
     };
-    let store = InstanceStore::open(&root, &instance.instance_key, &instance.agent, &bundle_file).map_err(store_failed)?;
+    let store =
+        InstanceStore::open(&root, &instance.instance_key, &instance.agent, &bundle_file).map_err(store_failed)?;
     let lock = store.lock().map_err(store_failed)?;
     let loaded = store.load().map_err(store_failed)?;
     if loaded.skipped_torn_tail || loaded.skipped_corrupt_lines > 0 {

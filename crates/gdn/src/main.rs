@@ -50,8 +50,7 @@ fn main() -> ExitCode {
     // (this may re-execute the binary) and live only in `env` from here on.
     // An agent process's environment has none: the orchestrator took them
     // out, and hands them over the channel.
-    let isolated =
-        if agent_process { Ok(secrets::Secrets::default()) } else { secrets::isolate(&cli.global.config) };
+    let isolated = if agent_process { Ok(secrets::Secrets::default()) } else { secrets::isolate(&cli.global.config) };
     let secrets = match isolated {
         Ok(secrets) => Arc::new(secrets),
         Err(message) => {

@@ -303,7 +303,8 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
         (None, None) => None,
     };
 
-    let chat = Chat { global, console: &console, root: &root, shutdown: &session.shutdown, orchestrator: &orchestrator };
+    let chat =
+        Chat { global, console: &console, root: &root, shutdown: &session.shutdown, orchestrator: &orchestrator };
     let code = match single_input {
         Some(input) => {
             let reported = one_turn(&chat, input).await;

@@ -19,10 +19,7 @@ const RULES: &[(&str, &[&str])] = &[
     ("goondan-runtime", &["goondan-core", "goondan-config", "goondan-tools", "goondan-llm"]),
     ("goondan-script", &["goondan-core", "goondan-config", "goondan-tools", "goondan-runtime"]),
     ("goondan-ipc", &["goondan-core"]),
-    (
-        "goondan-orchestrator",
-        &["goondan-core", "goondan-config", "goondan-tools", "goondan-runtime", "goondan-ipc"],
-    ),
+    ("goondan-orchestrator", &["goondan-core", "goondan-config", "goondan-tools", "goondan-runtime", "goondan-ipc"]),
     (
         "gdn",
         &[

@@ -30,8 +30,8 @@ use goondan_core::message::now_millis;
 use goondan_core::{JsonObject, JsonValue, Message, MessageData, MessageSource, ToolCall, ToolResult, ToolStatus};
 use goondan_ipc::{
     AgentInstance, CallPayload, CallResultPayload, CancelPayload, DelegatePayload, DelegateResultPayload, ErrorInfo,
-    HelloPayload, InitPayload, IpcMessage, LinkReceiver, LinkSender, MessageSourceInfo, ORCHESTRATOR,
-    ObservePayload, ReadyPayload, ResultStatus, Routed, ShutdownAckPayload, TurnSummary, unix_link,
+    HelloPayload, InitPayload, IpcMessage, LinkReceiver, LinkSender, MessageSourceInfo, ORCHESTRATOR, ObservePayload,
+    ReadyPayload, ResultStatus, Routed, ShutdownAckPayload, TurnSummary, unix_link,
 };
 use goondan_runtime::conversation::Conversation;
 use goondan_runtime::inbox::Inbox;
@@ -123,10 +123,8 @@ impl AgentChannel {
     /// Tells the orchestrator the instance is ready, or why it is not.
     pub async fn ready(&self, error: Option<ErrorInfo>) {
         let payload = ReadyPayload { pid: std::process::id(), error };
-        let _ = self
-            .link
-            .send(IpcMessage::Ready(Routed::new(self.init.instance.to_string(), ORCHESTRATOR, payload)))
-            .await;
+        let _ =
+            self.link.send(IpcMessage::Ready(Routed::new(self.init.instance.to_string(), ORCHESTRATOR, payload))).await;
     }
 }
 
@@ -221,7 +219,12 @@ impl SwarmRuntime {
         .suggest("Call agents__catalog for the agents you can reach."))
     }
 
-    fn delegate_payload(&self, ctx: &ToolContext, request: &AgentMessageRequest, asynchronous: bool) -> DelegatePayload {
+    fn delegate_payload(
+        &self,
+        ctx: &ToolContext,
+        request: &AgentMessageRequest,
+        asynchronous: bool,
+    ) -> DelegatePayload {
         DelegatePayload {
             event_id: new_id(),
             event_type: request.event_type.clone().unwrap_or_else(|| "agent.request".to_owned()),
@@ -251,8 +254,9 @@ impl SwarmRuntime {
         let correlation_id = format!("call-{}", new_id());
         let (tx, rx) = oneshot::channel();
         self.waiting().insert(correlation_id.clone(), Waiting::Call(tx));
-        let message =
-            IpcMessage::Call(Routed::new(self.me.to_string(), ORCHESTRATOR, payload).correlated(correlation_id.clone()));
+        let message = IpcMessage::Call(
+            Routed::new(self.me.to_string(), ORCHESTRATOR, payload).correlated(correlation_id.clone()),
+        );
         self.send_message(message, &correlation_id).await?;
         let _forget = Forget { runtime: self, correlation_id: &correlation_id, cancel: false };
         match tokio::time::timeout(CALL_TIMEOUT, rx).await {
@@ -374,8 +378,12 @@ impl Drop for Forget<'_> {
         let was_waiting = self.runtime.waiting().remove(self.correlation_id).is_some();
         if was_waiting && self.cancel {
             let cancel = IpcMessage::Cancel(
-                Routed::new(self.runtime.me.to_string(), ORCHESTRATOR, CancelPayload { reason: "caller gave up".into() })
-                    .correlated(self.correlation_id),
+                Routed::new(
+                    self.runtime.me.to_string(),
+                    ORCHESTRATOR,
+                    CancelPayload { reason: "caller gave up".into() },
+                )
+                .correlated(self.correlation_id),
             );
             let link = Arc::clone(&self.runtime.link);
             if let Ok(handle) = tokio::runtime::Handle::try_current() {
@@ -448,11 +456,7 @@ impl AgentToolRuntime for SwarmRuntime {
                         json!({"correlationId": correlation_id, "from": request.target, "status": "timeout"}),
                     );
                     return Err(ToolFailure::with_code(
-                        format!(
-                            "{}@{target_key} did not answer within {} ms",
-                            request.target,
-                            timeout.as_millis()
-                        ),
+                        format!("{}@{target_key} did not answer within {} ms", request.target, timeout.as_millis()),
                         AGENT_REQUEST_TIMEOUT,
                     )
                     .named("AgentRequestTimeoutError")
@@ -503,7 +507,9 @@ impl AgentToolRuntime for SwarmRuntime {
                 Ok(Ok(CallResultPayload { error: Some(error), .. })) => Err(failure(error)),
                 Ok(Ok(_)) => Ok(json!({"target": request.target, "eventId": event_id, "accepted": true})),
                 Ok(Err(_)) => Err(ToolFailure::with_code("the orchestrator went away", IPC_DELIVERY_FAILED)),
-                Err(_) => Err(ToolFailure::with_code("the orchestrator did not confirm the delivery", IPC_DELIVERY_FAILED)),
+                Err(_) => {
+                    Err(ToolFailure::with_code("the orchestrator did not confirm the delivery", IPC_DELIVERY_FAILED))
+                }
             }
         })
     }
@@ -738,8 +744,12 @@ pub async fn serve(
                     other => tracing::debug!("{me}: unexpected {} message; ignored", other.kind()),
                 }
             };
-            // Stop: the running turn is cancelled (it commits what it has).
-            if let Some((_, cancel)) = control.running.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
+            // `shutdown` lets the running turn finish within the grace period
+            // (the orchestrator kills after it); without the orchestrator the
+            // running turn is cancelled at once (it commits what it has).
+            if end == ServeEnd::Disconnected
+                && let Some((_, cancel)) = control.running.lock().unwrap_or_else(PoisonError::into_inner).as_ref()
+            {
                 let _ = cancel.send(true);
             }
             let _ = stop_tx.send(Some(end));
@@ -894,9 +904,8 @@ async fn run_job(
                     ResultStatus::Ok => "ok", ResultStatus::Error => "error", ResultStatus::Timeout => "timeout" }}),
             );
         }
-        let _ = outbox.send(IpcMessage::DelegateResult(
-            Routed::new(me.to_string(), from, answer).correlated(correlation_id),
-        ));
+        let _ = outbox
+            .send(IpcMessage::DelegateResult(Routed::new(me.to_string(), from, answer).correlated(correlation_id)));
     }
     outcome.restart_requested
 }

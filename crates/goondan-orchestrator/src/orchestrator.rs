@@ -30,8 +30,7 @@ use std::time::{Duration, Instant, SystemTime};
 use goondan_core::JsonValue;
 use goondan_ipc::{
     AgentInstance, CLI, CallPayload, CallResultPayload, CancelPayload, DelegatePayload, DelegateResultPayload,
-    ErrorInfo, IpcMessage, LinkReceiver, LinkSender, ORCHESTRATOR, ObservePayload, Routed, ShutdownPayload,
-    unix_link,
+    ErrorInfo, IpcMessage, LinkReceiver, LinkSender, ORCHESTRATOR, ObservePayload, Routed, ShutdownPayload, unix_link,
 };
 use serde_json::json;
 use tokio::net::UnixListener;
@@ -39,7 +38,8 @@ use tokio::sync::{oneshot, watch};
 
 use crate::backoff;
 use crate::codes::{
-    AGENT_CRASHED, AGENT_HOP_LIMIT, AGENT_INVALID_REQUEST, AGENT_NOT_FOUND, AGENT_UNAVAILABLE, CIRCULAR_CALL_DETECTED, IPC_DELIVERY_FAILED,
+    AGENT_CRASHED, AGENT_HOP_LIMIT, AGENT_INVALID_REQUEST, AGENT_NOT_FOUND, AGENT_UNAVAILABLE, CIRCULAR_CALL_DETECTED,
+    IPC_DELIVERY_FAILED,
 };
 use crate::launcher::AgentLauncher;
 use crate::plan::SwarmPlan;
@@ -205,10 +205,9 @@ impl Orchestrator {
         {
             let mut state = lock(&inner.state);
             state.slots.entry(instance.clone()).or_insert_with(|| Slot::new(None));
-            state.pending.insert(
-                correlation_id.clone(),
-                Pending { waiter: Waiter::Cli(reply), target: instance.clone() },
-            );
+            state
+                .pending
+                .insert(correlation_id.clone(), Pending { waiter: Waiter::Cli(reply), target: instance.clone() });
         }
         let link = match ensure(inner, instance).await {
             Ok(link) => link,
@@ -233,7 +232,10 @@ impl Orchestrator {
             IpcMessage::Delegate(Routed::new(CLI, instance.agent.clone(), payload).correlated(correlation_id.clone()));
         if let Err(error) = link.send(message).await {
             lock(&inner.state).pending.remove(&correlation_id);
-            return DelegateResultPayload::error(IPC_DELIVERY_FAILED, format!("sending the input to {instance}: {error}"));
+            return DelegateResultPayload::error(
+                IPC_DELIVERY_FAILED,
+                format!("sending the input to {instance}: {error}"),
+            );
         }
         let mut answer = answer;
         let mut cancelled = false;
@@ -487,13 +489,8 @@ async fn start_process(
     {
         let mut state = lock(&inner.state);
         if let Some(slot) = state.slots.get_mut(instance) {
-            slot.running = Some(Running {
-                link: Arc::clone(&link),
-                pid,
-                generation,
-                kill: Some(kill_tx),
-                exited: exited_rx,
-            });
+            slot.running =
+                Some(Running { link: Arc::clone(&link), pid, generation, kill: Some(kill_tx), exited: exited_rx });
             slot.last_pid = Some(pid);
             slot.restart_requested = false;
         }
@@ -633,7 +630,8 @@ async fn deliver(
             let _ = reply.send(answer);
         }
         Waiter::Agent(caller) => {
-            let link = lock(&inner.state).slots.get(&caller).and_then(|s| s.running.as_ref().map(|r| Arc::clone(&r.link)));
+            let link =
+                lock(&inner.state).slots.get(&caller).and_then(|s| s.running.as_ref().map(|r| Arc::clone(&r.link)));
             let Some(link) = link else {
                 tracing::debug!("{caller} ended before the answer of {correlation_id} arrived; dropped");
                 return;
@@ -732,9 +730,17 @@ async fn route_result(inner: &Arc<Inner>, from: &AgentInstance, message: Routed<
 }
 
 /// A `delegate` (`wants_answer`) or `event` from `caller`.
-async fn route_delegate(inner: Arc<Inner>, caller: AgentInstance, message: Routed<DelegatePayload>, wants_answer: bool) {
+async fn route_delegate(
+    inner: Arc<Inner>,
+    caller: AgentInstance,
+    message: Routed<DelegatePayload>,
+    wants_answer: bool,
+) {
     let Some(id) = message.correlation_id.clone() else {
-        tracing::warn!("{caller} sent a {} without a correlation id; dropped", if wants_answer { "delegate" } else { "event" });
+        tracing::warn!(
+            "{caller} sent a {} without a correlation id; dropped",
+            if wants_answer { "delegate" } else { "event" }
+        );
         return;
     };
     let plan = &inner.plan;
@@ -744,18 +750,20 @@ async fn route_delegate(inner: Arc<Inner>, caller: AgentInstance, message: Route
         if let Some(link) = link {
             let reply = if wants_answer {
                 IpcMessage::DelegateResult(
-                    Routed::new(ORCHESTRATOR, caller.to_string(), DelegateResultPayload {
-                        error: Some(error),
-                        ..DelegateResultPayload::error("", "")
-                    })
+                    Routed::new(
+                        ORCHESTRATOR,
+                        caller.to_string(),
+                        DelegateResultPayload { error: Some(error), ..DelegateResultPayload::error("", "") },
+                    )
                     .correlated(id.clone()),
                 )
             } else {
                 IpcMessage::CallResult(
-                    Routed::new(ORCHESTRATOR, caller.to_string(), CallResultPayload {
-                        output: JsonValue::Null,
-                        error: Some(error),
-                    })
+                    Routed::new(
+                        ORCHESTRATOR,
+                        caller.to_string(),
+                        CallResultPayload { output: JsonValue::Null, error: Some(error) },
+                    )
                     .correlated(id.clone()),
                 )
             };
@@ -765,7 +773,12 @@ async fn route_delegate(inner: Arc<Inner>, caller: AgentInstance, message: Route
     if !plan.has_agent(&target.agent) {
         let error = ErrorInfo::new(
             AGENT_NOT_FOUND,
-            format!("no agent '{}' in swarm '{}' (its agents: {})", target.agent, plan.swarm.name, plan.swarm.agents.join(", ")),
+            format!(
+                "no agent '{}' in swarm '{}' (its agents: {})",
+                target.agent,
+                plan.swarm.name,
+                plan.swarm.agents.join(", ")
+            ),
         )
         .suggest("Call agents__catalog for the agents you can reach.");
         refuse(error).await;
@@ -851,10 +864,14 @@ async fn route_delegate(inner: Arc<Inner>, caller: AgentInstance, message: Route
         let link = lock(&inner.state).slots.get(&caller).and_then(|s| s.running.as_ref().map(|r| Arc::clone(&r.link)));
         if let Some(link) = link {
             let ack = IpcMessage::CallResult(
-                Routed::new(ORCHESTRATOR, caller.to_string(), CallResultPayload {
-                    output: json!({"accepted": true, "instanceKey": target.instance_key}),
-                    error: None,
-                })
+                Routed::new(
+                    ORCHESTRATOR,
+                    caller.to_string(),
+                    CallResultPayload {
+                        output: json!({"accepted": true, "instanceKey": target.instance_key}),
+                        error: None,
+                    },
+                )
                 .correlated(id),
             );
             let _ = link.send(ack).await;
@@ -902,9 +919,7 @@ fn list(inner: &Inner, caller: &AgentInstance, include_all: bool) -> JsonValue {
     let agents: Vec<JsonValue> = state
         .slots
         .iter()
-        .filter(|(instance, slot)| {
-            *instance != caller && (include_all || slot.owner.as_ref() == Some(caller))
-        })
+        .filter(|(instance, slot)| *instance != caller && (include_all || slot.owner.as_ref() == Some(caller)))
         .map(|(instance, slot)| {
             let status = match (&slot.running, slot.not_before) {
                 (Some(_), _) => "running",
@@ -938,7 +953,11 @@ async fn spawn(
     if !plan.has_agent(&target) {
         return Err(ErrorInfo::new(
             AGENT_NOT_FOUND,
-            format!("no agent '{target}' in swarm '{}' (its agents: {})", plan.swarm.name, plan.swarm.agents.join(", ")),
+            format!(
+                "no agent '{target}' in swarm '{}' (its agents: {})",
+                plan.swarm.name,
+                plan.swarm.agents.join(", ")
+            ),
         ));
     }
     let instance_key = instance_key.unwrap_or_else(|| {

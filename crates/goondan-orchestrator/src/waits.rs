@@ -88,10 +88,7 @@ mod tests {
         graph.add("1", node("a"), node("b"));
         assert_eq!(graph.cycle(&node("b"), &node("a")).map(|c| describe(&c)).as_deref(), Some("b@k → a@k → b@k"));
         graph.add("2", node("b"), node("c"));
-        assert_eq!(
-            graph.cycle(&node("c"), &node("a")).map(|c| describe(&c)).as_deref(),
-            Some("c@k → a@k → b@k → c@k")
-        );
+        assert_eq!(graph.cycle(&node("c"), &node("a")).map(|c| describe(&c)).as_deref(), Some("c@k → a@k → b@k → c@k"));
         // Another instance of the same agent is another node.
         assert_eq!(graph.cycle(&node("c"), &AgentInstance::new("a", "other")), None);
         graph.remove("1");

@@ -23,7 +23,8 @@ use goondan_llm::{ModelError, ModelParams, ModelSettings, build_provider};
 use goondan_tools::assembly::AgentTools;
 use goondan_tools::events::EventSink;
 use goondan_tools::{
-    AgentToolRuntime, BoxFuture, CallScope, Core, ExecutorPolicy, MiddlewareChain, RegistryError, ToolCatalog, ToolExecutor, ToolRegistry,
+    AgentToolRuntime, BoxFuture, CallScope, Core, ExecutorPolicy, MiddlewareChain, RegistryError, ToolCatalog,
+    ToolExecutor, ToolRegistry,
 };
 
 use crate::context::{EmitterTurn, EventEmitter, StepContext, StepOutcome, TurnContext, TurnOutcome};

@@ -188,11 +188,17 @@ pub trait AgentToolRuntime: Send + Sync + fmt::Debug {
         request: AgentMessageRequest,
     ) -> BoxFuture<'a, Result<JsonValue, ToolFailure>>;
     /// Sends a fire-and-forget event.
-    fn send<'a>(&'a self, ctx: &'a ToolContext, request: AgentMessageRequest)
-    -> BoxFuture<'a, Result<JsonValue, ToolFailure>>;
+    fn send<'a>(
+        &'a self,
+        ctx: &'a ToolContext,
+        request: AgentMessageRequest,
+    ) -> BoxFuture<'a, Result<JsonValue, ToolFailure>>;
     /// Spawns or prepares an instance.
-    fn spawn<'a>(&'a self, ctx: &'a ToolContext, request: AgentSpawnRequest)
-    -> BoxFuture<'a, Result<JsonValue, ToolFailure>>;
+    fn spawn<'a>(
+        &'a self,
+        ctx: &'a ToolContext,
+        request: AgentSpawnRequest,
+    ) -> BoxFuture<'a, Result<JsonValue, ToolFailure>>;
     /// Lists spawned instances.
     fn list<'a>(&'a self, ctx: &'a ToolContext, include_all: bool) -> BoxFuture<'a, Result<JsonValue, ToolFailure>>;
     /// Describes the swarm's agents.

@@ -1,0 +1,350 @@
+//! Swarms end to end: `gdn run` as the orchestrator, each agent instance in
+//! a process of its own, and the `agents` tool between them — with the
+//! scripted models of `tests/fixtures/swarm` (the coordinator's script is
+//! chosen by its input, `CASE:…`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::Value;
+
+fn fixture() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/swarm")
+}
+
+struct Run {
+    state: tempfile::TempDir,
+    work: tempfile::TempDir,
+}
+
+impl Run {
+    fn new() -> Self {
+        Self {
+            state: tempfile::tempdir().unwrap_or_else(|e| panic!("{e}")),
+            work: tempfile::tempdir().unwrap_or_else(|e| panic!("{e}")),
+        }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_gdn"));
+        command
+            .arg("-c")
+            .arg(fixture())
+            .arg("--state-root")
+            .arg(self.state.path())
+            .args(args)
+            .env("NO_COLOR", "1")
+            .env_remove("GOONDAN_STATE_ROOT")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        command
+    }
+
+    fn turn(&self, input: &str) -> Output {
+        let workdir = self.work.path().display().to_string();
+        self.command(&["--json", "run", "--workdir", &workdir, "--input", input])
+            .output()
+            .unwrap_or_else(|e| panic!("spawn: {e}"))
+    }
+
+    fn start(&self, input: &str) -> Child {
+        let workdir = self.work.path().display().to_string();
+        self.command(&["run", "--workdir", &workdir, "--input", input]).spawn().unwrap_or_else(|e| panic!("spawn: {e}"))
+    }
+
+    /// The messages of `agent@key`'s conversation.
+    fn messages(&self, agent: &str, key: &str) -> Vec<Value> {
+        let path = self.state.path().join(format!("instances/{agent}@{key}/messages.jsonl"));
+        let loaded = goondan_runtime::store::read_message_log(&path).unwrap_or_else(|e| panic!("{e}"));
+        loaded.state.messages().iter().map(|m| serde_json::to_value(m).unwrap_or_default()).collect()
+    }
+
+    /// The tool results in `agent@key`'s conversation, in order.
+    fn results(&self, agent: &str, key: &str) -> Vec<Value> {
+        self.messages(agent, key)
+            .into_iter()
+            .filter(|m| m["data"]["role"] == "tool")
+            .map(|m| m["data"]["result"].clone())
+            .collect()
+    }
+
+    fn events(&self, agent: &str, key: &str) -> Vec<Value> {
+        let path = self.state.path().join(format!("instances/{agent}@{key}/events.jsonl"));
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .collect()
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn answer(output: &Output) -> Value {
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&output.stdout)))
+}
+
+fn is_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/status")) {
+        Err(_) => true,
+        Ok(status) => status.lines().any(|line| line.starts_with("State:") && line.contains('Z')),
+    }
+}
+
+fn read_pid(path: &Path) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(pid) = std::fs::read_to_string(path).ok().and_then(|text| text.trim().parse().ok()) {
+            return pid;
+        }
+        assert!(Instant::now() < deadline, "{} never appeared", path.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Every live process started under the orchestrator `pid` (agent processes
+/// and what their tools started carry its pid in their environment).
+fn processes_of(orchestrator: u32) -> Vec<u32> {
+    let needle = format!("GOONDAN_ORCHESTRATOR_PID={orchestrator}");
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else { continue };
+        if environ.split(|b| *b == 0).any(|var| var == needle.as_bytes()) && !is_gone(pid) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+fn wait_until_none_left(orchestrator: u32) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let left = processes_of(orchestrator);
+        if left.is_empty() {
+            return;
+        }
+        if Instant::now() > deadline {
+            for pid in &left {
+                let _ = kill(Pid::from_raw(i32::try_from(*pid).unwrap_or(0)), Signal::SIGKILL);
+            }
+            panic!("processes outlived the orchestrator {orchestrator}: {left:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_request_is_answered_by_another_agent_process_and_logged_on_both_sides() {
+    let run = Run::new();
+    let body = answer(&run.turn("go"));
+    assert_eq!(body["text"], "coordinator done");
+    assert_eq!(body["agent"], "coordinator");
+    let acting: Vec<&str> =
+        body["agents"].as_array().into_iter().flatten().filter_map(|a| a["agent"].as_str()).collect();
+    assert_eq!(acting, ["worker", "coordinator"], "{body}");
+    let results = run.results("coordinator", "default");
+    assert_eq!(results[0]["status"], "ok", "{results:?}");
+    assert_eq!(results[0]["output"]["response"], "worker answer");
+    assert_eq!(results[0]["output"]["async"], false);
+    let correlation = results[0]["output"]["correlationId"].as_str().unwrap_or_default().to_owned();
+    assert!(correlation.starts_with("corr-"), "{results:?}");
+    // The worker got the request as its input, with where it came from.
+    let worker = run.messages("worker", "default");
+    assert_eq!(worker[0]["data"]["content"], "CASE:quick");
+    assert_eq!(worker[0]["metadata"]["__goondanInbound"]["sourceName"], "coordinator");
+    // Both event logs hold the exchange under one correlation id, and the
+    // worker's turn continues the coordinator's trace.
+    let sent = run.events("coordinator", "default");
+    let sent = sent.iter().find(|e| e["type"] == "agent.request.sent").unwrap_or_else(|| panic!("{sent:?}"));
+    assert_eq!(sent["correlationId"], correlation.as_str());
+    let received = run.events("worker", "default");
+    let got = received.iter().find(|e| e["type"] == "agent.request.received").unwrap_or_else(|| panic!("{received:?}"));
+    assert_eq!(got["correlationId"], correlation.as_str());
+    assert!(received.iter().any(|e| e["type"] == "agent.response.sent" && e["correlationId"] == correlation.as_str()));
+    let worker_turn = received.iter().find(|e| e["type"] == "turn.started").unwrap_or_else(|| panic!("{received:?}"));
+    assert_eq!(worker_turn["traceId"], sent["traceId"]);
+}
+
+#[test]
+fn every_instance_runs_in_its_own_process() {
+    let run = Run::new();
+    let mut child = run.start("CASE:pids");
+    let orchestrator = child.id();
+    let status = child.wait().unwrap_or_else(|e| panic!("{e}"));
+    assert!(status.success());
+    let results = run.results("coordinator", "default");
+    let spawned = &results[0]["output"];
+    assert_eq!(spawned["spawned"], true, "{results:?}");
+    let worker_pid = spawned["pid"].as_u64().unwrap_or_default();
+    let coordinator_pid: u64 = results[1]["output"]["stdout"].as_str().unwrap_or_default().trim().parse().unwrap_or(0);
+    assert!(worker_pid > 0 && coordinator_pid > 0, "{results:?}");
+    assert_ne!(worker_pid, coordinator_pid);
+    assert_ne!(worker_pid, u64::from(orchestrator));
+    assert_ne!(coordinator_pid, u64::from(orchestrator));
+    wait_until_none_left(orchestrator);
+}
+
+#[test]
+fn a_callee_killed_mid_request_gives_an_error_and_the_next_request_starts_it_again() {
+    let run = Run::new();
+    let mut child = run.start("CASE:crash");
+    let worker = read_pid(&run.work.path().join("worker.pid"));
+    let shell = read_pid(&run.work.path().join("worker-shell.pid"));
+    assert!(kill(Pid::from_raw(i32::try_from(worker).unwrap_or(0)), Signal::SIGKILL).is_ok());
+    let status = child.wait().unwrap_or_else(|e| panic!("{e}"));
+    assert!(status.success(), "{status:?}");
+    let results = run.results("coordinator", "default");
+    assert_eq!(results[0]["status"], "error", "{results:?}");
+    assert_eq!(results[0]["error"]["code"], "AGENT_CRASHED");
+    assert!(results[0]["error"]["message"].as_str().unwrap_or_default().contains("SIGKILL"), "{results:?}");
+    assert_eq!(results[1]["status"], "ok", "the next request started the worker again: {results:?}");
+    assert_eq!(results[1]["output"]["response"], "worker answer");
+    // What the dead worker's tool was running did not survive it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !is_gone(shell) {
+        assert!(Instant::now() < deadline, "the dead worker's shell {shell} survived");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Its conversation is still valid and continued: both requests are in it.
+    let inputs: Vec<Value> = run
+        .messages("worker", "default")
+        .into_iter()
+        .filter(|m| m["data"]["role"] == "user")
+        .map(|m| m["data"]["content"].clone())
+        .collect();
+    assert_eq!(inputs, ["CASE:hang", "CASE:quick"]);
+}
+
+#[test]
+fn a_request_that_outlasts_its_timeout_fails_with_a_timeout() {
+    let run = Run::new();
+    let started = Instant::now();
+    let body = answer(&run.turn("CASE:timeout"));
+    assert_eq!(body["text"], "timed out");
+    let results = run.results("coordinator", "default");
+    assert_eq!(results[0]["error"]["code"], "AGENT_REQUEST_TIMEOUT", "{results:?}");
+    assert!(started.elapsed() < Duration::from_secs(20));
+}
+
+#[test]
+fn a_request_back_to_a_waiting_caller_is_refused_at_once_with_the_chain() {
+    let run = Run::new();
+    let started = Instant::now();
+    let body = answer(&run.turn("CASE:cycle"));
+    assert_eq!(body["text"], "cycle checked");
+    // Refused at once, not after the 60 s default timeout.
+    assert!(started.elapsed() < Duration::from_secs(20));
+    let worker = run.results("worker", "default");
+    assert_eq!(worker[0]["error"]["code"], "CIRCULAR_CALL_DETECTED", "{worker:?}");
+    let message = worker[0]["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("worker@default → coordinator@default → worker@default"), "{message}");
+}
+
+#[test]
+fn an_asynchronous_reply_enters_the_callers_conversation_before_its_next_request() {
+    let run = Run::new();
+    let body = answer(&run.turn("CASE:async"));
+    assert_eq!(body["text"], "got the async reply", "{body}");
+    let results = run.results("coordinator", "default");
+    assert_eq!(results[0]["output"]["accepted"], true);
+    assert_eq!(results[0]["output"]["async"], true);
+    assert_eq!(results[0]["output"]["response"], Value::Null);
+    let reply = run
+        .messages("coordinator", "default")
+        .into_iter()
+        .find(|m| m["metadata"]["__goondanInterAgentResponse"].is_object())
+        .unwrap_or_else(|| panic!("no reply in the conversation"));
+    let content: Value =
+        serde_json::from_str(reply["data"]["content"].as_str().unwrap_or_default()).unwrap_or_default();
+    assert_eq!(content["type"], "inter_agent_response");
+    assert_eq!(content["status"], "ok");
+    assert_eq!(content["response"], "worker answer");
+    assert_eq!(content["requestId"], results[0]["output"]["correlationId"]);
+}
+
+#[test]
+fn an_unknown_target_is_refused_naming_the_swarms_agents() {
+    let run = Run::new();
+    let body = answer(&run.turn("CASE:unknown"));
+    assert_eq!(body["text"], "unknown checked");
+    let results = run.results("coordinator", "default");
+    assert_eq!(results[0]["error"]["code"], "AGENT_NOT_FOUND");
+    let message = results[0]["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("nobody") && message.contains("coordinator, reviewer, worker"), "{message}");
+}
+
+#[test]
+fn catalog_spawn_list_and_send() {
+    let run = Run::new();
+    let body = answer(&run.turn("CASE:manage"));
+    assert_eq!(body["text"], "managed");
+    let results = run.results("coordinator", "default");
+    let catalog = &results[0]["output"];
+    assert_eq!(catalog["swarmName"], "team");
+    assert_eq!(catalog["selfAgent"], "coordinator");
+    assert_eq!(catalog["callableAgents"], serde_json::json!(["reviewer", "worker"]));
+    let spawned = &results[1]["output"];
+    assert_eq!(spawned["instanceKey"], "r1");
+    assert_eq!(spawned["spawned"], true);
+    let cwd = spawned["cwd"].as_str().unwrap_or_default().to_owned();
+    assert!(cwd.ends_with("sub/review"), "{spawned}");
+    let listed = &results[2]["output"];
+    assert_eq!(listed["count"], 1, "{listed}");
+    assert_eq!(listed["agents"][0]["target"], "reviewer");
+    assert_eq!(listed["agents"][0]["ownerAgent"], "coordinator");
+    assert_eq!(listed["agents"][0]["status"], "running");
+    assert_eq!(results[3]["output"]["accepted"], true);
+    // The reviewer ran its turn in the directory it was spawned with.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let written = Path::new(&cwd).join("reviewer-cwd.txt");
+    while !written.exists() {
+        assert!(Instant::now() < deadline, "the reviewer never ran");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pwd = std::fs::read_to_string(&written).unwrap_or_default();
+    assert_eq!(pwd.trim(), cwd);
+    // Instances are listed per agent.
+    let list = run.command(&["--json", "instance", "list"]).output().unwrap_or_else(|e| panic!("{e}"));
+    let listed: Value = serde_json::from_slice(&list.stdout).unwrap_or_default();
+    let names: Vec<String> = listed
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|i| format!("{}@{}", i["agentName"].as_str().unwrap_or(""), i["instanceKey"].as_str().unwrap_or("")))
+        .collect();
+    assert!(
+        names.contains(&"reviewer@r1".to_owned()) && names.contains(&"coordinator@default".to_owned()),
+        "{names:?}"
+    );
+}
+
+fn orchestrator_signalled_leaves_nothing(signal: Signal) {
+    let run = Run::new();
+    let mut child = run.start("CASE:hang");
+    let orchestrator = child.id();
+    let worker = read_pid(&run.work.path().join("worker.pid"));
+    let shell = read_pid(&run.work.path().join("worker-shell.pid"));
+    assert!(processes_of(orchestrator).len() >= 3, "coordinator, worker and the worker's shell run");
+    assert!(kill(Pid::from_raw(i32::try_from(orchestrator).unwrap_or(0)), signal).is_ok());
+    let _ = child.wait();
+    wait_until_none_left(orchestrator);
+    assert!(is_gone(worker) && is_gone(shell));
+}
+
+#[test]
+fn sigterm_of_the_orchestrator_leaves_no_process_behind() {
+    orchestrator_signalled_leaves_nothing(Signal::SIGTERM);
+}
+
+#[test]
+fn sigkill_of_the_orchestrator_leaves_no_process_behind() {
+    orchestrator_signalled_leaves_nothing(Signal::SIGKILL);
+}
