@@ -311,7 +311,17 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
             report_outcome(&chat, &reported, out)?;
             session.shutdown.requested().unwrap_or_else(|| reported.code())
         }
-        None => interactive(&chat, out).await?,
+        None => {
+            // Started before the prompt, so that an agent that cannot start says so at once.
+            if let Err(error) = orchestrator.start_instance(&entry).await {
+                let reported =
+                    Reported::of(DelegateResultPayload { error: Some(error), ..DelegateResultPayload::error("", "") });
+                report_outcome(&chat, &reported, out)?;
+                orchestrator.shutdown("the entry agent could not start").await;
+                return Ok(reported.code());
+            }
+            interactive(&chat, out).await?
+        }
     };
     orchestrator.shutdown("the run ended").await;
     Ok(code)

@@ -260,6 +260,14 @@ impl Orchestrator {
         }
     }
 
+    /// Starts `instance`'s process now if none runs (it otherwise starts
+    /// with its first message); its pid.
+    pub async fn start_instance(&self, instance: &AgentInstance) -> Result<u32, ErrorInfo> {
+        lock(&self.inner.state).slots.entry(instance.clone()).or_insert_with(|| Slot::new(None));
+        ensure(&self.inner, instance).await?;
+        self.pid_of(instance).ok_or_else(|| ErrorInfo::new(AGENT_UNAVAILABLE, format!("{instance} ended at once")))
+    }
+
     /// The pid of the process running `instance`, if one runs.
     pub fn pid_of(&self, instance: &AgentInstance) -> Option<u32> {
         lock(&self.inner.state).slots.get(instance).and_then(|slot| slot.running.as_ref().map(|r| r.pid))
