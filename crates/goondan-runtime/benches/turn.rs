@@ -49,7 +49,7 @@ fn after_turns(
 ) -> ConversationState {
     let mut conversation = Conversation::in_memory(Vec::new());
     for _ in 0..prior {
-        runtime.block_on(agent.run_turn(&mut conversation, "warm up".into(), &Quiet, cancelled.clone()));
+        runtime.block_on(agent.run_turn(&mut conversation, "warm up", &Quiet, cancelled.clone()));
     }
     conversation.state().clone()
 }
@@ -61,7 +61,7 @@ fn counted_turns(prior: usize, turns: usize) {
     let state = after_turns(&runtime, &agent, prior, &cancelled);
     for _ in 0..turns {
         let mut conversation = Conversation::unsaved(state.clone());
-        let outcome = runtime.block_on(agent.run_turn(&mut conversation, "go".into(), &Quiet, cancelled.clone()));
+        let outcome = runtime.block_on(agent.run_turn(&mut conversation, "go", &Quiet, cancelled.clone()));
         assert_eq!(outcome.steps, 2);
         black_box(conversation);
     }
@@ -141,7 +141,7 @@ fn two_step_turn(bencher: Bencher<'_, '_>, prior: usize) {
     let (_cancel, cancelled) = watch::channel(false);
     let state = after_turns(&runtime, &agent, prior, &cancelled);
     bencher.with_inputs(|| Conversation::unsaved(state.clone())).bench_local_values(|mut conversation| {
-        let outcome = runtime.block_on(agent.run_turn(&mut conversation, "go".into(), &Quiet, cancelled.clone()));
+        let outcome = runtime.block_on(agent.run_turn(&mut conversation, "go", &Quiet, cancelled.clone()));
         assert_eq!(outcome.steps, 2);
         conversation
     });

@@ -730,3 +730,64 @@ async fn repairs_made_on_load_are_saved_before_the_turn() {
     assert!(matches!(&store.batches()[0][..], [MessageEvent::Remove { .. }]), "{:?}", store.batches());
     assert_eq!(store.state().messages(), conversation.messages());
 }
+
+#[tokio::test]
+async fn a_turn_continues_the_callers_trace_and_its_input_carries_metadata() {
+    let f = fixture(json!([{"text": "done"}]), 4);
+    let (mut conversation, _store) = recorded(Vec::new());
+    let trace = "0123456789abcdef0123456789abcdef";
+    let mut metadata = goondan_core::JsonObject::new();
+    metadata.insert("__goondanInbound".to_owned(), json!({"sourceName": "coordinator"}));
+    let input = goondan_runtime::TurnInput { text: "hi".to_owned(), trace_id: Some(trace.to_owned()), metadata };
+    let outcome = f.agent.run_turn(&mut conversation, input, &Collect::default(), never_cancelled()).await;
+    assert_eq!(outcome.end, TurnEnd::Answered);
+    let events = f.events.events();
+    assert!(events.iter().all(|e| e["traceId"] == trace), "{events:?}");
+    assert_eq!(conversation.messages()[0].metadata["__goondanInbound"]["sourceName"], "coordinator");
+    // A trace id that is not one of ours is replaced, not trusted.
+    let input =
+        goondan_runtime::TurnInput { text: "x".to_owned(), trace_id: Some("../evil".to_owned()), ..Default::default() };
+    let g = fixture(json!([{"text": "done"}]), 4);
+    let _ = g.agent.run_turn(&mut conversation, input, &Collect::default(), never_cancelled()).await;
+    assert!(g.events.events().iter().all(|e| e["traceId"].as_str().is_some_and(|t| t.len() == 32 && t != trace)));
+}
+
+#[tokio::test]
+async fn messages_in_the_inbox_enter_before_the_next_model_request() {
+    let mut f = fixture(
+        json!([
+            {"toolCalls": [{"name": "echo__say", "args": {"text": "x"}}]},
+            {"text": "saw the reply"}
+        ]),
+        4,
+    );
+    let inbox = Arc::new(goondan_runtime::Inbox::default());
+    f.agent.inbox = Some(Arc::clone(&inbox));
+    inbox.push(Message::new(
+        MessageData::User { content: "reply from worker".into() },
+        goondan_core::MessageSource::User,
+    ));
+    let (mut conversation, _store) = recorded(Vec::new());
+    let outcome = f.agent.run_turn(&mut conversation, "go".to_owned(), &Collect::default(), never_cancelled()).await;
+    assert_eq!(outcome.end, TurnEnd::Answered);
+    let contents: Vec<String> = conversation
+        .messages()
+        .iter()
+        .filter_map(|m| match &m.data {
+            MessageData::User { content } => Some(content.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(contents, ["go", "reply from worker"], "the reply follows the input, before the first request");
+    assert!(inbox.is_empty());
+    // Between turns, the owner appends it and it is saved at once.
+    inbox.push(Message::new(MessageData::User { content: "late reply".into() }, goondan_core::MessageSource::User));
+    let late = inbox.take();
+    assert!(conversation.append_and_commit(late).await.is_ok());
+    assert!(
+        conversation
+            .messages()
+            .last()
+            .is_some_and(|m| matches!(&m.data, MessageData::User { content } if content == "late reply"))
+    );
+}

@@ -98,11 +98,11 @@ proptest! {
         let Ok(runtime) = runtime else { panic!("runtime") };
         let (_cancel, cancelled) = watch::channel(false);
         let mut conversation = Conversation::in_memory(Vec::new());
-        let outcome = runtime.block_on(agent.run_turn(&mut conversation, "go".into(), &Quiet, cancelled.clone()));
+        let outcome = runtime.block_on(agent.run_turn(&mut conversation, "go", &Quiet, cancelled.clone()));
         prop_assert!(outcome.steps <= max_steps);
         check_pairs(conversation.messages())?;
         // And the conversation stays usable for another turn.
-        let _ = runtime.block_on(agent.run_turn(&mut conversation, "again".into(), &Quiet, cancelled));
+        let _ = runtime.block_on(agent.run_turn(&mut conversation, "again", &Quiet, cancelled));
         check_pairs(conversation.messages())?;
     }
 }
