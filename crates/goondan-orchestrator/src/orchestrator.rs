@@ -1059,6 +1059,32 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn a_process_that_keeps_dying_is_backed_off_after_five_crashes() {
+        let plan = SwarmPlan::new(
+            goondan_ipc::SwarmInfo { name: "s".into(), entry_agent: "a".into(), agents: vec!["a".into()] },
+            "/b".into(),
+            "/s".into(),
+            "/w".into(),
+        );
+        // A real process that exits at once, before it ever says hello.
+        let orchestrator = Orchestrator::start(
+            plan,
+            AgentLauncher::new("/bin/false", Vec::<String>::new()),
+            Arc::new(NoSwarmObserver),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let instance = AgentInstance::new("a", "k");
+        for attempt in 1..=backoff::FREE_RESTARTS + 1 {
+            let error = orchestrator.start_instance(&instance).await.err().unwrap_or_else(|| panic!("started"));
+            assert_eq!(error.code, AGENT_UNAVAILABLE);
+            assert!(error.message.contains("ended at start: exit code 1"), "attempt {attempt}: {}", error.message);
+        }
+        let error = orchestrator.start_instance(&instance).await.err().unwrap_or_else(|| panic!("started"));
+        assert!(error.message.contains("crashed 6 times in a row"), "{}", error.message);
+        assert!(orchestrator.pid_of(&instance).is_none());
+    }
+
     #[test]
     fn the_catalog_excludes_the_caller_from_callable_agents() {
         let plan = SwarmPlan::new(

@@ -332,8 +332,7 @@ fn not_in_catalog(name: &str, catalog: &ToolCatalog) -> ToolError {
 fn not_registered(name: &str) -> ToolError {
     ToolError::new(E_TOOL_NOT_FOUND, "ToolNotFoundError", format!("Tool '{name}' is not registered.")).with_suggestion(
         "The tool is offered but no handler is registered for it. This build runs the built-in tools of \
-         @goondan/base natively, except `agents` (it needs the orchestrator), and a bundle's script tools \
-         (a Tool's spec.entry) on Bun. Use another tool or tell the user.",
+         @goondan/base natively and a bundle's script tools (a Tool's spec.entry) on Bun or Node. Use another tool or tell the user.",
     )
 }
 

@@ -244,7 +244,7 @@ function unavailable(method) {
   return () =>
     Promise.reject(
       new Error(
-        `ctx.runtime.${method}: the agents API needs the orchestrator, which this build of goondan-rs does not run yet`,
+        `ctx.runtime.${method}: the agents API is not available to JavaScript tools in this build of goondan-rs yet; give the agent the agents tool (agents__${method}) instead`,
       ),
     );
 }
@@ -507,7 +507,7 @@ function foldEvents(base, events) {
 function unavailableAgents(method) {
   return () =>
     Promise.reject(
-      new Error(`ctx.agents.${method}: the agents API needs the orchestrator, which this build of goondan-rs does not run yet`),
+      new Error(`ctx.agents.${method}: the agents API is not available to JavaScript middleware in this build of goondan-rs yet; give the agent the agents tool (agents__${method}) instead`),
     );
 }
 
