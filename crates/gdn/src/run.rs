@@ -282,9 +282,18 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
         after_tools: Mutex::new(false),
         activity: Mutex::new(Vec::new()),
     });
+    // Agent processes log as this one does.
+    let mut launch_args: Vec<&str> = vec!["-v"; usize::from(global.verbose)];
+    if global.quiet {
+        launch_args.push("-q");
+    }
+    if global.no_color {
+        launch_args.push("--no-color");
+    }
+    launch_args.push("__agent");
     let orchestrator = Orchestrator::start(
         plan,
-        AgentLauncher::new(program, ["__agent"]),
+        AgentLauncher::new(program, launch_args),
         Arc::clone(&console) as Arc<dyn SwarmObserver>,
     )
     .context("starting the orchestrator")?;

@@ -338,16 +338,23 @@ fn the_js_host_starts_only_when_a_script_tool_is_called() {
 }
 
 /// The pids of `pid`'s children whose command line mentions `needle`.
+/// Descendants of `pid` (its agent processes' children included) whose
+/// command line contains `needle`.
 fn children_running(pid: u32, needle: &str) -> Vec<u32> {
-    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
-    children
-        .split_whitespace()
-        .filter_map(|child| child.parse::<u32>().ok())
-        .filter(|child| {
-            std::fs::read(format!("/proc/{child}/cmdline"))
+    let mut found = Vec::new();
+    let mut parents = vec![pid];
+    while let Some(parent) = parents.pop() {
+        let children = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children")).unwrap_or_default();
+        for child in children.split_whitespace().filter_map(|child| child.parse::<u32>().ok()) {
+            parents.push(child);
+            if std::fs::read(format!("/proc/{child}/cmdline"))
                 .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains(needle))
-        })
-        .collect()
+            {
+                found.push(child);
+            }
+        }
+    }
+    found
 }
 
 /// A process that is gone (or a zombie nobody reaped: it runs nothing).

@@ -328,10 +328,20 @@ fn catalog_spawn_list_and_send() {
 
 fn orchestrator_signalled_leaves_nothing(signal: Signal) {
     let run = Run::new();
-    let mut child = run.start("CASE:hang");
+    let workdir = run.work.path().display().to_string();
+    let mut child = run
+        .command(&["run", "--workdir", &workdir, "--input", "CASE:hang"])
+        .env("SWARM_TEST_API_KEY", "sekrit-value-42")
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
     let orchestrator = child.id();
     let worker = read_pid(&run.work.path().join("worker.pid"));
     let shell = read_pid(&run.work.path().join("worker-shell.pid"));
+    // The secret reached no agent process's environment, nor their tools'.
+    for pid in processes_of(orchestrator).into_iter().chain([orchestrator]) {
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        assert!(!String::from_utf8_lossy(&environ).contains("sekrit-value-42"), "process {pid} sees the secret");
+    }
     assert!(processes_of(orchestrator).len() >= 3, "coordinator, worker and the worker's shell run");
     assert!(kill(Pid::from_raw(i32::try_from(orchestrator).unwrap_or(0)), signal).is_ok());
     let _ = child.wait();

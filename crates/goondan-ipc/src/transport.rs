@@ -12,7 +12,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use tokio::io::{AsyncRead, AsyncWrite, BufReader, BufWriter};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::frame::{self, FrameError};
 use crate::message::IpcMessage;
@@ -39,6 +39,10 @@ pub trait Link: Send + Sync + fmt::Debug {
     fn send(&self, message: IpcMessage) -> BoxFuture<'_, Result<(), LinkError>>;
     /// Resolves when the link is closed (the peer went away or a write failed).
     fn closed(&self) -> BoxFuture<'_, ()>;
+    /// Resolves once every message sent before it has been written (or the
+    /// link has closed): a process calls it before it exits, so that its
+    /// last messages are not lost with it.
+    fn flush(&self) -> BoxFuture<'_, ()>;
 }
 
 /// The receiving half: one reader.
@@ -53,8 +57,14 @@ pub type LinkSender = Arc<dyn Link>;
 /// How many frames may wait for the writer before `send` waits.
 const QUEUE: usize = 1024;
 
+/// What the writer task is handed.
+enum Outgoing {
+    Frame(Vec<u8>),
+    Flush(oneshot::Sender<()>),
+}
+
 struct UnixLink {
-    frames: mpsc::Sender<Vec<u8>>,
+    frames: mpsc::Sender<Outgoing>,
 }
 
 impl fmt::Debug for UnixLink {
@@ -67,12 +77,21 @@ impl Link for UnixLink {
     fn send(&self, message: IpcMessage) -> BoxFuture<'_, Result<(), LinkError>> {
         Box::pin(async move {
             let frame = frame::encode(&message)?;
-            self.frames.send(frame).await.map_err(|_| LinkError::Closed)
+            self.frames.send(Outgoing::Frame(frame)).await.map_err(|_| LinkError::Closed)
         })
     }
 
     fn closed(&self) -> BoxFuture<'_, ()> {
         Box::pin(self.frames.closed())
+    }
+
+    fn flush(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let (done, written) = oneshot::channel();
+            if self.frames.send(Outgoing::Flush(done)).await.is_ok() {
+                let _ = written.await;
+            }
+        })
     }
 }
 
@@ -101,13 +120,21 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let (frames, mut queued) = mpsc::channel::<Vec<u8>>(QUEUE);
+    let (frames, mut queued) = mpsc::channel::<Outgoing>(QUEUE);
     tokio::spawn(async move {
         let mut writer = BufWriter::new(write);
-        while let Some(frame) = queued.recv().await {
-            if let Err(error) = frame::write_frame(&mut writer, &frame).await {
-                tracing::debug!(target: "goondan::ipc", "writing a frame failed: {error}");
-                break;
+        while let Some(outgoing) = queued.recv().await {
+            match outgoing {
+                Outgoing::Frame(frame) => {
+                    if let Err(error) = frame::write_frame(&mut writer, &frame).await {
+                        tracing::debug!(target: "goondan::ipc", "writing a frame failed: {error}");
+                        break;
+                    }
+                }
+                // Frames are flushed as they are written: all before it are out.
+                Outgoing::Flush(done) => {
+                    let _ = done.send(());
+                }
             }
         }
         // Dropping `queued` closes the channel: senders see `Closed`.

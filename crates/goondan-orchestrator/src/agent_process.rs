@@ -122,9 +122,14 @@ impl AgentChannel {
 
     /// Tells the orchestrator the instance is ready, or why it is not.
     pub async fn ready(&self, error: Option<ErrorInfo>) {
+        let failed = error.is_some();
         let payload = ReadyPayload { pid: std::process::id(), error };
         let _ =
             self.link.send(IpcMessage::Ready(Routed::new(self.init.instance.to_string(), ORCHESTRATOR, payload))).await;
+        if failed {
+            // The process exits next: the reason must be out first.
+            let _ = tokio::time::timeout(Duration::from_secs(2), self.link.flush()).await;
+        }
     }
 }
 
@@ -783,6 +788,8 @@ pub async fn serve(
     deliver_inbox(&mut conversation, runtime.inbox()).await;
     drop(outbox);
     let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
+    // The last answers are written before the process exits (a restart exits right after one).
+    let _ = tokio::time::timeout(Duration::from_secs(2), link.flush()).await;
     reader.abort();
     agent.tooling.events.flushed().await;
     end

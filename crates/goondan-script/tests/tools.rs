@@ -128,7 +128,7 @@ async fn the_agents_api_rejects_clearly_and_pending_work_is_pending() {
     let (kit, _) = kit!("runtime api", None);
     let result = kit.call("c1", "kit__agents", json!({})).await;
     let message = output(&result).as_str().unwrap_or_default().to_owned();
-    assert!(message.contains("ctx.runtime.request") && message.contains("orchestrator"), "{message}");
+    assert!(message.contains("ctx.runtime.request") && message.contains("agents tool"), "{message}");
     let result = kit.call("c2", "kit__submit", json!({})).await;
     assert_eq!(result.status, ToolStatus::Pending);
     assert_eq!(result.handle.as_deref(), Some("job-1"));
