@@ -224,6 +224,22 @@ fn a_callee_killed_mid_request_gives_an_error_and_the_next_request_starts_it_aga
 }
 
 #[test]
+fn a_self_restart_restarts_the_agents_process_after_its_turn() {
+    let run = Run::new();
+    let body = answer(&run.turn("CASE:restart"));
+    assert_eq!(body["text"], "restart checked");
+    let results = run.results("coordinator", "default");
+    let first = results[0]["output"]["pid"].as_u64().unwrap_or_default();
+    assert_eq!(results[1]["output"]["response"], "restarting", "{results:?}");
+    assert_eq!(results[2]["status"], "ok", "{results:?}");
+    let worker = run.results("worker", "default");
+    let second: u64 =
+        worker.last().and_then(|r| r["output"]["stdout"].as_str()).unwrap_or_default().trim().parse().unwrap_or(0);
+    assert!(first > 0 && second > 0, "{results:?} {worker:?}");
+    assert_ne!(first, second, "the worker runs in a new process after its restart");
+}
+
+#[test]
 fn a_request_that_outlasts_its_timeout_fails_with_a_timeout() {
     let run = Run::new();
     let started = Instant::now();

@@ -120,6 +120,9 @@ enum Waiter {
 struct Pending {
     waiter: Waiter,
     target: AgentInstance,
+    /// The process (generation) it was handed to; `None` while it waits for
+    /// one to start (a restarting target's old process must not fail it).
+    delivered_to: Option<u64>,
 }
 
 #[derive(Default)]
@@ -205,12 +208,18 @@ impl Orchestrator {
         {
             let mut state = lock(&inner.state);
             state.slots.entry(instance.clone()).or_insert_with(|| Slot::new(None));
-            state
-                .pending
-                .insert(correlation_id.clone(), Pending { waiter: Waiter::Cli(reply), target: instance.clone() });
+            state.pending.insert(
+                correlation_id.clone(),
+                Pending { waiter: Waiter::Cli(reply), target: instance.clone(), delivered_to: None },
+            );
         }
         let link = match ensure(inner, instance).await {
-            Ok(link) => link,
+            Ok((link, generation)) => {
+                if let Err(error) = mark_delivered(inner, &correlation_id, instance, generation) {
+                    return error;
+                }
+                link
+            }
             Err(error) => {
                 lock(&inner.state).pending.remove(&correlation_id);
                 return DelegateResultPayload { error: Some(error), ..DelegateResultPayload::error("", "") };
@@ -354,25 +363,32 @@ async fn accept(listener: UnixListener, inner: Weak<Inner>) {
 /// The link to `instance`'s process, starting one if none runs. Boxed: a
 /// started process's reader can start others, and the future's type would
 /// otherwise contain itself.
+/// Returns the link and the generation of the process it reaches.
 fn ensure<'a>(
     inner: &'a Arc<Inner>,
     instance: &'a AgentInstance,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<LinkSender, ErrorInfo>> + Send + 'a>> {
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(LinkSender, u64), ErrorInfo>> + Send + 'a>> {
     Box::pin(ensure_running(inner, instance))
 }
 
-async fn ensure_running(inner: &Arc<Inner>, instance: &AgentInstance) -> Result<LinkSender, ErrorInfo> {
-    let start_lock = {
+async fn ensure_running(inner: &Arc<Inner>, instance: &AgentInstance) -> Result<(LinkSender, u64), ErrorInfo> {
+    let (start_lock, restarting) = {
         let mut state = lock(&inner.state);
         if state.stopping {
             return Err(ErrorInfo::new(AGENT_UNAVAILABLE, "the swarm is shutting down"));
         }
         let slot = state.slots.entry(instance.clone()).or_insert_with(|| Slot::new(None));
-        if let Some(running) = &slot.running {
-            return Ok(Arc::clone(&running.link));
+        match &slot.running {
+            // It answered its last turn and is exiting to restart: the
+            // message goes to the new process.
+            Some(running) if slot.restart_requested => (Arc::clone(&slot.start_lock), Some(running.exited.clone())),
+            Some(running) => return Ok((Arc::clone(&running.link), running.generation)),
+            None => (Arc::clone(&slot.start_lock), None),
         }
-        Arc::clone(&slot.start_lock)
     };
+    if let Some(mut exited) = restarting {
+        let _ = tokio::time::timeout(Duration::from_secs(10), exited.wait_for(|done| *done)).await;
+    }
     let _starting = start_lock.lock().await;
     let (generation, cwd) = {
         let mut state = lock(&inner.state);
@@ -383,7 +399,7 @@ async fn ensure_running(inner: &Arc<Inner>, instance: &AgentInstance) -> Result<
         };
         // Started by the waiter before us.
         if let Some(running) = &slot.running {
-            return Ok(Arc::clone(&running.link));
+            return Ok((Arc::clone(&running.link), running.generation));
         }
         if let Some(not_before) = slot.not_before
             && Instant::now() < not_before
@@ -402,7 +418,7 @@ async fn ensure_running(inner: &Arc<Inner>, instance: &AgentInstance) -> Result<
         (generation, slot.cwd.clone())
     };
     match start_process(inner, instance, generation, cwd).await {
-        Ok(link) => Ok(link),
+        Ok(link) => Ok((link, generation)),
         Err(error) => {
             let mut state = lock(&inner.state);
             if let Some(slot) = state.slots.get_mut(instance) {
@@ -509,6 +525,28 @@ async fn start_process(
     Ok(link)
 }
 
+/// Records that the request `id` goes to `target`'s process `generation`.
+/// If that process has ended meanwhile, the request is answered as crashed
+/// (taken out of the pending requests; the error is returned).
+fn mark_delivered(
+    inner: &Inner,
+    id: &str,
+    target: &AgentInstance,
+    generation: u64,
+) -> Result<(), DelegateResultPayload> {
+    let mut state = lock(&inner.state);
+    let alive = state.slots.get(target).and_then(|s| s.running.as_ref()).is_some_and(|r| r.generation == generation);
+    if alive {
+        if let Some(pending) = state.pending.get_mut(id) {
+            pending.delivered_to = Some(generation);
+        }
+        return Ok(());
+    }
+    state.waits.remove(id);
+    state.pending.remove(id);
+    Err(DelegateResultPayload::error(AGENT_CRASHED, format!("{target} ended before the request reached it")))
+}
+
 fn describe_status(status: Option<std::process::ExitStatus>) -> String {
     use std::os::unix::process::ExitStatusExt as _;
     match status {
@@ -579,13 +617,16 @@ async fn process_ended(
         let dead: Vec<String> = state
             .pending
             .iter()
-            .filter(|(_, p)| p.target == *instance || matches!(&p.waiter, Waiter::Agent(a) if a == instance))
+            .filter(|(_, p)| {
+                (p.target == *instance && p.delivered_to == Some(generation))
+                    || matches!(&p.waiter, Waiter::Agent(a) if a == instance)
+            })
             .map(|(id, _)| id.clone())
             .collect();
         for id in dead {
             state.waits.remove(&id);
             let Some(pending) = state.pending.remove(&id) else { continue };
-            if pending.target == *instance {
+            if pending.target == *instance && pending.delivered_to == Some(generation) {
                 answers.push((id, pending.waiter));
             } else if let Some(link) = state.slots.get(&pending.target).and_then(|s| s.running.as_ref()) {
                 cancels.push((id, Arc::clone(&link.link), pending.target.clone()));
@@ -825,7 +866,7 @@ async fn route_delegate(
                     }
                     state.pending.insert(
                         id.clone(),
-                        Pending { waiter: Waiter::Agent(caller.clone()), target: target.clone() },
+                        Pending { waiter: Waiter::Agent(caller.clone()), target: target.clone(), delivered_to: None },
                     );
                     None
                 }
@@ -841,7 +882,13 @@ async fn route_delegate(
         state.slots.entry(target.clone()).or_insert_with(|| Slot::new(Some(caller.clone())));
     }
     let link = match ensure(&inner, &target).await {
-        Ok(link) => link,
+        Ok((link, generation)) => {
+            if wants_answer && let Err(answer) = mark_delivered(&inner, &id, &target, generation) {
+                refuse(answer.error.unwrap_or_else(|| ErrorInfo::new(AGENT_CRASHED, format!("{target} ended")))).await;
+                return;
+            }
+            link
+        }
         Err(error) => {
             {
                 let mut state = lock(&inner.state);
