@@ -216,7 +216,7 @@ impl Orchestrator {
         let link = match ensure(inner, instance).await {
             Ok((link, generation)) => {
                 if let Err(error) = mark_delivered(inner, &correlation_id, instance, generation) {
-                    return error;
+                    return DelegateResultPayload { error: Some(error), ..DelegateResultPayload::error("", "") };
                 }
                 link
             }
@@ -363,11 +363,12 @@ async fn accept(listener: UnixListener, inner: Weak<Inner>) {
 /// The link to `instance`'s process, starting one if none runs. Boxed: a
 /// started process's reader can start others, and the future's type would
 /// otherwise contain itself.
+/// A boxed [`ensure`].
+type Starting<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(LinkSender, u64), ErrorInfo>> + Send + 'a>>;
+
 /// Returns the link and the generation of the process it reaches.
-fn ensure<'a>(
-    inner: &'a Arc<Inner>,
-    instance: &'a AgentInstance,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(LinkSender, u64), ErrorInfo>> + Send + 'a>> {
+fn ensure<'a>(inner: &'a Arc<Inner>, instance: &'a AgentInstance) -> Starting<'a> {
     Box::pin(ensure_running(inner, instance))
 }
 
@@ -528,12 +529,7 @@ async fn start_process(
 /// Records that the request `id` goes to `target`'s process `generation`.
 /// If that process has ended meanwhile, the request is answered as crashed
 /// (taken out of the pending requests; the error is returned).
-fn mark_delivered(
-    inner: &Inner,
-    id: &str,
-    target: &AgentInstance,
-    generation: u64,
-) -> Result<(), DelegateResultPayload> {
+fn mark_delivered(inner: &Inner, id: &str, target: &AgentInstance, generation: u64) -> Result<(), ErrorInfo> {
     let mut state = lock(&inner.state);
     let alive = state.slots.get(target).and_then(|s| s.running.as_ref()).is_some_and(|r| r.generation == generation);
     if alive {
@@ -544,7 +540,7 @@ fn mark_delivered(
     }
     state.waits.remove(id);
     state.pending.remove(id);
-    Err(DelegateResultPayload::error(AGENT_CRASHED, format!("{target} ended before the request reached it")))
+    Err(ErrorInfo::new(AGENT_CRASHED, format!("{target} ended before the request reached it")))
 }
 
 fn describe_status(status: Option<std::process::ExitStatus>) -> String {
@@ -883,8 +879,8 @@ async fn route_delegate(
     }
     let link = match ensure(&inner, &target).await {
         Ok((link, generation)) => {
-            if wants_answer && let Err(answer) = mark_delivered(&inner, &id, &target, generation) {
-                refuse(answer.error.unwrap_or_else(|| ErrorInfo::new(AGENT_CRASHED, format!("{target} ended")))).await;
+            if wants_answer && let Err(error) = mark_delivered(&inner, &id, &target, generation) {
+                refuse(error).await;
                 return;
             }
             link
