@@ -323,8 +323,7 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
         None => {
             // Started before the prompt, so that an agent that cannot start says so at once.
             if let Err(error) = orchestrator.start_instance(&entry).await {
-                let reported =
-                    Reported::of(DelegateResultPayload { error: Some(error), ..DelegateResultPayload::error("", "") });
+                let reported = Reported::of(DelegateResultPayload::failed(error));
                 report_outcome(&chat, &reported, out)?;
                 orchestrator.shutdown("the entry agent could not start").await;
                 return Ok(reported.code());

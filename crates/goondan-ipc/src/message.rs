@@ -311,13 +311,12 @@ pub struct DelegateResultPayload {
 impl DelegateResultPayload {
     /// An error answer.
     pub fn error(code: &str, message: impl Into<String>) -> Self {
-        Self {
-            status: ResultStatus::Error,
-            response: None,
-            error: Some(ErrorInfo::new(code, message)),
-            turn: None,
-            responder: None,
-        }
+        Self::failed(ErrorInfo::new(code, message))
+    }
+
+    /// An error answer carrying `error`.
+    pub fn failed(error: ErrorInfo) -> Self {
+        Self { status: ResultStatus::Error, response: None, error: Some(error), turn: None, responder: None }
     }
 }
 

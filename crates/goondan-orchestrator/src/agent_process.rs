@@ -297,16 +297,18 @@ impl SwarmRuntime {
                 let _ = tx.send(answer);
             }
             Some(Waiting::Answer(tx)) => {
-                let _ = tx.send(DelegateResultPayload {
-                    error: answer.error,
-                    ..DelegateResultPayload::error(IPC_DELIVERY_FAILED, "")
-                });
+                let _ = tx.send(DelegateResultPayload::failed(
+                    answer
+                        .error
+                        .unwrap_or_else(|| ErrorInfo::new(IPC_DELIVERY_FAILED, "the message was not delivered")),
+                ));
             }
             Some(Waiting::Async(request)) => {
-                let answer = DelegateResultPayload {
-                    error: answer.error,
-                    ..DelegateResultPayload::error(IPC_DELIVERY_FAILED, "")
-                };
+                let answer = DelegateResultPayload::failed(
+                    answer
+                        .error
+                        .unwrap_or_else(|| ErrorInfo::new(IPC_DELIVERY_FAILED, "the message was not delivered")),
+                );
                 self.deliver_async(correlation_id, &request, &answer);
             }
             None => {}

@@ -216,13 +216,13 @@ impl Orchestrator {
         let link = match ensure(inner, instance).await {
             Ok((link, generation)) => {
                 if let Err(error) = mark_delivered(inner, &correlation_id, instance, generation) {
-                    return DelegateResultPayload { error: Some(error), ..DelegateResultPayload::error("", "") };
+                    return DelegateResultPayload::failed(error);
                 }
                 link
             }
             Err(error) => {
                 lock(&inner.state).pending.remove(&correlation_id);
-                return DelegateResultPayload { error: Some(error), ..DelegateResultPayload::error("", "") };
+                return DelegateResultPayload::failed(error);
             }
         };
         let payload = DelegatePayload {
@@ -795,12 +795,8 @@ async fn route_delegate(
         if let Some(link) = link {
             let reply = if wants_answer {
                 IpcMessage::DelegateResult(
-                    Routed::new(
-                        ORCHESTRATOR,
-                        caller.to_string(),
-                        DelegateResultPayload { error: Some(error), ..DelegateResultPayload::error("", "") },
-                    )
-                    .correlated(id.clone()),
+                    Routed::new(ORCHESTRATOR, caller.to_string(), DelegateResultPayload::failed(error))
+                        .correlated(id.clone()),
                 )
             } else {
                 IpcMessage::CallResult(
