@@ -433,7 +433,16 @@ async fn interactive(chat: &Chat<'_>, out: &mut Output) -> Result<u8> {
         output::DIM.render_reset()
     )?;
     loop {
-        let line = match editor.readline("› ") {
+        // Read on a thread of its own: while the user types, the
+        // orchestrator keeps routing what the other agents do.
+        let (returned, read) = tokio::task::spawn_blocking(move || {
+            let read = editor.readline("› ");
+            (editor, read)
+        })
+        .await
+        .map_err(|e| anyhow!("reading input: {e}"))?;
+        editor = returned;
+        let line = match read {
             Ok(line) => line,
             Err(rustyline::error::ReadlineError::Interrupted) => continue,
             Err(rustyline::error::ReadlineError::Eof) => break,

@@ -342,6 +342,33 @@ fn catalog_spawn_list_and_send() {
     );
 }
 
+#[test]
+fn agents_keep_working_through_the_orchestrator_while_the_prompt_waits() {
+    use std::io::Write as _;
+    let run = Run::new();
+    let workdir = run.work.path().display().to_string();
+    let mut child = run
+        .command(&["run", "--workdir", &workdir])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
+    let mut stdin = child.stdin.take().unwrap_or_else(|| panic!("stdin"));
+    stdin.write_all(b"CASE:relay\n").unwrap_or_else(|e| panic!("{e}"));
+    // The coordinator's turn ends at once; the reviewer's request to the
+    // worker is routed while the session waits for the next line.
+    let relayed = run.work.path().join("relay.txt");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !relayed.exists() {
+        assert!(Instant::now() < deadline, "the reviewer's request was not routed while the prompt waited");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(stdin);
+    let output = child.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let reviewer = run.results("reviewer", "default");
+    assert_eq!(reviewer[1]["output"]["response"], "worker answer", "{reviewer:?}");
+}
+
 fn orchestrator_signalled_leaves_nothing(signal: Signal) {
     let run = Run::new();
     let workdir = run.work.path().display().to_string();
