@@ -11,6 +11,9 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::Value;
 
+mod common;
+use common::js_runtime_usable;
+
 fn fixture() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/swarm")
 }
@@ -400,4 +403,34 @@ fn sigterm_of_the_orchestrator_leaves_no_process_behind() {
 #[test]
 fn sigkill_of_the_orchestrator_leaves_no_process_behind() {
     orchestrator_signalled_leaves_nothing(Signal::SIGKILL);
+}
+
+#[test]
+fn a_javascript_extension_reaches_the_swarm_through_ctx_agents() {
+    if !js_runtime_usable() {
+        return;
+    }
+    let run = Run::new();
+    let output = Command::new(env!("CARGO_BIN_EXE_gdn"))
+        .arg("-c")
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/swarm-extension"))
+        .arg("--state-root")
+        .arg(run.state.path())
+        .args(["--json", "run", "--input", "hi"])
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
+    let body = answer(&output);
+    assert_eq!(body["text"], "coordinator answered");
+    let relay = run
+        .messages("coordinator", "default")
+        .into_iter()
+        .find_map(|m| m["data"]["content"].as_str().filter(|c| c.starts_with("relay:")).map(str::to_owned))
+        .unwrap_or_else(|| panic!("the extension recorded nothing"));
+    assert!(relay.starts_with("relay: worker answer | async=false | sent=true | "), "{relay}");
+    assert!(relay.contains("AGENT_NOT_FOUND") && relay.contains("coordinator, worker"), "{relay}");
+    // The request and the send both reached the worker, each as a turn.
+    let inputs = run.messages("worker", "default").into_iter().filter(|m| m["data"]["role"] == "user").count();
+    assert_eq!(inputs, 2);
 }

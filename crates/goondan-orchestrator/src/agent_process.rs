@@ -746,17 +746,16 @@ pub async fn serve(
                                 ShutdownAckPayload::default(),
                             )))
                             .await;
-                        break ServeEnd::Shutdown;
+                        // The turns it accepted still run (within the grace
+                        // period), so answers to their requests are still read.
+                        let _ = stop_tx.send(Some(ServeEnd::Shutdown));
                     }
                     other => tracing::debug!("{me}: unexpected {} message; ignored", other.kind()),
                 }
             };
-            // `shutdown` lets the running turn finish within the grace period
-            // (the orchestrator kills after it); without the orchestrator the
-            // running turn is cancelled at once (it commits what it has).
-            if end == ServeEnd::Disconnected
-                && let Some((_, cancel)) = control.running.lock().unwrap_or_else(PoisonError::into_inner).as_ref()
-            {
+            // Without the orchestrator the running turn is cancelled at once
+            // (it commits what it has): nobody would get its answer.
+            if let Some((_, cancel)) = control.running.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
                 let _ = cancel.send(true);
             }
             let _ = stop_tx.send(Some(end));
@@ -764,20 +763,31 @@ pub async fn serve(
     };
 
     let end = loop {
-        if let Some(end) = *stop.borrow() {
-            break end;
-        }
         if *terminate.borrow() {
             break ServeEnd::Shutdown;
         }
+        let stopping = *stop.borrow();
         deliver_inbox(&mut conversation, runtime.inbox()).await;
-        let job = tokio::select! {
-            job = jobs.recv() => job,
-            () = runtime.inbox().arrived() => continue,
-            _ = stop.changed() => continue,
-            _ = terminate.changed() => continue,
+        let job = match stopping {
+            // Messages it accepted before `shutdown` are still served (the
+            // orchestrator's grace period bounds it); without the
+            // orchestrator nobody would get the answers.
+            Some(ServeEnd::Shutdown) => match jobs.try_recv() {
+                Ok(job) => job,
+                Err(_) => break ServeEnd::Shutdown,
+            },
+            Some(end) => break end,
+            None => {
+                let job = tokio::select! {
+                    job = jobs.recv() => job,
+                    () = runtime.inbox().arrived() => continue,
+                    _ = stop.changed() => continue,
+                    _ = terminate.changed() => continue,
+                };
+                let Some(job) = job else { break ServeEnd::Disconnected };
+                job
+            }
         };
-        let Some(job) = job else { break ServeEnd::Disconnected };
         if control.cancelled.lock().unwrap_or_else(PoisonError::into_inner).remove(&job.correlation_id) {
             continue;
         }

@@ -52,6 +52,12 @@ pub async fn install_script_extensions(
         host: Arc::downgrade(host),
         registry: Arc::downgrade(&registry),
         state: Arc::clone(&setup.state),
+        agents: tooling.agent_runtime.clone().map(|runtime| AgentsOrigin {
+            runtime,
+            agent_name: Arc::clone(&tooling.agent_name),
+            instance_key: Arc::clone(&tooling.instance_key),
+            workdir: Arc::clone(&tooling.workdir),
+        }),
     });
     let loads = extensions
         .iter()
@@ -141,9 +147,108 @@ struct Services {
     host: Weak<ScriptHost>,
     registry: Weak<ToolRegistry>,
     state: Arc<ExtensionStateStore>,
+    /// `ctx.agents`, when the agent runs under an orchestrator.
+    agents: Option<AgentsOrigin>,
+}
+
+/// The swarm's runtime and who calls it, for `ctx.agents`.
+struct AgentsOrigin {
+    runtime: Arc<dyn goondan_tools::AgentToolRuntime>,
+    agent_name: Arc<str>,
+    instance_key: Arc<str>,
+    workdir: Arc<std::path::Path>,
+}
+
+impl AgentsOrigin {
+    /// The context a request of a layer in `turn_id` is made from.
+    fn context(&self, turn_id: &str, trace_id: &str) -> ToolContext {
+        let message = goondan_core::Message::new(
+            goondan_core::MessageData::Assistant { content: None, tool_calls: Vec::new() },
+            goondan_core::MessageSource::Assistant { step_id: String::new() },
+        );
+        let scope = goondan_tools::CallScope {
+            agent_name: Arc::clone(&self.agent_name),
+            instance_key: Arc::clone(&self.instance_key),
+            turn_id: Arc::from(turn_id),
+            step_id: Arc::from(""),
+            step_index: 0,
+            message: Arc::new(message),
+            workdir: Arc::clone(&self.workdir),
+            trace_id: Arc::from(trace_id),
+            step_span_id: Arc::from(""),
+            runtime: Some(Arc::clone(&self.runtime)),
+        };
+        ToolContext::new(Arc::new(scope), Arc::from("ctx.agents"), format!("ctx-agents-{}", new_ordered_id()))
+    }
+}
+
+/// `ctx.agents.request/send` parameters as the original reads them.
+fn agents_request(method: &str, params: &JsonValue) -> Result<goondan_tools::context::AgentMessageRequest, String> {
+    let text = |key: &str| params.get(key).and_then(JsonValue::as_str).map(str::trim).filter(|t| !t.is_empty());
+    let target = text("target").ok_or_else(|| format!("ctx.agents.{method}: 'target' must be a non-empty string"))?;
+    let input = params.get("input").and_then(JsonValue::as_str).unwrap_or_default().to_owned();
+    let metadata = match params.get("metadata") {
+        Some(JsonValue::Object(map)) => map.clone(),
+        _ => JsonObject::new(),
+    };
+    let request = method == "request";
+    // The original's default, and whole positive milliseconds only.
+    let timeout_ms = params.get("timeoutMs").and_then(JsonValue::as_u64).filter(|ms| *ms > 0).unwrap_or(60_000);
+    Ok(goondan_tools::context::AgentMessageRequest {
+        target: target.to_owned(),
+        input,
+        instance_key: text("instanceKey").map(str::to_owned),
+        event_type: Some(if request { "agent.request" } else { "agent.send" }.to_owned()),
+        metadata,
+        timeout_ms: request.then_some(timeout_ms),
+        asynchronous: request && params.get("async").and_then(JsonValue::as_bool).unwrap_or(false),
+    })
 }
 
 impl HostServices for Services {
+    fn agents(
+        &self,
+        method: String,
+        params: JsonValue,
+        turn_id: String,
+        trace_id: String,
+    ) -> BoxFuture<'static, Result<JsonValue, String>> {
+        let Some(origin) = &self.agents else {
+            return Box::pin(async move {
+                Err(format!(
+                    "ctx.agents.{method}: the agent runs without an orchestrator (gdn run starts one for the swarm)"
+                ))
+            });
+        };
+        let ctx = origin.context(&turn_id, &trace_id);
+        let runtime = Arc::clone(&origin.runtime);
+        Box::pin(async move {
+            let request = agents_request(&method, &params)?;
+            let failed = |failure: goondan_tools::ToolFailure| match failure.code {
+                Some(code) => format!("ctx.agents.{method}: {code}: {}", failure.message),
+                None => format!("ctx.agents.{method}: {}", failure.message),
+            };
+            match method.as_str() {
+                "request" => {
+                    let output = runtime.request(&ctx, request).await.map_err(failed)?;
+                    // The original's shape: the answer as text.
+                    Ok(json!({
+                        "target": output["target"],
+                        "response": output["response"].as_str().unwrap_or_default(),
+                        "correlationId": output["correlationId"],
+                        "accepted": output["accepted"],
+                        "async": output["async"],
+                    }))
+                }
+                "send" => {
+                    let output = runtime.send(&ctx, request).await.map_err(failed)?;
+                    Ok(json!({"accepted": output["accepted"]}))
+                }
+                other => Err(format!("ctx.agents has no method '{other}'")),
+            }
+        })
+    }
+
     fn state_get(&self, extension: String) -> BoxFuture<'static, Result<JsonValue, String>> {
         let state = Arc::clone(&self.state);
         Box::pin(async move {

@@ -101,6 +101,15 @@ pub trait HostServices: Send + Sync {
     fn state_set(&self, extension: String, value: JsonValue) -> BoxFuture<'static, Result<(), String>>;
     /// `api.tools.register` after `register()` returned.
     fn register_tool(&self, extension: &str, item: JsonValue);
+    /// `ctx.agents.request` / `ctx.agents.send` of a layer in the turn
+    /// `turn_id` (trace `trace_id`): the output, or why there is none.
+    fn agents(
+        &self,
+        method: String,
+        params: JsonValue,
+        turn_id: String,
+        trace_id: String,
+    ) -> BoxFuture<'static, Result<JsonValue, String>>;
 }
 
 struct ExtensionPlan {
@@ -854,6 +863,20 @@ async fn read_frames<R: AsyncRead + Unpin>(
                             value: None,
                             error: Some(format!("unknown state operation '{other}'")),
                         },
+                    };
+                    if let (Ok(mut line), Some(frames)) = (serde_json::to_vec(&answer), frames.upgrade()) {
+                        line.push(b'\n');
+                        let _ = frames.send(line);
+                    }
+                });
+            }
+            FromHost::Agents { rid, method, params, turn_id, trace_id } => {
+                let Some(services) = services.clone() else { continue };
+                let frames = frames.clone();
+                tokio::spawn(async move {
+                    let answer = match services.agents(method, params, turn_id, trace_id).await {
+                        Ok(value) => ToHost::StateResult { rid, ok: true, value: Some(value), error: None },
+                        Err(error) => ToHost::StateResult { rid, ok: false, value: None, error: Some(error) },
                     };
                     if let (Ok(mut line), Some(frames)) = (serde_json::to_vec(&answer), frames.upgrade()) {
                         line.push(b'\n');

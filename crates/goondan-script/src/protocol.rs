@@ -206,6 +206,23 @@ pub enum FromHost {
         #[serde(default)]
         value: Option<JsonValue>,
     },
+    /// `ctx.agents.request(params)` / `ctx.agents.send(params)` of a turn or step layer.
+    #[serde(rename_all = "camelCase")]
+    Agents {
+        /// Matches the `stateResult` that answers it.
+        rid: u64,
+        /// `request` or `send`.
+        method: String,
+        /// `{target, input, instanceKey?, timeoutMs?, async?, metadata?}`.
+        #[serde(default)]
+        params: JsonValue,
+        /// The turn of the layer that asks.
+        #[serde(default)]
+        turn_id: String,
+        /// Its trace.
+        #[serde(default)]
+        trace_id: String,
+    },
     /// `api.tools.register` after `register()` returned.
     RegisterTool {
         /// The extension.

@@ -444,6 +444,16 @@ struct StoreServices {
 }
 
 impl HostServices for StoreServices {
+    fn agents(
+        &self,
+        method: String,
+        _: JsonValue,
+        _: String,
+        _: String,
+    ) -> goondan_tools::BoxFuture<'static, Result<JsonValue, String>> {
+        Box::pin(async move { Err(format!("ctx.agents.{method}: no orchestrator in this test")) })
+    }
+
     fn state_get(&self, extension: String) -> BoxFuture<'static, Result<JsonValue, String>> {
         let state = self.state.clone();
         Box::pin(async move {

@@ -349,11 +349,11 @@ let nextRid = 1;
 
 const PIPELINES = ['turn', 'step', 'toolCall'];
 
-function hostRequest(body) {
+function hostRequest(body, type = 'state') {
   const rid = nextRid++;
   return new Promise((resolve, reject) => {
     hostRequests.set(rid, { resolve, reject });
-    send({ type: 'state', rid, ...body });
+    send({ type, rid, ...body });
   });
 }
 
@@ -504,14 +504,13 @@ function foldEvents(base, events) {
   return current;
 }
 
-function unavailableAgents(method) {
-  return () =>
-    Promise.reject(
-      new Error(`ctx.agents.${method}: the agents API is not available to JavaScript middleware in this build of goondan-rs yet; give the agent the agents tool (agents__${method}) instead`),
-    );
+// ctx.agents of a turn or step layer: requests to the swarm's other agents,
+// made by the agent process (through the orchestrator) for the layer's turn.
+function agentsApiFor(turnId, traceId) {
+  const call = (method) => (params) =>
+    hostRequest({ method, params: toJson(params ?? {}), turnId, traceId }, 'agents');
+  return Object.freeze({ request: call('request'), send: call('send') });
 }
-
-const agentsApi = Object.freeze({ request: unavailableAgents('request'), send: unavailableAgents('send') });
 
 function stringify(value) {
   try {
@@ -632,7 +631,7 @@ function makeSession(frame) {
       ...base,
       inputEvent,
       conversationState,
-      agents: agentsApi,
+      agents: agentsApiFor(raw.turnId, raw.traceId),
       runtime: runtimeApi,
       emitMessageEvent,
       get metadata() {
