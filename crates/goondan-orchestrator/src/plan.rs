@@ -67,8 +67,9 @@ impl SwarmPlan {
     }
 }
 
-/// The swarm that `entry_agent` runs in: the Swarm resource that lists it
-/// (its name and agents), or a swarm of that agent alone when none does.
+/// The swarm that `entry_agent` (the agent `gdn run` talks to) runs in: the
+/// Swarm whose entry it is, else one that lists it (its name, declared entry
+/// and agents, `entry_agent` among them), or a swarm of that agent alone.
 pub fn swarm_of(bundle: &Bundle, entry_agent: &str) -> SwarmInfo {
     let swarm = bundle
         .swarms()
@@ -86,7 +87,7 @@ pub fn swarm_of(bundle: &Bundle, entry_agent: &str) -> SwarmInfo {
                 .collect();
             agents.sort();
             agents.dedup();
-            SwarmInfo { name: swarm.name().to_owned(), entry_agent: entry_agent.to_owned(), agents }
+            SwarmInfo { name: swarm.name().to_owned(), entry_agent: swarm.spec.entry_agent.name.clone(), agents }
         }
         None => SwarmInfo {
             name: entry_agent.to_owned(),
