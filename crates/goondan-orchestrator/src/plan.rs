@@ -96,3 +96,48 @@ pub fn swarm_of(bundle: &Bundle, entry_agent: &str) -> SwarmInfo {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+
+    const BUNDLE: &str = r#"apiVersion: goondan.ai/v1
+kind: Model
+metadata: {name: m}
+spec: {provider: scripted, model: s, options: {replies: [{text: hi}]}}
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: lead}
+spec: {modelConfig: {modelRef: Model/m}}
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: helper}
+spec: {modelConfig: {modelRef: Model/m}}
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: loner}
+spec: {modelConfig: {modelRef: Model/m}}
+---
+apiVersion: goondan.ai/v1
+kind: Swarm
+metadata: {name: crew}
+spec: {entryAgent: Agent/lead, agents: [Agent/lead, Agent/helper]}
+"#;
+
+    #[test]
+    fn the_swarm_of_an_agent_is_the_one_that_lists_it() {
+        let report = goondan_config::load_from_str(BUNDLE, "goondan.yaml", None, PathBuf::from("goondan.yaml"));
+        let Some(bundle) = report.valid_bundle() else { panic!("{:?}", report.diagnostics) };
+        let crew = swarm_of(bundle, "helper");
+        assert_eq!(crew.name, "crew");
+        assert_eq!(crew.entry_agent, "lead", "the declared entry, not the agent run");
+        assert_eq!(crew.agents, ["helper", "lead"]);
+        let alone = swarm_of(bundle, "loner");
+        assert_eq!((alone.name.as_str(), alone.agents.as_slice()), ("loner", ["loner".to_owned()].as_slice()));
+    }
+}
