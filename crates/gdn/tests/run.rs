@@ -376,6 +376,8 @@ fn the_js_host_does_not_outlive_gdn_even_after_sigkill() {
         .arg("--state-root")
         .arg(state.path())
         .args(["-c", bundle.to_str().unwrap_or_default(), "run", "--input", "go"])
+        // What the killed gdn cannot clean up stays in the test's directory.
+        .env("TMPDIR", state.path())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())

@@ -40,6 +40,8 @@ impl Run {
             .arg(self.state.path())
             .args(args)
             .env("NO_COLOR", "1")
+            // Sockets of orchestrators the tests kill stay in their state root.
+            .env("TMPDIR", self.state.path())
             .env_remove("GOONDAN_STATE_ROOT")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

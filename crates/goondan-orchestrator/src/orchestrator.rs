@@ -172,7 +172,11 @@ impl Orchestrator {
         launcher: AgentLauncher,
         observer: Arc<dyn SwarmObserver>,
     ) -> Result<Self, OrchestratorError> {
-        let dir = tempfile::Builder::new().prefix("gdn-swarm-").tempdir()?;
+        // A socket path must fit in sun_path (108 bytes): a long TMPDIR
+        // falls back to /tmp.
+        let base = std::env::temp_dir();
+        let base = if base.as_os_str().len() <= 80 { base } else { PathBuf::from("/tmp") };
+        let dir = tempfile::Builder::new().prefix("gdn-swarm-").tempdir_in(base)?;
         let socket = dir.path().join("s");
         let listener = UnixListener::bind(&socket)?;
         let inner = Arc::new(Inner {
