@@ -176,12 +176,15 @@ fn spec_schema(kind: Kind) -> JsonValue {
     }
 }
 
+/// The compiled schema of `kind`'s spec. Each kind's is compiled the first
+/// time a document of that kind is checked, not all eight at once: an agent
+/// process loads one bundle, which rarely has every kind, and compiling a
+/// schema costs far more than checking a spec with it.
 fn validator(kind: Kind) -> Option<&'static jsonschema::Validator> {
-    static VALIDATORS: OnceLock<Vec<Option<jsonschema::Validator>>> = OnceLock::new();
-    let validators = VALIDATORS
-        .get_or_init(|| Kind::ALL.iter().map(|kind| jsonschema::validator_for(&spec_schema(*kind)).ok()).collect());
+    static VALIDATORS: [OnceLock<Option<jsonschema::Validator>>; Kind::ALL.len()] =
+        [const { OnceLock::new() }; Kind::ALL.len()];
     let index = Kind::ALL.iter().position(|k| *k == kind)?;
-    validators.get(index).and_then(Option::as_ref)
+    VALIDATORS.get(index)?.get_or_init(|| jsonschema::validator_for(&spec_schema(kind)).ok()).as_ref()
 }
 
 /// Checks a document's `spec` against its kind's schema.
