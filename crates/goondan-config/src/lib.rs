@@ -8,6 +8,7 @@
 //! - [`resources`]: the typed resources.
 //! - [`diagnostic`]: what a finding looks like.
 
+mod base_snapshot;
 pub mod bundle;
 pub mod diagnostic;
 pub mod files;
