@@ -12,6 +12,7 @@ mod base_snapshot;
 pub mod bundle;
 pub mod diagnostic;
 pub mod files;
+mod plain_schema;
 pub mod resources;
 pub mod schema;
 pub mod validate;
