@@ -187,23 +187,24 @@ pub fn load_from_str(text: &str, label: &str, root: Option<&Path>, file: PathBuf
 /// The compiled-in `@goondan/base` package.
 pub fn base_package() -> &'static Bundle {
     static BASE: OnceLock<Bundle> = OnceLock::new();
-    BASE.get_or_init(|| {
-        let report = load_from_str(
-            include_str!("base/goondan.yaml"),
-            "@goondan/base",
-            None,
-            PathBuf::from("@goondan/base/goondan.yaml"),
-        );
-        // The package is checked by a unit test; if it ever failed to load,
-        // an empty package keeps the program working and references to it
-        // are reported as not found.
-        report.bundle.unwrap_or_else(|| Bundle {
-            root: PathBuf::new(),
-            file: PathBuf::new(),
-            package_name: Some(BASE_PACKAGE.to_owned()),
-            resources: Vec::new(),
-            index: HashMap::new(),
-        })
+    // The snapshot is the loader's own result for the compiled-in YAML (see
+    // crate::base_snapshot); the YAML is loaded only if it is stale.
+    BASE.get_or_init(|| crate::base_snapshot::load().unwrap_or_else(load_base_yaml))
+}
+
+/// The compiled-in package loaded from its YAML with the loader.
+pub(crate) fn load_base_yaml() -> Bundle {
+    use crate::base_snapshot::{BASE_LABEL, BASE_YAML, base_file};
+    let report = load_from_str(BASE_YAML, BASE_LABEL, None, base_file());
+    // The package is checked by a unit test; if it ever failed to load,
+    // an empty package keeps the program working and references to it
+    // are reported as not found.
+    report.bundle.unwrap_or_else(|| Bundle {
+        root: PathBuf::new(),
+        file: PathBuf::new(),
+        package_name: Some(BASE_PACKAGE.to_owned()),
+        resources: Vec::new(),
+        index: HashMap::new(),
     })
 }
 
@@ -226,6 +227,21 @@ pub enum ResolveError {
 }
 
 impl Bundle {
+    /// A bundle of resources that were validated together before (the
+    /// built-in package's snapshot): the package name and the index are
+    /// derived as [`CrossChecks`] derives them, first definition winning.
+    pub(crate) fn from_resources(root: &Path, file: PathBuf, resources: Vec<BundleResource>) -> Bundle {
+        let package_name = resources.iter().find_map(|r| match &r.resource {
+            AnyResource::Package(p) => Some(p.metadata.name.clone()),
+            _ => None,
+        });
+        let mut index = HashMap::new();
+        for (position, entry) in resources.iter().enumerate() {
+            index.entry((entry.resource.kind(), entry.resource.name().to_owned())).or_insert(position);
+        }
+        Bundle { root: root.to_path_buf(), file, package_name, resources, index }
+    }
+
     /// The directory that holds the bundle's files.
     pub fn root(&self) -> &Path {
         &self.root

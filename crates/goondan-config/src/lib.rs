@@ -8,9 +8,11 @@
 //! - [`resources`]: the typed resources.
 //! - [`diagnostic`]: what a finding looks like.
 
+mod base_snapshot;
 pub mod bundle;
 pub mod diagnostic;
 pub mod files;
+mod plain_schema;
 pub mod resources;
 pub mod schema;
 pub mod validate;
