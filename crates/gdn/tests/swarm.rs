@@ -292,6 +292,28 @@ fn an_asynchronous_reply_enters_the_callers_conversation_before_its_next_request
 }
 
 #[test]
+fn a_chain_of_requests_longer_than_the_hop_limit_is_cut() {
+    let run = Run::new();
+    let body = answer(&run.turn("CASE:pingpong"));
+    // The worker's reply to the first request arrived during the wait.
+    assert_eq!(body["text"], "got the async reply");
+    // worker and reviewer ask each other (asynchronously) until the chain is
+    // 8 hops long; the ninth request is refused and its refusal delivered.
+    let refusal = ["worker", "reviewer"]
+        .iter()
+        .flat_map(|agent| run.messages(agent, "default"))
+        .filter_map(|m| m["data"]["content"].as_str().map(str::to_owned))
+        .find(|content| content.contains("AGENT_HOP_LIMIT_EXCEEDED"))
+        .unwrap_or_else(|| panic!("no request was refused for its hops"));
+    assert!(refusal.contains("hop 9") && refusal.contains("limit is 8"), "{refusal}");
+    let turns: usize = ["worker", "reviewer"]
+        .iter()
+        .map(|agent| run.messages(agent, "default").iter().filter(|m| m["data"]["content"] == "CASE:ping").count())
+        .sum();
+    assert_eq!(turns, 8, "hops 1 to 8 ran, the ninth did not");
+}
+
+#[test]
 fn an_unknown_target_is_refused_naming_the_swarms_agents() {
     let run = Run::new();
     let body = answer(&run.turn("CASE:unknown"));
