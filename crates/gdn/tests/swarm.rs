@@ -458,3 +458,8 @@ fn a_javascript_extension_reaches_the_swarm_through_ctx_agents() {
     let inputs = run.messages("worker", "default").into_iter().filter(|m| m["data"]["role"] == "user").count();
     assert_eq!(inputs, 2);
 }
+
+#[test]
+fn sighup_of_the_orchestrator_leaves_no_process_behind() {
+    orchestrator_signalled_leaves_nothing(Signal::SIGHUP);
+}
