@@ -412,6 +412,10 @@ fn orchestrator_signalled_leaves_nothing(signal: Signal) {
         let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
         assert!(!String::from_utf8_lossy(&environ).contains("sekrit-value-42"), "process {pid} sees the secret");
     }
+    // A tool's shell does not learn where the orchestrator listens.
+    let environ =
+        String::from_utf8_lossy(&std::fs::read(format!("/proc/{shell}/environ")).unwrap_or_default()).into_owned();
+    assert!(!environ.contains("GOONDAN_AGENT_SOCKET") && !environ.contains("GOONDAN_AGENT_TOKEN"), "{environ}");
     assert!(processes_of(orchestrator).len() >= 3, "coordinator, worker and the worker's shell run");
     assert!(kill(Pid::from_raw(i32::try_from(orchestrator).unwrap_or(0)), signal).is_ok());
     let _ = child.wait();

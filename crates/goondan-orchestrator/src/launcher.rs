@@ -22,9 +22,9 @@ use goondan_ipc::AgentInstance;
 use tokio::process::{Child, Command};
 
 /// The socket to connect to.
-pub const SOCKET_ENV: &str = "GOONDAN_AGENT_SOCKET";
+pub const SOCKET_ENV: &str = goondan_core::process_env::AGENT_SOCKET_ENV;
 /// The token of this start.
-pub const TOKEN_ENV: &str = "GOONDAN_AGENT_TOKEN";
+pub const TOKEN_ENV: &str = goondan_core::process_env::AGENT_TOKEN_ENV;
 /// The orchestrator's pid (the agent process exits if its parent is another).
 pub const ORCHESTRATOR_PID_ENV: &str = "GOONDAN_ORCHESTRATOR_PID";
 

@@ -423,7 +423,11 @@ impl ScriptHost {
         let socket_path = dir.join(format!("host-{}.sock", state.generation));
         let listener = UnixListener::bind(&socket_path)
             .map_err(|e| start_failed(format!("cannot listen on {}: {e}", socket_path.display())))?;
-        let mut child = Command::new(&runtime.path)
+        let mut command = Command::new(&runtime.path);
+        for private in goondan_core::process_env::PRIVATE_TO_PROCESS {
+            command.env_remove(private);
+        }
+        let mut child = command
             .args(&runtime.args)
             .arg(dir.join("host.mjs"))
             .env(SOCKET_ENV, &socket_path)
