@@ -204,14 +204,17 @@ impl Reported {
             },
             None => {
                 let error = answer.error.unwrap_or_else(|| ErrorInfo::new("AGENT_UNAVAILABLE", "no answer"));
+                // The agent could not start (the session cannot go on), or
+                // its process died during the turn (the next input starts it again).
+                let crashed = error.code == goondan_orchestrator::codes::AGENT_CRASHED;
                 Self {
                     text: String::new(),
-                    end: "failed".to_owned(),
+                    end: if crashed { "crashed" } else { "failed" }.to_owned(),
                     note: Some(error.message.clone()),
                     steps: 0,
                     usage: serde_json::Value::Null,
                     restart_requested: false,
-                    start_error: Some((error.code, error.message)),
+                    start_error: (!crashed).then_some((error.code, error.message)),
                 }
             }
         }

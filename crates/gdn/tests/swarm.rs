@@ -314,6 +314,40 @@ fn a_chain_of_requests_longer_than_the_hop_limit_is_cut() {
 }
 
 #[test]
+fn an_asynchronous_reply_reaches_a_caller_whose_process_died_meanwhile() {
+    use std::io::Write as _;
+    let run = Run::new();
+    let workdir = run.work.path().display().to_string();
+    let mut child =
+        run.command(&["run", "--workdir", &workdir]).stdin(Stdio::piped()).spawn().unwrap_or_else(|e| panic!("{e}"));
+    let mut stdin = child.stdin.take().unwrap_or_else(|| panic!("stdin"));
+    stdin.write_all(b"CASE:orphanreply\n").unwrap_or_else(|e| panic!("{e}"));
+    // The coordinator asked the worker (2 s of work) asynchronously, then
+    // dies while the worker is still at it.
+    let coordinator = read_pid(&run.work.path().join("coordinator.pid"));
+    assert!(kill(Pid::from_raw(i32::try_from(coordinator).unwrap_or(0)), Signal::SIGKILL).is_ok());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let delivered = loop {
+        let found = run
+            .messages("coordinator", "default")
+            .into_iter()
+            .find(|m| m["metadata"]["__goondanInterAgentResponse"].is_object());
+        if let Some(found) = found {
+            break found;
+        }
+        assert!(Instant::now() < deadline, "the reply never reached the coordinator's conversation");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    drop(stdin);
+    let _ = child.wait();
+    let content: Value =
+        serde_json::from_str(delivered["data"]["content"].as_str().unwrap_or_default()).unwrap_or_default();
+    assert_eq!(content["status"], "ok", "{content}");
+    assert_eq!(content["response"], "slow answer");
+    assert_eq!(delivered["metadata"]["__goondanInterAgentResponse"]["fromAgentId"], "worker");
+}
+
+#[test]
 fn an_unknown_target_is_refused_naming_the_swarms_agents() {
     let run = Run::new();
     let body = answer(&run.turn("CASE:unknown"));

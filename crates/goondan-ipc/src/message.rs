@@ -306,6 +306,29 @@ pub struct DelegateResultPayload {
     /// The responding instance.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub responder: Option<AgentInstance>,
+    /// For the answer of an asynchronous request: the request, so that a
+    /// caller whose process was started again since (and so no longer
+    /// remembers it) still puts the answer into its conversation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<AsyncRequestEcho>,
+}
+
+/// What an asynchronous request's answer carries of the request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AsyncRequestEcho {
+    /// The agent it went to.
+    pub target: String,
+    /// Its event id.
+    pub event_id: String,
+    /// Its event type.
+    pub event_type: String,
+    /// Its metadata.
+    #[serde(default)]
+    pub metadata: JsonObject,
+    /// The caller's trace.
+    #[serde(default)]
+    pub trace_id: String,
 }
 
 impl DelegateResultPayload {
@@ -316,7 +339,14 @@ impl DelegateResultPayload {
 
     /// An error answer carrying `error`.
     pub fn failed(error: ErrorInfo) -> Self {
-        Self { status: ResultStatus::Error, response: None, error: Some(error), turn: None, responder: None }
+        Self {
+            status: ResultStatus::Error,
+            response: None,
+            error: Some(error),
+            turn: None,
+            responder: None,
+            request: None,
+        }
     }
 }
 

@@ -286,7 +286,21 @@ impl SwarmRuntime {
             Some(Waiting::Call(tx)) => {
                 let _ = tx.send(CallResultPayload { output: JsonValue::Null, error: answer.error });
             }
-            None => tracing::debug!("an answer for {correlation_id} arrived after its caller gave up; dropped"),
+            // An asynchronous request made by an earlier process of this
+            // instance: its answer still belongs in the conversation.
+            None => match answer.request.clone() {
+                Some(echo) => {
+                    let request = AsyncRequest {
+                        target: echo.target,
+                        event_id: echo.event_id,
+                        event_type: echo.event_type,
+                        metadata: echo.metadata,
+                        trace_id: echo.trace_id,
+                    };
+                    self.deliver_async(correlation_id, &request, &answer);
+                }
+                None => tracing::debug!("an answer for {correlation_id} arrived after its caller gave up; dropped"),
+            },
         }
     }
 
@@ -956,5 +970,5 @@ fn answer_of(outcome: &TurnOutcome, summary: TurnSummary, me: &AgentInstance) ->
             )),
         ),
     };
-    DelegateResultPayload { status, response, error, turn: Some(summary), responder: Some(me.clone()) }
+    DelegateResultPayload { status, response, error, turn: Some(summary), responder: Some(me.clone()), request: None }
 }

@@ -123,6 +123,9 @@ struct Pending {
     /// The process (generation) it was handed to; `None` while it waits for
     /// one to start (a restarting target's old process must not fail it).
     delivered_to: Option<u64>,
+    /// An asynchronous request: its answer is delivered to the caller even
+    /// if the caller's process ends meanwhile (a new one is started for it).
+    echo: Option<goondan_ipc::AsyncRequestEcho>,
 }
 
 #[derive(Default)]
@@ -214,7 +217,7 @@ impl Orchestrator {
             state.slots.entry(instance.clone()).or_insert_with(|| Slot::new(None));
             state.pending.insert(
                 correlation_id.clone(),
-                Pending { waiter: Waiter::Cli(reply), target: instance.clone(), delivered_to: None },
+                Pending { waiter: Waiter::Cli(reply), target: instance.clone(), delivered_to: None, echo: None },
             );
         }
         let link = match ensure(inner, instance).await {
@@ -619,7 +622,7 @@ async fn process_ended(
             .iter()
             .filter(|(_, p)| {
                 (p.target == *instance && p.delivered_to == Some(generation))
-                    || matches!(&p.waiter, Waiter::Agent(a) if a == instance)
+                    || (p.echo.is_none() && matches!(&p.waiter, Waiter::Agent(a) if a == instance))
             })
             .map(|(id, _)| id.clone())
             .collect();
@@ -681,9 +684,24 @@ async fn deliver(
         Waiter::Agent(caller) => {
             let link =
                 lock(&inner.state).slots.get(&caller).and_then(|s| s.running.as_ref().map(|r| Arc::clone(&r.link)));
-            let Some(link) = link else {
-                tracing::debug!("{caller} ended before the answer of {correlation_id} arrived; dropped");
-                return;
+            let link = match link {
+                Some(link) => link,
+                // An asynchronous answer goes into the caller's conversation
+                // whatever became of the process that asked.
+                None if answer.request.is_some() => match ensure(inner, &caller).await {
+                    Ok((link, _)) => link,
+                    Err(error) => {
+                        tracing::warn!(
+                            "the answer of {correlation_id} could not be delivered to {caller}: {}",
+                            error.message
+                        );
+                        return;
+                    }
+                },
+                None => {
+                    tracing::debug!("{caller} ended before the answer of {correlation_id} arrived; dropped");
+                    return;
+                }
             };
             let message = IpcMessage::DelegateResult(
                 Routed::new(responder.to_string(), caller.to_string(), answer).correlated(correlation_id),
@@ -775,6 +793,7 @@ async fn route_result(inner: &Arc<Inner>, from: &AgentInstance, message: Routed<
     }
     let mut answer = message.payload;
     answer.responder = Some(from.clone());
+    answer.request = pending.echo;
     deliver(inner, pending.waiter, &id, from, answer).await;
 }
 
@@ -860,9 +879,16 @@ async fn route_delegate(
                     if !message.payload.asynchronous {
                         state.waits.add(&id, caller.clone(), target.clone());
                     }
+                    let echo = message.payload.asynchronous.then(|| goondan_ipc::AsyncRequestEcho {
+                        target: target.agent.clone(),
+                        event_id: message.payload.event_id.clone(),
+                        event_type: message.payload.event_type.clone(),
+                        metadata: message.payload.metadata.clone(),
+                        trace_id: message.payload.trace_id.clone().unwrap_or_default(),
+                    });
                     state.pending.insert(
                         id.clone(),
-                        Pending { waiter: Waiter::Agent(caller.clone()), target: target.clone(), delivered_to: None },
+                        Pending { waiter: Waiter::Agent(caller.clone()), target: target.clone(), delivered_to: None, echo },
                     );
                     None
                 }
