@@ -293,18 +293,31 @@ fn an_asynchronous_reply_enters_the_callers_conversation_before_its_next_request
 
 #[test]
 fn a_chain_of_requests_longer_than_the_hop_limit_is_cut() {
+    use std::io::Write as _;
     let run = Run::new();
-    let body = answer(&run.turn("CASE:pingpong"));
-    // The worker's reply to the first request arrived during the wait.
-    assert_eq!(body["text"], "got the async reply");
-    // worker and reviewer ask each other (asynchronously) until the chain is
-    // 8 hops long; the ninth request is refused and its refusal delivered.
-    let refusal = ["worker", "reviewer"]
-        .iter()
-        .flat_map(|agent| run.messages(agent, "default"))
-        .filter_map(|m| m["data"]["content"].as_str().map(str::to_owned))
-        .find(|content| content.contains("AGENT_HOP_LIMIT_EXCEEDED"))
-        .unwrap_or_else(|| panic!("no request was refused for its hops"));
+    let workdir = run.work.path().display().to_string();
+    let mut child =
+        run.command(&["run", "--workdir", &workdir]).stdin(Stdio::piped()).spawn().unwrap_or_else(|e| panic!("{e}"));
+    let mut stdin = child.stdin.take().unwrap_or_else(|| panic!("stdin"));
+    stdin.write_all(b"CASE:pingpong\n").unwrap_or_else(|e| panic!("{e}"));
+    // worker and reviewer send each other messages until the chain is 8 hops
+    // long; the ninth is refused, as an error result of the sender's call.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let refusal = loop {
+        let found = ["worker", "reviewer"]
+            .iter()
+            .filter(|agent| run.state.path().join(format!("instances/{agent}@default/messages.jsonl")).exists())
+            .flat_map(|agent| run.results(agent, "default"))
+            .find(|result| result["error"]["code"] == "AGENT_HOP_LIMIT_EXCEEDED");
+        if let Some(found) = found {
+            break found["error"]["message"].as_str().unwrap_or_default().to_owned();
+        }
+        assert!(Instant::now() < deadline, "no message was refused for its hops");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    drop(stdin);
+    let output = child.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
+    assert!(output.status.success(), "{}", text(&output.stderr));
     assert!(refusal.contains("hop 9") && refusal.contains("limit is 8"), "{refusal}");
     let turns: usize = ["worker", "reviewer"]
         .iter()
