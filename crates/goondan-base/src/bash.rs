@@ -897,6 +897,13 @@ mod tests {
         assert_eq!(out["timedOut"], json!(false));
         let pid = read_pid(&dir.path.join("bg.pid")).await;
         assert!(alive(pid));
+        // Until `setsid` has exec'd `sleep`, its environment may read as
+        // empty (the process is between images): wait for the new image.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.starts_with(b"sleep")) {
+            assert!(std::time::Instant::now() < deadline, "sleep never started");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         assert_eq!(settings.tool_processes.kill_all(), 1);
         assert_gone(pid).await;
     }
