@@ -106,7 +106,7 @@ fn kill_matching(exact: &[Vec<u8>], prefixes: &[Vec<u8>]) -> usize {
     let own = std::process::id();
     // Counted once each, though a process is seen again until the kill lands.
     let mut signalled = BTreeSet::new();
-    for pass in 0..KILL_PASSES {
+    for _pass in 0..KILL_PASSES {
         let mut found = 0;
         let Ok(entries) = std::fs::read_dir("/proc") else { break };
         for entry in entries.flatten() {
@@ -128,9 +128,7 @@ fn kill_matching(exact: &[Vec<u8>], prefixes: &[Vec<u8>]) -> usize {
                 found += 1;
             }
         }
-        // One scan more than needed: a process between two images (exec)
-        // shows an empty environment for a moment and is seen next time.
-        if found == 0 && pass > 0 {
+        if found == 0 {
             break;
         }
         // Let the kernel deliver the kills before looking again.
