@@ -1,0 +1,174 @@
+//! The [`ToolHandler`] of one MCP tool: `tools/call` on its server, and the
+//! result mapped to a tool output.
+//!
+//! Text content is joined; `structuredContent`, when present, is the output
+//! instead (it is what the tool's `outputSchema` describes). Images, audio
+//! and embedded blobs are described by type and size rather than inlined:
+//! a base64 payload in the conversation costs the model tokens it cannot
+//! read. `isError` becomes an error result carrying the server's text.
+
+use std::sync::Arc;
+
+use goondan_core::{JsonObject, JsonValue};
+use goondan_tools::{BoxFuture, HandlerResult, ToolContext, ToolFailure, ToolHandler, ToolOutput};
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+
+use crate::client::{self, ClientError, Server};
+
+/// The tool reported an error (`isError: true`).
+pub const E_MCP_TOOL_ERROR: &str = "E_MCP_TOOL_ERROR";
+/// The server exited during the call, or is down and not yet restarted.
+pub const E_MCP_SERVER_EXITED: &str = "E_MCP_SERVER_EXITED";
+/// The server answered the request with a protocol error.
+pub const E_MCP_REQUEST: &str = "E_MCP_REQUEST";
+
+/// Calls one tool of one server.
+#[derive(Debug)]
+pub struct McpToolHandler {
+    server: Arc<Server>,
+    tool: String,
+}
+
+impl McpToolHandler {
+    /// The handler of `tool` (the server's own name for it) on `server`.
+    pub fn new(server: Arc<Server>, tool: impl Into<String>) -> Self {
+        Self { server, tool: tool.into() }
+    }
+
+    async fn run(&self, input: &JsonObject) -> HandlerResult {
+        let connection = self.server.connection().await.map_err(|error| self.failure(&error))?;
+        let params = CallToolRequestParams::new(self.tool.clone()).with_arguments(input.clone());
+        match client::call_tool(&connection, params).await {
+            Ok(result) => map_result(&result),
+            Err(error) => {
+                if error == ClientError::Exited {
+                    self.server.forget(&connection).await;
+                }
+                Err(self.failure(&error))
+            }
+        }
+    }
+
+    fn failure(&self, error: &ClientError) -> ToolFailure {
+        let server = self.server.name();
+        match error {
+            ClientError::Request(message) => ToolFailure::with_code(
+                format!("MCP server '{server}' refused the call to '{}': {message}", self.tool),
+                E_MCP_REQUEST,
+            ),
+            other => ToolFailure::with_code(format!("MCP server '{server}': {other}"), E_MCP_SERVER_EXITED)
+                .suggest("The server is restarted for the next call; try again."),
+        }
+    }
+}
+
+impl ToolHandler for McpToolHandler {
+    fn call<'a>(&'a self, _ctx: &'a ToolContext, input: &'a JsonObject) -> BoxFuture<'a, HandlerResult> {
+        Box::pin(self.run(input))
+    }
+}
+
+/// Maps a `tools/call` result to a handler result.
+pub fn map_result(result: &CallToolResult) -> HandlerResult {
+    // Read through JSON: the content blocks' wire shape is the stable part
+    // of the protocol, the SDK's enums around it change between releases.
+    let wire = serde_json::to_value(result).map_err(|e| ToolFailure::with_code(e.to_string(), E_MCP_REQUEST))?;
+    let parts: Vec<String> =
+        wire.get("content").and_then(JsonValue::as_array).into_iter().flatten().map(describe_block).collect();
+    let text = parts.join("\n");
+    if result.is_error == Some(true) {
+        let message = if text.trim().is_empty() { "the MCP tool reported an error".to_owned() } else { text };
+        return Err(ToolFailure::with_code(message, E_MCP_TOOL_ERROR));
+    }
+    match &result.structured_content {
+        Some(structured) => Ok(ToolOutput::Value(structured.clone())),
+        None => Ok(ToolOutput::Value(JsonValue::String(text))),
+    }
+}
+
+/// The bytes a base64 string decodes to.
+fn decoded_len(base64: &str) -> usize {
+    let trimmed = base64.trim_end_matches('=');
+    trimmed.len() * 3 / 4
+}
+
+fn str_field<'a>(value: &'a JsonValue, key: &str) -> Option<&'a str> {
+    value.get(key).and_then(JsonValue::as_str)
+}
+
+fn describe_block(block: &JsonValue) -> String {
+    let kind = str_field(block, "type").unwrap_or("unknown");
+    match kind {
+        "text" => str_field(block, "text").unwrap_or_default().to_owned(),
+        "image" | "audio" => {
+            let mime = str_field(block, "mimeType").unwrap_or("unknown type");
+            let size = decoded_len(str_field(block, "data").unwrap_or_default());
+            format!("[{kind}: {mime}, {size} bytes]")
+        }
+        "resource" => {
+            let resource = block.get("resource").unwrap_or(&JsonValue::Null);
+            let uri = str_field(resource, "uri").unwrap_or("");
+            match (str_field(resource, "text"), str_field(resource, "blob")) {
+                // Embedded text is content the model can read.
+                (Some(text), _) => text.to_owned(),
+                (None, Some(blob)) => {
+                    let mime = str_field(resource, "mimeType").unwrap_or("unknown type");
+                    format!("[resource {uri}: {mime}, {} bytes]", decoded_len(blob))
+                }
+                (None, None) => format!("[resource {uri}]"),
+            }
+        }
+        "resource_link" => {
+            let uri = str_field(block, "uri").unwrap_or("");
+            match str_field(block, "name") {
+                Some(name) => format!("[resource link {name}: {uri}]"),
+                None => format!("[resource link: {uri}]"),
+            }
+        }
+        other => format!("[{other} content]"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn result(value: JsonValue) -> CallToolResult {
+        serde_json::from_value(value).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn text_is_joined_and_blobs_described() {
+        let mapped = map_result(&result(json!({"content": [
+            {"type": "text", "text": "one"},
+            {"type": "image", "data": "aGVsbG8=", "mimeType": "image/png"},
+            {"type": "resource", "resource": {"uri": "file:///a", "text": "inside"}},
+            {"type": "resource", "resource": {"uri": "file:///b", "blob": "AAAA", "mimeType": "application/zip"}},
+            {"type": "text", "text": "two"},
+        ]})));
+        assert_eq!(
+            mapped,
+            Ok(ToolOutput::Value(json!(
+                "one\n[image: image/png, 5 bytes]\ninside\n[resource file:///b: application/zip, 3 bytes]\ntwo"
+            )))
+        );
+    }
+
+    #[test]
+    fn structured_content_is_the_output() {
+        let mapped = map_result(&result(
+            json!({"content": [{"type": "text", "text": "{\"a\":1}"}], "structuredContent": {"a": 1}}),
+        ));
+        assert_eq!(mapped, Ok(ToolOutput::Value(json!({"a": 1}))));
+    }
+
+    #[test]
+    fn is_error_is_an_error_with_the_servers_text() {
+        let mapped =
+            map_result(&result(json!({"content": [{"type": "text", "text": "no such file"}], "isError": true})));
+        assert_eq!(mapped, Err(ToolFailure::with_code("no such file", E_MCP_TOOL_ERROR)));
+        let empty = map_result(&result(json!({"content": [], "isError": true})));
+        assert_eq!(empty, Err(ToolFailure::with_code("the MCP tool reported an error", E_MCP_TOOL_ERROR)));
+    }
+}
