@@ -31,6 +31,7 @@ const RULES: &[(&str, &[&str])] = &[
             "goondan-llm",
             "goondan-runtime",
             "goondan-script",
+            "goondan-mcp",
             "goondan-ipc",
             "goondan-orchestrator",
         ],
