@@ -163,6 +163,79 @@ mod tests {
         assert_eq!(mapped, Ok(ToolOutput::Value(json!({"a": 1}))));
     }
 
+    /// `node` to run `tests/fake-server.mjs`, or `None` (after saying why)
+    /// to skip; with `GOONDAN_REQUIRE_MCP=1` (CI) a missing Node fails.
+    #[allow(clippy::print_stderr)]
+    fn fake_server() -> Option<crate::config::StdioServer> {
+        let node = std::process::Command::new("node")
+            .arg("--version")
+            .stdout(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !node {
+            assert!(
+                std::env::var("GOONDAN_REQUIRE_MCP").as_deref() != Ok("1"),
+                "GOONDAN_REQUIRE_MCP=1 but no 'node' on PATH"
+            );
+            eprintln!("skipping: no 'node' on PATH to run the fake MCP server");
+            return None;
+        }
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake-server.mjs");
+        Some(crate::config::StdioServer {
+            command: "node".into(),
+            args: vec![script.into()],
+            env: Vec::new(),
+            cwd: None,
+        })
+    }
+
+    fn pid_of(result: &HandlerResult) -> String {
+        match result {
+            Ok(ToolOutput::Value(JsonValue::String(text))) => {
+                text.strip_prefix("a from ").unwrap_or_else(|| panic!("{text}")).to_owned()
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_server_that_dies_fails_its_call_and_restarts_for_the_next() {
+        let Some(spec) = fake_server() else { return };
+        let (server, tools) = Server::start("fake", spec).await.unwrap_or_else(|e| panic!("{e}"));
+        let names: Vec<&str> = tools.iter().map(|tool| tool.name.as_ref()).collect();
+        assert_eq!(names, ["echo", "die", "fail"]);
+        let echo = McpToolHandler::new(Arc::clone(&server), "echo");
+        let args = match json!({"text": "a"}) {
+            JsonValue::Object(map) => map,
+            _ => JsonObject::new(),
+        };
+        let first = pid_of(&echo.run(&args).await);
+
+        let died = McpToolHandler::new(Arc::clone(&server), "die").run(&JsonObject::new()).await;
+        let failure = died.err().unwrap_or_else(|| panic!("'die' succeeded"));
+        assert_eq!(failure.code.as_deref(), Some(E_MCP_SERVER_EXITED), "{failure:?}");
+        assert!(failure.message.contains("MCP server 'fake'"), "{failure:?}");
+
+        // The next call starts the server again.
+        let second = pid_of(&echo.run(&args).await);
+        assert_ne!(first, second);
+
+        let failed = McpToolHandler::new(Arc::clone(&server), "fail").run(&JsonObject::new()).await;
+        assert_eq!(failed, Err(ToolFailure::with_code("it broke", E_MCP_TOOL_ERROR)));
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_server_that_cannot_start_says_why() {
+        let spec = crate::config::StdioServer {
+            command: "goondan-no-such-mcp-server".into(),
+            args: Vec::new(),
+            env: Vec::new(),
+            cwd: None,
+        };
+        let error = Server::start("missing", spec).await.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(error.starts_with("cannot start 'goondan-no-such-mcp-server': "), "{error}");
+    }
+
     #[test]
     fn is_error_is_an_error_with_the_servers_text() {
         let mapped =
