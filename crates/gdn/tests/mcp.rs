@@ -4,7 +4,8 @@
 //! The server's entry script comes from `GOONDAN_TEST_MCP_EVERYTHING`
 //! (`.ci/run` installs the package into `.cache/mcp` and sets it), or from
 //! that cache folder when it is there. Without it the tests skip, saying
-//! why; with `GOONDAN_REQUIRE_MCP=1` (CI) they fail instead.
+//! why; with `GOONDAN_REQUIRE_MCP=1` (CI) they fail instead. The fixture's
+//! scripted model calls `everything__echo` once, for `gdn run`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -153,4 +154,30 @@ fn a_server_that_cannot_start_is_reported_and_the_rest_works() {
         gdn(state.path(), &server, &["--json", "tool", "call", "--agent", "mixed", "everything__echo", "--args", args]);
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
     assert_eq!(json_out(&output), json!({"status": "ok", "output": "Echo: still here"}));
+}
+
+/// Every file under `dir`, read as text, concatenated.
+fn read_tree(dir: &Path) -> String {
+    let mut all = String::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            all.push_str(&read_tree(&path));
+        } else if let Ok(content) = std::fs::read_to_string(&path) {
+            all.push_str(&content);
+        }
+    }
+    all
+}
+
+#[test]
+fn a_turn_calls_the_mcp_tool_from_the_agent_process() {
+    let Some(server) = everything_server() else { return };
+    let state = temp();
+    // The scripted model calls everything__echo, then answers.
+    let output = gdn(state.path(), &server, &["run", "--input", "go"]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert!(text(&output.stdout).contains("Done."), "{}", text(&output.stdout));
+    let saved = read_tree(state.path());
+    assert!(saved.contains("Echo: from a turn"), "the tool result is not in the conversation");
 }
