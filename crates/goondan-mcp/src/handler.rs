@@ -225,6 +225,35 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread")]
+    async fn restarts_back_off_while_the_server_cannot_start() {
+        let Some(mut spec) = fake_server() else { return };
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let gate = dir.path().join("gate");
+        std::fs::write(&gate, "").unwrap_or_else(|e| panic!("{e}"));
+        spec.env.push(("FAKE_MCP_GATE".into(), gate.display().to_string()));
+        let (server, _) = Server::start("fake", spec).await.unwrap_or_else(|e| panic!("{e}"));
+        let echo = McpToolHandler::new(Arc::clone(&server), "echo");
+        let args = match json!({"text": "a"}) {
+            JsonValue::Object(map) => map,
+            _ => JsonObject::new(),
+        };
+
+        std::fs::remove_file(&gate).unwrap_or_else(|e| panic!("{e}"));
+        let died = McpToolHandler::new(Arc::clone(&server), "die").run(&JsonObject::new()).await;
+        assert_eq!(died.err().and_then(|f| f.code).as_deref(), Some(E_MCP_SERVER_EXITED));
+        // The restart fails ...
+        let failed = echo.run(&args).await.err().unwrap_or_else(|| panic!("the restart succeeded"));
+        assert_eq!(failed.code.as_deref(), Some(E_MCP_SERVER_EXITED), "{failed:?}");
+        // ... and the next call does not try again before the backoff.
+        let waiting = echo.run(&args).await.err().unwrap_or_else(|| panic!("the restart succeeded"));
+        assert!(waiting.message.contains("the next start is attempted in"), "{waiting:?}");
+
+        std::fs::write(&gate, "").unwrap_or_else(|e| panic!("{e}"));
+        tokio::time::sleep(crate::client::RESTART_BACKOFF + std::time::Duration::from_millis(50)).await;
+        pid_of(&echo.run(&args).await);
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
     async fn a_server_that_cannot_start_says_why() {
         let spec = crate::config::StdioServer {
             command: "goondan-no-such-mcp-server".into(),

@@ -1,7 +1,12 @@
 // A minimal MCP server over stdio for the client's own tests, so they can
 // make a server fail on purpose: `echo` answers with its process id, `die`
-// exits in the middle of its call, `fail` answers with `isError`.
+// exits in the middle of its call, `fail` answers with `isError`. With
+// FAKE_MCP_GATE set, it exits at once unless that file exists (a server
+// that cannot start again).
+import { existsSync } from 'node:fs';
 import { createInterface } from 'node:readline';
+
+if (process.env.FAKE_MCP_GATE && !existsSync(process.env.FAKE_MCP_GATE)) process.exit(4);
 
 const send = (message) => process.stdout.write(JSON.stringify({ jsonrpc: '2.0', ...message }) + '\n');
 
