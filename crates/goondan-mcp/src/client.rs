@@ -10,8 +10,9 @@
 //! A [`Server`] keeps the connection for the handlers of its tools and
 //! restarts it, with backoff, for the first call after it died.
 
+use std::collections::VecDeque;
 use std::process::Stdio;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex as StdMutex, PoisonError};
 use std::time::Duration;
 
 use rmcp::model::{CallToolRequestParams, CallToolResult, Tool};
@@ -33,6 +34,9 @@ pub const RESTART_BACKOFF: Duration = Duration::from_millis(250);
 
 /// The longest wait between restarts.
 pub const MAX_RESTART_BACKOFF: Duration = Duration::from_secs(30);
+
+/// How many of a server's last stderr lines a failed start quotes.
+const STDERR_TAIL_LINES: usize = 5;
 
 /// Why a server could not be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -66,22 +70,27 @@ pub enum ClientError {
 pub struct Connection {
     service: RunningService<RoleClient, ()>,
     peer: Peer<RoleClient>,
-    // Held so that dropping the connection kills the process (kill_on_drop).
-    child: Child,
+    child: GroupChild,
+}
+
+/// The server process; dropping it kills its whole process group
+/// (`kill_on_drop` reaches the leader only, and servers started through
+/// `npx` or a shell are several processes).
+struct GroupChild(Child);
+
+impl Drop for GroupChild {
+    fn drop(&mut self) {
+        // While the leader is unreaped its pid, and so the group id, cannot
+        // be reused.
+        if let Some(pid) = self.0.id().and_then(|pid| i32::try_from(pid).ok()) {
+            let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        }
+    }
 }
 
 impl std::fmt::Debug for Connection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Connection").field("pid", &self.child.id()).finish_non_exhaustive()
-    }
-}
-
-impl Drop for Connection {
-    fn drop(&mut self) {
-        // kill_on_drop reaches the leader only; the group takes its children.
-        if let Some(pid) = self.child.id().and_then(|pid| i32::try_from(pid).ok()) {
-            let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
-        }
+        f.debug_struct("Connection").field("pid", &self.child.0.id()).finish_non_exhaustive()
     }
 }
 
@@ -108,12 +117,13 @@ pub async fn connect(server: &str, spec: &StdioServer) -> Result<(Connection, Ve
     if let Some(cwd) = &spec.cwd {
         command.current_dir(cwd);
     }
-    let mut child =
-        command.spawn().map_err(|e| ClientError::Spawn { command: spec.command.clone(), message: e.to_string() })?;
-    if let Some(stderr) = child.stderr.take() {
-        tokio::spawn(log_stderr(server.to_owned(), stderr));
-    }
-    let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
+    let mut child = GroupChild(
+        command.spawn().map_err(|e| ClientError::Spawn { command: spec.command.clone(), message: e.to_string() })?,
+    );
+    let tail = Arc::new(StdMutex::new(VecDeque::with_capacity(STDERR_TAIL_LINES)));
+    let stderr_done =
+        child.0.stderr.take().map(|stderr| tokio::spawn(log_stderr(server.to_owned(), stderr, Arc::clone(&tail))));
+    let (Some(stdout), Some(stdin)) = (child.0.stdout.take(), child.0.stdin.take()) else {
         return Err(ClientError::Protocol("the child's standard streams are not available".to_owned()));
     };
     let started = tokio::time::timeout(STARTUP_TIMEOUT, async {
@@ -125,11 +135,25 @@ pub async fn connect(server: &str, spec: &StdioServer) -> Result<(Connection, Ve
     let (service, tools) = match started {
         Ok(Ok(started)) => started,
         Ok(Err(error)) => {
-            // A process that exited says more through its status.
-            return Err(match child.try_wait() {
-                Ok(Some(status)) => ClientError::Protocol(format!("exited during startup ({status}): {error}")),
-                _ => error,
-            });
+            // A process that exited says more through its status and the
+            // last lines it wrote to stderr (read to the end first).
+            let exited = match child.0.try_wait() {
+                Ok(Some(status)) => Some(status),
+                _ => None,
+            };
+            if let (Some(_), Some(done)) = (exited, stderr_done) {
+                let _ = tokio::time::timeout(Duration::from_secs(1), done).await;
+            }
+            let said: Vec<String> = tail.lock().unwrap_or_else(PoisonError::into_inner).iter().cloned().collect();
+            let mut message = match exited {
+                Some(status) => format!("exited during startup ({status}): {error}"),
+                None => error.to_string(),
+            };
+            if !said.is_empty() {
+                message.push_str("; its stderr ends with: ");
+                message.push_str(&said.join(" | "));
+            }
+            return Err(ClientError::Protocol(message));
         }
         Err(_) => return Err(ClientError::Timeout),
     };
@@ -137,10 +161,16 @@ pub async fn connect(server: &str, spec: &StdioServer) -> Result<(Connection, Ve
     Ok((Connection { service, peer, child }, tools))
 }
 
-async fn log_stderr(server: String, stderr: ChildStderr) {
+/// Logs the server's stderr and keeps its last lines for a failed start.
+async fn log_stderr(server: String, stderr: ChildStderr, tail: Arc<StdMutex<VecDeque<String>>>) {
     let mut lines = BufReader::new(stderr).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         tracing::debug!(target: "goondan_mcp::server", server = %server, "{line}");
+        let mut tail = tail.lock().unwrap_or_else(PoisonError::into_inner);
+        if tail.len() == STDERR_TAIL_LINES {
+            tail.pop_front();
+        }
+        tail.push_back(line);
     }
 }
 

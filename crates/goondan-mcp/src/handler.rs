@@ -244,6 +244,7 @@ mod tests {
         // The restart fails ...
         let failed = echo.run(&args).await.err().unwrap_or_else(|| panic!("the restart succeeded"));
         assert_eq!(failed.code.as_deref(), Some(E_MCP_SERVER_EXITED), "{failed:?}");
+        assert!(failed.message.contains("its stderr ends with: the gate is closed"), "{failed:?}");
         // ... and the next call does not try again before the backoff.
         let waiting = echo.run(&args).await.err().unwrap_or_else(|| panic!("the restart succeeded"));
         assert!(waiting.message.contains("the next start is attempted in"), "{waiting:?}");

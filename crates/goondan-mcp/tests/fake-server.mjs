@@ -6,7 +6,10 @@
 import { existsSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 
-if (process.env.FAKE_MCP_GATE && !existsSync(process.env.FAKE_MCP_GATE)) process.exit(4);
+if (process.env.FAKE_MCP_GATE && !existsSync(process.env.FAKE_MCP_GATE)) {
+  process.stderr.write('the gate is closed\n');
+  process.exit(4);
+}
 
 const send = (message) => process.stdout.write(JSON.stringify({ jsonrpc: '2.0', ...message }) + '\n');
 
