@@ -1,6 +1,6 @@
 //! What `gdn` plugs into the runtime: the native `@goondan/base` tools, the
-//! bundle's script tools and its JavaScript extensions, which share one
-//! JavaScript host per agent.
+//! base package's MCP client (`Extension/mcp`), the bundle's script tools
+//! and its JavaScript extensions, which share one JavaScript host per agent.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -41,12 +41,17 @@ pub fn install(options: &mut AgentOptions, tool_processes: &Arc<ToolProcesses>) 
         *for_tools.lock().unwrap_or_else(PoisonError::into_inner) = host;
         Ok(())
     });
-    options.install_extensions = Arc::new(move |setup: ExtensionSetup<'_>| {
+    options.install_extensions = Arc::new(move |mut setup: ExtensionSetup<'_>| {
         let host = assembling.lock().unwrap_or_else(PoisonError::into_inner).take();
         Box::pin(async move {
             let (scripts, packaged): (Vec<AgentExtension>, Vec<AgentExtension>) =
                 setup.extensions.iter().cloned().partition(|extension| extension.scope == PackageScope::Local);
             for extension in &packaged {
+                // The base package's MCP client is native.
+                if extension.name == goondan_mcp::EXTENSION_NAME {
+                    goondan_mcp::install(&mut setup, extension).await?;
+                    continue;
+                }
                 tracing::warn!(
                     "agent '{}': extension '{}' of @goondan/base is not implemented by this build yet; the agent runs without it",
                     setup.tooling.agent_name,

@@ -18,6 +18,7 @@ const RULES: &[(&str, &[&str])] = &[
     ("goondan-llm", &["goondan-core", "goondan-config"]),
     ("goondan-runtime", &["goondan-core", "goondan-config", "goondan-tools", "goondan-llm"]),
     ("goondan-script", &["goondan-core", "goondan-config", "goondan-tools", "goondan-runtime"]),
+    ("goondan-mcp", &["goondan-core", "goondan-config", "goondan-tools", "goondan-runtime"]),
     ("goondan-ipc", &["goondan-core"]),
     ("goondan-orchestrator", &["goondan-core", "goondan-config", "goondan-tools", "goondan-runtime", "goondan-ipc"]),
     (
@@ -30,6 +31,7 @@ const RULES: &[(&str, &[&str])] = &[
             "goondan-llm",
             "goondan-runtime",
             "goondan-script",
+            "goondan-mcp",
             "goondan-ipc",
             "goondan-orchestrator",
         ],

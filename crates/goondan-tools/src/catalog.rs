@@ -20,7 +20,7 @@ pub struct ToolSource {
     /// `config`, `extension` or `mcp`.
     #[serde(rename = "type")]
     pub kind: ToolSourceKind,
-    /// The Tool resource, extension or MCP extension's name.
+    /// The Tool resource's or extension's name; for `mcp`, the server's.
     pub name: String,
     /// The MCP server behind the tool (`type: mcp` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -70,6 +70,18 @@ impl ToolSource {
     /// A tool registered by an extension.
     pub fn extension(extension_name: impl Into<String>) -> Self {
         Self { kind: ToolSourceKind::Extension, name: extension_name.into(), mcp: None }
+    }
+
+    /// A tool bridged from the MCP server `server_name` by the extension
+    /// `extension_name`: `{type: mcp, name: SERVER, mcp: {extensionName,
+    /// serverName: SERVER}}`.
+    pub fn mcp(extension_name: impl Into<String>, server_name: impl Into<String>) -> Self {
+        let server_name = server_name.into();
+        Self {
+            kind: ToolSourceKind::Mcp,
+            name: server_name.clone(),
+            mcp: Some(McpSource { extension_name: extension_name.into(), server_name: Some(server_name) }),
+        }
     }
 }
 
@@ -296,6 +308,15 @@ mod tests {
 
     fn item(name: &str) -> ToolCatalogItem {
         ToolCatalogItem::new(name, ToolSource::config(name.split("__").next().unwrap_or(name)))
+    }
+
+    #[test]
+    fn mcp_source_names_the_server() {
+        let source = serde_json::to_value(ToolSource::mcp("mcp", "everything")).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            source,
+            json!({"type": "mcp", "name": "everything", "mcp": {"extensionName": "mcp", "serverName": "everything"}})
+        );
     }
 
     #[test]
