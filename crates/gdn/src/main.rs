@@ -97,6 +97,8 @@ fn main() -> ExitCode {
     // Background jobs of tool calls end with us.
     drop(runtime);
     tool_processes.kill_all();
+    // What the scan by marker missed (a process caught mid-exec).
+    goondan_base::tool_processes::kill_descendants();
     if let Some(code) = shutdown.requested() {
         return ExitCode::from(code);
     }

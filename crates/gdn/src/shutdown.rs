@@ -68,6 +68,7 @@ impl Shutdown {
             }
             None => {
                 self.processes.kill_all();
+                goondan_base::tool_processes::kill_descendants();
                 std::process::exit(128 + signal as i32);
             }
         }

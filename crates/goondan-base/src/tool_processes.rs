@@ -86,6 +86,51 @@ pub fn kill_left_by(owner: u32) -> usize {
     kill_matching(&[], &[format!("{MARKER_ENV}={owner}-").into_bytes()])
 }
 
+/// Kills (SIGKILL) every descendant of this process, for `gdn` to call as it
+/// exits: what a tool started and the marker scan could not see — a
+/// process caught between two images (`setsid` exec'ing its command shows
+/// an empty environment for an instant). As a child subreaper, `gdn` is an
+/// ancestor of every process its tools started, however they detached.
+/// Only at exit: it spares nothing.
+pub fn kill_descendants() -> usize {
+    let own = std::process::id();
+    let mut signalled = BTreeSet::new();
+    for _pass in 0..KILL_PASSES {
+        let mut found = 0;
+        let mut parents = vec![own];
+        while let Some(parent) = parents.pop() {
+            let Ok(tasks) = std::fs::read_dir(format!("/proc/{parent}/task")) else { continue };
+            for task in tasks.flatten() {
+                let Ok(children) = std::fs::read_to_string(task.path().join("children")) else { continue };
+                for child in children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()) {
+                    // A zombie runs nothing (and stays listed until reaped).
+                    if is_zombie(child) {
+                        continue;
+                    }
+                    parents.push(child);
+                    if let Ok(raw) = i32::try_from(child) {
+                        let _ = kill(Pid::from_raw(raw), Signal::SIGKILL);
+                    }
+                    signalled.insert(child);
+                    found += 1;
+                }
+            }
+        }
+        if found == 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    signalled.len()
+}
+
+/// Whether `pid` is a zombie (or gone).
+fn is_zombie(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return true };
+    // The state follows the command name, which is in parentheses and may hold anything.
+    stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next()).is_none_or(|state| state == 'Z')
+}
+
 /// Makes this process the reaper of its orphaned descendants (Linux
 /// `PR_SET_CHILD_SUBREAPER`), so that a tool's double-forked processes stay
 /// below it. Best effort: false where the kernel refuses.
