@@ -131,20 +131,11 @@ fn updated(updated_at: u64, now: u64) -> String {
     }
 }
 
-/// `YYYY-MM-DD` (UTC) of a time in milliseconds since the Unix epoch
-/// (the civil-from-days algorithm of H. Hinnant, without a date library).
+/// `YYYY-MM-DD` (UTC) of a time in milliseconds since the Unix epoch.
 fn iso_date(millis: u64) -> String {
-    let days = i64::try_from(millis / 86_400_000).unwrap_or(0);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z.rem_euclid(146_097);
-    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_index = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
-    let month = if month_index < 10 { month_index + 3 } else { month_index - 9 };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}")
+    let mut date = goondan_core::js_message::format_rfc3339_millis(millis);
+    date.truncate(10);
+    date
 }
 
 /// `gdn instance delete KEY [--agent NAME]`: every agent's instance of the

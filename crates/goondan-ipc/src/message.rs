@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! agent ─► orchestrator   hello (token, pid) · ready · delegate · event · delegate_result ·
-//!                         call (spawn | list | catalog) · cancel · observe · shutdown_ack
+//!                         call (spawn | list) · cancel · observe · shutdown_ack
 //! orchestrator ─► agent   init · delegate · event · delegate_result · call_result · cancel · shutdown
 //! ```
 //!
@@ -70,23 +70,6 @@ impl IpcMessage {
             Self::Observe(_) => "observe",
             Self::Shutdown(_) => "shutdown",
             Self::ShutdownAck(_) => "shutdown_ack",
-        }
-    }
-
-    /// The correlation id, if the message has one.
-    pub fn correlation_id(&self) -> Option<&str> {
-        match self {
-            Self::Hello(m) => m.correlation_id.as_deref(),
-            Self::Init(m) => m.correlation_id.as_deref(),
-            Self::Ready(m) => m.correlation_id.as_deref(),
-            Self::Delegate(m) | Self::Event(m) => m.correlation_id.as_deref(),
-            Self::DelegateResult(m) => m.correlation_id.as_deref(),
-            Self::Cancel(m) => m.correlation_id.as_deref(),
-            Self::Call(m) => m.correlation_id.as_deref(),
-            Self::CallResult(m) => m.correlation_id.as_deref(),
-            Self::Observe(m) => m.correlation_id.as_deref(),
-            Self::Shutdown(m) => m.correlation_id.as_deref(),
-            Self::ShutdownAck(m) => m.correlation_id.as_deref(),
         }
     }
 }
@@ -218,6 +201,23 @@ pub struct SwarmInfo {
     pub entry_agent: String,
     /// Its agents, sorted.
     pub agents: Vec<String>,
+}
+
+impl SwarmInfo {
+    /// The `agents__catalog` output for `self_agent`: the swarm's agents, and
+    /// those it can call (all but itself), as the original shapes it.
+    pub fn catalog(&self, self_agent: &str) -> JsonValue {
+        let callable: Vec<&String> = self.agents.iter().filter(|agent| *agent != self_agent).collect();
+        serde_json::json!({
+            "swarmName": self.name,
+            "entryAgent": self.entry_agent,
+            "selfAgent": self_agent,
+            "availableCount": self.agents.len(),
+            "callableCount": callable.len(),
+            "availableAgents": self.agents,
+            "callableAgents": callable,
+        })
+    }
 }
 
 /// `ready`: the instance is loaded and takes messages; or why it could not start.
@@ -430,8 +430,6 @@ pub enum CallPayload {
         /// Every instance, not only the caller's.
         include_all: bool,
     },
-    /// `agents__catalog`.
-    Catalog,
 }
 
 /// `call_result`.
@@ -557,6 +555,14 @@ mod tests {
         };
         let shown = format!("{init:?}");
         assert!(shown.contains("OPENAI_API_KEY") && !shown.contains("sk-secret"), "{shown}");
+    }
+
+    #[test]
+    fn the_catalog_excludes_the_caller_from_callable_agents() {
+        let swarm = SwarmInfo { name: "s".into(), entry_agent: "a".into(), agents: vec!["a".into(), "b".into()] };
+        let catalog = swarm.catalog("a");
+        assert_eq!(catalog["callableAgents"], json!(["b"]));
+        assert_eq!(catalog["availableCount"], 2);
     }
 
     #[test]

@@ -37,8 +37,6 @@ pub trait Link: Send + Sync + fmt::Debug {
     /// when the peer has read it). A message over the size limit is an
     /// error here, before anything is sent.
     fn send(&self, message: IpcMessage) -> BoxFuture<'_, Result<(), LinkError>>;
-    /// Resolves when the link is closed (the peer went away or a write failed).
-    fn closed(&self) -> BoxFuture<'_, ()>;
     /// Resolves once every message sent before it has been written (or the
     /// link has closed): a process calls it before it exits, so that its
     /// last messages are not lost with it.
@@ -79,10 +77,6 @@ impl Link for UnixLink {
             let frame = frame::encode(&message)?;
             self.frames.send(Outgoing::Frame(frame)).await.map_err(|_| LinkError::Closed)
         })
-    }
-
-    fn closed(&self) -> BoxFuture<'_, ()> {
-        Box::pin(self.frames.closed())
     }
 
     fn flush(&self) -> BoxFuture<'_, ()> {

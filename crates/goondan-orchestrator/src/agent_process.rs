@@ -557,19 +557,7 @@ impl AgentToolRuntime for SwarmRuntime {
     }
 
     fn catalog<'a>(&'a self, _: &'a ToolContext) -> BoxFuture<'a, Result<JsonValue, ToolFailure>> {
-        Box::pin(async move {
-            let available = &self.swarm.agents;
-            let callable: Vec<&String> = available.iter().filter(|a| **a != self.me.agent).collect();
-            Ok(json!({
-                "swarmName": self.swarm.name,
-                "entryAgent": self.swarm.entry_agent,
-                "selfAgent": self.me.agent,
-                "availableCount": available.len(),
-                "callableCount": callable.len(),
-                "availableAgents": available,
-                "callableAgents": callable,
-            }))
-        })
+        Box::pin(async move { Ok(self.swarm.catalog(&self.me.agent)) })
     }
 }
 
@@ -654,6 +642,17 @@ struct Job {
     wants_answer: bool,
 }
 
+impl Job {
+    fn of(message: Routed<DelegatePayload>, wants_answer: bool) -> Self {
+        Self {
+            correlation_id: message.correlation_id.unwrap_or_default(),
+            from: message.from,
+            payload: message.payload,
+            wants_answer,
+        }
+    }
+}
+
 /// What the reader and the worker share.
 #[derive(Default)]
 struct Control {
@@ -711,22 +710,10 @@ pub async fn serve(
                         tracing::warn!("a message from {} without a correlation id; dropped", m.from);
                     }
                     IpcMessage::Delegate(m) => {
-                        let job = Job {
-                            correlation_id: m.correlation_id.unwrap_or_default(),
-                            from: m.from,
-                            payload: m.payload,
-                            wants_answer: true,
-                        };
-                        let _ = jobs_tx.send(job);
+                        let _ = jobs_tx.send(Job::of(m, true));
                     }
                     IpcMessage::Event(m) => {
-                        let job = Job {
-                            correlation_id: m.correlation_id.unwrap_or_default(),
-                            from: m.from,
-                            payload: m.payload,
-                            wants_answer: false,
-                        };
-                        let _ = jobs_tx.send(job);
+                        let _ = jobs_tx.send(Job::of(m, false));
                     }
                     IpcMessage::DelegateResult(m) => {
                         if let Some(id) = m.correlation_id {

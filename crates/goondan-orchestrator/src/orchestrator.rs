@@ -11,7 +11,7 @@
 //!   pending[correlationId] = caller; ensure(T) (auto-spawn); forward
 //!   T's delegate_result ─► the caller (dropped if the caller gave up: cancel)
 //! an agent's event (agents__send): ensure(T), forward, acknowledge with call_result
-//! an agent's call: spawn | list | catalog, answered with call_result
+//! an agent's call: spawn | list, answered with call_result (catalog is answered in the agent process)
 //! a process ends (any signal):
 //!   its callers' requests get AGENT_CRASHED; requests it made are cancelled;
 //!   a crash (not exit 0) counts; after 5 in a row the next start waits 1 s, 2 s, … 5 min;
@@ -287,15 +287,6 @@ impl Orchestrator {
     /// The pid of the process running `instance`, if one runs.
     pub fn pid_of(&self, instance: &AgentInstance) -> Option<u32> {
         lock(&self.inner.state).slots.get(instance).and_then(|slot| slot.running.as_ref().map(|r| r.pid))
-    }
-
-    /// Every instance the orchestrator knows, with its process if one runs.
-    pub fn instances(&self) -> Vec<(AgentInstance, Option<u32>)> {
-        lock(&self.inner.state)
-            .slots
-            .iter()
-            .map(|(instance, slot)| (instance.clone(), slot.running.as_ref().map(|r| r.pid)))
-            .collect()
     }
 
     /// Stops every agent process: `shutdown`, then after the grace period
@@ -638,7 +629,7 @@ async fn process_ended(
         (crashed, restart)
     };
     inner.observer.exited(instance, pid, status, crashed);
-    let reason = if stopping_or_clean(clean) { "stopped" } else { "crashed" };
+    let reason = if clean { "stopped" } else { "crashed" };
     for (id, waiter) in answers {
         let answer = DelegateResultPayload::error(
             AGENT_CRASHED,
@@ -665,8 +656,9 @@ async fn process_ended(
     }
 }
 
-fn stopping_or_clean(clean: bool) -> bool {
-    clean
+/// The link to `instance`'s process, if one runs.
+fn link_of(inner: &Inner, instance: &AgentInstance) -> Option<LinkSender> {
+    lock(&inner.state).slots.get(instance).and_then(|slot| slot.running.as_ref().map(|r| Arc::clone(&r.link)))
 }
 
 /// Hands an answer to whoever waits for it.
@@ -682,8 +674,7 @@ async fn deliver(
             let _ = reply.send(answer);
         }
         Waiter::Agent(caller) => {
-            let link =
-                lock(&inner.state).slots.get(&caller).and_then(|s| s.running.as_ref().map(|r| Arc::clone(&r.link)));
+            let link = link_of(inner, &caller);
             let link = match link {
                 Some(link) => link,
                 // An asynchronous answer goes into the caller's conversation
@@ -743,9 +734,7 @@ async fn read_agent(inner: Weak<Inner>, from: AgentInstance, mut receiver: Box<d
                     state.waits.remove(&id);
                     state.pending.remove(&id).map(|p| p.target)
                 };
-                let link = target.as_ref().and_then(|target| {
-                    lock(&inner.state).slots.get(target).and_then(|s| s.running.as_ref().map(|r| Arc::clone(&r.link)))
-                });
+                let link = target.as_ref().and_then(|target| link_of(&inner, target));
                 if let (Some(target), Some(link)) = (target, link) {
                     let cancel = IpcMessage::Cancel(
                         Routed::new(from.to_string(), target.to_string(), message.payload).correlated(id),
@@ -814,7 +803,7 @@ async fn route_delegate(
     let plan = &inner.plan;
     let target = AgentInstance::new(message.to.clone(), message.payload.instance_key.clone());
     let refuse = |error: ErrorInfo| async {
-        let link = lock(&inner.state).slots.get(&caller).and_then(|s| s.running.as_ref().map(|r| Arc::clone(&r.link)));
+        let link = link_of(&inner, &caller);
         if let Some(link) = link {
             let reply = if wants_answer {
                 IpcMessage::DelegateResult(
@@ -938,7 +927,7 @@ async fn route_delegate(
     }
     if !wants_answer {
         // An event is acknowledged once its target has it.
-        let link = lock(&inner.state).slots.get(&caller).and_then(|s| s.running.as_ref().map(|r| Arc::clone(&r.link)));
+        let link = link_of(&inner, &caller);
         if let Some(link) = link {
             let ack = IpcMessage::CallResult(
                 Routed::new(
@@ -959,7 +948,6 @@ async fn route_delegate(
 async fn answer_call(inner: Arc<Inner>, caller: AgentInstance, message: Routed<CallPayload>) {
     let Some(id) = message.correlation_id.clone() else { return };
     let result = match message.payload {
-        CallPayload::Catalog => Ok(catalog(&inner.plan, &caller.agent)),
         CallPayload::List { include_all } => Ok(list(&inner, &caller, include_all)),
         CallPayload::Spawn { target, instance_key, cwd, caller_workdir } => {
             spawn(&inner, &caller, target, instance_key, cwd, &caller_workdir).await
@@ -969,26 +957,12 @@ async fn answer_call(inner: Arc<Inner>, caller: AgentInstance, message: Routed<C
         Ok(output) => CallResultPayload { output, error: None },
         Err(error) => CallResultPayload { output: JsonValue::Null, error: Some(error) },
     };
-    let link = lock(&inner.state).slots.get(&caller).and_then(|s| s.running.as_ref().map(|r| Arc::clone(&r.link)));
+    let link = link_of(&inner, &caller);
     if let Some(link) = link {
         let _ = link
             .send(IpcMessage::CallResult(Routed::new(ORCHESTRATOR, caller.to_string(), payload).correlated(id)))
             .await;
     }
-}
-
-fn catalog(plan: &SwarmPlan, self_agent: &str) -> JsonValue {
-    let available = plan.swarm.agents.clone();
-    let callable: Vec<&String> = available.iter().filter(|a| *a != self_agent).collect();
-    json!({
-        "swarmName": plan.swarm.name,
-        "entryAgent": plan.swarm.entry_agent,
-        "selfAgent": self_agent,
-        "availableCount": available.len(),
-        "callableCount": callable.len(),
-        "availableAgents": available,
-        "callableAgents": callable,
-    })
 }
 
 fn list(inner: &Inner, caller: &AgentInstance, include_all: bool) -> JsonValue {
@@ -1152,18 +1126,5 @@ mod tests {
         let error = orchestrator.start_instance(&instance).await.err().unwrap_or_else(|| panic!("started"));
         assert!(error.message.contains("crashed 6 times in a row"), "{}", error.message);
         assert!(orchestrator.pid_of(&instance).is_none());
-    }
-
-    #[test]
-    fn the_catalog_excludes_the_caller_from_callable_agents() {
-        let plan = SwarmPlan::new(
-            goondan_ipc::SwarmInfo { name: "s".into(), entry_agent: "a".into(), agents: vec!["a".into(), "b".into()] },
-            "/b".into(),
-            "/s".into(),
-            "/w".into(),
-        );
-        let catalog = catalog(&plan, "a");
-        assert_eq!(catalog["callableAgents"], json!(["b"]));
-        assert_eq!(catalog["availableCount"], 2);
     }
 }
