@@ -52,6 +52,9 @@ pub fn install(options: &mut AgentOptions, tool_processes: &Arc<ToolProcesses>) 
                     goondan_mcp::install(&mut setup, extension).await?;
                     continue;
                 }
+                if goondan_extensions::install(&mut setup, extension).await? {
+                    continue;
+                }
                 tracing::warn!(
                     "agent '{}': extension '{}' of @goondan/base is not implemented by this build yet; the agent runs without it",
                     setup.tooling.agent_name,

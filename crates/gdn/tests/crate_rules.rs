@@ -19,6 +19,7 @@ const RULES: &[(&str, &[&str])] = &[
     ("goondan-runtime", &["goondan-core", "goondan-config", "goondan-tools", "goondan-llm"]),
     ("goondan-script", &["goondan-core", "goondan-config", "goondan-tools", "goondan-runtime"]),
     ("goondan-mcp", &["goondan-core", "goondan-config", "goondan-tools", "goondan-runtime"]),
+    ("goondan-extensions", &["goondan-core", "goondan-config", "goondan-tools", "goondan-runtime"]),
     ("goondan-ipc", &["goondan-core"]),
     ("goondan-orchestrator", &["goondan-core", "goondan-config", "goondan-tools", "goondan-runtime", "goondan-ipc"]),
     (
@@ -32,6 +33,7 @@ const RULES: &[(&str, &[&str])] = &[
             "goondan-runtime",
             "goondan-script",
             "goondan-mcp",
+            "goondan-extensions",
             "goondan-ipc",
             "goondan-orchestrator",
         ],
