@@ -38,6 +38,10 @@ fn everything_server() -> Option<PathBuf> {
 }
 
 fn gdn(state: &Path, server: &Path, args: &[&str]) -> Output {
+    gdn_with(state, server, &[], args)
+}
+
+fn gdn_with(state: &Path, server: &Path, env: &[(&str, &str)], args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_gdn"))
         .arg("--state-root")
         .arg(state)
@@ -46,6 +50,8 @@ fn gdn(state: &Path, server: &Path, args: &[&str]) -> Output {
         .args(args)
         .env("NO_COLOR", "1")
         .env("GOONDAN_TEST_MCP_EVERYTHING", server)
+        .env("GOONDAN_TEST_MCP_FAKE", repo("crates/goondan-mcp/tests/fake-server.mjs"))
+        .envs(env.iter().copied())
         .env_remove("GOONDAN_STATE_ROOT")
         .env_remove("GOONDAN_LOG")
         .stdin(Stdio::null())
@@ -144,12 +150,7 @@ fn a_server_that_cannot_start_is_reported_and_the_rest_works() {
         stderr.contains("MCP server 'broken' is not available") && stderr.contains("goondan-no-such-mcp-server"),
         "{stderr}"
     );
-    assert!(
-        stderr.contains(
-            "MCP server 'remote' is not available: streamable HTTP servers are not supported by this build yet"
-        ),
-        "{stderr}"
-    );
+    assert!(stderr.contains("MCP server 'remote' is not available"), "{stderr}");
     let catalog = json_out(&output);
     let names: Vec<&str> = catalog.as_array().into_iter().flatten().filter_map(|i| i["name"].as_str()).collect();
     assert!(names.contains(&"json-query__query") && names.contains(&"everything__echo"), "{names:?}");
@@ -186,4 +187,91 @@ fn a_turn_calls_the_mcp_tool_from_the_agent_process() {
     assert!(text(&output.stdout).contains("Done."), "{}", text(&output.stdout));
     let saved = read_tree(state.path());
     assert!(saved.contains("Echo: from a turn"), "the tool result is not in the conversation");
+}
+
+/// "everything" over streamable HTTP on a free loopback port, killed when
+/// dropped.
+struct HttpEverything {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Drop for HttpEverything {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn http_everything(server: &Path) -> HttpEverything {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let child = Command::new("node")
+        .arg(server)
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn node: {e}"));
+    let running = HttpEverything { child, url: format!("http://127.0.0.1:{port}/mcp") };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(std::time::Instant::now() < deadline, "the HTTP server did not listen on {port}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    running
+}
+
+#[test]
+fn a_streamable_http_server_s_tools_are_listed_and_called() {
+    let Some(server) = everything_server() else { return };
+    let http = http_everything(&server);
+    let state = temp();
+    let env = [("GOONDAN_TEST_MCP_EVERYTHING_URL", http.url.as_str()), ("GOONDAN_TEST_MCP_KEY", "k-123")];
+    let output = gdn_with(state.path(), &server, &env, &["--json", "tool", "list", "--agent", "http"]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let catalog = json_out(&output);
+    let names: Vec<&str> = catalog.as_array().into_iter().flatten().filter_map(|i| i["name"].as_str()).collect();
+    assert!(names.contains(&"everything__echo"), "{names:?}");
+
+    let args = r#"{"message":"over http"}"#;
+    let output = gdn_with(
+        state.path(),
+        &server,
+        &env,
+        &["--json", "tool", "call", "--agent", "http", "everything__echo", "--args", args],
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert_eq!(json_out(&output), json!({"status": "ok", "output": "Echo: over http"}));
+
+    // A header whose variable is missing is reported with the server and field.
+    let output = gdn_with(
+        state.path(),
+        &server,
+        &[("GOONDAN_TEST_MCP_EVERYTHING_URL", http.url.as_str())],
+        &["--json", "tool", "list", "--agent", "http"],
+    );
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains("server 'everything': headers.X-Api-Key"), "{stderr}");
+}
+
+#[test]
+fn a_changed_tool_list_reaches_the_next_step_and_progress_is_logged() {
+    let Some(server) = everything_server() else { return };
+    let state = temp();
+    let output = gdn(state.path(), &server, &["run", "--agent", "changing", "--input", "go"]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert!(text(&output.stdout).contains("Changed."), "{}", text(&output.stdout));
+    let saved = read_tree(state.path());
+    // 'extra' did not exist when the turn began; the step after add_tool
+    // offered it and its call ran.
+    assert!(saved.contains("the new tool from "), "the new tool's answer is not in the conversation");
+    assert!(!saved.contains("E_TOOL_NOT_IN_CATALOG"), "the new tool was not in the catalog");
+    // The progress the server reported is in the event log.
+    let progress = saved.lines().filter(|line| line.contains("\"type\":\"tool.progress\"")).count();
+    assert_eq!(progress, 3, "tool.progress events in the log");
 }

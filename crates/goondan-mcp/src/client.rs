@@ -1,29 +1,41 @@
 //! One MCP server connection: a stdio child process with an `rmcp` client on
-//! its standard input and output.
+//! its standard input and output, or the `rmcp` streamable-HTTP client.
 //!
-//! The child is spawned here rather than through the SDK's child-process
-//! transport so that it runs in a process group of its own (servers started
-//! through `npx` or a shell are several processes, and a stop must reach all
-//! of them) and is killed when the connection is dropped. Its standard error
-//! is logged line by line under the server's name.
+//! A stdio child is spawned here rather than through the SDK's
+//! child-process transport so that it runs in a process group of its own
+//! (servers started through `npx` or a shell are several processes, and a
+//! stop must reach all of them) and is killed when the connection is
+//! dropped. Its standard error is logged line by line under the server's
+//! name.
 //!
 //! A [`Server`] keeps the connection for the handlers of its tools and
-//! restarts it, with backoff, for the first call after it died.
+//! restarts it, with backoff, for the first call after it died. Its
+//! [`Notifications`] outlive each connection: they route progress
+//! notifications to the call that asked for them and note
+//! `notifications/tools/list_changed`, which the catalog acts on at the next
+//! step. A call whose future is dropped (the call timeout, a cancelled turn)
+//! is cancelled on the server: the SDK sends `notifications/cancelled`.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, PoisonError};
 use std::time::Duration;
 
-use rmcp::model::{CallToolRequestParams, CallToolResult, Tool};
-use rmcp::service::{RoleClient, RunningService, ServiceError};
-use rmcp::{Peer, ServiceExt};
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam, ClientCapabilities,
+    ClientConfig, ClientRequest, Implementation, NumberOrString, ProgressNotificationParam, ProgressToken, RequestId,
+    ServerResult, Tool,
+};
+use rmcp::service::{NotificationContext, PeerRequestOptions, RoleClient, RunningService, ServiceError};
+use rmcp::transport::streamable_http_client::{StreamableHttpClientTransport, StreamableHttpClientTransportConfig};
+use rmcp::{ClientHandler, Peer, ServiceExt};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStderr, Command};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use crate::config::StdioServer;
+use crate::config::{HttpServer, ServerConfig, StdioServer};
 
 /// How long a server has to start, answer `initialize` and list its tools.
 pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -66,11 +78,102 @@ pub enum ClientError {
     Request(String),
 }
 
+/// Receives the progress notifications of one call.
+pub type ProgressListener = Arc<dyn Fn(&ProgressNotificationParam) + Send + Sync>;
+
+/// What a server tells its client outside answers: shared by every
+/// connection to the server, so a restart keeps the routes.
+#[derive(Default)]
+pub struct Notifications {
+    progress: StdMutex<HashMap<String, ProgressListener>>,
+    tools_changed: AtomicBool,
+}
+
+impl std::fmt::Debug for Notifications {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Notifications").field("tools_changed", &self.tools_changed).finish_non_exhaustive()
+    }
+}
+
+fn token_key(token: &ProgressToken) -> String {
+    match &token.0 {
+        NumberOrString::Number(number) => number.to_string(),
+        NumberOrString::String(text) => text.to_string(),
+    }
+}
+
+impl Notifications {
+    /// Routes progress on `token` to `listener` until the returned guard is
+    /// dropped.
+    pub fn listen(self: &Arc<Self>, token: ProgressToken, listener: ProgressListener) -> ProgressRoute {
+        self.progress.lock().unwrap_or_else(PoisonError::into_inner).insert(token_key(&token), listener);
+        ProgressRoute { notifications: Arc::clone(self), token }
+    }
+
+    /// Whether the server said its tools changed since the last call; clears
+    /// the mark.
+    pub fn take_tools_changed(&self) -> bool {
+        self.tools_changed.swap(false, Ordering::AcqRel)
+    }
+
+    /// Marks the tools as changed (a notification, or a restart).
+    pub fn mark_tools_changed(&self) {
+        self.tools_changed.store(true, Ordering::Release);
+    }
+
+    /// Whether a change is marked, without clearing it.
+    pub fn tools_changed(&self) -> bool {
+        self.tools_changed.load(Ordering::Acquire)
+    }
+}
+
+/// A progress token in use; dropping it stops the routing.
+pub struct ProgressRoute {
+    notifications: Arc<Notifications>,
+    token: ProgressToken,
+}
+
+impl Drop for ProgressRoute {
+    fn drop(&mut self) {
+        self.notifications.progress.lock().unwrap_or_else(PoisonError::into_inner).remove(&token_key(&self.token));
+    }
+}
+
+/// The client side of one connection: who we are, and where notifications go.
+#[derive(Clone)]
+struct ClientSide {
+    notifications: Arc<Notifications>,
+}
+
+impl ClientHandler for ClientSide {
+    async fn on_progress(&self, params: ProgressNotificationParam, _context: NotificationContext<RoleClient>) {
+        let listener = self
+            .notifications
+            .progress
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&token_key(&params.progress_token))
+            .cloned();
+        if let Some(listener) = listener {
+            listener(&params);
+        }
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.notifications.mark_tools_changed();
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(ClientCapabilities::default(), Implementation::new("goondan-rs", env!("CARGO_PKG_VERSION")))
+    }
+}
+
 /// A running server.
 pub struct Connection {
-    service: RunningService<RoleClient, ()>,
+    service: RunningService<RoleClient, ClientSide>,
     peer: Peer<RoleClient>,
-    child: GroupChild,
+    /// The stdio server's process; `None` for an HTTP server.
+    child: Option<GroupChild>,
 }
 
 /// The server process; dropping it kills its whole process group
@@ -90,7 +193,7 @@ impl Drop for GroupChild {
 
 impl std::fmt::Debug for Connection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Connection").field("pid", &self.child.0.id()).finish_non_exhaustive()
+        f.debug_struct("Connection").field("pid", &self.child.as_ref().and_then(|c| c.0.id())).finish_non_exhaustive()
     }
 }
 
@@ -99,12 +202,33 @@ impl Connection {
     pub fn is_closed(&self) -> bool {
         self.service.is_closed()
     }
+
+    /// The SDK's peer, for requests of its own (benchmarks, tests).
+    pub fn peer(&self) -> &Peer<RoleClient> {
+        &self.peer
+    }
 }
 
-/// Spawns `spec`, runs the MCP handshake and lists the server's tools.
-///
-/// The child inherits this process's environment, plus the config's `env`.
-pub async fn connect(server: &str, spec: &StdioServer) -> Result<(Connection, Vec<Tool>), ClientError> {
+/// Connects to `spec`: runs the MCP handshake and lists the server's tools.
+pub async fn connect(
+    server: &str,
+    spec: &ServerConfig,
+    notifications: &Arc<Notifications>,
+) -> Result<(Connection, Vec<Tool>), ClientError> {
+    let client = ClientSide { notifications: Arc::clone(notifications) };
+    match spec {
+        ServerConfig::Stdio(spec) => connect_stdio(server, spec, client).await,
+        ServerConfig::Http(spec) => connect_http(spec, client).await,
+    }
+}
+
+/// Spawns a stdio server. The child inherits this process's environment,
+/// plus the config's `env`.
+async fn connect_stdio(
+    server: &str,
+    spec: &StdioServer,
+    client: ClientSide,
+) -> Result<(Connection, Vec<Tool>), ClientError> {
     let mut command = Command::new(&spec.command);
     command
         .args(&spec.args)
@@ -126,15 +250,12 @@ pub async fn connect(server: &str, spec: &StdioServer) -> Result<(Connection, Ve
     let (Some(stdout), Some(stdin)) = (child.0.stdout.take(), child.0.stdin.take()) else {
         return Err(ClientError::Protocol("the child's standard streams are not available".to_owned()));
     };
-    let started = tokio::time::timeout(STARTUP_TIMEOUT, async {
-        let service = ().serve((stdout, stdin)).await.map_err(|e| ClientError::Protocol(e.to_string()))?;
-        let tools = service.peer().list_all_tools().await.map_err(|e| ClientError::Protocol(e.to_string()))?;
-        Ok::<_, ClientError>((service, tools))
-    })
-    .await;
-    let (service, tools) = match started {
-        Ok(Ok(started)) => started,
-        Ok(Err(error)) => {
+    match handshake(client.serve((stdout, stdin))).await {
+        Ok((service, tools)) => {
+            let peer = service.peer().clone();
+            Ok((Connection { service, peer, child: Some(child) }, tools))
+        }
+        Err(ClientError::Protocol(error)) => {
             // A process that exited says more through its status and the
             // last lines it wrote to stderr (read to the end first).
             let exited = match child.0.try_wait() {
@@ -147,18 +268,62 @@ pub async fn connect(server: &str, spec: &StdioServer) -> Result<(Connection, Ve
             let said: Vec<String> = tail.lock().unwrap_or_else(PoisonError::into_inner).iter().cloned().collect();
             let mut message = match exited {
                 Some(status) => format!("exited during startup ({status}): {error}"),
-                None => error.to_string(),
+                None => error,
             };
             if !said.is_empty() {
                 message.push_str("; its stderr ends with: ");
                 message.push_str(&said.join(" | "));
             }
-            return Err(ClientError::Protocol(message));
+            Err(ClientError::Protocol(message))
         }
-        Err(_) => return Err(ClientError::Timeout),
-    };
+        Err(other) => Err(other),
+    }
+}
+
+/// Connects to a streamable-HTTP server with the config's headers.
+async fn connect_http(spec: &HttpServer, client: ClientSide) -> Result<(Connection, Vec<Tool>), ClientError> {
+    let http = http_client().map_err(|e| ClientError::Protocol(format!("cannot set up the HTTP client: {e}")))?;
+    let mut headers = HashMap::with_capacity(spec.headers.len());
+    for (name, value) in &spec.headers {
+        let header = reqwest::header::HeaderName::try_from(name.as_str())
+            .map_err(|e| ClientError::Protocol(format!("header '{name}': {e}")))?;
+        // The value may be a secret: the error names the header only.
+        let mut value = reqwest::header::HeaderValue::try_from(value.as_str())
+            .map_err(|_| ClientError::Protocol(format!("header '{name}' has a value that cannot be sent")))?;
+        value.set_sensitive(true);
+        headers.insert(header, value);
+    }
+    let config = StreamableHttpClientTransportConfig::with_uri(spec.url.as_str()).custom_headers(headers);
+    let transport = StreamableHttpClientTransport::with_client(http, config);
+    let (service, tools) = handshake(client.serve(transport)).await?;
     let peer = service.peer().clone();
-    Ok((Connection { service, peer, child }, tools))
+    Ok((Connection { service, peer, child: None }, tools))
+}
+
+/// Runs the handshake `serving` does, then lists the tools, within
+/// [`STARTUP_TIMEOUT`].
+async fn handshake<E: std::fmt::Display>(
+    serving: impl Future<Output = Result<RunningService<RoleClient, ClientSide>, E>>,
+) -> Result<(RunningService<RoleClient, ClientSide>, Vec<Tool>), ClientError> {
+    let started = tokio::time::timeout(STARTUP_TIMEOUT, async {
+        let service = serving.await.map_err(|e| ClientError::Protocol(e.to_string()))?;
+        let tools = service.peer().list_all_tools().await.map_err(|e| ClientError::Protocol(e.to_string()))?;
+        Ok::<_, ClientError>((service, tools))
+    })
+    .await;
+    started.unwrap_or(Err(ClientError::Timeout))
+}
+
+/// An HTTPS client: rustls with the ring provider and the Mozilla roots, set
+/// on this client rather than process-wide; no system proxy.
+fn http_client() -> Result<reqwest::Client, String> {
+    let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    reqwest::Client::builder().tls_backend_preconfigured(tls).no_proxy().build().map_err(|e| e.to_string())
 }
 
 /// Logs the server's stderr and keeps its last lines for a failed start.
@@ -174,12 +339,63 @@ async fn log_stderr(server: String, stderr: ChildStderr, tail: Arc<StdMutex<VecD
     }
 }
 
-/// Calls a tool on `connection`.
-pub async fn call_tool(connection: &Connection, params: CallToolRequestParams) -> Result<CallToolResult, ClientError> {
-    match connection.peer.call_tool(params).await {
-        Ok(result) => Ok(result),
-        Err(error) if connection.is_closed() || is_closed_error(&error) => Err(ClientError::Exited),
-        Err(error) => Err(ClientError::Request(error.to_string())),
+/// Calls a tool on `connection`; with `progress`, the server's progress
+/// notifications for the call go to that listener while the returned route
+/// is kept. Dropping the future before the answer cancels the request on
+/// the server (`notifications/cancelled`).
+pub async fn call_tool(
+    connection: &Connection,
+    notifications: &Arc<Notifications>,
+    params: CallToolRequestParams,
+    progress: Option<ProgressListener>,
+) -> (Result<CallToolResult, ClientError>, Option<ProgressRoute>) {
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+    // The SDK gives every request a progress token of its own; the handle
+    // says which, so the route is set before the server can have answered.
+    let handle = match connection.peer.send_request_with_option(request, PeerRequestOptions::no_options()).await {
+        Ok(handle) => handle,
+        Err(error) => return (Err(request_error(connection, &error)), None),
+    };
+    let route = progress.map(|listener| notifications.listen(handle.progress_token.clone(), listener));
+    let mut abandoned = CancelOnDrop { peer: connection.peer.clone(), id: Some(handle.id.clone()) };
+    let answered = handle.await_response().await;
+    abandoned.id = None;
+    let result = match answered {
+        Ok(ServerResult::CallToolResult(result)) => Ok(result),
+        Ok(_) => Err(ClientError::Request("the server answered tools/call with another kind of result".to_owned())),
+        Err(error) => Err(request_error(connection, &error)),
+    };
+    (result, route)
+}
+
+fn request_error(connection: &Connection, error: &ServiceError) -> ClientError {
+    if connection.is_closed() || is_closed_error(error) {
+        ClientError::Exited
+    } else {
+        ClientError::Request(error.to_string())
+    }
+}
+
+/// Tells the server a request is abandoned when the caller stops waiting
+/// for it (a call timeout, a cancelled turn).
+struct CancelOnDrop {
+    peer: Peer<RoleClient>,
+    id: Option<RequestId>,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else { return };
+        let peer = self.peer.clone();
+        let reason = "the caller stopped waiting (the tool call timed out or its turn was cancelled)".to_owned();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(error) = peer.notify_cancelled(CancelledNotificationParam::new(Some(id), Some(reason))).await
+                {
+                    tracing::debug!("cannot send notifications/cancelled: {error}");
+                }
+            });
+        }
     }
 }
 
@@ -191,13 +407,16 @@ struct Slot {
     connection: Option<Arc<Connection>>,
     failures: u32,
     next_start: Instant,
+    /// The tools a restarted server listed, until the catalog takes them.
+    relisted: Option<Vec<Tool>>,
 }
 
 /// A configured server and its current connection, shared by its tools'
 /// handlers.
 pub struct Server {
     name: String,
-    spec: StdioServer,
+    spec: ServerConfig,
+    notifications: Arc<Notifications>,
     slot: Mutex<Slot>,
 }
 
@@ -209,15 +428,22 @@ impl std::fmt::Debug for Server {
 
 impl Server {
     /// Starts the server; returns it with its tools.
-    pub async fn start(name: &str, spec: StdioServer) -> Result<(Arc<Self>, Vec<Tool>), ClientError> {
-        let (connection, tools) = connect(name, &spec).await?;
-        let slot = Slot { connection: Some(Arc::new(connection)), failures: 0, next_start: Instant::now() };
-        Ok((Arc::new(Self { name: name.to_owned(), spec, slot: Mutex::new(slot) }), tools))
+    pub async fn start(name: &str, spec: ServerConfig) -> Result<(Arc<Self>, Vec<Tool>), ClientError> {
+        let notifications = Arc::new(Notifications::default());
+        let (connection, tools) = connect(name, &spec, &notifications).await?;
+        let slot =
+            Slot { connection: Some(Arc::new(connection)), failures: 0, next_start: Instant::now(), relisted: None };
+        Ok((Arc::new(Self { name: name.to_owned(), spec, notifications, slot: Mutex::new(slot) }), tools))
     }
 
     /// The server's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Where the server's notifications go.
+    pub fn notifications(&self) -> &Arc<Notifications> {
+        &self.notifications
     }
 
     /// The live connection, restarting the server when it died and its
@@ -234,14 +460,14 @@ impl Server {
         if now < slot.next_start {
             return Err(ClientError::BackingOff(slot.next_start - now));
         }
-        match connect(&self.name, &self.spec).await {
-            Ok((connection, _tools)) => {
-                // The catalog keeps the tools listed at assembly; a server
-                // whose tools changed across a restart answers unknown ones
-                // with an error of its own.
+        match connect(&self.name, &self.spec, &self.notifications).await {
+            Ok((connection, tools)) => {
+                // The new process may offer other tools: the catalog takes
+                // them at the next step.
                 let connection = Arc::new(connection);
                 slot.connection = Some(Arc::clone(&connection));
                 slot.failures = 0;
+                slot.relisted = Some(tools);
                 Ok(connection)
             }
             Err(error) => {
@@ -254,6 +480,36 @@ impl Server {
                 Err(error)
             }
         }
+    }
+
+    /// The server's tools when they may have changed since the catalog last
+    /// took them (a `tools/list_changed` notification, or a restart);
+    /// `Ok(None)` when nothing changed. A failed listing keeps the change
+    /// marked, so the next step tries again.
+    pub async fn changed_tools(&self) -> Result<Option<Vec<Tool>>, ClientError> {
+        if self.notifications.take_tools_changed() {
+            let listed = async {
+                let connection = self.connection().await?;
+                connection.peer.list_all_tools().await.map_err(|e| ClientError::Request(e.to_string()))
+            };
+            return match listed.await {
+                Ok(tools) => {
+                    self.slot.lock().await.relisted = None;
+                    Ok(Some(tools))
+                }
+                Err(error) => {
+                    self.notifications.mark_tools_changed();
+                    Err(error)
+                }
+            };
+        }
+        Ok(self.slot.lock().await.relisted.take())
+    }
+
+    /// Whether [`Server::changed_tools`] may have something to say: a cheap
+    /// check for every step.
+    pub fn may_have_changed(&self) -> bool {
+        self.notifications.tools_changed() || self.slot.try_lock().map_or(true, |slot| slot.relisted.is_some())
     }
 
     /// Forgets a connection that died, so the next call restarts the server

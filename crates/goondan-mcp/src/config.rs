@@ -26,7 +26,7 @@ pub struct McpConfig {
 pub enum ServerConfig {
     /// A child process speaking MCP over its standard input and output.
     Stdio(StdioServer),
-    /// A streamable-HTTP endpoint (parsed; not yet connected to).
+    /// A streamable-HTTP endpoint.
     Http(HttpServer),
 }
 

@@ -6,14 +6,28 @@
 //! and embedded blobs are described by type and size rather than inlined:
 //! a base64 payload in the conversation costs the model tokens it cannot
 //! read. `isError` becomes an error result carrying the server's text.
+//!
+//! When the agent's events are on, each call carries a progress token and
+//! the server's progress notifications become `tool.progress` events of the
+//! call (its id and tool, `progress`, `total`, `message`).
 
 use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
 
+use goondan_core::ids::SpanIdGenerator;
 use goondan_core::{JsonObject, JsonValue};
-use goondan_tools::{BoxFuture, HandlerResult, ToolContext, ToolFailure, ToolHandler, ToolOutput};
-use rmcp::model::{CallToolRequestParams, CallToolResult};
+use goondan_tools::{
+    BoxFuture, EventSink, HandlerResult, RuntimeEvent, ToolContext, ToolFailure, ToolHandler, ToolOutput,
+};
+use rmcp::model::{CallToolRequestParams, CallToolResult, ProgressNotificationParam};
 
-use crate::client::{self, ClientError, Server};
+use crate::client::{self, ClientError, ProgressListener, Server};
+
+/// How long a call's progress route stays open after its answer.
+const PROGRESS_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// The event a server's progress notification becomes.
+pub const TOOL_PROGRESS_EVENT: &str = "tool.progress";
 
 /// The tool reported an error (`isError: true`).
 pub const E_MCP_TOOL_ERROR: &str = "E_MCP_TOOL_ERROR";
@@ -27,18 +41,59 @@ pub const E_MCP_REQUEST: &str = "E_MCP_REQUEST";
 pub struct McpToolHandler {
     server: Arc<Server>,
     tool: String,
+    progress: Option<ProgressEvents>,
+}
+
+/// Where a handler's progress events go.
+#[derive(Clone)]
+struct ProgressEvents {
+    sink: Arc<dyn EventSink>,
+    span_ids: Arc<SpanIdGenerator>,
+}
+
+impl std::fmt::Debug for ProgressEvents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProgressEvents").finish_non_exhaustive()
+    }
 }
 
 impl McpToolHandler {
     /// The handler of `tool` (the server's own name for it) on `server`.
     pub fn new(server: Arc<Server>, tool: impl Into<String>) -> Self {
-        Self { server, tool: tool.into() }
+        Self { server, tool: tool.into(), progress: None }
     }
 
-    async fn run(&self, input: &JsonObject) -> HandlerResult {
+    /// Asks the server for progress and emits it to `sink` as
+    /// [`TOOL_PROGRESS_EVENT`]s of the call.
+    #[must_use]
+    pub fn with_progress_events(mut self, sink: Arc<dyn EventSink>, span_ids: Arc<SpanIdGenerator>) -> Self {
+        self.progress = Some(ProgressEvents { sink, span_ids });
+        self
+    }
+
+    /// Calls the tool outside a tool pipeline (no progress events).
+    pub async fn run(&self, input: &JsonObject) -> HandlerResult {
+        self.call_with(None, input).await
+    }
+
+    async fn call_with(&self, ctx: Option<&ToolContext>, input: &JsonObject) -> HandlerResult {
         let connection = self.server.connection().await.map_err(|error| self.failure(&error))?;
         let params = CallToolRequestParams::new(self.tool.clone()).with_arguments(input.clone());
-        match client::call_tool(&connection, params).await {
+        let listener = match (&self.progress, ctx) {
+            (Some(events), Some(ctx)) if events.sink.enabled() => Some(progress_listener(events.clone(), ctx)),
+            _ => None,
+        };
+        let (answered, route) = client::call_tool(&connection, self.server.notifications(), params, listener).await;
+        if let Some(route) = route {
+            // The SDK hands each notification to a task of its own, so
+            // progress the server sent before its answer may still be on
+            // its way: the route stays open a moment longer.
+            tokio::spawn(async move {
+                tokio::time::sleep(PROGRESS_GRACE).await;
+                drop(route);
+            });
+        }
+        match answered {
             Ok(result) => map_result(&result),
             Err(error) => {
                 if error == ClientError::Exited {
@@ -63,9 +118,31 @@ impl McpToolHandler {
 }
 
 impl ToolHandler for McpToolHandler {
-    fn call<'a>(&'a self, _ctx: &'a ToolContext, input: &'a JsonObject) -> BoxFuture<'a, HandlerResult> {
-        Box::pin(self.run(input))
+    fn call<'a>(&'a self, ctx: &'a ToolContext, input: &'a JsonObject) -> BoxFuture<'a, HandlerResult> {
+        Box::pin(self.call_with(Some(ctx), input))
     }
+}
+
+/// Emits a call's progress notifications as its `tool.progress` events.
+fn progress_listener(events: ProgressEvents, ctx: &ToolContext) -> ProgressListener {
+    let scope = Arc::clone(ctx.scope());
+    let (call_id, tool) = (ctx.tool_call_id().to_owned(), ctx.tool_name().to_owned());
+    Arc::new(move |progress: &ProgressNotificationParam| {
+        let mut payload = JsonObject::new();
+        payload.insert("toolCallId".into(), JsonValue::from(call_id.as_str()));
+        payload.insert("toolName".into(), JsonValue::from(tool.as_str()));
+        payload.insert("progress".into(), JsonValue::from(progress.progress));
+        if let Some(total) = progress.total {
+            payload.insert("total".into(), JsonValue::from(total));
+        }
+        if let Some(message) = &progress.message {
+            payload.insert("message".into(), JsonValue::from(message.as_str()));
+        }
+        let payload = JsonValue::Object(payload);
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0));
+        let span = events.span_ids.next_raw();
+        events.sink.emit(&RuntimeEvent::custom(TOOL_PROGRESS_EVENT, &payload, &scope, span, now));
+    })
 }
 
 /// Maps a `tools/call` result to a handler result.
@@ -132,7 +209,52 @@ fn describe_block(block: &JsonValue) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::ServerConfig;
+    use goondan_core::{Message, ToolCall};
+    use goondan_tools::{
+        CallScope, ExecutorPolicy, MemoryEventSink, ToolCatalog, ToolCatalogItem, ToolExecutor, ToolRegistry,
+        ToolSource,
+    };
     use serde_json::json;
+    use std::time::Duration;
+
+    fn scope() -> Arc<CallScope> {
+        Arc::new(CallScope {
+            agent_name: Arc::from("agent"),
+            instance_key: Arc::from("key"),
+            turn_id: Arc::from("turn"),
+            step_id: Arc::from("step"),
+            step_index: 0,
+            message: Arc::new(Message::assistant_tool_calls("step", Vec::new())),
+            workdir: Arc::from(std::path::Path::new("/tmp")),
+            trace_id: Arc::from("4bf92f3577b34da6a3ce929d0e0e4736"),
+            step_span_id: Arc::from("00f067aa0ba902b7"),
+            runtime: None,
+        })
+    }
+
+    /// An executor whose only tool is `fake__TOOL`, with `policy` and events
+    /// into the returned sink.
+    fn executor_for(
+        server: &Arc<Server>,
+        tool: &str,
+        policy: ExecutorPolicy,
+    ) -> (ToolExecutor, Arc<ToolCatalog>, Arc<MemoryEventSink>) {
+        let events = Arc::new(MemoryEventSink::new());
+        let registry = Arc::new(ToolRegistry::new());
+        let item = ToolCatalogItem::new(format!("fake__{tool}"), ToolSource::mcp("mcp", "fake"));
+        let handler = McpToolHandler::new(Arc::clone(server), tool)
+            .with_progress_events(Arc::clone(&events) as Arc<dyn EventSink>, Arc::new(SpanIdGenerator::new()));
+        registry.register(item.clone(), Arc::new(handler)).unwrap_or_else(|e| panic!("{e}"));
+        let catalog = Arc::new(std::iter::once(item).collect::<ToolCatalog>());
+        let executor =
+            ToolExecutor::new(registry).with_policy(policy).with_events(Arc::clone(&events) as Arc<dyn EventSink>);
+        (executor, catalog, events)
+    }
+
+    fn call(tool: &str) -> ToolCall {
+        ToolCall { id: Arc::from("call-1"), name: Arc::from(format!("fake__{tool}")), args: JsonObject::new() }
+    }
 
     fn result(value: JsonValue) -> CallToolResult {
         serde_json::from_value(value).unwrap_or_else(|e| panic!("{e}"))
@@ -201,9 +323,9 @@ mod tests {
     #[tokio::test(flavor = "multi_thread")]
     async fn a_server_that_dies_fails_its_call_and_restarts_for_the_next() {
         let Some(spec) = fake_server() else { return };
-        let (server, tools) = Server::start("fake", spec).await.unwrap_or_else(|e| panic!("{e}"));
+        let (server, tools) = Server::start("fake", ServerConfig::Stdio(spec)).await.unwrap_or_else(|e| panic!("{e}"));
         let names: Vec<&str> = tools.iter().map(|tool| tool.name.as_ref()).collect();
-        assert_eq!(names, ["echo", "die", "fail"]);
+        assert_eq!(names, ["echo", "die", "fail", "hang", "progress", "add_tool"]);
         let echo = McpToolHandler::new(Arc::clone(&server), "echo");
         let args = match json!({"text": "a"}) {
             JsonValue::Object(map) => map,
@@ -231,7 +353,7 @@ mod tests {
         let gate = dir.path().join("gate");
         std::fs::write(&gate, "").unwrap_or_else(|e| panic!("{e}"));
         spec.env.push(("FAKE_MCP_GATE".into(), gate.display().to_string()));
-        let (server, _) = Server::start("fake", spec).await.unwrap_or_else(|e| panic!("{e}"));
+        let (server, _) = Server::start("fake", ServerConfig::Stdio(spec)).await.unwrap_or_else(|e| panic!("{e}"));
         let echo = McpToolHandler::new(Arc::clone(&server), "echo");
         let args = match json!({"text": "a"}) {
             JsonValue::Object(map) => map,
@@ -262,7 +384,8 @@ mod tests {
             env: Vec::new(),
             cwd: None,
         };
-        let error = Server::start("missing", spec).await.err().map(|e| e.to_string()).unwrap_or_default();
+        let error =
+            Server::start("missing", ServerConfig::Stdio(spec)).await.err().map(|e| e.to_string()).unwrap_or_default();
         assert!(error.starts_with("cannot start 'goondan-no-such-mcp-server': "), "{error}");
     }
 
@@ -273,5 +396,83 @@ mod tests {
         assert_eq!(mapped, Err(ToolFailure::with_code("no such file", E_MCP_TOOL_ERROR)));
         let empty = map_result(&result(json!({"content": [], "isError": true})));
         assert_eq!(empty, Err(ToolFailure::with_code("the MCP tool reported an error", E_MCP_TOOL_ERROR)));
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn the_call_timeout_cancels_the_request_on_the_server() {
+        let Some(mut spec) = fake_server() else { return };
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let cancelled = dir.path().join("cancelled");
+        spec.env.push(("FAKE_MCP_CANCELLED".into(), cancelled.display().to_string()));
+        let (server, _) = Server::start("fake", ServerConfig::Stdio(spec)).await.unwrap_or_else(|e| panic!("{e}"));
+        let policy = ExecutorPolicy { call_timeout: Some(Duration::from_millis(300)), ..ExecutorPolicy::default() };
+        let (executor, catalog, _) = executor_for(&server, "hang", policy);
+        let result = executor.execute(call("hang"), &scope(), &catalog).await;
+        assert_eq!(result.error_code(), Some(goondan_core::codes::E_TOOL_TIMEOUT), "{result:?}");
+        // The server hears of it.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !cancelled.exists() {
+            assert!(std::time::Instant::now() < deadline, "no notifications/cancelled reached the server");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // The server is still there for the next call.
+        let (echo, catalog, _) = executor_for(&server, "echo", ExecutorPolicy::default());
+        let result = echo.execute(call("echo"), &scope(), &catalog).await;
+        assert!(!result.is_error(), "{result:?}");
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn progress_notifications_become_tool_progress_events_of_the_call() {
+        let Some(spec) = fake_server() else { return };
+        let (server, _) = Server::start("fake", ServerConfig::Stdio(spec)).await.unwrap_or_else(|e| panic!("{e}"));
+        let (executor, catalog, events) = executor_for(&server, "progress", ExecutorPolicy::default());
+        let result = executor.execute(call("progress"), &scope(), &catalog).await;
+        assert!(!result.is_error(), "{result:?}");
+        let progress = || -> Vec<JsonValue> {
+            events.events().into_iter().filter(|event| event["type"] == TOOL_PROGRESS_EVENT).collect()
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while progress().len() < 3 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let mut progress = progress();
+        assert_eq!(progress.len(), 3, "{:?}", events.events());
+        // Each notification is handled by a task of its own.
+        progress.sort_by(|a, b| {
+            a["progress"].as_f64().partial_cmp(&b["progress"].as_f64()).unwrap_or(std::cmp::Ordering::Equal)
+        });
+        for (index, event) in progress.iter().enumerate() {
+            assert_eq!(event["toolCallId"], "call-1", "{event}");
+            assert_eq!(event["toolName"], "fake__progress", "{event}");
+            assert_eq!(event["progress"], json!(f64::from(u8::try_from(index + 1).unwrap_or(0))), "{event}");
+            assert_eq!(event["total"], json!(3.0), "{event}");
+            assert_eq!(event["message"], format!("step {}", index + 1), "{event}");
+            assert_eq!(event["turnId"], "turn", "{event}");
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_tool_list_change_is_noted_and_the_new_list_read_once() {
+        let Some(spec) = fake_server() else { return };
+        let (server, _) = Server::start("fake", ServerConfig::Stdio(spec)).await.unwrap_or_else(|e| panic!("{e}"));
+        assert!(!server.may_have_changed());
+        assert_eq!(server.changed_tools().await.map(|tools| tools.is_some()), Ok(false));
+        let added = McpToolHandler::new(Arc::clone(&server), "add_tool").run(&JsonObject::new()).await;
+        assert_eq!(added, Ok(ToolOutput::Value(json!("added"))));
+        // The notification was written before the answer, so it is handled.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !server.may_have_changed() {
+            assert!(std::time::Instant::now() < deadline, "no tools/list_changed noted");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let tools = server.changed_tools().await.unwrap_or_else(|e| panic!("{e}")).unwrap_or_default();
+        assert!(tools.iter().any(|tool| tool.name == "extra"), "{tools:?}");
+        assert_eq!(server.changed_tools().await.map(|tools| tools.is_some()), Ok(false));
+
+        // A restart hands the restarted server's list over too.
+        let _ = McpToolHandler::new(Arc::clone(&server), "die").run(&JsonObject::new()).await;
+        let _ = McpToolHandler::new(Arc::clone(&server), "echo").run(&JsonObject::new()).await;
+        let relisted = server.changed_tools().await.unwrap_or_else(|e| panic!("{e}")).unwrap_or_default();
+        assert_eq!(relisted.len(), 6, "{relisted:?}");
     }
 }

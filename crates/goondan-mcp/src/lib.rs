@@ -8,7 +8,9 @@
 //! description and `inputSchema`, so arguments are validated against that
 //! schema before anything is sent. A server that fails to start is reported
 //! by name and left out; the agent keeps its other servers and tools.
-//! Streamable-HTTP servers are parsed but not yet connected to.
+//! Streamable-HTTP servers are reached through the SDK's HTTP client. A
+//! step layer takes a server's changed tools into the catalog at the next
+//! step.
 
 pub mod client;
 pub mod config;
@@ -18,16 +20,22 @@ pub mod names;
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use goondan_core::ids::SpanIdGenerator;
+use goondan_runtime::context::{StepContext, StepOutcome};
 use goondan_runtime::extension::{AgentExtension, ExtensionError, ExtensionSetup};
-use goondan_tools::{ToolCatalogItem, ToolRegistry, ToolSource};
+use goondan_tools::{BoxFuture, EventSink, Middleware, Next, ToolCatalogItem, ToolHandler, ToolRegistry, ToolSource};
+use rmcp::model::Tool;
 use tokio::task::JoinSet;
 
 use crate::client::Server;
-use crate::config::ServerConfig;
 use crate::handler::McpToolHandler;
 
 /// The name of the base package's MCP extension.
 pub const EXTENSION_NAME: &str = "mcp";
+
+/// The priority of the step layer that takes servers' changed tools into
+/// the catalog: outermost, so every other layer sees the current tools.
+pub const REFRESH_LAYER_PRIORITY: i32 = i32::MIN;
 
 /// What [`install`] did, for callers and tests.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -36,6 +44,47 @@ pub struct InstallReport {
     pub tools: Vec<String>,
     /// Each server that is not available, with why.
     pub failed: Vec<(String, String)>,
+}
+
+/// What the catalog entries of one server's tools are built with.
+struct EntryMaker {
+    agent: Arc<str>,
+    extension: String,
+    events: Arc<dyn EventSink>,
+    span_ids: Arc<SpanIdGenerator>,
+}
+
+impl EntryMaker {
+    /// The catalog items and handlers of `tools`, named around the names in
+    /// `taken` (which receives theirs).
+    fn entries(
+        &self,
+        server: &Arc<Server>,
+        tools: &[Tool],
+        taken: &mut HashSet<String>,
+    ) -> Vec<(ToolCatalogItem, Arc<dyn ToolHandler>)> {
+        let name = server.name();
+        let originals: Vec<&str> = tools.iter().map(|tool| tool.name.as_ref()).collect();
+        let (catalog_names, notices) = names::assign_names(name, &originals, taken);
+        for notice in notices {
+            tracing::warn!("agent '{}': MCP server '{name}': {notice}", self.agent);
+        }
+        let source = ToolSource::mcp(&self.extension, name);
+        tools
+            .iter()
+            .zip(catalog_names)
+            .map(|(tool, catalog_name)| {
+                let mut item = ToolCatalogItem::new(catalog_name.as_str(), source.clone())
+                    .with_parameters(serde_json::Value::Object((*tool.input_schema).clone()));
+                if let Some(description) = &tool.description {
+                    item = item.with_description(description.as_ref());
+                }
+                let handler = McpToolHandler::new(Arc::clone(server), tool.name.as_ref())
+                    .with_progress_events(Arc::clone(&self.events), Arc::clone(&self.span_ids));
+                (item, Arc::new(handler) as Arc<dyn ToolHandler>)
+            })
+            .collect()
+    }
 }
 
 /// Installs `extension` (an `Extension/mcp` use) into the agent `setup`
@@ -54,15 +103,8 @@ pub async fn install(
     // Servers start concurrently; their tools are registered in config order.
     let mut starting = JoinSet::new();
     for (index, (name, server)) in parsed.servers.iter().enumerate() {
-        match server {
-            ServerConfig::Stdio(spec) => {
-                let (name, spec) = (name.clone(), spec.clone());
-                starting.spawn(async move { (index, Server::start(&name, spec).await) });
-            }
-            ServerConfig::Http(_) => report
-                .failed
-                .push((name.clone(), "streamable HTTP servers are not supported by this build yet".to_owned())),
-        }
+        let (name, server) = (name.clone(), server.clone());
+        starting.spawn(async move { (index, Server::start(&name, server).await) });
     }
     let mut started = Vec::with_capacity(parsed.servers.len());
     while let Some(joined) = starting.join_next().await {
@@ -73,8 +115,15 @@ pub async fn install(
     }
     started.sort_by_key(|(index, _)| *index);
 
-    let registry: &ToolRegistry = setup.tooling.registry();
+    let maker = Arc::new(EntryMaker {
+        agent: Arc::clone(&agent),
+        extension: extension.name.clone(),
+        events: Arc::clone(&setup.tooling.events),
+        span_ids: Arc::new(SpanIdGenerator::new()),
+    });
+    let registry: &Arc<ToolRegistry> = setup.tooling.registry();
     let mut taken: HashSet<String> = registry.snapshot().iter().map(|tool| tool.item.name().to_owned()).collect();
+    let mut running = Vec::with_capacity(started.len());
     for (index, result) in started {
         let Some((name, _)) = parsed.servers.get_index(index) else { continue };
         let (server, tools) = match result {
@@ -84,29 +133,88 @@ pub async fn install(
                 continue;
             }
         };
-        let originals: Vec<&str> = tools.iter().map(|tool| tool.name.as_ref()).collect();
-        let (catalog_names, notices) = names::assign_names(name, &originals, &mut taken);
-        for notice in notices {
-            tracing::warn!("agent '{agent}': MCP server '{name}': {notice}");
-        }
-        for (tool, catalog_name) in tools.iter().zip(catalog_names) {
-            let mut item = ToolCatalogItem::new(catalog_name.as_str(), ToolSource::mcp(&extension.name, name))
-                .with_parameters(serde_json::Value::Object((*tool.input_schema).clone()));
-            if let Some(description) = &tool.description {
-                item = item.with_description(description.as_ref());
-            }
-            let handler = McpToolHandler::new(Arc::clone(&server), tool.name.as_ref());
-            match registry.register(item, Arc::new(handler)) {
+        for (item, handler) in maker.entries(&server, &tools, &mut taken) {
+            let catalog_name = item.name().to_owned();
+            match registry.register(item, handler) {
                 Ok(()) => report.tools.push(catalog_name),
                 Err(error) => tracing::warn!("agent '{agent}': MCP server '{name}': {error}"),
             }
         }
         tracing::debug!("agent '{agent}': MCP server '{name}' offers {} tools", tools.len());
+        running.push(server);
     }
     for (name, why) in &report.failed {
         tracing::warn!(
             "agent '{agent}': MCP server '{name}' is not available: {why}; the agent runs without its tools"
         );
     }
+    if !running.is_empty() {
+        let layer = RefreshLayer { servers: running, registry: Arc::clone(registry), maker };
+        setup.tooling.step_middleware.register(
+            format!("{}:refresh", extension.name),
+            REFRESH_LAYER_PRIORITY,
+            Arc::new(layer),
+        );
+    }
     Ok(report)
+}
+
+/// Takes servers' changed tools (after `tools/list_changed` or a restart)
+/// into the registry and the step's catalog before the step runs.
+struct RefreshLayer {
+    servers: Vec<Arc<Server>>,
+    registry: Arc<ToolRegistry>,
+    maker: Arc<EntryMaker>,
+}
+
+impl RefreshLayer {
+    async fn refresh(&self, server: &Arc<Server>, ctx: &mut StepContext) {
+        let name = server.name();
+        let agent = &self.maker.agent;
+        let tools = match server.changed_tools().await {
+            Ok(Some(tools)) => tools,
+            Ok(None) => return,
+            Err(error) => {
+                tracing::warn!("agent '{agent}': MCP server '{name}': its tools changed but cannot be listed: {error}");
+                return;
+            }
+        };
+        let source = ToolSource::mcp(&self.maker.extension, name);
+        let mut taken: HashSet<String> = self
+            .registry
+            .snapshot()
+            .iter()
+            .filter(|tool| tool.item.source() != &source)
+            .map(|tool| tool.item.name().to_owned())
+            .collect();
+        let entries = self.maker.entries(server, &tools, &mut taken);
+        let items: Vec<ToolCatalogItem> = entries.iter().map(|(item, _)| item.clone()).collect();
+        if let Err(error) = self.registry.replace_source(&source, entries) {
+            tracing::warn!("agent '{agent}': MCP server '{name}': its new tools were refused: {error}");
+            return;
+        }
+        ctx.tool_catalog.retain(|item| item.source() != &source);
+        let count = items.len();
+        for item in items {
+            ctx.tool_catalog.insert(item);
+        }
+        tracing::info!("agent '{agent}': MCP server '{name}' now offers {count} tools");
+    }
+}
+
+impl Middleware<StepContext, StepOutcome> for RefreshLayer {
+    fn handle<'a>(
+        &'a self,
+        ctx: &'a mut StepContext,
+        next: Next<'a, StepContext, StepOutcome>,
+    ) -> BoxFuture<'a, StepOutcome> {
+        Box::pin(async move {
+            for server in &self.servers {
+                if server.may_have_changed() {
+                    self.refresh(server, ctx).await;
+                }
+            }
+            next.run(ctx).await
+        })
+    }
 }
