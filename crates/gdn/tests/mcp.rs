@@ -1,5 +1,8 @@
-//! The base package's MCP client through the `gdn` binary, against a real
-//! server: `@modelcontextprotocol/server-everything` over stdio, run by Node.
+//! The base package's MCP client through the `gdn` binary, against real
+//! servers: `@modelcontextprotocol/server-everything` over stdio and over
+//! streamable HTTP, run by Node; PyPI `mcp-server-time`, run by Python
+//! (`GOONDAN_TEST_MCP_TIME`, which `.ci/run` sets after installing it into
+//! `.cache/py`); and the client's own fake server.
 //!
 //! The server's entry script comes from `GOONDAN_TEST_MCP_EVERYTHING`
 //! (`.ci/run` installs the package into `.cache/mcp` and sets it), or from
@@ -274,4 +277,67 @@ fn a_changed_tool_list_reaches_the_next_step_and_progress_is_logged() {
     // The progress the server reported is in the event log.
     let progress = saved.lines().filter(|line| line.contains("\"type\":\"tool.progress\"")).count();
     assert_eq!(progress, 3, "tool.progress events in the log");
+}
+
+/// The `mcp-server-time` program, or `None` (after saying why) to skip.
+#[allow(clippy::print_stderr)]
+fn time_server() -> Option<PathBuf> {
+    let program = std::env::var_os("GOONDAN_TEST_MCP_TIME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo(".cache/py/bin/mcp-server-time"));
+    if program.is_file() {
+        return Some(program);
+    }
+    let problem = format!("the MCP server 'mcp-server-time' is not installed at {} (see .ci/run)", program.display());
+    if std::env::var("GOONDAN_REQUIRE_MCP").as_deref() == Ok("1") {
+        panic!("GOONDAN_REQUIRE_MCP=1 but {problem}");
+    }
+    eprintln!("skipping: {problem}");
+    None
+}
+
+#[test]
+fn the_python_time_server_s_tools_answer_with_structured_content() {
+    let Some(everything) = everything_server() else { return };
+    let Some(time) = time_server() else { return };
+    let time = time.display().to_string();
+    let env = [("GOONDAN_TEST_MCP_TIME", time.as_str())];
+    let state = temp();
+    let output = gdn_with(state.path(), &everything, &env, &["--json", "tool", "list", "--agent", "time"]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let catalog = json_out(&output);
+    let names: Vec<&str> = catalog.as_array().into_iter().flatten().filter_map(|i| i["name"].as_str()).collect();
+    assert_eq!(names, ["time__get_current_time", "time__convert_time"]);
+
+    let args = r#"{"source_timezone":"UTC","time":"12:00","target_timezone":"Asia/Seoul"}"#;
+    let call = ["--json", "tool", "call", "--agent", "time", "time__convert_time", "--args", args];
+    let output = gdn_with(state.path(), &everything, &env, &call);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let result = json_out(&output);
+    assert_eq!(result["status"], "ok", "{result}");
+    assert_eq!(result["output"]["time_difference"], "+9.0h", "{result}");
+    assert!(
+        result["output"]["target"]["datetime"].as_str().is_some_and(|t| t.ends_with("T21:00:00+09:00")),
+        "{result}"
+    );
+
+    // The schema says what is required; the server is not asked.
+    let call = ["--json", "tool", "call", "--agent", "time", "time__convert_time", "--args", "{}"];
+    let result = json_out(&gdn_with(state.path(), &everything, &env, &call));
+    assert_eq!(result["error"]["code"], "E_TOOL_INVALID_ARGS", "{result}");
+
+    // The server's own error is the tool's error.
+    let call = [
+        "--json",
+        "tool",
+        "call",
+        "--agent",
+        "time",
+        "time__get_current_time",
+        "--args",
+        r#"{"timezone":"Mars/Olympus"}"#,
+    ];
+    let result = json_out(&gdn_with(state.path(), &everything, &env, &call));
+    assert_eq!(result["error"]["code"], "E_MCP_TOOL_ERROR", "{result}");
+    assert!(result["error"]["message"].as_str().is_some_and(|m| m.contains("Mars/Olympus")), "{result}");
 }
