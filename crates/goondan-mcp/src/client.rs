@@ -24,8 +24,8 @@ use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam, ClientCapabilities,
-    ClientConfig, ClientRequest, Implementation, NumberOrString, ProgressNotificationParam, ProgressToken, RequestId,
-    ServerResult, Tool,
+    ClientConfig, ClientRequest, Implementation, ProgressNotificationParam, ProgressToken, RequestId, ServerResult,
+    Tool,
 };
 use rmcp::service::{NotificationContext, PeerRequestOptions, RoleClient, RunningService, ServiceError};
 use rmcp::transport::streamable_http_client::{StreamableHttpClientTransport, StreamableHttpClientTransportConfig};
@@ -85,9 +85,28 @@ pub type ProgressListener = Arc<dyn Fn(&ProgressNotificationParam) + Send + Sync
 /// connection to the server, so a restart keeps the routes.
 #[derive(Default)]
 pub struct Notifications {
-    progress: StdMutex<HashMap<String, ProgressListener>>,
+    progress: StdMutex<ProgressRoutes>,
     tools_changed: AtomicBool,
 }
+
+/// The progress listeners by token, and the answered calls' tokens in the
+/// order they were answered, so expired routes go in O(1) each.
+#[derive(Default)]
+struct ProgressRoutes {
+    listeners: HashMap<ProgressToken, ProgressEntry>,
+    answered: VecDeque<(std::time::Instant, ProgressToken)>,
+}
+
+/// A call's progress listener, and since when its call has its answer.
+struct ProgressEntry {
+    listener: ProgressListener,
+    answered: Option<std::time::Instant>,
+}
+
+/// How long a call's progress is still delivered after its answer: the SDK
+/// hands each notification to a task of its own, so progress the server
+/// sent before its answer may still be on its way.
+pub const PROGRESS_GRACE: Duration = Duration::from_millis(250);
 
 impl std::fmt::Debug for Notifications {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -95,18 +114,22 @@ impl std::fmt::Debug for Notifications {
     }
 }
 
-fn token_key(token: &ProgressToken) -> String {
-    match &token.0 {
-        NumberOrString::Number(number) => number.to_string(),
-        NumberOrString::String(text) => text.to_string(),
-    }
-}
-
 impl Notifications {
     /// Routes progress on `token` to `listener` until the returned guard is
     /// dropped.
     pub fn listen(self: &Arc<Self>, token: ProgressToken, listener: ProgressListener) -> ProgressRoute {
-        self.progress.lock().unwrap_or_else(PoisonError::into_inner).insert(token_key(&token), listener);
+        let mut routes = self.progress.lock().unwrap_or_else(PoisonError::into_inner);
+        // Routes of calls answered longer than the grace ago go here, not
+        // on a timer per call.
+        let now = std::time::Instant::now();
+        while let Some((at, _)) = routes.answered.front()
+            && now.duration_since(*at) >= PROGRESS_GRACE
+        {
+            if let Some((_, expired)) = routes.answered.pop_front() {
+                routes.listeners.remove(&expired);
+            }
+        }
+        routes.listeners.insert(token.clone(), ProgressEntry { listener, answered: None });
         ProgressRoute { notifications: Arc::clone(self), token }
     }
 
@@ -134,8 +157,14 @@ pub struct ProgressRoute {
 }
 
 impl Drop for ProgressRoute {
+    /// The route stays open for [`PROGRESS_GRACE`] more.
     fn drop(&mut self) {
-        self.notifications.progress.lock().unwrap_or_else(PoisonError::into_inner).remove(&token_key(&self.token));
+        let mut routes = self.notifications.progress.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = std::time::Instant::now();
+        if let Some(entry) = routes.listeners.get_mut(&self.token) {
+            entry.answered = Some(now);
+            routes.answered.push_back((now, self.token.clone()));
+        }
     }
 }
 
@@ -152,8 +181,10 @@ impl ClientHandler for ClientSide {
             .progress
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .get(&token_key(&params.progress_token))
-            .cloned();
+            .listeners
+            .get(&params.progress_token)
+            .filter(|entry| entry.answered.is_none_or(|at| at.elapsed() < PROGRESS_GRACE))
+            .map(|entry| Arc::clone(&entry.listener));
         if let Some(listener) = listener {
             listener(&params);
         }

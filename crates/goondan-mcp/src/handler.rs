@@ -23,9 +23,6 @@ use rmcp::model::{CallToolRequestParams, CallToolResult, ProgressNotificationPar
 
 use crate::client::{self, ClientError, ProgressListener, Server};
 
-/// How long a call's progress route stays open after its answer.
-const PROGRESS_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
-
 /// The event a server's progress notification becomes.
 pub const TOOL_PROGRESS_EVENT: &str = "tool.progress";
 
@@ -84,15 +81,8 @@ impl McpToolHandler {
             _ => None,
         };
         let (answered, route) = client::call_tool(&connection, self.server.notifications(), params, listener).await;
-        if let Some(route) = route {
-            // The SDK hands each notification to a task of its own, so
-            // progress the server sent before its answer may still be on
-            // its way: the route stays open a moment longer.
-            tokio::spawn(async move {
-                tokio::time::sleep(PROGRESS_GRACE).await;
-                drop(route);
-            });
-        }
+        // Progress sent before the answer is still delivered for a moment.
+        drop(route);
         match answered {
             Ok(result) => map_result(&result),
             Err(error) => {
