@@ -22,6 +22,9 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 
+mod common;
+use common::js_runtime_usable;
+
 fn repo(relative: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(relative)
 }
@@ -77,14 +80,24 @@ fn client(python: &Path, server: Value, ops: Value) -> Vec<Value> {
     lines
 }
 
-/// The stdio server as the client's `server` spec: `gdn mcp serve` started
-/// by the client, with debug logs (which must stay off standard output).
-fn stdio_server(state: &Path) -> Value {
+/// The stdio server as the client's `server` spec: `gdn mcp serve` of
+/// `bundle` started by the client, with debug logs (which must stay off
+/// standard output).
+fn stdio_server_of(state: &Path, bundle: &Path) -> Value {
+    let mut env = json!({"NO_COLOR": "1"});
+    // The SDK starts servers with a minimal environment (PATH, HOME, …).
+    if let Ok(runtime) = std::env::var("GOONDAN_JS_RUNTIME") {
+        env["GOONDAN_JS_RUNTIME"] = json!(runtime);
+    }
     json!({
         "command": env!("CARGO_BIN_EXE_gdn"),
-        "args": ["-vv", "--state-root", state, "-c", fixture(), "mcp", "serve"],
-        "env": {"NO_COLOR": "1"},
+        "args": ["-vv", "--state-root", state, "-c", bundle, "mcp", "serve"],
+        "env": env,
     })
+}
+
+fn stdio_server(state: &Path) -> Value {
+    stdio_server_of(state, &fixture())
 }
 
 /// `gdn mcp serve --http`, killed when dropped.
@@ -232,6 +245,34 @@ fn a_client_over_stdio_lists_the_catalog_and_calls_through_the_pipeline() {
     let state = temp();
     let answers = client(&python, stdio_server(state.path()), ops());
     check_answers(&answers, &catalog(state.path()));
+}
+
+#[test]
+fn the_served_catalog_and_calls_go_through_the_agents_extensions() {
+    let Some(python) = python() else { return };
+    if !js_runtime_usable() {
+        return;
+    }
+    let state = temp();
+    let answers = client(
+        &python,
+        stdio_server_of(state.path(), &repo("tests/fixtures/script-extensions")),
+        json!([
+            {"op": "list"},
+            {"op": "call", "name": "echo__say", "args": {"text": "psst"}},
+            {"op": "call", "name": "hidden__peek", "args": {}},
+        ]),
+    );
+    // The JavaScript step middleware hides hidden__peek; notes__count comes
+    // from api.tools.register.
+    let names: Vec<&str> =
+        answers[0]["tools"].as_array().into_iter().flatten().filter_map(|tool| tool["name"].as_str()).collect();
+    assert_eq!(names, ["echo__say", "notes__count"]);
+    // The toolCall middleware shouts.
+    assert_eq!(answers[1]["structuredContent"]["said"], "PSST", "{}", answers[1]);
+    assert_eq!(answers[1]["structuredContent"]["shouted"], true, "{}", answers[1]);
+    // A tool the step middleware hides is not callable either.
+    assert_eq!(error_of(&answers[2])["code"], "E_TOOL_NOT_IN_CATALOG");
 }
 
 #[test]
