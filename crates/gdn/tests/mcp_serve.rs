@@ -440,3 +440,71 @@ fn stopping_the_server_ends_the_processes_its_calls_left() {
     assert_eq!(server.stop(Signal::SIGINT), Some(130));
     assert_gone(job, "a background job of a call over HTTP, after Ctrl-C");
 }
+
+/// Without an SDK: frames written by hand to `gdn mcp serve`'s standard
+/// input. Every line it writes to standard output is a JSON-RPC message
+/// (its debug logs go elsewhere), and the end of its input ends it — with
+/// status 0, not by a signal — and the processes its calls left.
+#[test]
+fn over_stdio_only_frames_reach_stdout_and_end_of_input_ends_the_server() {
+    let state = temp();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gdn"))
+        .arg("-vv")
+        .arg("--state-root")
+        .arg(state.path())
+        .arg("-c")
+        .arg(fixture())
+        .args(["mcp", "serve"])
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn gdn: {e}"));
+    let mut stdin = child.stdin.take().unwrap_or_else(|| panic!("no stdin"));
+    let mut stdout = BufReader::new(child.stdout.take().unwrap_or_else(|| panic!("no stdout")));
+    let mut send = |message: Value| {
+        writeln!(stdin, "{message}").unwrap_or_else(|e| panic!("write a frame: {e}"));
+    };
+    let mut receive = || {
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap_or_else(|e| panic!("read a frame: {e}"));
+        let frame: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not a frame ({e}): {line:?}"));
+        assert_eq!(frame["jsonrpc"], "2.0", "{frame}");
+        frame
+    };
+    send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "by-hand", "version": "0"}}}));
+    let initialized = receive();
+    assert!(initialized["result"]["capabilities"]["tools"].is_object(), "{initialized}");
+    assert_eq!(initialized["result"]["serverInfo"]["name"], "gdn", "{initialized}");
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "bash__exec", "arguments": {"command": "sleep 600 >/dev/null 2>&1 </dev/null & echo $!"}}}));
+    let called = receive();
+    assert_eq!(called["id"], 2, "{called}");
+    let job: u32 = called["result"]["structuredContent"]["stdout"]
+        .as_str()
+        .and_then(|pid| pid.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {called}"));
+    assert!(!is_gone(job));
+
+    // The client closes its end.
+    drop(stdin);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap_or_else(|e| panic!("wait: {e}")) {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "gdn mcp serve did not end with its input");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut rest = String::new();
+    let _ = stdout.read_to_string(&mut rest);
+    let mut logs = String::new();
+    let _ = child.stderr.take().map(|mut stderr| stderr.read_to_string(&mut logs));
+    assert_eq!(status.code(), Some(0), "{logs}");
+    assert!(rest.is_empty(), "after the last answer stdout got {rest:?}");
+    assert!(logs.contains("DEBUG"), "the debug logs went to standard error: {logs}");
+    assert_gone(job, "a background job of a call over stdio, after end of input");
+}
