@@ -2,9 +2,11 @@
 //! (`mcp` from PyPI) — over stdio and over streamable HTTP, with the
 //! base-tools fixture (native `@goondan/base` tools): the tool list, a
 //! successful call, arguments refused by validation, a handler's error and
-//! a name outside the catalog; plus the HTTP server's `Origin` check, its
-//! refusal of non-loopback addresses, and the end of the tool processes
-//! when the server stops.
+//! a name outside the catalog; the catalog and calls through an agent's
+//! JavaScript extensions and its own MCP servers; plus the HTTP server's
+//! `Origin` check, its refusal of non-loopback addresses, stdout carrying
+//! frames only, and the end of the tool processes (and MCP servers) when
+//! the server stops.
 //!
 //! The client is `tests/mcp_serve/client.py`, run by the Python of
 //! `GOONDAN_TEST_MCP_PYTHON`, else of the repository's `.cache/py` venv
@@ -108,13 +110,18 @@ struct HttpServer {
 
 impl HttpServer {
     fn start(state: &Path, extra: &[&str]) -> Self {
+        Self::start_with(state, &fixture(), extra, &[])
+    }
+
+    fn start_with(state: &Path, bundle: &Path, extra: &[&str], env: &[(&str, &Path)]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_gdn"))
             .arg("--state-root")
             .arg(state)
             .arg("-c")
-            .arg(fixture())
+            .arg(bundle)
             .args(["mcp", "serve", "--http", "127.0.0.1:0"])
             .args(extra)
+            .envs(env.iter().copied())
             .env("NO_COLOR", "1")
             .env_remove("GOONDAN_LOG")
             .stdin(Stdio::null())
@@ -507,4 +514,78 @@ fn over_stdio_only_frames_reach_stdout_and_end_of_input_ends_the_server() {
     assert!(rest.is_empty(), "after the last answer stdout got {rest:?}");
     assert!(logs.contains("DEBUG"), "the debug logs went to standard error: {logs}");
     assert_gone(job, "a background job of a call over stdio, after end of input");
+}
+
+/// The entry script of the MCP project's reference server "everything"
+/// (see tests/mcp.rs), or `None` (after saying why) to skip.
+#[allow(clippy::print_stderr)]
+fn everything_server() -> Option<PathBuf> {
+    let entry = std::env::var_os("GOONDAN_TEST_MCP_EVERYTHING")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo(".cache/mcp/node_modules/@modelcontextprotocol/server-everything/dist/index.js"));
+    let node = Command::new("node").arg("--version").stdout(Stdio::null()).status().is_ok_and(|s| s.success());
+    let problem = if !entry.is_file() {
+        format!("the MCP server 'everything' is not installed at {} (see .ci/run)", entry.display())
+    } else if !node {
+        "no 'node' on PATH to run the MCP server 'everything'".to_owned()
+    } else {
+        return Some(entry);
+    };
+    if std::env::var("GOONDAN_REQUIRE_MCP").as_deref() == Ok("1") {
+        panic!("GOONDAN_REQUIRE_MCP=1 but {problem}");
+    }
+    eprintln!("skipping: {problem}");
+    None
+}
+
+/// The pids of `pid`'s children.
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|children| children.split_whitespace().filter_map(|pid| pid.parse().ok()).collect::<Vec<u32>>())
+        .collect()
+}
+
+/// An agent whose `Extension/mcp` connects an MCP server: its tools are
+/// served too (a bridge), validated against the server's schema first,
+/// and the server's process ends with `gdn mcp serve`.
+#[test]
+fn an_agents_own_mcp_servers_are_served_through_it_and_end_with_it() {
+    let Some(python) = python() else { return };
+    let Some(everything) = everything_server() else { return };
+    let state = temp();
+    let server = HttpServer::start_with(
+        state.path(),
+        &repo("tests/fixtures/mcp-everything"),
+        &[],
+        &[("GOONDAN_TEST_MCP_EVERYTHING", &everything)],
+    );
+    let children = children_of(server.child.id());
+    assert!(!children.is_empty(), "the agent's MCP server was not started at assembly");
+    let answers = client(
+        &python,
+        json!({"url": server.url}),
+        json!([
+            {"op": "list"},
+            {"op": "call", "name": "everything__echo", "args": {"message": "hi"}},
+            {"op": "call", "name": "everything__echo", "args": {"message": 3}},
+        ]),
+    );
+    let tools = answers[0]["tools"].as_array().cloned().unwrap_or_default();
+    let echo = tools
+        .iter()
+        .find(|tool| tool["name"] == "everything__echo")
+        .unwrap_or_else(|| panic!("no everything__echo in {tools:?}"));
+    assert_eq!(echo["description"], "Echoes back the input string");
+    assert_eq!(echo["inputSchema"]["required"], json!(["message"]));
+    assert_eq!(answers[1]["isError"], false, "{}", answers[1]);
+    assert_eq!(answers[1]["content"][0]["text"], "Echo: hi", "{}", answers[1]);
+    assert_eq!(error_of(&answers[2])["code"], "E_TOOL_INVALID_ARGS");
+
+    assert_eq!(server.stop(Signal::SIGTERM), Some(143));
+    for child in children {
+        assert_gone(child, "the agent's MCP server");
+    }
 }
