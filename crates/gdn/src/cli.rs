@@ -52,6 +52,9 @@ pub enum Command {
     /// Inspect and call tools.
     #[command(subcommand)]
     Tool(ToolCommand),
+    /// Offer an agent's tools to MCP clients.
+    #[command(subcommand)]
+    Mcp(McpCommand),
     /// An agent process of a running swarm (started by `gdn run`, not by hand).
     #[command(name = "__agent", hide = true)]
     Agent(AgentProcessArgs),
@@ -74,6 +77,34 @@ pub enum ToolCommand {
     },
     /// Run one tool call through the full pipeline and print its ToolResult.
     Call(ToolCallArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum McpCommand {
+    /// Serve the agent's Tool Catalog as an MCP server, over stdio (default)
+    /// or streamable HTTP; every call runs through the agent's pipeline.
+    Serve(McpServeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct McpServeArgs {
+    /// The agent whose tools are served (default: the entry agent).
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio
+    /// (port 0 picks a free port; the URL is printed on standard output).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub http: Option<String>,
+    /// Allow a non-loopback --http address: anyone who reaches it can run the agent's tools.
+    #[arg(long, requires = "http")]
+    pub allow_remote: bool,
+    /// The working directory the tools see (default: the bundle directory).
+    #[arg(long, value_name = "DIR")]
+    pub workdir: Option<PathBuf>,
+    /// Cancel a tool call after this many milliseconds (default 600000, ten
+    /// minutes; 0 for no deadline).
+    #[arg(long, value_name = "MS")]
+    pub tool_timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Args)]

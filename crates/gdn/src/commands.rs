@@ -161,8 +161,8 @@ async fn check_script_modules(bundle: &goondan_config::Bundle, runtime: goondan_
 
 /// Loads the bundle and assembles the agent's tooling exactly as `gdn run`
 /// does (same tools, registry, executor and middleware), or reports why not
-/// (exit 2).
-async fn setup(
+/// (exit 2). `gdn mcp serve` assembles through it too.
+pub(crate) async fn setup(
     global: &GlobalOptions,
     session: &crate::Session,
     configure: impl FnOnce(&mut AgentOptions),

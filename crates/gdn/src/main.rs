@@ -11,13 +11,14 @@ mod commands;
 mod dotenv;
 mod init;
 mod instance;
+mod mcp_serve;
 mod output;
 mod run;
 mod secrets;
 mod shutdown;
 mod wiring;
 
-use cli::{Cli, Command, ToolCommand};
+use cli::{Cli, Command, McpCommand, ToolCommand};
 
 /// What every command gets from `main`.
 pub struct Session {
@@ -92,10 +93,19 @@ fn main() -> ExitCode {
         Command::Tool(ToolCommand::Call(args)) => {
             runtime.block_on(commands::tool_call(&cli.global, args, &session, &mut out))
         }
+        Command::Mcp(McpCommand::Serve(args)) => {
+            runtime.block_on(mcp_serve::serve(&cli.global, args, &session, &mut out))
+        }
         Command::Agent(_) => runtime.block_on(agent_process::run(&cli.global, &session)),
     };
     // Background jobs of tool calls end with us.
-    drop(runtime);
+    if matches!(cli.command, Command::Mcp(_)) {
+        // A read of standard input that never returns (stdin not a pipe, and
+        // the server stopped by a signal) must not hold the exit forever.
+        runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    } else {
+        drop(runtime);
+    }
     tool_processes.kill_all();
     // What the scan by marker missed (a process caught mid-exec).
     goondan_base::tool_processes::kill_descendants();

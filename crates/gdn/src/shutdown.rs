@@ -63,7 +63,7 @@ impl Shutdown {
         match running {
             // The turn ends as after Ctrl-C; the run then exits.
             Some(cancel) => {
-                tracing::warn!("{}: cancelling the turn, then exiting", signal.as_str());
+                tracing::warn!("{}: cancelling the running turn (or MCP server), then exiting", signal.as_str());
                 let _ = cancel.send(true);
             }
             None => {
@@ -74,7 +74,7 @@ impl Shutdown {
         }
     }
 
-    /// A turn starts; `cancel` cancels it.
+    /// A turn starts (or `gdn mcp serve` serves); `cancel` cancels it.
     pub fn turn_started(&self, cancel: watch::Sender<bool>) {
         *self.turn.lock().unwrap_or_else(PoisonError::into_inner) = Some(cancel);
         // A signal that came just before: cancel at once.

@@ -1,4 +1,4 @@
-//! The MCP client of goondan-rs: the tools of the MCP servers an agent's
+//! MCP for goondan-rs. The client: the tools of the MCP servers an agent's
 //! `Extension/mcp` names join its Tool Catalog as `SERVER__TOOL`, and run
 //! through the same validation, middleware and executor as every tool.
 //!
@@ -11,11 +11,15 @@
 //! Streamable-HTTP servers are reached through the SDK's HTTP client. A
 //! step layer takes a server's changed tools into the catalog at the next
 //! step.
+//!
+//! The other direction, [`server`], offers an agent's own catalog to MCP
+//! clients (`gdn mcp serve`), each call through the agent's pipeline.
 
 pub mod client;
 pub mod config;
 pub mod handler;
 pub mod names;
+pub mod server;
 
 use std::collections::HashSet;
 use std::sync::Arc;

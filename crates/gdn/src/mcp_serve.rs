@@ -1,0 +1,104 @@
+//! `gdn mcp serve`: the agent's Tool Catalog as an MCP server, over stdio
+//! or streamable HTTP (`goondan_mcp::server`).
+//!
+//! The agent is assembled by the same `commands::setup` as `gdn tool list`
+//! and `gdn tool call`, so the tools, middleware and extensions are those a
+//! turn gets. On stdio, standard output carries MCP frames only: logs go to
+//! standard error and nothing here writes to standard output. The server
+//! stops at the end of its input (stdio), at SIGTERM/SIGHUP (through
+//! `gdn::shutdown`, as a turn is cancelled) or at Ctrl-C; `main` then kills
+//! every process its tool calls left.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::Result;
+use goondan_mcp::server::{self, ToolServer};
+use goondan_runtime::agent::AgentOptions;
+use tokio::sync::watch;
+
+use crate::cli::{GlobalOptions, McpServeArgs};
+use crate::exit;
+use crate::output::{self, Output};
+
+/// The exit status after Ctrl-C (as `gdn run`'s cancelled turn).
+const INTERRUPTED: u8 = 130;
+
+/// `gdn mcp serve`.
+pub async fn serve(
+    global: &GlobalOptions,
+    args: &McpServeArgs,
+    session: &crate::Session,
+    out: &mut Output,
+) -> Result<u8> {
+    if let Some(dir) = args.workdir.as_ref().filter(|dir| !dir.is_dir()) {
+        output::error_line(&mut out.stderr, format_args!("--workdir {} is not a directory", dir.display()))?;
+        return Ok(exit::USAGE);
+    }
+    // The address first: a refused bind needs no agent.
+    let listener = match &args.http {
+        Some(address) => match server::bind_http(address, args.allow_remote).await {
+            Ok(listener) => Some(listener),
+            Err(error) => {
+                output::error_line(&mut out.stderr, error)?;
+                return Ok(exit::USAGE);
+            }
+        },
+        None => None,
+    };
+    let configure = |options: &mut AgentOptions| {
+        options.agent.clone_from(&args.agent);
+        options.workdir.clone_from(&args.workdir);
+        let timeout_ms = args.tool_timeout_ms.unwrap_or(crate::run::DEFAULT_TOOL_TIMEOUT_MS);
+        options.call_timeout = Some(timeout_ms).filter(|ms| *ms > 0).map(std::time::Duration::from_millis);
+    };
+    let tooling = match crate::commands::setup(global, session, configure, out).await? {
+        Ok(tooling) => tooling,
+        Err(code) => return Ok(code),
+    };
+    let agent = Arc::clone(&tooling.agent_name);
+    let server = ToolServer::new(Arc::new(tooling), "gdn", env!("CARGO_PKG_VERSION"));
+
+    // SIGTERM/SIGHUP cancel the server the way they cancel a running turn.
+    let (cancel, mut cancelled) = watch::channel(false);
+    session.shutdown.turn_started(cancel);
+    let interrupted = Arc::new(AtomicBool::new(false));
+    let on_interrupt = Arc::clone(&interrupted);
+    let stop = async move {
+        tokio::select! {
+            _ = cancelled.wait_for(|cancelled| *cancelled) => {}
+            Ok(()) = tokio::signal::ctrl_c() => on_interrupt.store(true, Ordering::SeqCst),
+        }
+    };
+    let served = match listener {
+        None => {
+            tracing::info!("serving the tools of agent '{agent}' over MCP on standard input/output");
+            server::serve_stdio(server, stop).await
+        }
+        Some(listener) => {
+            let url = match listener.local_addr() {
+                Ok(address) => format!("http://{address}{}", server::HTTP_PATH),
+                Err(error) => {
+                    session.shutdown.turn_ended();
+                    return Err(anyhow::Error::new(error).context("reading the listener's address"));
+                }
+            };
+            // Over HTTP standard output is free: say where the server is
+            // (with port 0 only this line tells).
+            if global.json {
+                writeln!(out.stdout, "{}", serde_json::json!({"url": url, "agent": &*agent}))?;
+            } else {
+                writeln!(out.stdout, "MCP server for agent '{agent}': {url}")?;
+            }
+            out.stdout.flush()?;
+            server::serve_http(listener, server, args.allow_remote, stop).await
+        }
+    };
+    session.shutdown.turn_ended();
+    if let Err(error) = served {
+        output::error_line(&mut out.stderr, error)?;
+        return Ok(exit::FAILED);
+    }
+    Ok(if interrupted.load(Ordering::SeqCst) { INTERRUPTED } else { exit::OK })
+}
