@@ -89,7 +89,8 @@ fn serve(stream: &std::net::TcpStream, log: &Mutex<Vec<Value>>) {
 }
 
 /// The fixture's rule: after a tool result "done"; a user message with CALL
-/// gets a text-transform call; anything else "ok".
+/// gets a text-transform call, one with ASK an agents__request to `callee`;
+/// anything else "ok".
 fn reply_to(request: &Value) -> Value {
     let messages = request["messages"].as_array().cloned().unwrap_or_default();
     let last = messages.last().cloned().unwrap_or(Value::Null);
@@ -100,6 +101,11 @@ fn reply_to(request: &Value) -> Value {
         let arguments = json!({"text": "abc", "to": "upper"}).to_string();
         return json!({"role": "assistant", "tool_calls": [{"index": 0, "id": format!("call_{}", messages.len()),
             "type": "function", "function": {"name": "text-transform__case", "arguments": arguments}}]});
+    }
+    if last["role"] == "user" && last["content"].as_str().is_some_and(|text| text.contains("ASK")) {
+        let arguments = json!({"target": "callee", "input": "hi from caller"}).to_string();
+        return json!({"role": "assistant", "tool_calls": [{"index": 0, "id": format!("call_{}", messages.len()),
+            "type": "function", "function": {"name": "agents__request", "arguments": arguments}}]});
     }
     json!({"role": "assistant", "content": "ok"})
 }
@@ -193,8 +199,8 @@ fn context_message_sends_the_prompt_once_with_the_swarm_catalog_and_not_again_ne
     assert_eq!(requests.len(), 2);
     let context = format!(
         "{PROMPT}\n\n[runtime_catalog]\nswarm=default\nentryAgent=prompted\nselfAgent=prompted\n\
-         availableAgents=compacted, guarded, plain, prompted, truncated, unguarded, windowed\n\
-         callableAgents=compacted, guarded, plain, truncated, unguarded, windowed\n[/runtime_catalog]\n\
+         availableAgents=callee, caller, compacted, guarded, plain, prompted, truncated, unguarded, windowed\n\
+         callableAgents=callee, caller, compacted, guarded, plain, truncated, unguarded, windowed\n[/runtime_catalog]\n\
          Delegate only to callableAgents."
     );
     assert_eq!(roles_and_texts(&requests[0]), [("system".into(), context.clone()), ("user".into(), "hello".into())]);
@@ -211,6 +217,45 @@ fn context_message_sends_the_prompt_once_with_the_swarm_catalog_and_not_again_ne
     for request in &requests {
         assert_eq!(request.to_string().matches(PROMPT).count(), 1, "the prompt once: {request}");
     }
+}
+
+#[test]
+fn context_message_tells_a_called_agent_where_its_input_came_from() {
+    let model = Model::start();
+    let state = temp();
+    let answer = run(&model, state.path(), "caller", "ASK the callee");
+    assert_eq!(answer["text"], "done", "{answer}");
+    let requests = model.take();
+    // caller (the request), callee (its turn), caller (after the result).
+    assert_eq!(requests.len(), 3, "{requests:#?}");
+    let callee = &requests[1];
+    let messages = roles_and_texts(callee);
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    assert_eq!(messages[1], ("user".into(), "hi from caller".into()));
+    let (role, context) = &messages[0];
+    assert_eq!(role, "system");
+    let lines: Vec<&str> = context.lines().collect();
+    for expected in [
+        "[runtime_inbound]",
+        "sourceKind=agent",
+        "sourceName=caller",
+        "instanceKey=default",
+        "[runtime_call]",
+        "callerAgent=caller",
+        "callerInstanceKey=default",
+        "replyTo.target=caller",
+        "[runtime_route]",
+        "precedence=call>inbound",
+        "senderKind=agent",
+        "senderName=caller",
+        "senderInstanceKey=default",
+    ] {
+        assert!(lines.contains(&expected), "{expected} missing from:\n{context}");
+    }
+    assert!(lines.iter().any(|line| line.starts_with("replyTo.correlationId=") && line.len() > 22), "{context}");
+    // includeAgentPrompt: false — with context-message in charge of the
+    // system context, the agent's prompt is not sent at all (as the original).
+    assert!(!callee.to_string().contains("this prompt is left out"), "{callee}");
 }
 
 #[test]
