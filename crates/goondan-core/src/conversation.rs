@@ -385,6 +385,34 @@ pub fn integrity_repairs(messages: &[Message]) -> Vec<MessageEvent> {
     repairs_from(messages, 0)
 }
 
+/// Widens or narrows a removal so that it keeps tool calls and their results
+/// together: `remove[i]` says whether `messages[i]` goes. An assistant
+/// message and the run of results right after it share its fate — all go
+/// when it goes, all stay when it stays — so an extension that trims the
+/// conversation (message-window, message-compaction) never leaves a call
+/// without its result or a result without its call, whatever it picked.
+/// Results outside such a run answer nothing (the rule removes them anyway)
+/// and keep what `remove` says. On a conversation that satisfies the rule,
+/// what stays satisfies it too. Messages beyond the end of `remove` stay.
+pub fn keep_calls_with_results(messages: &[Message], remove: &mut [bool]) {
+    let mut index = 0;
+    while index < messages.len() {
+        let start = index;
+        index += 1;
+        let MessageData::Assistant { tool_calls, .. } = &messages[start].data else { continue };
+        while messages.get(index).is_some_and(|m| matches!(m.data, MessageData::Tool { .. })) {
+            index += 1;
+        }
+        if tool_calls.is_empty() && index == start + 1 {
+            continue;
+        }
+        let goes = remove.get(start).copied().unwrap_or(false);
+        for flag in remove.iter_mut().take(index).skip(start) {
+            *flag = goes;
+        }
+    }
+}
+
 /// Which calls of one assistant message have a result; no allocation for
 /// the usual handful of calls.
 enum Answered {
@@ -701,6 +729,38 @@ mod tests {
         assert_eq!(state.replay(events), 1);
         let ids: Vec<&str> = state.messages().iter().map(|m| m.id.as_str()).collect();
         assert_eq!(ids, ["u1", "u2"]);
+    }
+
+    /// Whatever is picked for removal from a valid conversation, what
+    /// stays after `keep_calls_with_results` satisfies the rule.
+    #[test]
+    fn removals_kept_pair_safe_leave_a_conversation_that_keeps_the_rule() {
+        let messages = vec![
+            user("u1"),
+            assistant("a1", &["c1", "c2"]),
+            result("r1", "c1"),
+            result("r2", "c2"),
+            user("u2"),
+            assistant("a2", &["c3"]),
+            result("r3", "c3"),
+            assistant("a3", &[]),
+        ];
+        assert!(integrity_repairs(&messages).is_empty());
+        for picked in 0u32..(1 << messages.len()) {
+            let mut remove: Vec<bool> = (0..messages.len()).map(|i| picked & (1 << i) != 0).collect();
+            keep_calls_with_results(&messages, &mut remove);
+            let kept: Vec<Message> =
+                messages.iter().zip(&remove).filter(|(_, gone)| !**gone).map(|(m, _)| m.clone()).collect();
+            assert!(integrity_repairs(&kept).is_empty(), "picked {picked:b}: {:?}", ids(&ConversationState::new(kept)));
+        }
+        // A cut inside a pair takes the pair's results with its call.
+        let mut remove = vec![true, true, true, false, false, false, false, false];
+        keep_calls_with_results(&messages, &mut remove);
+        assert_eq!(remove, [true, true, true, true, false, false, false, false]);
+        // A kept call keeps its results.
+        let mut remove = vec![false, false, false, false, false, false, true, false];
+        keep_calls_with_results(&messages, &mut remove);
+        assert!(remove.iter().all(|gone| !gone));
     }
 
     #[test]

@@ -8,11 +8,29 @@
 //! same registry, as JavaScript extensions' do. [`install`] picks the module
 //! by the Extension's name.
 
+use goondan_config::PackageScope;
 use goondan_runtime::extension::{AgentExtension, ExtensionError, ExtensionSetup};
+
+pub mod context_message;
+mod fields;
+pub mod message_compaction;
+pub mod message_integrity;
+pub mod message_window;
+#[cfg(test)]
+mod test_messages;
 
 /// Installs `extension` when it is one of the base package's extensions this
 /// crate implements; returns `Ok(false)` (and changes nothing) otherwise.
 pub async fn install(setup: &mut ExtensionSetup<'_>, extension: &AgentExtension) -> Result<bool, ExtensionError> {
-    let _ = (setup, extension);
-    Ok(false)
+    if extension.scope != PackageScope::Base {
+        return Ok(false);
+    }
+    match extension.name.as_str() {
+        context_message::NAME => context_message::install(setup, extension)?,
+        message_window::NAME => message_window::install(setup, extension)?,
+        message_compaction::NAME => message_compaction::install(setup, extension)?,
+        message_integrity::NAME => message_integrity::install(setup, extension)?,
+        _ => return Ok(false),
+    }
+    Ok(true)
 }

@@ -180,6 +180,14 @@ pub struct AgentTooling {
     pub events: Arc<dyn EventSink>,
     /// The swarm's agent-to-agent runtime, handed to tools in their context.
     pub agent_runtime: Option<Arc<dyn AgentToolRuntime>>,
+    /// The agent's system prompt (`prompt.system`, or its `systemRef` file
+    /// as read at assembly): what the original hands extensions as
+    /// `ctx.runtime.agent.prompt.system`.
+    pub system_prompt: Option<Arc<str>>,
+    /// The extension that puts the system prompt into the conversation
+    /// itself (`context-message`). The model request then does not carry
+    /// the prompt besides, so the model gets it once.
+    pub prompt_in_conversation: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for AgentTooling {
@@ -213,6 +221,8 @@ impl AgentTooling {
             turn_middleware: MiddlewareChain::new(),
             events,
             agent_runtime: None,
+            system_prompt: None,
+            prompt_in_conversation: None,
         }
     }
 
@@ -394,6 +404,9 @@ async fn tooling_of(
     let mut tooling =
         AgentTooling::new(agent.name(), instance_key, &workdir, tools, executor, Arc::clone(&options.events));
     tooling.agent_runtime.clone_from(&options.agent_runtime);
+    // Read before the extensions install: context-message builds its
+    // system message from it.
+    tooling.system_prompt = system_prompt(bundle.root(), agent)?.map(Arc::from);
     let extensions = agent_extensions(bundle, agent);
     if !extensions.is_empty() {
         let state = Arc::new(match &options.extension_state {
@@ -428,12 +441,20 @@ pub async fn build_agent(bundle: &Bundle, options: &AgentOptions) -> Result<Agen
     let provider = build_provider(&settings).map_err(model_error)?;
     let params: ModelParams = serde_json::from_value(serde_json::Value::Object(agent.spec.model_config.params.clone()))
         .map_err(|e| model_error(ModelError::Config(format!("modelConfig.params: {e}"))))?;
-    let system_prompt = system_prompt(bundle.root(), agent)?;
     let max_steps_per_turn = swarm_of(bundle, &name)
         .and_then(|s| s.spec.policy.max_steps_per_turn)
         .unwrap_or(Agent::DEFAULT_MAX_STEPS_PER_TURN);
 
     let tooling = tooling_of(bundle, agent, &instance_key, options).await?;
+    // An extension that sends the prompt as a message of the conversation
+    // replaces the request's own copy; otherwise the model would get it twice.
+    let system_prompt = match &tooling.prompt_in_conversation {
+        Some(extension) => {
+            tracing::debug!("agent '{name}': extension '{extension}' sends the system prompt in the conversation");
+            None
+        }
+        None => tooling.system_prompt.as_deref().map(str::to_owned),
+    };
     let mut built = Agent::new(tooling, provider);
     built.system_prompt = system_prompt;
     built.params = params;

@@ -121,6 +121,11 @@ pub struct TurnContext {
     /// The input; layers may rewrite it before the turn core appends it as
     /// the user message.
     pub input: String,
+    /// The metadata the user message will carry: where the input came from
+    /// (`__goondanInbound` for another agent's request, as the original's
+    /// inbound and call context). Layers may change it before the turn core
+    /// appends the message.
+    pub input_metadata: JsonObject,
     /// Emits the layer's own events into the turn's trace.
     pub events: EventEmitter,
     /// The conversation as it stands; layers read it and change it with

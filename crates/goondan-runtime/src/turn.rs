@@ -223,6 +223,7 @@ impl Agent {
             turn_id: Arc::clone(&trace.turn_id),
             trace_id: Arc::clone(&trace.trace_id),
             input,
+            input_metadata,
             events: EventEmitter::new(&emitter_turn, &trace.turn_span_hex, None),
             conversation: std::mem::take(&mut conversation.state),
             metadata: JsonObject::new(),
@@ -235,7 +236,6 @@ impl Agent {
             span_ids,
             emitter_turn,
             trace: &trace,
-            input_metadata,
         };
         let on_panic = |layer: Option<&str>, message: String| {
             TurnOutcome::ended(TurnEnd::LayerFailed(LayerFailure {
@@ -372,8 +372,6 @@ struct TurnCore<'a> {
     span_ids: Arc<SpanIdGenerator>,
     emitter_turn: Arc<EmitterTurn>,
     trace: &'a TraceIds,
-    /// Metadata of the turn's user message.
-    input_metadata: JsonObject,
 }
 
 impl Core<TurnContext, TurnOutcome> for TurnCore<'_> {
@@ -387,7 +385,7 @@ impl TurnCore<'_> {
         let agent = self.agent;
         let mut outcome = TurnOutcome::ended(TurnEnd::Answered);
         let mut user = Message::new(MessageData::User { content: ctx.input.clone() }, MessageSource::User);
-        user.metadata.clone_from(&self.input_metadata);
+        user.metadata.clone_from(&ctx.input_metadata);
         let user_id = user.id.clone();
         ctx.conversation.append_new([user]);
         if let Err(error) = commit(&mut ctx.conversation, self.store).await {

@@ -744,6 +744,25 @@ async fn a_turn_continues_the_callers_trace_and_its_input_carries_metadata() {
     let events = f.events.events();
     assert!(events.iter().all(|e| e["traceId"] == trace), "{events:?}");
     assert_eq!(conversation.messages()[0].metadata["__goondanInbound"]["sourceName"], "coordinator");
+    // Turn layers see the input's metadata before the user message is made,
+    // and what they leave is what it carries.
+    let mut h = fixture(json!([{"text": "done"}]), 4);
+    h.agent.tooling.turn_middleware.register(
+        "tag",
+        0,
+        from_fn(|ctx: &mut TurnContext, next| {
+            let sender = ctx.input_metadata["__goondanInbound"]["sourceName"].clone();
+            ctx.input_metadata.insert("seenSender".to_owned(), sender);
+            next.run(ctx)
+        }),
+    );
+    let mut metadata = goondan_core::JsonObject::new();
+    metadata.insert("__goondanInbound".to_owned(), json!({"sourceName": "planner"}));
+    let input = goondan_runtime::TurnInput { text: "tagged".to_owned(), metadata, ..Default::default() };
+    let (mut tagged, _store) = recorded(Vec::new());
+    let outcome = h.agent.run_turn(&mut tagged, input, &Collect::default(), never_cancelled()).await;
+    assert_eq!(outcome.end, TurnEnd::Answered);
+    assert_eq!(tagged.messages()[0].metadata["seenSender"], "planner");
     // A trace id that is not one of ours is replaced, not trusted.
     let input =
         goondan_runtime::TurnInput { text: "x".to_owned(), trace_id: Some("../evil".to_owned()), ..Default::default() };
