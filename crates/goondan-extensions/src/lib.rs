@@ -10,9 +10,21 @@
 
 use goondan_runtime::extension::{AgentExtension, ExtensionError, ExtensionSetup};
 
+mod fields;
+mod inter_agent_response_format;
+pub mod logging;
+mod required_tools_guard;
+mod tool_search;
+
 /// Installs `extension` when it is one of the base package's extensions this
 /// crate implements; returns `Ok(false)` (and changes nothing) otherwise.
 pub async fn install(setup: &mut ExtensionSetup<'_>, extension: &AgentExtension) -> Result<bool, ExtensionError> {
-    let _ = (setup, extension);
-    Ok(false)
+    match extension.name.as_str() {
+        tool_search::NAME => tool_search::install(setup, extension).await?,
+        required_tools_guard::NAME => required_tools_guard::install(setup, extension)?,
+        logging::NAME => logging::install(setup, extension)?,
+        inter_agent_response_format::NAME => inter_agent_response_format::install(setup, extension)?,
+        _ => return Ok(false),
+    }
+    Ok(true)
 }

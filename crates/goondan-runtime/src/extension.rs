@@ -36,9 +36,26 @@ pub struct AgentExtension {
     pub config: JsonObject,
 }
 
+/// The base package's extension that `Agent.spec.requiredTools` implies.
+pub const REQUIRED_TOOLS_GUARD: &str = "required-tools-guard";
+
 /// The extensions `agent` references, in order; references that do not
 /// resolve are left out (the loader reports them).
+///
+/// As in the original, an agent's `spec.requiredTools` is enforced by the
+/// `required-tools-guard` extension: its names are added (without
+/// duplicates) to the `requiredTools` of the agent's `required-tools-guard`
+/// reference, or, when it has none, `@goondan/base`'s
+/// `Extension/required-tools-guard` is appended with them.
 pub fn agent_extensions(bundle: &Bundle, agent: &Resource<AgentSpec>) -> Vec<AgentExtension> {
+    let mut found = referenced_extensions(bundle, agent);
+    if !agent.spec.required_tools.is_empty() {
+        add_required_tools(bundle, &agent.spec.required_tools, &mut found);
+    }
+    found
+}
+
+fn referenced_extensions(bundle: &Bundle, agent: &Resource<AgentSpec>) -> Vec<AgentExtension> {
     let mut found = Vec::with_capacity(agent.spec.extensions.len());
     for reference in &agent.spec.extensions {
         let Ok(Resolved { scope, resource: AnyResource::Extension(extension) }) = bundle.resolve(&reference.reference)
@@ -58,6 +75,52 @@ pub fn agent_extensions(bundle: &Bundle, agent: &Resource<AgentSpec>) -> Vec<Age
         found.push(AgentExtension { name: extension.name().to_owned(), scope, entry, config });
     }
     found
+}
+
+fn add_required_tools(bundle: &Bundle, required: &[String], found: &mut Vec<AgentExtension>) {
+    // The original matches the guard by name, whichever package holds it.
+    let index = match found.iter().position(|extension| extension.name == REQUIRED_TOOLS_GUARD) {
+        Some(index) => index,
+        None => {
+            let reference = goondan_core::ObjectRef {
+                kind: "Extension".to_owned(),
+                name: REQUIRED_TOOLS_GUARD.to_owned(),
+                package: Some(goondan_config::BASE_PACKAGE.to_owned()),
+                api_version: None,
+            };
+            let Ok(Resolved { scope, resource: AnyResource::Extension(extension) }) = bundle.resolve(&reference) else {
+                tracing::warn!(
+                    "Extension/{REQUIRED_TOOLS_GUARD} is missing from the base package; spec.requiredTools is not enforced"
+                );
+                return;
+            };
+            found.push(AgentExtension {
+                name: REQUIRED_TOOLS_GUARD.to_owned(),
+                scope,
+                entry: Arc::from(Path::new(&extension.spec.entry)),
+                config: extension.spec.config.clone(),
+            });
+            found.len() - 1
+        }
+    };
+    let config = &mut found[index].config;
+    // The configured names first (trimmed, empty ones dropped, as the
+    // original merges them; anything else is left for the extension to
+    // refuse), then the agent's.
+    let mut names: Vec<serde_json::Value> = Vec::new();
+    if let Some(serde_json::Value::Array(configured)) = config.get("requiredTools") {
+        for value in configured {
+            match value {
+                serde_json::Value::String(name) if name.trim().is_empty() => {}
+                serde_json::Value::String(name) => names.push(serde_json::Value::from(name.trim())),
+                other => names.push(other.clone()),
+            }
+        }
+    }
+    names.extend(required.iter().map(|name| serde_json::Value::from(name.trim())));
+    let mut seen = std::collections::HashSet::new();
+    names.retain(|name| name.as_str().is_none_or(|name| seen.insert(name.to_owned())));
+    config.insert("requiredTools".to_owned(), serde_json::Value::Array(names));
 }
 
 /// What an [`ExtensionInstaller`] works with.
