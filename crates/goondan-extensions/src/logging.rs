@@ -170,18 +170,15 @@ impl Middleware<StepContext, StepOutcome> for StepLogger {
             let outcome = next.run(ctx).await;
             let duration_ms = started.elapsed().as_millis();
             match &outcome.failure {
-                Some(failure) => {
-                    if settings.logs(Level::Error) {
-                        log_at!(
-                            Level::Error,
-                            turnId = %ctx.turn_id,
-                            stepIndex = ctx.step_index,
-                            durationMs = duration_ms,
-                            error = ?failure,
-                            "[logging.step] failed"
-                        );
-                    }
-                }
+                Some(failure) if settings.logs(Level::Error) => log_at!(
+                    Level::Error,
+                    turnId = %ctx.turn_id,
+                    stepIndex = ctx.step_index,
+                    durationMs = duration_ms,
+                    error = ?failure,
+                    "[logging.step] failed"
+                ),
+                Some(_) => {}
                 None if settings.logs(Level::Info) => log_at!(
                     Level::Info,
                     turnId = %ctx.turn_id,

@@ -261,7 +261,7 @@ fn rank<'a>(
         })
         .collect();
     // A stable sort: equal scores keep catalog order.
-    scored.sort_by(|a, b| b.0.cmp(&a.0));
+    scored.sort_by_key(|(score, _)| std::cmp::Reverse(*score));
     scored.into_iter().take(limit).map(|(_, item)| item).collect()
 }
 

@@ -181,3 +181,42 @@ pub fn no_extensions() -> ExtensionInstaller {
         Box::pin(std::future::ready(refused.map_or(Ok(()), Err)))
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+
+    fn extensions_of(yaml: &str) -> Vec<AgentExtension> {
+        let text = format!(
+            "apiVersion: goondan.ai/v1\nkind: Model\nmetadata: {{name: m}}\nspec: {{provider: openai, model: x}}\n---\n\
+             apiVersion: goondan.ai/v1\nkind: Agent\nmetadata: {{name: a}}\nspec:\n  modelConfig: {{modelRef: Model/m}}\n{yaml}"
+        );
+        let report = goondan_config::load_from_str(&text, "goondan.yaml", None, PathBuf::from("goondan.yaml"));
+        let bundle = report.bundle.unwrap_or_else(|| panic!("{:?}", report.diagnostics));
+        let agent = bundle.agents().next().cloned().unwrap_or_else(|| panic!("no agent"));
+        agent_extensions(&bundle, &agent)
+    }
+
+    /// As the original's agent plan does: `spec.requiredTools` adds the
+    /// base package's guard, or merges into the agent's own reference.
+    #[test]
+    fn required_tools_imply_the_guard_or_merge_into_its_config() {
+        let found = extensions_of("  requiredTools: [x__send]\n");
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].name, REQUIRED_TOOLS_GUARD);
+        assert_eq!(found[0].scope, PackageScope::Base);
+        assert_eq!(found[0].config["requiredTools"], serde_json::json!(["x__send"]));
+        assert_eq!(found[0].config["errorMessage"], "");
+
+        let found = extensions_of(
+            "  requiredTools: [x__send, ' y__post ']\n  extensions:\n    - ref: {kind: Extension, name: required-tools-guard, package: \"@goondan/base\"}\n      config: {requiredTools: [' y__post', '', z__mail], errorMessage: hi}\n    - ref: {kind: Extension, name: logging, package: \"@goondan/base\"}\n",
+        );
+        assert_eq!(found.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), [REQUIRED_TOOLS_GUARD, "logging"]);
+        assert_eq!(found[0].config["requiredTools"], serde_json::json!(["y__post", "z__mail", "x__send"]));
+        assert_eq!(found[0].config["errorMessage"], "hi");
+
+        assert!(extensions_of("  tools: []\n").is_empty());
+    }
+}
