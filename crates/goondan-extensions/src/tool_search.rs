@@ -78,8 +78,6 @@ struct Shared {
 struct Inner {
     /// The tools the last search selected.
     selected: Vec<Arc<str>>,
-    /// The last query that selected them.
-    last_query: Option<String>,
     /// The catalog of the current step as the layer received it, before it
     /// kept only the selection: what a search ranks.
     catalog: Arc<ToolCatalog>,
@@ -101,7 +99,7 @@ pub(crate) async fn install(setup: &mut ExtensionSetup<'_>, extension: &AgentExt
                 ExtensionError::new(&extension.name, fields::E_EXT_INIT, format!("reading its state: {e}"))
             })?;
         if let Some(stored) = stored {
-            (inner.selected, inner.last_query) = read_state(&stored);
+            inner.selected = read_selection(&stored);
         }
     }
     let shared = Arc::new(Shared {
@@ -129,16 +127,15 @@ pub(crate) async fn install(setup: &mut ExtensionSetup<'_>, extension: &AgentExt
     Ok(())
 }
 
-/// The selection as the original keeps it: `selectedTools` (strings) and
-/// `lastQuery`; its `catalogSnapshot` is not needed here (the layer keeps
-/// the step's catalog in memory) and is ignored.
-fn read_state(stored: &JsonObject) -> (Vec<Arc<str>>, Option<String>) {
-    let selected = match stored.get("selectedTools") {
+/// The selection in the state as the original keeps it: `selectedTools`
+/// (strings; anything else is skipped, as the original does). Its
+/// `lastQuery` is only written, for the record, and its `catalogSnapshot`
+/// is not needed here (the layer keeps the step's catalog in memory).
+fn read_selection(stored: &JsonObject) -> Vec<Arc<str>> {
+    match stored.get("selectedTools") {
         Some(JsonValue::Array(names)) => names.iter().filter_map(JsonValue::as_str).map(Arc::from).collect(),
         _ => Vec::new(),
-    };
-    let last_query = stored.get("lastQuery").and_then(JsonValue::as_str).map(str::to_owned);
-    (selected, last_query)
+    }
 }
 
 /// Keeps the search tool and the selection in the step's catalog.
@@ -156,13 +153,18 @@ impl Middleware<StepContext, StepOutcome> for SelectionLayer {
             // Without persistence a selection lasts for the turn it was made in.
             if ctx.step_index == 0 && !shared.settings.persist_selection {
                 inner.selected.clear();
-                inner.last_query = None;
             }
-            inner.catalog = Arc::new(ctx.tool_catalog.clone());
+            // The full catalog moves into the snapshot; only the few items
+            // offered are cloned back.
+            let full = std::mem::take(&mut ctx.tool_catalog);
             let search_tool = &shared.settings.tool_name;
             let selected = &inner.selected;
-            ctx.tool_catalog
-                .retain(|item| item.name() == &**search_tool || selected.iter().any(|name| **name == *item.name()));
+            ctx.tool_catalog = full
+                .iter()
+                .filter(|item| item.name() == &**search_tool || selected.iter().any(|name| **name == *item.name()))
+                .cloned()
+                .collect();
+            inner.catalog = Arc::new(full);
         }
         next.run(ctx)
     }
@@ -205,7 +207,6 @@ impl SearchTool {
                 .collect();
             let selected: Vec<Arc<str>> = ranked.iter().map(|item| Arc::clone(item.shared_name())).collect();
             inner.selected.clone_from(&selected);
-            inner.last_query = Some(query.to_owned());
             (results, selected)
         };
         let selected: Vec<&str> = selected.iter().map(|name| &**name).collect();
@@ -267,6 +268,8 @@ fn rank<'a>(
 
 #[cfg(test)]
 mod tests {
+    use goondan_runtime::agent::AgentTooling;
+
     use super::*;
     use crate::fields::tests::extension;
 
@@ -323,6 +326,80 @@ mod tests {
         }
     }
 
+    /// An agent with three dynamic tools and tool-search configured with `config`.
+    async fn agent_with(config: serde_json::Value, state: &Arc<ExtensionStateStore>) -> AgentTooling {
+        let registry = goondan_tools::ToolRegistry::new();
+        for (name, description) in
+            [("mail__send", "Send an email"), ("chat__post", "Post to a channel"), ("disk__read", "Read a file")]
+        {
+            let item = ToolCatalogItem::new(name, ToolSource::extension("other")).with_description(description);
+            let handler = goondan_tools::sync_handler(|_, _| Ok(ToolOutput::Value(json!("ok"))));
+            registry.register(item, handler).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let executor = goondan_tools::ToolExecutor::new(Arc::new(registry));
+        let events: Arc<dyn goondan_tools::events::EventSink> = Arc::new(goondan_tools::events::NoopEventSink);
+        let mut tooling = AgentTooling::new("a", "k", std::path::Path::new("/"), Default::default(), executor, events);
+        let env: goondan_runtime::agent::EnvLookup = Arc::new(|_: &str| None);
+        let extension = extension(NAME, config);
+        let mut setup = ExtensionSetup {
+            tooling: &mut tooling,
+            extensions: std::slice::from_ref(&extension),
+            state: Arc::clone(state),
+            env: &env,
+        };
+        install(&mut setup, &extension).await.unwrap_or_else(|e| panic!("{e}"));
+        tooling
+    }
+
+    async fn offered(tooling: &AgentTooling) -> Vec<String> {
+        tooling.preview_catalog(Default::default()).await.names().map(str::to_owned).collect()
+    }
+
+    #[tokio::test]
+    async fn a_selection_is_offered_and_kept_across_turns_only_when_persisted() {
+        let state = Arc::new(ExtensionStateStore::in_memory());
+        let tooling = agent_with(json!({}), &state).await;
+        assert_eq!(offered(&tooling).await, ["tool-search__search"]);
+        let found =
+            tooling.call_tool("tool-search__search", JsonObject::from_iter([("query".into(), json!("send"))])).await;
+        assert_eq!(
+            found.output,
+            Some(
+                json!({"query": "send", "results": [{"name": "mail__send", "description": "Send an email"}], "selectedTools": ["mail__send"]})
+            )
+        );
+        // Every preview is the first step of a turn: the selection holds.
+        assert_eq!(offered(&tooling).await, ["mail__send", "tool-search__search"]);
+        let saved = state.get(NAME).await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(saved, json!({"selectedTools": ["mail__send"], "lastQuery": "send"}).as_object().cloned());
+        // A new agent on the same state starts with it.
+        let again = agent_with(json!({}), &state).await;
+        assert_eq!(offered(&again).await, ["mail__send", "tool-search__search"]);
+        // The selection only has tools that exist and is replaced by the next search.
+        let found = again
+            .call_tool(
+                "tool-search__search",
+                JsonObject::from_iter([("query".into(), json!("post read")), ("limit".into(), json!(1.7))]),
+            )
+            .await;
+        assert_eq!(found.output.as_ref().map(|o| o["selectedTools"].clone()), Some(json!(["chat__post"])));
+        // Too short a query selects nothing and changes nothing.
+        let short = agent_with(json!({"minQueryLength": 3}), &state).await;
+        let found =
+            short.call_tool("tool-search__search", JsonObject::from_iter([("query".into(), json!(" ab "))])).await;
+        assert_eq!(found.output, Some(json!({"query": " ab ", "results": [], "selectedTools": []})));
+        assert_eq!(offered(&short).await, ["chat__post", "tool-search__search"]);
+
+        let fresh = Arc::new(ExtensionStateStore::in_memory());
+        let turn_only = agent_with(json!({"persistSelection": false}), &fresh).await;
+        let found =
+            turn_only.call_tool("tool-search__search", JsonObject::from_iter([("query".into(), json!("send"))])).await;
+        assert_eq!(found.output.as_ref().map(|o| o["selectedTools"].clone()), Some(json!(["mail__send"])));
+        // The next turn's first step starts without it, and nothing was saved.
+        assert_eq!(offered(&turn_only).await, ["tool-search__search"]);
+        assert_eq!(fresh.get(NAME).await.unwrap_or_else(|e| panic!("{e}")), None);
+    }
+
     #[test]
     fn the_state_is_read_as_the_original_writes_it() {
         let stored = json!({
@@ -330,8 +407,7 @@ mod tests {
             "lastQuery": "q",
             "catalogSnapshot": [{"name": "a__b"}]
         });
-        let (selected, last) = read_state(stored.as_object().unwrap_or_else(|| panic!("object")));
+        let selected = read_selection(stored.as_object().unwrap_or_else(|| panic!("object")));
         assert_eq!(selected, [Arc::from("a__b"), Arc::from("c__d")]);
-        assert_eq!(last.as_deref(), Some("q"));
     }
 }
