@@ -6,7 +6,7 @@
 //! typo in a bundle is found at start, not guessed around.
 
 use goondan_core::{JsonObject, JsonValue};
-use goondan_runtime::extension::ExtensionError;
+use goondan_runtime::extension::{AgentExtension, ExtensionError};
 
 /// The code of an extension whose config is refused.
 pub(crate) const E_EXT_INIT: &str = "E_EXT_INIT";
@@ -81,12 +81,77 @@ impl<'a> Fields<'a> {
             self.refuse(key, &format!("one of {}", expected.join(", ")), value)
         })
     }
+
+    /// A list of non-empty strings (trimmed, duplicates dropped); empty when
+    /// absent.
+    pub(crate) fn string_list(&self, key: &str) -> Result<Vec<String>, ExtensionError> {
+        let Some(value) = self.get(key) else { return Ok(Vec::new()) };
+        let JsonValue::Array(items) = value else { return Err(self.refuse(key, "a list of strings", value)) };
+        let mut names: Vec<String> = Vec::with_capacity(items.len());
+        for (index, item) in items.iter().enumerate() {
+            match item.as_str().map(str::trim) {
+                Some(text) if !text.is_empty() => {
+                    if !names.iter().any(|known| known == text) {
+                        names.push(text.to_owned());
+                    }
+                }
+                _ => return Err(self.refuse(&format!("{key}[{index}]"), "a non-empty string", item)),
+            }
+        }
+        Ok(names)
+    }
+}
+
+/// A config error naming `field` (`config.<field>: <problem>`), for checks
+/// beyond one field's type.
+pub(crate) fn init_error(extension: &AgentExtension, field: &str, problem: impl std::fmt::Display) -> ExtensionError {
+    ExtensionError::new(&extension.name, E_EXT_INIT, format!("config.{field}: {problem}"))
+}
+
+/// [`Fields::boolean`] of `extension`'s config.
+pub(crate) fn bool_or(extension: &AgentExtension, key: &str, default: bool) -> Result<bool, ExtensionError> {
+    Fields::new(&extension.name, &extension.config).boolean(key, default)
+}
+
+/// [`Fields::string`] of `extension`'s config.
+pub(crate) fn string<'a>(extension: &'a AgentExtension, key: &str) -> Result<Option<&'a str>, ExtensionError> {
+    Fields::new(&extension.name, &extension.config).string(key)
+}
+
+/// [`Fields::integer`] of `extension`'s config.
+pub(crate) fn count_or(extension: &AgentExtension, key: &str, default: u64, min: u64) -> Result<u64, ExtensionError> {
+    let default = usize::try_from(default).unwrap_or(usize::MAX);
+    Fields::new(&extension.name, &extension.config).integer(key, min, default).map(|n| n as u64)
+}
+
+/// [`Fields::string_list`] of `extension`'s config.
+pub(crate) fn string_list(extension: &AgentExtension, key: &str) -> Result<Vec<String>, ExtensionError> {
+    Fields::new(&extension.name, &extension.config).string_list(key)
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A base extension named `name` with `config`.
+    pub(crate) fn extension(name: &str, config: JsonValue) -> AgentExtension {
+        AgentExtension {
+            name: name.to_owned(),
+            scope: goondan_config::PackageScope::Base,
+            entry: std::sync::Arc::from(std::path::Path::new("x.ts")),
+            config: config.as_object().cloned().unwrap_or_default(),
+        }
+    }
+
+    #[test]
+    fn lists_are_trimmed_and_deduplicated_and_an_empty_entry_is_refused_by_index() {
+        let ext = extension("x", json!({"l": [" a ", "b", "a"], "bad": ["ok", ""]}));
+        assert_eq!(string_list(&ext, "l"), Ok(vec!["a".to_owned(), "b".to_owned()]));
+        assert_eq!(string_list(&ext, "missing"), Ok(Vec::new()));
+        let refused = string_list(&ext, "bad").err().map(|e| e.message);
+        assert_eq!(refused.as_deref(), Some("config.bad[1] must be a non-empty string, got \"\""));
+    }
 
     fn config(value: JsonValue) -> JsonObject {
         value.as_object().cloned().unwrap_or_default()

@@ -36,9 +36,26 @@ pub struct AgentExtension {
     pub config: JsonObject,
 }
 
+/// The base package's extension that `Agent.spec.requiredTools` implies.
+pub const REQUIRED_TOOLS_GUARD: &str = "required-tools-guard";
+
 /// The extensions `agent` references, in order; references that do not
 /// resolve are left out (the loader reports them).
+///
+/// As in the original, an agent's `spec.requiredTools` is enforced by the
+/// `required-tools-guard` extension: its names are added (without
+/// duplicates) to the `requiredTools` of the agent's `required-tools-guard`
+/// reference, or, when it has none, `@goondan/base`'s
+/// `Extension/required-tools-guard` is appended with them.
 pub fn agent_extensions(bundle: &Bundle, agent: &Resource<AgentSpec>) -> Vec<AgentExtension> {
+    let mut found = referenced_extensions(bundle, agent);
+    if !agent.spec.required_tools.is_empty() {
+        add_required_tools(bundle, &agent.spec.required_tools, &mut found);
+    }
+    found
+}
+
+fn referenced_extensions(bundle: &Bundle, agent: &Resource<AgentSpec>) -> Vec<AgentExtension> {
     let mut found = Vec::with_capacity(agent.spec.extensions.len());
     for reference in &agent.spec.extensions {
         let Ok(Resolved { scope, resource: AnyResource::Extension(extension) }) = bundle.resolve(&reference.reference)
@@ -58,6 +75,52 @@ pub fn agent_extensions(bundle: &Bundle, agent: &Resource<AgentSpec>) -> Vec<Age
         found.push(AgentExtension { name: extension.name().to_owned(), scope, entry, config });
     }
     found
+}
+
+fn add_required_tools(bundle: &Bundle, required: &[String], found: &mut Vec<AgentExtension>) {
+    // The original matches the guard by name, whichever package holds it.
+    let index = match found.iter().position(|extension| extension.name == REQUIRED_TOOLS_GUARD) {
+        Some(index) => index,
+        None => {
+            let reference = goondan_core::ObjectRef {
+                kind: "Extension".to_owned(),
+                name: REQUIRED_TOOLS_GUARD.to_owned(),
+                package: Some(goondan_config::BASE_PACKAGE.to_owned()),
+                api_version: None,
+            };
+            let Ok(Resolved { scope, resource: AnyResource::Extension(extension) }) = bundle.resolve(&reference) else {
+                tracing::warn!(
+                    "Extension/{REQUIRED_TOOLS_GUARD} is missing from the base package; spec.requiredTools is not enforced"
+                );
+                return;
+            };
+            found.push(AgentExtension {
+                name: REQUIRED_TOOLS_GUARD.to_owned(),
+                scope,
+                entry: Arc::from(Path::new(&extension.spec.entry)),
+                config: extension.spec.config.clone(),
+            });
+            found.len() - 1
+        }
+    };
+    let config = &mut found[index].config;
+    // The configured names first (trimmed, empty ones dropped, as the
+    // original merges them; anything else is left for the extension to
+    // refuse), then the agent's.
+    let mut names: Vec<serde_json::Value> = Vec::new();
+    if let Some(serde_json::Value::Array(configured)) = config.get("requiredTools") {
+        for value in configured {
+            match value {
+                serde_json::Value::String(name) if name.trim().is_empty() => {}
+                serde_json::Value::String(name) => names.push(serde_json::Value::from(name.trim())),
+                other => names.push(other.clone()),
+            }
+        }
+    }
+    names.extend(required.iter().map(|name| serde_json::Value::from(name.trim())));
+    let mut seen = std::collections::HashSet::new();
+    names.retain(|name| name.as_str().is_none_or(|name| seen.insert(name.to_owned())));
+    config.insert("requiredTools".to_owned(), serde_json::Value::Array(names));
 }
 
 /// What an [`ExtensionInstaller`] works with.
@@ -117,4 +180,43 @@ pub fn no_extensions() -> ExtensionInstaller {
         });
         Box::pin(std::future::ready(refused.map_or(Ok(()), Err)))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+
+    fn extensions_of(yaml: &str) -> Vec<AgentExtension> {
+        let text = format!(
+            "apiVersion: goondan.ai/v1\nkind: Model\nmetadata: {{name: m}}\nspec: {{provider: openai, model: x}}\n---\n\
+             apiVersion: goondan.ai/v1\nkind: Agent\nmetadata: {{name: a}}\nspec:\n  modelConfig: {{modelRef: Model/m}}\n{yaml}"
+        );
+        let report = goondan_config::load_from_str(&text, "goondan.yaml", None, PathBuf::from("goondan.yaml"));
+        let bundle = report.bundle.unwrap_or_else(|| panic!("{:?}", report.diagnostics));
+        let agent = bundle.agents().next().cloned().unwrap_or_else(|| panic!("no agent"));
+        agent_extensions(&bundle, &agent)
+    }
+
+    /// As the original's agent plan does: `spec.requiredTools` adds the
+    /// base package's guard, or merges into the agent's own reference.
+    #[test]
+    fn required_tools_imply_the_guard_or_merge_into_its_config() {
+        let found = extensions_of("  requiredTools: [x__send]\n");
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].name, REQUIRED_TOOLS_GUARD);
+        assert_eq!(found[0].scope, PackageScope::Base);
+        assert_eq!(found[0].config["requiredTools"], serde_json::json!(["x__send"]));
+        assert_eq!(found[0].config["errorMessage"], "");
+
+        let found = extensions_of(
+            "  requiredTools: [x__send, ' y__post ']\n  extensions:\n    - ref: {kind: Extension, name: required-tools-guard, package: \"@goondan/base\"}\n      config: {requiredTools: [' y__post', '', z__mail], errorMessage: hi}\n    - ref: {kind: Extension, name: logging, package: \"@goondan/base\"}\n",
+        );
+        assert_eq!(found.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), [REQUIRED_TOOLS_GUARD, "logging"]);
+        assert_eq!(found[0].config["requiredTools"], serde_json::json!(["y__post", "z__mail", "x__send"]));
+        assert_eq!(found[0].config["errorMessage"], "hi");
+
+        assert!(extensions_of("  tools: []\n").is_empty());
+    }
 }

@@ -481,6 +481,16 @@ impl TurnCore<'_> {
         agent.emit(EventKind::StepStarted, self.trace, step_span, parent, Some(&step_id), None);
 
         let step_span_hex: Arc<str> = Arc::from(format_span_id(step_span));
+        // Replies that arrived since the last step go in before the step
+        // layers run, as in the original, so that they see (and may reshape:
+        // inter-agent-response-format) what the model will get. The step
+        // core takes what arrives while the layers run.
+        if let Some(inbox) = &agent.inbox {
+            let arrived = inbox.take();
+            if !arrived.is_empty() {
+                ctx.conversation.append_new(arrived);
+            }
+        }
         let mut step_ctx = StepContext {
             agent_name: Arc::clone(&ctx.agent_name),
             instance_key: Arc::clone(&ctx.instance_key),
@@ -550,7 +560,7 @@ impl StepCore<'_> {
     async fn run_step(&self, ctx: &mut StepContext) -> StepOutcome {
         let agent = self.agent;
         let mut outcome = StepOutcome::default();
-        // Replies that arrived since the last request go in before it.
+        // Replies that arrived while the step layers ran go in before the request.
         if let Some(inbox) = &agent.inbox {
             let arrived = inbox.take();
             if !arrived.is_empty() {
