@@ -209,10 +209,10 @@ mod tests {
         assert_eq!(guard.settings.error_message, "다음 도구 중 하나를 반드시 호출하세요: a__send");
         assert_eq!(guard.settings.max_reminders, 3);
         for (config, field) in [
-            (json!({"requiredTools": "a__send"}), "config.requiredTools:"),
-            (json!({"requiredTools": ["a__send", 3]}), "config.requiredTools[1]:"),
-            (json!({"requiredTools": ["a__send"], "errorMessage": 1}), "config.errorMessage:"),
-            (json!({"requiredTools": ["a__send"], "maxReminders": 0}), "config.maxReminders:"),
+            (json!({"requiredTools": "a__send"}), "config.requiredTools must be"),
+            (json!({"requiredTools": ["a__send", 3]}), "config.requiredTools[1] must be"),
+            (json!({"requiredTools": ["a__send"], "errorMessage": 1}), "config.errorMessage must be"),
+            (json!({"requiredTools": ["a__send"], "maxReminders": 0}), "config.maxReminders must be"),
         ] {
             let error = Settings::from_config(&extension(NAME, config)).err().unwrap_or_else(|| panic!("{field}"));
             assert!(error.message.starts_with(field), "{}", error.message);

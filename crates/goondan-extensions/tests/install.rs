@@ -83,7 +83,8 @@ async fn extensions_it_does_not_implement_are_left_to_the_caller() {
     let agent = bundle.agents().next().cloned().unwrap_or_else(|| panic!("no agent"));
     let found = agent_extensions(&bundle, &agent);
     let mut other = found.clone();
-    other[0].name = "tool-search".into();
+    // `mcp` is goondan-mcp's, not this crate's.
+    other[0].name = "mcp".into();
     let mut local = found.clone();
     local[0].scope = PackageScope::Local;
     let executor = ToolExecutor::new(Arc::new(ToolRegistry::new()));

@@ -79,18 +79,34 @@ fn rounds() {
             .collect();
         median(times)
     };
-    // Warm the server's JIT and both paths first.
-    time(&raw);
-    time(&bridged);
-    let (mut raws, mut bridges) = (Vec::new(), Vec::new());
-    for _ in 0..30 {
-        raws.push(time(&raw));
-        bridges.push(time(&bridged));
+    // The quiet bridge has a server of its own; its floor is the raw call
+    // on that server.
+    let quiet_connection = quiet.rt.block_on(quiet.server.connection()).unwrap_or_else(|e| panic!("{e}"));
+    let quiet_peer = quiet_connection.peer().clone();
+    let raw_quiet = || {
+        let params = CallToolRequestParams::new("echo").with_arguments(quiet.args.clone());
+        let result = quiet.rt.block_on(quiet_peer.call_tool(params)).unwrap_or_else(|e| panic!("{e}"));
+        divan::black_box(result);
+    };
+    let kinds: [&dyn Fn(); 4] = [&raw, &bridged, &raw_quiet, &bridged_quiet];
+    // Warm the servers' JIT and every path first.
+    for call in kinds {
+        time(call);
     }
-    let (raw, bridge) = (median(raws), median(bridges));
+    let mut samples: [Vec<f64>; 4] = Default::default();
+    for _ in 0..30 {
+        for (call, kind) in kinds.iter().zip(samples.iter_mut()) {
+            kind.push(time(*call));
+        }
+    }
+    let [raw, bridge, raw_quiet, bridge_quiet] = samples.map(median);
     println!(
-        "raw rmcp call: {raw:.1} µs, through the bridge: {bridge:.1} µs, overhead {:+.1} %",
+        "events on:  raw rmcp call {raw:.1} µs, through the bridge {bridge:.1} µs, overhead {:+.1} %",
         (bridge / raw - 1.0) * 100.0
+    );
+    println!(
+        "events off: raw rmcp call {raw_quiet:.1} µs, through the bridge {bridge_quiet:.1} µs, overhead {:+.1} %",
+        (bridge_quiet / raw_quiet - 1.0) * 100.0
     );
 }
 
