@@ -89,6 +89,24 @@ fn rounds() {
         divan::black_box(result);
     };
     let kinds: [&dyn Fn(); 4] = [&raw, &bridged, &raw_quiet, &bridged_quiet];
+    // `--only K [N]`: N calls (2,000) of one kind (0 raw, 1 bridge, 2 raw
+    // quiet, 3 bridge quiet) and nothing else, for `valgrind
+    // --tool=callgrind`: the difference of two N is the cost of the calls.
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(only) = args.iter().position(|arg| arg == "--only").and_then(|at| args.get(at + 1)) {
+        let kind =
+            only.parse::<usize>().ok().and_then(|index| kinds.get(index)).unwrap_or_else(|| panic!("--only 0..3"));
+        let count = args
+            .iter()
+            .position(|arg| arg == "--only")
+            .and_then(|at| args.get(at + 2))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(2_000);
+        for _ in 0..count {
+            kind();
+        }
+        return;
+    }
     // Warm the servers' JIT and every path first.
     for call in kinds {
         time(call);

@@ -491,7 +491,9 @@ impl Server {
         if now < slot.next_start {
             return Err(ClientError::BackingOff(slot.next_start - now));
         }
-        match connect(&self.name, &self.spec, &self.notifications).await {
+        // Boxed: a (re)start is rare and its future large, and every call's
+        // future would otherwise carry (and copy) its size.
+        match Box::pin(connect(&self.name, &self.spec, &self.notifications)).await {
             Ok((connection, tools)) => {
                 // The new process may offer other tools: the catalog takes
                 // them at the next step.

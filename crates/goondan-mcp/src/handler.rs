@@ -1,7 +1,8 @@
 //! The [`ToolHandler`] of one MCP tool: `tools/call` on its server, and the
 //! result mapped to a tool output.
 //!
-//! Text content is joined; `structuredContent`, when present, is the output
+//! Text content is joined (read from the SDK's types: a result is mapped
+//! on every call); `structuredContent`, when present, is the output
 //! instead (it is what the tool's `outputSchema` describes). Images, audio
 //! and embedded blobs are described by type and size rather than inlined:
 //! a base64 payload in the conversation costs the model tokens it cannot
@@ -19,7 +20,7 @@ use goondan_core::{JsonObject, JsonValue};
 use goondan_tools::{
     BoxFuture, EventSink, HandlerResult, RuntimeEvent, ToolContext, ToolFailure, ToolHandler, ToolOutput,
 };
-use rmcp::model::{CallToolRequestParams, CallToolResult, ProgressNotificationParam};
+use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, ProgressNotificationParam, ResourceContents};
 
 use crate::client::{self, ClientError, ProgressListener, Server};
 
@@ -84,7 +85,7 @@ impl McpToolHandler {
         // Progress sent before the answer is still delivered for a moment.
         drop(route);
         match answered {
-            Ok(result) => map_result(&result),
+            Ok(result) => map_result(result),
             Err(error) => {
                 if error == ClientError::Exited {
                     self.server.forget(&connection).await;
@@ -115,12 +116,12 @@ impl ToolHandler for McpToolHandler {
 
 /// Emits a call's progress notifications as its `tool.progress` events.
 fn progress_listener(events: ProgressEvents, ctx: &ToolContext) -> ProgressListener {
-    let scope = Arc::clone(ctx.scope());
-    let (call_id, tool) = (ctx.tool_call_id().to_owned(), ctx.tool_name().to_owned());
+    // The context is reference-counted: keeping it costs no copy.
+    let ctx = ctx.clone();
     Arc::new(move |progress: &ProgressNotificationParam| {
         let mut payload = JsonObject::new();
-        payload.insert("toolCallId".into(), JsonValue::from(call_id.as_str()));
-        payload.insert("toolName".into(), JsonValue::from(tool.as_str()));
+        payload.insert("toolCallId".into(), JsonValue::from(ctx.tool_call_id()));
+        payload.insert("toolName".into(), JsonValue::from(ctx.tool_name()));
         payload.insert("progress".into(), JsonValue::from(progress.progress));
         if let Some(total) = progress.total {
             payload.insert("total".into(), JsonValue::from(total));
@@ -131,24 +132,25 @@ fn progress_listener(events: ProgressEvents, ctx: &ToolContext) -> ProgressListe
         let payload = JsonValue::Object(payload);
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0));
         let span = events.span_ids.next_raw();
-        events.sink.emit(&RuntimeEvent::custom(TOOL_PROGRESS_EVENT, &payload, &scope, span, now));
+        events.sink.emit(&RuntimeEvent::custom(TOOL_PROGRESS_EVENT, &payload, ctx.scope(), span, now));
     })
 }
 
 /// Maps a `tools/call` result to a handler result.
-pub fn map_result(result: &CallToolResult) -> HandlerResult {
-    // Read through JSON: the content blocks' wire shape is the stable part
-    // of the protocol, the SDK's enums around it change between releases.
-    let wire = serde_json::to_value(result).map_err(|e| ToolFailure::with_code(e.to_string(), E_MCP_REQUEST))?;
-    let parts: Vec<String> =
-        wire.get("content").and_then(JsonValue::as_array).into_iter().flatten().map(describe_block).collect();
-    let text = parts.join("\n");
-    if result.is_error == Some(true) {
+pub fn map_result(result: CallToolResult) -> HandlerResult {
+    let CallToolResult { content, structured_content, is_error, .. } = result;
+    // One text block, the common answer, moves into the output uncopied.
+    let text = match <[ContentBlock; 1]>::try_from(content) {
+        Ok([ContentBlock::Text(block)]) => block.text,
+        Ok([other]) => describe_block(other),
+        Err(content) => content.into_iter().map(describe_block).collect::<Vec<_>>().join("\n"),
+    };
+    if is_error == Some(true) {
         let message = if text.trim().is_empty() { "the MCP tool reported an error".to_owned() } else { text };
         return Err(ToolFailure::with_code(message, E_MCP_TOOL_ERROR));
     }
-    match &result.structured_content {
-        Some(structured) => Ok(ToolOutput::Value(structured.clone())),
+    match structured_content {
+        Some(structured) => Ok(ToolOutput::Value(structured)),
         None => Ok(ToolOutput::Value(JsonValue::String(text))),
     }
 }
@@ -159,40 +161,29 @@ fn decoded_len(base64: &str) -> usize {
     trimmed.len() * 3 / 4
 }
 
-fn str_field<'a>(value: &'a JsonValue, key: &str) -> Option<&'a str> {
-    value.get(key).and_then(JsonValue::as_str)
-}
-
-fn describe_block(block: &JsonValue) -> String {
-    let kind = str_field(block, "type").unwrap_or("unknown");
-    match kind {
-        "text" => str_field(block, "text").unwrap_or_default().to_owned(),
-        "image" | "audio" => {
-            let mime = str_field(block, "mimeType").unwrap_or("unknown type");
-            let size = decoded_len(str_field(block, "data").unwrap_or_default());
-            format!("[{kind}: {mime}, {size} bytes]")
-        }
-        "resource" => {
-            let resource = block.get("resource").unwrap_or(&JsonValue::Null);
-            let uri = str_field(resource, "uri").unwrap_or("");
-            match (str_field(resource, "text"), str_field(resource, "blob")) {
-                // Embedded text is content the model can read.
-                (Some(text), _) => text.to_owned(),
-                (None, Some(blob)) => {
-                    let mime = str_field(resource, "mimeType").unwrap_or("unknown type");
-                    format!("[resource {uri}: {mime}, {} bytes]", decoded_len(blob))
-                }
-                (None, None) => format!("[resource {uri}]"),
+fn describe_block(block: ContentBlock) -> String {
+    match block {
+        ContentBlock::Text(text) => text.text,
+        ContentBlock::Image(image) => format!("[image: {}, {} bytes]", image.mime_type, decoded_len(&image.data)),
+        ContentBlock::Audio(audio) => format!("[audio: {}, {} bytes]", audio.mime_type, decoded_len(&audio.data)),
+        ContentBlock::Resource(embedded) => match embedded.resource {
+            // Embedded text is content the model can read.
+            ResourceContents::TextResourceContents { text, .. } => text,
+            ResourceContents::BlobResourceContents { uri, mime_type, blob, .. } => {
+                let mime = mime_type.as_deref().unwrap_or("unknown type");
+                format!("[resource {uri}: {mime}, {} bytes]", decoded_len(&blob))
             }
+            _ => "[resource]".to_owned(),
+        },
+        ContentBlock::ResourceLink(link) if link.name.is_empty() => format!("[resource link: {}]", link.uri),
+        ContentBlock::ResourceLink(link) => format!("[resource link {}: {}]", link.name, link.uri),
+        // A kind newer than this build: named by its wire type.
+        other => {
+            let kind = serde_json::to_value(&other)
+                .ok()
+                .and_then(|v| v.get("type").and_then(|t| t.as_str().map(str::to_owned)));
+            format!("[{} content]", kind.as_deref().unwrap_or("unknown"))
         }
-        "resource_link" => {
-            let uri = str_field(block, "uri").unwrap_or("");
-            match str_field(block, "name") {
-                Some(name) => format!("[resource link {name}: {uri}]"),
-                None => format!("[resource link: {uri}]"),
-            }
-        }
-        other => format!("[{other} content]"),
     }
 }
 
@@ -252,7 +243,7 @@ mod tests {
 
     #[test]
     fn text_is_joined_and_blobs_described() {
-        let mapped = map_result(&result(json!({"content": [
+        let mapped = map_result(result(json!({"content": [
             {"type": "text", "text": "one"},
             {"type": "image", "data": "aGVsbG8=", "mimeType": "image/png"},
             {"type": "resource", "resource": {"uri": "file:///a", "text": "inside"}},
@@ -269,7 +260,7 @@ mod tests {
 
     #[test]
     fn structured_content_is_the_output() {
-        let mapped = map_result(&result(
+        let mapped = map_result(result(
             json!({"content": [{"type": "text", "text": "{\"a\":1}"}], "structuredContent": {"a": 1}}),
         ));
         assert_eq!(mapped, Ok(ToolOutput::Value(json!({"a": 1}))));
@@ -382,9 +373,9 @@ mod tests {
     #[test]
     fn is_error_is_an_error_with_the_servers_text() {
         let mapped =
-            map_result(&result(json!({"content": [{"type": "text", "text": "no such file"}], "isError": true})));
+            map_result(result(json!({"content": [{"type": "text", "text": "no such file"}], "isError": true})));
         assert_eq!(mapped, Err(ToolFailure::with_code("no such file", E_MCP_TOOL_ERROR)));
-        let empty = map_result(&result(json!({"content": [], "isError": true})));
+        let empty = map_result(result(json!({"content": [], "isError": true})));
         assert_eq!(empty, Err(ToolFailure::with_code("the MCP tool reported an error", E_MCP_TOOL_ERROR)));
     }
 
