@@ -341,3 +341,17 @@ fn the_python_time_server_s_tools_answer_with_structured_content() {
     assert_eq!(result["error"]["code"], "E_MCP_TOOL_ERROR", "{result}");
     assert!(result["error"]["message"].as_str().is_some_and(|m| m.contains("Mars/Olympus")), "{result}");
 }
+
+#[test]
+fn a_server_that_cannot_start_is_an_event_in_the_instance_log() {
+    let Some(server) = everything_server() else { return };
+    let state = temp();
+    let output = gdn(state.path(), &server, &["run", "--agent", "mixed", "--input", "go"]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let saved = read_tree(state.path());
+    let unavailable: Vec<&str> =
+        saved.lines().filter(|line| line.contains("\"type\":\"mcp.server.unavailable\"")).collect();
+    assert!(unavailable.iter().any(|line| line.contains("\"server\":\"broken\"")), "{unavailable:?}");
+    assert!(unavailable.iter().any(|line| line.contains("\"server\":\"remote\"")), "{unavailable:?}");
+    assert!(!unavailable.iter().any(|line| line.contains("\"server\":\"everything\"")), "{unavailable:?}");
+}

@@ -151,6 +151,7 @@ pub async fn install(
         tracing::warn!(
             "agent '{agent}': MCP server '{name}' is not available: {why}; the agent runs without its tools"
         );
+        emit_unavailable(setup, &extension.name, name, why);
     }
     if !running.is_empty() {
         let layer = RefreshLayer { servers: running, registry: Arc::clone(registry), maker };
@@ -161,6 +162,37 @@ pub async fn install(
         );
     }
     Ok(report)
+}
+
+/// The event of a server that did not start: in the instance's event log
+/// beside the warning on stderr.
+pub const SERVER_UNAVAILABLE_EVENT: &str = "mcp.server.unavailable";
+
+fn emit_unavailable(setup: &ExtensionSetup<'_>, extension: &str, server: &str, why: &str) {
+    let events = &setup.tooling.events;
+    if !events.enabled() {
+        return;
+    }
+    let payload = serde_json::json!({"extension": extension, "server": server, "error": why});
+    let trace_id = goondan_core::ids::new_trace_id();
+    let timestamp_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0));
+    events.emit(&goondan_tools::RuntimeEvent {
+        kind: goondan_tools::EventKind::Custom(SERVER_UNAVAILABLE_EVENT),
+        trace_id: &trace_id,
+        span_id: SpanIdGenerator::new().next_raw(),
+        parent_span_id: None,
+        timestamp_ms,
+        agent_name: &setup.tooling.agent_name,
+        instance_key: &setup.tooling.instance_key,
+        // Outside any turn: the agent is being assembled.
+        turn_id: "",
+        step_id: None,
+        tool: None,
+        extra: Some(&payload),
+        call_scope: None,
+    });
 }
 
 /// Takes servers' changed tools (after `tools/list_changed` or a restart)
