@@ -207,10 +207,7 @@ impl Drop for HttpEverything {
 }
 
 fn http_everything(server: &Path) -> HttpEverything {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|address| address.port())
-        .unwrap_or_else(|e| panic!("{e}"));
+    let port = free_port();
     let child = Command::new("node")
         .arg(server)
         .arg("streamableHttp")
@@ -221,11 +218,7 @@ fn http_everything(server: &Path) -> HttpEverything {
         .spawn()
         .unwrap_or_else(|e| panic!("spawn node: {e}"));
     let running = HttpEverything { child, url: format!("http://127.0.0.1:{port}/mcp") };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(std::time::Instant::now() < deadline, "the HTTP server did not listen on {port}");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    wait_for_port(port);
     running
 }
 
@@ -354,4 +347,80 @@ fn a_server_that_cannot_start_is_an_event_in_the_instance_log() {
     assert!(unavailable.iter().any(|line| line.contains("\"server\":\"broken\"")), "{unavailable:?}");
     assert!(unavailable.iter().any(|line| line.contains("\"server\":\"remote\"")), "{unavailable:?}");
     assert!(!unavailable.iter().any(|line| line.contains("\"server\":\"everything\"")), "{unavailable:?}");
+}
+
+/// The virtualenv's Python with the official MCP SDK, or `None` (after
+/// saying why) to skip.
+#[allow(clippy::print_stderr)]
+fn sdk_python() -> Option<PathBuf> {
+    let python =
+        std::env::var_os("GOONDAN_TEST_MCP_PYTHON").map(PathBuf::from).unwrap_or_else(|| repo(".cache/py/bin/python"));
+    let has_sdk = Command::new(&python)
+        .args(["-c", "import mcp"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if has_sdk {
+        return Some(python);
+    }
+    let problem = format!("no Python with the MCP SDK at {} (see .ci/run)", python.display());
+    if std::env::var("GOONDAN_REQUIRE_MCP").as_deref() == Ok("1") {
+        panic!("GOONDAN_REQUIRE_MCP=1 but {problem}");
+    }
+    eprintln!("skipping: {problem}");
+    None
+}
+
+/// A child process killed when dropped.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn wait_for_port(port: u16) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(std::time::Instant::now() < deadline, "nothing listens on {port}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn the_configs_headers_reach_a_streamable_http_server() {
+    let Some(everything) = everything_server() else { return };
+    let Some(python) = sdk_python() else { return };
+    let port = free_port();
+    let _server = Running(
+        Command::new(python)
+            .arg(repo("tests/fixtures/mcp-everything/servers/header_echo.py"))
+            .arg(port.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn the header server: {e}")),
+    );
+    wait_for_port(port);
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let env = [("GOONDAN_TEST_MCP_HEADER_URL", url.as_str()), ("GOONDAN_TEST_MCP_KEY", "k-from-the-environment")];
+    let state = temp();
+    for (header, expected) in [("X-Api-Key", "k-from-the-environment"), ("X-Plain", "plain-value")] {
+        let args = format!("{{\"name\":\"{header}\"}}");
+        let call = ["--json", "tool", "call", "--agent", "headers", "echo__header", "--args", args.as_str()];
+        let output = gdn_with(state.path(), &everything, &env, &call);
+        assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+        assert_eq!(json_out(&output), json!({"status": "ok", "output": {"result": expected}}));
+    }
 }
