@@ -589,3 +589,67 @@ fn an_agents_own_mcp_servers_are_served_through_it_and_end_with_it() {
         assert_gone(child, "the agent's MCP server");
     }
 }
+
+#[test]
+fn a_call_the_client_cancels_ends_with_its_processes_and_the_server_goes_on() {
+    let state = temp();
+    let scratch = temp();
+    let pid_file = scratch.path().join("pid");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gdn"))
+        .arg("--state-root")
+        .arg(state.path())
+        .arg("-c")
+        .arg(fixture())
+        .args(["mcp", "serve"])
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn gdn: {e}"));
+    let mut stdin = child.stdin.take().unwrap_or_else(|| panic!("no stdin"));
+    let mut stdout = BufReader::new(child.stdout.take().unwrap_or_else(|| panic!("no stdout")));
+    let mut send = |message: Value| writeln!(stdin, "{message}").unwrap_or_else(|e| panic!("write a frame: {e}"));
+    let mut receive = || {
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap_or_else(|e| panic!("read a frame: {e}"));
+        serde_json::from_str::<Value>(&line).unwrap_or_else(|e| panic!("not a frame ({e}): {line:?}"))
+    };
+    send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "by-hand", "version": "0"}}}));
+    let _ = receive();
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    // A call that runs until it is stopped, saying its pid first.
+    let command = format!("echo $$ > {}; exec sleep 600", pid_file.display());
+    send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "bash__exec", "arguments": {"command": command}}}));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let pid: u32 = loop {
+        if let Some(pid) = std::fs::read_to_string(&pid_file).ok().and_then(|text| text.trim().parse().ok()) {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "the call did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(!is_gone(pid));
+
+    send(
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2, "reason": "enough"}}),
+    );
+    assert_gone(pid, "the process of a call the client cancelled");
+
+    // The server answers the next request (the cancelled one may or may not
+    // be answered first, as the protocol allows).
+    send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}));
+    let listed = loop {
+        let frame = receive();
+        if frame["id"] == 3 {
+            break frame;
+        }
+        assert_eq!(frame["id"], 2, "{frame}");
+    };
+    assert!(listed["result"]["tools"].as_array().is_some_and(|tools| !tools.is_empty()), "{listed}");
+    drop(send);
+    let _ = child.kill();
+    let _ = child.wait();
+}
