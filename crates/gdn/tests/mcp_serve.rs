@@ -649,7 +649,6 @@ fn a_call_the_client_cancels_ends_with_its_processes_and_the_server_goes_on() {
         assert_eq!(frame["id"], 2, "{frame}");
     };
     assert!(listed["result"]["tools"].as_array().is_some_and(|tools| !tools.is_empty()), "{listed}");
-    drop(send);
     let _ = child.kill();
     let _ = child.wait();
 }
