@@ -414,6 +414,28 @@ fn a_layer_that_blocks_its_host_is_abandoned_on_cancel_and_the_host_replaced() {
 }
 
 #[test]
+fn a_tool_call_layer_that_never_returns_is_held_to_the_call_deadline() {
+    if runtime_or_skip("a_tool_call_layer_that_never_returns").is_none() {
+        return;
+    }
+    let bundle = load("script-extension-faults");
+    block_on(async {
+        let mut options = options("guarded", None);
+        options.call_timeout = Some(std::time::Duration::from_millis(300));
+        let tooling = assemble(&bundle, &options).await;
+        let mut args = JsonObject::new();
+        args.insert("hang".to_owned(), json!(true));
+        let stuck = tooling.call_tool("probe__pass", args).await;
+        assert_eq!(stuck.error_code(), Some("E_TOOL_TIMEOUT"), "{stuck:?}");
+        let message = stuck.error.as_ref().map(|e| e.message.clone()).unwrap_or_default();
+        assert!(message.contains("its toolCall middleware did not finish within the call's 300 ms"), "{message}");
+        // The host still serves the next call.
+        let passed = tooling.call_tool("probe__pass", JsonObject::new()).await;
+        assert_eq!(passed.output, Some(json!({"passed": true})), "{passed:?}");
+    });
+}
+
+#[test]
 fn extensions_that_do_not_load_stop_the_agent_with_a_coded_error() {
     if runtime_or_skip("extensions_that_do_not_load").is_none() {
         return;

@@ -5,6 +5,8 @@
 //!   └─ toolCall middleware (onion, may change args/metadata, short-circuit, rewrite)
 //!        └─ core: catalog check → argument validation → handler lookup
 //!                 → handler (deadline, panic capture) → ToolResult
+//!   (with a deadline and at least one layer, the whole chain is held to the
+//!   deadline plus a little slack: a layer that never returns ends too)
 //! error message truncated to the tool's errorMessageLimit
 //! tool.completed | tool.failed event
 //! ```
@@ -48,6 +50,10 @@ pub struct ToolCallContext {
     pub metadata: JsonObject,
     scope: Arc<CallScope>,
     catalog: Arc<ToolCatalog>,
+    /// When the call's time is up (the policy's `call_timeout` from the
+    /// start of the call): the handler's deadline, and, a moment later,
+    /// the whole chain's.
+    deadline: Option<tokio::time::Instant>,
 }
 
 impl ToolCallContext {
@@ -168,6 +174,7 @@ impl ToolExecutor {
             self.emit(EventKind::ToolCalled, span_id, started_ms, scope, data);
         }
 
+        let deadline = self.core.policy.call_timeout.map(|limit| tokio::time::Instant::now() + limit);
         let mut ctx = ToolCallContext {
             tool_name,
             tool_call_id,
@@ -175,9 +182,22 @@ impl ToolExecutor {
             metadata: JsonObject::new(),
             scope: Arc::clone(scope),
             catalog: Arc::clone(catalog),
+            deadline,
         };
-        let chain = self.middleware.run(&mut ctx, &self.core);
-        let mut result = match CatchUnwind::new(chain).await {
+        let chain = CatchUnwind::new(self.middleware.run(&mut ctx, &self.core));
+        // A toolCall layer that never finishes (it awaits forever, or never
+        // calls `next` and never returns) is held to the call's deadline
+        // too; the handler's own deadline fires first when the handler is
+        // what is slow. Without layers there is nothing to bound here.
+        let outcome = match deadline {
+            Some(at) if !self.middleware.is_empty() => {
+                tokio::time::timeout_at(at + MIDDLEWARE_DEADLINE_SLACK, chain).await.unwrap_or_else(|_| {
+                    Ok(ToolResult::error(middleware_timed_out(&ctx.tool_name, self.core.policy.call_timeout)))
+                })
+            }
+            _ => chain.await,
+        };
+        let mut result = match outcome {
             Ok(result) => result,
             Err(payload) => ToolResult::error(middleware_panic_error(&ctx.tool_name, payload.as_ref())),
         };
@@ -286,12 +306,12 @@ impl ExecutorCore {
         let handler = &tool.handler;
         let args = &ctx.args;
         let run = CatchUnwind::new(async { handler.call(&tool_ctx, args).await }).instrument(span);
-        let outcome = match self.policy.call_timeout {
-            Some(limit) => match tokio::time::timeout(limit, run).await {
+        let outcome = match (ctx.deadline, self.policy.call_timeout) {
+            (Some(at), Some(limit)) => match tokio::time::timeout_at(at, run).await {
                 Ok(outcome) => outcome,
                 Err(_) => return ToolResult::error(timed_out(&ctx.tool_name, limit)),
             },
-            None => run.await,
+            _ => run.await,
         };
         match outcome {
             Ok(Ok(ToolOutput::Value(value))) => match ToolOutput::from_json(value) {
@@ -334,6 +354,21 @@ fn not_registered(name: &str) -> ToolError {
         "The tool is offered but no handler is registered for it. This build runs the built-in tools of \
          @goondan/base natively and a bundle's script tools (a Tool's spec.entry) on Bun or Node. Use another tool or tell the user.",
     )
+}
+
+/// How much longer than the handler's deadline the whole toolCall chain may
+/// take: enough for the layers outside the handler to see its timeout
+/// result and return it.
+const MIDDLEWARE_DEADLINE_SLACK: Duration = Duration::from_millis(100);
+
+fn middleware_timed_out(name: &str, limit: Option<Duration>) -> ToolError {
+    let limit = limit.map_or(0, |limit| limit.as_millis());
+    ToolError::new(
+        E_TOOL_TIMEOUT,
+        "ToolTimeoutError",
+        format!("Tool '{name}': its toolCall middleware did not finish within the call's {limit} ms and the call was cancelled."),
+    )
+    .with_suggestion("A toolCall middleware layer is stuck (it never returned); check the agent's extensions.")
 }
 
 fn timed_out(name: &str, limit: Duration) -> ToolError {

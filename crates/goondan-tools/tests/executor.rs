@@ -673,6 +673,36 @@ async fn without_a_deadline_a_slow_handler_finishes() {
     assert_eq!(finished.load(Ordering::SeqCst), 1);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_tool_call_layer_that_never_returns_is_held_to_the_deadline() {
+    let (handler, finished) = sleepy(Duration::from_millis(10));
+    let stuck = from_fn(|_ctx: &mut ToolCallContext, _next| {
+        Box::pin(async {
+            std::future::pending::<()>().await;
+            ToolResult::ok(json!("never"))
+        })
+    });
+    let ready = Fixture::new().tool(item("quick__run"), handler).policy(deadline(100)).build().layer("stuck", 0, stuck);
+    let started = tokio::time::Instant::now();
+    let out = ready.json("quick__run", json!({})).await;
+    assert_eq!(started.elapsed(), Duration::from_millis(200), "the deadline and its slack");
+    assert_eq!(out["error"]["code"], "E_TOOL_TIMEOUT", "{out}");
+    assert_eq!(
+        out["error"]["message"],
+        "Tool 'quick__run': its toolCall middleware did not finish within the call's 100 ms and the call was cancelled."
+    );
+    assert_eq!(finished.load(Ordering::SeqCst), 0, "the layer never called the handler");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_handler_under_layers_still_reports_its_own_timeout() {
+    let (handler, _) = sleepy(Duration::from_secs(3600));
+    let passing = from_fn(|ctx: &mut ToolCallContext, next| Box::pin(async move { next.run(ctx).await }));
+    let ready = Fixture::new().tool(item("slow__run"), handler).policy(deadline(100)).build().layer("pass", 0, passing);
+    let out = ready.json("slow__run", json!({})).await;
+    assert_eq!(out["error"]["message"], "Tool 'slow__run' did not finish within 100 ms and was cancelled.", "{out}");
+}
+
 // ---------------------------------------------------------------------------
 // 8. Error-message truncation
 // ---------------------------------------------------------------------------
