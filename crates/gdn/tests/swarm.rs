@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 mod common;
 use common::js_runtime_usable;
@@ -508,6 +508,56 @@ fn a_javascript_extension_reaches_the_swarm_through_ctx_agents() {
     // The request and the send both reached the worker, each as a turn.
     let inputs = run.messages("worker", "default").into_iter().filter(|m| m["data"]["role"] == "user").count();
     assert_eq!(inputs, 2);
+}
+
+#[test]
+fn a_javascript_tool_reaches_the_swarm_through_ctx_runtime() {
+    if !js_runtime_usable() {
+        return;
+    }
+    let bundle = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/swarm-js-runtime");
+    let run = Run::new();
+    let output = Command::new(env!("CARGO_BIN_EXE_gdn"))
+        .arg("-c")
+        .arg(&bundle)
+        .arg("--state-root")
+        .arg(run.state.path())
+        .args(["--json", "run", "--input", "hi"])
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
+    assert_eq!(answer(&output)["text"], "coordinator answered");
+    let results: Vec<Value> = run
+        .messages("coordinator", "default")
+        .into_iter()
+        .filter(|m| m["data"]["role"] == "tool")
+        .map(|m| m["data"]["result"].clone())
+        .collect();
+    assert_eq!(results.len(), 2, "{results:?}");
+    // The worker answered the tool's request, and the catalog came along.
+    assert_eq!(results[0]["output"]["response"], "pong", "{}", results[0]);
+    assert_eq!(results[0]["output"]["agents"], json!(["coordinator", "worker"]), "{}", results[0]);
+    assert!(results[0]["output"]["correlationId"].as_str().is_some_and(|c| !c.is_empty()), "{}", results[0]);
+    // A request to an agent the swarm does not have is refused with the
+    // runtime's code, as the agents tool's is.
+    let refused = results[1]["output"]["refused"].as_str().unwrap_or_default();
+    assert!(refused.starts_with("ctx.runtime.request: AGENT_NOT_FOUND: "), "{refused}");
+
+    // Outside a swarm's run there is no orchestrator to ask.
+    let output = Command::new(env!("CARGO_BIN_EXE_gdn"))
+        .arg("-c")
+        .arg(&bundle)
+        .arg("--state-root")
+        .arg(run.state.path())
+        .args(["--json", "tool", "call", "relay__ask", "--args", r#"{"target":"worker","question":"ping"}"#])
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
+    let result: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let message = result["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("ctx.runtime.catalog: E_AGENTS_UNAVAILABLE: "), "{result}");
 }
 
 #[test]

@@ -301,7 +301,7 @@ impl ToolHandler for ExtensionToolHandler {
     fn call<'a>(&'a self, ctx: &'a ToolContext, input: &'a JsonObject) -> BoxFuture<'a, HandlerResult> {
         Box::pin(async move {
             let js_ctx = crate::tool::context_json(ctx);
-            self.host.call_extension_tool(&self.extension, &self.tool, input, &js_ctx, ctx.tool_call_id()).await
+            self.host.call_extension_tool(&self.extension, &self.tool, input, &js_ctx, ctx).await
         })
     }
 }

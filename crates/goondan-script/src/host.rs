@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use goondan_core::codes::{E_SCRIPT_HOST_EXITED, E_SCRIPT_HOST_START, E_SCRIPT_RUNTIME_MISSING};
 use goondan_core::{JsonObject, JsonValue};
-use goondan_tools::{BoxFuture, HandlerResult, ToolFailure, ToolOutput};
+use goondan_tools::{BoxFuture, HandlerResult, ToolContext, ToolFailure, ToolOutput};
 use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncWriteExt as _, BufReader};
 use tokio::net::UnixListener;
 use tokio::net::unix::OwnedWriteHalf;
@@ -218,7 +218,7 @@ impl ScriptHost {
             let connection = self.connection(&module).await?;
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             let (tx, rx) = mpsc::unbounded_channel();
-            if !connection.shared.insert(id, Reply::Session(tx), "") {
+            if !connection.shared.insert(id, Reply::Session(tx), "", None) {
                 continue;
             }
             let frame = ToHost::Middleware { id, pipeline, extension, index, ctx: ctx.take().unwrap_or_default() };
@@ -242,11 +242,11 @@ impl ScriptHost {
         tool: &str,
         input: &JsonObject,
         ctx: &JsonValue,
-        tool_call_id: &str,
+        tool_ctx: &ToolContext,
     ) -> HandlerResult {
         let module = self.extension_module(extension);
         let frame = |id| ToHost::ExtensionCall { id, tool, input, ctx };
-        self.request(&module, tool_call_id, frame).await.map(ToolOutput::from_json)
+        self.request(&module, tool_ctx.tool_call_id(), Some(tool_ctx), frame).await.map(ToolOutput::from_json)
     }
 
     /// The module of `extension`, for messages.
@@ -292,19 +292,20 @@ impl ScriptHost {
     }
 
     /// Runs `handlers[export](ctx, input)` of `module` in the host.
-    /// `ctx` is the JSON part of the JavaScript ToolContext; `tool_call_id`
-    /// tags the call's log lines.
+    /// `ctx` is the JSON part of the JavaScript ToolContext; `tool_ctx` is
+    /// the call's own (its id tags the call's log lines, its runtime answers
+    /// `ctx.runtime`).
     pub async fn call(
         &self,
         module: &Path,
         export: &str,
         input: &JsonObject,
         ctx: &JsonValue,
-        tool_call_id: &str,
+        tool_ctx: &ToolContext,
     ) -> HandlerResult {
         let module_str = module.to_string_lossy();
         let frame = |id| ToHost::Call { id, module: &module_str, export, input, ctx };
-        self.request(module, tool_call_id, frame).await.map(ToolOutput::from_json)
+        self.request(module, tool_ctx.tool_call_id(), Some(tool_ctx), frame).await.map(ToolOutput::from_json)
     }
 
     /// The names of the handlers `module` offers, found as for a call
@@ -326,7 +327,7 @@ impl ScriptHost {
     async fn inspect_as(&self, module: &Path, kind: &str) -> Result<Vec<String>, ToolFailure> {
         let module_str = module.to_string_lossy();
         let frame = |id| ToHost::Inspect { id, module: &module_str, kind };
-        let names = self.request(module, "", frame).await?;
+        let names = self.request(module, "", None, frame).await?;
         serde_json::from_value(names)
             .map_err(|e| ToolFailure::new(format!("the script host listed the exports of {module_str} oddly: {e}")))
     }
@@ -336,6 +337,7 @@ impl ScriptHost {
         &self,
         module: &Path,
         tool_call_id: &str,
+        tool: Option<&ToolContext>,
         frame: impl Fn(u64) -> ToHost<'f>,
     ) -> Result<JsonValue, ToolFailure> {
         // A host may die between handing out its connection and taking the
@@ -344,7 +346,7 @@ impl ScriptHost {
             let connection = self.connection(module).await?;
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             let (tx, rx) = oneshot::channel();
-            if !connection.shared.insert(id, Reply::Once(tx), tool_call_id) {
+            if !connection.shared.insert(id, Reply::Once(tx), tool_call_id, tool.cloned()) {
                 continue;
             }
             let mut guard = CancelOnDrop { connection: Some(Arc::clone(&connection)), id };
@@ -512,7 +514,7 @@ impl ScriptHost {
         for load in &plan.loads {
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             let (tx, rx) = oneshot::channel();
-            if !connection.shared.insert(id, Reply::Once(tx), "") {
+            if !connection.shared.insert(id, Reply::Once(tx), "", None) {
                 return Err(host_exited("the script host exited while loading the extensions".to_owned()));
             }
             let module = load.module.to_string_lossy();
@@ -648,6 +650,8 @@ struct Calls {
 struct Pending {
     reply: Reply,
     tool_call_id: Arc<str>,
+    /// The context of a tool call, for its `ctx.runtime`.
+    tool: Option<ToolContext>,
 }
 
 /// Where the answer to a request goes.
@@ -678,12 +682,12 @@ impl Shared {
         lock(&self.calls).open
     }
 
-    fn insert(&self, id: u64, reply: Reply, tool_call_id: &str) -> bool {
+    fn insert(&self, id: u64, reply: Reply, tool_call_id: &str, tool: Option<ToolContext>) -> bool {
         let mut calls = lock(&self.calls);
         if !calls.open {
             return false;
         }
-        calls.pending.insert(id, Pending { reply, tool_call_id: Arc::from(tool_call_id) });
+        calls.pending.insert(id, Pending { reply, tool_call_id: Arc::from(tool_call_id), tool });
         true
     }
 
@@ -879,6 +883,20 @@ async fn read_frames<R: AsyncRead + Unpin>(
                 let frames = frames.clone();
                 tokio::spawn(async move {
                     let answer = match services.agents(method, params, turn_id, trace_id).await {
+                        Ok(value) => ToHost::StateResult { rid, ok: true, value: Some(value), error: None },
+                        Err(error) => ToHost::StateResult { rid, ok: false, value: None, error: Some(error) },
+                    };
+                    if let (Ok(mut line), Some(frames)) = (serde_json::to_vec(&answer), frames.upgrade()) {
+                        line.push(b'\n');
+                        let _ = frames.send(line);
+                    }
+                });
+            }
+            FromHost::ToolRuntime { rid, call, method, params } => {
+                let tool = lock(&shared.calls).pending.get(&call).and_then(|pending| pending.tool.clone());
+                let frames = frames.clone();
+                tokio::spawn(async move {
+                    let answer = match crate::tool::tool_runtime(tool, &method, &params).await {
                         Ok(value) => ToHost::StateResult { rid, ok: true, value: Some(value), error: None },
                         Err(error) => ToHost::StateResult { rid, ok: false, value: None, error: Some(error) },
                     };

@@ -223,6 +223,19 @@ pub enum FromHost {
         #[serde(default)]
         trace_id: String,
     },
+    /// `ctx.runtime.request/send/spawn/list/catalog` of a JavaScript tool
+    /// while its call `call` runs.
+    ToolRuntime {
+        /// Matches the `stateResult` that answers it.
+        rid: u64,
+        /// The id of the tool call that asks.
+        call: u64,
+        /// `request`, `send`, `spawn`, `list` or `catalog`.
+        method: String,
+        /// `{target?, event?, options?}` as the method's arguments.
+        #[serde(default)]
+        params: JsonValue,
+    },
     /// `api.tools.register` after `register()` returned.
     RegisterTool {
         /// The extension.

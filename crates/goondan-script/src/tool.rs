@@ -40,9 +40,81 @@ impl ToolHandler for ScriptToolHandler {
     fn call<'a>(&'a self, ctx: &'a ToolContext, input: &'a JsonObject) -> BoxFuture<'a, HandlerResult> {
         Box::pin(async move {
             let js_ctx = context_json(ctx);
-            self.host.call(&self.module, &self.export, input, &js_ctx, ctx.tool_call_id()).await
+            self.host.call(&self.module, &self.export, input, &js_ctx, ctx).await
         })
     }
+}
+
+/// `ctx.runtime.METHOD(...)` of a JavaScript tool, with the original's
+/// signatures: `request(target, event, options?)`, `send(target, event)`,
+/// `spawn(target, options?)`, `list(options?)`, `catalog()`, where `event`
+/// is `{type?, input?, instanceKey?, metadata?}`. The same runtime, and so
+/// the same checks, as the `agents` tool; the answer is the runtime's
+/// output. `tool` is the calling tool's context (`None`: the call is over).
+pub(crate) async fn tool_runtime(
+    tool: Option<ToolContext>,
+    method: &str,
+    params: &JsonValue,
+) -> Result<JsonValue, String> {
+    use goondan_core::codes::E_AGENTS_UNAVAILABLE;
+    use goondan_tools::context::{AgentMessageRequest, AgentSpawnRequest};
+
+    let Some(ctx) = tool else {
+        return Err(format!("ctx.runtime.{method}: the tool call has ended"));
+    };
+    let Some(runtime) = ctx.runtime().cloned() else {
+        return Err(format!(
+            "ctx.runtime.{method}: {E_AGENTS_UNAVAILABLE}: the agent runs without an orchestrator (gdn run starts one for the swarm)"
+        ));
+    };
+    let object = |key: &str| params.get(key).and_then(JsonValue::as_object).cloned().unwrap_or_default();
+    let (event, options) = (object("event"), object("options"));
+    let text = |map: &JsonObject, key: &str| {
+        map.get(key).and_then(JsonValue::as_str).map(str::trim).filter(|t| !t.is_empty()).map(str::to_owned)
+    };
+    let target = || {
+        params
+            .get("target")
+            .and_then(JsonValue::as_str)
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(str::to_owned)
+            .ok_or_else(|| format!("ctx.runtime.{method}: 'target' must be a non-empty string"))
+    };
+    let message = |request: bool| -> Result<AgentMessageRequest, String> {
+        Ok(AgentMessageRequest {
+            target: target()?,
+            input: text(&event, "input").unwrap_or_default(),
+            instance_key: text(&event, "instanceKey"),
+            event_type: Some(
+                text(&event, "type").unwrap_or_else(|| if request { "agent.request" } else { "agent.send" }.to_owned()),
+            ),
+            metadata: event.get("metadata").and_then(JsonValue::as_object).cloned().unwrap_or_default(),
+            // The original's default, and whole positive milliseconds only.
+            timeout_ms: request
+                .then(|| options.get("timeoutMs").and_then(JsonValue::as_u64).filter(|ms| *ms > 0).unwrap_or(60_000)),
+            asynchronous: request && options.get("async").and_then(JsonValue::as_bool).unwrap_or(false),
+        })
+    };
+    let answered = match method {
+        "request" => runtime.request(&ctx, message(true)?).await,
+        "send" => runtime.send(&ctx, message(false)?).await,
+        "spawn" => {
+            let request = AgentSpawnRequest {
+                target: target()?,
+                instance_key: text(&options, "instanceKey"),
+                cwd: text(&options, "cwd"),
+            };
+            runtime.spawn(&ctx, request).await
+        }
+        "list" => runtime.list(&ctx, options.get("includeAll").and_then(JsonValue::as_bool).unwrap_or(false)).await,
+        "catalog" => runtime.catalog(&ctx).await,
+        other => return Err(format!("ctx.runtime has no method '{other}'")),
+    };
+    answered.map_err(|failure| match failure.code {
+        Some(code) => format!("ctx.runtime.{method}: {code}: {}", failure.message),
+        None => format!("ctx.runtime.{method}: {}", failure.message),
+    })
 }
 
 /// The JSON part of the JavaScript ToolContext; the host adds `logger` and

@@ -124,11 +124,11 @@ async fn a_missing_export_names_the_module_and_the_export() {
 }
 
 #[tokio::test]
-async fn the_agents_api_rejects_clearly_and_pending_work_is_pending() {
+async fn without_an_orchestrator_the_agents_api_rejects_clearly_and_pending_work_is_pending() {
     let (kit, _) = kit!("runtime api", None);
     let result = kit.call("c1", "kit__agents", json!({})).await;
     let message = output(&result).as_str().unwrap_or_default().to_owned();
-    assert!(message.contains("ctx.runtime.request") && message.contains("agents tool"), "{message}");
+    assert!(message.starts_with("ctx.runtime.request: E_AGENTS_UNAVAILABLE: "), "{message}");
     let result = kit.call("c2", "kit__submit", json!({})).await;
     assert_eq!(result.status, ToolStatus::Pending);
     assert_eq!(result.handle.as_deref(), Some("job-1"));

@@ -240,11 +240,13 @@ function makeLogger(id, prefix) {
   return { debug: line('debug'), info: line('info'), warn: line('warn'), error: line('error') };
 }
 
+// ctx.runtime of a middleware layer: the agents API belongs to tools (and
+// to layers as ctx.agents).
 function unavailable(method) {
   return () =>
     Promise.reject(
       new Error(
-        `ctx.runtime.${method}: the agents API is not available to JavaScript tools in this build of goondan-rs yet; give the agent the agents tool (agents__${method}) instead`,
+        `ctx.runtime.${method}: a middleware layer has no ctx.runtime; use ctx.agents.request / ctx.agents.send`,
       ),
     );
 }
@@ -256,6 +258,19 @@ const runtimeApi = Object.freeze({
   list: unavailable('list'),
   catalog: unavailable('catalog'),
 });
+
+// ctx.runtime of a tool call: the original's AgentToolRuntime, answered by
+// the agent process (through the orchestrator) for the call `callId`.
+function toolRuntimeFor(callId) {
+  const call = (method, params) => hostRequest({ call: callId, method, params: toJson(params) }, 'toolRuntime');
+  return Object.freeze({
+    request: (target, event, options) => call('request', { target, event: event ?? {}, options: options ?? {} }),
+    send: (target, event) => call('send', { target, event: event ?? {} }),
+    spawn: (target, options) => call('spawn', { target, options: options ?? {} }),
+    list: (options) => call('list', { options: options ?? {} }),
+    catalog: () => call('catalog', {}),
+  });
+}
 
 async function importModule(modulePath) {
   try {
@@ -320,7 +335,7 @@ async function runCall(frame, findHandler) {
   let reply;
   try {
     const handler = await findHandler(frame);
-    const ctx = { ...frame.ctx, message: toJsMessage(frame.ctx?.message), logger: makeLogger(id), runtime: runtimeApi };
+    const ctx = { ...frame.ctx, message: toJsMessage(frame.ctx?.message), logger: makeLogger(id), runtime: toolRuntimeFor(id) };
     const output = await handler(ctx, frame.input ?? {});
     reply = { type: 'result', id, ok: true, output: toJson(output) };
   } catch (thrown) {
