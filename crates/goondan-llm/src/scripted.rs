@@ -56,6 +56,11 @@ pub struct ScriptedToolCall {
     /// The arguments as raw text (wins over `args`).
     #[serde(default)]
     pub arguments: Option<String>,
+    /// The call's id, as a provider would send it (default
+    /// `call_<messages>_<index>`); lets a script repeat or omit ids the way
+    /// a misbehaving model does.
+    #[serde(default)]
+    pub id: Option<String>,
 }
 
 /// The scripted provider.
@@ -140,7 +145,7 @@ impl ScriptedProvider {
             .iter()
             .enumerate()
             .map(|(index, call)| RawToolCall {
-                id: format!("call_{}_{}", request.messages.len(), index + 1),
+                id: call.id.clone().unwrap_or_else(|| format!("call_{}_{}", request.messages.len(), index + 1)),
                 name: call.name.clone(),
                 arguments: call
                     .arguments

@@ -611,6 +611,7 @@ impl StepCore<'_> {
             calls.push(ToolCall::new(raw.id.as_str(), raw.name.as_str(), args));
             parse_errors.push(error);
         }
+        make_call_ids_unique(&mut calls, &agent.tooling.agent_name);
         let assistant = Message::new(
             MessageData::Assistant { content: outcome.text.clone(), tool_calls: calls.clone() },
             MessageSource::Assistant { step_id: self.ids.step_id.to_string() },
@@ -753,6 +754,47 @@ async fn cancelled(cancel: &mut watch::Receiver<bool>) {
 async fn cancelled_for(cancel: &mut watch::Receiver<bool>, grace: Duration) {
     cancelled(cancel).await;
     tokio::time::sleep(grace).await;
+}
+
+/// Gives every call of one reply an id of its own. A model that repeats an
+/// id (or sends none) would otherwise leave two results answering one call
+/// and a call with none, which breaks the conversation rule; the repeats
+/// get a suffix (`id_2`, …) and an empty id `call_<n>`, and the model sees
+/// those ids in the conversation from then on.
+fn make_call_ids_unique(calls: &mut [ToolCall], agent: &str) {
+    // Almost every reply has distinct ids: check before allocating.
+    let clean = calls.iter().enumerate().all(|(index, call)| {
+        !call.id.is_empty() && calls.get(..index).is_none_or(|before| before.iter().all(|other| other.id != call.id))
+    });
+    if clean {
+        return;
+    }
+    // The ids the model gave, so a new one never takes a later call's.
+    let given: std::collections::HashSet<Arc<str>> = calls.iter().map(|call| Arc::clone(&call.id)).collect();
+    let mut seen: std::collections::HashSet<Arc<str>> = std::collections::HashSet::with_capacity(calls.len());
+    for (index, call) in calls.iter_mut().enumerate() {
+        if !call.id.is_empty() && !seen.contains(&call.id) {
+            seen.insert(Arc::clone(&call.id));
+            continue;
+        }
+        let stem = if call.id.is_empty() { "call".to_owned() } else { call.id.to_string() };
+        let mut n = index + 1;
+        let mut id = format!("{stem}_{n}");
+        while seen.contains(id.as_str()) || given.contains(id.as_str()) {
+            n += 1;
+            id = format!("{stem}_{n}");
+        }
+        tracing::warn!(
+            target: "goondan::turn",
+            agent = %agent,
+            "the model gave tool call {} of its reply the id '{}', which is {}; it runs as '{id}'",
+            index + 1,
+            call.id,
+            if call.id.is_empty() { "empty" } else { "taken by an earlier call" }
+        );
+        call.id = Arc::from(id.as_str());
+        seen.insert(Arc::clone(&call.id));
+    }
 }
 
 /// A catalog item as the model's tool definition.

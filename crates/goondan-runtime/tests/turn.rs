@@ -810,3 +810,45 @@ async fn messages_in_the_inbox_enter_before_the_next_model_request() {
             .is_some_and(|m| matches!(&m.data, MessageData::User { content } if content == "late reply"))
     );
 }
+
+#[tokio::test]
+async fn repeated_or_missing_call_ids_in_one_reply_get_ids_of_their_own() {
+    let f = fixture(
+        json!([
+            {"toolCalls": [
+                {"id": "dup", "name": "echo__say", "args": {"text": "one"}},
+                {"id": "dup", "name": "echo__say", "args": {"text": "two"}},
+                {"id": "dup_2", "name": "echo__say", "args": {"text": "three"}},
+                {"id": "", "name": "echo__say", "args": {"text": "four"}}
+            ]},
+            {"text": "done"}
+        ]),
+        8,
+    );
+    let mut conversation = Conversation::in_memory(Vec::new());
+    let outcome = f.agent.run_turn(&mut conversation, "go".to_owned(), &goondan_runtime::turn::NoObserver, never_cancelled()).await;
+    assert_eq!(outcome.end, TurnEnd::Answered, "{outcome:?}");
+    assert!(conversation.state().is_consistent());
+    let ids: Vec<String> = conversation
+        .messages()
+        .iter()
+        .find_map(|m| match &m.data {
+            MessageData::Assistant { tool_calls, .. } if !tool_calls.is_empty() => {
+                Some(tool_calls.iter().map(|c| c.id.to_string()).collect())
+            }
+            _ => None,
+        })
+        .unwrap_or_default();
+    assert_eq!(ids, ["dup", "dup_3", "dup_2", "call_4"]);
+    let answered: Vec<String> = conversation
+        .messages()
+        .iter()
+        .filter_map(|m| match &m.data {
+            MessageData::Tool { tool_call_id, result, .. } if result.status == goondan_core::ToolStatus::Ok => {
+                Some(tool_call_id.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(answered, ids, "each call answered once (and run), in order");
+}
