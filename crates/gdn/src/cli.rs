@@ -95,9 +95,15 @@ pub struct McpServeArgs {
     /// (port 0 picks a free port; the URL is printed on standard output).
     #[arg(long, value_name = "HOST:PORT")]
     pub http: Option<String>,
-    /// Allow a non-loopback --http address: anyone who reaches it can run the agent's tools.
+    /// Allow a non-loopback --http address (needs --auth-token-env: anyone
+    /// who reaches the address and holds the token can run the agent's tools).
     #[arg(long, requires = "http")]
     pub allow_remote: bool,
+    /// Over --http, require `Authorization: Bearer <token>` on every request,
+    /// the token read from this environment variable (or the .env file),
+    /// never from the command line.
+    #[arg(long, value_name = "NAME", requires = "http")]
+    pub auth_token_env: Option<String>,
     /// The working directory the tools see (default: the bundle directory).
     #[arg(long, value_name = "DIR")]
     pub workdir: Option<PathBuf>,

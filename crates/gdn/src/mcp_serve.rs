@@ -36,6 +36,27 @@ pub async fn serve(
         output::error_line(&mut out.stderr, format_args!("--workdir {} is not a directory", dir.display()))?;
         return Ok(exit::USAGE);
     }
+    // The token is read once, here, and lives only in the server's check.
+    let token = match &args.auth_token_env {
+        Some(name) => match (session.env)(name).filter(|token| !token.trim().is_empty()) {
+            Some(token) => Some(server::BearerToken::new(token)),
+            None => {
+                output::error_line(
+                    &mut out.stderr,
+                    format_args!("--auth-token-env {name}: the variable is not set or empty"),
+                )?;
+                return Ok(exit::USAGE);
+            }
+        },
+        None => None,
+    };
+    if args.allow_remote && token.is_none() {
+        output::error_line(
+            &mut out.stderr,
+            "--allow-remote needs --auth-token-env NAME: a server other machines can reach must ask for a token",
+        )?;
+        return Ok(exit::USAGE);
+    }
     // The address first: a refused bind needs no agent.
     let listener = match &args.http {
         Some(address) => match server::bind_http(address, args.allow_remote).await {
@@ -92,7 +113,7 @@ pub async fn serve(
                 writeln!(out.stdout, "MCP server for agent '{agent}': {url}")?;
             }
             out.stdout.flush()?;
-            server::serve_http(listener, server, args.allow_remote, stop).await
+            server::serve_http(listener, server, args.allow_remote, token, stop).await
         }
     };
     session.shutdown.turn_ended();

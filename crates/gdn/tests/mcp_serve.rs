@@ -298,12 +298,20 @@ fn a_client_over_streamable_http_lists_the_catalog_and_calls_through_the_pipelin
 
 /// One HTTP/1.1 POST of an `initialize` request; the status code.
 fn post_initialize(authority: &str, origin: Option<&str>) -> u16 {
+    post_initialize_with(authority, origin, None)
+}
+
+/// [`post_initialize`] with an `Authorization` header.
+fn post_initialize_with(authority: &str, origin: Option<&str>, authorization: Option<&str>) -> u16 {
     let body = json!({
         "jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}},
     })
     .to_string();
-    let origin = origin.map(|origin| format!("Origin: {origin}\r\n")).unwrap_or_default();
+    let mut origin = origin.map(|origin| format!("Origin: {origin}\r\n")).unwrap_or_default();
+    if let Some(authorization) = authorization {
+        origin.push_str(&format!("Authorization: {authorization}\r\n"));
+    }
     let request = format!(
         "POST /mcp HTTP/1.1\r\nHost: {authority}\r\n{origin}Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
@@ -381,7 +389,17 @@ fn with_allow_remote_the_server_listens_on_every_address() {
         .arg(state.path())
         .arg("-c")
         .arg(fixture())
-        .args(["--json", "mcp", "serve", "--http", "0.0.0.0:0", "--allow-remote"])
+        .args([
+            "--json",
+            "mcp",
+            "serve",
+            "--http",
+            "0.0.0.0:0",
+            "--allow-remote",
+            "--auth-token-env",
+            "GDN_TEST_MCP_TOKEN",
+        ])
+        .env("GDN_TEST_MCP_TOKEN", "tok-remote")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .spawn()
@@ -394,6 +412,54 @@ fn with_allow_remote_the_server_listens_on_every_address() {
     let announced: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
     assert_eq!(announced["agent"], "operator");
     assert!(announced["url"].as_str().unwrap_or_default().starts_with("http://0.0.0.0:"), "{announced}");
+}
+
+#[test]
+fn http_with_a_token_refuses_requests_that_do_not_carry_it() {
+    let state = temp();
+    let server = HttpServer::start_with(
+        state.path(),
+        &fixture(),
+        &["--auth-token-env", "GDN_TEST_MCP_TOKEN"],
+        &[("GDN_TEST_MCP_TOKEN", Path::new("tok-123"))],
+    );
+    let authority = server.authority().to_owned();
+    assert_eq!(post_initialize_with(&authority, None, None), 401);
+    assert_eq!(post_initialize_with(&authority, None, Some("Bearer tok-12")), 401);
+    assert_eq!(post_initialize_with(&authority, None, Some("Bearer tok-1234")), 401);
+    assert_eq!(post_initialize_with(&authority, None, Some("Basic tok-123")), 401);
+    assert_eq!(post_initialize_with(&authority, None, Some("Bearer tok-123")), 200);
+    // The token does not excuse a foreign page.
+    assert_eq!(post_initialize_with(&authority, Some("http://evil.example"), Some("Bearer tok-123")), 403);
+}
+
+#[test]
+fn remote_clients_need_a_token_and_the_token_a_value() {
+    let serve = |args: &[&str], env: &[(&str, &str)]| {
+        let state = temp();
+        let output = Command::new(env!("CARGO_BIN_EXE_gdn"))
+            .arg("--state-root")
+            .arg(state.path())
+            .arg("-c")
+            .arg(fixture())
+            .args(["mcp", "serve"])
+            .args(args)
+            .envs(env.iter().copied())
+            .env_remove("GDN_TEST_MCP_TOKEN")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("spawn gdn: {e}"));
+        (output.status.code(), String::from_utf8_lossy(&output.stderr).into_owned())
+    };
+    let (code, stderr) = serve(&["--http", "0.0.0.0:0", "--allow-remote"], &[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--allow-remote needs --auth-token-env"), "{stderr}");
+    let (code, stderr) = serve(&["--http", "127.0.0.1:0", "--auth-token-env", "GDN_TEST_MCP_TOKEN"], &[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--auth-token-env GDN_TEST_MCP_TOKEN: the variable is not set or empty"), "{stderr}");
+    let (code, stderr) = serve(&["--auth-token-env", "GDN_TEST_MCP_TOKEN"], &[("GDN_TEST_MCP_TOKEN", "x")]);
+    assert_eq!(code, Some(2), "a token means nothing over stdio: {stderr}");
 }
 
 fn is_gone(pid: u32) -> bool {

@@ -249,6 +249,7 @@ pub async fn serve_http(
     listener: TcpListener,
     server: ToolServer,
     allow_remote: bool,
+    token: Option<BearerToken>,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let mut config = StreamableHttpServerConfig::default();
@@ -258,12 +259,13 @@ pub async fn serve_http(
         config = config.disable_allowed_hosts();
     }
     // rmcp checks Host (loopback names by default); Origin is checked by
-    // `check_origin`, which also knows the server's own origin.
+    // `check_request`, which also knows the server's own origin.
     let sessions = config.cancellation_token.clone();
     let factory = move || Ok(server.clone());
     let service = StreamableHttpService::new(factory, Arc::new(LocalSessionManager::default()), config);
+    let token = token.map(Arc::new);
     let app = axum::Router::new().route_service(HTTP_PATH, service).layer(axum::middleware::from_fn(
-        move |request: Request, next: Next| check_origin(request, next, allow_remote),
+        move |request: Request, next: Next| check_request(request, next, allow_remote, token.clone()),
     ));
 
     let (stopped_tx, stopped_rx) = tokio::sync::watch::channel(false);
@@ -288,19 +290,70 @@ pub async fn serve_http(
     result.map_err(|error| ServeError::Io(error.to_string()))
 }
 
+/// A bearer token every HTTP request must carry. Its `Debug` never shows
+/// it, and it is compared in constant time.
+pub struct BearerToken(String);
+
+impl BearerToken {
+    /// The token clients must send as `Authorization: Bearer <token>`.
+    pub fn new(token: String) -> Self {
+        Self(token)
+    }
+
+    /// Whether `headers` carry the token.
+    fn admits(&self, headers: &HeaderMap) -> bool {
+        // The scheme is case-insensitive (RFC 9110 §11.1).
+        let Some(sent) = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token)
+        else {
+            return false;
+        };
+        let (sent, expected) = (sent.trim().as_bytes(), self.0.as_bytes());
+        // Constant time over the expected length: how much of a guess was
+        // right does not show in the answer's timing.
+        let mut differ = u8::from(sent.len() != expected.len());
+        for (index, byte) in expected.iter().enumerate() {
+            differ |= byte ^ sent.get(index).copied().unwrap_or(0);
+        }
+        differ == 0
+    }
+}
+
+impl std::fmt::Debug for BearerToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BearerToken(..)")
+    }
+}
+
 /// Refuses (403) a request whose `Origin` is neither loopback nor, with
 /// remote clients allowed, the server's own origin (the authority the
-/// request's `Host` names). A request without `Origin` is not from a
-/// browser page and passes.
-async fn check_origin(request: Request, next: Next, allow_remote: bool) -> Response {
+/// request's `Host` names); a request without `Origin` is not from a
+/// browser page and passes. With a token, refuses (401) a request that
+/// does not carry it.
+async fn check_request(request: Request, next: Next, allow_remote: bool, token: Option<Arc<BearerToken>>) -> Response {
     if let Err(why) = origin_allowed(request.headers(), allow_remote) {
         tracing::warn!("refused an MCP HTTP request: {why}");
         return (StatusCode::FORBIDDEN, format!("Forbidden: {why}\n")).into_response();
     }
+    if let Some(token) = token
+        && !token.admits(request.headers())
+    {
+        tracing::warn!("refused an MCP HTTP request without the bearer token");
+        return (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+            "Unauthorized: send Authorization: Bearer <token>\n",
+        )
+            .into_response();
+    }
     next.run(request).await
 }
 
-/// Whether the request's `Origin` may use the server (see [`check_origin`]).
+/// Whether the request's `Origin` may use the server (see [`check_request`]).
 fn origin_allowed(headers: &HeaderMap, allow_remote: bool) -> Result<(), String> {
     let Some(origin) = headers.get(header::ORIGIN) else { return Ok(()) };
     let origin = origin.to_str().map_err(|_| "the Origin header is not text".to_owned())?;
@@ -366,6 +419,23 @@ mod tests {
         }
         // DNS rebinding: the page's origin is the name the server was reached by.
         assert!(origin_allowed(&headers(Some("http://evil.example:9000"), "evil.example:9000"), false).is_err());
+    }
+
+    #[test]
+    fn a_bearer_token_is_admitted_only_whole() {
+        let token = BearerToken::new("tok-123".to_owned());
+        let with = |value: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::AUTHORIZATION, HeaderValue::from_str(value).unwrap_or_else(|e| panic!("{e}")));
+            headers
+        };
+        assert!(token.admits(&with("Bearer tok-123")));
+        assert!(token.admits(&with("bearer tok-123")));
+        for wrong in ["Bearer tok-12", "Bearer tok-1234", "Bearer TOK-123", "Basic tok-123", "tok-123", "Bearer "] {
+            assert!(!token.admits(&with(wrong)), "{wrong}");
+        }
+        assert!(!token.admits(&HeaderMap::new()));
+        assert_eq!(format!("{token:?}"), "BearerToken(..)");
     }
 
     #[test]

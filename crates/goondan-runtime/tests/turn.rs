@@ -826,7 +826,10 @@ async fn repeated_or_missing_call_ids_in_one_reply_get_ids_of_their_own() {
         8,
     );
     let mut conversation = Conversation::in_memory(Vec::new());
-    let outcome = f.agent.run_turn(&mut conversation, "go".to_owned(), &goondan_runtime::turn::NoObserver, never_cancelled()).await;
+    let outcome = f
+        .agent
+        .run_turn(&mut conversation, "go".to_owned(), &goondan_runtime::turn::NoObserver, never_cancelled())
+        .await;
     assert_eq!(outcome.end, TurnEnd::Answered, "{outcome:?}");
     assert!(conversation.state().is_consistent());
     let ids: Vec<String> = conversation
