@@ -108,27 +108,6 @@ pub(crate) fn init_error(extension: &AgentExtension, field: &str, problem: impl 
     ExtensionError::new(&extension.name, E_EXT_INIT, format!("config.{field}: {problem}"))
 }
 
-/// [`Fields::boolean`] of `extension`'s config.
-pub(crate) fn bool_or(extension: &AgentExtension, key: &str, default: bool) -> Result<bool, ExtensionError> {
-    Fields::new(&extension.name, &extension.config).boolean(key, default)
-}
-
-/// [`Fields::string`] of `extension`'s config.
-pub(crate) fn string<'a>(extension: &'a AgentExtension, key: &str) -> Result<Option<&'a str>, ExtensionError> {
-    Fields::new(&extension.name, &extension.config).string(key)
-}
-
-/// [`Fields::integer`] of `extension`'s config.
-pub(crate) fn count_or(extension: &AgentExtension, key: &str, default: u64, min: u64) -> Result<u64, ExtensionError> {
-    let default = usize::try_from(default).unwrap_or(usize::MAX);
-    Fields::new(&extension.name, &extension.config).integer(key, min, default).map(|n| n as u64)
-}
-
-/// [`Fields::string_list`] of `extension`'s config.
-pub(crate) fn string_list(extension: &AgentExtension, key: &str) -> Result<Vec<String>, ExtensionError> {
-    Fields::new(&extension.name, &extension.config).string_list(key)
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -147,9 +126,10 @@ pub(crate) mod tests {
     #[test]
     fn lists_are_trimmed_and_deduplicated_and_an_empty_entry_is_refused_by_index() {
         let ext = extension("x", json!({"l": [" a ", "b", "a"], "bad": ["ok", ""]}));
-        assert_eq!(string_list(&ext, "l"), Ok(vec!["a".to_owned(), "b".to_owned()]));
-        assert_eq!(string_list(&ext, "missing"), Ok(Vec::new()));
-        let refused = string_list(&ext, "bad").err().map(|e| e.message);
+        let fields = Fields::new(&ext.name, &ext.config);
+        assert_eq!(fields.string_list("l"), Ok(vec!["a".to_owned(), "b".to_owned()]));
+        assert_eq!(fields.string_list("missing"), Ok(Vec::new()));
+        let refused = fields.string_list("bad").err().map(|e| e.message);
         assert_eq!(refused.as_deref(), Some("config.bad[1] must be a non-empty string, got \"\""));
     }
 

@@ -28,7 +28,7 @@ use goondan_runtime::context::{StepContext, StepOutcome};
 use goondan_runtime::extension::{AgentExtension, ExtensionError, ExtensionSetup};
 use goondan_tools::{BoxFuture, Middleware, Next};
 
-use crate::fields;
+use crate::fields::Fields;
 
 /// The Extension's name.
 pub(crate) const NAME: &str = "inter-agent-response-format";
@@ -40,7 +40,8 @@ const FORMATTED_KEY: &str = "__goondanInterAgentResponseFormatted";
 
 /// Installs the step layer.
 pub(crate) fn install(setup: &mut ExtensionSetup<'_>, extension: &AgentExtension) -> Result<(), ExtensionError> {
-    let include_request_metadata = fields::bool_or(extension, "includeRequestMetadata", false)?;
+    let include_request_metadata =
+        Fields::new(&extension.name, &extension.config).boolean("includeRequestMetadata", false)?;
     let layer = Formatter { extension: extension.name.clone(), include_request_metadata };
     setup.tooling.step_middleware.register(extension.name.as_str(), 0, Arc::new(layer));
     Ok(())

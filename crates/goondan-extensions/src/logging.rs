@@ -24,7 +24,7 @@ use goondan_runtime::context::{StepContext, StepOutcome, TurnContext, TurnOutcom
 use goondan_runtime::extension::{AgentExtension, ExtensionError, ExtensionSetup};
 use goondan_tools::{BoxFuture, Middleware, Next, ToolCallContext};
 
-use crate::fields;
+use crate::fields::{self, Fields};
 
 /// The Extension's name.
 pub(crate) const NAME: &str = "logging";
@@ -62,7 +62,8 @@ struct Settings {
 
 impl Settings {
     fn from_config(extension: &AgentExtension) -> Result<Self, ExtensionError> {
-        let level = match fields::string(extension, "level")? {
+        let fields = Fields::new(&extension.name, &extension.config);
+        let level = match fields.string("level")? {
             None | Some("info") => Level::Info,
             Some("debug") => Level::Debug,
             Some("warn") => Level::Warn,
@@ -77,8 +78,8 @@ impl Settings {
         };
         Ok(Self {
             level,
-            include_tool_args: fields::bool_or(extension, "includeToolArgs", false)?,
-            include_turn_metadata: fields::bool_or(extension, "includeTurnMetadata", true)?,
+            include_tool_args: fields.boolean("includeToolArgs", false)?,
+            include_turn_metadata: fields.boolean("includeTurnMetadata", true)?,
         })
     }
 

@@ -27,7 +27,7 @@ use goondan_runtime::context::{StepContext, StepOutcome};
 use goondan_runtime::extension::{AgentExtension, ExtensionError, ExtensionSetup};
 use goondan_tools::{BoxFuture, Middleware, Next};
 
-use crate::fields;
+use crate::fields::Fields;
 
 /// The Extension's name.
 pub(crate) const NAME: &str = goondan_runtime::extension::REQUIRED_TOOLS_GUARD;
@@ -44,13 +44,14 @@ struct Settings {
 
 impl Settings {
     fn from_config(extension: &AgentExtension) -> Result<Self, ExtensionError> {
-        let required_tools = fields::string_list(extension, "requiredTools")?;
-        let error_message = match fields::string(extension, "errorMessage")? {
+        let fields = Fields::new(&extension.name, &extension.config);
+        let required_tools = fields.string_list("requiredTools")?;
+        let error_message = match fields.string("errorMessage")? {
             Some(text) if !text.trim().is_empty() => text.to_owned(),
             // The original's default, word for word.
             _ => format!("다음 도구 중 하나를 반드시 호출하세요: {}", required_tools.join(", ")),
         };
-        let max_reminders = fields::count_or(extension, "maxReminders", 3, 1)?;
+        let max_reminders = fields.integer("maxReminders", 1, 3)?;
         Ok(Self { required_tools, error_message, max_reminders: u32::try_from(max_reminders).unwrap_or(u32::MAX) })
     }
 }

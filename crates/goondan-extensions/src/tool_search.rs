@@ -30,7 +30,7 @@ use goondan_tools::{
 };
 use serde_json::json;
 
-use crate::fields;
+use crate::fields::{self, Fields};
 
 /// The Extension's name.
 pub(crate) const NAME: &str = "tool-search";
@@ -46,7 +46,8 @@ struct Settings {
 
 impl Settings {
     fn from_config(extension: &AgentExtension) -> Result<Self, ExtensionError> {
-        let tool_name = fields::string(extension, "toolName")?.unwrap_or("tool-search__search");
+        let fields = Fields::new(&extension.name, &extension.config);
+        let tool_name = fields.string("toolName")?.unwrap_or("tool-search__search");
         if goondan_core::naming::parse_tool_name(tool_name).is_none() {
             return Err(fields::init_error(
                 extension,
@@ -54,13 +55,11 @@ impl Settings {
                 format!("'{tool_name}' is not a tool name of the form 'resource__export'"),
             ));
         }
-        let max_results = fields::count_or(extension, "maxResults", 10, 1)?;
-        let min_query_length = fields::count_or(extension, "minQueryLength", 1, 0)?;
         Ok(Self {
             tool_name: Arc::from(tool_name),
-            max_results: usize::try_from(max_results).unwrap_or(usize::MAX),
-            min_query_length: usize::try_from(min_query_length).unwrap_or(usize::MAX),
-            persist_selection: fields::bool_or(extension, "persistSelection", true)?,
+            max_results: fields.integer("maxResults", 1, 10)?,
+            min_query_length: fields.integer("minQueryLength", 0, 1)?,
+            persist_selection: fields.boolean("persistSelection", true)?,
         })
     }
 }
