@@ -1,9 +1,9 @@
 //! `gdn instance list|delete`: the agent instances in the state root, one
 //! per (agent, instance key), and whether a process runs them.
 
+use goondan_core::message::now_millis;
 use std::fmt::Display;
 use std::io::Write;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Result, anyhow};
 use goondan_runtime::store::{ListedInstance, StateRoot, StoreError, delete_instances, list_instances};
@@ -104,13 +104,6 @@ fn line(cells: &[String; 7], widths: &[usize; 7]) -> String {
         }
     }
     text
-}
-
-fn now_millis() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|elapsed| u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
 }
 
 /// When an instance was last updated, for people: relative while recent

@@ -13,7 +13,6 @@
 //! call (its id and tool, `progress`, `total`, `message`).
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use goondan_core::ids::SpanIdGenerator;
 use goondan_core::{JsonObject, JsonValue};
@@ -130,7 +129,7 @@ fn progress_listener(events: ProgressEvents, ctx: &ToolContext) -> ProgressListe
             payload.insert("message".into(), JsonValue::from(message.as_str()));
         }
         let payload = JsonValue::Object(payload);
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0));
+        let now = goondan_core::message::now_millis();
         let span = events.span_ids.next_raw();
         events.sink.emit(&RuntimeEvent::custom(TOOL_PROGRESS_EVENT, &payload, ctx.scope(), span, now));
     })

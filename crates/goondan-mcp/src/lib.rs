@@ -175,15 +175,12 @@ fn emit_unavailable(setup: &ExtensionSetup<'_>, extension: &str, server: &str, w
     }
     let payload = serde_json::json!({"extension": extension, "server": server, "error": why});
     let trace_id = goondan_core::ids::new_trace_id();
-    let timestamp_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0));
     events.emit(&goondan_tools::RuntimeEvent {
         kind: goondan_tools::EventKind::Custom(SERVER_UNAVAILABLE_EVENT),
         trace_id: &trace_id,
         span_id: SpanIdGenerator::new().next_raw(),
         parent_span_id: None,
-        timestamp_ms,
+        timestamp_ms: goondan_core::message::now_millis(),
         agent_name: &setup.tooling.agent_name,
         instance_key: &setup.tooling.instance_key,
         // Outside any turn: the agent is being assembled.
