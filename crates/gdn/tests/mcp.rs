@@ -10,35 +10,15 @@
 //! why; with `GOONDAN_REQUIRE_MCP=1` (CI) they fail instead. The fixture's
 //! scripted model calls `everything__echo` once, for `gdn run`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use serde_json::{Value, json};
 
-fn repo(relative: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(relative)
-}
-
-/// The server's entry script, or `None` (after saying why) to skip.
-#[allow(clippy::print_stderr)]
-fn everything_server() -> Option<PathBuf> {
-    let entry = std::env::var_os("GOONDAN_TEST_MCP_EVERYTHING")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo(".cache/mcp/node_modules/@modelcontextprotocol/server-everything/dist/index.js"));
-    let node = Command::new("node").arg("--version").stdout(Stdio::null()).status().is_ok_and(|s| s.success());
-    let problem = if !entry.is_file() {
-        format!("the MCP server 'everything' is not installed at {} (see .ci/run)", entry.display())
-    } else if !node {
-        "no 'node' on PATH to run the MCP server 'everything'".to_owned()
-    } else {
-        return Some(entry);
-    };
-    if std::env::var("GOONDAN_REQUIRE_MCP").as_deref() == Ok("1") {
-        panic!("GOONDAN_REQUIRE_MCP=1 but {problem}");
-    }
-    eprintln!("skipping: {problem}");
-    None
-}
+mod common;
+use common::{
+    mcp_everything_server as everything_server, mcp_python as python, mcp_time_server as time_server, repo_path as repo,
+};
 
 fn gdn(state: &Path, server: &Path, args: &[&str]) -> Output {
     gdn_with(state, server, &[], args)
@@ -272,23 +252,6 @@ fn a_changed_tool_list_reaches_the_next_step_and_progress_is_logged() {
     assert_eq!(progress, 3, "tool.progress events in the log");
 }
 
-/// The `mcp-server-time` program, or `None` (after saying why) to skip.
-#[allow(clippy::print_stderr)]
-fn time_server() -> Option<PathBuf> {
-    let program = std::env::var_os("GOONDAN_TEST_MCP_TIME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo(".cache/py/bin/mcp-server-time"));
-    if program.is_file() {
-        return Some(program);
-    }
-    let problem = format!("the MCP server 'mcp-server-time' is not installed at {} (see .ci/run)", program.display());
-    if std::env::var("GOONDAN_REQUIRE_MCP").as_deref() == Ok("1") {
-        panic!("GOONDAN_REQUIRE_MCP=1 but {problem}");
-    }
-    eprintln!("skipping: {problem}");
-    None
-}
-
 #[test]
 fn the_python_time_server_s_tools_answer_with_structured_content() {
     let Some(everything) = everything_server() else { return };
@@ -349,29 +312,6 @@ fn a_server_that_cannot_start_is_an_event_in_the_instance_log() {
     assert!(!unavailable.iter().any(|line| line.contains("\"server\":\"everything\"")), "{unavailable:?}");
 }
 
-/// The virtualenv's Python with the official MCP SDK, or `None` (after
-/// saying why) to skip.
-#[allow(clippy::print_stderr)]
-fn sdk_python() -> Option<PathBuf> {
-    let python =
-        std::env::var_os("GOONDAN_TEST_MCP_PYTHON").map(PathBuf::from).unwrap_or_else(|| repo(".cache/py/bin/python"));
-    let has_sdk = Command::new(&python)
-        .args(["-c", "import mcp"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if has_sdk {
-        return Some(python);
-    }
-    let problem = format!("no Python with the MCP SDK at {} (see .ci/run)", python.display());
-    if std::env::var("GOONDAN_REQUIRE_MCP").as_deref() == Ok("1") {
-        panic!("GOONDAN_REQUIRE_MCP=1 but {problem}");
-    }
-    eprintln!("skipping: {problem}");
-    None
-}
-
 /// A child process killed when dropped.
 struct Running(std::process::Child);
 
@@ -400,7 +340,7 @@ fn wait_for_port(port: u16) {
 #[test]
 fn the_configs_headers_reach_a_streamable_http_server() {
     let Some(everything) = everything_server() else { return };
-    let Some(python) = sdk_python() else { return };
+    let Some(python) = python() else { return };
     let port = free_port();
     let _server = Running(
         Command::new(python)

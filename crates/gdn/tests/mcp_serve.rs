@@ -25,11 +25,7 @@ use nix::unistd::Pid;
 use serde_json::{Value, json};
 
 mod common;
-use common::js_runtime_usable;
-
-fn repo(relative: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(relative)
-}
+use common::{js_runtime_usable, mcp_everything_server as everything_server, mcp_python as python, repo_path as repo};
 
 fn fixture() -> PathBuf {
     repo("tests/fixtures/base-tools")
@@ -37,29 +33,6 @@ fn fixture() -> PathBuf {
 
 fn temp() -> tempfile::TempDir {
     tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"))
-}
-
-/// A Python that imports the MCP SDK, or `None` (after saying why) to skip.
-#[allow(clippy::print_stderr)]
-fn python() -> Option<PathBuf> {
-    let python =
-        std::env::var_os("GOONDAN_TEST_MCP_PYTHON").map(PathBuf::from).unwrap_or_else(|| repo(".cache/py/bin/python"));
-    let imports = Command::new(&python)
-        .args(["-c", "import mcp"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success());
-    if imports {
-        return Some(python);
-    }
-    let problem =
-        format!("no Python with the MCP SDK at {} (set GOONDAN_TEST_MCP_PYTHON, or see .ci/run)", python.display());
-    if std::env::var("GOONDAN_REQUIRE_MCP").as_deref() == Ok("1") {
-        panic!("GOONDAN_REQUIRE_MCP=1 but {problem}");
-    }
-    eprintln!("skipping: {problem}");
-    None
 }
 
 /// Runs the Python client with `server` (a command to start, or a URL) and
@@ -580,28 +553,6 @@ fn over_stdio_only_frames_reach_stdout_and_end_of_input_ends_the_server() {
     assert!(rest.is_empty(), "after the last answer stdout got {rest:?}");
     assert!(logs.contains("DEBUG"), "the debug logs went to standard error: {logs}");
     assert_gone(job, "a background job of a call over stdio, after end of input");
-}
-
-/// The entry script of the MCP project's reference server "everything"
-/// (see tests/mcp.rs), or `None` (after saying why) to skip.
-#[allow(clippy::print_stderr)]
-fn everything_server() -> Option<PathBuf> {
-    let entry = std::env::var_os("GOONDAN_TEST_MCP_EVERYTHING")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo(".cache/mcp/node_modules/@modelcontextprotocol/server-everything/dist/index.js"));
-    let node = Command::new("node").arg("--version").stdout(Stdio::null()).status().is_ok_and(|s| s.success());
-    let problem = if !entry.is_file() {
-        format!("the MCP server 'everything' is not installed at {} (see .ci/run)", entry.display())
-    } else if !node {
-        "no 'node' on PATH to run the MCP server 'everything'".to_owned()
-    } else {
-        return Some(entry);
-    };
-    if std::env::var("GOONDAN_REQUIRE_MCP").as_deref() == Ok("1") {
-        panic!("GOONDAN_REQUIRE_MCP=1 but {problem}");
-    }
-    eprintln!("skipping: {problem}");
-    None
 }
 
 /// The pids of `pid`'s children.

@@ -2,7 +2,7 @@
 
 /// Whether a JavaScript runtime is usable here; with `GOONDAN_REQUIRE_JS=1`
 /// (CI) its absence fails the test instead of skipping the script part.
-#[allow(clippy::print_stderr)]
+#[allow(clippy::print_stderr, dead_code)]
 pub fn js_runtime_usable() -> bool {
     match goondan_script::JsRuntime::discover(&|name: &str| std::env::var(name).ok()) {
         Ok(_) => true,
@@ -14,4 +14,80 @@ pub fn js_runtime_usable() -> bool {
             false
         }
     }
+}
+
+/// A path in the repository.
+#[allow(dead_code)] // Not every test crate that shares this module uses it.
+pub fn repo_path(relative: &str) -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(relative)
+}
+
+/// Skips (after saying why) a test whose MCP peer is missing, or, with
+/// `GOONDAN_REQUIRE_MCP=1` (CI), fails it.
+#[allow(clippy::print_stderr, dead_code)]
+fn mcp_peer_missing<T>(problem: &str) -> Option<T> {
+    if std::env::var("GOONDAN_REQUIRE_MCP").as_deref() == Ok("1") {
+        panic!("GOONDAN_REQUIRE_MCP=1 but {problem}");
+    }
+    eprintln!("skipping: {problem}");
+    None
+}
+
+/// The entry script of the MCP project's reference server "everything"
+/// (`GOONDAN_TEST_MCP_EVERYTHING`, which `.ci/run` sets, or the cache
+/// folder), or `None` to skip.
+#[allow(dead_code)]
+pub fn mcp_everything_server() -> Option<std::path::PathBuf> {
+    use std::process::{Command, Stdio};
+    let entry = std::env::var_os("GOONDAN_TEST_MCP_EVERYTHING")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| repo_path(".cache/mcp/node_modules/@modelcontextprotocol/server-everything/dist/index.js"));
+    let node = Command::new("node").arg("--version").stdout(Stdio::null()).status().is_ok_and(|s| s.success());
+    if !entry.is_file() {
+        mcp_peer_missing(&format!("the MCP server 'everything' is not installed at {} (see .ci/run)", entry.display()))
+    } else if !node {
+        mcp_peer_missing("no 'node' on PATH to run the MCP server 'everything'")
+    } else {
+        Some(entry)
+    }
+}
+
+/// A Python that imports the official MCP SDK (`GOONDAN_TEST_MCP_PYTHON`,
+/// which `.ci/run` sets, or the cache's virtualenv), or `None` to skip.
+#[allow(dead_code)]
+pub fn mcp_python() -> Option<std::path::PathBuf> {
+    use std::process::{Command, Stdio};
+    let python = std::env::var_os("GOONDAN_TEST_MCP_PYTHON")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| repo_path(".cache/py/bin/python"));
+    let imports = Command::new(&python)
+        .args(["-c", "import mcp"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    if imports {
+        return Some(python);
+    }
+    mcp_peer_missing(&format!(
+        "no Python with the MCP SDK at {} (set GOONDAN_TEST_MCP_PYTHON, or see .ci/run)",
+        python.display()
+    ))
+}
+
+/// The MCP project's Python time server (PyPI `mcp-server-time`;
+/// `GOONDAN_TEST_MCP_TIME`, which `.ci/run` sets, or the cache's
+/// virtualenv), or `None` to skip.
+#[allow(dead_code)]
+pub fn mcp_time_server() -> Option<std::path::PathBuf> {
+    let program = std::env::var_os("GOONDAN_TEST_MCP_TIME")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| repo_path(".cache/py/bin/mcp-server-time"));
+    if program.is_file() {
+        return Some(program);
+    }
+    mcp_peer_missing(&format!(
+        "the MCP server 'mcp-server-time' is not installed at {} (see .ci/run)",
+        program.display()
+    ))
 }
