@@ -491,6 +491,20 @@ fn stopping_the_server_ends_the_processes_its_calls_left() {
 /// input. Every line it writes to standard output is a JSON-RPC message
 /// (its debug logs go elsewhere), and the end of its input ends it — with
 /// status 0, not by a signal — and the processes its calls left.
+/// Writes one JSON-RPC frame (a line) to the server.
+fn send_frame(stdin: &mut impl Write, message: &Value) {
+    writeln!(stdin, "{message}").unwrap_or_else(|e| panic!("write a frame: {e}"));
+}
+
+/// Reads one JSON-RPC frame (a line) from the server.
+fn receive_frame(stdout: &mut impl BufRead) -> Value {
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap_or_else(|e| panic!("read a frame: {e}"));
+    let frame: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not a frame ({e}): {line:?}"));
+    assert_eq!(frame["jsonrpc"], "2.0", "{frame}");
+    frame
+}
+
 #[test]
 fn over_stdio_only_frames_reach_stdout_and_end_of_input_ends_the_server() {
     let state = temp();
@@ -509,16 +523,8 @@ fn over_stdio_only_frames_reach_stdout_and_end_of_input_ends_the_server() {
         .unwrap_or_else(|e| panic!("spawn gdn: {e}"));
     let mut stdin = child.stdin.take().unwrap_or_else(|| panic!("no stdin"));
     let mut stdout = BufReader::new(child.stdout.take().unwrap_or_else(|| panic!("no stdout")));
-    let mut send = |message: Value| {
-        writeln!(stdin, "{message}").unwrap_or_else(|e| panic!("write a frame: {e}"));
-    };
-    let mut receive = || {
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap_or_else(|e| panic!("read a frame: {e}"));
-        let frame: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not a frame ({e}): {line:?}"));
-        assert_eq!(frame["jsonrpc"], "2.0", "{frame}");
-        frame
-    };
+    let mut send = |message: Value| send_frame(&mut stdin, &message);
+    let mut receive = || receive_frame(&mut stdout);
     send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "by-hand", "version": "0"}}}));
     let initialized = receive();
@@ -626,12 +632,8 @@ fn a_call_the_client_cancels_ends_with_its_processes_and_the_server_goes_on() {
         .unwrap_or_else(|e| panic!("spawn gdn: {e}"));
     let mut stdin = child.stdin.take().unwrap_or_else(|| panic!("no stdin"));
     let mut stdout = BufReader::new(child.stdout.take().unwrap_or_else(|| panic!("no stdout")));
-    let mut send = |message: Value| writeln!(stdin, "{message}").unwrap_or_else(|e| panic!("write a frame: {e}"));
-    let mut receive = || {
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap_or_else(|e| panic!("read a frame: {e}"));
-        serde_json::from_str::<Value>(&line).unwrap_or_else(|e| panic!("not a frame ({e}): {line:?}"))
-    };
+    let mut send = |message: Value| send_frame(&mut stdin, &message);
+    let mut receive = || receive_frame(&mut stdout);
     send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "by-hand", "version": "0"}}}));
     let _ = receive();
