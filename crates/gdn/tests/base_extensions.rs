@@ -4,7 +4,6 @@
 //! OpenAI-compatible server that records every request, and checks what the
 //! model received.
 
-use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -50,42 +49,12 @@ impl Model {
 }
 
 fn serve(stream: &std::net::TcpStream, log: &Mutex<Vec<Value>>) {
-    let mut reader = BufReader::new(stream);
-    let mut line = String::new();
-    let _ = reader.read_line(&mut line);
-    let mut length = 0;
-    loop {
-        let mut header = String::new();
-        if reader.read_line(&mut header).unwrap_or(0) == 0 || header.trim().is_empty() {
-            break;
-        }
-        if let Some((key, value)) = header.trim_end().split_once(':')
-            && key.eq_ignore_ascii_case("content-length")
-        {
-            length = value.trim().parse().unwrap_or(0);
-        }
-    }
-    let mut body = vec![0; length];
-    let _ = reader.read_exact(&mut body);
+    let (_, body) = common::read_http_request(stream);
     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let delta = reply_to(&request);
     log.lock().unwrap_or_else(|e| e.into_inner()).push(request);
     let finish = if delta.get("tool_calls").is_some() { "tool_calls" } else { "stop" };
-    let chunks = [
-        json!({"id": "c1", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta}]}),
-        json!({"id": "c1", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}),
-    ];
-    let mut payload = String::new();
-    for chunk in chunks {
-        payload.push_str(&format!("data: {chunk}\n\n"));
-    }
-    payload.push_str("data: [DONE]\n\n");
-    let mut stream = stream;
-    let _ = write!(
-        stream,
-        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{payload}",
-        payload.len()
-    );
+    common::write_openai_stream(stream, &[delta], finish);
 }
 
 /// The fixture's rule: after a tool result "done"; a user message with CALL

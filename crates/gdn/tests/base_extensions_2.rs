@@ -5,13 +5,14 @@
 //! catalog), a local server speaking the OpenAI wire format that records
 //! each request.
 
-use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
+
+mod common;
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/base-extensions-2").join(name)
@@ -264,41 +265,12 @@ fn serve_openai(replies: Vec<(Vec<Value>, &'static str)>) -> (String, Recorded) 
     std::thread::spawn(move || {
         let mut replies = replies.into_iter();
         for stream in listener.incoming().flatten() {
-            let mut reader = BufReader::new(&stream);
-            let mut line = String::new();
-            let _ = reader.read_line(&mut line);
-            let mut length = 0;
-            loop {
-                let mut header = String::new();
-                if reader.read_line(&mut header).unwrap_or(0) == 0 || header.trim().is_empty() {
-                    break;
-                }
-                if let Some((key, value)) = header.trim_end().split_once(':')
-                    && key.eq_ignore_ascii_case("content-length")
-                {
-                    length = value.trim().parse().unwrap_or(0);
-                }
-            }
-            let mut body = vec![0; length];
-            let _ = reader.read_exact(&mut body);
+            let (_, body) = common::read_http_request(&stream);
             let request = serde_json::from_slice(&body).unwrap_or(Value::Null);
             log.lock().unwrap_or_else(|e| e.into_inner()).push((body.len(), request));
             let (deltas, finish) =
                 replies.next().unwrap_or_else(|| (vec![json!({"content": "out of script"})], "stop"));
-            let mut payload = String::new();
-            for delta in deltas {
-                let chunk =
-                    json!({"id": "c1", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta}]});
-                payload.push_str(&format!("data: {chunk}\n\n"));
-            }
-            let last = json!({"id": "c1", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]});
-            payload.push_str(&format!("data: {last}\n\ndata: [DONE]\n\n"));
-            let mut stream = &stream;
-            let _ = write!(
-                stream,
-                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{payload}",
-                payload.len()
-            );
+            common::write_openai_stream(&stream, &deltas, finish);
         }
     });
     (format!("http://{address}/v1"), seen)

@@ -2,13 +2,12 @@
 //! not through its environment, not through `/proc/<gdn>/environ`, not in
 //! the JavaScript host — while the model and the built-ins still get them.
 
-use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 mod common;
 use common::js_runtime_usable;
@@ -92,41 +91,11 @@ fn serve_openai() -> (String, Arc<Mutex<Vec<String>>>) {
     let log = Arc::clone(&seen);
     std::thread::spawn(move || {
         for stream in listener.incoming().flatten() {
-            let mut reader = BufReader::new(&stream);
-            let mut line = String::new();
-            let _ = reader.read_line(&mut line);
-            let mut length = 0;
-            loop {
-                let mut header = String::new();
-                if reader.read_line(&mut header).unwrap_or(0) == 0 || header.trim().is_empty() {
-                    break;
-                }
-                if let Some((key, value)) = header.trim_end().split_once(':') {
-                    if key.eq_ignore_ascii_case("content-length") {
-                        length = value.trim().parse().unwrap_or(0);
-                    }
-                    if key.eq_ignore_ascii_case("authorization") {
-                        log.lock().unwrap_or_else(|e| e.into_inner()).push(value.trim().to_owned());
-                    }
-                }
+            let (headers, _) = common::read_http_request(&stream);
+            for (_, value) in headers.iter().filter(|(key, _)| key.eq_ignore_ascii_case("authorization")) {
+                log.lock().unwrap_or_else(|e| e.into_inner()).push(value.clone());
             }
-            let mut body = vec![0; length];
-            let _ = reader.read_exact(&mut body);
-            let events = [
-                r#"{"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":"hello"}}]}"#,
-                r#"{"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
-            ];
-            let mut payload = String::new();
-            for event in events {
-                payload.push_str(&format!("data: {event}\n\n"));
-            }
-            payload.push_str("data: [DONE]\n\n");
-            let mut stream = &stream;
-            let _ = write!(
-                stream,
-                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{payload}",
-                payload.len()
-            );
+            common::write_openai_stream(&stream, &[json!({"role": "assistant", "content": "hello"})], "stop");
         }
     });
     (format!("http://{address}/v1"), seen)
