@@ -485,12 +485,7 @@ impl TurnCore<'_> {
         // layers run, as in the original, so that they see (and may reshape:
         // inter-agent-response-format) what the model will get. The step
         // core takes what arrives while the layers run.
-        if let Some(inbox) = &agent.inbox {
-            let arrived = inbox.take();
-            if !arrived.is_empty() {
-                ctx.conversation.append_new(arrived);
-            }
-        }
+        take_inbox(agent, &mut ctx.conversation);
         let mut step_ctx = StepContext {
             agent_name: Arc::clone(&ctx.agent_name),
             instance_key: Arc::clone(&ctx.instance_key),
@@ -561,12 +556,7 @@ impl StepCore<'_> {
         let agent = self.agent;
         let mut outcome = StepOutcome::default();
         // Replies that arrived while the step layers ran go in before the request.
-        if let Some(inbox) = &agent.inbox {
-            let arrived = inbox.take();
-            if !arrived.is_empty() {
-                ctx.conversation.append_new(arrived);
-            }
-        }
+        take_inbox(agent, &mut ctx.conversation);
         // What the layers changed is made valid and durable before the model sees it.
         if let Err(error) = commit(&mut ctx.conversation, self.store).await {
             outcome.failure = Some(StepFailure::Commit(error.to_string()));
@@ -754,6 +744,16 @@ async fn cancelled(cancel: &mut watch::Receiver<bool>) {
 async fn cancelled_for(cancel: &mut watch::Receiver<bool>, grace: Duration) {
     cancelled(cancel).await;
     tokio::time::sleep(grace).await;
+}
+
+/// Appends the replies queued in the agent's inbox (none outside a swarm).
+fn take_inbox(agent: &Agent, conversation: &mut ConversationState) {
+    if let Some(inbox) = &agent.inbox {
+        let arrived = inbox.take();
+        if !arrived.is_empty() {
+            conversation.append_new(arrived);
+        }
+    }
 }
 
 /// Gives every call of one reply an id of its own. A model that repeats an
