@@ -69,7 +69,8 @@ impl McpToolHandler {
     }
 
     /// Calls the tool outside a tool pipeline (no progress events).
-    pub async fn run(&self, input: &JsonObject) -> HandlerResult {
+    #[cfg(test)]
+    async fn run(&self, input: &JsonObject) -> HandlerResult {
         self.call_with(None, input).await
     }
 
