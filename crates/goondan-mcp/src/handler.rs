@@ -281,6 +281,14 @@ mod tests {
                 "GOONDAN_REQUIRE_MCP=1 but no 'node' on PATH"
             );
             eprintln!("skipping: no 'node' on PATH to run the fake MCP server");
+            // Counted by scripts/cargo-runner, which prints the total.
+            if let Some(path) = std::env::var_os("GOONDAN_TEST_SKIP_LOG")
+                && let Ok(mut log) = std::fs::OpenOptions::new().create(true).append(true).open(path)
+            {
+                use std::io::Write;
+                let test = std::thread::current().name().unwrap_or("?").to_owned();
+                let _ = writeln!(log, "{test}\tno 'node' on PATH for the fake MCP server");
+            }
             return None;
         }
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake-server.mjs");

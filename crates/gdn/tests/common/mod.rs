@@ -11,8 +11,21 @@ pub fn js_runtime_usable() -> bool {
         }
         Err(error) => {
             eprintln!("skipping the script-tool part: no JavaScript runtime ({error})");
+            record_skip("no JavaScript runtime (Bun, or Node >= 22.6)");
             false
         }
+    }
+}
+
+/// Adds a skipped test to the log that `scripts/cargo-runner` counts
+/// (`GOONDAN_TEST_SKIP_LOG`), so the run ends saying how many skipped and why.
+#[allow(dead_code)]
+pub fn record_skip(reason: &str) {
+    use std::io::Write;
+    let Some(path) = std::env::var_os("GOONDAN_TEST_SKIP_LOG") else { return };
+    let test = std::thread::current().name().unwrap_or("?").to_owned();
+    if let Ok(mut log) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+        let _ = writeln!(log, "{test}\t{reason}");
     }
 }
 
@@ -30,6 +43,7 @@ fn mcp_peer_missing<T>(problem: &str) -> Option<T> {
         panic!("GOONDAN_REQUIRE_MCP=1 but {problem}");
     }
     eprintln!("skipping: {problem}");
+    record_skip("an MCP peer is missing (server-everything, the Python MCP SDK or mcp-server-time)");
     None
 }
 

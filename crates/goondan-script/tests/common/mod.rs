@@ -30,6 +30,7 @@ pub fn runtime_or_skip(test: &str) -> Option<JsRuntime> {
                 panic!("{test}: GOONDAN_REQUIRE_JS=1 but {error}");
             }
             eprintln!("skipping {test}: {error} (install Bun or set GOONDAN_JS_RUNTIME to run it)");
+            record_skip(test, "no JavaScript runtime (Bun, or Node >= 22.6)");
             None
         }
     }
@@ -98,5 +99,15 @@ pub fn error(result: &ToolResult) -> (String, String) {
     match &result.error {
         Some(error) => (error.code.clone().unwrap_or_default(), error.message.clone()),
         None => panic!("expected an error result, got {result:?}"),
+    }
+}
+
+/// Adds a skipped test to the log that `scripts/cargo-runner` counts
+/// (`GOONDAN_TEST_SKIP_LOG`), so the run ends saying how many skipped and why.
+pub fn record_skip(test: &str, reason: &str) {
+    use std::io::Write;
+    let Some(path) = std::env::var_os("GOONDAN_TEST_SKIP_LOG") else { return };
+    if let Ok(mut log) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+        let _ = writeln!(log, "{test}\t{reason}");
     }
 }
