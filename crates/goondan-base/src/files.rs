@@ -18,7 +18,6 @@
 use std::ffi::{OsStr, OsString};
 use std::io::{self, Write};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use cap_fs_ext::DirExt;
 use cap_std::fs::{Dir, File, OpenOptions, Permissions};
@@ -84,9 +83,6 @@ pub(crate) fn open_no_follow(dir: &Dir, name: &Path, options: &mut OpenOptions) 
     dir.open_with(name, options.follow(FollowSymlinks::No))
 }
 
-/// Distinguishes the temporary files of concurrent writes in one process.
-static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
-
 /// Replaces (or creates) `name` in `dir` with `bytes` atomically: writes a
 /// new temporary file in `dir`, syncs it, gives it `permissions` (those of
 /// the file it replaces), and renames it over `name`, so that a crash leaves
@@ -125,12 +121,12 @@ fn create_temp(dir: &Dir, name: &OsStr) -> io::Result<(OsString, File)> {
     // A short prefix of the target's name helps a person recognize leftovers
     // of a crash without risking a name longer than the file system allows.
     let stem: String = name.to_string_lossy().chars().take(32).collect();
+    // A random part (122 bits) keeps concurrent writes apart without any
+    // process-wide counter; `create_new` settles the unlikely collision.
     let candidates = std::iter::repeat_with(|| {
-        let sequence = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
         let mut temp_name = OsString::from(".");
         temp_name.push(&stem);
-        temp_name.push(format!(".{}.{sequence}.{nanos:x}.goondan-tmp", std::process::id()));
+        temp_name.push(format!(".{}.{}.goondan-tmp", std::process::id(), goondan_core::ids::new_trace_id()));
         temp_name
     });
     create_first_new(dir, candidates.take(16))
