@@ -1,0 +1,322 @@
+//! One agent-to-agent contract: one table of request arguments, good and
+//! bad, goes through the three ways code reaches another agent — the
+//! `agents` tool's handler, `ctx.runtime.request` of a JavaScript tool and
+//! `ctx.agents.request` of a JavaScript turn layer (real Bun or Node through
+//! goondan-script's host, fixture `tests/fixtures/agent-contract`) — and each
+//! way gives the same result: the same request reaching a recording
+//! runtime, or the same refusal (code and message).
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use goondan_config::Bundle;
+use goondan_core::ToolStatus;
+use goondan_core::codes::E_AGENTS_INVALID_REQUEST;
+use goondan_core::{JsonObject, JsonValue, Message};
+use goondan_llm::ModelProvider;
+use goondan_llm::scripted::ScriptedProvider;
+use goondan_runtime::agent::{AgentOptions, AgentTooling, EnvLookup, assemble_tooling};
+use goondan_runtime::conversation::Conversation;
+use goondan_runtime::extension::ExtensionSetup;
+use goondan_runtime::{Agent, NoObserver, TurnEnd};
+use goondan_script::ScriptHost;
+use goondan_tools::ToolRegistry;
+use goondan_tools::agents::{AgentAnswer, AgentMessageRequest, AgentSendReceipt, AgentSpawnRequest, AgentToolRuntime};
+use goondan_tools::assembly::AgentTools;
+use goondan_tools::{BoxFuture, CallScope, ToolContext, ToolFailure, ToolOutput};
+use serde_json::json;
+
+/// A runtime that records every request and answers it.
+#[derive(Debug, Default)]
+struct Recording(Mutex<Vec<AgentMessageRequest>>);
+
+impl Recording {
+    fn taken(&self) -> Vec<AgentMessageRequest> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+fn answer(request: &AgentMessageRequest) -> AgentAnswer {
+    AgentAnswer {
+        target: request.target.clone(),
+        event_id: "evt-1".into(),
+        correlation_id: "corr-1".into(),
+        accepted: true,
+        asynchronous: request.asynchronous,
+        response: (!request.asynchronous).then(|| format!("answer to {}", request.input)),
+    }
+}
+
+impl AgentToolRuntime for Recording {
+    fn request<'a>(
+        &'a self,
+        _: &'a ToolContext,
+        request: AgentMessageRequest,
+    ) -> BoxFuture<'a, Result<AgentAnswer, ToolFailure>> {
+        let answered = answer(&request);
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).push(request);
+        Box::pin(async move { Ok(answered) })
+    }
+    fn send<'a>(
+        &'a self,
+        _: &'a ToolContext,
+        _: AgentMessageRequest,
+    ) -> BoxFuture<'a, Result<AgentSendReceipt, ToolFailure>> {
+        Box::pin(async { Err(ToolFailure::new("send is not part of this test")) })
+    }
+    fn spawn<'a>(&'a self, _: &'a ToolContext, _: AgentSpawnRequest) -> BoxFuture<'a, Result<JsonValue, ToolFailure>> {
+        Box::pin(async { Err(ToolFailure::new("spawn is not part of this test")) })
+    }
+    fn list<'a>(&'a self, _: &'a ToolContext, _: bool) -> BoxFuture<'a, Result<JsonValue, ToolFailure>> {
+        Box::pin(async { Err(ToolFailure::new("list is not part of this test")) })
+    }
+    fn catalog<'a>(&'a self, _: &'a ToolContext) -> BoxFuture<'a, Result<JsonValue, ToolFailure>> {
+        Box::pin(async { Err(ToolFailure::new("catalog is not part of this test")) })
+    }
+}
+
+/// What one row should give.
+#[derive(Debug, Clone, PartialEq)]
+enum Outcome {
+    Sent(AgentMessageRequest),
+    Refused { code: String, message: String },
+}
+
+/// The request a row with `target: "b", input: "hi"` and nothing else gives.
+fn plain() -> AgentMessageRequest {
+    AgentMessageRequest {
+        target: "b".into(),
+        input: "hi".into(),
+        instance_key: None,
+        event_type: Some("agent.request".into()),
+        metadata: JsonObject::new(),
+        timeout_ms: Some(60_000),
+        asynchronous: false,
+    }
+}
+
+fn sent(change: impl FnOnce(&mut AgentMessageRequest)) -> Outcome {
+    let mut request = plain();
+    change(&mut request);
+    Outcome::Sent(request)
+}
+
+fn refused(message: &str) -> Outcome {
+    Outcome::Refused { code: E_AGENTS_INVALID_REQUEST.into(), message: message.into() }
+}
+
+/// The table: a row (the flat form, as the tool and `ctx.agents` take it;
+/// the JavaScript tool spreads it over `target`, `event` and `options`) and
+/// what it must give.
+fn table() -> Vec<(JsonValue, Outcome)> {
+    let base = |extra: JsonValue| {
+        let mut row = json!({"target": "b", "input": "hi"});
+        if let (Some(row), Some(extra)) = (row.as_object_mut(), extra.as_object()) {
+            row.extend(extra.clone());
+        }
+        row
+    };
+    vec![
+        (base(json!({})), sent(|_| {})),
+        (base(json!({"target": "  b  "})), sent(|_| {})),
+        (json!({"input": "hi"}), refused("'target' must be a non-empty string")),
+        (base(json!({"target": "   "})), refused("'target' must be a non-empty string")),
+        (base(json!({"target": 7})), refused("'target' must be a non-empty string")),
+        (json!({"target": "b"}), refused("'input' must be a non-empty string")),
+        (base(json!({"input": ""})), refused("'input' must be a non-empty string")),
+        (base(json!({"input": ["hi"]})), refused("'input' must be a non-empty string")),
+        (base(json!({"timeoutMs": 1500})), sent(|r| r.timeout_ms = Some(1500))),
+        (base(json!({"timeoutMs": 1500.5})), sent(|r| r.timeout_ms = Some(1501))),
+        (base(json!({"timeoutMs": null})), sent(|_| {})),
+        (base(json!({"timeoutMs": 0})), refused("'timeoutMs' must be a positive number, got 0")),
+        (base(json!({"timeoutMs": -5})), refused("'timeoutMs' must be a positive number, got -5")),
+        (base(json!({"timeoutMs": -0.5})), refused("'timeoutMs' must be a positive number, got -0.5")),
+        (base(json!({"timeoutMs": "1500"})), refused("'timeoutMs' must be a positive number, got string")),
+        (base(json!({"timeoutMs": true})), refused("'timeoutMs' must be a positive number, got boolean")),
+        (base(json!({"eventType": "ping"})), sent(|r| r.event_type = Some("ping".into()))),
+        (base(json!({"eventType": " ping "})), sent(|r| r.event_type = Some("ping".into()))),
+        (base(json!({"eventType": ""})), sent(|_| {})),
+        (base(json!({"eventType": 3})), refused("'eventType' must be a string, got integer")),
+        (base(json!({"async": true})), sent(|r| r.asynchronous = true)),
+        (base(json!({"async": false})), sent(|_| {})),
+        (base(json!({"async": "yes"})), refused("'async' must be a boolean, got string")),
+        (base(json!({"async": 1})), refused("'async' must be a boolean, got integer")),
+        (
+            base(json!({"metadata": {"via": "table", "n": 1}})),
+            sent(|r| r.metadata = json!({"via": "table", "n": 1}).as_object().cloned().unwrap_or_default()),
+        ),
+        (base(json!({"metadata": null})), sent(|_| {})),
+        (base(json!({"metadata": [1]})), refused("'metadata' must be an object, got array")),
+        (base(json!({"metadata": "x"})), refused("'metadata' must be an object, got string")),
+        (base(json!({"instanceKey": " k2 "})), sent(|r| r.instance_key = Some("k2".into()))),
+        (base(json!({"instanceKey": ""})), sent(|_| {})),
+        (base(json!({"instanceKey": 2})), refused("'instanceKey' must be a string, got integer")),
+    ]
+}
+
+fn fixture() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/agent-contract")
+}
+
+fn load() -> Bundle {
+    let report = goondan_config::load_bundle(&fixture());
+    match report.bundle {
+        Some(bundle) if !report.has_errors() => bundle,
+        _ => panic!("fixture invalid: {:?}", report.diagnostics),
+    }
+}
+
+/// The outcomes of `rows` in order: a refusal from its `API.METHOD: CODE:
+/// message` text, a success as the request the runtime recorded.
+fn outcomes(results: &[JsonValue], prefix: &str, recorded: Vec<AgentMessageRequest>) -> Vec<Outcome> {
+    let mut recorded = recorded.into_iter();
+    results
+        .iter()
+        .map(|result| match result.get("error").and_then(JsonValue::as_str) {
+            Some(error) => {
+                let rest = error.strip_prefix(prefix).unwrap_or_else(|| panic!("{error} does not start with {prefix}"));
+                let (code, message) = rest.split_once(": ").unwrap_or_else(|| panic!("no code in {error}"));
+                Outcome::Refused { code: code.into(), message: message.into() }
+            }
+            None => Outcome::Sent(recorded.next().unwrap_or_else(|| panic!("{result} reached no runtime"))),
+        })
+        .collect()
+}
+
+async fn through_the_tool_handler(rows: &[JsonValue], runtime: &Arc<Recording>) -> (Vec<Outcome>, Vec<JsonValue>) {
+    let handler = goondan_base::agents::handler("request").unwrap_or_else(|| panic!("no request export"));
+    let scope = CallScope {
+        agent_name: Arc::from("contract"),
+        instance_key: Arc::from("default"),
+        turn_id: Arc::from("turn-1"),
+        step_id: Arc::from("step-1"),
+        step_index: 0,
+        message: Arc::new(Message::assistant_tool_calls("step-1".to_owned(), Vec::new())),
+        workdir: Arc::from(fixture().as_path()),
+        trace_id: Arc::from("0af7651916cd43dd8448eb211c80319c"),
+        step_span_id: Arc::from("b7ad6b7169203331"),
+        runtime: Some(Arc::clone(runtime) as Arc<dyn AgentToolRuntime>),
+    };
+    let ctx = ToolContext::new(Arc::new(scope), Arc::from("agents__request"), "call-1");
+    let mut results = Vec::new();
+    let mut outputs = Vec::new();
+    for row in rows {
+        let input = row.as_object().cloned().unwrap_or_default();
+        match handler.call(&ctx, &input).await {
+            Ok(output) => {
+                let ToolOutput::Value(output) = output else { panic!("a request is never pending") };
+                outputs.push(output.clone());
+                results.push(json!({"ok": output}));
+            }
+            Err(failure) => results.push(json!({"error": format!(
+                "agents.request: {}: {}",
+                failure.code.unwrap_or_default(),
+                failure.message
+            )})),
+        }
+    }
+    (outcomes(&results, "agents.request: ", runtime.taken()), outputs)
+}
+
+async fn assemble(bundle: &Bundle, runtime: &Arc<Recording>) -> AgentTooling {
+    let mut options = AgentOptions::new(Arc::new(goondan_tools::NoopEventSink));
+    options.agent = Some("contract".to_owned());
+    options.agent_runtime = Some(Arc::clone(runtime) as Arc<dyn AgentToolRuntime>);
+    script_code(&mut options);
+    assemble_tooling(bundle, &options).await.unwrap_or_else(|e| panic!("assemble: {e}"))
+}
+
+/// Installs what `gdn` installs for a bundle's own code: script tools and
+/// JavaScript extensions in one host.
+fn script_code(options: &mut AgentOptions) {
+    let host: Arc<Mutex<Option<Arc<ScriptHost>>>> = Arc::new(Mutex::new(None));
+    let for_tools = Arc::clone(&host);
+    options.install_tools = Arc::new(move |registry: &ToolRegistry, tools: &AgentTools, env: &EnvLookup| {
+        let made = ScriptHost::new(Arc::clone(env));
+        goondan_script::install_script_tools(registry, tools, &made)?;
+        *for_tools.lock().unwrap_or_else(PoisonError::into_inner) = Some(made);
+        Ok(())
+    });
+    options.install_extensions = Arc::new(move |setup: ExtensionSetup<'_>| {
+        let made = host.lock().unwrap_or_else(PoisonError::into_inner).take();
+        Box::pin(async move {
+            let made = made.unwrap_or_else(|| ScriptHost::new(Arc::clone(setup.env)));
+            let scripts: Vec<_> = setup.extensions.to_vec();
+            goondan_script::install_script_extensions(setup, &scripts, &made).await
+        })
+    });
+}
+
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("runtime: {e}"))
+        .block_on(future)
+}
+
+#[test]
+fn one_table_of_requests_gives_the_same_result_through_every_door() {
+    if !common::js_runtime_usable() {
+        return;
+    }
+    let (rows, expected): (Vec<JsonValue>, Vec<Outcome>) = table().into_iter().unzip();
+    let bundle = load();
+    block_on(async {
+        // 1. The agents tool's handler.
+        let runtime = Arc::new(Recording::default());
+        let (by_tool, tool_outputs) = through_the_tool_handler(&rows, &runtime).await;
+
+        // 2. ctx.runtime.request of a JavaScript tool.
+        let runtime = Arc::new(Recording::default());
+        let tooling = assemble(&bundle, &runtime).await;
+        let result =
+            tooling.call_tool("probe__ask", json!({"rows": rows}).as_object().cloned().unwrap_or_default()).await;
+        assert_eq!(result.status, ToolStatus::Ok, "{result:?}");
+        let results = result.output.as_ref().and_then(JsonValue::as_array).cloned().unwrap_or_default();
+        let script_outputs: Vec<JsonValue> = results.iter().filter_map(|r| r.get("ok").cloned()).collect();
+        let by_script_tool = outcomes(&results, "ctx.runtime.request: ", runtime.taken());
+
+        // 3. ctx.agents.request of a JavaScript turn layer.
+        let runtime = Arc::new(Recording::default());
+        let agent = Agent::new(
+            assemble(&bundle, &runtime).await,
+            Arc::new(ScriptedProvider::from_replies(Vec::new())) as Arc<dyn ModelProvider>,
+        );
+        let mut conversation = Conversation::in_memory(Vec::new());
+        let (_cancel, cancelled) = tokio::sync::watch::channel(false);
+        let input = serde_json::to_string(&rows).unwrap_or_default();
+        let turn = agent.run_turn(&mut conversation, input, &NoObserver, cancelled).await;
+        assert_eq!(turn.end, TurnEnd::Answered, "{turn:?}");
+        let results: Vec<JsonValue> = serde_json::from_str(&turn.text).unwrap_or_else(|e| panic!("{e}: {}", turn.text));
+        let by_layer = outcomes(&results, "ctx.agents.request: ", runtime.taken());
+
+        for (index, row) in rows.iter().enumerate() {
+            assert_eq!(by_tool[index], expected[index], "the agents tool, row {row}");
+            assert_eq!(by_script_tool[index], expected[index], "ctx.runtime.request, row {row}");
+            assert_eq!(by_layer[index], expected[index], "ctx.agents.request, row {row}");
+        }
+        assert_eq!((by_tool.len(), by_script_tool.len(), by_layer.len()), (rows.len(), rows.len(), rows.len()));
+
+        // The answers: the tool and ctx.runtime get the same output; a layer
+        // gets the response as text, empty while an async one is pending.
+        assert_eq!(tool_outputs, script_outputs);
+        assert_eq!(
+            tool_outputs[0],
+            json!({"target": "b", "eventId": "evt-1", "correlationId": "corr-1", "accepted": true, "async": false,
+                   "response": "answer to hi"})
+        );
+        let layer_outputs: Vec<&JsonValue> = results.iter().filter_map(|r| r.get("ok")).collect();
+        assert_eq!(
+            *layer_outputs[0],
+            json!({"target": "b", "response": "answer to hi", "correlationId": "corr-1", "accepted": true, "async": false})
+        );
+        let pending = rows.iter().position(|row| row["async"] == true).unwrap_or_else(|| panic!("no async row"));
+        let pending_index = results[..pending].iter().filter(|r| r.get("ok").is_some()).count();
+        assert_eq!(layer_outputs[pending_index]["response"], "");
+        assert_eq!(tool_outputs[pending_index]["response"], JsonValue::Null);
+    });
+}
