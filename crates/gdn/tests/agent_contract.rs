@@ -17,14 +17,10 @@ use goondan_core::codes::E_AGENTS_INVALID_REQUEST;
 use goondan_core::{JsonObject, JsonValue, Message};
 use goondan_llm::ModelProvider;
 use goondan_llm::scripted::ScriptedProvider;
-use goondan_runtime::agent::{AgentOptions, AgentTooling, EnvLookup, assemble_tooling};
+use goondan_runtime::agent::{AgentOptions, AgentTooling, assemble_tooling};
 use goondan_runtime::conversation::Conversation;
-use goondan_runtime::extension::ExtensionSetup;
 use goondan_runtime::{Agent, NoObserver, TurnEnd};
-use goondan_script::ScriptHost;
-use goondan_tools::ToolRegistry;
 use goondan_tools::agents::{AgentAnswer, AgentMessageRequest, AgentSendReceipt, AgentSpawnRequest, AgentToolRuntime};
-use goondan_tools::assembly::AgentTools;
 use goondan_tools::{BoxFuture, CallScope, ToolContext, ToolFailure, ToolOutput};
 use serde_json::json;
 
@@ -224,29 +220,8 @@ async fn assemble(bundle: &Bundle, runtime: &Arc<Recording>) -> AgentTooling {
     let mut options = AgentOptions::new(Arc::new(goondan_tools::NoopEventSink));
     options.agent = Some("contract".to_owned());
     options.agent_runtime = Some(Arc::clone(runtime) as Arc<dyn AgentToolRuntime>);
-    script_code(&mut options);
+    options.plugins = vec![Arc::new(goondan_script::ScriptPlugin::new())];
     assemble_tooling(bundle, &options).await.unwrap_or_else(|e| panic!("assemble: {e}"))
-}
-
-/// Installs what `gdn` installs for a bundle's own code: script tools and
-/// JavaScript extensions in one host.
-fn script_code(options: &mut AgentOptions) {
-    let host: Arc<Mutex<Option<Arc<ScriptHost>>>> = Arc::new(Mutex::new(None));
-    let for_tools = Arc::clone(&host);
-    options.install_tools = Arc::new(move |registry: &ToolRegistry, tools: &AgentTools, env: &EnvLookup| {
-        let made = ScriptHost::new(Arc::clone(env));
-        goondan_script::install_script_tools(registry, tools, &made)?;
-        *for_tools.lock().unwrap_or_else(PoisonError::into_inner) = Some(made);
-        Ok(())
-    });
-    options.install_extensions = Arc::new(move |setup: ExtensionSetup<'_>| {
-        let made = host.lock().unwrap_or_else(PoisonError::into_inner).take();
-        Box::pin(async move {
-            let made = made.unwrap_or_else(|| ScriptHost::new(Arc::clone(setup.env)));
-            let scripts: Vec<_> = setup.extensions.to_vec();
-            goondan_script::install_script_extensions(setup, &scripts, &made).await
-        })
-    });
 }
 
 fn block_on<F: std::future::Future>(future: F) -> F::Output {

@@ -43,11 +43,11 @@ use crate::host::{ExtensionLoad, HostServices, ScriptHost, SessionEvent};
 /// registry. Starts the host now: the pipelines must be known before the
 /// first turn.
 pub async fn install_script_extensions(
-    setup: ExtensionSetup<'_>,
+    setup: &mut ExtensionSetup<'_>,
     extensions: &[AgentExtension],
     host: &Arc<ScriptHost>,
 ) -> Result<(), ExtensionError> {
-    let tooling = setup.tooling;
+    let tooling = &mut *setup.tooling;
     let registry = Arc::clone(tooling.registry());
     let services = Arc::new(Services {
         host: Arc::downgrade(host),
