@@ -4,7 +4,8 @@
 //! `ctx.agents.request` of a JavaScript turn layer (real Bun or Node through
 //! goondan-script's host, fixture `tests/fixtures/agent-contract`) — and each
 //! way gives the same result: the same request reaching a recording
-//! runtime, or the same refusal (code and message).
+//! runtime, or the same refusal (code and message). The same table goes
+//! through the three ways again as fire-and-forget events (`send`).
 
 mod common;
 
@@ -58,9 +59,11 @@ impl AgentToolRuntime for Recording {
     fn send<'a>(
         &'a self,
         _: &'a ToolContext,
-        _: AgentMessageRequest,
+        request: AgentMessageRequest,
     ) -> BoxFuture<'a, Result<AgentSendReceipt, ToolFailure>> {
-        Box::pin(async { Err(ToolFailure::new("send is not part of this test")) })
+        let receipt = AgentSendReceipt { target: request.target.clone(), event_id: "evt-2".into(), accepted: true };
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).push(request);
+        Box::pin(async move { Ok(receipt) })
     }
     fn spawn<'a>(&'a self, _: &'a ToolContext, _: AgentSpawnRequest) -> BoxFuture<'a, Result<JsonValue, ToolFailure>> {
         Box::pin(async { Err(ToolFailure::new("spawn is not part of this test")) })
@@ -181,8 +184,12 @@ fn outcomes(results: &[JsonValue], prefix: &str, recorded: Vec<AgentMessageReque
         .collect()
 }
 
-async fn through_the_tool_handler(rows: &[JsonValue], runtime: &Arc<Recording>) -> (Vec<Outcome>, Vec<JsonValue>) {
-    let handler = goondan_base::agents::handler("request").unwrap_or_else(|| panic!("no request export"));
+async fn through_the_tool_handler(
+    method: &str,
+    rows: &[JsonValue],
+    runtime: &Arc<Recording>,
+) -> (Vec<Outcome>, Vec<JsonValue>) {
+    let handler = goondan_base::agents::handler(method).unwrap_or_else(|| panic!("no {method} export"));
     let scope = CallScope {
         agent_name: Arc::from("contract"),
         instance_key: Arc::from("default"),
@@ -202,18 +209,18 @@ async fn through_the_tool_handler(rows: &[JsonValue], runtime: &Arc<Recording>) 
         let input = row.as_object().cloned().unwrap_or_default();
         match handler.call(&ctx, &input).await {
             Ok(output) => {
-                let ToolOutput::Value(output) = output else { panic!("a request is never pending") };
+                let ToolOutput::Value(output) = output else { panic!("a {method} is never pending") };
                 outputs.push(output.clone());
                 results.push(json!({"ok": output}));
             }
             Err(failure) => results.push(json!({"error": format!(
-                "agents.request: {}: {}",
+                "agents.{method}: {}: {}",
                 failure.code.unwrap_or_default(),
                 failure.message
             )})),
         }
     }
-    (outcomes(&results, "agents.request: ", runtime.taken()), outputs)
+    (outcomes(&results, &format!("agents.{method}: "), runtime.taken()), outputs)
 }
 
 async fn assemble(bundle: &Bundle, runtime: &Arc<Recording>) -> AgentTooling {
@@ -233,6 +240,60 @@ fn block_on<F: std::future::Future>(future: F) -> F::Output {
         .block_on(future)
 }
 
+/// What one way gave for every row, and the outputs of those it accepted.
+struct Door {
+    outcomes: Vec<Outcome>,
+    outputs: Vec<JsonValue>,
+}
+
+/// The table through the three ways, with `method` (`request` or `send`).
+async fn through_every_door(bundle: &Bundle, method: &str, rows: &[JsonValue]) -> [Door; 3] {
+    // 1. The agents tool's handler.
+    let runtime = Arc::new(Recording::default());
+    let (outcomes_of_tool, outputs) = through_the_tool_handler(method, rows, &runtime).await;
+    let tool = Door { outcomes: outcomes_of_tool, outputs };
+
+    // 2. ctx.runtime.METHOD of a JavaScript tool.
+    let runtime = Arc::new(Recording::default());
+    let tooling = assemble(bundle, &runtime).await;
+    let args = json!({"method": method, "rows": rows}).as_object().cloned().unwrap_or_default();
+    let result = tooling.call_tool("probe__ask", args).await;
+    assert_eq!(result.status, ToolStatus::Ok, "{result:?}");
+    let results = result.output.as_ref().and_then(JsonValue::as_array).cloned().unwrap_or_default();
+    let script_tool = Door {
+        outputs: results.iter().filter_map(|r| r.get("ok").cloned()).collect(),
+        outcomes: outcomes(&results, &format!("ctx.runtime.{method}: "), runtime.taken()),
+    };
+
+    // 3. ctx.agents.METHOD of a JavaScript turn layer.
+    let runtime = Arc::new(Recording::default());
+    let agent = Agent::new(
+        assemble(bundle, &runtime).await,
+        Arc::new(ScriptedProvider::from_replies(Vec::new())) as Arc<dyn ModelProvider>,
+    );
+    let mut conversation = Conversation::in_memory(Vec::new());
+    let (_cancel, cancelled) = tokio::sync::watch::channel(false);
+    let input = json!({"method": method, "rows": rows}).to_string();
+    let turn = agent.run_turn(&mut conversation, input, &NoObserver, cancelled).await;
+    assert_eq!(turn.end, TurnEnd::Answered, "{turn:?}");
+    let results: Vec<JsonValue> = serde_json::from_str(&turn.text).unwrap_or_else(|e| panic!("{e}: {}", turn.text));
+    let layer = Door {
+        outputs: results.iter().filter_map(|r| r.get("ok").cloned()).collect(),
+        outcomes: outcomes(&results, &format!("ctx.agents.{method}: "), runtime.taken()),
+    };
+    [tool, script_tool, layer]
+}
+
+fn check_rows(method: &str, rows: &[JsonValue], expected: &[Outcome], doors: &[Door; 3]) {
+    let names = ["the agents tool", "ctx.runtime", "ctx.agents"];
+    for (door, name) in doors.iter().zip(names) {
+        assert_eq!(door.outcomes.len(), rows.len(), "{name}.{method}: one outcome per row");
+        for (index, row) in rows.iter().enumerate() {
+            assert_eq!(door.outcomes[index], expected[index], "{name}.{method}, row {row}");
+        }
+    }
+}
+
 #[test]
 fn one_table_of_requests_gives_the_same_result_through_every_door() {
     if !common::js_runtime_usable() {
@@ -241,57 +302,62 @@ fn one_table_of_requests_gives_the_same_result_through_every_door() {
     let (rows, expected): (Vec<JsonValue>, Vec<Outcome>) = table().into_iter().unzip();
     let bundle = load();
     block_on(async {
-        // 1. The agents tool's handler.
-        let runtime = Arc::new(Recording::default());
-        let (by_tool, tool_outputs) = through_the_tool_handler(&rows, &runtime).await;
-
-        // 2. ctx.runtime.request of a JavaScript tool.
-        let runtime = Arc::new(Recording::default());
-        let tooling = assemble(&bundle, &runtime).await;
-        let result =
-            tooling.call_tool("probe__ask", json!({"rows": rows}).as_object().cloned().unwrap_or_default()).await;
-        assert_eq!(result.status, ToolStatus::Ok, "{result:?}");
-        let results = result.output.as_ref().and_then(JsonValue::as_array).cloned().unwrap_or_default();
-        let script_outputs: Vec<JsonValue> = results.iter().filter_map(|r| r.get("ok").cloned()).collect();
-        let by_script_tool = outcomes(&results, "ctx.runtime.request: ", runtime.taken());
-
-        // 3. ctx.agents.request of a JavaScript turn layer.
-        let runtime = Arc::new(Recording::default());
-        let agent = Agent::new(
-            assemble(&bundle, &runtime).await,
-            Arc::new(ScriptedProvider::from_replies(Vec::new())) as Arc<dyn ModelProvider>,
-        );
-        let mut conversation = Conversation::in_memory(Vec::new());
-        let (_cancel, cancelled) = tokio::sync::watch::channel(false);
-        let input = serde_json::to_string(&rows).unwrap_or_default();
-        let turn = agent.run_turn(&mut conversation, input, &NoObserver, cancelled).await;
-        assert_eq!(turn.end, TurnEnd::Answered, "{turn:?}");
-        let results: Vec<JsonValue> = serde_json::from_str(&turn.text).unwrap_or_else(|e| panic!("{e}: {}", turn.text));
-        let by_layer = outcomes(&results, "ctx.agents.request: ", runtime.taken());
-
-        for (index, row) in rows.iter().enumerate() {
-            assert_eq!(by_tool[index], expected[index], "the agents tool, row {row}");
-            assert_eq!(by_script_tool[index], expected[index], "ctx.runtime.request, row {row}");
-            assert_eq!(by_layer[index], expected[index], "ctx.agents.request, row {row}");
-        }
-        assert_eq!((by_tool.len(), by_script_tool.len(), by_layer.len()), (rows.len(), rows.len(), rows.len()));
+        let doors = through_every_door(&bundle, "request", &rows).await;
+        check_rows("request", &rows, &expected, &doors);
+        let [tool, script_tool, layer] = doors;
 
         // The answers: the tool and ctx.runtime get the same output; a layer
         // gets the response as text, empty while an async one is pending.
-        assert_eq!(tool_outputs, script_outputs);
+        assert_eq!(tool.outputs, script_tool.outputs);
         assert_eq!(
-            tool_outputs[0],
+            tool.outputs[0],
             json!({"target": "b", "eventId": "evt-1", "correlationId": "corr-1", "accepted": true, "async": false,
                    "response": "answer to hi"})
         );
-        let layer_outputs: Vec<&JsonValue> = results.iter().filter_map(|r| r.get("ok")).collect();
         assert_eq!(
-            *layer_outputs[0],
+            layer.outputs[0],
             json!({"target": "b", "response": "answer to hi", "correlationId": "corr-1", "accepted": true, "async": false})
         );
         let pending = rows.iter().position(|row| row["async"] == true).unwrap_or_else(|| panic!("no async row"));
-        let pending_index = results[..pending].iter().filter(|r| r.get("ok").is_some()).count();
-        assert_eq!(layer_outputs[pending_index]["response"], "");
-        assert_eq!(tool_outputs[pending_index]["response"], JsonValue::Null);
+        let pending = expected[..pending].iter().filter(|outcome| matches!(outcome, Outcome::Sent(_))).count();
+        assert_eq!(layer.outputs[pending]["response"], "");
+        assert_eq!(tool.outputs[pending]["response"], JsonValue::Null);
+    });
+}
+
+/// What a row gives as a `send`: the same refusals, except that `timeoutMs`
+/// and `async` are not read (the rows that only differ there are plain
+/// sends), and the default event type is `agent.send`.
+fn as_send(outcome: &Outcome) -> Outcome {
+    let sent = |mut request: AgentMessageRequest| {
+        if request.event_type.as_deref() == Some("agent.request") {
+            request.event_type = Some("agent.send".into());
+        }
+        Outcome::Sent(AgentMessageRequest { timeout_ms: None, asynchronous: false, ..request })
+    };
+    match outcome {
+        Outcome::Sent(request) => sent(request.clone()),
+        Outcome::Refused { message, .. } if message.starts_with("'timeoutMs'") || message.starts_with("'async'") => {
+            sent(plain())
+        }
+        refused => refused.clone(),
+    }
+}
+
+#[test]
+fn the_same_table_as_events_gives_the_same_result_through_every_door() {
+    if !common::js_runtime_usable() {
+        return;
+    }
+    let (rows, expected): (Vec<JsonValue>, Vec<Outcome>) = table().into_iter().unzip();
+    let expected: Vec<Outcome> = expected.iter().map(as_send).collect();
+    let bundle = load();
+    block_on(async {
+        let doors = through_every_door(&bundle, "send", &rows).await;
+        check_rows("send", &rows, &expected, &doors);
+        let [tool, script_tool, layer] = doors;
+        assert_eq!(tool.outputs, script_tool.outputs);
+        assert_eq!(tool.outputs[0], json!({"target": "b", "eventId": "evt-2", "accepted": true}));
+        assert_eq!(layer.outputs[0], json!({"accepted": true}));
     });
 }
