@@ -27,11 +27,18 @@ use serde_json::json;
 
 /// A runtime that records every request and answers it.
 #[derive(Debug, Default)]
-struct Recording(Mutex<Vec<AgentMessageRequest>>);
+struct Recording {
+    messages: Mutex<Vec<AgentMessageRequest>>,
+    spawns: Mutex<Vec<AgentSpawnRequest>>,
+}
 
 impl Recording {
     fn taken(&self) -> Vec<AgentMessageRequest> {
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
+        std::mem::take(&mut *self.messages.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    fn spawns_taken(&self) -> Vec<AgentSpawnRequest> {
+        std::mem::take(&mut *self.spawns.lock().unwrap_or_else(PoisonError::into_inner))
     }
 }
 
@@ -53,7 +60,7 @@ impl AgentToolRuntime for Recording {
         request: AgentMessageRequest,
     ) -> BoxFuture<'a, Result<AgentAnswer, ToolFailure>> {
         let answered = answer(&request);
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).push(request);
+        self.messages.lock().unwrap_or_else(PoisonError::into_inner).push(request);
         Box::pin(async move { Ok(answered) })
     }
     fn send<'a>(
@@ -62,11 +69,17 @@ impl AgentToolRuntime for Recording {
         request: AgentMessageRequest,
     ) -> BoxFuture<'a, Result<AgentSendReceipt, ToolFailure>> {
         let receipt = AgentSendReceipt { target: request.target.clone(), event_id: "evt-2".into(), accepted: true };
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).push(request);
+        self.messages.lock().unwrap_or_else(PoisonError::into_inner).push(request);
         Box::pin(async move { Ok(receipt) })
     }
-    fn spawn<'a>(&'a self, _: &'a ToolContext, _: AgentSpawnRequest) -> BoxFuture<'a, Result<JsonValue, ToolFailure>> {
-        Box::pin(async { Err(ToolFailure::new("spawn is not part of this test")) })
+    fn spawn<'a>(
+        &'a self,
+        _: &'a ToolContext,
+        request: AgentSpawnRequest,
+    ) -> BoxFuture<'a, Result<JsonValue, ToolFailure>> {
+        let output = json!({"target": request.target, "spawned": true});
+        self.spawns.lock().unwrap_or_else(PoisonError::into_inner).push(request);
+        Box::pin(async move { Ok(output) })
     }
     fn list<'a>(&'a self, _: &'a ToolContext, _: bool) -> BoxFuture<'a, Result<JsonValue, ToolFailure>> {
         Box::pin(async { Err(ToolFailure::new("list is not part of this test")) })
@@ -184,12 +197,8 @@ fn outcomes(results: &[JsonValue], prefix: &str, recorded: Vec<AgentMessageReque
         .collect()
 }
 
-async fn through_the_tool_handler(
-    method: &str,
-    rows: &[JsonValue],
-    runtime: &Arc<Recording>,
-) -> (Vec<Outcome>, Vec<JsonValue>) {
-    let handler = goondan_base::agents::handler(method).unwrap_or_else(|| panic!("no {method} export"));
+/// The context of a call of `agents__EXPORT` whose runtime is `runtime`.
+fn tool_context(runtime: &Arc<Recording>, export: &str) -> ToolContext {
     let scope = CallScope {
         agent_name: Arc::from("contract"),
         instance_key: Arc::from("default"),
@@ -202,7 +211,16 @@ async fn through_the_tool_handler(
         step_span_id: Arc::from("b7ad6b7169203331"),
         runtime: Some(Arc::clone(runtime) as Arc<dyn AgentToolRuntime>),
     };
-    let ctx = ToolContext::new(Arc::new(scope), Arc::from("agents__request"), "call-1");
+    ToolContext::new(Arc::new(scope), Arc::from(format!("agents__{export}")), "call-1")
+}
+
+async fn through_the_tool_handler(
+    method: &str,
+    rows: &[JsonValue],
+    runtime: &Arc<Recording>,
+) -> (Vec<Outcome>, Vec<JsonValue>) {
+    let handler = goondan_base::agents::handler(method).unwrap_or_else(|| panic!("no {method} export"));
+    let ctx = tool_context(runtime, method);
     let mut results = Vec::new();
     let mut outputs = Vec::new();
     for row in rows {
@@ -359,5 +377,75 @@ fn the_same_table_as_events_gives_the_same_result_through_every_door() {
         assert_eq!(tool.outputs, script_tool.outputs);
         assert_eq!(tool.outputs[0], json!({"target": "b", "eventId": "evt-2", "accepted": true}));
         assert_eq!(layer.outputs[0], json!({"accepted": true}));
+    });
+}
+
+/// A spawn that reached the runtime, or the refusal's code and message.
+type Spawned = Result<AgentSpawnRequest, (String, String)>;
+
+/// A spawn's arguments go through the same reader from the tool and from
+/// `ctx.runtime.spawn(target, options)` (`ctx.agents` has no spawn).
+#[test]
+fn spawn_arguments_give_the_same_result_from_the_tool_and_ctx_runtime() {
+    if !common::js_runtime_usable() {
+        return;
+    }
+    let spawn = |target: &str, instance_key: Option<&str>, cwd: Option<&str>| {
+        Ok(AgentSpawnRequest {
+            target: target.into(),
+            instance_key: instance_key.map(str::to_owned),
+            cwd: cwd.map(str::to_owned),
+        })
+    };
+    let refused = |message: &str| Err((E_AGENTS_INVALID_REQUEST.to_owned(), message.to_owned()));
+    let table: Vec<(JsonValue, Spawned)> = vec![
+        (json!({"target": "b"}), spawn("b", None, None)),
+        (json!({"target": " b ", "instanceKey": " k ", "cwd": " sub "}), spawn("b", Some("k"), Some("sub"))),
+        (json!({"target": "b", "instanceKey": "", "cwd": null}), spawn("b", None, None)),
+        (json!({"target": ""}), refused("'target' must be a non-empty string")),
+        (json!({"instanceKey": "k"}), refused("'target' must be a non-empty string")),
+        (json!({"target": "b", "cwd": 5}), refused("'cwd' must be a string, got integer")),
+        (json!({"target": "b", "instanceKey": ["k"]}), refused("'instanceKey' must be a string, got array")),
+    ];
+    let (rows, expected): (Vec<JsonValue>, Vec<_>) = table.into_iter().unzip();
+    let bundle = load();
+    block_on(async {
+        let runtime = Arc::new(Recording::default());
+        let handler = goondan_base::agents::handler("spawn").unwrap_or_else(|| panic!("no spawn export"));
+        let ctx = tool_context(&runtime, "spawn");
+        let mut by_tool = Vec::new();
+        for row in &rows {
+            let input = row.as_object().cloned().unwrap_or_default();
+            by_tool.push(match handler.call(&ctx, &input).await {
+                Ok(_) => Ok(runtime.spawns_taken().pop().unwrap_or_else(|| panic!("{row} reached no runtime"))),
+                Err(failure) => Err((failure.code.unwrap_or_default(), failure.message)),
+            });
+        }
+
+        let runtime = Arc::new(Recording::default());
+        let tooling = assemble(&bundle, &runtime).await;
+        let args = json!({"method": "spawn", "rows": rows}).as_object().cloned().unwrap_or_default();
+        let result = tooling.call_tool("probe__ask", args).await;
+        assert_eq!(result.status, ToolStatus::Ok, "{result:?}");
+        let results = result.output.as_ref().and_then(JsonValue::as_array).cloned().unwrap_or_default();
+        let mut spawned = runtime.spawns_taken().into_iter();
+        let by_script: Vec<Spawned> = results
+            .iter()
+            .map(|result| match result.get("error").and_then(JsonValue::as_str) {
+                Some(error) => {
+                    let rest = error.strip_prefix("ctx.runtime.spawn: ").unwrap_or_else(|| panic!("{error}"));
+                    let (code, message) = rest.split_once(": ").unwrap_or_else(|| panic!("no code in {error}"));
+                    Err((code.to_owned(), message.to_owned()))
+                }
+                None => Ok(spawned.next().unwrap_or_else(|| panic!("{result} reached no runtime"))),
+            })
+            .collect();
+
+        assert_eq!(by_tool.len(), rows.len());
+        assert_eq!(by_script.len(), rows.len());
+        for (index, row) in rows.iter().enumerate() {
+            assert_eq!(by_tool[index], expected[index], "the agents tool, row {row}");
+            assert_eq!(by_script[index], expected[index], "ctx.runtime.spawn, row {row}");
+        }
     });
 }
