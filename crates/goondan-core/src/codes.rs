@@ -138,6 +138,11 @@ pub const E_SCRIPT_MODULE: &str = "E_SCRIPT_MODULE";
 /// The `agents` tool was called by an agent that runs without the swarm's
 /// orchestrator, so there is no other agent to reach.
 pub const E_AGENTS_UNAVAILABLE: &str = "E_AGENTS_UNAVAILABLE";
+/// A request to another agent (the `agents` tool, `ctx.runtime` of a
+/// JavaScript tool, `ctx.agents` of a JavaScript layer) whose arguments break
+/// the agent-to-agent contract: no target, a bad timeout, metadata that is
+/// not an object, ….
+pub const E_AGENTS_INVALID_REQUEST: &str = "E_AGENTS_INVALID_REQUEST";
 
 /// Every code above, in the order of this module.
 pub const ALL: &[&str] = &[
@@ -187,6 +192,7 @@ pub const ALL: &[&str] = &[
     E_SCRIPT_EXPORT_MISSING,
     E_SCRIPT_MODULE,
     E_AGENTS_UNAVAILABLE,
+    E_AGENTS_INVALID_REQUEST,
 ];
 
 #[cfg(test)]

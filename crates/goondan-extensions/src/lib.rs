@@ -5,11 +5,14 @@
 //! here installs one of them through the runtime's
 //! [`ExtensionSetup`](goondan_runtime::extension::ExtensionSetup): its turn,
 //! step and toolCall layers go on the same chains, and its tools into the
-//! same registry, as JavaScript extensions' do. [`install`] picks the module
-//! by the Extension's name.
+//! same registry, as JavaScript extensions' do. [`BaseExtensions`] is the
+//! build's plugin for them: it claims the base package's extensions this
+//! crate implements, and [`install`] picks the module by the Extension's
+//! name.
 
 use goondan_config::PackageScope;
-use goondan_runtime::extension::{AgentExtension, ExtensionError, ExtensionSetup};
+use goondan_runtime::extension::{AgentExtension, AgentPlugin, ExtensionError, ExtensionSetup, PluginInstall};
+use goondan_tools::BoxFuture;
 
 pub mod context_message;
 mod fields;
@@ -23,10 +26,53 @@ mod required_tools_guard;
 mod test_messages;
 mod tool_search;
 
+/// The names of the base package's extensions this crate implements.
+const IMPLEMENTED: [&str; 8] = [
+    context_message::NAME,
+    message_window::NAME,
+    message_compaction::NAME,
+    message_integrity::NAME,
+    tool_search::NAME,
+    required_tools_guard::NAME,
+    logging::NAME,
+    inter_agent_response_format::NAME,
+];
+
+/// Whether `extension` is one of the base package's extensions this crate
+/// implements.
+pub fn implements(extension: &AgentExtension) -> bool {
+    extension.scope == PackageScope::Base && IMPLEMENTED.contains(&extension.name.as_str())
+}
+
+/// The plugin of the native base extensions: it claims those this crate
+/// [`implements`] and installs them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BaseExtensions;
+
+impl AgentPlugin for BaseExtensions {
+    fn begin(&self) -> Box<dyn PluginInstall> {
+        Box::new(BaseExtensions)
+    }
+}
+
+impl PluginInstall for BaseExtensions {
+    fn claims(&self, extension: &AgentExtension) -> bool {
+        implements(extension)
+    }
+
+    fn install_extension<'a>(
+        &'a mut self,
+        setup: &'a mut ExtensionSetup<'_>,
+        extension: &'a AgentExtension,
+    ) -> BoxFuture<'a, Result<(), ExtensionError>> {
+        Box::pin(async move { install(setup, extension).await.map(|_| ()) })
+    }
+}
+
 /// Installs `extension` when it is one of the base package's extensions this
 /// crate implements; returns `Ok(false)` (and changes nothing) otherwise.
 pub async fn install(setup: &mut ExtensionSetup<'_>, extension: &AgentExtension) -> Result<bool, ExtensionError> {
-    if extension.scope != PackageScope::Base {
+    if !implements(extension) {
         return Ok(false);
     }
     match extension.name.as_str() {

@@ -13,6 +13,36 @@ use goondan_tools::assembly::AgentTools;
 use goondan_tools::events::NoopEventSink;
 use goondan_tools::{ToolExecutor, ToolRegistry};
 
+/// Claims every extension [`goondan_extensions::BaseExtensions`] left and
+/// refuses it, so an extension this crate does not install fails the
+/// assembly instead of being skipped with a warning.
+struct Strict;
+
+impl goondan_runtime::extension::AgentPlugin for Strict {
+    fn begin(&self) -> Box<dyn goondan_runtime::extension::PluginInstall> {
+        Box::new(Strict)
+    }
+}
+
+impl goondan_runtime::extension::PluginInstall for Strict {
+    fn claims(&self, _: &goondan_runtime::extension::AgentExtension) -> bool {
+        true
+    }
+
+    fn install_extension<'a>(
+        &'a mut self,
+        _: &'a mut ExtensionSetup<'_>,
+        extension: &'a goondan_runtime::extension::AgentExtension,
+    ) -> goondan_tools::BoxFuture<'a, Result<(), ExtensionError>> {
+        Box::pin(std::future::ready(Err(ExtensionError::new(&extension.name, "E_TEST", "not installed"))))
+    }
+}
+
+/// Only this crate's extensions, strictly.
+fn plugins() -> Vec<Arc<dyn goondan_runtime::extension::AgentPlugin>> {
+    vec![Arc::new(goondan_extensions::BaseExtensions), Arc::new(Strict)]
+}
+
 fn bundle(extensions: &str) -> goondan_config::Bundle {
     let text = format!(
         "apiVersion: goondan.ai/v1\nkind: Model\nmetadata: {{name: m}}\nspec: {{provider: openai, model: x}}\n---\n\
@@ -31,17 +61,7 @@ fn base(name: &str, config: &str) -> String {
 /// does not take fails the assembly, so a silent skip cannot pass).
 async fn assemble(bundle: &goondan_config::Bundle) -> Result<AgentTooling, AgentBuildError> {
     let mut options = AgentOptions::new(Arc::new(NoopEventSink));
-    options.install_extensions = Arc::new(|mut setup: ExtensionSetup<'_>| {
-        Box::pin(async move {
-            let extensions = setup.extensions.to_vec();
-            for extension in &extensions {
-                if !goondan_extensions::install(&mut setup, extension).await? {
-                    return Err(ExtensionError::new(&extension.name, "E_TEST", "not installed"));
-                }
-            }
-            Ok(())
-        })
-    });
+    options.plugins = plugins();
     assemble_tooling(bundle, &options).await
 }
 

@@ -47,6 +47,36 @@ impl Recording {
 
 const PROMPT: &str = "Be brief.";
 
+/// Claims every extension [`goondan_extensions::BaseExtensions`] left and
+/// refuses it, so an extension this crate does not install fails the
+/// assembly instead of being skipped with a warning.
+struct Strict;
+
+impl goondan_runtime::extension::AgentPlugin for Strict {
+    fn begin(&self) -> Box<dyn goondan_runtime::extension::PluginInstall> {
+        Box::new(Strict)
+    }
+}
+
+impl goondan_runtime::extension::PluginInstall for Strict {
+    fn claims(&self, _: &goondan_runtime::extension::AgentExtension) -> bool {
+        true
+    }
+
+    fn install_extension<'a>(
+        &'a mut self,
+        _: &'a mut ExtensionSetup<'_>,
+        extension: &'a goondan_runtime::extension::AgentExtension,
+    ) -> goondan_tools::BoxFuture<'a, Result<(), ExtensionError>> {
+        Box::pin(std::future::ready(Err(ExtensionError::new(&extension.name, "E_TEST", "not installed"))))
+    }
+}
+
+/// Only this crate's extensions, strictly.
+fn plugins() -> Vec<Arc<dyn goondan_runtime::extension::AgentPlugin>> {
+    vec![Arc::new(goondan_extensions::BaseExtensions), Arc::new(Strict)]
+}
+
 /// Agent `a` with `extensions` (YAML list items), every one installed by
 /// this crate, an `echo__say` tool, and a recording model playing `replies`.
 async fn build(extensions: &str, replies: Value) -> (Agent, Arc<Recording>, Arc<MemoryEventSink>) {
@@ -60,17 +90,7 @@ async fn build(extensions: &str, replies: Value) -> (Agent, Arc<Recording>, Arc<
     let bundle = report.bundle.unwrap_or_else(|| panic!("{:?}", report.diagnostics));
     let events = Arc::new(MemoryEventSink::new());
     let mut options = AgentOptions::new(Arc::clone(&events) as _);
-    options.install_extensions = Arc::new(|mut setup: ExtensionSetup<'_>| {
-        Box::pin(async move {
-            let extensions = setup.extensions.to_vec();
-            for extension in &extensions {
-                if !goondan_extensions::install(&mut setup, extension).await? {
-                    return Err(ExtensionError::new(&extension.name, "E_TEST", "not installed"));
-                }
-            }
-            Ok(())
-        })
-    });
+    options.plugins = plugins();
     let mut agent = build_agent(&bundle, &options).await.unwrap_or_else(|e| panic!("{e}"));
     let echo = ToolCatalogItem::new("echo__say", ToolSource::extension("test"));
     agent

@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use goondan_core::ids::SpanIdGenerator;
 use goondan_runtime::context::{StepContext, StepOutcome};
-use goondan_runtime::extension::{AgentExtension, ExtensionError, ExtensionSetup};
+use goondan_runtime::extension::{AgentExtension, AgentPlugin, ExtensionError, ExtensionSetup, PluginInstall};
 use goondan_tools::{BoxFuture, EventSink, Middleware, Next, ToolCatalogItem, ToolHandler, ToolRegistry, ToolSource};
 use rmcp::model::Tool;
 use tokio::task::JoinSet;
@@ -40,6 +40,31 @@ pub const EXTENSION_NAME: &str = "mcp";
 /// The priority of the step layer that takes servers' changed tools into
 /// the catalog: outermost, so every other layer sees the current tools.
 pub const REFRESH_LAYER_PRIORITY: i32 = i32::MIN;
+
+/// The build's plugin for `Extension/mcp`: it claims the packaged extension
+/// named [`EXTENSION_NAME`] and [`install`]s it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct McpPlugin;
+
+impl AgentPlugin for McpPlugin {
+    fn begin(&self) -> Box<dyn PluginInstall> {
+        Box::new(McpPlugin)
+    }
+}
+
+impl PluginInstall for McpPlugin {
+    fn claims(&self, extension: &AgentExtension) -> bool {
+        extension.scope != goondan_config::PackageScope::Local && extension.name == EXTENSION_NAME
+    }
+
+    fn install_extension<'a>(
+        &'a mut self,
+        setup: &'a mut ExtensionSetup<'_>,
+        extension: &'a AgentExtension,
+    ) -> BoxFuture<'a, Result<(), ExtensionError>> {
+        Box::pin(async move { install(setup, extension).await.map(|_| ()) })
+    }
+}
 
 /// What [`install`] did, for callers and tests.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

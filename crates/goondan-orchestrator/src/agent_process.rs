@@ -37,6 +37,7 @@ use goondan_runtime::conversation::Conversation;
 use goondan_runtime::inbox::Inbox;
 use goondan_runtime::turn::{Agent, TurnInput, TurnObserver};
 use goondan_runtime::{TurnEnd, TurnOutcome};
+use goondan_tools::agents::{AgentAnswer, AgentSendReceipt, DEFAULT_REQUEST_TIMEOUT_MS};
 use goondan_tools::context::{AgentMessageRequest, AgentSpawnRequest};
 use goondan_tools::events::{EventKind, EventSink, RuntimeEvent};
 use goondan_tools::{AgentToolRuntime, BoxFuture, ToolContext, ToolFailure};
@@ -427,7 +428,7 @@ impl AgentToolRuntime for SwarmRuntime {
         &'a self,
         ctx: &'a ToolContext,
         request: AgentMessageRequest,
-    ) -> BoxFuture<'a, Result<JsonValue, ToolFailure>> {
+    ) -> BoxFuture<'a, Result<AgentAnswer, ToolFailure>> {
         Box::pin(async move {
             self.check_target(&request.target)?;
             let payload = self.delegate_payload(ctx, &request, request.asynchronous);
@@ -435,7 +436,7 @@ impl AgentToolRuntime for SwarmRuntime {
             let event_id = payload.event_id.clone();
             let trace_id = ctx.scope().trace_id.to_string();
             let target_key = payload.instance_key.clone();
-            let timeout = Duration::from_millis(request.timeout_ms.unwrap_or(60_000));
+            let timeout = Duration::from_millis(request.timeout_ms.unwrap_or(DEFAULT_REQUEST_TIMEOUT_MS));
             self.emit(
                 "agent.request.sent",
                 &trace_id,
@@ -457,10 +458,14 @@ impl AgentToolRuntime for SwarmRuntime {
                 self.waiting().insert(correlation_id.clone(), Waiting::Async(pending));
                 self.send_message(message, &correlation_id).await?;
                 self.expire_async(correlation_id.clone(), timeout);
-                return Ok(json!({
-                    "target": request.target, "eventId": event_id, "correlationId": correlation_id,
-                    "accepted": true, "async": true, "response": null,
-                }));
+                return Ok(AgentAnswer {
+                    target: request.target,
+                    event_id,
+                    correlation_id,
+                    accepted: true,
+                    asynchronous: true,
+                    response: None,
+                });
             }
             let (tx, rx) = oneshot::channel();
             self.waiting().insert(correlation_id.clone(), Waiting::Answer(tx));
@@ -497,10 +502,14 @@ impl AgentToolRuntime for SwarmRuntime {
                        "errorCode": answer.error.as_ref().map(|e| e.code.clone())}),
             );
             match (answer.status, answer.error) {
-                (ResultStatus::Ok, _) => Ok(json!({
-                    "target": request.target, "eventId": event_id, "correlationId": correlation_id,
-                    "accepted": true, "async": false, "response": answer.response,
-                })),
+                (ResultStatus::Ok, _) => Ok(AgentAnswer {
+                    target: request.target,
+                    event_id,
+                    correlation_id: correlation_id.clone(),
+                    accepted: true,
+                    asynchronous: false,
+                    response: answer.response,
+                }),
                 (_, Some(error)) => Err(failure(error)),
                 (_, None) => Err(ToolFailure::with_code("the request failed", AGENT_TURN_FAILED)),
             }
@@ -511,7 +520,7 @@ impl AgentToolRuntime for SwarmRuntime {
         &'a self,
         ctx: &'a ToolContext,
         request: AgentMessageRequest,
-    ) -> BoxFuture<'a, Result<JsonValue, ToolFailure>> {
+    ) -> BoxFuture<'a, Result<AgentSendReceipt, ToolFailure>> {
         Box::pin(async move {
             self.check_target(&request.target)?;
             let payload = self.delegate_payload(ctx, &request, false);
@@ -526,7 +535,7 @@ impl AgentToolRuntime for SwarmRuntime {
             let _forget = Forget { runtime: self, correlation_id: &correlation_id, cancel: false };
             match tokio::time::timeout(CALL_TIMEOUT, rx).await {
                 Ok(Ok(CallResultPayload { error: Some(error), .. })) => Err(failure(error)),
-                Ok(Ok(_)) => Ok(json!({"target": request.target, "eventId": event_id, "accepted": true})),
+                Ok(Ok(_)) => Ok(AgentSendReceipt { target: request.target, event_id, accepted: true }),
                 Ok(Err(_)) => Err(ToolFailure::with_code("the orchestrator went away", IPC_DELIVERY_FAILED)),
                 Err(_) => {
                     Err(ToolFailure::with_code("the orchestrator did not confirm the delivery", IPC_DELIVERY_FAILED))

@@ -9,8 +9,10 @@
 //! through them, so every front end sees the same catalog and calls through
 //! the same pipeline.
 //!
-//! The runtime knows no tool implementations: the caller passes a
-//! [`ToolInstaller`] (`gdn` wires in the native `@goondan/base` tools).
+//! The runtime knows no tool or extension implementations: the caller
+//! passes [`AgentPlugin`]s (`gdn` plugs in the native `@goondan/base` tools
+//! and extensions, MCP and the JavaScript host), each installing itself
+//! into the agent being assembled.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -28,15 +30,14 @@ use goondan_tools::{
 };
 
 use crate::context::{EmitterTurn, EventEmitter, StepContext, StepOutcome, TurnContext, TurnOutcome};
-use crate::extension::{ExtensionError, ExtensionInstaller, ExtensionSetup, agent_extensions, no_extensions};
+use crate::extension::{
+    AgentPlugin, ExtensionError, ExtensionSetup, PluginInstall, agent_extensions, install_extensions,
+};
 use crate::extension_state::ExtensionStateStore;
 use crate::turn::Agent;
 
 /// Reads an environment variable (the process environment, plus any `.env` file).
 pub type EnvLookup = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
-
-/// Registers the handlers a build has for an agent's declared tools.
-pub type ToolInstaller = Arc<dyn Fn(&ToolRegistry, &AgentTools, &EnvLookup) -> Result<(), RegistryError> + Send + Sync>;
 
 /// How to build an agent beyond what the bundle says.
 #[derive(Clone)]
@@ -53,11 +54,10 @@ pub struct AgentOptions {
     pub events: Arc<dyn EventSink>,
     /// The deadline of one tool call.
     pub call_timeout: Option<Duration>,
-    /// Installs the handlers of the agent's tools.
-    pub install_tools: ToolInstaller,
-    /// Installs the agent's extensions (after its tools); the default
-    /// refuses an agent that has any.
-    pub install_extensions: ExtensionInstaller,
+    /// What installs the agent's tool handlers and extensions, in order
+    /// (see [`AgentPlugin`]); none by default: no handlers, and an agent
+    /// with extensions of its own is refused.
+    pub plugins: Vec<Arc<dyn AgentPlugin>>,
     /// The instance's extension-state directory (`<instance>/extensions`);
     /// `None` keeps extension state in memory only.
     pub extension_state: Option<PathBuf>,
@@ -78,8 +78,7 @@ impl AgentOptions {
             env: Arc::new(|name: &str| std::env::var(name).ok()),
             events,
             call_timeout: None,
-            install_tools: Arc::new(|_: &ToolRegistry, _: &AgentTools, _: &EnvLookup| Ok(())),
-            install_extensions: no_extensions(),
+            plugins: Vec::new(),
             extension_state: None,
             agent_runtime: None,
         }
@@ -378,9 +377,9 @@ fn swarm_of<'a>(bundle: &'a Bundle, agent: &str) -> Option<&'a Resource<goondan_
 }
 
 /// Assembles the tooling of the agent `options` select: its declared tools,
-/// a registry with the handlers `options.install_tools` provides, the
-/// executor (catalog-only calls, `options.call_timeout`, `options.events`)
-/// and the middleware and tools its extensions install.
+/// a registry with the handlers `options.plugins` provide, the executor
+/// (catalog-only calls, `options.call_timeout`, `options.events`) and the
+/// middleware and tools its extensions install through the plugins.
 pub async fn assemble_tooling(bundle: &Bundle, options: &AgentOptions) -> Result<AgentTooling, AgentBuildError> {
     let (agent, instance_key) = resolve(bundle, options)?;
     tooling_of(bundle, agent, &instance_key, options).await
@@ -394,8 +393,12 @@ async fn tooling_of(
 ) -> Result<AgentTooling, AgentBuildError> {
     let tools = AgentTools::for_agent(bundle, agent);
     let registry = ToolRegistry::new();
-    (options.install_tools)(&registry, &tools, &options.env)
-        .map_err(|source| AgentBuildError::Tools { agent: agent.name().to_owned(), source })?;
+    let mut installs: Vec<Box<dyn PluginInstall>> = options.plugins.iter().map(|plugin| plugin.begin()).collect();
+    for install in &mut installs {
+        install
+            .install_tools(&registry, &tools, &options.env)
+            .map_err(|source| AgentBuildError::Tools { agent: agent.name().to_owned(), source })?;
+    }
     let executor = ToolExecutor::new(Arc::new(registry))
         .with_policy(ExecutorPolicy { allow_registry_calls: false, call_timeout: options.call_timeout })
         .with_events(Arc::clone(&options.events));
@@ -413,8 +416,8 @@ async fn tooling_of(
             Some(dir) => ExtensionStateStore::at(dir.clone()),
             None => ExtensionStateStore::in_memory(),
         });
-        let setup = ExtensionSetup { tooling: &mut tooling, extensions: &extensions, state, env: &options.env };
-        (options.install_extensions)(setup)
+        let mut setup = ExtensionSetup { tooling: &mut tooling, extensions: &extensions, state, env: &options.env };
+        install_extensions(&mut setup, &mut installs)
             .await
             .map_err(|source| AgentBuildError::Extension { agent: agent.name().to_owned(), source })?;
     }

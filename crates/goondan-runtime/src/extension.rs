@@ -1,22 +1,29 @@
-//! Extensions: what an agent's `spec.extensions[]` asks for, and the hook
-//! through which a build installs them.
+//! Extensions and the plugin seam: what an agent's `spec.extensions[]` asks
+//! for, and the one way a build installs tools and extensions into an agent
+//! being assembled.
 //!
-//! The runtime runs no extension code itself. [`agent_extensions`] resolves
-//! an agent's references to [`AgentExtension`]s (module, scope, merged
-//! config); at assembly the caller's [`ExtensionInstaller`] gets an
-//! [`ExtensionSetup`] — the agent's tooling, with its turn, step and toolCall
-//! chains and its registry still open for layers and tools, and the
-//! instance's extension state — and registers whatever the extensions
-//! provide. `gdn` installs JavaScript extensions through its script host.
-//! Everything an extension registers goes through the same chains, catalog,
-//! validation and executor as native code.
-
+//! The runtime runs no extension code and implements no tool itself.
+//! [`agent_extensions`] resolves an agent's references to
+//! [`AgentExtension`]s (module, scope, merged config). A build hands
+//! [`AgentPlugin`]s to the assembly (`AgentOptions::plugins`); for each agent
+//! being assembled every plugin begins a [`PluginInstall`], which registers
+//! handlers for the agent's declared tools, claims the extensions it
+//! implements and installs each claimed one into an [`ExtensionSetup`] — the
+//! agent's tooling, with its turn, step and toolCall chains and its registry
+//! still open for layers and tools, and the instance's extension state. What
+//! one agent's install needs to keep between those steps (the JavaScript
+//! host its tools and extensions share) is the install's own state, dropped
+//! once the agent is assembled. `gdn` plugs in the native tools, the MCP
+//! client, the native base extensions and the JavaScript host this way.
+//! Everything a plugin registers goes through the same chains, catalog,
+//! validation and executor as everything else.
 use std::path::Path;
 use std::sync::Arc;
 
 use goondan_config::{AgentSpec, AnyResource, Bundle, PackageScope, Resolved, Resource};
 use goondan_core::JsonObject;
-use goondan_tools::BoxFuture;
+use goondan_tools::assembly::AgentTools;
+use goondan_tools::{BoxFuture, RegistryError, ToolRegistry};
 
 use crate::agent::{AgentTooling, EnvLookup};
 use crate::extension_state::ExtensionStateStore;
@@ -123,7 +130,7 @@ fn add_required_tools(bundle: &Bundle, required: &[String], found: &mut Vec<Agen
     config.insert("requiredTools".to_owned(), serde_json::Value::Array(names));
 }
 
-/// What an [`ExtensionInstaller`] works with.
+/// What a [`PluginInstall`] installs extensions into.
 pub struct ExtensionSetup<'a> {
     /// The agent's tooling: register turn and step layers on its chains,
     /// toolCall layers with [`AgentTooling::register_tool_call_middleware`],
@@ -167,19 +174,83 @@ impl ExtensionError {
     }
 }
 
-/// Installs an agent's extensions; see [`ExtensionSetup`].
-pub type ExtensionInstaller =
-    Arc<dyn for<'a> Fn(ExtensionSetup<'a>) -> BoxFuture<'a, Result<(), ExtensionError>> + Send + Sync>;
+/// A part of a build that installs itself into every agent being assembled:
+/// tool handlers, extensions, or both.
+pub trait AgentPlugin: Send + Sync {
+    /// Begins installing into one agent being assembled; the install lives
+    /// until that agent is assembled.
+    fn begin(&self) -> Box<dyn PluginInstall>;
+}
 
-/// The installer of a build that runs no extensions: an agent that has any
-/// is refused, rather than run without the middleware it was written for.
-pub fn no_extensions() -> ExtensionInstaller {
-    Arc::new(|setup: ExtensionSetup<'_>| {
-        let refused = setup.extensions.first().map(|extension| {
-            ExtensionError::new(&extension.name, "E_EXT_UNSUPPORTED", "this build of the runtime runs no extensions")
-        });
-        Box::pin(std::future::ready(refused.map_or(Ok(()), Err)))
-    })
+/// One plugin's install into one agent being assembled. The assembly calls
+/// [`install_tools`](Self::install_tools) first (every plugin, in order),
+/// then for each of the agent's extensions, in the agent's order, the first
+/// plugin that [`claims`](Self::claims) it installs it, and last every
+/// plugin [`finish`](Self::finish)es (only when the agent has extensions).
+pub trait PluginInstall: Send {
+    /// Registers handlers for the agent's declared tools it implements.
+    fn install_tools(
+        &mut self,
+        _registry: &ToolRegistry,
+        _tools: &AgentTools,
+        _env: &EnvLookup,
+    ) -> Result<(), RegistryError> {
+        Ok(())
+    }
+
+    /// Whether this plugin implements `extension`.
+    fn claims(&self, _extension: &AgentExtension) -> bool {
+        false
+    }
+
+    /// Installs `extension`, which it claimed.
+    fn install_extension<'a>(
+        &'a mut self,
+        _setup: &'a mut ExtensionSetup<'_>,
+        _extension: &'a AgentExtension,
+    ) -> BoxFuture<'a, Result<(), ExtensionError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    /// Completes what it installs together (after every extension was
+    /// offered): a JavaScript host loads its modules in one go.
+    fn finish<'a>(&'a mut self, _setup: &'a mut ExtensionSetup<'_>) -> BoxFuture<'a, Result<(), ExtensionError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+}
+
+/// Installs `setup.extensions` through the plugins' `installs`: each by the
+/// first that claims it. A base-package extension nobody claims is left out
+/// with a warning (the agent runs without it, as with a build that has not
+/// implemented it yet); one of the bundle's own nobody claims fails the
+/// agent (`E_EXT_UNSUPPORTED`), rather than run it without the middleware
+/// it was written for.
+pub(crate) async fn install_extensions(
+    setup: &mut ExtensionSetup<'_>,
+    installs: &mut [Box<dyn PluginInstall>],
+) -> Result<(), ExtensionError> {
+    let extensions = setup.extensions;
+    for extension in extensions {
+        match installs.iter_mut().find(|install| install.claims(extension)) {
+            Some(install) => install.install_extension(setup, extension).await?,
+            None if extension.scope == PackageScope::Base => tracing::warn!(
+                "agent '{}': extension '{}' of @goondan/base is not implemented by this build yet; the agent runs without it",
+                setup.tooling.agent_name,
+                extension.name
+            ),
+            None => {
+                return Err(ExtensionError::new(
+                    &extension.name,
+                    "E_EXT_UNSUPPORTED",
+                    "this build of the runtime runs no extensions of this kind",
+                ));
+            }
+        }
+    }
+    for install in installs {
+        install.finish(setup).await?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -218,5 +289,97 @@ mod tests {
         assert_eq!(found[0].config["errorMessage"], "hi");
 
         assert!(extensions_of("  tools: []\n").is_empty());
+    }
+
+    /// Records what the assembly asks of it; claims the extensions named.
+    struct Claiming {
+        name: &'static str,
+        claims: &'static [&'static str],
+        log: Arc<std::sync::Mutex<Vec<String>>>,
+    }
+
+    impl Claiming {
+        fn note(&self, what: String) {
+            self.log.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(format!("{}:{what}", self.name));
+        }
+    }
+
+    impl AgentPlugin for Claiming {
+        fn begin(&self) -> Box<dyn PluginInstall> {
+            self.note("begin".into());
+            Box::new(Claiming { name: self.name, claims: self.claims, log: Arc::clone(&self.log) })
+        }
+    }
+
+    impl PluginInstall for Claiming {
+        fn install_tools(&mut self, _: &ToolRegistry, _: &AgentTools, _: &EnvLookup) -> Result<(), RegistryError> {
+            self.note("tools".into());
+            Ok(())
+        }
+
+        fn claims(&self, extension: &AgentExtension) -> bool {
+            self.claims.contains(&extension.name.as_str())
+        }
+
+        fn install_extension<'a>(
+            &'a mut self,
+            _: &'a mut ExtensionSetup<'_>,
+            extension: &'a AgentExtension,
+        ) -> BoxFuture<'a, Result<(), ExtensionError>> {
+            self.note(extension.name.clone());
+            Box::pin(std::future::ready(Ok(())))
+        }
+
+        fn finish<'a>(&'a mut self, _: &'a mut ExtensionSetup<'_>) -> BoxFuture<'a, Result<(), ExtensionError>> {
+            self.note("finish".into());
+            Box::pin(std::future::ready(Ok(())))
+        }
+    }
+
+    /// Every plugin installs tools, in order; each extension goes, in the
+    /// agent's order, to the first plugin that claims it; a base extension
+    /// nobody claims is skipped (with a warning), one of the bundle's own
+    /// fails the agent; every plugin finishes last.
+    #[tokio::test]
+    async fn plugins_install_tools_then_claimed_extensions_in_the_agents_order() {
+        let items: String = ["logging", "mcp", "message-window"]
+            .iter()
+            .map(|name| format!("    - {{kind: Extension, name: {name}, package: '@goondan/base'}}\n"))
+            .collect();
+        let text = format!(
+            "apiVersion: goondan.ai/v1\nkind: Model\nmetadata: {{name: m}}\nspec: {{provider: openai, model: x}}\n---\n\
+             apiVersion: goondan.ai/v1\nkind: Agent\nmetadata: {{name: a}}\nspec:\n  modelConfig: {{modelRef: Model/m}}\n  \
+             extensions:\n{items}"
+        );
+        let report = goondan_config::load_from_str(&text, "goondan.yaml", None, PathBuf::from("goondan.yaml"));
+        let bundle = report.bundle.unwrap_or_else(|| panic!("{:?}", report.diagnostics));
+        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut options = crate::agent::AgentOptions::new(Arc::new(goondan_tools::NoopEventSink));
+        options.plugins = vec![
+            Arc::new(Claiming { name: "A", claims: &["mcp", "logging"], log: Arc::clone(&log) }),
+            Arc::new(Claiming { name: "B", claims: &["logging"], log: Arc::clone(&log) }),
+        ];
+        let mut tooling =
+            crate::agent::assemble_tooling(&bundle, &options).await.unwrap_or_else(|e| panic!("assemble: {e}"));
+        let seen = std::mem::take(&mut *log.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        assert_eq!(seen, ["A:begin", "B:begin", "A:tools", "B:tools", "A:logging", "A:mcp", "A:finish", "B:finish"]);
+
+        let local = AgentExtension {
+            name: "mine".into(),
+            scope: PackageScope::Local,
+            entry: Arc::from(Path::new("/bundle/mine.ts")),
+            config: JsonObject::new(),
+        };
+        let extensions = [local];
+        let env: EnvLookup = Arc::new(|_: &str| None);
+        let mut setup = ExtensionSetup {
+            tooling: &mut tooling,
+            extensions: &extensions,
+            state: Arc::new(ExtensionStateStore::in_memory()),
+            env: &env,
+        };
+        let mut installs: Vec<Box<dyn PluginInstall>> = options.plugins.iter().map(|plugin| plugin.begin()).collect();
+        let refused = install_extensions(&mut setup, &mut installs).await.err().map(|e| (e.extension, e.code));
+        assert_eq!(refused, Some(("mine".to_owned(), "E_EXT_UNSUPPORTED".to_owned())));
     }
 }

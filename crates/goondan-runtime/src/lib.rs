@@ -16,8 +16,9 @@
 //! - [`store`]: the state root, one directory per instance with its message
 //!   log (message events) and event log.
 //!
-//! Architecture invariant: this crate implements no tool. Handlers come in
-//! through [`agent::ToolInstaller`]; `gdn` wires in the built-ins.
+//! Architecture invariant: this crate implements no tool and no extension.
+//! Handlers and extensions come in through [`extension::AgentPlugin`]s;
+//! `gdn` plugs in the built-ins.
 
 pub mod agent;
 pub mod context;

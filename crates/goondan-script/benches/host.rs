@@ -28,11 +28,11 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use goondan_config::{Bundle, PackageScope};
+use goondan_config::Bundle;
 use goondan_core::{JsonObject, Message, ToolCall};
 use goondan_runtime::agent::{AgentOptions, AgentTooling, EnvLookup, ScopeIds, assemble_tooling};
-use goondan_runtime::extension::ExtensionSetup;
-use goondan_script::{JsRuntime, ScriptHost, install_script_extensions, install_script_tools};
+use goondan_runtime::extension::{AgentPlugin, PluginInstall};
+use goondan_script::{JsRuntime, ScriptPlugin};
 use goondan_tools::{
     CallScope, NoopEventSink, ToolCatalog, ToolCatalogItem, ToolOutput, ToolRegistry, ToolSource, sync_handler,
 };
@@ -81,24 +81,31 @@ fn load_fixture() -> Bundle {
 fn options(agent: &str, runtime: &JsRuntime) -> AgentOptions {
     let mut options = AgentOptions::new(Arc::new(NoopEventSink));
     options.agent = Some(agent.to_owned());
-    let host = ScriptHost::with_runtime(runtime.clone());
-    let for_tools = Arc::clone(&host);
-    options.install_tools =
-        Arc::new(move |registry: &ToolRegistry, tools: &goondan_tools::assembly::AgentTools, _: &EnvLookup| {
-            install_script_tools(registry, tools, &for_tools)?;
-            registry.register(
-                ToolCatalogItem::new(NATIVE, ToolSource::config("bench")),
-                sync_handler(|_, _| Ok(ToolOutput::Value(Value::Null))),
-            )
-        });
-    options.install_extensions = Arc::new(move |setup: ExtensionSetup<'_>| {
-        let host = Arc::clone(&host);
-        Box::pin(async move {
-            let scripts: Vec<_> = setup.extensions.iter().filter(|e| e.scope == PackageScope::Local).cloned().collect();
-            install_script_extensions(setup, &scripts, &host).await
-        })
-    });
+    options.plugins = vec![Arc::new(NativeNoop), Arc::new(ScriptPlugin::with_runtime(runtime.clone()))];
     options
+}
+
+/// The native no-op tool, installed as a plugin like gdn's native tools.
+struct NativeNoop;
+
+impl AgentPlugin for NativeNoop {
+    fn begin(&self) -> Box<dyn PluginInstall> {
+        Box::new(NativeNoop)
+    }
+}
+
+impl PluginInstall for NativeNoop {
+    fn install_tools(
+        &mut self,
+        registry: &ToolRegistry,
+        _: &goondan_tools::assembly::AgentTools,
+        _: &EnvLookup,
+    ) -> Result<(), goondan_tools::RegistryError> {
+        registry.register(
+            ToolCatalogItem::new(NATIVE, ToolSource::config("bench")),
+            sync_handler(|_, _| Ok(ToolOutput::Value(Value::Null))),
+        )
+    }
 }
 
 /// An assembled agent's tooling, with the catalog and scope of one step.

@@ -28,6 +28,7 @@ use goondan_runtime::context::{LayerFailure, Pipeline};
 use goondan_runtime::extension::{AgentExtension, ExtensionError, ExtensionSetup};
 use goondan_runtime::extension_state::ExtensionStateStore;
 use goondan_runtime::{StepContext, StepFailure, StepOutcome, TurnContext, TurnEnd, TurnOutcome};
+use goondan_tools::agents::MessageFields;
 use goondan_tools::executor::ToolCallContext;
 use goondan_tools::{
     BoxFuture, HandlerResult, Middleware, Next, ToolCatalog, ToolCatalogItem, ToolContext, ToolFailure, ToolHandler,
@@ -42,11 +43,11 @@ use crate::host::{ExtensionLoad, HostServices, ScriptHost, SessionEvent};
 /// registry. Starts the host now: the pipelines must be known before the
 /// first turn.
 pub async fn install_script_extensions(
-    setup: ExtensionSetup<'_>,
+    setup: &mut ExtensionSetup<'_>,
     extensions: &[AgentExtension],
     host: &Arc<ScriptHost>,
 ) -> Result<(), ExtensionError> {
-    let tooling = setup.tooling;
+    let tooling = &mut *setup.tooling;
     let registry = Arc::clone(tooling.registry());
     let services = Arc::new(Services {
         host: Arc::downgrade(host),
@@ -182,29 +183,6 @@ impl AgentsOrigin {
     }
 }
 
-/// `ctx.agents.request/send` parameters as the original reads them.
-fn agents_request(method: &str, params: &JsonValue) -> Result<goondan_tools::context::AgentMessageRequest, String> {
-    let text = |key: &str| params.get(key).and_then(JsonValue::as_str).map(str::trim).filter(|t| !t.is_empty());
-    let target = text("target").ok_or_else(|| format!("ctx.agents.{method}: 'target' must be a non-empty string"))?;
-    let input = params.get("input").and_then(JsonValue::as_str).unwrap_or_default().to_owned();
-    let metadata = match params.get("metadata") {
-        Some(JsonValue::Object(map)) => map.clone(),
-        _ => JsonObject::new(),
-    };
-    let request = method == "request";
-    // The original's default, and whole positive milliseconds only.
-    let timeout_ms = params.get("timeoutMs").and_then(JsonValue::as_u64).filter(|ms| *ms > 0).unwrap_or(60_000);
-    Ok(goondan_tools::context::AgentMessageRequest {
-        target: target.to_owned(),
-        input,
-        instance_key: text("instanceKey").map(str::to_owned),
-        event_type: Some(if request { "agent.request" } else { "agent.send" }.to_owned()),
-        metadata,
-        timeout_ms: request.then_some(timeout_ms),
-        asynchronous: request && params.get("async").and_then(JsonValue::as_bool).unwrap_or(false),
-    })
-}
-
 impl HostServices for Services {
     fn agents(
         &self,
@@ -216,33 +194,24 @@ impl HostServices for Services {
         let Some(origin) = &self.agents else {
             return Box::pin(async move {
                 Err(format!(
-                    "ctx.agents.{method}: the agent runs without an orchestrator (gdn run starts one for the swarm)"
+                    "ctx.agents.{method}: {}: the agent runs without an orchestrator (gdn run starts one for the swarm)",
+                    goondan_core::codes::E_AGENTS_UNAVAILABLE
                 ))
             });
         };
         let ctx = origin.context(&turn_id, &trace_id);
         let runtime = Arc::clone(&origin.runtime);
         Box::pin(async move {
-            let request = agents_request(&method, &params)?;
-            let failed = |failure: goondan_tools::ToolFailure| match failure.code {
-                Some(code) => format!("ctx.agents.{method}: {code}: {}", failure.message),
-                None => format!("ctx.agents.{method}: {}", failure.message),
-            };
+            let refused = |failure: ToolFailure| crate::tool::refusal("ctx.agents", &method, failure);
+            let fields = MessageFields::flat_value(&params).map_err(|error| refused(error.into()))?;
             match method.as_str() {
                 "request" => {
-                    let output = runtime.request(&ctx, request).await.map_err(failed)?;
-                    // The original's shape: the answer as text.
-                    Ok(json!({
-                        "target": output["target"],
-                        "response": output["response"].as_str().unwrap_or_default(),
-                        "correlationId": output["correlationId"],
-                        "accepted": output["accepted"],
-                        "async": output["async"],
-                    }))
+                    let request = fields.request().map_err(|error| refused(error.into()))?;
+                    runtime.request(&ctx, request).await.map(|answer| answer.middleware_output()).map_err(refused)
                 }
                 "send" => {
-                    let output = runtime.send(&ctx, request).await.map_err(failed)?;
-                    Ok(json!({"accepted": output["accepted"]}))
+                    let request = fields.send().map_err(|error| refused(error.into()))?;
+                    runtime.send(&ctx, request).await.map(|receipt| receipt.middleware_output()).map_err(refused)
                 }
                 other => Err(format!("ctx.agents has no method '{other}'")),
             }

@@ -8,6 +8,8 @@
 //! - [`tool`]: [`ScriptToolHandler`] and [`install_script_tools`].
 //! - [`extension`]: Extensions — `register(api)` in the host, their
 //!   middleware as layers on the agent's chains, their tools in its registry.
+//! - [`plugin`]: [`ScriptPlugin`], both installed into each agent being
+//!   assembled, sharing one host per agent.
 //!
 //! ```no_run
 //! # use std::sync::Arc;
@@ -21,6 +23,7 @@
 
 pub mod extension;
 pub mod host;
+pub mod plugin;
 pub mod protocol;
 pub mod runtime;
 pub mod tool;
@@ -30,5 +33,6 @@ pub use host::{
     CANCEL_GRACE, EnvLookup, ExtensionLoad, HostServices, LoadedExtension, MiddlewareSession, SOCKET_ENV, ScriptHost,
     SessionEvent,
 };
+pub use plugin::ScriptPlugin;
 pub use runtime::{DiscoverError, JsRuntime, RUNTIME_ENV, RuntimeKind};
 pub use tool::{ScriptToolHandler, install_script_tools};

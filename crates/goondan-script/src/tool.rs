@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use goondan_core::{JsonObject, JsonValue};
 use goondan_tools::assembly::AgentTools;
-use goondan_tools::{BoxFuture, HandlerResult, RegistryError, ToolContext, ToolHandler, ToolRegistry};
+use goondan_tools::{BoxFuture, HandlerResult, RegistryError, ToolContext, ToolFailure, ToolHandler, ToolRegistry};
 use serde_json::json;
 
 use crate::host::ScriptHost;
@@ -48,16 +48,17 @@ impl ToolHandler for ScriptToolHandler {
 /// `ctx.runtime.METHOD(...)` of a JavaScript tool, with the original's
 /// signatures: `request(target, event, options?)`, `send(target, event)`,
 /// `spawn(target, options?)`, `list(options?)`, `catalog()`, where `event`
-/// is `{type?, input?, instanceKey?, metadata?}`. The same runtime, and so
-/// the same checks, as the `agents` tool; the answer is the runtime's
-/// output. `tool` is the calling tool's context (`None`: the call is over).
+/// is `{type?, input?, instanceKey?, metadata?}` — read by the
+/// agent-to-agent contract, so with the `agents` tool's rules; the answer is
+/// that tool's output. `tool` is the calling tool's context (`None`: the
+/// call is over). A refusal reads `ctx.runtime.METHOD: CODE: message`.
 pub(crate) async fn tool_runtime(
     tool: Option<ToolContext>,
     method: &str,
     params: &JsonValue,
 ) -> Result<JsonValue, String> {
     use goondan_core::codes::E_AGENTS_UNAVAILABLE;
-    use goondan_tools::context::{AgentMessageRequest, AgentSpawnRequest};
+    use goondan_tools::agents::{self, MessageFields, SpawnFields};
 
     let Some(ctx) = tool else {
         return Err(format!("ctx.runtime.{method}: the tool call has ended"));
@@ -67,54 +68,38 @@ pub(crate) async fn tool_runtime(
             "ctx.runtime.{method}: {E_AGENTS_UNAVAILABLE}: the agent runs without an orchestrator (gdn run starts one for the swarm)"
         ));
     };
-    let object = |key: &str| params.get(key).and_then(JsonValue::as_object).cloned().unwrap_or_default();
-    let (event, options) = (object("event"), object("options"));
-    let text = |map: &JsonObject, key: &str| {
-        map.get(key).and_then(JsonValue::as_str).map(str::trim).filter(|t| !t.is_empty()).map(str::to_owned)
-    };
-    let target = || {
-        params
-            .get("target")
-            .and_then(JsonValue::as_str)
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-            .map(str::to_owned)
-            .ok_or_else(|| format!("ctx.runtime.{method}: 'target' must be a non-empty string"))
-    };
-    let message = |request: bool| -> Result<AgentMessageRequest, String> {
-        Ok(AgentMessageRequest {
-            target: target()?,
-            input: text(&event, "input").unwrap_or_default(),
-            instance_key: text(&event, "instanceKey"),
-            event_type: Some(
-                text(&event, "type").unwrap_or_else(|| if request { "agent.request" } else { "agent.send" }.to_owned()),
-            ),
-            metadata: event.get("metadata").and_then(JsonValue::as_object).cloned().unwrap_or_default(),
-            // The original's default, and whole positive milliseconds only.
-            timeout_ms: request
-                .then(|| options.get("timeoutMs").and_then(JsonValue::as_u64).filter(|ms| *ms > 0).unwrap_or(60_000)),
-            asynchronous: request && options.get("async").and_then(JsonValue::as_bool).unwrap_or(false),
-        })
-    };
-    let answered = match method {
-        "request" => runtime.request(&ctx, message(true)?).await,
-        "send" => runtime.send(&ctx, message(false)?).await,
-        "spawn" => {
-            let request = AgentSpawnRequest {
-                target: target()?,
-                instance_key: text(&options, "instanceKey"),
-                cwd: text(&options, "cwd"),
-            };
-            runtime.spawn(&ctx, request).await
+    let refused = |failure: ToolFailure| refusal("ctx.runtime", method, failure);
+    match method {
+        "request" => {
+            let request = MessageFields::runtime_call(params).and_then(MessageFields::request);
+            let request = request.map_err(|error| refused(error.into()))?;
+            runtime.request(&ctx, request).await.map(|answer| answer.tool_output()).map_err(refused)
         }
-        "list" => runtime.list(&ctx, options.get("includeAll").and_then(JsonValue::as_bool).unwrap_or(false)).await,
-        "catalog" => runtime.catalog(&ctx).await,
-        other => return Err(format!("ctx.runtime has no method '{other}'")),
-    };
-    answered.map_err(|failure| match failure.code {
-        Some(code) => format!("ctx.runtime.{method}: {code}: {}", failure.message),
-        None => format!("ctx.runtime.{method}: {}", failure.message),
-    })
+        "send" => {
+            let request = MessageFields::runtime_call(params).and_then(MessageFields::send);
+            let request = request.map_err(|error| refused(error.into()))?;
+            runtime.send(&ctx, request).await.map(|receipt| receipt.tool_output()).map_err(refused)
+        }
+        "spawn" => {
+            let request = SpawnFields::runtime_call(params).and_then(SpawnFields::spawn);
+            runtime.spawn(&ctx, request.map_err(|error| refused(error.into()))?).await.map_err(refused)
+        }
+        "list" => {
+            let include_all = agents::runtime_include_all(params).map_err(|error| refused(error.into()))?;
+            runtime.list(&ctx, include_all).await.map_err(refused)
+        }
+        "catalog" => runtime.catalog(&ctx).await.map_err(refused),
+        other => Err(format!("ctx.runtime has no method '{other}'")),
+    }
+}
+
+/// How a refusal reaches a script: `API.METHOD: CODE: message` (the host's
+/// errors are plain `Error`s, so the code travels in the message).
+pub(crate) fn refusal(api: &str, method: &str, failure: ToolFailure) -> String {
+    match failure.code {
+        Some(code) => format!("{api}.{method}: {code}: {}", failure.message),
+        None => format!("{api}.{method}: {}", failure.message),
+    }
 }
 
 /// The JSON part of the JavaScript ToolContext; the host adds `logger` and

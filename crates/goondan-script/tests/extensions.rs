@@ -8,19 +8,18 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use goondan_config::{Bundle, PackageScope};
+use goondan_config::Bundle;
 use goondan_core::{JsonObject, JsonValue, MessageData, ToolResult, ToolStatus};
 use goondan_llm::provider::StreamSink;
 use goondan_llm::scripted::{ScriptedProvider, ScriptedReply};
 use goondan_llm::{ModelError, ModelProvider, ModelRequest, ModelResponse};
-use goondan_runtime::agent::{AgentOptions, AgentTooling, EnvLookup, assemble_tooling};
+use goondan_runtime::agent::{AgentOptions, AgentTooling, assemble_tooling};
 use goondan_runtime::conversation::{Conversation, InstanceLog};
-use goondan_runtime::extension::ExtensionSetup;
 use goondan_runtime::store::{InstanceStore, StateRoot};
 use goondan_runtime::{Agent, ExtensionStateStore, NoObserver, StepContext, StepOutcome, TurnEnd};
 use goondan_script::{ExtensionLoad, HostServices, ScriptHost};
 use goondan_tools::executor::ToolCallContext;
-use goondan_tools::{BoxFuture, ToolRegistry, from_fn};
+use goondan_tools::{BoxFuture, from_fn};
 use serde_json::json;
 
 use common::runtime_or_skip;
@@ -43,23 +42,7 @@ fn options(agent: &str, state_dir: Option<PathBuf>) -> AgentOptions {
     let mut options = AgentOptions::new(Arc::new(goondan_tools::NoopEventSink));
     options.agent = Some(agent.to_owned());
     options.extension_state = state_dir;
-    let host: Arc<Mutex<Option<Arc<ScriptHost>>>> = Arc::new(Mutex::new(None));
-    let for_tools = Arc::clone(&host);
-    options.install_tools =
-        Arc::new(move |registry: &ToolRegistry, tools: &goondan_tools::assembly::AgentTools, env: &EnvLookup| {
-            let made = ScriptHost::new(Arc::clone(env));
-            goondan_script::install_script_tools(registry, tools, &made)?;
-            *for_tools.lock().unwrap_or_else(|e| e.into_inner()) = Some(made);
-            Ok(())
-        });
-    options.install_extensions = Arc::new(move |setup: ExtensionSetup<'_>| {
-        let made = host.lock().unwrap_or_else(|e| e.into_inner()).take();
-        Box::pin(async move {
-            let made = made.unwrap_or_else(|| ScriptHost::new(Arc::clone(setup.env)));
-            let scripts: Vec<_> = setup.extensions.iter().filter(|e| e.scope == PackageScope::Local).cloned().collect();
-            goondan_script::install_script_extensions(setup, &scripts, &made).await
-        })
-    });
+    options.plugins = vec![Arc::new(goondan_script::ScriptPlugin::new())];
     options
 }
 

@@ -10,10 +10,9 @@ use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
-use goondan_core::{JsonObject, JsonValue, Message};
+use goondan_core::Message;
 
-use crate::handler::ToolFailure;
-use crate::pipeline::BoxFuture;
+pub use crate::agents::{AgentMessageRequest, AgentSpawnRequest, AgentToolRuntime};
 
 /// Everything about a call that is the same for all calls of one step:
 /// shared by reference so that a call costs no copies of it.
@@ -143,64 +142,4 @@ impl ToolLogger {
     pub fn error(&self, message: impl fmt::Display) {
         tracing::error!(target: "goondan::tool", "{message}");
     }
-}
-
-/// A request to another agent (the `agents__request` / `agents__send` tools).
-#[derive(Debug, Clone, PartialEq)]
-pub struct AgentMessageRequest {
-    /// The target agent's name.
-    pub target: String,
-    /// The text sent to it.
-    pub input: String,
-    /// The target instance; the caller's own key when `None`.
-    pub instance_key: Option<String>,
-    /// A custom event type.
-    pub event_type: Option<String>,
-    /// Metadata attached to the event.
-    pub metadata: JsonObject,
-    /// For requests: how long to wait for the reply, in milliseconds.
-    pub timeout_ms: Option<u64>,
-    /// For requests: return at once and deliver the reply before a later step.
-    pub asynchronous: bool,
-}
-
-/// A request to spawn (or prepare) an agent instance.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AgentSpawnRequest {
-    /// The agent resource to spawn.
-    pub target: String,
-    /// Its instance key.
-    pub instance_key: Option<String>,
-    /// Its working directory.
-    pub cwd: Option<String>,
-}
-
-/// The agent-to-agent runtime a tool can reach through [`ToolContext::runtime`].
-///
-/// The orchestrator implements it; the built-in `agents` tool is its main
-/// user. Each method returns the JSON output of the corresponding export.
-pub trait AgentToolRuntime: Send + Sync + fmt::Debug {
-    /// Sends a request and (unless asynchronous) waits for the reply.
-    /// `ctx` is the calling tool's context (agent, instance, turn, trace).
-    fn request<'a>(
-        &'a self,
-        ctx: &'a ToolContext,
-        request: AgentMessageRequest,
-    ) -> BoxFuture<'a, Result<JsonValue, ToolFailure>>;
-    /// Sends a fire-and-forget event.
-    fn send<'a>(
-        &'a self,
-        ctx: &'a ToolContext,
-        request: AgentMessageRequest,
-    ) -> BoxFuture<'a, Result<JsonValue, ToolFailure>>;
-    /// Spawns or prepares an instance.
-    fn spawn<'a>(
-        &'a self,
-        ctx: &'a ToolContext,
-        request: AgentSpawnRequest,
-    ) -> BoxFuture<'a, Result<JsonValue, ToolFailure>>;
-    /// Lists spawned instances.
-    fn list<'a>(&'a self, ctx: &'a ToolContext, include_all: bool) -> BoxFuture<'a, Result<JsonValue, ToolFailure>>;
-    /// Describes the swarm's agents.
-    fn catalog<'a>(&'a self, ctx: &'a ToolContext) -> BoxFuture<'a, Result<JsonValue, ToolFailure>>;
 }

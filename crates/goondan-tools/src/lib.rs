@@ -5,6 +5,7 @@
 //!   shrinks while the agent runs (copy-on-write snapshots).
 //! - [`handler`]: the native handler trait and handler results.
 //! - [`context`]: what a handler sees ([`ToolContext`]).
+//! - [`agents`]: the agent-to-agent contract (typed requests and answers, read in one place).
 //! - [`validation`]: argument validation with the original's messages.
 //! - [`pipeline`]: the generic middleware onion.
 //! - [`executor`]: the enforced path of every call.
@@ -13,6 +14,7 @@
 //!
 //! This crate knows nothing of models or processes.
 
+pub mod agents;
 pub mod assembly;
 pub mod catalog;
 pub mod context;

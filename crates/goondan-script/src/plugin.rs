@@ -1,0 +1,103 @@
+//! The JavaScript host as the build's plugin for a bundle's own code.
+//!
+//! [`ScriptPlugin`] installs, into each agent being assembled, a
+//! [`ScriptToolHandler`](crate::ScriptToolHandler) for every Tool with a
+//! `spec.entry`, and the bundle's own (local) extensions. Both share one
+//! [`ScriptHost`] per agent: the host is the state of that agent's install,
+//! made when the first of them needs it. Tools alone start it at their
+//! first call; extensions start it at assembly (their `register` decides the
+//! pipelines), after every other extension of the agent is installed.
+
+use std::sync::Arc;
+
+use goondan_config::PackageScope;
+use goondan_runtime::agent::EnvLookup;
+use goondan_runtime::extension::{AgentExtension, AgentPlugin, ExtensionError, ExtensionSetup, PluginInstall};
+use goondan_tools::assembly::AgentTools;
+use goondan_tools::{BoxFuture, RegistryError, ToolRegistry};
+
+use crate::host::ScriptHost;
+use crate::runtime::JsRuntime;
+
+/// The plugin of script tools and JavaScript extensions.
+#[derive(Debug, Clone, Default)]
+pub struct ScriptPlugin {
+    runtime: Option<JsRuntime>,
+}
+
+impl ScriptPlugin {
+    /// Hosts that find their runtime in the agent's environment.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Hosts that run `runtime` (benchmarks and tests that chose one).
+    pub fn with_runtime(runtime: JsRuntime) -> Self {
+        Self { runtime: Some(runtime) }
+    }
+}
+
+impl AgentPlugin for ScriptPlugin {
+    fn begin(&self) -> Box<dyn PluginInstall> {
+        Box::new(ScriptInstall { runtime: self.runtime.clone(), host: None, extensions: Vec::new() })
+    }
+}
+
+/// One agent's install: its host, once made, and its extensions, loaded
+/// together at the end.
+struct ScriptInstall {
+    runtime: Option<JsRuntime>,
+    host: Option<Arc<ScriptHost>>,
+    extensions: Vec<AgentExtension>,
+}
+
+impl ScriptInstall {
+    fn host(&mut self, env: &EnvLookup) -> Arc<ScriptHost> {
+        let runtime = &self.runtime;
+        let host = self.host.get_or_insert_with(|| match runtime {
+            Some(runtime) => ScriptHost::with_runtime(runtime.clone()),
+            None => ScriptHost::new(Arc::clone(env)),
+        });
+        Arc::clone(host)
+    }
+}
+
+impl PluginInstall for ScriptInstall {
+    fn install_tools(
+        &mut self,
+        registry: &ToolRegistry,
+        tools: &AgentTools,
+        env: &EnvLookup,
+    ) -> Result<(), RegistryError> {
+        if tools.iter().any(|tool| tool.entry.is_some()) {
+            let host = self.host(env);
+            crate::install_script_tools(registry, tools, &host)?;
+        }
+        Ok(())
+    }
+
+    fn claims(&self, extension: &AgentExtension) -> bool {
+        extension.scope == PackageScope::Local
+    }
+
+    fn install_extension<'a>(
+        &'a mut self,
+        _setup: &'a mut ExtensionSetup<'_>,
+        extension: &'a AgentExtension,
+    ) -> BoxFuture<'a, Result<(), ExtensionError>> {
+        // Loaded in `finish`, all in one go, in the agent's order.
+        self.extensions.push(extension.clone());
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn finish<'a>(&'a mut self, setup: &'a mut ExtensionSetup<'_>) -> BoxFuture<'a, Result<(), ExtensionError>> {
+        Box::pin(async move {
+            if self.extensions.is_empty() {
+                return Ok(());
+            }
+            let host = self.host(setup.env);
+            let extensions = std::mem::take(&mut self.extensions);
+            crate::install_script_extensions(setup, &extensions, &host).await
+        })
+    }
+}
