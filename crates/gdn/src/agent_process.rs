@@ -93,7 +93,8 @@ async fn prepare(
         )));
     };
     let secrets: BTreeMap<String, String> = init.env.clone();
-    let env: EnvLookup = Arc::new(move |name: &str| std::env::var(name).ok().or_else(|| secrets.get(name).cloned()));
+    // The environment files' values (among the secrets) win over the process environment.
+    let env: EnvLookup = Arc::new(move |name: &str| secrets.get(name).cloned().or_else(|| std::env::var(name).ok()));
     let root = StateRoot::new(PathBuf::from(&init.state_root));
     let bundle_file =
         std::fs::canonicalize(resolve_bundle_file(&config)).unwrap_or_else(|_| resolve_bundle_file(&config));

@@ -1,7 +1,7 @@
 //! The commands: `validate`, `tool list`, `tool call`.
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -280,16 +280,7 @@ pub async fn tool_list(
 fn read_args(args: &ToolCallArgs) -> std::result::Result<JsonObject, String> {
     let text = match (&args.args, &args.args_file) {
         (Some(text), _) => text.clone(),
-        (None, Some(path)) if path == Path::new("-") => {
-            let mut text = String::new();
-            std::io::stdin()
-                .read_to_string(&mut text)
-                .map_err(|e| format!("cannot read arguments from standard input: {e}"))?;
-            text
-        }
-        (None, Some(path)) => {
-            std::fs::read_to_string(path).map_err(|e| format!("cannot read --args-file {}: {e}", path.display()))?
-        }
+        (None, Some(path)) => crate::input::read_text(path, "--args-file", crate::input::MAX_ARGS_BYTES)?,
         (None, None) => return Ok(JsonObject::new()),
     };
     match serde_json::from_str::<JsonValue>(&text) {

@@ -1,7 +1,7 @@
 //! `gdn run`: one turn (`--input`), or an interactive session, of an agent
 //! whose conversation lives in the state root.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -246,13 +246,17 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
         return Ok(exit::USAGE);
     }
     let Some(bundle) = report.bundle else { return Ok(exit::USAGE) };
-    let env_file = match args.env_file.as_deref().map(crate::dotenv::load).transpose() {
-        Ok(entries) => entries.unwrap_or_default(),
-        Err(message) => return usage_error(out, &message),
-    };
     if let Some(dir) = args.workdir.as_ref().filter(|dir| !dir.is_dir()) {
         return usage_error(out, &format!("--workdir {} is not a directory", dir.display()));
     }
+    let single_input = match (&args.input, &args.input_file) {
+        (Some(text), _) => Some(text.clone()),
+        (None, Some(path)) => match crate::input::read_text(path, "--input-file", crate::input::MAX_INPUT_BYTES) {
+            Ok(text) => Some(text),
+            Err(message) => return usage_error(out, &message),
+        },
+        (None, None) => None,
+    };
     let root = state_root(global)?;
     let mut options = AgentOptions::new(Arc::new(TracingEventSink));
     options.agent.clone_from(&args.agent);
@@ -269,9 +273,8 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
         absolute(root.path())
     };
     let mut plan = SwarmPlan::new(swarm_of(&bundle, &agent_name), config, state_root, workdir);
-    // The secrets (the process environment wins over the file, as before).
-    plan.env = env_file;
-    plan.env.extend(session.secrets.to_map());
+    // The secrets: the process environment's, and the environment files' over them.
+    plan.env = session.secrets.to_map();
     // A deadline per call by default; 0 turns it off.
     plan.tool_timeout_ms = Some(args.tool_timeout_ms.unwrap_or(DEFAULT_TOOL_TIMEOUT_MS));
     let program = std::env::current_exe().context("finding the gdn binary to start agent processes")?;
@@ -300,20 +303,6 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
         Arc::clone(&console) as Arc<dyn SwarmObserver>,
     )
     .context("starting the orchestrator")?;
-
-    let single_input = match (&args.input, &args.input_file) {
-        (Some(text), _) => Some(text.clone()),
-        (None, Some(path)) if path == Path::new("-") => {
-            let mut text = String::new();
-            std::io::stdin().read_to_string(&mut text).context("reading the input from standard input")?;
-            Some(text)
-        }
-        (None, Some(path)) => match std::fs::read_to_string(path) {
-            Ok(text) => Some(text),
-            Err(error) => return usage_error(out, &format!("cannot read --input-file {}: {error}", path.display())),
-        },
-        (None, None) => None,
-    };
 
     let chat =
         Chat { global, console: &console, root: &root, shutdown: &session.shutdown, orchestrator: &orchestrator };
