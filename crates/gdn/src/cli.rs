@@ -36,6 +36,14 @@ pub struct GlobalOptions {
     /// (default: GOONDAN_STATE_ROOT, else ~/.goondan).
     #[arg(long, global = true, value_name = "DIR")]
     pub state_root: Option<PathBuf>,
+    /// The workspace of the state root to use (default: made from the
+    /// Swarm's instanceKey, else its name); each workspace belongs to one bundle.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub workspace: Option<String>,
+    /// Take over a workspace another bundle wrote (a project that moved):
+    /// its conversations continue with this bundle.
+    #[arg(long, global = true)]
+    pub adopt_workspace: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -167,8 +175,9 @@ pub struct RunArgs {
 pub enum InstanceCommand {
     /// List agent instances, most recently used first, and whether a process runs them.
     List,
-    /// Delete the conversations and event logs of an instance key: every
-    /// agent's, or only --agent's. Nothing is deleted while one of them runs.
+    /// Delete the conversations and event logs of an instance key in the
+    /// bundle's workspace (or --workspace's): every agent's, or only
+    /// --agent's. Nothing is deleted while one of them runs.
     Delete {
         /// The instance key.
         key: String,

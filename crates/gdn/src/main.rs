@@ -19,6 +19,7 @@ mod run;
 mod secrets;
 mod shutdown;
 mod wiring;
+mod workspace;
 
 use cli::{Cli, Command, McpCommand, ToolCommand};
 

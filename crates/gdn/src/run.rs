@@ -11,7 +11,7 @@ use goondan_ipc::{AgentInstance, DelegateResultPayload, ErrorInfo, ObservePayloa
 use goondan_orchestrator::plan::swarm_of;
 use goondan_orchestrator::{AgentLauncher, Orchestrator, SwarmObserver, SwarmPlan};
 use goondan_runtime::agent::{AgentOptions, identity};
-use goondan_runtime::store::StateRoot;
+use goondan_runtime::store::{StateRoot, WorkspaceAccess};
 use goondan_tools::TracingEventSink;
 use tokio::sync::watch;
 
@@ -268,11 +268,15 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
     let absolute = |path: &Path| std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
     let config = absolute(&global.config);
     let workdir = absolute(args.workdir.as_deref().unwrap_or(bundle.root()));
-    let state_root = {
-        std::fs::create_dir_all(root.path()).with_context(|| format!("creating {}", root.path().display()))?;
-        absolute(root.path())
+    // The swarm's workspace: refused if another bundle's; this bundle's
+    // instances of the old layouts are moved in.
+    let workspace = match crate::workspace::open(global, &root, &bundle, &agent_name, WorkspaceAccess::Use) {
+        Ok(workspace) => workspace,
+        Err(message) => return usage_error(out, &message),
     };
-    let mut plan = SwarmPlan::new(swarm_of(&bundle, &agent_name), config, state_root, workdir);
+    // Agent processes get the workspace as their `stateRoot`: they open
+    // their instances in it.
+    let mut plan = SwarmPlan::new(swarm_of(&bundle, &agent_name), config, absolute(workspace.dir()), workdir);
     // The secrets: the process environment's, and the environment files' over them.
     plan.env = session.secrets.to_map();
     // A deadline per call by default; 0 turns it off.
