@@ -209,6 +209,53 @@ fn values_from_env_files_are_not_in_bash_nor_in_the_script_host() {
     }
 }
 
+/// Through `gdn run`: the agent process gets the files' values over its
+/// channel, and a `bash` command the model chose still sees none of them,
+/// in its environment or in its parent's.
+#[test]
+fn values_from_env_files_are_not_in_bash_run_by_an_agent_process() {
+    let bundle = temp();
+    let state = temp();
+    let yaml = r#"apiVersion: goondan.ai/v1
+kind: Model
+metadata: {name: script}
+spec:
+  provider: scripted
+  model: s
+  options:
+    replies:
+      - {toolCalls: [{name: bash__exec, args: {command: "env; echo ---; cat -v /proc/$PPID/environ"}}]}
+      - {text: done}
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: runner}
+spec:
+  modelConfig: {modelRef: Model/script}
+  tools:
+    - {ref: {kind: Tool, name: bash, package: "@goondan/base"}}
+"#;
+    write(&bundle.path().join("goondan.yaml"), yaml);
+    write(
+        &bundle.path().join(".env"),
+        "PLAIN_FROM_FILE=dotenv-value-5c2
+",
+    );
+    write(
+        &bundle.path().join(".env.local"),
+        "SOME_API_KEY=local-value-8d1
+",
+    );
+    let output = gdn(bundle.path(), state.path(), &[], &["run", "--input", "go"]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let log = common::instance_path(state.path(), "runner@default").join("messages.jsonl");
+    let conversation = std::fs::read_to_string(&log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+    assert!(conversation.contains("PATH=") && conversation.contains("---"), "the command ran: {conversation}");
+    for value in ["dotenv-value-5c2", "local-value-8d1"] {
+        assert!(!conversation.contains(value), "bash saw {value}: {conversation}");
+    }
+}
+
 /// `/dev/zero` used to be read until memory ran out (6 GiB in 6 s): every
 /// file option refuses a device at once, and a file or standard input over
 /// the limit is an error naming it.
