@@ -32,8 +32,10 @@ pub fn load(bundle_dir: &Path, env_file: Option<&Path>) -> Result<BTreeMap<Strin
     }
     let mut values = BTreeMap::new();
     for (path, required) in files {
-        // A bundle without its own `.env` is the usual case; a dangling link counts as none.
-        if !required && !path.try_exists().unwrap_or(false) {
+        // A bundle without its own `.env` is the usual case; a dangling link
+        // counts as none, and so does a directory (a Python virtualenv is
+        // often called `.env`).
+        if !required && !std::fs::metadata(&path).is_ok_and(|metadata| !metadata.is_dir()) {
             continue;
         }
         let option = if required { "--env-file" } else { "the environment file" };
@@ -106,5 +108,9 @@ mod tests {
         assert_eq!(got, [("A", "env"), ("B", "local"), ("C", "flag")]);
         let missing = load(dir.path(), Some(&dir.path().join("nope.env"))).err().unwrap_or_default();
         assert!(missing.starts_with("cannot read --env-file "), "{missing}");
+        // A virtualenv called `.env` is not an environment file.
+        let venv = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        std::fs::create_dir(venv.path().join(".env")).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(load(venv.path(), None), Ok(BTreeMap::new()));
     }
 }
