@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use goondan_config::{Bundle, resolve_bundle_file};
-use goondan_runtime::store::{StateRoot, StoreError, Workspace, WorkspaceAccess, open_workspace};
+use goondan_runtime::store::{StateRoot, StoreError, Workspace, WorkspaceAccess, old_layout_instances, open_workspace};
 
 use crate::cli::GlobalOptions;
 
@@ -43,7 +43,24 @@ pub fn open(
 ) -> Result<Workspace, String> {
     let name = global.workspace.clone().unwrap_or_else(|| swarm_key(bundle, agent));
     let access = if global.adopt_workspace && access == WorkspaceAccess::Use { WorkspaceAccess::Adopt } else { access };
-    open_workspace(root, &name, &bundle_identity(&global.config), access).map_err(|error| refusal(&error))
+    let identity = bundle_identity(&global.config);
+    let workspace = open_workspace(root, &name, &identity, access).map_err(|error| refusal(&error))?;
+    // What an earlier version kept for this agent under another bundle
+    // (often this project before it moved) is not continued; say so once
+    // rather than start afresh in silence.
+    for (info, dir) in old_layout_instances(root) {
+        if info.agent_name == agent && info.bundle != identity {
+            tracing::warn!(
+                "{} holds a conversation of agent '{agent}' (instance '{}') from bundle {}, not this one; it is \
+                 left there (gdn instance list shows it; move it under {} to continue it here, or delete it)",
+                dir.display(),
+                info.instance_key,
+                info.bundle,
+                workspace.instances_dir().display()
+            );
+        }
+    }
+    Ok(workspace)
 }
 
 /// The store's error, and for another bundle's workspace the ways on.

@@ -269,9 +269,16 @@ fn gdn_run_moves_its_own_old_layout_instances_and_leaves_other_bundles_ones() {
         state.path(),
         &["-c", example.to_str().unwrap_or_default(), "run", "--input", "Take notes", "--workdir", &workdir],
     );
-    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
     assert!(!mine.exists());
     assert!(theirs.is_dir(), "another bundle's old instance is neither moved nor used");
+    // Nor silently passed over: the run says where it is and whose it is.
+    assert!(
+        stderr.contains(&format!("{} holds a conversation of agent 'assistant'", theirs.display()))
+            && stderr.contains("/bundles/other/goondan.yaml, not this one"),
+        "{stderr}"
+    );
     let log = state.path().join("workspaces/default/instances/assistant@default/messages.jsonl");
     let loaded = must(goondan_runtime::store::read_message_log(&log));
     let messages = loaded.state.messages();

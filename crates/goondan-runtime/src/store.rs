@@ -585,6 +585,20 @@ pub fn migrate_legacy_instances(root: &StateRoot, workspace: &Workspace, bundle:
     moved
 }
 
+/// The instances the old layouts still hold (directly under
+/// `<root>/instances/`), with their directories: what no bundle has moved
+/// into its workspace yet.
+pub fn old_layout_instances(root: &StateRoot) -> Vec<(InstanceInfo, PathBuf)> {
+    let legacy = root.legacy_instances_dir();
+    let Ok(entries) = fs::read_dir(&legacy) else { return Vec::new() };
+    let mut found: Vec<(InstanceInfo, PathBuf)> = entries
+        .flatten()
+        .filter_map(|entry| legacy_instance_info(&entry.path()).map(|info| (info, entry.path())))
+        .collect();
+    found.sort_by(|a, b| a.1.cmp(&b.1));
+    found
+}
+
 /// The instance.json of an old-layout directory, if it is one whose name
 /// matches the instance it holds.
 fn legacy_instance_info(dir: &Path) -> Option<InstanceInfo> {
