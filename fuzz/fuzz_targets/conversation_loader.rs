@@ -11,15 +11,15 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use goondan_runtime::store::{InstanceStore, StateRoot, read_message_log};
+use goondan_runtime::store::{InstanceStore, Workspace, read_message_log};
 use libfuzzer_sys::fuzz_target;
 
 const INSTANCE: &str = "fuzz";
 
-fn state_root() -> &'static StateRoot {
-    static ROOT: OnceLock<StateRoot> = OnceLock::new();
+fn state_root() -> &'static Workspace {
+    static ROOT: OnceLock<Workspace> = OnceLock::new();
     ROOT.get_or_init(|| {
-        StateRoot::new(std::env::temp_dir().join(format!("goondan-fuzz-conversation-{}", std::process::id())))
+        Workspace::at(std::env::temp_dir().join(format!("goondan-fuzz-conversation-{}", std::process::id())))
     })
 }
 

@@ -96,11 +96,15 @@ apiVersion: goondan.ai/v1\nkind: Agent\nmetadata: {{name: runner}}\nspec:\n  mod
     if let Some(baseline) = std::env::var_os("GDN_BASELINE") {
         binaries.push(("baseline".to_owned(), PathBuf::from(baseline)));
     }
-    let run_once = |binary: &Path, key: &str| {
+    // A state root per binary: a build with workspaces moves the old
+    // layout's instances of the bundle into its workspace, which would put
+    // the baseline's files (and that work) into this build's runs.
+    let state_of = |index: usize| state.join(index.to_string());
+    let run_once = |binary: &Path, index: usize, key: &str| {
         let started = Instant::now();
         let status = Command::new(binary)
             .arg("--state-root")
-            .arg(&state)
+            .arg(state_of(index))
             .arg("-c")
             .arg(dir.path())
             .args(["run", "--instance-key", key, "--input", "Say hello with the shell"])
@@ -114,23 +118,25 @@ apiVersion: goondan.ai/v1\nkind: Agent\nmetadata: {{name: runner}}\nspec:\n  mod
     let mut times: Vec<Vec<Duration>> = vec![Vec::with_capacity(runs); binaries.len()];
     for run in 0..runs {
         for (index, (_, binary)) in binaries.iter().enumerate() {
-            times[index].push(run_once(binary, &format!("bench-{index}-{run}")));
+            times[index].push(run_once(binary, index, &format!("bench-{index}-{run}")));
         }
     }
     assert_eq!(requests.load(Ordering::SeqCst), runs * 2 * binaries.len(), "two model requests per turn");
     for (index, (label, binary)) in binaries.iter().enumerate() {
-        let peak_kib = peak_rss_kib(binary, &state, dir.path());
+        let peak_kib = peak_rss_kib(binary, &state_of(index), dir.path());
         let times = &mut times[index];
         times.sort();
         let median = times[times.len() / 2];
         let p90 = times[(times.len() * 9 / 10).min(times.len() - 1)];
-        // This build keeps `runner@<key>`; a baseline from before agent
-        // instances kept the key alone.
-        let instance = ["runner@", ""]
+        // This build keeps `workspaces/runner/instances/runner@<key>` (no
+        // Swarm: the workspace is the agent's); a baseline from before
+        // workspaces kept `instances/runner@<key>`, and before agent
+        // instances the key alone.
+        let instance = ["workspaces/runner/instances/runner@", "instances/runner@", "instances/"]
             .iter()
-            .map(|prefix| state.join(format!("instances/{prefix}bench-{index}-0")))
+            .map(|prefix| state_of(index).join(format!("{prefix}bench-{index}-0")))
             .find(|dir| dir.is_dir())
-            .unwrap_or_else(|| state.join(format!("instances/runner@bench-{index}-0")));
+            .unwrap_or_else(|| state_of(index).join(format!("workspaces/runner/instances/runner@bench-{index}-0")));
         let saved = messages_saved(&instance.join("messages.jsonl"));
         report(label, runs, times[0], median, p90, peak_kib, saved);
     }

@@ -244,8 +244,10 @@ fn whole_runs(runs: usize, scratch: &Path, report: &mut Report, pipe_floor: f64)
     for run in 0..runs + warmups {
         let state = scratch.join(format!("go-{run}"));
         let go_time = gdn_run(&fixture(), &state, &scratch.join(format!("go-work-{run}")), "go");
-        let request = tool_durations(&state.join("instances/coordinator@default/events.jsonl"), "agents__request");
-        let worker_turn = turn_durations(&state.join("instances/worker@default/events.jsonl"));
+        // `gdn run` keeps them in the Swarm's workspace (`team`).
+        let instances = state.join("workspaces/team/instances");
+        let request = tool_durations(&instances.join("coordinator@default/events.jsonl"), "agents__request");
+        let worker_turn = turn_durations(&instances.join("worker@default/events.jsonl"));
         let manage_time = gdn_run(
             &fixture(),
             &scratch.join(format!("manage-{run}")),

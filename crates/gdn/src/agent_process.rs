@@ -20,7 +20,7 @@ use goondan_ipc::ErrorInfo;
 use goondan_orchestrator::agent_process::{AgentChannel, ServeEnd, SwarmRuntime, serve};
 use goondan_runtime::agent::{AgentOptions, EnvLookup, build_agent};
 use goondan_runtime::conversation::{Conversation, InstanceLog};
-use goondan_runtime::store::{InstanceStore, StateRoot, StoreError};
+use goondan_runtime::store::{InstanceStore, StoreError, Workspace};
 use goondan_tools::{EventSink, FanoutEventSink, JsonLinesEventSink, TracingEventSink};
 use tokio::sync::watch;
 
@@ -93,8 +93,10 @@ async fn prepare(
         )));
     };
     let secrets: BTreeMap<String, String> = init.env.clone();
-    let env: EnvLookup = Arc::new(move |name: &str| std::env::var(name).ok().or_else(|| secrets.get(name).cloned()));
-    let root = StateRoot::new(PathBuf::from(&init.state_root));
+    // The environment files' values (among the secrets) win over the process environment.
+    let env: EnvLookup = Arc::new(move |name: &str| secrets.get(name).cloned().or_else(|| std::env::var(name).ok()));
+    // The orchestrator hands over the workspace it opened (and checked) as `stateRoot`.
+    let root = Workspace::at(PathBuf::from(&init.state_root));
     let bundle_file =
         std::fs::canonicalize(resolve_bundle_file(&config)).unwrap_or_else(|_| resolve_bundle_file(&config));
     let store_failed = |error: StoreError| match error {

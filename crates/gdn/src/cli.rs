@@ -36,6 +36,14 @@ pub struct GlobalOptions {
     /// (default: GOONDAN_STATE_ROOT, else ~/.goondan).
     #[arg(long, global = true, value_name = "DIR")]
     pub state_root: Option<PathBuf>,
+    /// The workspace of the state root to use (default: made from the
+    /// Swarm's instanceKey, else its name); each workspace belongs to one bundle.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub workspace: Option<String>,
+    /// Take over a workspace another bundle wrote (a project that moved):
+    /// its conversations continue with this bundle.
+    #[arg(long, global = true)]
+    pub adopt_workspace: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -120,7 +128,8 @@ pub struct ToolCallArgs {
     /// The arguments as a JSON object.
     #[arg(long, value_name = "JSON", conflicts_with = "args_file")]
     pub args: Option<String>,
-    /// Read the arguments (a JSON object) from a file; `-` reads standard input.
+    /// Read the arguments (a JSON object) from a file; `-` reads standard
+    /// input (at most 16 MiB).
     #[arg(long, value_name = "FILE")]
     pub args_file: Option<PathBuf>,
     /// The agent whose catalog is used (default: the entry agent).
@@ -139,7 +148,7 @@ pub struct RunArgs {
     /// The input of one turn; without it (and without --input-file) gdn starts an interactive session.
     #[arg(long, value_name = "TEXT", conflicts_with = "input_file")]
     pub input: Option<String>,
-    /// Read the input from a file (`-` for standard input).
+    /// Read the input from a file (`-` for standard input; at most 8 MiB).
     #[arg(long, value_name = "FILE")]
     pub input_file: Option<PathBuf>,
     /// The agent (default: the entry agent of the bundle's Swarm).
@@ -151,7 +160,9 @@ pub struct RunArgs {
     /// The working directory the agent's tools see (default: the bundle directory).
     #[arg(long, value_name = "DIR")]
     pub workdir: Option<PathBuf>,
-    /// Read API keys and settings from a .env file (the process environment wins).
+    /// Read API keys and settings from this file too, over the bundle
+    /// directory's .env and .env.local (which are read without it) and the
+    /// process environment.
     #[arg(long, value_name = "FILE")]
     pub env_file: Option<PathBuf>,
     /// Cancel a tool call after this many milliseconds (default 600000, ten
@@ -164,8 +175,9 @@ pub struct RunArgs {
 pub enum InstanceCommand {
     /// List agent instances, most recently used first, and whether a process runs them.
     List,
-    /// Delete the conversations and event logs of an instance key: every
-    /// agent's, or only --agent's. Nothing is deleted while one of them runs.
+    /// Delete the conversations and event logs of an instance key in the
+    /// bundle's workspace (or --workspace's): every agent's, or only
+    /// --agent's. Nothing is deleted while one of them runs.
     Delete {
         /// The instance key.
         key: String,

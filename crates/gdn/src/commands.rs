@@ -1,7 +1,7 @@
 //! The commands: `validate`, `tool list`, `tool call`.
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -9,7 +9,7 @@ use anyhow::Result;
 use goondan_config::{Diagnostic, DiagnosticCode, LoadReport, load_bundle, resolve_bundle_file};
 use goondan_core::{ConversationState, JsonObject, JsonValue, ToolStatus};
 use goondan_runtime::agent::{AgentBuildError, AgentOptions, AgentTooling, assemble_tooling, identity};
-use goondan_runtime::store::resolve_instance_dir;
+use goondan_runtime::store::WorkspaceAccess;
 use goondan_tools::TracingEventSink;
 
 use crate::cli::{GlobalOptions, ToolCallArgs};
@@ -168,6 +168,18 @@ pub(crate) async fn setup(
     configure: impl FnOnce(&mut AgentOptions),
     out: &mut Output,
 ) -> Result<std::result::Result<AgentTooling, u8>> {
+    setup_in(global, session, configure, WorkspaceAccess::Use, out).await
+}
+
+/// [`setup`], with what it may do to the bundle's workspace (`tool list`
+/// only looks).
+async fn setup_in(
+    global: &GlobalOptions,
+    session: &crate::Session,
+    configure: impl FnOnce(&mut AgentOptions),
+    access: WorkspaceAccess,
+    out: &mut Output,
+) -> Result<std::result::Result<AgentTooling, u8>> {
     let report = load_bundle(&global.config);
     if report.has_errors() {
         report_config_errors(global, &report, out)?;
@@ -192,12 +204,14 @@ pub(crate) async fn setup(
         }
     };
     let root = crate::run::state_root(global)?;
-    // The instance's own directory, moved from the old layout if it is
-    // still there, so its extensions see the state `gdn run` left them.
-    match resolve_instance_dir(&root, &agent_name, &instance_key) {
+    // The instance's own directory in the bundle's workspace (refused if
+    // another bundle's), so its extensions see the state `gdn run` left them.
+    let dir = crate::workspace::open(global, &root, &bundle, &agent_name, access)
+        .and_then(|workspace| workspace.instance_dir(&agent_name, &instance_key).map_err(|e| e.to_string()));
+    match dir {
         Ok(dir) => options.extension_state = Some(dir.join(goondan_runtime::ExtensionStateStore::DIR_NAME)),
-        Err(error) => {
-            output::error_line(&mut out.stderr, error)?;
+        Err(message) => {
+            output::error_line(&mut out.stderr, message)?;
             return Ok(Err(exit::USAGE));
         }
     }
@@ -233,7 +247,8 @@ pub async fn tool_list(
     session: &crate::Session,
     out: &mut Output,
 ) -> Result<u8> {
-    let tooling = match setup(global, session, |options| options.agent = agent.map(str::to_owned), out).await? {
+    let configure = |options: &mut AgentOptions| options.agent = agent.map(str::to_owned);
+    let tooling = match setup_in(global, session, configure, WorkspaceAccess::Inspect, out).await? {
         Ok(tooling) => tooling,
         Err(code) => return Ok(code),
     };
@@ -280,16 +295,7 @@ pub async fn tool_list(
 fn read_args(args: &ToolCallArgs) -> std::result::Result<JsonObject, String> {
     let text = match (&args.args, &args.args_file) {
         (Some(text), _) => text.clone(),
-        (None, Some(path)) if path == Path::new("-") => {
-            let mut text = String::new();
-            std::io::stdin()
-                .read_to_string(&mut text)
-                .map_err(|e| format!("cannot read arguments from standard input: {e}"))?;
-            text
-        }
-        (None, Some(path)) => {
-            std::fs::read_to_string(path).map_err(|e| format!("cannot read --args-file {}: {e}", path.display()))?
-        }
+        (None, Some(path)) => crate::input::read_text(path, "--args-file", crate::input::MAX_ARGS_BYTES)?,
         (None, None) => return Ok(JsonObject::new()),
     };
     match serde_json::from_str::<JsonValue>(&text) {

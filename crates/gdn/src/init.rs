@@ -39,7 +39,7 @@ fn files(template: Template, name: &str) -> Vec<(&'static str, String)> {
         text
     };
     let env =
-        "# API keys for `gdn run --env-file .env` (the process environment wins).\n# ANTHROPIC_API_KEY=sk-ant-...\n"
+        "# API keys and settings, read by `gdn run` (.env.local, then this file, win over the environment).\n# ANTHROPIC_API_KEY=sk-ant-...\n"
             .to_owned();
     let gitignore = ".env\n.env.local\n".to_owned();
     match template {

@@ -1,12 +1,15 @@
 //! `gdn instance list|delete`: the agent instances in the state root, one
-//! per (agent, instance key), and whether a process runs them.
+//! per (agent, instance key) in each project's workspace, and whether a
+//! process runs them.
 
 use goondan_core::message::now_millis;
 use std::fmt::Display;
 use std::io::Write;
 
 use anyhow::{Result, anyhow};
-use goondan_runtime::store::{ListedInstance, StateRoot, StoreError, delete_instances, list_instances};
+use goondan_runtime::store::{
+    ListedInstance, StateRoot, StoreError, Workspace, WorkspaceAccess, delete_instances, find_workspace, list_instances,
+};
 
 use crate::cli::{GlobalOptions, InstanceCommand};
 use crate::exit;
@@ -17,8 +20,45 @@ pub fn instance(global: &GlobalOptions, command: &InstanceCommand, out: &mut Out
     let root = crate::run::state_root(global)?;
     match command {
         InstanceCommand::List => list(global, &root, out),
-        InstanceCommand::Delete { key, agent } => delete(global, &root, key, agent.as_deref(), out),
+        InstanceCommand::Delete { key, agent } => {
+            let workspace = match project_workspace(global, &root) {
+                Ok(workspace) => workspace,
+                Err(message) => return usage_error(out, message),
+            };
+            match workspace {
+                Some(workspace) => delete(global, &root, &workspace, key, agent.as_deref(), out),
+                None => usage_error(
+                    out,
+                    format_args!(
+                        "no workspace {:?} in {}",
+                        global.workspace.as_deref().unwrap_or_default(),
+                        root.path().display()
+                    ),
+                ),
+            }
+        }
     }
+}
+
+/// The workspace `instance delete` works in: `--workspace`'s as it is
+/// (`None` if there is none), else the bundle's (`-c`), whose old-layout
+/// instances are moved into it first; another bundle's is refused.
+fn project_workspace(global: &GlobalOptions, root: &StateRoot) -> std::result::Result<Option<Workspace>, String> {
+    if let Some(name) = &global.workspace {
+        return find_workspace(root, name).map_err(|e| e.to_string());
+    }
+    let report = goondan_config::load_bundle(&global.config);
+    let Some(bundle) = report.valid_bundle() else {
+        let first = report.diagnostics.iter().find(|d| d.is_error()).map(|d| format!(": {}", d.message));
+        return Err(format!(
+            "cannot tell the project's workspace: the bundle {} does not load{}; pass -c BUNDLE, or --workspace NAME \
+             (gdn instance list shows the workspaces)",
+            goondan_config::resolve_bundle_file(&global.config).display(),
+            first.unwrap_or_default()
+        ));
+    };
+    let agent = bundle.default_agent().map_err(|e| e.to_string())?;
+    crate::workspace::open(global, root, bundle, agent.name(), WorkspaceAccess::Use).map(Some)
 }
 
 fn usage_error(out: &mut Output, message: impl Display) -> Result<u8> {
@@ -34,9 +74,11 @@ fn describe(key: &str, agent: Option<&str>) -> String {
     }
 }
 
-const HEADERS: [&str; 7] = ["AGENT", "INSTANCE", "STATUS", "TURNS", "MESSAGES", "UPDATED", "BUNDLE"];
+const HEADERS: [&str; 8] = ["WORKSPACE", "AGENT", "INSTANCE", "STATUS", "TURNS", "MESSAGES", "UPDATED", "BUNDLE"];
 /// The columns printed flush right (numbers).
-const RIGHT_ALIGNED: [bool; 7] = [false, false, false, true, true, false, false];
+const RIGHT_ALIGNED: [bool; 8] = [false, false, false, false, true, true, false, false];
+/// The WORKSPACE of an instance of the old layouts (not in a workspace yet).
+const OLD_LAYOUT: &str = "(old layout)";
 
 fn list(global: &GlobalOptions, root: &StateRoot, out: &mut Output) -> Result<u8> {
     // The store's errors already name their cause; anyhow's chain would repeat it.
@@ -50,7 +92,7 @@ fn list(global: &GlobalOptions, root: &StateRoot, out: &mut Output) -> Result<u8
         return Ok(exit::OK);
     }
     let now = now_millis();
-    let rows: Vec<[String; 7]> = instances.iter().map(|instance| row(instance, now)).collect();
+    let rows: Vec<[String; 8]> = instances.iter().map(|instance| row(instance, now)).collect();
     let mut widths = HEADERS.map(|header| header.chars().count());
     for row in &rows {
         for (width, cell) in widths.iter_mut().zip(row) {
@@ -65,7 +107,7 @@ fn list(global: &GlobalOptions, root: &StateRoot, out: &mut Output) -> Result<u8
     Ok(exit::OK)
 }
 
-fn row(instance: &ListedInstance, now: u64) -> [String; 7] {
+fn row(instance: &ListedInstance, now: u64) -> [String; 8] {
     let info = &instance.info;
     let status = match (instance.status.running, instance.status.pid) {
         (true, Some(pid)) => format!("running (pid {pid})"),
@@ -73,19 +115,21 @@ fn row(instance: &ListedInstance, now: u64) -> [String; 7] {
         (false, _) => "idle".to_owned(),
     };
     [
+        instance.workspace.clone().unwrap_or_else(|| OLD_LAYOUT.to_owned()),
         info.agent_name.clone(),
         info.instance_key.clone(),
         status,
         info.turns.to_string(),
         info.messages.to_string(),
         updated(info.updated_at, now),
-        info.bundle.clone(),
+        // The project's identity where its workspace says it, else the last opener's.
+        instance.workspace_bundle.clone().unwrap_or_else(|| info.bundle.clone()),
     ]
 }
 
 /// The cells padded to their column's width, two spaces apart; the last
 /// column is not padded (no trailing blanks).
-fn line(cells: &[String; 7], widths: &[usize; 7]) -> String {
+fn line(cells: &[String; 8], widths: &[usize; 8]) -> String {
     let mut text = String::new();
     let last = cells.len() - 1;
     for (index, cell) in cells.iter().enumerate() {
@@ -134,8 +178,15 @@ fn iso_date(millis: u64) -> String {
 /// `gdn instance delete KEY [--agent NAME]`: every agent's instance of the
 /// key, or only that agent's. All or nothing: if one of them runs, nothing
 /// is deleted (the store takes every lock before it deletes).
-fn delete(global: &GlobalOptions, root: &StateRoot, key: &str, agent: Option<&str>, out: &mut Output) -> Result<u8> {
-    let deleted = match delete_instances(root, key, agent) {
+fn delete(
+    global: &GlobalOptions,
+    root: &StateRoot,
+    workspace: &Workspace,
+    key: &str,
+    agent: Option<&str>,
+    out: &mut Output,
+) -> Result<u8> {
+    let deleted = match delete_instances(root, workspace, key, agent) {
         Ok(deleted) => deleted,
         Err(StoreError::Busy { agent, pid, .. }) => {
             let pid = pid.map(|pid| format!(" (pid {pid})")).unwrap_or_default();
@@ -153,13 +204,22 @@ fn delete(global: &GlobalOptions, root: &StateRoot, key: &str, agent: Option<&st
         Err(error) => return Err(anyhow!("{error}")),
     };
     if deleted.is_empty() {
-        return usage_error(out, format_args!("no instance {} in {}", describe(key, agent), root.path().display()));
+        return usage_error(
+            out,
+            format_args!(
+                "no instance {} in workspace '{}' ({})",
+                describe(key, agent),
+                workspace.id(),
+                workspace.dir().display()
+            ),
+        );
     }
     if global.json {
         let body: Vec<serde_json::Value> = deleted
             .iter()
             .map(|gone| {
                 serde_json::json!({
+                    "workspace": workspace.id(),
                     "agentName": gone.agent_name,
                     "instanceKey": key,
                     "dir": gone.dir.to_string_lossy(),
@@ -208,8 +268,8 @@ mod tests {
 
     #[test]
     fn columns_are_padded_and_numbers_flush_right() {
-        let widths = [5, 8, 6, 5, 8, 7, 6];
-        let cells = ["a", "default", "idle", "3", "12", "now", "/b"].map(str::to_owned);
-        assert_eq!(line(&cells, &widths), "a      default   idle        3        12  now      /b");
+        let widths = [9, 5, 8, 6, 5, 8, 7, 6];
+        let cells = ["crew", "a", "default", "idle", "3", "12", "now", "/b"].map(str::to_owned);
+        assert_eq!(line(&cells, &widths), "crew       a      default   idle        3        12  now      /b");
     }
 }

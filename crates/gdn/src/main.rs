@@ -1,5 +1,6 @@
 //! `gdn`: the goondan-rs command-line program.
 
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -10,6 +11,7 @@ mod cli;
 mod commands;
 mod dotenv;
 mod init;
+mod input;
 mod instance;
 mod mcp_serve;
 mod output;
@@ -17,6 +19,7 @@ mod run;
 mod secrets;
 mod shutdown;
 mod wiring;
+mod workspace;
 
 use cli::{Cli, Command, McpCommand, ToolCommand};
 
@@ -52,17 +55,32 @@ fn main() -> ExitCode {
     // An agent process's environment has none: the orchestrator took them
     // out, and hands them over the channel.
     let isolated = if agent_process { Ok(secrets::Secrets::default()) } else { secrets::isolate(&cli.global.config) };
-    let secrets = match isolated {
-        Ok(secrets) => Arc::new(secrets),
+    let mut secrets = match isolated {
+        Ok(secrets) => secrets,
         Err(message) => {
             let _ = output::error_line(&mut output::Output::new(cli.global.no_color).stderr, message);
             return ExitCode::from(exit::FAILED);
         }
     };
     let kept_away = secrets.len();
+    // The bundle's `.env` files (and `--env-file`) join the secrets: read
+    // through the lookup below, never put into the process environment.
+    if let Some(env_file) = loads_env_files(&cli.command) {
+        let bundle_file = goondan_config::resolve_bundle_file(&cli.global.config);
+        let bundle_dir = bundle_file.parent().filter(|dir| !dir.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        match dotenv::load(bundle_dir, env_file) {
+            Ok(values) => secrets.extend(values),
+            Err(message) => {
+                let _ = output::error_line(&mut output::Output::new(cli.global.no_color).stderr, message);
+                return ExitCode::from(exit::USAGE);
+            }
+        }
+    }
+    let secrets = Arc::new(secrets);
     let env_secrets = Arc::clone(&secrets);
+    // The files win over the process environment, as in the original.
     let env: goondan_runtime::agent::EnvLookup =
-        Arc::new(move |name: &str| std::env::var(name).ok().or_else(|| env_secrets.get(name).map(str::to_owned)));
+        Arc::new(move |name: &str| env_secrets.get(name).map(str::to_owned).or_else(|| std::env::var(name).ok()));
     // Still before any thread: orphans of tool processes come to us, and
     // TERM/HUP are received by a thread of their own.
     goondan_base::tool_processes::become_subreaper();
@@ -120,6 +138,16 @@ fn main() -> ExitCode {
             let _ = output::error_line(&mut out.stderr, format_args!("{error:#}"));
             ExitCode::from(exit::FAILED)
         }
+    }
+}
+
+/// Whether the command runs agents, which read the bundle's `.env` files:
+/// `Some(--env-file)` if so.
+fn loads_env_files(command: &Command) -> Option<Option<&Path>> {
+    match command {
+        Command::Run(args) => Some(args.env_file.as_deref()),
+        Command::Tool(_) | Command::Mcp(_) => Some(None),
+        Command::Validate | Command::Instance(_) | Command::Init(_) | Command::Agent(_) => None,
     }
 }
 

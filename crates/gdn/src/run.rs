@@ -1,7 +1,7 @@
 //! `gdn run`: one turn (`--input`), or an interactive session, of an agent
 //! whose conversation lives in the state root.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -11,7 +11,7 @@ use goondan_ipc::{AgentInstance, DelegateResultPayload, ErrorInfo, ObservePayloa
 use goondan_orchestrator::plan::swarm_of;
 use goondan_orchestrator::{AgentLauncher, Orchestrator, SwarmObserver, SwarmPlan};
 use goondan_runtime::agent::{AgentOptions, identity};
-use goondan_runtime::store::StateRoot;
+use goondan_runtime::store::{StateRoot, WorkspaceAccess};
 use goondan_tools::TracingEventSink;
 use tokio::sync::watch;
 
@@ -246,13 +246,17 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
         return Ok(exit::USAGE);
     }
     let Some(bundle) = report.bundle else { return Ok(exit::USAGE) };
-    let env_file = match args.env_file.as_deref().map(crate::dotenv::load).transpose() {
-        Ok(entries) => entries.unwrap_or_default(),
-        Err(message) => return usage_error(out, &message),
-    };
     if let Some(dir) = args.workdir.as_ref().filter(|dir| !dir.is_dir()) {
         return usage_error(out, &format!("--workdir {} is not a directory", dir.display()));
     }
+    let single_input = match (&args.input, &args.input_file) {
+        (Some(text), _) => Some(text.clone()),
+        (None, Some(path)) => match crate::input::read_text(path, "--input-file", crate::input::MAX_INPUT_BYTES) {
+            Ok(text) => Some(text),
+            Err(message) => return usage_error(out, &message),
+        },
+        (None, None) => None,
+    };
     let root = state_root(global)?;
     let mut options = AgentOptions::new(Arc::new(TracingEventSink));
     options.agent.clone_from(&args.agent);
@@ -264,14 +268,17 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
     let absolute = |path: &Path| std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
     let config = absolute(&global.config);
     let workdir = absolute(args.workdir.as_deref().unwrap_or(bundle.root()));
-    let state_root = {
-        std::fs::create_dir_all(root.path()).with_context(|| format!("creating {}", root.path().display()))?;
-        absolute(root.path())
+    // The swarm's workspace: refused if another bundle's; this bundle's
+    // instances of the old layouts are moved in.
+    let workspace = match crate::workspace::open(global, &root, &bundle, &agent_name, WorkspaceAccess::Use) {
+        Ok(workspace) => workspace,
+        Err(message) => return usage_error(out, &message),
     };
-    let mut plan = SwarmPlan::new(swarm_of(&bundle, &agent_name), config, state_root, workdir);
-    // The secrets (the process environment wins over the file, as before).
-    plan.env = env_file;
-    plan.env.extend(session.secrets.to_map());
+    // Agent processes get the workspace as their `stateRoot`: they open
+    // their instances in it.
+    let mut plan = SwarmPlan::new(swarm_of(&bundle, &agent_name), config, absolute(workspace.dir()), workdir);
+    // The secrets: the process environment's, and the environment files' over them.
+    plan.env = session.secrets.to_map();
     // A deadline per call by default; 0 turns it off.
     plan.tool_timeout_ms = Some(args.tool_timeout_ms.unwrap_or(DEFAULT_TOOL_TIMEOUT_MS));
     let program = std::env::current_exe().context("finding the gdn binary to start agent processes")?;
@@ -300,20 +307,6 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
         Arc::clone(&console) as Arc<dyn SwarmObserver>,
     )
     .context("starting the orchestrator")?;
-
-    let single_input = match (&args.input, &args.input_file) {
-        (Some(text), _) => Some(text.clone()),
-        (None, Some(path)) if path == Path::new("-") => {
-            let mut text = String::new();
-            std::io::stdin().read_to_string(&mut text).context("reading the input from standard input")?;
-            Some(text)
-        }
-        (None, Some(path)) => match std::fs::read_to_string(path) {
-            Ok(text) => Some(text),
-            Err(error) => return usage_error(out, &format!("cannot read --input-file {}: {error}", path.display())),
-        },
-        (None, None) => None,
-    };
 
     let chat =
         Chat { global, console: &console, root: &root, shutdown: &session.shutdown, orchestrator: &orchestrator };

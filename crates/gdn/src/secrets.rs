@@ -63,6 +63,12 @@ impl Secrets {
     pub fn len(&self) -> usize {
         self.values.len()
     }
+
+    /// Adds values read from environment files; they replace those of the
+    /// same name (the files win over the process environment).
+    pub fn extend(&mut self, values: impl IntoIterator<Item = (String, String)>) {
+        self.values.extend(values);
+    }
 }
 
 /// Whether a variable's name says it holds a secret. Case-insensitive.

@@ -277,7 +277,7 @@ fn message_compaction_removes_the_oldest_and_says_so_in_a_summary() {
 }
 
 fn events(state: &Path, agent: &str) -> Vec<Value> {
-    let path = state.join("instances").join(format!("{agent}@default")).join("events.jsonl");
+    let path = common::instance_path(state, &format!("{agent}@default")).join("events.jsonl");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     text.lines().filter_map(|line| serde_json::from_str(line).ok()).collect()
 }

@@ -49,7 +49,7 @@ fn json_out(output: &Output) -> Value {
 
 /// The messages of `agent@key`'s conversation in `state`.
 fn messages(state: &Path, agent: &str, key: &str) -> Vec<Value> {
-    let path = state.join(format!("instances/{agent}@{key}/messages.jsonl"));
+    let path = common::instance_path(state, &format!("{agent}@{key}")).join("messages.jsonl");
     let loaded = goondan_runtime::store::read_message_log(&path).unwrap_or_else(|e| panic!("{e}"));
     loaded.state.messages().iter().map(|m| serde_json::to_value(m).unwrap_or_default()).collect()
 }
@@ -91,8 +91,10 @@ fn tool_search_offers_the_search_tool_then_what_a_search_selected_across_turns()
 
     // The selection is kept in the extension's state (persistSelection) …
     let saved: Value = serde_json::from_str(
-        &std::fs::read_to_string(state.path().join("instances/finder@default/extensions/tool-search.json"))
-            .unwrap_or_else(|e| panic!("{e}")),
+        &std::fs::read_to_string(
+            common::instance_path(state.path(), "finder@default").join("extensions/tool-search.json"),
+        )
+        .unwrap_or_else(|e| panic!("{e}")),
     )
     .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(saved["lastQuery"], "case");
@@ -159,8 +161,8 @@ fn the_guard_reminds_a_bounded_number_of_times_and_failed_calls_do_not_count() {
     assert_eq!(reminders, 2, "{messages:?}");
     let results = results(state.path(), "stubborn", "default");
     assert!(results.iter().all(|r| r["error"]["code"] == "E_TOOL_INVALID_ARGS"), "{results:?}");
-    let events =
-        std::fs::read_to_string(state.path().join("instances/stubborn@default/events.jsonl")).unwrap_or_default();
+    let events = std::fs::read_to_string(common::instance_path(state.path(), "stubborn@default").join("events.jsonl"))
+        .unwrap_or_default();
     assert!(events.contains("required-tools-guard.unsatisfied"), "{events}");
 }
 

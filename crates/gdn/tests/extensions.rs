@@ -98,8 +98,10 @@ fn extension_state_lives_in_the_state_root_across_processes() {
         assert!(stderr.contains("[catalog-editor] step 0 done with 2 tool calls"), "{stderr}");
     }
     let saved: Value = serde_json::from_str(
-        &std::fs::read_to_string(state.path().join("instances/assistant@default/extensions/notes.json"))
-            .unwrap_or_else(|e| panic!("state file: {e}")),
+        &std::fs::read_to_string(
+            common::instance_path(state.path(), "assistant@default").join("extensions/notes.json"),
+        )
+        .unwrap_or_else(|e| panic!("state file: {e}")),
     )
     .unwrap_or_default();
     assert_eq!(saved, serde_json::json!({"turns": 2, "lastInput": "second"}));

@@ -2,6 +2,8 @@
 //! not a regular file or directory, file references leaving the bundle, and
 //! a conversation that failing model requests must not pile up.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -98,7 +100,7 @@ fn failed_runs_leave_no_unanswered_user_messages() {
         let output = gdn(state.path(), &["-c", &config, "run", "--input", attempt, "--env-file", &env_arg]);
         assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
     }
-    let log = state.path().join("instances/a@default/messages.jsonl");
+    let log = common::instance_path(state.path(), "a@default").join("messages.jsonl");
     assert!(std::fs::metadata(&log).is_ok_and(|m| m.len() > 0), "each run saved its input, then took it back");
     let loaded = goondan_runtime::store::read_message_log(&log).unwrap_or_else(|e| panic!("{e}"));
     assert!(loaded.state.messages().is_empty(), "{:?}", loaded.state.messages());

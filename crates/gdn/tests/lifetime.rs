@@ -2,6 +2,8 @@
 //! SIGHUP end a turn like Ctrl-C, processes that left the tool's process
 //! group included, and background jobs end with `gdn`.
 
+mod common;
+
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -100,7 +102,8 @@ fn terminate_during_a_call(signal: Signal, expected_code: i32) {
     wait_gone(escaped, "the child that left the process group");
     // The turn ended as a cancelled one: its call has a result, saved.
     let messages =
-        std::fs::read_to_string(state.path().join("instances/runner@default/messages.jsonl")).unwrap_or_default();
+        std::fs::read_to_string(common::instance_path(state.path(), "runner@default").join("messages.jsonl"))
+            .unwrap_or_default();
     assert!(messages.contains("E_TOOL_CANCELLED"), "{messages}");
 }
 

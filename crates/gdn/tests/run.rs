@@ -77,7 +77,7 @@ fn the_offline_example_runs_a_turn_and_the_conversation_continues() {
     }
     assert!(work.path().join("workspace/notes.md").is_file(), "the tools worked in --workdir");
 
-    let instance = state.path().join("instances/assistant@default");
+    let instance = common::instance_path(state.path(), "assistant@default");
     let messages = folded(&instance.join("messages.jsonl"));
     // user, assistant(2 calls), 2 results, assistant(3 calls), 3 results, assistant(answer)
     assert_eq!(messages.len(), 9);
@@ -101,10 +101,11 @@ fn the_offline_example_runs_a_turn_and_the_conversation_continues() {
     assert_eq!(listed[0]["instanceKey"], "default");
     assert_eq!(listed[0]["turns"], 2);
     assert_eq!(listed[0]["messages"], 18);
-    let deleted = gdn(state.path(), &["instance", "delete", "default"]);
+    let config = example.to_str().unwrap_or_default();
+    let deleted = gdn(state.path(), &["-c", config, "instance", "delete", "default"]);
     assert_eq!(deleted.status.code(), Some(0), "{}", text(&deleted.stderr));
     assert!(!instance.exists());
-    let again = gdn(state.path(), &["instance", "delete", "default"]);
+    let again = gdn(state.path(), &["-c", config, "instance", "delete", "default"]);
     assert_eq!(again.status.code(), Some(2));
 }
 
@@ -126,7 +127,7 @@ fn a_torn_last_line_is_skipped_with_a_warning_and_the_log_heals() {
         "torn",
     ];
     assert_eq!(gdn(state.path(), &args).status.code(), Some(0));
-    let log = state.path().join("instances/assistant@torn/messages.jsonl");
+    let log = common::instance_path(state.path(), "assistant@torn").join("messages.jsonl");
     let mut file = std::fs::OpenOptions::new().append(true).open(&log).unwrap_or_else(|e| panic!("{e}"));
     file.write_all(br#"{"id":"half","data":{"role":"us"#).unwrap_or_else(|e| panic!("{e}"));
     drop(file);
@@ -163,7 +164,7 @@ fn json_output_and_input_from_a_file_or_stdin() {
     assert_eq!(body["steps"], 3);
     assert_eq!(body["end"], "answered");
     assert!(body["text"].as_str().is_some_and(|t| t.ends_with("DONE.")));
-    let first = folded(&state.path().join("instances/assistant@default/messages.jsonl"));
+    let first = folded(&common::instance_path(state.path(), "assistant@default").join("messages.jsonl"));
     assert_eq!(first[0]["data"]["content"], "from a file");
 
     let output = gdn_stdin(
@@ -235,7 +236,7 @@ fn without_input_gdn_runs_an_interactive_session_over_standard_input() {
     );
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
     assert_eq!(text(&output.stdout).matches("DONE.").count(), 2);
-    let messages = folded(&state.path().join("instances/assistant@default/messages.jsonl"));
+    let messages = folded(&common::instance_path(state.path(), "assistant@default").join("messages.jsonl"));
     assert_eq!(messages.len(), 18, "two turns; the blank line is skipped and /exit ends the session");
     assert_eq!(messages[9]["data"]["content"], "second question");
 }
@@ -254,10 +255,11 @@ fn ctrl_c_cancels_the_turn_and_leaves_a_valid_conversation() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("spawn: {e}"));
-    let log = state.path().join("instances/waiter@default/events.jsonl");
+    // Found again each time: the workspace appears when the run starts.
+    let log = || common::instance_path(state.path(), "waiter@default").join("events.jsonl");
     // Wait until the long tool call has started, then interrupt.
     let started = std::time::Instant::now();
-    while !std::fs::read_to_string(&log).unwrap_or_default().contains("\"toolName\":\"wait__seconds\"")
+    while !std::fs::read_to_string(log()).unwrap_or_default().contains("\"toolName\":\"wait__seconds\"")
         && started.elapsed() < std::time::Duration::from_secs(20)
     {
         std::thread::sleep(std::time::Duration::from_millis(20));
@@ -267,7 +269,7 @@ fn ctrl_c_cancels_the_turn_and_leaves_a_valid_conversation() {
     let output = child.wait_with_output().unwrap_or_else(|e| panic!("wait: {e}"));
     assert_eq!(output.status.code(), Some(130), "{}", text(&output.stderr));
     assert!(started.elapsed() < std::time::Duration::from_secs(20), "the wait was cut short");
-    let messages = folded(&state.path().join("instances/waiter@default/messages.jsonl"));
+    let messages = folded(&common::instance_path(state.path(), "waiter@default").join("messages.jsonl"));
     // user, assistant with two calls, two results: one ok, one cancelled.
     assert_eq!(messages.len(), 4);
     assert_eq!(messages[2]["data"]["result"]["status"], "ok");
@@ -288,9 +290,10 @@ fn a_second_run_on_a_busy_instance_is_refused() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap_or_else(|e| panic!("spawn: {e}"));
-    let log = state.path().join("instances/waiter@default/events.jsonl");
+    // Found again each time: the workspace appears when the run starts.
+    let log = || common::instance_path(state.path(), "waiter@default").join("events.jsonl");
     let started = std::time::Instant::now();
-    while !std::fs::read_to_string(&log).unwrap_or_default().contains("tool.called")
+    while !std::fs::read_to_string(log()).unwrap_or_default().contains("tool.called")
         && started.elapsed() < std::time::Duration::from_secs(20)
     {
         std::thread::sleep(std::time::Duration::from_millis(20));
@@ -301,7 +304,7 @@ fn a_second_run_on_a_busy_instance_is_refused() {
     let _ = first.wait_with_output();
     assert_eq!(second.status.code(), Some(2), "{}", text(&second.stderr));
     assert!(text(&second.stderr).contains("in use by another process"), "{}", text(&second.stderr));
-    let messages = folded(&state.path().join("instances/waiter@default/messages.jsonl"));
+    let messages = folded(&common::instance_path(state.path(), "waiter@default").join("messages.jsonl"));
     assert!(messages.iter().all(|m| m["data"]["content"] != "me too"), "the refused run wrote nothing");
 }
 
@@ -332,7 +335,7 @@ fn the_js_host_starts_only_when_a_script_tool_is_called() {
     assert_eq!(output.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("script host ready"), "{stderr}");
     assert!(stderr.contains("⚙ word-count__count → ok"), "{stderr}");
-    let messages = folded(&state.path().join("instances/counter@counting/messages.jsonl"));
+    let messages = folded(&common::instance_path(state.path(), "counter@counting").join("messages.jsonl"));
     let result = messages.iter().find(|m| m["data"]["role"] == "tool").cloned().unwrap_or_default();
     assert_eq!(result["data"]["result"]["output"]["words"], 3, "{result}");
 }

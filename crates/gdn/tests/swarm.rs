@@ -63,7 +63,7 @@ impl Run {
 
     /// The messages of `agent@key`'s conversation.
     fn messages(&self, agent: &str, key: &str) -> Vec<Value> {
-        let path = self.state.path().join(format!("instances/{agent}@{key}/messages.jsonl"));
+        let path = common::instance_path(self.state.path(), &format!("{agent}@{key}")).join("messages.jsonl");
         let loaded = goondan_runtime::store::read_message_log(&path).unwrap_or_else(|e| panic!("{e}"));
         loaded.state.messages().iter().map(|m| serde_json::to_value(m).unwrap_or_default()).collect()
     }
@@ -78,7 +78,7 @@ impl Run {
     }
 
     fn events(&self, agent: &str, key: &str) -> Vec<Value> {
-        let path = self.state.path().join(format!("instances/{agent}@{key}/events.jsonl"));
+        let path = common::instance_path(self.state.path(), &format!("{agent}@{key}")).join("events.jsonl");
         std::fs::read_to_string(path)
             .unwrap_or_default()
             .lines()
@@ -306,7 +306,9 @@ fn a_chain_of_requests_longer_than_the_hop_limit_is_cut() {
     let refusal = loop {
         let found = ["worker", "reviewer"]
             .iter()
-            .filter(|agent| run.state.path().join(format!("instances/{agent}@default/messages.jsonl")).exists())
+            .filter(|agent| {
+                common::instance_path(run.state.path(), &format!("{agent}@default")).join("messages.jsonl").exists()
+            })
             .flat_map(|agent| run.results(agent, "default"))
             .find(|result| result["error"]["code"] == "AGENT_HOP_LIMIT_EXCEEDED");
         if let Some(found) = found {

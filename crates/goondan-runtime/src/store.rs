@@ -1,16 +1,28 @@
-//! Durable conversations: the state root and one directory per agent instance.
+//! Durable conversations: the state root, one workspace per project, and
+//! one directory per agent instance.
 //!
 //! ```text
 //! <state root>/                     --state-root, else GOONDAN_STATE_ROOT, else ~/.goondan
-//!   instances/
-//!     <agent>@<key>/                one agent instance: agent name and instance key, each
+//!   workspaces/
+//!     <workspace id>/               one project: the slug of its Swarm's instance key (the original's)
+//!       workspace.json              whose state it is: the canonical path of the bundle file
+//!       instances/
+//!         <agent>@<key>/            one agent instance: agent name and instance key, each
 //!                                   percent-encoded (see below), e.g. assistant@default
-//!       instance.json               metadata; replaced atomically (temp file + fsync + rename)
-//!       messages.jsonl              the conversation as a log of message events, one commit per line
-//!       events.jsonl                the event log: one runtime event per line, append-only
-//!       lock                        locked by the process running the instance; holds its pid
-//!       extensions/<name>.json      each extension's state (see crate::extension_state)
+//!           instance.json           metadata; replaced atomically (temp file + fsync + rename)
+//!           messages.jsonl          the conversation as a log of message events, one commit per line
+//!           events.jsonl            the event log: one runtime event per line, append-only
+//!           lock                    locked by the process running the instance; holds its pid
+//!           extensions/<name>.json  each extension's state (see crate::extension_state)
+//!   instances/                      the old layouts (<agent>@<key>, and before that <key>): moved on use
 //! ```
+//!
+//! A workspace is the original's namespace (`workspaces/<workspaceId>/`,
+//! the id a slug of the Swarm's `instanceKey`, else its name). Two bundles
+//! whose Swarms share a name would share it, and the second would continue
+//! the first one's conversations; so a workspace keeps its bundle's
+//! identity in workspace.json, and [`open_workspace`] refuses another
+//! bundle ([`StoreError::ForeignWorkspace`]) unless asked to take it over.
 //!
 //! An agent instance is a pair (agent name, instance key). In a swarm every
 //! agent keeps its own conversation and event log for a key, and is run by
@@ -61,13 +73,14 @@
 //! pair, checked on open and delete so that two instances can never share a
 //! directory (say, on a case-insensitive file system).
 //!
-//! Earlier versions kept one directory per key (`instances/<encoded key>`,
-//! never an `@` in it), whatever the agent. Such a directory is moved to its
-//! new name the first time the pair its instance.json names is opened
-//! ([`resolve_instance_dir`]), by one rename, so nothing is copied or lost.
-//! Until then [`list_instances`] shows it with the agent its instance.json
-//! names. A directory is never deleted or overwritten to migrate: if the new
-//! one exists already, the old one is left alone with a warning.
+//! Earlier versions kept every bundle's instances directly under
+//! `<root>/instances/` (`<agent>@<key>`, and before that `<encoded key>`
+//! whatever the agent). When a bundle opens its workspace, the instances
+//! whose instance.json names that bundle are moved in, each by one rename
+//! ([`migrate_legacy_instances`]), so nothing is copied or lost; the others
+//! stay for their own bundles, and [`list_instances`] shows them. A
+//! directory is never deleted or overwritten to migrate: if the new one
+//! exists already, the old one is left alone with a warning.
 //!
 //! One process at a time runs an instance: [`InstanceStore::lock`] takes an
 //! advisory lock on its `lock` file and writes the process id into it.
@@ -154,6 +167,22 @@ pub enum StoreError {
         #[source]
         source: serde_json::Error,
     },
+    /// The workspace holds the state of another bundle (its workspace.json
+    /// names it): two projects whose Swarms share an instance key.
+    #[error(
+        "workspace '{workspace}' ({}) holds the conversations of bundle {owner}, not of bundle {bundle}",
+        dir.display()
+    )]
+    ForeignWorkspace {
+        /// The workspace id.
+        workspace: String,
+        /// The workspace directory.
+        dir: PathBuf,
+        /// The bundle whose state it holds.
+        owner: String,
+        /// The bundle that asked.
+        bundle: String,
+    },
     /// The store's lock was poisoned by a panic while saving.
     #[error("the conversation store is unavailable: an earlier save panicked")]
     Poisoned,
@@ -201,7 +230,8 @@ impl StoreError {
     }
 }
 
-/// The directory that holds all instances.
+/// The state root: every project's workspace, and what earlier versions
+/// left directly under it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StateRoot {
     path: PathBuf,
@@ -212,10 +242,10 @@ impl StateRoot {
     pub const ENV_VAR: &'static str = "GOONDAN_STATE_ROOT";
     /// The state root's directory under the home directory.
     pub const HOME_DIR_NAME: &'static str = ".goondan";
-    /// The directory under the state root that holds one directory per instance.
-    pub const INSTANCES_DIR_NAME: &'static str = "instances";
+    /// The directory under the state root that holds one directory per workspace.
+    pub const WORKSPACES_DIR_NAME: &'static str = "workspaces";
 
-    /// A state root at `path` (nothing is created until an instance is opened).
+    /// A state root at `path` (nothing is created until a workspace is opened).
     pub fn new(path: impl Into<PathBuf>) -> Self {
         Self { path: path.into() }
     }
@@ -246,15 +276,118 @@ impl StateRoot {
         &self.path
     }
 
-    /// `<root>/instances`.
+    /// `<root>/workspaces`.
+    pub fn workspaces_dir(&self) -> PathBuf {
+        self.path.join(Self::WORKSPACES_DIR_NAME)
+    }
+
+    /// `<root>/workspaces/<id>` (`id` as [`workspace_id`] makes it).
+    pub fn workspace_dir(&self, id: &str) -> PathBuf {
+        self.workspaces_dir().join(id)
+    }
+
+    /// `<root>/instances`, where earlier versions kept every bundle's
+    /// instances (`<agent>@<key>`, and before that `<key>`).
+    pub fn legacy_instances_dir(&self) -> PathBuf {
+        self.path.join(Workspace::INSTANCES_DIR_NAME)
+    }
+}
+
+/// The id of the workspace of a Swarm whose instance key
+/// (`spec.instanceKey`, else its name) is `name`: the original's slug —
+/// trimmed, lower-cased, every character but `[a-z0-9._-]` a `-`, runs of
+/// `-` one, no `-` at either end, at most 128 characters, `default` if
+/// nothing is left. `.` and `..`, which name directories, become `default`
+/// too (the original would use them as they are).
+pub fn workspace_id(name: &str) -> String {
+    let mut slug = String::with_capacity(name.len());
+    for c in name.trim().chars().flat_map(char::to_lowercase) {
+        let c = if c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '_' | '-') { c } else { '-' };
+        if !(c == '-' && slug.ends_with('-')) {
+            slug.push(c);
+        }
+    }
+    let slug: String = slug.trim_matches('-').chars().take(128).collect();
+    if slug.is_empty() || slug == "." || slug == ".." { "default".to_owned() } else { slug }
+}
+
+/// workspace.json: whose state a workspace holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkspaceInfo {
+    /// The directory name under `workspaces/`.
+    pub workspace_id: String,
+    /// The Swarm instance key (or name) the id was made from.
+    pub name: String,
+    /// The canonical path of the bundle file whose state this is: the
+    /// project's identity. Another bundle is refused
+    /// ([`StoreError::ForeignWorkspace`]).
+    pub bundle: String,
+    /// Creation time, milliseconds since the Unix epoch.
+    pub created_at: u64,
+}
+
+/// One project's part of the state root, `workspaces/<id>/`: its
+/// workspace.json and one directory per agent instance under `instances/`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Workspace {
+    dir: PathBuf,
+    id: String,
+    info: Option<WorkspaceInfo>,
+}
+
+/// What [`open_workspace`] may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkspaceAccess {
+    /// Only look: nothing is created or moved (`gdn tool list`); a
+    /// workspace of another bundle is still refused.
+    Inspect,
+    /// Create the workspace if missing, move this bundle's instances of the
+    /// old layouts into it; refuse a workspace of another bundle.
+    Use,
+    /// As `Use`, and take over a workspace of another bundle (a project
+    /// that moved): workspace.json is rewritten to name this bundle.
+    Adopt,
+}
+
+impl Workspace {
+    /// The metadata file of a workspace.
+    pub const INFO_FILE: &'static str = "workspace.json";
+    /// The directory of a workspace that holds one directory per instance.
+    pub const INSTANCES_DIR_NAME: &'static str = "instances";
+
+    /// The workspace at `dir`, taken as it is (nothing read or checked):
+    /// for an agent process that was handed the directory its orchestrator
+    /// opened, and for tests.
+    pub fn at(dir: impl Into<PathBuf>) -> Self {
+        let dir = dir.into();
+        let id = dir.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+        Self { dir, id, info: None }
+    }
+
+    /// The workspace directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Its id (the directory name).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Its workspace.json, if it was read (not for [`Workspace::at`], nor
+    /// for a workspace [`WorkspaceAccess::Inspect`] found missing).
+    pub fn info(&self) -> Option<&WorkspaceInfo> {
+        self.info.as_ref()
+    }
+
+    /// `<workspace>/instances`.
     pub fn instances_dir(&self) -> PathBuf {
-        self.path.join(Self::INSTANCES_DIR_NAME)
+        self.dir.join(Self::INSTANCES_DIR_NAME)
     }
 
     /// The directory of the instance of `agent` for `key` (which need not
-    /// exist), or [`StoreError::InvalidKey`] for a pair that cannot name
-    /// one. It does not look for an old-layout directory to migrate; see
-    /// [`resolve_instance_dir`].
+    /// exist), or [`StoreError::InvalidKey`] for a pair that cannot name one.
     pub fn instance_dir(&self, agent: &str, key: &str) -> Result<PathBuf, StoreError> {
         let instances = self.instances_dir();
         match encode_instance(agent, key) {
@@ -264,12 +397,221 @@ impl StateRoot {
             }
         }
     }
+}
 
-    /// Where earlier versions kept the instance `key`, whatever its agent
-    /// (`<encoded key>`), or `None` for a key that could not name one.
-    fn legacy_instance_dir(&self, key: &str) -> Option<PathBuf> {
-        encode_key(key).ok().map(|name| self.instances_dir().join(name))
+/// Opens the workspace of the Swarm instance key (or name) `name` for the
+/// bundle whose canonical path is `bundle`: `workspaces/<workspace_id(name)>`.
+///
+/// A workspace remembers its bundle in workspace.json. One written by
+/// another bundle (two projects whose Swarms share a name) is
+/// [`StoreError::ForeignWorkspace`] unless `access` is
+/// [`WorkspaceAccess::Adopt`]: one bundle never continues another's
+/// conversations. A missing workspace is created (unless `Inspect`), by a
+/// create-if-absent link of its workspace.json, so two processes creating it
+/// at once agree on one owner. With `Use` and `Adopt`, the instances the old
+/// layouts (`<root>/instances/<agent>@<key>`, `<root>/instances/<key>`) hold
+/// for this bundle — their instance.json names it — are moved in
+/// ([`migrate_legacy_instances`]).
+pub fn open_workspace(
+    root: &StateRoot,
+    name: &str,
+    bundle: &str,
+    access: WorkspaceAccess,
+) -> Result<Workspace, StoreError> {
+    let id = workspace_id(name);
+    let dir = root.workspace_dir(&id);
+    let info_path = dir.join(Workspace::INFO_FILE);
+    let found = match read_json::<WorkspaceInfo>(&info_path, "reading workspace metadata from") {
+        Ok(found) => found,
+        Err(error) if access == WorkspaceAccess::Adopt => {
+            tracing::warn!(target: LOG_TARGET, "{error}; writing a new {}", Workspace::INFO_FILE);
+            None
+        }
+        Err(error) => return Err(error),
+    };
+    // No workspace.json: create it, unless only looking. Another process
+    // may create it first; then its owner is checked as any other.
+    let found = match found {
+        None if access != WorkspaceAccess::Inspect => Some(create_workspace(&dir, &id, name, bundle)?),
+        found => found,
+    };
+    let info = match found {
+        Some(info) if info.bundle == bundle => Some(info),
+        Some(info) if access == WorkspaceAccess::Adopt => {
+            tracing::warn!(
+                target: LOG_TARGET,
+                "workspace '{id}' ({}) held the state of bundle {}; bundle {bundle} takes it over",
+                dir.display(),
+                info.bundle
+            );
+            let adopted = WorkspaceInfo { bundle: bundle.to_owned(), ..info };
+            write_json_atomically(&dir, &info_path, &adopted)?;
+            Some(adopted)
+        }
+        Some(info) => {
+            return Err(StoreError::ForeignWorkspace {
+                workspace: id,
+                dir,
+                owner: info.bundle,
+                bundle: bundle.to_owned(),
+            });
+        }
+        None => None,
+    };
+    let workspace = Workspace { dir, id, info };
+    if access != WorkspaceAccess::Inspect {
+        migrate_legacy_instances(root, &workspace, bundle);
     }
+    Ok(workspace)
+}
+
+/// The workspace of the Swarm instance key (or name) `name` under `root`
+/// as it is on disk, workspace.json read if present, whatever bundle it
+/// belongs to; `None` if it does not exist. For commands that name a
+/// workspace directly (`gdn instance delete --workspace`).
+pub fn find_workspace(root: &StateRoot, name: &str) -> Result<Option<Workspace>, StoreError> {
+    let id = workspace_id(name);
+    let dir = root.workspace_dir(&id);
+    if !is_real_dir(&dir) {
+        return Ok(None);
+    }
+    let info = read_json::<WorkspaceInfo>(&dir.join(Workspace::INFO_FILE), "reading workspace metadata from")?;
+    Ok(Some(Workspace { dir, id, info }))
+}
+
+/// Writes workspace.json for `bundle` unless another process wrote one
+/// first; returns what the file holds then (refused later if not ours).
+fn create_workspace(dir: &Path, id: &str, name: &str, bundle: &str) -> Result<WorkspaceInfo, StoreError> {
+    fs::create_dir_all(dir).map_err(StoreError::io("creating the workspace directory", dir))?;
+    let path = dir.join(Workspace::INFO_FILE);
+    let info = WorkspaceInfo {
+        workspace_id: id.to_owned(),
+        name: name.to_owned(),
+        bundle: bundle.to_owned(),
+        created_at: now_millis(),
+    };
+    // A name of this thread's own: the link below makes the temp file and
+    // workspace.json one inode, which another creator must not rewrite.
+    let thread: String = format!("{:?}", std::thread::current().id()).chars().filter(char::is_ascii_digit).collect();
+    let temp = dir.join(format!(".{}.{}-{thread}.tmp", Workspace::INFO_FILE, std::process::id()));
+    write_synced(&temp, &info)?;
+    // A link fails if the name exists: the first writer owns the workspace.
+    let linked = fs::hard_link(&temp, &path);
+    let _ = fs::remove_file(&temp);
+    match linked {
+        Ok(()) => {
+            sync_dir(dir);
+            Ok(info)
+        }
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
+            let written = read_json::<WorkspaceInfo>(&path, "reading workspace metadata from")?;
+            written.ok_or_else(|| StoreError::io("creating", &path)(error))
+        }
+        Err(error) => Err(StoreError::io("creating", &path)(error)),
+    }
+}
+
+/// Moves the instances the old layouts hold for `bundle` (their
+/// instance.json names it) into `workspace`, each by one rename while its
+/// lock is held; returns the directories they now have. An instance whose
+/// new directory exists already, or that a process holds, stays where it is
+/// with a warning; instances of other bundles stay for those bundles and
+/// [`list_instances`] shows them. Failures are warnings: the old state is
+/// never lost, only left.
+pub fn migrate_legacy_instances(root: &StateRoot, workspace: &Workspace, bundle: &str) -> Vec<PathBuf> {
+    let legacy = root.legacy_instances_dir();
+    let Ok(entries) = fs::read_dir(&legacy) else { return Vec::new() };
+    let mut moved = Vec::new();
+    let mut others = 0_usize;
+    for entry in entries.flatten() {
+        let dir = entry.path();
+        let Some(info) = legacy_instance_info(&dir) else { continue };
+        if info.bundle != bundle {
+            others += 1;
+            continue;
+        }
+        let what = describe_instance(&info.agent_name, &info.instance_key);
+        let target = match workspace.instance_dir(&info.agent_name, &info.instance_key) {
+            Ok(target) => target,
+            Err(error) => {
+                tracing::warn!(target: LOG_TARGET, "not moving {}: {error}", dir.display());
+                continue;
+            }
+        };
+        if fs::symlink_metadata(&target).is_ok() {
+            tracing::warn!(
+                target: LOG_TARGET,
+                "{} (the old layout) also holds instance {what}; using {} and leaving the old directory alone \
+                 (move or delete one of them)",
+                dir.display(),
+                target.display()
+            );
+            continue;
+        }
+        let held = match hold_lock(&dir, &info.agent_name, &info.instance_key) {
+            Ok(held) => held,
+            Err(error) => {
+                tracing::warn!(target: LOG_TARGET, "not moving {} now: {error}", dir.display());
+                continue;
+            }
+        };
+        let instances = workspace.instances_dir();
+        let renamed = fs::create_dir_all(&instances).and_then(|()| fs::rename(&dir, &target));
+        drop(held);
+        match renamed {
+            Ok(()) => {
+                sync_dir(&instances);
+                sync_dir(&legacy);
+                tracing::info!(target: LOG_TARGET, "moved instance {what} from {} to {}", dir.display(), target.display());
+                moved.push(target);
+            }
+            Err(error) => {
+                tracing::warn!(target: LOG_TARGET, "moving {} to {}: {error}", dir.display(), target.display())
+            }
+        }
+    }
+    if others > 0 {
+        tracing::info!(
+            target: LOG_TARGET,
+            "{} holds {others} instance(s) of other bundles in the old layout; each moves into its bundle's \
+             workspace when that bundle runs (`gdn instance list` shows them)",
+            legacy.display()
+        );
+    }
+    // Empty now: the old layout is gone (best effort; it may not be).
+    if !moved.is_empty() {
+        let _ = fs::remove_dir(&legacy);
+    }
+    moved
+}
+
+/// The instances the old layouts still hold (directly under
+/// `<root>/instances/`), with their directories: what no bundle has moved
+/// into its workspace yet.
+pub fn old_layout_instances(root: &StateRoot) -> Vec<(InstanceInfo, PathBuf)> {
+    let legacy = root.legacy_instances_dir();
+    let Ok(entries) = fs::read_dir(&legacy) else { return Vec::new() };
+    let mut found: Vec<(InstanceInfo, PathBuf)> = entries
+        .flatten()
+        .filter_map(|entry| legacy_instance_info(&entry.path()).map(|info| (info, entry.path())))
+        .collect();
+    found.sort_by(|a, b| a.1.cmp(&b.1));
+    found
+}
+
+/// The instance.json of an old-layout directory, if it is one whose name
+/// matches the instance it holds.
+fn legacy_instance_info(dir: &Path) -> Option<InstanceInfo> {
+    if !is_real_dir(dir) {
+        return None;
+    }
+    let name = dir.file_name()?.to_str()?;
+    let info = read_info(&dir.join(InstanceStore::INFO_FILE)).ok()??;
+    let matches = match parse_instance_dir_name(name) {
+        Some((agent, key)) => agent == info.agent_name && key == info.instance_key,
+        None => legacy_key_from_dir_name(name).is_some_and(|key| key == info.instance_key),
+    };
+    matches.then_some(info)
 }
 
 /// The directory name of the instance of `agent` for `key`
@@ -509,10 +851,10 @@ impl InstanceStore {
     /// The lock file of an instance directory (see [`InstanceStore::lock`]).
     pub const LOCK_FILE: &'static str = "lock";
 
-    /// Opens the instance of `agent_name` for `instance_key` under `root`,
-    /// creating its directory, instance.json and message log if missing. An
-    /// old-layout directory that holds the pair is moved to the new name
-    /// first ([`resolve_instance_dir`]).
+    /// Opens the instance of `agent_name` for `instance_key` in
+    /// `workspace`, creating its directory, instance.json and message log
+    /// if missing. (Instances of the old layouts are moved in when the
+    /// workspace is opened: [`open_workspace`].)
     ///
     /// An existing instance keeps its times and counters; its bundle is
     /// updated to this one. An instance.json that is not valid JSON is
@@ -521,12 +863,12 @@ impl InstanceStore {
     /// modified here, so [`InstanceStore::messages`] still reports a torn
     /// tail; the first [`InstanceStore::append`] cuts it.
     pub fn open(
-        root: &StateRoot,
+        workspace: &Workspace,
         instance_key: &str,
         agent_name: &str,
         bundle_path: &Path,
     ) -> Result<Self, StoreError> {
-        let dir = resolve_instance_dir(root, agent_name, instance_key)?;
+        let dir = workspace.instance_dir(agent_name, instance_key)?;
         let created = !dir.is_dir();
         fs::create_dir_all(&dir).map_err(StoreError::io("creating the instance directory", &dir))?;
         if created && let Some(parent) = dir.parent() {
@@ -918,74 +1260,6 @@ fn is_real_dir(path: &Path) -> bool {
     fs::symlink_metadata(path).is_ok_and(|metadata| metadata.is_dir())
 }
 
-/// The directory of the instance of `agent` for `key`, which need not
-/// exist, after migrating it from the old layout if needed.
-///
-/// If the new directory does not exist and the old-layout directory of
-/// `key` holds an instance.json naming this very pair, the old directory
-/// is renamed to the new name (one rename: nothing is copied, nothing
-/// lost), holding its lock meanwhile so no process of this version starts
-/// on it halfway; if it is locked, [`StoreError::Busy`]. If both exist, the
-/// old one is left alone with a warning. An old directory naming another
-/// agent stays for that agent. Nothing is created.
-pub fn resolve_instance_dir(root: &StateRoot, agent: &str, key: &str) -> Result<PathBuf, StoreError> {
-    let dir = root.instance_dir(agent, key)?;
-    let Some(legacy) = root.legacy_instance_dir(key).filter(|legacy| is_real_dir(legacy)) else {
-        return Ok(dir);
-    };
-    let legacy_info = legacy.join(InstanceStore::INFO_FILE);
-    match read_info(&legacy_info) {
-        Ok(Some(info)) if info.instance_key == key && info.agent_name == agent => {}
-        Ok(_) => return Ok(dir),
-        // Without its metadata we cannot tell whose it is: it stays.
-        Err(error) => {
-            tracing::debug!(target: LOG_TARGET, "not migrating {}: {error}", legacy.display());
-            return Ok(dir);
-        }
-    }
-    if fs::symlink_metadata(&dir).is_ok() {
-        tracing::warn!(
-            target: LOG_TARGET,
-            "{} (the old layout) also holds instance {}; using {} and leaving the old directory alone \
-             (move or delete one of them)",
-            legacy.display(),
-            describe_instance(agent, key),
-            dir.display()
-        );
-        return Ok(dir);
-    }
-    let _held = hold_lock(&legacy, agent, key)?;
-    // A directory made at `dir` since the check above is not replaced:
-    // rename fails on a non-empty one. An empty one would be (POSIX allows
-    // renaming over an empty directory), which loses nothing.
-    match fs::rename(&legacy, &dir) {
-        Ok(()) => {
-            sync_dir(&root.instances_dir());
-            tracing::info!(
-                target: LOG_TARGET,
-                "moved instance {} from {} to {}",
-                describe_instance(agent, key),
-                legacy.display(),
-                dir.display()
-            );
-        }
-        // Another process migrated it (or made the new one) meanwhile.
-        Err(_) if fs::symlink_metadata(&dir).is_ok() => {
-            if is_real_dir(&legacy) {
-                tracing::warn!(
-                    target: LOG_TARGET,
-                    "{} (the old layout) also holds instance {}; using {} and leaving the old directory alone",
-                    legacy.display(),
-                    describe_instance(agent, key),
-                    dir.display()
-                );
-            }
-        }
-        Err(error) => return Err(StoreError::io("moving the instance directory", &legacy)(error)),
-    }
-    Ok(dir)
-}
-
 /// An instance as [`list_instances`] finds it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -993,11 +1267,16 @@ pub struct ListedInstance {
     /// Its instance.json.
     #[serde(flatten)]
     pub info: InstanceInfo,
+    /// The id of the workspace that holds it; `None` for an instance of the
+    /// old layouts, directly under `<root>/instances`.
+    pub workspace: Option<String>,
+    /// The bundle its workspace belongs to (workspace.json), if known.
+    pub workspace_bundle: Option<String>,
     /// Its directory (lossy in JSON for non-UTF-8 paths).
     #[serde(serialize_with = "serialize_path")]
     pub dir: PathBuf,
-    /// The directory is in the old layout (named by the key alone); the
-    /// next open of the instance moves it.
+    /// The directory is in an old layout (not in a workspace); it moves
+    /// into its bundle's workspace when that bundle runs.
     pub legacy_layout: bool,
     /// Whether a process runs it now.
     #[serde(flatten)]
@@ -1008,38 +1287,89 @@ fn serialize_path<S: serde::Serializer>(path: &Path, serializer: S) -> Result<S:
     serializer.serialize_str(&path.to_string_lossy())
 }
 
-/// The instances under `root`, most recently updated first, read from their
-/// instance.json files, each with whether a process runs it now
-/// ([`lock_status`]). Old-layout directories are listed with the agent
-/// their instance.json names. Directories without a readable
-/// instance.json, or whose name is not the encoding of the pair it holds,
-/// are skipped with a warning. No instances directory means no instances.
+/// The instances under `root` — of every workspace, and of the old
+/// layouts — most recently updated first, read from their instance.json
+/// files, each with whether a process runs it now ([`lock_status`]).
+/// Directories without a readable instance.json, or whose name is not the
+/// encoding of the pair it holds, are skipped with a warning. No
+/// directories means no instances.
 pub fn list_instances(root: &StateRoot) -> Result<Vec<ListedInstance>, StoreError> {
-    let instances = root.instances_dir();
-    let entries = match fs::read_dir(&instances) {
-        Ok(entries) => entries,
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(error) => return Err(StoreError::io("listing", &instances)(error)),
-    };
     let mut listed = Vec::new();
-    for entry in entries {
-        let entry = match entry {
-            Ok(entry) => entry,
+    let workspaces = root.workspaces_dir();
+    for dir in sub_dirs(&workspaces)? {
+        let id = dir.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+        let owner = match read_json::<WorkspaceInfo>(&dir.join(Workspace::INFO_FILE), "reading workspace metadata from")
+        {
+            Ok(info) => info.map(|info| info.bundle),
             Err(error) => {
-                tracing::warn!(target: LOG_TARGET, "listing {}: {error}", instances.display());
-                continue;
+                tracing::warn!(target: LOG_TARGET, "{error}");
+                None
             }
         };
-        if !entry.file_type().is_ok_and(|kind| kind.is_dir()) {
-            continue;
+        for (info, dir) in instances_in(&Workspace::at(&dir).instances_dir(), false)? {
+            let status = status_of(&dir);
+            listed.push(ListedInstance {
+                info,
+                workspace: Some(id.clone()),
+                workspace_bundle: owner.clone(),
+                dir,
+                legacy_layout: false,
+                status,
+            });
         }
-        let dir = entry.path();
-        let name = entry.file_name();
-        let name = name.to_str().unwrap_or_default();
-        // What the name says the directory holds: a pair, or (old layout) a key.
-        let named = match parse_instance_dir_name(name) {
+    }
+    for (info, dir) in instances_in(&root.legacy_instances_dir(), true)? {
+        let status = status_of(&dir);
+        listed.push(ListedInstance { info, workspace: None, workspace_bundle: None, dir, legacy_layout: true, status });
+    }
+    listed.sort_by(|a, b| {
+        b.info
+            .updated_at
+            .cmp(&a.info.updated_at)
+            .then_with(|| a.workspace.cmp(&b.workspace))
+            .then_with(|| a.info.instance_key.cmp(&b.info.instance_key))
+            .then_with(|| a.info.agent_name.cmp(&b.info.agent_name))
+            .then_with(|| a.dir.cmp(&b.dir))
+    });
+    Ok(listed)
+}
+
+fn status_of(dir: &Path) -> LockStatus {
+    lock_status(dir).unwrap_or_else(|error| {
+        tracing::warn!(target: LOG_TARGET, "{error}; reporting the instance as idle");
+        LockStatus::default()
+    })
+}
+
+/// The directories in `dir` (none if it does not exist).
+fn sub_dirs(dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(error) => return Err(StoreError::io("listing", dir)(error)),
+    };
+    let mut dirs = Vec::new();
+    for entry in entries {
+        match entry {
+            Ok(entry) if entry.file_type().is_ok_and(|kind| kind.is_dir()) => dirs.push(entry.path()),
+            Ok(_) => {}
+            Err(error) => tracing::warn!(target: LOG_TARGET, "listing {}: {error}", dir.display()),
+        }
+    }
+    dirs.sort();
+    Ok(dirs)
+}
+
+/// The instances in the directory `instances` with their directories; with
+/// `legacy`, also directories of the oldest layout (`<encoded key>`).
+fn instances_in(instances: &Path, legacy: bool) -> Result<Vec<(InstanceInfo, PathBuf)>, StoreError> {
+    let mut found = Vec::new();
+    for dir in sub_dirs(instances)? {
+        let name = dir.file_name().and_then(|name| name.to_str()).unwrap_or_default().to_owned();
+        // What the name says the directory holds: a pair, or (oldest layout) a key.
+        let named = match parse_instance_dir_name(&name) {
             Some((agent, key)) => (Some(agent), key),
-            None => match legacy_key_from_dir_name(name) {
+            None => match legacy_key_from_dir_name(&name).filter(|_| legacy) {
                 Some(key) => (None, key),
                 None => {
                     tracing::warn!(target: LOG_TARGET, "skipping {}: not an instance directory name", dir.display());
@@ -1060,7 +1390,6 @@ pub fn list_instances(root: &StateRoot) -> Result<Vec<ListedInstance>, StoreErro
             }
         };
         let (named_agent, named_key) = named;
-        let legacy_layout = named_agent.is_none();
         if info.instance_key != named_key || named_agent.is_some_and(|agent| agent != info.agent_name) {
             tracing::warn!(
                 target: LOG_TARGET,
@@ -1070,34 +1399,9 @@ pub fn list_instances(root: &StateRoot) -> Result<Vec<ListedInstance>, StoreErro
             );
             continue;
         }
-        let status = lock_status(&dir).unwrap_or_else(|error| {
-            tracing::warn!(target: LOG_TARGET, "{error}; reporting the instance as idle");
-            LockStatus::default()
-        });
-        listed.push(ListedInstance { info, dir, legacy_layout, status });
+        found.push((info, dir));
     }
-    for old in listed.iter().filter(|instance| instance.legacy_layout) {
-        let (agent, key) = (&old.info.agent_name, &old.info.instance_key);
-        if listed.iter().any(|new| !new.legacy_layout && new.info.agent_name == *agent && new.info.instance_key == *key)
-        {
-            tracing::warn!(
-                target: LOG_TARGET,
-                "{} (the old layout) also holds instance {}, which has a directory of the new layout; \
-                 it is left alone (move or delete one of them)",
-                old.dir.display(),
-                describe_instance(agent, key)
-            );
-        }
-    }
-    listed.sort_by(|a, b| {
-        b.info
-            .updated_at
-            .cmp(&a.info.updated_at)
-            .then_with(|| a.info.instance_key.cmp(&b.info.instance_key))
-            .then_with(|| a.info.agent_name.cmp(&b.info.agent_name))
-            .then_with(|| a.legacy_layout.cmp(&b.legacy_layout))
-    });
-    Ok(listed)
+    Ok(found)
 }
 
 /// An instance [`delete_instances`] deleted.
@@ -1111,14 +1415,16 @@ pub struct DeletedInstance {
     pub legacy_layout: bool,
 }
 
-/// Deletes the instance of `agent` for `key`; `Ok(false)` if it did not
-/// exist. See [`delete_instances`].
-pub fn delete_instance(root: &StateRoot, agent: &str, key: &str) -> Result<bool, StoreError> {
-    delete_instances(root, key, Some(agent)).map(|deleted| !deleted.is_empty())
+/// Deletes the instance of `agent` for `key` in `workspace`; `Ok(false)`
+/// if it did not exist. See [`delete_instances`].
+pub fn delete_instance(root: &StateRoot, workspace: &Workspace, agent: &str, key: &str) -> Result<bool, StoreError> {
+    delete_instances(root, workspace, key, Some(agent)).map(|deleted| !deleted.is_empty())
 }
 
-/// Deletes the instances of `key` (their whole directories): every agent's,
-/// or only `agent`'s. Old-layout directories that hold one of them go too.
+/// Deletes the instances of `key` in `workspace` (their whole
+/// directories): every agent's, or only `agent`'s. Instances of the old
+/// layouts (under `root`) that belong to the workspace's bundle (their
+/// instance.json names the bundle its workspace.json names) go too.
 /// Returns what was deleted; nothing if there was nothing.
 ///
 /// All or nothing with regard to running instances: the locks of all of
@@ -1127,18 +1433,22 @@ pub fn delete_instance(root: &StateRoot, agent: &str, key: &str) -> Result<bool,
 /// (`..`) is [`StoreError::InvalidKey`]; a directory whose instance.json
 /// names another pair is [`StoreError::KeyMismatch`], and nothing is
 /// deleted either.
-pub fn delete_instances(root: &StateRoot, key: &str, agent: Option<&str>) -> Result<Vec<DeletedInstance>, StoreError> {
-    let instances = root.instances_dir();
+pub fn delete_instances(
+    root: &StateRoot,
+    workspace: &Workspace,
+    key: &str,
+    agent: Option<&str>,
+) -> Result<Vec<DeletedInstance>, StoreError> {
+    let instances = workspace.instances_dir();
     let mut found = Vec::new();
     match agent {
         Some(agent) => {
-            let dir = root.instance_dir(agent, key)?;
+            let dir = workspace.instance_dir(agent, key)?;
             if is_real_dir(&dir) {
                 found.push(DeletedInstance { agent_name: agent.to_owned(), dir, legacy_layout: false });
             }
         }
         None => {
-            // The old layout's rule: a key its directories could hold is worth looking for.
             if let Err(refusal) = encode_key(key) {
                 let reason = key_refusal(refusal);
                 return Err(StoreError::InvalidKey {
@@ -1148,17 +1458,14 @@ pub fn delete_instances(root: &StateRoot, key: &str, agent: Option<&str>) -> Res
                     reason,
                 });
             }
-            let entries = match fs::read_dir(&instances) {
-                Ok(entries) => entries.collect::<Result<Vec<_>, _>>().map_err(StoreError::io("listing", &instances))?,
-                Err(error) if error.kind() == io::ErrorKind::NotFound => Vec::new(),
-                Err(error) => return Err(StoreError::io("listing", &instances)(error)),
-            };
-            for entry in entries {
-                let Some((agent, entry_key)) = entry.file_name().to_str().and_then(parse_instance_dir_name) else {
+            for dir in sub_dirs(&instances)? {
+                let Some((agent, entry_key)) =
+                    dir.file_name().and_then(|n| n.to_str()).and_then(parse_instance_dir_name)
+                else {
                     continue;
                 };
-                if entry_key == key && is_real_dir(&entry.path()) {
-                    found.push(DeletedInstance { agent_name: agent, dir: entry.path(), legacy_layout: false });
+                if entry_key == key && is_real_dir(&dir) {
+                    found.push(DeletedInstance { agent_name: agent, dir, legacy_layout: false });
                 }
             }
             found.sort_by(|a, b| a.agent_name.cmp(&b.agent_name));
@@ -1180,12 +1487,16 @@ pub fn delete_instances(root: &StateRoot, key: &str, agent: Option<&str>) -> Res
             });
         }
     }
-    if let Some(legacy) = root.legacy_instance_dir(key).filter(|legacy| is_real_dir(legacy))
-        && let Ok(Some(info)) = read_info(&legacy.join(InstanceStore::INFO_FILE))
-        && info.instance_key == key
-        && agent.is_none_or(|agent| agent == info.agent_name)
-    {
-        found.push(DeletedInstance { agent_name: info.agent_name, dir: legacy, legacy_layout: true });
+    if let Some(bundle) = workspace.info().map(|info| info.bundle.as_str()) {
+        for dir in sub_dirs(&root.legacy_instances_dir())? {
+            if let Some(info) = legacy_instance_info(&dir)
+                && info.bundle == bundle
+                && info.instance_key == key
+                && agent.is_none_or(|agent| agent == info.agent_name)
+            {
+                found.push(DeletedInstance { agent_name: info.agent_name, dir, legacy_layout: true });
+            }
+        }
     }
     // Never delete an instance a running process holds: every lock is
     // taken (and kept) before anything is deleted.
@@ -1197,8 +1508,10 @@ pub fn delete_instances(root: &StateRoot, key: &str, agent: Option<&str>) -> Res
         fs::remove_dir_all(&instance.dir).map_err(StoreError::io("deleting the instance directory", &instance.dir))?;
     }
     drop(held);
-    if !found.is_empty() {
-        sync_dir(&instances);
+    for instance in &found {
+        if let Some(parent) = instance.dir.parent() {
+            sync_dir(parent);
+        }
     }
     Ok(found)
 }
@@ -1219,32 +1532,51 @@ fn new_info(instance_key: &str, agent_name: &str, bundle: String) -> InstanceInf
 
 /// instance.json, or `None` if it does not exist.
 fn read_info(path: &Path) -> Result<Option<InstanceInfo>, StoreError> {
-    let bytes = match fs::read(path) {
-        Ok(bytes) => bytes,
+    read_json(path, "reading instance metadata from")
+}
+
+/// A JSON file, or `None` if it does not exist. Metadata files are small;
+/// a bigger one is not ours to read whole.
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path, op: &'static str) -> Result<Option<T>, StoreError> {
+    const MAX_METADATA_BYTES: u64 = 1 << 20;
+    let mut bytes = Vec::new();
+    match File::open(path).and_then(|file| file.take(MAX_METADATA_BYTES).read_to_end(&mut bytes)) {
+        Ok(_) => {}
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(error) => return Err(StoreError::io("reading instance metadata from", path)(error)),
-    };
-    serde_json::from_slice(&bytes).map(Some).map_err(StoreError::json("reading instance metadata from", path))
+        Err(error) => return Err(StoreError::io(op, path)(error)),
+    }
+    serde_json::from_slice(&bytes).map(Some).map_err(StoreError::json(op, path))
 }
 
 /// Replaces `path` with `info`: write a temp file beside it, sync it, rename it over.
 fn write_info_atomically(dir: &Path, path: &Path, info: &InstanceInfo) -> Result<(), StoreError> {
-    let mut bytes =
-        serde_json::to_vec_pretty(info).map_err(StoreError::json("serializing instance metadata for", path))?;
-    bytes.push(b'\n');
-    let temp = dir.join(format!(".{}.{}.tmp", InstanceStore::INFO_FILE, std::process::id()));
-    let written = File::create(&temp)
-        .and_then(|mut file| {
-            file.write_all(&bytes)?;
-            file.sync_all()
-        })
-        .map_err(StoreError::io("writing", &temp))
-        .and_then(|()| fs::rename(&temp, path).map_err(StoreError::io("replacing", path)));
+    write_json_atomically(dir, path, info)
+}
+
+/// Replaces `path` (in `dir`) with `value` as pretty JSON: a temp file
+/// beside it, synced, renamed over it.
+fn write_json_atomically<T: Serialize>(dir: &Path, path: &Path, value: &T) -> Result<(), StoreError> {
+    let name = path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+    let temp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let written =
+        write_synced(&temp, value).and_then(|()| fs::rename(&temp, path).map_err(StoreError::io("replacing", path)));
     if written.is_err() {
         // Best effort: the temp file is garbage now.
         let _ = fs::remove_file(&temp);
     }
     written
+}
+
+/// Writes `value` as pretty JSON to a new file at `path` and syncs it.
+fn write_synced<T: Serialize>(path: &Path, value: &T) -> Result<(), StoreError> {
+    let mut bytes = serde_json::to_vec_pretty(value).map_err(StoreError::json("serializing", path))?;
+    bytes.push(b'\n');
+    File::create(path)
+        .and_then(|mut file| {
+            file.write_all(&bytes)?;
+            file.sync_all()
+        })
+        .map_err(StoreError::io("writing", path))
 }
 
 /// Folds the message log at `path` and repairs the result (see

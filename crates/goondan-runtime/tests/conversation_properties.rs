@@ -26,7 +26,7 @@ use goondan_core::{
     ConversationState, JsonObject, Message, MessageData, MessageEvent, MessageSource, ToolCall, ToolResult,
 };
 use goondan_runtime::conversation::{ConversationStore, InstanceLog};
-use goondan_runtime::store::{InstanceStore, StateRoot, read_message_log};
+use goondan_runtime::store::{InstanceStore, Workspace, read_message_log};
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -102,7 +102,7 @@ fn assert_rule(messages: &[Message]) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-fn open(root: &StateRoot) -> (InstanceStore, goondan_runtime::store::LoadedConversation) {
+fn open(root: &Workspace) -> (InstanceStore, goondan_runtime::store::LoadedConversation) {
     let store = InstanceStore::open(root, "prop", "agent", Path::new("/bundle")).unwrap_or_else(|e| panic!("{e}"));
     let loaded = store.load().unwrap_or_else(|e| panic!("{e}"));
     (store, loaded)
@@ -110,7 +110,7 @@ fn open(root: &StateRoot) -> (InstanceStore, goondan_runtime::store::LoadedConve
 
 fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let root = StateRoot::new(dir.path());
+    let root = Workspace::at(dir.path());
     let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap_or_else(|e| panic!("{e}"));
     let (store, loaded) = open(&root);
     let messages_path = store.messages_path().to_path_buf();
@@ -292,7 +292,7 @@ proptest! {
 fn a_conversation_store_is_shared_through_the_trait() {
     // InstanceLog is usable as the runtime's store object.
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let (store, loaded) = open(&StateRoot::new(dir.path()));
+    let (store, loaded) = open(&Workspace::at(dir.path()));
     let log: Arc<dyn ConversationStore> = Arc::new(InstanceLog::new(store, loaded.events_on_disk));
     let mut state = ConversationState::default();
     state.append_new([user(1)]);

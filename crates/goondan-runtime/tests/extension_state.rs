@@ -5,7 +5,7 @@ use std::fs;
 use std::path::Path;
 
 use goondan_core::{JsonObject, JsonValue};
-use goondan_runtime::store::StateRoot;
+use goondan_runtime::store::Workspace;
 use goondan_runtime::{ExtensionStateError, ExtensionStateStore};
 use serde_json::json;
 
@@ -38,14 +38,14 @@ fn tree(dir: &Path) -> Vec<String> {
     out
 }
 
-fn instance_store(root: &StateRoot, key: &str) -> ExtensionStateStore {
+fn instance_store(root: &Workspace, key: &str) -> ExtensionStateStore {
     ExtensionStateStore::at(must(root.instance_dir("assistant", key)).join(ExtensionStateStore::DIR_NAME))
 }
 
 #[tokio::test]
 async fn a_second_store_over_the_same_instance_sees_the_first_ones_state() {
     let temp = must(tempfile::tempdir());
-    let root = StateRoot::new(temp.path().join("state"));
+    let root = Workspace::at(temp.path().join("state"));
     let first = instance_store(&root, "user:42/chat");
     must(first.set("idle-monitor", json!({"lastSeen": 1_700_000_000_000_u64, "tags": ["a"]})).await);
     must(first.set("counter", json!({"n": 1})).await);

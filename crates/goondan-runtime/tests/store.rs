@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use goondan_core::{JsonObject, Message, MessageData, MessageEvent, MessageSource, ToolCall, ToolError, ToolResult};
 use goondan_runtime::store::{
-    InstanceStore, LockStatus, StateRoot, StoreError, delete_instance, delete_instances, instance_dir_name,
-    list_instances, lock_status, parse_instance_dir_name,
+    InstanceStore, LockStatus, StateRoot, StoreError, Workspace, WorkspaceAccess, delete_instance, delete_instances,
+    instance_dir_name, list_instances, lock_status, open_workspace, parse_instance_dir_name, workspace_id,
 };
 use goondan_tools::{EventKind, EventSink, JsonLinesEventSink, RuntimeEvent};
 use proptest::prelude::*;
@@ -18,13 +18,21 @@ fn must<T, E: std::fmt::Display>(result: Result<T, E>) -> T {
     result.unwrap_or_else(|error| panic!("{error}"))
 }
 
-fn temp_root() -> (tempfile::TempDir, StateRoot) {
+/// A state root in a temporary directory and the workspace of the bundle
+/// `/bundles/demo` in it (named `demo`).
+fn temp_root() -> (tempfile::TempDir, Workspace) {
     let dir = must(tempfile::tempdir());
-    let root = StateRoot::new(dir.path().join("state"));
-    (dir, root)
+    let state = StateRoot::new(dir.path().join("state"));
+    let workspace = must(open_workspace(&state, "demo", "/bundles/demo", WorkspaceAccess::Use));
+    (dir, workspace)
 }
 
-fn open(root: &StateRoot, key: &str) -> InstanceStore {
+/// The state root a workspace of [`temp_root`] is in.
+fn state(workspace: &Workspace) -> StateRoot {
+    StateRoot::new(workspace.dir().parent().and_then(Path::parent).unwrap_or(Path::new("/")))
+}
+
+fn open(root: &Workspace, key: &str) -> InstanceStore {
     must(InstanceStore::open(root, key, "assistant", Path::new("/bundles/demo")))
 }
 
@@ -389,7 +397,7 @@ fn instance_keys_round_trip_through_directory_names() {
     assert_eq!(parse_instance_dir_name("a%40b@c%40d"), Some(("a@b".to_owned(), "c@d".to_owned())));
 
     let mut listed: Vec<String> =
-        must(list_instances(&root)).into_iter().map(|found| found.info.instance_key).collect();
+        must(list_instances(&state(&root))).into_iter().map(|found| found.info.instance_key).collect();
     listed.sort();
     let mut expected: Vec<String> = keys.iter().map(|key| (*key).to_owned()).collect();
     expected.sort();
@@ -407,8 +415,14 @@ fn keys_that_cannot_name_a_directory_are_refused() {
     for key in ["", ".", "..", &"/".repeat(86)] {
         let result = InstanceStore::open(&root, key, "assistant", Path::new("b"));
         assert!(matches!(result, Err(StoreError::InvalidKey { .. })), "{key:?}: {result:?}");
-        assert!(matches!(delete_instance(&root, "assistant", key), Err(StoreError::InvalidKey { .. })), "{key:?}");
-        assert!(matches!(delete_instances(&root, key, None), Err(StoreError::InvalidKey { .. })), "{key:?}");
+        assert!(
+            matches!(delete_instance(&state(&root), &root, "assistant", key), Err(StoreError::InvalidKey { .. })),
+            "{key:?}"
+        );
+        assert!(
+            matches!(delete_instances(&state(&root), &root, key, None), Err(StoreError::InvalidKey { .. })),
+            "{key:?}"
+        );
         assert_eq!(instance_dir_name("assistant", key), None);
     }
     // The same rule for agent names.
@@ -441,7 +455,7 @@ fn keys_that_cannot_name_a_directory_are_refused() {
 #[test]
 fn list_is_sorted_by_update_time_and_skips_unreadable_instances() {
     let (_dir, root) = temp_root();
-    assert!(must(list_instances(&root)).is_empty(), "no instances directory yet");
+    assert!(must(list_instances(&state(&root))).is_empty(), "no instances directory yet");
     let mut stores: Vec<InstanceStore> = ["first", "second", "third"].into_iter().map(|key| open(&root, key)).collect();
     // Append to them in the order second, third, first.
     for index in [1, 2, 0] {
@@ -472,7 +486,7 @@ fn list_is_sorted_by_update_time_and_skips_unreadable_instances() {
     }
     must(fs::write(instances.join("stray-file"), b"x"));
 
-    let listed = must(list_instances(&root));
+    let listed = must(list_instances(&state(&root)));
     let keys: Vec<&str> = listed.iter().map(|found| found.info.instance_key.as_str()).collect();
     assert_eq!(keys, ["third", "first", "second"]);
     let Some(third) = listed.first() else { panic!("three instances") };
@@ -498,17 +512,21 @@ fn delete_removes_the_instance_directory() {
     let sibling = dir.path().join("state").join("keep-me");
     must(fs::write(&sibling, b"x"));
 
-    assert!(!must(delete_instance(&root, "planner", "user:1/chat")), "another agent's instance of the key");
+    assert!(
+        !must(delete_instance(&state(&root), &root, "planner", "user:1/chat")),
+        "another agent's instance of the key"
+    );
     assert!(instance_dir.exists());
-    assert!(must(delete_instance(&root, "assistant", "user:1/chat")));
+    assert!(must(delete_instance(&state(&root), &root, "assistant", "user:1/chat")));
     assert!(!instance_dir.exists());
-    assert!(!must(delete_instance(&root, "assistant", "user:1/chat")));
-    assert!(!must(delete_instance(&root, "assistant", "never-existed")));
-    assert!(must(delete_instances(&root, "never-existed", None)).is_empty());
-    assert!(matches!(delete_instance(&root, "assistant", ".."), Err(StoreError::InvalidKey { .. })));
+    assert!(!must(delete_instance(&state(&root), &root, "assistant", "user:1/chat")));
+    assert!(!must(delete_instance(&state(&root), &root, "assistant", "never-existed")));
+    assert!(must(delete_instances(&state(&root), &root, "never-existed", None)).is_empty());
+    assert!(matches!(delete_instance(&state(&root), &root, "assistant", ".."), Err(StoreError::InvalidKey { .. })));
     assert!(sibling.is_file());
     assert!(other.dir().is_dir());
-    let keys: Vec<String> = must(list_instances(&root)).into_iter().map(|found| found.info.instance_key).collect();
+    let keys: Vec<String> =
+        must(list_instances(&state(&root))).into_iter().map(|found| found.info.instance_key).collect();
     assert_eq!(keys, ["other"]);
 
     // A re-created instance starts empty.
@@ -527,8 +545,8 @@ fn a_directory_holding_another_key_is_not_opened_or_deleted() {
     must(fs::write(&info_path, original.replace("\"mine\"", "\"theirs\"")));
     let result = InstanceStore::open(&root, "mine", "assistant", Path::new("b"));
     assert!(matches!(result, Err(StoreError::KeyMismatch { .. })), "{result:?}");
-    assert!(matches!(delete_instance(&root, "assistant", "mine"), Err(StoreError::KeyMismatch { .. })));
-    assert!(matches!(delete_instances(&root, "mine", None), Err(StoreError::KeyMismatch { .. })));
+    assert!(matches!(delete_instance(&state(&root), &root, "assistant", "mine"), Err(StoreError::KeyMismatch { .. })));
+    assert!(matches!(delete_instances(&state(&root), &root, "mine", None), Err(StoreError::KeyMismatch { .. })));
     assert!(info_path.is_file());
 
     // Another agent's name in it is a mismatch too, and the error names both.
@@ -537,7 +555,7 @@ fn a_directory_holding_another_key_is_not_opened_or_deleted() {
     assert!(matches!(error, StoreError::KeyMismatch { .. }), "{error:?}");
     let message = error.to_string();
     assert!(message.contains("\"assistant\"") && message.contains("\"planner\""), "{message}");
-    assert!(matches!(delete_instance(&root, "assistant", "mine"), Err(StoreError::KeyMismatch { .. })));
+    assert!(matches!(delete_instance(&state(&root), &root, "assistant", "mine"), Err(StoreError::KeyMismatch { .. })));
     assert!(info_path.is_file());
 }
 
@@ -554,7 +572,8 @@ fn unreadable_metadata_is_rewritten_and_the_conversation_kept() {
     let store = must(InstanceStore::open(&root, "meta", "assistant", Path::new("/elsewhere")));
     assert_eq!(must(store.messages()).messages, messages);
     assert_eq!((store.info().agent_name.as_str(), store.info().bundle.as_str()), ("assistant", "/elsewhere"));
-    let keys: Vec<String> = must(list_instances(&root)).into_iter().map(|found| found.info.instance_key).collect();
+    let keys: Vec<String> =
+        must(list_instances(&state(&root))).into_iter().map(|found| found.info.instance_key).collect();
     assert_eq!(keys, ["meta"]);
 }
 
@@ -573,7 +592,7 @@ fn counters_persist_across_opens_and_the_bundle_follows() {
     assert_eq!((info.turns, info.messages, info.created_at), (1, 3, created_at));
     assert!(info.updated_at >= created_at);
     assert_eq!((info.agent_name.as_str(), info.bundle.as_str()), ("assistant", "/bundles/v2"));
-    let listed = must(list_instances(&root));
+    let listed = must(list_instances(&state(&root)));
     assert_eq!(listed.first().map(|found| found.info.bundle.as_str()), Some("/bundles/v2"));
 }
 
@@ -596,8 +615,14 @@ fn state_root_resolution_prefers_cli_then_env_then_home() {
         Err(StoreError::NoStateRoot)
     ));
     let root = StateRoot::new("/r");
-    assert_eq!(root.instances_dir(), Path::new("/r/instances"));
-    assert_eq!(must(root.instance_dir("assistant", "a/b")), Path::new("/r/instances/assistant@a%2Fb"));
+    assert_eq!(root.workspace_dir("main-prod"), Path::new("/r/workspaces/main-prod"));
+    assert_eq!(root.legacy_instances_dir(), Path::new("/r/instances"));
+    let workspace = Workspace::at(root.workspace_dir("main-prod"));
+    assert_eq!(workspace.id(), "main-prod");
+    assert_eq!(
+        must(workspace.instance_dir("assistant", "a/b")),
+        Path::new("/r/workspaces/main-prod/instances/assistant@a%2Fb")
+    );
 }
 
 #[test]
@@ -652,7 +677,7 @@ fn the_event_writer_serves_a_json_lines_sink() {
 #[test]
 fn an_instance_can_be_held_by_one_lock_at_a_time() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let root = goondan_runtime::store::StateRoot::new(dir.path());
+    let root = Workspace::at(dir.path());
     let store = goondan_runtime::store::InstanceStore::open(&root, "shared", "a", std::path::Path::new("b.yaml"))
         .unwrap_or_else(|e| panic!("{e}"));
     let held = store.lock().unwrap_or_else(|e| panic!("{e}"));
@@ -668,7 +693,7 @@ fn an_instance_can_be_held_by_one_lock_at_a_time() {
     assert!(matches!(busy, Err(StoreError::Busy { pid: Some(p), .. }) if p == pid), "{busy:?}");
     assert!(busy.err().is_some_and(|e| e.to_string().contains(&format!("(pid {pid})"))));
     // A held instance is not deleted.
-    let refused = goondan_runtime::store::delete_instance(&root, "a", "shared");
+    let refused = goondan_runtime::store::delete_instance(&state(&root), &root, "a", "shared");
     assert!(matches!(refused, Err(goondan_runtime::store::StoreError::Busy { .. })), "{refused:?}");
     drop(held);
     assert!(again.lock().is_ok(), "released when the guard is dropped");
@@ -712,20 +737,27 @@ fn edits_are_recorded_and_folded_on_load_and_a_rewrite_keeps_the_conversation() 
     assert_eq!(loaded.skipped_events, 1);
 }
 
-/// Makes an instance of `agent` for `key` with `messages`, then moves its
-/// directory to the old layout's name (`instances/<encoded key>`), as an
-/// earlier version would have left it: the files inside are the same.
-fn old_layout_instance(root: &StateRoot, agent: &str, key: &str, messages: &[Message]) -> PathBuf {
-    let mut store = must(InstanceStore::open(root, key, agent, Path::new("/bundles/old")));
+/// Makes an instance of `agent` for `key` with `messages`, written by the
+/// bundle `bundle`, where an earlier version would have left it: under
+/// `<root>/instances/`, as `<agent>@<key>` or (`oldest`) `<key>`.
+fn old_layout_instance(
+    root: &StateRoot,
+    agent: &str,
+    key: &str,
+    bundle: &str,
+    oldest: bool,
+    messages: &[Message],
+) -> PathBuf {
+    let scratch = must(tempfile::tempdir());
+    let mut store = must(InstanceStore::open(&Workspace::at(scratch.path()), key, agent, Path::new(bundle)));
     must(store.append(messages));
     must(store.record_turn());
     let dir = store.dir().to_path_buf();
     drop(store);
-    let Some((_, encoded_key)) = dir.file_name().and_then(|name| name.to_str()).and_then(|name| name.split_once('@'))
-    else {
-        panic!("{dir:?}")
-    };
-    let old = root.instances_dir().join(encoded_key);
+    let Some(name) = dir.file_name().and_then(|name| name.to_str()) else { panic!("{dir:?}") };
+    let Some((_, encoded_key)) = name.split_once('@') else { panic!("{dir:?}") };
+    let old = root.legacy_instances_dir().join(if oldest { encoded_key } else { name });
+    must(fs::create_dir_all(root.legacy_instances_dir()));
     must(fs::rename(&dir, &old));
     old
 }
@@ -748,7 +780,7 @@ fn two_agents_with_the_same_key_get_separate_directories() {
     let assistant = must(InstanceStore::open(&root, "default", "assistant", Path::new("b")));
     assert_eq!(must(assistant.messages()).messages.len(), 1);
     assert_eq!(assistant.info().agent_name, "assistant");
-    let mut listed: Vec<(String, String, u64)> = must(list_instances(&root))
+    let mut listed: Vec<(String, String, u64)> = must(list_instances(&state(&root)))
         .into_iter()
         .map(|found| (found.info.agent_name, found.info.instance_key, found.info.messages))
         .collect();
@@ -794,64 +826,86 @@ proptest! {
 }
 
 #[test]
-fn an_old_layout_directory_is_listed_then_moved_when_its_instance_is_opened() {
-    let (_dir, root) = temp_root();
+fn old_layout_instances_of_the_bundle_move_into_its_workspace_and_the_others_stay_listed() {
+    let dir = must(tempfile::tempdir());
+    let root = StateRoot::new(dir.path());
     let messages = every_variant();
-    let old = old_layout_instance(&root, "assistant", "user:1/chat", &messages);
-    assert_eq!(old, root.instances_dir().join("user%3A1%2Fchat"));
+    let mine = old_layout_instance(&root, "assistant", "user:1/chat", "/bundles/demo", false, &messages);
+    let oldest = old_layout_instance(&root, "planner", "k", "/bundles/demo", true, &[user("oldest")]);
+    let theirs = old_layout_instance(&root, "assistant", "default", "/bundles/other", false, &[user("theirs")]);
+    assert_eq!(mine, root.legacy_instances_dir().join("assistant@user%3A1%2Fchat"));
+    assert_eq!(oldest, root.legacy_instances_dir().join("k"));
 
-    // Listed with the agent its instance.json names.
+    // Listed before anything moves, with the agent their instance.json names and no workspace.
     let listed = must(list_instances(&root));
-    assert_eq!(listed.len(), 1);
-    let Some(found) = listed.first() else { panic!("one instance") };
-    assert_eq!((found.info.agent_name.as_str(), found.info.instance_key.as_str()), ("assistant", "user:1/chat"));
-    assert!(found.legacy_layout);
-    assert_eq!(found.dir, old);
+    assert_eq!(listed.len(), 3);
+    assert!(listed.iter().all(|found| found.legacy_layout && found.workspace.is_none()), "{listed:?}");
 
-    // Another agent with the key gets an instance of its own; the old one stays.
-    let planner = must(InstanceStore::open(&root, "user:1/chat", "planner", Path::new("b")));
-    assert!(must(planner.messages()).messages.is_empty());
-    assert!(old.is_dir());
-    drop(planner);
+    // Looking moves nothing.
+    let inspected = must(open_workspace(&root, "demo", "/bundles/demo", WorkspaceAccess::Inspect));
+    assert!(inspected.info().is_none());
+    assert!(mine.is_dir() && oldest.is_dir() && !inspected.dir().exists());
 
-    // Its own agent's first open moves it, conversation and counters kept.
-    let store = must(InstanceStore::open(&root, "user:1/chat", "assistant", Path::new("/bundles/new")));
-    assert_eq!(store.dir(), root.instances_dir().join("assistant@user%3A1%2Fchat"));
-    assert!(!old.exists());
+    // Using the workspace moves this bundle's instances in, conversation and counters kept.
+    let workspace = must(open_workspace(&root, "demo", "/bundles/demo", WorkspaceAccess::Use));
+    assert!(!mine.exists() && !oldest.exists());
+    assert!(theirs.is_dir(), "another bundle's instance stays for that bundle");
+    let store = must(InstanceStore::open(&workspace, "user:1/chat", "assistant", Path::new("/bundles/demo")));
+    assert_eq!(store.dir(), workspace.instances_dir().join("assistant@user%3A1%2Fchat"));
     assert_eq!(must(store.messages()).messages, messages);
     assert_eq!((store.info().turns, store.info().messages), (1, 8));
-    drop(store);
-    let store = must(InstanceStore::open(&root, "user:1/chat", "assistant", Path::new("/bundles/new")));
-    assert_eq!(must(store.messages()).messages, messages);
+    let store = must(InstanceStore::open(&workspace, "k", "planner", Path::new("/bundles/demo")));
+    assert_eq!(must(store.messages()).messages.len(), 1);
 
-    let mut listed: Vec<(String, bool)> =
-        must(list_instances(&root)).into_iter().map(|found| (found.info.agent_name, found.legacy_layout)).collect();
+    let mut listed: Vec<(Option<String>, String, bool)> = must(list_instances(&root))
+        .into_iter()
+        .map(|found| (found.workspace, found.info.agent_name, found.legacy_layout))
+        .collect();
     listed.sort();
-    assert_eq!(listed, [("assistant".to_owned(), false), ("planner".to_owned(), false)]);
+    assert_eq!(
+        listed,
+        [
+            (None, "assistant".to_owned(), true),
+            (Some("demo".to_owned()), "assistant".to_owned(), false),
+            (Some("demo".to_owned()), "planner".to_owned(), false),
+        ]
+    );
+    // The other bundle's moves into its own workspace (same Swarm name, other id here).
+    let other = must(open_workspace(&root, "other", "/bundles/other", WorkspaceAccess::Use));
+    assert!(!theirs.exists());
+    assert!(other.instances_dir().join("assistant@default").is_dir());
+    assert!(!root.legacy_instances_dir().exists(), "the emptied old directory goes");
 }
 
 #[test]
-fn an_old_layout_directory_is_never_moved_over_an_existing_one() {
-    let (_dir, root) = temp_root();
-    let old_messages = vec![user("old")];
-    // The new layout's instance exists first; then an old-layout copy appears.
-    let mut store = open(&root, "both");
+fn an_old_layout_directory_is_never_moved_over_an_existing_one_nor_while_in_use() {
+    let (_dir, workspace) = temp_root();
+    let root = state(&workspace);
+    let mut store = open(&workspace, "both");
     must(store.append(&[user("new")]));
     drop(store);
-    let new_dir = root.instances_dir().join("assistant@both");
-    must(fs::rename(&new_dir, root.instances_dir().join("parked")));
-    let old = old_layout_instance(&root, "assistant", "both", &old_messages);
-    must(fs::rename(root.instances_dir().join("parked"), &new_dir));
-
-    let store = open(&root, "both");
-    assert_eq!(store.dir(), new_dir);
+    let old = old_layout_instance(&root, "assistant", "both", "/bundles/demo", false, &[user("old")]);
+    must(open_workspace(&root, "demo", "/bundles/demo", WorkspaceAccess::Use));
+    let store = open(&workspace, "both");
     assert_eq!(must(store.messages()).messages.first().map(|m| &m.data), Some(&user("new").data));
-    // The old directory is untouched, and both are listed.
-    assert_eq!(must(read_old_messages(&old)), old_messages);
+    let kept: Vec<MessageData> = must(read_old_messages(&old)).into_iter().map(|m| m.data).collect();
+    assert_eq!(kept, [user("old").data], "untouched");
+    assert_eq!(must(list_instances(&root)).len(), 2, "both listed");
+    must(fs::remove_dir_all(&old));
+
+    // A process of an earlier version runs it: it holds the lock (and wrote no pid).
+    let busy = old_layout_instance(&root, "assistant", "busy", "/bundles/demo", true, &[user("hi")]);
+    let lock = must(fs::File::create(busy.join("lock")));
+    must(lock.try_lock());
+    must(open_workspace(&root, "demo", "/bundles/demo", WorkspaceAccess::Use));
+    assert!(busy.is_dir());
     let listed = must(list_instances(&root));
-    let layouts: Vec<bool> = listed.iter().map(|found| found.legacy_layout).collect();
-    assert_eq!(layouts.len(), 2);
-    assert!(layouts.contains(&true) && layouts.contains(&false), "{listed:?}");
+    let held = listed.iter().find(|found| found.legacy_layout).map(|found| found.status);
+    assert_eq!(held, Some(LockStatus { running: true, pid: None }));
+    drop(lock);
+    must(open_workspace(&root, "demo", "/bundles/demo", WorkspaceAccess::Use));
+    assert!(!busy.exists());
+    assert!(workspace.instances_dir().join("assistant@busy").is_dir());
 }
 
 fn read_old_messages(dir: &Path) -> Result<Vec<Message>, StoreError> {
@@ -859,21 +913,60 @@ fn read_old_messages(dir: &Path) -> Result<Vec<Message>, StoreError> {
 }
 
 #[test]
-fn an_old_layout_directory_in_use_is_not_moved() {
-    let (_dir, root) = temp_root();
-    let old = old_layout_instance(&root, "assistant", "busy", &[user("hi")]);
-    // A process of an earlier version runs it: it holds the lock (and wrote no pid).
-    let lock = must(fs::File::create(old.join("lock")));
-    must(lock.try_lock());
-    let result = InstanceStore::open(&root, "busy", "assistant", Path::new("b"));
-    assert!(matches!(result, Err(StoreError::Busy { pid: None, .. })), "{result:?}");
-    assert!(old.is_dir());
-    assert!(!root.instances_dir().join("assistant@busy").exists());
-    let listed = must(list_instances(&root));
-    assert_eq!(listed.first().map(|found| found.status), Some(LockStatus { running: true, pid: None }));
-    drop(lock);
-    must(InstanceStore::open(&root, "busy", "assistant", Path::new("b")));
-    assert!(!old.exists());
+fn a_workspace_belongs_to_one_bundle_unless_another_takes_it_over() {
+    let dir = must(tempfile::tempdir());
+    let root = StateRoot::new(dir.path());
+    let first = must(open_workspace(&root, "default", "/projects/a/goondan.yaml", WorkspaceAccess::Use));
+    assert_eq!(first.id(), "default");
+    assert_eq!(first.info().map(|info| info.bundle.as_str()), Some("/projects/a/goondan.yaml"));
+    let written: serde_json::Value = must(serde_json::from_slice(&must(fs::read(first.dir().join("workspace.json")))));
+    assert_eq!(written["workspaceId"], "default");
+    assert_eq!(written["bundle"], "/projects/a/goondan.yaml");
+    // Same bundle again: the same workspace.
+    assert_eq!(must(open_workspace(&root, "default", "/projects/a/goondan.yaml", WorkspaceAccess::Use)), first);
+
+    // Another bundle whose Swarm has the same name is refused, naming both, even to look.
+    for access in [WorkspaceAccess::Inspect, WorkspaceAccess::Use] {
+        let refused = open_workspace(&root, "Default", "/projects/b/goondan.yaml", access);
+        let Err(error @ StoreError::ForeignWorkspace { .. }) = refused else { panic!("{refused:?}") };
+        let message = error.to_string();
+        assert!(
+            message.contains("/projects/a/goondan.yaml") && message.contains("/projects/b/goondan.yaml"),
+            "{message}"
+        );
+    }
+    // Taking it over (a project that moved) rewrites the owner.
+    let adopted = must(open_workspace(&root, "default", "/projects/b/goondan.yaml", WorkspaceAccess::Adopt));
+    assert_eq!(adopted.info().map(|info| info.bundle.as_str()), Some("/projects/b/goondan.yaml"));
+    assert!(open_workspace(&root, "default", "/projects/a/goondan.yaml", WorkspaceAccess::Use).is_err());
+
+    // Racing creators agree on one owner.
+    let racers: Vec<_> = (0..8)
+        .map(|n| {
+            let root = root.clone();
+            std::thread::spawn(move || open_workspace(&root, "race", &format!("/b{n}"), WorkspaceAccess::Use).is_ok())
+        })
+        .collect();
+    let won = racers.into_iter().map(|racer| racer.join().unwrap_or(false)).filter(|won| *won).count();
+    assert_eq!(won, 1);
+}
+
+#[test]
+fn workspace_ids_are_the_originals_slugs() {
+    for (name, id) in [
+        ("main:prod", "main-prod"),
+        ("  My Swarm  ", "my-swarm"),
+        ("a//b", "a-b"),
+        ("--x--", "x"),
+        ("", "default"),
+        ("::", "default"),
+        ("..", "default"),
+        ("v1.2_beta", "v1.2_beta"),
+        ("한글", "default"),
+    ] {
+        assert_eq!(workspace_id(name), id, "{name:?}");
+    }
+    assert_eq!(workspace_id(&"x".repeat(300)).len(), 128);
 }
 
 #[test]
@@ -888,7 +981,10 @@ fn list_reports_a_held_instance_as_running_with_its_pid() {
 
     let held = must(store.lock());
     let status = |key: &str| {
-        must(list_instances(&root)).into_iter().find(|found| found.info.instance_key == key).map(|found| found.status)
+        must(list_instances(&state(&root)))
+            .into_iter()
+            .find(|found| found.info.instance_key == key)
+            .map(|found| found.status)
     };
     let running = LockStatus { running: true, pid: Some(std::process::id()) };
     assert_eq!(status("held"), Some(running));
@@ -907,7 +1003,7 @@ fn list_reports_a_held_instance_as_running_with_its_pid() {
     assert_eq!(status("held"), Some(running));
     drop(again);
 
-    let json = must(serde_json::to_value(must(list_instances(&root))));
+    let json = must(serde_json::to_value(must(list_instances(&state(&root)))));
     let first = &json[0];
     for field in ["agentName", "instanceKey", "running", "pid", "dir", "legacyLayout", "turns", "messages"] {
         assert!(first.get(field).is_some(), "{field} in {first}");
@@ -917,7 +1013,9 @@ fn list_reports_a_held_instance_as_running_with_its_pid() {
 #[test]
 fn deleting_a_key_removes_every_agents_instance_of_it_or_nothing() {
     let (_dir, root) = temp_root();
-    let old = old_layout_instance(&root, "coder", "shared", &[user("old")]);
+    let state_root = state(&root);
+    let old = old_layout_instance(&state_root, "coder", "shared", "/bundles/demo", true, &[user("old")]);
+    let foreign = old_layout_instance(&state_root, "reviewer", "shared", "/bundles/other", false, &[user("theirs")]);
     let assistant = must(InstanceStore::open(&root, "shared", "assistant", Path::new("b")));
     let planner = must(InstanceStore::open(&root, "shared", "planner", Path::new("b")));
     let other_key = must(InstanceStore::open(&root, "other", "assistant", Path::new("b")));
@@ -925,25 +1023,26 @@ fn deleting_a_key_removes_every_agents_instance_of_it_or_nothing() {
 
     // One of them runs: nothing is deleted, and the refusal names it.
     let held = must(planner.lock());
-    let refused = delete_instances(&root, "shared", None);
+    let refused = delete_instances(&state(&root), &root, "shared", None);
     assert!(
         matches!(&refused, Err(StoreError::Busy { agent, pid: Some(pid), .. }) if agent == "planner" && *pid == std::process::id()),
         "{refused:?}"
     );
     assert!(dirs.iter().all(|dir| dir.is_dir()));
-    // Another agent's instance of the key can go alone.
-    let deleted = must(delete_instances(&root, "shared", Some("coder")));
+    // Another agent's instance of the key can go alone: the old layout's of this bundle.
+    let deleted = must(delete_instances(&state(&root), &root, "shared", Some("coder")));
     assert_eq!(deleted.len(), 1);
     assert!(deleted.iter().all(|gone| gone.agent_name == "coder" && gone.legacy_layout && gone.dir == old));
     assert!(!old.exists());
     drop(held);
 
-    let old = old_layout_instance(&root, "coder", "shared", &[user("old")]);
-    let deleted = must(delete_instances(&root, "shared", None));
+    let old = old_layout_instance(&state_root, "coder", "shared", "/bundles/demo", false, &[user("old")]);
+    let deleted = must(delete_instances(&state(&root), &root, "shared", None));
     let agents: Vec<&str> = deleted.iter().map(|gone| gone.agent_name.as_str()).collect();
     assert_eq!(agents, ["assistant", "planner", "coder"]);
     assert!(dirs.iter().all(|dir| !dir.exists()));
     assert!(!old.exists());
     assert!(other_key.dir().is_dir());
-    assert!(must(delete_instances(&root, "shared", None)).is_empty());
+    assert!(foreign.is_dir(), "another bundle's old instance is not this project's to delete");
+    assert!(must(delete_instances(&state(&root), &root, "shared", None)).is_empty());
 }

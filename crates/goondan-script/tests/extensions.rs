@@ -15,7 +15,7 @@ use goondan_llm::scripted::{ScriptedProvider, ScriptedReply};
 use goondan_llm::{ModelError, ModelProvider, ModelRequest, ModelResponse};
 use goondan_runtime::agent::{AgentOptions, AgentTooling, assemble_tooling};
 use goondan_runtime::conversation::{Conversation, InstanceLog};
-use goondan_runtime::store::{InstanceStore, StateRoot};
+use goondan_runtime::store::{InstanceStore, Workspace};
 use goondan_runtime::{Agent, ExtensionStateStore, NoObserver, StepContext, StepOutcome, TurnEnd};
 use goondan_script::{ExtensionLoad, HostServices, ScriptHost};
 use goondan_tools::executor::ToolCallContext;
@@ -106,7 +106,7 @@ async fn assemble(bundle: &Bundle, options: &AgentOptions) -> AgentTooling {
     assemble_tooling(bundle, options).await.unwrap_or_else(|e| panic!("assemble: {e}"))
 }
 
-fn open_conversation(root: &StateRoot, bundle: &Bundle) -> Conversation {
+fn open_conversation(root: &Workspace, bundle: &Bundle) -> Conversation {
     let store = InstanceStore::open(root, "default", "assistant", &bundle.root().join("goondan.yaml"))
         .unwrap_or_else(|e| panic!("open instance: {e}"));
     let loaded = store.load().unwrap_or_else(|e| panic!("load: {e}"));
@@ -119,7 +119,7 @@ fn js_middleware_edits_what_the_model_receives_and_the_edits_are_durable() {
         return;
     }
     let state = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let root = StateRoot::new(state.path());
+    let root = Workspace::at(state.path());
     let bundle = load("script-extensions");
     let extensions_dir = root.instance_dir("assistant", "default").unwrap_or_else(|e| panic!("{e}")).join("extensions");
     block_on(async {

@@ -157,3 +157,19 @@ pub fn write_openai_stream(stream: &std::net::TcpStream, deltas: &[serde_json::V
         payload.len()
     );
 }
+
+/// The directory of the agent instance `name` (`<agent>@<key>`, encoded)
+/// in whichever workspace of the state root `state` holds it (a test's
+/// state root holds one bundle's); where it would be in a workspace
+/// `default` if none does yet.
+#[allow(dead_code)]
+pub fn instance_path(state: &std::path::Path, name: &str) -> std::path::PathBuf {
+    let workspaces = state.join("workspaces");
+    std::fs::read_dir(&workspaces)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|workspace| workspace.path().join("instances").join(name))
+        .find(|dir| dir.exists())
+        .unwrap_or_else(|| workspaces.join("default/instances").join(name))
+}

@@ -1,0 +1,160 @@
+//! Two bundles never share a conversation: the quick start, then another
+//! bundle whose Swarm and agent have the same names. The second used to
+//! continue the first's conversation (its model got 11 messages, with calls
+//! to tools it does not have); now it is refused with the ways on, and run
+//! in a workspace of its own its model gets only its own input.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+
+mod common;
+
+fn must<T, E: std::fmt::Display>(result: Result<T, E>) -> T {
+    result.unwrap_or_else(|error| panic!("{error}"))
+}
+
+fn gdn(state: &Path, args: &[&str]) -> Output {
+    must(
+        Command::new(env!("CARGO_BIN_EXE_gdn"))
+            .arg("--state-root")
+            .arg(state)
+            .args(args)
+            .env("NO_COLOR", "1")
+            .env("LOCAL_MODEL_KEY", "sk-local")
+            .env_remove("GOONDAN_LOG")
+            .stdin(Stdio::null())
+            .output(),
+    )
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// An OpenAI-compatible server on 127.0.0.1 that records the messages of
+/// each request and answers "fresh".
+fn serve_openai() -> (String, Arc<Mutex<Vec<Value>>>) {
+    let listener = must(TcpListener::bind("127.0.0.1:0"));
+    let address = must(listener.local_addr());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let (_, body) = common::read_http_request(&stream);
+            let request: Value = serde_json::from_slice(&body).unwrap_or_default();
+            log.lock().unwrap_or_else(|e| e.into_inner()).push(request["messages"].clone());
+            common::write_openai_stream(&stream, &[json!({"role": "assistant", "content": "fresh"})], "stop");
+        }
+    });
+    (format!("http://{address}/v1"), seen)
+}
+
+/// A bundle whose Swarm (`default`) and agent (`assistant`) have the quick
+/// start's names, with a model on the local server.
+fn write_other_bundle(dir: &Path, endpoint: &str) {
+    let yaml = format!(
+        r#"apiVersion: goondan.ai/v1
+kind: Model
+metadata: {{name: local}}
+spec:
+  provider: openai
+  model: local-model
+  endpoint: {endpoint}
+  apiKey: {{valueFrom: {{env: LOCAL_MODEL_KEY}}}}
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {{name: assistant}}
+spec:
+  modelConfig: {{modelRef: Model/local}}
+---
+apiVersion: goondan.ai/v1
+kind: Swarm
+metadata: {{name: default}}
+spec:
+  entryAgent: Agent/assistant
+  agents: [Agent/assistant]
+"#
+    );
+    must(std::fs::write(dir.join("goondan.yaml"), yaml));
+}
+
+fn quickstart() -> PathBuf {
+    must(std::fs::canonicalize(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/quickstart")))
+}
+
+#[test]
+fn a_second_bundle_with_the_same_swarm_name_never_continues_the_firsts_conversation() {
+    let state = must(tempfile::tempdir());
+    let work = must(tempfile::tempdir());
+    let other = must(tempfile::tempdir());
+    let (endpoint, seen) = serve_openai();
+    write_other_bundle(other.path(), &endpoint);
+    let example = quickstart();
+    let example_arg = example.to_string_lossy().into_owned();
+    let other_arg = other.path().to_string_lossy().into_owned();
+    let workdir = work.path().to_string_lossy().into_owned();
+
+    let output = gdn(state.path(), &["-c", &example_arg, "run", "--input", "Take notes", "--workdir", &workdir]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+
+    // The other bundle is refused before any model request, naming both
+    // bundles and the ways on.
+    let output = gdn(state.path(), &["-c", &other_arg, "run", "--input", "hi"]);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    let first = example.join("goondan.yaml").display().to_string();
+    let second = must(std::fs::canonicalize(other.path().join("goondan.yaml"))).display().to_string();
+    assert!(stderr.contains(&first) && stderr.contains(&second), "{stderr}");
+    for way in ["--workspace NAME", "--state-root DIR", "--adopt-workspace", "gdn instance delete --workspace default"]
+    {
+        assert!(stderr.contains(way), "{way}: {stderr}");
+    }
+    assert!(seen.lock().unwrap_or_else(|e| e.into_inner()).is_empty(), "no model request was made");
+    // Nor do `tool call` and `tool list` read the first bundle's state.
+    let output = gdn(state.path(), &["-c", &other_arg, "tool", "list"]);
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output.stderr));
+
+    // In a workspace of its own, its model gets only its own input.
+    let output = gdn(state.path(), &["-c", &other_arg, "--workspace", "other", "run", "--input", "hi"]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert_eq!(text(&output.stdout).trim(), "fresh");
+    let requests = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    assert_eq!(requests.len(), 1);
+    let messages = requests[0].as_array().cloned().unwrap_or_default();
+    let non_system: Vec<&Value> = messages.iter().filter(|m| m["role"] != "system").collect();
+    assert_eq!(non_system.len(), 1, "{messages:?}");
+    assert_eq!(non_system[0]["role"], "user");
+    assert_eq!(non_system[0]["content"], "hi");
+
+    // The first bundle, named by its file this time, continues its own.
+    let file_arg = example.join("goondan.yaml").to_string_lossy().into_owned();
+    let output = gdn(state.path(), &["-c", &file_arg, "run", "--input", "Take notes", "--workdir", &workdir]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let output = gdn(state.path(), &["--json", "instance", "list"]);
+    let listed: Value = must(serde_json::from_slice(&output.stdout));
+    let mut rows: Vec<(String, u64, String)> = listed
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|item| {
+            (
+                item["workspace"].as_str().unwrap_or_default().to_owned(),
+                item["messages"].as_u64().unwrap_or_default(),
+                item["workspaceBundle"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    rows.sort();
+    assert_eq!(rows, [("default".to_owned(), 18, first.clone()), ("other".to_owned(), 2, second.clone())]);
+
+    // Taking the workspace over is the operator's explicit choice.
+    let output = gdn(state.path(), &["-c", &other_arg, "--adopt-workspace", "run", "--input", "again"]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let output = gdn(state.path(), &["-c", &example_arg, "run", "--input", "Take notes", "--workdir", &workdir]);
+    assert_eq!(output.status.code(), Some(2), "now the quick start is the other bundle: {}", text(&output.stderr));
+}
