@@ -12,7 +12,10 @@
 //! - [`events`]: `turn.*`, `step.*`, `tool.*` and extensions' own events; sinks, the event log writer.
 //! - [`assembly`]: catalogs and registries from a loaded bundle.
 //!
-//! This crate knows nothing of models or processes.
+//! This crate calls no model, runs no turn and starts no process; the
+//! onion, the event model (turn and step kinds included), call scopes and
+//! the agents contract are here because every layer that runs tools
+//! shares them (docs/ARCHITECTURE.md, goondan-tools).
 
 pub mod agents;
 pub mod assembly;
