@@ -41,11 +41,31 @@ use crate::config::{HttpServer, ServerConfig, StdioServer};
 pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The first wait before restarting a server that died; it doubles with
-/// every failed start up to [`MAX_RESTART_BACKOFF`].
+/// every failed start up to [`MAX_RESTART_BACKOFF`], with jitter (see
+/// [`restart_backoff`]).
 pub const RESTART_BACKOFF: Duration = Duration::from_millis(250);
 
 /// The longest wait between restarts.
 pub const MAX_RESTART_BACKOFF: Duration = Duration::from_secs(30);
+
+/// The wait after `failures` failed starts in a row (1 or more): `backon`'s
+/// exponential backoff from [`RESTART_BACKOFF`], with jitter of up to as much
+/// again, at most [`MAX_RESTART_BACKOFF`].
+pub fn restart_backoff(failures: u32) -> Duration {
+    use backon::BackoffBuilder as _;
+    // Past 2⁸ doublings of 250 ms the wait is at the cap anyway.
+    let doublings = usize::try_from(failures.saturating_sub(1).min(8)).unwrap_or(8);
+    backon::ExponentialBuilder::new()
+        .with_jitter()
+        .with_factor(2.0)
+        .with_min_delay(RESTART_BACKOFF)
+        .with_max_delay(MAX_RESTART_BACKOFF)
+        .without_max_times()
+        .build()
+        .nth(doublings)
+        .unwrap_or(MAX_RESTART_BACKOFF)
+        .min(MAX_RESTART_BACKOFF)
+}
 
 /// How many of a server's last stderr lines a failed start quotes.
 const STDERR_TAIL_LINES: usize = 5;
@@ -505,9 +525,7 @@ impl Server {
             }
             Err(error) => {
                 slot.failures = slot.failures.saturating_add(1);
-                let backoff = RESTART_BACKOFF
-                    .saturating_mul(2_u32.saturating_pow(slot.failures.saturating_sub(1)))
-                    .min(MAX_RESTART_BACKOFF);
+                let backoff = restart_backoff(slot.failures);
                 slot.next_start = Instant::now() + backoff;
                 tracing::warn!("MCP server '{}' failed to restart: {error}", self.name);
                 Err(error)
@@ -551,6 +569,23 @@ impl Server {
         let mut slot = self.slot.lock().await;
         if slot.connection.as_ref().is_some_and(|current| Arc::ptr_eq(current, dead)) {
             slot.connection = None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restart_backoff_doubles_with_jitter_up_to_the_cap() {
+        for _ in 0..20 {
+            for (failures, base) in [(1, RESTART_BACKOFF), (2, RESTART_BACKOFF * 2), (4, RESTART_BACKOFF * 8)] {
+                let wait = restart_backoff(failures);
+                assert!(wait >= base && wait <= base * 2, "{failures}: {wait:?}");
+            }
+            assert_eq!(restart_backoff(20), MAX_RESTART_BACKOFF);
+            assert_eq!(restart_backoff(u32::MAX), MAX_RESTART_BACKOFF);
         }
     }
 }

@@ -153,10 +153,27 @@ impl Failures {
         if self.in_a_row < FAILURES_BEFORE_BACKOFF {
             return None;
         }
-        let doublings = (self.in_a_row - FAILURES_BEFORE_BACKOFF).min(20);
-        let delay = BACKOFF_START.saturating_mul(1 << doublings).min(BACKOFF_MAX);
-        self.last.map(|last| last + delay)
+        self.last.map(|last| last + backoff(self.in_a_row - FAILURES_BEFORE_BACKOFF))
     }
+}
+
+/// The wait after `doublings` more deaths than [`FAILURES_BEFORE_BACKOFF`]:
+/// `backon`'s exponential backoff from [`BACKOFF_START`] with jitter of up to
+/// as much again, at most [`BACKOFF_MAX`].
+fn backoff(doublings: u32) -> Duration {
+    use backon::BackoffBuilder as _;
+    // Past 2⁹ doublings of 100 ms the wait is at the cap anyway.
+    let doublings = usize::try_from(doublings.min(9)).unwrap_or(9);
+    backon::ExponentialBuilder::new()
+        .with_jitter()
+        .with_factor(2.0)
+        .with_min_delay(BACKOFF_START)
+        .with_max_delay(BACKOFF_MAX)
+        .without_max_times()
+        .build()
+        .nth(doublings)
+        .unwrap_or(BACKOFF_MAX)
+        .min(BACKOFF_MAX)
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -1060,10 +1077,14 @@ mod tests {
         failures.record();
         assert_eq!(failures.next_start(), None);
         let delay = |f: &Failures| f.next_start().zip(f.last).map(|(at, last)| at - last);
+        let within = |delay: Option<Duration>, base: u64| {
+            let base = Duration::from_millis(base);
+            delay.is_some_and(|delay| delay >= base && delay <= base * 2)
+        };
         failures.record();
-        assert_eq!(delay(&failures), Some(Duration::from_millis(100)));
+        assert!(within(delay(&failures), 100), "{:?}", delay(&failures));
         failures.record();
-        assert_eq!(delay(&failures), Some(Duration::from_millis(200)));
+        assert!(within(delay(&failures), 200), "{:?}", delay(&failures));
         failures.in_a_row = 40;
         assert_eq!(delay(&failures), Some(BACKOFF_MAX));
         // A death long after the last one starts a new count.
