@@ -1,0 +1,86 @@
+//! The edges of `gdn` held against a hostile process of the same user:
+//! its memory and environment (where the model keys are) cannot be read.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+
+mod common;
+use common::repo_path as repo;
+
+/// The user tests run processes as when they run as root, so that the
+/// process under test and its prober are one ordinary user.
+const NOBODY: u32 = 65534;
+
+fn as_user(command: &mut Command, root: bool) -> &mut Command {
+    if root { command.uid(NOBODY).gid(NOBODY) } else { command }
+}
+
+/// Starts `gdn mcp serve` (stdio) on the base-tools fixture and waits for
+/// its answer to `initialize`, so that it is running `gdn`, set up.
+fn running_gdn(state: &std::path::Path, root: bool) -> Child {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_gdn"));
+    command
+        .arg("--state-root")
+        .arg(state)
+        .arg("-c")
+        .arg(repo("tests/fixtures/base-tools"))
+        .args(["mcp", "serve"])
+        .env("HOME", state)
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut child = as_user(&mut command, root).spawn().unwrap_or_else(|e| panic!("spawn gdn: {e}"));
+    let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"probe","version":"1"}}}"#;
+    let mut stdin = child.stdin.take().unwrap_or_else(|| panic!("stdin"));
+    writeln!(stdin, "{initialize}").unwrap_or_else(|e| panic!("write: {e}"));
+    let mut line = String::new();
+    let stdout = child.stdout.take().unwrap_or_else(|| panic!("stdout"));
+    BufReader::new(stdout).read_line(&mut line).unwrap_or_else(|e| panic!("read: {e}"));
+    assert!(line.contains("\"id\":1"), "{line}");
+    // Keep stdin open: the server runs until it closes.
+    std::mem::forget(stdin);
+    child
+}
+
+/// Whether a process of the test's user (or of NOBODY, under root) can read `path`.
+fn readable_by_same_user(path: &str, root: bool) -> bool {
+    if root {
+        let mut command = Command::new("cat");
+        command.arg(path).stdout(Stdio::null()).stderr(Stdio::null());
+        as_user(&mut command, root).status().is_ok_and(|status| status.success())
+    } else {
+        std::fs::read(path).is_ok()
+    }
+}
+
+#[test]
+fn another_process_of_the_same_user_cannot_read_gdns_environment_or_memory() {
+    // The owner of /proc/self is our effective user.
+    let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
+    let state = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    std::fs::set_permissions(state.path(), std::fs::Permissions::from_mode(0o777)).unwrap_or_else(|e| panic!("{e}"));
+
+    // The probe works: an ordinary process of that user is readable.
+    let mut sleeper = Command::new("sleep");
+    sleeper.arg("30");
+    let mut sleeper = as_user(&mut sleeper, root).spawn().unwrap_or_else(|e| panic!("spawn sleep: {e}"));
+    let readable = readable_by_same_user(&format!("/proc/{}/environ", sleeper.id()), root);
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    assert!(readable, "the probe cannot read an ordinary process: it proves nothing");
+
+    let mut gdn = running_gdn(state.path(), root);
+    let pid = gdn.id();
+    let environ = format!("/proc/{pid}/environ");
+    let owner = std::fs::metadata(&environ).map(|m| m.uid());
+    let environ_readable = readable_by_same_user(&environ, root);
+    let mem_readable = readable_by_same_user(&format!("/proc/{pid}/mem"), root);
+    let _ = gdn.kill();
+    let _ = gdn.wait();
+    assert_eq!(owner.ok(), Some(0), "a non-dumpable process's /proc files belong to root");
+    assert!(!environ_readable, "/proc/{pid}/environ was readable");
+    assert!(!mem_readable, "/proc/{pid}/mem was readable");
+}
