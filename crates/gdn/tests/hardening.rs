@@ -1,5 +1,6 @@
-//! The edges of `gdn` held against a hostile process of the same user:
-//! its memory and environment (where the model keys are) cannot be read.
+//! The edges of `gdn` held against a hostile process of the same user or
+//! peer: its memory and environment (where the model keys are) cannot be
+//! read, and `gdn mcp serve` answers a request over its size limit.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -20,6 +21,18 @@ fn as_user(command: &mut Command, root: bool) -> &mut Command {
 /// Starts `gdn mcp serve` (stdio) on the base-tools fixture and waits for
 /// its answer to `initialize`, so that it is running `gdn`, set up.
 fn running_gdn(state: &std::path::Path, root: bool) -> Child {
+    let (child, stdin, stdout) = serving_gdn(state, root);
+    // Keep stdin open: the server runs until it closes.
+    std::mem::forget(stdin);
+    drop(stdout);
+    child
+}
+
+/// `gdn mcp serve` (stdio) after the handshake, with its standard input and output.
+fn serving_gdn(
+    state: &std::path::Path,
+    root: bool,
+) -> (Child, std::process::ChildStdin, BufReader<std::process::ChildStdout>) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_gdn"));
     command
         .arg("--state-root")
@@ -37,12 +50,11 @@ fn running_gdn(state: &std::path::Path, root: bool) -> Child {
     let mut stdin = child.stdin.take().unwrap_or_else(|| panic!("stdin"));
     writeln!(stdin, "{initialize}").unwrap_or_else(|e| panic!("write: {e}"));
     let mut line = String::new();
-    let stdout = child.stdout.take().unwrap_or_else(|| panic!("stdout"));
-    BufReader::new(stdout).read_line(&mut line).unwrap_or_else(|e| panic!("read: {e}"));
+    let mut stdout = BufReader::new(child.stdout.take().unwrap_or_else(|| panic!("stdout")));
+    stdout.read_line(&mut line).unwrap_or_else(|e| panic!("read: {e}"));
     assert!(line.contains("\"id\":1"), "{line}");
-    // Keep stdin open: the server runs until it closes.
-    std::mem::forget(stdin);
-    child
+    writeln!(stdin, r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#).unwrap_or_else(|e| panic!("{e}"));
+    (child, stdin, stdout)
 }
 
 /// Whether a process of the test's user (or of NOBODY, under root) can read `path`.
@@ -83,4 +95,41 @@ fn another_process_of_the_same_user_cannot_read_gdns_environment_or_memory() {
     assert_eq!(owner.ok(), Some(0), "a non-dumpable process's /proc files belong to root");
     assert!(!environ_readable, "/proc/{pid}/environ was readable");
     assert!(!mem_readable, "/proc/{pid}/mem was readable");
+}
+
+/// A 64 MiB request to `gdn mcp serve` over stdio is answered at once with
+/// a JSON-RPC error naming the limit, and the server goes on serving.
+#[test]
+fn a_request_over_the_limit_is_answered_with_an_error_and_serving_goes_on() {
+    let state = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let (mut gdn, mut stdin, mut stdout) = serving_gdn(state.path(), false);
+    let pad = "a".repeat(64 * 1024 * 1024);
+    let huge = format!(
+        r#"{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{{"name":"json-query__query","arguments":{{"pad":"{pad}"}}}}}}"#
+    );
+    let started = std::time::Instant::now();
+    let writer = std::thread::spawn(move || {
+        let written = stdin.write_all(huge.as_bytes()).and_then(|()| stdin.write_all(b"\n"));
+        let listed = writeln!(stdin, r#"{{"jsonrpc":"2.0","id":3,"method":"tools/list"}}"#);
+        (stdin, written.and(listed))
+    });
+    let read = |stdout: &mut BufReader<std::process::ChildStdout>| {
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap_or_else(|e| panic!("read: {e}"));
+        serde_json::from_str::<serde_json::Value>(&line).unwrap_or_else(|e| panic!("{e}: {line}"))
+    };
+    let answer = read(&mut stdout);
+    assert_eq!(answer["id"], 2, "{answer}");
+    assert_eq!(answer["error"]["code"], -32600, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("limit of 16777216 bytes (16 MiB)"), "{message}");
+    let listed = read(&mut stdout);
+    assert_eq!(listed["id"], 3, "{listed}");
+    assert!(listed["result"]["tools"].as_array().is_some_and(|tools| !tools.is_empty()), "{listed}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(30), "{:?}", started.elapsed());
+    let (stdin, written) = writer.join().unwrap_or_else(|_| panic!("writer"));
+    assert!(written.is_ok(), "{written:?}");
+    drop(stdin);
+    let status = gdn.wait().unwrap_or_else(|e| panic!("{e}"));
+    assert!(status.success(), "{status}");
 }
