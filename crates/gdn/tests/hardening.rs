@@ -133,3 +133,52 @@ fn a_request_over_the_limit_is_answered_with_an_error_and_serving_goes_on() {
     let status = gdn.wait().unwrap_or_else(|e| panic!("{e}"));
     assert!(status.success(), "{status}");
 }
+
+/// Whether `pid` still runs (a zombie has ended: it only waits to be reaped).
+fn runs(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next()))
+        .is_some_and(|state| state != 'Z')
+}
+
+/// A script tool's detached child that ignores SIGHUP and SIGTERM ends
+/// with the `gdn tool call` that started it, every time.
+#[test]
+fn a_script_tools_detached_child_never_outlives_gdn_tool_call() {
+    if !common::js_runtime_usable() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let mut survivors = Vec::new();
+    for run in 0..10 {
+        let pid_file = dir.path().join(format!("child-{run}.pid"));
+        let args = serde_json::json!({"pidFile": pid_file}).to_string();
+        let output = Command::new(env!("CARGO_BIN_EXE_gdn"))
+            .arg("--state-root")
+            .arg(dir.path())
+            .arg("-c")
+            .arg(repo("tests/fixtures/script-detached"))
+            .args(["--json", "tool", "call", "detach__run", "--args", &args, "--workdir"])
+            .arg(dir.path())
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("spawn gdn: {e}"));
+        let result: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+            panic!("{e}: {} / {}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
+        });
+        let pid = result["output"]["pid"].as_u64().and_then(|pid| u32::try_from(pid).ok());
+        let pid = pid.unwrap_or_else(|| panic!("no pid in {result}"));
+        // gdn has exited: its tool's processes must be gone already.
+        if runs(pid) {
+            survivors.push((run, pid));
+        }
+    }
+    for (_, pid) in &survivors {
+        if let Ok(pid) = i32::try_from(*pid) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+    assert!(survivors.is_empty(), "detached children outlived gdn (run, pid): {survivors:?}");
+}
