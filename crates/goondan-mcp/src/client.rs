@@ -132,13 +132,16 @@ impl<R> BoundedLines<R> {
                 Some(at) => (&bytes[..at], &bytes[at + 1..]),
                 None => (bytes, &bytes[bytes.len()..]),
             };
-            self.scan.feed(part);
             if !self.skipping && self.line.len() + part.len() > self.limit {
                 tracing::warn!("a JSON-RPC message exceeds the limit of {} bytes; it is not read", self.limit);
                 self.skipping = true;
-                self.line = Vec::new();
+                // Only a line over the limit is scanned for its id: what
+                // was held of it first, then the rest as it streams.
+                let held = std::mem::take(&mut self.line);
+                self.scan.feed(&held);
             }
             if self.skipping {
+                self.scan.feed(part);
                 if !self.answered
                     && let Some(id) = self.scan.id()
                 {
