@@ -44,6 +44,10 @@ pub mod exit {
 }
 
 fn main() -> ExitCode {
+    // First of all: no core dumps, and no other process of the same user
+    // may read our memory or environment (`/proc/<pid>/mem`, `environ`),
+    // where the model keys are. Best effort: nothing to do if it fails.
+    let _ = nix::sys::prctl::set_dumpable(false);
     let cli = Cli::parse();
     let agent_process = matches!(cli.command, Command::Agent(_));
     // An agent process ends with its orchestrator (asked before any thread exists).

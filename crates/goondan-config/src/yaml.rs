@@ -5,6 +5,11 @@
 //! carries its position, then flattened into a `serde_json::Value` and a map
 //! from diagnostic paths (`spec.exports[0].name`) to positions, so a
 //! diagnostic found on the JSON value can still point at the YAML line.
+//!
+//! Plain scalars resolve by the YAML 1.2 core schema, as the original's
+//! loader does: only `true`/`false` (three spellings each) are booleans, so
+//! `n`, `y`, `yes`, `no`, `on` and `off` stay strings (`required: [n]` names
+//! a parameter `n`); `1_000` is a string, not the YAML 1.1 integer 1000.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -65,6 +70,9 @@ pub struct YamlError {
 /// skipped, as the original loader does.
 pub fn parse_documents(text: &str) -> Result<Vec<YamlDocument>, YamlError> {
     let options = serde_saphyr::options! {
+        strict_booleans: true,
+        underscored_numbers_as_strings: true,
+        legacy_octal_numbers: false,
         budget: serde_saphyr::budget! {
             max_documents: 1000,
         },
@@ -257,6 +265,76 @@ mod tests {
     fn scalars_resolve_like_yaml_1_2() {
         let docs = parse_documents("a: true\nb: ~\nc: 1.5\nd: '7'\ne: -3\nf: 7\n").unwrap_or_default();
         assert_eq!(docs[0].value, json!({"a": true, "b": null, "c": 1.5, "d": "7", "e": -3, "f": 7}));
+    }
+
+    /// Plain scalars, each as a value and as a key, and what the YAML 1.2 core
+    /// schema makes of them.
+    #[test]
+    fn plain_scalars_follow_the_yaml_1_2_core_schema_in_keys_and_values() {
+        let table: &[(&str, JsonValue)] = &[
+            ("n", json!("n")),
+            ("N", json!("N")),
+            ("y", json!("y")),
+            ("Y", json!("Y")),
+            ("yes", json!("yes")),
+            ("Yes", json!("Yes")),
+            ("YES", json!("YES")),
+            ("no", json!("no")),
+            ("No", json!("No")),
+            ("NO", json!("NO")),
+            ("on", json!("on")),
+            ("On", json!("On")),
+            ("ON", json!("ON")),
+            ("off", json!("off")),
+            ("Off", json!("Off")),
+            ("OFF", json!("OFF")),
+            ("1_000", json!("1_000")),
+            ("true", json!(true)),
+            ("True", json!(true)),
+            ("TRUE", json!(true)),
+            ("false", json!(false)),
+            ("False", json!(false)),
+            ("FALSE", json!(false)),
+            ("null", json!(null)),
+            ("Null", json!(null)),
+            ("NULL", json!(null)),
+            ("~", json!(null)),
+            ("0", json!(0)),
+            ("42", json!(42)),
+            ("-17", json!(-17)),
+            ("+5", json!(5)),
+            ("0o17", json!(15)),
+            ("0x1F", json!(31)),
+            ("1.5", json!(1.5)),
+            ("-0.25", json!(-0.25)),
+            ("1e3", json!(1000.0)),
+            (".5", json!(0.5)),
+        ];
+        for (scalar, expected) in table {
+            let docs = parse_documents(&format!("value: {scalar}\nlist: [{scalar}]\n")).unwrap_or_default();
+            assert_eq!(docs.len(), 1, "{scalar}");
+            assert_eq!(docs[0].value["value"], *expected, "value {scalar}");
+            assert_eq!(docs[0].value["list"][0], *expected, "list item {scalar}");
+
+            // As a key, a scalar's text is what names the property, except
+            // where the core schema types it (`~` is null, `0x1F` is 31).
+            let docs = parse_documents(&format!("{scalar}: 1\n")).unwrap_or_default();
+            let key = match expected {
+                JsonValue::String(s) => s.clone(),
+                JsonValue::Null => "null".to_owned(),
+                JsonValue::Number(n) if n.is_f64() => n.as_f64().map(|f| f.to_string()).unwrap_or_default(),
+                other => other.to_string(),
+            };
+            assert_eq!(docs[0].value, json!({ key: 1 }), "key {scalar}");
+        }
+    }
+
+    #[test]
+    fn a_required_list_of_one_letter_names_stays_names() {
+        let text = "parameters:\n  type: object\n  properties:\n    n: {type: number}\n    y: {type: string}\n  required: [n, y, on]\n";
+        let docs = parse_documents(text).unwrap_or_default();
+        assert_eq!(docs[0].value["parameters"]["required"], json!(["n", "y", "on"]));
+        assert_eq!(docs[0].value["parameters"]["properties"]["n"], json!({"type": "number"}));
     }
 
     #[test]

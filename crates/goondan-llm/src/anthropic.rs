@@ -1,4 +1,7 @@
-//! Anthropic's Messages API: `POST {endpoint}/v1/messages`
+//! Anthropic's Messages API: `POST {endpoint}/v1/messages`, or
+//! `{endpoint}/messages` when the endpoint already ends in `/v1` (the form
+//! the original's SDK takes, `https://api.anthropic.com/v1`, in
+//! `spec.endpoint` or `ANTHROPIC_BASE_URL`)
 //! (<https://docs.anthropic.com/en/api/messages>), always streamed as
 //! Server-Sent Events (<https://docs.anthropic.com/en/docs/build-with-claude/streaming>),
 //! with tool use (<https://docs.anthropic.com/en/docs/agents-and-tools/tool-use/overview>).
@@ -79,7 +82,7 @@ const EXTRA_FIELDS: &[&str] = &["top_k", "stop_sequences", "tool_choice", "metad
 pub struct AnthropicProvider {
     /// The key and version headers, the idle timeout and the retries.
     http: Transport,
-    /// `{endpoint}/v1/messages`.
+    /// `{endpoint}/v1/messages` (or `{endpoint}/messages` for an endpoint in `/v1`).
     url: String,
     model: String,
 }
@@ -90,7 +93,8 @@ impl AnthropicProvider {
     pub fn new(settings: &ModelSettings) -> Result<Self, ModelError> {
         let mut http = Transport::new(settings, HeaderName::from_static("x-api-key"), "")?;
         http.insert_header(HeaderName::from_static("anthropic-version"), HeaderValue::from_static(API_VERSION));
-        Ok(Self { url: http.url("v1/messages"), http, model: settings.model.clone() })
+        let path = if http.url("").trim_end_matches('/').ends_with("/v1") { "messages" } else { "v1/messages" };
+        Ok(Self { url: http.url(path), http, model: settings.model.clone() })
     }
 
     /// Replaces the retry policy (the default: 4 attempts from 0.5 s backoff).
@@ -958,6 +962,34 @@ data: {"type": "message_stop"}
         assert_eq!(provider.name(), "anthropic");
         let debug = format!("{provider:?}");
         assert!(!debug.contains(KEY) && debug.contains("Sensitive"), "{debug}");
+    }
+
+    /// An endpoint with or without the `/v1` the original's SDK expects
+    /// reaches the same path, as the local server records it.
+    #[tokio::test]
+    async fn an_endpoint_ending_in_v1_is_not_given_a_second_one() {
+        let server = MockServer::start(vec![sse(TEXT_STREAM)]).await;
+        for endpoint in [server.url(""), server.url("/"), server.url("/v1"), server.url("/v1/")] {
+            let (result, _) = complete(&provider(&endpoint), &hello()).await;
+            assert!(result.is_ok(), "{endpoint}: {result:?}");
+        }
+        let paths: Vec<String> = server.requests().iter().map(|r| r.path().to_owned()).collect();
+        assert_eq!(paths, ["/v1/messages"; 4]);
+        let under = MockServer::start(vec![sse(TEXT_STREAM)]).await;
+        let (result, _) = complete(&provider(&under.url("/proxy/anthropic/v1")), &hello()).await;
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!(under.requests()[0].path(), "/proxy/anthropic/v1/messages");
+    }
+
+    /// A stream whose lines end with a bare `\r` reads as the same stream with `\n`.
+    #[tokio::test]
+    async fn a_stream_whose_lines_end_with_a_bare_cr_reads_as_with_lf() {
+        let bare_cr = TEXT_STREAM.replace('\n', "\r");
+        let (endpoint, _server) = serve(vec![sse(TEXT_STREAM), sse(&bare_cr)]).await;
+        let provider = provider(&endpoint);
+        let expected = complete(&provider, &hello()).await;
+        assert!(expected.0.is_ok(), "{:?}", expected.0);
+        assert_eq!(complete(&provider, &hello()).await, expected);
     }
 
     #[test]

@@ -796,6 +796,36 @@ mod tests {
     const TEXT_3: &str = r#"{"candidates": [{"content": {"parts": [{"text": "; reading both."}],"role": "model"},"index": 0}],"usageMetadata": {"promptTokenCount": 120,"totalTokenCount": 120,"promptTokensDetails": [{"modality": "TEXT","tokenCount": 120}]},"modelVersion": "gemini-2.5-flash","responseId": "mP5laK3vLvWEvdIPxMTj8QQ"}"#;
     const PARALLEL_CALLS: &str = r#"{"candidates": [{"content": {"parts": [{"functionCall": {"name": "fs__read","args": {"path": "README.md"}},"thoughtSignature": "CiQBVKhc7hQ2wX0rF3tG8hS1ZmNvZGVzaWduYXR1cmU="},{"functionCall": {"name": "fs__read","args": {"path": "docs/guide.md","lines": {"from": 1,"to": 40}}}}],"role": "model"},"finishReason": "STOP","index": 0}],"usageMetadata": {"promptTokenCount": 120,"candidatesTokenCount": 30,"totalTokenCount": 190,"promptTokensDetails": [{"modality": "TEXT","tokenCount": 120}],"thoughtsTokenCount": 40},"modelVersion": "gemini-2.5-flash","responseId": "mP5laK3vLvWEvdIPxMTj8QQ"}"#;
 
+    /// Gemini frames events with CRLF; the same stream with bare `\r` line
+    /// ends (which the SSE format allows) reads the same.
+    #[tokio::test]
+    async fn a_stream_whose_lines_end_with_a_bare_cr_reads_as_with_crlf() {
+        let stream = sse(&[TEXT_1, TEXT_2, TEXT_3, PARALLEL_CALLS]);
+        let bare_cr = stream.replace("\r\n", "\r");
+        let (_mock, endpoint) = serve(vec![(200, stream), (200, bare_cr)]).await;
+        let provider = provider(&endpoint);
+        // Gemini sends no call ids; ours are random, so they are left out of the comparison.
+        let without_ids = |(result, events): (Result<ModelResponse, ModelError>, Vec<StreamEvent>)| {
+            let result = result.map(|mut response| {
+                response.tool_calls.iter_mut().for_each(|call| call.id.clear());
+                response
+            });
+            let events: Vec<StreamEvent> = events
+                .into_iter()
+                .map(|event| match event {
+                    StreamEvent::ToolCallStarted { name, .. } => {
+                        StreamEvent::ToolCallStarted { id: String::new(), name }
+                    }
+                    other => other,
+                })
+                .collect();
+            (result, events)
+        };
+        let expected = without_ids(complete(&provider, &user("Read my notes.")).await);
+        assert!(expected.0.as_ref().is_ok_and(|r| r.tool_calls.len() == 2), "{:?}", expected.0);
+        assert_eq!(without_ids(complete(&provider, &user("Read my notes.")).await), expected);
+    }
+
     #[tokio::test]
     async fn streams_text_and_parallel_tool_calls_and_sends_the_whole_conversation() {
         let (mock, endpoint) = serve(vec![(200, sse(&[TEXT_1, TEXT_2, TEXT_3, PARALLEL_CALLS]))]).await;

@@ -40,52 +40,110 @@ fn tls_config() -> Result<rustls::ClientConfig, rustls::Error> {
         .with_no_client_auth())
 }
 
-/// How often and how patiently to retry.
+/// How often and how patiently to retry: exponential backoff with jitter
+/// (`backon`), and the wait a rate-limited server asks for in `Retry-After`
+/// when it is no longer than [`RetryPolicy::max_retry_after`] (the AI SDK's
+/// rule, which the original uses: a longer wait falls back to the backoff).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryPolicy {
     /// Attempts in all (1 = no retry).
     pub max_attempts: u32,
-    /// The wait before the first retry; it doubles each time.
+    /// The backoff before the first retry; it doubles each time. Jitter adds
+    /// up to as much again, so that clients rate-limited together do not
+    /// come back together.
     pub base_delay: Duration,
-    /// The longest wait between attempts.
+    /// The longest backoff before jitter.
     pub max_delay: Duration,
+    /// The longest `Retry-After` honoured.
+    pub max_retry_after: Duration,
 }
 
 impl Default for RetryPolicy {
     fn default() -> Self {
-        Self { max_attempts: 4, base_delay: Duration::from_millis(500), max_delay: Duration::from_secs(8) }
+        Self {
+            max_attempts: 4,
+            base_delay: Duration::from_millis(500),
+            max_delay: Duration::from_secs(8),
+            max_retry_after: MAX_RETRY_AFTER,
+        }
     }
 }
+
+/// The longest `Retry-After` honoured by default: 60 s, as the original's SDK.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 
 impl RetryPolicy {
-    /// The wait before attempt `attempt` (1-based; attempt 1 has none).
-    pub fn delay_before(&self, attempt: u32) -> Duration {
-        if attempt <= 1 {
-            return Duration::ZERO;
-        }
-        let factor = 2_u32.saturating_pow(attempt - 2);
-        self.base_delay.saturating_mul(factor).min(self.max_delay)
+    /// The backoff between attempts, as a `backon` builder.
+    pub fn backoff(&self) -> backon::ExponentialBuilder {
+        backon::ExponentialBuilder::new()
+            .with_jitter()
+            .with_factor(2.0)
+            .with_min_delay(self.base_delay)
+            .with_max_delay(self.max_delay)
+            .with_max_times(usize::try_from(self.max_attempts.saturating_sub(1)).unwrap_or(usize::MAX))
+    }
+
+    /// The wait before the next attempt: the server's `Retry-After` when
+    /// there is one within [`Self::max_retry_after`], else the backoff's.
+    fn wait(&self, backoff: Duration, retry_after: Option<Duration>) -> Duration {
+        retry_after.filter(|wait| *wait <= self.max_retry_after).unwrap_or(backoff)
     }
 }
 
-/// Runs `attempt` until it succeeds, fails with an error that is not worth
-/// retrying, or the policy's attempts are spent.
+/// A failed attempt: the error, and the wait the server asked for.
+#[derive(Debug)]
+pub struct Failure {
+    /// What went wrong.
+    pub error: ModelError,
+    /// The server's `Retry-After` (or `retry-after-ms`), when it sent one.
+    pub retry_after: Option<Duration>,
+}
+
+impl From<ModelError> for Failure {
+    fn from(error: ModelError) -> Self {
+        Self { error, retry_after: None }
+    }
+}
+
+/// The wait a server asks for: `retry-after-ms` (milliseconds, as OpenAI
+/// sends it), else `Retry-After` as seconds or as an HTTP date (a date in
+/// the past is no wait). `None` when neither header is there or readable.
+pub fn retry_after(headers: &HeaderMap, now: std::time::SystemTime) -> Option<Duration> {
+    let header = |name: &str| headers.get(name).and_then(|value| value.to_str().ok()).map(str::trim);
+    let seconds = |text: &str, scale: f64| {
+        text.parse::<f64>().ok().filter(|n| *n >= 0.0).and_then(|n| Duration::try_from_secs_f64(n / scale).ok())
+    };
+    if let Some(wait) = header("retry-after-ms").and_then(|text| seconds(text, 1000.0)) {
+        return Some(wait);
+    }
+    let text = header("retry-after")?;
+    seconds(text, 1.0).or_else(|| {
+        let date = httpdate::parse_http_date(text).ok()?;
+        Some(date.duration_since(now).unwrap_or(Duration::ZERO))
+    })
+}
+
+/// Runs `attempt` (given its 1-based number) until it succeeds, fails with
+/// an error that is not worth retrying, or the policy's attempts are spent.
 pub async fn with_retries<T, F, Fut>(policy: RetryPolicy, mut attempt: F) -> Result<T, ModelError>
 where
     F: FnMut(u32) -> Fut,
-    Fut: std::future::Future<Output = Result<T, ModelError>>,
+    Fut: std::future::Future<Output = Result<T, Failure>>,
 {
-    let mut number = 1;
-    loop {
-        tokio::time::sleep(policy.delay_before(number)).await;
-        match attempt(number).await {
-            Err(error) if error.is_retryable() && number < policy.max_attempts => {
-                tracing::warn!(target: "goondan::model", "attempt {number} failed, retrying: {error}");
-                number += 1;
-            }
-            other => return other,
-        }
-    }
+    use backon::Retryable;
+    let mut number = 0_u32;
+    let run = || {
+        number += 1;
+        attempt(number)
+    };
+    run.retry(policy.backoff())
+        .when(|failure: &Failure| failure.error.is_retryable())
+        .adjust(|failure, backoff| backoff.map(|backoff| policy.wait(backoff, failure.retry_after)))
+        .notify(|failure, wait| {
+            tracing::warn!(target: "goondan::model", "attempt failed, retrying in {:.1} s: {}", wait.as_secs_f64(), failure.error);
+        })
+        .await
+        .map_err(|failure| failure.error)
 }
 
 /// The error for a non-success status, with the API's message when the body
@@ -216,15 +274,26 @@ pub enum SseError {
 }
 
 /// Splits a byte stream into Server-Sent Events (the WHATWG format: fields
-/// per line, events end at a blank line, `:` starts a comment).
+/// per line, lines end with `\n`, `\r\n` or a bare `\r`, events end at a
+/// blank line, `:` starts a comment).
 ///
 /// Each byte is scanned once: a chunk is searched for line ends from where
 /// the previous chunk left off, and only an unfinished line is kept, up to
 /// [`MAX_SSE_EVENT_BYTES`] (as are one event's data lines together).
+///
+/// Why not a maintained crate: the SSE parsers at hand (`sse-stream`, in
+/// the lock file through the MCP SDK, and `eventsource-stream`) buffer an
+/// unfinished line and an event's data without any bound, so a broken or
+/// hostile endpoint could grow memory until the process dies; `sse-stream`
+/// also fails a stream on a field it does not know or a repeated `event:`,
+/// which the format says to ignore or overwrite.
 #[derive(Debug)]
 pub struct SseParser {
-    /// The unfinished line (no `\n` in it).
+    /// The unfinished line (no `\n` or `\r` in it).
     partial: Vec<u8>,
+    /// The last chunk ended with `\r`: a `\n` that starts the next one
+    /// belongs to that line end.
+    skip_lf: bool,
     event: Option<String>,
     data: Vec<String>,
     /// Bytes in `data`.
@@ -246,7 +315,7 @@ impl SseParser {
 
     /// A parser whose line and event limit is `limit` bytes (tests use small ones).
     pub fn with_limit(limit: usize) -> Self {
-        Self { partial: Vec::new(), event: None, data: Vec::new(), data_bytes: 0, limit }
+        Self { partial: Vec::new(), skip_lf: false, event: None, data: Vec::new(), data_bytes: 0, limit }
     }
 
     /// Feeds bytes; returns the events they complete, or [`SseError`] once a
@@ -254,9 +323,20 @@ impl SseParser {
     pub fn feed(&mut self, bytes: &[u8]) -> Result<Vec<SseEvent>, SseError> {
         let mut events = Vec::new();
         let mut rest = bytes;
-        while let Some(end) = rest.iter().position(|b| *b == b'\n') {
+        if self.skip_lf && !rest.is_empty() {
+            self.skip_lf = false;
+            rest = rest.strip_prefix(b"\n").unwrap_or(rest);
+        }
+        while let Some(end) = memchr::memchr2(b'\n', b'\r', rest) {
             let (line, tail) = rest.split_at(end);
             rest = &tail[1..];
+            if tail[0] == b'\r' {
+                match rest.first() {
+                    Some(b'\n') => rest = &rest[1..],
+                    None => self.skip_lf = true,
+                    Some(_) => {}
+                }
+            }
             if self.partial.is_empty() {
                 self.complete_line(line, &mut events)?;
             } else {
@@ -286,9 +366,8 @@ impl SseParser {
         if length > self.limit { Err(SseError::TooLong { limit: self.limit }) } else { Ok(()) }
     }
 
-    /// A line without its `\n` (a `\r` before it is dropped here).
+    /// A line without its line end.
     fn complete_line(&mut self, line: &[u8], events: &mut Vec<SseEvent>) -> Result<(), SseError> {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
         self.check_length(line.len())?;
         self.line(&String::from_utf8_lossy(line), events)
     }
@@ -454,26 +533,28 @@ impl Transport {
         with_retries(self.retry, |attempt| self.attempt(url, &body, attempt)).await
     }
 
-    async fn attempt(&self, url: &str, body: &str, attempt: u32) -> Result<reqwest::Response, ModelError> {
+    async fn attempt(&self, url: &str, body: &str, attempt: u32) -> Result<reqwest::Response, Failure> {
         tracing::debug!(target: "goondan::model", provider = self.provider, %url, attempt, "sending a model request");
         let request = self.client.post(url).headers(self.headers.clone()).body(body.to_owned()).send();
         let response = match tokio::time::timeout(self.idle, request).await {
             Ok(Ok(response)) => response,
-            Ok(Err(error)) => return Err(network_error(self.provider, &self.endpoint, &error)),
+            Ok(Err(error)) => return Err(network_error(self.provider, &self.endpoint, &error).into()),
             Err(_) => {
                 return Err(ModelError::Network {
                     provider: self.provider.to_owned(),
                     endpoint: self.endpoint.clone(),
                     message: format!("no response within {} s", self.idle.as_secs_f64()),
-                });
+                }
+                .into());
             }
         };
         let status = response.status();
         if status.is_success() {
             return Ok(response);
         }
+        let retry_after = retry_after(response.headers(), std::time::SystemTime::now());
         let text = self.text(response).await;
-        Err((self.status_error)(self.provider, status.as_u16(), &text))
+        Err(Failure { error: (self.status_error)(self.provider, status.as_u16(), &text), retry_after })
     }
 
     /// The first [`MAX_ERROR_BODY_BYTES`] of an error body as text, or what
@@ -541,11 +622,82 @@ mod tests {
     }
 
     #[test]
-    fn retry_delays_double_up_to_the_cap() {
+    fn sse_lines_may_end_with_a_bare_cr_even_across_chunks() {
+        let stream: &[u8] = b"event: a\rdata: 1\rdata: 2\r\rdata: 3\r\n\r\ndata: 4\n\n: c\rdata: 5\r\r";
+        let expected = [
+            SseEvent { event: Some("a".into()), data: "1\n2".into() },
+            SseEvent { event: None, data: "3".into() },
+            SseEvent { event: None, data: "4".into() },
+            SseEvent { event: None, data: "5".into() },
+        ];
+        // Whole, and cut at every byte (a `\r\n` cut between its bytes is one line end).
+        for cut in 0..=stream.len() {
+            let mut parser = SseParser::new();
+            let mut events = parser.feed(&stream[..cut]).unwrap_or_default();
+            events.extend(parser.feed(&stream[cut..]).unwrap_or_default());
+            assert_eq!(parser.finish(), Ok(None), "cut at {cut}");
+            assert_eq!(events, expected, "cut at {cut}");
+        }
+        // Byte by byte, with empty chunks between.
+        let mut parser = SseParser::new();
+        let mut events = Vec::new();
+        for byte in stream {
+            events.extend(parser.feed(&[*byte]).unwrap_or_default());
+            events.extend(parser.feed(&[]).unwrap_or_default());
+        }
+        assert_eq!(events, expected);
+    }
+
+    #[test]
+    fn retry_backoff_doubles_with_jitter() {
         let policy = RetryPolicy::default();
-        let delays: Vec<u64> =
-            (1..=7).map(|n| u64::try_from(policy.delay_before(n).as_millis()).unwrap_or(0)).collect();
-        assert_eq!(delays, [0, 500, 1000, 2000, 4000, 8000, 8000]);
+        for _ in 0..50 {
+            let delays: Vec<Duration> = backon::BackoffBuilder::build(policy.backoff()).collect();
+            assert_eq!(delays.len(), 3, "four attempts, three waits");
+            for (delay, base) in delays.iter().zip([500_u64, 1000, 2000]) {
+                let base = Duration::from_millis(base);
+                assert!(*delay >= base && *delay < base * 2, "{delay:?} for {base:?}");
+            }
+        }
+        let long = RetryPolicy { max_attempts: 10, ..policy };
+        let last = backon::BackoffBuilder::build(long.backoff()).last().unwrap_or_default();
+        assert!(last >= policy.max_delay && last < policy.max_delay * 2, "{last:?}");
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_milliseconds_and_dates() {
+        let now = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let headers = |pairs: &[(&'static str, String)]| {
+            let mut map = HeaderMap::new();
+            for (name, value) in pairs {
+                map.insert(*name, HeaderValue::from_str(value).unwrap_or(HeaderValue::from_static("")));
+            }
+            map
+        };
+        let date = |offset: u64| httpdate::fmt_http_date(now + Duration::from_secs(offset));
+        let cases = [
+            (headers(&[("retry-after", "20".into())]), Some(Duration::from_secs(20))),
+            (headers(&[("retry-after", " 1.5 ".into())]), Some(Duration::from_millis(1500))),
+            (headers(&[("retry-after", date(30))]), Some(Duration::from_secs(30))),
+            (headers(&[("retry-after", httpdate::fmt_http_date(now - Duration::from_secs(5)))]), Some(Duration::ZERO)),
+            (
+                headers(&[("retry-after-ms", "250".into()), ("retry-after", "9".into())]),
+                Some(Duration::from_millis(250)),
+            ),
+            (headers(&[("retry-after", "-1".into())]), None),
+            (headers(&[("retry-after", "soon".into())]), None),
+            (headers(&[]), None),
+        ];
+        for (map, expected) in cases {
+            assert_eq!(retry_after(&map, now), expected, "{map:?}");
+        }
+        // Honoured up to the cap; past it, the backoff's wait.
+        let policy = RetryPolicy::default();
+        let backoff = Duration::from_millis(700);
+        assert_eq!(policy.wait(backoff, Some(Duration::from_secs(20))), Duration::from_secs(20));
+        assert_eq!(policy.wait(backoff, Some(MAX_RETRY_AFTER)), MAX_RETRY_AFTER);
+        assert_eq!(policy.wait(backoff, Some(Duration::from_secs(61))), backoff);
+        assert_eq!(policy.wait(backoff, None), backoff);
     }
 
     #[test]
@@ -609,7 +761,7 @@ mod tests {
         let mut calls = 0;
         let result = with_retries(policy, |n| {
             calls += 1;
-            async move { if n < 3 { Err(status_error("x", 500, "down")) } else { Ok(n) } }
+            async move { if n < 3 { Err(status_error("x", 500, "down").into()) } else { Ok(n) } }
         })
         .await;
         assert_eq!(result, Ok(3));
@@ -617,7 +769,7 @@ mod tests {
         let mut calls = 0;
         let result: Result<(), _> = with_retries(policy, |_| {
             calls += 1;
-            async { Err(status_error("x", 400, "bad")) }
+            async { Err(status_error("x", 400, "bad").into()) }
         })
         .await;
         assert!(result.is_err());

@@ -800,3 +800,62 @@ async fn a_huge_error_body_is_cut_and_still_reported() {
     assert!(message.starts_with("{\"error\": {\"message\": \"bad request!!!"), "{message}");
     assert!(message.chars().count() <= 501, "an excerpt, not the body: {}", message.len());
 }
+
+/// A stream whose lines end with a bare `\r` (which the SSE format allows)
+/// gives the same reply and events as the same stream with `\n`, for both
+/// of OpenAI's streaming APIs.
+#[tokio::test]
+async fn streams_whose_lines_end_with_a_bare_cr_read_as_with_lf() {
+    for (api, stream) in [("chat", CHAT_STREAM), ("responses", RESPONSES_STREAM)] {
+        let bare_cr = stream.replace("\r\n", "\n").replace('\n', "\r");
+        assert!(!bare_cr.contains('\n'));
+        let (endpoint, _mock) = serve(vec![Canned::sse(stream), Canned::sse(bare_cr)]).await;
+        let provider = provider(&endpoint, json!({"api": api}));
+        let expected = complete(&provider, &conversation()).await;
+        assert!(expected.0.is_ok(), "{api}: {:?}", expected.0);
+        let got = complete(&provider, &conversation()).await;
+        assert_eq!(got, expected, "{api}");
+    }
+}
+
+/// A 429 asking to come back in 2 s is retried after 2 s, not after the
+/// (millisecond) backoff, and the call then succeeds; the same with the
+/// wait given as an HTTP date.
+#[tokio::test]
+async fn a_rate_limit_with_retry_after_is_retried_after_that_wait() {
+    let limited = r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#;
+    for as_date in [false, true] {
+        // A date has a resolution of one second: 3 s from now is 2 to 3 s away.
+        let retry_after = if as_date {
+            httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(3))
+        } else {
+            "2".to_owned()
+        };
+        let (endpoint, mock) = serve(vec![
+            Canned::json(429, limited).with_header("retry-after", retry_after.clone()),
+            Canned::sse(CHAT_STREAM),
+        ])
+        .await;
+        let provider = provider(&endpoint, json!({}));
+        let started = std::time::Instant::now();
+        let (result, _) = complete(&provider, &conversation()).await;
+        let waited = started.elapsed();
+        assert!(result.is_ok(), "{retry_after}: {result:?}");
+        assert_eq!(mock.requests().len(), 2);
+        assert!(waited >= Duration::from_millis(1900) && waited < Duration::from_secs(10), "{retry_after}: {waited:?}");
+    }
+}
+
+/// A `Retry-After` longer than the policy's cap falls back to the backoff.
+#[tokio::test]
+async fn a_retry_after_past_the_cap_falls_back_to_the_backoff() {
+    let limited = r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#;
+    let (endpoint, mock) =
+        serve(vec![Canned::json(429, limited).with_header("retry-after", "120"), Canned::sse(CHAT_STREAM)]).await;
+    let provider = provider(&endpoint, json!({}));
+    let started = std::time::Instant::now();
+    let (result, _) = complete(&provider, &conversation()).await;
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(mock.requests().len(), 2);
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+}

@@ -41,11 +41,348 @@ use crate::config::{HttpServer, ServerConfig, StdioServer};
 pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The first wait before restarting a server that died; it doubles with
-/// every failed start up to [`MAX_RESTART_BACKOFF`].
+/// every failed start up to [`MAX_RESTART_BACKOFF`], with jitter (see
+/// [`restart_backoff`]).
 pub const RESTART_BACKOFF: Duration = Duration::from_millis(250);
 
 /// The longest wait between restarts.
 pub const MAX_RESTART_BACKOFF: Duration = Duration::from_secs(30);
+
+/// The wait after `failures` failed starts in a row (1 or more): `backon`'s
+/// exponential backoff from [`RESTART_BACKOFF`], with jitter of up to as much
+/// again, at most [`MAX_RESTART_BACKOFF`].
+pub fn restart_backoff(failures: u32) -> Duration {
+    use backon::BackoffBuilder as _;
+    // Past 2⁸ doublings of 250 ms the wait is at the cap anyway.
+    let doublings = usize::try_from(failures.saturating_sub(1).min(8)).unwrap_or(8);
+    backon::ExponentialBuilder::new()
+        .with_jitter()
+        .with_factor(2.0)
+        .with_min_delay(RESTART_BACKOFF)
+        .with_max_delay(MAX_RESTART_BACKOFF)
+        .without_max_times()
+        .build()
+        .nth(doublings)
+        .unwrap_or(MAX_RESTART_BACKOFF)
+        .min(MAX_RESTART_BACKOFF)
+}
+
+/// The most bytes one JSON-RPC message (one line) may hold over stdio, as
+/// the SDK's own limit: 16 MiB. A longer line is not read: see [`BoundedLines`].
+pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+
+/// What to put in the place of a line over the limit: given the line's
+/// top-level `id` (its JSON text) when one was found, the line to hand on
+/// instead (with its `\n`), or `None` for nothing.
+pub(crate) type Oversized = fn(id: Option<&str>, limit: usize) -> Option<Vec<u8>>;
+
+/// Stands between a peer's byte stream and the SDK's line reader, which
+/// drops a line over its limit without a word (so a call whose answer it
+/// was waits out its whole timeout, and a client whose request it was waits
+/// forever). Each line is held back until it is whole; one that passes
+/// `limit` is dropped here, and once its top-level `id` is known (at once
+/// when it comes first, as every SDK writes it; else at the line's end) the
+/// side's [`Oversized`] line takes its place: an error answer to that id.
+/// The stream stays in step: the rest of the line is skipped up to its
+/// `\n`. Without an id, the side's function decides (`None`: nothing is
+/// handed on; the client closes the stream instead, so that every pending
+/// call fails at once).
+pub(crate) struct BoundedLines<R> {
+    inner: R,
+    limit: usize,
+    on_oversized: Oversized,
+    /// The line being read (no `\n` yet), at most `limit` bytes.
+    line: Vec<u8>,
+    /// Bytes ready for the reader, from `ready_at` on.
+    ready: Vec<u8>,
+    ready_at: usize,
+    /// The current line passed the limit: its bytes are skipped.
+    skipping: bool,
+    /// Its replacement was handed on already.
+    answered: bool,
+    scan: IdScanner,
+    /// Without an id, end the stream rather than read on.
+    close_without_id: bool,
+    /// The stream must end (an oversized line with no id, on the client).
+    failed: Option<String>,
+}
+
+impl<R> BoundedLines<R> {
+    pub(crate) fn new(inner: R, limit: usize, on_oversized: Oversized, close_without_id: bool) -> Self {
+        Self {
+            inner,
+            limit,
+            on_oversized,
+            line: Vec::new(),
+            ready: Vec::new(),
+            ready_at: 0,
+            skipping: false,
+            answered: false,
+            scan: IdScanner::default(),
+            close_without_id,
+            failed: None,
+        }
+    }
+
+    /// Takes in bytes read from the peer.
+    fn take_in(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            let end = bytes.iter().position(|b| *b == b'\n');
+            let (part, rest) = match end {
+                Some(at) => (&bytes[..at], &bytes[at + 1..]),
+                None => (bytes, &bytes[bytes.len()..]),
+            };
+            if !self.skipping && self.line.len() + part.len() > self.limit {
+                tracing::warn!("a JSON-RPC message exceeds the limit of {} bytes; it is not read", self.limit);
+                self.skipping = true;
+                // Only a line over the limit is scanned for its id: what
+                // was held of it first, then the rest as it streams.
+                let held = std::mem::take(&mut self.line);
+                self.scan.feed(&held);
+            }
+            if self.skipping {
+                self.scan.feed(part);
+                if !self.answered
+                    && let Some(id) = self.scan.id()
+                {
+                    self.answer(Some(&id));
+                }
+            } else {
+                self.line.extend_from_slice(part);
+            }
+            if end.is_some() {
+                if self.skipping {
+                    if !self.answered {
+                        self.answer(None);
+                    }
+                } else {
+                    self.ready.extend_from_slice(&self.line);
+                    self.ready.push(b'\n');
+                    self.line.clear();
+                }
+                self.skipping = false;
+                self.answered = false;
+                self.scan = IdScanner::default();
+            }
+            bytes = rest;
+        }
+    }
+
+    fn answer(&mut self, id: Option<&str>) {
+        self.answered = true;
+        match (self.on_oversized)(id, self.limit) {
+            Some(line) => self.ready.extend_from_slice(&line),
+            None if self.close_without_id => {
+                self.failed = Some(format!(
+                    "a message of the peer exceeds the limit of {} bytes and names no request; the stream is closed",
+                    self.limit
+                ));
+            }
+            None => tracing::warn!("a JSON-RPC message over the limit of {} bytes was dropped", self.limit),
+        }
+    }
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for BoundedLines<R> {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        use std::task::Poll;
+        let this = self.get_mut();
+        loop {
+            if this.ready_at < this.ready.len() {
+                let n = buf.remaining().min(this.ready.len() - this.ready_at);
+                buf.put_slice(&this.ready[this.ready_at..this.ready_at + n]);
+                this.ready_at += n;
+                if this.ready_at == this.ready.len() {
+                    this.ready.clear();
+                    this.ready_at = 0;
+                }
+                return Poll::Ready(Ok(()));
+            }
+            if let Some(message) = &this.failed {
+                return Poll::Ready(Err(std::io::Error::new(std::io::ErrorKind::InvalidData, message.clone())));
+            }
+            let mut chunk = [0_u8; 64 * 1024];
+            let mut read = tokio::io::ReadBuf::new(&mut chunk);
+            match std::pin::Pin::new(&mut this.inner).poll_read(cx, &mut read) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(error)) => return Poll::Ready(Err(error)),
+                Poll::Ready(Ok(())) if read.filled().is_empty() => {
+                    // The end: an unfinished line goes on as it is (the SDK
+                    // ignores it), unless it was over the limit.
+                    if !this.skipping && !this.line.is_empty() {
+                        let rest = std::mem::take(&mut this.line);
+                        this.ready.extend_from_slice(&rest);
+                        continue;
+                    }
+                    return Poll::Ready(Ok(()));
+                }
+                Poll::Ready(Ok(())) => {
+                    let filled = read.filled().to_vec();
+                    this.take_in(&filled);
+                }
+            }
+        }
+    }
+}
+
+/// The top-level `"id"` of a JSON object read a piece at a time: its JSON
+/// text (a number or a string) once it has been read whole.
+#[derive(Debug, Default)]
+struct IdScanner {
+    depth: u32,
+    in_string: bool,
+    escaped: bool,
+    /// At depth 1, the next string is a key.
+    expect_key: bool,
+    /// The key being read (only its first bytes matter).
+    key: Vec<u8>,
+    reading_key: bool,
+    /// The last key read at depth 1 was `id` and its value comes next.
+    id_next: bool,
+    /// The value of `id` being read, then read.
+    value: Vec<u8>,
+    reading_value: bool,
+    done: Option<String>,
+}
+
+impl IdScanner {
+    fn id(&self) -> Option<String> {
+        self.done.clone()
+    }
+
+    fn feed(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            if self.done.is_some() {
+                return;
+            }
+            if self.reading_value && self.value_byte(byte) {
+                continue;
+            }
+            if self.in_string {
+                if self.escaped {
+                    self.escaped = false;
+                } else if byte == b'\\' {
+                    self.escaped = true;
+                } else if byte == b'"' {
+                    self.in_string = false;
+                    if self.reading_key {
+                        self.reading_key = false;
+                        self.id_next = self.key == b"id";
+                        self.key.clear();
+                    }
+                    continue;
+                }
+                if self.reading_key && self.key.len() < 8 {
+                    self.key.push(byte);
+                }
+                continue;
+            }
+            match byte {
+                b'"' => {
+                    self.in_string = true;
+                    self.reading_key = self.depth == 1 && self.expect_key;
+                    self.expect_key = false;
+                }
+                b'{' | b'[' => {
+                    self.depth += 1;
+                    self.expect_key = self.depth == 1 && byte == b'{';
+                    self.id_next = false;
+                }
+                b'}' | b']' => {
+                    self.depth = self.depth.saturating_sub(1);
+                    self.id_next = false;
+                }
+                b',' => {
+                    self.expect_key = self.depth == 1;
+                    self.id_next = false;
+                }
+                b':' if self.depth == 1 && self.id_next => {
+                    self.id_next = false;
+                    self.reading_value = true;
+                    self.value.clear();
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// One byte of the `id` value; false when the byte is not part of it
+    /// (and is read as structure).
+    fn value_byte(&mut self, byte: u8) -> bool {
+        match self.value.first() {
+            None if byte.is_ascii_whitespace() => true,
+            None if byte == b'"' || byte == b'-' || byte.is_ascii_digit() => {
+                self.value.push(byte);
+                true
+            }
+            // `null` or something odd: no id to answer.
+            None => {
+                self.reading_value = false;
+                false
+            }
+            Some(b'"') => {
+                self.value.push(byte);
+                if self.escaped {
+                    self.escaped = false;
+                } else if byte == b'\\' {
+                    self.escaped = true;
+                } else if byte == b'"' {
+                    self.finish_value();
+                } else if self.value.len() > 256 {
+                    // Too long to be worth echoing: skip the rest of the string.
+                    self.reading_value = false;
+                    self.value.clear();
+                    self.in_string = true;
+                }
+                true
+            }
+            Some(_) if byte.is_ascii_digit() || matches!(byte, b'-' | b'+' | b'.' | b'e' | b'E') => {
+                self.value.push(byte);
+                if self.value.len() > 64 {
+                    self.reading_value = false;
+                    self.value.clear();
+                }
+                true
+            }
+            Some(_) => {
+                self.finish_value();
+                false
+            }
+        }
+    }
+
+    fn finish_value(&mut self) {
+        self.reading_value = false;
+        let text = String::from_utf8_lossy(&self.value).into_owned();
+        self.value.clear();
+        if serde_json::from_str::<serde_json::Value>(&text).is_ok_and(|v| v.is_string() || v.is_number()) {
+            self.done = Some(text);
+        }
+    }
+}
+
+/// The client's replacement for an oversized message from a server: an
+/// error answer to its id (the call fails at once, naming the limit); with
+/// no id, nothing (and the stream ends: see [`client_stream`]).
+fn client_oversized(id: Option<&str>, limit: usize) -> Option<Vec<u8>> {
+    let id = id?;
+    let message = format!(
+        "the server's answer exceeds the limit of {limit} bytes ({} MiB) for one message and was not read",
+        limit / (1024 * 1024)
+    );
+    let error = serde_json::json!({"code": -32603, "message": message});
+    Some(format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"error\":{error}}}\n").into_bytes())
+}
+
+/// A server's standard output as the client reads it: lines over
+/// [`MAX_MESSAGE_BYTES`] answered at once (see [`BoundedLines`]).
+fn client_stream<R>(stdout: R) -> BoundedLines<R> {
+    BoundedLines::new(stdout, MAX_MESSAGE_BYTES, client_oversized, true)
+}
 
 /// How many of a server's last stderr lines a failed start quotes.
 const STDERR_TAIL_LINES: usize = 5;
@@ -217,7 +554,15 @@ impl Drop for GroupChild {
         // While the leader is unreaped its pid, and so the group id, cannot
         // be reused.
         if let Some(pid) = self.0.id().and_then(|pid| i32::try_from(pid).ok()) {
-            let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+            let pid = nix::unistd::Pid::from_raw(pid);
+            let _ = nix::sys::signal::killpg(pid, nix::sys::signal::Signal::SIGKILL);
+            // Wait (briefly: it was SIGKILLed) until the leader has exited,
+            // without reaping it: the child's own drop then finds it exited
+            // and reaps it, rather than leaving it to the runtime's orphan
+            // queue, which nothing drains once the runtime is gone (an
+            // ending process would leave a zombie for its parent).
+            let flags = nix::sys::wait::WaitPidFlag::WEXITED | nix::sys::wait::WaitPidFlag::WNOWAIT;
+            while nix::sys::wait::waitid(nix::sys::wait::Id::Pid(pid), flags) == Err(nix::errno::Errno::EINTR) {}
         }
     }
 }
@@ -281,7 +626,7 @@ async fn connect_stdio(
     let (Some(stdout), Some(stdin)) = (child.0.stdout.take(), child.0.stdin.take()) else {
         return Err(ClientError::Protocol("the child's standard streams are not available".to_owned()));
     };
-    match handshake(client.serve((stdout, stdin))).await {
+    match handshake(client.serve((client_stream(stdout), stdin))).await {
         Ok((service, tools)) => {
             let peer = service.peer().clone();
             Ok((Connection { service, peer, child: Some(child) }, tools))
@@ -505,9 +850,7 @@ impl Server {
             }
             Err(error) => {
                 slot.failures = slot.failures.saturating_add(1);
-                let backoff = RESTART_BACKOFF
-                    .saturating_mul(2_u32.saturating_pow(slot.failures.saturating_sub(1)))
-                    .min(MAX_RESTART_BACKOFF);
+                let backoff = restart_backoff(slot.failures);
                 slot.next_start = Instant::now() + backoff;
                 tracing::warn!("MCP server '{}' failed to restart: {error}", self.name);
                 Err(error)
@@ -551,6 +894,80 @@ impl Server {
         let mut slot = self.slot.lock().await;
         if slot.connection.as_ref().is_some_and(|current| Arc::ptr_eq(current, dead)) {
             slot.connection = None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt as _;
+
+    /// What a reader of `input` through a [`BoundedLines`] of `limit` gets
+    /// (or its error), fed in pieces of `piece` bytes.
+    async fn through(
+        input: &[u8],
+        limit: usize,
+        oversized: Oversized,
+        close: bool,
+        piece: usize,
+    ) -> Result<String, String> {
+        let (mut writer, reader) = tokio::io::duplex(1 << 20);
+        let input = input.to_vec();
+        let feeding = tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt as _;
+            for chunk in input.chunks(piece) {
+                if writer.write_all(chunk).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let mut out = Vec::new();
+        let read = BoundedLines::new(reader, limit, oversized, close).read_to_end(&mut out).await;
+        let _ = feeding.await;
+        read.map(|_| String::from_utf8_lossy(&out).into_owned()).map_err(|e| e.to_string())
+    }
+
+    #[tokio::test]
+    async fn lines_over_the_limit_are_answered_by_id_and_the_stream_stays_in_step() {
+        let big = "x".repeat(100);
+        let input = format!(
+            "{{\"id\":1,\"result\":\"ok\"}}\n{{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":\"{big}\"}}\n{{\"result\":{{\"id\":9,\"text\":\"{big}\"}},\"id\":\"a\\\"b\"}}\n{{\"id\":2}}\n"
+        );
+        for piece in [1, 7, 64, 4096] {
+            let out =
+                through(input.as_bytes(), 48, client_oversized, true, piece).await.unwrap_or_else(|e| panic!("{e}"));
+            let lines: Vec<serde_json::Value> =
+                out.lines().map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"))).collect();
+            assert_eq!(lines.len(), 4, "{out}");
+            assert_eq!(lines[0], serde_json::json!({"id": 1, "result": "ok"}));
+            // The id came first: answered at once. The nested `id` 9 is not the message's.
+            assert_eq!(lines[1]["id"], 7);
+            assert_eq!(lines[1]["error"]["code"], -32603);
+            assert!(lines[1]["error"]["message"].as_str().is_some_and(|m| m.contains("limit of 48 bytes")), "{out}");
+            assert_eq!(lines[2]["id"], "a\"b");
+            assert_eq!(lines[3], serde_json::json!({"id": 2}));
+        }
+    }
+
+    #[tokio::test]
+    async fn without_an_id_the_client_closes_the_stream_and_the_server_drops_the_line() {
+        let input = format!("{{\"method\":\"note\",\"params\":\"{}\"}}\n{{\"id\":3}}\n", "y".repeat(100));
+        let closed = through(input.as_bytes(), 48, client_oversized, true, 16).await;
+        assert!(closed.is_err_and(|e| e.contains("exceeds the limit of 48 bytes")));
+        let dropped = through(input.as_bytes(), 48, |_, _| None, false, 16).await;
+        assert_eq!(dropped.as_deref(), Ok("{\"id\":3}\n"));
+    }
+
+    #[test]
+    fn restart_backoff_doubles_with_jitter_up_to_the_cap() {
+        for _ in 0..20 {
+            for (failures, base) in [(1, RESTART_BACKOFF), (2, RESTART_BACKOFF * 2), (4, RESTART_BACKOFF * 8)] {
+                let wait = restart_backoff(failures);
+                assert!(wait >= base && wait <= base * 2, "{failures}: {wait:?}");
+            }
+            assert_eq!(restart_backoff(20), MAX_RESTART_BACKOFF);
+            assert_eq!(restart_backoff(u32::MAX), MAX_RESTART_BACKOFF);
         }
     }
 }

@@ -361,7 +361,8 @@ mod tests {
         assert!(waiting.message.contains("the next start is attempted in"), "{waiting:?}");
 
         std::fs::write(&gate, "").unwrap_or_else(|e| panic!("{e}"));
-        tokio::time::sleep(crate::client::RESTART_BACKOFF + std::time::Duration::from_millis(50)).await;
+        // The first wait is the backoff plus up to as much again (jitter).
+        tokio::time::sleep(crate::client::RESTART_BACKOFF * 2 + std::time::Duration::from_millis(50)).await;
         pid_of(&echo.run(&args).await);
     }
 

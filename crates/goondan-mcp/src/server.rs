@@ -29,8 +29,8 @@ use goondan_core::{ConversationState, JsonObject, JsonValue, ToolResult, ToolSta
 use goondan_runtime::agent::AgentTooling;
 use goondan_tools::ToolCatalogItem;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest, CustomResult, ErrorCode,
+    Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -190,14 +190,56 @@ impl ServerHandler for ToolServer {
             () = context.ct.cancelled() => Err(McpError::internal_error("the call was cancelled", None)),
         }
     }
+
+    /// The stand-in for a request over [`MAX_MESSAGE_BYTES`] (see
+    /// [`serve_stdio`]): an error answer naming the limit. Any other method
+    /// is not found, as the SDK answers by default.
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, McpError> {
+        if request.method == TOO_LARGE_METHOD {
+            return Err(McpError::invalid_request(
+                format!(
+                    "the request exceeds the limit of {MAX_MESSAGE_BYTES} bytes ({} MiB) for one message and was not read",
+                    MAX_MESSAGE_BYTES / (1024 * 1024)
+                ),
+                None,
+            ));
+        }
+        Err(McpError::new(ErrorCode::METHOD_NOT_FOUND, request.method, None))
+    }
+}
+
+use crate::client::MAX_MESSAGE_BYTES;
+
+/// The method of the request that stands in for one over the limit; the
+/// SDK routes it to [`ServerHandler::on_custom_request`].
+const TOO_LARGE_METHOD: &str = "goondan/requestTooLarge";
+
+/// The server's replacement for an oversized request from its client: a
+/// request of [`TOO_LARGE_METHOD`] with the same id, which the handler
+/// answers with an error; a message without an id (a notification) needs
+/// no answer and is dropped.
+fn server_oversized(id: Option<&str>, _limit: usize) -> Option<Vec<u8>> {
+    Some(format!("{{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"{TOO_LARGE_METHOD}\"}}\n", id?).into_bytes())
 }
 
 /// Serves `server` on standard input and output until the client closes
 /// its end or `stop` completes. Nothing else may write to standard output.
+///
+/// A request line over [`MAX_MESSAGE_BYTES`] is not read (the SDK would
+/// drop it without an answer, and its client would wait forever): it is
+/// answered at once with a JSON-RPC error (`-32600`, naming the limit) to
+/// its id, the rest of the line is skipped, and serving goes on with the
+/// next line.
 pub async fn serve_stdio(server: ToolServer, stop: impl Future<Output = ()>) -> Result<(), ServeError> {
     tokio::pin!(stop);
+    let (stdin, stdout) = rmcp::transport::io::stdio_pipes();
+    let stdin = crate::client::BoundedLines::new(stdin, MAX_MESSAGE_BYTES, server_oversized, false);
     let running = tokio::select! {
-        running = server.serve(rmcp::transport::io::stdio_pipes()) => match running {
+        running = server.serve((stdin, stdout)) => match running {
             Ok(running) => running,
             // The client went away before it said anything: nothing to serve.
             Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => {

@@ -4,7 +4,9 @@
 // never answers (and writes the reason of a `notifications/cancelled` for
 // it to FAKE_MCP_CANCELLED), `progress` reports three steps of progress on
 // the request's token before answering, and `add_tool` adds a tool `extra`
-// and says so with `notifications/tools/list_changed`. With FAKE_MCP_GATE
+// and says so with `notifications/tools/list_changed`, `huge` (unlisted,
+// so the listing tests see the same tools) answers with a text of
+// `arguments.mib` MiB (one line over the client's limit). With FAKE_MCP_GATE
 // set, it exits at once unless that file exists (a server that cannot start
 // again).
 import { existsSync, writeFileSync } from 'node:fs';
@@ -71,6 +73,8 @@ createInterface({ input: process.stdin }).on('line', (line) => {
     }
     send({ method: 'notifications/tools/list_changed' });
     send({ id, result: { content: [{ type: 'text', text: 'added' }] } });
+  } else if (method === 'tools/call' && params.name === 'huge') {
+    send({ id, result: { content: [{ type: 'text', text: 'h'.repeat((params.arguments?.mib ?? 20) * 1024 * 1024) }] } });
   } else if (method === 'tools/call') {
     send({ id, result: { content: [{ type: 'text', text: `${params.arguments?.text} from ${process.pid}` }] } });
   } else {

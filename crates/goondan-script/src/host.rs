@@ -7,6 +7,19 @@
 //! never stdout: user code may print anything, and its stdout and stderr go
 //! to `tracing` (target `goondan::script`).
 //!
+//! The private directory is `goondan-js-<pid>-<random>` in the temporary
+//! directory, mode 0700 whatever the umask, and removed when the
+//! [`ScriptHost`] is dropped; one left behind by a process that was
+//! SIGKILLed (its pid no longer runs) is swept by the next start of any
+//! host of the same user.
+//!
+//! Every host process is waited for: a thread of its own waits for its
+//! exit and reaps it at once, whatever the async runtime is doing (even
+//! shutting down), and dropping the host kills the process and waits for
+//! that reap — so no exited host stays a zombie, and none is left for the
+//! parent of an exiting agent process to collect. Killing goes through the
+//! same lock as the reap, so a kill never reaches a pid reused after it.
+//!
 //! Three tasks serve one host process: a writer (so that a dropped call can
 //! never leave half a frame on the socket), a reader (routes results by id
 //! to the waiting calls) and a supervisor (owns the child; when it exits,
@@ -32,7 +45,7 @@ use goondan_tools::{BoxFuture, HandlerResult, ToolContext, ToolFailure, ToolOutp
 use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncWriteExt as _, BufReader};
 use tokio::net::UnixListener;
 use tokio::net::unix::OwnedWriteHalf;
-use tokio::process::{Child, ChildStdin, Command};
+use tokio::process::ChildStdin;
 use tokio::sync::{OnceCell, mpsc, oneshot, watch};
 
 use crate::protocol::{ErrorBody, FromHost, MiddlewareDecl, ToHost};
@@ -153,10 +166,27 @@ impl Failures {
         if self.in_a_row < FAILURES_BEFORE_BACKOFF {
             return None;
         }
-        let doublings = (self.in_a_row - FAILURES_BEFORE_BACKOFF).min(20);
-        let delay = BACKOFF_START.saturating_mul(1 << doublings).min(BACKOFF_MAX);
-        self.last.map(|last| last + delay)
+        self.last.map(|last| last + backoff(self.in_a_row - FAILURES_BEFORE_BACKOFF))
     }
+}
+
+/// The wait after `doublings` more deaths than [`FAILURES_BEFORE_BACKOFF`]:
+/// `backon`'s exponential backoff from [`BACKOFF_START`] with jitter of up to
+/// as much again, at most [`BACKOFF_MAX`].
+fn backoff(doublings: u32) -> Duration {
+    use backon::BackoffBuilder as _;
+    // Past 2⁹ doublings of 100 ms the wait is at the cap anyway.
+    let doublings = usize::try_from(doublings.min(9)).unwrap_or(9);
+    backon::ExponentialBuilder::new()
+        .with_jitter()
+        .with_factor(2.0)
+        .with_min_delay(BACKOFF_START)
+        .with_max_delay(BACKOFF_MAX)
+        .without_max_times()
+        .build()
+        .nth(doublings)
+        .unwrap_or(BACKOFF_MAX)
+        .min(BACKOFF_MAX)
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -291,6 +321,12 @@ impl ScriptHost {
         state.current.as_ref().filter(|c| c.shared.is_open()).map(|c| c.shared.pid)
     }
 
+    /// The private directory of the hosts (script and sockets), once a host
+    /// has started.
+    pub async fn directory(&self) -> Option<std::path::PathBuf> {
+        self.state.lock().await.dir.as_ref().map(|dir| dir.path().to_path_buf())
+    }
+
     /// Runs `handlers[export](ctx, input)` of `module` in the host.
     /// `ctx` is the JSON part of the JavaScript ToolContext; `tool_ctx` is
     /// the call's own (its id tags the call's log lines, its runtime answers
@@ -408,12 +444,7 @@ impl ScriptHost {
             .named("ScriptHostError")
         };
         if state.dir.is_none() {
-            // tempfile creates the directory with mode 0700: only this user
-            // can reach the socket.
-            let dir = tempfile::Builder::new()
-                .prefix("goondan-js-")
-                .tempdir()
-                .map_err(|e| start_failed(format!("cannot create a private directory: {e}")))?;
+            let dir = private_dir().map_err(|e| start_failed(format!("cannot create a private directory: {e}")))?;
             std::fs::write(dir.path().join("host.mjs"), HOST_SCRIPT)
                 .map_err(|e| start_failed(format!("cannot write the host script: {e}")))?;
             state.dir = Some(dir);
@@ -425,32 +456,26 @@ impl ScriptHost {
         let socket_path = dir.join(format!("host-{}.sock", state.generation));
         let listener = UnixListener::bind(&socket_path)
             .map_err(|e| start_failed(format!("cannot listen on {}: {e}", socket_path.display())))?;
-        let mut command = Command::new(&runtime.path);
+        let mut command = std::process::Command::new(&runtime.path);
         for private in goondan_core::process_env::PRIVATE_TO_PROCESS {
             command.env_remove(private);
         }
-        let mut child = command
+        command
             .args(&runtime.args)
             .arg(dir.join("host.mjs"))
             .env(SOCKET_ENV, &socket_path)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| {
-                let _ = std::fs::remove_file(&socket_path);
-                start_failed(format!("cannot run {}: {e}", runtime.path.display()))
-            })?;
-        let pid = child.id().unwrap_or_default();
+            .stderr(Stdio::piped());
+        let (mut child, pipes) = HostProcess::spawn(command).map_err(|e| {
+            let _ = std::fs::remove_file(&socket_path);
+            start_failed(format!("cannot run {}: {e}", runtime.path.display()))
+        })?;
+        let pid = child.pid;
         let label = format!("{} {}, pid {pid}", runtime.kind, runtime.version);
-        if let Some(stdout) = child.stdout.take() {
-            tokio::spawn(forward_lines(stdout, pid, false));
-        }
-        if let Some(stderr) = child.stderr.take() {
-            tokio::spawn(forward_lines(stderr, pid, true));
-        }
-        let stdin = child.stdin.take();
+        tokio::spawn(forward_lines(pipes.stdout, pid, false));
+        tokio::spawn(forward_lines(pipes.stderr, pid, true));
+        let stdin = Some(pipes.stdin);
 
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted.map_err(|e| format!("accepting its connection failed: {e}")),
@@ -942,7 +967,7 @@ async fn read_frames<R: AsyncRead + Unpin>(
 }
 
 async fn supervise(
-    mut child: Child,
+    mut child: HostProcess,
     stdin: Option<ChildStdin>,
     shared: Arc<Shared>,
     mut kill: mpsc::UnboundedReceiver<&'static str>,
@@ -958,14 +983,14 @@ async fn supervise(
             // `None`: every handle is gone (the ScriptHost was dropped).
             wanted = why.is_some();
             reason = why;
-            let _ = child.start_kill();
+            child.kill();
             child.wait().await
         }
         _ = reader_done => match tokio::time::timeout(EXIT_GRACE, child.wait()).await {
             Ok(status) => status,
             Err(_) => {
                 reason = Some("it closed its socket but did not exit");
-                let _ = child.start_kill();
+                child.kill();
                 child.wait().await
             }
         },
@@ -984,6 +1009,145 @@ async fn supervise(
         lock(&shared.failures).record();
     }
     shared.close(&format!("{message}; the call was lost (the next call starts a new host)"));
+}
+
+/// The pipes of a host process, ready for the async runtime.
+struct HostPipes {
+    stdin: ChildStdin,
+    stdout: tokio::process::ChildStdout,
+    stderr: tokio::process::ChildStderr,
+}
+
+/// A host process and the thread that waits for it. Dropping it kills the
+/// process and waits until it is reaped.
+struct HostProcess {
+    pid: u32,
+    /// True once the process is reaped: its pid may then belong to another
+    /// process, so [`HostProcess::kill`] holds this lock and checks it.
+    reaped: Arc<Mutex<bool>>,
+    exited: oneshot::Receiver<std::io::Result<ExitStatus>>,
+    waiter: Option<std::thread::JoinHandle<()>>,
+}
+
+impl HostProcess {
+    fn spawn(mut command: std::process::Command) -> std::io::Result<(Self, HostPipes)> {
+        let mut child = command.spawn()?;
+        let pipes = (child.stdin.take(), child.stdout.take(), child.stderr.take());
+        let pid = child.id();
+        let reaped = Arc::new(Mutex::new(false));
+        let (tx, exited) = oneshot::channel();
+        let gate = Arc::clone(&reaped);
+        let waiter = std::thread::Builder::new().name(format!("goondan-js-wait-{pid}")).spawn(move || {
+            let target = nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX));
+            // Wait for the exit without reaping: until the reap below the pid
+            // stays this zombie's, so a kill meanwhile cannot reach another
+            // process.
+            let flags = nix::sys::wait::WaitPidFlag::WEXITED | nix::sys::wait::WaitPidFlag::WNOWAIT;
+            while nix::sys::wait::waitid(nix::sys::wait::Id::Pid(target), flags) == Err(nix::errno::Errno::EINTR) {}
+            let status = {
+                let mut reaped = lock(&gate);
+                let status = child.wait();
+                *reaped = true;
+                status
+            };
+            let _ = tx.send(status);
+        });
+        let waiter = match waiter {
+            Ok(waiter) => waiter,
+            Err(error) => {
+                // The child exists but nothing would wait for it: end it here.
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX)),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+                return Err(error);
+            }
+        };
+        let process = Self { pid, reaped, exited, waiter: Some(waiter) };
+        let (Some(stdin), Some(stdout), Some(stderr)) = pipes else {
+            return Err(std::io::Error::other("the host's pipes were not set up"));
+        };
+        let pipes = HostPipes {
+            stdin: ChildStdin::from_std(stdin)?,
+            stdout: tokio::process::ChildStdout::from_std(stdout)?,
+            stderr: tokio::process::ChildStderr::from_std(stderr)?,
+        };
+        Ok((process, pipes))
+    }
+
+    /// SIGKILLs the process unless it has been reaped.
+    fn kill(&self) {
+        let reaped = lock(&self.reaped);
+        if !*reaped && let Ok(pid) = i32::try_from(self.pid) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+
+    /// Its exit status, once it has exited and been reaped.
+    async fn wait(&mut self) -> std::io::Result<ExitStatus> {
+        (&mut self.exited).await.unwrap_or_else(|_| Err(std::io::Error::other("its waiting thread ended")))
+    }
+}
+
+impl Drop for HostProcess {
+    fn drop(&mut self) {
+        self.kill();
+        // Brief: a SIGKILLed process exits at once.
+        if let Some(waiter) = self.waiter.take() {
+            let _ = waiter.join();
+        }
+    }
+}
+
+/// Creates the private directory of this process's hosts (mode 0700, set
+/// after creation so the umask cannot widen or narrow it), first sweeping
+/// the directories of processes that no longer run.
+fn private_dir() -> std::io::Result<tempfile::TempDir> {
+    use std::os::unix::fs::PermissionsExt as _;
+    sweep_stale_dirs(&std::env::temp_dir());
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("{PRIVATE_DIR_PREFIX}{}-", std::process::id()))
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir()?;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))?;
+    Ok(dir)
+}
+
+/// The name of a host's private directory starts with this, then the pid
+/// of the process that made it and `-`.
+const PRIVATE_DIR_PREFIX: &str = "goondan-js-";
+
+/// Removes the private directories in `temp` that belong to this user and
+/// were made by a process that no longer runs (a SIGKILLed `gdn` or agent
+/// process never removed its own). Returns how many went.
+fn sweep_stale_dirs(temp: &Path) -> usize {
+    use std::os::unix::fs::MetadataExt as _;
+    let Ok(own) = std::fs::metadata("/proc/self").map(|m| m.uid()) else { return 0 };
+    let Ok(entries) = std::fs::read_dir(temp) else { return 0 };
+    let mut swept = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|name| name.strip_prefix(PRIVATE_DIR_PREFIX))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<i32>().ok())
+            .filter(|pid| *pid > 0)
+        else {
+            continue;
+        };
+        // Only real directories of ours (not a link planted by another user).
+        let Ok(meta) = std::fs::symlink_metadata(entry.path()) else { continue };
+        if !meta.is_dir() || meta.uid() != own {
+            continue;
+        }
+        let gone = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) == Err(nix::errno::Errno::ESRCH);
+        if gone && std::fs::remove_dir_all(entry.path()).is_ok() {
+            tracing::debug!(target: "goondan::script", "removed {}, left by pid {pid}", entry.path().display());
+            swept += 1;
+        }
+    }
+    swept
 }
 
 async fn forward_lines<R: AsyncRead + Unpin>(stream: R, pid: u32, stderr: bool) {
@@ -1060,10 +1224,14 @@ mod tests {
         failures.record();
         assert_eq!(failures.next_start(), None);
         let delay = |f: &Failures| f.next_start().zip(f.last).map(|(at, last)| at - last);
+        let within = |delay: Option<Duration>, base: u64| {
+            let base = Duration::from_millis(base);
+            delay.is_some_and(|delay| delay >= base && delay <= base * 2)
+        };
         failures.record();
-        assert_eq!(delay(&failures), Some(Duration::from_millis(100)));
+        assert!(within(delay(&failures), 100), "{:?}", delay(&failures));
         failures.record();
-        assert_eq!(delay(&failures), Some(Duration::from_millis(200)));
+        assert!(within(delay(&failures), 200), "{:?}", delay(&failures));
         failures.in_a_row = 40;
         assert_eq!(delay(&failures), Some(BACKOFF_MAX));
         // A death long after the last one starts a new count.

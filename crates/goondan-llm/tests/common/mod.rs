@@ -25,22 +25,42 @@ pub struct Canned {
     pub body: String,
     /// How long to wait before answering (to test the wait for headers).
     pub delay: Duration,
+    /// Headers sent besides `content-type`.
+    pub headers: Vec<(&'static str, String)>,
 }
 
 impl Canned {
     /// `200 OK` with an event stream.
     pub fn sse(body: impl Into<String>) -> Self {
-        Self { status: 200, content_type: "text/event-stream", body: body.into(), delay: Duration::ZERO }
+        Self {
+            status: 200,
+            content_type: "text/event-stream",
+            body: body.into(),
+            delay: Duration::ZERO,
+            headers: Vec::new(),
+        }
     }
 
     /// `status` with a JSON body (text or a value).
     pub fn json(status: u16, body: impl ToString) -> Self {
-        Self { status, content_type: "application/json", body: body.to_string(), delay: Duration::ZERO }
+        Self {
+            status,
+            content_type: "application/json",
+            body: body.to_string(),
+            delay: Duration::ZERO,
+            headers: Vec::new(),
+        }
     }
 
     /// The same answer, sent after `delay`.
     pub fn after(self, delay: Duration) -> Self {
         Self { delay, ..self }
+    }
+
+    /// The same answer with the header `name: value` as well.
+    pub fn with_header(mut self, name: &'static str, value: impl Into<String>) -> Self {
+        self.headers.push((name, value.into()));
+        self
     }
 }
 
@@ -120,7 +140,13 @@ async fn answer(State(mock): State<Arc<Mock>>, method: Method, uri: Uri, headers
     };
     tokio::time::sleep(reply.delay).await;
     let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    (status, [(header::CONTENT_TYPE, reply.content_type)], reply.body).into_response()
+    let mut response = (status, [(header::CONTENT_TYPE, reply.content_type)], reply.body).into_response();
+    for (name, value) in reply.headers {
+        if let Ok(value) = header::HeaderValue::from_str(&value) {
+            response.headers_mut().insert(name, value);
+        }
+    }
+    response
 }
 
 /// A server that answers one request with the headers of an event stream
@@ -221,7 +247,12 @@ pub async fn closed_url() -> String {
 
 /// Retries that wait milliseconds, not seconds (still four attempts).
 pub fn fast_retries() -> RetryPolicy {
-    RetryPolicy { max_attempts: 4, base_delay: Duration::from_millis(1), max_delay: Duration::from_millis(5) }
+    RetryPolicy {
+        max_attempts: 4,
+        base_delay: Duration::from_millis(1),
+        max_delay: Duration::from_millis(5),
+        ..RetryPolicy::default()
+    }
 }
 
 /// Calls `provider`; returns the result and the events it streamed.
