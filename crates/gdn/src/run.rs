@@ -107,7 +107,8 @@ impl SwarmObserver for Console {
                     *streamed = true;
                 }
             }
-            ObservePayload::TextDelta { .. } => {}
+            // The hub keeps idle reports to itself.
+            ObservePayload::TextDelta { .. } | ObservePayload::Idle { .. } => {}
             ObservePayload::ToolFinished { name, status, error_code } => {
                 let style = match status.as_str() {
                     "ok" => output::OK,
@@ -298,8 +299,7 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
         plan,
         AgentLauncher::new(program, launch_args),
         Arc::clone(&console) as Arc<dyn SwarmObserver>,
-    )
-    .context("starting the orchestrator")?;
+    );
 
     let single_input = match (&args.input, &args.input_file) {
         (Some(text), _) => Some(text.clone()),

@@ -114,15 +114,38 @@ fn read_pid(path: &Path) -> u32 {
     }
 }
 
-/// Every live process started under the orchestrator `pid` (agent processes
-/// and what their tools started carry its pid in their environment).
+/// The parent of `pid` (from `/proc/<pid>/stat`, readable even for a
+/// process that is not dumpable, as agent processes are).
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid …`; comm may hold spaces and parentheses.
+    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Every live process started under the orchestrator `pid`: its
+/// descendants, and what carries its pid in its environment (agent
+/// processes and their tools do; the environment of an agent process itself
+/// cannot be read, it is not dumpable).
 fn processes_of(orchestrator: u32) -> Vec<u32> {
     let needle = format!("GOONDAN_ORCHESTRATOR_PID={orchestrator}");
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
-        let Ok(environ) = std::fs::read(entry.path().join("environ")) else { continue };
-        if environ.split(|b| *b == 0).any(|var| var == needle.as_bytes()) && !is_gone(pid) {
+        let marked = std::fs::read(entry.path().join("environ"))
+            .is_ok_and(|environ| environ.split(|b| *b == 0).any(|var| var == needle.as_bytes()));
+        let mut descendant = false;
+        let mut at = pid;
+        for _ in 0..64 {
+            match parent_of(at) {
+                Some(parent) if parent == orchestrator => {
+                    descendant = true;
+                    break;
+                }
+                Some(parent) if parent > 1 => at = parent,
+                _ => break,
+            }
+        }
+        if (marked || descendant) && pid != orchestrator && !is_gone(pid) {
             found.push(pid);
         }
     }
@@ -454,6 +477,7 @@ fn orchestrator_signalled_leaves_nothing(signal: Signal) {
     let orchestrator = child.id();
     let worker = read_pid(&run.work.path().join("worker.pid"));
     let shell = read_pid(&run.work.path().join("worker-shell.pid"));
+    let started = processes_of(orchestrator);
     // The secret reached no agent process's environment, nor their tools'.
     for pid in processes_of(orchestrator).into_iter().chain([orchestrator]) {
         let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
@@ -468,6 +492,9 @@ fn orchestrator_signalled_leaves_nothing(signal: Signal) {
     let _ = child.wait();
     wait_until_none_left(orchestrator);
     assert!(is_gone(worker) && is_gone(shell));
+    // Also those no longer recognisable once their parent is gone.
+    let left: Vec<u32> = started.into_iter().filter(|pid| !is_gone(*pid)).collect();
+    assert!(left.is_empty(), "processes outlived the orchestrator: {left:?}");
 }
 
 #[test]

@@ -30,8 +30,8 @@ use goondan_core::message::now_millis;
 use goondan_core::{JsonObject, JsonValue, Message, MessageData, MessageSource, ToolCall, ToolResult, ToolStatus};
 use goondan_ipc::{
     AgentInstance, CallPayload, CallResultPayload, CancelPayload, DelegatePayload, DelegateResultPayload, ErrorInfo,
-    HelloPayload, InitPayload, IpcMessage, LinkReceiver, LinkSender, MessageSourceInfo, ORCHESTRATOR, ObservePayload,
-    ReadyPayload, ResultStatus, Routed, ShutdownAckPayload, TurnSummary, unix_link,
+    HelloPayload, InitPayload, IpcMessage, LinkError, LinkReceiver, LinkSender, MessageSourceInfo, ORCHESTRATOR,
+    ObservePayload, ReadyPayload, ResultStatus, Routed, ShutdownAckPayload, TurnSummary, unix_link,
 };
 use goondan_runtime::conversation::Conversation;
 use goondan_runtime::inbox::Inbox;
@@ -45,8 +45,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::codes::{
     AGENT_NOT_FOUND, AGENT_REQUEST_CANCELLED, AGENT_REQUEST_TIMEOUT, AGENT_TURN_FAILED, IPC_DELIVERY_FAILED,
+    IPC_MESSAGE_TOO_LARGE,
 };
-use crate::launcher::{ORCHESTRATOR_PID_ENV, SOCKET_ENV, TOKEN_ENV};
+use crate::launcher::ORCHESTRATOR_PID_ENV;
 
 /// The metadata key of an inbound message's origin (the original's).
 pub const INBOUND_METADATA_KEY: &str = "__goondanInbound";
@@ -59,8 +60,8 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(120);
 #[derive(Debug, thiserror::Error)]
 pub enum AgentProcessError {
     /// Not started by an orchestrator.
-    #[error("not started by a goondan orchestrator ({0} is not set)")]
-    NotAnAgentProcess(&'static str),
+    #[error("not started by a goondan orchestrator (its standard input is not the orchestrator's socket)")]
+    NotAnAgentProcess,
     /// The orchestrator is gone.
     #[error("the orchestrator went away")]
     OrchestratorGone,
@@ -74,8 +75,14 @@ pub enum AgentProcessError {
 
 /// Makes the kernel send SIGTERM to this process when its parent ends, and
 /// checks that the parent is still the orchestrator that started it (it may
-/// have died before the request). False when it is already gone.
+/// have died before the request). False when it is already gone. Also
+/// makes the process non-dumpable: another process of the same user can
+/// then neither attach to it nor read its memory (the secrets `init`
+/// brings), nor take its descriptors.
 pub fn guard_parent() -> bool {
+    if let Err(error) = nix::sys::prctl::set_dumpable(false) {
+        tracing::warn!("cannot make the agent process non-dumpable: {error}");
+    }
     let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM);
     match std::env::var(ORCHESTRATOR_PID_ENV).ok().and_then(|pid| pid.parse::<i32>().ok()) {
         Some(expected) => nix::unistd::getppid().as_raw() == expected,
@@ -100,15 +107,15 @@ impl std::fmt::Debug for AgentChannel {
 }
 
 impl AgentChannel {
-    /// Connects to the orchestrator named in the environment, introduces
-    /// this process and waits for its `init`.
+    /// Takes the channel the orchestrator gave this process as its standard
+    /// input (one end of a socket pair only this process holds), moves it
+    /// off fd 0 (close-on-exec: tools never inherit it; fd 0 becomes
+    /// `/dev/null`), introduces this process and waits for its `init`.
     pub async fn connect() -> Result<Self, AgentProcessError> {
-        let socket = std::env::var_os(SOCKET_ENV).ok_or(AgentProcessError::NotAnAgentProcess(SOCKET_ENV))?;
-        let token = std::env::var(TOKEN_ENV).map_err(|_| AgentProcessError::NotAnAgentProcess(TOKEN_ENV))?;
-        let stream = tokio::net::UnixStream::connect(socket).await?;
+        let stream = take_inherited_channel()?;
         let (read, write) = stream.into_split();
         let (link, mut receiver) = unix_link(read, write);
-        let hello = HelloPayload { token, pid: std::process::id() };
+        let hello = HelloPayload { pid: std::process::id() };
         link.send(IpcMessage::Hello(Routed::new("", ORCHESTRATOR, hello)))
             .await
             .map_err(|_| AgentProcessError::OrchestratorGone)?;
@@ -131,6 +138,27 @@ impl AgentChannel {
             let _ = tokio::time::timeout(Duration::from_secs(2), self.link.flush()).await;
         }
     }
+}
+
+/// The socket on fd 0, as a close-on-exec descriptor of its own; fd 0 then
+/// reads `/dev/null`.
+fn take_inherited_channel() -> Result<tokio::net::UnixStream, AgentProcessError> {
+    use std::os::fd::AsFd as _;
+    let stdin = std::io::stdin();
+    let fd = stdin.as_fd();
+    let is_socket = nix::sys::stat::fstat(fd).is_ok_and(|stat| {
+        nix::sys::stat::SFlag::from_bits_truncate(stat.st_mode) & nix::sys::stat::SFlag::S_IFMT
+            == nix::sys::stat::SFlag::S_IFSOCK
+    });
+    if !is_socket {
+        return Err(AgentProcessError::NotAnAgentProcess);
+    }
+    let owned = fd.try_clone_to_owned()?;
+    let null = std::fs::File::open("/dev/null")?;
+    nix::unistd::dup2_stdin(&null).map_err(std::io::Error::from)?;
+    let stream = std::os::unix::net::UnixStream::from(owned);
+    stream.set_nonblocking(true)?;
+    Ok(tokio::net::UnixStream::from_std(stream)?)
 }
 
 /// What a tool call of this instance waits for.
@@ -251,7 +279,13 @@ impl SwarmRuntime {
     async fn send_message(&self, message: IpcMessage, correlation_id: &str) -> Result<(), ToolFailure> {
         self.link.send(message).await.map_err(|error| {
             self.waiting().remove(correlation_id);
-            ToolFailure::with_code(format!("the orchestrator cannot be reached: {error}"), IPC_DELIVERY_FAILED)
+            match error {
+                LinkError::Closed => {
+                    ToolFailure::with_code(format!("the orchestrator cannot be reached: {error}"), IPC_DELIVERY_FAILED)
+                }
+                error => ToolFailure::with_code(format!("the request cannot be sent: {error}"), IPC_MESSAGE_TOO_LARGE)
+                    .suggest("Send a shorter input; put large content in a file and pass its path."),
+            }
         })
     }
 
@@ -683,7 +717,7 @@ pub async fn serve(
     let writer_link = Arc::clone(&link);
     let writer = tokio::spawn(async move {
         while let Some(message) = outgoing.recv().await {
-            if writer_link.send(message).await.is_err() {
+            if !send_or_stand_in(&writer_link, message).await {
                 break;
             }
         }
@@ -763,6 +797,8 @@ pub async fn serve(
         })
     };
 
+    // Jobs taken from the queue (run or skipped as cancelled).
+    let mut taken: u64 = 0;
     let end = loop {
         if *terminate.borrow() {
             break ServeEnd::Shutdown;
@@ -789,12 +825,19 @@ pub async fn serve(
                 job
             }
         };
-        if control.cancelled.lock().unwrap_or_else(PoisonError::into_inner).remove(&job.correlation_id) {
-            continue;
+        taken += 1;
+        let skipped = control.cancelled.lock().unwrap_or_else(PoisonError::into_inner).remove(&job.correlation_id);
+        if !skipped {
+            let restart = run_job(&agent, &mut conversation, &runtime, &control, &outbox, &me, job, &terminate).await;
+            if restart {
+                break ServeEnd::Restart;
+            }
         }
-        let restart = run_job(&agent, &mut conversation, &runtime, &control, &outbox, &me, job, &terminate).await;
-        if restart {
-            break ServeEnd::Restart;
+        if jobs.is_empty() {
+            // The orchestrator stops processes that idle (and counts the
+            // jobs, so that one it sent meanwhile keeps this one busy).
+            let idle = ObservePayload::Idle { jobs: taken };
+            let _ = outbox.send(IpcMessage::Observe(Routed::new(me.to_string(), ORCHESTRATOR, idle)));
         }
     };
     // What arrived meanwhile is kept.
@@ -806,6 +849,44 @@ pub async fn serve(
     reader.abort();
     agent.tooling.events.flushed().await;
     end
+}
+
+/// Sends `message`; false once the link is closed. A message over the frame
+/// limit fails alone and the channel stays up: an answer is replaced by an
+/// error answer to the same request (its caller learns why at once), any
+/// other message is dropped with a log line.
+async fn send_or_stand_in(link: &LinkSender, message: IpcMessage) -> bool {
+    let stand_in = match &message {
+        IpcMessage::DelegateResult(m) => Some((
+            m.from.clone(),
+            m.to.clone(),
+            m.correlation_id.clone(),
+            m.payload.turn.clone(),
+            m.payload.responder.clone(),
+        )),
+        _ => None,
+    };
+    let kind = message.kind();
+    match link.send(message).await {
+        Ok(()) => true,
+        Err(LinkError::Closed) => false,
+        Err(error) => {
+            let Some((from, to, correlation_id, turn, responder)) = stand_in else {
+                tracing::warn!("a {kind} message could not be sent: {error}");
+                return true;
+            };
+            tracing::warn!("the answer to {to} could not be sent: {error}");
+            let mut answer = DelegateResultPayload::error(
+                IPC_MESSAGE_TOO_LARGE,
+                format!("the answer of {from} cannot be sent: {error}"),
+            );
+            answer.turn = turn;
+            answer.responder = responder;
+            let mut routed = Routed::new(from, to, answer);
+            routed.correlation_id = correlation_id;
+            link.send(IpcMessage::DelegateResult(routed)).await.is_ok()
+        }
+    }
 }
 
 /// Appends replies that arrived while no turn ran, and saves them.

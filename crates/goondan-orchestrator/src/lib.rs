@@ -3,9 +3,14 @@
 //!
 //! - [`plan`]: the swarm an orchestrator runs (`SwarmPlan`).
 //! - [`launcher`]: starting one agent process (the `gdn` binary's hidden
-//!   subcommand), connected over a Unix socket in a private directory.
-//! - [`orchestrator`]: routing `delegate` / `delegate_result` / `event`,
-//!   auto-spawn, crash handling and backoff, shutdown.
+//!   subcommand), its channel one end of a socket pair it inherits.
+//! - [`orchestrator`]: the front end's handle on the hub.
+//! - `hub`: the one task that owns the swarm's state and takes typed
+//!   commands: routing `delegate` / `delegate_result` / `event`, auto-spawn,
+//!   the bound on live processes and idle stops, crash handling and
+//!   backoff, shutdown.
+//! - `start`: the tasks around one process (start to `ready`, its messages
+//!   then its exit, writing to it), so that the hub never waits.
 //! - [`waits`]: who waits for whom — a synchronous request that would close
 //!   a cycle is refused at once.
 //! - [`backoff`]: the crash policy.
@@ -20,11 +25,13 @@
 pub mod agent_process;
 pub mod backoff;
 pub mod codes;
+mod hub;
 pub mod launcher;
 pub mod orchestrator;
 pub mod plan;
+mod start;
 pub mod waits;
 
 pub use launcher::AgentLauncher;
-pub use orchestrator::{Orchestrator, SwarmObserver};
+pub use orchestrator::{NoSwarmObserver, Orchestrator, SwarmObserver};
 pub use plan::SwarmPlan;
