@@ -28,7 +28,7 @@ use tokio::net::UnixStream;
 use tokio::process::{Child, Command};
 
 /// The orchestrator's pid (the agent process exits if its parent is another).
-pub const ORCHESTRATOR_PID_ENV: &str = "GOONDAN_ORCHESTRATOR_PID";
+pub use goondan_ipc::ORCHESTRATOR_PID_ENV;
 
 /// How to start an agent process.
 #[derive(Debug, Clone)]

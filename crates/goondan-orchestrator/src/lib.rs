@@ -1,5 +1,5 @@
-//! Agent processes: the orchestrator that starts, routes between,
-//! supervises and stops them, and the agent-process side of the channel.
+//! The hub of a swarm: the orchestrator that starts agent processes,
+//! routes every message between them, supervises and stops them.
 //!
 //! - [`plan`]: the swarm an orchestrator runs (`SwarmPlan`).
 //! - [`launcher`]: starting one agent process (the `gdn` binary's hidden
@@ -14,17 +14,17 @@
 //! - [`waits`]: who waits for whom — a synchronous request that would close
 //!   a cycle is refused at once.
 //! - [`backoff`]: the crash policy.
-//! - [`agent_process`]: inside an agent process — the `agents` tool's
-//!   runtime over the channel, the queue of turns, asynchronous replies.
-//! - [`codes`]: the error codes of inter-agent calls.
+//! - [`codes`]: the error codes of inter-agent calls (goondan-ipc's).
+//!
+//! The agent side of the channel (serve loop, swarm client) is the
+//! goondan-agent crate.
 //!
 //! Architecture invariant: the orchestrator runs no turn and holds no
 //! conversation; every agent instance runs in its own process, and every
 //! message between instances goes through the orchestrator.
 
-pub mod agent_process;
 pub mod backoff;
-pub mod codes;
+pub use goondan_ipc::codes;
 mod hub;
 pub mod launcher;
 pub mod orchestrator;
