@@ -591,3 +591,44 @@ fn a_javascript_tool_reaches_the_swarm_through_ctx_runtime() {
 fn sighup_of_the_orchestrator_leaves_no_process_behind() {
     orchestrator_signalled_leaves_nothing(Signal::SIGHUP);
 }
+
+/// Item 8: an agent that cannot start says why (here a missing API key) and
+/// exits; its message and exit status win over the hub seeing the exit,
+/// every time (the race lost about one run in 40 before).
+#[test]
+fn a_missing_api_key_is_reported_by_the_agent_every_time() {
+    let bundle = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let yaml = r#"apiVersion: goondan.ai/v1
+kind: Model
+metadata: {name: m}
+spec:
+  provider: openai
+  model: gpt-4o-mini
+  apiKey: {valueFrom: {env: GDN_TEST_KEY_THAT_IS_NOT_SET}}
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: a}
+spec: {modelConfig: {modelRef: Model/m}}
+"#;
+    std::fs::write(bundle.path().join("goondan.yaml"), yaml).unwrap_or_else(|e| panic!("{e}"));
+    let state = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    for run in 0..60 {
+        let output = Command::new(env!("CARGO_BIN_EXE_gdn"))
+            .arg("-c")
+            .arg(bundle.path())
+            .arg("--state-root")
+            .arg(state.path())
+            .args(["run", "--input", "hi"])
+            .env("NO_COLOR", "1")
+            .env_remove("GDN_TEST_KEY_THAT_IS_NOT_SET")
+            .env_remove("GOONDAN_STATE_ROOT")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("spawn: {e}"));
+        let stderr = text(&output.stderr);
+        assert!(stderr.contains("GDN_TEST_KEY_THAT_IS_NOT_SET"), "run {run}: {stderr}");
+        assert!(!stderr.contains("ended at start"), "run {run}: {stderr}");
+        assert_eq!(output.status.code(), Some(2), "run {run}: {stderr}");
+    }
+}

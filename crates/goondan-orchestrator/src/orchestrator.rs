@@ -128,14 +128,61 @@ mod tests {
     use super::*;
     use crate::backoff;
 
-    #[tokio::test]
-    async fn a_process_that_keeps_dying_is_backed_off_after_five_crashes() {
-        let plan = SwarmPlan::new(
+    /// `printf` octal escapes of `bytes`.
+    fn escaped(bytes: &[u8]) -> String {
+        bytes.iter().map(|b| format!("\\{b:03o}")).collect()
+    }
+
+    /// A launcher whose "agent" says hello on its channel (fd 0), sends
+    /// `ready` with `error`, and exits 1 at once: the race of item 8, where
+    /// the exit and the error arrive together.
+    fn failing_agent(error: &ErrorInfo) -> AgentLauncher {
+        let ready = goondan_ipc::IpcMessage::Ready(goondan_ipc::Routed::new(
+            "a@k",
+            goondan_ipc::ORCHESTRATOR,
+            goondan_ipc::ReadyPayload { pid: 0, error: Some(error.clone()) },
+        ));
+        let ready = goondan_ipc::frame::encode(&ready).unwrap_or_else(|e| panic!("{e}"));
+        let script = format!(
+            r#"body='{{"type":"hello","from":"","to":"orchestrator","payload":{{"pid":'$$'}}}}'
+printf "\\000\\000\\000\\$(printf %03o ${{#body}})%s" "$body" >&0
+printf '{}' >&0
+exit 1"#,
+            escaped(&ready)
+        );
+        AgentLauncher::new("/bin/sh", ["-c".to_owned(), script, "agent".to_owned()])
+    }
+
+    fn plan() -> SwarmPlan {
+        SwarmPlan::new(
             goondan_ipc::SwarmInfo { name: "s".into(), entry_agent: "a".into(), agents: vec!["a".into()] },
             "/b".into(),
             "/s".into(),
             "/w".into(),
-        );
+        )
+    }
+
+    #[tokio::test]
+    async fn the_error_an_agent_sends_before_it_exits_always_wins_over_its_exit() {
+        let sent = ErrorInfo::new("AGENT_BUILD_FAILED", "the model needs SOME_API_KEY, which is not set");
+        let orchestrator = Orchestrator::start(plan(), failing_agent(&sent), Arc::new(NoSwarmObserver));
+        // The old start-up select! lost about half of these with this agent.
+        for n in 0..100 {
+            // A new instance each time: no crash backoff in the way.
+            let instance = AgentInstance::new("a", format!("k{n}"));
+            let error = orchestrator.start_instance(&instance).await.err().unwrap_or_else(|| panic!("started"));
+            assert_eq!(
+                (error.code.as_str(), error.message.as_str()),
+                (sent.code.as_str(), sent.message.as_str()),
+                "run {n}"
+            );
+        }
+        orchestrator.shutdown("done").await;
+    }
+
+    #[tokio::test]
+    async fn a_process_that_keeps_dying_is_backed_off_after_five_crashes() {
+        let plan = plan();
         // A real process that exits at once, before it ever says hello.
         let orchestrator = Orchestrator::start(
             plan,
