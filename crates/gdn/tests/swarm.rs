@@ -632,3 +632,56 @@ spec: {modelConfig: {modelRef: Model/m}}
         assert_eq!(output.status.code(), Some(2), "run {run}: {stderr}");
     }
 }
+
+/// Item 12 (hub edges): a same-user process (a model's `bash` command)
+/// finds no way into an agent process's channel. Nothing names it in the
+/// environment (no socket path, no token); there is no socket in the file
+/// system to connect to (so no socket directory to leave behind or to
+/// guard either); and the agent process is not dumpable, so its
+/// descriptors and memory cannot be taken.
+#[test]
+fn a_hostile_process_finds_no_way_into_an_agents_channel() {
+    let run = Run::new();
+    let workdir = run.work.path().display().to_string();
+    let mut child = run
+        .command(&["run", "--workdir", &workdir, "--input", "CASE:hang"])
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
+    let orchestrator = child.id();
+    let worker = read_pid(&run.work.path().join("worker.pid"));
+    let shell = read_pid(&run.work.path().join("worker-shell.pid"));
+    for pid in [worker, shell] {
+        let environ =
+            String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default()).into_owned();
+        assert!(!environ.contains("GOONDAN_AGENT_SOCKET") && !environ.contains("GOONDAN_AGENT_TOKEN"), "{environ}");
+    }
+    // Not dumpable: its descriptors (the channel among them) and memory are
+    // closed to another process of its user (root can read anything).
+    let root = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0).unwrap_or(true);
+    if !root {
+        assert!(std::fs::read_dir(format!("/proc/{worker}/fd")).is_err(), "the agent's descriptors can be listed");
+        assert!(std::fs::File::open(format!("/proc/{worker}/mem")).is_err(), "the agent's memory can be opened");
+    }
+    // Its shell (what a model's command runs in) holds no end of the channel.
+    let sockets: Vec<String> = std::fs::read_dir(format!("/proc/{shell}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .map(|target| target.display().to_string())
+        .filter(|target| target.starts_with("socket:"))
+        .collect();
+    assert!(sockets.is_empty(), "the tool's shell holds sockets: {sockets:?}");
+    // No socket, and so no socket directory, in the temporary directory.
+    let left: Vec<_> = std::fs::read_dir(run.state.path())
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("gdn-swarm-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    assert!(kill(Pid::from_raw(i32::try_from(orchestrator).unwrap_or(0)), Signal::SIGKILL).is_ok());
+    let _ = child.wait();
+    wait_until_none_left(orchestrator);
+}

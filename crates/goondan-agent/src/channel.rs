@@ -116,3 +116,27 @@ fn take_inherited_channel() -> Result<tokio::net::UnixStream, AgentProcessError>
     stream.set_nonblocking(true)?;
     Ok(tokio::net::UnixStream::from_std(stream)?)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_guard_makes_the_process_non_dumpable() {
+        // Not started by an orchestrator: no pid to compare, the parent is fine.
+        assert!(std::env::var_os(ORCHESTRATOR_PID_ENV).is_some() || guard_parent());
+        assert_eq!(nix::sys::prctl::get_dumpable().ok(), Some(false));
+    }
+
+    #[tokio::test]
+    async fn a_process_whose_stdin_is_not_a_socket_is_not_an_agent_process() {
+        // The test harness's stdin is a terminal, a pipe or /dev/null, never a socket.
+        if nix::sys::stat::fstat(std::io::stdin()).is_ok_and(|s| {
+            nix::sys::stat::SFlag::from_bits_truncate(s.st_mode) & nix::sys::stat::SFlag::S_IFMT
+                == nix::sys::stat::SFlag::S_IFSOCK
+        }) {
+            return;
+        }
+        assert!(matches!(AgentChannel::connect().await, Err(AgentProcessError::NotAnAgentProcess)));
+    }
+}
