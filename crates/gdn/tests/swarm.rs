@@ -685,3 +685,92 @@ fn a_hostile_process_finds_no_way_into_an_agents_channel() {
     let _ = child.wait();
     wait_until_none_left(orchestrator);
 }
+
+/// Waits for `child` up to `limit`; kills it and fails if it runs longer.
+fn wait_within(mut child: Child, limit: Duration) -> Output {
+    let deadline = Instant::now() + limit;
+    while child.try_wait().ok().flatten().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let output = child.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
+            panic!("still running after {limit:?}: {}", text(&output.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Item 12 (hub edges): an answer over the 16 MiB frame limit fails that
+/// one request with a clear code, and the worker's channel stays up: the
+/// next request to it is answered and the run ends.
+#[test]
+fn an_answer_over_the_frame_limit_fails_alone_and_the_channel_stays_up() {
+    let bundle = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let huge = "x".repeat(17 << 20);
+    std::fs::write(bundle.path().join("big.json"), format!(r#"[{{"text": "{huge}"}}]"#))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let yaml = r#"apiVersion: goondan.ai/v1
+kind: Model
+metadata: {name: lead-model}
+spec:
+  provider: scripted
+  model: lead
+  options:
+    replies:
+      - toolCalls: [{name: agents__request, args: {target: worker, input: "big"}}]
+      - toolCalls: [{name: agents__request, args: {target: worker, input: "small"}}]
+      - text: "lead done"
+---
+apiVersion: goondan.ai/v1
+kind: Model
+metadata: {name: worker-model}
+spec:
+  provider: scripted
+  model: worker
+  options:
+    repliesFile: ./big.json
+    when:
+      - inputContains: "small"
+        replies: [{text: "small answer"}]
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: lead}
+spec:
+  modelConfig: {modelRef: Model/lead-model}
+  tools: [{kind: Tool, name: agents, package: "@goondan/base"}]
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: worker}
+spec: {modelConfig: {modelRef: Model/worker-model}}
+---
+apiVersion: goondan.ai/v1
+kind: Swarm
+metadata: {name: big}
+spec: {entryAgent: Agent/lead, agents: [Agent/lead, Agent/worker]}
+"#;
+    std::fs::write(bundle.path().join("goondan.yaml"), yaml).unwrap_or_else(|e| panic!("{e}"));
+    let state = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let child = Command::new(env!("CARGO_BIN_EXE_gdn"))
+        .arg("-c")
+        .arg(bundle.path())
+        .arg("--state-root")
+        .arg(state.path())
+        .args(["run", "--input", "go"])
+        .env("NO_COLOR", "1")
+        .env_remove("GOONDAN_STATE_ROOT")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
+    let output = wait_within(child, Duration::from_secs(120));
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(text(&output.stdout).contains("lead done"), "{}", text(&output.stdout));
+    let calls: Vec<&str> = stderr.lines().filter(|line| line.contains("agents__request →")).collect();
+    assert_eq!(calls.len(), 2, "{stderr}");
+    assert!(calls[0].contains("IPC_MESSAGE_TOO_LARGE"), "{stderr}");
+    assert!(calls[1].ends_with("ok"), "{stderr}");
+}
