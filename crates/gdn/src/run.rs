@@ -275,6 +275,12 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
     plan.env.extend(session.secrets.to_map());
     // A deadline per call by default; 0 turns it off.
     plan.tool_timeout_ms = Some(args.tool_timeout_ms.unwrap_or(DEFAULT_TOOL_TIMEOUT_MS));
+    if let Some(bound) = args.max_agent_processes {
+        plan.max_processes = usize::try_from(bound).unwrap_or(usize::MAX);
+    }
+    if let Some(seconds) = args.agent_idle_secs {
+        plan.idle_timeout = (seconds > 0).then(|| std::time::Duration::from_secs(seconds));
+    }
     let program = std::env::current_exe().context("finding the gdn binary to start agent processes")?;
     let entry = AgentInstance::new(agent_name, instance_key);
     let console = Arc::new(Console {
