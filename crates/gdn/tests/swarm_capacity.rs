@@ -207,3 +207,23 @@ async fn an_idle_process_is_stopped_and_started_again_on_demand() {
     assert_eq!(swarm.counter.counts(|c| c.starts), 2, "started again on demand");
     swarm.orchestrator.shutdown("done").await;
 }
+
+/// An input over the 16 MiB frame limit fails that request with a clear
+/// code; the process and its channel stay up, and stop when idle as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_input_over_the_frame_limit_fails_alone() {
+    let swarm = swarm(|plan| plan.idle_timeout = Some(Duration::from_millis(300)));
+    let worker = AgentInstance::new("worker", "cap-big");
+    let big = swarm.orchestrator.ask(&worker, "x".repeat(17 << 20), no_cancel()).await;
+    let error = big.error.unwrap_or_else(|| panic!("the oversized input was accepted"));
+    assert_eq!(error.code, "IPC_MESSAGE_TOO_LARGE", "{error:?}");
+    let next = swarm.orchestrator.ask(&worker, "CASE:quick".to_owned(), no_cancel()).await;
+    assert_eq!(next.response.as_deref(), Some("worker answer"), "{next:?}");
+    assert_eq!(swarm.counter.counts(|c| c.starts), 1, "the same process answered");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while swarm.orchestrator.pid_of(&worker).await.is_some() {
+        assert!(Instant::now() < deadline, "the idle process was not stopped (a lost job kept it busy)");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    swarm.orchestrator.shutdown("done").await;
+}

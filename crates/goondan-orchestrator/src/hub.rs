@@ -289,6 +289,12 @@ impl Hub {
                 self.waits.remove(&correlation_id);
                 if let Some(pending) = self.pending.remove(&correlation_id) {
                     let target = pending.target.clone();
+                    // It never reached the process: not a job it will report as taken.
+                    if let Some(running) = self.slots.get_mut(&target).and_then(Slot::running_mut)
+                        && pending.delivered_to == Some(running.generation)
+                    {
+                        running.jobs_sent = running.jobs_sent.saturating_sub(1);
+                    }
                     self.deliver(pending.waiter, &correlation_id, &target, DelegateResultPayload::failed(error));
                 }
             }
