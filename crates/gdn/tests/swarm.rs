@@ -774,3 +774,32 @@ spec: {entryAgent: Agent/lead, agents: [Agent/lead, Agent/worker]}
     assert!(calls[0].contains("IPC_MESSAGE_TOO_LARGE"), "{stderr}");
     assert!(calls[1].ends_with("ok"), "{stderr}");
 }
+
+/// Item 12 (hub edges): out of descriptors, the hub does not spin (it has
+/// no accept loop: each agent's channel is a socket pair made at its start);
+/// a start that cannot get one fails at once with the reason.
+#[test]
+fn out_of_descriptors_a_start_fails_at_once_and_nothing_spins() {
+    let run = Run::new();
+    let workdir = run.work.path().display().to_string();
+    let gdn = run.command(&["run", "--workdir", &workdir, "--input", "CASE:quick"]);
+    let args: Vec<String> = gdn
+        .get_args()
+        .map(|a| a.to_string_lossy().into_owned())
+        .map(|a| format!("'{}'", a.replace('\'', "'\\''")))
+        .collect();
+    let script = format!("ulimit -n 12 && exec '{}' {}", env!("CARGO_BIN_EXE_gdn"), args.join(" "));
+    let child = Command::new("/bin/sh")
+        .args(["-c", &script])
+        .env("NO_COLOR", "1")
+        .env_remove("GOONDAN_STATE_ROOT")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
+    let output = wait_within(child, Duration::from_secs(20));
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("Too many open files"), "{stderr}");
+}
