@@ -67,7 +67,7 @@ pub(crate) async fn start(
             let _ = child.start_kill();
             return Err(unavailable(format!(
                 "the process for {instance} (pid {pid}) began with {} instead of hello",
-                describe_message(&other)
+                other.kind()
             )));
         }
         Step::Exited(status, error) => return Err(error.unwrap_or_else(|| ended(status))),
@@ -93,10 +93,7 @@ pub(crate) async fn start(
             },
             other => {
                 let _ = child.start_kill();
-                Err(unavailable(format!(
-                    "the process for {instance} did not become ready: {}",
-                    describe_message(&other)
-                )))
+                Err(unavailable(format!("the process for {instance} did not become ready: {}", other.kind())))
             }
         },
         Step::Exited(status, error) => Err(error.unwrap_or_else(|| ended(status))),
@@ -105,10 +102,6 @@ pub(crate) async fn start(
             Err(unavailable(format!("the process for {instance} did not become ready within {timeout:?}")))
         }
     }
-}
-
-fn describe_message(message: &IpcMessage) -> &'static str {
-    message.kind()
 }
 
 /// The next message of a starting process, or its end. What it sent is
