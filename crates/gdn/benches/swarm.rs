@@ -233,7 +233,7 @@ fn orchestrator(launcher: AgentLauncher, state: &Path, work: &Path) -> Orchestra
     let report = goondan_config::load_bundle(&fixture());
     let Some(bundle) = report.valid_bundle() else { panic!("the swarm fixture has errors: {:?}", report.diagnostics) };
     let plan = SwarmPlan::new(swarm_of(bundle, "coordinator"), fixture(), state.to_path_buf(), work.to_path_buf());
-    Orchestrator::start(plan, launcher, Arc::new(NoSwarmObserver)).unwrap_or_else(|e| panic!("{e}"))
+    Orchestrator::start(plan, launcher, Arc::new(NoSwarmObserver))
 }
 
 /// Section 3 (cold) and 4: whole `gdn run`s, interleaved.

@@ -169,6 +169,12 @@ pub struct RunArgs {
     /// minutes; 0 for no deadline).
     #[arg(long, value_name = "MS")]
     pub tool_timeout_ms: Option<u64>,
+    /// The most agent processes alive at once (default: available memory / 64 MiB, 4 to 128).
+    #[arg(long, value_name = "N", env = "GOONDAN_MAX_AGENT_PROCESSES", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_agent_processes: Option<u64>,
+    /// Stop an agent process that has been idle this many seconds; the next message starts it again (default 300; 0: never).
+    #[arg(long, value_name = "SECONDS", env = "GOONDAN_AGENT_IDLE_SECS")]
+    pub agent_idle_secs: Option<u64>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -51,7 +51,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let agent_process = matches!(cli.command, Command::Agent(_));
     // An agent process ends with its orchestrator (asked before any thread exists).
-    if agent_process && !goondan_orchestrator::agent_process::guard_parent() {
+    if agent_process && !goondan_agent::guard_parent() {
         return ExitCode::from(exit::FAILED);
     }
     // Before any thread exists: the secrets leave the process environment

@@ -107,7 +107,8 @@ impl SwarmObserver for Console {
                     *streamed = true;
                 }
             }
-            ObservePayload::TextDelta { .. } => {}
+            // The hub keeps idle reports to itself.
+            ObservePayload::TextDelta { .. } | ObservePayload::Idle { .. } => {}
             ObservePayload::ToolFinished { name, status, error_code } => {
                 let style = match status.as_str() {
                     "ok" => output::OK,
@@ -281,6 +282,12 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
     plan.env = session.secrets.to_map();
     // A deadline per call by default; 0 turns it off.
     plan.tool_timeout_ms = Some(args.tool_timeout_ms.unwrap_or(DEFAULT_TOOL_TIMEOUT_MS));
+    if let Some(bound) = args.max_agent_processes {
+        plan.max_processes = usize::try_from(bound).unwrap_or(usize::MAX);
+    }
+    if let Some(seconds) = args.agent_idle_secs {
+        plan.idle_timeout = (seconds > 0).then(|| std::time::Duration::from_secs(seconds));
+    }
     let program = std::env::current_exe().context("finding the gdn binary to start agent processes")?;
     let entry = AgentInstance::new(agent_name, instance_key);
     let console = Arc::new(Console {
@@ -305,8 +312,7 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
         plan,
         AgentLauncher::new(program, launch_args),
         Arc::clone(&console) as Arc<dyn SwarmObserver>,
-    )
-    .context("starting the orchestrator")?;
+    );
 
     let chat =
         Chat { global, console: &console, root: &root, shutdown: &session.shutdown, orchestrator: &orchestrator };

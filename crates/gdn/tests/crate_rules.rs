@@ -21,7 +21,10 @@ const RULES: &[(&str, &[&str])] = &[
     ("goondan-mcp", &["goondan-core", "goondan-config", "goondan-tools", "goondan-runtime"]),
     ("goondan-extensions", &["goondan-core", "goondan-config", "goondan-tools", "goondan-runtime"]),
     ("goondan-ipc", &["goondan-core"]),
-    ("goondan-orchestrator", &["goondan-core", "goondan-config", "goondan-tools", "goondan-runtime", "goondan-ipc"]),
+    // The hub knows messages and processes, not turns: it runs no agent.
+    ("goondan-orchestrator", &["goondan-core", "goondan-config", "goondan-ipc"]),
+    // The agent process: it runs turns, and talks only to its hub.
+    ("goondan-agent", &["goondan-core", "goondan-config", "goondan-tools", "goondan-runtime", "goondan-ipc"]),
     (
         "gdn",
         &[
@@ -36,6 +39,7 @@ const RULES: &[(&str, &[&str])] = &[
             "goondan-extensions",
             "goondan-ipc",
             "goondan-orchestrator",
+            "goondan-agent",
         ],
     ),
 ];

@@ -114,15 +114,38 @@ fn read_pid(path: &Path) -> u32 {
     }
 }
 
-/// Every live process started under the orchestrator `pid` (agent processes
-/// and what their tools started carry its pid in their environment).
+/// The parent of `pid` (from `/proc/<pid>/stat`, readable even for a
+/// process that is not dumpable, as agent processes are).
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid …`; comm may hold spaces and parentheses.
+    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Every live process started under the orchestrator `pid`: its
+/// descendants, and what carries its pid in its environment (agent
+/// processes and their tools do; the environment of an agent process itself
+/// cannot be read, it is not dumpable).
 fn processes_of(orchestrator: u32) -> Vec<u32> {
     let needle = format!("GOONDAN_ORCHESTRATOR_PID={orchestrator}");
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
-        let Ok(environ) = std::fs::read(entry.path().join("environ")) else { continue };
-        if environ.split(|b| *b == 0).any(|var| var == needle.as_bytes()) && !is_gone(pid) {
+        let marked = std::fs::read(entry.path().join("environ"))
+            .is_ok_and(|environ| environ.split(|b| *b == 0).any(|var| var == needle.as_bytes()));
+        let mut descendant = false;
+        let mut at = pid;
+        for _ in 0..64 {
+            match parent_of(at) {
+                Some(parent) if parent == orchestrator => {
+                    descendant = true;
+                    break;
+                }
+                Some(parent) if parent > 1 => at = parent,
+                _ => break,
+            }
+        }
+        if (marked || descendant) && pid != orchestrator && !is_gone(pid) {
             found.push(pid);
         }
     }
@@ -456,6 +479,7 @@ fn orchestrator_signalled_leaves_nothing(signal: Signal) {
     let orchestrator = child.id();
     let worker = read_pid(&run.work.path().join("worker.pid"));
     let shell = read_pid(&run.work.path().join("worker-shell.pid"));
+    let started = processes_of(orchestrator);
     // The secret reached no agent process's environment, nor their tools'.
     for pid in processes_of(orchestrator).into_iter().chain([orchestrator]) {
         let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
@@ -470,6 +494,9 @@ fn orchestrator_signalled_leaves_nothing(signal: Signal) {
     let _ = child.wait();
     wait_until_none_left(orchestrator);
     assert!(is_gone(worker) && is_gone(shell));
+    // Also those no longer recognisable once their parent is gone.
+    let left: Vec<u32> = started.into_iter().filter(|pid| !is_gone(*pid)).collect();
+    assert!(left.is_empty(), "processes outlived the orchestrator: {left:?}");
 }
 
 #[test]
@@ -565,4 +592,216 @@ fn a_javascript_tool_reaches_the_swarm_through_ctx_runtime() {
 #[test]
 fn sighup_of_the_orchestrator_leaves_no_process_behind() {
     orchestrator_signalled_leaves_nothing(Signal::SIGHUP);
+}
+
+/// Item 8: an agent that cannot start says why (here a missing API key) and
+/// exits; its message and exit status win over the hub seeing the exit,
+/// every time (the race lost about one run in 40 before).
+#[test]
+fn a_missing_api_key_is_reported_by_the_agent_every_time() {
+    let bundle = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let yaml = r#"apiVersion: goondan.ai/v1
+kind: Model
+metadata: {name: m}
+spec:
+  provider: openai
+  model: gpt-4o-mini
+  apiKey: {valueFrom: {env: GDN_TEST_KEY_THAT_IS_NOT_SET}}
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: a}
+spec: {modelConfig: {modelRef: Model/m}}
+"#;
+    std::fs::write(bundle.path().join("goondan.yaml"), yaml).unwrap_or_else(|e| panic!("{e}"));
+    let state = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    for run in 0..60 {
+        let output = Command::new(env!("CARGO_BIN_EXE_gdn"))
+            .arg("-c")
+            .arg(bundle.path())
+            .arg("--state-root")
+            .arg(state.path())
+            .args(["run", "--input", "hi"])
+            .env("NO_COLOR", "1")
+            .env_remove("GDN_TEST_KEY_THAT_IS_NOT_SET")
+            .env_remove("GOONDAN_STATE_ROOT")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("spawn: {e}"));
+        let stderr = text(&output.stderr);
+        assert!(stderr.contains("GDN_TEST_KEY_THAT_IS_NOT_SET"), "run {run}: {stderr}");
+        assert!(!stderr.contains("ended at start"), "run {run}: {stderr}");
+        assert_eq!(output.status.code(), Some(2), "run {run}: {stderr}");
+    }
+}
+
+/// Item 12 (hub edges): a same-user process (a model's `bash` command)
+/// finds no way into an agent process's channel. Nothing names it in the
+/// environment (no socket path, no token); there is no socket in the file
+/// system to connect to (so no socket directory to leave behind or to
+/// guard either); and the agent process is not dumpable, so its
+/// descriptors and memory cannot be taken.
+#[test]
+fn a_hostile_process_finds_no_way_into_an_agents_channel() {
+    let run = Run::new();
+    let workdir = run.work.path().display().to_string();
+    let mut child = run
+        .command(&["run", "--workdir", &workdir, "--input", "CASE:hang"])
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
+    let orchestrator = child.id();
+    let worker = read_pid(&run.work.path().join("worker.pid"));
+    let shell = read_pid(&run.work.path().join("worker-shell.pid"));
+    for pid in [worker, shell] {
+        let environ =
+            String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default()).into_owned();
+        assert!(!environ.contains("GOONDAN_AGENT_SOCKET") && !environ.contains("GOONDAN_AGENT_TOKEN"), "{environ}");
+    }
+    // Not dumpable: its descriptors (the channel among them) and memory are
+    // closed to another process of its user (root can read anything).
+    let root = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0).unwrap_or(true);
+    if !root {
+        assert!(std::fs::read_dir(format!("/proc/{worker}/fd")).is_err(), "the agent's descriptors can be listed");
+        assert!(std::fs::File::open(format!("/proc/{worker}/mem")).is_err(), "the agent's memory can be opened");
+    }
+    // Its shell (what a model's command runs in) holds no end of the channel.
+    let sockets: Vec<String> = std::fs::read_dir(format!("/proc/{shell}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .map(|target| target.display().to_string())
+        .filter(|target| target.starts_with("socket:"))
+        .collect();
+    assert!(sockets.is_empty(), "the tool's shell holds sockets: {sockets:?}");
+    // No socket, and so no socket directory, in the temporary directory.
+    let left: Vec<_> = std::fs::read_dir(run.state.path())
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("gdn-swarm-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    assert!(kill(Pid::from_raw(i32::try_from(orchestrator).unwrap_or(0)), Signal::SIGKILL).is_ok());
+    let _ = child.wait();
+    wait_until_none_left(orchestrator);
+}
+
+/// Waits for `child` up to `limit`; kills it and fails if it runs longer.
+fn wait_within(mut child: Child, limit: Duration) -> Output {
+    let deadline = Instant::now() + limit;
+    while child.try_wait().ok().flatten().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let output = child.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
+            panic!("still running after {limit:?}: {}", text(&output.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Item 12 (hub edges): an answer over the 16 MiB frame limit fails that
+/// one request with a clear code, and the worker's channel stays up: the
+/// next request to it is answered and the run ends.
+#[test]
+fn an_answer_over_the_frame_limit_fails_alone_and_the_channel_stays_up() {
+    let bundle = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let huge = "x".repeat(17 << 20);
+    std::fs::write(bundle.path().join("big.json"), format!(r#"[{{"text": "{huge}"}}]"#))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let yaml = r#"apiVersion: goondan.ai/v1
+kind: Model
+metadata: {name: lead-model}
+spec:
+  provider: scripted
+  model: lead
+  options:
+    replies:
+      - toolCalls: [{name: agents__request, args: {target: worker, input: "big"}}]
+      - toolCalls: [{name: agents__request, args: {target: worker, input: "small"}}]
+      - text: "lead done"
+---
+apiVersion: goondan.ai/v1
+kind: Model
+metadata: {name: worker-model}
+spec:
+  provider: scripted
+  model: worker
+  options:
+    repliesFile: ./big.json
+    when:
+      - inputContains: "small"
+        replies: [{text: "small answer"}]
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: lead}
+spec:
+  modelConfig: {modelRef: Model/lead-model}
+  tools: [{kind: Tool, name: agents, package: "@goondan/base"}]
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: worker}
+spec: {modelConfig: {modelRef: Model/worker-model}}
+---
+apiVersion: goondan.ai/v1
+kind: Swarm
+metadata: {name: big}
+spec: {entryAgent: Agent/lead, agents: [Agent/lead, Agent/worker]}
+"#;
+    std::fs::write(bundle.path().join("goondan.yaml"), yaml).unwrap_or_else(|e| panic!("{e}"));
+    let state = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let child = Command::new(env!("CARGO_BIN_EXE_gdn"))
+        .arg("-c")
+        .arg(bundle.path())
+        .arg("--state-root")
+        .arg(state.path())
+        .args(["run", "--input", "go"])
+        .env("NO_COLOR", "1")
+        .env_remove("GOONDAN_STATE_ROOT")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
+    let output = wait_within(child, Duration::from_secs(120));
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(text(&output.stdout).contains("lead done"), "{}", text(&output.stdout));
+    let calls: Vec<&str> = stderr.lines().filter(|line| line.contains("agents__request →")).collect();
+    assert_eq!(calls.len(), 2, "{stderr}");
+    assert!(calls[0].contains("IPC_MESSAGE_TOO_LARGE"), "{stderr}");
+    assert!(calls[1].ends_with("ok"), "{stderr}");
+}
+
+/// Item 12 (hub edges): out of descriptors, the hub does not spin (it has
+/// no accept loop: each agent's channel is a socket pair made at its start);
+/// a start that cannot get one fails at once with the reason.
+#[test]
+fn out_of_descriptors_a_start_fails_at_once_and_nothing_spins() {
+    let run = Run::new();
+    let workdir = run.work.path().display().to_string();
+    let gdn = run.command(&["run", "--workdir", &workdir, "--input", "CASE:quick"]);
+    let args: Vec<String> = gdn
+        .get_args()
+        .map(|a| a.to_string_lossy().into_owned())
+        .map(|a| format!("'{}'", a.replace('\'', "'\\''")))
+        .collect();
+    let script = format!("ulimit -n 12 && exec '{}' {}", env!("CARGO_BIN_EXE_gdn"), args.join(" "));
+    let child = Command::new("/bin/sh")
+        .args(["-c", &script])
+        .env("NO_COLOR", "1")
+        .env_remove("GOONDAN_STATE_ROOT")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
+    let output = wait_within(child, Duration::from_secs(20));
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("Too many open files"), "{stderr}");
 }

@@ -4,7 +4,7 @@
 //! The swarm puts such an answer into the caller's conversation as a user
 //! message whose content is the original's `inter_agent_response` JSON and
 //! whose metadata `__goondanInterAgentResponse` describes the request
-//! (`goondan_orchestrator::agent_process`). Before each step this layer
+//! (`goondan_agent::swarm`). Before each step this layer
 //! replaces every such message not yet formatted with
 //!
 //! ```text

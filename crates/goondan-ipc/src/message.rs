@@ -2,7 +2,7 @@
 //! spec's envelope (`from`, `to`, `correlationId`, `payload`) in [`Routed`].
 //!
 //! ```text
-//! agent ─► orchestrator   hello (token, pid) · ready · delegate · event · delegate_result ·
+//! agent ─► orchestrator   hello (pid) · ready · delegate · event · delegate_result ·
 //!                         call (spawn | list) · cancel · observe · shutdown_ack
 //! orchestrator ─► agent   init · delegate · event · delegate_result · call_result · cancel · shutdown
 //! ```
@@ -134,21 +134,14 @@ impl fmt::Display for AgentInstance {
     }
 }
 
-/// `hello`: a started agent process proves it is the one the orchestrator
-/// started (the token came through its environment) and says its pid.
-#[derive(Clone, PartialEq, Serialize, Deserialize)]
+/// `hello`: a started agent process says its pid, once it has made itself
+/// safe to receive secrets (its channel is a socket pair only it holds; it
+/// is no longer dumpable). `init` answers it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HelloPayload {
-    /// The one-time token of this start.
-    pub token: String,
     /// The process id.
     pub pid: u32,
-}
-
-impl fmt::Debug for HelloPayload {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HelloPayload").field("pid", &self.pid).finish_non_exhaustive()
-    }
 }
 
 /// `init`: everything an agent process needs to run its instance.
@@ -474,6 +467,13 @@ pub enum ObservePayload {
     TurnEnded {
         /// How.
         summary: TurnSummary,
+    },
+    /// The process has nothing to do: no turn runs and none is queued. For
+    /// the orchestrator (which stops idle processes), not the terminal.
+    Idle {
+        /// How many `delegate` and `event` messages it has taken so far: it
+        /// is idle only if that is every one the orchestrator has sent it.
+        jobs: u64,
     },
 }
 

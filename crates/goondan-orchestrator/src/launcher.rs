@@ -1,32 +1,34 @@
 //! Starting one agent process.
 //!
 //! The process is the program the launcher names (the `gdn` binary, with
-//! its hidden agent subcommand). It finds the orchestrator through its
-//! environment: the socket to connect to (in a private 0700 directory of
-//! the orchestrator), a one-time token it presents in its `hello`, and the
-//! orchestrator's pid. It starts in a process group of its own, so that
-//! Ctrl-C at the terminal reaches only the orchestrator, which decides what
-//! to cancel. Its standard output is not used; its standard error is the
-//! orchestrator's (its log lines).
+//! its hidden agent subcommand). Its channel to the hub is one end of a
+//! socket pair made for this start and handed to it as its standard input:
+//! only the spawned child holds it, so no other process can connect in its
+//! place, and nothing about the channel (no socket path, no token) is in its
+//! environment, where a same-user process could read it from
+//! `/proc/<pid>/environ`. The child moves the descriptor off fd 0 at once
+//! (its tools never inherit it). Only the orchestrator's pid is in its
+//! environment, so that it can check its parent. It starts in a process
+//! group of its own, so that Ctrl-C at the terminal reaches only the
+//! orchestrator, which decides what to cancel. Its standard output is not
+//! used; its standard error is the orchestrator's (its log lines).
 //!
 //! It never outlives the orchestrator: when the orchestrator's end of the
 //! socket closes (it exited, or was killed with SIGKILL: the kernel closes
 //! it) the agent process stops, and it also asks the kernel for SIGTERM
-//! when its parent dies (`PR_SET_PDEATHSIG`, see [`crate::agent_process`]).
+//! when its parent dies (`PR_SET_PDEATHSIG`).
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
 use std::process::Stdio;
 
 use goondan_ipc::AgentInstance;
+use tokio::net::UnixStream;
 use tokio::process::{Child, Command};
 
-/// The socket to connect to.
-pub const SOCKET_ENV: &str = goondan_core::process_env::AGENT_SOCKET_ENV;
-/// The token of this start.
-pub const TOKEN_ENV: &str = goondan_core::process_env::AGENT_TOKEN_ENV;
 /// The orchestrator's pid (the agent process exits if its parent is another).
-pub const ORCHESTRATOR_PID_ENV: &str = "GOONDAN_ORCHESTRATOR_PID";
+pub use goondan_ipc::ORCHESTRATOR_PID_ENV;
 
 /// How to start an agent process.
 #[derive(Debug, Clone)]
@@ -43,22 +45,28 @@ impl AgentLauncher {
         Self { program: program.into(), args: args.into_iter().map(Into::into).collect() }
     }
 
-    /// Starts the process for `instance`; it will connect to `socket` and
-    /// present `token`.
-    pub fn spawn(&self, instance: &AgentInstance, socket: &Path, token: &str) -> std::io::Result<Child> {
+    /// Starts the process for `instance`; the stream is the hub's end of
+    /// its channel (the child has the other end as its standard input).
+    pub fn spawn(&self, instance: &AgentInstance) -> std::io::Result<(Child, UnixStream)> {
+        // Both ends are close-on-exec; the child's end survives the exec only
+        // as the fd 0 it is duplicated onto.
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
         let mut command = Command::new(&self.program);
         command
             .args(&self.args)
             // Only so that `ps` shows which instance a process runs.
             .arg(instance.to_string())
-            .env(SOCKET_ENV, socket)
-            .env(TOKEN_ENV, token)
             .env(ORCHESTRATOR_PID_ENV, std::process::id().to_string())
-            .stdin(Stdio::null())
+            .stdin(Stdio::from(OwnedFd::from(theirs)))
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .process_group(0)
             .kill_on_drop(true);
-        command.spawn()
+        let child = command.spawn()?;
+        // The command holds our copy of the child's end: without it, the
+        // end of the connection is seen when the child exits.
+        drop(command);
+        ours.set_nonblocking(true)?;
+        Ok((child, UnixStream::from_std(ours)?))
     }
 }

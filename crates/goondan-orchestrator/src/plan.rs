@@ -10,6 +10,37 @@ use goondan_ipc::SwarmInfo;
 /// The default hop limit: a chain of requests longer than this is refused.
 pub const DEFAULT_HOP_LIMIT: u32 = 8;
 
+/// How long an agent process may idle before it is stopped, by default.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long a start waits for a free place, by default.
+pub const DEFAULT_CAPACITY_WAIT: Duration = Duration::from_secs(30);
+/// What one agent process is budgeted (a measured process takes about 20 MiB;
+/// the rest is room for its tools).
+const MEMORY_PER_PROCESS: u64 = 64 << 20;
+/// The bound when memory cannot be read, and the floor otherwise.
+const MIN_PROCESSES: usize = 4;
+/// The ceiling of the default bound.
+const MAX_PROCESSES: usize = 128;
+
+/// The default bound on live agent processes: the memory available now
+/// (`MemAvailable` of `/proc/meminfo`) divided by 64 MiB, between 4 and 128.
+pub fn default_max_processes() -> usize {
+    let available = std::fs::read_to_string("/proc/meminfo").ok().and_then(|info| mem_available(&info));
+    match available {
+        Some(bytes) => {
+            usize::try_from(bytes / MEMORY_PER_PROCESS).unwrap_or(MAX_PROCESSES).clamp(MIN_PROCESSES, MAX_PROCESSES)
+        }
+        None => MIN_PROCESSES,
+    }
+}
+
+/// `MemAvailable` of a `/proc/meminfo` text, in bytes.
+fn mem_available(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|line| line.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
 /// Everything the orchestrator needs to start and route agent processes.
 #[derive(Clone)]
 pub struct SwarmPlan {
@@ -31,6 +62,14 @@ pub struct SwarmPlan {
     pub start_timeout: Duration,
     /// How long agent processes get to stop after `shutdown` before they are killed.
     pub shutdown_grace: Duration,
+    /// The most agent processes alive at once (starting, running or stopping).
+    pub max_processes: usize,
+    /// An agent process with nothing to do for this long is stopped (its
+    /// state is on disk; its next message starts it again). `None`: never.
+    pub idle_timeout: Option<Duration>,
+    /// How long a start waits for a free place under `max_processes` before
+    /// it is refused with `AGENT_CAPACITY_EXCEEDED`.
+    pub capacity_wait: Duration,
 }
 
 impl std::fmt::Debug for SwarmPlan {
@@ -46,7 +85,9 @@ impl std::fmt::Debug for SwarmPlan {
 }
 
 impl SwarmPlan {
-    /// A plan with the defaults (hop limit 8, 60 s to start, 5 s to stop).
+    /// A plan with the defaults (hop limit 8, 60 s to start, 5 s to stop, at
+    /// most [`default_max_processes`] processes, stopped after
+    /// [`DEFAULT_IDLE_TIMEOUT`] idle, [`DEFAULT_CAPACITY_WAIT`] for a place).
     pub fn new(swarm: SwarmInfo, config: PathBuf, state_root: PathBuf, workdir: PathBuf) -> Self {
         Self {
             swarm,
@@ -58,6 +99,9 @@ impl SwarmPlan {
             hop_limit: DEFAULT_HOP_LIMIT,
             start_timeout: Duration::from_secs(60),
             shutdown_grace: Duration::from_secs(5),
+            max_processes: default_max_processes(),
+            idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
+            capacity_wait: DEFAULT_CAPACITY_WAIT,
         }
     }
 
@@ -128,6 +172,15 @@ kind: Swarm
 metadata: {name: crew}
 spec: {entryAgent: Agent/lead, agents: [Agent/lead, Agent/helper]}
 "#;
+
+    #[test]
+    fn the_default_bound_follows_available_memory() {
+        let info = "MemTotal:       16000000 kB\nMemAvailable:    1048576 kB\n";
+        assert_eq!(mem_available(info), Some(1 << 30));
+        assert_eq!(mem_available("MemTotal: 1 kB\n"), None);
+        let bound = default_max_processes();
+        assert!((MIN_PROCESSES..=MAX_PROCESSES).contains(&bound), "{bound}");
+    }
 
     #[test]
     fn the_swarm_of_an_agent_is_the_one_that_lists_it() {

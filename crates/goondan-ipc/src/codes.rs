@@ -21,3 +21,7 @@ pub const AGENT_TURN_FAILED: &str = "AGENT_TURN_FAILED";
 pub const AGENT_REQUEST_CANCELLED: &str = "AGENT_REQUEST_CANCELLED";
 /// An argument of a call to the orchestrator was refused.
 pub const AGENT_INVALID_REQUEST: &str = "AGENT_INVALID_REQUEST";
+/// A message is over the frame limit (16 MiB): it fails alone, the channel stays up.
+pub const IPC_MESSAGE_TOO_LARGE: &str = "IPC_MESSAGE_TOO_LARGE";
+/// No agent process could be started within the bound on live processes.
+pub const AGENT_CAPACITY_EXCEEDED: &str = "AGENT_CAPACITY_EXCEEDED";

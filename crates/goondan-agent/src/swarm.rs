@@ -1,53 +1,33 @@
-//! Inside an agent process: the channel to the orchestrator, the `agents`
-//! tool's runtime over it ([`SwarmRuntime`]), and the loop that runs one
-//! turn per message ([`serve`]).
-//!
-//! ```text
-//! connect(): the socket and token from the environment → hello → init (the instance, secrets)
-//! the caller builds its Agent (agent_runtime = SwarmRuntime, inbox) → ready
-//! serve():
-//!   reader   delegate / event → the queue of turns
-//!            delegate_result  → the tool call waiting for it, or (async) the inbox
-//!            call_result      → the call waiting for it
-//!            cancel           → the running turn (if it serves that request), or drop it from the queue
-//!            shutdown, end of the connection → cancel the running turn, stop
-//!   worker   one turn at a time: observe(turn_started) → run_turn (caller's trace, inbound
-//!            metadata) → observe(turn_ended) → delegate_result for a delegate;
-//!            idle: replies in the inbox are appended to the conversation and saved at once
-//! ```
-//!
-//! The agent process never outlives the orchestrator: [`guard_parent`] asks
-//! the kernel for SIGTERM when the parent dies (and checks that it has not
-//! already), and the end of the connection stops [`serve`].
+//! The swarm client: the `agents` tool's runtime in an agent process
+//! ([`SwarmRuntime`]). Requests go to the hub over the channel; their
+//! answers come back by correlation id, synchronous ones to the waiting
+//! tool call, asynchronous ones into the inbox (and so the conversation).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use goondan_core::ids::{SpanIdGenerator, new_id};
 use goondan_core::message::now_millis;
-use goondan_core::{JsonObject, JsonValue, Message, MessageData, MessageSource, ToolCall, ToolResult, ToolStatus};
+use goondan_core::{JsonObject, JsonValue, Message, MessageData, MessageSource};
 use goondan_ipc::{
     AgentInstance, CallPayload, CallResultPayload, CancelPayload, DelegatePayload, DelegateResultPayload, ErrorInfo,
-    HelloPayload, InitPayload, IpcMessage, LinkReceiver, LinkSender, MessageSourceInfo, ORCHESTRATOR, ObservePayload,
-    ReadyPayload, ResultStatus, Routed, ShutdownAckPayload, TurnSummary, unix_link,
+    IpcMessage, LinkError, LinkSender, MessageSourceInfo, ORCHESTRATOR, ResultStatus, Routed,
 };
-use goondan_runtime::conversation::Conversation;
 use goondan_runtime::inbox::Inbox;
-use goondan_runtime::turn::{Agent, TurnInput, TurnObserver};
-use goondan_runtime::{TurnEnd, TurnOutcome};
 use goondan_tools::agents::{AgentAnswer, AgentSendReceipt, DEFAULT_REQUEST_TIMEOUT_MS};
 use goondan_tools::context::{AgentMessageRequest, AgentSpawnRequest};
 use goondan_tools::events::{EventKind, EventSink, RuntimeEvent};
 use goondan_tools::{AgentToolRuntime, BoxFuture, ToolContext, ToolFailure};
 use serde_json::json;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::oneshot;
 
-use crate::codes::{
-    AGENT_NOT_FOUND, AGENT_REQUEST_CANCELLED, AGENT_REQUEST_TIMEOUT, AGENT_TURN_FAILED, IPC_DELIVERY_FAILED,
+use goondan_ipc::codes::{
+    AGENT_NOT_FOUND, AGENT_REQUEST_TIMEOUT, AGENT_TURN_FAILED, IPC_DELIVERY_FAILED, IPC_MESSAGE_TOO_LARGE,
 };
-use crate::launcher::{ORCHESTRATOR_PID_ENV, SOCKET_ENV, TOKEN_ENV};
+
+use crate::channel::AgentChannel;
 
 /// The metadata key of an inbound message's origin (the original's).
 pub const INBOUND_METADATA_KEY: &str = "__goondanInbound";
@@ -55,84 +35,6 @@ pub const INBOUND_METADATA_KEY: &str = "__goondanInbound";
 pub const INTER_AGENT_RESPONSE_METADATA_KEY: &str = "__goondanInterAgentResponse";
 /// How long `send`, `spawn` and `list` wait for the orchestrator.
 const CALL_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// Why an agent process could not join its orchestrator.
-#[derive(Debug, thiserror::Error)]
-pub enum AgentProcessError {
-    /// Not started by an orchestrator.
-    #[error("not started by a goondan orchestrator ({0} is not set)")]
-    NotAnAgentProcess(&'static str),
-    /// The orchestrator is gone.
-    #[error("the orchestrator went away")]
-    OrchestratorGone,
-    /// The connection failed.
-    #[error("connecting to the orchestrator: {0}")]
-    Io(#[from] std::io::Error),
-    /// The orchestrator said something else than `init`.
-    #[error("the orchestrator did not send init: {0}")]
-    Protocol(String),
-}
-
-/// Makes the kernel send SIGTERM to this process when its parent ends, and
-/// checks that the parent is still the orchestrator that started it (it may
-/// have died before the request). False when it is already gone.
-pub fn guard_parent() -> bool {
-    let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM);
-    match std::env::var(ORCHESTRATOR_PID_ENV).ok().and_then(|pid| pid.parse::<i32>().ok()) {
-        Some(expected) => nix::unistd::getppid().as_raw() == expected,
-        None => true,
-    }
-}
-
-/// The channel to the orchestrator, and what to run.
-pub struct AgentChannel {
-    /// Sends to the orchestrator.
-    pub link: LinkSender,
-    /// Receives from it.
-    pub receiver: Box<dyn LinkReceiver>,
-    /// The instance to run and its settings.
-    pub init: InitPayload,
-}
-
-impl std::fmt::Debug for AgentChannel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AgentChannel").field("init", &self.init).finish_non_exhaustive()
-    }
-}
-
-impl AgentChannel {
-    /// Connects to the orchestrator named in the environment, introduces
-    /// this process and waits for its `init`.
-    pub async fn connect() -> Result<Self, AgentProcessError> {
-        let socket = std::env::var_os(SOCKET_ENV).ok_or(AgentProcessError::NotAnAgentProcess(SOCKET_ENV))?;
-        let token = std::env::var(TOKEN_ENV).map_err(|_| AgentProcessError::NotAnAgentProcess(TOKEN_ENV))?;
-        let stream = tokio::net::UnixStream::connect(socket).await?;
-        let (read, write) = stream.into_split();
-        let (link, mut receiver) = unix_link(read, write);
-        let hello = HelloPayload { token, pid: std::process::id() };
-        link.send(IpcMessage::Hello(Routed::new("", ORCHESTRATOR, hello)))
-            .await
-            .map_err(|_| AgentProcessError::OrchestratorGone)?;
-        match receiver.recv().await {
-            Ok(Some(IpcMessage::Init(init))) => Ok(Self { link, receiver, init: init.payload }),
-            Ok(Some(other)) => Err(AgentProcessError::Protocol(other.kind().to_owned())),
-            Ok(None) => Err(AgentProcessError::OrchestratorGone),
-            Err(error) => Err(AgentProcessError::Protocol(error.to_string())),
-        }
-    }
-
-    /// Tells the orchestrator the instance is ready, or why it is not.
-    pub async fn ready(&self, error: Option<ErrorInfo>) {
-        let failed = error.is_some();
-        let payload = ReadyPayload { pid: std::process::id(), error };
-        let _ =
-            self.link.send(IpcMessage::Ready(Routed::new(self.init.instance.to_string(), ORCHESTRATOR, payload))).await;
-        if failed {
-            // The process exits next: the reason must be out first.
-            let _ = tokio::time::timeout(Duration::from_secs(2), self.link.flush()).await;
-        }
-    }
-}
 
 /// What a tool call of this instance waits for.
 enum Waiting {
@@ -156,12 +58,12 @@ struct AsyncRequest {
 /// orchestrator over the channel and their answers come back by
 /// correlation id.
 pub struct SwarmRuntime {
-    me: AgentInstance,
-    swarm: goondan_ipc::SwarmInfo,
-    link: LinkSender,
+    pub(crate) me: AgentInstance,
+    pub(crate) swarm: goondan_ipc::SwarmInfo,
+    pub(crate) link: LinkSender,
     waiting: Mutex<HashMap<String, Waiting>>,
     /// The hops of the request the running turn serves.
-    hops: AtomicU32,
+    pub(crate) hops: AtomicU32,
     inbox: Arc<Inbox>,
     events: Mutex<Option<Arc<dyn EventSink>>>,
     this: std::sync::Weak<SwarmRuntime>,
@@ -202,7 +104,7 @@ impl SwarmRuntime {
         self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn emit(&self, name: &str, trace_id: &str, turn_id: &str, extra: JsonValue) {
+    pub(crate) fn emit(&self, name: &str, trace_id: &str, turn_id: &str, extra: JsonValue) {
         let events = self.events.lock().unwrap_or_else(PoisonError::into_inner).clone();
         if let Some(events) = events.filter(|e| e.enabled()) {
             emit_event(&*events, &self.me, name, trace_id, turn_id, &extra);
@@ -252,7 +154,13 @@ impl SwarmRuntime {
     async fn send_message(&self, message: IpcMessage, correlation_id: &str) -> Result<(), ToolFailure> {
         self.link.send(message).await.map_err(|error| {
             self.waiting().remove(correlation_id);
-            ToolFailure::with_code(format!("the orchestrator cannot be reached: {error}"), IPC_DELIVERY_FAILED)
+            match error {
+                LinkError::Closed => {
+                    ToolFailure::with_code(format!("the orchestrator cannot be reached: {error}"), IPC_DELIVERY_FAILED)
+                }
+                error => ToolFailure::with_code(format!("the request cannot be sent: {error}"), IPC_MESSAGE_TOO_LARGE)
+                    .suggest("Send a shorter input; put large content in a file and pass its path."),
+            }
         })
     }
 
@@ -277,7 +185,7 @@ impl SwarmRuntime {
     }
 
     /// An answer arrived.
-    fn resolve(&self, correlation_id: &str, answer: DelegateResultPayload) {
+    pub(crate) fn resolve(&self, correlation_id: &str, answer: DelegateResultPayload) {
         let waiting = self.waiting().remove(correlation_id);
         match waiting {
             Some(Waiting::Answer(tx)) => {
@@ -305,7 +213,7 @@ impl SwarmRuntime {
         }
     }
 
-    fn resolve_call(&self, correlation_id: &str, answer: CallResultPayload) {
+    pub(crate) fn resolve_call(&self, correlation_id: &str, answer: CallResultPayload) {
         let waiting = self.waiting().remove(correlation_id);
         match waiting {
             Some(Waiting::Call(tx)) => {
@@ -630,341 +538,4 @@ fn emit_event(
         extra: Some(extra),
         call_scope: None,
     });
-}
-
-/// Why [`serve`] returned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ServeEnd {
-    /// The orchestrator asked it to stop.
-    Shutdown,
-    /// The orchestrator went away.
-    Disconnected,
-    /// A turn asked for a restart: exit cleanly, the orchestrator starts a new process.
-    Restart,
-}
-
-/// A message waiting for its turn.
-struct Job {
-    correlation_id: String,
-    from: String,
-    payload: DelegatePayload,
-    wants_answer: bool,
-}
-
-impl Job {
-    fn of(message: Routed<DelegatePayload>, wants_answer: bool) -> Self {
-        Self {
-            correlation_id: message.correlation_id.unwrap_or_default(),
-            from: message.from,
-            payload: message.payload,
-            wants_answer,
-        }
-    }
-}
-
-/// What the reader and the worker share.
-#[derive(Default)]
-struct Control {
-    /// The correlation id of the running turn's message, and its cancel switch.
-    running: Mutex<Option<(String, watch::Sender<bool>)>>,
-    /// Queued messages their callers gave up on.
-    cancelled: Mutex<HashSet<String>>,
-}
-
-/// Runs the instance: one turn per `delegate` or `event`, until `shutdown`,
-/// the end of the connection, or a turn that asks for a restart.
-/// `terminate` turning true (SIGTERM) stops it like `shutdown`.
-pub async fn serve(
-    agent: Agent,
-    mut conversation: Conversation,
-    channel: AgentChannel,
-    runtime: Arc<SwarmRuntime>,
-    mut terminate: watch::Receiver<bool>,
-) -> ServeEnd {
-    let AgentChannel { link, mut receiver, init } = channel;
-    let me = init.instance.clone();
-    runtime.set_events(Arc::clone(&agent.tooling.events));
-    let control = Arc::new(Control::default());
-    let (jobs_tx, mut jobs) = mpsc::unbounded_channel::<Job>();
-    let (stop_tx, mut stop) = watch::channel(None::<ServeEnd>);
-    // Frames of the worker (observations, answers) go out in order through one task.
-    let (outbox, mut outgoing) = mpsc::unbounded_channel::<IpcMessage>();
-    let writer_link = Arc::clone(&link);
-    let writer = tokio::spawn(async move {
-        while let Some(message) = outgoing.recv().await {
-            if writer_link.send(message).await.is_err() {
-                break;
-            }
-        }
-    });
-
-    let reader = {
-        let control = Arc::clone(&control);
-        let runtime = Arc::clone(&runtime);
-        let stop_tx = stop_tx.clone();
-        let link = Arc::clone(&link);
-        let me = me.clone();
-        tokio::spawn(async move {
-            let end = loop {
-                let message = match receiver.recv().await {
-                    Ok(Some(message)) => message,
-                    Ok(None) => break ServeEnd::Disconnected,
-                    Err(error) => {
-                        tracing::warn!("the connection to the orchestrator failed: {error}");
-                        break ServeEnd::Disconnected;
-                    }
-                };
-                match message {
-                    IpcMessage::Delegate(m) | IpcMessage::Event(m) if m.correlation_id.is_none() => {
-                        tracing::warn!("a message from {} without a correlation id; dropped", m.from);
-                    }
-                    IpcMessage::Delegate(m) => {
-                        let _ = jobs_tx.send(Job::of(m, true));
-                    }
-                    IpcMessage::Event(m) => {
-                        let _ = jobs_tx.send(Job::of(m, false));
-                    }
-                    IpcMessage::DelegateResult(m) => {
-                        if let Some(id) = m.correlation_id {
-                            runtime.resolve(&id, m.payload);
-                        }
-                    }
-                    IpcMessage::CallResult(m) => {
-                        if let Some(id) = m.correlation_id {
-                            runtime.resolve_call(&id, m.payload);
-                        }
-                    }
-                    IpcMessage::Cancel(m) => {
-                        let Some(id) = m.correlation_id else { continue };
-                        let running = control.running.lock().unwrap_or_else(PoisonError::into_inner);
-                        match running.as_ref() {
-                            Some((current, cancel)) if *current == id => {
-                                tracing::info!("{me}: cancelling the turn for {id} ({})", m.payload.reason);
-                                let _ = cancel.send(true);
-                            }
-                            _ => {
-                                control.cancelled.lock().unwrap_or_else(PoisonError::into_inner).insert(id);
-                            }
-                        }
-                    }
-                    IpcMessage::Shutdown(m) => {
-                        tracing::debug!("{me}: shutdown ({})", m.payload.reason);
-                        let _ = link
-                            .send(IpcMessage::ShutdownAck(Routed::new(
-                                me.to_string(),
-                                ORCHESTRATOR,
-                                ShutdownAckPayload::default(),
-                            )))
-                            .await;
-                        // The turns it accepted still run (within the grace
-                        // period), so answers to their requests are still read.
-                        let _ = stop_tx.send(Some(ServeEnd::Shutdown));
-                    }
-                    other => tracing::debug!("{me}: unexpected {} message; ignored", other.kind()),
-                }
-            };
-            // Without the orchestrator the running turn is cancelled at once
-            // (it commits what it has): nobody would get its answer.
-            if let Some((_, cancel)) = control.running.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
-                let _ = cancel.send(true);
-            }
-            let _ = stop_tx.send(Some(end));
-        })
-    };
-
-    let end = loop {
-        if *terminate.borrow() {
-            break ServeEnd::Shutdown;
-        }
-        let stopping = *stop.borrow();
-        deliver_inbox(&mut conversation, runtime.inbox()).await;
-        let job = match stopping {
-            // Messages it accepted before `shutdown` are still served (the
-            // orchestrator's grace period bounds it); without the
-            // orchestrator nobody would get the answers.
-            Some(ServeEnd::Shutdown) => match jobs.try_recv() {
-                Ok(job) => job,
-                Err(_) => break ServeEnd::Shutdown,
-            },
-            Some(end) => break end,
-            None => {
-                let job = tokio::select! {
-                    job = jobs.recv() => job,
-                    () = runtime.inbox().arrived() => continue,
-                    _ = stop.changed() => continue,
-                    _ = terminate.changed() => continue,
-                };
-                let Some(job) = job else { break ServeEnd::Disconnected };
-                job
-            }
-        };
-        if control.cancelled.lock().unwrap_or_else(PoisonError::into_inner).remove(&job.correlation_id) {
-            continue;
-        }
-        let restart = run_job(&agent, &mut conversation, &runtime, &control, &outbox, &me, job, &terminate).await;
-        if restart {
-            break ServeEnd::Restart;
-        }
-    };
-    // What arrived meanwhile is kept.
-    deliver_inbox(&mut conversation, runtime.inbox()).await;
-    drop(outbox);
-    let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
-    // The last answers are written before the process exits (a restart exits right after one).
-    let _ = tokio::time::timeout(Duration::from_secs(2), link.flush()).await;
-    reader.abort();
-    agent.tooling.events.flushed().await;
-    end
-}
-
-/// Appends replies that arrived while no turn ran, and saves them.
-async fn deliver_inbox(conversation: &mut Conversation, inbox: &Inbox) {
-    let arrived = inbox.take();
-    if arrived.is_empty() {
-        return;
-    }
-    if let Err(error) = conversation.append_and_commit(arrived).await {
-        tracing::warn!("saving a reply that arrived between turns: {error}");
-    }
-}
-
-/// Sends turn progress to the orchestrator.
-struct Observer<'a> {
-    outbox: &'a mpsc::UnboundedSender<IpcMessage>,
-    me: &'a AgentInstance,
-    /// Text is streamed only for the terminal's own turns.
-    stream_text: bool,
-}
-
-impl Observer<'_> {
-    fn send(&self, payload: ObservePayload) {
-        let _ = self.outbox.send(IpcMessage::Observe(Routed::new(self.me.to_string(), ORCHESTRATOR, payload)));
-    }
-}
-
-impl TurnObserver for Observer<'_> {
-    fn text_delta(&self, text: &str) {
-        if self.stream_text {
-            self.send(ObservePayload::TextDelta { text: text.to_owned() });
-        }
-    }
-
-    fn tool_call_finished(&self, call: &ToolCall, result: &ToolResult) {
-        let status = match result.status {
-            ToolStatus::Ok => "ok",
-            ToolStatus::Error => "error",
-            ToolStatus::Pending => "pending",
-        };
-        self.send(ObservePayload::ToolFinished {
-            name: call.name.to_string(),
-            status: status.to_owned(),
-            error_code: result.error_code().map(str::to_owned),
-        });
-    }
-}
-
-/// Runs the turn for one message; true if it asked for a restart.
-#[allow(clippy::too_many_arguments)]
-async fn run_job(
-    agent: &Agent,
-    conversation: &mut Conversation,
-    runtime: &SwarmRuntime,
-    control: &Control,
-    outbox: &mpsc::UnboundedSender<IpcMessage>,
-    me: &AgentInstance,
-    job: Job,
-    terminate: &watch::Receiver<bool>,
-) -> bool {
-    let Job { correlation_id, from, payload, wants_answer } = job;
-    let (cancel_tx, cancel) = watch::channel(false);
-    *control.running.lock().unwrap_or_else(PoisonError::into_inner) = Some((correlation_id.clone(), cancel_tx.clone()));
-    // SIGTERM cancels the turn too.
-    let mut terminate = terminate.clone();
-    let on_terminate = tokio::spawn(async move {
-        if terminate.wait_for(|t| *t).await.is_ok() {
-            let _ = cancel_tx.send(true);
-        }
-    });
-    let observer = Observer { outbox, me, stream_text: payload.source.kind == goondan_ipc::CLI };
-    observer.send(ObservePayload::TurnStarted { source: payload.source.clone() });
-    runtime.hops.store(payload.hops, Ordering::Relaxed);
-    let trace_id = payload.trace_id.clone().unwrap_or_default();
-    if payload.source.kind != goondan_ipc::CLI {
-        runtime.emit(
-            "agent.request.received",
-            &trace_id,
-            "",
-            json!({"correlationId": correlation_id, "from": from, "eventType": payload.event_type,
-                   "eventId": payload.event_id, "async": payload.asynchronous, "wantsAnswer": wants_answer}),
-        );
-    }
-    let mut metadata = JsonObject::new();
-    if payload.source.kind != goondan_ipc::CLI {
-        let mut inbound = json!({
-            "sourceKind": payload.source.kind,
-            "sourceName": payload.source.name,
-            "eventName": payload.event_type,
-            "eventId": payload.event_id,
-            "correlationId": correlation_id,
-        });
-        if let Some(key) = &payload.source.instance_key {
-            inbound["instanceKey"] = json!(key);
-        }
-        if !payload.metadata.is_empty() {
-            inbound["eventMetadata"] = JsonValue::Object(payload.metadata.clone());
-        }
-        metadata.insert(INBOUND_METADATA_KEY.to_owned(), inbound);
-    }
-    let input = TurnInput { text: payload.input, trace_id: payload.trace_id.clone(), metadata };
-    let outcome = agent.run_turn(conversation, input, &observer, cancel).await;
-    on_terminate.abort();
-    *control.running.lock().unwrap_or_else(PoisonError::into_inner) = None;
-    runtime.hops.store(0, Ordering::Relaxed);
-    let summary = summary(&outcome);
-    observer.send(ObservePayload::TurnEnded { summary: summary.clone() });
-    if wants_answer {
-        let answer = answer_of(&outcome, summary, me);
-        if payload.source.kind != goondan_ipc::CLI {
-            runtime.emit(
-                "agent.response.sent",
-                &trace_id,
-                "",
-                json!({"correlationId": correlation_id, "to": from, "status": match answer.status {
-                    ResultStatus::Ok => "ok", ResultStatus::Error => "error", ResultStatus::Timeout => "timeout" }}),
-            );
-        }
-        let _ = outbox
-            .send(IpcMessage::DelegateResult(Routed::new(me.to_string(), from, answer).correlated(correlation_id)));
-    }
-    outcome.restart_requested
-}
-
-fn summary(outcome: &TurnOutcome) -> TurnSummary {
-    TurnSummary {
-        turn_id: String::new(),
-        end: outcome.end.as_str().to_owned(),
-        note: outcome.end.note(),
-        steps: outcome.steps,
-        usage: serde_json::to_value(outcome.usage).unwrap_or(JsonValue::Null),
-        restart_requested: outcome.restart_requested,
-    }
-}
-
-fn answer_of(outcome: &TurnOutcome, summary: TurnSummary, me: &AgentInstance) -> DelegateResultPayload {
-    let response = (!outcome.text.is_empty()).then(|| outcome.text.clone());
-    let (status, error) = match &outcome.end {
-        TurnEnd::Answered | TurnEnd::StepLimit { .. } => (ResultStatus::Ok, None),
-        TurnEnd::Cancelled => (
-            ResultStatus::Error,
-            Some(ErrorInfo::new(AGENT_REQUEST_CANCELLED, format!("{me} cancelled the turn that served the request"))),
-        ),
-        other => (
-            ResultStatus::Error,
-            Some(ErrorInfo::new(
-                AGENT_TURN_FAILED,
-                format!("{me} could not answer: {}", other.note().unwrap_or_else(|| other.as_str().to_owned())),
-            )),
-        ),
-    };
-    DelegateResultPayload { status, response, error, turn: Some(summary), responder: Some(me.clone()), request: None }
 }

@@ -1,0 +1,116 @@
+//! What every agent process does to start its instance, once `init` has
+//! come: load the bundle, take the instance's lock, load its conversation,
+//! open its event log and build the agent, with the swarm client as the
+//! `agents` tool's runtime. The caller adds its own wiring (script host,
+//! MCP, extensions) through a hook. A failure is an [`ErrorInfo`] for
+//! `ready`, coded so that the front end can map it to an exit status.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use goondan_config::{load_bundle, resolve_bundle_file};
+use goondan_ipc::ErrorInfo;
+use goondan_runtime::agent::{AgentOptions, EnvLookup, build_agent};
+use goondan_runtime::conversation::{Conversation, InstanceLog};
+use goondan_runtime::store::{InstanceLock, InstanceStore, StoreError, Workspace};
+use goondan_runtime::turn::Agent;
+use goondan_tools::{EventSink, FanoutEventSink, JsonLinesEventSink, TracingEventSink};
+
+use crate::channel::AgentChannel;
+use crate::swarm::SwarmRuntime;
+
+/// The `ready` error codes a front end maps to exit statuses.
+pub mod ready_codes {
+    /// The agent could not be built from the bundle (usage error).
+    pub const BUILD_FAILED: &str = "AGENT_BUILD_FAILED";
+    /// An extension failed while it was installed.
+    pub const EXTENSION_FAILED: &str = "AGENT_EXTENSION_FAILED";
+    /// Another process runs the instance.
+    pub const INSTANCE_BUSY: &str = "INSTANCE_BUSY";
+    /// The instance's store could not be opened or read.
+    pub const STORE_FAILED: &str = "AGENT_STORE_FAILED";
+}
+
+/// A started instance: its agent, its conversation, and the lock that
+/// keeps every other process off it (held until the process ends).
+pub struct Prepared {
+    /// The agent, built from the bundle.
+    pub agent: Agent,
+    /// Its conversation, loaded.
+    pub conversation: Conversation,
+    /// The instance's lock.
+    pub lock: InstanceLock,
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared").finish_non_exhaustive()
+    }
+}
+
+/// Starts the instance `channel.init` names. `wire` adds the caller's
+/// plugins to the agent's options before it is built.
+pub async fn prepare(
+    channel: &AgentChannel,
+    runtime: &Arc<SwarmRuntime>,
+    wire: impl FnOnce(&mut AgentOptions),
+) -> Result<Prepared, ErrorInfo> {
+    let init = &channel.init;
+    let instance = &init.instance;
+    let build_failed = |message: String| ErrorInfo::new(ready_codes::BUILD_FAILED, message);
+    let config = PathBuf::from(&init.config);
+    let report = load_bundle(&config);
+    let Some(bundle) = report.valid_bundle() else {
+        let first = report.diagnostics.iter().find(|d| d.is_error()).map(|d| format!("{}: {}", d.code, d.message));
+        return Err(build_failed(format!(
+            "the bundle {} has errors{}",
+            config.display(),
+            first.map(|f| format!(" ({f})")).unwrap_or_default()
+        )));
+    };
+    let secrets: BTreeMap<String, String> = init.env.clone();
+    // The environment files' values (among the secrets) win over the process environment.
+    let env: EnvLookup = Arc::new(move |name: &str| secrets.get(name).cloned().or_else(|| std::env::var(name).ok()));
+    // The hub hands over the workspace it opened (and checked) as `stateRoot`.
+    let root = Workspace::at(PathBuf::from(&init.state_root));
+    let bundle_file =
+        std::fs::canonicalize(resolve_bundle_file(&config)).unwrap_or_else(|_| resolve_bundle_file(&config));
+    let store_failed = |error: StoreError| match error {
+        StoreError::Busy { .. } => ErrorInfo::new(ready_codes::INSTANCE_BUSY, error.to_string()),
+        other => ErrorInfo::new(ready_codes::STORE_FAILED, format!("{instance}: {other}")),
+    };
+    let store =
+        InstanceStore::open(&root, &instance.instance_key, &instance.agent, &bundle_file).map_err(store_failed)?;
+    let lock = store.lock().map_err(store_failed)?;
+    let loaded = store.load().map_err(store_failed)?;
+    if loaded.skipped_torn_tail || loaded.skipped_corrupt_lines > 0 {
+        tracing::warn!(
+            "{instance}: skipped {} unreadable line(s) of its conversation log",
+            loaded.skipped_corrupt_lines + usize::from(loaded.skipped_torn_tail)
+        );
+    }
+    let event_log = JsonLinesEventSink::new(store.event_writer().map_err(store_failed)?)
+        .map_err(|e| ErrorInfo::new(ready_codes::STORE_FAILED, format!("starting the event writer: {e}")))?;
+    let events: Arc<dyn EventSink> =
+        Arc::new(FanoutEventSink::new(vec![Arc::new(event_log) as Arc<dyn EventSink>, Arc::new(TracingEventSink)]));
+    let mut options = AgentOptions::new(Arc::clone(&events));
+    options.agent = Some(instance.agent.clone());
+    options.instance_key = Some(instance.instance_key.clone());
+    options.workdir = init.workdir.as_ref().map(PathBuf::from);
+    options.env = env;
+    options.call_timeout = init.tool_timeout_ms.filter(|ms| *ms > 0).map(std::time::Duration::from_millis);
+    options.extension_state = Some(store.dir().join(goondan_runtime::ExtensionStateStore::DIR_NAME));
+    options.agent_runtime = Some(Arc::clone(runtime) as Arc<dyn goondan_tools::AgentToolRuntime>);
+    wire(&mut options);
+    let mut agent = match build_agent(bundle, &options).await {
+        Ok(agent) => agent,
+        Err(error @ goondan_runtime::AgentBuildError::Extension { .. }) => {
+            return Err(ErrorInfo::new(ready_codes::EXTENSION_FAILED, error.to_string()));
+        }
+        Err(error) => return Err(build_failed(error.to_string())),
+    };
+    agent.inbox = Some(Arc::clone(runtime.inbox()));
+    let conversation = Conversation::new(loaded.state, Arc::new(InstanceLog::new(store, loaded.events_on_disk)));
+    Ok(Prepared { agent, conversation, lock })
+}

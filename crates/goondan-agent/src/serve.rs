@@ -1,0 +1,435 @@
+//! The serve loop: one turn per `delegate` or `event`, in order.
+//!
+//! ```text
+//! reader   delegate / event → the queue of turns
+//!          delegate_result  → the tool call waiting for it, or (async) the inbox
+//!          call_result      → the call waiting for it
+//!          cancel           → the running turn (if it serves that request), or drop it from the queue
+//!          shutdown, end of the connection → cancel the running turn, stop
+//! worker   one turn at a time: observe(turn_started) → run_turn (caller's trace, inbound
+//!          metadata) → observe(turn_ended) → delegate_result for a delegate;
+//!          queue empty: observe(idle, jobs taken) for the hub's idle stops;
+//!          idle: replies in the inbox are appended to the conversation and saved at once
+//! writer   frames in order; one over the size limit fails alone (an answer becomes an
+//!          error answer to the same request) and the channel stays up
+//! ```
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use goondan_core::{JsonObject, JsonValue, ToolCall, ToolResult, ToolStatus};
+use goondan_ipc::{
+    AgentInstance, DelegatePayload, DelegateResultPayload, ErrorInfo, IpcMessage, LinkError, LinkSender, ORCHESTRATOR,
+    ObservePayload, ResultStatus, Routed, ShutdownAckPayload, TurnSummary,
+};
+use goondan_runtime::conversation::Conversation;
+use goondan_runtime::inbox::Inbox;
+use goondan_runtime::turn::{Agent, TurnInput, TurnObserver};
+use goondan_runtime::{TurnEnd, TurnOutcome};
+use serde_json::json;
+use tokio::sync::{mpsc, watch};
+
+use goondan_ipc::codes::{AGENT_REQUEST_CANCELLED, AGENT_TURN_FAILED, IPC_MESSAGE_TOO_LARGE};
+
+use crate::channel::AgentChannel;
+use crate::swarm::{INBOUND_METADATA_KEY, SwarmRuntime};
+
+/// Why [`serve`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServeEnd {
+    /// The orchestrator asked it to stop.
+    Shutdown,
+    /// The orchestrator went away.
+    Disconnected,
+    /// A turn asked for a restart: exit cleanly, the orchestrator starts a new process.
+    Restart,
+}
+
+/// A message waiting for its turn.
+struct Job {
+    correlation_id: String,
+    from: String,
+    payload: DelegatePayload,
+    wants_answer: bool,
+}
+
+impl Job {
+    fn of(message: Routed<DelegatePayload>, wants_answer: bool) -> Self {
+        Self {
+            correlation_id: message.correlation_id.unwrap_or_default(),
+            from: message.from,
+            payload: message.payload,
+            wants_answer,
+        }
+    }
+}
+
+/// What the reader and the worker share.
+#[derive(Default)]
+struct Control {
+    /// The correlation id of the running turn's message, and its cancel switch.
+    running: Mutex<Option<(String, watch::Sender<bool>)>>,
+    /// Queued messages their callers gave up on.
+    cancelled: Mutex<HashSet<String>>,
+}
+
+/// Runs the instance: one turn per `delegate` or `event`, until `shutdown`,
+/// the end of the connection, or a turn that asks for a restart.
+/// `terminate` turning true (SIGTERM) stops it like `shutdown`.
+pub async fn serve(
+    agent: Agent,
+    mut conversation: Conversation,
+    channel: AgentChannel,
+    runtime: Arc<SwarmRuntime>,
+    mut terminate: watch::Receiver<bool>,
+) -> ServeEnd {
+    let AgentChannel { link, mut receiver, init } = channel;
+    let me = init.instance.clone();
+    runtime.set_events(Arc::clone(&agent.tooling.events));
+    let control = Arc::new(Control::default());
+    let (jobs_tx, mut jobs) = mpsc::unbounded_channel::<Job>();
+    let (stop_tx, mut stop) = watch::channel(None::<ServeEnd>);
+    // Frames of the worker (observations, answers) go out in order through one task.
+    let (outbox, mut outgoing) = mpsc::unbounded_channel::<IpcMessage>();
+    let writer_link = Arc::clone(&link);
+    let writer = tokio::spawn(async move {
+        while let Some(message) = outgoing.recv().await {
+            if !send_or_stand_in(&writer_link, message).await {
+                break;
+            }
+        }
+    });
+
+    let reader = {
+        let control = Arc::clone(&control);
+        let runtime = Arc::clone(&runtime);
+        let stop_tx = stop_tx.clone();
+        let link = Arc::clone(&link);
+        let me = me.clone();
+        tokio::spawn(async move {
+            let end = loop {
+                let message = match receiver.recv().await {
+                    Ok(Some(message)) => message,
+                    Ok(None) => break ServeEnd::Disconnected,
+                    Err(error) => {
+                        tracing::warn!("the connection to the orchestrator failed: {error}");
+                        break ServeEnd::Disconnected;
+                    }
+                };
+                match message {
+                    IpcMessage::Delegate(m) | IpcMessage::Event(m) if m.correlation_id.is_none() => {
+                        tracing::warn!("a message from {} without a correlation id; dropped", m.from);
+                    }
+                    IpcMessage::Delegate(m) => {
+                        let _ = jobs_tx.send(Job::of(m, true));
+                    }
+                    IpcMessage::Event(m) => {
+                        let _ = jobs_tx.send(Job::of(m, false));
+                    }
+                    IpcMessage::DelegateResult(m) => {
+                        if let Some(id) = m.correlation_id {
+                            runtime.resolve(&id, m.payload);
+                        }
+                    }
+                    IpcMessage::CallResult(m) => {
+                        if let Some(id) = m.correlation_id {
+                            runtime.resolve_call(&id, m.payload);
+                        }
+                    }
+                    IpcMessage::Cancel(m) => {
+                        let Some(id) = m.correlation_id else { continue };
+                        let running = control.running.lock().unwrap_or_else(PoisonError::into_inner);
+                        match running.as_ref() {
+                            Some((current, cancel)) if *current == id => {
+                                tracing::info!("{me}: cancelling the turn for {id} ({})", m.payload.reason);
+                                let _ = cancel.send(true);
+                            }
+                            _ => {
+                                control.cancelled.lock().unwrap_or_else(PoisonError::into_inner).insert(id);
+                            }
+                        }
+                    }
+                    IpcMessage::Shutdown(m) => {
+                        tracing::debug!("{me}: shutdown ({})", m.payload.reason);
+                        let _ = link
+                            .send(IpcMessage::ShutdownAck(Routed::new(
+                                me.to_string(),
+                                ORCHESTRATOR,
+                                ShutdownAckPayload::default(),
+                            )))
+                            .await;
+                        // The turns it accepted still run (within the grace
+                        // period), so answers to their requests are still read.
+                        let _ = stop_tx.send(Some(ServeEnd::Shutdown));
+                    }
+                    other => tracing::debug!("{me}: unexpected {} message; ignored", other.kind()),
+                }
+            };
+            // Without the orchestrator the running turn is cancelled at once
+            // (it commits what it has): nobody would get its answer.
+            if let Some((_, cancel)) = control.running.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
+                let _ = cancel.send(true);
+            }
+            let _ = stop_tx.send(Some(end));
+        })
+    };
+
+    // Jobs taken from the queue (run or skipped as cancelled).
+    let mut taken: u64 = 0;
+    let end = loop {
+        if *terminate.borrow() {
+            break ServeEnd::Shutdown;
+        }
+        let stopping = *stop.borrow();
+        deliver_inbox(&mut conversation, runtime.inbox()).await;
+        let job = match stopping {
+            // Messages it accepted before `shutdown` are still served (the
+            // orchestrator's grace period bounds it); without the
+            // orchestrator nobody would get the answers.
+            Some(ServeEnd::Shutdown) => match jobs.try_recv() {
+                Ok(job) => job,
+                Err(_) => break ServeEnd::Shutdown,
+            },
+            Some(end) => break end,
+            None => {
+                let job = tokio::select! {
+                    job = jobs.recv() => job,
+                    () = runtime.inbox().arrived() => continue,
+                    _ = stop.changed() => continue,
+                    _ = terminate.changed() => continue,
+                };
+                let Some(job) = job else { break ServeEnd::Disconnected };
+                job
+            }
+        };
+        taken += 1;
+        let skipped = control.cancelled.lock().unwrap_or_else(PoisonError::into_inner).remove(&job.correlation_id);
+        if !skipped {
+            let worker = Worker {
+                agent: &agent,
+                runtime: &runtime,
+                control: &control,
+                outbox: &outbox,
+                me: &me,
+                terminate: &terminate,
+            };
+            let restart = worker.run_job(&mut conversation, job).await;
+            if restart {
+                break ServeEnd::Restart;
+            }
+        }
+        if jobs.is_empty() {
+            // The orchestrator stops processes that idle (and counts the
+            // jobs, so that one it sent meanwhile keeps this one busy).
+            let idle = ObservePayload::Idle { jobs: taken };
+            let _ = outbox.send(IpcMessage::Observe(Routed::new(me.to_string(), ORCHESTRATOR, idle)));
+        }
+    };
+    // What arrived meanwhile is kept.
+    deliver_inbox(&mut conversation, runtime.inbox()).await;
+    drop(outbox);
+    let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
+    // The last answers are written before the process exits (a restart exits right after one).
+    let _ = tokio::time::timeout(Duration::from_secs(2), link.flush()).await;
+    reader.abort();
+    agent.tooling.events.flushed().await;
+    end
+}
+
+/// Sends `message`; false once the link is closed. A message over the frame
+/// limit fails alone and the channel stays up: an answer is replaced by an
+/// error answer to the same request (its caller learns why at once), any
+/// other message is dropped with a log line.
+async fn send_or_stand_in(link: &LinkSender, message: IpcMessage) -> bool {
+    let stand_in = match &message {
+        IpcMessage::DelegateResult(m) => Some((
+            m.from.clone(),
+            m.to.clone(),
+            m.correlation_id.clone(),
+            m.payload.turn.clone(),
+            m.payload.responder.clone(),
+        )),
+        _ => None,
+    };
+    let kind = message.kind();
+    match link.send(message).await {
+        Ok(()) => true,
+        Err(LinkError::Closed) => false,
+        Err(error) => {
+            let Some((from, to, correlation_id, turn, responder)) = stand_in else {
+                tracing::warn!("a {kind} message could not be sent: {error}");
+                return true;
+            };
+            tracing::warn!("the answer to {to} could not be sent: {error}");
+            let mut answer = DelegateResultPayload::error(
+                IPC_MESSAGE_TOO_LARGE,
+                format!("the answer of {from} cannot be sent: {error}"),
+            );
+            answer.turn = turn;
+            answer.responder = responder;
+            let mut routed = Routed::new(from, to, answer);
+            routed.correlation_id = correlation_id;
+            link.send(IpcMessage::DelegateResult(routed)).await.is_ok()
+        }
+    }
+}
+
+/// Appends replies that arrived while no turn ran, and saves them.
+async fn deliver_inbox(conversation: &mut Conversation, inbox: &Inbox) {
+    let arrived = inbox.take();
+    if arrived.is_empty() {
+        return;
+    }
+    if let Err(error) = conversation.append_and_commit(arrived).await {
+        tracing::warn!("saving a reply that arrived between turns: {error}");
+    }
+}
+
+/// Sends turn progress to the orchestrator.
+struct Observer<'a> {
+    outbox: &'a mpsc::UnboundedSender<IpcMessage>,
+    me: &'a AgentInstance,
+    /// Text is streamed only for the terminal's own turns.
+    stream_text: bool,
+}
+
+impl Observer<'_> {
+    fn send(&self, payload: ObservePayload) {
+        let _ = self.outbox.send(IpcMessage::Observe(Routed::new(self.me.to_string(), ORCHESTRATOR, payload)));
+    }
+}
+
+impl TurnObserver for Observer<'_> {
+    fn text_delta(&self, text: &str) {
+        if self.stream_text {
+            self.send(ObservePayload::TextDelta { text: text.to_owned() });
+        }
+    }
+
+    fn tool_call_finished(&self, call: &ToolCall, result: &ToolResult) {
+        let status = match result.status {
+            ToolStatus::Ok => "ok",
+            ToolStatus::Error => "error",
+            ToolStatus::Pending => "pending",
+        };
+        self.send(ObservePayload::ToolFinished {
+            name: call.name.to_string(),
+            status: status.to_owned(),
+            error_code: result.error_code().map(str::to_owned),
+        });
+    }
+}
+
+/// What the worker runs a turn with.
+struct Worker<'a> {
+    agent: &'a Agent,
+    runtime: &'a SwarmRuntime,
+    control: &'a Control,
+    /// Frames to the hub, written in order by the writer task.
+    outbox: &'a mpsc::UnboundedSender<IpcMessage>,
+    me: &'a AgentInstance,
+    /// SIGTERM: cancels the running turn.
+    terminate: &'a watch::Receiver<bool>,
+}
+
+impl Worker<'_> {
+    /// Runs the turn for one message; true if it asked for a restart.
+    async fn run_job(&self, conversation: &mut Conversation, job: Job) -> bool {
+        let Worker { agent, runtime, control, outbox, me, terminate } = *self;
+        let Job { correlation_id, from, payload, wants_answer } = job;
+        let (cancel_tx, cancel) = watch::channel(false);
+        *control.running.lock().unwrap_or_else(PoisonError::into_inner) =
+            Some((correlation_id.clone(), cancel_tx.clone()));
+        // SIGTERM cancels the turn too.
+        let mut terminate = terminate.clone();
+        let on_terminate = tokio::spawn(async move {
+            if terminate.wait_for(|t| *t).await.is_ok() {
+                let _ = cancel_tx.send(true);
+            }
+        });
+        let observer = Observer { outbox, me, stream_text: payload.source.kind == goondan_ipc::CLI };
+        observer.send(ObservePayload::TurnStarted { source: payload.source.clone() });
+        runtime.hops.store(payload.hops, Ordering::Relaxed);
+        let trace_id = payload.trace_id.clone().unwrap_or_default();
+        if payload.source.kind != goondan_ipc::CLI {
+            runtime.emit(
+                "agent.request.received",
+                &trace_id,
+                "",
+                json!({"correlationId": correlation_id, "from": from, "eventType": payload.event_type,
+                   "eventId": payload.event_id, "async": payload.asynchronous, "wantsAnswer": wants_answer}),
+            );
+        }
+        let mut metadata = JsonObject::new();
+        if payload.source.kind != goondan_ipc::CLI {
+            let mut inbound = json!({
+                "sourceKind": payload.source.kind,
+                "sourceName": payload.source.name,
+                "eventName": payload.event_type,
+                "eventId": payload.event_id,
+                "correlationId": correlation_id,
+            });
+            if let Some(key) = &payload.source.instance_key {
+                inbound["instanceKey"] = json!(key);
+            }
+            if !payload.metadata.is_empty() {
+                inbound["eventMetadata"] = JsonValue::Object(payload.metadata.clone());
+            }
+            metadata.insert(INBOUND_METADATA_KEY.to_owned(), inbound);
+        }
+        let input = TurnInput { text: payload.input, trace_id: payload.trace_id.clone(), metadata };
+        let outcome = agent.run_turn(conversation, input, &observer, cancel).await;
+        on_terminate.abort();
+        *control.running.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        runtime.hops.store(0, Ordering::Relaxed);
+        let summary = summary(&outcome);
+        observer.send(ObservePayload::TurnEnded { summary: summary.clone() });
+        if wants_answer {
+            let answer = answer_of(&outcome, summary, me);
+            if payload.source.kind != goondan_ipc::CLI {
+                runtime.emit(
+                    "agent.response.sent",
+                    &trace_id,
+                    "",
+                    json!({"correlationId": correlation_id, "to": from, "status": match answer.status {
+                    ResultStatus::Ok => "ok", ResultStatus::Error => "error", ResultStatus::Timeout => "timeout" }}),
+                );
+            }
+            let _ = outbox
+                .send(IpcMessage::DelegateResult(Routed::new(me.to_string(), from, answer).correlated(correlation_id)));
+        }
+        outcome.restart_requested
+    }
+}
+
+fn summary(outcome: &TurnOutcome) -> TurnSummary {
+    TurnSummary {
+        turn_id: String::new(),
+        end: outcome.end.as_str().to_owned(),
+        note: outcome.end.note(),
+        steps: outcome.steps,
+        usage: serde_json::to_value(outcome.usage).unwrap_or(JsonValue::Null),
+        restart_requested: outcome.restart_requested,
+    }
+}
+
+fn answer_of(outcome: &TurnOutcome, summary: TurnSummary, me: &AgentInstance) -> DelegateResultPayload {
+    let response = (!outcome.text.is_empty()).then(|| outcome.text.clone());
+    let (status, error) = match &outcome.end {
+        TurnEnd::Answered | TurnEnd::StepLimit { .. } => (ResultStatus::Ok, None),
+        TurnEnd::Cancelled => (
+            ResultStatus::Error,
+            Some(ErrorInfo::new(AGENT_REQUEST_CANCELLED, format!("{me} cancelled the turn that served the request"))),
+        ),
+        other => (
+            ResultStatus::Error,
+            Some(ErrorInfo::new(
+                AGENT_TURN_FAILED,
+                format!("{me} could not answer: {}", other.note().unwrap_or_else(|| other.as_str().to_owned())),
+            )),
+        ),
+    };
+    DelegateResultPayload { status, response, error, turn: Some(summary), responder: Some(me.clone()), request: None }
+}
