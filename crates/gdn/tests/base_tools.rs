@@ -15,8 +15,11 @@ fn bundle() -> PathBuf {
 
 /// Runs `gdn -c base-tools tool call NAME --args ARGS --workdir DIR` with `env`.
 fn call(name: &str, args: Value, workdir: &Path, env: &[(&str, &str)]) -> (i32, Value) {
+    // A state root of the call's own: never the user's ~/.goondan.
+    let state = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let mut command = Command::new(env!("CARGO_BIN_EXE_gdn"));
     command
+        .env("GOONDAN_STATE_ROOT", state.path())
         .arg("-c")
         .arg(bundle())
         .args(["--json", "tool", "call", name, "--args", &args.to_string(), "--workdir"])

@@ -28,8 +28,11 @@ fn gdn(bundle: &PathBuf, args: &[&str]) -> Output {
 }
 
 fn gdn_with_stdin(bundle: &PathBuf, args: &[&str], stdin: Option<&str>) -> Output {
+    // A state root of the command's own: never the user's ~/.goondan.
+    let state = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let mut command = Command::new(env!("CARGO_BIN_EXE_gdn"));
     command
+        .env("GOONDAN_STATE_ROOT", state.path())
         .arg("-c")
         .arg(bundle)
         .args(args)
@@ -470,7 +473,9 @@ fn tool_call_uses_the_agent_named_with_agent() {
 /// Runs gdn with its standard output a pipe whose reader is already gone,
 /// as in `gdn … | head -c 0`.
 fn gdn_into_closed_pipe(bundle: &PathBuf, args: &[&str]) -> Output {
+    let state = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let mut child = Command::new(env!("CARGO_BIN_EXE_gdn"))
+        .env("GOONDAN_STATE_ROOT", state.path())
         .arg("-c")
         .arg(bundle)
         .args(args)
