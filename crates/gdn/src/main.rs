@@ -104,6 +104,15 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::FAILED);
         }
     };
+    // As a subreaper we adopt the orphans of tool calls (a shell's job that
+    // outlives it): reap each as it ends, while a command runs.
+    let _reaper = runtime.spawn(async {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut child_changes) = signal(SignalKind::child()) else { return };
+        while child_changes.recv().await.is_some() {
+            goondan_base::tool_processes::reap_adopted_orphans();
+        }
+    });
     let result = match &cli.command {
         Command::Run(args) => runtime.block_on(run::run(&cli.global, args, &session, &mut out)),
         Command::Instance(command) => instance::instance(&cli.global, command, &mut out),

@@ -671,3 +671,63 @@ fn a_call_the_client_cancels_ends_with_its_processes_and_the_server_goes_on() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// The state letter and parent of `pid`, or `None` once it is gone.
+fn state_and_parent(pid: u32) -> Option<(char, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    let mut fields = rest.split_ascii_whitespace();
+    Some((fields.next()?.chars().next()?, fields.next()?.parse().ok()?))
+}
+
+/// A bash call's background job outlives the call's shell, is adopted by
+/// `gdn` (a subreaper) and ends later: `gdn` reaps it at once instead of
+/// keeping a zombie until it exits.
+#[test]
+fn a_background_job_that_ends_after_its_call_is_reaped_not_left_a_zombie() {
+    let state = temp();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gdn"))
+        .arg("--state-root")
+        .arg(state.path())
+        .arg("-c")
+        .arg(fixture())
+        .args(["mcp", "serve"])
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn gdn: {e}"));
+    let gdn = child.id();
+    let mut stdin = child.stdin.take().unwrap_or_else(|| panic!("no stdin"));
+    let mut stdout = BufReader::new(child.stdout.take().unwrap_or_else(|| panic!("no stdout")));
+    let mut send = |message: Value| send_frame(&mut stdin, &message);
+    let mut receive = || receive_frame(&mut stdout);
+    send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "by-hand", "version": "0"}}}));
+    let _ = receive();
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "bash__exec", "arguments": {"command": "sleep 0.5 >/dev/null 2>&1 & echo $!"}}}));
+    let answer = receive();
+    let text = answer["result"]["content"][0]["text"].as_str().unwrap_or_default().to_owned();
+    let job: u32 = serde_json::from_str::<Value>(&text)
+        .ok()
+        .and_then(|output| output["stdout"].as_str().and_then(|out| out.trim().parse().ok()))
+        .unwrap_or_else(|| panic!("the job's pid in {answer}"));
+    // While it sleeps it is gdn's (its shell has exited).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while state_and_parent(job).is_some_and(|(_, parent)| parent != gdn) {
+        assert!(Instant::now() < deadline, "the job was not adopted by gdn");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Once it ends, gdn reaps it: no zombie stays behind.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while let Some((state, _)) = state_and_parent(job) {
+        assert!(Instant::now() < deadline, "the ended job stayed a zombie of gdn (state {state})");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(stdin);
+    let status = child.wait().unwrap_or_else(|e| panic!("wait gdn: {e}"));
+    assert!(status.success(), "{status:?}");
+}

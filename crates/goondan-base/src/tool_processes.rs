@@ -131,6 +131,69 @@ fn is_zombie(pid: u32) -> bool {
     stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next()).is_none_or(|state| state == 'Z')
 }
 
+/// Reaps the zombies among this process's children that it adopted as a
+/// subreaper — a tool call's background job that outlived its shell and then
+/// ended — and returns how many. Call it when a child changes state
+/// (SIGCHLD); it costs a read of the children list when there is nothing to do.
+///
+/// Children this process started itself are waited for by whoever started
+/// them (tokio, a host's supervisor thread), and reaping one of those here
+/// would take its exit status from them. They are told apart without a
+/// registry: every child `gdn` starts either leads its own process group in
+/// our session (tool shells, MCP servers, agent processes) or stays in our
+/// process group (the JavaScript host, short probes). A zombie child in a
+/// group led by another process (a shell's job), or in another session
+/// (`setsid`), can only have come to us as an orphan.
+pub fn reap_adopted_orphans() -> usize {
+    use nix::sys::wait::{WaitPidFlag, waitpid};
+    let own_group = nix::unistd::getpgrp().as_raw();
+    let Ok(own_session) = nix::unistd::getsid(None).map(Pid::as_raw) else { return 0 };
+    let mut reaped = 0;
+    for pid in own_children() {
+        let Some(child) = ChildStat::read(pid) else { continue };
+        let adopted = child.session != own_session || (child.group != pid && child.group != own_group);
+        if child.state == 'Z' && adopted && waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG)).is_ok() {
+            reaped += 1;
+        }
+    }
+    reaped
+}
+
+/// The pids of this process's children, over all its threads (a reparented
+/// orphan joins the children of one of the reaper's threads).
+fn own_children() -> Vec<i32> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return Vec::new() };
+    let mut children = Vec::new();
+    for task in tasks.flatten() {
+        if let Ok(list) = std::fs::read_to_string(task.path().join("children")) {
+            children.extend(list.split_ascii_whitespace().filter_map(|pid| pid.parse::<i32>().ok()));
+        }
+    }
+    children
+}
+
+/// What `/proc/<pid>/stat` says of a process's state, group and session.
+struct ChildStat {
+    state: char,
+    group: i32,
+    session: i32,
+}
+
+impl ChildStat {
+    fn read(pid: i32) -> Option<Self> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // After the command name (in parentheses, which may hold anything):
+        // state, ppid, pgrp, session, …
+        let (_, rest) = stat.rsplit_once(')')?;
+        let mut fields = rest.split_ascii_whitespace();
+        let state = fields.next()?.chars().next()?;
+        let _ppid = fields.next()?;
+        let group = fields.next()?.parse().ok()?;
+        let session = fields.next()?.parse().ok()?;
+        Some(Self { state, group, session })
+    }
+}
+
 /// Makes this process the reaper of its orphaned descendants (Linux
 /// `PR_SET_CHILD_SUBREAPER`), so that a tool's double-forked processes stay
 /// below it. Best effort: false where the kernel refuses.
