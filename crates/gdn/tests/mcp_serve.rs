@@ -505,6 +505,20 @@ fn receive_frame(stdout: &mut impl BufRead) -> Value {
     frame
 }
 
+/// The stdio of a `gdn mcp serve` child after the MCP handshake.
+fn initialized(child: &mut std::process::Child) -> (std::process::ChildStdin, BufReader<std::process::ChildStdout>) {
+    let mut stdin = child.stdin.take().unwrap_or_else(|| panic!("no stdin"));
+    let mut stdout = BufReader::new(child.stdout.take().unwrap_or_else(|| panic!("no stdout")));
+    send_frame(
+        &mut stdin,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "by-hand", "version": "0"}}}),
+    );
+    let _ = receive_frame(&mut stdout);
+    send_frame(&mut stdin, &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    (stdin, stdout)
+}
+
 #[test]
 fn over_stdio_only_frames_reach_stdout_and_end_of_input_ends_the_server() {
     let state = temp();
@@ -630,14 +644,9 @@ fn a_call_the_client_cancels_ends_with_its_processes_and_the_server_goes_on() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap_or_else(|e| panic!("spawn gdn: {e}"));
-    let mut stdin = child.stdin.take().unwrap_or_else(|| panic!("no stdin"));
-    let mut stdout = BufReader::new(child.stdout.take().unwrap_or_else(|| panic!("no stdout")));
+    let (mut stdin, mut stdout) = initialized(&mut child);
     let mut send = |message: Value| send_frame(&mut stdin, &message);
     let mut receive = || receive_frame(&mut stdout);
-    send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "by-hand", "version": "0"}}}));
-    let _ = receive();
-    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
     // A call that runs until it is stopped, saying its pid first.
     let command = format!("echo $$ > {}; exec sleep 600", pid_file.display());
     send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
@@ -699,17 +708,13 @@ fn a_background_job_that_ends_after_its_call_is_reaped_not_left_a_zombie() {
         .spawn()
         .unwrap_or_else(|e| panic!("spawn gdn: {e}"));
     let gdn = child.id();
-    let mut stdin = child.stdin.take().unwrap_or_else(|| panic!("no stdin"));
-    let mut stdout = BufReader::new(child.stdout.take().unwrap_or_else(|| panic!("no stdout")));
-    let mut send = |message: Value| send_frame(&mut stdin, &message);
-    let mut receive = || receive_frame(&mut stdout);
-    send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "by-hand", "version": "0"}}}));
-    let _ = receive();
-    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-    send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-        "name": "bash__exec", "arguments": {"command": "sleep 0.5 >/dev/null 2>&1 & echo $!"}}}));
-    let answer = receive();
+    let (mut stdin, mut stdout) = initialized(&mut child);
+    send_frame(
+        &mut stdin,
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "bash__exec", "arguments": {"command": "sleep 0.5 >/dev/null 2>&1 & echo $!"}}}),
+    );
+    let answer = receive_frame(&mut stdout);
     let text = answer["result"]["content"][0]["text"].as_str().unwrap_or_default().to_owned();
     let job: u32 = serde_json::from_str::<Value>(&text)
         .ok()
