@@ -302,9 +302,6 @@ impl Run {
         let started = Instant::now();
         let marker = self.processes.marker();
         let mut command = Command::new(&self.program);
-        for private in goondan_core::process_env::PRIVATE_TO_PROCESS {
-            command.env_remove(private);
-        }
         command
             .args(&self.args)
             .current_dir(&self.cwd)

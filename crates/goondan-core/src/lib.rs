@@ -11,7 +11,6 @@ pub mod js_message;
 pub mod message;
 pub mod naming;
 pub mod object_ref;
-pub mod process_env;
 pub mod tool;
 
 pub use conversation::{ConversationState, MessageEvent, MessageEventError, RepairReport};

@@ -457,9 +457,6 @@ impl ScriptHost {
         let listener = UnixListener::bind(&socket_path)
             .map_err(|e| start_failed(format!("cannot listen on {}: {e}", socket_path.display())))?;
         let mut command = std::process::Command::new(&runtime.path);
-        for private in goondan_core::process_env::PRIVATE_TO_PROCESS {
-            command.env_remove(private);
-        }
         command
             .args(&runtime.args)
             .arg(dir.join("host.mjs"))
