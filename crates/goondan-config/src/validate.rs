@@ -8,7 +8,7 @@ use goondan_core::naming::{
     ExportNameCheck, ResourceNameProblem, build_tool_name, check_export_name, check_resource_name,
     is_valid_package_name,
 };
-use goondan_core::{API_VERSION, JsonValue, ObjectRef};
+use goondan_core::{API_VERSION, JsonObject, JsonValue, ObjectRef};
 
 use crate::diagnostic::{Diagnostic, DiagnosticCode};
 use crate::resources::{AnyResource, Kind};
@@ -154,6 +154,7 @@ pub(crate) fn validate_document(reporter: &mut DocReporter<'_>, bundle_root: Opt
         Kind::Tool => check_tool(reporter, name.as_deref().unwrap_or_default(), bundle_root),
         Kind::Extension | Kind::Connector => check_entry_file(reporter, bundle_root),
         Kind::Agent => check_agent_prompt(reporter, bundle_root),
+        Kind::Connection => check_ingress(reporter),
         _ => {}
     }
 
@@ -218,7 +219,139 @@ pub(crate) fn document_refs(kind: Kind, document: &JsonValue) -> Vec<FoundRef> {
             });
         }
     }
+    if kind == Kind::Connection {
+        let rules = spec.pointer("/ingress/rules").and_then(JsonValue::as_array);
+        for (index, rule) in rules.into_iter().flatten().enumerate() {
+            if let Some(agent) = rule.pointer("/route/agentRef") {
+                found.push(FoundRef {
+                    path: format!("spec.ingress.rules[{index}].route.agentRef"),
+                    expected: Kind::Agent,
+                    parsed: ObjectRef::parse(agent),
+                });
+            }
+        }
+    }
     found
+}
+
+/// A Connection's `ingress.rules`: a list of `{match?, route}` where `match`
+/// holds an event name and properties to compare, and `route` at most one
+/// way of choosing the instance key (a fixed `instanceKey`, or the event's
+/// `instanceKeyProperty` with an optional `instanceKeyPrefix`). Checked here
+/// so that a rule that could never be followed as written is refused at
+/// load, not discovered when an event arrives.
+fn check_ingress(reporter: &mut DocReporter<'_>) {
+    let Some(ingress) = reporter.document.value.pointer("/spec/ingress").cloned() else { return };
+    let Some(rules) = ingress.get("rules") else { return };
+    let Some(rules) = rules.as_array() else {
+        reporter.error(
+            DiagnosticCode::SchemaInvalid,
+            "spec.ingress.rules",
+            "spec.ingress.rules must be a list of rules",
+            Some("Write rules as a list: `rules: [{match: {event: NAME}, route: {}}]`.".to_owned()),
+        );
+        return;
+    };
+    for (index, rule) in rules.iter().enumerate() {
+        let path = format!("spec.ingress.rules[{index}]");
+        let Some(rule) = rule.as_object() else {
+            reporter.error(DiagnosticCode::SchemaInvalid, &path, format!("{path} must be an object"), None);
+            continue;
+        };
+        if let Some(matcher) = rule.get("match") {
+            check_ingress_match(reporter, &format!("{path}.match"), matcher);
+        }
+        match rule.get("route") {
+            Some(JsonValue::Object(route)) => check_ingress_route(reporter, &format!("{path}.route"), route),
+            Some(_) => {
+                reporter.error(
+                    DiagnosticCode::SchemaInvalid,
+                    &format!("{path}.route"),
+                    format!("{path}.route must be an object"),
+                    None,
+                );
+            }
+            None => reporter.error(
+                DiagnosticCode::SchemaInvalid,
+                &path,
+                format!("{path} has no route"),
+                Some("Give every rule a route; `route: {}` sends the event to the Swarm's entry agent.".to_owned()),
+            ),
+        }
+    }
+}
+
+fn check_ingress_match(reporter: &mut DocReporter<'_>, path: &str, matcher: &JsonValue) {
+    let Some(matcher) = matcher.as_object() else {
+        reporter.error(DiagnosticCode::SchemaInvalid, path, format!("{path} must be an object"), None);
+        return;
+    };
+    if matcher.get("event").is_some_and(|event| !event.is_string()) {
+        reporter.error(
+            DiagnosticCode::SchemaInvalid,
+            &format!("{path}.event"),
+            format!("{path}.event must be a string"),
+            None,
+        );
+    }
+    match matcher.get("properties") {
+        None => {}
+        Some(JsonValue::Object(properties)) => {
+            for (key, value) in properties {
+                if !(value.is_string() || value.is_number() || value.is_boolean()) {
+                    reporter.error(
+                        DiagnosticCode::SchemaInvalid,
+                        &format!("{path}.properties.{key}"),
+                        format!("{path}.properties.{key} must be a string, a number or a boolean"),
+                        None,
+                    );
+                }
+            }
+        }
+        Some(_) => {
+            reporter.error(
+                DiagnosticCode::SchemaInvalid,
+                &format!("{path}.properties"),
+                format!("{path}.properties must be an object"),
+                None,
+            );
+        }
+    }
+}
+
+fn check_ingress_route(reporter: &mut DocReporter<'_>, path: &str, route: &JsonObject) {
+    for field in ["instanceKey", "instanceKeyProperty", "instanceKeyPrefix"] {
+        let value = route.get(field);
+        let empty_allowed = field == "instanceKeyPrefix";
+        if value.is_some_and(|v| v.as_str().is_none_or(|s| s.is_empty() && !empty_allowed)) {
+            reporter.error(
+                DiagnosticCode::SchemaInvalid,
+                &format!("{path}.{field}"),
+                format!("{path}.{field} must be a non-empty string"),
+                None,
+            );
+        }
+    }
+    if route.contains_key("instanceKey") && route.contains_key("instanceKeyProperty") {
+        reporter.error(
+            DiagnosticCode::SchemaInvalid,
+            path,
+            format!("{path} sets both instanceKey and instanceKeyProperty; a route chooses its instance one way"),
+            Some(
+                "Keep instanceKey for one fixed instance, or instanceKeyProperty to take it from the event.".to_owned(),
+            ),
+        );
+    }
+    if route.contains_key("instanceKeyPrefix") && !route.contains_key("instanceKeyProperty") {
+        reporter.error(
+            DiagnosticCode::SchemaInvalid,
+            &format!("{path}.instanceKeyPrefix"),
+            format!("{path}.instanceKeyPrefix has no instanceKeyProperty to prefix"),
+            Some(
+                "Add instanceKeyProperty (the event property that names the instance) or remove the prefix.".to_owned(),
+            ),
+        );
+    }
 }
 
 /// Every reference field must be one of the four ObjectRef forms.

@@ -355,3 +355,55 @@ fn a_bundle_path_that_is_no_regular_file_is_refused_without_reading_it() {
         assert!(report.diagnostics[0].message.contains("FIFO"), "{}", report.diagnostics[0].message);
     }
 }
+
+/// A bundle with one Connection whose `ingress` is `ingress` (YAML, indented
+/// under `spec:`), and the agent, swarm and connector it names.
+fn connection_bundle(ingress: &str) -> String {
+    format!(
+        "{MODEL}---\napiVersion: goondan.ai/v1\nkind: Agent\nmetadata: {{name: a}}\nspec: {{modelConfig: {{modelRef: Model/m}}}}\n---\n\
+         apiVersion: goondan.ai/v1\nkind: Swarm\nmetadata: {{name: s}}\nspec: {{entryAgent: Agent/a, agents: [Agent/a]}}\n---\n\
+         apiVersion: goondan.ai/v1\nkind: Connection\nmetadata: {{name: c}}\nspec:\n  connectorRef: {{kind: Connector, name: cli, package: \"@goondan/base\"}}\n  swarmRef: Swarm/s\n  ingress:\n{ingress}"
+    )
+}
+
+/// Ingress rules the runtime could not follow as written are refused at
+/// load, each naming its rule; good rules (the forms of the original's
+/// samples and of this runtime's instance-key routes) load clean.
+#[test]
+fn ingress_rules_are_checked_at_load() {
+    let table: &[(&str, &[&str])] = &[
+        (
+            "    rules:\n      - match: {event: stdin_message}\n        route: {agentRef: Agent/a, instanceKey: cli}\n",
+            &[],
+        ),
+        ("    rules:\n      - route: {}\n", &[]),
+        (
+            "    rules:\n      - match: {event: m, properties: {chat: 42, dm: true, room: x}}\n        route: {instanceKeyProperty: chat, instanceKeyPrefix: \"tg:\"}\n",
+            &[],
+        ),
+        ("    rules: {match: {event: x}}\n", &["spec.ingress.rules"]),
+        ("    rules:\n      - match: {event: x}\n", &["spec.ingress.rules[0]"]),
+        ("    rules:\n      - route: {instanceKey: k, instanceKeyProperty: p}\n", &["spec.ingress.rules[0].route"]),
+        (
+            "    rules:\n      - route: {instanceKeyPrefix: \"x:\"}\n",
+            &["spec.ingress.rules[0].route.instanceKeyPrefix"],
+        ),
+        ("    rules:\n      - route: {instanceKey: \"\"}\n", &["spec.ingress.rules[0].route.instanceKey"]),
+        ("    rules:\n      - match: {event: 7}\n        route: {}\n", &["spec.ingress.rules[0].match.event"]),
+        (
+            "    rules:\n      - match: {properties: {chat: [1]}}\n        route: {}\n",
+            &["spec.ingress.rules[0].match.properties.chat"],
+        ),
+        (
+            "    rules:\n      - route: {}\n      - route: {agentRef: Agent/missing}\n",
+            &["spec.ingress.rules[1].route.agentRef"],
+        ),
+        ("    rules:\n      - route: {agentRef: 12}\n", &["spec.ingress.rules[0].route.agentRef"]),
+    ];
+    for (ingress, expected) in table {
+        let found = errors(&connection_bundle(ingress));
+        let paths: Vec<String> =
+            found.iter().map(|(_, path)| path.trim_start_matches("goondan.yaml#3.").to_owned()).collect();
+        assert_eq!(paths, *expected, "{ingress}\n{found:?}");
+    }
+}
