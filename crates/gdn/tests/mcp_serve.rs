@@ -505,6 +505,22 @@ fn receive_frame(stdout: &mut impl BufRead) -> Value {
     frame
 }
 
+/// `gdn mcp serve` over stdio on the fixture, its standard error discarded.
+fn spawn_stdio_server(state: &Path) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_gdn"))
+        .arg("--state-root")
+        .arg(state)
+        .arg("-c")
+        .arg(fixture())
+        .args(["mcp", "serve"])
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn gdn: {e}"))
+}
+
 /// The stdio of a `gdn mcp serve` child after the MCP handshake.
 fn initialized(child: &mut std::process::Child) -> (std::process::ChildStdin, BufReader<std::process::ChildStdout>) {
     let mut stdin = child.stdin.take().unwrap_or_else(|| panic!("no stdin"));
@@ -632,18 +648,7 @@ fn a_call_the_client_cancels_ends_with_its_processes_and_the_server_goes_on() {
     let state = temp();
     let scratch = temp();
     let pid_file = scratch.path().join("pid");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gdn"))
-        .arg("--state-root")
-        .arg(state.path())
-        .arg("-c")
-        .arg(fixture())
-        .args(["mcp", "serve"])
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn gdn: {e}"));
+    let mut child = spawn_stdio_server(state.path());
     let (mut stdin, mut stdout) = initialized(&mut child);
     let mut send = |message: Value| send_frame(&mut stdin, &message);
     let mut receive = || receive_frame(&mut stdout);
@@ -695,18 +700,7 @@ fn state_and_parent(pid: u32) -> Option<(char, u32)> {
 #[test]
 fn a_background_job_that_ends_after_its_call_is_reaped_not_left_a_zombie() {
     let state = temp();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gdn"))
-        .arg("--state-root")
-        .arg(state.path())
-        .arg("-c")
-        .arg(fixture())
-        .args(["mcp", "serve"])
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn gdn: {e}"));
+    let mut child = spawn_stdio_server(state.path());
     let gdn = child.id();
     let (mut stdin, mut stdout) = initialized(&mut child);
     send_frame(
