@@ -180,17 +180,17 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn an_emitted_event_is_read_with_its_properties_as_strings() {
+    fn an_emitted_event_is_read_with_its_properties_as_strings() -> Result<(), EventError> {
         let event = ConnectorEvent::from_json(&json!({
             "name": "telegram_message",
             "message": {"type": "text", "text": "hi"},
             "properties": {"chat_id": "42", "update_id": 7, "bot": false},
             "instanceKey": "telegram:42"
-        }))
-        .unwrap();
+        }))?;
         assert_eq!(event.properties["update_id"], "7");
         assert_eq!(event.properties["bot"], "false");
         assert_eq!(event.message.input_text(), "hi");
+        Ok(())
     }
 
     #[test]

@@ -124,14 +124,15 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_key_is_stored_once_and_unkeyed_events_always() {
+    async fn a_key_is_stored_once_and_unkeyed_events_always() -> Result<(), SinkError> {
         let sink = MemorySink::new();
-        assert_eq!(sink.accept_one(Delivery::keyed("a", event())).await.unwrap(), Accepted::Stored);
-        assert_eq!(sink.accept_one(Delivery::keyed("a", event())).await.unwrap(), Accepted::Duplicate);
-        assert_eq!(sink.accept_one(Delivery::unkeyed(event())).await.unwrap(), Accepted::Stored);
-        assert_eq!(sink.accept_one(Delivery::unkeyed(event())).await.unwrap(), Accepted::Stored);
+        assert_eq!(sink.accept_one(Delivery::keyed("a", event())).await?, Accepted::Stored);
+        assert_eq!(sink.accept_one(Delivery::keyed("a", event())).await?, Accepted::Duplicate);
+        assert_eq!(sink.accept_one(Delivery::unkeyed(event())).await?, Accepted::Stored);
+        assert_eq!(sink.accept_one(Delivery::unkeyed(event())).await?, Accepted::Stored);
         assert_eq!(sink.stored().len(), 3);
         sink.close();
         assert!(matches!(sink.accept_one(Delivery::unkeyed(event())).await, Err(SinkError::Closed)));
+        Ok(())
     }
 }
