@@ -16,10 +16,18 @@
 //! - [`connector`]: what a connector gets ([`ConnectorContext`]) and what a
 //!   started one is ([`RunningConnector`]).
 //! - [`connectors`]: the `@goondan/base` connectors, native.
+//! - [`routing`]: a Connection's `ingress.rules`.
+//! - [`inbox`]: the durable inbox (group-committed journal, delivery keys).
+//! - [`dispatch`]: one turn at a time per agent instance, instances concurrently.
+//! - [`service`]: a Connection's sink (route, then store).
 
 pub mod connector;
 pub mod connectors;
+pub mod dispatch;
 pub mod event;
+pub mod inbox;
+pub mod routing;
+pub mod service;
 pub mod sink;
 
 pub use connector::{ConnectorContext, ConnectorError, RunningConnector, SecretMap, StartConnector};

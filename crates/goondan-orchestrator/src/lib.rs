@@ -33,5 +33,5 @@ mod start;
 pub mod waits;
 
 pub use launcher::AgentLauncher;
-pub use orchestrator::{NoSwarmObserver, Orchestrator, SwarmObserver};
+pub use orchestrator::{Inbound, NoSwarmObserver, Orchestrator, SwarmObserver};
 pub use plan::SwarmPlan;

@@ -4,7 +4,8 @@
 
 use std::sync::Arc;
 
-use goondan_ipc::{AgentInstance, DelegateResultPayload, ErrorInfo, ObservePayload};
+use goondan_core::JsonObject;
+use goondan_ipc::{AgentInstance, CLI, DelegateResultPayload, ErrorInfo, MessageSourceInfo, ObservePayload};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::codes::{AGENT_UNAVAILABLE, IPC_DELIVERY_FAILED};
@@ -21,6 +22,32 @@ pub trait SwarmObserver: Send + Sync {
     /// The process `pid` of `instance` ended; `status` says how. The
     /// processes its tools left (marked with its pid) should be ended.
     fn exited(&self, _instance: &AgentInstance, _pid: u32, _status: &str, _crashed: bool) {}
+}
+
+/// Input for a turn from outside the swarm.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Inbound {
+    /// The turn's input text.
+    pub input: String,
+    /// The event type the turn sees (`user.input` for the terminal, the
+    /// event's name for a connector's).
+    pub event_type: String,
+    /// The inbound metadata the turn's extensions see.
+    pub metadata: JsonObject,
+    /// Where it came from (`cli`, or `connector` and the Connection).
+    pub source: MessageSourceInfo,
+}
+
+impl Inbound {
+    /// The terminal's input.
+    pub fn terminal(input: String) -> Self {
+        Self {
+            input,
+            event_type: "user.input".to_owned(),
+            metadata: JsonObject::new(),
+            source: MessageSourceInfo { kind: CLI.to_owned(), name: CLI.to_owned(), instance_key: None },
+        }
+    }
 }
 
 /// An observer that ignores everything.
@@ -70,11 +97,28 @@ impl Orchestrator {
         &self,
         instance: &AgentInstance,
         input: String,
+        cancel: watch::Receiver<bool>,
+    ) -> DelegateResultPayload {
+        self.deliver(instance, Inbound::terminal(input), cancel).await
+    }
+
+    /// Runs a turn of `instance` with `inbound` (a connector's event, or the
+    /// terminal's input) and waits for its answer; `cancel` as for
+    /// [`ask`](Self::ask).
+    pub async fn deliver(
+        &self,
+        instance: &AgentInstance,
+        inbound: Inbound,
         mut cancel: watch::Receiver<bool>,
     ) -> DelegateResultPayload {
         let correlation_id = format!("corr-{}", goondan_core::ids::new_id());
         let (reply, mut answer) = oneshot::channel();
-        let ask = HubCommand::Ask { instance: instance.clone(), correlation_id: correlation_id.clone(), input, reply };
+        let ask = HubCommand::Ask {
+            instance: instance.clone(),
+            correlation_id: correlation_id.clone(),
+            inbound: Box::new(inbound),
+            reply,
+        };
         if self.commands.send(ask).is_err() {
             return DelegateResultPayload::failed(Self::gone());
         }

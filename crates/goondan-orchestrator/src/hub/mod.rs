@@ -51,11 +51,12 @@ mod routing;
 /// connectors and the completions of pending tool results here.
 pub(crate) enum HubCommand {
     // From the front end (`gdn run`: the terminal).
-    /// A turn of `instance` with the terminal's input; its answer goes to `reply`.
+    /// A turn of `instance` with input from outside the swarm (the terminal,
+    /// or a connector's event); its answer goes to `reply`.
     Ask {
         instance: AgentInstance,
         correlation_id: String,
-        input: String,
+        inbound: Box<crate::orchestrator::Inbound>,
         reply: oneshot::Sender<DelegateResultPayload>,
     },
     /// The terminal interrupted the turn it asked for.
@@ -262,8 +263,8 @@ impl Hub {
 
     fn handle(&mut self, command: HubCommand) {
         match command {
-            HubCommand::Ask { instance, correlation_id, input, reply } => {
-                self.ask(instance, correlation_id, input, reply);
+            HubCommand::Ask { instance, correlation_id, inbound, reply } => {
+                self.ask(instance, correlation_id, *inbound, reply);
             }
             HubCommand::CancelAsk { correlation_id } => self.cancel_ask(&correlation_id),
             HubCommand::StartInstance { instance, reply } => {

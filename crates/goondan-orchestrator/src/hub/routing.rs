@@ -25,7 +25,7 @@ impl Hub {
         &mut self,
         instance: AgentInstance,
         correlation_id: String,
-        input: String,
+        inbound: crate::orchestrator::Inbound,
         reply: oneshot::Sender<DelegateResultPayload>,
     ) {
         self.slots.entry(instance.clone()).or_insert_with(|| Slot::new(None));
@@ -41,14 +41,14 @@ impl Hub {
         );
         let payload = DelegatePayload {
             event_id: goondan_core::ids::new_id(),
-            event_type: "user.input".to_owned(),
+            event_type: inbound.event_type,
             instance_key: instance.instance_key.clone(),
-            input,
-            metadata: goondan_core::JsonObject::new(),
+            input: inbound.input,
+            metadata: inbound.metadata,
             trace_id: None,
             asynchronous: false,
             hops: 0,
-            source: goondan_ipc::MessageSourceInfo { kind: CLI.to_owned(), name: CLI.to_owned(), instance_key: None },
+            source: inbound.source,
             tool_call_id: None,
         };
         let message =

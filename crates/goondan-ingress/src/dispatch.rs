@@ -1,0 +1,289 @@
+//! Turns for stored events: one at a time per agent instance, in the order
+//! they were stored; different instances concurrently, up to a bound.
+//!
+//! ```text
+//! inbox (recovered, then each durable store) ─► queue of agent@instance
+//!   an instance with work and no turn running takes a slot (at most max_concurrent)
+//!   start record ─► TurnRunner::run ─► Answered / Failed: done record, next of that instance
+//!                                   └► Retry (the agent process died, …): again after a pause;
+//!                                      after max_attempts starts: done (gave up), logged
+//!                                   └► Interrupted (the service stops): no record, it runs next start
+//! drain: no new turns; running ones get the grace period, then are cancelled
+//! ```
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinSet;
+
+use crate::inbox::{Inbox, Outcome, Stored};
+
+/// How a turn for a stored event ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TurnEnd {
+    /// The turn ran and answered.
+    Answered,
+    /// The turn ran and failed (the agent's own error); not retried.
+    Failed(String),
+    /// The turn could not run or was cut off (its process died): try again.
+    Retry(String),
+    /// The service is stopping: leave it for the next start.
+    Interrupted,
+}
+
+/// Runs the turn of a stored event.
+#[async_trait]
+pub trait TurnRunner: Send + Sync + 'static {
+    /// Runs `turn`; `cancel` turns true when the service stops waiting.
+    async fn run(&self, turn: &Stored, cancel: watch::Receiver<bool>) -> TurnEnd;
+}
+
+/// How turns are dispatched.
+#[derive(Debug, Clone, Copy)]
+pub struct DispatchOptions {
+    /// The most instances with a turn running at once.
+    pub max_concurrent: usize,
+    /// Turns of one event started before it is given up.
+    pub max_attempts: u32,
+    /// The pause before the first retry (doubling, at most a minute).
+    pub retry_pause: Duration,
+}
+
+impl Default for DispatchOptions {
+    fn default() -> Self {
+        Self { max_concurrent: 64, max_attempts: 3, retry_pause: Duration::from_millis(500) }
+    }
+}
+
+enum Command {
+    Drain { grace: Duration, done: oneshot::Sender<usize> },
+}
+
+/// The dispatcher of a running service.
+#[derive(Clone)]
+pub struct Dispatcher {
+    commands: mpsc::UnboundedSender<Command>,
+    waiting: watch::Receiver<usize>,
+}
+
+impl std::fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dispatcher").field("waiting", &*self.waiting.borrow()).finish()
+    }
+}
+
+impl Dispatcher {
+    /// Starts dispatching `recovered` events, then each one `stored` sends.
+    pub fn start(
+        inbox: Inbox,
+        runner: Arc<dyn TurnRunner>,
+        recovered: Vec<Stored>,
+        stored: mpsc::UnboundedReceiver<Stored>,
+        options: DispatchOptions,
+    ) -> Self {
+        let (commands, command_rx) = mpsc::unbounded_channel();
+        let (waiting_tx, waiting) = watch::channel(0);
+        let (cancel, _) = watch::channel(false);
+        let mut state = State {
+            inbox,
+            runner,
+            options,
+            queues: HashMap::new(),
+            busy: HashSet::new(),
+            ready: VecDeque::new(),
+            running: JoinSet::new(),
+            cancel,
+            waiting: waiting_tx,
+            draining: false,
+        };
+        for event in recovered {
+            state.push(event);
+        }
+        tokio::spawn(state.run(stored, command_rx));
+        Self { commands, waiting }
+    }
+
+    /// Events queued or in a turn.
+    pub fn waiting(&self) -> usize {
+        *self.waiting.borrow()
+    }
+
+    /// Waits until nothing is queued or running.
+    pub async fn idle(&self) {
+        let mut waiting = self.waiting.clone();
+        let _ = waiting.wait_for(|n| *n == 0).await;
+    }
+
+    /// Starts no more turns; lets running ones finish within `grace`, then
+    /// cancels them. Returns how many events stay pending for the next
+    /// start.
+    pub async fn drain(&self, grace: Duration) -> usize {
+        let (done, left) = oneshot::channel();
+        if self.commands.send(Command::Drain { grace, done }).is_err() {
+            return 0;
+        }
+        left.await.unwrap_or(0)
+    }
+}
+
+struct State {
+    inbox: Inbox,
+    runner: Arc<dyn TurnRunner>,
+    options: DispatchOptions,
+    queues: HashMap<String, VecDeque<Stored>>,
+    busy: HashSet<String>,
+    ready: VecDeque<String>,
+    running: JoinSet<String>,
+    cancel: watch::Sender<bool>,
+    waiting: watch::Sender<usize>,
+    draining: bool,
+}
+
+fn instance_of(event: &Stored) -> String {
+    format!("{}@{}", event.entry.agent, event.entry.instance)
+}
+
+impl State {
+    fn push(&mut self, event: Stored) {
+        let instance = instance_of(&event);
+        let queue = self.queues.entry(instance.clone()).or_default();
+        queue.push_back(event);
+        if queue.len() == 1 && !self.busy.contains(&instance) {
+            self.ready.push_back(instance);
+        }
+    }
+
+    fn count(&self) -> usize {
+        self.queues.values().map(VecDeque::len).sum::<usize>() + self.running.len()
+    }
+
+    fn start_turns(&mut self) {
+        while !self.draining && self.running.len() < self.options.max_concurrent.max(1) {
+            let Some(instance) = self.ready.pop_front() else { break };
+            let Some(event) = self.queues.get_mut(&instance).and_then(VecDeque::pop_front) else { continue };
+            self.busy.insert(instance.clone());
+            let inbox = self.inbox.clone();
+            let runner = Arc::clone(&self.runner);
+            let cancel = self.cancel.subscribe();
+            let options = self.options;
+            self.running.spawn(async move {
+                run_event(inbox, runner, event, cancel, options).await;
+                instance
+            });
+        }
+        self.waiting.send_replace(self.count());
+    }
+
+    fn finished(&mut self, instance: String) {
+        self.busy.remove(&instance);
+        match self.queues.get(&instance) {
+            Some(queue) if !queue.is_empty() => self.ready.push_back(instance),
+            Some(_) => {
+                self.queues.remove(&instance);
+            }
+            None => {}
+        }
+    }
+
+    async fn run(
+        mut self,
+        mut stored: mpsc::UnboundedReceiver<Stored>,
+        mut commands: mpsc::UnboundedReceiver<Command>,
+    ) {
+        let mut drain: Option<(tokio::time::Instant, oneshot::Sender<usize>)> = None;
+        let mut stored_open = true;
+        self.start_turns();
+        loop {
+            let deadline = drain.as_ref().map(|(at, _)| *at);
+            tokio::select! {
+                event = stored.recv(), if stored_open => match event {
+                    Some(event) => self.push(event),
+                    None => stored_open = false,
+                },
+                Some(finished) = self.running.join_next(), if !self.running.is_empty() => {
+                    if let Ok(instance) = finished {
+                        self.finished(instance);
+                    }
+                }
+                command = commands.recv(), if drain.is_none() => match command {
+                    Some(Command::Drain { grace, done }) => {
+                        self.draining = true;
+                        drain = Some((tokio::time::Instant::now() + grace, done));
+                    }
+                    None => return,
+                },
+                () = async {
+                    match deadline {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                }, if !self.cancel.borrow().to_owned() => {
+                    tracing::warn!(running = self.running.len(), "ingress: the grace period is over; running turns are cancelled and run again at the next start");
+                    self.cancel.send_replace(true);
+                }
+            }
+            self.start_turns();
+            if self.draining && self.running.is_empty() {
+                let left = self.queues.values().map(VecDeque::len).sum::<usize>();
+                if let Some((_, done)) = drain.take() {
+                    let _ = done.send(left);
+                }
+                return;
+            }
+        }
+    }
+}
+
+async fn run_event(
+    inbox: Inbox,
+    runner: Arc<dyn TurnRunner>,
+    mut event: Stored,
+    mut cancel: watch::Receiver<bool>,
+    options: DispatchOptions,
+) {
+    let mut pause = options.retry_pause;
+    loop {
+        if event.attempts >= options.max_attempts {
+            tracing::error!(
+                key = %event.key, connection = %event.entry.connection, attempts = event.attempts,
+                "ingress: the event's turn was cut off {} times; given up", event.attempts
+            );
+            record(&inbox, &event, Outcome::GaveUp).await;
+            return;
+        }
+        inbox.started(event.seq);
+        event.attempts += 1;
+        match runner.run(&event, cancel.clone()).await {
+            TurnEnd::Answered => {
+                record(&inbox, &event, Outcome::Answered).await;
+                return;
+            }
+            TurnEnd::Failed(message) => {
+                tracing::warn!(key = %event.key, connection = %event.entry.connection, %message, "ingress: the event's turn failed");
+                record(&inbox, &event, Outcome::Failed).await;
+                return;
+            }
+            TurnEnd::Interrupted => return,
+            TurnEnd::Retry(message) => {
+                if *cancel.borrow() {
+                    return;
+                }
+                tracing::warn!(key = %event.key, connection = %event.entry.connection, %message, "ingress: the event's turn did not finish; it runs again");
+                tokio::select! {
+                    () = tokio::time::sleep(pause) => {}
+                    _ = cancel.wait_for(|c| *c) => return,
+                }
+                pause = (pause * 2).min(Duration::from_secs(60));
+            }
+        }
+    }
+}
+
+async fn record(inbox: &Inbox, event: &Stored, outcome: Outcome) {
+    if let Err(error) = inbox.done(event.seq, outcome).await {
+        tracing::error!(key = %event.key, %error, "ingress: the end of a turn could not be recorded; it may run again at the next start");
+    }
+}

@@ -1,0 +1,651 @@
+//! The inbox: every accepted event, durably, until its turn has run.
+//!
+//! ```text
+//! <workspace>/ingress/inbox.jsonl     one record per line, append-only
+//!   {"op":"accept","seq":7,"key":"slack-main/Ev123","at":…,"connection":…,"agent":…,"instance":…,"event":{…}}
+//!   {"op":"start","seq":7,"at":…}     a turn of it started (attempts survive a crash)
+//!   {"op":"done","seq":7,"at":…,"outcome":"answered"}
+//!   {"op":"seen","key":"…","at":…}    compaction: a key remembered without its event
+//! ```
+//!
+//! One writer thread owns the file and the set of keys. A store is a
+//! request to it; it takes every request waiting, checks each key against
+//! the set (a key seen before, even one stored by the same batch, is a
+//! duplicate), appends the new records with one write, syncs the file once
+//! (group commit), and only then answers every request of the batch —
+//! duplicates included, so a redelivery racing its original is never
+//! acknowledged before the original is on disk. A failed write or sync
+//! answers the batch with an error and forgets its keys: nothing
+//! acknowledged, nothing half-remembered.
+//!
+//! Keys are namespaced by Connection and remembered for the dedupe window
+//! (7 days by default, at most a bounded number of keys) after acceptance,
+//! and always while their event is pending. The file is rewritten from the
+//! writer's state (pending events and remembered keys; temp file, fsync,
+//! rename) when dead records are a third of it, at open and while
+//! running, so it never grows without bound. A torn last line (a crash in
+//! the middle of a write) is cut off at open.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fs::{self, File, OpenOptions};
+use std::io::{BufRead as _, BufReader, Seek as _, SeekFrom, Write as _};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc as std_mpsc;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use goondan_core::JsonObject;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::event::{ConnectorEvent, Delivery};
+use crate::routing::Route;
+use crate::sink::SinkError;
+
+/// The inbox file, under a workspace directory.
+pub const INBOX_FILE: &str = "ingress/inbox.jsonl";
+
+/// Where an accepted event goes, and from where it came.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// The Connection it came through.
+    pub connection: String,
+    /// Its Connector.
+    pub connector: String,
+    /// The agent whose turn it is.
+    pub agent: String,
+    /// The agent instance.
+    pub instance: String,
+    /// The event.
+    pub event: ConnectorEvent,
+}
+
+impl Entry {
+    /// An entry for `event`, routed to `route`.
+    pub fn new(connection: &str, connector: &str, route: Route, event: ConnectorEvent) -> Self {
+        Self {
+            connection: connection.to_owned(),
+            connector: connector.to_owned(),
+            agent: route.agent,
+            instance: route.instance_key,
+            event,
+        }
+    }
+}
+
+/// An event stored in the inbox, waiting for (or in) its turn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    /// Its place in the inbox: turns of one instance run in this order.
+    pub seq: u64,
+    /// Its delivery key (`<connection>/<key>`).
+    pub key: String,
+    /// When it was accepted (ms since the epoch).
+    pub accepted_at: u64,
+    /// Turns of it started before (a crash or stop cut them off).
+    pub attempts: u32,
+    /// What and where.
+    pub entry: Entry,
+}
+
+impl Stored {
+    /// The turn's input text: the message (the original's rules) and, when
+    /// the event has properties, a line with them, so that the model can
+    /// answer on the right channel (`telegram__send(chatId=…)`).
+    pub fn turn_input(&self) -> String {
+        let mut input = self.entry.event.message.input_text();
+        if !self.entry.event.properties.is_empty() {
+            let properties = serde_json::to_string(&self.entry.event.properties).unwrap_or_default();
+            input.push_str(&format!(
+                "\n\n[{} via {}] properties: {properties}",
+                self.entry.event.name, self.entry.connection
+            ));
+        }
+        input
+    }
+
+    /// The inbound metadata the turn (and its extensions, as
+    /// `ctx.inputEvent.metadata`) sees.
+    pub fn turn_metadata(&self) -> JsonObject {
+        let event = &self.entry.event;
+        let metadata = json!({
+            "__goondanInbound": {
+                "sourceKind": "connector",
+                "sourceName": self.entry.connector,
+                "eventName": event.name,
+                "instanceKey": self.entry.instance,
+            },
+            "connection": self.entry.connection,
+            "connector": self.entry.connector,
+            "event": event.name,
+            "properties": event.properties,
+            "message": event.message,
+            "deliveryKey": self.key,
+            "attempt": self.attempts + 1,
+        });
+        match metadata {
+            serde_json::Value::Object(map) => map,
+            _ => JsonObject::new(),
+        }
+    }
+}
+
+/// How a stored event's turn ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The turn ran and answered.
+    Answered,
+    /// The turn failed (the agent's error); not retried.
+    Failed,
+    /// Its turns were cut off too often: given up.
+    GaveUp,
+}
+
+/// What became of one delivery offered to [`Inbox::store`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreResult {
+    /// Stored: its turn will run.
+    Stored(Box<Stored>),
+    /// Its key was seen before.
+    Duplicate,
+}
+
+/// Why the inbox cannot be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum InboxError {
+    /// The file cannot be read or written.
+    #[error("inbox {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The writer is gone.
+    #[error("the inbox is closed")]
+    Closed,
+}
+
+/// How the inbox keeps keys.
+#[derive(Debug, Clone, Copy)]
+pub struct InboxOptions {
+    /// How long a key is remembered after its event was accepted.
+    pub dedupe_window: Duration,
+    /// The most keys remembered (the oldest go first).
+    pub max_keys: usize,
+    /// The fewest records before a rewrite is considered.
+    pub compact_min_records: usize,
+}
+
+impl Default for InboxOptions {
+    fn default() -> Self {
+        Self { dedupe_window: Duration::from_secs(7 * 24 * 3600), max_keys: 1_000_000, compact_min_records: 10_000 }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "lowercase")]
+enum Record {
+    Accept {
+        seq: u64,
+        key: String,
+        at: u64,
+        #[serde(flatten)]
+        entry: Box<Entry>,
+    },
+    Start {
+        seq: u64,
+        at: u64,
+    },
+    Done {
+        seq: u64,
+        at: u64,
+        outcome: Outcome,
+    },
+    Seen {
+        key: String,
+        at: u64,
+    },
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)).unwrap_or(0)
+}
+
+/// What the file says, folded.
+#[derive(Debug, Default)]
+struct Folded {
+    pending: BTreeMap<u64, Stored>,
+    /// key → accepted at (ms), oldest first in `order`.
+    keys: HashMap<String, u64>,
+    order: VecDeque<(u64, String)>,
+    next_seq: u64,
+    records: usize,
+}
+
+impl Folded {
+    fn remember(&mut self, key: String, at: u64) {
+        if self.keys.insert(key.clone(), at).is_none() {
+            self.order.push_back((at, key));
+        }
+    }
+
+    fn apply(&mut self, record: Record) {
+        self.records += 1;
+        match record {
+            Record::Accept { seq, key, at, entry } => {
+                self.next_seq = self.next_seq.max(seq + 1);
+                self.remember(key.clone(), at);
+                self.pending.insert(seq, Stored { seq, key, accepted_at: at, attempts: 0, entry: *entry });
+            }
+            Record::Start { seq, .. } => {
+                if let Some(stored) = self.pending.get_mut(&seq) {
+                    stored.attempts += 1;
+                }
+            }
+            Record::Done { seq, .. } => {
+                self.pending.remove(&seq);
+            }
+            Record::Seen { key, at } => self.remember(key, at),
+        }
+    }
+
+    /// Forgets keys out of the window or over the bound (never a pending one).
+    fn expire(&mut self, options: &InboxOptions, now: u64) {
+        let window = u64::try_from(options.dedupe_window.as_millis()).unwrap_or(u64::MAX);
+        let pending: std::collections::HashSet<&str> = self.pending.values().map(|s| s.key.as_str()).collect();
+        let mut kept = VecDeque::with_capacity(self.order.len());
+        let over = self.order.len().saturating_sub(options.max_keys);
+        for (index, (at, key)) in std::mem::take(&mut self.order).into_iter().enumerate() {
+            let old = now.saturating_sub(at) > window || index < over;
+            if old && !pending.contains(key.as_str()) {
+                self.keys.remove(&key);
+            } else {
+                kept.push_back((at, key));
+            }
+        }
+        self.order = kept;
+    }
+
+    fn live_records(&self) -> usize {
+        // Every pending event is one accept (and its starts), every other key one `seen`.
+        self.keys.len() + self.pending.values().map(|s| s.attempts as usize).sum::<usize>()
+    }
+}
+
+fn read_file(path: &Path) -> Result<Folded, InboxError> {
+    let io = |source| InboxError::Io { path: path.to_owned(), source };
+    let mut folded = Folded { next_seq: 1, ..Folded::default() };
+    let file = match File::open(path) {
+        Ok(file) => file,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(folded),
+        Err(error) => return Err(io(error)),
+    };
+    let mut reader = BufReader::new(file);
+    let mut line = Vec::new();
+    let mut good_end: u64 = 0;
+    let mut offset: u64 = 0;
+    loop {
+        line.clear();
+        let read = reader.read_until(b'\n', &mut line).map_err(io)?;
+        if read == 0 {
+            break;
+        }
+        offset += read as u64;
+        if line.last() != Some(&b'\n') {
+            tracing::warn!(path = %path.display(), "inbox: a torn last record (a crash while writing) is cut off");
+            break;
+        }
+        match serde_json::from_slice::<Record>(&line[..line.len() - 1]) {
+            Ok(record) => folded.apply(record),
+            Err(error) => tracing::warn!(path = %path.display(), %error, "inbox: an unreadable record is skipped"),
+        }
+        good_end = offset;
+    }
+    let length = fs::metadata(path).map_err(io)?.len();
+    if length > good_end {
+        let file = OpenOptions::new().write(true).open(path).map_err(io)?;
+        file.set_len(good_end).map_err(io)?;
+        file.sync_all().map_err(io)?;
+    }
+    Ok(folded)
+}
+
+/// Writes the folded state as a new file in place of the old one.
+fn rewrite(path: &Path, folded: &mut Folded) -> std::io::Result<File> {
+    let temp = path.with_extension("jsonl.tmp");
+    let mut out = std::io::BufWriter::new(File::create(&temp)?);
+    let pending_keys: std::collections::HashSet<&str> = folded.pending.values().map(|s| s.key.as_str()).collect();
+    for (at, key) in &folded.order {
+        if !pending_keys.contains(key.as_str()) {
+            serde_json::to_writer(&mut out, &Record::Seen { key: key.clone(), at: *at })?;
+            out.write_all(b"\n")?;
+        }
+    }
+    let mut records = folded.keys.len().saturating_sub(folded.pending.len());
+    for stored in folded.pending.values() {
+        let accept = Record::Accept {
+            seq: stored.seq,
+            key: stored.key.clone(),
+            at: stored.accepted_at,
+            entry: Box::new(stored.entry.clone()),
+        };
+        serde_json::to_writer(&mut out, &accept)?;
+        out.write_all(b"\n")?;
+        records += 1;
+        for _ in 0..stored.attempts {
+            serde_json::to_writer(&mut out, &Record::Start { seq: stored.seq, at: stored.accepted_at })?;
+            out.write_all(b"\n")?;
+            records += 1;
+        }
+    }
+    let file = out.into_inner().map_err(|e| e.into_error())?;
+    file.sync_all()?;
+    drop(file);
+    fs::rename(&temp, path)?;
+    if let Some(dir) = path.parent() {
+        File::open(dir)?.sync_all()?;
+    }
+    folded.records = records;
+    let mut file = OpenOptions::new().append(true).open(path)?;
+    file.seek(SeekFrom::End(0))?;
+    Ok(file)
+}
+
+enum Op {
+    Store {
+        connection: String,
+        items: Vec<(Option<String>, Entry)>,
+        reply: oneshot::Sender<Result<Vec<StoreResult>, SinkError>>,
+    },
+    Start {
+        seq: u64,
+    },
+    Done {
+        seq: u64,
+        outcome: Outcome,
+        reply: Option<oneshot::Sender<Result<(), SinkError>>>,
+    },
+    Close,
+}
+
+/// A snapshot of what waits in the inbox.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InboxStatus {
+    /// Pending events (accepted, turn not done), by `agent@instance`.
+    pub pending: BTreeMap<String, usize>,
+    /// Keys remembered.
+    pub keys: usize,
+}
+
+/// The inbox of a running service: cheap to clone.
+#[derive(Clone)]
+pub struct Inbox {
+    ops: std_mpsc::Sender<Op>,
+    status: Arc<Mutex<InboxStatus>>,
+}
+
+impl std::fmt::Debug for Inbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inbox").finish_non_exhaustive()
+    }
+}
+
+/// The events a service finds pending when it opens its inbox.
+pub type Recovered = Vec<Stored>;
+
+impl Inbox {
+    /// Opens (or creates) the inbox at `path`, starts its writer, and
+    /// returns the events still pending; events stored from now on are also
+    /// sent to `stored` once durable, in order.
+    pub fn open(
+        path: &Path,
+        options: InboxOptions,
+        stored: mpsc::UnboundedSender<Stored>,
+    ) -> Result<(Self, Recovered), InboxError> {
+        let io = |source| InboxError::Io { path: path.to_owned(), source };
+        if let Some(dir) = path.parent() {
+            fs::create_dir_all(dir).map_err(io)?;
+        }
+        let mut folded = read_file(path)?;
+        folded.expire(&options, now_ms());
+        let file = if folded.records > options.compact_min_records.min(1000)
+            && folded.records > folded.live_records() * 3 / 2
+        {
+            rewrite(path, &mut folded).map_err(io)?
+        } else {
+            OpenOptions::new().create(true).append(true).open(path).map_err(io)?
+        };
+        let recovered: Recovered = folded.pending.values().cloned().collect();
+        let status = Arc::new(Mutex::new(InboxStatus::default()));
+        let (ops, receiver) = std_mpsc::channel();
+        let writer = Writer { path: path.to_owned(), file, folded, options, stored, status: Arc::clone(&status) };
+        writer.publish();
+        std::thread::Builder::new().name("goondan-inbox".to_owned()).spawn(move || writer.run(receiver)).map_err(io)?;
+        Ok((Self { ops, status }, recovered))
+    }
+
+    /// Stores `deliveries` of `connection` (routed, as entries), all or
+    /// none; answers once they are durable.
+    pub async fn store(
+        &self,
+        connection: &str,
+        items: Vec<(Option<String>, Entry)>,
+    ) -> Result<Vec<StoreResult>, SinkError> {
+        let (reply, answer) = oneshot::channel();
+        self.ops.send(Op::Store { connection: connection.to_owned(), items, reply }).map_err(|_| SinkError::Closed)?;
+        answer.await.map_err(|_| SinkError::Closed)?
+    }
+
+    /// Records that a turn of `seq` starts (not waited for: it is synced
+    /// with the next write).
+    pub fn started(&self, seq: u64) {
+        let _ = self.ops.send(Op::Start { seq });
+    }
+
+    /// Records how the turn of `seq` ended; returns once that is durable.
+    pub async fn done(&self, seq: u64, outcome: Outcome) -> Result<(), SinkError> {
+        let (reply, answer) = oneshot::channel();
+        self.ops.send(Op::Done { seq, outcome, reply: Some(reply) }).map_err(|_| SinkError::Closed)?;
+        answer.await.map_err(|_| SinkError::Closed)?
+    }
+
+    /// Refuses every later store ([`SinkError::Closed`]); turns still
+    /// record their ends.
+    pub fn close(&self) {
+        let _ = self.ops.send(Op::Close);
+    }
+
+    /// What waits now.
+    pub fn status(&self) -> InboxStatus {
+        self.status.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// The pending events of the inbox at `path`, read without opening it
+    /// for writing (`gdn instance list`).
+    pub fn read_pending(path: &Path) -> Result<Recovered, InboxError> {
+        Ok(read_file_readonly(path)?.pending.into_values().collect())
+    }
+}
+
+fn read_file_readonly(path: &Path) -> Result<Folded, InboxError> {
+    let io = |source| InboxError::Io { path: path.to_owned(), source };
+    let mut folded = Folded { next_seq: 1, ..Folded::default() };
+    let text = match fs::read(path) {
+        Ok(text) => text,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(folded),
+        Err(error) => return Err(io(error)),
+    };
+    for line in text.split_inclusive(|b| *b == b'\n').filter(|l| l.last() == Some(&b'\n')) {
+        if let Ok(record) = serde_json::from_slice::<Record>(&line[..line.len() - 1]) {
+            folded.apply(record);
+        }
+    }
+    Ok(folded)
+}
+
+struct Writer {
+    path: PathBuf,
+    file: File,
+    folded: Folded,
+    options: InboxOptions,
+    stored: mpsc::UnboundedSender<Stored>,
+    status: Arc<Mutex<InboxStatus>>,
+}
+
+/// The most requests one group commit takes.
+const MAX_BATCH: usize = 4096;
+
+impl Writer {
+    fn run(mut self, receiver: std_mpsc::Receiver<Op>) {
+        let mut closed = false;
+        while let Ok(first) = receiver.recv() {
+            let mut batch = vec![first];
+            while batch.len() < MAX_BATCH {
+                match receiver.try_recv() {
+                    Ok(op) => batch.push(op),
+                    Err(_) => break,
+                }
+            }
+            self.commit(batch, &mut closed);
+            self.maybe_compact();
+            self.publish();
+        }
+    }
+
+    fn publish(&self) {
+        let mut pending = BTreeMap::new();
+        for stored in self.folded.pending.values() {
+            *pending.entry(format!("{}@{}", stored.entry.agent, stored.entry.instance)).or_insert(0) += 1;
+        }
+        let mut status = self.status.lock().unwrap_or_else(PoisonError::into_inner);
+        *status = InboxStatus { pending, keys: self.folded.keys.len() };
+    }
+
+    fn commit(&mut self, batch: Vec<Op>, closed: &mut bool) {
+        let at = now_ms();
+        let mut lines = Vec::new();
+        let mut new_keys: Vec<String> = Vec::new();
+        let mut new_stored: Vec<Stored> = Vec::new();
+        let mut store_replies = Vec::new();
+        let mut done_replies = Vec::new();
+        let mut applied: Vec<Record> = Vec::new();
+        for op in batch {
+            match op {
+                Op::Close => *closed = true,
+                Op::Store { reply, .. } if *closed => {
+                    let _ = reply.send(Err(SinkError::Closed));
+                }
+                Op::Store { connection, items, reply } => {
+                    let mut results = Vec::with_capacity(items.len());
+                    for (key, entry) in items {
+                        let key = match key {
+                            Some(key) => format!("{connection}/{key}"),
+                            None => format!("{connection}/~{}", goondan_core::ids::new_id()),
+                        };
+                        if self.folded.keys.contains_key(&key) {
+                            results.push(StoreResult::Duplicate);
+                            continue;
+                        }
+                        let seq = self.folded.next_seq;
+                        self.folded.next_seq += 1;
+                        self.folded.keys.insert(key.clone(), at);
+                        new_keys.push(key.clone());
+                        let stored =
+                            Stored { seq, key: key.clone(), accepted_at: at, attempts: 0, entry: entry.clone() };
+                        let record = Record::Accept { seq, key, at, entry: Box::new(entry) };
+                        push_line(&mut lines, &record);
+                        applied.push(record);
+                        new_stored.push(stored.clone());
+                        results.push(StoreResult::Stored(Box::new(stored)));
+                    }
+                    store_replies.push((reply, results));
+                }
+                Op::Start { seq } => {
+                    let record = Record::Start { seq, at };
+                    push_line(&mut lines, &record);
+                    applied.push(record);
+                }
+                Op::Done { seq, outcome, reply } => {
+                    let record = Record::Done { seq, at, outcome };
+                    push_line(&mut lines, &record);
+                    applied.push(record);
+                    if let Some(reply) = reply {
+                        done_replies.push(reply);
+                    }
+                }
+            }
+        }
+        let before = self.file.metadata().map(|m| m.len()).unwrap_or(0);
+        let written =
+            if lines.is_empty() { Ok(()) } else { self.file.write_all(&lines).and_then(|()| self.file.sync_data()) };
+        match written {
+            Ok(()) => {
+                for key in new_keys {
+                    self.folded.keys.remove(&key);
+                }
+                for record in applied {
+                    self.folded.apply(record);
+                }
+                for stored in new_stored {
+                    let _ = self.stored.send(stored);
+                }
+                for (reply, results) in store_replies {
+                    let _ = reply.send(Ok(results));
+                }
+                for reply in done_replies {
+                    let _ = reply.send(Ok(()));
+                }
+            }
+            Err(error) => {
+                tracing::error!(path = %self.path.display(), %error, "inbox: a write failed; nothing of it was acknowledged");
+                for key in new_keys {
+                    self.folded.keys.remove(&key);
+                }
+                // What may have reached the file is cut off again, so the
+                // next write never follows half a record.
+                if let Err(error) = self.file.set_len(before) {
+                    tracing::error!(path = %self.path.display(), %error, "inbox: cutting off a failed write failed");
+                }
+                for (reply, _) in store_replies {
+                    let _ = reply.send(Err(SinkError::Storage(error.to_string())));
+                }
+                for reply in done_replies {
+                    let _ = reply.send(Err(SinkError::Storage(error.to_string())));
+                }
+            }
+        }
+    }
+
+    fn maybe_compact(&mut self) {
+        if self.folded.records < self.options.compact_min_records {
+            return;
+        }
+        self.folded.expire(&self.options, now_ms());
+        if self.folded.records <= self.folded.live_records() * 3 / 2 {
+            return;
+        }
+        match rewrite(&self.path, &mut self.folded) {
+            Ok(file) => self.file = file,
+            Err(error) => {
+                tracing::warn!(path = %self.path.display(), %error, "inbox: rewriting failed; the log keeps growing")
+            }
+        }
+    }
+}
+
+fn push_line(lines: &mut Vec<u8>, record: &Record) {
+    if serde_json::to_writer(&mut *lines, record).is_ok() {
+        lines.push(b'\n');
+    }
+}
+
+/// Turns a connector's deliveries into inbox items (unkeyed stay unkeyed).
+pub fn items_of(deliveries: Vec<(Delivery, Route)>, connection: &str, connector: &str) -> Vec<(Option<String>, Entry)> {
+    deliveries
+        .into_iter()
+        .map(|(delivery, route)| (delivery.key, Entry::new(connection, connector, route, delivery.event)))
+        .collect()
+}

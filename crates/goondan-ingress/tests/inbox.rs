@@ -1,0 +1,295 @@
+//! The inbox and the dispatcher through their public surface, on real
+//! files: deliveries stored once by key, recovered after a reopen, a torn
+//! tail cut off, the log compacted; turns one at a time per instance, in
+//! order, retried, given up, and left pending by a drain.
+
+use std::collections::{BTreeMap, HashMap};
+use std::error::Error;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use goondan_ingress::dispatch::{DispatchOptions, Dispatcher, TurnEnd, TurnRunner};
+use goondan_ingress::inbox::{Entry, INBOX_FILE, Inbox, InboxOptions, StoreResult, Stored};
+use goondan_ingress::routing::{Route, Router};
+use goondan_ingress::service::ConnectionSink;
+use goondan_ingress::{Accepted, ConnectorEvent, Delivery, EventMessage, EventSink};
+use serde_json::json;
+use tokio::sync::{mpsc, watch};
+
+type TestResult = Result<(), Box<dyn Error>>;
+type Opened = (Inbox, Vec<Stored>, mpsc::UnboundedReceiver<Stored>);
+
+fn event(text: &str, instance: &str) -> ConnectorEvent {
+    ConnectorEvent {
+        name: "message".into(),
+        message: EventMessage::text(text),
+        properties: BTreeMap::from([("chat_id".to_owned(), instance.to_owned())]),
+        instance_key: instance.into(),
+    }
+}
+
+fn entry(text: &str, instance: &str) -> Entry {
+    Entry::new("conn", "cli", Route { agent: "a".into(), instance_key: instance.into() }, event(text, instance))
+}
+
+fn open(dir: &std::path::Path, options: InboxOptions) -> Result<Opened, Box<dyn Error>> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let (inbox, recovered) = Inbox::open(&dir.join(INBOX_FILE), options, tx)?;
+    Ok((inbox, recovered, rx))
+}
+
+fn texts(stored: &[Stored]) -> Vec<String> {
+    stored.iter().map(|s| s.entry.event.message.input_text()).collect()
+}
+
+#[tokio::test]
+async fn keys_are_stored_once_and_pending_events_survive_a_reopen() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let (inbox, recovered, mut stored_rx) = open(dir.path(), InboxOptions::default())?;
+    assert!(recovered.is_empty());
+    let results = inbox
+        .store(
+            "conn",
+            vec![
+                (Some("1".into()), entry("one", "x")),
+                (Some("1".into()), entry("one again", "x")),
+                (None, entry("two", "x")),
+            ],
+        )
+        .await?;
+    assert!(matches!(results[0], StoreResult::Stored(_)));
+    assert_eq!(results[1], StoreResult::Duplicate);
+    let StoreResult::Stored(second) = &results[2] else { panic!("unkeyed not stored") };
+    assert!(second.key.starts_with("conn/~"), "{}", second.key);
+    // Durable events are handed on, in order.
+    let handed: Vec<_> = [stored_rx.recv().await, stored_rx.recv().await].into_iter().flatten().collect();
+    assert_eq!(texts(&handed), ["one", "two"]);
+    // Another connection's key 1 is another key.
+    assert!(matches!(
+        inbox.store("other", vec![(Some("1".into()), entry("o", "y"))]).await?[0],
+        StoreResult::Stored(_)
+    ));
+    inbox.done(handed[0].seq, goondan_ingress::inbox::Outcome::Answered).await?;
+    inbox.started(handed[1].seq);
+    drop(inbox);
+
+    let (inbox, recovered, _rx) = open(dir.path(), InboxOptions::default())?;
+    assert_eq!(texts(&recovered), ["two", "o"]);
+    assert_eq!(recovered[0].attempts, 1, "the started turn counts");
+    // The key of the finished event is still remembered.
+    assert_eq!(inbox.store("conn", vec![(Some("1".into()), entry("late", "x"))]).await?, [StoreResult::Duplicate]);
+    assert_eq!(inbox.status().pending.get("a@x"), Some(&1));
+    assert_eq!(Inbox::read_pending(&dir.path().join(INBOX_FILE))?.len(), 2);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_torn_last_record_is_cut_off_and_writing_goes_on() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join(INBOX_FILE);
+    {
+        let (inbox, _, _rx) = open(dir.path(), InboxOptions::default())?;
+        inbox.store("conn", vec![(Some("k".into()), entry("kept", "x"))]).await?;
+    }
+    let good = std::fs::metadata(&path)?.len();
+    let mut file = std::fs::OpenOptions::new().append(true).open(&path)?;
+    std::io::Write::write_all(&mut file, br#"{"op":"accept","seq":2,"key":"conn/t"#)?;
+    drop(file);
+    let (inbox, recovered, _rx) = open(dir.path(), InboxOptions::default())?;
+    assert_eq!(texts(&recovered), ["kept"]);
+    assert_eq!(std::fs::metadata(&path)?.len(), good);
+    inbox.store("conn", vec![(Some("t".into()), entry("after", "x"))]).await?;
+    drop(inbox);
+    let (_inbox, recovered, _rx) = open(dir.path(), InboxOptions::default())?;
+    assert_eq!(texts(&recovered), ["kept", "after"]);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_redeliveries_store_each_key_once() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let (inbox, _, _rx) = open(dir.path(), InboxOptions::default())?;
+    let mut tasks = tokio::task::JoinSet::new();
+    for copy in 0..4 {
+        for key in 0..50 {
+            let inbox = inbox.clone();
+            tasks.spawn(async move {
+                inbox.store("conn", vec![(Some(format!("{key}")), entry(&format!("{key}/{copy}"), "x"))]).await
+            });
+        }
+    }
+    let mut stored = 0;
+    while let Some(result) = tasks.join_next().await {
+        if matches!(result??[0], StoreResult::Stored(_)) {
+            stored += 1;
+        }
+    }
+    assert_eq!(stored, 50);
+    assert_eq!(inbox.status().keys, 50);
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_log_is_compacted_and_keeps_its_keys() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join(INBOX_FILE);
+    let options = InboxOptions { compact_min_records: 200, ..InboxOptions::default() };
+    let (inbox, _, _rx) = open(dir.path(), options)?;
+    for n in 0..300 {
+        let results = inbox.store("conn", vec![(Some(format!("{n}")), entry("x", "i"))]).await?;
+        let StoreResult::Stored(stored) = &results[0] else { panic!("not stored") };
+        if n != 7 {
+            inbox.done(stored.seq, goondan_ingress::inbox::Outcome::Answered).await?;
+        }
+    }
+    drop(inbox);
+    let lines = std::fs::read_to_string(&path)?.lines().count();
+    assert!(lines < 450, "{lines} lines: the log was not compacted");
+    let (inbox, recovered, _rx) = open(dir.path(), options)?;
+    assert_eq!(recovered.len(), 1);
+    assert_eq!(recovered[0].key, "conn/7");
+    assert_eq!(inbox.store("conn", vec![(Some("150".into()), entry("x", "i"))]).await?, [StoreResult::Duplicate]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_connection_sink_routes_drops_unmatched_and_deduplicates() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let (inbox, _, mut stored_rx) = open(dir.path(), InboxOptions::default())?;
+    let router = Router::new(
+        "tg",
+        &json!({"rules": [{"match": {"event": "message"}, "route": {"instanceKey": "shared"}}]}),
+        "entry",
+    )?;
+    let sink = ConnectionSink::new("telegram-polling", router, inbox);
+    let mut other = event("ignored", "9");
+    other.name = "edited".into();
+    let accepted = sink
+        .accept(vec![
+            Delivery::keyed("1", event("hi", "9")),
+            Delivery::keyed("2", other),
+            Delivery::keyed("1", event("hi", "9")),
+        ])
+        .await?;
+    assert_eq!(accepted, [Accepted::Stored, Accepted::Stored, Accepted::Duplicate]);
+    let Some(stored) = stored_rx.recv().await else { panic!("nothing stored") };
+    assert_eq!(
+        (stored.entry.agent.as_str(), stored.entry.instance.as_str(), stored.key.as_str()),
+        ("entry", "shared", "tg/1")
+    );
+    assert!(
+        stored.turn_input().starts_with("hi\n\n[message via tg] properties: {\"chat_id\":\"9\"}"),
+        "{}",
+        stored.turn_input()
+    );
+    assert_eq!(stored.turn_metadata()["deliveryKey"], "tg/1");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), stored_rx.recv()).await.is_err(),
+        "the unmatched event was stored"
+    );
+    Ok(())
+}
+
+/// Records turns; checks no two turns of one instance overlap.
+#[derive(Default)]
+struct Recorder {
+    log: Mutex<Vec<String>>,
+    running: Mutex<HashMap<String, bool>>,
+    concurrent: Mutex<(usize, usize)>,
+    plan: Mutex<HashMap<String, Vec<TurnEnd>>>,
+    delay: Duration,
+}
+
+#[async_trait]
+impl TurnRunner for Recorder {
+    async fn run(&self, turn: &Stored, mut cancel: watch::Receiver<bool>) -> TurnEnd {
+        let instance = turn.entry.instance.clone();
+        {
+            let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+            assert!(!running.get(&instance).copied().unwrap_or(false), "two turns of {instance} at once");
+            running.insert(instance.clone(), true);
+            let mut c = self.concurrent.lock().unwrap_or_else(PoisonError::into_inner);
+            c.0 += 1;
+            c.1 = c.1.max(c.0);
+        }
+        let text = turn.entry.event.message.input_text();
+        let end = tokio::select! {
+            () = tokio::time::sleep(self.delay) => {
+                let mut plan = self.plan.lock().unwrap_or_else(PoisonError::into_inner);
+                plan.get_mut(&text).and_then(|ends| (!ends.is_empty()).then(|| ends.remove(0))).unwrap_or(TurnEnd::Answered)
+            }
+            _ = cancel.wait_for(|c| *c) => TurnEnd::Interrupted,
+        };
+        self.log.lock().unwrap_or_else(PoisonError::into_inner).push(format!("{text}:{}", turn.attempts));
+        self.running.lock().unwrap_or_else(PoisonError::into_inner).insert(instance, false);
+        self.concurrent.lock().unwrap_or_else(PoisonError::into_inner).0 -= 1;
+        end
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn turns_run_in_order_per_instance_and_concurrently_across() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let (inbox, recovered, stored_rx) = open(dir.path(), InboxOptions::default())?;
+    let recorder = Arc::new(Recorder { delay: Duration::from_millis(30), ..Recorder::default() });
+    recorder
+        .plan
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert("b1".into(), vec![TurnEnd::Retry("crashed".into())]);
+    recorder
+        .plan
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert("c1".into(), vec![TurnEnd::Retry("1".into()), TurnEnd::Retry("2".into()), TurnEnd::Retry("3".into())]);
+    let options = DispatchOptions { max_concurrent: 8, max_attempts: 3, retry_pause: Duration::from_millis(10) };
+    let dispatcher = Dispatcher::start(inbox.clone(), recorder.clone(), recovered, stored_rx, options);
+    for n in 1..=4 {
+        for instance in ["a", "b", "c"] {
+            inbox.store("conn", vec![(None, entry(&format!("{instance}{n}"), instance))]).await?;
+        }
+    }
+    tokio::time::timeout(Duration::from_secs(20), dispatcher.idle()).await?;
+    let log = recorder.log.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    for instance in ["a", "b", "c"] {
+        let mine: Vec<_> = log.iter().filter(|l| l.starts_with(instance)).cloned().collect();
+        let expected: Vec<String> = match instance {
+            "b" => vec!["b1:1".into(), "b1:2".into(), "b2:1".into(), "b3:1".into(), "b4:1".into()],
+            "c" => vec!["c1:1".into(), "c1:2".into(), "c1:3".into(), "c2:1".into(), "c3:1".into(), "c4:1".into()],
+            _ => (1..=4).map(|n| format!("a{n}:1")).collect(),
+        };
+        assert_eq!(mine, expected);
+    }
+    assert!(
+        recorder.concurrent.lock().unwrap_or_else(PoisonError::into_inner).1 >= 2,
+        "instances never ran concurrently"
+    );
+    // Everything is done (c1 given up after three starts).
+    drop(dispatcher);
+    drop(inbox);
+    let (_inbox, recovered, _rx) = open(dir.path(), InboxOptions::default())?;
+    assert!(recovered.is_empty(), "{:?}", texts(&recovered));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_leaves_unfinished_events_for_the_next_start() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let (inbox, recovered, stored_rx) = open(dir.path(), InboxOptions::default())?;
+    let recorder = Arc::new(Recorder { delay: Duration::from_secs(30), ..Recorder::default() });
+    let dispatcher = Dispatcher::start(inbox.clone(), recorder, recovered, stored_rx, DispatchOptions::default());
+    for n in 0..3 {
+        inbox.store("conn", vec![(None, entry(&format!("slow{n}"), "x"))]).await?;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let left = tokio::time::timeout(Duration::from_secs(10), dispatcher.drain(Duration::from_millis(200))).await?;
+    assert_eq!(left, 2, "two queued behind the running one");
+    inbox.close();
+    assert!(inbox.store("conn", vec![(None, entry("late", "x"))]).await.is_err());
+    drop(inbox);
+    let (_inbox, recovered, _rx) = open(dir.path(), InboxOptions::default())?;
+    assert_eq!(texts(&recovered), ["slow0", "slow1", "slow2"]);
+    assert_eq!(recovered[0].attempts, 1);
+    Ok(())
+}
