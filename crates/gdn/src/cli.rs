@@ -175,6 +175,12 @@ pub struct RunArgs {
     /// Stop an agent process that has been idle this many seconds; the next message starts it again (default 300; 0: never).
     #[arg(long, value_name = "SECONDS", env = "GOONDAN_AGENT_IDLE_SECS")]
     pub agent_idle_secs: Option<u64>,
+    /// Run this Swarm (default: the Swarm of --agent, else the bundle's first); its Connections start.
+    #[arg(long)]
+    pub swarm: Option<String>,
+    /// With Connections: how long running turns may take to finish when the service stops (default 30).
+    #[arg(long, value_name = "SECONDS")]
+    pub drain_secs: Option<u64>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -3,6 +3,7 @@
 //! process runs them.
 
 use goondan_core::message::now_millis;
+use std::collections::BTreeMap;
 use std::fmt::Display;
 use std::io::Write;
 
@@ -74,25 +75,80 @@ fn describe(key: &str, agent: Option<&str>) -> String {
     }
 }
 
-const HEADERS: [&str; 8] = ["WORKSPACE", "AGENT", "INSTANCE", "STATUS", "TURNS", "MESSAGES", "UPDATED", "BUNDLE"];
+const HEADERS: [&str; 9] =
+    ["WORKSPACE", "AGENT", "INSTANCE", "STATUS", "TURNS", "MESSAGES", "PENDING", "UPDATED", "BUNDLE"];
 /// The columns printed flush right (numbers).
-const RIGHT_ALIGNED: [bool; 8] = [false, false, false, false, true, true, false, false];
+const RIGHT_ALIGNED: [bool; 9] = [false, false, false, false, true, true, true, false, false];
 /// The WORKSPACE of an instance of the old layouts (not in a workspace yet).
 const OLD_LAYOUT: &str = "(old layout)";
 
 fn list(global: &GlobalOptions, root: &StateRoot, out: &mut Output) -> Result<u8> {
     // The store's errors already name their cause; anyhow's chain would repeat it.
     let instances = list_instances(root).map_err(|e| anyhow!("{e}"))?;
+    // Events stored by a service whose turns have not run: by workspace, then `agent@key`.
+    let mut pending: BTreeMap<String, BTreeMap<String, usize>> = BTreeMap::new();
+    if let Ok(entries) = std::fs::read_dir(root.workspaces_dir()) {
+        for entry in entries.flatten() {
+            let waiting = crate::service::pending_by_instance(&entry.path());
+            if !waiting.is_empty() {
+                pending.insert(entry.file_name().to_string_lossy().into_owned(), waiting);
+            }
+        }
+    }
+    let mut pending_of = |workspace: Option<&String>, agent: &str, key: &str| {
+        workspace
+            .and_then(|workspace| pending.get_mut(workspace))
+            .and_then(|waiting| waiting.remove(&format!("{agent}@{key}")))
+            .unwrap_or(0)
+    };
+    let counts: Vec<usize> = instances
+        .iter()
+        .map(|instance| pending_of(instance.workspace.as_ref(), &instance.info.agent_name, &instance.info.instance_key))
+        .collect();
+    // Instances with events waiting that have no conversation yet.
+    let mut waiting_only = Vec::new();
+    for (workspace, waiting) in &pending {
+        for (instance, count) in waiting {
+            let (agent, key) = instance.split_once('@').unwrap_or((instance.as_str(), ""));
+            waiting_only.push((workspace.clone(), agent.to_owned(), key.to_owned(), *count));
+        }
+    }
     if global.json {
-        writeln!(out.stdout, "{}", serde_json::to_string_pretty(&instances)?)?;
+        let mut listed = Vec::new();
+        for (instance, count) in instances.iter().zip(&counts) {
+            let mut value = serde_json::to_value(instance)?;
+            value["pendingEvents"] = serde_json::json!(count);
+            listed.push(value);
+        }
+        for (workspace, agent, key, count) in &waiting_only {
+            listed.push(serde_json::json!({
+                "workspace": workspace, "agentName": agent, "instanceKey": key,
+                "running": false, "pendingEvents": count,
+            }));
+        }
+        writeln!(out.stdout, "{}", serde_json::to_string_pretty(&listed)?)?;
         return Ok(exit::OK);
     }
-    if instances.is_empty() {
+    if instances.is_empty() && waiting_only.is_empty() {
         writeln!(out.stdout, "no instances in {}", root.path().display())?;
         return Ok(exit::OK);
     }
     let now = now_millis();
-    let rows: Vec<[String; 8]> = instances.iter().map(|instance| row(instance, now)).collect();
+    let mut rows: Vec<[String; 9]> =
+        instances.iter().zip(&counts).map(|(instance, count)| row(instance, *count, now)).collect();
+    for (workspace, agent, key, count) in waiting_only {
+        rows.push([
+            workspace,
+            agent,
+            key,
+            "waiting".to_owned(),
+            "0".to_owned(),
+            "0".to_owned(),
+            count.to_string(),
+            "-".to_owned(),
+            String::new(),
+        ]);
+    }
     let mut widths = HEADERS.map(|header| header.chars().count());
     for row in &rows {
         for (width, cell) in widths.iter_mut().zip(row) {
@@ -107,7 +163,7 @@ fn list(global: &GlobalOptions, root: &StateRoot, out: &mut Output) -> Result<u8
     Ok(exit::OK)
 }
 
-fn row(instance: &ListedInstance, now: u64) -> [String; 8] {
+fn row(instance: &ListedInstance, pending: usize, now: u64) -> [String; 9] {
     let info = &instance.info;
     let status = match (instance.status.running, instance.status.pid) {
         (true, Some(pid)) => format!("running (pid {pid})"),
@@ -121,6 +177,7 @@ fn row(instance: &ListedInstance, now: u64) -> [String; 8] {
         status,
         info.turns.to_string(),
         info.messages.to_string(),
+        pending.to_string(),
         updated(info.updated_at, now),
         // The project's identity where its workspace says it, else the last opener's.
         instance.workspace_bundle.clone().unwrap_or_else(|| info.bundle.clone()),
@@ -129,7 +186,7 @@ fn row(instance: &ListedInstance, now: u64) -> [String; 8] {
 
 /// The cells padded to their column's width, two spaces apart; the last
 /// column is not padded (no trailing blanks).
-fn line(cells: &[String; 8], widths: &[usize; 8]) -> String {
+fn line(cells: &[String; 9], widths: &[usize; 9]) -> String {
     let mut text = String::new();
     let last = cells.len() - 1;
     for (index, cell) in cells.iter().enumerate() {
@@ -268,8 +325,8 @@ mod tests {
 
     #[test]
     fn columns_are_padded_and_numbers_flush_right() {
-        let widths = [9, 5, 8, 6, 5, 8, 7, 6];
-        let cells = ["crew", "a", "default", "idle", "3", "12", "now", "/b"].map(str::to_owned);
-        assert_eq!(line(&cells, &widths), "crew       a      default   idle        3        12  now      /b");
+        let widths = [9, 5, 8, 6, 5, 8, 7, 7, 6];
+        let cells = ["crew", "a", "default", "idle", "3", "12", "2", "now", "/b"].map(str::to_owned);
+        assert_eq!(line(&cells, &widths), "crew       a      default   idle        3        12        2  now      /b");
     }
 }

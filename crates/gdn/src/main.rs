@@ -17,6 +17,7 @@ mod mcp_serve;
 mod output;
 mod run;
 mod secrets;
+mod service;
 mod shutdown;
 mod wiring;
 mod workspace;

@@ -261,6 +261,15 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
     let root = state_root(global)?;
     let mut options = AgentOptions::new(Arc::new(TracingEventSink));
     options.agent.clone_from(&args.agent);
+    if let Some(name) = &args.swarm {
+        let Some(swarm) = bundle.swarms().find(|s| s.name() == name) else {
+            let known: Vec<&str> = bundle.swarms().map(|s| s.name()).collect();
+            return usage_error(out, &format!("no Swarm named '{name}' in the bundle (swarms: {})", known.join(", ")));
+        };
+        if options.agent.is_none() {
+            options.agent = Some(swarm.spec.entry_agent.name.clone());
+        }
+    }
     options.instance_key.clone_from(&args.instance_key);
     let (agent_name, instance_key) = match identity(&bundle, &options) {
         Ok(identity) => identity,
@@ -278,8 +287,28 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
     // Agent processes get the workspace as their `stateRoot`: they open
     // their instances in it.
     let mut plan = SwarmPlan::new(swarm_of(&bundle, &agent_name), config, absolute(workspace.dir()), workdir);
-    // The secrets: the process environment's, and the environment files' over them.
+    // With Connections (and no single input) the run is a service.
+    let connections = if single_input.is_none() {
+        let env = |name: &str| (session.env)(name);
+        match crate::service::plan_connections(&bundle, &plan.swarm.name, &plan.swarm.entry_agent, &env) {
+            Ok(plans) => plans,
+            Err(errors) => {
+                for error in errors {
+                    output::error_line(&mut out.stderr, &error)?;
+                }
+                return Ok(exit::USAGE);
+            }
+        }
+    } else {
+        Vec::new()
+    };
+    // The secrets: the process environment's, and the environment files'
+    // over them; the variables only Connections read reach their
+    // connectors, never an agent process.
     plan.env = session.secrets.to_map();
+    for variable in crate::service::agent_withheld_variables(&bundle) {
+        plan.env.remove(&variable);
+    }
     // A deadline per call by default; 0 turns it off.
     plan.tool_timeout_ms = Some(args.tool_timeout_ms.unwrap_or(DEFAULT_TOOL_TIMEOUT_MS));
     if let Some(bound) = args.max_agent_processes {
@@ -314,6 +343,17 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
         Arc::clone(&console) as Arc<dyn SwarmObserver>,
     );
 
+    if !connections.is_empty() {
+        let options = crate::service::ServeOptions {
+            workspace_dir: workspace.dir().to_path_buf(),
+            max_concurrent: orchestrator.plan().max_processes,
+            grace: std::time::Duration::from_secs(args.drain_secs.unwrap_or(30)),
+            json: global.json,
+        };
+        let code = crate::service::serve(connections, &orchestrator, options, &session.shutdown, out).await?;
+        orchestrator.shutdown("the service stopped").await;
+        return Ok(code);
+    }
     let chat =
         Chat { global, console: &console, root: &root, shutdown: &session.shutdown, orchestrator: &orchestrator };
     let code = match single_input {

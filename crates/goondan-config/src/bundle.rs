@@ -12,7 +12,7 @@ use goondan_core::ObjectRef;
 
 use crate::diagnostic::{Diagnostic, DiagnosticCode, Severity};
 use crate::files::{FileReadError, read_regular_file};
-use crate::resources::{AgentSpec, AnyResource, Kind, Resource, SwarmSpec, ToolSpec};
+use crate::resources::{AgentSpec, AnyResource, ConnectionSpec, Kind, Resource, SwarmSpec, ToolSpec};
 use crate::validate::{DocReporter, document_refs, validate_document};
 use crate::yaml::{YamlDocument, parse_documents};
 
@@ -487,8 +487,59 @@ impl CrossChecks<'_> {
             }
         }
         for entry in &bundle.resources {
-            if let AnyResource::Agent(agent) = &entry.resource {
-                self.check_required_tools(bundle, entry.doc_index, agent);
+            match &entry.resource {
+                AnyResource::Agent(agent) => self.check_required_tools(bundle, entry.doc_index, agent),
+                AnyResource::Connection(connection) => self.check_connection(bundle, entry.doc_index, connection),
+                _ => {}
+            }
+        }
+    }
+
+    /// `gdn validate`'s warnings about a Connection's rules: an event its
+    /// Connector does not declare (the rule can never match what the
+    /// connector emits), an agent outside the Connection's Swarm.
+    fn check_connection(&mut self, bundle: &Bundle, doc: usize, connection: &Resource<ConnectionSpec>) {
+        let Some(rules) = connection.spec.ingress.get("rules").and_then(serde_json::Value::as_array) else { return };
+        let connector = match bundle.resolve(&connection.spec.connector_ref) {
+            Ok(Resolved { resource: AnyResource::Connector(connector), .. }) => Some(connector),
+            _ => None,
+        };
+        let swarm = match &connection.spec.swarm_ref {
+            Some(reference) => bundle.swarms().find(|s| s.name() == reference.name),
+            None => bundle.swarms().next(),
+        };
+        for (index, rule) in rules.iter().enumerate() {
+            if let (Some(connector), Some(event)) =
+                (connector, rule.pointer("/match/event").and_then(serde_json::Value::as_str))
+                && !connector.spec.events.is_empty()
+                && !connector.spec.events.iter().any(|declared| declared.name == event)
+            {
+                let declared: Vec<&str> = connector.spec.events.iter().map(|e| e.name.as_str()).collect();
+                self.report(
+                    Severity::Warning,
+                    DiagnosticCode::IngressMismatch,
+                    doc,
+                    &format!("spec.ingress.rules[{index}].match.event"),
+                    format!(
+                        "Connector '{}' does not declare an event '{event}'; this rule never matches",
+                        connector.name()
+                    ),
+                    Some(format!("Its events: {}.", declared.join(", "))),
+                );
+            }
+            if let (Some(swarm), Some(agent)) = (swarm, rule.pointer("/route/agentRef"))
+                && let Ok(agent) = ObjectRef::parse(agent)
+                && !swarm.spec.agents.iter().any(|a| a.name == agent.name)
+                && swarm.spec.entry_agent.name != agent.name
+            {
+                self.report(
+                    Severity::Warning,
+                    DiagnosticCode::IngressMismatch,
+                    doc,
+                    &format!("spec.ingress.rules[{index}].route.agentRef"),
+                    format!("agent '{}' is not one of Swarm '{}''s agents", agent.name, swarm.name()),
+                    Some("Add it to the Swarm's spec.agents, or route to one of them.".to_owned()),
+                );
             }
         }
     }

@@ -61,6 +61,10 @@ pub enum DiagnosticCode {
     /// runtime is usable.
     #[serde(rename = "W_SCRIPT_RUNTIME_MISSING")]
     ScriptRuntimeMissing,
+    /// A warning: a Connection's rule matches an event its Connector does
+    /// not declare, or routes to an agent outside its Swarm.
+    #[serde(rename = "W_CONFIG_INGRESS_MISMATCH")]
+    IngressMismatch,
 }
 
 impl DiagnosticCode {
@@ -87,6 +91,7 @@ impl DiagnosticCode {
             Self::ScriptModule => "E_CONFIG_SCRIPT_MODULE",
             Self::ExtensionRegisterMissing => "E_CONFIG_EXTENSION_REGISTER_MISSING",
             Self::ScriptRuntimeMissing => "W_SCRIPT_RUNTIME_MISSING",
+            Self::IngressMismatch => "W_CONFIG_INGRESS_MISMATCH",
         }
     }
 }

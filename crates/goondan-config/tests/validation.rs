@@ -407,3 +407,34 @@ fn ingress_rules_are_checked_at_load() {
         assert_eq!(paths, *expected, "{ingress}\n{found:?}");
     }
 }
+
+/// `gdn validate` warns about a rule that matches an event the Connector
+/// does not declare (`cli` emits only `stdin_message`), and about a route
+/// to an agent outside the Connection's Swarm; the bundle still loads.
+#[test]
+fn ingress_mismatches_are_warnings() {
+    let warnings = |ingress: &str| -> Vec<(String, String)> {
+        load(ingress)
+            .into_iter()
+            .filter(|d| !d.is_error())
+            .map(|d| (d.code.as_str().to_owned(), d.path.trim_start_matches("goondan.yaml#3.").to_owned()))
+            .collect()
+    };
+    let clean = connection_bundle("    rules:\n      - match: {event: stdin_message}\n        route: {}\n");
+    assert_eq!(warnings(&clean), []);
+    assert!(errors(&clean).is_empty());
+    let typo = connection_bundle("    rules:\n      - match: {event: stdin_mesage}\n        route: {}\n");
+    assert_eq!(
+        warnings(&typo),
+        [("W_CONFIG_INGRESS_MISMATCH".to_owned(), "spec.ingress.rules[0].match.event".to_owned())]
+    );
+    assert!(errors(&typo).is_empty(), "a warning, not an error");
+    let outside = format!(
+        "{}---\napiVersion: goondan.ai/v1\nkind: Agent\nmetadata: {{name: b}}\nspec: {{modelConfig: {{modelRef: Model/m}}}}\n",
+        connection_bundle("    rules:\n      - route: {agentRef: Agent/b}\n")
+    );
+    assert_eq!(
+        warnings(&outside),
+        [("W_CONFIG_INGRESS_MISMATCH".to_owned(), "spec.ingress.rules[0].route.agentRef".to_owned())]
+    );
+}

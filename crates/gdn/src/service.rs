@@ -1,0 +1,479 @@
+//! `gdn run` as a service: the swarm's Connections run, and the outside
+//! world's events become turns.
+//!
+//! ```text
+//! start   plan every Connection of the swarm (config and secrets resolved: a
+//!         secret's unset variable stops start-up naming the Connection and
+//!         the variable), open the inbox, resume what it holds pending, start
+//!         the connectors (a port in use stops start-up, naming both)
+//! serve   connector ─► ConnectionSink (route, store: fsync) ─► ack ─► dispatcher ─► hub turn
+//!         a native connector that fails is started again with backoff
+//! stop    SIGTERM / SIGHUP / Ctrl-C, or every connector ended on its own (cli at the
+//!         end of its input) and nothing is left to run: connectors stop accepting, the
+//!         inbox closes, running turns get the grace period, what did not run stays
+//!         stored for the next start; exit 0
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use async_trait::async_trait;
+use goondan_config::{AnyResource, Bundle, ValueSource};
+use goondan_core::{JsonObject, JsonValue, ObjectRef};
+use goondan_ingress::dispatch::{DispatchOptions, Dispatcher, TurnEnd, TurnRunner};
+use goondan_ingress::inbox::{INBOX_FILE, Inbox, InboxOptions, Stored};
+use goondan_ingress::routing::Router;
+use goondan_ingress::service::ConnectionSink;
+use goondan_ingress::{ConnectorContext, ConnectorError, EventSink, SecretMap, StartConnector};
+use goondan_ipc::{AgentInstance, DelegateResultPayload, MessageSourceInfo};
+use goondan_orchestrator::{Inbound, Orchestrator};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::output::{self, Output};
+
+/// How a Connection's connector runs.
+#[derive(Clone)]
+pub enum ConnectorKind {
+    /// A `@goondan/base` connector, native.
+    Native(StartConnector),
+    /// A connector module of the bundle, in a Bun host of its own.
+    Script {
+        /// The module.
+        entry: PathBuf,
+    },
+}
+
+/// One Connection, ready to start.
+#[derive(Clone)]
+pub struct ConnectionPlan {
+    /// The Connection's name.
+    pub name: String,
+    /// Its Connector's name.
+    pub connector: String,
+    /// How the connector runs.
+    pub kind: ConnectorKind,
+    /// `config`, resolved.
+    pub config: BTreeMap<String, String>,
+    /// `secrets`, resolved.
+    pub secrets: SecretMap,
+    /// Its routing.
+    pub router: Router,
+}
+
+/// The environment variables Connections read for their `secrets`: they
+/// reach the connectors only.
+pub fn connection_secret_variables(bundle: &Bundle) -> BTreeSet<String> {
+    bundle
+        .resources()
+        .iter()
+        .filter_map(|r| match &r.resource {
+            AnyResource::Connection(connection) => Some(connection),
+            _ => None,
+        })
+        .flat_map(|connection| connection.spec.secrets.values())
+        .filter_map(|value| value.pointer("/valueFrom/env").and_then(JsonValue::as_str).map(str::to_owned))
+        .collect()
+}
+
+/// The variables withheld from agent processes: those Connections read
+/// for their `secrets`, unless a built-in tool or a Model reads them too
+/// (`TELEGRAM_BOT_TOKEN` feeds the connector and `telegram__send` alike).
+pub fn agent_withheld_variables(bundle: &Bundle) -> BTreeSet<String> {
+    let mut used_by_agents: BTreeSet<String> =
+        goondan_base::settings::ENV_VARS.iter().map(|name| (*name).to_owned()).collect();
+    for resource in bundle.resources() {
+        if let AnyResource::Model(model) = &resource.resource
+            && let Some(from) = model.spec.api_key.as_ref().and_then(|key| key.value_from.as_ref())
+        {
+            used_by_agents.insert(from.env.clone());
+        }
+    }
+    connection_secret_variables(bundle).into_iter().filter(|name| !used_by_agents.contains(name)).collect()
+}
+
+/// The Swarm a Connection feeds: its `swarmRef`, else the bundle's first.
+fn swarm_of_connection(bundle: &Bundle, swarm_ref: Option<&ObjectRef>) -> Option<String> {
+    match swarm_ref {
+        Some(reference) => Some(reference.name.clone()),
+        None => bundle.swarms().next().map(|s| s.name().to_owned()),
+    }
+}
+
+fn resolve_values(
+    connection: &str,
+    field: &str,
+    values: &JsonObject,
+    env: &dyn Fn(&str) -> Option<String>,
+    required: bool,
+    errors: &mut Vec<String>,
+) -> BTreeMap<String, String> {
+    let mut resolved = BTreeMap::new();
+    for (key, value) in values {
+        let source: Option<ValueSource> = serde_json::from_value(value.clone()).ok();
+        match source {
+            Some(ValueSource { value: Some(value), value_from: None }) => {
+                resolved.insert(key.clone(), value);
+            }
+            Some(ValueSource { value: None, value_from: Some(from) }) => match env(&from.env) {
+                Some(value) => {
+                    resolved.insert(key.clone(), value);
+                }
+                None if required => errors.push(format!(
+                    "Connection '{connection}': spec.{field}.{key} reads the environment variable {} , which is not set",
+                    from.env
+                )),
+                None => tracing::info!(
+                    connection,
+                    "spec.{field}.{key}: the environment variable {} is not set; the key is left out",
+                    from.env
+                ),
+            },
+            // A plain string is taken as the value (the loader's schema has
+            // already reported anything else).
+            _ => match value.as_str() {
+                Some(text) => {
+                    resolved.insert(key.clone(), text.to_owned());
+                }
+                None => errors.push(format!(
+                    "Connection '{connection}': spec.{field}.{key} must be {{value: ...}} or {{valueFrom: {{env: NAME}}}}"
+                )),
+            },
+        }
+    }
+    resolved
+}
+
+/// Plans the Connections that feed `swarm`; every problem is reported,
+/// each naming its Connection.
+pub fn plan_connections(
+    bundle: &Bundle,
+    swarm: &str,
+    entry_agent: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<ConnectionPlan>, Vec<String>> {
+    let mut plans = Vec::new();
+    let mut errors = Vec::new();
+    for resource in bundle.resources() {
+        let AnyResource::Connection(connection) = &resource.resource else { continue };
+        let name = connection.name();
+        if swarm_of_connection(bundle, connection.spec.swarm_ref.as_ref()).as_deref() != Some(swarm) {
+            continue;
+        }
+        let reference = &connection.spec.connector_ref;
+        let connector = match bundle.resolve(reference) {
+            Ok(resolved) => match resolved.resource {
+                AnyResource::Connector(connector) => Some((resolved.scope, connector)),
+                _ => None,
+            },
+            Err(_) => None,
+        };
+        let Some((scope, connector)) = connector else {
+            errors.push(format!("Connection '{name}': its connectorRef {reference} is not a Connector of the bundle"));
+            continue;
+        };
+        let kind = if matches!(scope, goondan_config::PackageScope::Base) {
+            match goondan_ingress::connectors::native(connector.name()) {
+                Some(start) => ConnectorKind::Native(start),
+                None => {
+                    errors.push(format!(
+                        "Connection '{name}': the @goondan/base Connector '{}' has no native implementation (native: {})",
+                        connector.name(),
+                        goondan_ingress::connectors::names().collect::<Vec<_>>().join(", ")
+                    ));
+                    continue;
+                }
+            }
+        } else {
+            ConnectorKind::Script { entry: bundle.root().join(&connector.spec.entry) }
+        };
+        let config = resolve_values(name, "config", &connection.spec.config, env, false, &mut errors);
+        let secrets = resolve_values(name, "secrets", &connection.spec.secrets, env, true, &mut errors);
+        let router = match Router::new(name, &connection.spec.ingress, entry_agent) {
+            Ok(router) => router,
+            Err(error) => {
+                errors.push(error.to_string());
+                continue;
+            }
+        };
+        plans.push(ConnectionPlan {
+            name: name.to_owned(),
+            connector: connector.name().to_owned(),
+            kind,
+            config,
+            secrets: SecretMap::new(secrets),
+            router,
+        });
+    }
+    if errors.is_empty() { Ok(plans) } else { Err(errors) }
+}
+
+/// Runs stored events' turns through the hub.
+struct HubTurns {
+    orchestrator: Orchestrator,
+}
+
+#[async_trait]
+impl TurnRunner for HubTurns {
+    async fn run(&self, turn: &Stored, cancel: watch::Receiver<bool>) -> TurnEnd {
+        let instance = AgentInstance::new(turn.entry.agent.clone(), turn.entry.instance.clone());
+        let inbound = Inbound {
+            input: turn.turn_input(),
+            event_type: turn.entry.event.name.clone(),
+            metadata: turn.turn_metadata(),
+            source: MessageSourceInfo {
+                kind: "connector".to_owned(),
+                name: turn.entry.connection.clone(),
+                instance_key: None,
+            },
+        };
+        let answer = self.orchestrator.deliver(&instance, inbound, cancel.clone()).await;
+        let end = classify(&answer, *cancel.borrow());
+        match &end {
+            TurnEnd::Answered => tracing::info!(
+                connection = %turn.entry.connection, event = %turn.entry.event.name, instance = %instance,
+                steps = answer.turn.as_ref().map_or(0, |t| t.steps), "event turn answered"
+            ),
+            TurnEnd::Failed(message) | TurnEnd::Retry(message) => tracing::warn!(
+                connection = %turn.entry.connection, event = %turn.entry.event.name, instance = %instance,
+                "event turn: {message}"
+            ),
+            TurnEnd::Interrupted => {}
+        }
+        end
+    }
+}
+
+fn classify(answer: &DelegateResultPayload, cancelled: bool) -> TurnEnd {
+    match &answer.turn {
+        Some(turn) => match turn.end.as_str() {
+            "answered" | "stepLimit" => TurnEnd::Answered,
+            "cancelled" if cancelled => TurnEnd::Interrupted,
+            other => TurnEnd::Failed(format!("the turn ended {other}: {}", turn.note.clone().unwrap_or_default())),
+        },
+        None if cancelled => TurnEnd::Interrupted,
+        None => {
+            let (code, message) =
+                answer.error.as_ref().map_or(("", "no answer"), |error| (error.code.as_str(), error.message.as_str()));
+            TurnEnd::Retry(format!("{code}: {message}"))
+        }
+    }
+}
+
+/// What `serve` needs besides the plans.
+pub struct ServeOptions {
+    /// The swarm's workspace directory (the inbox lives in it).
+    pub workspace_dir: PathBuf,
+    /// How many instances run turns at once.
+    pub max_concurrent: usize,
+    /// How long running turns may take to finish when the service stops.
+    pub grace: Duration,
+    /// `--json`: status lines as JSON.
+    pub json: bool,
+}
+
+/// A started connector, supervised.
+struct Supervised {
+    name: String,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Starts a connector; `input` is standard input for the first `cli`.
+async fn start_connector(
+    plan: &ConnectionPlan,
+    sink: Arc<dyn EventSink>,
+    stop: CancellationToken,
+    input: Option<goondan_ingress::connector::InputStream>,
+) -> Result<goondan_ingress::RunningConnector, ConnectorError> {
+    let context = ConnectorContext {
+        connection: plan.name.clone(),
+        connector: plan.connector.clone(),
+        config: plan.config.clone(),
+        secrets: plan.secrets.clone(),
+        sink,
+        stop,
+        input,
+    };
+    match &plan.kind {
+        ConnectorKind::Native(start) => start(context).await,
+        ConnectorKind::Script { entry } => Err(ConnectorError::Failed {
+            connection: plan.name.clone(),
+            message: format!("connector modules ({}) cannot run yet", entry.display()),
+        }),
+    }
+}
+
+/// Keeps a started connector running: a failure is logged and the
+/// connector started again after a pause (1 s, doubling to a minute).
+fn supervise(
+    plan: ConnectionPlan,
+    sink: Arc<dyn EventSink>,
+    stop: CancellationToken,
+    first: goondan_ingress::RunningConnector,
+) -> Supervised {
+    let name = plan.name.clone();
+    let task = tokio::spawn(async move {
+        let mut running = first;
+        let mut pause = Duration::from_secs(1);
+        loop {
+            let ended = (&mut running.task).await;
+            match ended {
+                Ok(Ok(())) => {
+                    tracing::info!(connection = %plan.name, "the connector ended");
+                    return;
+                }
+                Ok(Err(error)) => tracing::error!(connection = %plan.name, "the connector failed: {error}"),
+                Err(error) => tracing::error!(connection = %plan.name, "the connector panicked: {error}"),
+            }
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(pause) => {}
+                }
+                pause = (pause * 2).min(Duration::from_secs(60));
+                // Standard input was handed to the first start only.
+                match start_connector(&plan, Arc::clone(&sink), stop.clone(), None).await {
+                    Ok(started) => {
+                        tracing::info!(connection = %plan.name, "the connector started again");
+                        running = started;
+                        break;
+                    }
+                    Err(error) => {
+                        tracing::error!(connection = %plan.name, "starting the connector again failed: {error}")
+                    }
+                }
+            }
+        }
+    });
+    Supervised { name, task }
+}
+
+/// Serves the Connections `plans` until a stop; returns the exit code.
+pub async fn serve(
+    plans: Vec<ConnectionPlan>,
+    orchestrator: &Orchestrator,
+    options: ServeOptions,
+    shutdown: &crate::shutdown::Shutdown,
+    out: &mut Output,
+) -> Result<u8> {
+    let inbox_path = options.workspace_dir.join(INBOX_FILE);
+    let (stored_tx, stored_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (inbox, recovered) = match Inbox::open(&inbox_path, InboxOptions::default(), stored_tx) {
+        Ok(opened) => opened,
+        Err(error) => {
+            output::error_line(&mut out.stderr, error)?;
+            return Ok(crate::exit::FAILED);
+        }
+    };
+    let resumed = recovered.len();
+    let runner = Arc::new(HubTurns { orchestrator: orchestrator.clone() });
+    let dispatch = DispatchOptions { max_concurrent: options.max_concurrent.max(1), ..DispatchOptions::default() };
+    let dispatcher = Dispatcher::start(inbox.clone(), runner, recovered, stored_rx, dispatch);
+
+    // SIGTERM and SIGHUP stop the service as Ctrl-C does.
+    let (stop_tx, mut stop_rx) = watch::channel(false);
+    shutdown.turn_started(stop_tx.clone());
+    let stop = CancellationToken::new();
+    let mut stdin = Some(Box::new(tokio::io::stdin()) as goondan_ingress::connector::InputStream);
+    let mut supervised = Vec::new();
+    let mut listening = Vec::new();
+    for plan in &plans {
+        let sink: Arc<dyn EventSink> =
+            Arc::new(ConnectionSink::new(&plan.connector, plan.router.clone(), inbox.clone()));
+        let input = if plan.connector == "cli" { stdin.take() } else { None };
+        match start_connector(plan, Arc::clone(&sink), stop.child_token(), input).await {
+            Ok(started) => {
+                for address in &started.listening {
+                    listening.push(format!("{} on http://{address}", plan.name));
+                }
+                supervised.push(supervise(plan.clone(), sink, stop.child_token(), started));
+            }
+            Err(error) => {
+                output::error_line(&mut out.stderr, error)?;
+                stop.cancel();
+                for connector in supervised {
+                    let _ = connector.task.await;
+                }
+                inbox.close();
+                dispatcher.drain(Duration::ZERO).await;
+                shutdown.turn_ended();
+                return Ok(crate::exit::USAGE);
+            }
+        }
+    }
+    let names: Vec<&str> = plans.iter().map(|p| p.name.as_str()).collect();
+    if options.json {
+        let line = serde_json::json!({
+            "status": "serving",
+            "connections": names,
+            "listening": listening,
+            "resumed": resumed,
+        });
+        writeln!(out.stdout, "{line}")?;
+        out.stdout.flush()?;
+    } else {
+        writeln!(
+            out.stderr,
+            "{}serving {} Connection(s): {}{}{} — Ctrl-C to stop{}",
+            output::DIM,
+            plans.len(),
+            names.join(", "),
+            if listening.is_empty() { String::new() } else { format!(" ({})", listening.join(", ")) },
+            if resumed > 0 { format!("; {resumed} event(s) from the last run resumed") } else { String::new() },
+            output::DIM.render_reset()
+        )?;
+    }
+
+    // Until a signal, or every connector ended and nothing is left to run.
+    let all_ended = async {
+        for connector in &mut supervised {
+            let _ = (&mut connector.task).await;
+        }
+        dispatcher.idle().await;
+    };
+    let reason = tokio::select! {
+        _ = tokio::signal::ctrl_c() => "interrupted",
+        _ = stop_rx.wait_for(|stop| *stop) => "terminated",
+        () = all_ended => "every connector ended",
+    };
+    tracing::info!("stopping the service: {reason}");
+    stop.cancel();
+    for connector in supervised {
+        if tokio::time::timeout(Duration::from_secs(10), connector.task).await.is_err() {
+            tracing::warn!(connection = %connector.name, "the connector did not stop in 10 s");
+        }
+    }
+    inbox.close();
+    let left = dispatcher.drain(options.grace).await;
+    shutdown.turn_ended();
+    let status = inbox.status();
+    let pending: usize = status.pending.values().sum();
+    if options.json {
+        let line = serde_json::json!({"status": "stopped", "reason": reason, "pending": pending, "notStarted": left});
+        writeln!(out.stdout, "{line}")?;
+    } else if pending > 0 {
+        writeln!(
+            out.stderr,
+            "{}stopped ({reason}); {pending} event(s) stay stored and run at the next start{}",
+            output::DIM,
+            output::DIM.render_reset()
+        )?;
+    }
+    Ok(crate::exit::OK)
+}
+
+/// The pending events of a workspace's inbox, by `agent@instance`
+/// (`gdn instance list`).
+pub fn pending_by_instance(workspace_dir: &std::path::Path) -> BTreeMap<String, usize> {
+    let mut pending = BTreeMap::new();
+    if let Ok(events) = Inbox::read_pending(&workspace_dir.join(INBOX_FILE)) {
+        for event in events {
+            *pending.entry(format!("{}@{}", event.entry.agent, event.entry.instance)).or_insert(0) += 1;
+        }
+    }
+    pending
+}
