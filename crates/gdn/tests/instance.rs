@@ -154,14 +154,17 @@ fn list_shows_each_instances_project_and_which_ones_run() {
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(lines.len(), 5, "{table}");
     let header: Vec<&str> = lines[0].split_whitespace().collect();
-    assert_eq!(header, ["WORKSPACE", "AGENT", "INSTANCE", "STATUS", "TURNS", "MESSAGES", "UPDATED", "BUNDLE"]);
+    assert_eq!(
+        header,
+        ["WORKSPACE", "AGENT", "INSTANCE", "STATUS", "TURNS", "MESSAGES", "PENDING", "UPDATED", "BUNDLE"]
+    );
     let planner_line = lines.iter().find(|line| line.contains(" planner ")).copied().unwrap_or_default();
     assert!(planner_line.starts_with("crew "), "{table}");
     assert!(planner_line.contains(&format!("running (pid {pid})")), "{table}");
     assert!(planner_line.contains("just now") && planner_line.ends_with(TEAM), "{table}");
     let solo_line = lines.iter().find(|line| line.starts_with("solo ")).copied().unwrap_or_default();
     let cells: Vec<&str> = solo_line.split_whitespace().collect();
-    assert_eq!(cells[..6], ["solo", "assistant", "default", "idle", "0", "2"], "{table}");
+    assert_eq!(cells[..7], ["solo", "assistant", "default", "idle", "0", "2", "0"], "{table}");
     assert!(solo_line.ends_with(SOLO), "{table}");
     let old_line = lines.iter().find(|line| line.contains(" coder ")).copied().unwrap_or_default();
     assert!(old_line.starts_with("(old layout)") && old_line.ends_with("/bundles/old/goondan.yaml"), "{table}");
