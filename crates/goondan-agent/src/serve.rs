@@ -339,6 +339,49 @@ impl Worker<'_> {
     async fn run_job(&self, conversation: &mut Conversation, job: Job) -> bool {
         let Worker { agent, runtime, control, outbox, me, terminate } = *self;
         let Job { correlation_id, from, payload, wants_answer } = job;
+        // A connector's event delivered again (the service restarted before
+        // it recorded the turn's end): a turn that ran to its answer is not
+        // run twice; what a cut-off turn left is taken out before it runs again.
+        if let Some(key) = payload.metadata.get(DELIVERY_KEY).and_then(JsonValue::as_str) {
+            match redelivery(conversation.messages(), key) {
+                Some(Redelivered::Answered(text)) => {
+                    tracing::info!(delivery_key = key, "the event's turn already ran to its answer; not run again");
+                    let summary = TurnSummary {
+                        turn_id: String::new(),
+                        end: "answered".to_owned(),
+                        note: Some("already answered (a redelivered event)".to_owned()),
+                        steps: 0,
+                        usage: JsonValue::Null,
+                        restart_requested: false,
+                    };
+                    if wants_answer {
+                        let answer = DelegateResultPayload {
+                            status: ResultStatus::Ok,
+                            response: Some(text),
+                            error: None,
+                            turn: Some(summary),
+                            responder: Some(me.clone()),
+                            request: None,
+                        };
+                        let _ = outbox.send(IpcMessage::DelegateResult(
+                            Routed::new(me.to_string(), from, answer).correlated(correlation_id),
+                        ));
+                    }
+                    return false;
+                }
+                Some(Redelivered::CutOff(ids)) => {
+                    tracing::warn!(
+                        delivery_key = key,
+                        "the event's earlier turn was cut off; its {} message(s) are replaced by a new turn",
+                        ids.len()
+                    );
+                    if let Err(error) = conversation.remove_and_commit(&ids).await {
+                        tracing::error!(delivery_key = key, %error, "taking out the cut-off turn failed");
+                    }
+                }
+                None => {}
+            }
+        }
         let (cancel_tx, cancel) = watch::channel(false);
         *control.running.lock().unwrap_or_else(PoisonError::into_inner) =
             Some((correlation_id.clone(), cancel_tx.clone()));
@@ -404,6 +447,43 @@ impl Worker<'_> {
     }
 }
 
+/// The metadata key of a connector event's delivery key (the ingress's).
+const DELIVERY_KEY: &str = "deliveryKey";
+
+/// What an earlier delivery of the same event left in the conversation.
+#[derive(Debug, PartialEq)]
+enum Redelivered {
+    /// Its turn ran to this answer.
+    Answered(String),
+    /// Its turn was cut off: these messages (its input onwards, at the end
+    /// of the conversation) are what it left.
+    CutOff(Vec<String>),
+}
+
+fn delivery_key_of(message: &goondan_core::Message) -> Option<&str> {
+    message.metadata.get(INBOUND_METADATA_KEY)?.get("eventMetadata")?.get(DELIVERY_KEY)?.as_str()
+}
+
+/// Finds the turn of the delivery `key` in `messages`: the user message it
+/// came as, up to the next user message.
+fn redelivery(messages: &[goondan_core::Message], key: &str) -> Option<Redelivered> {
+    use goondan_core::MessageData;
+    let start =
+        messages.iter().rposition(|m| matches!(m.data, MessageData::User { .. }) && delivery_key_of(m) == Some(key))?;
+    let rest = &messages[start + 1..];
+    let end = rest.iter().position(|m| matches!(m.data, MessageData::User { .. })).unwrap_or(rest.len());
+    let turn = &rest[..end];
+    match turn.last().map(|m| &m.data) {
+        Some(MessageData::Assistant { content, tool_calls }) if tool_calls.is_empty() => {
+            Some(Redelivered::Answered(content.clone().unwrap_or_default()))
+        }
+        // Cut off, and nothing came after it: its messages go.
+        _ if end == rest.len() => Some(Redelivered::CutOff(messages[start..].iter().map(|m| m.id.clone()).collect())),
+        // Cut off, with later turns after it: left as it is, the event runs again.
+        _ => None,
+    }
+}
+
 fn summary(outcome: &TurnOutcome) -> TurnSummary {
     TurnSummary {
         turn_id: String::new(),
@@ -432,4 +512,50 @@ fn answer_of(outcome: &TurnOutcome, summary: TurnSummary, me: &AgentInstance) ->
         ),
     };
     DelegateResultPayload { status, response, error, turn: Some(summary), responder: Some(me.clone()), request: None }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use goondan_core::{Message, MessageData, MessageSource};
+
+    fn user(text: &str, key: Option<&str>) -> Message {
+        let mut message = Message::new(MessageData::User { content: text.into() }, MessageSource::User);
+        if let Some(key) = key {
+            message.metadata.insert(
+                INBOUND_METADATA_KEY.into(),
+                json!({"sourceKind": "connector", "eventMetadata": {"deliveryKey": key}}),
+            );
+        }
+        message
+    }
+
+    fn answer(text: &str) -> Message {
+        Message::new(
+            MessageData::Assistant { content: Some(text.into()), tool_calls: vec![] },
+            MessageSource::Assistant { step_id: "s".into() },
+        )
+    }
+
+    fn calling() -> Message {
+        Message::assistant_tool_calls(
+            "s",
+            vec![ToolCall { id: "c1".into(), name: "bash__exec".into(), args: JsonObject::new() }],
+        )
+    }
+
+    #[test]
+    fn a_redelivered_event_is_answered_or_its_cut_off_turn_taken_out() {
+        let answered = [user("hi", Some("tg/1")), answer("hello"), user("next", Some("tg/2")), answer("ok")];
+        assert_eq!(redelivery(&answered, "tg/1"), Some(Redelivered::Answered("hello".into())));
+        assert_eq!(redelivery(&answered, "tg/3"), None);
+        let cut = [user("hi", Some("tg/1")), answer("hello"), user("run it", Some("tg/2")), calling()];
+        let ids: Vec<String> = cut[2..].iter().map(|m| m.id.clone()).collect();
+        assert_eq!(redelivery(&cut, "tg/2"), Some(Redelivered::CutOff(ids)));
+        // A cut-off turn with later turns after it is left alone.
+        let later = [user("run it", Some("tg/2")), calling(), user("other", None), answer("x")];
+        assert_eq!(redelivery(&later, "tg/2"), None);
+        // The terminal's input has no key.
+        assert_eq!(redelivery(&[user("hi", None), answer("a")], "tg/1"), None);
+    }
 }

@@ -86,6 +86,19 @@ impl Conversation {
         self.commit().await
     }
 
+    /// Removes the messages `ids` outside a turn (what a turn cut off by a
+    /// crash left, before that turn runs again) and saves that at once.
+    pub async fn remove_and_commit(&mut self, ids: &[String]) -> Result<(), StoreError> {
+        if self.needs_reload {
+            crate::turn::reload(self).await;
+        }
+        for id in ids {
+            // A message already gone needs no removing.
+            let _ = self.state.emit(goondan_core::conversation::MessageEvent::Remove { target_id: id.clone() });
+        }
+        self.commit().await
+    }
+
     /// Commits the state's uncommitted events (with the repairs that keep
     /// the conversation valid) and saves them.
     pub async fn commit(&mut self) -> Result<(), StoreError> {
