@@ -437,3 +437,97 @@ async fn cli_without_input_ends_at_once_and_stop_ends_an_open_pipe() -> TestResu
     drop(sender);
     Ok(())
 }
+
+/// The fake answers the tools' methods as Telegram does (the coordinator's
+/// tests send through it), whatever way the parameters come.
+#[tokio::test]
+async fn the_fake_answers_like_telegram() -> TestResult {
+    let fake = FakeTelegram::start(TOKEN).await?;
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+    let client = reqwest::Client::builder().tls_backend_preconfigured(tls).build()?;
+    let url = |method: &str| format!("{}/bot{TOKEN}/{method}", fake.base_url());
+
+    let sent = client
+        .post(url("sendMessage"))
+        .header("content-type", "application/json")
+        .body(json!({"chat_id": 42, "text": "hi there"}).to_string())
+        .send()
+        .await?;
+    assert_eq!(sent.status(), 200);
+    let sent: serde_json::Value = serde_json::from_slice(&sent.bytes().await?)?;
+    assert_eq!(sent["ok"], true);
+    assert_eq!(sent["result"]["chat"]["id"], 42);
+    assert_eq!(sent["result"]["text"], "hi there");
+    assert_eq!(sent["result"]["from"]["is_bot"], true);
+
+    let form = client
+        .post(url("sendChatAction"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body("chat_id=%40room&action=typing")
+        .send()
+        .await?;
+    assert_eq!(form.status(), 200);
+    let query = client.get(format!("{}?chat_id=42&message_id=1", url("deleteMessage"))).send().await?;
+    assert_eq!(query.status(), 200);
+    let empty = client
+        .post(url("sendMessage"))
+        .header("content-type", "application/json")
+        .body(json!({"chat_id": 42, "text": " "}).to_string())
+        .send()
+        .await?;
+    assert_eq!(empty.status(), 400);
+
+    let unknown = client.post(url("sendTelepathy")).send().await?;
+    assert_eq!(unknown.status(), 404);
+    let wrong = client.post(format!("{}/bot1:wrong/sendMessage", fake.base_url())).send().await?;
+    assert_eq!(wrong.status(), 401);
+    let wrong: serde_json::Value = serde_json::from_slice(&wrong.bytes().await?)?;
+    assert_eq!(wrong, json!({"ok": false, "error_code": 401, "description": "Unauthorized"}));
+    assert_eq!(fake.unauthorized_requests(), 1);
+
+    let file = client.get(format!("{}?file_id=abc", url("getFile"))).send().await?;
+    let file: serde_json::Value = serde_json::from_slice(&file.bytes().await?)?;
+    let Some(path) = file["result"]["file_path"].as_str() else {
+        panic!("no file_path in {file}");
+    };
+    let download = client.get(format!("{}/file/bot{TOKEN}/{path}", fake.base_url())).send().await?;
+    assert_eq!(download.status(), 200);
+    assert_eq!(download.bytes().await?.as_ref(), format!("fake file {path}").as_bytes());
+
+    let Some(action) = fake.wait_for_call("sendChatAction", WAIT, |_| true).await else {
+        panic!("sendChatAction not recorded");
+    };
+    assert_eq!(
+        (action.param("chat_id").as_deref(), action.param("action").as_deref()),
+        (Some("@room"), Some("typing"))
+    );
+    let Some(messages) = fake.wait_for_calls("sendMessage", 2, WAIT).await else {
+        panic!("two sendMessage calls expected");
+    };
+    assert_eq!(messages[0].int("chat_id"), Some(42));
+    assert_eq!(messages[0].param("text").as_deref(), Some("hi there"));
+    assert_eq!(fake.calls_to("deleteMessage")[0].int("message_id"), Some(1));
+
+    // getUpdates: an offset confirms what is below it; a short poll answers
+    // at once, a long one when an update arrives.
+    let first = fake.push_text(1, "a");
+    let second = fake.push_text(1, "b");
+    let updates: serde_json::Value = serde_json::from_slice(
+        &client.get(format!("{}?offset={second}", url("getUpdates"))).send().await?.bytes().await?,
+    )?;
+    assert_eq!(updates["result"].as_array().map(Vec::len), Some(1));
+    assert_eq!(updates["result"][0]["update_id"], second);
+    assert_eq!(fake.pending_update_ids(), [second], "{first} is confirmed");
+    let poll = tokio::spawn(client.get(format!("{}?offset={}&timeout=20", url("getUpdates"), second + 1)).send());
+    assert!(fake.wait_for_long_poll(WAIT).await);
+    let started = Instant::now();
+    let third = fake.push_text(1, "c");
+    let updates: serde_json::Value = serde_json::from_slice(&poll.await??.bytes().await?)?;
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(updates["result"][0]["update_id"], third);
+    assert_eq!(updates["result"][0]["message"]["text"], "c");
+    Ok(())
+}
