@@ -54,6 +54,13 @@ pub fn start(ctx: ConnectorContext) -> StartFuture {
             timeout_seconds = settings.poll_timeout_seconds,
             "telegram-polling: polling getUpdates"
         );
+        if settings.request_timeout <= Duration::from_secs(settings.poll_timeout_seconds) {
+            tracing::warn!(
+                connection = %ctx.connection,
+                "telegram-polling: TELEGRAM_REQUEST_TIMEOUT_MS is not longer than TELEGRAM_POLL_TIMEOUT_SECONDS: \
+                 long polls will time out before Telegram answers them"
+            );
+        }
         let poller = Poller { settings, client, sink: ctx.sink.clone(), connection: ctx.connection.clone() };
         let stop = ctx.stop.clone();
         let task = tokio::spawn(async move {
@@ -259,7 +266,10 @@ impl Poller {
         let connection = &self.connection;
         match failure.code() {
             429 => {
-                let delay = failure.retry_after.unwrap_or_else(|| next_delay(backoff, self.settings.retry_delay));
+                let delay = failure
+                    .retry_after
+                    .map(|after| after.max(Duration::from_millis(MIN_RETRY_DELAY_MS)))
+                    .unwrap_or_else(|| next_delay(backoff, self.settings.retry_delay));
                 tracing::warn!(
                     connection = %connection,
                     retry_in_ms = delay.as_millis(),
@@ -825,6 +835,11 @@ mod tests {
                 other => panic!("a config error expected for {key}, got {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn an_https_client_builds_without_a_process_wide_provider() {
+        assert!(http_client().is_ok());
     }
 
     #[test]
