@@ -3,8 +3,11 @@
 
 use crate::connector::StartConnector;
 
+pub mod cli;
+pub mod telegram;
+
 /// Each native connector, by its `@goondan/base` Connector name.
-const NATIVE: &[(&str, StartConnector)] = &[];
+const NATIVE: &[(&str, StartConnector)] = &[(cli::NAME, cli::start), (telegram::NAME, telegram::start)];
 
 /// The native connector of the `@goondan/base` Connector `name`.
 pub fn native(name: &str) -> Option<StartConnector> {
