@@ -3,8 +3,15 @@
 
 use crate::connector::StartConnector;
 
+pub mod discord;
+pub mod github;
+mod http;
+pub mod slack;
+pub mod webhook;
+
 /// Each native connector, by its `@goondan/base` Connector name.
-const NATIVE: &[(&str, StartConnector)] = &[];
+const NATIVE: &[(&str, StartConnector)] =
+    &[("slack", slack::start), ("webhook", webhook::start), ("github", github::start), ("discord", discord::start)];
 
 /// The native connector of the `@goondan/base` Connector `name`.
 pub fn native(name: &str) -> Option<StartConnector> {
