@@ -642,3 +642,15 @@ async fn discord_refuses_bad_missing_and_stale_signatures_even_for_ping() -> Tes
     assert!(sink.stored().is_empty());
     started.stop().await
 }
+
+#[tokio::test]
+async fn a_stop_is_not_held_up_by_a_client_that_never_finishes_its_request() -> TestResult {
+    let started = slack(Arc::new(MemorySink::new())).await?;
+    let mut slow = TcpStream::connect(started.addr).await?;
+    slow.write_all(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"type\":").await?;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let begun = std::time::Instant::now();
+    started.stop().await?;
+    assert!(begun.elapsed() < Duration::from_secs(8), "the stop took {:?}", begun.elapsed());
+    Ok(())
+}

@@ -9,9 +9,10 @@
 //! closed sink is a 503 with `Retry-After` and a storage failure a 500: the
 //! sender keeps the event and retries.
 
+use std::future::IntoFuture as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -33,6 +34,9 @@ pub(crate) const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
 
 /// How far a signed timestamp may be from now (Slack's five minutes).
 pub(crate) const TIMESTAMP_TOLERANCE_SECS: i64 = 5 * 60;
+
+/// How long a stop waits for open requests to finish.
+const DRAIN: Duration = Duration::from_secs(5);
 
 /// What a 503 tells the sender to wait, in seconds.
 const RETRY_AFTER_SECS: &str = "5";
@@ -288,13 +292,26 @@ pub(crate) async fn serve<E: Endpoint>(
     let stop = ctx.stop.clone();
     let connection = ctx.connection.clone();
     let task = tokio::spawn(async move {
-        let served = axum::serve(listener, router).with_graceful_shutdown(stop.cancelled_owned()).await;
-        match served {
-            Ok(()) => {
-                tracing::info!(connection = %connection, "stopped");
+        let served = axum::serve(listener, router).with_graceful_shutdown(stop.clone().cancelled_owned());
+        // A client that never finishes its request would hold the graceful
+        // shutdown forever; after the drain time the rest is cut. Nothing
+        // cut was acknowledged, so its sender still has it.
+        let drain_over = async move {
+            stop.cancelled().await;
+            tokio::time::sleep(DRAIN).await;
+        };
+        tokio::select! {
+            served = served.into_future() => match served {
+                Ok(()) => {
+                    tracing::info!(connection = %connection, "stopped");
+                    Ok(())
+                }
+                Err(err) => Err(ConnectorError::Failed { connection, message: format!("the HTTP server failed: {err}") }),
+            },
+            () = drain_over => {
+                tracing::warn!(connection = %connection, "stopped; connections still open after {DRAIN:?} were closed");
                 Ok(())
             }
-            Err(err) => Err(ConnectorError::Failed { connection, message: format!("the HTTP server failed: {err}") }),
         }
     });
     Ok(RunningConnector { listening, task })
