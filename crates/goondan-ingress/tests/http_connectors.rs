@@ -654,3 +654,19 @@ async fn a_stop_is_not_held_up_by_a_client_that_never_finishes_its_request() -> 
     assert!(begun.elapsed() < Duration::from_secs(8), "the stop took {:?}", begun.elapsed());
     Ok(())
 }
+
+#[tokio::test]
+async fn an_ipv6_loopback_host_is_written_as_in_a_url_or_bare() -> TestResult {
+    for host in ["[::1]", "::1"] {
+        let started = match start_with("webhook", &[("WEBHOOK_HOST", host)], &[], Arc::new(MemorySink::new())).await {
+            Ok(started) => started,
+            // A machine without IPv6 cannot bind ::1 at all; that is a Bind error, not a config one.
+            Err(ConnectorError::Bind { .. }) => return Ok(()),
+            Err(other) => return Err(other.into()),
+        };
+        assert_eq!(started.addr.ip().to_string(), "::1");
+        assert_eq!(post(started.addr, &[], br#"{"text":"v6"}"#).await?.status, 200);
+        started.stop().await?;
+    }
+    Ok(())
+}

@@ -83,7 +83,11 @@ impl Listen {
         let path = normalize_path(ctx.config_value(keys.path).unwrap_or("/"));
         let host = ctx
             .first_config(&[keys.host, "HOST"])
-            .map_or_else(|| Ipv4Addr::LOCALHOST.to_string(), |(_, host)| host.trim().to_owned());
+            // `[::1]` as in a URL is the address `::1`.
+            .map_or_else(
+                || Ipv4Addr::LOCALHOST.to_string(),
+                |(_, host)| host.trim().trim_start_matches('[').trim_end_matches(']').to_owned(),
+            );
         let max_body_bytes = match ctx.first_config(&[keys.max_body, "MAX_BODY_BYTES"]) {
             None => DEFAULT_MAX_BODY_BYTES,
             Some((key, value)) => value
@@ -108,8 +112,7 @@ impl Listen {
     /// Whether only this machine can reach the host (a loopback address or
     /// `localhost`): an unsigned endpoint is tolerated only there.
     pub(crate) fn is_loopback(&self) -> bool {
-        let host = self.host.trim_start_matches('[').trim_end_matches(']');
-        host.eq_ignore_ascii_case("localhost") || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+        self.host.eq_ignore_ascii_case("localhost") || self.host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
     }
 }
 
