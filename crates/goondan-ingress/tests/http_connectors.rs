@@ -652,6 +652,10 @@ async fn a_stop_is_not_held_up_by_a_client_that_never_finishes_its_request() -> 
     let begun = std::time::Instant::now();
     started.stop().await?;
     assert!(begun.elapsed() < Duration::from_secs(8), "the stop took {:?}", begun.elapsed());
+    // Its connection is closed, not left behind.
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(2), slow.read_to_end(&mut rest)).await?;
+    assert!(read.is_err() || rest.is_empty(), "got {:?}", String::from_utf8_lossy(&rest));
     Ok(())
 }
 

@@ -9,7 +9,6 @@
 //! closed sink is a 503 with `Retry-After` and a storage failure a 500: the
 //! sender keeps the event and retries.
 
-use std::future::IntoFuture as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -21,9 +20,14 @@ use axum::http::header::{CONTENT_TYPE, RETRY_AFTER};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use hmac::{Hmac, KeyInit, Mac};
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
 use serde_json::json;
 use sha2::Sha256;
 use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 
 use crate::connector::{ConnectorContext, ConnectorError, RunningConnector};
 use crate::event::Delivery;
@@ -37,6 +41,9 @@ pub(crate) const TIMESTAMP_TOLERANCE_SECS: i64 = 5 * 60;
 
 /// How long a stop waits for open requests to finish.
 const DRAIN: Duration = Duration::from_secs(5);
+
+/// How long a client has to send its request headers.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What a 503 tells the sender to wait, in seconds.
 const RETRY_AFTER_SECS: &str = "5";
@@ -292,32 +299,68 @@ pub(crate) async fn serve<E: Endpoint>(
     });
     let router =
         Router::new().fallback(dispatch::<E>).with_state(shared).layer(DefaultBodyLimit::max(listen.max_body_bytes));
-    let stop = ctx.stop.clone();
-    let connection = ctx.connection.clone();
-    let task = tokio::spawn(async move {
-        let served = axum::serve(listener, router).with_graceful_shutdown(stop.clone().cancelled_owned());
-        // A client that never finishes its request would hold the graceful
-        // shutdown forever; after the drain time the rest is cut. Nothing
-        // cut was acknowledged, so its sender still has it.
-        let drain_over = async move {
-            stop.cancelled().await;
-            tokio::time::sleep(DRAIN).await;
+    let task = tokio::spawn(accept_loop(listener, router, ctx.stop.clone(), ctx.connection.clone()));
+    Ok(RunningConnector { listening, task })
+}
+
+/// Accepts connections until `stop`, then lets open requests finish for at
+/// most [`DRAIN`] and closes what is left. Nothing cut was acknowledged, so
+/// its sender still has it. Each connection must send its request headers
+/// within [`HEADER_TIMEOUT`], so slow clients cannot pile up.
+async fn accept_loop(
+    listener: TcpListener,
+    router: Router,
+    stop: CancellationToken,
+    connection: String,
+) -> Result<(), ConnectorError> {
+    let mut connections = JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            () = stop.cancelled() => break,
+            accepted = listener.accept() => accepted,
+            // Reap finished connections as we go, so the set stays small.
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
         };
-        tokio::select! {
-            served = served.into_future() => match served {
-                Ok(()) => {
-                    tracing::info!(connection = %connection, "stopped");
-                    Ok(())
-                }
-                Err(err) => Err(ConnectorError::Failed { connection, message: format!("the HTTP server failed: {err}") }),
-            },
-            () = drain_over => {
-                tracing::warn!(connection = %connection, "stopped; connections still open after {DRAIN:?} were closed");
-                Ok(())
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(err) => {
+                // Out of file descriptors and the like: back off, keep serving.
+                tracing::warn!(connection = %connection, %err, "could not accept a connection");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let service = TowerToHyperService::new(router.clone());
+        let stop = stop.clone();
+        connections.spawn(async move {
+            let served = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service);
+            let mut served = std::pin::pin!(served);
+            tokio::select! {
+                result = served.as_mut() => return result,
+                () = stop.cancelled() => served.as_mut().graceful_shutdown(),
+            }
+            served.await
+        });
+    }
+    drop(listener);
+    let drained = tokio::time::timeout(DRAIN, async {
+        while let Some(joined) = connections.join_next().await {
+            if let Ok(Err(err)) = joined {
+                tracing::debug!(connection = %connection, %err, "a connection ended with an error");
             }
         }
-    });
-    Ok(RunningConnector { listening, task })
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(connection = %connection, open = connections.len(), "stopped; connections still open after {DRAIN:?} were closed");
+        connections.shutdown().await;
+    } else {
+        tracing::info!(connection = %connection, "stopped");
+    }
+    Ok(())
 }
 
 async fn dispatch<E: Endpoint>(State(shared): State<Arc<Shared<E>>>, request: Request) -> Response {
