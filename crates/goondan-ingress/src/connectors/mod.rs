@@ -4,10 +4,22 @@
 use crate::connector::StartConnector;
 
 pub mod cli;
+pub mod discord;
+pub mod github;
+mod http;
+pub mod slack;
 pub mod telegram;
+pub mod webhook;
 
 /// Each native connector, by its `@goondan/base` Connector name.
-const NATIVE: &[(&str, StartConnector)] = &[(cli::NAME, cli::start), (telegram::NAME, telegram::start)];
+const NATIVE: &[(&str, StartConnector)] = &[
+    (cli::NAME, cli::start),
+    (telegram::NAME, telegram::start),
+    ("slack", slack::start),
+    ("webhook", webhook::start),
+    ("github", github::start),
+    ("discord", discord::start),
+];
 
 /// The native connector of the `@goondan/base` Connector `name`.
 pub fn native(name: &str) -> Option<StartConnector> {
