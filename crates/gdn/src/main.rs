@@ -131,9 +131,10 @@ fn main() -> ExitCode {
         Command::Agent(_) => runtime.block_on(agent_process::run(&cli.global, &session)),
     };
     // Background jobs of tool calls end with us.
-    if matches!(cli.command, Command::Mcp(_)) {
+    if matches!(cli.command, Command::Mcp(_) | Command::Run(_)) {
         // A read of standard input that never returns (stdin not a pipe, and
-        // the server stopped by a signal) must not hold the exit forever.
+        // the server or the service's cli connector stopped by a signal)
+        // must not hold the exit forever.
         runtime.shutdown_timeout(std::time::Duration::from_secs(2));
     } else {
         drop(runtime);

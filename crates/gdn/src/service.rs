@@ -450,6 +450,8 @@ pub async fn serve(
     inbox.close();
     let left = dispatcher.drain(options.grace).await;
     shutdown.turn_ended();
+    // A stop asked for is a clean end: exit 0.
+    shutdown.handled();
     let status = inbox.status();
     let pending: usize = status.pending.values().sum();
     if options.json {
