@@ -207,6 +207,39 @@ async fn emit_resolves_only_after_the_sink_stored_the_event() -> TestResult {
     Ok(())
 }
 
+const ANSWERED: &str = r#"
+import { writeFileSync } from 'node:fs';
+export default async function run(ctx) {
+  const outcome = await ctx.emit({ name: 'm', message: { type: 'text', text: 'late' }, instanceKey: 'k' }).then(
+    (answer) => `resolved duplicate=${answer.duplicate}`,
+    (error) => `rejected ${error.code}`,
+  );
+  writeFileSync(ctx.config.MARKER, `${outcome} aborted=${ctx.signal.aborted}`);
+  await new Promise(() => {});
+}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_emit_in_flight_when_stopping_still_gets_its_answer() -> TestResult {
+    let Some(runtime) = runtime_or_skip("connector stop with an emit in flight") else { return Ok(()) };
+    let dir = bundle(&[("answered.ts", ANSWERED)])?;
+    let marker = dir.path().join("marker");
+    let sink = Arc::new(GatedSink::default());
+    let (ctx, stop) = context(&[("MARKER", marker.display().to_string())], Arc::clone(&sink) as Arc<dyn EventSink>);
+    let spec = spec(dir.path(), "answered.ts", &runtime).with_stop_grace(Duration::from_secs(3));
+    let running = connector::start(spec, ctx).await?;
+    let arrived = || *sink.arrived.lock().unwrap_or_else(PoisonError::into_inner);
+    assert!(wait_for(Duration::from_secs(10), || arrived() == 1).await, "the emit never reached the sink");
+    stop.cancel();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    sink.gate.notify_one();
+    assert!(wait_for(Duration::from_secs(5), || marker.exists()).await, "the emit's promise never settled");
+    assert_eq!(std::fs::read_to_string(&marker)?, "resolved duplicate=false aborted=true");
+    assert_eq!(sink.inner.stored().len(), 1);
+    finish(running, Duration::from_secs(10)).await??;
+    Ok(())
+}
+
 const BAD_EVENTS: &str = r#"
 export default async function run(ctx) {
   const errors = [];

@@ -188,6 +188,7 @@ function answerEmit(frame) {
   const waiting = emits.get(frame.rid);
   emits.delete(frame.rid);
   settleHold();
+  if (stopping && returned) setTimeout(exitWhenIdle, 0);
   if (!waiting) return;
   if (frame.ok) waiting.resolve({ duplicate: frame.duplicate === true });
   else waiting.reject(new ConnectorEmitError(frame.error?.message ?? 'the event was not accepted', frame.error?.code ?? 'E_CONNECTOR_EMIT'));
@@ -269,7 +270,7 @@ async function start(frame) {
     () => {
       send({ type: 'returned' });
       returned = true;
-      if (stopping) process.exit(0);
+      if (stopping) exitWhenIdle();
       settleHold();
     },
     (error) => {
@@ -282,16 +283,19 @@ async function start(frame) {
 
 // Stop: ctx.signal aborts, and a connector written for the original (which
 // stopped its connectors with SIGTERM) gets its SIGTERM/SIGINT handlers
-// run. The host then exits once run() settles or nothing is left running;
-// gdn kills it after its grace period otherwise.
+// run. Emits already sent still get their answers (the event may be stored:
+// its promise must say so). The host exits once run() has settled and no
+// emit waits, or when nothing is left running; gdn kills it after its grace
+// period otherwise.
 function shutdown() {
   if (stopping) return;
   stopping = true;
-  settleHold();
   controller.abort(new Error('the connection is stopping'));
-  for (const { reject } of emits.values()) reject(new ConnectorEmitError('the connection is stopping', 'E_CONNECTOR_STOPPING'));
-  emits.clear();
   if (process.listenerCount('SIGTERM') > 0) process.kill(process.pid, 'SIGTERM');
   else if (process.listenerCount('SIGINT') > 0) process.kill(process.pid, 'SIGINT');
-  else if (returned || !running) process.exit(0);
+  else if (returned || !running) exitWhenIdle();
+}
+
+function exitWhenIdle() {
+  if (emits.size === 0) process.exit(0);
 }
