@@ -25,8 +25,10 @@
 //! it, as the original's connectors expect), waits the grace period, then
 //! kills the host; the task returns `Ok`. The host runs in a process group
 //! of its own (a Ctrl-C at the terminal reaches gdn, which then drains, not
-//! the connector) and exits when its socket closes — also when gdn is
-//! SIGKILLed, since the kernel closes the socket.
+//! the connector), killed whole when the host ends, so what the connector
+//! spawned goes with it. The host exits when its socket closes — also when
+//! gdn is SIGKILLed, since the kernel closes the socket (its own children
+//! then stay: nothing is left to kill their group).
 
 use std::borrow::Cow;
 use std::os::unix::process::CommandExt as _;
@@ -152,7 +154,8 @@ impl ScriptConnector {
 /// runtime, starts the host, loads the entry and runs it past the start-up
 /// probe. An `Err` means it did not start (nothing keeps running); after an
 /// `Ok`, the returned task supervises it until it returns or
-/// `ctx.stop` is cancelled.
+/// `ctx.stop` is cancelled. `ctx.input` is not used: the host's standard
+/// input is gdn's pipe to it.
 pub async fn start(spec: ScriptConnector, ctx: ConnectorContext) -> Result<RunningConnector, ConnectorError> {
     let ConnectorContext { connection, connector, config, secrets, sink, stop, input: _ } = ctx;
     let failed = |message: String| ConnectorError::Failed { connection: connection.clone(), message };
@@ -186,7 +189,7 @@ pub async fn start(spec: ScriptConnector, ctx: ConnectorContext) -> Result<Runni
         secrets: secrets.expose(),
     })
     .map_err(|e| failed(format!("cannot encode the start frame: {e}")))?;
-    let launcher = Launcher {
+    let mut launcher = Launcher {
         runtime,
         dir,
         generation: 0,
@@ -195,7 +198,6 @@ pub async fn start(spec: ScriptConnector, ctx: ConnectorContext) -> Result<Runni
         sink,
         redactor,
     };
-    let mut launcher = launcher;
     let host = launcher.launch().await.map_err(|why| failed(format!("Connector '{connector}': {why}")))?;
     tracing::info!(target: "goondan::connector", connection = %connection, pid = host.process.pid, "connector '{connector}' started ({})", entry.display());
     let task = tokio::spawn(supervise(launcher, host, spec, stop));
@@ -433,11 +435,14 @@ impl Launcher {
             }
         })
         .await;
-        match outcome {
-            Ok(Ok(())) => Ok(host),
-            Ok(Err(message)) => Err(self.redactor.redact(&message).into_owned()),
-            Err(_) => Err(format!("its entry did not start within {START_TIMEOUT:?} ({})", host.label)),
-        }
+        let why = match outcome {
+            Ok(Ok(())) => return Ok(host),
+            Ok(Err(message)) => self.redactor.redact(&message).into_owned(),
+            Err(_) => format!("its entry did not start within {START_TIMEOUT:?} ({})", host.label),
+        };
+        host.process.kill();
+        host.process.kill_group();
+        Err(why)
     }
 }
 
@@ -583,7 +588,10 @@ async fn supervise(
     let mut backoff = new_backoff();
     loop {
         let began = Instant::now();
-        let why = match watch(&mut host, &stop, spec.stop_grace).await {
+        let ended = watch(&mut host, &stop, spec.stop_grace).await;
+        // What the connector started must not outlive it.
+        host.process.kill_group();
+        let why = match ended {
             Ended::Stopped => {
                 tracing::info!(target: "goondan::connector", connection = %connection, "connector stopped");
                 return Ok(());
@@ -605,7 +613,11 @@ async fn supervise(
                 () = stop.cancelled() => return Ok(()),
                 () = tokio::time::sleep(delay) => {}
             }
-            match launcher.launch().await {
+            let launched = tokio::select! {
+                () = stop.cancelled() => return Ok(()),
+                launched = launcher.launch() => launched,
+            };
+            match launched {
                 Ok(next) => {
                     tracing::info!(target: "goondan::connector", connection = %connection, pid = next.process.pid, "connector restarted");
                     host = next;

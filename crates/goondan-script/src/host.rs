@@ -1080,6 +1080,16 @@ impl HostProcess {
         }
     }
 
+    /// SIGKILLs the process group the process leads (it was started with
+    /// `process_group(0)`): what it started and left behind. A group id
+    /// is not handed out again while the group has members, so this reaches
+    /// no stranger even after the leader was reaped.
+    pub(crate) fn kill_group(&self) {
+        if let Ok(pid) = i32::try_from(self.pid) {
+            let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+
     /// Its exit status, once it has exited and been reaped.
     pub(crate) async fn wait(&mut self) -> std::io::Result<ExitStatus> {
         (&mut self.exited).await.unwrap_or_else(|_| Err(std::io::Error::other("its waiting thread ended")))

@@ -413,7 +413,10 @@ export default async function run(ctx) {
 
 const STUBBORN: &str = r#"
 import { writeFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
 export default async function run(ctx) {
+  const child = spawn('sleep', ['30'], { stdio: 'ignore' });
+  writeFileSync(ctx.config.PID_FILE + '.child', String(child.pid));
   writeFileSync(ctx.config.PID_FILE, String(process.pid));
   setInterval(() => {}, 1000);
   await new Promise(() => {});
@@ -438,6 +441,13 @@ async fn stop_ends_the_host_politely_or_after_the_grace() -> TestResult {
         finish(running, within).await??;
         assert!(began.elapsed() < within, "{entry}");
         assert!(wait_for(Duration::from_secs(2), || gone(pid)).await, "{entry}: host {pid} still runs");
+        if entry == "stubborn.ts" {
+            let child = read_pid(&dir.path().join("stubborn.ts.pid.child")).unwrap_or_default();
+            assert!(
+                child > 0 && wait_for(Duration::from_secs(2), || gone(child)).await,
+                "its child {child} still runs"
+            );
+        }
         if entry == "polite.ts" {
             let stopped = std::fs::read_to_string(dir.path().join("polite.ts.pid.stopped"))?;
             assert_eq!(stopped, "aborted=true");
