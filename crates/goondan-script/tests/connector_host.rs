@@ -58,7 +58,7 @@ fn spec(dir: &Path, entry: &str, runtime: &JsRuntime) -> ScriptConnector {
     ScriptConnector::new(dir, entry)
         .with_runtime(runtime.clone())
         .with_restart_delays(Duration::from_millis(50), Duration::from_millis(200))
-        .with_stop_grace(Duration::from_secs(5))
+        .with_stop_grace(Duration::from_secs(1))
 }
 
 async fn wait_for(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
