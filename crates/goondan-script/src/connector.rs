@@ -32,7 +32,7 @@
 
 use std::borrow::Cow;
 use std::os::unix::process::CommandExt as _;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -103,11 +103,9 @@ impl ScriptConnector {
     /// script tools (`GOONDAN_JS_RUNTIME`, else Bun, else Node ≥ 22.6) from
     /// the process environment.
     pub fn new(bundle_dir: &Path, entry: &str) -> Self {
-        let joined = bundle_dir.join(entry);
-        // `./connectors/x.ts` joined keeps its `.`; drop it for messages.
-        let entry = joined.components().filter(|c| !matches!(c, Component::CurDir)).collect();
         Self {
-            entry,
+            // Absolute: the host runs its script from another directory.
+            entry: goondan_tools::assembly::entry_path(bundle_dir, entry).to_path_buf(),
             env: Arc::new(|name: &str| std::env::var(name).ok()),
             runtime: None,
             stop_grace: Duration::from_secs(5),
@@ -147,6 +145,11 @@ impl ScriptConnector {
     /// The entry module, resolved.
     pub fn entry(&self) -> &Path {
         &self.entry
+    }
+
+    /// [`start`], boxed as the native connectors' start futures are.
+    pub fn start(self, ctx: ConnectorContext) -> goondan_ingress::connector::StartFuture {
+        Box::pin(start(self, ctx))
     }
 }
 
@@ -713,6 +716,8 @@ mod tests {
         std::fs::write(dir.path().join("x.js"), "export default async () => {}")?;
         let spec = ScriptConnector::new(dir.path(), "./x.ts");
         assert_eq!(spec.entry(), dir.path().join("x.ts"));
+        let relative = ScriptConnector::new(Path::new("bundle"), "./connectors/../x.ts");
+        assert!(relative.entry().is_absolute() && relative.entry().ends_with("bundle/x.ts"), "{relative:?}");
         assert_eq!(existing_entry(spec.entry()), Some(dir.path().join("x.js")));
         assert_eq!(existing_entry(&dir.path().join("y.ts")), None);
         Ok(())
