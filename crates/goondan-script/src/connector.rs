@@ -31,7 +31,6 @@
 //! then stay: nothing is left to kill their group).
 
 use std::borrow::Cow;
-use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -357,11 +356,11 @@ impl Launcher {
             .env(CONNECTOR_SOCKET_ENV, &socket_path)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // Its own group: the terminal's Ctrl-C goes to gdn, which stops
-            // the connector through its socket, in order.
-            .process_group(0);
-        let (mut process, pipes) = HostProcess::spawn(command).map_err(|e| {
+            .stderr(Stdio::piped());
+        // Its own group: the terminal's Ctrl-C goes to gdn, which stops the
+        // connector through its socket, in order; and when the host exits
+        // (however), what the connector spawned is killed with it.
+        let (mut process, pipes) = HostProcess::spawn_group_leader(command).map_err(|e| {
             let _ = std::fs::remove_file(&socket_path);
             format!("cannot run {}: {e}", self.runtime.path.display())
         })?;
@@ -443,8 +442,6 @@ impl Launcher {
             Ok(Err(message)) => self.redactor.redact(&message).into_owned(),
             Err(_) => format!("its entry did not start within {START_TIMEOUT:?} ({})", host.label),
         };
-        host.process.kill();
-        host.process.kill_group();
         Err(why)
     }
 }
@@ -472,6 +469,7 @@ async fn read_frames(reader: BufReader<OwnedReadHalf>, ctx: Reader) {
         let frame = match serde_json::from_str::<FromHost>(&line) {
             Ok(frame) => frame,
             Err(e) => {
+                let e = ctx.redactor.redact(&e.to_string()).into_owned();
                 tracing::warn!(target: "goondan::connector", connection = %ctx.connection, "unreadable frame from the connector host: {e}");
                 continue;
             }
@@ -591,10 +589,7 @@ async fn supervise(
     let mut backoff = new_backoff();
     loop {
         let began = Instant::now();
-        let ended = watch(&mut host, &stop, spec.stop_grace).await;
-        // What the connector started must not outlive it.
-        host.process.kill_group();
-        let why = match ended {
+        let why = match watch(&mut host, &stop, spec.stop_grace).await {
             Ended::Stopped => {
                 tracing::info!(target: "goondan::connector", connection = %connection, "connector stopped");
                 return Ok(());

@@ -1027,7 +1027,21 @@ pub(crate) struct HostProcess {
 }
 
 impl HostProcess {
-    pub(crate) fn spawn(mut command: std::process::Command) -> std::io::Result<(Self, HostPipes)> {
+    pub(crate) fn spawn(command: std::process::Command) -> std::io::Result<(Self, HostPipes)> {
+        Self::spawn_as(command, false)
+    }
+
+    /// Spawns `command` as the leader of a new process group; when it
+    /// exits, the group is SIGKILLed before the leader is reaped — while its
+    /// zombie still holds the group id, so no other group can have it — and
+    /// nothing it started outlives it.
+    pub(crate) fn spawn_group_leader(mut command: std::process::Command) -> std::io::Result<(Self, HostPipes)> {
+        use std::os::unix::process::CommandExt as _;
+        command.process_group(0);
+        Self::spawn_as(command, true)
+    }
+
+    fn spawn_as(mut command: std::process::Command, group: bool) -> std::io::Result<(Self, HostPipes)> {
         let mut child = command.spawn()?;
         let pipes = (child.stdin.take(), child.stdout.take(), child.stderr.take());
         let pid = child.id();
@@ -1041,6 +1055,9 @@ impl HostProcess {
             // process.
             let flags = nix::sys::wait::WaitPidFlag::WEXITED | nix::sys::wait::WaitPidFlag::WNOWAIT;
             while nix::sys::wait::waitid(nix::sys::wait::Id::Pid(target), flags) == Err(nix::errno::Errno::EINTR) {}
+            if group {
+                let _ = nix::sys::signal::killpg(target, nix::sys::signal::Signal::SIGKILL);
+            }
             let status = {
                 let mut reaped = lock(&gate);
                 let status = child.wait();
@@ -1077,16 +1094,6 @@ impl HostProcess {
         let reaped = lock(&self.reaped);
         if !*reaped && let Ok(pid) = i32::try_from(self.pid) {
             let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
-        }
-    }
-
-    /// SIGKILLs the process group the process leads (it was started with
-    /// `process_group(0)`): what it started and left behind. A group id
-    /// is not handed out again while the group has members, so this reaches
-    /// no stranger even after the leader was reaped.
-    pub(crate) fn kill_group(&self) {
-        if let Ok(pid) = i32::try_from(self.pid) {
-            let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
         }
     }
 
