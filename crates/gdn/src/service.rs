@@ -42,10 +42,7 @@ pub enum ConnectorKind {
     /// A `@goondan/base` connector, native.
     Native(StartConnector),
     /// A connector module of the bundle, in a Bun host of its own.
-    Script {
-        /// The module.
-        entry: PathBuf,
-    },
+    Script(goondan_script::connector::ScriptConnector),
 }
 
 /// One Connection, ready to start.
@@ -189,7 +186,7 @@ pub fn plan_connections(
                 }
             }
         } else {
-            ConnectorKind::Script { entry: bundle.root().join(&connector.spec.entry) }
+            ConnectorKind::Script(goondan_script::connector::ScriptConnector::new(bundle.root(), &connector.spec.entry))
         };
         let config = resolve_values(name, "config", &connection.spec.config, env, false, &mut errors);
         let secrets = resolve_values(name, "secrets", &connection.spec.secrets, env, true, &mut errors);
@@ -280,6 +277,8 @@ pub struct ServeOptions {
 struct Supervised {
     name: String,
     task: tokio::task::JoinHandle<()>,
+    /// Turns true when the connector ended for good.
+    ended: watch::Receiver<bool>,
 }
 
 /// Starts a connector; `input` is standard input for the first `cli`.
@@ -300,10 +299,7 @@ async fn start_connector(
     };
     match &plan.kind {
         ConnectorKind::Native(start) => start(context).await,
-        ConnectorKind::Script { entry } => Err(ConnectorError::Failed {
-            connection: plan.name.clone(),
-            message: format!("connector modules ({}) cannot run yet", entry.display()),
-        }),
+        ConnectorKind::Script(script) => script.clone().start(context).await,
     }
 }
 
@@ -316,7 +312,10 @@ fn supervise(
     first: goondan_ingress::RunningConnector,
 ) -> Supervised {
     let name = plan.name.clone();
+    let (ended_tx, ended) = watch::channel(false);
     let task = tokio::spawn(async move {
+        // Set on every way out of this task.
+        let _ended = EndedOnDrop(ended_tx);
         let mut running = first;
         let mut pause = Duration::from_secs(1);
         loop {
@@ -349,7 +348,15 @@ fn supervise(
             }
         }
     });
-    Supervised { name, task }
+    Supervised { name, task, ended }
+}
+
+struct EndedOnDrop(watch::Sender<bool>);
+
+impl Drop for EndedOnDrop {
+    fn drop(&mut self) {
+        self.0.send_replace(true);
+    }
 }
 
 /// Serves the Connections `plans` until a stop; returns the exit code.
@@ -430,8 +437,8 @@ pub async fn serve(
 
     // Until a signal, or every connector ended and nothing is left to run.
     let all_ended = async {
-        for connector in &mut supervised {
-            let _ = (&mut connector.task).await;
+        for connector in &supervised {
+            let _ = connector.ended.clone().wait_for(|ended| *ended).await;
         }
         dispatcher.idle().await;
     };
