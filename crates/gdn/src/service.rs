@@ -212,6 +212,36 @@ pub fn plan_connections(
 /// Runs stored events' turns through the hub.
 struct HubTurns {
     orchestrator: Orchestrator,
+    /// `--json`: a JSON line per turn instead of the answer's text.
+    json: bool,
+}
+
+impl HubTurns {
+    /// Each event turn's answer on standard output: where the `cli`
+    /// connector's user reads it (other channels answer through tools).
+    fn print(&self, turn: &Stored, instance: &AgentInstance, answer: &DelegateResultPayload) {
+        let text = answer.response.clone().unwrap_or_default();
+        let mut stdout = anstream::stdout();
+        let line = if self.json {
+            serde_json::json!({
+                "status": "turn",
+                "connection": turn.entry.connection,
+                "event": turn.entry.event.name,
+                "deliveryKey": turn.key,
+                "agent": instance.agent,
+                "instanceKey": instance.instance_key,
+                "end": answer.turn.as_ref().map(|t| t.end.clone()),
+                "text": text,
+            })
+            .to_string()
+        } else if text.is_empty() {
+            return;
+        } else {
+            format!("{instance} › {text}")
+        };
+        let _ = writeln!(stdout, "{line}");
+        let _ = stdout.flush();
+    }
 }
 
 #[async_trait]
@@ -230,6 +260,9 @@ impl TurnRunner for HubTurns {
         };
         let answer = self.orchestrator.deliver(&instance, inbound, cancel.clone()).await;
         let end = classify(&answer, *cancel.borrow());
+        if end != TurnEnd::Interrupted {
+            self.print(turn, &instance, &answer);
+        }
         match &end {
             TurnEnd::Answered => tracing::info!(
                 connection = %turn.entry.connection, event = %turn.entry.event.name, instance = %instance,
@@ -377,7 +410,7 @@ pub async fn serve(
         }
     };
     let resumed = recovered.len();
-    let runner = Arc::new(HubTurns { orchestrator: orchestrator.clone() });
+    let runner = Arc::new(HubTurns { orchestrator: orchestrator.clone(), json: options.json });
     let dispatch = DispatchOptions { max_concurrent: options.max_concurrent.max(1), ..DispatchOptions::default() };
     let dispatcher = Dispatcher::start(inbox.clone(), runner, recovered, stored_rx, dispatch);
 

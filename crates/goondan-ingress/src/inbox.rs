@@ -511,7 +511,6 @@ impl Writer {
             }
             self.commit(batch, &mut closed);
             self.maybe_compact();
-            self.publish();
         }
     }
 
@@ -589,6 +588,9 @@ impl Writer {
                 for record in applied {
                     self.folded.apply(record);
                 }
+                // Before anyone hears of it, so a status read after an
+                // answer includes it.
+                self.publish();
                 for stored in new_stored {
                     let _ = self.stored.send(stored);
                 }
