@@ -416,7 +416,13 @@ impl Inbox {
         {
             rewrite(path, &mut folded).map_err(io)?
         } else {
-            OpenOptions::new().create(true).append(true).open(path).map_err(io)?
+            let existed = path.exists();
+            let file = OpenOptions::new().create(true).append(true).open(path).map_err(io)?;
+            // A new file's name is durable only once its directory is synced.
+            if !existed && let Some(dir) = path.parent() {
+                File::open(dir).and_then(|dir| dir.sync_all()).map_err(io)?;
+            }
+            file
         };
         let recovered: Recovered = folded.pending.values().cloned().collect();
         let status = Arc::new(Mutex::new(InboxStatus::default()));
