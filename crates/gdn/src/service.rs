@@ -489,6 +489,9 @@ pub async fn serve(
     }
     inbox.close();
     let left = dispatcher.drain(options.grace).await;
+    if let Err(error) = inbox.sync().await {
+        tracing::warn!("the inbox's last records may not be on disk: {error}");
+    }
     shutdown.turn_ended();
     // A stop asked for is a clean end: exit 0.
     shutdown.handled();

@@ -368,6 +368,10 @@ enum Op {
         outcome: Outcome,
         reply: Option<oneshot::Sender<Result<(), SinkError>>>,
     },
+    /// Answered once everything sent before it is on disk.
+    Sync {
+        reply: oneshot::Sender<Result<(), SinkError>>,
+    },
     Close,
 }
 
@@ -455,6 +459,14 @@ impl Inbox {
     pub async fn done(&self, seq: u64, outcome: Outcome) -> Result<(), SinkError> {
         let (reply, answer) = oneshot::channel();
         self.ops.send(Op::Done { seq, outcome, reply: Some(reply) }).map_err(|_| SinkError::Closed)?;
+        answer.await.map_err(|_| SinkError::Closed)?
+    }
+
+    /// Returns once everything recorded before (turn starts included) is
+    /// on disk.
+    pub async fn sync(&self) -> Result<(), SinkError> {
+        let (reply, answer) = oneshot::channel();
+        self.ops.send(Op::Sync { reply }).map_err(|_| SinkError::Closed)?;
         answer.await.map_err(|_| SinkError::Closed)?
     }
 
@@ -573,6 +585,7 @@ impl Writer {
                     push_line(&mut lines, &record);
                     applied.push(record);
                 }
+                Op::Sync { reply } => done_replies.push(reply),
                 Op::Done { seq, outcome, reply } => {
                     let record = Record::Done { seq, at, outcome };
                     push_line(&mut lines, &record);

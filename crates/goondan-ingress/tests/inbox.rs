@@ -72,6 +72,7 @@ async fn keys_are_stored_once_and_pending_events_survive_a_reopen() -> TestResul
     ));
     inbox.done(handed[0].seq, goondan_ingress::inbox::Outcome::Answered).await?;
     inbox.started(handed[1].seq);
+    inbox.sync().await?;
     drop(inbox);
 
     let (inbox, recovered, _rx) = open(dir.path(), InboxOptions::default())?;
