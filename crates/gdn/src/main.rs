@@ -185,7 +185,12 @@ fn init_logging(global: &cli::GlobalOptions) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(!global.no_color && std::env::var_os("NO_COLOR").is_none())
+        // Colour only for a terminal: a pipe or a log file gets plain text.
+        .with_ansi(
+            !global.no_color
+                && std::env::var_os("NO_COLOR").is_none()
+                && std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        )
         .with_target(global.verbose >= 2)
         .try_init();
 }
