@@ -131,9 +131,10 @@ fn main() -> ExitCode {
         Command::Agent(_) => runtime.block_on(agent_process::run(&cli.global, &session)),
     };
     // Background jobs of tool calls end with us.
-    if matches!(cli.command, Command::Mcp(_)) {
+    if matches!(cli.command, Command::Mcp(_) | Command::Run(_)) {
         // A read of standard input that never returns (stdin not a pipe, and
-        // the server stopped by a signal) must not hold the exit forever.
+        // the server or the service's cli connector stopped by a signal)
+        // must not hold the exit forever.
         runtime.shutdown_timeout(std::time::Duration::from_secs(2));
     } else {
         drop(runtime);
@@ -184,7 +185,12 @@ fn init_logging(global: &cli::GlobalOptions) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(!global.no_color && std::env::var_os("NO_COLOR").is_none())
+        // Colour only for a terminal: a pipe or a log file gets plain text.
+        .with_ansi(
+            !global.no_color
+                && std::env::var_os("NO_COLOR").is_none()
+                && std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        )
         .with_target(global.verbose >= 2)
         .try_init();
 }

@@ -45,8 +45,9 @@ pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
     error.chain().any(|cause| cause.downcast_ref::<io::Error>().is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe))
 }
 
-/// Writes one diagnostic in the human format.
-pub fn write_diagnostic(out: &mut impl Write, diagnostic: &Diagnostic) -> std::io::Result<()> {
+/// Writes one diagnostic in the human format, with the source lines it
+/// points at.
+fn write_diagnostic_at(out: &mut impl Write, diagnostic: &Diagnostic, snippet: Option<&str>) -> std::io::Result<()> {
     let (style, label) = match diagnostic.severity {
         Severity::Error => (ERROR, "error"),
         Severity::Warning => (WARNING, "warning"),
@@ -57,16 +58,43 @@ pub fn write_diagnostic(out: &mut impl Write, diagnostic: &Diagnostic) -> std::i
     }
     writeln!(out)?;
     writeln!(out, "  {}", diagnostic.message)?;
+    if let Some(snippet) = snippet {
+        writeln!(out, "{DIM}{snippet}{DIM:#}")?;
+    }
     if let Some(suggestion) = &diagnostic.suggestion {
         writeln!(out, "  {HELP}help:{HELP:#} {suggestion}")?;
     }
     Ok(())
 }
 
-/// Writes every diagnostic, then a one-line summary.
+/// The line `line` of `source` and a caret under `column`, as compilers
+/// show them; `None` when the source has no such line.
+fn source_snippet(source: &str, line: u32, column: u32) -> Option<String> {
+    let index = usize::try_from(line).ok()?.checked_sub(1)?;
+    let text = source.lines().nth(index)?;
+    let number = line.to_string();
+    let gutter = " ".repeat(number.len());
+    let before: String = text.chars().take(usize::try_from(column).unwrap_or(1).saturating_sub(1)).collect();
+    let pad: String = before.chars().map(|c| if c == '\t' { '\t' } else { ' ' }).collect();
+    Some(format!("  {gutter} |\n  {number} | {text}\n  {gutter} | {pad}^"))
+}
+
+/// Writes every diagnostic (with the line it points at, when it is in the
+/// file `subject`), then a one-line summary.
 pub fn write_report(out: &mut impl Write, diagnostics: &[Diagnostic], subject: &str) -> std::io::Result<()> {
+    // The file was just loaded within its size limit; a read that fails
+    // only means no snippets.
+    let source = std::fs::read_to_string(subject).ok();
+    let label = std::path::Path::new(subject).file_name().map(|name| name.to_string_lossy().into_owned());
     for diagnostic in diagnostics {
-        write_diagnostic(out, diagnostic)?;
+        let in_subject = label
+            .as_deref()
+            .is_some_and(|label| diagnostic.path == label || diagnostic.path.starts_with(&format!("{label}#")));
+        let snippet = match (in_subject, source.as_deref(), diagnostic.line, diagnostic.column) {
+            (true, Some(source), Some(line), Some(column)) => source_snippet(source, line, column),
+            _ => None,
+        };
+        write_diagnostic_at(out, diagnostic, snippet.as_deref())?;
     }
     let errors = diagnostics.iter().filter(|d| d.is_error()).count();
     let warnings = diagnostics.len() - errors;
@@ -76,5 +104,18 @@ pub fn write_report(out: &mut impl Write, diagnostics: &[Diagnostic], subject: &
         writeln!(out, "{OK}✓{OK:#} {subject} is valid{tail}")
     } else {
         writeln!(out, "{ERROR}✗{ERROR:#} {subject}: {}, {}", plural(errors, "error"), plural(warnings, "warning"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snippet_shows_the_line_and_a_caret_under_the_column() {
+        let source = "a: 1\nspec:\n   model: x\n";
+        assert_eq!(source_snippet(source, 3, 9).as_deref(), Some("    |\n  3 |    model: x\n    |         ^"));
+        assert_eq!(source_snippet(source, 9, 1), None);
+        assert_eq!(source_snippet(source, 0, 1), None);
     }
 }

@@ -42,10 +42,7 @@ pub enum ConnectorKind {
     /// A `@goondan/base` connector, native.
     Native(StartConnector),
     /// A connector module of the bundle, in a Bun host of its own.
-    Script {
-        /// The module.
-        entry: PathBuf,
-    },
+    Script(goondan_script::connector::ScriptConnector),
 }
 
 /// One Connection, ready to start.
@@ -189,7 +186,7 @@ pub fn plan_connections(
                 }
             }
         } else {
-            ConnectorKind::Script { entry: bundle.root().join(&connector.spec.entry) }
+            ConnectorKind::Script(goondan_script::connector::ScriptConnector::new(bundle.root(), &connector.spec.entry))
         };
         let config = resolve_values(name, "config", &connection.spec.config, env, false, &mut errors);
         let secrets = resolve_values(name, "secrets", &connection.spec.secrets, env, true, &mut errors);
@@ -215,6 +212,36 @@ pub fn plan_connections(
 /// Runs stored events' turns through the hub.
 struct HubTurns {
     orchestrator: Orchestrator,
+    /// `--json`: a JSON line per turn instead of the answer's text.
+    json: bool,
+}
+
+impl HubTurns {
+    /// Each event turn's answer on standard output: where the `cli`
+    /// connector's user reads it (other channels answer through tools).
+    fn print(&self, turn: &Stored, instance: &AgentInstance, answer: &DelegateResultPayload) {
+        let text = answer.response.clone().unwrap_or_default();
+        let mut stdout = anstream::stdout();
+        let line = if self.json {
+            serde_json::json!({
+                "status": "turn",
+                "connection": turn.entry.connection,
+                "event": turn.entry.event.name,
+                "deliveryKey": turn.key,
+                "agent": instance.agent,
+                "instanceKey": instance.instance_key,
+                "end": answer.turn.as_ref().map(|t| t.end.clone()),
+                "text": text,
+            })
+            .to_string()
+        } else if text.is_empty() {
+            return;
+        } else {
+            format!("{instance} › {text}")
+        };
+        let _ = writeln!(stdout, "{line}");
+        let _ = stdout.flush();
+    }
 }
 
 #[async_trait]
@@ -233,6 +260,9 @@ impl TurnRunner for HubTurns {
         };
         let answer = self.orchestrator.deliver(&instance, inbound, cancel.clone()).await;
         let end = classify(&answer, *cancel.borrow());
+        if end != TurnEnd::Interrupted {
+            self.print(turn, &instance, &answer);
+        }
         match &end {
             TurnEnd::Answered => tracing::info!(
                 connection = %turn.entry.connection, event = %turn.entry.event.name, instance = %instance,
@@ -280,6 +310,8 @@ pub struct ServeOptions {
 struct Supervised {
     name: String,
     task: tokio::task::JoinHandle<()>,
+    /// Turns true when the connector ended for good.
+    ended: watch::Receiver<bool>,
 }
 
 /// Starts a connector; `input` is standard input for the first `cli`.
@@ -300,10 +332,7 @@ async fn start_connector(
     };
     match &plan.kind {
         ConnectorKind::Native(start) => start(context).await,
-        ConnectorKind::Script { entry } => Err(ConnectorError::Failed {
-            connection: plan.name.clone(),
-            message: format!("connector modules ({}) cannot run yet", entry.display()),
-        }),
+        ConnectorKind::Script(script) => script.clone().start(context).await,
     }
 }
 
@@ -316,7 +345,10 @@ fn supervise(
     first: goondan_ingress::RunningConnector,
 ) -> Supervised {
     let name = plan.name.clone();
+    let (ended_tx, ended) = watch::channel(false);
     let task = tokio::spawn(async move {
+        // Set on every way out of this task.
+        let _ended = EndedOnDrop(ended_tx);
         let mut running = first;
         let mut pause = Duration::from_secs(1);
         loop {
@@ -349,7 +381,15 @@ fn supervise(
             }
         }
     });
-    Supervised { name, task }
+    Supervised { name, task, ended }
+}
+
+struct EndedOnDrop(watch::Sender<bool>);
+
+impl Drop for EndedOnDrop {
+    fn drop(&mut self) {
+        self.0.send_replace(true);
+    }
 }
 
 /// Serves the Connections `plans` until a stop; returns the exit code.
@@ -370,7 +410,7 @@ pub async fn serve(
         }
     };
     let resumed = recovered.len();
-    let runner = Arc::new(HubTurns { orchestrator: orchestrator.clone() });
+    let runner = Arc::new(HubTurns { orchestrator: orchestrator.clone(), json: options.json });
     let dispatch = DispatchOptions { max_concurrent: options.max_concurrent.max(1), ..DispatchOptions::default() };
     let dispatcher = Dispatcher::start(inbox.clone(), runner, recovered, stored_rx, dispatch);
 
@@ -430,8 +470,8 @@ pub async fn serve(
 
     // Until a signal, or every connector ended and nothing is left to run.
     let all_ended = async {
-        for connector in &mut supervised {
-            let _ = (&mut connector.task).await;
+        for connector in &supervised {
+            let _ = connector.ended.clone().wait_for(|ended| *ended).await;
         }
         dispatcher.idle().await;
     };
@@ -449,7 +489,12 @@ pub async fn serve(
     }
     inbox.close();
     let left = dispatcher.drain(options.grace).await;
+    if let Err(error) = inbox.sync().await {
+        tracing::warn!("the inbox's last records may not be on disk: {error}");
+    }
     shutdown.turn_ended();
+    // A stop asked for is a clean end: exit 0.
+    shutdown.handled();
     let status = inbox.status();
     let pending: usize = status.pending.values().sum();
     if options.json {

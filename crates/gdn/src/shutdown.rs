@@ -63,7 +63,10 @@ impl Shutdown {
         match running {
             // The turn ends as after Ctrl-C; the run then exits.
             Some(cancel) => {
-                tracing::warn!("{}: cancelling the running turn (or MCP server), then exiting", signal.as_str());
+                tracing::warn!(
+                    "{}: stopping (the running turn, the MCP server or the service), then exiting",
+                    signal.as_str()
+                );
                 let _ = cancel.send(true);
             }
             None => {
@@ -88,6 +91,12 @@ impl Shutdown {
     /// The turn ended.
     pub fn turn_ended(&self) {
         *self.turn.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+
+    /// The signal was handled as a request to stop (a service drained and
+    /// exits 0): it no longer sets the exit status.
+    pub fn handled(&self) {
+        self.received.store(0, Ordering::SeqCst);
     }
 
     /// The exit status a received SIGTERM/SIGHUP asks for (128 + its number).

@@ -17,7 +17,9 @@ const RULES: &[(&str, &[&str])] = &[
     ("goondan-base", &["goondan-core", "goondan-config", "goondan-tools"]),
     ("goondan-llm", &["goondan-core", "goondan-config"]),
     ("goondan-runtime", &["goondan-core", "goondan-config", "goondan-tools", "goondan-llm"]),
-    ("goondan-script", &["goondan-core", "goondan-config", "goondan-tools", "goondan-runtime"]),
+    // Connectors, the inbox and routing: no turn, no process but a connector's own.
+    ("goondan-ingress", &["goondan-core"]),
+    ("goondan-script", &["goondan-core", "goondan-config", "goondan-tools", "goondan-runtime", "goondan-ingress"]),
     ("goondan-mcp", &["goondan-core", "goondan-config", "goondan-tools", "goondan-runtime"]),
     ("goondan-extensions", &["goondan-core", "goondan-config", "goondan-tools", "goondan-runtime"]),
     ("goondan-ipc", &["goondan-core"]),
@@ -34,6 +36,7 @@ const RULES: &[(&str, &[&str])] = &[
             "goondan-base",
             "goondan-llm",
             "goondan-runtime",
+            "goondan-ingress",
             "goondan-script",
             "goondan-mcp",
             "goondan-extensions",

@@ -143,7 +143,7 @@ pub fn load_from_str(text: &str, label: &str, root: Option<&Path>, file: PathBuf
             let mut diagnostic = Diagnostic::error(
                 DiagnosticCode::ParseError,
                 label.to_owned(),
-                format!("YAML parse error: {}", error.message),
+                format!("YAML syntax error: {}", error.message),
             )
             .suggest("Fix the YAML syntax at the position shown.");
             if let Some(position) = error.position {

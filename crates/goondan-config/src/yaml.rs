@@ -96,8 +96,17 @@ pub fn parse_documents(text: &str) -> Result<Vec<YamlDocument>, YamlError> {
         .collect())
 }
 
+/// The parser's first line, without the `error: line N column M: ` it
+/// starts with (the position is reported on its own).
 fn first_line(message: &str) -> String {
-    message.lines().next().unwrap_or(message).trim().to_owned()
+    let line = message.lines().next().unwrap_or(message).trim();
+    let line = line.strip_prefix("error:").map(str::trim_start).unwrap_or(line);
+    let without_position = line
+        .strip_prefix("line ")
+        .and_then(|rest| rest.split_once(": "))
+        .filter(|(position, _)| position.split(' ').all(|word| word == "column" || word.parse::<u64>().is_ok()))
+        .map(|(_, message)| message);
+    without_position.unwrap_or(line).to_owned()
 }
 
 fn position_of<T>(spanned: &Spanned<T>) -> Option<Position> {
@@ -242,6 +251,20 @@ impl<'de> Visitor<'de> for NodeVisitor {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_syntax_error_says_what_without_repeating_where() {
+        assert_eq!(
+            first_line("error: line 7 column 9: mapping values are not allowed in this context\nmore"),
+            "mapping values are not allowed in this context"
+        );
+        assert_eq!(first_line("invalid type: found x"), "invalid type: found x");
+        assert_eq!(first_line("line of text: kept as it is"), "line of text: kept as it is");
+        let Err(error) = parse_documents("a:\n  b: 1\n   c: 2\n") else { panic!("parsed") };
+        assert!(!error.message.contains("line") && !error.message.starts_with("error"), "{}", error.message);
+        assert_eq!(error.position.map(|p| p.line), Some(3));
+    }
+
     use super::*;
     use serde_json::json;
 

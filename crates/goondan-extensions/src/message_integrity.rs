@@ -5,11 +5,12 @@
 //! ([`goondan_core::ConversationState::repair`], over
 //! [`goondan_core::conversation::integrity_repairs`]): orphan and duplicate
 //! results are removed, calls left unanswered at the end get an
-//! `E_TOOL_INTERRUPTED` result, calls unanswered elsewhere are dropped from
-//! their assistant message. The extension applies it in a step layer that
-//! runs innermost (priority `i32::MAX`), after every other step layer edited
-//! the conversation and right before the step core builds the request, and
-//! reports what it repaired: a warning and an event
+//! `E_TOOL_INTERRUPTED` result, calls unanswered elsewhere and calls
+//! repeating an earlier call's id are dropped from their assistant message.
+//! The extension applies it in a step layer that runs innermost (priority
+//! `i32::MAX`), after every other step layer edited the conversation and
+//! right before the step core builds the request, and reports what it
+//! repaired: a warning and an event
 //! `message-integrity.repaired` (`resultsRemoved`, `callsInterrupted`,
 //! `callsDropped`, `messagesRemoved`, `stepIndex`) in the agent's event log.
 //!

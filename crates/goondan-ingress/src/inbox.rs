@@ -368,6 +368,10 @@ enum Op {
         outcome: Outcome,
         reply: Option<oneshot::Sender<Result<(), SinkError>>>,
     },
+    /// Answered once everything sent before it is on disk.
+    Sync {
+        reply: oneshot::Sender<Result<(), SinkError>>,
+    },
     Close,
 }
 
@@ -416,7 +420,13 @@ impl Inbox {
         {
             rewrite(path, &mut folded).map_err(io)?
         } else {
-            OpenOptions::new().create(true).append(true).open(path).map_err(io)?
+            let existed = path.exists();
+            let file = OpenOptions::new().create(true).append(true).open(path).map_err(io)?;
+            // A new file's name is durable only once its directory is synced.
+            if !existed && let Some(dir) = path.parent() {
+                File::open(dir).and_then(|dir| dir.sync_all()).map_err(io)?;
+            }
+            file
         };
         let recovered: Recovered = folded.pending.values().cloned().collect();
         let status = Arc::new(Mutex::new(InboxStatus::default()));
@@ -449,6 +459,14 @@ impl Inbox {
     pub async fn done(&self, seq: u64, outcome: Outcome) -> Result<(), SinkError> {
         let (reply, answer) = oneshot::channel();
         self.ops.send(Op::Done { seq, outcome, reply: Some(reply) }).map_err(|_| SinkError::Closed)?;
+        answer.await.map_err(|_| SinkError::Closed)?
+    }
+
+    /// Returns once everything recorded before (turn starts included) is
+    /// on disk.
+    pub async fn sync(&self) -> Result<(), SinkError> {
+        let (reply, answer) = oneshot::channel();
+        self.ops.send(Op::Sync { reply }).map_err(|_| SinkError::Closed)?;
         answer.await.map_err(|_| SinkError::Closed)?
     }
 
@@ -511,7 +529,6 @@ impl Writer {
             }
             self.commit(batch, &mut closed);
             self.maybe_compact();
-            self.publish();
         }
     }
 
@@ -568,6 +585,7 @@ impl Writer {
                     push_line(&mut lines, &record);
                     applied.push(record);
                 }
+                Op::Sync { reply } => done_replies.push(reply),
                 Op::Done { seq, outcome, reply } => {
                     let record = Record::Done { seq, at, outcome };
                     push_line(&mut lines, &record);
@@ -589,6 +607,9 @@ impl Writer {
                 for record in applied {
                     self.folded.apply(record);
                 }
+                // Before anyone hears of it, so a status read after an
+                // answer includes it.
+                self.publish();
                 for stored in new_stored {
                     let _ = self.stored.send(stored);
                 }

@@ -72,6 +72,7 @@ async fn keys_are_stored_once_and_pending_events_survive_a_reopen() -> TestResul
     ));
     inbox.done(handed[0].seq, goondan_ingress::inbox::Outcome::Answered).await?;
     inbox.started(handed[1].seq);
+    inbox.sync().await?;
     drop(inbox);
 
     let (inbox, recovered, _rx) = open(dir.path(), InboxOptions::default())?;
@@ -291,5 +292,43 @@ async fn a_drain_leaves_unfinished_events_for_the_next_start() -> TestResult {
     let (_inbox, recovered, _rx) = open(dir.path(), InboxOptions::default())?;
     assert_eq!(texts(&recovered), ["slow0", "slow1", "slow2"]);
     assert_eq!(recovered[0].attempts, 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn keys_are_forgotten_after_the_window_but_never_while_pending() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let short = InboxOptions { dedupe_window: Duration::ZERO, ..InboxOptions::default() };
+    let (inbox, _, _rx) = open(dir.path(), InboxOptions::default())?;
+    let results = inbox
+        .store("conn", vec![(Some("done".into()), entry("a", "x")), (Some("waiting".into()), entry("b", "x"))])
+        .await?;
+    let StoreResult::Stored(first) = &results[0] else { panic!("not stored") };
+    inbox.done(first.seq, goondan_ingress::inbox::Outcome::Answered).await?;
+    drop(inbox);
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    // Reopened with a window already over: the finished event's key is
+    // forgotten, the pending one's is not.
+    let (inbox, recovered, _rx) = open(dir.path(), short)?;
+    assert_eq!(texts(&recovered), ["b"]);
+    assert_eq!(
+        inbox.store("conn", vec![(Some("waiting".into()), entry("b again", "x"))]).await?,
+        [StoreResult::Duplicate]
+    );
+    assert!(matches!(
+        inbox.store("conn", vec![(Some("done".into()), entry("a again", "x"))]).await?[0],
+        StoreResult::Stored(_)
+    ));
+    drop(inbox);
+    // At most max_keys keys are kept, the oldest forgotten first.
+    let bounded = InboxOptions { max_keys: 1, ..InboxOptions::default() };
+    let (inbox, recovered, _rx) = open(dir.path(), bounded)?;
+    assert_eq!(inbox.status().keys, 2, "both keys are pending, so both stay");
+    for stored in &recovered {
+        inbox.done(stored.seq, goondan_ingress::inbox::Outcome::Answered).await?;
+    }
+    drop(inbox);
+    let (inbox, _, _rx) = open(dir.path(), bounded)?;
+    assert_eq!(inbox.status().keys, 1, "the older finished key is forgotten");
     Ok(())
 }

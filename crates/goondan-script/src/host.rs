@@ -189,7 +189,7 @@ fn backoff(doublings: u32) -> Duration {
         .min(BACKOFF_MAX)
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // The guarded maps stay consistent even if a holder panicked.
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -1009,16 +1009,16 @@ async fn supervise(
 }
 
 /// The pipes of a host process, ready for the async runtime.
-struct HostPipes {
-    stdin: ChildStdin,
-    stdout: tokio::process::ChildStdout,
-    stderr: tokio::process::ChildStderr,
+pub(crate) struct HostPipes {
+    pub(crate) stdin: ChildStdin,
+    pub(crate) stdout: tokio::process::ChildStdout,
+    pub(crate) stderr: tokio::process::ChildStderr,
 }
 
 /// A host process and the thread that waits for it. Dropping it kills the
 /// process and waits until it is reaped.
-struct HostProcess {
-    pid: u32,
+pub(crate) struct HostProcess {
+    pub(crate) pid: u32,
     /// True once the process is reaped: its pid may then belong to another
     /// process, so [`HostProcess::kill`] holds this lock and checks it.
     reaped: Arc<Mutex<bool>>,
@@ -1027,7 +1027,21 @@ struct HostProcess {
 }
 
 impl HostProcess {
-    fn spawn(mut command: std::process::Command) -> std::io::Result<(Self, HostPipes)> {
+    pub(crate) fn spawn(command: std::process::Command) -> std::io::Result<(Self, HostPipes)> {
+        Self::spawn_as(command, false)
+    }
+
+    /// Spawns `command` as the leader of a new process group; when it
+    /// exits, the group is SIGKILLed before the leader is reaped — while its
+    /// zombie still holds the group id, so no other group can have it — and
+    /// nothing it started outlives it.
+    pub(crate) fn spawn_group_leader(mut command: std::process::Command) -> std::io::Result<(Self, HostPipes)> {
+        use std::os::unix::process::CommandExt as _;
+        command.process_group(0);
+        Self::spawn_as(command, true)
+    }
+
+    fn spawn_as(mut command: std::process::Command, group: bool) -> std::io::Result<(Self, HostPipes)> {
         let mut child = command.spawn()?;
         let pipes = (child.stdin.take(), child.stdout.take(), child.stderr.take());
         let pid = child.id();
@@ -1041,6 +1055,9 @@ impl HostProcess {
             // process.
             let flags = nix::sys::wait::WaitPidFlag::WEXITED | nix::sys::wait::WaitPidFlag::WNOWAIT;
             while nix::sys::wait::waitid(nix::sys::wait::Id::Pid(target), flags) == Err(nix::errno::Errno::EINTR) {}
+            if group {
+                let _ = nix::sys::signal::killpg(target, nix::sys::signal::Signal::SIGKILL);
+            }
             let status = {
                 let mut reaped = lock(&gate);
                 let status = child.wait();
@@ -1073,7 +1090,7 @@ impl HostProcess {
     }
 
     /// SIGKILLs the process unless it has been reaped.
-    fn kill(&self) {
+    pub(crate) fn kill(&self) {
         let reaped = lock(&self.reaped);
         if !*reaped && let Ok(pid) = i32::try_from(self.pid) {
             let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
@@ -1081,7 +1098,7 @@ impl HostProcess {
     }
 
     /// Its exit status, once it has exited and been reaped.
-    async fn wait(&mut self) -> std::io::Result<ExitStatus> {
+    pub(crate) async fn wait(&mut self) -> std::io::Result<ExitStatus> {
         (&mut self.exited).await.unwrap_or_else(|_| Err(std::io::Error::other("its waiting thread ended")))
     }
 }
@@ -1099,7 +1116,7 @@ impl Drop for HostProcess {
 /// Creates the private directory of this process's hosts (mode 0700, set
 /// after creation so the umask cannot widen or narrow it), first sweeping
 /// the directories of processes that no longer run.
-fn private_dir() -> std::io::Result<tempfile::TempDir> {
+pub(crate) fn private_dir() -> std::io::Result<tempfile::TempDir> {
     use std::os::unix::fs::PermissionsExt as _;
     sweep_stale_dirs(&std::env::temp_dir());
     let dir = tempfile::Builder::new()
@@ -1158,7 +1175,7 @@ async fn forward_lines<R: AsyncRead + Unpin>(stream: R, pid: u32, stderr: bool) 
     }
 }
 
-fn describe_status(status: ExitStatus) -> String {
+pub(crate) fn describe_status(status: ExitStatus) -> String {
     if let Some(code) = status.code() {
         return format!("exited with code {code}");
     }

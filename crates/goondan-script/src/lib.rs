@@ -8,6 +8,8 @@
 //! - [`tool`]: [`ScriptToolHandler`] and [`install_script_tools`].
 //! - [`extension`]: Extensions — `register(api)` in the host, their
 //!   middleware as layers on the agent's chains, their tools in its registry.
+//! - [`connector`]: Connectors users write — a Connection's `entry` module
+//!   run in a supervised host process of its own ([`connector::start`]).
 //! - [`plugin`]: [`ScriptPlugin`], both installed into each agent being
 //!   assembled, sharing one host per agent.
 //!
@@ -21,6 +23,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod connector;
 pub mod extension;
 pub mod host;
 pub mod plugin;
@@ -28,6 +31,7 @@ pub mod protocol;
 pub mod runtime;
 pub mod tool;
 
+pub use connector::ScriptConnector;
 pub use extension::{ExtensionToolHandler, install_script_extensions};
 pub use host::{
     CANCEL_GRACE, EnvLookup, ExtensionLoad, HostServices, LoadedExtension, MiddlewareSession, SOCKET_ENV, ScriptHost,

@@ -5,7 +5,7 @@
 //! writing to it and timers run as tasks that report back with a command.
 //!
 //! ```text
-//! ask(instance, input)  (the terminal: gdn run)
+//! ask(instance, inbound)  (the terminal, or a stored connector event: gdn run)
 //!   pending[id] = terminal; the delegate waits in the instance's slot until a process runs it
 //!   no process: start one (or queue for a place under the bound) ─► hello ─► init ─► ready
 //!   the process runs a turn ─► delegate_result ─► the terminal's reply
@@ -47,8 +47,9 @@ use crate::waits::WaitGraph;
 mod processes;
 mod routing;
 
-/// Everything the hub acts on. Round 3 adds the events that come in from
-/// connectors and the completions of pending tool results here.
+/// Everything the hub acts on. A connector's event reaches it as an `Ask`
+/// (with the event's type, metadata and source) from the ingress
+/// dispatcher of `gdn run`, once the event is stored.
 pub(crate) enum HubCommand {
     // From the front end (`gdn run`: the terminal).
     /// A turn of `instance` with input from outside the swarm (the terminal,
