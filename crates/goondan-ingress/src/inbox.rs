@@ -218,6 +218,11 @@ fn now_ms() -> u64 {
 #[derive(Debug, Default)]
 struct Folded {
     pending: BTreeMap<u64, Stored>,
+    /// Pending events by `agent@instance`, kept as events come and go so
+    /// that the status after each commit does not walk the backlog.
+    by_instance: BTreeMap<String, usize>,
+    /// Start records of pending events (each is a live record).
+    pending_starts: usize,
     /// key → accepted at (ms), oldest first in `order`.
     keys: HashMap<String, u64>,
     order: VecDeque<(u64, String)>,
@@ -238,23 +243,48 @@ impl Folded {
             Record::Accept { seq, key, at, entry } => {
                 self.next_seq = self.next_seq.max(seq + 1);
                 self.remember(key.clone(), at);
-                self.pending.insert(seq, Stored { seq, key, accepted_at: at, attempts: 0, entry: *entry });
+                let stored = Stored { seq, key, accepted_at: at, attempts: 0, entry: *entry };
+                *self.by_instance.entry(instance_label(&stored)).or_insert(0) += 1;
+                if let Some(replaced) = self.pending.insert(seq, stored) {
+                    self.forget_pending(&replaced);
+                }
             }
             Record::Start { seq, .. } => {
                 if let Some(stored) = self.pending.get_mut(&seq) {
                     stored.attempts += 1;
+                    self.pending_starts += 1;
                 }
             }
             Record::Done { seq, .. } => {
-                self.pending.remove(&seq);
+                if let Some(done) = self.pending.remove(&seq) {
+                    self.forget_pending(&done);
+                }
             }
             Record::Seen { key, at } => self.remember(key, at),
+        }
+    }
+
+    fn forget_pending(&mut self, stored: &Stored) {
+        self.pending_starts = self.pending_starts.saturating_sub(stored.attempts as usize);
+        let label = instance_label(stored);
+        if let Some(count) = self.by_instance.get_mut(&label) {
+            *count -= 1;
+            if *count == 0 {
+                self.by_instance.remove(&label);
+            }
         }
     }
 
     /// Forgets keys out of the window or over the bound (never a pending one).
     fn expire(&mut self, options: &InboxOptions, now: u64) {
         let window = u64::try_from(options.dedupe_window.as_millis()).unwrap_or(u64::MAX);
+        // Keys are remembered oldest first: when the oldest is in the window
+        // and the bound is kept, there is nothing to forget, and the walk
+        // over every key (and every pending event) is not made.
+        let oldest_expired = self.order.front().is_some_and(|(at, _)| now.saturating_sub(*at) > window);
+        if !oldest_expired && self.order.len() <= options.max_keys {
+            return;
+        }
         let pending: std::collections::HashSet<&str> = self.pending.values().map(|s| s.key.as_str()).collect();
         let mut kept = VecDeque::with_capacity(self.order.len());
         let over = self.order.len().saturating_sub(options.max_keys);
@@ -271,8 +301,12 @@ impl Folded {
 
     fn live_records(&self) -> usize {
         // Every pending event is one accept (and its starts), every other key one `seen`.
-        self.keys.len() + self.pending.values().map(|s| s.attempts as usize).sum::<usize>()
+        self.keys.len() + self.pending_starts
     }
+}
+
+fn instance_label(stored: &Stored) -> String {
+    format!("{}@{}", stored.entry.agent, stored.entry.instance)
 }
 
 fn read_file(path: &Path) -> Result<Folded, InboxError> {
@@ -533,10 +567,7 @@ impl Writer {
     }
 
     fn publish(&self) {
-        let mut pending = BTreeMap::new();
-        for stored in self.folded.pending.values() {
-            *pending.entry(format!("{}@{}", stored.entry.agent, stored.entry.instance)).or_insert(0) += 1;
-        }
+        let pending = self.folded.by_instance.clone();
         let mut status = self.status.lock().unwrap_or_else(PoisonError::into_inner);
         *status = InboxStatus { pending, keys: self.folded.keys.len() };
     }

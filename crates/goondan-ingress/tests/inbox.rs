@@ -332,3 +332,36 @@ async fn keys_are_forgotten_after_the_window_but_never_while_pending() -> TestRe
     assert_eq!(inbox.status().keys, 1, "the older finished key is forgotten");
     Ok(())
 }
+
+#[tokio::test]
+async fn keys_over_the_bound_are_forgotten_and_the_status_counts_per_instance() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let options = InboxOptions { max_keys: 100, compact_min_records: 50, ..InboxOptions::default() };
+    let (inbox, _, _rx) = open(dir.path(), options)?;
+    for n in 0..300 {
+        let instance = if n % 3 == 0 { "x" } else { "y" };
+        let results = inbox.store("conn", vec![(Some(format!("{n}")), entry("e", instance))]).await?;
+        let StoreResult::Stored(stored) = &results[0] else { panic!("{n} not stored") };
+        // Every 50th stays pending: 0 and 150 on x, 50, 100, 200 and 250 on y.
+        if n % 50 != 0 {
+            inbox.done(stored.seq, goondan_ingress::inbox::Outcome::Answered).await?;
+        }
+    }
+    // A pending key is never forgotten, an old finished one is, a recent one is not.
+    assert_eq!(inbox.store("conn", vec![(Some("0".into()), entry("e", "x"))]).await?, [StoreResult::Duplicate]);
+    assert!(matches!(inbox.store("conn", vec![(Some("1".into()), entry("e", "z"))]).await?[0], StoreResult::Stored(_)));
+    assert_eq!(inbox.store("conn", vec![(Some("299".into()), entry("e", "y"))]).await?, [StoreResult::Duplicate]);
+    // The status is published after each commit (the answer comes first).
+    let expected = BTreeMap::from([("a@x".to_owned(), 2), ("a@y".to_owned(), 4), ("a@z".to_owned(), 1)]);
+    let mut status = inbox.status();
+    for _ in 0..100 {
+        if status.pending == expected {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        status = inbox.status();
+    }
+    assert_eq!(status.pending, expected);
+    assert!(status.keys <= 100 + 7, "{} keys remembered over a bound of 100", status.keys);
+    Ok(())
+}
