@@ -30,7 +30,8 @@
 //!   event's turn (or 60 s without progress), stops `gdn` with SIGTERM, and
 //!   counts, for every event that got a 2xx, its `done` records and the
 //!   lines of the agents' conversations (`instances/*/messages.jsonl`) that
-//!   carry its text: lost = none, doubled = more than one.
+//!   carry its text (each conversation folded as the runtime folds it):
+//!   lost = none, doubled = more than one.
 //!
 //! The kill phase sends at `--kill-rate` and `kill -9`s `gdn` twice in the
 //! middle, starting it again on the same state root at once; requests that
@@ -771,23 +772,60 @@ fn inbox_path(state: &Path) -> Option<PathBuf> {
     workspace_dir(state).map(|w| w.join("ingress/inbox.jsonl")).filter(|p| p.exists())
 }
 
-/// event id → lines of the agents' conversations that carry its text.
+/// The bench event ids a message's JSON carries (each once).
+fn ids_in(text: &str) -> HashSet<String> {
+    let mut seen = HashSet::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("bench Ev") {
+        let tail = &rest[at + 6..];
+        let end = tail.find(|c: char| !c.is_ascii_alphanumeric()).unwrap_or(tail.len());
+        seen.insert(tail[..end].to_owned());
+        rest = &tail[end..];
+    }
+    seen
+}
+
+/// event id → messages of the agents' conversations that carry its text.
+/// Each `messages.jsonl` is folded as the runtime folds it: a line is a
+/// message (appended) or `{"events": [...]}` (`append`, `replace`, `remove`,
+/// `truncate`), so that the messages a turn cut off by a crash left, and
+/// that its rerun took out, do not count.
 fn conversation_counts(state: &Path) -> HashMap<String, u32> {
     let mut counts = HashMap::new();
     let Some(workspace) = workspace_dir(state) else { return counts };
     let Ok(instances) = std::fs::read_dir(workspace.join("instances")) else { return counts };
     for instance in instances.flatten() {
         let Ok(file) = File::open(instance.path().join("messages.jsonl")) else { continue };
+        // id → the ids its message carries, in conversation order.
+        let mut messages: Vec<(String, HashSet<String>)> = Vec::new();
+        let id_of = |message: &serde_json::Value| {
+            message.get("id").and_then(serde_json::Value::as_str).unwrap_or_default().to_owned()
+        };
         for line in BufReader::new(file).lines().map_while(Result::ok) {
-            let mut seen = HashSet::new();
-            let mut rest = line.as_str();
-            while let Some(at) = rest.find("bench Ev") {
-                let tail = &rest[at + 6..];
-                let end = tail.find(|c: char| !c.is_ascii_alphanumeric()).unwrap_or(tail.len());
-                seen.insert(tail[..end].to_owned());
-                rest = &tail[end..];
+            let Ok(value) = serde_json::from_str::<serde_json::Value>(&line) else { continue };
+            let Some(events) = value.get("events").and_then(serde_json::Value::as_array) else {
+                messages.push((id_of(&value), ids_in(&line)));
+                continue;
+            };
+            for event in events {
+                let target = event.get("targetId").and_then(serde_json::Value::as_str).unwrap_or_default();
+                let message = event.get("message");
+                let carried = message.map(|m| (id_of(m), ids_in(&m.to_string())));
+                match event.get("type").and_then(serde_json::Value::as_str) {
+                    Some("append") => messages.extend(carried),
+                    Some("replace") => {
+                        if let (Some(at), Some(carried)) = (messages.iter().position(|m| m.0 == target), carried) {
+                            messages[at] = carried;
+                        }
+                    }
+                    Some("remove") => messages.retain(|m| m.0 != target),
+                    Some("truncate") => messages.clear(),
+                    _ => {}
+                }
             }
-            for id in seen {
+        }
+        for (_, ids) in messages {
+            for id in ids {
                 *counts.entry(id).or_insert(0) += 1;
             }
         }
@@ -964,12 +1002,12 @@ fn run_phase(options: &Options, name: &str, rate: u32, secs: f64, kills: &[Durat
         if dones == 0 || lines == 0 {
             lost += 1;
             if lost_examples.len() < 5 {
-                lost_examples.push(format!("{} (done {dones}, conversation lines {lines})", event.id));
+                lost_examples.push(format!("{} (done {dones}, conversation messages {lines})", event.id));
             }
         } else if dones > 1 || lines > 1 {
             doubled += 1;
             if doubled_examples.len() < 5 {
-                doubled_examples.push(format!("{} (done {dones}, conversation lines {lines})", event.id));
+                doubled_examples.push(format!("{} (done {dones}, conversation messages {lines})", event.id));
             }
         }
     }
@@ -1053,6 +1091,11 @@ fn run_phase(options: &Options, name: &str, rate: u32, secs: f64, kills: &[Durat
     }
     if !doubled_examples.is_empty() {
         out(&format!("  doubled, e.g.: {}", doubled_examples.join(", ")));
+    }
+    if lost + doubled > 0 {
+        // Kept for a look at the inbox and the conversations.
+        let kept = scratch.keep();
+        out(&format!("  state kept in {}", kept.display()));
     }
     result
 }
