@@ -122,7 +122,9 @@ impl Stored {
             "properties": event.properties,
             "message": event.message,
             "deliveryKey": self.key,
-            "attempt": self.attempts + 1,
+            // The dispatcher counts a turn's start before it runs it: the
+            // first turn sees 1 here, its rerun after a crash 2.
+            "attempt": self.attempts.max(1),
         });
         match metadata {
             serde_json::Value::Object(map) => map,

@@ -365,3 +365,33 @@ async fn keys_over_the_bound_are_forgotten_and_the_status_counts_per_instance() 
     assert!(status.keys <= 100 + 7, "{} keys remembered over a bound of 100", status.keys);
     Ok(())
 }
+
+/// Answers `Retry` the first time, then `Answered`; keeps the `attempt` each turn's metadata says.
+#[derive(Default)]
+struct Attempts {
+    seen: Mutex<Vec<serde_json::Value>>,
+}
+
+#[async_trait]
+impl TurnRunner for Attempts {
+    async fn run(&self, turn: &Stored, _cancel: watch::Receiver<bool>) -> TurnEnd {
+        let attempt = turn.turn_metadata().get("attempt").cloned().unwrap_or_default();
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        seen.push(attempt);
+        if seen.len() == 1 { TurnEnd::Retry("the agent process died".into()) } else { TurnEnd::Answered }
+    }
+}
+
+#[tokio::test]
+async fn a_turn_s_metadata_counts_its_attempts_from_one() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let (inbox, recovered, stored_rx) = open(dir.path(), InboxOptions::default())?;
+    let runner = Arc::new(Attempts::default());
+    let options = DispatchOptions { retry_pause: Duration::from_millis(1), ..DispatchOptions::default() };
+    let dispatcher = Dispatcher::start(inbox.clone(), runner.clone(), recovered, stored_rx, options);
+    inbox.store("conn", vec![(Some("k".into()), entry("once", "x"))]).await?;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    tokio::time::timeout(Duration::from_secs(10), dispatcher.idle()).await?;
+    assert_eq!(*runner.seen.lock().unwrap_or_else(PoisonError::into_inner), [json!(1), json!(2)]);
+    Ok(())
+}
