@@ -649,6 +649,21 @@ fn split_cpu(pid: u32) -> (f64, f64) {
     (own, total)
 }
 
+/// The machine's count of SYNs dropped because a listen queue was full
+/// (`TcpExt: ListenOverflows`): such a client waits for its SYN to be
+/// sent again, 1 s later.
+fn listen_overflows() -> u64 {
+    let text = std::fs::read_to_string("/proc/net/netstat").unwrap_or_default();
+    let mut lines = text.lines().filter(|line| line.starts_with("TcpExt:"));
+    let (Some(names), Some(values)) = (lines.next(), lines.next()) else { return 0 };
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(name, _)| *name == "ListenOverflows")
+        .and_then(|(_, value)| value.parse().ok())
+        .unwrap_or(0)
+}
+
 /// The 1-minute load average: other work on the machine shares its cores.
 fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
@@ -924,11 +939,13 @@ fn run_phase(options: &Options, name: &str, rate: u32, secs: f64, kills: &[Durat
 
     let pid = gdn.lock().unwrap_or_else(PoisonError::into_inner).id();
     let cpu_before = split_cpu(pid);
+    let overflows_before = listen_overflows();
     let generator_before = thread_cpu();
     let wall = Instant::now();
     let (sent, peak_connections) = runtime.block_on(open_loop(address, Arc::clone(&events), rate));
     let wall = wall.elapsed();
     let generator_cpu = thread_cpu() - generator_before;
+    let overflows = listen_overflows().saturating_sub(overflows_before);
     let downtimes = killer.join().unwrap_or_default();
     let pid_now = gdn.lock().unwrap_or_else(PoisonError::into_inner).id();
     let cpu_after = split_cpu(pid);
@@ -1046,7 +1063,8 @@ fn run_phase(options: &Options, name: &str, rate: u32, secs: f64, kills: &[Durat
         "phase {name}: {} events at {rate}/s over {:.2} s ({} channels); peak connections {peak_connections}; \
          2xx {} ({:.0}/s), errors {errors}; accept latency p50 {:.2} ms p90 {:.2} ms p99 {:.2} ms max {:.1} ms; \
          generator CPU {:.2} s ({:.1} %); CPU of gdn {:.2} s + its agent processes {:.2} s; turns started {:.0}/s, accept→start p50 {:.0} ms \
-         p99 {:.0} ms; drained: {}; inbox files followed {}; lost {lost}, doubled {doubled}; load average {}",
+         p99 {:.0} ms; drained: {}; inbox files followed {}; lost {lost}, doubled {doubled}; load average {}; \
+         SYNs dropped on full listen queues {overflows}",
         sent.len(),
         wall.as_secs_f64(),
         options.channels,
@@ -1154,12 +1172,14 @@ await run({{
     let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { panic!("runtime") };
     let pid = child.id();
     let cpu_before = tree_cpu(pid);
+    let overflows_before = listen_overflows();
     let generator_before = thread_cpu();
     let wall = Instant::now();
     let (sent, peak_connections) = runtime.block_on(open_loop(address, Arc::clone(&events), rate));
     let wall = wall.elapsed();
     let generator_cpu = thread_cpu() - generator_before;
     let bun_cpu = tree_cpu(pid) - cpu_before;
+    let overflows = listen_overflows().saturating_sub(overflows_before);
     drop(runtime);
     let _ = nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap_or(0)),
@@ -1193,7 +1213,8 @@ await run({{
     out(&format!(
         "phase {name} (the original's slack.ts alone under Bun): {} events at {rate}/s; peak connections \
          {peak_connections}; 2xx {ok} ({:.0}/s); accept latency p50 {:.2} ms p99 {:.2} ms max {:.1} ms; \
-         generator CPU {:.1} %; bun CPU {:.2} s; events emitted {emitted}; load average {}",
+         generator CPU {:.1} %; bun CPU {:.2} s; events emitted {emitted}; load average {}; SYNs dropped on full \
+         listen queues {overflows}",
         sent.len(),
         result.accepted_rate,
         result.p50_ms,
