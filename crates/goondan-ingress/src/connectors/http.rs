@@ -25,7 +25,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use serde_json::json;
 use sha2::Sha256;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -268,6 +268,29 @@ struct Shared<E> {
     endpoint: E,
 }
 
+/// The listen queue asked for (the kernel caps it at `somaxconn`).
+/// `TcpListener::bind`'s 1,024 overflowed under bursts of new connections
+/// while the runtime was busy (the ingress load bench at 7,000 ev/s), and a
+/// dropped SYN is sent again only 1 s later.
+const LISTEN_BACKLOG: u32 = 4096;
+
+/// Binds the first address `host` resolves to that can be bound, with
+/// [`LISTEN_BACKLOG`] (and `SO_REUSEADDR`, as `TcpListener::bind`).
+async fn bind(host: &str, port: u16) -> std::io::Result<TcpListener> {
+    let mut last = None;
+    for address in tokio::net::lookup_host((host, port)).await? {
+        let socket = if address.is_ipv4() { TcpSocket::new_v4() } else { TcpSocket::new_v6() }?;
+        socket.set_reuseaddr(true)?;
+        match socket.bind(address).and_then(|()| socket.listen(LISTEN_BACKLOG)) {
+            Ok(listener) => return Ok(listener),
+            Err(error) => last = Some(error),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{host} resolves to no address"))
+    }))
+}
+
 /// Binds `listen` and serves `endpoint` until `ctx.stop` is cancelled; the
 /// port is bound when this returns.
 pub(crate) async fn serve<E: Endpoint>(
@@ -275,8 +298,10 @@ pub(crate) async fn serve<E: Endpoint>(
     listen: Listen,
     endpoint: E,
 ) -> Result<RunningConnector, ConnectorError> {
-    let listener = TcpListener::bind((listen.host.as_str(), listen.port)).await.map_err(|source| {
-        ConnectorError::Bind { connection: ctx.connection.clone(), addr: listen.address(), source }
+    let listener = bind(&listen.host, listen.port).await.map_err(|source| ConnectorError::Bind {
+        connection: ctx.connection.clone(),
+        addr: listen.address(),
+        source,
     })?;
     let local = listener.local_addr().map_err(|source| ConnectorError::Bind {
         connection: ctx.connection.clone(),
