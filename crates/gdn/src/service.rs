@@ -443,6 +443,11 @@ pub async fn serve(
     tracing::info!("stopping the service: {reason}");
     stop.cancel();
     for connector in supervised {
+        // A task `all_ended` awaited to its end must not be polled again
+        // (a JoinHandle panics then).
+        if connector.task.is_finished() {
+            continue;
+        }
         if tokio::time::timeout(Duration::from_secs(10), connector.task).await.is_err() {
             tracing::warn!(connection = %connector.name, "the connector did not stop in 10 s");
         }
