@@ -441,6 +441,11 @@ pub async fn serve(
         () = all_ended => "every connector ended",
     };
     tracing::info!("stopping the service: {reason}");
+    if reason == "terminated" {
+        // Draining is how a service answers SIGTERM (or SIGHUP): it exits
+        // 0, not 128 + the signal's number.
+        shutdown.handled();
+    }
     stop.cancel();
     for connector in supervised {
         // A task `all_ended` awaited to its end must not be polled again
