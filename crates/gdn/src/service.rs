@@ -352,6 +352,80 @@ fn supervise(
     Supervised { name, task }
 }
 
+/// Standard input for the `cli` connector, read by a thread of its own.
+///
+/// A read of standard input cannot be cancelled. `tokio::io::stdin` reads on
+/// the runtime's blocking pool, and dropping the runtime waits for that read:
+/// a service stopped by SIGTERM while its terminal or pipe stays open would
+/// never exit. A plain thread blocked in `read` is left behind instead, and
+/// ends with the process.
+struct ThreadStdin {
+    chunks: tokio::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
+    current: Vec<u8>,
+    at: usize,
+}
+
+impl ThreadStdin {
+    fn start() -> goondan_ingress::connector::InputStream {
+        use std::io::Read as _;
+        // A few chunks ahead at most: what was read but not yet stored is
+        // lost at a stop, as with any buffered reader of a pipe.
+        let (chunks, receiver) = tokio::sync::mpsc::channel(2);
+        let spawned = std::thread::Builder::new().name("gdn-stdin".to_owned()).spawn(move || {
+            let mut stdin = std::io::stdin().lock();
+            let mut buffer = vec![0; 64 * 1024];
+            loop {
+                let chunk = match stdin.read(&mut buffer) {
+                    Ok(0) => return,
+                    Ok(read) => Ok(buffer[..read].to_vec()),
+                    Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(error) => Err(error),
+                };
+                let failed = chunk.is_err();
+                if chunks.blocking_send(chunk).is_err() || failed {
+                    return;
+                }
+            }
+        });
+        match spawned {
+            Ok(_) => Box::new(Self { chunks: receiver, current: Vec::new(), at: 0 }),
+            Err(error) => {
+                tracing::warn!("no thread to read standard input ({error}); reading it on the runtime");
+                Box::new(tokio::io::stdin())
+            }
+        }
+    }
+}
+
+impl tokio::io::AsyncRead for ThreadStdin {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        use std::task::Poll;
+        loop {
+            if self.at < self.current.len() {
+                let take = buf.remaining().min(self.current.len() - self.at);
+                let start = self.at;
+                buf.put_slice(&self.current[start..start + take]);
+                self.at += take;
+                return Poll::Ready(Ok(()));
+            }
+            match self.chunks.poll_recv(cx) {
+                Poll::Ready(Some(Ok(chunk))) => {
+                    self.current = chunk;
+                    self.at = 0;
+                }
+                Poll::Ready(Some(Err(error))) => return Poll::Ready(Err(error)),
+                // The end of input.
+                Poll::Ready(None) => return Poll::Ready(Ok(())),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
 /// Serves the Connections `plans` until a stop; returns the exit code.
 pub async fn serve(
     plans: Vec<ConnectionPlan>,
@@ -378,13 +452,18 @@ pub async fn serve(
     let (stop_tx, mut stop_rx) = watch::channel(false);
     shutdown.turn_started(stop_tx.clone());
     let stop = CancellationToken::new();
-    let mut stdin = Some(Box::new(tokio::io::stdin()) as goondan_ingress::connector::InputStream);
+    let mut stdin_given = false;
     let mut supervised = Vec::new();
     let mut listening = Vec::new();
     for plan in &plans {
         let sink: Arc<dyn EventSink> =
             Arc::new(ConnectionSink::new(&plan.connector, plan.router.clone(), inbox.clone()));
-        let input = if plan.connector == "cli" { stdin.take() } else { None };
+        let input = if plan.connector == "cli" && !stdin_given {
+            stdin_given = true;
+            Some(ThreadStdin::start())
+        } else {
+            None
+        };
         match start_connector(plan, Arc::clone(&sink), stop.child_token(), input).await {
             Ok(started) => {
                 for address in &started.listening {
