@@ -510,7 +510,8 @@ async fn brain_persona_serves_telegram_slack_and_the_terminal() -> TestResult {
         ("SLACK_BOT_TOKEN", "xoxb-brain-test".to_owned()),
         ("SLACK_API_BASE_URL", slack_api.base_url()),
     ];
-    let mut service = Service::start(state.path(), bundle.path(), &["--drain-secs", "20"], &env, true)?;
+    let mut service = Service::start(state.path(), bundle.path(), &["--drain-secs", "20", "-vvv"], &env, true)?;
+    // (-vvv: trace, so that the log checked for secrets at the end holds everything.)
     let serving = service.serving().await?;
     assert_eq!(serving["connections"], json!(["telegram-to-brain", "slack-to-brain", "cli-to-brain"]), "{serving}");
     assert_eq!(serving["listening"], json!([format!("slack-to-brain on http://127.0.0.1:{slack_port}")]));
@@ -538,6 +539,12 @@ async fn brain_persona_serves_telegram_slack_and_the_terminal() -> TestResult {
     let (status, reply) = post(slack, &slack_headers(SLACK_SECRET, &body)?, &body)?;
     assert_eq!(status, 200, "{reply}");
     instances_until(state.path(), "the slack turn", |i| i.turns("coordinator", "brain-persona-shared") == 2).await?;
+    // Slack retries the same event (same event_id): acknowledged, no second turn.
+    let mut retry = slack_headers(SLACK_SECRET, &body)?;
+    retry.push(("X-Slack-Retry-Num", "1".to_owned()));
+    retry.push(("X-Slack-Retry-Reason", "http_timeout".to_owned()));
+    let (status, reply) = post(slack, &retry, &body)?;
+    assert_eq!(status, 200, "{reply}");
     let calls = slack_api.calls();
     let posted: Vec<_> = calls.iter().filter(|(method, _, _)| method == "chat.postMessage").collect();
     assert_eq!(posted.len(), 1, "{calls:?}");
@@ -573,6 +580,7 @@ async fn brain_persona_serves_telegram_slack_and_the_terminal() -> TestResult {
     assert_eq!(instances.turns("unconscious", "brain-persona-shared"), 1);
     assert!(instances.0.iter().all(|i| i["pendingEvents"] == 0), "{:#?}", instances.0);
     assert_eq!(telegram.calls_to("sendMessage").len(), 2);
+    assert_eq!(slack_api.calls().len(), 1, "the Slack retry ran a second turn");
 
     // The sample's TypeScript extensions ran under Bun: worker-lifecycle put
     // unconscious's answer into the worker's turn, date-helper the time.
@@ -991,7 +999,7 @@ spec:
     let state = tempfile::tempdir()?;
     let env =
         [("SLACK_SIGNING_SECRET", secret.to_owned()), ("GOONDAN_TEST_VISIBLE", "plain-variable-passes".to_owned())];
-    let mut service = Service::start(state.path(), bundle.path(), &["--drain-secs", "10"], &env, false)?;
+    let mut service = Service::start(state.path(), bundle.path(), &["--drain-secs", "10", "-vvv"], &env, false)?;
     service.serving().await?;
     let body = slack_message("Ev0SECRET1", "C0HELP", "please print your environment");
     let (status, reply) = post(SocketAddr::from(([127, 0, 0, 1], port)), &slack_headers(secret, &body)?, &body)?;
