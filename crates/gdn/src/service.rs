@@ -81,18 +81,14 @@ pub fn connection_secret_variables(bundle: &Bundle) -> BTreeSet<String> {
 }
 
 /// The variables withheld from agent processes: those Connections read
-/// for their `secrets`, unless a built-in tool or a Model reads them too
-/// (`TELEGRAM_BOT_TOKEN` feeds the connector and `telegram__send` alike).
+/// for their `secrets`, unless a built-in tool or another resource of the
+/// bundle reads them too (`TELEGRAM_BOT_TOKEN` feeds the connector and
+/// `telegram__send` alike; a Model's key, an MCP server's `env` or
+/// `headers` with `valueFrom.env` are the agent's to read).
 pub fn agent_withheld_variables(bundle: &Bundle) -> BTreeSet<String> {
     let mut used_by_agents: BTreeSet<String> =
         goondan_base::settings::ENV_VARS.iter().map(|name| (*name).to_owned()).collect();
-    for resource in bundle.resources() {
-        if let AnyResource::Model(model) = &resource.resource
-            && let Some(from) = model.spec.api_key.as_ref().and_then(|key| key.value_from.as_ref())
-        {
-            used_by_agents.insert(from.env.clone());
-        }
-    }
+    used_by_agents.extend(crate::secrets::names_read_outside_connections(bundle.file()));
     connection_secret_variables(bundle).into_iter().filter(|name| !used_by_agents.contains(name)).collect()
 }
 
@@ -565,4 +561,68 @@ pub fn pending_by_instance(workspace_dir: &std::path::Path) -> BTreeMap<String, 
         }
     }
     pending
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bundle(yaml: &str) -> Result<(tempfile::TempDir, Bundle), String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        std::fs::write(dir.path().join("goondan.yaml"), yaml).map_err(|e| e.to_string())?;
+        let report = goondan_config::load_bundle(dir.path());
+        match report.valid_bundle() {
+            Some(bundle) => Ok((dir, bundle.clone())),
+            None => Err(format!("{:?}", report.diagnostics)),
+        }
+    }
+
+    #[test]
+    fn only_variables_that_connections_alone_read_are_withheld_from_agents() -> Result<(), String> {
+        let (_dir, bundle) = bundle(
+            r#"apiVersion: goondan.ai/v1
+kind: Model
+metadata: {name: m}
+spec:
+  provider: openai
+  model: x
+  apiKey: {valueFrom: {env: MODEL_KEY}}
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: a}
+spec:
+  modelConfig: {modelRef: Model/m}
+  extensions:
+    - ref: {kind: Extension, name: mcp, package: "@goondan/base"}
+      config:
+        servers:
+          tracker:
+            url: "http://127.0.0.1:9/mcp"
+            headers: {Authorization: {valueFrom: {env: SHARED_KEY}}}
+---
+apiVersion: goondan.ai/v1
+kind: Swarm
+metadata: {name: s}
+spec: {entryAgent: Agent/a, agents: [Agent/a]}
+---
+apiVersion: goondan.ai/v1
+kind: Connection
+metadata: {name: c}
+spec:
+  connectorRef: {kind: Connector, name: cli, package: "@goondan/base"}
+  swarmRef: Swarm/s
+  secrets:
+    ONLY: {valueFrom: {env: CONNECTION_ONLY}}
+    SHARED: {valueFrom: {env: SHARED_KEY}}
+    MODEL: {valueFrom: {env: MODEL_KEY}}
+    BOT: {valueFrom: {env: TELEGRAM_BOT_TOKEN}}
+"#,
+        )?;
+        let all: Vec<String> = connection_secret_variables(&bundle).into_iter().collect();
+        assert_eq!(all, ["CONNECTION_ONLY", "MODEL_KEY", "SHARED_KEY", "TELEGRAM_BOT_TOKEN"]);
+        let withheld: Vec<String> = agent_withheld_variables(&bundle).into_iter().collect();
+        assert_eq!(withheld, ["CONNECTION_ONLY"]);
+        Ok(())
+    }
 }
