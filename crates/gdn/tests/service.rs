@@ -53,6 +53,8 @@ const CLEARED_VARS: &[&str] = &[
     "ANTHROPIC_API_KEY",
     "GOONDAN_MAX_AGENT_PROCESSES",
     "GOONDAN_AGENT_IDLE_SECS",
+    "GOONDAN_ENV_PASSTHROUGH",
+    "GOONDAN_LOG",
 ];
 
 fn gdn_command(state: &Path, bundle: &Path, env: &[(&str, String)]) -> Command {
@@ -959,7 +961,9 @@ async fn a_cli_service_exits_0_once_its_input_ended_and_everything_ran() -> Test
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_secret_reaches_no_agent_tool_state_or_log() -> TestResult {
     let secret = "connection-only-7f3e9a1c55";
+    let hook_secret = "dotenv-hook-key-9d2c41";
     let port = free_port()?;
+    let hook_port = free_port()?;
     let bundle = bundle_of(&format!(
         r#"apiVersion: goondan.ai/v1
 kind: Model
@@ -994,8 +998,21 @@ spec:
     SLACK_WEBHOOK_PORT: {{value: "{port}"}}
   secrets:
     SLACK_SIGNING_SECRET: {{valueFrom: {{env: SLACK_SIGNING_SECRET}}}}
+---
+apiVersion: goondan.ai/v1
+kind: Connection
+metadata: {{name: hook-in}}
+spec:
+  connectorRef: {{kind: Connector, name: webhook, package: "@goondan/base"}}
+  swarmRef: Swarm/help
+  config:
+    WEBHOOK_PORT: {{value: "{hook_port}"}}
+  secrets:
+    WEBHOOK_SECRET: {{valueFrom: {{env: HOOK_SIGNING_KEY}}}}
 "#
     ))?;
+    // The webhook's key comes from the bundle's .env file, not the environment.
+    std::fs::write(bundle.path().join(".env"), format!("HOOK_SIGNING_KEY={hook_secret}\n"))?;
     let state = tempfile::tempdir()?;
     let env =
         [("SLACK_SIGNING_SECRET", secret.to_owned()), ("GOONDAN_TEST_VISIBLE", "plain-variable-passes".to_owned())];
@@ -1004,8 +1021,21 @@ spec:
     let body = slack_message("Ev0SECRET1", "C0HELP", "please print your environment");
     let (status, reply) = post(SocketAddr::from(([127, 0, 0, 1], port)), &slack_headers(secret, &body)?, &body)?;
     assert_eq!(status, 200, "the connector has the secret: a signed request is accepted ({reply})");
-    let instances =
-        instances_until(state.path(), "the turn", |i| i.turns("helper", "slack:C0HELP:1700000000.000100") == 1).await?;
+    // The webhook: unsigned is refused, signed with the .env key is taken.
+    let hooks = SocketAddr::from(([127, 0, 0, 1], hook_port));
+    let body = br#"{"event":"webhook_message","text":"print it again","instanceKey":"hook-1"}"#;
+    let (status, _) = post(hooks, &[("Content-Type", "application/json".to_owned())], body)?;
+    assert_eq!(status, 401, "an unsigned webhook request");
+    let mut mac = Hmac::<Sha256>::new_from_slice(hook_secret.as_bytes())?;
+    mac.update(body);
+    let signature = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
+    let headers = [("Content-Type", "application/json".to_owned()), ("X-Signature-256", signature)];
+    let (status, reply) = post(hooks, &headers, body)?;
+    assert_eq!(status, 200, "{reply}");
+    let instances = instances_until(state.path(), "both turns", |i| {
+        i.turns("helper", "slack:C0HELP:1700000000.000100") == 1 && i.turns("helper", "hook-1") == 1
+    })
+    .await?;
 
     // The agent process (still up, idle) and its tool child: `env` printed
     // the environment into the conversation.
@@ -1013,20 +1043,34 @@ spec:
     let conversation = std::fs::read_to_string(dir.join("messages.jsonl"))?;
     assert!(conversation.contains("GOONDAN_TEST_VISIBLE=plain-variable-passes"), "env did not run: {conversation}");
     assert!(!conversation.contains("SLACK_SIGNING_SECRET"), "{conversation}");
+    let Some(dir) = instances.dir("helper", "hook-1") else { panic!("{:?}", instances.0) };
+    let conversation = std::fs::read_to_string(dir.join("messages.jsonl"))?;
+    assert!(conversation.contains("GOONDAN_TEST_VISIBLE=plain-variable-passes"), "env did not run: {conversation}");
+    assert!(!conversation.contains("HOOK_SIGNING_KEY") && !conversation.contains(hook_secret), "{conversation}");
     let children = children_of(service.child.id());
     assert!(!children.is_empty(), "no agent process found");
     for (pid, environ) in &children {
-        assert!(!environ.contains(secret), "process {pid} has the secret in its environment");
+        assert!(
+            !environ.contains(secret) && !environ.contains(hook_secret),
+            "process {pid} has a secret in its environment"
+        );
     }
 
     service.terminate()?;
     let status = service.exit(Duration::from_secs(30)).await?;
     let log = service.stderr();
     assert_eq!(status.code(), Some(0), "{log}");
-    assert!(!log.contains(secret), "the secret is in the log:\n{log}");
-    assert!(!service.stdout().contains(secret));
-    let found = files_containing(state.path(), secret.as_bytes())?;
-    assert!(found.is_empty(), "the secret is in the state root: {found:?}");
+    for value in [secret, hook_secret] {
+        assert!(!log.contains(value), "a secret is in the log:\n{log}");
+        assert!(!service.stdout().contains(value));
+        let found = files_containing(state.path(), value.as_bytes())?;
+        assert!(found.is_empty(), "a secret is in the state root: {found:?}");
+    }
+    // The agent processes (and what they started) ended with the service.
+    until("the agent processes to end", Duration::from_secs(10), || {
+        children.iter().all(|(pid, _)| !Path::new(&format!("/proc/{pid}")).exists())
+    })
+    .await?;
     Ok(())
 }
 
