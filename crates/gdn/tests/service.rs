@@ -602,11 +602,24 @@ async fn brain_persona_serves_telegram_slack_and_the_terminal() -> TestResult {
     service.close_stdin();
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(matches!(service.child.try_wait(), Ok(None)), "gdn stopped at the end of standard input");
+    // Agent processes and their Bun hosts run under the service ...
+    let descendants = descendants_of(service.child.id());
+    let names: Vec<String> = descendants
+        .iter()
+        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).ok())
+        .map(|comm| comm.trim().to_owned())
+        .collect();
+    assert!(names.iter().any(|name| name.contains("bun")), "no Bun host among {names:?}");
     service.terminate()?;
     let status = service.exit(Duration::from_secs(30)).await?;
     let log = service.stderr();
     assert_eq!(status.code(), Some(0), "{log}");
     assert_eq!(service.statuses().last().map(|s| s["status"].clone()), Some(json!("stopped")));
+    // ... and none outlives it.
+    until("the service's processes to end", Duration::from_secs(10), || {
+        descendants.iter().all(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+    })
+    .await?;
     // Neither secret is in the log.
     assert!(!log.contains(SLACK_SECRET) && !log.contains(TELEGRAM_TOKEN), "a secret in the log:\n{log}");
     Ok(())
@@ -916,6 +929,75 @@ async fn a_turn_longer_than_the_drain_is_cut_and_runs_again_at_the_next_start() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turns_of_one_instance_queue_and_other_instances_run_at_once() -> TestResult {
+    let marks = tempfile::tempdir()?;
+    let log = marks.path().join("log");
+    // Each event's command notes its start and end; the event names itself.
+    let command = |name: &str| {
+        let log = log.display();
+        format!("echo start {name} >> '{log}'; sleep 1; echo end {name} >> '{log}'")
+    };
+    let case = |name: &str| {
+        let command = serde_json::to_string(&command(name)).unwrap_or_default();
+        format!(
+            "      - inputContains: \"event-{name}\"\n        replies:\n          - toolCalls: [{{name: bash__exec, args: {{command: {command}}}}}]\n          - text: \"done\"\n"
+        )
+    };
+    let bundle = bundle_of(&format!(
+        r#"apiVersion: goondan.ai/v1
+kind: Model
+metadata: {{name: shell}}
+spec:
+  provider: scripted
+  model: shell
+  options:
+    replies: [{{text: "unexpected"}}]
+    when:
+{p1}{p2}{q1}---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {{name: worker}}
+spec:
+  modelConfig: {{modelRef: Model/shell}}
+  tools: [{{kind: Tool, name: bash, package: "@goondan/base"}}]
+---
+apiVersion: goondan.ai/v1
+kind: Swarm
+metadata: {{name: shop}}
+spec: {{entryAgent: Agent/worker, agents: [Agent/worker]}}
+---
+apiVersion: goondan.ai/v1
+kind: Connection
+metadata: {{name: terminal}}
+spec:
+  connectorRef: {{kind: Connector, name: cli, package: "@goondan/base"}}
+  swarmRef: Swarm/shop
+"#,
+        p1 = case("p1"),
+        p2 = case("p2"),
+        q1 = case("q1"),
+    ))?;
+    let state = tempfile::tempdir()?;
+    let mut service = Service::start(state.path(), bundle.path(), &[], &[], true)?;
+    service.serving().await?;
+    service.write_line(&line_for("p", "event-p1"))?;
+    service.write_line(&line_for("p", "event-p2"))?;
+    service.write_line(&line_for("q", "event-q1"))?;
+    service.close_stdin();
+    let status = service.exit(TURN_TIMEOUT).await?;
+    assert_eq!(status.code(), Some(0), "{}", service.stderr());
+    let lines: Vec<String> = std::fs::read_to_string(&log)?.lines().map(str::to_owned).collect();
+    let at = |line: &str| lines.iter().position(|l| l == line).unwrap_or(usize::MAX);
+    assert_eq!(lines.len(), 6, "{lines:?}");
+    // p's events in order, never overlapping; q's ran beside p's.
+    assert!(at("end p1") < at("start p2"), "{lines:?}");
+    assert!(at("start q1") < at("end p1") && at("start p1") < at("end q1"), "{lines:?}");
+    let instances = Instances::read(state.path())?;
+    assert_eq!((instances.turns("worker", "p"), instances.turns("worker", "q")), (2, 1), "{:#?}", instances.0);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cli_service_exits_0_once_its_input_ended_and_everything_ran() -> TestResult {
     let bundle = bash_bundle("sleep 1")?;
     let state = tempfile::tempdir()?;
@@ -1106,21 +1188,46 @@ fn conversation(path: &Path) -> Result<Vec<Value>, Box<dyn std::error::Error>> {
     Ok(messages.into_iter().map(|(_, data)| data).collect())
 }
 
-/// The processes whose parent is `parent`, with their environment.
-fn children_of(parent: u32) -> Vec<(u32, String)> {
-    let mut children = Vec::new();
+/// The parent of every process.
+fn parents() -> Vec<(u32, u32)> {
+    let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
         // `pid (comm) state ppid ...`; comm may hold spaces, so read after its `)`.
-        let ppid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
-        if ppid == Some(parent)
-            && let Ok(environ) = std::fs::read(entry.path().join("environ"))
+        if let Some(ppid) =
+            stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
         {
-            children.push((pid, String::from_utf8_lossy(&environ).into_owned()));
+            found.push((pid, ppid));
         }
     }
-    children
+    found
+}
+
+/// Every process below `root`.
+fn descendants_of(root: u32) -> Vec<u32> {
+    let all = parents();
+    let mut found = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(parent) = frontier.pop() {
+        for (pid, _) in all.iter().filter(|(_, ppid)| *ppid == parent) {
+            found.push(*pid);
+            frontier.push(*pid);
+        }
+    }
+    found
+}
+
+/// The processes whose parent is `parent`, with their environment.
+fn children_of(parent: u32) -> Vec<(u32, String)> {
+    parents()
+        .into_iter()
+        .filter(|(_, ppid)| *ppid == parent)
+        .filter_map(|(pid, _)| {
+            let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+            Some((pid, String::from_utf8_lossy(&environ).into_owned()))
+        })
+        .collect()
 }
 
 fn files_containing(dir: &Path, needle: &[u8]) -> std::io::Result<Vec<PathBuf>> {
