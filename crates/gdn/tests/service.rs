@@ -659,6 +659,93 @@ async fn brain_persona_start_up_errors_name_the_connection() -> TestResult {
     Ok(())
 }
 
+/// A Telegram update, as the Bot API sends it, from user `chat` in its private chat.
+fn telegram_update(update_id: i64, chat: i64, text: &str) -> Value {
+    json!({
+        "update_id": update_id,
+        "message": {
+            "message_id": update_id - 900_000,
+            "date": unix_now(),
+            "chat": {"id": chat, "type": "private", "first_name": "User"},
+            "from": {"id": chat, "is_bot": false, "first_name": "User"},
+            "text": text,
+        },
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_telegram_update_delivered_again_after_a_restart_runs_no_second_turn() -> TestResult {
+    let telegram = FakeTelegram::start(TELEGRAM_TOKEN).await?;
+    let bundle = bundle_of(&format!(
+        r#"apiVersion: goondan.ai/v1
+kind: Model
+metadata: {{name: bot}}
+spec:
+  provider: scripted
+  model: bot
+  options:
+    replies:
+      - toolCalls: [{{name: telegram__send, args: {{chatId: "555", text: "answered"}}}}]
+      - text: "sent"
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {{name: bot}}
+spec:
+  modelConfig: {{modelRef: Model/bot}}
+  tools: [{{kind: Tool, name: telegram, package: "@goondan/base"}}]
+---
+apiVersion: goondan.ai/v1
+kind: Swarm
+metadata: {{name: chat}}
+spec: {{entryAgent: Agent/bot, agents: [Agent/bot]}}
+---
+apiVersion: goondan.ai/v1
+kind: Connection
+metadata: {{name: tg}}
+spec:
+  connectorRef: {{kind: Connector, name: telegram-polling, package: "@goondan/base"}}
+  swarmRef: Swarm/chat
+  config:
+    TELEGRAM_API_BASE_URL: {{value: "{base}"}}
+    TELEGRAM_POLL_TIMEOUT_SECONDS: {{value: "1"}}
+  secrets:
+    TELEGRAM_BOT_TOKEN: {{valueFrom: {{env: TELEGRAM_BOT_TOKEN}}}}
+"#,
+        base = telegram.base_url()
+    ))?;
+    let state = tempfile::tempdir()?;
+    let env = [("TELEGRAM_BOT_TOKEN", TELEGRAM_TOKEN.to_owned()), ("TELEGRAM_API_BASE_URL", telegram.base_url())];
+
+    let mut service = Service::start(state.path(), bundle.path(), &[], &env, false)?;
+    service.serving().await?;
+    telegram.push_update(telegram_update(900_001, 555, "first"));
+    let Some(_) = telegram.wait_for_calls("sendMessage", 1, TURN_TIMEOUT).await else {
+        panic!("no answer; gdn's log:\n{}", service.stderr());
+    };
+    assert!(telegram.wait_until_confirmed(900_001, Duration::from_secs(10)).await);
+    service.terminate()?;
+    assert_eq!(service.exit(Duration::from_secs(30)).await?.code(), Some(0), "{}", service.stderr());
+
+    // Telegram sends update 900001 again (its confirmation was lost), then a new one.
+    let mut service = Service::start(state.path(), bundle.path(), &[], &env, false)?;
+    service.serving().await?;
+    telegram.push_update(telegram_update(900_001, 555, "first"));
+    telegram.push_update(telegram_update(900_002, 555, "second"));
+    let Some(_) = telegram.wait_for_calls("sendMessage", 2, TURN_TIMEOUT).await else {
+        panic!("the new update got no answer; gdn's log:\n{}", service.stderr());
+    };
+    assert!(telegram.wait_until_confirmed(900_002, Duration::from_secs(10)).await);
+    // Time enough for a wrong second turn of 900001 to show.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    service.terminate()?;
+    assert_eq!(service.exit(Duration::from_secs(30)).await?.code(), Some(0), "{}", service.stderr());
+    assert_eq!(telegram.calls_to("sendMessage").len(), 2, "update 900001 ran twice");
+    let instances = Instances::read(state.path())?;
+    assert_eq!(instances.turns("bot", "telegram:555"), 2, "{:#?}", instances.0);
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------
 // 2. Routing through a real process
 // ---------------------------------------------------------------------------
