@@ -120,7 +120,7 @@ fn resolve_values(
                     resolved.insert(key.clone(), value);
                 }
                 None if required => errors.push(format!(
-                    "Connection '{connection}': spec.{field}.{key} reads the environment variable {} , which is not set",
+                    "Connection '{connection}': spec.{field}.{key} reads the environment variable {}, which is not set",
                     from.env
                 )),
                 None => tracing::info!(

@@ -652,8 +652,13 @@ async fn brain_persona_start_up_errors_name_the_connection() -> TestResult {
     let status = service.exit(TURN_TIMEOUT).await?;
     let log = service.stderr();
     assert_eq!(status.code(), Some(2), "{log}");
-    let line = log.lines().find(|l| l.contains("SLACK_SIGNING_SECRET")).unwrap_or_default();
-    assert!(line.contains("slack-to-brain"), "{log}");
+    assert!(
+        log.contains(
+            "Connection 'slack-to-brain': spec.secrets.SLACK_SIGNING_SECRET reads the environment variable \
+             SLACK_SIGNING_SECRET, which is not set"
+        ),
+        "{log}"
+    );
     assert!(TcpStream::connect(("127.0.0.1", port)).is_err(), "the Slack port was opened");
     assert_eq!(telegram.calls_to("getUpdates").len(), polls, "Telegram was polled");
     Ok(())
