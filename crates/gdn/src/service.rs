@@ -255,7 +255,13 @@ fn classify(answer: &DelegateResultPayload, cancelled: bool) -> TurnEnd {
         None => {
             let (code, message) =
                 answer.error.as_ref().map_or(("", "no answer"), |error| (error.code.as_str(), error.message.as_str()));
-            TurnEnd::Retry(format!("{code}: {message}"))
+            // An agent the bundle cannot build (a model's key not set, …)
+            // fails the same way at every start: no retry.
+            if code == goondan_agent::instance::ready_codes::BUILD_FAILED {
+                TurnEnd::Failed(format!("{code}: {message}"))
+            } else {
+                TurnEnd::Retry(format!("{code}: {message}"))
+            }
         }
     }
 }
@@ -575,6 +581,15 @@ mod tests {
             Some(bundle) => Ok((dir, bundle.clone())),
             None => Err(format!("{:?}", report.diagnostics)),
         }
+    }
+
+    #[test]
+    fn an_agent_that_cannot_be_built_fails_the_turn_and_a_lost_process_retries_it() {
+        use goondan_ipc::ErrorInfo;
+        let failed = |code: &str| DelegateResultPayload::failed(ErrorInfo::new(code, "why"));
+        assert_eq!(classify(&failed("AGENT_BUILD_FAILED"), false), TurnEnd::Failed("AGENT_BUILD_FAILED: why".into()));
+        assert_eq!(classify(&failed("AGENT_CRASHED"), false), TurnEnd::Retry("AGENT_CRASHED: why".into()));
+        assert_eq!(classify(&failed("AGENT_BUILD_FAILED"), true), TurnEnd::Interrupted);
     }
 
     #[test]

@@ -1128,6 +1128,52 @@ async fn a_cli_service_exits_0_once_its_input_ended_and_everything_ran() -> Test
     Ok(())
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_the_bundle_cannot_build_fails_its_event_once() -> TestResult {
+    let bundle = bundle_of(
+        r#"apiVersion: goondan.ai/v1
+kind: Model
+metadata: {name: real}
+spec:
+  provider: openai
+  model: gpt-test
+  apiKey: {valueFrom: {env: GOONDAN_TEST_UNSET_MODEL_KEY}}
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: front}
+spec: {modelConfig: {modelRef: Model/real}}
+---
+apiVersion: goondan.ai/v1
+kind: Swarm
+metadata: {name: desk}
+spec: {entryAgent: Agent/front, agents: [Agent/front]}
+---
+apiVersion: goondan.ai/v1
+kind: Connection
+metadata: {name: term}
+spec:
+  connectorRef: {kind: Connector, name: cli, package: "@goondan/base"}
+  swarmRef: Swarm/desk
+"#,
+    )?;
+    let state = tempfile::tempdir()?;
+    let mut service = Service::start(state.path(), bundle.path(), &[], &[], true)?;
+    service.write_line("hello")?;
+    service.close_stdin();
+    let status = service.exit(TURN_TIMEOUT).await?;
+    let log = service.stderr();
+    assert_eq!(status.code(), Some(0), "{log}");
+    // One attempt, reported as what it is, not three agent starts "cut off".
+    let attempts = log.lines().filter(|l| l.contains("event turn: AGENT_BUILD_FAILED")).count();
+    assert_eq!(attempts, 1, "{log}");
+    assert!(log.contains("GOONDAN_TEST_UNSET_MODEL_KEY"), "{log}");
+    assert!(!log.contains("cut off"), "{log}");
+    let instances = Instances::read(state.path())?;
+    assert!(instances.0.iter().all(|i| i["pendingEvents"] == 0), "{:#?}", instances.0);
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------
 // 4. A Connection's secret reaches its connector only
 // ---------------------------------------------------------------------------
