@@ -937,7 +937,7 @@ async fn sigterm_lets_the_running_turn_finish_and_keeps_the_rest_for_the_next_st
     let marks = tempfile::tempdir()?;
     let started = marks.path().join("started");
     let finished = marks.path().join("finished");
-    let bundle = bash_bundle(&format!("touch '{}'; sleep 3; touch '{}'", started.display(), finished.display()))?;
+    let bundle = bash_bundle(&format!("touch '{}'; sleep 5; touch '{}'", started.display(), finished.display()))?;
     let state = tempfile::tempdir()?;
     let mut service = Service::start(state.path(), bundle.path(), &["--drain-secs", "30"], &[], true)?;
     service.serving().await?;
@@ -1027,7 +1027,7 @@ async fn turns_of_one_instance_queue_and_other_instances_run_at_once() -> TestRe
     // Each event's command notes its start and end; the event names itself.
     let command = |name: &str| {
         let log = log.display();
-        format!("echo start {name} >> '{log}'; sleep 1; echo end {name} >> '{log}'")
+        format!("echo start {name} >> '{log}'; sleep 3; echo end {name} >> '{log}'")
     };
     let case = |name: &str| {
         let command = serde_json::to_string(&command(name)).unwrap_or_default();
