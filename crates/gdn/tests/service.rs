@@ -166,6 +166,11 @@ impl Service {
         kill(self.pid(), Signal::SIGTERM)
     }
 
+    /// Ctrl-C.
+    fn interrupt(&self) -> Result<(), nix::Error> {
+        kill(self.pid(), Signal::SIGINT)
+    }
+
     /// Waits for the exit, at most `timeout`.
     async fn exit(&mut self, timeout: Duration) -> Result<ExitStatus, String> {
         let deadline = Instant::now() + timeout;
@@ -873,9 +878,11 @@ async fn events_are_routed_by_the_first_matching_rule() -> TestResult {
         service.stderr().lines().any(|l| l.contains("no ingress rule") && l.contains("spam"))
     })
     .await?;
-    service.terminate()?;
+    service.interrupt()?;
     let status = service.exit(Duration::from_secs(30)).await?;
     assert_eq!(status.code(), Some(0), "{}", service.stderr());
+    let stopped = service.statuses().into_iter().find(|s| s["status"] == "stopped");
+    assert_eq!(stopped.map(|s| s["reason"].clone()), Some(json!("interrupted")), "Ctrl-C drains as SIGTERM does");
     // Nothing else ran in the meantime, nothing is left.
     let after = Instances::read(state.path())?;
     assert_eq!(after.names(), expected);
