@@ -142,7 +142,7 @@ fn main() -> ExitCode {
     tool_processes.kill_all();
     // What the scan by marker missed (a process caught mid-exec).
     goondan_base::tool_processes::kill_descendants();
-    if let Some(code) = shutdown.requested() {
+    if let Some(code) = shutdown.exit_status() {
         return ExitCode::from(code);
     }
     match result {

@@ -78,18 +78,14 @@ pub fn connection_secret_variables(bundle: &Bundle) -> BTreeSet<String> {
 }
 
 /// The variables withheld from agent processes: those Connections read
-/// for their `secrets`, unless a built-in tool or a Model reads them too
-/// (`TELEGRAM_BOT_TOKEN` feeds the connector and `telegram__send` alike).
+/// for their `secrets`, unless a built-in tool or another resource of the
+/// bundle reads them too (`TELEGRAM_BOT_TOKEN` feeds the connector and
+/// `telegram__send` alike; a Model's key, an MCP server's `env` or
+/// `headers` with `valueFrom.env` are the agent's to read).
 pub fn agent_withheld_variables(bundle: &Bundle) -> BTreeSet<String> {
     let mut used_by_agents: BTreeSet<String> =
         goondan_base::settings::ENV_VARS.iter().map(|name| (*name).to_owned()).collect();
-    for resource in bundle.resources() {
-        if let AnyResource::Model(model) = &resource.resource
-            && let Some(from) = model.spec.api_key.as_ref().and_then(|key| key.value_from.as_ref())
-        {
-            used_by_agents.insert(from.env.clone());
-        }
-    }
+    used_by_agents.extend(crate::secrets::names_read_outside_connections(bundle.file()));
     connection_secret_variables(bundle).into_iter().filter(|name| !used_by_agents.contains(name)).collect()
 }
 
@@ -121,7 +117,7 @@ fn resolve_values(
                     resolved.insert(key.clone(), value);
                 }
                 None if required => errors.push(format!(
-                    "Connection '{connection}': spec.{field}.{key} reads the environment variable {} , which is not set",
+                    "Connection '{connection}': spec.{field}.{key} reads the environment variable {}, which is not set",
                     from.env
                 )),
                 None => tracing::info!(
@@ -289,7 +285,13 @@ fn classify(answer: &DelegateResultPayload, cancelled: bool) -> TurnEnd {
         None => {
             let (code, message) =
                 answer.error.as_ref().map_or(("", "no answer"), |error| (error.code.as_str(), error.message.as_str()));
-            TurnEnd::Retry(format!("{code}: {message}"))
+            // An agent the bundle cannot build (a model's key not set, …)
+            // fails the same way at every start: no retry.
+            if code == goondan_agent::instance::ready_codes::BUILD_FAILED {
+                TurnEnd::Failed(format!("{code}: {message}"))
+            } else {
+                TurnEnd::Retry(format!("{code}: {message}"))
+            }
         }
     }
 }
@@ -392,6 +394,80 @@ impl Drop for EndedOnDrop {
     }
 }
 
+/// Standard input for the `cli` connector, read by a thread of its own.
+///
+/// A read of standard input cannot be cancelled. `tokio::io::stdin` reads on
+/// the runtime's blocking pool, and dropping the runtime waits for that read:
+/// a service stopped by SIGTERM while its terminal or pipe stays open would
+/// never exit. A plain thread blocked in `read` is left behind instead, and
+/// ends with the process.
+struct ThreadStdin {
+    chunks: tokio::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
+    current: Vec<u8>,
+    at: usize,
+}
+
+impl ThreadStdin {
+    fn start() -> goondan_ingress::connector::InputStream {
+        use std::io::Read as _;
+        // A few chunks ahead at most: what was read but not yet stored is
+        // lost at a stop, as with any buffered reader of a pipe.
+        let (chunks, receiver) = tokio::sync::mpsc::channel(2);
+        let spawned = std::thread::Builder::new().name("gdn-stdin".to_owned()).spawn(move || {
+            let mut stdin = std::io::stdin().lock();
+            let mut buffer = vec![0; 64 * 1024];
+            loop {
+                let chunk = match stdin.read(&mut buffer) {
+                    Ok(0) => return,
+                    Ok(read) => Ok(buffer[..read].to_vec()),
+                    Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(error) => Err(error),
+                };
+                let failed = chunk.is_err();
+                if chunks.blocking_send(chunk).is_err() || failed {
+                    return;
+                }
+            }
+        });
+        match spawned {
+            Ok(_) => Box::new(Self { chunks: receiver, current: Vec::new(), at: 0 }),
+            Err(error) => {
+                tracing::warn!("no thread to read standard input ({error}); reading it on the runtime");
+                Box::new(tokio::io::stdin())
+            }
+        }
+    }
+}
+
+impl tokio::io::AsyncRead for ThreadStdin {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        use std::task::Poll;
+        loop {
+            if self.at < self.current.len() {
+                let take = buf.remaining().min(self.current.len() - self.at);
+                let start = self.at;
+                buf.put_slice(&self.current[start..start + take]);
+                self.at += take;
+                return Poll::Ready(Ok(()));
+            }
+            match self.chunks.poll_recv(cx) {
+                Poll::Ready(Some(Ok(chunk))) => {
+                    self.current = chunk;
+                    self.at = 0;
+                }
+                Poll::Ready(Some(Err(error))) => return Poll::Ready(Err(error)),
+                // The end of input.
+                Poll::Ready(None) => return Poll::Ready(Ok(())),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
 /// Serves the Connections `plans` until a stop; returns the exit code.
 pub async fn serve(
     plans: Vec<ConnectionPlan>,
@@ -418,13 +494,18 @@ pub async fn serve(
     let (stop_tx, mut stop_rx) = watch::channel(false);
     shutdown.turn_started(stop_tx.clone());
     let stop = CancellationToken::new();
-    let mut stdin = Some(Box::new(tokio::io::stdin()) as goondan_ingress::connector::InputStream);
+    let mut stdin_given = false;
     let mut supervised = Vec::new();
     let mut listening = Vec::new();
     for plan in &plans {
         let sink: Arc<dyn EventSink> =
             Arc::new(ConnectionSink::new(&plan.connector, plan.router.clone(), inbox.clone()));
-        let input = if plan.connector == "cli" { stdin.take() } else { None };
+        let input = if plan.connector == "cli" && !stdin_given {
+            stdin_given = true;
+            Some(ThreadStdin::start())
+        } else {
+            None
+        };
         match start_connector(plan, Arc::clone(&sink), stop.child_token(), input).await {
             Ok(started) => {
                 for address in &started.listening {
@@ -481,8 +562,17 @@ pub async fn serve(
         () = all_ended => "every connector ended",
     };
     tracing::info!("stopping the service: {reason}");
+    if reason == "terminated" {
+        // Draining is how a service answers SIGTERM (or SIGHUP): it exits
+        // 0, not 128 + the signal's number.
+        shutdown.handled();
+    }
     stop.cancel();
     for connector in supervised {
+        // A connector that already ended needs no waiting.
+        if connector.task.is_finished() {
+            continue;
+        }
         if tokio::time::timeout(Duration::from_secs(10), connector.task).await.is_err() {
             tracing::warn!(connection = %connector.name, "the connector did not stop in 10 s");
         }
@@ -493,8 +583,6 @@ pub async fn serve(
         tracing::warn!("the inbox's last records may not be on disk: {error}");
     }
     shutdown.turn_ended();
-    // A stop asked for is a clean end: exit 0.
-    shutdown.handled();
     let status = inbox.status();
     let pending: usize = status.pending.values().sum();
     if options.json {
@@ -521,4 +609,77 @@ pub fn pending_by_instance(workspace_dir: &std::path::Path) -> BTreeMap<String, 
         }
     }
     pending
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bundle(yaml: &str) -> Result<(tempfile::TempDir, Bundle), String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        std::fs::write(dir.path().join("goondan.yaml"), yaml).map_err(|e| e.to_string())?;
+        let report = goondan_config::load_bundle(dir.path());
+        match report.valid_bundle() {
+            Some(bundle) => Ok((dir, bundle.clone())),
+            None => Err(format!("{:?}", report.diagnostics)),
+        }
+    }
+
+    #[test]
+    fn an_agent_that_cannot_be_built_fails_the_turn_and_a_lost_process_retries_it() {
+        use goondan_ipc::ErrorInfo;
+        let failed = |code: &str| DelegateResultPayload::failed(ErrorInfo::new(code, "why"));
+        assert_eq!(classify(&failed("AGENT_BUILD_FAILED"), false), TurnEnd::Failed("AGENT_BUILD_FAILED: why".into()));
+        assert_eq!(classify(&failed("AGENT_CRASHED"), false), TurnEnd::Retry("AGENT_CRASHED: why".into()));
+        assert_eq!(classify(&failed("AGENT_BUILD_FAILED"), true), TurnEnd::Interrupted);
+    }
+
+    #[test]
+    fn only_variables_that_connections_alone_read_are_withheld_from_agents() -> Result<(), String> {
+        let (_dir, bundle) = bundle(
+            r#"apiVersion: goondan.ai/v1
+kind: Model
+metadata: {name: m}
+spec:
+  provider: openai
+  model: x
+  apiKey: {valueFrom: {env: MODEL_KEY}}
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: a}
+spec:
+  modelConfig: {modelRef: Model/m}
+  extensions:
+    - ref: {kind: Extension, name: mcp, package: "@goondan/base"}
+      config:
+        servers:
+          tracker:
+            url: "http://127.0.0.1:9/mcp"
+            headers: {Authorization: {valueFrom: {env: SHARED_KEY}}}
+---
+apiVersion: goondan.ai/v1
+kind: Swarm
+metadata: {name: s}
+spec: {entryAgent: Agent/a, agents: [Agent/a]}
+---
+apiVersion: goondan.ai/v1
+kind: Connection
+metadata: {name: c}
+spec:
+  connectorRef: {kind: Connector, name: cli, package: "@goondan/base"}
+  swarmRef: Swarm/s
+  secrets:
+    ONLY: {valueFrom: {env: CONNECTION_ONLY}}
+    SHARED: {valueFrom: {env: SHARED_KEY}}
+    MODEL: {valueFrom: {env: MODEL_KEY}}
+    BOT: {valueFrom: {env: TELEGRAM_BOT_TOKEN}}
+"#,
+        )?;
+        let all: Vec<String> = connection_secret_variables(&bundle).into_iter().collect();
+        assert_eq!(all, ["CONNECTION_ONLY", "MODEL_KEY", "SHARED_KEY", "TELEGRAM_BOT_TOKEN"]);
+        let withheld: Vec<String> = agent_withheld_variables(&bundle).into_iter().collect();
+        assert_eq!(withheld, ["CONNECTION_ONLY"]);
+        Ok(())
+    }
 }
