@@ -256,7 +256,7 @@ impl TurnRunner for HubTurns {
         };
         let answer = self.orchestrator.deliver(&instance, inbound, cancel.clone()).await;
         let end = classify(&answer, *cancel.borrow());
-        if end != TurnEnd::Interrupted {
+        if matches!(end, TurnEnd::Answered | TurnEnd::Failed(_)) {
             self.print(turn, &instance, &answer);
         }
         match &end {
@@ -267,6 +267,10 @@ impl TurnRunner for HubTurns {
             TurnEnd::Failed(message) | TurnEnd::Retry(message) => tracing::warn!(
                 connection = %turn.entry.connection, event = %turn.entry.event.name, instance = %instance,
                 "event turn: {message}"
+            ),
+            TurnEnd::Hold(message) => tracing::error!(
+                connection = %turn.entry.connection, event = %turn.entry.event.name, instance = %instance,
+                "event turn held until the next start: {message}"
             ),
             TurnEnd::Interrupted => {}
         }
@@ -286,9 +290,10 @@ fn classify(answer: &DelegateResultPayload, cancelled: bool) -> TurnEnd {
             let (code, message) =
                 answer.error.as_ref().map_or(("", "no answer"), |error| (error.code.as_str(), error.message.as_str()));
             // An agent the bundle cannot build (a model's key not set, …)
-            // fails the same way at every start: no retry.
+            // fails the same way at every start: no retry, but the event
+            // is kept for the start after the operator fixed it.
             if code == goondan_agent::instance::ready_codes::BUILD_FAILED {
-                TurnEnd::Failed(format!("{code}: {message}"))
+                TurnEnd::Hold(format!("{code}: {message}"))
             } else {
                 TurnEnd::Retry(format!("{code}: {message}"))
             }
@@ -626,10 +631,10 @@ mod tests {
     }
 
     #[test]
-    fn an_agent_that_cannot_be_built_fails_the_turn_and_a_lost_process_retries_it() {
+    fn an_agent_that_cannot_be_built_holds_the_turn_and_a_lost_process_retries_it() {
         use goondan_ipc::ErrorInfo;
         let failed = |code: &str| DelegateResultPayload::failed(ErrorInfo::new(code, "why"));
-        assert_eq!(classify(&failed("AGENT_BUILD_FAILED"), false), TurnEnd::Failed("AGENT_BUILD_FAILED: why".into()));
+        assert_eq!(classify(&failed("AGENT_BUILD_FAILED"), false), TurnEnd::Hold("AGENT_BUILD_FAILED: why".into()));
         assert_eq!(classify(&failed("AGENT_CRASHED"), false), TurnEnd::Retry("AGENT_CRASHED: why".into()));
         assert_eq!(classify(&failed("AGENT_BUILD_FAILED"), true), TurnEnd::Interrupted);
     }

@@ -521,7 +521,8 @@ impl CrossChecks<'_> {
                     doc,
                     &format!("spec.ingress.rules[{index}].match.event"),
                     format!(
-                        "Connector '{}' does not declare an event '{event}'; this rule never matches",
+                        "Connector '{}' does not declare an event '{event}'; the rule matches only if the connector \
+                         emits it anyway (a typo?)",
                         connector.name()
                     ),
                     Some(format!("Its events: {}.", declared.join(", "))),

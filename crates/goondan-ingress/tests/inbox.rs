@@ -332,3 +332,35 @@ async fn keys_are_forgotten_after_the_window_but_never_while_pending() -> TestRe
     assert_eq!(inbox.status().keys, 1, "the older finished key is forgotten");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_turn_keeps_its_instances_events_for_the_next_start() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let (inbox, recovered, stored_rx) = open(dir.path(), InboxOptions::default())?;
+    let recorder = Arc::new(Recorder { delay: Duration::from_millis(5), ..Recorder::default() });
+    recorder
+        .plan
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert("h1".into(), vec![TurnEnd::Hold("no key".into())]);
+    let dispatcher =
+        Dispatcher::start(inbox.clone(), recorder.clone(), recovered, stored_rx, DispatchOptions::default());
+    for (text, instance) in [("h1", "h"), ("h2", "h"), ("o1", "o")] {
+        inbox.store("conn", vec![(None, entry(text, instance))]).await?;
+    }
+    // Idle counts what was stored before it was asked, held events aside.
+    tokio::time::timeout(Duration::from_secs(10), dispatcher.idle()).await?;
+    let log = recorder.log.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    assert!(log.contains(&"o1:1".to_owned()) && log.contains(&"h1:1".to_owned()), "{log:?}");
+    assert!(!log.iter().any(|l| l.starts_with("h2")), "a held instance took another turn: {log:?}");
+    assert_eq!(
+        tokio::time::timeout(Duration::from_secs(10), dispatcher.drain(Duration::ZERO)).await?,
+        1,
+        "h2 never started"
+    );
+    inbox.sync().await?;
+    drop(inbox);
+    let (_inbox, recovered, _rx) = open(dir.path(), InboxOptions::default())?;
+    assert_eq!(texts(&recovered), ["h1", "h2"]);
+    Ok(())
+}
