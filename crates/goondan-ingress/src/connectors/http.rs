@@ -44,6 +44,9 @@ const DRAIN: Duration = Duration::from_secs(5);
 
 /// How long a client has to send its request headers.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a request's body may take to arrive once its headers are in:
+/// a sender that trickles a body holds no connection for longer.
+const BODY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What a 503 tells the sender to wait, in seconds.
 const RETRY_AFTER_SECS: &str = "5";
@@ -373,12 +376,15 @@ async fn dispatch<E: Endpoint>(State(shared): State<Arc<Shared<E>>>, request: Re
         return response;
     }
     let headers = request.headers().clone();
-    let body = match Bytes::from_request(request, &()).await {
-        Ok(body) => body,
-        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+    let body = match tokio::time::timeout(BODY_TIMEOUT, Bytes::from_request(request, &())).await {
+        Ok(Ok(body)) => body,
+        Ok(Err(rejection)) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
             return error(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", "the request body is too large");
         }
-        Err(rejection) => return error(StatusCode::BAD_REQUEST, "bad_request", rejection.body_text()),
+        Ok(Err(rejection)) => return error(StatusCode::BAD_REQUEST, "bad_request", rejection.body_text()),
+        Err(_) => {
+            return error(StatusCode::REQUEST_TIMEOUT, "request_timeout", "the request body did not arrive in time");
+        }
     };
     let incoming = Incoming { headers, body };
     match shared.endpoint.handle(&incoming) {
