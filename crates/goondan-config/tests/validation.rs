@@ -474,3 +474,18 @@ fn unknown_keys_are_warnings_with_a_hint() {
     assert!(found[0].1.contains("older versions") && found[0].2.starts_with("Remove it"), "{found:?}");
     assert_eq!(warnings(&connection_bundle("    rules:\n      - route: {}\n")), []);
 }
+
+/// A reference into a package that names nothing there suggests the
+/// closest of the package's resources and lists them, instead of advising
+/// to define it in the bundle.
+#[test]
+fn a_package_reference_typo_suggests_the_packages_tools() {
+    let text = format!(
+        "{MODEL}---\napiVersion: goondan.ai/v1\nkind: Agent\nmetadata: {{name: a}}\nspec:\n  modelConfig: {{modelRef: Model/m}}\n  tools:\n    - {{kind: Tool, name: bsh, package: \"@goondan/base\"}}\n"
+    );
+    let found: Vec<_> = load(&text).into_iter().filter(|d| d.code.as_str() == "E_CONFIG_REF_NOT_FOUND").collect();
+    assert_eq!(found.len(), 1, "{found:?}");
+    let help = found[0].suggestion.clone().unwrap_or_default();
+    assert!(help.starts_with("Did you mean 'bash'? Tools of @goondan/base: "), "{help}");
+    assert!(help.contains("file-system") && !help.contains("Define"), "{help}");
+}
