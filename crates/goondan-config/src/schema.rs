@@ -389,31 +389,7 @@ fn walk_keys(schema: &JsonValue, instance: &JsonValue, path: &str, found: &mut V
 }
 
 /// The known key closest to `key` (a typo's likely intent), if close enough.
-pub fn closest<'a>(key: &str, known: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
-    let lower = key.to_ascii_lowercase();
-    known
-        .into_iter()
-        .map(|candidate| (edit_distance(&lower, &candidate.to_ascii_lowercase()), candidate))
-        .filter(|(distance, candidate)| *distance <= (candidate.len().max(key.len()) / 3).max(1))
-        .min_by_key(|(distance, _)| *distance)
-        .map(|(_, candidate)| candidate)
-}
-
-/// Levenshtein distance over chars.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut previous: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut current = Vec::with_capacity(b.len() + 1);
-        current.push(i + 1);
-        for (j, cb) in b.iter().enumerate() {
-            let substitution = previous[j] + usize::from(ca != *cb);
-            current.push(substitution.min(previous[j + 1] + 1).min(current[j] + 1));
-        }
-        previous = current;
-    }
-    previous[b.len()]
-}
+pub use goondan_core::naming::closest;
 
 /// Checks a document's `spec` against its kind's schema.
 pub fn check_spec(kind: Kind, spec: &JsonValue) -> Vec<SchemaProblem> {
@@ -508,14 +484,6 @@ mod tests {
         assert_eq!(found, ["spec.modelConfig.tools"], "a misplaced block is found; references are not looked into");
     }
 
-    #[test]
-    fn the_closest_key_is_suggested_only_when_close() {
-        let known = ["provider", "model", "apiKey", "endpoint"];
-        assert_eq!(closest("provder", known), Some("provider"));
-        assert_eq!(closest("apikey", known), Some("apiKey"));
-        assert_eq!(closest("temperature", known), None);
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
-    }
     use super::*;
 
     fn messages(kind: Kind, spec: JsonValue) -> Vec<String> {

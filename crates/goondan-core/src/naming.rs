@@ -137,8 +137,47 @@ pub fn is_valid_package_name(name: &str) -> bool {
     }
 }
 
+/// The candidate closest to `text` (a typo's likely intent), compared
+/// without case, if close enough: at most a third of the longer one's
+/// length apart (at least one edit).
+pub fn closest<'a>(text: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let lower = text.to_ascii_lowercase();
+    candidates
+        .into_iter()
+        .map(|candidate| (edit_distance(&lower, &candidate.to_ascii_lowercase()), candidate))
+        .filter(|(distance, candidate)| *distance <= (candidate.len().max(text.len()) / 3).max(1))
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, candidate)| candidate)
+}
+
+/// Levenshtein distance over chars.
+pub fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut current = Vec::with_capacity(b.len() + 1);
+        current.push(i + 1);
+        for (j, cb) in b.iter().enumerate() {
+            let substitution = previous[j] + usize::from(ca != *cb);
+            current.push(substitution.min(previous[j + 1] + 1).min(current[j] + 1));
+        }
+        previous = current;
+    }
+    previous[b.len()]
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_closest_name_is_suggested_only_when_close() {
+        let known = ["provider", "model", "apiKey", "endpoint"];
+        assert_eq!(closest("provder", known), Some("provider"));
+        assert_eq!(closest("apikey", known), Some("apiKey"));
+        assert_eq!(closest("temperature", known), None);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
+
     use super::*;
 
     #[test]
