@@ -221,9 +221,12 @@ async fn setup_in(
             output::error_line(&mut out.stderr, message)?;
             Ok(Err(exit::USAGE))
         }
+        // An extension that cannot be installed (its module does not load, no
+        // JavaScript runtime) is the bundle's or the machine's setup: a
+        // configuration error, as the README's exit codes say.
         Err(error @ AgentBuildError::Extension { .. }) => {
             output::error_line(&mut out.stderr, error)?;
-            Ok(Err(exit::FAILED))
+            Ok(Err(exit::USAGE))
         }
         Err(error) => Err(anyhow::Error::new(error).context("registering built-in tools")),
     }
