@@ -485,6 +485,10 @@ pub async fn serve(
     let (stored_tx, stored_rx) = tokio::sync::mpsc::unbounded_channel();
     let (inbox, recovered) = match Inbox::open(&inbox_path, InboxOptions::default(), stored_tx) {
         Ok(opened) => opened,
+        Err(error @ goondan_ingress::inbox::InboxError::Busy { .. }) => {
+            output::error_line(&mut out.stderr, error)?;
+            return Ok(crate::exit::USAGE);
+        }
         Err(error) => {
             output::error_line(&mut out.stderr, error)?;
             return Ok(crate::exit::FAILED);

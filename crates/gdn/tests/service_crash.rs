@@ -164,6 +164,16 @@ fn acknowledged_events_run_exactly_once_across_two_kill_9s() {
 
     let mut gdn = start(dir.path(), &state);
     wait_listening(port);
+    // A second service of the same project is refused: one writer per inbox.
+    let second = Command::new(env!("CARGO_BIN_EXE_gdn"))
+        .args(["-c", &dir.path().to_string_lossy(), "run"])
+        .env("GOONDAN_STATE_ROOT", &state)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("second gdn: {e}"));
+    let refusal = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(2), "{refusal}");
+    assert!(refusal.contains("another process serves this project"), "{refusal}");
     let total = 45;
     let mut acked = vec![false; total];
     let mut kills = 0;

@@ -43,6 +43,10 @@ use crate::event::{ConnectorEvent, Delivery};
 use crate::routing::Route;
 use crate::sink::SinkError;
 
+/// How often (20 ms apart) a locked inbox is tried again before it is
+/// reported busy.
+const LOCK_TRIES: u32 = 50;
+
 /// The inbox file, under a workspace directory.
 pub const INBOX_FILE: &str = "ingress/inbox.jsonl";
 
@@ -166,6 +170,15 @@ pub enum InboxError {
     /// The writer is gone.
     #[error("the inbox is closed")]
     Closed,
+    /// Another process has the inbox open (another `gdn run` serves the
+    /// same project).
+    #[error("another process serves this project's inbox {path} ({holder}); stop it first")]
+    Busy {
+        /// The inbox.
+        path: PathBuf,
+        /// What its lock file says of the holder.
+        holder: String,
+    },
 }
 
 /// How the inbox keeps keys.
@@ -413,6 +426,32 @@ impl Inbox {
         if let Some(dir) = path.parent() {
             fs::create_dir_all(dir).map_err(io)?;
         }
+        // One writer per inbox, across processes: a second service on the
+        // same project would interleave records and run events twice.
+        let lock_path = path.with_extension("lock");
+        let mut lock =
+            OpenOptions::new().create(true).truncate(false).read(true).write(true).open(&lock_path).map_err(io)?;
+        // A writer of this process that is just ending (its last handle
+        // dropped) lets go within moments: wait a little before refusing.
+        let mut tries = 0;
+        loop {
+            match lock.try_lock() {
+                Ok(()) => break,
+                Err(std::fs::TryLockError::WouldBlock) if tries < LOCK_TRIES => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    let holder = fs::read_to_string(&lock_path).unwrap_or_default();
+                    let holder =
+                        if holder.trim().is_empty() { "a process".to_owned() } else { holder.trim().to_owned() };
+                    return Err(InboxError::Busy { path: path.to_owned(), holder });
+                }
+                Err(std::fs::TryLockError::Error(error)) => return Err(io(error)),
+            }
+        }
+        lock.set_len(0).map_err(io)?;
+        lock.write_all(format!("pid {}", std::process::id()).as_bytes()).map_err(io)?;
         let mut folded = read_file(path)?;
         folded.expire(&options, now_ms());
         let file = if folded.records > options.compact_min_records.min(1000)
@@ -431,7 +470,8 @@ impl Inbox {
         let recovered: Recovered = folded.pending.values().cloned().collect();
         let status = Arc::new(Mutex::new(InboxStatus::default()));
         let (ops, receiver) = std_mpsc::channel();
-        let writer = Writer { path: path.to_owned(), file, folded, options, stored, status: Arc::clone(&status) };
+        let writer =
+            Writer { path: path.to_owned(), file, folded, options, stored, status: Arc::clone(&status), _lock: lock };
         writer.publish();
         std::thread::Builder::new().name("goondan-inbox".to_owned()).spawn(move || writer.run(receiver)).map_err(io)?;
         Ok((Self { ops, status }, recovered))
@@ -505,6 +545,8 @@ fn read_file_readonly(path: &Path) -> Result<Folded, InboxError> {
 }
 
 struct Writer {
+    /// Held (locked) while the writer lives.
+    _lock: File,
     path: PathBuf,
     file: File,
     folded: Folded,

@@ -364,3 +364,19 @@ async fn a_held_turn_keeps_its_instances_events_for_the_next_start() -> TestResu
     assert_eq!(texts(&recovered), ["h1", "h2"]);
     Ok(())
 }
+
+#[tokio::test]
+async fn one_inbox_has_one_writer() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let (inbox, _, _rx) = open(dir.path(), InboxOptions::default())?;
+    let Err(error) = open(dir.path(), InboxOptions::default()) else { panic!("a second writer opened the inbox") };
+    let message = error.to_string();
+    assert!(
+        message.contains("another process serves") && message.contains(&format!("pid {}", std::process::id())),
+        "{message}"
+    );
+    drop(inbox);
+    // Once the first is gone, the inbox opens again.
+    let (_inbox, _, _rx) = open(dir.path(), InboxOptions::default())?;
+    Ok(())
+}
