@@ -51,7 +51,7 @@ pub enum Command {
     /// Run a turn of the entry agent (or an interactive session without input).
     Run(RunArgs),
     /// Check a bundle and report every problem.
-    Validate,
+    Validate(ValidateArgs),
     /// Manage agent instances (their conversations and event logs).
     #[command(subcommand)]
     Instance(InstanceCommand),
@@ -217,4 +217,26 @@ pub enum Template {
     Default,
     /// A coordinator and a worker agent.
     MultiAgent,
+}
+
+/// `gdn validate`.
+#[derive(Debug, Args, Default)]
+pub struct ValidateArgs {
+    /// Warnings fail the check too (exit 1).
+    #[arg(long)]
+    pub strict: bool,
+    /// How to print the report (default: text, or json with --json).
+    #[arg(long, value_enum)]
+    pub format: Option<ValidateFormat>,
+}
+
+/// `gdn validate --format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ValidateFormat {
+    /// For people: each problem with its line and a suggestion.
+    Text,
+    /// `{"valid", "strict", "diagnostics"}`.
+    Json,
+    /// GitHub Actions workflow commands (`::error file=…,line=…,col=…::…`), one per problem.
+    Github,
 }

@@ -118,7 +118,7 @@ fn main() -> ExitCode {
         Command::Run(args) => runtime.block_on(run::run(&cli.global, args, &session, &mut out)),
         Command::Instance(command) => instance::instance(&cli.global, command, &mut out),
         Command::Init(args) => init::init(&cli.global, args, &mut out),
-        Command::Validate => runtime.block_on(commands::validate(&cli.global, &mut out)),
+        Command::Validate(args) => runtime.block_on(commands::validate(&cli.global, args, &mut out)),
         Command::Tool(ToolCommand::List { agent }) => {
             runtime.block_on(commands::tool_list(&cli.global, agent.as_deref(), &session, &mut out))
         }
@@ -162,7 +162,7 @@ fn loads_env_files(command: &Command) -> Option<Option<&Path>> {
     match command {
         Command::Run(args) => Some(args.env_file.as_deref()),
         Command::Tool(_) | Command::Mcp(_) => Some(None),
-        Command::Validate | Command::Instance(_) | Command::Init(_) | Command::Agent(_) => None,
+        Command::Validate(_) | Command::Instance(_) | Command::Init(_) | Command::Agent(_) => None,
     }
 }
 

@@ -504,3 +504,29 @@ fn a_closed_pipe_ends_output_quietly_with_status_0() {
         assert_eq!(stderr(&output), "", "{args:?} printed to stderr");
     }
 }
+
+/// `gdn validate --format github` prints one workflow command per problem
+/// (file, line, column, code as the title); `--strict` fails on warnings.
+#[test]
+fn validate_speaks_github_annotations_and_strict_fails_on_warnings() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let bundle = dir.path().join("goondan.yaml");
+    std::fs::write(
+        &bundle,
+        "apiVersion: goondan.ai/v1\nkind: Model\nmetadata: {name: m}\nspec:\n  provider: openai\n  model: x\n  modle: y\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let output = gdn(&bundle, &["validate", "--format", "github"]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "a warning alone passes: {stdout}");
+    let line = stdout.lines().next().unwrap_or_default();
+    assert!(line.starts_with("::warning file="), "{stdout}");
+    assert!(line.contains(",line=7,col=10,title=W_CONFIG_UNKNOWN_KEY::goondan.yaml#0.spec.modle: "), "{stdout}");
+    assert!(line.contains("%0ADid you mean `model`?"), "{stdout}");
+    let strict = gdn(&bundle, &["validate", "--strict"]);
+    assert_eq!(strict.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&strict.stderr).contains("--strict"), "{strict:?}");
+    let json = gdn(&bundle, &["validate", "--strict", "--format", "json"]);
+    let body: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap_or_default();
+    assert_eq!((body["valid"].as_bool(), body["strict"].as_bool()), (Some(false), Some(true)), "{body}");
+}
