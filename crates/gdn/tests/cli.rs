@@ -530,3 +530,32 @@ fn validate_speaks_github_annotations_and_strict_fails_on_warnings() {
     let body: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap_or_default();
     assert_eq!((body["valid"].as_bool(), body["strict"].as_bool()), (Some(false), Some(true)), "{body}");
 }
+
+/// On a terminal, a tool call that takes a while shows what runs and for
+/// how long (after a second), and the line is cleared when it ends. Runs
+/// gdn under `script` (util-linux), which gives it a pseudo-terminal.
+#[test]
+fn a_running_tool_shows_its_elapsed_time_on_a_terminal() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(
+        dir.path().join("goondan.yaml"),
+        "apiVersion: goondan.ai/v1\nkind: Model\nmetadata: {name: m}\nspec:\n  provider: scripted\n  model: s\n  options:\n    replies:\n      - toolCalls:\n          - {name: bash__exec, args: {command: \"sleep 2.3\"}}\n      - text: slept\n---\napiVersion: goondan.ai/v1\nkind: Agent\nmetadata: {name: a}\nspec:\n  modelConfig: {modelRef: Model/m}\n  tools:\n    - {kind: Tool, name: bash, package: \"@goondan/base\"}\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let command = format!("{} -c {} --no-color run --input go", env!("CARGO_BIN_EXE_gdn"), dir.path().display());
+    let output = Command::new("script")
+        .args(["-q", "-e", "-c", &command, "/dev/null"])
+        .env("GOONDAN_STATE_ROOT", dir.path().join("state"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("script (util-linux) is needed for this test: {e}"));
+    let seen = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{seen}");
+    assert!(seen.contains("⚙ bash__exec … 1s") && seen.contains("⚙ bash__exec … 2s"), "{seen:?}");
+    // Cleared before the final line of the call.
+    assert!(seen.contains("\r\x1b[2K  ⚙ bash__exec → ok"), "{seen:?}");
+    assert!(seen.contains("slept"), "{seen:?}");
+    // Not on a pipe.
+    let piped = gdn(&dir.path().join("goondan.yaml"), &["run", "--input", "go"]);
+    assert!(!String::from_utf8_lossy(&piped.stderr).contains('…'), "{piped:?}");
+}
