@@ -55,6 +55,8 @@ pub enum Command {
     /// Manage agent instances (their conversations and event logs).
     #[command(subcommand)]
     Instance(InstanceCommand),
+    /// Stop the project's running service (`gdn run` with Connections): it drains, then exits.
+    Stop(StopArgs),
     /// Write a starter project.
     Init(InitArgs),
     /// Inspect and call tools.
@@ -239,4 +241,12 @@ pub enum ValidateFormat {
     Json,
     /// GitHub Actions workflow commands (`::error file=…,line=…,col=…::…`), one per problem.
     Github,
+}
+
+/// `gdn stop`.
+#[derive(Debug, Args)]
+pub struct StopArgs {
+    /// How long to wait for the service to finish its running turns and exit.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    pub wait_secs: u64,
 }

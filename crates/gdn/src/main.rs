@@ -18,6 +18,7 @@ mod output;
 mod run;
 mod secrets;
 mod service;
+mod service_status;
 mod shutdown;
 mod wiring;
 mod workspace;
@@ -117,6 +118,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Run(args) => runtime.block_on(run::run(&cli.global, args, &session, &mut out)),
         Command::Instance(command) => instance::instance(&cli.global, command, &mut out),
+        Command::Stop(args) => service_status::stop(&cli.global, args.wait_secs, &mut out),
         Command::Init(args) => init::init(&cli.global, args, &mut out),
         Command::Validate(args) => runtime.block_on(commands::validate(&cli.global, args, &mut out)),
         Command::Tool(ToolCommand::List { agent }) => {
@@ -162,7 +164,7 @@ fn loads_env_files(command: &Command) -> Option<Option<&Path>> {
     match command {
         Command::Run(args) => Some(args.env_file.as_deref()),
         Command::Tool(_) | Command::Mcp(_) => Some(None),
-        Command::Validate(_) | Command::Instance(_) | Command::Init(_) | Command::Agent(_) => None,
+        Command::Validate(_) | Command::Stop(_) | Command::Instance(_) | Command::Init(_) | Command::Agent(_) => None,
     }
 }
 

@@ -404,6 +404,8 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
             max_concurrent: orchestrator.plan().max_processes,
             grace: std::time::Duration::from_secs(args.drain_secs.unwrap_or(30)),
             json: global.json,
+            bundle: goondan_config::resolve_bundle_file(&orchestrator.plan().config).display().to_string(),
+            swarm: orchestrator.plan().swarm.name.clone(),
         };
         let code = crate::service::serve(connections, &orchestrator, options, &session.shutdown, out).await?;
         orchestrator.shutdown("the service stopped").await;

@@ -311,6 +311,10 @@ pub struct ServeOptions {
     pub grace: Duration,
     /// `--json`: status lines as JSON.
     pub json: bool,
+    /// The bundle file (for the status file).
+    pub bundle: String,
+    /// The Swarm's name.
+    pub swarm: String,
 }
 
 /// A started connector, supervised.
@@ -536,6 +540,18 @@ pub async fn serve(
         }
     }
     let names: Vec<&str> = plans.iter().map(|p| p.name.as_str()).collect();
+    let status = crate::service_status::ServiceStatus {
+        pid: std::process::id(),
+        started_at: goondan_core::message::now_millis(),
+        bundle: options.bundle.clone(),
+        swarm: options.swarm.clone(),
+        connections: names.iter().map(|n| (*n).to_owned()).collect(),
+        listening: listening.clone(),
+        log: None,
+    };
+    if let Err(error) = status.write(&options.workspace_dir) {
+        tracing::warn!("the service's status file could not be written: {error}");
+    }
     if options.json {
         let line = serde_json::json!({
             "status": "serving",
@@ -588,6 +604,7 @@ pub async fn serve(
     }
     inbox.close();
     let left = dispatcher.drain(options.grace).await;
+    crate::service_status::ServiceStatus::remove(&options.workspace_dir);
     if let Err(error) = inbox.sync().await {
         tracing::warn!("the inbox's last records may not be on disk: {error}");
     }
