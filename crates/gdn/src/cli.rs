@@ -183,6 +183,10 @@ pub struct RunArgs {
     /// With Connections: how long running turns may take to finish when the service stops (default 30).
     #[arg(long, value_name = "SECONDS")]
     pub drain_secs: Option<u64>,
+    /// With Connections: run the service in the background (logs to the workspace's logs/service.log);
+    /// returns once it serves, or with its start-up error.
+    #[arg(long)]
+    pub detach: bool,
 }
 
 #[derive(Debug, Subcommand)]

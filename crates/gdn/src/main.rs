@@ -35,6 +35,8 @@ pub struct Session {
     pub shutdown: Arc<shutdown::Shutdown>,
     /// The secrets taken out of the environment (handed to agent processes over their channel).
     pub secrets: Arc<secrets::Secrets>,
+    /// `gdn run --detach` started a service: it is not ended with us.
+    pub started_service: std::sync::atomic::AtomicBool,
 }
 
 /// Exit codes: 0 success, 1 a failed result (invalid bundle, error
@@ -92,8 +94,13 @@ fn main() -> ExitCode {
     goondan_base::tool_processes::become_subreaper();
     let tool_processes = Arc::new(goondan_base::tool_processes::ToolProcesses::default());
     let shutdown = shutdown::Shutdown::install(Arc::clone(&tool_processes));
-    let session =
-        Session { env, tool_processes: Arc::clone(&tool_processes), shutdown: Arc::clone(&shutdown), secrets };
+    let session = Session {
+        env,
+        tool_processes: Arc::clone(&tool_processes),
+        shutdown: Arc::clone(&shutdown),
+        secrets,
+        started_service: std::sync::atomic::AtomicBool::new(false),
+    };
     init_logging(&cli.global);
     if kept_away > 0 {
         tracing::debug!("{kept_away} secret variable(s) kept out of the environment of tool processes");
@@ -142,8 +149,11 @@ fn main() -> ExitCode {
         drop(runtime);
     }
     tool_processes.kill_all();
-    // What the scan by marker missed (a process caught mid-exec).
-    goondan_base::tool_processes::kill_descendants();
+    // What the scan by marker missed (a process caught mid-exec) — but not
+    // a service `gdn run --detach` started, which is meant to outlive us.
+    if !session.started_service.load(std::sync::atomic::Ordering::SeqCst) {
+        goondan_base::tool_processes::kill_descendants();
+    }
     if let Some(code) = shutdown.exit_status() {
         return ExitCode::from(code);
     }

@@ -371,6 +371,20 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
     if let Some(seconds) = args.agent_idle_secs {
         plan.idle_timeout = (seconds > 0).then(|| std::time::Duration::from_secs(seconds));
     }
+    if args.detach {
+        if connections.is_empty() {
+            return usage_error(
+                out,
+                "--detach runs a service: the Swarm has no Connections to serve (or --input was given)",
+            );
+        }
+        return crate::service_status::detach(
+            workspace.dir(),
+            &session.secrets.to_map(),
+            &session.started_service,
+            out,
+        );
+    }
     let program = std::env::current_exe().context("finding the gdn binary to start agent processes")?;
     let entry = AgentInstance::new(agent_name, instance_key);
     let console = Arc::new(Console {

@@ -547,7 +547,7 @@ pub async fn serve(
         swarm: options.swarm.clone(),
         connections: names.iter().map(|n| (*n).to_owned()).collect(),
         listening: listening.clone(),
-        log: None,
+        log: std::env::var(crate::service_status::LOG_ENV).ok(),
     };
     if let Err(error) = status.write(&options.workspace_dir) {
         tracing::warn!("the service's status file could not be written: {error}");

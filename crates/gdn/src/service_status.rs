@@ -7,6 +7,7 @@
 //! reader trusts the file only while the lock is held.
 
 use std::io::Write as _;
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -77,6 +78,86 @@ pub fn inbox_locked(workspace_dir: &Path) -> bool {
         }
         Err(std::fs::TryLockError::WouldBlock) => true,
         Err(std::fs::TryLockError::Error(_)) => false,
+    }
+}
+
+/// The variable that tells a detached service where its logs go.
+pub const LOG_ENV: &str = "GOONDAN_SERVICE_LOG";
+
+/// `gdn run --detach`: starts this same command without `--detach` in the
+/// background (its own process group, standard input closed, output
+/// appended to `<workspace>/logs/service.log`) and returns once it serves
+/// (its status file names it) — or, if it ends first, with its exit code and
+/// the end of its log, where its start-up error is.
+pub fn detach(
+    workspace_dir: &Path,
+    secrets: &std::collections::BTreeMap<String, String>,
+    started: &std::sync::atomic::AtomicBool,
+    out: &mut Output,
+) -> Result<u8> {
+    if let Some(running) = ServiceStatus::running(workspace_dir) {
+        output::error_line(
+            &mut out.stderr,
+            format_args!("a service of this project already runs (pid {}); gdn stop stops it", running.pid),
+        )?;
+        return Ok(exit::USAGE);
+    }
+    let logs = workspace_dir.join("logs");
+    std::fs::create_dir_all(&logs)?;
+    let log_path = logs.join("service.log");
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path)?;
+    let start = std::fs::metadata(&log_path).map(|m| m.len()).unwrap_or(0);
+    let program = std::env::current_exe()?;
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).filter(|arg| arg != "--detach").collect();
+    let mut child = std::process::Command::new(program)
+        .args(args)
+        // The secrets `main` took out of this environment go back into the
+        // child's, which takes them out again the same way.
+        .envs(secrets)
+        .env(LOG_ENV, &log_path)
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        // Out of the terminal's foreground group: closing the terminal or a
+        // Ctrl-C there does not reach it.
+        .process_group(0)
+        .spawn()?;
+    started.store(true, std::sync::atomic::Ordering::SeqCst);
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(status) = ServiceStatus::running(workspace_dir).filter(|s| s.pid == child.id()) {
+            writeln!(
+                out.stderr,
+                "service started (pid {}): Connections {}{}; logs: {}; `gdn stop` stops it",
+                status.pid,
+                status.connections.join(", "),
+                if status.listening.is_empty() { String::new() } else { format!(" ({})", status.listening.join(", ")) },
+                log_path.display()
+            )?;
+            return Ok(exit::OK);
+        }
+        if let Some(ended) = child.try_wait()? {
+            let text = std::fs::read(&log_path).unwrap_or_default();
+            let tail = String::from_utf8_lossy(text.get(usize::try_from(start).unwrap_or(0)..).unwrap_or_default());
+            write!(out.stderr, "{tail}")?;
+            output::error_line(
+                &mut out.stderr,
+                format_args!("the service did not start ({ended}); log: {}", log_path.display()),
+            )?;
+            return Ok(u8::try_from(ended.code().unwrap_or(1)).unwrap_or(1).max(1));
+        }
+        if std::time::Instant::now() > deadline {
+            output::error_line(
+                &mut out.stderr,
+                format_args!(
+                    "the service (pid {}) is not serving after 120 s; log: {}",
+                    child.id(),
+                    log_path.display()
+                ),
+            )?;
+            return Ok(exit::FAILED);
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
