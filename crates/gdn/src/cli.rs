@@ -55,6 +55,8 @@ pub enum Command {
     /// Manage agent instances (their conversations and event logs).
     #[command(subcommand)]
     Instance(InstanceCommand),
+    /// Check that this machine can run the bundle: runtimes, keys, MCP server programs, connector ports, state.
+    Doctor,
     /// Stop the project's running service (`gdn run` with Connections): it drains, then exits.
     Stop(StopArgs),
     /// Write a starter project.

@@ -9,6 +9,7 @@ use clap::Parser;
 mod agent_process;
 mod cli;
 mod commands;
+mod doctor;
 mod dotenv;
 mod init;
 mod input;
@@ -126,6 +127,7 @@ fn main() -> ExitCode {
         Command::Run(args) => runtime.block_on(run::run(&cli.global, args, &session, &mut out)),
         Command::Instance(command) => instance::instance(&cli.global, command, &mut out),
         Command::Stop(args) => service_status::stop(&cli.global, args.wait_secs, &mut out),
+        Command::Doctor => doctor::doctor(&cli.global, &session, &mut out),
         Command::Init(args) => init::init(&cli.global, args, &mut out),
         Command::Validate(args) => runtime.block_on(commands::validate(&cli.global, args, &mut out)),
         Command::Tool(ToolCommand::List { agent }) => {
@@ -173,7 +175,7 @@ fn main() -> ExitCode {
 fn loads_env_files(command: &Command) -> Option<Option<&Path>> {
     match command {
         Command::Run(args) => Some(args.env_file.as_deref()),
-        Command::Tool(_) | Command::Mcp(_) => Some(None),
+        Command::Tool(_) | Command::Mcp(_) | Command::Doctor => Some(None),
         Command::Validate(_) | Command::Stop(_) | Command::Instance(_) | Command::Init(_) | Command::Agent(_) => None,
     }
 }

@@ -559,3 +559,57 @@ fn a_running_tool_shows_its_elapsed_time_on_a_terminal() {
     let piped = gdn(&dir.path().join("goondan.yaml"), &["run", "--input", "go"]);
     assert!(!String::from_utf8_lossy(&piped.stderr).contains('…'), "{piped:?}");
 }
+
+/// `gdn doctor` names what would keep the bundle from running, each with a
+/// fix: a Model's unset key, an MCP server's missing program, a busy
+/// connector port; exit 1 on any error, 0 when everything is ready.
+#[test]
+fn doctor_finds_a_missing_key_a_missing_program_and_a_busy_port() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+    let port = busy.local_addr().map(|a| a.port()).unwrap_or_else(|e| panic!("{e}"));
+    let bundle = dir.path().join("goondan.yaml");
+    std::fs::write(
+        &bundle,
+        format!(
+            "apiVersion: goondan.ai/v1\nkind: Model\nmetadata: {{name: real}}\nspec:\n  provider: openai\n  model: gpt-x\n  apiKey: {{valueFrom: {{env: GOONDAN_DOCTOR_TEST_UNSET_KEY}}}}\n---\n\
+             apiVersion: goondan.ai/v1\nkind: Agent\nmetadata: {{name: a}}\nspec:\n  modelConfig: {{modelRef: Model/real}}\n  extensions:\n    - kind: Extension\n      name: mcp\n      package: \"@goondan/base\"\n      config:\n        servers:\n          gone: {{command: goondan-no-such-program-anywhere}}\n---\n\
+             apiVersion: goondan.ai/v1\nkind: Swarm\nmetadata: {{name: s}}\nspec: {{entryAgent: Agent/a, agents: [Agent/a]}}\n---\n\
+             apiVersion: goondan.ai/v1\nkind: Connection\nmetadata: {{name: hooks}}\nspec:\n  connectorRef: {{kind: Connector, name: webhook, package: \"@goondan/base\"}}\n  config:\n    WEBHOOK_PORT: {{value: \"{port}\"}}\n"
+        ),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let output = gdn(&bundle, &["--json", "doctor"]);
+    assert_eq!(output.status.code(), Some(1), "{}", String::from_utf8_lossy(&output.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap_or_default();
+    let errors: Vec<String> = report["checks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["level"] == "error")
+        .map(|c| {
+            format!(
+                "{} | {} | {}",
+                c["name"].as_str().unwrap_or(""),
+                c["detail"].as_str().unwrap_or(""),
+                c["fix"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    assert_eq!(errors.len(), 3, "{report:#}");
+    assert!(
+        errors[0].starts_with("Model real | ") && errors[0].contains("GOONDAN_DOCTOR_TEST_UNSET_KEY"),
+        "{errors:?}"
+    );
+    assert!(
+        errors[1].starts_with("a › gone | 'goondan-no-such-program-anywhere' is not a program on PATH"),
+        "{errors:?}"
+    );
+    assert!(errors[2].starts_with("hooks (webhook) | ") && errors[2].contains("is in use"), "{errors:?}");
+    assert!(errors.iter().all(|e| !e.ends_with("| ")), "every error has a fix: {errors:?}");
+    drop(busy);
+    // A ready bundle: exit 0.
+    let ready = gdn(&quickstart(), &["doctor"]);
+    let text = String::from_utf8_lossy(&ready.stdout);
+    assert!(text.contains("state root") && text.contains("passed"), "{text}");
+}
