@@ -55,6 +55,8 @@ pub enum Command {
     /// Manage agent instances (their conversations and event logs).
     #[command(subcommand)]
     Instance(InstanceCommand),
+    /// Show what the project's agents and service did: turns, steps, tool calls, handoffs, connector events.
+    Logs(LogsArgs),
     /// Check that this machine can run the bundle: runtimes, keys, MCP server programs, connector ports, state.
     Doctor,
     /// Stop the project's running service (`gdn run` with Connections): it drains, then exits.
@@ -255,4 +257,24 @@ pub struct StopArgs {
     /// How long to wait for the service to finish its running turns and exit.
     #[arg(long, value_name = "SECONDS", default_value_t = 60)]
     pub wait_secs: u64,
+}
+
+/// `gdn logs`.
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    /// Only this instance key.
+    #[arg(long)]
+    pub instance_key: Option<String>,
+    /// Only this agent.
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// Only this trace (a turn and the turns it led to).
+    #[arg(long)]
+    pub trace: Option<String>,
+    /// How many of the latest lines to show first.
+    #[arg(long, default_value_t = 200)]
+    pub lines: usize,
+    /// Keep printing new lines as they are written (Ctrl-C ends).
+    #[arg(long, short = 'f')]
+    pub follow: bool,
 }

@@ -14,6 +14,7 @@ mod dotenv;
 mod init;
 mod input;
 mod instance;
+mod logs;
 mod mcp_serve;
 mod output;
 mod run;
@@ -128,6 +129,7 @@ fn main() -> ExitCode {
         Command::Instance(command) => instance::instance(&cli.global, command, &mut out),
         Command::Stop(args) => service_status::stop(&cli.global, args.wait_secs, &mut out),
         Command::Doctor => doctor::doctor(&cli.global, &session, &mut out),
+        Command::Logs(args) => logs::logs(&cli.global, args, &mut out),
         Command::Init(args) => init::init(&cli.global, args, &mut out),
         Command::Validate(args) => runtime.block_on(commands::validate(&cli.global, args, &mut out)),
         Command::Tool(ToolCommand::List { agent }) => {
@@ -176,7 +178,12 @@ fn loads_env_files(command: &Command) -> Option<Option<&Path>> {
     match command {
         Command::Run(args) => Some(args.env_file.as_deref()),
         Command::Tool(_) | Command::Mcp(_) | Command::Doctor => Some(None),
-        Command::Validate(_) | Command::Stop(_) | Command::Instance(_) | Command::Init(_) | Command::Agent(_) => None,
+        Command::Validate(_)
+        | Command::Stop(_)
+        | Command::Logs(_)
+        | Command::Instance(_)
+        | Command::Init(_)
+        | Command::Agent(_) => None,
     }
 }
 
