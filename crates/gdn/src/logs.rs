@@ -189,6 +189,12 @@ fn render(entry: &Entry) -> String {
                 s("instance")
             )
         }
+        (_, "dropped") => format!(
+            "event {} via {} (instance {}) dropped: no ingress rule matches",
+            s("event"),
+            s("connection"),
+            s("instanceKey")
+        ),
         (_, "start") => {
             format!(
                 "event #{} → {}@{}: turn started",

@@ -221,6 +221,15 @@ enum Record {
         key: String,
         at: u64,
     },
+    /// An event no ingress rule matched (a note for `gdn logs`; not kept
+    /// by a rewrite).
+    Dropped {
+        at: u64,
+        connection: String,
+        event: String,
+        #[serde(rename = "instanceKey")]
+        instance_key: String,
+    },
 }
 
 fn now_ms() -> u64 {
@@ -262,6 +271,7 @@ impl Folded {
                 self.pending.remove(&seq);
             }
             Record::Seen { key, at } => self.remember(key, at),
+            Record::Dropped { .. } => {}
         }
     }
 
@@ -380,6 +390,12 @@ enum Op {
         seq: u64,
         outcome: Outcome,
         reply: Option<oneshot::Sender<Result<(), SinkError>>>,
+    },
+    /// A note that an event was dropped (synced with the next write).
+    Dropped {
+        connection: String,
+        event: String,
+        instance_key: String,
     },
     /// Answered once everything sent before it is on disk.
     Sync {
@@ -500,6 +516,16 @@ impl Inbox {
         let (reply, answer) = oneshot::channel();
         self.ops.send(Op::Done { seq, outcome, reply: Some(reply) }).map_err(|_| SinkError::Closed)?;
         answer.await.map_err(|_| SinkError::Closed)?
+    }
+
+    /// Notes that an event of `connection` matched no ingress rule and was
+    /// dropped (for `gdn logs`; not waited for).
+    pub fn dropped(&self, connection: &str, event: &str, instance_key: &str) {
+        let _ = self.ops.send(Op::Dropped {
+            connection: connection.to_owned(),
+            event: event.to_owned(),
+            instance_key: instance_key.to_owned(),
+        });
     }
 
     /// Returns once everything recorded before (turn starts included) is
@@ -628,6 +654,11 @@ impl Writer {
                     applied.push(record);
                 }
                 Op::Sync { reply } => done_replies.push(reply),
+                Op::Dropped { connection, event, instance_key } => {
+                    let record = Record::Dropped { at, connection, event, instance_key };
+                    push_line(&mut lines, &record);
+                    applied.push(record);
+                }
                 Op::Done { seq, outcome, reply } => {
                     let record = Record::Done { seq, at, outcome };
                     push_line(&mut lines, &record);

@@ -189,6 +189,9 @@ async fn the_connection_sink_routes_drops_unmatched_and_deduplicates() -> TestRe
         tokio::time::timeout(Duration::from_millis(100), stored_rx.recv()).await.is_err(),
         "the unmatched event was stored"
     );
+    // The drop is noted in the inbox (for gdn logs), and is no pending event.
+    let text = std::fs::read_to_string(dir.path().join(INBOX_FILE))?;
+    assert!(text.contains(r#""op":"dropped""#) && text.contains(r#""event":"edited""#), "{text}");
     Ok(())
 }
 
