@@ -51,10 +51,16 @@ pub enum Command {
     /// Run a turn of the entry agent (or an interactive session without input).
     Run(RunArgs),
     /// Check a bundle and report every problem.
-    Validate,
+    Validate(ValidateArgs),
     /// Manage agent instances (their conversations and event logs).
     #[command(subcommand)]
     Instance(InstanceCommand),
+    /// Show what the project's agents and service did: turns, steps, tool calls, handoffs, connector events.
+    Logs(LogsArgs),
+    /// Check that this machine can run the bundle: runtimes, keys, MCP server programs, connector ports, state.
+    Doctor,
+    /// Stop the project's running service (`gdn run` with Connections): it drains, then exits.
+    Stop(StopArgs),
     /// Write a starter project.
     Init(InitArgs),
     /// Inspect and call tools.
@@ -181,6 +187,10 @@ pub struct RunArgs {
     /// With Connections: how long running turns may take to finish when the service stops (default 30).
     #[arg(long, value_name = "SECONDS")]
     pub drain_secs: Option<u64>,
+    /// With Connections: run the service in the background (logs to the workspace's logs/service.log);
+    /// returns once it serves, or with its start-up error.
+    #[arg(long)]
+    pub detach: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -217,4 +227,54 @@ pub enum Template {
     Default,
     /// A coordinator and a worker agent.
     MultiAgent,
+}
+
+/// `gdn validate`.
+#[derive(Debug, Args, Default)]
+pub struct ValidateArgs {
+    /// Warnings fail the check too (exit 1).
+    #[arg(long)]
+    pub strict: bool,
+    /// How to print the report (default: text, or json with --json).
+    #[arg(long, value_enum)]
+    pub format: Option<ValidateFormat>,
+}
+
+/// `gdn validate --format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ValidateFormat {
+    /// For people: each problem with its line and a suggestion.
+    Text,
+    /// `{"valid", "strict", "diagnostics"}`.
+    Json,
+    /// GitHub Actions workflow commands (`::error file=…,line=…,col=…::…`), one per problem.
+    Github,
+}
+
+/// `gdn stop`.
+#[derive(Debug, Args)]
+pub struct StopArgs {
+    /// How long to wait for the service to finish its running turns and exit.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    pub wait_secs: u64,
+}
+
+/// `gdn logs`.
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    /// Only this instance key.
+    #[arg(long)]
+    pub instance_key: Option<String>,
+    /// Only this agent.
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// Only this trace (a turn and the turns it led to).
+    #[arg(long)]
+    pub trace: Option<String>,
+    /// How many of the latest lines to show first.
+    #[arg(long, default_value_t = 200)]
+    pub lines: usize,
+    /// Keep printing new lines as they are written (Ctrl-C ends).
+    #[arg(long, short = 'f')]
+    pub follow: bool,
 }

@@ -12,12 +12,12 @@ use goondan_runtime::agent::{AgentBuildError, AgentOptions, AgentTooling, assemb
 use goondan_runtime::store::WorkspaceAccess;
 use goondan_tools::TracingEventSink;
 
-use crate::cli::{GlobalOptions, ToolCallArgs};
+use crate::cli::{GlobalOptions, ToolCallArgs, ValidateFormat};
 use crate::exit;
 use crate::output::{self, Output};
 
 /// `gdn validate`.
-pub async fn validate(global: &GlobalOptions, out: &mut Output) -> Result<u8> {
+pub async fn validate(global: &GlobalOptions, args: &crate::cli::ValidateArgs, out: &mut Output) -> Result<u8> {
     let mut report = load_bundle(&global.config);
     // Only a bundle with Tools or Extensions needs a runtime (discovery runs `--version`).
     if let Some(bundle) = report.bundle.as_ref().filter(|bundle| has_scripts(bundle)) {
@@ -29,13 +29,26 @@ pub async fn validate(global: &GlobalOptions, out: &mut Output) -> Result<u8> {
             Err(error) => report.diagnostics.extend(script_runtime_warning(bundle, &error)),
         }
     }
-    let valid = !report.has_errors();
-    if global.json {
-        let body = serde_json::json!({"valid": valid, "diagnostics": report.diagnostics});
-        writeln!(out.stdout, "{}", serde_json::to_string_pretty(&body)?)?;
-    } else {
-        let subject = resolve_bundle_file(&global.config).display().to_string();
-        output::write_report(&mut out.stdout, &report.diagnostics, &subject)?;
+    let warnings = report.diagnostics.iter().filter(|d| !d.is_error()).count();
+    let valid = !(report.has_errors() || (args.strict && warnings > 0));
+    let subject = resolve_bundle_file(&global.config).display().to_string();
+    let format = args.format.unwrap_or(if global.json { ValidateFormat::Json } else { ValidateFormat::Text });
+    match format {
+        ValidateFormat::Json => {
+            let body = serde_json::json!({"valid": valid, "strict": args.strict, "diagnostics": report.diagnostics});
+            writeln!(out.stdout, "{}", serde_json::to_string_pretty(&body)?)?;
+        }
+        ValidateFormat::Github => {
+            for diagnostic in &report.diagnostics {
+                writeln!(out.stdout, "{}", output::github_annotation(diagnostic, &subject))?;
+            }
+        }
+        ValidateFormat::Text => {
+            output::write_report(&mut out.stdout, &report.diagnostics, &subject)?;
+            if args.strict && warnings > 0 && !report.has_errors() {
+                output::error_line(&mut out.stderr, "--strict: warnings fail the check; fix them or drop --strict")?;
+            }
+        }
     }
     Ok(if valid { exit::OK } else { exit::FAILED })
 }
@@ -221,9 +234,12 @@ async fn setup_in(
             output::error_line(&mut out.stderr, message)?;
             Ok(Err(exit::USAGE))
         }
+        // An extension that cannot be installed (its module does not load, no
+        // JavaScript runtime) is the bundle's or the machine's setup: a
+        // configuration error, as the README's exit codes say.
         Err(error @ AgentBuildError::Extension { .. }) => {
             output::error_line(&mut out.stderr, error)?;
-            Ok(Err(exit::FAILED))
+            Ok(Err(exit::USAGE))
         }
         Err(error) => Err(anyhow::Error::new(error).context("registering built-in tools")),
     }

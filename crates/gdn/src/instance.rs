@@ -44,7 +44,10 @@ pub fn instance(global: &GlobalOptions, command: &InstanceCommand, out: &mut Out
 /// The workspace `instance delete` works in: `--workspace`'s as it is
 /// (`None` if there is none), else the bundle's (`-c`), whose old-layout
 /// instances are moved into it first; another bundle's is refused.
-fn project_workspace(global: &GlobalOptions, root: &StateRoot) -> std::result::Result<Option<Workspace>, String> {
+pub(crate) fn project_workspace(
+    global: &GlobalOptions,
+    root: &StateRoot,
+) -> std::result::Result<Option<Workspace>, String> {
     if let Some(name) = &global.workspace {
         return find_workspace(root, name).map_err(|e| e.to_string());
     }
@@ -87,11 +90,17 @@ fn list(global: &GlobalOptions, root: &StateRoot, out: &mut Output) -> Result<u8
     let instances = list_instances(root).map_err(|e| anyhow!("{e}"))?;
     // Events stored by a service whose turns have not run: by workspace, then `agent@key`.
     let mut pending: BTreeMap<String, BTreeMap<String, usize>> = BTreeMap::new();
+    // Services running on a workspace (their status file, trusted while they hold the inbox).
+    let mut services: BTreeMap<String, crate::service_status::ServiceStatus> = BTreeMap::new();
     if let Ok(entries) = std::fs::read_dir(root.workspaces_dir()) {
         for entry in entries.flatten() {
+            let workspace = entry.file_name().to_string_lossy().into_owned();
             let waiting = crate::service::pending_by_instance(&entry.path());
             if !waiting.is_empty() {
-                pending.insert(entry.file_name().to_string_lossy().into_owned(), waiting);
+                pending.insert(workspace.clone(), waiting);
+            }
+            if let Some(service) = crate::service_status::ServiceStatus::running(&entry.path()) {
+                services.insert(workspace, service);
             }
         }
     }
@@ -118,6 +127,9 @@ fn list(global: &GlobalOptions, root: &StateRoot, out: &mut Output) -> Result<u8
         for (instance, count) in instances.iter().zip(&counts) {
             let mut value = serde_json::to_value(instance)?;
             value["pendingEvents"] = serde_json::json!(count);
+            if let Some(service) = instance.workspace.as_ref().and_then(|w| services.get(w)) {
+                value["service"] = serde_json::to_value(service)?;
+            }
             listed.push(value);
         }
         for (workspace, agent, key, count) in &waiting_only {
@@ -128,6 +140,22 @@ fn list(global: &GlobalOptions, root: &StateRoot, out: &mut Output) -> Result<u8
         }
         writeln!(out.stdout, "{}", serde_json::to_string_pretty(&listed)?)?;
         return Ok(exit::OK);
+    }
+    for (workspace, service) in &services {
+        let since = updated(service.started_at, now_millis());
+        let listening =
+            if service.listening.is_empty() { String::new() } else { format!(", {}", service.listening.join(", ")) };
+        writeln!(
+            out.stdout,
+            "{}service{} {workspace}: pid {}, started {since}, Swarm {}, Connections {}{listening}; logs: {}; bundle {}",
+            output::BOLD,
+            output::BOLD.render_reset(),
+            service.pid,
+            service.swarm,
+            service.connections.join(", "),
+            service.log.as_deref().unwrap_or("its standard error"),
+            service.bundle
+        )?;
     }
     if instances.is_empty() && waiting_only.is_empty() {
         writeln!(out.stdout, "no instances in {}", root.path().display())?;

@@ -9,15 +9,18 @@ use clap::Parser;
 mod agent_process;
 mod cli;
 mod commands;
+mod doctor;
 mod dotenv;
 mod init;
 mod input;
 mod instance;
+mod logs;
 mod mcp_serve;
 mod output;
 mod run;
 mod secrets;
 mod service;
+mod service_status;
 mod shutdown;
 mod wiring;
 mod workspace;
@@ -34,6 +37,8 @@ pub struct Session {
     pub shutdown: Arc<shutdown::Shutdown>,
     /// The secrets taken out of the environment (handed to agent processes over their channel).
     pub secrets: Arc<secrets::Secrets>,
+    /// `gdn run --detach` started a service: it is not ended with us.
+    pub started_service: std::sync::atomic::AtomicBool,
 }
 
 /// Exit codes: 0 success, 1 a failed result (invalid bundle, error
@@ -91,8 +96,13 @@ fn main() -> ExitCode {
     goondan_base::tool_processes::become_subreaper();
     let tool_processes = Arc::new(goondan_base::tool_processes::ToolProcesses::default());
     let shutdown = shutdown::Shutdown::install(Arc::clone(&tool_processes));
-    let session =
-        Session { env, tool_processes: Arc::clone(&tool_processes), shutdown: Arc::clone(&shutdown), secrets };
+    let session = Session {
+        env,
+        tool_processes: Arc::clone(&tool_processes),
+        shutdown: Arc::clone(&shutdown),
+        secrets,
+        started_service: std::sync::atomic::AtomicBool::new(false),
+    };
     init_logging(&cli.global);
     if kept_away > 0 {
         tracing::debug!("{kept_away} secret variable(s) kept out of the environment of tool processes");
@@ -117,8 +127,11 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Run(args) => runtime.block_on(run::run(&cli.global, args, &session, &mut out)),
         Command::Instance(command) => instance::instance(&cli.global, command, &mut out),
+        Command::Stop(args) => service_status::stop(&cli.global, args.wait_secs, &mut out),
+        Command::Doctor => doctor::doctor(&cli.global, &session, &mut out),
+        Command::Logs(args) => logs::logs(&cli.global, args, &mut out),
         Command::Init(args) => init::init(&cli.global, args, &mut out),
-        Command::Validate => runtime.block_on(commands::validate(&cli.global, &mut out)),
+        Command::Validate(args) => runtime.block_on(commands::validate(&cli.global, args, &mut out)),
         Command::Tool(ToolCommand::List { agent }) => {
             runtime.block_on(commands::tool_list(&cli.global, agent.as_deref(), &session, &mut out))
         }
@@ -140,9 +153,12 @@ fn main() -> ExitCode {
         drop(runtime);
     }
     tool_processes.kill_all();
-    // What the scan by marker missed (a process caught mid-exec).
-    goondan_base::tool_processes::kill_descendants();
-    if let Some(code) = shutdown.requested() {
+    // What the scan by marker missed (a process caught mid-exec) — but not
+    // a service `gdn run --detach` started, which is meant to outlive us.
+    if !session.started_service.load(std::sync::atomic::Ordering::SeqCst) {
+        goondan_base::tool_processes::kill_descendants();
+    }
+    if let Some(code) = shutdown.exit_status() {
         return ExitCode::from(code);
     }
     match result {
@@ -161,8 +177,13 @@ fn main() -> ExitCode {
 fn loads_env_files(command: &Command) -> Option<Option<&Path>> {
     match command {
         Command::Run(args) => Some(args.env_file.as_deref()),
-        Command::Tool(_) | Command::Mcp(_) => Some(None),
-        Command::Validate | Command::Instance(_) | Command::Init(_) | Command::Agent(_) => None,
+        Command::Tool(_) | Command::Mcp(_) | Command::Doctor => Some(None),
+        Command::Validate(_)
+        | Command::Stop(_)
+        | Command::Logs(_)
+        | Command::Instance(_)
+        | Command::Init(_)
+        | Command::Agent(_) => None,
     }
 }
 

@@ -107,9 +107,48 @@ pub fn write_report(out: &mut impl Write, diagnostics: &[Diagnostic], subject: &
     }
 }
 
+/// A diagnostic as a GitHub Actions workflow command (`::error` or
+/// `::warning`, with the file, line and column, the code as its title), so
+/// a workflow run annotates the line; the suggestion follows the message.
+pub fn github_annotation(diagnostic: &Diagnostic, file: &str) -> String {
+    // The documented escapes: data escapes %, CR, LF; properties also : and ,.
+    let data = |text: &str| text.replace('%', "%25").replace('\r', "%0D").replace('\n', "%0A");
+    let property = |text: &str| data(text).replace(':', "%3A").replace(',', "%2C");
+    let level = if diagnostic.is_error() { "error" } else { "warning" };
+    let mut properties = format!("file={}", property(file));
+    if let Some(line) = diagnostic.line {
+        properties.push_str(&format!(",line={line}"));
+    }
+    if let Some(column) = diagnostic.column {
+        properties.push_str(&format!(",col={column}"));
+    }
+    properties.push_str(&format!(",title={}", property(diagnostic.code.as_str())));
+    let mut message = format!("{}: {}", diagnostic.path, diagnostic.message);
+    if let Some(suggestion) = &diagnostic.suggestion {
+        message.push_str(&format!("\n{suggestion}"));
+    }
+    format!("::{level} {properties}::{}", data(&message))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn github_annotations_escape_as_documented() {
+        let mut diagnostic = Diagnostic::error(
+            goondan_config::DiagnosticCode::SchemaInvalid,
+            "goondan.yaml#0.spec.provider",
+            "50% wrong:\nreally",
+        );
+        diagnostic.line = Some(6);
+        diagnostic.column = Some(3);
+        diagnostic.suggestion = Some("Fix it, now".to_owned());
+        assert_eq!(
+            github_annotation(&diagnostic, "a,b:c.yaml"),
+            "::error file=a%2Cb%3Ac.yaml,line=6,col=3,title=E_CONFIG_SCHEMA_INVALID::goondan.yaml#0.spec.provider: 50%25 wrong:%0Areally%0AFix it, now"
+        );
+    }
 
     #[test]
     fn a_snippet_shows_the_line_and_a_caret_under_the_column() {

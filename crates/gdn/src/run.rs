@@ -46,6 +46,8 @@ struct Console {
     after_tools: Mutex<bool>,
     /// What each agent did, for `--json`.
     activity: Mutex<Vec<serde_json::Value>>,
+    /// The line that shows the step's running tools (a terminal only).
+    running: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Console {
@@ -69,11 +71,57 @@ impl Console {
         self.streamed.lock().map(|s| *s).unwrap_or(false)
     }
 
+    /// Shows, on a terminal, which tools run and for how long, after a
+    /// second (quick calls show nothing); the line goes when they end.
+    fn show_running(&self, names: &[String]) {
+        self.stop_running();
+        if self.json || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            return;
+        }
+        let names = names.join(", ");
+        let color = self.color;
+        let ticker = tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let mut tick = tokio::time::interval_at(
+                tokio::time::Instant::now() + std::time::Duration::from_secs(1),
+                std::time::Duration::from_secs(1),
+            );
+            loop {
+                tick.tick().await;
+                let mut stderr =
+                    if color { anstream::stderr() } else { anstream::AutoStream::never(std::io::stderr()) };
+                let _ = write!(
+                    stderr,
+                    "\r\x1b[2K{}  ⚙ {names} … {}s{}",
+                    output::DIM,
+                    started.elapsed().as_secs(),
+                    output::DIM.render_reset()
+                );
+                let _ = stderr.flush();
+            }
+        });
+        if let Ok(mut running) = self.running.lock() {
+            *running = Some(ticker);
+        }
+    }
+
+    /// Stops the running-tools line and clears it if it was shown.
+    fn stop_running(&self) {
+        let ticker = self.running.lock().ok().and_then(|mut running| running.take());
+        if let Some(ticker) = ticker {
+            ticker.abort();
+            let mut stderr = std::io::stderr();
+            let _ = write!(stderr, "\r\x1b[2K");
+            let _ = stderr.flush();
+        }
+    }
+
     /// A line on stderr between streamed text: the text's line is ended first.
     fn side_line(&self, line: std::fmt::Arguments<'_>) {
         if self.json {
             return;
         }
+        self.stop_running();
         let after = self.after_tools.lock().map(|a| *a).unwrap_or(false);
         if self.streamed() && !after {
             let mut stdout = anstream::stdout();
@@ -95,7 +143,10 @@ impl SwarmObserver for Console {
     fn observe(&self, instance: &AgentInstance, event: &ObservePayload) {
         let entry = *instance == self.entry;
         match event {
+            ObservePayload::ToolsRunning { names } if entry => self.show_running(names),
+            ObservePayload::ToolsRunning { .. } => {}
             ObservePayload::TextDelta { text } if entry && !self.json => {
+                self.stop_running();
                 let mut stdout = anstream::stdout();
                 let paragraph = self.after_tools.lock().map(|mut after| std::mem::take(&mut *after)).unwrap_or(false);
                 if paragraph && self.streamed() {
@@ -138,6 +189,9 @@ impl SwarmObserver for Console {
                 }
             }
             ObservePayload::TurnEnded { summary } => {
+                if entry {
+                    self.stop_running();
+                }
                 if let Ok(mut activity) = self.activity.lock() {
                     activity.push(serde_json::json!({
                         "agent": instance.agent,
@@ -317,6 +371,20 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
     if let Some(seconds) = args.agent_idle_secs {
         plan.idle_timeout = (seconds > 0).then(|| std::time::Duration::from_secs(seconds));
     }
+    if args.detach {
+        if connections.is_empty() {
+            return usage_error(
+                out,
+                "--detach runs a service: the Swarm has no Connections to serve (or --input was given)",
+            );
+        }
+        return crate::service_status::detach(
+            workspace.dir(),
+            &session.secrets.to_map(),
+            &session.started_service,
+            out,
+        );
+    }
     let program = std::env::current_exe().context("finding the gdn binary to start agent processes")?;
     let entry = AgentInstance::new(agent_name, instance_key);
     let console = Arc::new(Console {
@@ -327,6 +395,7 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
         streamed: Mutex::new(false),
         after_tools: Mutex::new(false),
         activity: Mutex::new(Vec::new()),
+        running: Mutex::new(None),
     });
     // Agent processes log as this one does.
     let mut launch_args: Vec<&str> = vec!["-v"; usize::from(global.verbose)];
@@ -349,6 +418,8 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
             max_concurrent: orchestrator.plan().max_processes,
             grace: std::time::Duration::from_secs(args.drain_secs.unwrap_or(30)),
             json: global.json,
+            bundle: goondan_config::resolve_bundle_file(&orchestrator.plan().config).display().to_string(),
+            swarm: orchestrator.plan().swarm.name.clone(),
         };
         let code = crate::service::serve(connections, &orchestrator, options, &session.shutdown, out).await?;
         orchestrator.shutdown("the service stopped").await;

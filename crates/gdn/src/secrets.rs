@@ -181,6 +181,17 @@ fn reexec_without(taken: &BTreeMap<String, String>, kept: Vec<(OsString, OsStrin
 
 /// The names the bundle reads with `valueFrom: {env: NAME}`, anywhere.
 fn bundle_secret_names(bundle: &Path) -> BTreeSet<String> {
+    env_refs(bundle, |_| true)
+}
+
+/// The names the bundle's resources other than Connections read with
+/// `valueFrom: {env: NAME}`: what agents need (Model keys, MCP servers'
+/// `env` and `headers`, tool and extension config).
+pub fn names_read_outside_connections(bundle: &Path) -> BTreeSet<String> {
+    env_refs(bundle, |document| document.get("kind").and_then(JsonValue::as_str) != Some("Connection"))
+}
+
+fn env_refs(bundle: &Path, wanted: impl Fn(&JsonValue) -> bool) -> BTreeSet<String> {
     let file = goondan_config::resolve_bundle_file(bundle);
     let mut names = BTreeSet::new();
     // Read as the loader reads it (a regular file, capped); it reports the rest.
@@ -189,7 +200,7 @@ fn bundle_secret_names(bundle: &Path) -> BTreeSet<String> {
     };
     let Ok(text) = String::from_utf8(bytes) else { return names };
     if let Ok(documents) = goondan_config::yaml::parse_documents(&text) {
-        for document in &documents {
+        for document in documents.iter().filter(|document| wanted(&document.value)) {
             collect_env_refs(&document.value, &mut names);
         }
     }

@@ -78,18 +78,14 @@ pub fn connection_secret_variables(bundle: &Bundle) -> BTreeSet<String> {
 }
 
 /// The variables withheld from agent processes: those Connections read
-/// for their `secrets`, unless a built-in tool or a Model reads them too
-/// (`TELEGRAM_BOT_TOKEN` feeds the connector and `telegram__send` alike).
+/// for their `secrets`, unless a built-in tool or another resource of the
+/// bundle reads them too (`TELEGRAM_BOT_TOKEN` feeds the connector and
+/// `telegram__send` alike; a Model's key, an MCP server's `env` or
+/// `headers` with `valueFrom.env` are the agent's to read).
 pub fn agent_withheld_variables(bundle: &Bundle) -> BTreeSet<String> {
     let mut used_by_agents: BTreeSet<String> =
         goondan_base::settings::ENV_VARS.iter().map(|name| (*name).to_owned()).collect();
-    for resource in bundle.resources() {
-        if let AnyResource::Model(model) = &resource.resource
-            && let Some(from) = model.spec.api_key.as_ref().and_then(|key| key.value_from.as_ref())
-        {
-            used_by_agents.insert(from.env.clone());
-        }
-    }
+    used_by_agents.extend(crate::secrets::names_read_outside_connections(bundle.file()));
     connection_secret_variables(bundle).into_iter().filter(|name| !used_by_agents.contains(name)).collect()
 }
 
@@ -121,7 +117,7 @@ fn resolve_values(
                     resolved.insert(key.clone(), value);
                 }
                 None if required => errors.push(format!(
-                    "Connection '{connection}': spec.{field}.{key} reads the environment variable {} , which is not set",
+                    "Connection '{connection}': spec.{field}.{key} reads the environment variable {}, which is not set",
                     from.env
                 )),
                 None => tracing::info!(
@@ -260,7 +256,7 @@ impl TurnRunner for HubTurns {
         };
         let answer = self.orchestrator.deliver(&instance, inbound, cancel.clone()).await;
         let end = classify(&answer, *cancel.borrow());
-        if end != TurnEnd::Interrupted {
+        if matches!(end, TurnEnd::Answered | TurnEnd::Failed(_)) {
             self.print(turn, &instance, &answer);
         }
         match &end {
@@ -271,6 +267,10 @@ impl TurnRunner for HubTurns {
             TurnEnd::Failed(message) | TurnEnd::Retry(message) => tracing::warn!(
                 connection = %turn.entry.connection, event = %turn.entry.event.name, instance = %instance,
                 "event turn: {message}"
+            ),
+            TurnEnd::Hold(message) => tracing::error!(
+                connection = %turn.entry.connection, event = %turn.entry.event.name, instance = %instance,
+                "event turn held until the next start: {message}"
             ),
             TurnEnd::Interrupted => {}
         }
@@ -289,7 +289,14 @@ fn classify(answer: &DelegateResultPayload, cancelled: bool) -> TurnEnd {
         None => {
             let (code, message) =
                 answer.error.as_ref().map_or(("", "no answer"), |error| (error.code.as_str(), error.message.as_str()));
-            TurnEnd::Retry(format!("{code}: {message}"))
+            // An agent the bundle cannot build (a model's key not set, …)
+            // fails the same way at every start: no retry, but the event
+            // is kept for the start after the operator fixed it.
+            if code == goondan_agent::instance::ready_codes::BUILD_FAILED {
+                TurnEnd::Hold(format!("{code}: {message}"))
+            } else {
+                TurnEnd::Retry(format!("{code}: {message}"))
+            }
         }
     }
 }
@@ -304,6 +311,10 @@ pub struct ServeOptions {
     pub grace: Duration,
     /// `--json`: status lines as JSON.
     pub json: bool,
+    /// The bundle file (for the status file).
+    pub bundle: String,
+    /// The Swarm's name.
+    pub swarm: String,
 }
 
 /// A started connector, supervised.
@@ -392,6 +403,80 @@ impl Drop for EndedOnDrop {
     }
 }
 
+/// Standard input for the `cli` connector, read by a thread of its own.
+///
+/// A read of standard input cannot be cancelled. `tokio::io::stdin` reads on
+/// the runtime's blocking pool, and dropping the runtime waits for that read:
+/// a service stopped by SIGTERM while its terminal or pipe stays open would
+/// never exit. A plain thread blocked in `read` is left behind instead, and
+/// ends with the process.
+struct ThreadStdin {
+    chunks: tokio::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
+    current: Vec<u8>,
+    at: usize,
+}
+
+impl ThreadStdin {
+    fn start() -> goondan_ingress::connector::InputStream {
+        use std::io::Read as _;
+        // A few chunks ahead at most: what was read but not yet stored is
+        // lost at a stop, as with any buffered reader of a pipe.
+        let (chunks, receiver) = tokio::sync::mpsc::channel(2);
+        let spawned = std::thread::Builder::new().name("gdn-stdin".to_owned()).spawn(move || {
+            let mut stdin = std::io::stdin().lock();
+            let mut buffer = vec![0; 64 * 1024];
+            loop {
+                let chunk = match stdin.read(&mut buffer) {
+                    Ok(0) => return,
+                    Ok(read) => Ok(buffer[..read].to_vec()),
+                    Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(error) => Err(error),
+                };
+                let failed = chunk.is_err();
+                if chunks.blocking_send(chunk).is_err() || failed {
+                    return;
+                }
+            }
+        });
+        match spawned {
+            Ok(_) => Box::new(Self { chunks: receiver, current: Vec::new(), at: 0 }),
+            Err(error) => {
+                tracing::warn!("no thread to read standard input ({error}); reading it on the runtime");
+                Box::new(tokio::io::stdin())
+            }
+        }
+    }
+}
+
+impl tokio::io::AsyncRead for ThreadStdin {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        use std::task::Poll;
+        loop {
+            if self.at < self.current.len() {
+                let take = buf.remaining().min(self.current.len() - self.at);
+                let start = self.at;
+                buf.put_slice(&self.current[start..start + take]);
+                self.at += take;
+                return Poll::Ready(Ok(()));
+            }
+            match self.chunks.poll_recv(cx) {
+                Poll::Ready(Some(Ok(chunk))) => {
+                    self.current = chunk;
+                    self.at = 0;
+                }
+                Poll::Ready(Some(Err(error))) => return Poll::Ready(Err(error)),
+                // The end of input.
+                Poll::Ready(None) => return Poll::Ready(Ok(())),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
 /// Serves the Connections `plans` until a stop; returns the exit code.
 pub async fn serve(
     plans: Vec<ConnectionPlan>,
@@ -404,6 +489,10 @@ pub async fn serve(
     let (stored_tx, stored_rx) = tokio::sync::mpsc::unbounded_channel();
     let (inbox, recovered) = match Inbox::open(&inbox_path, InboxOptions::default(), stored_tx) {
         Ok(opened) => opened,
+        Err(error @ goondan_ingress::inbox::InboxError::Busy { .. }) => {
+            output::error_line(&mut out.stderr, error)?;
+            return Ok(crate::exit::USAGE);
+        }
         Err(error) => {
             output::error_line(&mut out.stderr, error)?;
             return Ok(crate::exit::FAILED);
@@ -418,13 +507,18 @@ pub async fn serve(
     let (stop_tx, mut stop_rx) = watch::channel(false);
     shutdown.turn_started(stop_tx.clone());
     let stop = CancellationToken::new();
-    let mut stdin = Some(Box::new(tokio::io::stdin()) as goondan_ingress::connector::InputStream);
+    let mut stdin_given = false;
     let mut supervised = Vec::new();
     let mut listening = Vec::new();
     for plan in &plans {
         let sink: Arc<dyn EventSink> =
             Arc::new(ConnectionSink::new(&plan.connector, plan.router.clone(), inbox.clone()));
-        let input = if plan.connector == "cli" { stdin.take() } else { None };
+        let input = if plan.connector == "cli" && !stdin_given {
+            stdin_given = true;
+            Some(ThreadStdin::start())
+        } else {
+            None
+        };
         match start_connector(plan, Arc::clone(&sink), stop.child_token(), input).await {
             Ok(started) => {
                 for address in &started.listening {
@@ -446,6 +540,18 @@ pub async fn serve(
         }
     }
     let names: Vec<&str> = plans.iter().map(|p| p.name.as_str()).collect();
+    let status = crate::service_status::ServiceStatus {
+        pid: std::process::id(),
+        started_at: goondan_core::message::now_millis(),
+        bundle: options.bundle.clone(),
+        swarm: options.swarm.clone(),
+        connections: names.iter().map(|n| (*n).to_owned()).collect(),
+        listening: listening.clone(),
+        log: std::env::var(crate::service_status::LOG_ENV).ok(),
+    };
+    if let Err(error) = status.write(&options.workspace_dir) {
+        tracing::warn!("the service's status file could not be written: {error}");
+    }
     if options.json {
         let line = serde_json::json!({
             "status": "serving",
@@ -481,20 +587,28 @@ pub async fn serve(
         () = all_ended => "every connector ended",
     };
     tracing::info!("stopping the service: {reason}");
+    if reason == "terminated" {
+        // Draining is how a service answers SIGTERM (or SIGHUP): it exits
+        // 0, not 128 + the signal's number.
+        shutdown.handled();
+    }
     stop.cancel();
     for connector in supervised {
+        // A connector that already ended needs no waiting.
+        if connector.task.is_finished() {
+            continue;
+        }
         if tokio::time::timeout(Duration::from_secs(10), connector.task).await.is_err() {
             tracing::warn!(connection = %connector.name, "the connector did not stop in 10 s");
         }
     }
     inbox.close();
     let left = dispatcher.drain(options.grace).await;
+    crate::service_status::ServiceStatus::remove(&options.workspace_dir);
     if let Err(error) = inbox.sync().await {
         tracing::warn!("the inbox's last records may not be on disk: {error}");
     }
     shutdown.turn_ended();
-    // A stop asked for is a clean end: exit 0.
-    shutdown.handled();
     let status = inbox.status();
     let pending: usize = status.pending.values().sum();
     if options.json {
@@ -521,4 +635,77 @@ pub fn pending_by_instance(workspace_dir: &std::path::Path) -> BTreeMap<String, 
         }
     }
     pending
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bundle(yaml: &str) -> Result<(tempfile::TempDir, Bundle), String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        std::fs::write(dir.path().join("goondan.yaml"), yaml).map_err(|e| e.to_string())?;
+        let report = goondan_config::load_bundle(dir.path());
+        match report.valid_bundle() {
+            Some(bundle) => Ok((dir, bundle.clone())),
+            None => Err(format!("{:?}", report.diagnostics)),
+        }
+    }
+
+    #[test]
+    fn an_agent_that_cannot_be_built_holds_the_turn_and_a_lost_process_retries_it() {
+        use goondan_ipc::ErrorInfo;
+        let failed = |code: &str| DelegateResultPayload::failed(ErrorInfo::new(code, "why"));
+        assert_eq!(classify(&failed("AGENT_BUILD_FAILED"), false), TurnEnd::Hold("AGENT_BUILD_FAILED: why".into()));
+        assert_eq!(classify(&failed("AGENT_CRASHED"), false), TurnEnd::Retry("AGENT_CRASHED: why".into()));
+        assert_eq!(classify(&failed("AGENT_BUILD_FAILED"), true), TurnEnd::Interrupted);
+    }
+
+    #[test]
+    fn only_variables_that_connections_alone_read_are_withheld_from_agents() -> Result<(), String> {
+        let (_dir, bundle) = bundle(
+            r#"apiVersion: goondan.ai/v1
+kind: Model
+metadata: {name: m}
+spec:
+  provider: openai
+  model: x
+  apiKey: {valueFrom: {env: MODEL_KEY}}
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: a}
+spec:
+  modelConfig: {modelRef: Model/m}
+  extensions:
+    - ref: {kind: Extension, name: mcp, package: "@goondan/base"}
+      config:
+        servers:
+          tracker:
+            url: "http://127.0.0.1:9/mcp"
+            headers: {Authorization: {valueFrom: {env: SHARED_KEY}}}
+---
+apiVersion: goondan.ai/v1
+kind: Swarm
+metadata: {name: s}
+spec: {entryAgent: Agent/a, agents: [Agent/a]}
+---
+apiVersion: goondan.ai/v1
+kind: Connection
+metadata: {name: c}
+spec:
+  connectorRef: {kind: Connector, name: cli, package: "@goondan/base"}
+  swarmRef: Swarm/s
+  secrets:
+    ONLY: {valueFrom: {env: CONNECTION_ONLY}}
+    SHARED: {valueFrom: {env: SHARED_KEY}}
+    MODEL: {valueFrom: {env: MODEL_KEY}}
+    BOT: {valueFrom: {env: TELEGRAM_BOT_TOKEN}}
+"#,
+        )?;
+        let all: Vec<String> = connection_secret_variables(&bundle).into_iter().collect();
+        assert_eq!(all, ["CONNECTION_ONLY", "MODEL_KEY", "SHARED_KEY", "TELEGRAM_BOT_TOKEN"]);
+        let withheld: Vec<String> = agent_withheld_variables(&bundle).into_iter().collect();
+        assert_eq!(withheld, ["CONNECTION_ONLY"]);
+        Ok(())
+    }
 }

@@ -8,7 +8,7 @@
 //! start with an empty signal mask (the standard library resets it), so the
 //! commands tools run still receive them.
 
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use goondan_base::tool_processes::ToolProcesses;
@@ -19,6 +19,9 @@ use tokio::sync::watch;
 pub struct Shutdown {
     /// The signal received (0: none).
     received: AtomicI32,
+    /// The command ended as the signal asks, on its own terms (a service
+    /// drained): its exit status stands.
+    handled: AtomicBool,
     /// Cancels the running turn, if one runs.
     turn: Mutex<Option<watch::Sender<bool>>>,
     processes: Arc<ToolProcesses>,
@@ -35,7 +38,12 @@ impl Shutdown {
     /// thread exists, so that they all inherit the mask — and starts the
     /// thread that receives them.
     pub fn install(processes: Arc<ToolProcesses>) -> Arc<Self> {
-        let shutdown = Arc::new(Self { received: AtomicI32::new(0), turn: Mutex::new(None), processes });
+        let shutdown = Arc::new(Self {
+            received: AtomicI32::new(0),
+            handled: AtomicBool::new(false),
+            turn: Mutex::new(None),
+            processes,
+        });
         let mut signals = SigSet::empty();
         signals.add(Signal::SIGTERM);
         signals.add(Signal::SIGHUP);
@@ -93,10 +101,17 @@ impl Shutdown {
         *self.turn.lock().unwrap_or_else(PoisonError::into_inner) = None;
     }
 
-    /// The signal was handled as a request to stop (a service drained and
-    /// exits 0): it no longer sets the exit status.
+    /// The command stopped as the received signal asked and chose its own
+    /// exit status: `gdn run` serving Connections drains and exits 0, as a
+    /// service manager expects of a SIGTERM.
     pub fn handled(&self) {
-        self.received.store(0, Ordering::SeqCst);
+        self.handled.store(true, Ordering::SeqCst);
+    }
+
+    /// The exit status the process ends with because of a signal: 128 + its
+    /// number, unless the command [handled](Self::handled) it.
+    pub fn exit_status(&self) -> Option<u8> {
+        if self.handled.load(Ordering::SeqCst) { None } else { self.requested() }
     }
 
     /// The exit status a received SIGTERM/SIGHUP asks for (128 + its number).

@@ -337,8 +337,8 @@ fn bad_config_is_refused_naming_the_field() {
         .output()
         .unwrap_or_else(|e| panic!("spawn gdn: {e}"));
     let stderr = String::from_utf8_lossy(&output.stderr);
-    // Exit 1, as for any extension that fails to install.
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    // Exit 2, as for any extension that fails to install (a configuration error).
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(
         stderr.contains(
             "extension 'message-window': config.maxMessages must be a whole number of at least 1, got \"two\""

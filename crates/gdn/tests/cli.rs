@@ -504,3 +504,112 @@ fn a_closed_pipe_ends_output_quietly_with_status_0() {
         assert_eq!(stderr(&output), "", "{args:?} printed to stderr");
     }
 }
+
+/// `gdn validate --format github` prints one workflow command per problem
+/// (file, line, column, code as the title); `--strict` fails on warnings.
+#[test]
+fn validate_speaks_github_annotations_and_strict_fails_on_warnings() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let bundle = dir.path().join("goondan.yaml");
+    std::fs::write(
+        &bundle,
+        "apiVersion: goondan.ai/v1\nkind: Model\nmetadata: {name: m}\nspec:\n  provider: openai\n  model: x\n  modle: y\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let output = gdn(&bundle, &["validate", "--format", "github"]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "a warning alone passes: {stdout}");
+    let line = stdout.lines().next().unwrap_or_default();
+    assert!(line.starts_with("::warning file="), "{stdout}");
+    assert!(line.contains(",line=7,col=10,title=W_CONFIG_UNKNOWN_KEY::goondan.yaml#0.spec.modle: "), "{stdout}");
+    assert!(line.contains("%0ADid you mean `model`?"), "{stdout}");
+    let strict = gdn(&bundle, &["validate", "--strict"]);
+    assert_eq!(strict.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&strict.stderr).contains("--strict"), "{strict:?}");
+    let json = gdn(&bundle, &["validate", "--strict", "--format", "json"]);
+    let body: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap_or_default();
+    assert_eq!((body["valid"].as_bool(), body["strict"].as_bool()), (Some(false), Some(true)), "{body}");
+}
+
+/// On a terminal, a tool call that takes a while shows what runs and for
+/// how long (after a second), and the line is cleared when it ends. Runs
+/// gdn under `script` (util-linux), which gives it a pseudo-terminal.
+#[test]
+fn a_running_tool_shows_its_elapsed_time_on_a_terminal() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(
+        dir.path().join("goondan.yaml"),
+        "apiVersion: goondan.ai/v1\nkind: Model\nmetadata: {name: m}\nspec:\n  provider: scripted\n  model: s\n  options:\n    replies:\n      - toolCalls:\n          - {name: bash__exec, args: {command: \"sleep 2.3\"}}\n      - text: slept\n---\napiVersion: goondan.ai/v1\nkind: Agent\nmetadata: {name: a}\nspec:\n  modelConfig: {modelRef: Model/m}\n  tools:\n    - {kind: Tool, name: bash, package: \"@goondan/base\"}\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let command = format!("{} -c {} --no-color run --input go", env!("CARGO_BIN_EXE_gdn"), dir.path().display());
+    let output = Command::new("script")
+        .args(["-q", "-e", "-c", &command, "/dev/null"])
+        .env("GOONDAN_STATE_ROOT", dir.path().join("state"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("script (util-linux) is needed for this test: {e}"));
+    let seen = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{seen}");
+    assert!(seen.contains("⚙ bash__exec … 1s") && seen.contains("⚙ bash__exec … 2s"), "{seen:?}");
+    // Cleared before the final line of the call.
+    assert!(seen.contains("\r\x1b[2K  ⚙ bash__exec → ok"), "{seen:?}");
+    assert!(seen.contains("slept"), "{seen:?}");
+    // Not on a pipe.
+    let piped = gdn(&dir.path().join("goondan.yaml"), &["run", "--input", "go"]);
+    assert!(!String::from_utf8_lossy(&piped.stderr).contains('…'), "{piped:?}");
+}
+
+/// `gdn doctor` names what would keep the bundle from running, each with a
+/// fix: a Model's unset key, an MCP server's missing program, a busy
+/// connector port; exit 1 on any error, 0 when everything is ready.
+#[test]
+fn doctor_finds_a_missing_key_a_missing_program_and_a_busy_port() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+    let port = busy.local_addr().map(|a| a.port()).unwrap_or_else(|e| panic!("{e}"));
+    let bundle = dir.path().join("goondan.yaml");
+    std::fs::write(
+        &bundle,
+        format!(
+            "apiVersion: goondan.ai/v1\nkind: Model\nmetadata: {{name: real}}\nspec:\n  provider: openai\n  model: gpt-x\n  apiKey: {{valueFrom: {{env: GOONDAN_DOCTOR_TEST_UNSET_KEY}}}}\n---\n\
+             apiVersion: goondan.ai/v1\nkind: Agent\nmetadata: {{name: a}}\nspec:\n  modelConfig: {{modelRef: Model/real}}\n  extensions:\n    - kind: Extension\n      name: mcp\n      package: \"@goondan/base\"\n      config:\n        servers:\n          gone: {{command: goondan-no-such-program-anywhere}}\n---\n\
+             apiVersion: goondan.ai/v1\nkind: Swarm\nmetadata: {{name: s}}\nspec: {{entryAgent: Agent/a, agents: [Agent/a]}}\n---\n\
+             apiVersion: goondan.ai/v1\nkind: Connection\nmetadata: {{name: hooks}}\nspec:\n  connectorRef: {{kind: Connector, name: webhook, package: \"@goondan/base\"}}\n  config:\n    WEBHOOK_PORT: {{value: \"{port}\"}}\n"
+        ),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let output = gdn(&bundle, &["--json", "doctor"]);
+    assert_eq!(output.status.code(), Some(1), "{}", String::from_utf8_lossy(&output.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap_or_default();
+    let errors: Vec<String> = report["checks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["level"] == "error")
+        .map(|c| {
+            format!(
+                "{} | {} | {}",
+                c["name"].as_str().unwrap_or(""),
+                c["detail"].as_str().unwrap_or(""),
+                c["fix"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    assert_eq!(errors.len(), 3, "{report:#}");
+    assert!(
+        errors[0].starts_with("Model real | ") && errors[0].contains("GOONDAN_DOCTOR_TEST_UNSET_KEY"),
+        "{errors:?}"
+    );
+    assert!(
+        errors[1].starts_with("a › gone | 'goondan-no-such-program-anywhere' is not a program on PATH"),
+        "{errors:?}"
+    );
+    assert!(errors[2].starts_with("hooks (webhook) | ") && errors[2].contains("is in use"), "{errors:?}");
+    assert!(errors.iter().all(|e| !e.ends_with("| ")), "every error has a fix: {errors:?}");
+    drop(busy);
+    // A ready bundle: exit 0.
+    let ready = gdn(&quickstart(), &["doctor"]);
+    let text = String::from_utf8_lossy(&ready.stdout);
+    assert!(text.contains("state root") && text.contains("passed"), "{text}");
+}

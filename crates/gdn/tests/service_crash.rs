@@ -164,6 +164,16 @@ fn acknowledged_events_run_exactly_once_across_two_kill_9s() {
 
     let mut gdn = start(dir.path(), &state);
     wait_listening(port);
+    // A second service of the same project is refused: one writer per inbox.
+    let second = Command::new(env!("CARGO_BIN_EXE_gdn"))
+        .args(["-c", &dir.path().to_string_lossy(), "run"])
+        .env("GOONDAN_STATE_ROOT", &state)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("second gdn: {e}"));
+    let refusal = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(2), "{refusal}");
+    assert!(refusal.contains("another process serves this project"), "{refusal}");
     let total = 45;
     let mut acked = vec![false; total];
     let mut kills = 0;
@@ -201,9 +211,26 @@ fn acknowledged_events_run_exactly_once_across_two_kill_9s() {
         assert!(Instant::now() < deadline, "turns never finished: {} accepted, {} done", accepted.len(), done.len());
         std::thread::sleep(Duration::from_millis(100));
     }
-    let _ = Command::new("kill").args(["-TERM", &gdn.id().to_string()]).status();
+    // The running service is found (status file, trusted while it holds the
+    // inbox) and stopped by `gdn stop`, which waits for its drain.
+    let list = Command::new(env!("CARGO_BIN_EXE_gdn"))
+        .args(["-c", &dir.path().to_string_lossy(), "instance", "list", "--json"])
+        .env("GOONDAN_STATE_ROOT", &state)
+        .output()
+        .unwrap_or_else(|e| panic!("gdn instance list: {e}"));
+    let listed: Value = serde_json::from_slice(&list.stdout).unwrap_or_default();
+    let service = &listed[0]["service"];
+    assert_eq!(service["pid"].as_u64(), Some(u64::from(gdn.id())), "{listed}");
+    assert_eq!(service["connections"], serde_json::json!(["hook"]), "{listed}");
+    let stop = Command::new(env!("CARGO_BIN_EXE_gdn"))
+        .args(["-c", &dir.path().to_string_lossy(), "stop"])
+        .env("GOONDAN_STATE_ROOT", &state)
+        .output()
+        .unwrap_or_else(|e| panic!("gdn stop: {e}"));
+    assert_eq!(stop.status.code(), Some(0), "{}", String::from_utf8_lossy(&stop.stderr));
     let status = gdn.wait().unwrap_or_else(|e| panic!("wait: {e}"));
     assert_eq!(status.code(), Some(0), "the service did not stop cleanly");
+    assert!(!workspace_dir(&state).join("service.json").exists(), "the status file stayed");
 
     let (accepted, done) = inbox(&state);
     let mut keys: Vec<&String> = accepted.values().collect();

@@ -308,6 +308,12 @@ impl TurnObserver for Observer<'_> {
         }
     }
 
+    fn tool_calls_running(&self, calls: &[ToolCall]) {
+        if self.stream_text {
+            self.send(ObservePayload::ToolsRunning { names: calls.iter().map(|c| c.name.to_string()).collect() });
+        }
+    }
+
     fn tool_call_finished(&self, call: &ToolCall, result: &ToolResult) {
         let status = match result.status {
             ToolStatus::Ok => "ok",

@@ -521,7 +521,8 @@ impl CrossChecks<'_> {
                     doc,
                     &format!("spec.ingress.rules[{index}].match.event"),
                     format!(
-                        "Connector '{}' does not declare an event '{event}'; this rule never matches",
+                        "Connector '{}' does not declare an event '{event}'; the rule matches only if the connector \
+                         emits it anyway (a typo?)",
                         connector.name()
                     ),
                     Some(format!("Its events: {}.", declared.join(", "))),
@@ -599,16 +600,32 @@ impl CrossChecks<'_> {
                         reference.name
                     )
                 } else {
-                    let known: Vec<&str> = bundle
+                    // Where the reference looks: the package it names, else the bundle.
+                    let package = match reference.package.as_deref() {
+                        Some(BASE_PACKAGE) => base_package(),
+                        _ => bundle,
+                    };
+                    let known: Vec<&str> = package
                         .resources
                         .iter()
                         .filter(|r| r.resource.kind() == expected)
                         .map(|r| r.resource.name())
                         .collect();
-                    if known.is_empty() {
-                        format!("Define {} named '{}' in the bundle.", with_article(expected), reference.name)
-                    } else {
-                        format!("Defined {}s: {}.", expected.as_str(), known.join(", "))
+                    let closest = crate::schema::closest(&reference.name, known.iter().copied());
+                    match (closest, reference.package.as_deref()) {
+                        (Some(close), _) => format!(
+                            "Did you mean '{close}'? {}s{}: {}.",
+                            expected.as_str(),
+                            reference.package.as_deref().map(|p| format!(" of {p}")).unwrap_or_default(),
+                            known.join(", ")
+                        ),
+                        (None, Some(package)) if !known.is_empty() => {
+                            format!("The {}s of {package}: {}.", expected.as_str(), known.join(", "))
+                        }
+                        (None, _) if known.is_empty() => {
+                            format!("Define {} named '{}' in the bundle.", with_article(expected), reference.name)
+                        }
+                        (None, _) => format!("Defined {}s: {}.", expected.as_str(), known.join(", ")),
                     }
                 };
                 self.error(

@@ -65,6 +65,10 @@ pub enum DiagnosticCode {
     /// not declare, or routes to an agent outside its Swarm.
     #[serde(rename = "W_CONFIG_INGRESS_MISMATCH")]
     IngressMismatch,
+    /// A warning: a key the runtime does not know (a typo, a field of an
+    /// older version, a block at the wrong level): it is ignored.
+    #[serde(rename = "W_CONFIG_UNKNOWN_KEY")]
+    UnknownKey,
 }
 
 impl DiagnosticCode {
@@ -92,6 +96,7 @@ impl DiagnosticCode {
             Self::ExtensionRegisterMissing => "E_CONFIG_EXTENSION_REGISTER_MISSING",
             Self::ScriptRuntimeMissing => "W_SCRIPT_RUNTIME_MISSING",
             Self::IngressMismatch => "W_CONFIG_INGRESS_MISMATCH",
+            Self::UnknownKey => "W_CONFIG_UNKNOWN_KEY",
         }
     }
 }

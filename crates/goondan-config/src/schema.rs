@@ -338,6 +338,59 @@ fn compare(instance: &JsonValue, limit: &JsonValue, holds: fn(i128, i128) -> boo
     }
 }
 
+/// A key the schema does not know: ignored by the runtime, so reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownKey {
+    /// E.g. `spec.provder`.
+    pub path: String,
+    /// The key.
+    pub key: String,
+    /// The keys known at that place.
+    pub known: Vec<String>,
+}
+
+/// The keys of `spec` (at any depth where the schema lists every field of
+/// an object) that its kind's schema does not know. Free-form objects
+/// (`options`, `config`, `parameters`, …) and references are not looked
+/// into.
+pub fn unknown_keys(kind: Kind, spec: &JsonValue) -> Vec<UnknownKey> {
+    let mut found = Vec::new();
+    if let Some(schema) = cached_spec_schema(kind) {
+        walk_keys(schema, spec, "spec", &mut found);
+    }
+    found
+}
+
+fn walk_keys(schema: &JsonValue, instance: &JsonValue, path: &str, found: &mut Vec<UnknownKey>) {
+    let closed_object = schema.get("type").and_then(JsonValue::as_str) == Some("object");
+    match instance {
+        JsonValue::Object(map) if closed_object => {
+            let Some(properties) = schema.get("properties").and_then(JsonValue::as_object) else { return };
+            for (key, value) in map {
+                match properties.get(key) {
+                    Some(inner) => walk_keys(inner, value, &format!("{path}.{key}"), found),
+                    None => found.push(UnknownKey {
+                        path: format!("{path}.{key}"),
+                        key: key.clone(),
+                        known: properties.keys().cloned().collect(),
+                    }),
+                }
+            }
+        }
+        JsonValue::Array(items) => {
+            if let Some(item_schema) = schema.get("items") {
+                for (index, item) in items.iter().enumerate() {
+                    walk_keys(item_schema, item, &format!("{path}[{index}]"), found);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The known key closest to `key` (a typo's likely intent), if close enough.
+pub use goondan_core::naming::closest;
+
 /// Checks a document's `spec` against its kind's schema.
 pub fn check_spec(kind: Kind, spec: &JsonValue) -> Vec<SchemaProblem> {
     if cached_spec_schema(kind).and_then(|schema| evaluate(schema, spec)) == Some(true) {
@@ -416,6 +469,21 @@ fn type_names(schema: &JsonValue, pointer: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn unknown_keys_are_found_where_the_schema_lists_every_field() {
+        let spec = json!({
+            "provder": "openai", "model": "m", "options": {"anything": 1},
+            "apiKey": {"valueFrom": {"env": "K", "default": "x"}}
+        });
+        let found: Vec<String> = unknown_keys(Kind::Model, &spec).into_iter().map(|u| u.path).collect();
+        assert_eq!(found, ["spec.provder", "spec.apiKey.valueFrom.default"]);
+        let agent = json!({"modelConfig": {"modelRef": "Model/m", "tools": ["Tool/bash"]},
+                           "tools": [{"kind": "Tool", "name": "bash", "package": "@goondan/base", "config": {}}]});
+        let found: Vec<String> = unknown_keys(Kind::Agent, &agent).into_iter().map(|u| u.path).collect();
+        assert_eq!(found, ["spec.modelConfig.tools"], "a misplaced block is found; references are not looked into");
+    }
+
     use super::*;
 
     fn messages(kind: Kind, spec: JsonValue) -> Vec<String> {

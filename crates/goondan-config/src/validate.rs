@@ -139,6 +139,7 @@ pub(crate) fn validate_document(reporter: &mut DocReporter<'_>, bundle_root: Opt
             for problem in check_spec(kind, spec) {
                 reporter.error(DiagnosticCode::SchemaInvalid, &problem.path, problem.message, None);
             }
+            check_unknown_keys(reporter, kind, spec);
         }
         None => reporter.error(
             DiagnosticCode::SchemaInvalid,
@@ -355,6 +356,40 @@ fn check_ingress_route(reporter: &mut DocReporter<'_>, path: &str, route: &JsonO
 }
 
 /// Every reference field must be one of the four ObjectRef forms.
+/// Fields of older v1 documents that this runtime ignores, and why.
+const LEGACY_FIELDS: &[(Kind, &str, &str)] = &[
+    (Kind::Tool, "spec.runtime", "tools always run in Bun (or Node ≥ 22.6), whatever `runtime` says"),
+    (Kind::Tool, "spec.auth", "a tool reads its credentials from the environment or its config"),
+    (Kind::Connector, "spec.auth", "a Connection's `secrets` carry the connector's credentials"),
+    (Kind::Connector, "spec.runtime", "connectors always run natively or in Bun"),
+    (Kind::Connector, "spec.triggers", "a connector receives on its own (HTTP, polling); see its `events`"),
+    (Kind::Extension, "spec.runtime", "extensions always run natively or in Bun"),
+];
+
+/// A key the runtime ignores gets a warning naming it: the closest known
+/// key when it looks like a typo, why it is ignored when it is a field of
+/// an older version.
+fn check_unknown_keys(reporter: &mut DocReporter<'_>, kind: Kind, spec: &JsonValue) {
+    for unknown in crate::schema::unknown_keys(kind, spec) {
+        let legacy = LEGACY_FIELDS.iter().find(|(k, path, _)| *k == kind && *path == unknown.path);
+        let (message, suggestion) = match legacy {
+            Some((_, _, why)) => (
+                format!("{} is a field of older versions that this runtime ignores", unknown.path),
+                Some(format!("Remove it: {why}.")),
+            ),
+            None => {
+                let place = unknown.path.rsplit_once('.').map_or("spec", |(place, _)| place);
+                let hint = match crate::schema::closest(&unknown.key, unknown.known.iter().map(String::as_str)) {
+                    Some(close) => format!("Did you mean `{close}`?"),
+                    None => format!("Known keys of {place}: {}.", unknown.known.join(", ")),
+                };
+                (format!("{} is not a field of a {} (it is ignored)", unknown.path, kind.as_str()), Some(hint))
+            }
+        };
+        reporter.warning(DiagnosticCode::UnknownKey, &unknown.path, message, suggestion);
+    }
+}
+
 fn check_ref_forms(reporter: &mut DocReporter<'_>, kind: Kind) {
     for found in document_refs(kind, &reporter.document.value) {
         if let Err(error) = found.parsed {

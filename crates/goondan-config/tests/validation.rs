@@ -438,3 +438,54 @@ fn ingress_mismatches_are_warnings() {
         [("W_CONFIG_INGRESS_MISMATCH".to_owned(), "spec.ingress.rules[0].route.agentRef".to_owned())]
     );
 }
+
+/// A key the runtime does not know is never silent: a typo gets the
+/// closest known key, a block at the wrong level is named, a field of an
+/// older version says it is ignored; valid bundles get none.
+#[test]
+fn unknown_keys_are_warnings_with_a_hint() {
+    let warnings = |text: &str| -> Vec<(String, String, String)> {
+        load(text)
+            .into_iter()
+            .filter(|d| d.code.as_str() == "W_CONFIG_UNKNOWN_KEY")
+            .map(|d| (d.path, d.message, d.suggestion.unwrap_or_default()))
+            .collect()
+    };
+    let typo = "apiVersion: goondan.ai/v1\nkind: Model\nmetadata: {name: m}\nspec: {provder: openai, provider: openai, model: x}\n";
+    assert_eq!(
+        warnings(typo),
+        [(
+            "goondan.yaml#0.spec.provder".to_owned(),
+            "spec.provder is not a field of a Model (it is ignored)".to_owned(),
+            "Did you mean `provider`?".to_owned()
+        )]
+    );
+    let misplaced = format!(
+        "{MODEL}---\napiVersion: goondan.ai/v1\nkind: Agent\nmetadata: {{name: a}}\nspec:\n  modelConfig:\n    modelRef: Model/m\n    tools: [Tool/bash]\n"
+    );
+    let found = warnings(&misplaced);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].0, "goondan.yaml#1.spec.modelConfig.tools");
+    assert!(found[0].2.contains("modelRef") && found[0].2.contains("params"), "{found:?}");
+    let legacy = tool("t", "    - name: x\n      description: d\n")
+        .replace("  entry: ./t.ts\n", "  entry: ./t.ts\n  runtime: node\n");
+    let found = warnings(&legacy);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].1.contains("older versions") && found[0].2.starts_with("Remove it"), "{found:?}");
+    assert_eq!(warnings(&connection_bundle("    rules:\n      - route: {}\n")), []);
+}
+
+/// A reference into a package that names nothing there suggests the
+/// closest of the package's resources and lists them, instead of advising
+/// to define it in the bundle.
+#[test]
+fn a_package_reference_typo_suggests_the_packages_tools() {
+    let text = format!(
+        "{MODEL}---\napiVersion: goondan.ai/v1\nkind: Agent\nmetadata: {{name: a}}\nspec:\n  modelConfig: {{modelRef: Model/m}}\n  tools:\n    - {{kind: Tool, name: bsh, package: \"@goondan/base\"}}\n"
+    );
+    let found: Vec<_> = load(&text).into_iter().filter(|d| d.code.as_str() == "E_CONFIG_REF_NOT_FOUND").collect();
+    assert_eq!(found.len(), 1, "{found:?}");
+    let help = found[0].suggestion.clone().unwrap_or_default();
+    assert!(help.starts_with("Did you mean 'bash'? Tools of @goondan/base: "), "{help}");
+    assert!(help.contains("file-system") && !help.contains("Define"), "{help}");
+}

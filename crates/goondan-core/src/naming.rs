@@ -137,8 +137,60 @@ pub fn is_valid_package_name(name: &str) -> bool {
     }
 }
 
+/// The candidate closest to `text` (a typo's likely intent), compared
+/// without case, if close enough: at most a third of the longer one's
+/// length apart (at least one edit).
+pub fn closest<'a>(text: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let lower = text.to_ascii_lowercase();
+    candidates
+        .into_iter()
+        .map(|candidate| (edit_distance(&lower, &candidate.to_ascii_lowercase()), candidate))
+        .filter(|(distance, candidate)| *distance <= (candidate.len().max(text.len()) / 3).max(1))
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, candidate)| candidate)
+}
+
+/// Edit distance over chars, a swap of two neighbours counting as one
+/// edit (optimal string alignment): `modle` is one edit from `model`.
+pub fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let width = b.len() + 1;
+    let mut d = vec![0usize; (a.len() + 1) * width];
+    for i in 0..=a.len() {
+        d[i * width] = i;
+    }
+    for (j, cell) in d.iter_mut().enumerate().take(width) {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best =
+                (d[(i - 1) * width + j] + 1).min(d[i * width + j - 1] + 1).min(d[(i - 1) * width + j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[(i - 2) * width + j - 2] + 1);
+            }
+            d[i * width + j] = best;
+        }
+    }
+    d[a.len() * width + b.len()]
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_closest_name_is_suggested_only_when_close() {
+        let known = ["provider", "model", "apiKey", "endpoint"];
+        assert_eq!(closest("provder", known), Some("provider"));
+        assert_eq!(closest("apikey", known), Some("apiKey"));
+        assert_eq!(closest("temperature", known), None);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("modle", "model"), 1);
+        assert_eq!(closest("modle", known), Some("model"));
+    }
+
     use super::*;
 
     #[test]

@@ -32,6 +32,10 @@ pub enum TurnEnd {
     Retry(String),
     /// The service is stopping: leave it for the next start.
     Interrupted,
+    /// The turn cannot run until the operator fixes something (the agent
+    /// cannot be built): the event stays stored, and the instance takes no
+    /// more turns in this run; they all run at the next start.
+    Hold(String),
 }
 
 /// Runs the turn of a stored event.
@@ -60,6 +64,7 @@ impl Default for DispatchOptions {
 
 enum Command {
     Drain { grace: Duration, done: oneshot::Sender<usize> },
+    WhenIdle { reply: oneshot::Sender<()> },
 }
 
 /// The dispatcher of a running service.
@@ -98,6 +103,8 @@ impl Dispatcher {
             cancel,
             waiting: waiting_tx,
             draining: false,
+            held: HashSet::new(),
+            idle_waiters: Vec::new(),
         };
         for event in recovered {
             state.push(event);
@@ -111,15 +118,18 @@ impl Dispatcher {
         *self.waiting.borrow()
     }
 
-    /// Waits until nothing is queued or running.
+    /// Waits until nothing is queued or running (held events aside),
+    /// counting every event the inbox stored before the call.
     pub async fn idle(&self) {
-        let mut waiting = self.waiting.clone();
-        let _ = waiting.wait_for(|n| *n == 0).await;
+        let (reply, idle) = oneshot::channel();
+        if self.commands.send(Command::WhenIdle { reply }).is_ok() {
+            let _ = idle.await;
+        }
     }
 
     /// Starts no more turns; lets running ones finish within `grace`, then
-    /// cancels them. Returns how many events stay pending for the next
-    /// start.
+    /// cancels them. Returns how many queued events were never started (they
+    /// stay stored for the next start, as do cut-off and held ones).
     pub async fn drain(&self, grace: Duration) -> usize {
         let (done, left) = oneshot::channel();
         if self.commands.send(Command::Drain { grace, done }).is_err() {
@@ -136,10 +146,14 @@ struct State {
     queues: HashMap<String, VecDeque<Stored>>,
     busy: HashSet<String>,
     ready: VecDeque<String>,
-    running: JoinSet<String>,
+    running: JoinSet<(String, bool)>,
     cancel: watch::Sender<bool>,
     waiting: watch::Sender<usize>,
     draining: bool,
+    /// Instances whose turns are held until the next start.
+    held: HashSet<String>,
+    /// Who waits for nothing to be queued or running.
+    idle_waiters: Vec<oneshot::Sender<()>>,
 }
 
 fn instance_of(event: &Stored) -> String {
@@ -151,13 +165,16 @@ impl State {
         let instance = instance_of(&event);
         let queue = self.queues.entry(instance.clone()).or_default();
         queue.push_back(event);
-        if queue.len() == 1 && !self.busy.contains(&instance) {
+        if queue.len() == 1 && !self.busy.contains(&instance) && !self.held.contains(&instance) {
             self.ready.push_back(instance);
         }
     }
 
+    /// Events queued or running, held ones aside.
     fn count(&self) -> usize {
-        self.queues.values().map(VecDeque::len).sum::<usize>() + self.running.len()
+        let queued: usize =
+            self.queues.iter().filter(|(instance, _)| !self.held.contains(*instance)).map(|(_, q)| q.len()).sum();
+        queued + self.running.len()
     }
 
     fn start_turns(&mut self) {
@@ -170,15 +187,30 @@ impl State {
             let cancel = self.cancel.subscribe();
             let options = self.options;
             self.running.spawn(async move {
-                run_event(inbox, runner, event, cancel, options).await;
-                instance
+                let held = run_event(inbox, runner, event, cancel, options).await;
+                (instance, held)
             });
         }
-        self.waiting.send_replace(self.count());
+        let count = self.count();
+        self.waiting.send_replace(count);
+        if count == 0 {
+            for waiter in self.idle_waiters.drain(..) {
+                let _ = waiter.send(());
+            }
+        }
     }
 
-    fn finished(&mut self, instance: String) {
+    fn finished(&mut self, instance: String, held: bool) {
         self.busy.remove(&instance);
+        if held {
+            let queued = self.queues.get(&instance).map_or(0, VecDeque::len);
+            tracing::error!(
+                instance = %instance, queued,
+                "ingress: the instance's turns are held (with {queued} more event(s)) until the next start"
+            );
+            self.held.insert(instance);
+            return;
+        }
         match self.queues.get(&instance) {
             Some(queue) if !queue.is_empty() => self.ready.push_back(instance),
             Some(_) => {
@@ -204,14 +236,22 @@ impl State {
                     None => stored_open = false,
                 },
                 Some(finished) = self.running.join_next(), if !self.running.is_empty() => {
-                    if let Ok(instance) = finished {
-                        self.finished(instance);
+                    if let Ok((instance, held)) = finished {
+                        self.finished(instance, held);
                     }
                 }
                 command = commands.recv(), if drain.is_none() => match command {
                     Some(Command::Drain { grace, done }) => {
                         self.draining = true;
                         drain = Some((tokio::time::Instant::now() + grace, done));
+                    }
+                    Some(Command::WhenIdle { reply }) => {
+                        // What the inbox stored before the call is in the
+                        // channel already: take it in first.
+                        while let Ok(event) = stored.try_recv() {
+                            self.push(event);
+                        }
+                        self.idle_waiters.push(reply);
                     }
                     None => return,
                 },
@@ -237,13 +277,14 @@ impl State {
     }
 }
 
+/// Runs an event's turn to its end; `true` when it is held.
 async fn run_event(
     inbox: Inbox,
     runner: Arc<dyn TurnRunner>,
     mut event: Stored,
     mut cancel: watch::Receiver<bool>,
     options: DispatchOptions,
-) {
+) -> bool {
     let mut pause = options.retry_pause;
     loop {
         if event.attempts >= options.max_attempts {
@@ -252,29 +293,36 @@ async fn run_event(
                 "ingress: the event's turn was cut off {} times; given up", event.attempts
             );
             record(&inbox, &event, Outcome::GaveUp).await;
-            return;
+            return false;
         }
         inbox.started(event.seq);
         event.attempts += 1;
         match runner.run(&event, cancel.clone()).await {
             TurnEnd::Answered => {
                 record(&inbox, &event, Outcome::Answered).await;
-                return;
+                return false;
             }
             TurnEnd::Failed(message) => {
                 tracing::warn!(key = %event.key, connection = %event.entry.connection, %message, "ingress: the event's turn failed");
                 record(&inbox, &event, Outcome::Failed).await;
-                return;
+                return false;
             }
-            TurnEnd::Interrupted => return,
+            TurnEnd::Interrupted => return false,
+            TurnEnd::Hold(message) => {
+                tracing::error!(
+                    key = %event.key, connection = %event.entry.connection, %message,
+                    "ingress: the event's turn cannot run until the bundle is fixed; it stays stored for the next start"
+                );
+                return true;
+            }
             TurnEnd::Retry(message) => {
                 if *cancel.borrow() {
-                    return;
+                    return false;
                 }
                 tracing::warn!(key = %event.key, connection = %event.entry.connection, %message, "ingress: the event's turn did not finish; it runs again");
                 tokio::select! {
                     () = tokio::time::sleep(pause) => {}
-                    _ = cancel.wait_for(|c| *c) => return,
+                    _ = cancel.wait_for(|c| *c) => return false,
                 }
                 pause = (pause * 2).min(Duration::from_secs(60));
             }

@@ -43,6 +43,10 @@ use crate::event::{ConnectorEvent, Delivery};
 use crate::routing::Route;
 use crate::sink::SinkError;
 
+/// How often (20 ms apart) a locked inbox is tried again before it is
+/// reported busy.
+const LOCK_TRIES: u32 = 50;
+
 /// The inbox file, under a workspace directory.
 pub const INBOX_FILE: &str = "ingress/inbox.jsonl";
 
@@ -168,6 +172,15 @@ pub enum InboxError {
     /// The writer is gone.
     #[error("the inbox is closed")]
     Closed,
+    /// Another process has the inbox open (another `gdn run` serves the
+    /// same project).
+    #[error("another process serves this project's inbox {path} ({holder}); stop it first")]
+    Busy {
+        /// The inbox.
+        path: PathBuf,
+        /// What its lock file says of the holder.
+        holder: String,
+    },
 }
 
 /// How the inbox keeps keys.
@@ -209,6 +222,15 @@ enum Record {
     Seen {
         key: String,
         at: u64,
+    },
+    /// An event no ingress rule matched (a note for `gdn logs`; not kept
+    /// by a rewrite).
+    Dropped {
+        at: u64,
+        connection: String,
+        event: String,
+        #[serde(rename = "instanceKey")]
+        instance_key: String,
     },
 }
 
@@ -263,6 +285,7 @@ impl Folded {
                 }
             }
             Record::Seen { key, at } => self.remember(key, at),
+            Record::Dropped { .. } => {}
         }
     }
 
@@ -404,6 +427,12 @@ enum Op {
         outcome: Outcome,
         reply: Option<oneshot::Sender<Result<(), SinkError>>>,
     },
+    /// A note that an event was dropped (synced with the next write).
+    Dropped {
+        connection: String,
+        event: String,
+        instance_key: String,
+    },
     /// Answered once everything sent before it is on disk.
     Sync {
         reply: oneshot::Sender<Result<(), SinkError>>,
@@ -449,6 +478,32 @@ impl Inbox {
         if let Some(dir) = path.parent() {
             fs::create_dir_all(dir).map_err(io)?;
         }
+        // One writer per inbox, across processes: a second service on the
+        // same project would interleave records and run events twice.
+        let lock_path = path.with_extension("lock");
+        let mut lock =
+            OpenOptions::new().create(true).truncate(false).read(true).write(true).open(&lock_path).map_err(io)?;
+        // A writer of this process that is just ending (its last handle
+        // dropped) lets go within moments: wait a little before refusing.
+        let mut tries = 0;
+        loop {
+            match lock.try_lock() {
+                Ok(()) => break,
+                Err(std::fs::TryLockError::WouldBlock) if tries < LOCK_TRIES => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    let holder = fs::read_to_string(&lock_path).unwrap_or_default();
+                    let holder =
+                        if holder.trim().is_empty() { "a process".to_owned() } else { holder.trim().to_owned() };
+                    return Err(InboxError::Busy { path: path.to_owned(), holder });
+                }
+                Err(std::fs::TryLockError::Error(error)) => return Err(io(error)),
+            }
+        }
+        lock.set_len(0).map_err(io)?;
+        lock.write_all(format!("pid {}", std::process::id()).as_bytes()).map_err(io)?;
         let mut folded = read_file(path)?;
         folded.expire(&options, now_ms());
         let file = if folded.records > options.compact_min_records.min(1000)
@@ -467,7 +522,8 @@ impl Inbox {
         let recovered: Recovered = folded.pending.values().cloned().collect();
         let status = Arc::new(Mutex::new(InboxStatus::default()));
         let (ops, receiver) = std_mpsc::channel();
-        let writer = Writer { path: path.to_owned(), file, folded, options, stored, status: Arc::clone(&status) };
+        let writer =
+            Writer { path: path.to_owned(), file, folded, options, stored, status: Arc::clone(&status), _lock: lock };
         writer.publish();
         std::thread::Builder::new().name("goondan-inbox".to_owned()).spawn(move || writer.run(receiver)).map_err(io)?;
         Ok((Self { ops, status }, recovered))
@@ -496,6 +552,16 @@ impl Inbox {
         let (reply, answer) = oneshot::channel();
         self.ops.send(Op::Done { seq, outcome, reply: Some(reply) }).map_err(|_| SinkError::Closed)?;
         answer.await.map_err(|_| SinkError::Closed)?
+    }
+
+    /// Notes that an event of `connection` matched no ingress rule and was
+    /// dropped (for `gdn logs`; not waited for).
+    pub fn dropped(&self, connection: &str, event: &str, instance_key: &str) {
+        let _ = self.ops.send(Op::Dropped {
+            connection: connection.to_owned(),
+            event: event.to_owned(),
+            instance_key: instance_key.to_owned(),
+        });
     }
 
     /// Returns once everything recorded before (turn starts included) is
@@ -541,6 +607,8 @@ fn read_file_readonly(path: &Path) -> Result<Folded, InboxError> {
 }
 
 struct Writer {
+    /// Held (locked) while the writer lives.
+    _lock: File,
     path: PathBuf,
     file: File,
     folded: Folded,
@@ -619,6 +687,11 @@ impl Writer {
                     applied.push(record);
                 }
                 Op::Sync { reply } => done_replies.push(reply),
+                Op::Dropped { connection, event, instance_key } => {
+                    let record = Record::Dropped { at, connection, event, instance_key };
+                    push_line(&mut lines, &record);
+                    applied.push(record);
+                }
                 Op::Done { seq, outcome, reply } => {
                     let record = Record::Done { seq, at, outcome };
                     push_line(&mut lines, &record);

@@ -44,6 +44,7 @@ impl EventSink for ConnectionSink {
                         connection, event = %delivery.event.name, instance_key = %delivery.event.instance_key,
                         "ingress: no ingress rule of the Connection matches the event; it is dropped"
                     );
+                    self.inbox.dropped(connection, &delivery.event.name, &delivery.event.instance_key);
                     routed.push(false);
                 }
             }

@@ -189,6 +189,9 @@ async fn the_connection_sink_routes_drops_unmatched_and_deduplicates() -> TestRe
         tokio::time::timeout(Duration::from_millis(100), stored_rx.recv()).await.is_err(),
         "the unmatched event was stored"
     );
+    // The drop is noted in the inbox (for gdn logs), and is no pending event.
+    let text = std::fs::read_to_string(dir.path().join(INBOX_FILE))?;
+    assert!(text.contains(r#""op":"dropped""#) && text.contains(r#""event":"edited""#), "{text}");
     Ok(())
 }
 
@@ -393,5 +396,53 @@ async fn a_turn_s_metadata_counts_its_attempts_from_one() -> TestResult {
     tokio::time::sleep(Duration::from_millis(20)).await;
     tokio::time::timeout(Duration::from_secs(10), dispatcher.idle()).await?;
     assert_eq!(*runner.seen.lock().unwrap_or_else(PoisonError::into_inner), [json!(1), json!(2)]);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_turn_keeps_its_instances_events_for_the_next_start() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let (inbox, recovered, stored_rx) = open(dir.path(), InboxOptions::default())?;
+    let recorder = Arc::new(Recorder { delay: Duration::from_millis(5), ..Recorder::default() });
+    recorder
+        .plan
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert("h1".into(), vec![TurnEnd::Hold("no key".into())]);
+    let dispatcher =
+        Dispatcher::start(inbox.clone(), recorder.clone(), recovered, stored_rx, DispatchOptions::default());
+    for (text, instance) in [("h1", "h"), ("h2", "h"), ("o1", "o")] {
+        inbox.store("conn", vec![(None, entry(text, instance))]).await?;
+    }
+    // Idle counts what was stored before it was asked, held events aside.
+    tokio::time::timeout(Duration::from_secs(10), dispatcher.idle()).await?;
+    let log = recorder.log.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    assert!(log.contains(&"o1:1".to_owned()) && log.contains(&"h1:1".to_owned()), "{log:?}");
+    assert!(!log.iter().any(|l| l.starts_with("h2")), "a held instance took another turn: {log:?}");
+    assert_eq!(
+        tokio::time::timeout(Duration::from_secs(10), dispatcher.drain(Duration::ZERO)).await?,
+        1,
+        "h2 never started"
+    );
+    inbox.sync().await?;
+    drop(inbox);
+    let (_inbox, recovered, _rx) = open(dir.path(), InboxOptions::default())?;
+    assert_eq!(texts(&recovered), ["h1", "h2"]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn one_inbox_has_one_writer() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let (inbox, _, _rx) = open(dir.path(), InboxOptions::default())?;
+    let Err(error) = open(dir.path(), InboxOptions::default()) else { panic!("a second writer opened the inbox") };
+    let message = error.to_string();
+    assert!(
+        message.contains("another process serves") && message.contains(&format!("pid {}", std::process::id())),
+        "{message}"
+    );
+    drop(inbox);
+    // Once the first is gone, the inbox opens again.
+    let (_inbox, _, _rx) = open(dir.path(), InboxOptions::default())?;
     Ok(())
 }

@@ -452,6 +452,13 @@ pub enum ObservePayload {
         /// The text.
         text: String,
     },
+    /// A step's tool calls started running (sent for the terminal's own
+    /// turns only, so that it can show what runs).
+    #[serde(rename_all = "camelCase")]
+    ToolsRunning {
+        /// The tools.
+        names: Vec<String>,
+    },
     /// A tool call finished.
     #[serde(rename_all = "camelCase")]
     ToolFinished {

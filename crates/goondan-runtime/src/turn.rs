@@ -134,6 +134,8 @@ pub trait TurnObserver: Send + Sync {
     fn text_delta(&self, _text: &str) {}
     /// The model began a tool call.
     fn tool_call_started(&self, _name: &str) {}
+    /// The step's tool calls start running (all of them, concurrently).
+    fn tool_calls_running(&self, _calls: &[ToolCall]) {}
     /// A tool call finished.
     fn tool_call_finished(&self, _call: &ToolCall, _result: &ToolResult) {}
 }
@@ -610,6 +612,9 @@ impl StepCore<'_> {
 
         let scope = agent.tooling.call_scope(&self.ids, Arc::new(assistant.clone()));
         let catalog = Arc::new(std::mem::take(&mut ctx.tool_catalog));
+        if !calls.is_empty() {
+            self.observer.tool_calls_running(&calls);
+        }
         let (mut results, was_cancelled) = self.run_calls(&calls, parse_errors, &scope, &catalog).await;
         if agent.step_result_budget.exceeded_by(&results) {
             results = self.spill(&calls, results).await;

@@ -328,8 +328,24 @@ impl ExecutorCore {
 const NOT_IN_CATALOG_LISTED: usize = 20;
 
 fn not_in_catalog(name: &str, catalog: &ToolCatalog) -> ToolError {
-    let mut suggestion =
-        String::from("Add the tool to the Agent's spec.tools, or add it to the step's catalog in step middleware.");
+    // A Tool resource's name without its export (`bash`): name the exports.
+    if !name.contains(goondan_core::naming::TOOL_NAME_SEPARATOR) {
+        let prefix = format!("{name}{}", goondan_core::naming::TOOL_NAME_SEPARATOR);
+        let exports: Vec<&str> = catalog.names().filter(|n| n.starts_with(&prefix)).collect();
+        if !exports.is_empty() {
+            return ToolError::new(
+                E_TOOL_NOT_IN_CATALOG,
+                "ToolNotInCatalogError",
+                format!("'{name}' is a Tool, not one of its exports: a tool's name is resource__export."),
+            )
+            .with_suggestion(format!("Call one of: {}.", exports.join(", ")));
+        }
+    }
+    let mut suggestion = match goondan_core::naming::closest(name, catalog.names()) {
+        Some(close) => format!("Did you mean '{close}'? "),
+        None => String::new(),
+    };
+    suggestion.push_str("Add the tool to the Agent's spec.tools, or add it to the step's catalog in step middleware.");
     if catalog.is_empty() {
         suggestion.push_str(" The current catalog is empty.");
     } else {

@@ -321,7 +321,7 @@ async fn not_in_catalog_error_json_is_exact() {
             "message": "Tool 'x__y' is not available in the current Tool Catalog.",
             "name": "ToolNotInCatalogError",
             "code": "E_TOOL_NOT_IN_CATALOG",
-            "suggestion": format!("{NOT_IN_CATALOG_HINT} Available tools: a__x, b__y."),
+            "suggestion": format!("Did you mean 'b__y'? {NOT_IN_CATALOG_HINT} Available tools: a__x, b__y."),
         }})
     );
     assert_eq!(a_calls.load(Ordering::SeqCst) + b_calls.load(Ordering::SeqCst), 0);
@@ -1235,4 +1235,16 @@ async fn dynamic_tools_join_the_step_catalog_and_config_tools_do_not() {
         Some(format!("{NOT_IN_CATALOG_HINT} Available tools: weather__get, news__top."))
     );
     assert_eq!(config_calls.load(Ordering::SeqCst), 0);
+}
+
+/// A Tool resource's name without its export part gets the exports it has.
+#[tokio::test]
+async fn a_tool_name_without_its_export_names_the_exports() {
+    let (a, _) = echo();
+    let (b, _) = echo();
+    let ready = Fixture::new().tool(bash_exec(), a).tool(item("bash__script"), b).build();
+    let out = ready.json("bash", json!({})).await;
+    assert_eq!(out["error"]["code"], "E_TOOL_NOT_IN_CATALOG");
+    assert_eq!(out["error"]["message"], "'bash' is a Tool, not one of its exports: a tool's name is resource__export.");
+    assert_eq!(out["error"]["suggestion"], "Call one of: bash__exec, bash__script.");
 }

@@ -16,14 +16,14 @@ use super::http::{self, Endpoint, Incoming, Keys, Listen, Outcome};
 use crate::connector::{ConnectorContext, ConnectorError, StartFuture};
 use crate::event::{ConnectorEvent, Delivery, EventMessage};
 
-const KEYS: Keys = Keys {
+pub(crate) const KEYS: Keys = Keys {
     port: "DISCORD_WEBHOOK_PORT",
     path: "DISCORD_WEBHOOK_PATH",
     host: "DISCORD_HOST",
     max_body: "DISCORD_MAX_BODY_BYTES",
 };
 
-const DEFAULT_PORT: u16 = 8790;
+pub(crate) const DEFAULT_PORT: u16 = 8790;
 
 /// Interaction types (Discord's "Interaction Type").
 const PING: u64 = 1;

@@ -14,14 +14,14 @@ use super::http::{self, Endpoint, Incoming, Keys, Listen, Outcome};
 use crate::connector::{ConnectorContext, StartFuture};
 use crate::event::{ConnectorEvent, Delivery, EventMessage, digest_key};
 
-const KEYS: Keys = Keys {
+pub(crate) const KEYS: Keys = Keys {
     port: "GITHUB_WEBHOOK_PORT",
     path: "GITHUB_WEBHOOK_PATH",
     host: "GITHUB_HOST",
     max_body: "GITHUB_MAX_BODY_BYTES",
 };
 
-const DEFAULT_PORT: u16 = 8789;
+pub(crate) const DEFAULT_PORT: u16 = 8789;
 
 struct Github {
     connection: String,

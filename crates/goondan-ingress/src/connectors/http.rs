@@ -44,6 +44,9 @@ const DRAIN: Duration = Duration::from_secs(5);
 
 /// How long a client has to send its request headers.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a request's body may take to arrive once its headers are in:
+/// a sender that trickles a body holds no connection for longer.
+const BODY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What a 503 tells the sender to wait, in seconds.
 const RETRY_AFTER_SECS: &str = "5";
@@ -80,29 +83,45 @@ impl Listen {
     /// (default `/`), `keys.host` (then `HOST`, then 127.0.0.1) and
     /// `keys.max_body` (then `MAX_BODY_BYTES`, then 1 MiB).
     pub(crate) fn from_config(ctx: &ConnectorContext, keys: &Keys, default_port: u16) -> Result<Self, ConnectorError> {
-        let port = match ctx.first_config(&[keys.port, "PORT"]) {
+        Self::from_values(&ctx.connection, &ctx.config, keys, default_port)
+    }
+
+    /// [`from_config`](Self::from_config) over a Connection's resolved config.
+    pub(crate) fn from_values(
+        connection: &str,
+        config: &std::collections::BTreeMap<String, String>,
+        keys: &Keys,
+        default_port: u16,
+    ) -> Result<Self, ConnectorError> {
+        let value = |key: &str| config.get(key).map(String::as_str).filter(|v| !v.trim().is_empty());
+        let first = |names: &[&'static str]| names.iter().find_map(|key| value(key).map(|v| (*key, v.to_owned())));
+        let config_error = |key: &str, message: String| ConnectorError::Config {
+            connection: connection.to_owned(),
+            key: key.to_owned(),
+            message,
+        };
+        let port = match first(&[keys.port, "PORT"]) {
             None => default_port,
             Some((key, value)) => value
                 .trim()
                 .parse::<u16>()
-                .map_err(|_| ctx.config_error(key, format!("'{value}' is not a port (0 to 65535)")))?,
+                .map_err(|_| config_error(key, format!("'{value}' is not a port (0 to 65535)")))?,
         };
-        let path = normalize_path(ctx.config_value(keys.path).unwrap_or("/"));
-        let host = ctx
-            .first_config(&[keys.host, "HOST"])
+        let path = normalize_path(value(keys.path).unwrap_or("/"));
+        let host = first(&[keys.host, "HOST"])
             // `[::1]` as in a URL is the address `::1`.
             .map_or_else(
                 || Ipv4Addr::LOCALHOST.to_string(),
                 |(_, host)| host.trim().trim_start_matches('[').trim_end_matches(']').to_owned(),
             );
-        let max_body_bytes = match ctx.first_config(&[keys.max_body, "MAX_BODY_BYTES"]) {
+        let max_body_bytes = match first(&[keys.max_body, "MAX_BODY_BYTES"]) {
             None => DEFAULT_MAX_BODY_BYTES,
             Some((key, value)) => value
                 .trim()
                 .parse::<usize>()
                 .ok()
                 .filter(|limit| *limit > 0)
-                .ok_or_else(|| ctx.config_error(key, format!("'{value}' is not a positive number of bytes")))?,
+                .ok_or_else(|| config_error(key, format!("'{value}' is not a positive number of bytes")))?,
         };
         Ok(Self { host, port, path, max_body_bytes })
     }
@@ -398,12 +417,15 @@ async fn dispatch<E: Endpoint>(State(shared): State<Arc<Shared<E>>>, request: Re
         return response;
     }
     let headers = request.headers().clone();
-    let body = match Bytes::from_request(request, &()).await {
-        Ok(body) => body,
-        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+    let body = match tokio::time::timeout(BODY_TIMEOUT, Bytes::from_request(request, &())).await {
+        Ok(Ok(body)) => body,
+        Ok(Err(rejection)) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
             return error(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", "the request body is too large");
         }
-        Err(rejection) => return error(StatusCode::BAD_REQUEST, "bad_request", rejection.body_text()),
+        Ok(Err(rejection)) => return error(StatusCode::BAD_REQUEST, "bad_request", rejection.body_text()),
+        Err(_) => {
+            return error(StatusCode::REQUEST_TIMEOUT, "request_timeout", "the request body did not arrive in time");
+        }
     };
     let incoming = Incoming { headers, body };
     match shared.endpoint.handle(&incoming) {

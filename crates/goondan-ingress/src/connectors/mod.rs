@@ -30,3 +30,22 @@ pub fn native(name: &str) -> Option<StartConnector> {
 pub fn names() -> impl Iterator<Item = &'static str> {
     NATIVE.iter().map(|(name, _)| *name)
 }
+
+/// Where the HTTP connector `name` of `connection` would listen with its
+/// resolved `config` (`host:port`), as it reads its keys at start; `None`
+/// for a connector that does not listen (`cli`, `telegram-polling`, a
+/// connector module). For `gdn doctor`'s port check.
+pub fn listen_address(
+    name: &str,
+    connection: &str,
+    config: &std::collections::BTreeMap<String, String>,
+) -> Option<Result<(String, u16), crate::connector::ConnectorError>> {
+    let (keys, default_port) = match name {
+        "slack" => (slack::KEYS, slack::DEFAULT_PORT),
+        "webhook" => (webhook::KEYS, webhook::DEFAULT_PORT),
+        "github" => (github::KEYS, github::DEFAULT_PORT),
+        "discord" => (discord::KEYS, discord::DEFAULT_PORT),
+        _ => return None,
+    };
+    Some(http::Listen::from_values(connection, config, &keys, default_port).map(|listen| (listen.host, listen.port)))
+}

@@ -14,14 +14,14 @@ use crate::connector::{ConnectorContext, StartFuture};
 use crate::event::{ConnectorEvent, Delivery, EventMessage, digest_key};
 
 /// The original's default port.
-const KEYS: Keys = Keys {
+pub(crate) const KEYS: Keys = Keys {
     port: "SLACK_WEBHOOK_PORT",
     path: "SLACK_WEBHOOK_PATH",
     host: "SLACK_HOST",
     max_body: "SLACK_MAX_BODY_BYTES",
 };
 
-const DEFAULT_PORT: u16 = 8787;
+pub(crate) const DEFAULT_PORT: u16 = 8787;
 
 /// Which Slack events become turns (`SLACK_MESSAGE_MODE`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

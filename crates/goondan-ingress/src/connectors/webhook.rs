@@ -17,10 +17,10 @@ use super::http::{self, Endpoint, Incoming, Keys, Listen, Outcome};
 use crate::connector::{ConnectorContext, StartFuture};
 use crate::event::{ConnectorEvent, Delivery, EventMessage, MAX_KEY_CHARS, digest_key};
 
-const KEYS: Keys =
+pub(crate) const KEYS: Keys =
     Keys { port: "WEBHOOK_PORT", path: "WEBHOOK_PATH", host: "WEBHOOK_HOST", max_body: "WEBHOOK_MAX_BODY_BYTES" };
 
-const DEFAULT_PORT: u16 = 8788;
+pub(crate) const DEFAULT_PORT: u16 = 8788;
 
 /// The headers that carry the sender's own delivery id, in order.
 const KEY_HEADERS: &[&str] = &["x-delivery-id", "idempotency-key"];

@@ -1,0 +1,367 @@
+//! `gdn doctor`: is this machine ready to run this bundle?
+//!
+//! What the original checks (the runtime, the keys the bundle names, the
+//! state folder), and what this runtime needs besides: a JavaScript runtime
+//! (Bun, or Node ≥ 22.6) where the bundle has script entries, the commands
+//! of its stdio MCP servers, the ports of its HTTP connectors, a writable
+//! state root. Each line is ok, a warning or an error with its fix; any
+//! error makes the exit status 1.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use goondan_config::{AnyResource, Bundle, PackageScope, load_bundle, resolve_bundle_file};
+use serde::Serialize;
+
+use crate::cli::GlobalOptions;
+use crate::exit;
+use crate::output::{self, Output};
+
+/// How a check came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Level {
+    Ok,
+    Warning,
+    Error,
+}
+
+/// One line of the report.
+#[derive(Debug, Clone, Serialize)]
+struct Check {
+    category: &'static str,
+    name: String,
+    level: Level,
+    detail: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fix: Option<String>,
+}
+
+#[derive(Default)]
+struct Report {
+    checks: Vec<Check>,
+}
+
+impl Report {
+    fn push(&mut self, category: &'static str, name: impl Into<String>, level: Level, detail: impl Into<String>) {
+        self.checks.push(Check { category, name: name.into(), level, detail: detail.into(), fix: None });
+    }
+
+    fn fail(
+        &mut self,
+        category: &'static str,
+        name: impl Into<String>,
+        level: Level,
+        detail: impl Into<String>,
+        fix: impl Into<String>,
+    ) {
+        self.checks.push(Check { category, name: name.into(), level, detail: detail.into(), fix: Some(fix.into()) });
+    }
+
+    fn count(&self, level: Level) -> usize {
+        self.checks.iter().filter(|c| c.level == level).count()
+    }
+}
+
+/// `gdn doctor`.
+pub fn doctor(global: &GlobalOptions, session: &crate::Session, out: &mut Output) -> Result<u8> {
+    let mut report = Report::default();
+    report.push("System", "gdn", Level::Ok, format!("gdn {}", env!("CARGO_PKG_VERSION")));
+
+    let file = resolve_bundle_file(&global.config);
+    let env = |name: &str| (session.env)(name);
+    if !file.is_file() {
+        report.fail(
+            "Bundle",
+            "bundle",
+            Level::Error,
+            format!("missing: {}", file.display()),
+            "Create one with `gdn init`, or name it with -c PATH.",
+        );
+    } else {
+        let loaded = load_bundle(&global.config);
+        let errors = loaded.diagnostics.iter().filter(|d| d.is_error()).count();
+        let warnings = loaded.diagnostics.len() - errors;
+        if errors > 0 {
+            report.fail(
+                "Bundle",
+                "validation",
+                Level::Error,
+                format!("{}: {errors} error(s), {warnings} warning(s)", file.display()),
+                "Run `gdn validate` for each problem and its fix.",
+            );
+        } else {
+            report.push(
+                "Bundle",
+                "validation",
+                Level::Ok,
+                format!("{}: valid ({warnings} warning(s))", file.display()),
+            );
+        }
+        if let Some(bundle) = loaded.bundle.as_ref() {
+            check_script_runtime(bundle, &mut report);
+            check_models(bundle, &env, &mut report);
+            check_mcp_servers(bundle, &env, &mut report);
+            check_connections(global, bundle, &env, &mut report);
+        }
+    }
+    check_state_root(global, &mut report);
+    // Grouped by category, in this order; checks keep their order within one.
+    const ORDER: [&str; 6] = ["System", "Bundle", "Keys", "MCP servers", "Connections", "State"];
+    report.checks.sort_by_key(|check| ORDER.iter().position(|c| *c == check.category).unwrap_or(ORDER.len()));
+
+    if global.json {
+        let body = serde_json::json!({
+            "checks": report.checks,
+            "passed": report.count(Level::Ok),
+            "warnings": report.count(Level::Warning),
+            "errors": report.count(Level::Error),
+        });
+        writeln!(out.stdout, "{}", serde_json::to_string_pretty(&body)?)?;
+    } else {
+        let mut category = "";
+        for check in &report.checks {
+            if check.category != category {
+                category = check.category;
+                writeln!(out.stdout, "{}{category}{}", output::BOLD, output::BOLD.render_reset())?;
+            }
+            let (mark, style) = match check.level {
+                Level::Ok => ("✓", output::OK),
+                Level::Warning => ("!", output::WARNING),
+                Level::Error => ("✗", output::ERROR),
+            };
+            writeln!(out.stdout, "  {style}{mark}{style:#} {}: {}", check.name, check.detail)?;
+            if let Some(fix) = &check.fix {
+                writeln!(out.stdout, "    {}fix:{} {fix}", output::DIM, output::DIM.render_reset())?;
+            }
+        }
+        writeln!(
+            out.stdout,
+            "{} passed, {} warning(s), {} error(s)",
+            report.count(Level::Ok),
+            report.count(Level::Warning),
+            report.count(Level::Error)
+        )?;
+    }
+    Ok(if report.count(Level::Error) > 0 { exit::FAILED } else { exit::OK })
+}
+
+/// Bun, or Node ≥ 22.6, where the bundle has its own Tool, Extension or
+/// Connector modules.
+fn check_script_runtime(bundle: &Bundle, report: &mut Report) {
+    let scripts = bundle
+        .resources()
+        .iter()
+        .filter(|r| matches!(r.resource, AnyResource::Tool(_) | AnyResource::Extension(_) | AnyResource::Connector(_)))
+        .count();
+    if scripts == 0 {
+        report.push("System", "JavaScript runtime", Level::Ok, "not needed (no script modules in the bundle)");
+        return;
+    }
+    match goondan_script::JsRuntime::discover(&|name: &str| std::env::var(name).ok()) {
+        Ok(runtime) => report.push(
+            "System",
+            "JavaScript runtime",
+            Level::Ok,
+            format!("{runtime:?} for the bundle's {scripts} script module(s)"),
+        ),
+        Err(error) => report.fail(
+            "System",
+            "JavaScript runtime",
+            Level::Error,
+            format!("the bundle has {scripts} script module(s): {error}"),
+            "Install Bun (https://bun.sh), or set GOONDAN_JS_RUNTIME to a Bun or Node >= 22.6 binary.",
+        ),
+    }
+}
+
+/// Each Model's key, as the model client will look for it.
+fn check_models(bundle: &Bundle, env: &dyn Fn(&str) -> Option<String>, report: &mut Report) {
+    for resource in bundle.resources() {
+        let AnyResource::Model(model) = &resource.resource else { continue };
+        match goondan_llm::config::ModelSettings::from_spec(&model.spec, env, bundle.root()) {
+            Ok(_) => report.push("Keys", format!("Model {}", model.name()), Level::Ok, "its key and endpoint resolve"),
+            Err(error) => report.fail(
+                "Keys",
+                format!("Model {}", model.name()),
+                Level::Error,
+                error.to_string(),
+                "Export the variable, or put it in the bundle's .env (gdn reads it; no tool sees it).",
+            ),
+        }
+    }
+}
+
+/// The programs of stdio MCP servers.
+fn check_mcp_servers(bundle: &Bundle, env: &dyn Fn(&str) -> Option<String>, report: &mut Report) {
+    for agent in bundle.agents() {
+        for extension in &agent.spec.extensions {
+            if extension.reference.name != goondan_mcp::EXTENSION_NAME
+                || !matches!(bundle.resolve(&extension.reference).map(|r| r.scope), Ok(PackageScope::Base))
+            {
+                continue;
+            }
+            let Some(config) = &extension.config else { continue };
+            match goondan_mcp::config::parse_config(config, env) {
+                Ok(parsed) => {
+                    for (name, server) in &parsed.servers {
+                        let goondan_mcp::config::ServerConfig::Stdio(stdio) = server else { continue };
+                        let label = format!("{} › {name}", agent.name());
+                        match find_program(&stdio.command) {
+                            Some(path) => report.push("MCP servers", label, Level::Ok, path.display().to_string()),
+                            None => report.fail(
+                                "MCP servers",
+                                label,
+                                Level::Error,
+                                format!("'{}' is not a program on PATH", stdio.command),
+                                "Install it, or give its full path in the server's command.",
+                            ),
+                        }
+                    }
+                }
+                Err(error) => report.fail(
+                    "MCP servers",
+                    agent.name().to_owned(),
+                    Level::Error,
+                    error.to_string(),
+                    "Fix the mcp extension's config (gdn validate shows where).",
+                ),
+            }
+        }
+    }
+}
+
+/// `command` as the system finds it: a path with a slash as it is, else
+/// the first executable of that name on `PATH`.
+fn find_program(command: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let executable = |path: &Path| path.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+    if command.contains('/') {
+        let path = PathBuf::from(command);
+        return executable(&path).then_some(path);
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?).map(|dir| dir.join(command)).find(|path| executable(path))
+}
+
+/// Each Connection's secrets and, for HTTP connectors, whether its port is
+/// free (or held by this project's running service).
+fn check_connections(
+    global: &GlobalOptions,
+    bundle: &Bundle,
+    env: &dyn Fn(&str) -> Option<String>,
+    report: &mut Report,
+) {
+    let running = crate::run::state_root(global).ok().and_then(|root| {
+        let dir = root.workspaces_dir();
+        std::fs::read_dir(dir).ok()?.flatten().find_map(|entry| {
+            crate::service_status::ServiceStatus::running(&entry.path())
+                .filter(|status| Path::new(&status.bundle) == resolve_bundle_file(&global.config).as_path())
+        })
+    });
+    for swarm in bundle.swarms() {
+        let plans = match crate::service::plan_connections(bundle, swarm.name(), &swarm.spec.entry_agent.name, env) {
+            Ok(plans) => plans,
+            Err(errors) => {
+                for error in errors {
+                    report.fail(
+                        "Connections",
+                        format!("Swarm {}", swarm.name()),
+                        Level::Error,
+                        error,
+                        "Set the variable (export it, or put it in the bundle's .env).",
+                    );
+                }
+                continue;
+            }
+        };
+        for plan in plans {
+            let label = format!("{} ({})", plan.name, plan.connector);
+            let Some(address) = goondan_ingress::connectors::listen_address(&plan.connector, &plan.name, &plan.config)
+            else {
+                report.push("Connections", label, Level::Ok, "ready");
+                continue;
+            };
+            match address {
+                Err(error) => report.fail(
+                    "Connections",
+                    label,
+                    Level::Error,
+                    error.to_string(),
+                    "Fix the key in the Connection's config.",
+                ),
+                Ok((host, port)) => {
+                    let shown = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
+                    let ours = running.as_ref().is_some_and(|s| s.listening.iter().any(|l| l.ends_with(&shown)));
+                    if ours {
+                        report.push(
+                            "Connections",
+                            label,
+                            Level::Ok,
+                            format!("{shown} (served by the running service)"),
+                        );
+                    } else if std::net::TcpListener::bind((host.as_str(), port)).is_ok() {
+                        report.push("Connections", label, Level::Ok, format!("{shown} is free"));
+                    } else {
+                        report.fail(
+                            "Connections",
+                            label,
+                            Level::Error,
+                            format!("{shown} is in use (or cannot be bound)"),
+                            "Stop what listens there, or set another port in the Connection's config.",
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The state root exists (or can be made) and takes a file.
+fn check_state_root(global: &GlobalOptions, report: &mut Report) {
+    let root = match crate::run::state_root(global) {
+        Ok(root) => root,
+        Err(error) => {
+            report.fail(
+                "State",
+                "state root",
+                Level::Error,
+                error.to_string(),
+                "Set GOONDAN_STATE_ROOT or --state-root.",
+            );
+            return;
+        }
+    };
+    let path = root.path().to_path_buf();
+    let probe = path.join(format!(".doctor-{}", std::process::id()));
+    let writable = std::fs::create_dir_all(&path).and_then(|()| std::fs::write(&probe, b"ok"));
+    let _ = std::fs::remove_file(&probe);
+    match writable {
+        Ok(()) => {
+            let services: BTreeMap<String, u32> = std::fs::read_dir(root.workspaces_dir())
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter_map(|entry| {
+                    crate::service_status::ServiceStatus::running(&entry.path())
+                        .map(|s| (entry.file_name().to_string_lossy().into_owned(), s.pid))
+                })
+                .collect();
+            let running = if services.is_empty() {
+                String::new()
+            } else {
+                let list: Vec<String> = services.iter().map(|(w, pid)| format!("{w} (pid {pid})")).collect();
+                format!("; services running: {}", list.join(", "))
+            };
+            report.push("State", "state root", Level::Ok, format!("{} is writable{running}", path.display()));
+        }
+        Err(error) => report.fail(
+            "State",
+            "state root",
+            Level::Error,
+            format!("{}: {error}", path.display()),
+            "Make it writable, or point GOONDAN_STATE_ROOT (--state-root) elsewhere.",
+        ),
+    }
+}
