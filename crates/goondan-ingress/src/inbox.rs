@@ -223,6 +223,11 @@ enum Record {
         key: String,
         at: u64,
     },
+    /// The next seq to give (a rewrite's first record, so that seqs never
+    /// start over when no event is pending).
+    Next {
+        seq: u64,
+    },
     /// An event no ingress rule matched (a note for `gdn logs`; not kept
     /// by a rewrite).
     Dropped {
@@ -285,6 +290,7 @@ impl Folded {
                 }
             }
             Record::Seen { key, at } => self.remember(key, at),
+            Record::Next { seq } => self.next_seq = self.next_seq.max(seq),
             Record::Dropped { .. } => {}
         }
     }
@@ -376,6 +382,8 @@ fn read_file(path: &Path) -> Result<Folded, InboxError> {
 fn rewrite(path: &Path, folded: &mut Folded) -> std::io::Result<File> {
     let temp = path.with_extension("jsonl.tmp");
     let mut out = std::io::BufWriter::new(File::create(&temp)?);
+    serde_json::to_writer(&mut out, &Record::Next { seq: folded.next_seq })?;
+    out.write_all(b"\n")?;
     let pending_keys: std::collections::HashSet<&str> = folded.pending.values().map(|s| s.key.as_str()).collect();
     for (at, key) in &folded.order {
         if !pending_keys.contains(key.as_str()) {

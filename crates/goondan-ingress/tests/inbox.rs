@@ -151,6 +151,19 @@ async fn the_log_is_compacted_and_keeps_its_keys() -> TestResult {
     assert_eq!(recovered.len(), 1);
     assert_eq!(recovered[0].key, "conn/7");
     assert_eq!(inbox.store("conn", vec![(Some("150".into()), entry("x", "i"))]).await?, [StoreResult::Duplicate]);
+    // Seqs go on where they were, even after a rewrite with nothing pending.
+    inbox.done(recovered[0].seq, goondan_ingress::inbox::Outcome::Answered).await?;
+    drop(inbox);
+    // Every key out of its window: the rewrite at open keeps no record of them.
+    let forgetting = InboxOptions { dedupe_window: Duration::ZERO, ..options };
+    let (inbox, recovered, _rx) = open(dir.path(), forgetting)?;
+    assert!(recovered.is_empty());
+    assert!(std::fs::read_to_string(&path)?.lines().count() <= 1, "rewritten to nothing but its next seq");
+    drop(inbox);
+    let (inbox, _, _rx) = open(dir.path(), options)?;
+    let first_new = inbox.store("conn", vec![(Some("new".into()), entry("x", "i"))]).await?;
+    let StoreResult::Stored(stored) = &first_new[0] else { panic!("not stored") };
+    assert!(stored.seq > 300, "seq {} restarted", stored.seq);
     Ok(())
 }
 
