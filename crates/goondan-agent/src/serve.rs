@@ -470,12 +470,19 @@ fn delivery_key_of(message: &goondan_core::Message) -> Option<&str> {
     message.metadata.get(INBOUND_METADATA_KEY)?.get("eventMetadata")?.get(DELIVERY_KEY)?.as_str()
 }
 
-/// Finds the turn of the delivery `key` in `messages`: the user message it
-/// came as, up to the next user message.
+/// Finds the turn of the delivery `key` in `messages`: the latest user
+/// message that came with a delivery key, if it is `key`'s, up to the next
+/// user message.
 fn redelivery(messages: &[goondan_core::Message], key: &str) -> Option<Redelivered> {
     use goondan_core::MessageData;
+    // Turns of one instance run in their events' order, so a redelivered
+    // event's turn can only be the latest one that came with a key: look no
+    // further back than that (a turn costs no walk over the whole history).
     let start =
-        messages.iter().rposition(|m| matches!(m.data, MessageData::User { .. }) && delivery_key_of(m) == Some(key))?;
+        messages.iter().rposition(|m| matches!(m.data, MessageData::User { .. }) && delivery_key_of(m).is_some())?;
+    if delivery_key_of(&messages[start]) != Some(key) {
+        return None;
+    }
     let rest = &messages[start + 1..];
     let end = rest.iter().position(|m| matches!(m.data, MessageData::User { .. })).unwrap_or(rest.len());
     let turn = &rest[..end];
@@ -553,7 +560,9 @@ mod tests {
     #[test]
     fn a_redelivered_event_is_answered_or_its_cut_off_turn_taken_out() {
         let answered = [user("hi", Some("tg/1")), answer("hello"), user("next", Some("tg/2")), answer("ok")];
-        assert_eq!(redelivery(&answered, "tg/1"), Some(Redelivered::Answered("hello".into())));
+        assert_eq!(redelivery(&answered, "tg/2"), Some(Redelivered::Answered("ok".into())));
+        // Only the latest keyed turn can be a redelivery (turns run in order).
+        assert_eq!(redelivery(&answered, "tg/1"), None);
         assert_eq!(redelivery(&answered, "tg/3"), None);
         let cut = [user("hi", Some("tg/1")), answer("hello"), user("run it", Some("tg/2")), calling()];
         let ids: Vec<String> = cut[2..].iter().map(|m| m.id.clone()).collect();
