@@ -67,6 +67,9 @@ fn write_diagnostic_at(out: &mut impl Write, diagnostic: &Diagnostic, snippet: O
     Ok(())
 }
 
+/// The largest bundle file read again to show the lines diagnostics point at.
+const SNIPPET_SOURCE_LIMIT: u64 = 4 << 20;
+
 /// The line `line` of `source` and a caret under `column`, as compilers
 /// show them; `None` when the source has no such line.
 fn source_snippet(source: &str, line: u32, column: u32) -> Option<String> {
@@ -82,9 +85,13 @@ fn source_snippet(source: &str, line: u32, column: u32) -> Option<String> {
 /// Writes every diagnostic (with the line it points at, when it is in the
 /// file `subject`), then a one-line summary.
 pub fn write_report(out: &mut impl Write, diagnostics: &[Diagnostic], subject: &str) -> std::io::Result<()> {
-    // The file was just loaded within its size limit; a read that fails
-    // only means no snippets.
-    let source = std::fs::read_to_string(subject).ok();
+    // Only a regular file of a bundle's size is read for the snippets (the
+    // subject may be a device or a FIFO that the loader refused); a read
+    // that fails only means no snippets.
+    let source = std::fs::metadata(subject)
+        .ok()
+        .filter(|meta| meta.is_file() && meta.len() <= SNIPPET_SOURCE_LIMIT)
+        .and_then(|_| std::fs::read_to_string(subject).ok());
     let label = std::path::Path::new(subject).file_name().map(|name| name.to_string_lossy().into_owned());
     for diagnostic in diagnostics {
         let in_subject = label
