@@ -313,6 +313,7 @@ async fn run_event(
                     key = %event.key, connection = %event.entry.connection, %message,
                     "ingress: the event's turn cannot run until the bundle is fixed; it stays stored for the next start"
                 );
+                inbox.held(event.seq);
                 return true;
             }
             TurnEnd::Retry(message) => {

@@ -214,6 +214,12 @@ enum Record {
         seq: u64,
         at: u64,
     },
+    /// The turn started last could not run (its agent cannot be built): it
+    /// does not count as a start.
+    Held {
+        seq: u64,
+        at: u64,
+    },
     Done {
         seq: u64,
         at: u64,
@@ -282,6 +288,14 @@ impl Folded {
                 if let Some(stored) = self.pending.get_mut(&seq) {
                     stored.attempts += 1;
                     self.pending_starts += 1;
+                }
+            }
+            Record::Held { seq, .. } => {
+                if let Some(stored) = self.pending.get_mut(&seq)
+                    && stored.attempts > 0
+                {
+                    stored.attempts -= 1;
+                    self.pending_starts = self.pending_starts.saturating_sub(1);
                 }
             }
             Record::Done { seq, .. } => {
@@ -445,6 +459,9 @@ enum Op {
     Sync {
         reply: oneshot::Sender<Result<(), SinkError>>,
     },
+    Held {
+        seq: u64,
+    },
     Close,
 }
 
@@ -553,6 +570,12 @@ impl Inbox {
     /// with the next write).
     pub fn started(&self, seq: u64) {
         let _ = self.ops.send(Op::Start { seq });
+    }
+
+    /// Records that the turn of `seq` just started could not run and waits
+    /// for the next start: it does not count as an attempt (not waited for).
+    pub fn held(&self, seq: u64) {
+        let _ = self.ops.send(Op::Held { seq });
     }
 
     /// Records how the turn of `seq` ended; returns once that is durable.
@@ -691,6 +714,11 @@ impl Writer {
                 }
                 Op::Start { seq } => {
                     let record = Record::Start { seq, at };
+                    push_line(&mut lines, &record);
+                    applied.push(record);
+                }
+                Op::Held { seq } => {
+                    let record = Record::Held { seq, at };
                     push_line(&mut lines, &record);
                     applied.push(record);
                 }

@@ -441,6 +441,8 @@ async fn a_held_turn_keeps_its_instances_events_for_the_next_start() -> TestResu
     drop(inbox);
     let (_inbox, recovered, _rx) = open(dir.path(), InboxOptions::default())?;
     assert_eq!(texts(&recovered), ["h1", "h2"]);
+    // A held turn is no attempt: a still-broken bundle never uses up the event.
+    assert_eq!(recovered[0].attempts, 0);
     Ok(())
 }
 
