@@ -567,8 +567,12 @@ async fn brain_persona_serves_telegram_slack_and_the_terminal() -> TestResult {
         panic!("the terminal's turn sent nothing; gdn's log:\n{}", service.stderr());
     };
     // The worker's turn had the observer told afterwards (agents.send: not waited for).
+    // (The turn's end is recorded in the inbox just after its answer: wait
+    // for nothing pending too.)
     let instances = instances_until(state.path(), "the terminal's and the observer's turns", |i| {
-        i.turns("coordinator", "cli-test") == 1 && i.turns("observer", "brain-persona-shared") == 1
+        i.turns("coordinator", "cli-test") == 1
+            && i.turns("observer", "brain-persona-shared") == 1
+            && i.0.iter().all(|instance| instance["pendingEvents"] == 0)
     })
     .await?;
     // Exactly these turns, on exactly these instances, nothing left.
