@@ -106,10 +106,11 @@ fn tails(workspace: &Path) -> Vec<Tail> {
     if let Ok(entries) = std::fs::read_dir(workspace.join("instances")) {
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            let instance = percent_decode(&name);
+            // Only instance directories (`<agent>@<key>`, encoded as the store encodes them).
+            let Some((agent, key)) = goondan_runtime::store::parse_instance_dir_name(&name) else { continue };
             found.push(Tail {
                 path: entry.path().join("events.jsonl"),
-                instance: Some(instance),
+                instance: Some(format!("{agent}@{key}")),
                 offset: 0,
                 routes: Default::default(),
             });
@@ -118,24 +119,11 @@ fn tails(workspace: &Path) -> Vec<Tail> {
     found
 }
 
-/// `agent@key` from an instance directory's name (percent-encoded parts).
-fn percent_decode(name: &str) -> String {
-    let bytes = name.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut index = 0;
-    while index < bytes.len() {
-        if bytes[index] == b'%'
-            && let Some(hex) = name.get(index + 1..index + 3)
-            && let Ok(byte) = u8::from_str_radix(hex, 16)
-        {
-            out.push(byte);
-            index += 3;
-            continue;
-        }
-        out.push(bytes[index]);
-        index += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+/// Time order; within one millisecond a message's sending comes before its
+/// receipt (the two ends write different files, read in no causal order).
+fn order(entry: &Entry) -> (u64, bool) {
+    let kind = entry.record.get("type").and_then(JsonValue::as_str).unwrap_or("");
+    (entry.timestamp, kind.ends_with(".received"))
 }
 
 fn matches(entry: &Entry, args: &LogsArgs) -> bool {
@@ -265,7 +253,7 @@ pub fn logs(global: &GlobalOptions, args: &LogsArgs, out: &mut Output) -> Result
     let mut tails = tails(&workspace);
     let mut entries: Vec<Entry> =
         tails.iter_mut().flat_map(Tail::read_new).filter(|entry| matches(entry, args)).collect();
-    entries.sort_by_key(|entry| entry.timestamp);
+    entries.sort_by_key(order);
     let skip = entries.len().saturating_sub(args.lines);
     print(&entries[skip..], global.json, out)?;
     if !args.follow {
@@ -281,7 +269,7 @@ pub fn logs(global: &GlobalOptions, args: &LogsArgs, out: &mut Output) -> Result
         }
         let mut fresh: Vec<Entry> =
             tails.iter_mut().flat_map(Tail::read_new).filter(|entry| matches(entry, args)).collect();
-        fresh.sort_by_key(|entry| entry.timestamp);
+        fresh.sort_by_key(order);
         print(&fresh, global.json, out)?;
     }
 }
@@ -295,9 +283,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn instance_directories_decode_to_agent_and_key() {
-        assert_eq!(percent_decode("bot@room%3A1"), "bot@room:1");
-        assert_eq!(percent_decode("a@b%2"), "a@b%2");
+    fn times_are_utc_clock_times() {
         assert_eq!(clock(3_723_004), "01:02:03.004");
     }
 }
