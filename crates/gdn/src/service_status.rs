@@ -69,16 +69,7 @@ impl ServiceStatus {
 
 /// Whether a process holds the workspace's inbox (a service runs on it).
 pub fn inbox_locked(workspace_dir: &Path) -> bool {
-    let lock = workspace_dir.join(goondan_ingress::inbox::INBOX_FILE).with_extension("lock");
-    let Ok(file) = std::fs::OpenOptions::new().read(true).write(true).open(lock) else { return false };
-    match file.try_lock() {
-        Ok(()) => {
-            let _ = file.unlock();
-            false
-        }
-        Err(std::fs::TryLockError::WouldBlock) => true,
-        Err(std::fs::TryLockError::Error(_)) => false,
-    }
+    goondan_ingress::inbox::is_held(&workspace_dir.join(goondan_ingress::inbox::INBOX_FILE))
 }
 
 /// The variable that tells a detached service where its logs go.

@@ -47,6 +47,24 @@ use crate::sink::SinkError;
 /// reported busy.
 const LOCK_TRIES: u32 = 50;
 
+/// The lock file of the inbox at `path`: held by the process that writes it.
+fn lock_path(path: &Path) -> PathBuf {
+    path.with_extension("lock")
+}
+
+/// Whether a process holds the inbox at `path` (a service runs on it).
+pub fn is_held(path: &Path) -> bool {
+    let Ok(file) = OpenOptions::new().read(true).write(true).open(lock_path(path)) else { return false };
+    match file.try_lock() {
+        Ok(()) => {
+            let _ = file.unlock();
+            false
+        }
+        Err(std::fs::TryLockError::WouldBlock) => true,
+        Err(std::fs::TryLockError::Error(_)) => false,
+    }
+}
+
 /// The inbox file, under a workspace directory.
 pub const INBOX_FILE: &str = "ingress/inbox.jsonl";
 
@@ -505,7 +523,7 @@ impl Inbox {
         }
         // One writer per inbox, across processes: a second service on the
         // same project would interleave records and run events twice.
-        let lock_path = path.with_extension("lock");
+        let lock_path = lock_path(path);
         let mut lock =
             OpenOptions::new().create(true).truncate(false).read(true).write(true).open(&lock_path).map_err(io)?;
         // A writer of this process that is just ending (its last handle
