@@ -61,6 +61,8 @@ pub enum Command {
     Doctor,
     /// Stop the project's running service (`gdn run` with Connections): it drains, then exits.
     Stop(StopArgs),
+    /// Restart the project's running service, or one agent's processes (--agent), at turn boundaries.
+    Restart(RestartArgs),
     /// Write a starter project.
     Init(InitArgs),
     /// Inspect and call tools.
@@ -197,16 +199,44 @@ pub struct RunArgs {
 pub enum InstanceCommand {
     /// List agent instances, most recently used first, and whether a process runs them.
     List,
+    /// Restart every agent's process of an instance key in the running
+    /// service: each finishes its running turn first; the next message
+    /// starts it with the bundle as it is now.
+    Restart {
+        /// The instance key (as `gdn instance list` shows it).
+        key: String,
+        /// Clear the instances' conversations (messages and event logs) too.
+        #[arg(long)]
+        fresh: bool,
+    },
     /// Delete the conversations and event logs of an instance key in the
     /// bundle's workspace (or --workspace's): every agent's, or only
-    /// --agent's. Nothing is deleted while one of them runs.
+    /// --agent's. Asks first (on a terminal); --force does not ask, and
+    /// stops the instances in the running service first.
     Delete {
         /// The instance key.
         key: String,
         /// Only this agent's instance of the key.
         #[arg(long, value_name = "NAME")]
         agent: Option<String>,
+        /// Delete without asking; instances the service runs are stopped (after their running turns) first.
+        #[arg(long, short = 'f')]
+        force: bool,
     },
+}
+
+/// `gdn restart`.
+#[derive(Debug, Args)]
+pub struct RestartArgs {
+    /// Only this agent's processes (each after its running turn); other agents and the connectors go on.
+    #[arg(long, short = 'a', value_name = "NAME")]
+    pub agent: Option<String>,
+    /// Clear the conversations (messages and event logs) of what restarts.
+    #[arg(long)]
+    pub fresh: bool,
+    /// How long to wait for running turns to finish and the service to serve again.
+    #[arg(long, value_name = "SECONDS", default_value_t = 600)]
+    pub wait_secs: u64,
 }
 
 #[derive(Debug, Args)]

@@ -21,13 +21,43 @@ pub fn instance(global: &GlobalOptions, command: &InstanceCommand, out: &mut Out
     let root = crate::run::state_root(global)?;
     match command {
         InstanceCommand::List => list(global, &root, out),
-        InstanceCommand::Delete { key, agent } => {
+        InstanceCommand::Restart { key, fresh } => crate::restart::instance_restart(global, key, *fresh, out),
+        InstanceCommand::Delete { key, agent, force } => {
             let workspace = match project_workspace(global, &root) {
                 Ok(workspace) => workspace,
                 Err(message) => return usage_error(out, message),
             };
             match workspace {
-                Some(workspace) => delete(global, &root, &workspace, key, agent.as_deref(), out),
+                Some(workspace) => {
+                    if !*force && !confirmed(&workspace, key, agent.as_deref(), out)? {
+                        return Ok(exit::USAGE);
+                    }
+                    if *force && let Some(service) = crate::service_status::ServiceStatus::running(workspace.dir()) {
+                        // The service stops them (after their running turns), then deletes them.
+                        let request = crate::service_control::ControlRequest::DeleteInstance {
+                            key: key.clone(),
+                            agent: agent.clone(),
+                        };
+                        let reply =
+                            match crate::restart::ask(&service, &request, std::time::Duration::from_secs(600), out)? {
+                                Ok(reply) => reply,
+                                Err(code) => return Ok(code),
+                            };
+                        if reply.ok && reply.deleted.is_empty() {
+                            return usage_error(
+                                out,
+                                format_args!(
+                                    "no instance {} in workspace '{}' ({})",
+                                    describe(key, agent.as_deref()),
+                                    workspace.id(),
+                                    workspace.dir().display()
+                                ),
+                            );
+                        }
+                        return crate::restart::report(global, &reply, out);
+                    }
+                    delete(global, &root, &workspace, key, agent.as_deref(), out)
+                }
                 None => usage_error(
                     out,
                     format_args!(
@@ -53,6 +83,12 @@ pub(crate) fn project_workspace(
     }
     let report = goondan_config::load_bundle(&global.config);
     let Some(bundle) = report.valid_bundle() else {
+        // A bundle being edited (a running service asked to restart with
+        // it) still names its workspace: the one whose workspace.json is
+        // this bundle's.
+        if let Some(workspace) = workspace_of_bundle(root, &crate::workspace::bundle_identity(&global.config)) {
+            return Ok(Some(workspace));
+        }
         let first = report.diagnostics.iter().find(|d| d.is_error()).map(|d| format!(": {}", d.message));
         return Err(format!(
             "cannot tell the project's workspace: the bundle {} does not load{}; pass -c BUNDLE, or --workspace NAME \
@@ -65,9 +101,51 @@ pub(crate) fn project_workspace(
     crate::workspace::open(global, root, bundle, agent.name(), WorkspaceAccess::Use).map(Some)
 }
 
+/// The one workspace of the state root whose workspace.json names the
+/// bundle `identity`, if exactly one does.
+fn workspace_of_bundle(root: &StateRoot, identity: &str) -> Option<Workspace> {
+    let mut found = std::fs::read_dir(root.workspaces_dir()).ok()?.flatten().filter_map(|entry| {
+        let name = entry.file_name().to_str()?.to_owned();
+        let workspace = find_workspace(root, &name).ok()??;
+        (workspace.info()?.bundle == identity).then_some(workspace)
+    });
+    let first = found.next()?;
+    found.next().is_none().then_some(first)
+}
+
 fn usage_error(out: &mut Output, message: impl Display) -> Result<u8> {
     output::error_line(&mut out.stderr, message)?;
     Ok(exit::USAGE)
+}
+
+/// Asks on the terminal before a delete without `--force`; without a
+/// terminal to ask on, refuses (a script says `--force`).
+fn confirmed(workspace: &Workspace, key: &str, agent: Option<&str>, out: &mut Output) -> Result<bool> {
+    use std::io::IsTerminal as _;
+    if !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
+        output::error_line(
+            &mut out.stderr,
+            format_args!(
+                "gdn instance delete asks before it deletes, and there is no terminal to ask on: pass --force to delete instance {} without asking",
+                describe(key, agent)
+            ),
+        )?;
+        return Ok(false);
+    }
+    write!(
+        out.stderr,
+        "delete instance {} of workspace '{}' (its conversations and event logs)? [y/N] ",
+        describe(key, agent),
+        workspace.id()
+    )?;
+    out.stderr.flush()?;
+    let mut answer = String::new();
+    std::io::stdin().read_line(&mut answer)?;
+    if matches!(answer.trim(), "y" | "Y" | "yes" | "Yes") {
+        return Ok(true);
+    }
+    writeln!(out.stderr, "nothing was deleted")?;
+    Ok(false)
 }
 
 /// `'key'`, or `'key' of agent 'agent'`.
@@ -278,7 +356,7 @@ fn delete(
             return usage_error(
                 out,
                 format_args!(
-                    "instance {} is running{pid}; stop it first (nothing was deleted)",
+                    "instance {} is running{pid}; stop it first, or with a service running pass --force (nothing was deleted)",
                     describe(key, Some(&agent))
                 ),
             );

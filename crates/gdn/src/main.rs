@@ -17,9 +17,11 @@ mod instance;
 mod logs;
 mod mcp_serve;
 mod output;
+mod restart;
 mod run;
 mod secrets;
 mod service;
+mod service_control;
 mod service_status;
 mod shutdown;
 mod wiring;
@@ -39,6 +41,12 @@ pub struct Session {
     pub secrets: Arc<secrets::Secrets>,
     /// `gdn run --detach` started a service: it is not ended with us.
     pub started_service: std::sync::atomic::AtomicBool,
+    /// The secrets that were in the process environment (not the `.env`
+    /// files'): a service started again gets them back in its environment.
+    pub environment_secrets: std::collections::BTreeMap<String, String>,
+    /// A service asked to restart: once everything has ended, this process
+    /// executes itself again (same pid, same arguments).
+    pub reexec: std::sync::atomic::AtomicBool,
 }
 
 /// Exit codes: 0 success, 1 a failed result (invalid bundle, error
@@ -73,6 +81,7 @@ fn main() -> ExitCode {
         }
     };
     let kept_away = secrets.len();
+    let environment_secrets = secrets.to_map();
     // The bundle's `.env` files (and `--env-file`) join the secrets: read
     // through the lookup below, never put into the process environment.
     if let Some(env_file) = loads_env_files(&cli.command) {
@@ -102,6 +111,8 @@ fn main() -> ExitCode {
         shutdown: Arc::clone(&shutdown),
         secrets,
         started_service: std::sync::atomic::AtomicBool::new(false),
+        environment_secrets,
+        reexec: std::sync::atomic::AtomicBool::new(false),
     };
     init_logging(&cli.global);
     if kept_away > 0 {
@@ -128,6 +139,7 @@ fn main() -> ExitCode {
         Command::Run(args) => runtime.block_on(run::run(&cli.global, args, &session, &mut out)),
         Command::Instance(command) => instance::instance(&cli.global, command, &mut out),
         Command::Stop(args) => service_status::stop(&cli.global, args.wait_secs, &mut out),
+        Command::Restart(args) => restart::restart(&cli.global, args, &mut out),
         Command::Doctor => doctor::doctor(&cli.global, &session, &mut out),
         Command::Logs(args) => logs::logs(&cli.global, args, &mut out),
         Command::Init(args) => init::init(&cli.global, args, &mut out),
@@ -161,6 +173,11 @@ fn main() -> ExitCode {
     if let Some(code) = shutdown.exit_status() {
         return ExitCode::from(code);
     }
+    if session.reexec.load(std::sync::atomic::Ordering::SeqCst) {
+        let error = reexec(&session.environment_secrets);
+        let _ = output::error_line(&mut out.stderr, format_args!("the service could not start again: {error}"));
+        return ExitCode::from(exit::FAILED);
+    }
     match result {
         Ok(code) => ExitCode::from(code),
         // The reader of our output went away (`gdn … | head`): it has what it wanted.
@@ -172,6 +189,24 @@ fn main() -> ExitCode {
     }
 }
 
+/// Replaces this process with a new run of the same command (a service's
+/// restart: the same pid, standard streams and process group, the newest
+/// binary on disk); returns only if that fails. The secrets `main` took
+/// out of the environment go back into it, to be taken out again.
+fn reexec(secrets: &std::collections::BTreeMap<String, String>) -> std::io::Error {
+    use std::os::unix::process::CommandExt as _;
+    let program = match std::env::current_exe() {
+        // A binary replaced on disk (a new build) is the one to run.
+        Ok(program) => match program.to_str().and_then(|path| path.strip_suffix(" (deleted)")) {
+            Some(path) => std::path::PathBuf::from(path),
+            None => program,
+        },
+        Err(error) => return error,
+    };
+    tracing::info!("the service starts again");
+    std::process::Command::new(program).args(std::env::args_os().skip(1)).envs(secrets).exec()
+}
+
 /// Whether the command runs agents, which read the bundle's `.env` files:
 /// `Some(--env-file)` if so.
 fn loads_env_files(command: &Command) -> Option<Option<&Path>> {
@@ -180,6 +215,7 @@ fn loads_env_files(command: &Command) -> Option<Option<&Path>> {
         Command::Tool(_) | Command::Mcp(_) | Command::Doctor => Some(None),
         Command::Validate(_)
         | Command::Stop(_)
+        | Command::Restart(_)
         | Command::Logs(_)
         | Command::Instance(_)
         | Command::Init(_)

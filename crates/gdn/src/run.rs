@@ -380,11 +380,12 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
         }
         return crate::service_status::detach(
             workspace.dir(),
-            &session.secrets.to_map(),
+            &session.environment_secrets,
             &session.started_service,
             out,
         );
     }
+    let plan_swarm = plan.swarm.name.clone();
     let program = std::env::current_exe().context("finding the gdn binary to start agent processes")?;
     let entry = AgentInstance::new(agent_name, instance_key);
     let console = Arc::new(Console {
@@ -420,10 +421,25 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
             json: global.json,
             bundle: goondan_config::resolve_bundle_file(&orchestrator.plan().config).display().to_string(),
             swarm: orchestrator.plan().swarm.name.clone(),
+            control: Some(crate::service::ControlParts {
+                root: root.clone(),
+                workspace: workspace.clone(),
+                check_bundle: servable_check(global, args, session, &plan_swarm),
+            }),
         };
-        let code = crate::service::serve(connections, &orchestrator, options, &session.shutdown, out).await?;
+        let served = crate::service::serve(connections, &orchestrator, options, &session.shutdown, out).await?;
         orchestrator.shutdown("the service stopped").await;
-        return Ok(code);
+        if let Some(restart) = served.restart {
+            if restart.fresh {
+                match goondan_runtime::store::reset_conversations(&workspace, None, None) {
+                    Ok(reset) => tracing::info!("--fresh: {} conversation(s) cleared", reset.len()),
+                    Err(error) => tracing::error!("--fresh: the conversations could not be cleared: {error}"),
+                }
+            }
+            // `main` starts the service again once everything here has ended.
+            session.reexec.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        return Ok(served.code);
     }
     let chat =
         Chat { global, console: &console, root: &root, shutdown: &session.shutdown, orchestrator: &orchestrator };
@@ -446,6 +462,38 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
     };
     orchestrator.shutdown("the run ended").await;
     Ok(code)
+}
+
+/// Whether the bundle on disk can be served as this run serves it (a full
+/// restart's check): it loads without errors, still has the Swarm, and
+/// its Connections can be planned (their secrets set).
+fn servable_check(
+    global: &GlobalOptions,
+    args: &RunArgs,
+    session: &crate::Session,
+    swarm: &str,
+) -> Box<dyn Fn() -> Result<(), Vec<String>> + Send + Sync> {
+    let config = global.config.clone();
+    let swarm = swarm.to_owned();
+    let agent = args.agent.clone();
+    let env = Arc::clone(&session.env);
+    Box::new(move || {
+        let report = load_bundle(&config);
+        let Some(bundle) = report.valid_bundle() else {
+            return Err(report.diagnostics.iter().filter(|d| d.is_error()).map(ToString::to_string).collect());
+        };
+        let Some(found) = bundle.swarms().find(|s| s.name() == swarm) else {
+            return Err(vec![format!("the bundle has no Swarm '{swarm}' any more")]);
+        };
+        if let Some(agent) = &agent
+            && bundle.agent(agent).is_none()
+        {
+            return Err(vec![format!("the bundle has no Agent '{agent}' any more")]);
+        }
+        let entry = found.spec.entry_agent.name.clone();
+        let lookup = |name: &str| env(name);
+        crate::service::plan_connections(bundle, &swarm, &entry, &lookup).map(|_| ())
+    })
 }
 
 /// The default deadline of one tool call in `gdn run` (`--tool-timeout-ms`).

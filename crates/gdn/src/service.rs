@@ -315,6 +315,34 @@ pub struct ServeOptions {
     pub bundle: String,
     /// The Swarm's name.
     pub swarm: String,
+    /// The control socket's parts (`None`: no control socket).
+    pub control: Option<ControlParts>,
+}
+
+/// What the control socket needs besides the orchestrator.
+pub struct ControlParts {
+    /// The state root.
+    pub root: goondan_runtime::store::StateRoot,
+    /// The workspace the service runs on.
+    pub workspace: goondan_runtime::store::Workspace,
+    /// Checks the bundle on disk before a full restart.
+    pub check_bundle: Box<dyn Fn() -> Result<(), Vec<String>> + Send + Sync>,
+}
+
+/// How `serve` ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Served {
+    /// The exit code.
+    pub code: u8,
+    /// A full restart was asked for: the caller stops the agents and
+    /// starts the service again.
+    pub restart: Option<crate::service_control::FullRestart>,
+}
+
+impl Served {
+    fn exit(code: u8) -> Self {
+        Self { code, restart: None }
+    }
 }
 
 /// A started connector, supervised.
@@ -484,18 +512,18 @@ pub async fn serve(
     options: ServeOptions,
     shutdown: &crate::shutdown::Shutdown,
     out: &mut Output,
-) -> Result<u8> {
+) -> Result<Served> {
     let inbox_path = options.workspace_dir.join(INBOX_FILE);
     let (stored_tx, stored_rx) = tokio::sync::mpsc::unbounded_channel();
     let (inbox, recovered) = match Inbox::open(&inbox_path, InboxOptions::default(), stored_tx) {
         Ok(opened) => opened,
         Err(error @ goondan_ingress::inbox::InboxError::Busy { .. }) => {
             output::error_line(&mut out.stderr, error)?;
-            return Ok(crate::exit::USAGE);
+            return Ok(Served::exit(crate::exit::USAGE));
         }
         Err(error) => {
             output::error_line(&mut out.stderr, error)?;
-            return Ok(crate::exit::FAILED);
+            return Ok(Served::exit(crate::exit::FAILED));
         }
     };
     let resumed = recovered.len();
@@ -535,8 +563,28 @@ pub async fn serve(
                 inbox.close();
                 dispatcher.drain(Duration::ZERO).await;
                 shutdown.turn_ended();
-                return Ok(crate::exit::USAGE);
+                return Ok(Served::exit(crate::exit::USAGE));
             }
+        }
+    }
+    // The control socket: `gdn restart`, `gdn instance restart|delete`.
+    let (full_restart, mut restart_asked) = tokio::sync::mpsc::unbounded_channel();
+    let mut control_socket = None;
+    if let Some(parts) = options.control {
+        let path = crate::service_control::socket_path(&options.workspace_dir);
+        let context = Arc::new(crate::service_control::ControlContext {
+            orchestrator: orchestrator.clone(),
+            root: parts.root,
+            workspace: parts.workspace,
+            check_bundle: parts.check_bundle,
+            full_restart,
+        });
+        match crate::service_control::listen(&path, context, stop.child_token()) {
+            Ok(task) => control_socket = Some((path, task)),
+            Err(error) => tracing::warn!(
+                "no control socket at {} ({error}): gdn restart and gdn instance restart cannot reach this service",
+                path.display()
+            ),
         }
     }
     let names: Vec<&str> = plans.iter().map(|p| p.name.as_str()).collect();
@@ -548,6 +596,7 @@ pub async fn serve(
         connections: names.iter().map(|n| (*n).to_owned()).collect(),
         listening: listening.clone(),
         log: std::env::var(crate::service_status::LOG_ENV).ok(),
+        control: control_socket.as_ref().map(|(path, _)| path.display().to_string()),
     };
     if let Err(error) = status.write(&options.workspace_dir) {
         tracing::warn!("the service's status file could not be written: {error}");
@@ -581,10 +630,15 @@ pub async fn serve(
         }
         dispatcher.idle().await;
     };
+    let mut restart = None;
     let reason = tokio::select! {
         _ = tokio::signal::ctrl_c() => "interrupted",
         _ = stop_rx.wait_for(|stop| *stop) => "terminated",
         () = all_ended => "every connector ended",
+        Some(asked) = restart_asked.recv() => {
+            restart = Some(asked);
+            "a restart was asked for"
+        }
     };
     tracing::info!("stopping the service: {reason}");
     if reason == "terminated" {
@@ -602,6 +656,9 @@ pub async fn serve(
             tracing::warn!(connection = %connector.name, "the connector did not stop in 10 s");
         }
     }
+    if let Some((_, task)) = control_socket {
+        let _ = task.await;
+    }
     inbox.close();
     let left = dispatcher.drain(options.grace).await;
     crate::service_status::ServiceStatus::remove(&options.workspace_dir);
@@ -614,7 +671,7 @@ pub async fn serve(
     if options.json {
         let line = serde_json::json!({"status": "stopped", "reason": reason, "pending": pending, "notStarted": left});
         writeln!(out.stdout, "{line}")?;
-    } else if pending > 0 {
+    } else if pending > 0 || restart.is_some() {
         writeln!(
             out.stderr,
             "{}stopped ({reason}); {pending} event(s) stay stored and run at the next start{}",
@@ -622,7 +679,7 @@ pub async fn serve(
             output::DIM.render_reset()
         )?;
     }
-    Ok(crate::exit::OK)
+    Ok(Served { code: crate::exit::OK, restart })
 }
 
 /// The pending events of a workspace's inbox, by `agent@instance`

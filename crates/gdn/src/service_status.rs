@@ -40,6 +40,9 @@ pub struct ServiceStatus {
     /// Where its logs go (standard error when `None`).
     #[serde(default)]
     pub log: Option<String>,
+    /// Its control socket (see `service_control`).
+    #[serde(default)]
+    pub control: Option<String>,
 }
 
 impl ServiceStatus {

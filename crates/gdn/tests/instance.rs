@@ -193,11 +193,18 @@ fn delete_works_in_one_project_and_deletes_nothing_while_an_instance_runs() {
     let elsewhere = instance(&solo, "assistant", "default", 1, SOLO);
     let dirs = [assistant.dir().to_path_buf(), planner.dir().to_path_buf(), coder.clone()];
 
+    // Without --force and without a terminal to ask on: refused, nothing deleted.
+    let output = gdn(state.path(), &["--workspace", "crew", "instance", "delete", "default"]);
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output.stderr));
+    assert!(text(&output.stderr).contains("pass --force"), "{}", text(&output.stderr));
+    assert!(dirs.iter().all(|dir| dir.is_dir()));
     // The planner runs: nothing is deleted, with or without --agent.
     let held = must(planner.lock());
     let pid = std::process::id();
-    let crew_delete = ["--workspace", "crew", "instance", "delete", "default"];
-    for args in [&crew_delete[..], &["--workspace", "crew", "instance", "delete", "default", "--agent", "planner"]] {
+    let crew_delete = ["--workspace", "crew", "instance", "delete", "default", "--force"];
+    for args in
+        [&crew_delete[..], &["--workspace", "crew", "instance", "delete", "default", "--agent", "planner", "--force"]]
+    {
         let output = gdn(state.path(), args);
         let stderr = text(&output.stderr);
         assert_eq!(output.status.code(), Some(2), "{stderr}");
@@ -206,7 +213,8 @@ fn delete_works_in_one_project_and_deletes_nothing_while_an_instance_runs() {
         assert!(dirs.iter().all(|dir| dir.is_dir()), "{args:?}");
     }
     // --agent deletes that agent's instance alone, even while another runs.
-    let output = gdn(state.path(), &["--workspace", "crew", "instance", "delete", "default", "--agent", "coder"]);
+    let output =
+        gdn(state.path(), &["--workspace", "crew", "instance", "delete", "default", "--agent", "coder", "--force"]);
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
     assert_eq!(text(&output.stdout).trim(), "✓ deleted instance 'default' of agent 'coder'");
     assert!(!coder.exists());
@@ -231,20 +239,21 @@ fn delete_works_in_one_project_and_deletes_nothing_while_an_instance_runs() {
     let output = gdn(state.path(), &crew_delete);
     assert_eq!(output.status.code(), Some(2));
     assert!(text(&output.stderr).contains("no instance 'default' in workspace 'crew'"), "{}", text(&output.stderr));
-    let output = gdn(state.path(), &["--workspace", "crew", "instance", "delete", "other", "--agent", "planner"]);
+    let output =
+        gdn(state.path(), &["--workspace", "crew", "instance", "delete", "other", "--agent", "planner", "--force"]);
     assert_eq!(output.status.code(), Some(2));
     assert!(text(&output.stderr).contains("no instance 'other' of agent 'planner'"), "{}", text(&output.stderr));
-    let output = gdn(state.path(), &["--workspace", "crew", "instance", "delete", ".."]);
+    let output = gdn(state.path(), &["--workspace", "crew", "instance", "delete", "..", "--force"]);
     assert_eq!(output.status.code(), Some(2), "{}", text(&output.stderr));
-    let output = gdn(state.path(), &["--workspace", "nowhere", "instance", "delete", "default"]);
+    let output = gdn(state.path(), &["--workspace", "nowhere", "instance", "delete", "default", "--force"]);
     assert_eq!(output.status.code(), Some(2), "{}", text(&output.stderr));
     assert!(text(&output.stderr).contains("no workspace \"nowhere\""), "{}", text(&output.stderr));
     // Without --workspace, the project is -c's bundle.
-    let output = gdn(state.path(), &["-c", "/nonexistent/bundle", "instance", "delete", "default"]);
+    let output = gdn(state.path(), &["-c", "/nonexistent/bundle", "instance", "delete", "default", "--force"]);
     assert_eq!(output.status.code(), Some(2), "{}", text(&output.stderr));
     assert!(text(&output.stderr).contains("cannot tell the project's workspace"), "{}", text(&output.stderr));
 
-    let output = gdn(state.path(), &["--json", "--workspace", "crew", "instance", "delete", "other"]);
+    let output = gdn(state.path(), &["--json", "--workspace", "crew", "instance", "delete", "other", "--force"]);
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
     let body: Value = must(serde_json::from_slice(&output.stdout));
     assert_eq!(body[0]["workspace"], "crew");

@@ -102,10 +102,10 @@ fn the_offline_example_runs_a_turn_and_the_conversation_continues() {
     assert_eq!(listed[0]["turns"], 2);
     assert_eq!(listed[0]["messages"], 18);
     let config = example.to_str().unwrap_or_default();
-    let deleted = gdn(state.path(), &["-c", config, "instance", "delete", "default"]);
+    let deleted = gdn(state.path(), &["-c", config, "instance", "delete", "default", "--force"]);
     assert_eq!(deleted.status.code(), Some(0), "{}", text(&deleted.stderr));
     assert!(!instance.exists());
-    let again = gdn(state.path(), &["-c", config, "instance", "delete", "default"]);
+    let again = gdn(state.path(), &["-c", config, "instance", "delete", "default", "--force"]);
     assert_eq!(again.status.code(), Some(2));
 }
 

@@ -8,7 +8,7 @@
 //! - `hub`: the one task that owns the swarm's state and takes typed
 //!   commands: routing `delegate` / `delegate_result` / `event`, auto-spawn,
 //!   the bound on live processes and idle stops, crash handling and
-//!   backoff, shutdown.
+//!   backoff, restarts the operator asks for (held down, then released), shutdown.
 //! - `start`: the tasks around one process (start to `ready`, its messages
 //!   then its exit, writing to it), so that the hub never waits.
 //! - [`waits`]: who waits for whom — a synchronous request that would close
@@ -32,6 +32,7 @@ pub mod plan;
 mod start;
 pub mod waits;
 
+pub use hub::holds::{InstanceSelector, RestartReport, WhileDown};
 pub use launcher::AgentLauncher;
 pub use orchestrator::{Inbound, NoSwarmObserver, Orchestrator, SwarmObserver};
 pub use plan::SwarmPlan;

@@ -157,6 +157,25 @@ impl Orchestrator {
         pid.await.ok().flatten()
     }
 
+    /// Restarts the instances `selector` takes: each running process stops
+    /// after the turns it accepted (none is cut), then `while_down` runs
+    /// while none of them runs, then their next message starts them again
+    /// with the bundle as it is then. Returns when that is through.
+    pub async fn restart(
+        &self,
+        selector: crate::InstanceSelector,
+        while_down: Option<crate::WhileDown>,
+    ) -> crate::RestartReport {
+        let (reply, report) = oneshot::channel();
+        let command = HubCommand::Restart { selector, while_down, reply };
+        if self.commands.send(command).is_err() {
+            return crate::RestartReport { error: Some(Self::gone().message), ..Default::default() };
+        }
+        report
+            .await
+            .unwrap_or_else(|_| crate::RestartReport { error: Some(Self::gone().message), ..Default::default() })
+    }
+
     /// Stops every agent process: `shutdown`, then after the grace period
     /// SIGKILL for those still running; returns when all have exited.
     pub async fn shutdown(&self, reason: &str) {

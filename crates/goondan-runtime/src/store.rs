@@ -1516,6 +1516,72 @@ pub fn delete_instances(
     Ok(found)
 }
 
+/// An instance whose conversation [`reset_conversations`] cleared.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResetInstance {
+    /// The agent whose instance it is.
+    pub agent_name: String,
+    /// Its instance key.
+    pub instance_key: String,
+    /// Its directory (kept).
+    pub dir: PathBuf,
+}
+
+/// Clears the conversations of the instances in `workspace` that match
+/// `key` and `agent` (each `None`: any): their message logs and event logs
+/// go, their instance.json counts from zero again, and what else the
+/// directory holds (extension state) stays, as the original's `--fresh`
+/// clears the persisted message history only. The next turn starts an
+/// empty conversation.
+///
+/// All or nothing: every lock is taken first; one held (a process runs
+/// the instance) is [`StoreError::Busy`] and nothing is cleared.
+pub fn reset_conversations(
+    workspace: &Workspace,
+    key: Option<&str>,
+    agent: Option<&str>,
+) -> Result<Vec<ResetInstance>, StoreError> {
+    let mut found = Vec::new();
+    for dir in sub_dirs(&workspace.instances_dir())? {
+        let Some((agent_name, instance_key)) =
+            dir.file_name().and_then(|n| n.to_str()).and_then(parse_instance_dir_name)
+        else {
+            continue;
+        };
+        if key.is_some_and(|key| key != instance_key) || agent.is_some_and(|agent| agent != agent_name) {
+            continue;
+        }
+        if is_real_dir(&dir) {
+            found.push(ResetInstance { agent_name, instance_key, dir });
+        }
+    }
+    found.sort_by(|a, b| (&a.agent_name, &a.instance_key).cmp(&(&b.agent_name, &b.instance_key)));
+    let mut held = Vec::with_capacity(found.len());
+    for instance in &found {
+        held.push(hold_lock(&instance.dir, &instance.agent_name, &instance.instance_key)?);
+    }
+    for instance in &found {
+        for file in [InstanceStore::MESSAGES_FILE, InstanceStore::EVENTS_FILE] {
+            let path = instance.dir.join(file);
+            match fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+                Err(error) => return Err(StoreError::io("clearing the conversation", &path)(error)),
+            }
+        }
+        let info_path = instance.dir.join(InstanceStore::INFO_FILE);
+        if let Ok(Some(mut info)) = read_info(&info_path) {
+            info.turns = 0;
+            info.messages = 0;
+            info.updated_at = now_millis();
+            write_info_atomically(&instance.dir, &info_path, &info)?;
+        }
+        sync_dir(&instance.dir);
+    }
+    drop(held);
+    Ok(found)
+}
+
 fn new_info(instance_key: &str, agent_name: &str, bundle: String) -> InstanceInfo {
     let now = now_millis();
     InstanceInfo {

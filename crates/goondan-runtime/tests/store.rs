@@ -8,7 +8,8 @@ use std::time::Duration;
 use goondan_core::{JsonObject, Message, MessageData, MessageEvent, MessageSource, ToolCall, ToolError, ToolResult};
 use goondan_runtime::store::{
     InstanceStore, LockStatus, StateRoot, StoreError, Workspace, WorkspaceAccess, delete_instance, delete_instances,
-    instance_dir_name, list_instances, lock_status, open_workspace, parse_instance_dir_name, workspace_id,
+    instance_dir_name, list_instances, lock_status, open_workspace, parse_instance_dir_name, reset_conversations,
+    workspace_id,
 };
 use goondan_tools::{EventKind, EventSink, JsonLinesEventSink, RuntimeEvent};
 use proptest::prelude::*;
@@ -1045,4 +1046,49 @@ fn deleting_a_key_removes_every_agents_instance_of_it_or_nothing() {
     assert!(other_key.dir().is_dir());
     assert!(foreign.is_dir(), "another bundle's old instance is not this project's to delete");
     assert!(must(delete_instances(&state(&root), &root, "shared", None)).is_empty());
+}
+
+#[test]
+fn a_fresh_start_clears_the_conversations_it_selects_and_keeps_the_rest() {
+    let (_dir, root) = temp_root();
+    let mut assistant = must(InstanceStore::open(&root, "shared", "assistant", Path::new("b")));
+    let mut planner = must(InstanceStore::open(&root, "shared", "planner", Path::new("b")));
+    let mut other = must(InstanceStore::open(&root, "other", "assistant", Path::new("b")));
+    for store in [&mut assistant, &mut planner, &mut other] {
+        must(store.append(&[user("hello")]));
+        must(store.record_turn());
+    }
+    let state_file = assistant.dir().join("extensions").join("memory.json");
+    must(fs::create_dir_all(assistant.dir().join("extensions")));
+    must(fs::write(&state_file, "{\"kept\": true}"));
+    must(fs::write(assistant.events_path(), "{}\n"));
+
+    // A running instance among them: nothing is cleared.
+    let held = must(planner.lock());
+    let refused = reset_conversations(&root, Some("shared"), None);
+    assert!(matches!(&refused, Err(StoreError::Busy { agent, .. }) if agent == "planner"), "{refused:?}");
+    assert_eq!(must(assistant.messages()).messages.len(), 1);
+    drop(held);
+
+    let reset = must(reset_conversations(&root, Some("shared"), None));
+    let names: Vec<(&str, &str)> = reset.iter().map(|r| (r.agent_name.as_str(), r.instance_key.as_str())).collect();
+    assert_eq!(names, [("assistant", "shared"), ("planner", "shared")]);
+    for dir in [assistant.dir(), planner.dir()] {
+        assert!(!dir.join("messages.jsonl").exists() && !dir.join("events.jsonl").exists());
+        let reopened = must(InstanceStore::open(
+            &root,
+            "shared",
+            if dir == assistant.dir() { "assistant" } else { "planner" },
+            Path::new("b"),
+        ));
+        assert!(must(reopened.messages()).messages.is_empty());
+        assert_eq!((reopened.info().turns, reopened.info().messages), (0, 0));
+    }
+    assert!(state_file.is_file(), "extension state is not conversation");
+    assert_eq!(must(other.messages()).messages.len(), 1, "another key is not selected");
+
+    // By agent, across keys.
+    let reset = must(reset_conversations(&root, None, Some("assistant")));
+    assert_eq!(reset.len(), 2);
+    assert!(must(other.messages()).messages.is_empty());
 }

@@ -22,6 +22,8 @@
 //! the bound: at most max_processes processes live; a start over it waits for an idle one to be
 //!   stopped (or one to end), and is refused with AGENT_CAPACITY_EXCEEDED after capacity_wait
 //!   without progress; a process idle for idle_timeout is stopped (its state is on disk)
+//! restart(selector) (the operator): the selected processes get `shutdown` and finish their turns;
+//!   held down until all ended, a step (`--fresh`: clear their conversations), then released (holds.rs)
 //! shutdown: `shutdown` to every process, the grace period, then SIGKILL
 //! ```
 //!
@@ -44,6 +46,7 @@ use crate::plan::SwarmPlan;
 use crate::start::{Started, report};
 use crate::waits::WaitGraph;
 
+pub(crate) mod holds;
 mod processes;
 mod routing;
 
@@ -68,6 +71,12 @@ pub(crate) enum HubCommand {
     PidOf { instance: AgentInstance, reply: oneshot::Sender<Option<u32>> },
     /// Stop every process; `done` once all have exited.
     Shutdown { reason: String, done: oneshot::Sender<()> },
+    /// Restart the selected instances (see [`holds`]).
+    Restart {
+        selector: holds::InstanceSelector,
+        while_down: Option<holds::WhileDown>,
+        reply: oneshot::Sender<holds::RestartReport>,
+    },
 
     // From agent processes.
     /// A message of the process `generation` of `from`.
@@ -84,6 +93,8 @@ pub(crate) enum HubCommand {
     GraceOver,
     /// Killed processes did not end either: stop waiting for them.
     GiveUp,
+    /// The step of a restart ran: its instances are released.
+    Released { hold: u64, result: Result<(), String> },
 }
 
 /// How long killed processes get to end before the shutdown stops waiting.
@@ -98,6 +109,8 @@ enum Retiring {
     Idle,
     /// The swarm is stopping.
     Shutdown,
+    /// The operator restarts it: it stays down until the restart is through.
+    Reload,
 }
 
 /// A running agent process.
@@ -217,6 +230,10 @@ pub(crate) struct Hub {
     last_progress: Instant,
     /// Set once the swarm is stopping: who waits for the end.
     stopping: Option<Vec<oneshot::Sender<()>>>,
+    /// Restarts in progress.
+    holds: Vec<holds::Hold>,
+    /// The id of the last restart.
+    next_hold: u64,
 }
 
 impl Hub {
@@ -238,6 +255,8 @@ impl Hub {
             queue: VecDeque::new(),
             last_progress: Instant::now(),
             stopping: None,
+            holds: Vec::new(),
+            next_hold: 0,
         }
     }
 
@@ -276,6 +295,8 @@ impl Hub {
                 let _ = reply.send(self.slots.get(&instance).and_then(|s| s.running().map(|r| r.pid)));
             }
             HubCommand::Shutdown { reason, done } => self.shutdown(&reason, done),
+            HubCommand::Restart { selector, while_down, reply } => self.restart(selector, while_down, reply),
+            HubCommand::Released { hold, result } => self.released(hold, result),
             HubCommand::FromAgent { from, generation, message } => self.on_agent_message(from, generation, *message),
             HubCommand::Exited { instance, generation, pid, status } => {
                 self.process_ended(&instance, generation, pid, status);
@@ -315,6 +336,7 @@ impl Hub {
             return;
         }
         self.stopping = Some(vec![done]);
+        self.fail_holds();
         let unavailable = ErrorInfo::new(AGENT_UNAVAILABLE, "the swarm is shutting down");
         let instances: Vec<AgentInstance> = self.slots.keys().cloned().collect();
         for instance in &instances {

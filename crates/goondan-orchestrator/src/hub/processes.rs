@@ -48,6 +48,8 @@ impl Hub {
                 _ if self.stopping.is_some() => {
                     Next::Fail(ErrorInfo::new(AGENT_UNAVAILABLE, "the swarm is shutting down"))
                 }
+                // A restart holds it down until its step is through.
+                _ if self.is_held(instance) => Next::Later,
                 Process::Up(running) if running.retiring.is_none() => Next::HandOver,
                 // After it has started, or once the leaving one has ended.
                 Process::Up(_) | Process::Starting(_) => Next::Later,
@@ -286,7 +288,9 @@ impl Hub {
                     idle_since: Some(Instant::now()),
                 });
                 self.observer.started(instance, pid);
-                self.serve(instance, false);
+                if !self.held_start(instance) {
+                    self.serve(instance, false);
+                }
             }
             Err(error) => {
                 slot.process = Process::Down;
@@ -295,6 +299,7 @@ impl Hub {
                 slot.not_before = (!delay.is_zero()).then(|| Instant::now() + delay);
                 self.fail_waiting(instance, &error);
                 self.last_progress = Instant::now();
+                self.hold_process_ended(instance);
                 self.pump();
                 self.check_stopped();
             }
@@ -307,9 +312,10 @@ impl Hub {
         let bound = self.plan.max_processes.max(1);
         while self.live() < bound {
             let Some(next) = self.queue.pop_front() else { break };
+            let held = self.is_held(&next);
             let Some(slot) = self.slots.get_mut(&next) else { continue };
             slot.queued_since = None;
-            if matches!(slot.process, Process::Down) && self.stopping.is_none() {
+            if matches!(slot.process, Process::Down) && self.stopping.is_none() && !held {
                 self.begin_start(&next);
             }
         }
@@ -457,6 +463,7 @@ impl Hub {
         }
         // A restart it asked for: up again at once, with the bundle as it is
         // now. Otherwise what arrived while it was leaving starts the next one.
+        self.hold_process_ended(instance);
         self.serve(instance, restart);
         self.pump();
         self.check_stopped();

@@ -1,0 +1,349 @@
+//! The control socket of a running service, and its clients: `gdn
+//! restart`, `gdn instance restart` and `gdn instance delete --force`
+//! reach the service through it.
+//!
+//! ```text
+//! <workspace>/service.sock   (a Unix socket, 0600; its path is in service.json)
+//! client ─► one JSON request line ─► the service acts ─► one JSON reply line ─► closed
+//!   restart --agent A [--fresh]   the hub restarts A's instances: each finishes its running turn,
+//!                                 [their conversations are cleared while none runs], the next
+//!                                 message starts them with the bundle as it is on disk
+//!   restart [--fresh]             the bundle is loaded and checked first (refused with its
+//!                                 diagnostics if it does not validate: the service keeps running);
+//!                                 then the whole service drains and re-executes itself (same pid)
+//!   instance restart KEY [--fresh] as --agent, for every agent's instance of KEY
+//!   instance delete KEY --force   the instances stop after their turns, then are deleted
+//! ```
+//!
+//! Only the user who runs the service can connect (the socket is the
+//! user's, mode 0600, in the user's state root); the requests name no
+//! secrets and the replies carry none.
+
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use goondan_ipc::AgentInstance;
+use goondan_orchestrator::{InstanceSelector, Orchestrator, RestartReport};
+use goondan_runtime::store::{StateRoot, Workspace};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// The socket's file name in a workspace.
+pub const SOCKET_FILE: &str = "service.sock";
+/// The longest request line read.
+const MAX_REQUEST_BYTES: usize = 64 * 1024;
+/// A Unix socket's path must fit `sun_path` (108 bytes with its NUL).
+const MAX_SOCKET_PATH: usize = 100;
+
+/// What a client asks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "camelCase", rename_all_fields = "camelCase")]
+pub enum ControlRequest {
+    /// `gdn restart [--agent NAME] [--fresh]`.
+    Restart { agent: Option<String>, fresh: bool },
+    /// `gdn instance restart KEY [--fresh]`.
+    RestartInstance { key: String, fresh: bool },
+    /// `gdn instance delete KEY [--agent NAME] --force`.
+    DeleteInstance { key: String, agent: Option<String> },
+}
+
+/// A process a restart stopped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoppedProcess {
+    /// `agent@key`.
+    pub instance: String,
+    /// Its pid.
+    pub pid: u32,
+}
+
+/// The service's answer.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ControlReply {
+    /// Whether it was done.
+    pub ok: bool,
+    /// Why not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// A full restart refused: the bundle's problems.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub diagnostics: Vec<String>,
+    /// The processes that were stopped (each after its running turn).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stopped: Vec<StoppedProcess>,
+    /// The instances (`agent@key`) whose conversations were cleared.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reset: Vec<String>,
+    /// The instances (`agent@key`) that were deleted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deleted: Vec<String>,
+    /// A full restart is under way: the service drains and starts again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub restarting: bool,
+}
+
+impl ControlReply {
+    fn failed(error: impl Into<String>) -> Self {
+        Self { ok: false, error: Some(error.into()), ..Self::default() }
+    }
+}
+
+/// A whole-service restart the control socket asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FullRestart {
+    /// Clear every conversation of the workspace while nothing runs.
+    pub fresh: bool,
+}
+
+/// What the control server acts on.
+pub struct ControlContext {
+    /// The swarm's hub.
+    pub orchestrator: Orchestrator,
+    /// The state root (deletes reach old-layout instances through it).
+    pub root: StateRoot,
+    /// The workspace the service runs on.
+    pub workspace: Workspace,
+    /// Checks that the bundle on disk can be served, before a full restart:
+    /// its diagnostics if not.
+    pub check_bundle: Box<dyn Fn() -> Result<(), Vec<String>> + Send + Sync>,
+    /// Where a full restart is asked for (the serve loop).
+    pub full_restart: mpsc::UnboundedSender<FullRestart>,
+}
+
+/// Where a workspace's control socket goes: in the workspace, or (when
+/// that path is too long for a Unix socket) in the runtime directory
+/// under a name made from the workspace's path.
+pub fn socket_path(workspace_dir: &Path) -> PathBuf {
+    let beside = workspace_dir.join(SOCKET_FILE);
+    if beside.as_os_str().len() <= MAX_SOCKET_PATH {
+        return beside;
+    }
+    use std::hash::{Hash as _, Hasher as _};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    workspace_dir.hash(&mut hasher);
+    let dir = std::env::var_os("XDG_RUNTIME_DIR").map_or_else(std::env::temp_dir, PathBuf::from);
+    dir.join(format!("gdn-{}-{:016x}.sock", nix::unistd::getuid(), hasher.finish()))
+}
+
+/// Listens on `path` until `stop`; each connection is one request.
+///
+/// A file left at `path` by a service that was killed is replaced: the
+/// caller holds the workspace's inbox, so no other service can be using it.
+pub fn listen(
+    path: &Path,
+    context: Arc<ControlContext>,
+    stop: CancellationToken,
+) -> std::io::Result<tokio::task::JoinHandle<()>> {
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => return Err(error),
+    }
+    let listener = tokio::net::UnixListener::bind(path)?;
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    }
+    let path = path.to_path_buf();
+    Ok(tokio::spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                () = stop.cancelled() => break,
+                accepted = listener.accept() => accepted,
+            };
+            match accepted {
+                Ok((stream, _)) => {
+                    let context = Arc::clone(&context);
+                    tokio::spawn(async move {
+                        if let Err(error) = serve_one(stream, &context).await {
+                            tracing::warn!("a control request failed: {error}");
+                        }
+                    });
+                }
+                Err(error) => {
+                    tracing::warn!("the control socket: {error}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+        let _ = std::fs::remove_file(&path);
+    }))
+}
+
+async fn serve_one(stream: tokio::net::UnixStream, context: &ControlContext) -> std::io::Result<()> {
+    let (read, mut write) = stream.into_split();
+    let mut line = Vec::new();
+    let mut reader = tokio::io::BufReader::new(read).take(MAX_REQUEST_BYTES as u64 + 1);
+    reader.read_until(b'\n', &mut line).await?;
+    let reply = if line.len() > MAX_REQUEST_BYTES {
+        ControlReply::failed(format!("the request is over {MAX_REQUEST_BYTES} bytes"))
+    } else {
+        match serde_json::from_slice::<ControlRequest>(&line) {
+            Ok(request) => {
+                tracing::info!("control: {request:?}");
+                handle(request, context).await
+            }
+            Err(error) => ControlReply::failed(format!("not a control request: {error}")),
+        }
+    };
+    let mut text = serde_json::to_vec(&reply).map_err(std::io::Error::other)?;
+    text.push(b'\n');
+    write.write_all(&text).await?;
+    write.shutdown().await
+}
+
+/// Clears the conversations `key`/`agent` select, while none runs.
+fn reset_step(
+    workspace: &Workspace,
+    key: Option<String>,
+    agent: Option<String>,
+    reset: Arc<Mutex<Vec<String>>>,
+) -> goondan_orchestrator::WhileDown {
+    let workspace = workspace.clone();
+    Box::new(move || {
+        let cleared = goondan_runtime::store::reset_conversations(&workspace, key.as_deref(), agent.as_deref())
+            .map_err(|error| error.to_string())?;
+        if let Ok(mut reset) = reset.lock() {
+            reset.extend(cleared.iter().map(|r| AgentInstance::new(&r.agent_name, &r.instance_key).to_string()));
+        }
+        Ok(())
+    })
+}
+
+fn stopped(report: &RestartReport) -> Vec<StoppedProcess> {
+    report.stopped.iter().map(|(instance, pid)| StoppedProcess { instance: instance.to_string(), pid: *pid }).collect()
+}
+
+fn taken(list: &Mutex<Vec<String>>) -> Vec<String> {
+    list.lock().map(|mut list| std::mem::take(&mut *list)).unwrap_or_default()
+}
+
+async fn handle(request: ControlRequest, context: &ControlContext) -> ControlReply {
+    let orchestrator = &context.orchestrator;
+    match request {
+        ControlRequest::Restart { agent: Some(agent), fresh } => {
+            if !orchestrator.plan().has_agent(&agent) {
+                let agents = &orchestrator.plan().swarm.agents;
+                let hint = goondan_core::naming::closest(&agent, agents.iter().map(String::as_str))
+                    .map(|near| format!("did you mean '{near}'? "))
+                    .unwrap_or_default();
+                return ControlReply::failed(format!(
+                    "the swarm has no agent '{agent}' ({hint}its agents: {})",
+                    agents.join(", ")
+                ));
+            }
+            let reset = Arc::new(Mutex::new(Vec::new()));
+            let step = fresh.then(|| reset_step(&context.workspace, None, Some(agent.clone()), Arc::clone(&reset)));
+            let report = orchestrator.restart(InstanceSelector::Agent(agent), step).await;
+            ControlReply {
+                ok: report.error.is_none(),
+                error: report.error.clone(),
+                stopped: stopped(&report),
+                reset: taken(&reset),
+                ..ControlReply::default()
+            }
+        }
+        ControlRequest::Restart { agent: None, fresh } => match (context.check_bundle)() {
+            Err(diagnostics) => ControlReply {
+                diagnostics,
+                ..ControlReply::failed("the bundle on disk does not validate; the service keeps running the one it has")
+            },
+            Ok(()) => {
+                if context.full_restart.send(FullRestart { fresh }).is_err() {
+                    return ControlReply::failed("the service is stopping");
+                }
+                ControlReply { ok: true, restarting: true, ..ControlReply::default() }
+            }
+        },
+        ControlRequest::RestartInstance { key, fresh } => {
+            let reset = Arc::new(Mutex::new(Vec::new()));
+            let step = fresh.then(|| reset_step(&context.workspace, Some(key.clone()), None, Arc::clone(&reset)));
+            let report = orchestrator.restart(InstanceSelector::Key(key), step).await;
+            ControlReply {
+                ok: report.error.is_none(),
+                error: report.error.clone(),
+                stopped: stopped(&report),
+                reset: taken(&reset),
+                ..ControlReply::default()
+            }
+        }
+        ControlRequest::DeleteInstance { key, agent } => {
+            let selector = match &agent {
+                Some(agent) => InstanceSelector::One(AgentInstance::new(agent, &key)),
+                None => InstanceSelector::Key(key.clone()),
+            };
+            let deleted = Arc::new(Mutex::new(Vec::new()));
+            let step: goondan_orchestrator::WhileDown = {
+                let (root, workspace, deleted) =
+                    (context.root.clone(), context.workspace.clone(), Arc::clone(&deleted));
+                Box::new(move || {
+                    let gone = goondan_runtime::store::delete_instances(&root, &workspace, &key, agent.as_deref())
+                        .map_err(|error| format!("{error} (nothing was deleted)"))?;
+                    if let Ok(mut deleted) = deleted.lock() {
+                        deleted.extend(gone.iter().map(|g| AgentInstance::new(&g.agent_name, &key).to_string()));
+                    }
+                    Ok(())
+                })
+            };
+            let report = orchestrator.restart(selector, Some(step)).await;
+            ControlReply {
+                ok: report.error.is_none(),
+                error: report.error.clone(),
+                stopped: stopped(&report),
+                deleted: taken(&deleted),
+                ..ControlReply::default()
+            }
+        }
+    }
+}
+
+/// Sends `request` to the service listening on `socket` and waits for
+/// its reply (a restart waits for running turns: up to `wait`).
+pub fn request(socket: &Path, request: &ControlRequest, wait: Duration) -> Result<ControlReply, String> {
+    let mut stream = std::os::unix::net::UnixStream::connect(socket)
+        .map_err(|error| format!("cannot reach the service at {}: {error}", socket.display()))?;
+    stream.set_read_timeout(Some(wait)).map_err(|e| e.to_string())?;
+    let mut line = serde_json::to_vec(request).map_err(|e| e.to_string())?;
+    line.push(b'\n');
+    stream.write_all(&line).map_err(|error| format!("writing to the service: {error}"))?;
+    let mut reply = String::new();
+    match BufReader::new(stream).read_line(&mut reply) {
+        Ok(0) => Err("the service closed the connection without a reply".to_owned()),
+        Ok(_) => serde_json::from_str(&reply).map_err(|error| format!("an unreadable reply from the service: {error}")),
+        Err(error) if matches!(error.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+            Err(format!("no reply from the service within {} s (running turns may still be finishing)", wait.as_secs()))
+        }
+        Err(error) => Err(format!("reading the service's reply: {error}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_tagged_camel_case_json() -> Result<(), serde_json::Error> {
+        let request = ControlRequest::RestartInstance { key: "user:1".into(), fresh: true };
+        let text = serde_json::to_string(&request)?;
+        assert_eq!(text, r#"{"op":"restartInstance","key":"user:1","fresh":true}"#);
+        assert_eq!(serde_json::from_str::<ControlRequest>(&text)?, request);
+        let reply = ControlReply { ok: true, restarting: true, ..ControlReply::default() };
+        assert_eq!(serde_json::to_string(&reply)?, r#"{"ok":true,"restarting":true}"#);
+        Ok(())
+    }
+
+    #[test]
+    fn a_socket_path_too_long_for_a_unix_socket_moves_to_the_runtime_directory() {
+        let short = socket_path(Path::new("/home/u/.goondan/workspaces/demo"));
+        assert_eq!(short, Path::new("/home/u/.goondan/workspaces/demo/service.sock"));
+        let deep = PathBuf::from(format!("/home/u/{}/workspaces/demo", "d".repeat(120)));
+        let moved = socket_path(&deep);
+        assert!(moved.as_os_str().len() <= MAX_SOCKET_PATH + 40, "{}", moved.display());
+        assert_eq!(moved, socket_path(&deep), "the same workspace gets the same path");
+        assert_ne!(moved, socket_path(Path::new(&format!("{}x", deep.display()))));
+    }
+}

@@ -1,0 +1,292 @@
+//! Changing a running service, through the CLI as a user drives it:
+//! `gdn restart --agent` while another agent's turn runs (that turn
+//! completes, and so does the restarted agent's own), a whole restart
+//! refused for a bundle that no longer validates and then done in the same
+//! process, `--fresh`, `gdn instance restart` and `gdn instance delete
+//! --force` with the service running.
+
+use std::io::{Read as _, Write as _};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn free_port() -> Result<u16, std::io::Error> {
+    TcpListener::bind("127.0.0.1:0")?.local_addr().map(|a| a.port())
+}
+
+/// Two agents fed by one webhook: `slow` runs `command` in bash and
+/// answers, `quick` answers `reply` at once.
+fn bundle(dir: &Path, port: u16, command: &str, reply: &str) -> Result<(), std::io::Error> {
+    let command = serde_json::to_string(command).unwrap_or_default();
+    let yaml = format!(
+        r#"apiVersion: goondan.ai/v1
+kind: Model
+metadata: {{name: shell}}
+spec:
+  provider: scripted
+  model: shell
+  options:
+    replies:
+      - toolCalls: [{{name: bash__exec, args: {{command: {command}}}}}]
+      - text: "slow answer"
+---
+apiVersion: goondan.ai/v1
+kind: Model
+metadata: {{name: fast}}
+spec:
+  provider: scripted
+  model: fast
+  options:
+    replies: [{{text: "{reply}"}}]
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {{name: slow}}
+spec:
+  modelConfig: {{modelRef: Model/shell}}
+  tools: [{{kind: Tool, name: bash, package: "@goondan/base"}}]
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {{name: quick}}
+spec:
+  modelConfig: {{modelRef: Model/fast}}
+---
+apiVersion: goondan.ai/v1
+kind: Swarm
+metadata: {{name: pair}}
+spec: {{entryAgent: Agent/quick, agents: [Agent/quick, Agent/slow]}}
+---
+apiVersion: goondan.ai/v1
+kind: Connection
+metadata: {{name: hook}}
+spec:
+  connectorRef: {{kind: Connector, name: webhook, package: "@goondan/base"}}
+  config:
+    WEBHOOK_PORT: {{value: "{port}"}}
+  ingress:
+    rules:
+      - match: {{event: slow}}
+        route: {{agentRef: Agent/slow}}
+      - route: {{agentRef: Agent/quick}}
+"#
+    );
+    std::fs::write(dir.join("goondan.yaml"), yaml)
+}
+
+fn gdn(dir: &Path, state: &Path, args: &[&str]) -> Result<Output, std::io::Error> {
+    Command::new(env!("CARGO_BIN_EXE_gdn"))
+        .arg("-c")
+        .arg(dir)
+        .args(args)
+        .env("GOONDAN_STATE_ROOT", state)
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .output()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn post(port: u16, event: &str, key: &str, input: &str) -> Result<String, std::io::Error> {
+    let body = serde_json::json!({"event": event, "instanceKey": key, "text": input}).to_string();
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    let request = format!(
+        "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes())?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    Ok(response)
+}
+
+/// `gdn instance list --json`, as (agent, key) → the row.
+fn instance(dir: &Path, state: &Path, agent: &str, key: &str) -> Result<Option<Value>, std::io::Error> {
+    let listed = gdn(dir, state, &["instance", "list", "--json"])?;
+    let rows: Value = serde_json::from_slice(&listed.stdout).unwrap_or_default();
+    Ok(rows
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|row| row["agentName"] == agent && row["instanceKey"] == key)
+        .cloned())
+}
+
+fn turns(dir: &Path, state: &Path, agent: &str, key: &str) -> Result<u64, std::io::Error> {
+    Ok(instance(dir, state, agent, key)?.and_then(|row| row["turns"].as_u64()).unwrap_or(0))
+}
+
+fn until(what: &str, mut done: impl FnMut() -> Result<bool, std::io::Error>) -> TestResult {
+    let deadline = Instant::now() + WAIT;
+    while !done()? {
+        if Instant::now() > deadline {
+            return Err(format!("timed out waiting for {what}").into());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+fn service_status(state: &Path) -> Result<Value, Box<dyn std::error::Error>> {
+    let workspace = state.join("workspaces").join("pair");
+    Ok(serde_json::from_str(&std::fs::read_to_string(workspace.join("service.json"))?)?)
+}
+
+/// Stops the service when the test ends, whatever happened.
+struct Running<'a> {
+    dir: &'a Path,
+    state: &'a Path,
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        let _ = gdn(self.dir, self.state, &["stop"]);
+    }
+}
+
+fn lines(path: &PathBuf) -> Vec<String> {
+    std::fs::read_to_string(path).unwrap_or_default().lines().map(str::to_owned).collect()
+}
+
+#[test]
+fn restarting_one_agent_cuts_no_turn_of_it_or_of_another() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let state = dir.path().join("state");
+    let marks = dir.path().join("marks");
+    let port = free_port()?;
+    let command = format!("echo start >> '{m}'; sleep 3; echo end >> '{m}'", m = marks.display());
+    bundle(dir.path(), port, &command, "pong")?;
+    let started = gdn(dir.path(), &state, &["run", "--detach"])?;
+    assert_eq!(started.status.code(), Some(0), "{}", text(&started.stderr));
+    let _running = Running { dir: dir.path(), state: &state };
+
+    // quick answers once; its process is up.
+    assert!(post(port, "chat", "q1", "hi")?.starts_with("HTTP/1.1 200"));
+    until("quick's first turn", || Ok(turns(dir.path(), &state, "quick", "q1")? == 1))?;
+    let quick = instance(dir.path(), &state, "quick", "q1")?.unwrap_or_default();
+    let first_pid = quick["pid"].as_u64().ok_or("quick has no running process")?;
+
+    // slow's turn runs while quick is restarted: it is not waited for, and not cut.
+    assert!(post(port, "slow", "s1", "go")?.starts_with("HTTP/1.1 200"));
+    until("slow's command to start", || Ok(lines(&marks) == ["start"]))?;
+    let restart = gdn(dir.path(), &state, &["restart", "--agent", "quick"])?;
+    let said = text(&restart.stdout);
+    assert_eq!(restart.status.code(), Some(0), "{said}{}", text(&restart.stderr));
+    assert!(said.contains(&format!("stopped quick@q1 (pid {first_pid})")), "{said}");
+    assert_eq!(lines(&marks), ["start"], "restarting quick waited for slow's turn");
+    until("slow's turn to end", || Ok(turns(dir.path(), &state, "slow", "s1")? == 1))?;
+    assert_eq!(lines(&marks), ["start", "end"]);
+
+    // quick's next message starts a new process.
+    assert!(post(port, "chat", "q1", "again")?.starts_with("HTTP/1.1 200"));
+    until("quick's second turn", || Ok(turns(dir.path(), &state, "quick", "q1")? == 2))?;
+    let quick = instance(dir.path(), &state, "quick", "q1")?.unwrap_or_default();
+    assert_ne!(quick["pid"].as_u64(), Some(first_pid), "{quick}");
+
+    // Restarting slow while its own turn runs: the restart waits for the turn's end.
+    assert!(post(port, "slow", "s1", "again")?.starts_with("HTTP/1.1 200"));
+    until("slow's second command to start", || Ok(lines(&marks).len() == 3))?;
+    let restart = gdn(dir.path(), &state, &["restart", "--agent", "slow"])?;
+    assert_eq!(restart.status.code(), Some(0), "{}", text(&restart.stderr));
+    assert_eq!(lines(&marks), ["start", "end", "start", "end"], "the running turn was cut");
+    until("slow's second turn to be counted", || Ok(turns(dir.path(), &state, "slow", "s1")? == 2))?;
+
+    // An agent the swarm does not have.
+    let unknown = gdn(dir.path(), &state, &["restart", "--agent", "quik"])?;
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(text(&unknown.stderr).contains("did you mean 'quick'?"), "{}", text(&unknown.stderr));
+    Ok(())
+}
+
+#[test]
+fn a_whole_restart_keeps_the_running_service_for_a_broken_bundle_and_reloads_a_fixed_one() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let state = dir.path().join("state");
+    let port = free_port()?;
+    bundle(dir.path(), port, "true", "pong")?;
+    let started = gdn(dir.path(), &state, &["run", "--detach"])?;
+    assert_eq!(started.status.code(), Some(0), "{}", text(&started.stderr));
+    let _running = Running { dir: dir.path(), state: &state };
+    let before = service_status(&state)?;
+    assert!(post(port, "chat", "q1", "hi")?.starts_with("HTTP/1.1 200"));
+    until("the first turn", || Ok(turns(dir.path(), &state, "quick", "q1")? == 1))?;
+
+    // Broken: refused with the diagnostics, and the service goes on serving.
+    let file = dir.path().join("goondan.yaml");
+    let good = std::fs::read_to_string(&file)?;
+    std::fs::write(&file, good.replacen("provider: scripted", "provder: scripted", 1))?;
+    let refused = gdn(dir.path(), &state, &["restart"])?;
+    let said = text(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{said}");
+    assert!(said.contains("does not validate") && said.contains("provider"), "{said}");
+    assert!(post(port, "chat", "q1", "still there")?.starts_with("HTTP/1.1 200"));
+    until("a turn after the refusal", || Ok(turns(dir.path(), &state, "quick", "q1")? == 2))?;
+
+    // Fixed, with a new answer: the same process serves again, with the new bundle.
+    std::fs::write(&file, good.replace("text: \"pong\"", "text: \"pong two\""))?;
+    let restarted = gdn(dir.path(), &state, &["restart"])?;
+    assert_eq!(restarted.status.code(), Some(0), "{}", text(&restarted.stderr));
+    assert!(text(&restarted.stdout).contains("service restarted (pid "), "{}", text(&restarted.stdout));
+    let after = service_status(&state)?;
+    assert_eq!(after["pid"], before["pid"], "a restart stays in the service's process");
+    assert!(after["startedAt"].as_u64() > before["startedAt"].as_u64());
+    assert!(post(port, "chat", "q1", "new")?.starts_with("HTTP/1.1 200"));
+    let log = PathBuf::from(after["log"].as_str().unwrap_or_default());
+    until("the new bundle's answer", || Ok(std::fs::read_to_string(&log)?.contains("quick@q1 › pong two")))?;
+    assert_eq!(turns(dir.path(), &state, "quick", "q1")?, 3);
+
+    // --fresh: every conversation starts over.
+    let fresh = gdn(dir.path(), &state, &["restart", "--fresh"])?;
+    assert_eq!(fresh.status.code(), Some(0), "{}", text(&fresh.stderr));
+    let row = instance(dir.path(), &state, "quick", "q1")?.ok_or("the instance is gone")?;
+    assert_eq!((row["turns"].as_u64(), row["messages"].as_u64()), (Some(0), Some(0)), "{row}");
+    Ok(())
+}
+
+#[test]
+fn instances_are_restarted_fresh_and_deleted_through_the_running_service() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let state = dir.path().join("state");
+    let port = free_port()?;
+    bundle(dir.path(), port, "true", "pong")?;
+    let started = gdn(dir.path(), &state, &["run", "--detach"])?;
+    assert_eq!(started.status.code(), Some(0), "{}", text(&started.stderr));
+    let _running = Running { dir: dir.path(), state: &state };
+    for key in ["a", "b"] {
+        assert!(post(port, "chat", key, "hi")?.starts_with("HTTP/1.1 200"));
+        until("the turn", || Ok(turns(dir.path(), &state, "quick", key)? == 1))?;
+    }
+
+    let restarted = gdn(dir.path(), &state, &["instance", "restart", "a", "--fresh"])?;
+    let said = text(&restarted.stdout);
+    assert_eq!(restarted.status.code(), Some(0), "{said}{}", text(&restarted.stderr));
+    assert!(said.contains("stopped quick@a (pid ") && said.contains("cleared the conversation of quick@a"), "{said}");
+    assert_eq!(turns(dir.path(), &state, "quick", "a")?, 0);
+    assert_eq!(turns(dir.path(), &state, "quick", "b")?, 1, "another key is left alone");
+    let unknown = gdn(dir.path(), &state, &["instance", "restart", "nope"])?;
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(text(&unknown.stderr).contains("no instance 'nope'"), "{}", text(&unknown.stderr));
+
+    // b's process runs: without --force nothing happens; with it, the service stops it and deletes it.
+    assert!(instance(dir.path(), &state, "quick", "b")?.is_some_and(|row| row["running"] == true));
+    let asked = gdn(dir.path(), &state, &["instance", "delete", "b"])?;
+    assert_eq!(asked.status.code(), Some(2));
+    let deleted = gdn(dir.path(), &state, &["instance", "delete", "b", "--force"])?;
+    let said = text(&deleted.stdout);
+    assert_eq!(deleted.status.code(), Some(0), "{said}{}", text(&deleted.stderr));
+    assert!(said.contains("deleted instance quick@b"), "{said}");
+    assert!(instance(dir.path(), &state, "quick", "b")?.is_none());
+    // The service goes on: b's next event starts a new conversation.
+    assert!(post(port, "chat", "b", "back")?.starts_with("HTTP/1.1 200"));
+    until("b's new first turn", || Ok(turns(dir.path(), &state, "quick", "b")? == 1))?;
+    Ok(())
+}
