@@ -53,6 +53,9 @@ pub struct Bundle {
     package_name: Option<String>,
     resources: Vec<BundleResource>,
     index: HashMap<(Kind, String), usize>,
+    /// The JSON of every non-empty document by index (empty for the
+    /// compiled-in package, which is built from its snapshot).
+    documents: Vec<serde_json::Value>,
 }
 
 /// The outcome of loading: the bundle (unless it could not be read or
@@ -179,6 +182,7 @@ pub fn load_from_str(text: &str, label: &str, root: Option<&Path>, file: PathBuf
         package_name: None,
         resources,
         index: HashMap::new(),
+        documents: documents.iter().map(|document| document.value.clone()).collect(),
     };
     CrossChecks { label, documents: &documents, diagnostics: &mut diagnostics }.run(&mut bundle);
     LoadReport { bundle: Some(bundle), diagnostics }
@@ -205,6 +209,7 @@ pub(crate) fn load_base_yaml() -> Bundle {
         package_name: Some(BASE_PACKAGE.to_owned()),
         resources: Vec::new(),
         index: HashMap::new(),
+        documents: Vec::new(),
     })
 }
 
@@ -239,7 +244,7 @@ impl Bundle {
         for (position, entry) in resources.iter().enumerate() {
             index.entry((entry.resource.kind(), entry.resource.name().to_owned())).or_insert(position);
         }
-        Bundle { root: root.to_path_buf(), file, package_name, resources, index }
+        Bundle { root: root.to_path_buf(), file, package_name, resources, index, documents: Vec::new() }
     }
 
     /// The directory that holds the bundle's files.
@@ -260,6 +265,12 @@ impl Bundle {
     /// Every valid resource, in file order.
     pub fn resources(&self) -> &[BundleResource] {
         &self.resources
+    }
+
+    /// The document at `doc_index` ([`BundleResource::doc_index`]) as parsed
+    /// from the YAML, before validation; `None` for the compiled-in package.
+    pub fn document(&self, doc_index: usize) -> Option<&serde_json::Value> {
+        self.documents.get(doc_index)
     }
 
     /// The resource of `kind` named `name` in this bundle.

@@ -5,11 +5,13 @@
 //! - [`schema`]: the structural schema of each kind's `spec`.
 //! - [`validate`]: per-document rules (names, Tool exports, files).
 //! - [`bundle`]: loading, cross-document rules, reference resolution.
+//! - [`changes`]: what an edit to a bundle's files changes (`gdn run --watch`).
 //! - [`resources`]: the typed resources.
 //! - [`diagnostic`]: what a finding looks like.
 
 mod base_snapshot;
 pub mod bundle;
+pub mod changes;
 pub mod diagnostic;
 pub mod files;
 mod plain_schema;
@@ -22,6 +24,7 @@ pub use bundle::{
     BASE_PACKAGE, Bundle, BundleResource, LOCK_FILE, LoadReport, PackageScope, ResolveError, Resolved, base_package,
     load_bundle, load_from_str, resolve_bundle_file,
 };
+pub use changes::{BundleChanges, BundleFingerprint, ResourceKey, changes, watched_files};
 pub use diagnostic::{Diagnostic, DiagnosticCode, Severity};
 pub use resources::{
     AgentSpec, AnyResource, ExtensionSpec, Kind, ModelSpec, Resource, SwarmSpec, ToolExport, ToolSpec, ValueSource,

@@ -7,8 +7,8 @@ use indexmap::IndexMap;
 use serde::de::{self, Deserializer};
 use serde::{Deserialize, Serialize};
 
-/// The resource kinds of `goondan.ai/v1`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// The resource kinds of `goondan.ai/v1` (ordered as documented).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[allow(missing_docs)]
 pub enum Kind {
     Package,
