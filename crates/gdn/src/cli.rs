@@ -189,6 +189,11 @@ pub struct RunArgs {
     /// With Connections: how long running turns may take to finish when the service stops (default 30).
     #[arg(long, value_name = "SECONDS")]
     pub drain_secs: Option<u64>,
+    /// Watch the bundle and the entry files of its Tools, Extensions and Connectors: an edit
+    /// restarts only what it changes, at turn boundaries; a bundle that no longer validates is
+    /// reported and the running one kept.
+    #[arg(long, short = 'w', conflicts_with_all = ["input", "input_file"])]
+    pub watch: bool,
     /// With Connections: run the service in the background (logs to the workspace's logs/service.log);
     /// returns once it serves, or with its start-up error.
     #[arg(long)]

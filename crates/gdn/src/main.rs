@@ -24,6 +24,7 @@ mod service;
 mod service_control;
 mod service_status;
 mod shutdown;
+mod watch;
 mod wiring;
 mod workspace;
 

@@ -413,7 +413,16 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
         Arc::clone(&console) as Arc<dyn SwarmObserver>,
     );
 
+    let watcher = if args.watch {
+        match crate::watch::BundleWatcher::start(&global.config, &bundle) {
+            Ok(watcher) => Some(watcher),
+            Err(error) => return usage_error(out, &format!("--watch: the bundle's files cannot be watched: {error}")),
+        }
+    } else {
+        None
+    };
     if !connections.is_empty() {
+        let check_bundle = servable_check(global, args, session, &plan_swarm);
         let options = crate::service::ServeOptions {
             workspace_dir: workspace.dir().to_path_buf(),
             max_concurrent: orchestrator.plan().max_processes,
@@ -424,7 +433,13 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
             control: Some(crate::service::ControlParts {
                 root: root.clone(),
                 workspace: workspace.clone(),
-                check_bundle: servable_check(global, args, session, &plan_swarm),
+                check_bundle: Arc::clone(&check_bundle),
+            }),
+            watch: watcher.map(|watcher| crate::service::WatchParts {
+                watcher,
+                entry_agent: orchestrator.plan().swarm.entry_agent.clone(),
+                env: Arc::clone(&session.env),
+                check_bundle: Arc::clone(&check_bundle),
             }),
         };
         let served = crate::service::serve(connections, &orchestrator, options, &session.shutdown, out).await?;
@@ -441,6 +456,31 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
         }
         return Ok(served.code);
     }
+    // An interactive run follows edits too: the changed agents restart
+    // between turns (there are no connectors to restart).
+    let _watching = watcher.map(|mut watcher| {
+        let orchestrator = orchestrator.clone();
+        tokio::spawn(async move {
+            while let Some(reload) = watcher.next().await {
+                let mut stderr = anstream::stderr();
+                match reload {
+                    crate::watch::Reload::Invalid(errors) => {
+                        let _ =
+                            output::error_line(&mut stderr, "the bundle no longer validates; the running one is kept:");
+                        for error in errors {
+                            let _ = writeln!(stderr, "  {error}");
+                        }
+                    }
+                    crate::watch::Reload::Changed { changes, .. } => {
+                        for line in &changes.described {
+                            let _ = writeln!(stderr, "{}↻ {line}{}", output::DIM, output::DIM.render_reset());
+                        }
+                        crate::watch::restart_agents(&orchestrator, &changes);
+                    }
+                }
+            }
+        })
+    });
     let chat =
         Chat { global, console: &console, root: &root, shutdown: &session.shutdown, orchestrator: &orchestrator };
     let code = match single_input {
@@ -472,12 +512,12 @@ fn servable_check(
     args: &RunArgs,
     session: &crate::Session,
     swarm: &str,
-) -> Box<dyn Fn() -> Result<(), Vec<String>> + Send + Sync> {
+) -> crate::service::BundleCheck {
     let config = global.config.clone();
     let swarm = swarm.to_owned();
     let agent = args.agent.clone();
     let env = Arc::clone(&session.env);
-    Box::new(move || {
+    Arc::new(move || {
         let report = load_bundle(&config);
         let Some(bundle) = report.valid_bundle() else {
             return Err(report.diagnostics.iter().filter(|d| d.is_error()).map(ToString::to_string).collect());

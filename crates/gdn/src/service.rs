@@ -317,7 +317,24 @@ pub struct ServeOptions {
     pub swarm: String,
     /// The control socket's parts (`None`: no control socket).
     pub control: Option<ControlParts>,
+    /// `--watch`: the bundle's watcher and what re-planning Connections needs.
+    pub watch: Option<WatchParts>,
 }
+
+/// What `--watch` needs in a service.
+pub struct WatchParts {
+    /// The bundle's files, watched.
+    pub watcher: crate::watch::BundleWatcher,
+    /// The Swarm's entry agent (the default route).
+    pub entry_agent: String,
+    /// Reads secrets and settings (as at the start).
+    pub env: goondan_runtime::agent::EnvLookup,
+    /// Checks the bundle before a whole restart.
+    pub check_bundle: BundleCheck,
+}
+
+/// Whether the bundle on disk can be served: its problems if not.
+pub type BundleCheck = Arc<dyn Fn() -> Result<(), Vec<String>> + Send + Sync>;
 
 /// What the control socket needs besides the orchestrator.
 pub struct ControlParts {
@@ -326,7 +343,7 @@ pub struct ControlParts {
     /// The workspace the service runs on.
     pub workspace: goondan_runtime::store::Workspace,
     /// Checks the bundle on disk before a full restart.
-    pub check_bundle: Box<dyn Fn() -> Result<(), Vec<String>> + Send + Sync>,
+    pub check_bundle: BundleCheck,
 }
 
 /// How `serve` ended.
@@ -348,6 +365,8 @@ impl Served {
 /// A started connector, supervised.
 struct Supervised {
     name: String,
+    /// Stops this connector alone (a watched edit replaces it).
+    stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
     /// Turns true when the connector ended for good.
     ended: watch::Receiver<bool>,
@@ -384,6 +403,7 @@ fn supervise(
     first: goondan_ingress::RunningConnector,
 ) -> Supervised {
     let name = plan.name.clone();
+    let own_stop = stop.clone();
     let (ended_tx, ended) = watch::channel(false);
     let task = tokio::spawn(async move {
         // Set on every way out of this task.
@@ -420,7 +440,7 @@ fn supervise(
             }
         }
     });
-    Supervised { name, task, ended }
+    Supervised { name, stop: own_stop, task, ended }
 }
 
 struct EndedOnDrop(watch::Sender<bool>);
@@ -537,7 +557,7 @@ pub async fn serve(
     let stop = CancellationToken::new();
     let mut stdin_given = false;
     let mut supervised = Vec::new();
-    let mut listening = Vec::new();
+    let mut listening: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for plan in &plans {
         let sink: Arc<dyn EventSink> =
             Arc::new(ConnectionSink::new(&plan.connector, plan.router.clone(), inbox.clone()));
@@ -547,12 +567,12 @@ pub async fn serve(
         } else {
             None
         };
-        match start_connector(plan, Arc::clone(&sink), stop.child_token(), input).await {
+        // One token per connector: it stops the connector and its supervision alike.
+        let own_stop = stop.child_token();
+        match start_connector(plan, Arc::clone(&sink), own_stop.clone(), input).await {
             Ok(started) => {
-                for address in &started.listening {
-                    listening.push(format!("{} on http://{address}", plan.name));
-                }
-                supervised.push(supervise(plan.clone(), sink, stop.child_token(), started));
+                listening.insert(plan.name.clone(), addresses(plan, &started));
+                supervised.push(supervise(plan.clone(), sink, own_stop, started));
             }
             Err(error) => {
                 output::error_line(&mut out.stderr, error)?;
@@ -587,14 +607,15 @@ pub async fn serve(
             ),
         }
     }
-    let names: Vec<&str> = plans.iter().map(|p| p.name.as_str()).collect();
-    let status = crate::service_status::ServiceStatus {
+    let mut plans = plans;
+    let names: Vec<String> = plans.iter().map(|p| p.name.clone()).collect();
+    let mut status = crate::service_status::ServiceStatus {
         pid: std::process::id(),
         started_at: goondan_core::message::now_millis(),
         bundle: options.bundle.clone(),
         swarm: options.swarm.clone(),
-        connections: names.iter().map(|n| (*n).to_owned()).collect(),
-        listening: listening.clone(),
+        connections: names.clone(),
+        listening: listening.values().flatten().cloned().collect(),
         log: std::env::var(crate::service_status::LOG_ENV).ok(),
         control: control_socket.as_ref().map(|(path, _)| path.display().to_string()),
     };
@@ -605,7 +626,7 @@ pub async fn serve(
         let line = serde_json::json!({
             "status": "serving",
             "connections": names,
-            "listening": listening,
+            "listening": status.listening,
             "resumed": resumed,
         });
         writeln!(out.stdout, "{line}")?;
@@ -617,27 +638,128 @@ pub async fn serve(
             output::DIM,
             plans.len(),
             names.join(", "),
-            if listening.is_empty() { String::new() } else { format!(" ({})", listening.join(", ")) },
+            if status.listening.is_empty() { String::new() } else { format!(" ({})", status.listening.join(", ")) },
             if resumed > 0 { format!("; {resumed} event(s) from the last run resumed") } else { String::new() },
             output::DIM.render_reset()
         )?;
     }
 
-    // Until a signal, or every connector ended and nothing is left to run.
-    let all_ended = async {
-        for connector in &supervised {
-            let _ = connector.ended.clone().wait_for(|ended| *ended).await;
-        }
-        dispatcher.idle().await;
-    };
+    /// Why the wait below woke up.
+    enum Wake {
+        Stop(&'static str),
+        Restart(crate::service_control::FullRestart),
+        Edited(Option<crate::watch::Reload>),
+    }
+    let mut watch = options.watch;
     let mut restart = None;
-    let reason = tokio::select! {
-        _ = tokio::signal::ctrl_c() => "interrupted",
-        _ = stop_rx.wait_for(|stop| *stop) => "terminated",
-        () = all_ended => "every connector ended",
-        Some(asked) = restart_asked.recv() => {
-            restart = Some(asked);
-            "a restart was asked for"
+    let reason = loop {
+        let wake = {
+            // Until a signal, or every connector ended and nothing is left to run.
+            let all_ended = async {
+                for connector in &supervised {
+                    let _ = connector.ended.clone().wait_for(|ended| *ended).await;
+                }
+                dispatcher.idle().await;
+            };
+            let edited = async {
+                match watch.as_mut() {
+                    Some(parts) => parts.watcher.next().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => Wake::Stop("interrupted"),
+                _ = stop_rx.wait_for(|stop| *stop) => Wake::Stop("terminated"),
+                () = all_ended => Wake::Stop("every connector ended"),
+                Some(asked) = restart_asked.recv() => Wake::Restart(asked),
+                reload = edited => Wake::Edited(reload),
+            }
+        };
+        match wake {
+            Wake::Stop(reason) => break reason,
+            Wake::Restart(asked) => {
+                restart = Some(asked);
+                break "a restart was asked for";
+            }
+            Wake::Edited(None) => {
+                tracing::warn!("watch: the watcher stopped; edits are no longer followed");
+                watch = None;
+            }
+            Wake::Edited(Some(crate::watch::Reload::Invalid(errors))) => {
+                kept_running(out, "the bundle no longer validates", &errors)?;
+            }
+            Wake::Edited(Some(crate::watch::Reload::Changed { bundle, changes })) => {
+                let Some(parts) = watch.as_ref() else { continue };
+                for line in &changes.described {
+                    note(out, format_args!("↻ {line}"))?;
+                }
+                if changes.everything {
+                    match (parts.check_bundle)() {
+                        Ok(()) => {
+                            restart = Some(crate::service_control::FullRestart { fresh: false });
+                            break "the bundle changed";
+                        }
+                        Err(errors) => {
+                            kept_running(out, "the edited bundle cannot be served", &errors)?;
+                            continue;
+                        }
+                    }
+                }
+                crate::watch::restart_agents(orchestrator, &changes);
+                if changes.connections.is_empty() {
+                    continue;
+                }
+                let env = |name: &str| (parts.env)(name);
+                let new_plans = match plan_connections(&bundle, &options.swarm, &parts.entry_agent, &env) {
+                    Ok(new_plans) => new_plans,
+                    Err(errors) => {
+                        kept_running(out, "the edited Connections cannot start", &errors)?;
+                        continue;
+                    }
+                };
+                for name in &changes.connections {
+                    let new_plan = new_plans.iter().find(|plan| plan.name == *name);
+                    let old_plan = plans.iter().position(|plan| plan.name == *name).map(|at| plans.remove(at));
+                    if let Some(at) = supervised.iter().position(|connector| connector.name == *name) {
+                        let old = supervised.remove(at);
+                        old.stop.cancel();
+                        if tokio::time::timeout(Duration::from_secs(10), old.task).await.is_err() {
+                            tracing::warn!(connection = %name, "the connector did not stop in 10 s");
+                        }
+                    }
+                    listening.remove(name);
+                    let mut started = None;
+                    for (plan, which) in [(new_plan, "the edited"), (old_plan.as_ref(), "the previous")] {
+                        let Some(plan) = plan else { continue };
+                        let sink: Arc<dyn EventSink> =
+                            Arc::new(ConnectionSink::new(&plan.connector, plan.router.clone(), inbox.clone()));
+                        let own_stop = stop.child_token();
+                        match start_connector(plan, Arc::clone(&sink), own_stop.clone(), None).await {
+                            Ok(running) => {
+                                listening.insert(plan.name.clone(), addresses(plan, &running));
+                                supervised.push(supervise(plan.clone(), sink, own_stop, running));
+                                note(out, format_args!("↻ Connection '{name}': {which} connector runs"))?;
+                                started = Some(plan.clone());
+                                break;
+                            }
+                            Err(error) => output::error_line(
+                                &mut out.stderr,
+                                format_args!("Connection '{name}': {which} connector did not start: {error}"),
+                            )?,
+                        }
+                    }
+                    match started {
+                        Some(plan) => plans.push(plan),
+                        None if new_plan.is_none() => note(out, format_args!("↻ Connection '{name}' removed"))?,
+                        None => {}
+                    }
+                }
+                status.connections = plans.iter().map(|plan| plan.name.clone()).collect();
+                status.listening = listening.values().flatten().cloned().collect();
+                if let Err(error) = status.write(&options.workspace_dir) {
+                    tracing::warn!("the service's status file could not be written: {error}");
+                }
+            }
         }
     };
     tracing::info!("stopping the service: {reason}");
@@ -680,6 +802,28 @@ pub async fn serve(
         )?;
     }
     Ok(Served { code: crate::exit::OK, restart })
+}
+
+/// `name on http://address` for each address a started connector listens on.
+fn addresses(plan: &ConnectionPlan, started: &goondan_ingress::RunningConnector) -> Vec<String> {
+    started.listening.iter().map(|address| format!("{} on http://{address}", plan.name)).collect()
+}
+
+/// A status line of the service (dim on a terminal), also logged.
+fn note(out: &mut Output, line: std::fmt::Arguments<'_>) -> Result<()> {
+    tracing::debug!("{line}");
+    writeln!(out.stderr, "{}{line}{}", output::DIM, output::DIM.render_reset())?;
+    Ok(())
+}
+
+/// An edit that cannot be taken: said with its reasons; what runs goes on.
+fn kept_running(out: &mut Output, what: &str, errors: &[String]) -> Result<()> {
+    tracing::debug!("watch: {what}; what runs is kept: {}", errors.join("; "));
+    output::error_line(&mut out.stderr, format_args!("{what}; the running one is kept:"))?;
+    for error in errors {
+        writeln!(out.stderr, "  {error}")?;
+    }
+    Ok(())
 }
 
 /// The pending events of a workspace's inbox, by `agent@instance`

@@ -109,7 +109,7 @@ pub struct ControlContext {
     pub workspace: Workspace,
     /// Checks that the bundle on disk can be served, before a full restart:
     /// its diagnostics if not.
-    pub check_bundle: Box<dyn Fn() -> Result<(), Vec<String>> + Send + Sync>,
+    pub check_bundle: crate::service::BundleCheck,
     /// Where a full restart is asked for (the serve loop).
     pub full_restart: mpsc::UnboundedSender<FullRestart>,
 }

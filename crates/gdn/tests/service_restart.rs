@@ -290,3 +290,87 @@ fn instances_are_restarted_fresh_and_deleted_through_the_running_service() -> Te
     until("b's new first turn", || Ok(turns(dir.path(), &state, "quick", "b")? == 1))?;
     Ok(())
 }
+
+/// The service's log file (a detached service's standard streams).
+fn log_text(state: &Path) -> Result<String, Box<dyn std::error::Error>> {
+    let status = service_status(state)?;
+    Ok(std::fs::read_to_string(status["log"].as_str().unwrap_or_default())?)
+}
+
+#[test]
+fn a_watched_service_restarts_only_what_an_edit_changes_and_keeps_running_through_a_broken_edit() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let state = dir.path().join("state");
+    let port = free_port()?;
+    bundle(dir.path(), port, "true", "pong")?;
+    let file = dir.path().join("goondan.yaml");
+    let original = std::fs::read_to_string(&file)?;
+    let started = gdn(dir.path(), &state, &["run", "--detach", "--watch"])?;
+    assert_eq!(started.status.code(), Some(0), "{}", text(&started.stderr));
+    let _running = Running { dir: dir.path(), state: &state };
+    let first = service_status(&state)?;
+    assert!(post(port, "chat", "q1", "hi")?.starts_with("HTTP/1.1 200"));
+    assert!(post(port, "slow", "s1", "hi")?.starts_with("HTTP/1.1 200"));
+    until("both turns", || {
+        Ok(turns(dir.path(), &state, "quick", "q1")? == 1 && turns(dir.path(), &state, "slow", "s1")? == 1)
+    })?;
+    let slow_pid = instance(dir.path(), &state, "slow", "s1")?
+        .and_then(|row| row["pid"].as_u64())
+        .ok_or("slow runs no process")?;
+
+    // quick's Model changes: quick restarts, slow does not.
+    std::fs::write(&file, original.replace("text: \"pong\"", "text: \"pong two\""))?;
+    until("quick's process to stop", || {
+        Ok(instance(dir.path(), &state, "quick", "q1")?.is_some_and(|row| row["running"] == false))
+    })?;
+    assert!(post(port, "chat", "q1", "again")?.starts_with("HTTP/1.1 200"));
+    until("the edited answer", || Ok(log_text(&state).is_ok_and(|log| log.contains("quick@q1 › pong two"))))?;
+    let slow = instance(dir.path(), &state, "slow", "s1")?.unwrap_or_default();
+    assert_eq!(slow["pid"].as_u64(), Some(slow_pid), "slow was restarted by an edit that is not its: {slow}");
+    assert!(log_text(&state)?.contains("Model/fast changed"), "{}", log_text(&state)?);
+
+    // Broken: said in the log, and the service still answers with what runs.
+    std::fs::write(&file, original.replace("provider: scripted", "provder: scripted"))?;
+    until("the broken edit to be reported", || {
+        Ok(log_text(&state).is_ok_and(|log| log.contains("the bundle no longer validates; the running one is kept")))
+    })?;
+    assert!(log_text(&state)?.contains("provider"), "{}", log_text(&state)?);
+    assert!(post(port, "chat", "q1", "still")?.starts_with("HTTP/1.1 200"));
+    until("a turn with the broken file on disk", || Ok(turns(dir.path(), &state, "quick", "q1")? == 3))?;
+
+    // Back to valid, with the Connection moved to another port: the connector restarts there.
+    let new_port = free_port()?;
+    std::fs::write(
+        &file,
+        original
+            .replace("text: \"pong\"", "text: \"pong three\"")
+            .replace(&format!("\"{port}\""), &format!("\"{new_port}\"")),
+    )?;
+    until("the connector on its new port", || Ok(TcpStream::connect(("127.0.0.1", new_port)).is_ok()))?;
+    assert!(post(new_port, "chat", "q1", "moved")?.starts_with("HTTP/1.1 200"));
+    until("the third answer", || Ok(log_text(&state).is_ok_and(|log| log.contains("quick@q1 › pong three"))))?;
+    assert!(TcpStream::connect(("127.0.0.1", port)).is_err(), "the old port still listens");
+    let status = service_status(&state)?;
+    assert_eq!(
+        status["startedAt"], first["startedAt"],
+        "an edit of agents and a Connection restarted the whole service"
+    );
+    assert!(status["listening"].to_string().contains(&new_port.to_string()), "{status}");
+
+    // The Swarm changes: the whole service restarts, in its process, still watching.
+    let edited = std::fs::read_to_string(&file)?;
+    std::fs::write(
+        &file,
+        edited.replace(
+            "agents: [Agent/quick, Agent/slow]}",
+            "agents: [Agent/quick, Agent/slow], policy: {maxStepsPerTurn: 7}}",
+        ),
+    )?;
+    until("the whole service to start again", || {
+        Ok(service_status(&state).is_ok_and(|now| now["startedAt"].as_u64() > status["startedAt"].as_u64()))
+    })?;
+    assert_eq!(service_status(&state)?["pid"], first["pid"]);
+    assert!(post(new_port, "chat", "q1", "after")?.starts_with("HTTP/1.1 200"));
+    until("a turn after the whole restart", || Ok(turns(dir.path(), &state, "quick", "q1")? == 5))?;
+    Ok(())
+}

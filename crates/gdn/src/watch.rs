@@ -1,0 +1,160 @@
+//! `gdn run --watch`: the bundle's files (its YAML, lock file, prompt
+//! files, and the entry files of its own Tools, Extensions and Connectors:
+//! `goondan_config::watched_files`) are watched. After an edit settles
+//! (300 ms without another), the bundle is loaded again:
+//!
+//! ```text
+//! does not validate   its diagnostics are printed; what runs is kept
+//! valid               goondan_config::changes(before, after):
+//!   nothing           (a comment, a resource nothing uses) nothing restarts
+//!   agents            each changed agent restarts in the hub (its running turns finish first)
+//!   connections       (a service) each changed Connection's connector restarts
+//!   everything        (a Swarm, the Package, the lock file) a service restarts whole, in its process;
+//!                     an interactive run restarts every agent
+//! ```
+//!
+//! The directories holding the files are watched (not the files: an editor
+//! that saves by writing a new file and renaming it over the old one would
+//! end a watch on the file), and events for other files in them are ignored.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use goondan_config::{Bundle, BundleChanges, BundleFingerprint};
+use notify::Watcher as _;
+use tokio::sync::mpsc;
+
+/// How long an edit must be quiet before the bundle is loaded again.
+const SETTLE: Duration = Duration::from_millis(300);
+
+/// What a settled edit turned out to be.
+pub enum Reload {
+    /// The bundle no longer validates: its errors, one per line.
+    Invalid(Vec<String>),
+    /// Valid, and what must restart (possibly nothing).
+    Changed { bundle: Box<Bundle>, changes: BundleChanges },
+}
+
+/// Watches a bundle's files and tells what an edit changes.
+pub struct BundleWatcher {
+    config: PathBuf,
+    watcher: notify::RecommendedWatcher,
+    /// The files that count (shared with the watcher's thread).
+    files: Arc<Mutex<BTreeSet<PathBuf>>>,
+    dirs: BTreeSet<PathBuf>,
+    touched: mpsc::UnboundedReceiver<PathBuf>,
+    /// The last valid bundle's snapshot.
+    fingerprint: BundleFingerprint,
+}
+
+impl BundleWatcher {
+    /// Starts watching the files of `bundle` (loaded from `config`).
+    pub fn start(config: &Path, bundle: &Bundle) -> notify::Result<Self> {
+        let files = Arc::new(Mutex::new(BTreeSet::new()));
+        let (sender, touched) = mpsc::unbounded_channel();
+        let watched = Arc::clone(&files);
+        let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+            let Ok(event) = event else { return };
+            if matches!(event.kind, notify::EventKind::Access(_)) {
+                return;
+            }
+            let Ok(files) = watched.lock() else { return };
+            for path in event.paths {
+                if files.contains(&path) {
+                    let _ = sender.send(path);
+                }
+            }
+        })?;
+        let mut this = Self {
+            config: config.to_path_buf(),
+            watcher,
+            files,
+            dirs: BTreeSet::new(),
+            touched,
+            fingerprint: BundleFingerprint::of(bundle),
+        };
+        this.follow(bundle)?;
+        Ok(this)
+    }
+
+    /// Watches the files `bundle` loads (an edit may add an entry file).
+    fn follow(&mut self, bundle: &Bundle) -> notify::Result<()> {
+        let files: BTreeSet<PathBuf> = goondan_config::watched_files(bundle).into_iter().collect();
+        for file in &files {
+            let Some(dir) = file.parent() else { continue };
+            // A directory that does not exist yet (an entry file to be
+            // written) is watched from its nearest existing parent's next reload.
+            if !self.dirs.contains(dir) && dir.is_dir() {
+                self.watcher.watch(dir, notify::RecursiveMode::NonRecursive)?;
+                self.dirs.insert(dir.to_path_buf());
+            }
+        }
+        if let Ok(mut watched) = self.files.lock() {
+            *watched = files;
+        }
+        Ok(())
+    }
+
+    /// Waits for the next settled edit and says what it changes; `None`
+    /// once the watcher has stopped.
+    pub async fn next(&mut self) -> Option<Reload> {
+        let first = self.touched.recv().await?;
+        let mut touched = BTreeSet::from([first]);
+        loop {
+            match tokio::time::timeout(SETTLE, self.touched.recv()).await {
+                Ok(Some(path)) => {
+                    touched.insert(path);
+                }
+                Ok(None) => return None,
+                Err(_) => break,
+            }
+        }
+        tracing::info!(
+            "watch: {} changed",
+            touched.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        );
+        let report = goondan_config::load_bundle(&self.config);
+        let Some(bundle) = report.valid_bundle() else {
+            let errors = report.diagnostics.iter().filter(|d| d.is_error()).map(ToString::to_string).collect();
+            return Some(Reload::Invalid(errors));
+        };
+        let fingerprint = BundleFingerprint::of(bundle);
+        let changes = goondan_config::changes(&self.fingerprint, &fingerprint);
+        self.fingerprint = fingerprint;
+        if let Err(error) = self.follow(bundle) {
+            tracing::warn!("watch: the bundle's new files are not all watched: {error}");
+        }
+        Some(Reload::Changed { bundle: Box::new(bundle.clone()), changes })
+    }
+}
+
+/// Restarts the changed agents of `changes` (all with `everything`) in
+/// the background; each is logged when through.
+pub fn restart_agents(orchestrator: &goondan_orchestrator::Orchestrator, changes: &BundleChanges) {
+    use goondan_orchestrator::InstanceSelector;
+    let selectors: Vec<InstanceSelector> = if changes.everything {
+        vec![InstanceSelector::All]
+    } else {
+        changes
+            .agents
+            .iter()
+            .filter(|agent| orchestrator.plan().has_agent(agent))
+            .map(|agent| InstanceSelector::Agent(agent.clone()))
+            .collect()
+    };
+    for selector in selectors {
+        let orchestrator = orchestrator.clone();
+        tokio::spawn(async move {
+            let report = orchestrator.restart(selector.clone(), None).await;
+            match report.error {
+                None => tracing::info!(
+                    "watch: {selector:?} restarted ({} process(es) stopped after their turns)",
+                    report.stopped.len()
+                ),
+                Some(error) => tracing::warn!("watch: restarting {selector:?}: {error}"),
+            }
+        });
+    }
+}
