@@ -46,8 +46,9 @@ struct Console {
     after_tools: Mutex<bool>,
     /// What each agent did, for `--json`.
     activity: Mutex<Vec<serde_json::Value>>,
-    /// The line that shows the step's running tools (a terminal only).
-    running: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The line that shows the step's running tools (a terminal only), and
+    /// whether it has been drawn.
+    running: Mutex<Option<(tokio::task::JoinHandle<()>, Arc<std::sync::atomic::AtomicBool>)>>,
 }
 
 impl Console {
@@ -78,8 +79,20 @@ impl Console {
         if self.json || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
             return;
         }
+        // The line is drawn over with `\r`: text streamed on it must be
+        // ended first, or the first tick would erase it.
+        if self.streamed() && !self.after_tools.lock().map(|a| *a).unwrap_or(false) {
+            let mut stdout = anstream::stdout();
+            let _ = writeln!(stdout);
+            let _ = stdout.flush();
+            if let Ok(mut after) = self.after_tools.lock() {
+                *after = true;
+            }
+        }
         let names = names.join(", ");
         let color = self.color;
+        let shown = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let drawn = Arc::clone(&shown);
         let ticker = tokio::spawn(async move {
             let started = std::time::Instant::now();
             let mut tick = tokio::time::interval_at(
@@ -98,21 +111,26 @@ impl Console {
                     output::DIM.render_reset()
                 );
                 let _ = stderr.flush();
+                drawn.store(true, std::sync::atomic::Ordering::SeqCst);
             }
         });
         if let Ok(mut running) = self.running.lock() {
-            *running = Some(ticker);
+            *running = Some((ticker, shown));
         }
     }
 
     /// Stops the running-tools line and clears it if it was shown.
     fn stop_running(&self) {
         let ticker = self.running.lock().ok().and_then(|mut running| running.take());
-        if let Some(ticker) = ticker {
+        if let Some((ticker, shown)) = ticker {
             ticker.abort();
-            let mut stderr = std::io::stderr();
-            let _ = write!(stderr, "\r\x1b[2K");
-            let _ = stderr.flush();
+            // Only a line that was drawn is cleared: clearing another would
+            // erase what is on it.
+            if shown.load(std::sync::atomic::Ordering::SeqCst) {
+                let mut stderr = std::io::stderr();
+                let _ = write!(stderr, "\r\x1b[2K");
+                let _ = stderr.flush();
+            }
         }
     }
 
@@ -175,6 +193,13 @@ impl SwarmObserver for Console {
                 ));
             }
             ObservePayload::TurnStarted { source } => {
+                // Another turn of the entry agent (an event another agent
+                // sent it): its text starts a paragraph of its own.
+                if entry && self.streamed() && source.kind != goondan_ipc::CLI {
+                    if let Ok(mut after) = self.after_tools.lock() {
+                        *after = true;
+                    }
+                }
                 if !entry {
                     let from = match &source.instance_key {
                         Some(key) if *key != self.entry.instance_key => format!("{}@{key}", source.name),

@@ -560,6 +560,80 @@ fn a_running_tool_shows_its_elapsed_time_on_a_terminal() {
     assert!(!String::from_utf8_lossy(&piped.stderr).contains('…'), "{piped:?}");
 }
 
+/// What a terminal shows for `bytes`: `\r` returns to the start of the
+/// line, `ESC [ 2 K` clears it, other escape sequences draw nothing, and
+/// text overwrites what is under the cursor.
+fn rendered(bytes: &[u8]) -> Vec<String> {
+    let text = String::from_utf8_lossy(bytes);
+    let mut lines = Vec::new();
+    let mut line: Vec<char> = Vec::new();
+    let mut cursor = 0;
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\n' => {
+                lines.push(line.iter().collect::<String>().trim_end().to_owned());
+                line.clear();
+                cursor = 0;
+            }
+            '\r' => cursor = 0,
+            '\x1b' => {
+                let mut sequence = String::new();
+                for next in chars.by_ref() {
+                    sequence.push(next);
+                    if next.is_ascii_alphabetic() {
+                        break;
+                    }
+                }
+                if sequence == "[2K" {
+                    line.clear();
+                }
+            }
+            c => {
+                if cursor < line.len() {
+                    line[cursor] = c;
+                } else {
+                    line.resize(cursor, ' ');
+                    line.push(c);
+                }
+                cursor += 1;
+            }
+        }
+    }
+    if !line.is_empty() {
+        lines.push(line.iter().collect());
+    }
+    lines
+}
+
+/// On a terminal, each step's text stays on a line of its own: the line
+/// of a running tool neither erases it nor joins the next step's.
+#[test]
+fn each_steps_text_keeps_its_own_line_on_a_terminal() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(
+        dir.path().join("goondan.yaml"),
+        "apiVersion: goondan.ai/v1\nkind: Model\nmetadata: {name: m}\nspec:\n  provider: scripted\n  model: s\n  options:\n    replies:\n      - text: Let me check.\n        toolCalls: [{name: bash__exec, args: {command: \"sleep 1.4\"}}]\n      - text: Still checking.\n        toolCalls: [{name: bash__exec, args: {command: \"true\"}}]\n      - text: Done.\n---\napiVersion: goondan.ai/v1\nkind: Agent\nmetadata: {name: a}\nspec:\n  modelConfig: {modelRef: Model/m}\n  tools:\n    - {kind: Tool, name: bash, package: \"@goondan/base\"}\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let command = format!("{} -c {} --no-color run --input go", env!("CARGO_BIN_EXE_gdn"), dir.path().display());
+    let output = Command::new("script")
+        .args(["-q", "-e", "-c", &command, "/dev/null"])
+        .env("GOONDAN_STATE_ROOT", dir.path().join("state"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("script (util-linux) is needed for this test: {e}"));
+    assert_eq!(output.status.code(), Some(0), "{:?}", String::from_utf8_lossy(&output.stdout));
+    let shown = rendered(&output.stdout);
+    let lines: Vec<&str> = shown.iter().map(String::as_str).filter(|line| !line.is_empty()).collect();
+    assert_eq!(
+        lines,
+        ["Let me check.", "  ⚙ bash__exec → ok", "Still checking.", "  ⚙ bash__exec → ok", "Done."],
+        "{:?}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+}
+
 /// `gdn doctor` names what would keep the bundle from running, each with a
 /// fix: a Model's unset key, an MCP server's missing program, a busy
 /// connector port; exit 1 on any error, 0 when everything is ready.
