@@ -195,10 +195,12 @@ impl SwarmObserver for Console {
             ObservePayload::TurnStarted { source } => {
                 // Another turn of the entry agent (an event another agent
                 // sent it): its text starts a paragraph of its own.
-                if entry && self.streamed() && source.kind != goondan_ipc::CLI {
-                    if let Ok(mut after) = self.after_tools.lock() {
-                        *after = true;
-                    }
+                if entry
+                    && self.streamed()
+                    && source.kind != goondan_ipc::CLI
+                    && let Ok(mut after) = self.after_tools.lock()
+                {
+                    *after = true;
                 }
                 if !entry {
                     let from = match &source.instance_key {
