@@ -492,6 +492,7 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
                 let mut stderr = anstream::stderr();
                 match reload {
                     crate::watch::Reload::Invalid(errors) => {
+                        orchestrator.pause_starts(true);
                         let _ =
                             output::error_line(&mut stderr, "the bundle no longer validates; the running one is kept:");
                         for error in errors {
@@ -499,6 +500,7 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
                         }
                     }
                     crate::watch::Reload::Changed { changes, .. } => {
+                        orchestrator.pause_starts(false);
                         for line in &changes.described {
                             let _ = writeln!(stderr, "{}↻ {line}{}", output::DIM, output::DIM.render_reset());
                         }

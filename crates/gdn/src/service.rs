@@ -594,6 +594,7 @@ pub async fn serve(
         let path = crate::service_control::socket_path(&options.workspace_dir);
         let context = Arc::new(crate::service_control::ControlContext {
             orchestrator: orchestrator.clone(),
+            dispatcher: dispatcher.clone(),
             root: parts.root,
             workspace: parts.workspace,
             check_bundle: parts.check_bundle,
@@ -686,10 +687,15 @@ pub async fn serve(
                 watch = None;
             }
             Wake::Edited(Some(crate::watch::Reload::Invalid(errors))) => {
+                // Running processes go on; a new one would not build: events wait for the fix.
+                orchestrator.pause_starts(true);
                 kept_running(out, "the bundle no longer validates", &errors)?;
             }
             Wake::Edited(Some(crate::watch::Reload::Changed { bundle, changes })) => {
                 let Some(parts) = watch.as_ref() else { continue };
+                orchestrator.pause_starts(false);
+                // Turns that could not start on a broken bundle run now.
+                dispatcher.release_held();
                 for line in &changes.described {
                     note(out, format_args!("↻ {line}"))?;
                 }

@@ -103,6 +103,8 @@ pub struct FullRestart {
 pub struct ControlContext {
     /// The swarm's hub.
     pub orchestrator: Orchestrator,
+    /// The service's dispatcher (turns held on a broken bundle run again after a restart).
+    pub dispatcher: goondan_ingress::dispatch::Dispatcher,
     /// The state root (deletes reach old-layout instances through it).
     pub root: StateRoot,
     /// The workspace the service runs on.
@@ -222,8 +224,31 @@ fn taken(list: &Mutex<Vec<String>>) -> Vec<String> {
     list.lock().map(|mut list| std::mem::take(&mut *list)).unwrap_or_default()
 }
 
+/// A restart refused: the bundle on disk would not build the new processes.
+fn broken_bundle(diagnostics: Vec<String>) -> ControlReply {
+    ControlReply {
+        diagnostics,
+        ..ControlReply::failed("the bundle on disk does not validate; the service keeps running the one it has")
+    }
+}
+
 async fn handle(request: ControlRequest, context: &ControlContext) -> ControlReply {
     let orchestrator = &context.orchestrator;
+    // What restarts loads the bundle on disk: it must be one that builds.
+    if matches!(request, ControlRequest::Restart { .. } | ControlRequest::RestartInstance { .. })
+        && let Err(diagnostics) = (context.check_bundle)()
+    {
+        return broken_bundle(diagnostics);
+    }
+    let reply = act(request, context, orchestrator).await;
+    if reply.ok {
+        // The bundle builds: turns held because it did not may run now.
+        context.dispatcher.release_held();
+    }
+    reply
+}
+
+async fn act(request: ControlRequest, context: &ControlContext, orchestrator: &Orchestrator) -> ControlReply {
     match request {
         ControlRequest::Restart { agent: Some(agent), fresh } => {
             if !orchestrator.plan().has_agent(&agent) {
@@ -247,18 +272,12 @@ async fn handle(request: ControlRequest, context: &ControlContext) -> ControlRep
                 ..ControlReply::default()
             }
         }
-        ControlRequest::Restart { agent: None, fresh } => match (context.check_bundle)() {
-            Err(diagnostics) => ControlReply {
-                diagnostics,
-                ..ControlReply::failed("the bundle on disk does not validate; the service keeps running the one it has")
-            },
-            Ok(()) => {
-                if context.full_restart.send(FullRestart { fresh }).is_err() {
-                    return ControlReply::failed("the service is stopping");
-                }
-                ControlReply { ok: true, restarting: true, ..ControlReply::default() }
+        ControlRequest::Restart { agent: None, fresh } => {
+            if context.full_restart.send(FullRestart { fresh }).is_err() {
+                return ControlReply::failed("the service is stopping");
             }
-        },
+            ControlReply { ok: true, restarting: true, ..ControlReply::default() }
+        }
         ControlRequest::RestartInstance { key, fresh } => {
             let reset = Arc::new(Mutex::new(Vec::new()));
             let step = fresh.then(|| reset_step(&context.workspace, Some(key.clone()), None, Arc::clone(&reset)));

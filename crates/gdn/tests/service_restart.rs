@@ -228,6 +228,10 @@ fn a_whole_restart_keeps_the_running_service_for_a_broken_bundle_and_reloads_a_f
     let said = text(&refused.stderr);
     assert_eq!(refused.status.code(), Some(1), "{said}");
     assert!(said.contains("does not validate") && said.contains("provider"), "{said}");
+    // An agent's restart would start it from the broken file too: refused alike.
+    let refused = gdn(dir.path(), &state, &["restart", "--agent", "quick"])?;
+    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused.stderr));
+    assert!(text(&refused.stderr).contains("does not validate"), "{}", text(&refused.stderr));
     assert!(post(port, "chat", "q1", "still there")?.starts_with("HTTP/1.1 200"));
     until("a turn after the refusal", || Ok(turns(dir.path(), &state, "quick", "q1")? == 2))?;
 
@@ -337,6 +341,11 @@ fn a_watched_service_restarts_only_what_an_edit_changes_and_keeps_running_throug
     assert!(log_text(&state)?.contains("provider"), "{}", log_text(&state)?);
     assert!(post(port, "chat", "q1", "still")?.starts_with("HTTP/1.1 200"));
     until("a turn with the broken file on disk", || Ok(turns(dir.path(), &state, "quick", "q1")? == 3))?;
+    // A new instance would need a process built from the broken file: its event waits, stored.
+    assert!(post(port, "chat", "q2", "waits")?.starts_with("HTTP/1.1 200"));
+    std::thread::sleep(Duration::from_millis(700));
+    assert_eq!(turns(dir.path(), &state, "quick", "q2")?, 0);
+    assert!(!log_text(&state)?.contains("AGENT_BUILD_FAILED"), "{}", log_text(&state)?);
 
     // Back to valid, with the Connection moved to another port: the connector restarts there.
     let new_port = free_port()?;
@@ -349,6 +358,7 @@ fn a_watched_service_restarts_only_what_an_edit_changes_and_keeps_running_throug
     until("the connector on its new port", || Ok(TcpStream::connect(("127.0.0.1", new_port)).is_ok()))?;
     assert!(post(new_port, "chat", "q1", "moved")?.starts_with("HTTP/1.1 200"));
     until("the third answer", || Ok(log_text(&state).is_ok_and(|log| log.contains("quick@q1 › pong three"))))?;
+    until("the waiting event's turn, once fixed", || Ok(turns(dir.path(), &state, "quick", "q2")? == 1))?;
     assert!(TcpStream::connect(("127.0.0.1", port)).is_err(), "the old port still listens");
     let status = service_status(&state)?;
     assert_eq!(

@@ -65,6 +65,7 @@ impl Default for DispatchOptions {
 enum Command {
     Drain { grace: Duration, done: oneshot::Sender<usize> },
     WhenIdle { reply: oneshot::Sender<()> },
+    ReleaseHeld,
 }
 
 /// The dispatcher of a running service.
@@ -127,6 +128,12 @@ impl Dispatcher {
         }
     }
 
+    /// Runs the held instances' turns again (the bundle that made them
+    /// fail to start was fixed): each from the event that was held.
+    pub fn release_held(&self) {
+        let _ = self.commands.send(Command::ReleaseHeld);
+    }
+
     /// Starts no more turns; lets running ones finish within `grace`, then
     /// cancels them. Returns how many queued events were never started (they
     /// stay stored for the next start, as do cut-off and held ones).
@@ -146,7 +153,7 @@ struct State {
     queues: HashMap<String, VecDeque<Stored>>,
     busy: HashSet<String>,
     ready: VecDeque<String>,
-    running: JoinSet<(String, bool)>,
+    running: JoinSet<(String, Option<Stored>)>,
     cancel: watch::Sender<bool>,
     waiting: watch::Sender<usize>,
     draining: bool,
@@ -200,13 +207,17 @@ impl State {
         }
     }
 
-    fn finished(&mut self, instance: String, held: bool) {
+    fn finished(&mut self, instance: String, held: Option<Stored>) {
         self.busy.remove(&instance);
-        if held {
-            let queued = self.queues.get(&instance).map_or(0, VecDeque::len);
+        if let Some(event) = held {
+            let queue = self.queues.entry(instance.clone()).or_default();
+            let queued = queue.len();
+            // First again when the instance is released.
+            queue.push_front(event);
             tracing::error!(
                 instance = %instance, queued,
-                "ingress: the instance's turns are held (with {queued} more event(s)) until the next start"
+                "ingress: the instance's turns are held (with {queued} more event(s)) until the bundle is fixed \
+                 (a watched edit, a restart) or the next start"
             );
             self.held.insert(instance);
             return;
@@ -245,6 +256,15 @@ impl State {
                         self.draining = true;
                         drain = Some((tokio::time::Instant::now() + grace, done));
                     }
+                    Some(Command::ReleaseHeld) => {
+                        for instance in std::mem::take(&mut self.held) {
+                            if !self.busy.contains(&instance)
+                                && self.queues.get(&instance).is_some_and(|queue| !queue.is_empty())
+                            {
+                                self.ready.push_back(instance);
+                            }
+                        }
+                    }
                     Some(Command::WhenIdle { reply }) => {
                         // What the inbox stored before the call is in the
                         // channel already: take it in first.
@@ -267,7 +287,9 @@ impl State {
             }
             self.start_turns();
             if self.draining && self.running.is_empty() {
-                let left = self.queues.values().map(VecDeque::len).sum::<usize>();
+                // A held instance's first event did start (and is kept).
+                let held = self.held.iter().filter(|i| self.queues.get(*i).is_some_and(|q| !q.is_empty())).count();
+                let left = self.queues.values().map(VecDeque::len).sum::<usize>() - held;
                 if let Some((_, done)) = drain.take() {
                     let _ = done.send(left);
                 }
@@ -277,14 +299,14 @@ impl State {
     }
 }
 
-/// Runs an event's turn to its end; `true` when it is held.
+/// Runs an event's turn to its end; the event back when it is held.
 async fn run_event(
     inbox: Inbox,
     runner: Arc<dyn TurnRunner>,
     mut event: Stored,
     mut cancel: watch::Receiver<bool>,
     options: DispatchOptions,
-) -> bool {
+) -> Option<Stored> {
     let mut pause = options.retry_pause;
     loop {
         if event.attempts >= options.max_attempts {
@@ -293,37 +315,39 @@ async fn run_event(
                 "ingress: the event's turn was cut off {} times; given up", event.attempts
             );
             record(&inbox, &event, Outcome::GaveUp).await;
-            return false;
+            return None;
         }
         inbox.started(event.seq);
         event.attempts += 1;
         match runner.run(&event, cancel.clone()).await {
             TurnEnd::Answered => {
                 record(&inbox, &event, Outcome::Answered).await;
-                return false;
+                return None;
             }
             TurnEnd::Failed(message) => {
                 tracing::warn!(key = %event.key, connection = %event.entry.connection, %message, "ingress: the event's turn failed");
                 record(&inbox, &event, Outcome::Failed).await;
-                return false;
+                return None;
             }
-            TurnEnd::Interrupted => return false,
+            TurnEnd::Interrupted => return None,
             TurnEnd::Hold(message) => {
                 tracing::error!(
                     key = %event.key, connection = %event.entry.connection, %message,
                     "ingress: the event's turn cannot run until the bundle is fixed; it stays stored for the next start"
                 );
                 inbox.held(event.seq);
-                return true;
+                // The next attempt is a new start: the cut-off count is not spent on it.
+                event.attempts = event.attempts.saturating_sub(1);
+                return Some(event);
             }
             TurnEnd::Retry(message) => {
                 if *cancel.borrow() {
-                    return false;
+                    return None;
                 }
                 tracing::warn!(key = %event.key, connection = %event.entry.connection, %message, "ingress: the event's turn did not finish; it runs again");
                 tokio::select! {
                     () = tokio::time::sleep(pause) => {}
-                    _ = cancel.wait_for(|c| *c) => return false,
+                    _ = cancel.wait_for(|c| *c) => return None,
                 }
                 pause = (pause * 2).min(Duration::from_secs(60));
             }

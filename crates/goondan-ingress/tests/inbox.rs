@@ -446,6 +446,38 @@ async fn a_held_turn_keeps_its_instances_events_for_the_next_start() -> TestResu
     Ok(())
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_instance_runs_again_from_its_held_event_once_released() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let (inbox, recovered, stored_rx) = open(dir.path(), InboxOptions::default())?;
+    let recorder = Arc::new(Recorder { delay: Duration::from_millis(5), ..Recorder::default() });
+    recorder
+        .plan
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert("h1".into(), vec![TurnEnd::Hold("the bundle is broken".into())]);
+    let dispatcher =
+        Dispatcher::start(inbox.clone(), recorder.clone(), recovered, stored_rx, DispatchOptions::default());
+    for text in ["h1", "h2"] {
+        inbox.store("conn", vec![(None, entry(text, "h"))]).await?;
+    }
+    tokio::time::timeout(Duration::from_secs(10), dispatcher.idle()).await?;
+    assert_eq!(*recorder.log.lock().unwrap_or_else(PoisonError::into_inner), ["h1:1"]);
+    // Fixed: the held event runs first, then the one behind it, each once.
+    dispatcher.release_held();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while recorder.log.lock().unwrap_or_else(PoisonError::into_inner).len() < 3 {
+        assert!(tokio::time::Instant::now() < deadline, "the released instance did not run");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::timeout(Duration::from_secs(10), dispatcher.idle()).await?;
+    assert_eq!(*recorder.log.lock().unwrap_or_else(PoisonError::into_inner), ["h1:1", "h1:1", "h2:1"]);
+    assert_eq!(tokio::time::timeout(Duration::from_secs(10), dispatcher.drain(Duration::ZERO)).await?, 0);
+    inbox.sync().await?;
+    assert!(inbox.status().pending.is_empty(), "{:?}", inbox.status().pending);
+    Ok(())
+}
+
 #[tokio::test]
 async fn one_inbox_has_one_writer() -> TestResult {
     let dir = tempfile::tempdir()?;

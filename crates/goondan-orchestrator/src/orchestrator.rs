@@ -176,6 +176,13 @@ impl Orchestrator {
             .unwrap_or_else(|_| crate::RestartReport { error: Some(Self::gone().message), ..Default::default() })
     }
 
+    /// While `paused`, no agent process starts: messages for an instance
+    /// without one wait (the bundle on disk does not validate, and a new
+    /// process would not build); running processes go on.
+    pub fn pause_starts(&self, paused: bool) {
+        let _ = self.commands.send(HubCommand::PauseStarts { paused });
+    }
+
     /// Stops every agent process: `shutdown`, then after the grace period
     /// SIGKILL for those still running; returns when all have exited.
     pub async fn shutdown(&self, reason: &str) {

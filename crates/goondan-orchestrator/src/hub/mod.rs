@@ -95,6 +95,9 @@ pub(crate) enum HubCommand {
     GiveUp,
     /// The step of a restart ran: its instances are released.
     Released { hold: u64, result: Result<(), String> },
+    /// No process starts while `paused` (the bundle on disk is broken);
+    /// work waits for one.
+    PauseStarts { paused: bool },
 }
 
 /// How long killed processes get to end before the shutdown stops waiting.
@@ -234,6 +237,8 @@ pub(crate) struct Hub {
     holds: Vec<holds::Hold>,
     /// The id of the last restart.
     next_hold: u64,
+    /// No process starts (see [`HubCommand::PauseStarts`]).
+    starts_paused: bool,
 }
 
 impl Hub {
@@ -257,6 +262,7 @@ impl Hub {
             stopping: None,
             holds: Vec::new(),
             next_hold: 0,
+            starts_paused: false,
         }
     }
 
@@ -297,6 +303,17 @@ impl Hub {
             HubCommand::Shutdown { reason, done } => self.shutdown(&reason, done),
             HubCommand::Restart { selector, while_down, reply } => self.restart(selector, while_down, reply),
             HubCommand::Released { hold, result } => self.released(hold, result),
+            HubCommand::PauseStarts { paused } => {
+                self.starts_paused = paused;
+                if !paused {
+                    let waiting: Vec<AgentInstance> =
+                        self.slots.iter().filter(|(_, s)| !s.waiting.is_empty()).map(|(i, _)| i.clone()).collect();
+                    for instance in &waiting {
+                        self.serve(instance, false);
+                    }
+                    self.pump();
+                }
+            }
             HubCommand::FromAgent { from, generation, message } => self.on_agent_message(from, generation, *message),
             HubCommand::Exited { instance, generation, pid, status } => {
                 self.process_ended(&instance, generation, pid, status);

@@ -50,6 +50,8 @@ impl Hub {
                 }
                 // A restart holds it down until its step is through.
                 _ if self.is_held(instance) => Next::Later,
+                // The bundle on disk is broken: a new process would not build.
+                Process::Down if self.starts_paused => Next::Later,
                 Process::Up(running) if running.retiring.is_none() => Next::HandOver,
                 // After it has started, or once the leaving one has ended.
                 Process::Up(_) | Process::Starting(_) => Next::Later,
@@ -310,7 +312,7 @@ impl Hub {
     /// stopping idle processes while starts wait.
     pub(super) fn pump(&mut self) {
         let bound = self.plan.max_processes.max(1);
-        while self.live() < bound {
+        while self.live() < bound && !self.starts_paused {
             let Some(next) = self.queue.pop_front() else { break };
             let held = self.is_held(&next);
             let Some(slot) = self.slots.get_mut(&next) else { continue };
