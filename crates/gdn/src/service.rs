@@ -799,7 +799,14 @@ pub async fn serve(
     if options.json {
         let line = serde_json::json!({"status": "stopped", "reason": reason, "pending": pending, "notStarted": left});
         writeln!(out.stdout, "{line}")?;
-    } else if pending > 0 || restart.is_some() {
+    } else if restart.is_some() {
+        let kept = if pending > 0 {
+            format!("; {pending} event(s) stay stored and run once it serves")
+        } else {
+            String::new()
+        };
+        note(out, format_args!("↻ restarting ({reason}){kept}"))?;
+    } else if pending > 0 {
         writeln!(
             out.stderr,
             "{}stopped ({reason}); {pending} event(s) stay stored and run at the next start{}",
