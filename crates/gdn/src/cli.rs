@@ -6,7 +6,9 @@ use clap::{Args, Parser, Subcommand};
 
 /// gdn: run Goondan agent swarms.
 #[derive(Debug, Parser)]
-#[command(name = "gdn", version, about, propagate_version = true)]
+// `gdn help` is ours (error codes); `gdn help COMMAND` still shows a
+// command's help, and `--help` works everywhere.
+#[command(name = "gdn", version, about, propagate_version = true, disable_help_subcommand = true)]
 pub struct Cli {
     #[command(flatten)]
     pub global: GlobalOptions,
@@ -71,9 +73,19 @@ pub enum Command {
     /// Offer an agent's tools to MCP clients.
     #[command(subcommand)]
     Mcp(McpCommand),
+    /// Explain an error code (E_TOOL_NOT_IN_CATALOG, AGENT_CRASHED, E_CONFIG_…), or list every code.
+    Help(HelpArgs),
     /// An agent process of a running swarm (started by `gdn run`, not by hand).
     #[command(name = "__agent", hide = true)]
     Agent(AgentProcessArgs),
+}
+
+/// `gdn help`.
+#[derive(Debug, Args)]
+pub struct HelpArgs {
+    /// The code, in any case (without it: every code with its meaning).
+    #[arg(value_name = "CODE")]
+    pub code: Option<String>,
 }
 
 #[derive(Debug, Args)]

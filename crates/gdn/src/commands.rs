@@ -352,6 +352,10 @@ pub async fn tool_call(
     // The ToolResult is the output either way; --json keeps it on one line.
     let rendered = if global.json { serde_json::to_string(&result)? } else { serde_json::to_string_pretty(&result)? };
     writeln!(out.stdout, "{rendered}")?;
+    // For people: where the code is explained (the JSON has its helpUrl).
+    if let Some(hint) = result.error_code().filter(|_| !global.json).and_then(crate::help::hint) {
+        writeln!(out.stderr, "{hint}")?;
+    }
     Ok(match result.status {
         ToolStatus::Ok | ToolStatus::Pending => exit::OK,
         ToolStatus::Error => exit::FAILED,

@@ -11,6 +11,7 @@ mod cli;
 mod commands;
 mod doctor;
 mod dotenv;
+mod help;
 mod init;
 mod input;
 mod instance;
@@ -144,6 +145,7 @@ fn main() -> ExitCode {
         Command::Doctor => doctor::doctor(&cli.global, &session, &mut out),
         Command::Logs(args) => logs::logs(&cli.global, args, &mut out),
         Command::Init(args) => init::init(&cli.global, args, &mut out),
+        Command::Help(args) => help::help(&cli.global, args, &mut out),
         Command::Validate(args) => runtime.block_on(commands::validate(&cli.global, args, &mut out)),
         Command::Tool(ToolCommand::List { agent }) => {
             runtime.block_on(commands::tool_list(&cli.global, agent.as_deref(), &session, &mut out))
@@ -220,6 +222,7 @@ fn loads_env_files(command: &Command) -> Option<Option<&Path>> {
         | Command::Logs(_)
         | Command::Instance(_)
         | Command::Init(_)
+        | Command::Help(_)
         | Command::Agent(_) => None,
     }
 }

@@ -105,6 +105,10 @@ pub fn write_report(out: &mut impl Write, diagnostics: &[Diagnostic], subject: &
     }
     let errors = diagnostics.iter().filter(|d| d.is_error()).count();
     let warnings = diagnostics.len() - errors;
+    // Once per report: where the codes are explained.
+    if let Some(first) = diagnostics.first() {
+        writeln!(out, "{HELP}help:{HELP:#} `gdn help {}` explains a code", first.code)?;
+    }
     let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
     if errors == 0 {
         let tail = if warnings > 0 { format!(" ({})", plural(warnings, "warning")) } else { String::new() };

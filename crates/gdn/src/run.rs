@@ -602,12 +602,18 @@ fn report_outcome(chat: &Chat<'_>, outcome: &Reported, out: &mut Output) -> Resu
         });
         if let Some((code, message)) = &outcome.start_error {
             body["error"] = serde_json::json!({"code": code, "message": message});
+            if let Some(url) = goondan_core::help::help_url(code) {
+                body["error"]["helpUrl"] = url.into();
+            }
         }
         writeln!(out.stdout, "{body}")?;
         return Ok(());
     }
-    if let Some((_, message)) = &outcome.start_error {
+    if let Some((code, message)) = &outcome.start_error {
         output::error_line(&mut out.stderr, message)?;
+        if let Some(hint) = crate::help::hint(code) {
+            writeln!(out.stderr, "  {hint}")?;
+        }
         return Ok(());
     }
     let streamed = console.streamed();

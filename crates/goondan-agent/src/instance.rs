@@ -30,6 +30,8 @@ pub mod ready_codes {
     pub const INSTANCE_BUSY: &str = "INSTANCE_BUSY";
     /// The instance's store could not be opened or read.
     pub const STORE_FAILED: &str = "AGENT_STORE_FAILED";
+    /// Every code above.
+    pub const ALL: &[&str] = &[BUILD_FAILED, EXTENSION_FAILED, INSTANCE_BUSY, STORE_FAILED];
 }
 
 /// A started instance: its agent, its conversation, and the lock that

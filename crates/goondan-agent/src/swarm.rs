@@ -328,6 +328,7 @@ impl Drop for Forget<'_> {
 fn failure(error: ErrorInfo) -> ToolFailure {
     let mut failure = ToolFailure::with_code(error.message, error.code);
     failure.suggestion = error.suggestion;
+    failure.help_url = error.help_url;
     failure
 }
 

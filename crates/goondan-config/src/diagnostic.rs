@@ -72,6 +72,32 @@ pub enum DiagnosticCode {
 }
 
 impl DiagnosticCode {
+    /// Every code, in the order of the enum.
+    pub const ALL: [DiagnosticCode; 22] = [
+        Self::ParseError,
+        Self::UnsupportedApiVersion,
+        Self::UnknownKind,
+        Self::InvalidName,
+        Self::DuplicateName,
+        Self::InvalidRef,
+        Self::RefNotFound,
+        Self::SchemaInvalid,
+        Self::EntryNotFound,
+        Self::PackageDocPosition,
+        Self::PackageDocDuplicated,
+        Self::FileTooLarge,
+        Self::TooManyDocuments,
+        Self::FileNotFound,
+        Self::NotAFile,
+        Self::PathOutsideBundle,
+        Self::ScriptExportMissing,
+        Self::ScriptModule,
+        Self::ExtensionRegisterMissing,
+        Self::ScriptRuntimeMissing,
+        Self::IngressMismatch,
+        Self::UnknownKey,
+    ];
+
     /// The code as written in reports, e.g. `E_CONFIG_PARSE_ERROR`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -190,5 +216,28 @@ impl fmt::Display for Diagnostic {
             write!(f, " — {suggestion}")?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `ALL` is complete: every code the enum renames a variant to is the
+    /// code of one entry of `ALL`, and each is written the same way
+    /// (`as_str` and serde agree).
+    #[test]
+    fn all_lists_every_code() {
+        let source = include_str!("diagnostic.rs");
+        let renamed: Vec<&str> = source
+            .lines()
+            .filter_map(|line| line.trim().strip_prefix("#[serde(rename = \""))
+            .filter_map(|rest| rest.split('"').next())
+            .collect();
+        let listed: Vec<&str> = DiagnosticCode::ALL.iter().map(|code| code.as_str()).collect();
+        assert_eq!(renamed, listed);
+        for code in DiagnosticCode::ALL {
+            assert_eq!(serde_json::to_value(code).ok(), Some(serde_json::Value::from(code.as_str())));
+        }
     }
 }

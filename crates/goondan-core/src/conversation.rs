@@ -607,7 +607,8 @@ pub fn interrupted_result(call: &ToolCall) -> Message {
             "ToolInterruptedError",
             format!("The result of tool '{}' was lost: the agent stopped while the call was running.", call.name),
         )
-        .with_suggestion("Call the tool again if its result is still needed."),
+        .with_suggestion("Call the tool again if its result is still needed.")
+        .linked(),
     );
     Message::new(
         MessageData::Tool {

@@ -6,6 +6,7 @@
 
 pub mod codes;
 pub mod conversation;
+pub mod help;
 pub mod ids;
 pub mod js_message;
 pub mod message;

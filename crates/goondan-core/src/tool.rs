@@ -96,6 +96,22 @@ impl ToolError {
         self.help_url = Some(help_url.into());
         self
     }
+
+    /// Sets `helpUrl` to the help catalog's entry of the error's code
+    /// ([`crate::help::help_url`]), unless it has one already or the
+    /// catalog does not know the code.
+    pub fn link_help(&mut self) {
+        if self.help_url.is_none() {
+            self.help_url = self.code.as_deref().and_then(crate::help::help_url);
+        }
+    }
+
+    /// [`link_help`](Self::link_help), by value.
+    #[must_use]
+    pub fn linked(mut self) -> Self {
+        self.link_help();
+        self
+    }
 }
 
 /// The result of one tool call: `{status, output?, handle?, error?}` (spec 002 §8.1).
@@ -145,6 +161,13 @@ impl ToolResult {
     pub fn truncate_error(&mut self, limit: usize) {
         if let Some(error) = self.error.as_mut() {
             truncate_error_message(&mut error.message, limit);
+        }
+    }
+
+    /// Links the error (if any) to its help entry: [`ToolError::link_help`].
+    pub fn link_help(&mut self) {
+        if let Some(error) = self.error.as_mut() {
+            error.link_help();
         }
     }
 }
@@ -210,6 +233,24 @@ mod tests {
             serde_json::to_value(&pending).ok(),
             Some(json!({"status": "pending", "output": {"message": "started"}, "handle": "build-1"}))
         );
+    }
+
+    #[test]
+    fn link_help_adds_the_catalog_entry_and_keeps_a_tool_own_link() {
+        let mut known = ToolResult::error(ToolError::new("E_TOOL_TIMEOUT", "ToolTimeoutError", "slow"));
+        known.link_help();
+        assert_eq!(
+            known.error.and_then(|e| e.help_url).as_deref(),
+            Some("https://github.com/goondan/goondan-rs/blob/main/docs/ERRORS.md#e_tool_timeout")
+        );
+        let own = ToolError::new("E_TOOL", "Error", "x").with_help_url("https://example.com/mine").linked();
+        assert_eq!(own.help_url.as_deref(), Some("https://example.com/mine"));
+        // A code of the tool's own, or none: no link that would explain nothing.
+        assert_eq!(ToolError::new("E_MY_TOOL_BROKE", "Error", "x").linked().help_url, None);
+        assert_eq!(ToolError { message: "x".into(), ..ToolError::default() }.linked().help_url, None);
+        let mut ok = ToolResult::ok(json!(1));
+        ok.link_help();
+        assert_eq!(ok, ToolResult::ok(json!(1)));
     }
 
     #[test]

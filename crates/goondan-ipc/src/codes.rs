@@ -25,3 +25,46 @@ pub const AGENT_INVALID_REQUEST: &str = "AGENT_INVALID_REQUEST";
 pub const IPC_MESSAGE_TOO_LARGE: &str = "IPC_MESSAGE_TOO_LARGE";
 /// No agent process could be started within the bound on live processes.
 pub const AGENT_CAPACITY_EXCEEDED: &str = "AGENT_CAPACITY_EXCEEDED";
+
+/// Every code above, in the order of this module.
+pub const ALL: &[&str] = &[
+    AGENT_NOT_FOUND,
+    AGENT_REQUEST_TIMEOUT,
+    CIRCULAR_CALL_DETECTED,
+    AGENT_HOP_LIMIT,
+    AGENT_CRASHED,
+    AGENT_UNAVAILABLE,
+    IPC_DELIVERY_FAILED,
+    AGENT_TURN_FAILED,
+    AGENT_REQUEST_CANCELLED,
+    AGENT_INVALID_REQUEST,
+    IPC_MESSAGE_TOO_LARGE,
+    AGENT_CAPACITY_EXCEEDED,
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `ALL` is complete: every `pub const` of this file (other than `ALL`
+    /// itself) is listed in it.
+    #[test]
+    fn all_lists_every_constant() {
+        let source = include_str!("codes.rs");
+        let declared: Vec<&str> = source
+            .lines()
+            .filter_map(|line| line.strip_prefix("pub const "))
+            .filter_map(|rest| rest.split(':').next())
+            .filter(|name| *name != "ALL")
+            .collect();
+        assert_eq!(declared.len(), ALL.len(), "declared {declared:?}");
+        let values: Vec<&str> = source
+            .lines()
+            .filter(|line| line.starts_with("pub const ") && !line.starts_with("pub const ALL"))
+            .filter_map(|line| line.split('"').nth(1))
+            .collect();
+        for value in values {
+            assert!(ALL.contains(&value), "{value} is declared but missing from ALL");
+        }
+    }
+}

@@ -375,12 +375,23 @@ pub struct ErrorInfo {
     /// What to do about it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suggestion: Option<String>,
+    /// Where the code is explained: its entry in the help catalog
+    /// (`docs/ERRORS.md`, `gdn help CODE`). Optional on the wire: a peer
+    /// that does not send it is read as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub help_url: Option<String>,
 }
 
 impl ErrorInfo {
-    /// An error with `code` and `message`.
+    /// An error with `code` and `message`, linked to the code's help entry
+    /// when the catalog has one.
     pub fn new(code: &str, message: impl Into<String>) -> Self {
-        Self { code: code.to_owned(), message: message.into(), suggestion: None }
+        Self {
+            code: code.to_owned(),
+            message: message.into(),
+            suggestion: None,
+            help_url: goondan_core::help::help_url(code),
+        }
     }
 
     /// The same error with a suggestion.
@@ -504,6 +515,21 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn an_error_carries_the_help_url_of_its_code_and_reads_without_one() {
+        let crashed = ErrorInfo::new(crate::codes::AGENT_CRASHED, "gone");
+        assert_eq!(
+            serde_json::to_value(&crashed).ok(),
+            Some(json!({"code": "AGENT_CRASHED", "message": "gone",
+                "helpUrl": "https://github.com/goondan/goondan-rs/blob/main/docs/ERRORS.md#agent_crashed"}))
+        );
+        // A code the catalog does not know gets no link.
+        assert_eq!(ErrorInfo::new("SOMETHING_ELSE", "x").help_url, None);
+        // A peer that sends no helpUrl is read as before.
+        let old: Result<ErrorInfo, _> = serde_json::from_value(json!({"code": "AGENT_CRASHED", "message": "gone"}));
+        assert_eq!(old.ok().map(|e| e.help_url), Some(None));
+    }
 
     #[test]
     fn the_envelope_is_the_specs_shape() {

@@ -32,6 +32,8 @@ pub const E_MCP_TOOL_ERROR: &str = "E_MCP_TOOL_ERROR";
 pub const E_MCP_SERVER_EXITED: &str = "E_MCP_SERVER_EXITED";
 /// The server answered the request with a protocol error.
 pub const E_MCP_REQUEST: &str = "E_MCP_REQUEST";
+/// Every error code of MCP tool calls.
+pub const CODES: &[&str] = &[E_MCP_TOOL_ERROR, E_MCP_SERVER_EXITED, E_MCP_REQUEST];
 
 /// Calls one tool of one server.
 #[derive(Debug)]

@@ -729,7 +729,8 @@ impl StepCore<'_> {
                             "ToolCancelledError",
                             format!("Tool '{}' was cancelled before it finished.", call.name),
                         )
-                        .with_suggestion("The user interrupted the turn; run the tool again if it is still needed."),
+                        .with_suggestion("The user interrupted the turn; run the tool again if it is still needed.")
+                        .linked(),
                     )
                 })
             })
@@ -838,4 +839,5 @@ fn invalid_arguments(name: &str, problem: String) -> ToolError {
         format!("Invalid arguments for tool '{name}': {problem}"),
     )
     .with_suggestion("Call the tool again with its arguments as one JSON object matching its parameters schema.")
+    .linked()
 }

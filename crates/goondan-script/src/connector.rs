@@ -62,6 +62,8 @@ pub const E_CONNECTOR_EVENT: &str = "E_CONNECTOR_EVENT";
 pub const E_CONNECTOR_CLOSED: &str = "E_CONNECTOR_CLOSED";
 /// `ctx.emit` rejected: the inbox could not store the event.
 pub const E_CONNECTOR_STORAGE: &str = "E_CONNECTOR_STORAGE";
+/// Every code `ctx.emit` rejects with.
+pub const CODES: &[&str] = &[E_CONNECTOR_EVENT, E_CONNECTOR_CLOSED, E_CONNECTOR_STORAGE];
 
 /// How long a starting host has to connect, and then to load its entry.
 const START_TIMEOUT: Duration = Duration::from_secs(15);

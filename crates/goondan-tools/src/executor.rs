@@ -7,7 +7,7 @@
 //!                 → handler (deadline, panic capture) → ToolResult
 //!   (with a deadline and at least one layer, the whole chain is held to the
 //!   deadline plus a little slack: a layer that never returns ends too)
-//! error message truncated to the tool's errorMessageLimit
+//! error message truncated to the tool's errorMessageLimit, helpUrl of its code added
 //! tool.completed | tool.failed event
 //! ```
 //!
@@ -204,6 +204,9 @@ impl ToolExecutor {
         if result.is_error() {
             let limit = self.error_message_limit(&ctx.tool_name, catalog);
             result.truncate_error(limit);
+            // Every source's error (native, script, MCP, a layer's refusal)
+            // links to the help entry of its code, unless it set a link.
+            result.link_help();
         }
 
         if events_on {

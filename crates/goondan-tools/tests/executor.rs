@@ -23,6 +23,8 @@ use serde_json::json;
 // ---------------------------------------------------------------------------
 
 const AGENT: &str = "coder";
+/// Where error results link to: the help catalog's entries.
+const ERRORS: &str = "https://github.com/goondan/goondan-rs/blob/main/docs/ERRORS.md";
 const INSTANCE: &str = "inst-1";
 const TURN: &str = "turn-1";
 const STEP: &str = "step-1";
@@ -322,6 +324,7 @@ async fn not_in_catalog_error_json_is_exact() {
             "name": "ToolNotInCatalogError",
             "code": "E_TOOL_NOT_IN_CATALOG",
             "suggestion": format!("Did you mean 'b__y'? {NOT_IN_CATALOG_HINT} Available tools: a__x, b__y."),
+            "helpUrl": format!("{ERRORS}#e_tool_not_in_catalog"),
         }})
     );
     assert_eq!(a_calls.load(Ordering::SeqCst) + b_calls.load(Ordering::SeqCst), 0);
@@ -413,6 +416,7 @@ async fn invalid_args_error_json_is_exact_and_the_handler_is_not_called() {
             "code": "E_TOOL_INVALID_ARGS",
             "suggestion": "Call 'bash__exec' again with arguments that match its parameters schema: \
                            required=[command], allowed=[command, cwd].",
+            "helpUrl": format!("{ERRORS}#e_tool_invalid_args"),
         }})
     );
     assert_eq!(calls.load(Ordering::SeqCst), 0);
@@ -482,7 +486,7 @@ async fn offered_but_not_registered_is_tool_not_found() {
     assert_eq!(error.name.as_deref(), Some("ToolNotFoundError"));
     assert_eq!(error.message, "Tool 'ghost__run' is not registered.");
     assert!(error.suggestion.as_deref().is_some_and(|s| !s.is_empty()));
-    assert_eq!(error.help_url, None);
+    assert_eq!(error.help_url, Some(format!("{ERRORS}#e_tool_not_found")));
 }
 
 #[tokio::test]
@@ -518,6 +522,22 @@ async fn handler_failure_keeps_code_name_suggestion_and_help_url() {
     );
 }
 
+/// The executor links an error to the help entry of its code, whatever
+/// made it (here a handler with a code of the runtime's); a code of the
+/// tool's own has no entry, so no link.
+#[tokio::test]
+async fn error_results_link_to_the_help_entry_of_known_codes_only() {
+    let ready = Fixture::new()
+        .tool(item("fs__read"), failing(ToolFailure::with_code("no such file", "E_FILE_NOT_FOUND")))
+        .tool(item("kit__run"), failing(ToolFailure::with_code("kit broke", "E_KIT_BROKEN")))
+        .build();
+    let found = ready.call("fs__read", json!({})).await;
+    assert_eq!(found.error.and_then(|e| e.help_url), Some(format!("{ERRORS}#e_file_not_found")));
+    let own = ready.call("kit__run", json!({})).await;
+    assert_eq!(own.error_code(), Some("E_KIT_BROKEN"));
+    assert_eq!(own.error.and_then(|e| e.help_url), None);
+}
+
 #[tokio::test]
 async fn handler_failure_defaults_to_e_tool_and_error() {
     let ready = Fixture::new()
@@ -527,11 +547,13 @@ async fn handler_failure_defaults_to_e_tool_and_error() {
         .build();
     assert_eq!(
         ready.json("plain__fail", json!({})).await,
-        json!({"status": "error", "error": {"message": "request failed", "name": "Error", "code": "E_TOOL"}})
+        json!({"status": "error", "error": {"message": "request failed", "name": "Error", "code": "E_TOOL",
+            "helpUrl": format!("{ERRORS}#e_tool")}})
     );
     assert_eq!(
         ready.json("empty__fail", json!({})).await,
-        json!({"status": "error", "error": {"message": "Unknown tool execution error", "name": "Error", "code": "E_TOOL"}})
+        json!({"status": "error", "error": {"message": "Unknown tool execution error", "name": "Error", "code": "E_TOOL",
+            "helpUrl": format!("{ERRORS}#e_tool")}})
     );
     let result = ready.call("blank__fail", json!({})).await;
     assert_eq!(error_message(&result), "Unknown tool execution error");
@@ -649,6 +671,7 @@ async fn a_slow_handler_hits_the_deadline() {
             "name": "ToolTimeoutError",
             "code": "E_TOOL_TIMEOUT",
             "suggestion": "Retry with a smaller task, or raise the tool call timeout if the work needs longer.",
+            "helpUrl": format!("{ERRORS}#e_tool_timeout"),
         }})
     );
     // The handler was cancelled, not left running.
