@@ -210,6 +210,7 @@ fn tool_context(runtime: &Arc<Recording>, export: &str) -> ToolContext {
         trace_id: Arc::from("0af7651916cd43dd8448eb211c80319c"),
         step_span_id: Arc::from("b7ad6b7169203331"),
         runtime: Some(Arc::clone(runtime) as Arc<dyn AgentToolRuntime>),
+        tasks: None,
     };
     ToolContext::new(Arc::new(scope), Arc::from(format!("agents__{export}")), "call-1")
 }

@@ -186,6 +186,7 @@ mod tests {
         let plain = crate::test_support::context("agents__request");
         let scope = goondan_tools::CallScope {
             runtime: Some(Arc::clone(&runtime) as Arc<dyn AgentToolRuntime>),
+            tasks: None,
             ..(**plain.scope()).clone()
         };
         let ctx = ToolContext::new(Arc::new(scope), Arc::from("agents__request"), "call-1");

@@ -38,6 +38,7 @@ pub(crate) fn context_in(tool: &str, workdir: &Path) -> ToolContext {
         trace_id: Arc::from("0".repeat(32)),
         step_span_id: Arc::from("0".repeat(16)),
         runtime: None,
+        tasks: None,
     };
     ToolContext::new(Arc::new(scope), Arc::from(tool), "call-1".to_owned())
 }

@@ -32,6 +32,7 @@ fn context(workdir: &Path, tool: &str) -> ToolContext {
         trace_id: Arc::from("0".repeat(32)),
         step_span_id: Arc::from("0".repeat(16)),
         runtime: None,
+        tasks: None,
     };
     ToolContext::new(Arc::new(scope), Arc::from(tool), "call-1".to_owned())
 }

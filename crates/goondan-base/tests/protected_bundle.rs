@@ -71,6 +71,7 @@ async fn call(root: &Path, agent: &str, export: &str, input: JsonValue) -> Handl
         trace_id: Arc::from("0".repeat(32)),
         step_span_id: Arc::from("0".repeat(16)),
         runtime: None,
+        tasks: None,
     };
     let ctx = ToolContext::new(Arc::new(scope), Arc::from(name.as_str()), "call-1".to_owned());
     let JsonValue::Object(input) = input else { panic!("input must be an object") };

@@ -144,6 +144,19 @@ pub const E_AGENTS_UNAVAILABLE: &str = "E_AGENTS_UNAVAILABLE";
 /// not an object, ….
 pub const E_AGENTS_INVALID_REQUEST: &str = "E_AGENTS_INVALID_REQUEST";
 
+// --- Tasks (pending results that complete later) ----------------------------
+
+/// A task handle the instance does not know (never created here, or forgotten after its expiry).
+pub const E_TASK_NOT_FOUND: &str = "E_TASK_NOT_FOUND";
+/// A task that has ended was asked to end again (cancelled, or completed twice).
+pub const E_TASK_FINISHED: &str = "E_TASK_FINISHED";
+/// `tasks__wait`'s time ran out before the task ended (the task keeps working).
+pub const E_TASK_WAIT_TIMEOUT: &str = "E_TASK_WAIT_TIMEOUT";
+/// Tasks were used where no agent instance keeps them (`gdn tool call`, a tool host without a store).
+pub const E_TASK_UNAVAILABLE: &str = "E_TASK_UNAVAILABLE";
+/// The task record could not be written durably; nothing was changed.
+pub const E_TASK_STORAGE: &str = "E_TASK_STORAGE";
+
 /// Every code above, in the order of this module.
 pub const ALL: &[&str] = &[
     E_TOOL,
@@ -193,6 +206,11 @@ pub const ALL: &[&str] = &[
     E_SCRIPT_MODULE,
     E_AGENTS_UNAVAILABLE,
     E_AGENTS_INVALID_REQUEST,
+    E_TASK_NOT_FOUND,
+    E_TASK_FINISHED,
+    E_TASK_WAIT_TIMEOUT,
+    E_TASK_UNAVAILABLE,
+    E_TASK_STORAGE,
 ];
 
 #[cfg(test)]

@@ -145,6 +145,7 @@ impl ContextMessage {
             trace_id: Arc::clone(&ctx.trace_id),
             step_span_id: Arc::from(""),
             runtime: None,
+            tasks: None,
         };
         let tool_ctx =
             ToolContext::new(Arc::new(scope), Arc::from(NAME), format!("context-message-{}", new_ordered_id()));

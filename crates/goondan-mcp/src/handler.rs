@@ -213,6 +213,7 @@ mod tests {
             trace_id: Arc::from("4bf92f3577b34da6a3ce929d0e0e4736"),
             step_span_id: Arc::from("00f067aa0ba902b7"),
             runtime: None,
+            tasks: None,
         })
     }
 

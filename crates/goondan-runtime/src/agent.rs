@@ -64,6 +64,9 @@ pub struct AgentOptions {
     /// The swarm's agent-to-agent runtime (the `agents` tool's), when the
     /// agent runs under an orchestrator.
     pub agent_runtime: Option<Arc<dyn AgentToolRuntime>>,
+    /// The instance's tasks (pending results that complete later), when an
+    /// agent instance keeps them.
+    pub tasks: Option<Arc<dyn goondan_tools::tasks::ToolTasks>>,
 }
 
 impl AgentOptions {
@@ -81,6 +84,7 @@ impl AgentOptions {
             plugins: Vec::new(),
             extension_state: None,
             agent_runtime: None,
+            tasks: None,
         }
     }
 }
@@ -179,6 +183,8 @@ pub struct AgentTooling {
     pub events: Arc<dyn EventSink>,
     /// The swarm's agent-to-agent runtime, handed to tools in their context.
     pub agent_runtime: Option<Arc<dyn AgentToolRuntime>>,
+    /// The instance's tasks, handed to tools in their context.
+    pub tasks: Option<Arc<dyn goondan_tools::tasks::ToolTasks>>,
     /// The agent's system prompt (`prompt.system`, or its `systemRef` file
     /// as read at assembly): what the original hands extensions as
     /// `ctx.runtime.agent.prompt.system`.
@@ -220,6 +226,7 @@ impl AgentTooling {
             turn_middleware: MiddlewareChain::new(),
             events,
             agent_runtime: None,
+            tasks: None,
             system_prompt: None,
             prompt_in_conversation: None,
         }
@@ -268,6 +275,7 @@ impl AgentTooling {
             trace_id: Arc::clone(&ids.trace_id),
             step_span_id: Arc::clone(&ids.step_span_id),
             runtime: self.agent_runtime.clone(),
+            tasks: self.tasks.clone(),
         })
     }
 
@@ -407,6 +415,7 @@ async fn tooling_of(
     let mut tooling =
         AgentTooling::new(agent.name(), instance_key, &workdir, tools, executor, Arc::clone(&options.events));
     tooling.agent_runtime.clone_from(&options.agent_runtime);
+    tooling.tasks.clone_from(&options.tasks);
     // Read before the extensions install: context-message builds its
     // system message from it.
     tooling.system_prompt = system_prompt(bundle.root(), agent)?.map(Arc::from);

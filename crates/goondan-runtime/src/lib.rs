@@ -15,6 +15,8 @@
 //!   conversation; the rest is saved to files and previewed.
 //! - [`store`]: the state root, one directory per instance with its message
 //!   log (message events) and event log.
+//! - [`tasks`]: the instance's tasks (pending results that complete later),
+//!   durable beside its conversation.
 //!
 //! Architecture invariant: this crate implements no tool and no extension.
 //! Handlers and extensions come in through [`extension::AgentPlugin`]s;
@@ -28,6 +30,7 @@ pub mod extension_state;
 pub mod inbox;
 pub mod result_budget;
 pub mod store;
+pub mod tasks;
 pub mod turn;
 
 pub use agent::{AgentBuildError, AgentOptions, AgentTooling, ScopeIds, assemble_tooling, build_agent, identity};

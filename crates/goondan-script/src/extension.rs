@@ -178,6 +178,7 @@ impl AgentsOrigin {
             trace_id: Arc::from(trace_id),
             step_span_id: Arc::from(""),
             runtime: Some(Arc::clone(&self.runtime)),
+            tasks: None,
         };
         ToolContext::new(Arc::new(scope), Arc::from("ctx.agents"), format!("ctx-agents-{}", new_ordered_id()))
     }

@@ -161,6 +161,7 @@ fn scope() -> Arc<CallScope> {
         trace_id: Arc::from("4bf92f3577b34da6a3ce929d0e0e4736"),
         step_span_id: Arc::from("00f067aa0ba902b7"),
         runtime: None,
+        tasks: None,
     })
 }
 

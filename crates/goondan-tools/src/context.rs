@@ -38,6 +38,8 @@ pub struct CallScope {
     pub step_span_id: Arc<str>,
     /// The agent-to-agent runtime, when the agent runs under an orchestrator.
     pub runtime: Option<Arc<dyn AgentToolRuntime>>,
+    /// The instance's tasks, when an agent instance keeps them (see [`crate::tasks`]).
+    pub tasks: Option<Arc<dyn crate::tasks::ToolTasks>>,
 }
 
 /// The context handed to a tool handler.
@@ -81,6 +83,11 @@ impl ToolContext {
     /// The current turn's id.
     pub fn turn_id(&self) -> &str {
         &self.scope.turn_id
+    }
+
+    /// The instance's tasks, if an agent instance keeps them.
+    pub fn tasks(&self) -> Option<&Arc<dyn crate::tasks::ToolTasks>> {
+        self.scope.tasks.as_ref()
     }
 
     /// This call's id.

@@ -11,6 +11,8 @@
 //! - [`executor`]: the enforced path of every call.
 //! - [`events`]: `turn.*`, `step.*`, `tool.*` and extensions' own events; sinks, the event log writer.
 //! - [`assembly`]: catalogs and registries from a loaded bundle.
+//! - [`tasks`]: pending results that complete later — their states and the
+//!   contract a handler and the `tasks` tool reach them through.
 //!
 //! This crate calls no model, runs no turn and starts no process; the
 //! onion, the event model (turn and step kinds included), call scopes and
@@ -26,6 +28,7 @@ pub mod executor;
 pub mod handler;
 pub mod pipeline;
 pub mod registry;
+pub mod tasks;
 pub mod validation;
 
 pub use catalog::{ParameterSchema, ToolCatalog, ToolCatalogItem, ToolSource, ToolSourceKind};

@@ -49,6 +49,7 @@ fn scope_holding(calls: Vec<ToolCall>) -> Arc<CallScope> {
         trace_id: TRACE_ID.into(),
         step_span_id: STEP_SPAN_ID.into(),
         runtime: None,
+        tasks: None,
     })
 }
 

@@ -28,6 +28,7 @@ fn scope() -> Arc<CallScope> {
         trace_id: "0af7651916cd43dd8448eb211c80319c".into(),
         step_span_id: "b7ad6b7169203331".into(),
         runtime: None,
+        tasks: None,
     })
 }
 

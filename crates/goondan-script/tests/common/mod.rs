@@ -71,6 +71,7 @@ impl Kit {
             trace_id: TRACE_ID.into(),
             step_span_id: "b7ad6b7169203331".into(),
             runtime: None,
+            tasks: None,
         })
     }
 

@@ -1,0 +1,569 @@
+//! The tasks of one agent instance (`goondan_tools::tasks`), durable
+//! beside its conversation.
+//!
+//! ```text
+//! <instance>/tasks.jsonl     one record per line; a change is visible only once its line is synced
+//!   {"op":"open","task":{…}}                              a working task (TaskView)
+//!   {"op":"end","handle","state","result"?,"reason"?,"at"} it ended: completed, failed or cancelled
+//!   {"op":"received","handle","at"}                       the model has its end
+//! ```
+//!
+//! Opening the book folds the lines (a torn last line is skipped and cut).
+//! A task still `working` then belonged to work that ended with an earlier
+//! process (the agent process that ran a background command, say): it is
+//! ended `failed` with that reason at once, so no task is left working
+//! forever; that end is delivered like any other. Ended tasks past their
+//! expiry are forgotten when the file is rewritten (at open, once dead
+//! lines outnumber live ones).
+//!
+//! Changes are serialized (one at a time, in the order asked), written on
+//! the blocking pool, and applied in memory only after their line is on
+//! disk: a write that fails changes nothing (`E_TASK_STORAGE`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufRead as _, BufReader, Write as _};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use goondan_core::ToolResult;
+use goondan_core::codes::{E_TASK_STORAGE, E_TASK_WAIT_TIMEOUT};
+use goondan_core::message::now_millis;
+use goondan_tools::pipeline::BoxFuture;
+use goondan_tools::tasks::{TaskEnd, TaskState, TaskTicket, TaskView, ToolTasks, already_finished, unknown_handle};
+use goondan_tools::{ToolContext, ToolFailure};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+/// The book's file in an instance directory.
+pub const TASKS_FILE: &str = "tasks.jsonl";
+/// How long an ended task is kept (and a working one may run) by default.
+pub const DEFAULT_EXPIRY: Duration = Duration::from_secs(7 * 24 * 3600);
+/// The longest `wait`.
+pub const MAX_WAIT: Duration = Duration::from_secs(600);
+
+/// One line of the book.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "camelCase")]
+enum Record {
+    Open {
+        task: TaskView,
+    },
+    End {
+        handle: String,
+        state: TaskState,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        result: Option<ToolResult>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        at: u64,
+    },
+    Received {
+        handle: String,
+        at: u64,
+    },
+}
+
+/// Called with each task that ends (after its end is durable).
+pub type OnEnd = Box<dyn Fn(&TaskView) + Send + Sync>;
+
+/// The tasks of one instance.
+pub struct TaskBook {
+    path: PathBuf,
+    file: Arc<Mutex<File>>,
+    tasks: Mutex<Tasks>,
+    /// One change at a time, in order.
+    writing: tokio::sync::Mutex<()>,
+    /// Bumped on every change (waiters watch it).
+    changed: watch::Sender<u64>,
+    /// The work of each working task listens here for a cancel.
+    cancels: Mutex<HashMap<String, watch::Sender<bool>>>,
+    on_end: Mutex<Option<OnEnd>>,
+    expiry: Duration,
+}
+
+#[derive(Default)]
+struct Tasks {
+    by_handle: BTreeMap<String, TaskView>,
+    /// Handles in the order they were opened.
+    order: Vec<String>,
+    /// Handles in the order they ended.
+    ended: Vec<String>,
+}
+
+impl Tasks {
+    fn apply(&mut self, record: Record) {
+        match record {
+            Record::Open { task } => {
+                if !self.by_handle.contains_key(&task.handle) {
+                    self.order.push(task.handle.clone());
+                }
+                self.by_handle.insert(task.handle.clone(), task);
+            }
+            Record::End { handle, state, result, reason, at } => {
+                if let Some(task) = self.by_handle.get_mut(&handle)
+                    && !task.state.is_final()
+                {
+                    task.state = state;
+                    task.result = result;
+                    task.reason = reason;
+                    task.updated_at = at;
+                    self.ended.push(handle);
+                }
+            }
+            Record::Received { handle, at } => {
+                if let Some(task) = self.by_handle.get_mut(&handle) {
+                    task.received = true;
+                    task.updated_at = task.updated_at.max(at);
+                }
+            }
+        }
+    }
+
+    fn list(&self) -> Vec<TaskView> {
+        self.order.iter().filter_map(|handle| self.by_handle.get(handle)).cloned().collect()
+    }
+}
+
+impl std::fmt::Debug for TaskBook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskBook").field("path", &self.path).finish_non_exhaustive()
+    }
+}
+
+fn storage(path: &Path, error: &io::Error) -> ToolFailure {
+    ToolFailure::with_code(
+        format!("the task record could not be written to {}: {error}", path.display()),
+        E_TASK_STORAGE,
+    )
+    .suggest("Free disk space or fix the state root's permissions (gdn doctor checks it); nothing was changed.")
+}
+
+/// Reads the book's lines; a line that does not parse ends the reading
+/// (it can only be a torn last line). Returns the records and the length
+/// of the good part.
+fn read_records(path: &Path) -> io::Result<(Vec<Record>, u64)> {
+    let file = match File::open(path) {
+        Ok(file) => file,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok((Vec::new(), 0)),
+        Err(error) => return Err(error),
+    };
+    let mut reader = BufReader::new(file);
+    let mut records = Vec::new();
+    let mut good = 0u64;
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let read = reader.read_until(b'\n', &mut line)?;
+        if read == 0 || line.last() != Some(&b'\n') {
+            break;
+        }
+        match serde_json::from_slice::<Record>(&line) {
+            Ok(record) => records.push(record),
+            Err(error) => {
+                tracing::warn!("{}: a line that is not a task record ends the book here: {error}", path.display());
+                break;
+            }
+        }
+        good += read as u64;
+    }
+    Ok((records, good))
+}
+
+fn line_of(record: &Record) -> io::Result<Vec<u8>> {
+    let mut line = serde_json::to_vec(record).map_err(io::Error::other)?;
+    line.push(b'\n');
+    Ok(line)
+}
+
+impl TaskBook {
+    /// Opens the book of the instance directory `dir`: folds it, forgets
+    /// ended tasks past their expiry, and fails the tasks left working by
+    /// an earlier process (see the module docs). Blocking: call it where
+    /// the instance is opened.
+    pub fn open(dir: &Path) -> io::Result<Self> {
+        Self::open_with(dir, DEFAULT_EXPIRY)
+    }
+
+    /// As [`open`](Self::open), with the expiry of new tasks.
+    pub fn open_with(dir: &Path, expiry: Duration) -> io::Result<Self> {
+        let path = dir.join(TASKS_FILE);
+        let (records, good) = read_records(&path)?;
+        let line_count = records.len();
+        let mut tasks = Tasks::default();
+        for record in records {
+            tasks.apply(record);
+        }
+        let now = now_millis();
+        // What an earlier process left working has no work any more.
+        let orphaned: Vec<String> =
+            tasks.by_handle.values().filter(|t| !t.state.is_final()).map(|t| t.handle.clone()).collect();
+        for handle in &orphaned {
+            tasks.apply(Record::End {
+                handle: handle.clone(),
+                state: TaskState::Failed,
+                result: None,
+                reason: Some(
+                    "its work ended with the process that ran it (the agent process stopped, or gdn was restarted)"
+                        .to_owned(),
+                ),
+                at: now,
+            });
+        }
+        let expired: Vec<String> = tasks
+            .by_handle
+            .values()
+            .filter(|t| t.state.is_final() && t.expires_at.is_some_and(|at| at <= now))
+            .map(|t| t.handle.clone())
+            .collect();
+        for handle in &expired {
+            tasks.by_handle.remove(handle);
+        }
+        let Tasks { by_handle, order, ended } = &mut tasks;
+        order.retain(|handle| by_handle.contains_key(handle));
+        ended.retain(|handle| by_handle.contains_key(handle));
+        let rewrite = !expired.is_empty() || !orphaned.is_empty() || line_count > 2 * tasks.by_handle.len() + 64;
+        let file = if rewrite {
+            // The folded state, as fresh lines: temp file, synced, renamed over.
+            let temp = dir.join(format!(".{TASKS_FILE}.{}.tmp", std::process::id()));
+            {
+                // Opens in the order opened, then ends in the order ended
+                // (the order completions are delivered in), then receipts.
+                let mut out = io::BufWriter::new(File::create(&temp)?);
+                for task in tasks.list() {
+                    let mut opened = task.clone();
+                    opened.state = TaskState::Working;
+                    opened.result = None;
+                    opened.reason = None;
+                    opened.received = false;
+                    out.write_all(&line_of(&Record::Open { task: opened })?)?;
+                }
+                for task in tasks.ended.iter().filter_map(|handle| tasks.by_handle.get(handle)) {
+                    out.write_all(&line_of(&Record::End {
+                        handle: task.handle.clone(),
+                        state: task.state,
+                        result: task.result.clone(),
+                        reason: task.reason.clone(),
+                        at: task.updated_at,
+                    })?)?;
+                }
+                for task in tasks.list().into_iter().filter(|task| task.received) {
+                    out.write_all(&line_of(&Record::Received { handle: task.handle.clone(), at: task.updated_at })?)?;
+                }
+                out.into_inner().map_err(io::IntoInnerError::into_error)?.sync_all()?;
+            }
+            fs::rename(&temp, &path)?;
+            crate::store::sync_dir(dir);
+            OpenOptions::new().append(true).open(&path)?
+        } else {
+            let file = OpenOptions::new().create(true).append(true).open(&path)?;
+            // A torn last line is cut, so new lines never glue onto it.
+            if file.metadata()?.len() > good {
+                file.set_len(good)?;
+            }
+            file
+        };
+        let (changed, _) = watch::channel(0);
+        Ok(Self {
+            path,
+            file: Arc::new(Mutex::new(file)),
+            tasks: Mutex::new(tasks),
+            writing: tokio::sync::Mutex::new(()),
+            changed,
+            cancels: Mutex::new(HashMap::new()),
+            on_end: Mutex::new(None),
+            expiry,
+        })
+    }
+
+    /// Sets what is called with each task that ends from now on.
+    pub fn on_end(&self, callback: OnEnd) {
+        *self.on_end.lock().unwrap_or_else(PoisonError::into_inner) = Some(callback);
+    }
+
+    /// Every task, oldest first.
+    pub fn tasks(&self) -> Vec<TaskView> {
+        self.tasks.lock().unwrap_or_else(PoisonError::into_inner).list()
+    }
+
+    /// Ended tasks whose end the model does not have yet, in the order they ended.
+    pub fn undelivered(&self) -> Vec<TaskView> {
+        let tasks = self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
+        tasks.ended.iter().filter_map(|handle| tasks.by_handle.get(handle)).filter(|t| !t.received).cloned().collect()
+    }
+
+    fn get(&self, handle: &str) -> Option<TaskView> {
+        self.tasks.lock().unwrap_or_else(PoisonError::into_inner).by_handle.get(handle).cloned()
+    }
+
+    /// Writes `record` durably, then applies it; the caller holds `writing`.
+    async fn commit(&self, record: Record) -> Result<(), ToolFailure> {
+        let line = line_of(&record).map_err(|e| storage(&self.path, &e))?;
+        let file = Arc::clone(&self.file);
+        let written = tokio::task::spawn_blocking(move || {
+            let file = file.lock().unwrap_or_else(PoisonError::into_inner);
+            (&*file).write_all(&line)?;
+            file.sync_data()
+        })
+        .await
+        .unwrap_or_else(|error| Err(io::Error::other(error.to_string())));
+        written.map_err(|e| storage(&self.path, &e))?;
+        self.tasks.lock().unwrap_or_else(PoisonError::into_inner).apply(record);
+        self.changed.send_modify(|version| *version += 1);
+        Ok(())
+    }
+
+    /// Opens a working task for `tool`'s call `call_id` in `turn_id`.
+    pub async fn open_task(&self, tool: &str, call_id: &str, turn_id: &str) -> Result<TaskTicket, ToolFailure> {
+        let _writing = self.writing.lock().await;
+        let now = now_millis();
+        let handle = format!("task-{}", goondan_core::ids::new_id());
+        let task = TaskView {
+            handle: handle.clone(),
+            tool: tool.to_owned(),
+            call_id: call_id.to_owned(),
+            turn_id: turn_id.to_owned(),
+            state: TaskState::Working,
+            result: None,
+            reason: None,
+            created_at: now,
+            updated_at: now,
+            expires_at: Some(now.saturating_add(u64::try_from(self.expiry.as_millis()).unwrap_or(u64::MAX))),
+            received: false,
+        };
+        self.commit(Record::Open { task }).await?;
+        let (cancel, cancelled) = watch::channel(false);
+        self.cancels.lock().unwrap_or_else(PoisonError::into_inner).insert(handle.clone(), cancel);
+        Ok(TaskTicket { handle, cancelled })
+    }
+
+    /// Ends a working task.
+    pub async fn finish_task(&self, handle: &str, end: TaskEnd) -> Result<TaskView, ToolFailure> {
+        let ended = {
+            let _writing = self.writing.lock().await;
+            let task = self.get(handle).ok_or_else(|| unknown_handle(handle))?;
+            if task.state.is_final() {
+                return Err(already_finished(&task));
+            }
+            let state = end.state();
+            let (result, reason) = match end {
+                TaskEnd::Completed(result) => (Some(result), None),
+                TaskEnd::Failed(reason) | TaskEnd::Cancelled(reason) => (None, Some(reason)),
+            };
+            self.commit(Record::End { handle: handle.to_owned(), state, result, reason, at: now_millis() }).await?;
+            self.cancels.lock().unwrap_or_else(PoisonError::into_inner).remove(handle);
+            self.get(handle).ok_or_else(|| unknown_handle(handle))?
+        };
+        if let Some(on_end) = self.on_end.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
+            on_end(&ended);
+        }
+        Ok(ended)
+    }
+
+    /// Records that the model has the end of `handle` (no completion
+    /// message follows); nothing for a task not ended or already received.
+    pub async fn mark_received(&self, handle: &str) -> Result<(), ToolFailure> {
+        let _writing = self.writing.lock().await;
+        match self.get(handle) {
+            Some(task) if task.state.is_final() && !task.received => {
+                self.commit(Record::Received { handle: handle.to_owned(), at: now_millis() }).await
+            }
+            Some(_) => Ok(()),
+            None => Err(unknown_handle(handle)),
+        }
+    }
+
+    /// The task; an ended one is then received by the model.
+    pub async fn status_of(&self, handle: &str) -> Result<TaskView, ToolFailure> {
+        let task = self.get(handle).ok_or_else(|| unknown_handle(handle))?;
+        if task.state.is_final() && !task.received {
+            self.mark_received(handle).await?;
+            return self.get(handle).ok_or_else(|| unknown_handle(handle));
+        }
+        Ok(task)
+    }
+
+    /// Waits up to `timeout` (at most [`MAX_WAIT`]) for the task to end.
+    pub async fn wait_for(&self, handle: &str, timeout: Duration) -> Result<TaskView, ToolFailure> {
+        let mut changes = self.changed.subscribe();
+        let deadline = tokio::time::Instant::now() + timeout.min(MAX_WAIT);
+        loop {
+            let task = self.get(handle).ok_or_else(|| unknown_handle(handle))?;
+            if task.state.is_final() {
+                return self.status_of(handle).await;
+            }
+            match tokio::time::timeout_at(deadline, changes.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) | Err(_) => {
+                    return Err(ToolFailure::with_code(
+                        format!(
+                            "task '{handle}' is still {} after {} ms",
+                            task.state,
+                            timeout.min(MAX_WAIT).as_millis()
+                        ),
+                        E_TASK_WAIT_TIMEOUT,
+                    )
+                    .suggest("Wait again, or go on: its result enters the conversation when it ends."));
+                }
+            }
+        }
+    }
+
+    /// Asks the task's work to stop. Work that listens ends it `cancelled`
+    /// itself; a task whose work does not listen (nothing holds its
+    /// cancel) is ended `cancelled` here.
+    pub async fn cancel_task(&self, handle: &str) -> Result<TaskView, ToolFailure> {
+        let task = self.get(handle).ok_or_else(|| unknown_handle(handle))?;
+        if task.state.is_final() {
+            return Err(already_finished(&task));
+        }
+        let listened = {
+            let cancels = self.cancels.lock().unwrap_or_else(PoisonError::into_inner);
+            cancels.get(handle).is_some_and(|cancel| cancel.send(true).is_ok())
+        };
+        if listened {
+            // The work ends it; give it a moment to say how.
+            if let Ok(ended) = self.wait_for(handle, Duration::from_secs(5)).await {
+                return Ok(ended);
+            }
+        }
+        match self.finish_task(handle, TaskEnd::Cancelled("cancelled".to_owned())).await {
+            Ok(ended) => Ok(ended),
+            // It ended meanwhile, on its own.
+            Err(_) => self.status_of(handle).await,
+        }
+    }
+}
+
+impl ToolTasks for TaskBook {
+    fn open<'a>(&'a self, ctx: &'a ToolContext) -> BoxFuture<'a, Result<TaskTicket, ToolFailure>> {
+        Box::pin(self.open_task(ctx.tool_name(), ctx.tool_call_id(), ctx.turn_id()))
+    }
+
+    fn finish<'a>(&'a self, handle: &'a str, end: TaskEnd) -> BoxFuture<'a, Result<TaskView, ToolFailure>> {
+        Box::pin(self.finish_task(handle, end))
+    }
+
+    fn status<'a>(&'a self, handle: &'a str) -> BoxFuture<'a, Result<TaskView, ToolFailure>> {
+        Box::pin(self.status_of(handle))
+    }
+
+    fn wait<'a>(&'a self, handle: &'a str, timeout: Duration) -> BoxFuture<'a, Result<TaskView, ToolFailure>> {
+        Box::pin(self.wait_for(handle, timeout))
+    }
+
+    fn cancel<'a>(&'a self, handle: &'a str) -> BoxFuture<'a, Result<TaskView, ToolFailure>> {
+        Box::pin(self.cancel_task(handle))
+    }
+
+    fn list(&self) -> Vec<TaskView> {
+        self.tasks()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use goondan_core::codes::{E_TASK_FINISHED, E_TASK_NOT_FOUND};
+    use serde_json::json;
+
+    use super::*;
+
+    fn code(failure: &ToolFailure) -> Option<&str> {
+        failure.code.as_deref()
+    }
+
+    #[tokio::test]
+    async fn a_task_opens_ends_once_and_its_end_is_received_once() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let book = TaskBook::open(dir.path())?;
+        let ended = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&ended);
+        book.on_end(Box::new(move |task| {
+            seen.lock().unwrap_or_else(PoisonError::into_inner).push(task.handle.clone())
+        }));
+        let ticket = book.open_task("bash__exec", "call-1", "turn-1").await.map_err(|f| f.message)?;
+        assert_eq!(book.tasks()[0].state, TaskState::Working);
+        let result = ToolResult::ok(json!({"exitCode": 0}));
+        let done = book.finish_task(&ticket.handle, TaskEnd::Completed(result.clone())).await.map_err(|f| f.message)?;
+        assert_eq!((done.state, done.result.as_ref()), (TaskState::Completed, Some(&result)));
+        // A second end, and a cancel of an ended task: refused, nothing changed.
+        let again = book.finish_task(&ticket.handle, TaskEnd::Failed("late".into())).await;
+        assert_eq!(again.as_ref().err().and_then(code), Some(E_TASK_FINISHED));
+        let cancel = book.cancel_task(&ticket.handle).await;
+        assert_eq!(cancel.as_ref().err().and_then(code), Some(E_TASK_FINISHED));
+        assert_eq!(*ended.lock().unwrap_or_else(PoisonError::into_inner), std::slice::from_ref(&ticket.handle));
+        assert_eq!(book.undelivered().len(), 1);
+        // The model reads it: received, and no longer undelivered.
+        assert!(book.status_of(&ticket.handle).await.map_err(|f| f.message)?.received);
+        assert!(book.undelivered().is_empty());
+        let unknown = book.status_of("task-nope").await;
+        assert_eq!(unknown.as_ref().err().and_then(code), Some(E_TASK_NOT_FOUND));
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn the_book_survives_a_restart_and_fails_what_was_left_working() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let (done, working, unread) = {
+            let book = TaskBook::open(dir.path())?;
+            let done = book.open_task("t", "c1", "u").await.map_err(|f| f.message)?.handle;
+            let working = book.open_task("t", "c2", "u").await.map_err(|f| f.message)?.handle;
+            let unread = book.open_task("t", "c3", "u").await.map_err(|f| f.message)?.handle;
+            book.finish_task(&done, TaskEnd::Completed(ToolResult::ok(json!(1)))).await.map_err(|f| f.message)?;
+            book.status_of(&done).await.map_err(|f| f.message)?;
+            book.finish_task(&unread, TaskEnd::Failed("broke".into())).await.map_err(|f| f.message)?;
+            (done, working, unread)
+        };
+        // A torn last line, as a crash mid-write leaves it.
+        let path = dir.path().join(TASKS_FILE);
+        fs::OpenOptions::new().append(true).open(&path)?.write_all(b"{\"op\":\"end\",\"hand")?;
+        let book = TaskBook::open(dir.path())?;
+        let tasks: BTreeMap<String, TaskView> = book.tasks().into_iter().map(|t| (t.handle.clone(), t)).collect();
+        assert_eq!((tasks[&done].state, tasks[&done].received), (TaskState::Completed, true));
+        assert_eq!(tasks[&working].state, TaskState::Failed, "left working by the earlier process");
+        assert!(tasks[&working].reason.as_deref().is_some_and(|r| r.contains("ended with the process")));
+        assert_eq!(tasks[&unread].reason.as_deref(), Some("broke"));
+        let undelivered: Vec<String> = book.undelivered().into_iter().map(|t| t.handle).collect();
+        assert_eq!(undelivered, [unread.clone(), working.clone()], "in the order they ended");
+        // The rewritten book reads the same, and takes new lines.
+        drop(book);
+        let book = TaskBook::open(dir.path())?;
+        assert_eq!(book.tasks().len(), 3);
+        book.status_of(&working).await.map_err(|f| f.message)?;
+        drop(book);
+        let book = TaskBook::open(dir.path())?;
+        assert_eq!(book.undelivered().len(), 1);
+        Ok(())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_ends_with_the_task_or_at_its_timeout_and_a_cancel_reaches_the_work()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let book = Arc::new(TaskBook::open(dir.path())?);
+        let ticket = book.open_task("t", "c", "u").await.map_err(|f| f.message)?;
+        let timed_out = book.wait_for(&ticket.handle, Duration::from_millis(200)).await;
+        assert_eq!(timed_out.as_ref().err().and_then(code), Some(E_TASK_WAIT_TIMEOUT));
+        assert_eq!(book.tasks()[0].state, TaskState::Working, "a wait that times out changes nothing");
+        // Work that listens for the cancel and ends the task itself.
+        let worker = {
+            let book = Arc::clone(&book);
+            let mut cancelled = ticket.cancelled.clone();
+            let handle = ticket.handle.clone();
+            tokio::spawn(async move {
+                let _ = cancelled.wait_for(|c| *c).await;
+                book.finish_task(&handle, TaskEnd::Cancelled("killed by SIGTERM".into())).await
+            })
+        };
+        let cancelled = book.cancel_task(&ticket.handle).await.map_err(|f| f.message)?;
+        assert_eq!((cancelled.state, cancelled.reason.as_deref()), (TaskState::Cancelled, Some("killed by SIGTERM")));
+        assert!(worker.await?.is_ok());
+        // Work that does not listen: ended here.
+        let deaf = book.open_task("t", "c2", "u").await.map_err(|f| f.message)?;
+        drop(book.cancels.lock().unwrap_or_else(PoisonError::into_inner).remove(&deaf.handle));
+        let cancelled = book.cancel_task(&deaf.handle).await.map_err(|f| f.message)?;
+        assert_eq!(cancelled.state, TaskState::Cancelled);
+        Ok(())
+    }
+}
