@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use goondan_tools::ToolHandler;
+use goondan_tools::assembly::AgentTools;
 
 pub mod agents;
 pub mod args;
@@ -59,7 +60,9 @@ pub fn native_handler(tool: &str, export: &str, settings: &Arc<BaseSettings>) ->
 }
 
 /// Registers the native handler of every `@goondan/base` export among
-/// `tools` (an agent's declared tools) that this build implements.
+/// `tools` (an agent's registry tools: the declared ones, then the
+/// bundle's others, see [`AgentTools::registry_tools`]) that this build
+/// implements.
 ///
 /// Exports already registered under the same name are left alone, so a
 /// caller may register several agents' tools into one registry. The rest are
@@ -67,7 +70,7 @@ pub fn native_handler(tool: &str, export: &str, settings: &Arc<BaseSettings>) ->
 /// running agent never holds half an agent's tools.
 pub fn register_native_tools(
     registry: &goondan_tools::ToolRegistry,
-    tools: &goondan_tools::assembly::AgentTools,
+    tools: &AgentTools,
     settings: &Arc<BaseSettings>,
 ) -> Result<usize, goondan_tools::RegistryError> {
     let present = registry.snapshot();
@@ -79,7 +82,7 @@ pub fn register_native_tools(
     // An agent may declare the same export twice; register it once.
     let mut chosen = std::collections::HashSet::new();
     let mut batch = Vec::new();
-    for tool in tools.iter() {
+    for tool in tools.registry_tools() {
         let name = tool.item.name();
         if tool.scope != goondan_config::PackageScope::Base || present.contains(name) || chosen.contains(name) {
             continue;

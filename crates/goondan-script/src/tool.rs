@@ -117,9 +117,11 @@ pub(crate) fn context_json(ctx: &ToolContext) -> JsonValue {
     })
 }
 
-/// Registers a [`ScriptToolHandler`] for every tool of `tools` that has a
-/// module (`entry`) and no handler yet; returns how many it registered. All
-/// or none are registered.
+/// Registers a [`ScriptToolHandler`] for every registry tool of `tools`
+/// ([`AgentTools::registry_tools`]: the declared ones and the bundle's
+/// others) that has a module (`entry`) and no handler yet; returns how many
+/// it registered. All or none are registered. Nothing starts: the host
+/// starts, and loads a module, at the first call.
 pub fn install_script_tools(
     registry: &ToolRegistry,
     tools: &AgentTools,
@@ -127,7 +129,7 @@ pub fn install_script_tools(
 ) -> Result<usize, RegistryError> {
     let snapshot = registry.snapshot();
     let mut added: Vec<(goondan_tools::ToolCatalogItem, Arc<dyn ToolHandler>)> = Vec::new();
-    for tool in tools.iter() {
+    for tool in tools.registry_tools() {
         let Some(entry) = &tool.entry else { continue };
         if snapshot.contains(tool.item.name()) || added.iter().any(|(item, _)| item.name() == tool.item.name()) {
             continue;
