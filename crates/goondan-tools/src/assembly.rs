@@ -124,14 +124,13 @@ fn undeclared_tools(
             }
         }
     }
-    let mut names: std::collections::HashSet<Arc<str>> =
-        tools.iter().map(|tool| Arc::clone(tool.item.shared_name())).collect();
+    // A tool's name starts with its Tool's: a Tool named like one already
+    // in (the bundle's own `bash` and the base one) is left out whole.
+    let mut taken: std::collections::HashSet<&str> = tools.iter().map(|tool| &*tool.tool).collect();
     let mut undeclared = Vec::new();
     for (scope, tool) in others {
-        for entry in config_tools(bundle, scope, tool, None) {
-            if names.insert(Arc::clone(entry.item.shared_name())) {
-                undeclared.push(entry);
-            }
+        if taken.insert(tool.name()) {
+            undeclared.extend(config_tools(bundle, scope, tool, None));
         }
     }
     undeclared
@@ -147,8 +146,8 @@ pub struct AgentTools {
     /// The bundle's Tools the agent does not declare: every Tool of the
     /// bundle's own package, then every `@goondan/base` Tool another Agent
     /// of the bundle declares. Without their `spec.tools` config (that
-    /// belongs to the agent that declares them), and without a name a
-    /// declared tool (or an earlier one of these) has.
+    /// belongs to the agent that declares them), and without a Tool whose
+    /// name a declared Tool (or an earlier one of these) has.
     undeclared: Vec<ConfigTool>,
     loaded_files: Arc<[PathBuf]>,
 }
@@ -194,7 +193,7 @@ impl AgentTools {
     /// in its registry (so callable under `toolCallScope: registry`), never
     /// in its catalog. Every Tool of the bundle's own package, then every
     /// `@goondan/base` Tool another Agent of the bundle declares; each
-    /// without `config`, and none whose name is taken already.
+    /// without `config`, and none whose Tool name is taken already.
     pub fn undeclared(&self) -> impl ExactSizeIterator<Item = &ConfigTool> {
         self.undeclared.iter()
     }
@@ -219,5 +218,98 @@ impl AgentTools {
             catalog.insert(item.clone());
         }
         catalog
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BUNDLE: &str = "\
+apiVersion: goondan.ai/v1
+kind: Model
+metadata: {name: m}
+spec: {provider: openai, model: x}
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: a}
+spec:
+  modelConfig: {modelRef: Model/m}
+  tools:
+    - {kind: Tool, name: mine, config: {k: 1}}
+    - {kind: Tool, name: json-query, package: \"@goondan/base\"}
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: b}
+spec:
+  modelConfig: {modelRef: Model/m}
+  tools:
+    - {kind: Tool, name: json-query, package: \"@goondan/base\"}
+    - {kind: Tool, name: file-system, package: \"@goondan/base\", config: {allowDotEnv: true}}
+    - {kind: Tool, name: bash, package: \"@goondan/base\"}
+---
+apiVersion: goondan.ai/v1
+kind: Tool
+metadata: {name: mine}
+spec: {entry: ./mine.ts, exports: [{name: run}]}
+---
+apiVersion: goondan.ai/v1
+kind: Tool
+metadata: {name: other}
+spec: {entry: ./other.ts, exports: [{name: go}, {name: stop}]}
+---
+apiVersion: goondan.ai/v1
+kind: Tool
+metadata: {name: bash}
+spec: {entry: ./bash.ts, exports: [{name: exec}]}
+";
+
+    fn names<'a>(tools: impl Iterator<Item = &'a ConfigTool>) -> Vec<String> {
+        tools.map(|tool| format!("{:?}:{}", tool.scope, tool.item.name())).collect()
+    }
+
+    /// Spec 002 §1.1: the registry holds every Tool of the bundle; the
+    /// catalog only the agent's. Its own package's Tools all, the base Tools
+    /// other agents declare, no Tool name twice (the bundle's own `bash` wins
+    /// over the base one another agent declares), no other agent's config.
+    #[test]
+    fn the_registry_holds_the_bundles_tools_and_the_catalog_the_agents() {
+        let report = goondan_config::load_from_str(BUNDLE, "goondan.yaml", None, PathBuf::from("goondan.yaml"));
+        let Some(bundle) = report.bundle.as_ref() else { panic!("{:?}", report.diagnostics) };
+        let Some(agent) = bundle.agent("a") else { panic!("no agent a") };
+        let tools = AgentTools::for_agent(bundle, agent);
+        assert_eq!(
+            names(tools.iter()),
+            [
+                "Local:mine__run",
+                "Base:json-query__query",
+                "Base:json-query__pick",
+                "Base:json-query__count",
+                "Base:json-query__flatten"
+            ]
+        );
+        assert_eq!(
+            names(tools.undeclared()),
+            [
+                "Local:other__go",
+                "Local:other__stop",
+                "Local:bash__exec",
+                "Base:file-system__read",
+                "Base:file-system__write",
+                "Base:file-system__list",
+                "Base:file-system__mkdir"
+            ]
+        );
+        assert_eq!(tools.registry_tools().count(), tools.iter().len() + tools.undeclared().len());
+        assert!(tools.iter().any(|tool| tool.config.is_some()), "the agent's own config is kept");
+        assert!(tools.undeclared().all(|tool| tool.config.is_none()), "another agent's config is not the agent's");
+        assert!(tools.undeclared().filter(|t| t.scope == PackageScope::Local).all(|t| t.entry.is_some()));
+
+        let registry = ToolRegistry::new();
+        let catalog = tools.step_catalog(&registry);
+        assert_eq!(catalog.len(), tools.iter().len(), "only the declared tools are offered");
+        assert!(!catalog.contains("other__go"));
     }
 }
