@@ -66,8 +66,10 @@ pub fn native_handler(tool: &str, export: &str, settings: &Arc<BaseSettings>) ->
 ///
 /// Exports already registered under the same name are left alone, so a
 /// caller may register several agents' tools into one registry. The rest are
-/// registered in one change, all or none, so a registry shared with a
-/// running agent never holds half an agent's tools.
+/// registered in two changes, the declared ones all or none, then the
+/// undeclared ones ([`goondan_tools::ToolRegistry::register_undeclared`]),
+/// so a registry shared with a running agent never holds half an agent's
+/// tools.
 pub fn register_native_tools(
     registry: &goondan_tools::ToolRegistry,
     tools: &AgentTools,
@@ -82,7 +84,9 @@ pub fn register_native_tools(
     // An agent may declare the same export twice; register it once.
     let mut chosen = std::collections::HashSet::new();
     let mut batch = Vec::new();
-    for tool in tools.registry_tools() {
+    let mut undeclared = Vec::new();
+    let declared = tools.iter().len();
+    for (index, tool) in tools.registry_tools().enumerate() {
         let name = tool.item.name();
         if tool.scope != goondan_config::PackageScope::Base || present.contains(name) || chosen.contains(name) {
             continue;
@@ -94,10 +98,12 @@ pub fn register_native_tools(
         };
         if let Some(handler) = native_handler(&tool.tool, &tool.export, &tool_settings) {
             chosen.insert(name);
+            let batch = if index < declared { &mut batch } else { &mut undeclared };
             batch.push((tool.item.clone(), handler));
         }
     }
-    let registered = batch.len();
+    let registered = batch.len() + undeclared.len();
     registry.register_all(batch)?;
+    registry.register_undeclared(undeclared)?;
     Ok(registered)
 }

@@ -523,5 +523,8 @@ fn agent_tool_call_scope_policy() {
         )]
     );
     let typo = load(&agent("  policy: {toolCallScop: registry}\n"));
-    assert_eq!(codes(&typo), [("W_CONFIG_UNKNOWN_KEY", "goondan.yaml#1.spec.policy.toolCallScop".to_owned(), Severity::Warning)]);
+    assert_eq!(
+        codes(&typo),
+        [("W_CONFIG_UNKNOWN_KEY", "goondan.yaml#1.spec.policy.toolCallScop".to_owned(), Severity::Warning)]
+    );
 }
