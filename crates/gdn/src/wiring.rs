@@ -14,10 +14,14 @@ use goondan_tools::assembly::AgentTools;
 use goondan_tools::{RegistryError, ToolRegistry};
 
 /// Sets `options` to install, for each agent it assembles, in this order:
-/// the native handler of every `@goondan/base` export the agent declares
-/// (operator settings read from its environment), `Extension/mcp`, the
-/// native base extensions, and the bundle's own script tools and JavaScript
-/// extensions (one host per assembled agent, made only when it has either).
+/// the native handler of every `@goondan/base` export in the agent's
+/// registry (those it declares, and those other agents of the bundle
+/// declare; operator settings read from its environment), `Extension/mcp`,
+/// the native base extensions, and the bundle's own script tools (every
+/// Tool of the bundle: the registry holds them all, the catalog offers the
+/// agent's) and JavaScript extensions (one host per assembled agent, made
+/// only when it has either, started at the first script call, or at
+/// assembly for extensions).
 /// A base extension none of them implements is left out with a warning.
 pub fn install(options: &mut AgentOptions, tool_processes: &Arc<ToolProcesses>) {
     options.plugins = vec![

@@ -397,6 +397,95 @@ fn tool_call_truncates_errors_with_the_tools_own_limit() {
     assert!(message.ends_with("... (truncated)"));
 }
 
+/// `gdn --json -c tests/fixtures/tool-registry tool call NAME --agent AGENT --args ARGS`.
+fn registry_call(agent: &str, name: &str, args: &Value) -> (Output, Value) {
+    let args = args.to_string();
+    let output = gdn(&fixture("tool-registry"), &["--json", "tool", "call", name, "--agent", agent, "--args", &args]);
+    let result = json_stdout(&output);
+    (output, result)
+}
+
+/// Spec 002 §1.1 and §7.1: an agent's registry holds every Tool of the
+/// bundle (its own package's, and the base Tools other agents declare),
+/// its catalog only its own; a call past the catalog needs the agent's
+/// `spec.policy.toolCallScope: registry`.
+#[test]
+fn tool_call_reaches_the_registry_only_under_the_agents_policy() {
+    let case = json!({"text": "a", "to": "upper"});
+    // text-transform is in strict's registry (open declares it), not its catalog.
+    let (output, result) = registry_call("strict", "text-transform__case", &case);
+    assert_eq!(code(&output), 1);
+    assert_eq!(result["error"]["code"], "E_TOOL_NOT_IN_CATALOG", "{result}");
+
+    // open may: json-query is declared by strict only.
+    let query = json!({"data": "{\"a\": [1, 2]}", "path": "a[1]"});
+    let (output, result) = registry_call("open", "json-query__query", &query);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    assert_eq!(result["output"]["value"], 2, "{result}");
+    // Its schema still holds.
+    let (_, result) = registry_call("open", "json-query__query", &json!({"path": "a"}));
+    assert_eq!(result["error"]["code"], "E_TOOL_INVALID_ARGS", "{result}");
+    // A base Tool no agent of the bundle declares is in no registry.
+    let (_, result) = registry_call("open", "http-fetch__get", &json!({"url": "https://example.com"}));
+    assert_eq!(result["error"]["code"], "E_TOOL_NOT_IN_CATALOG", "{result}");
+    // The bundle's own script Tool, declared by strict only: reached (run,
+    // or refused for want of a runtime — not for want of a catalog entry).
+    let (_, result) = registry_call("open", "terse__fail", &json!({"size": 3}));
+    let expected = if js_runtime_usable() { "eee" } else { "" };
+    match result["error"]["code"].as_str() {
+        Some("E_SCRIPT_RUNTIME_MISSING") => assert!(expected.is_empty(), "{result}"),
+        _ => assert_eq!(result["error"]["message"], expected, "{result}"),
+    }
+
+    // The catalog stays the agent's: tool list shows only its own tools.
+    let output = gdn(&fixture("tool-registry"), &["--json", "tool", "list", "--agent", "open"]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let listed = stdout(&output);
+    assert!(listed.contains("text-transform__case") && !listed.contains("json-query__query"), "{listed}");
+    assert!(!listed.contains("terse__fail"), "{listed}");
+
+    // The policy's key is known to validation; a value it does not know is an error.
+    let output = gdn(&fixture("tool-registry"), &["--json", "validate"]);
+    let report = json_stdout(&output);
+    let codes: Vec<String> = diagnostic_summary(&report).into_iter().map(|(code, _)| code).collect();
+    assert!(!codes.iter().any(|code| code == "W_CONFIG_UNKNOWN_KEY" || code.starts_with('E')), "{report}");
+}
+
+/// Spec 002 §2.3 and §8.3: a Tool whose YAML leaves `errorMessageLimit`
+/// out cuts error messages at 1000 characters; one that sets it, at its own.
+#[test]
+fn error_messages_are_cut_at_1000_when_the_tool_sets_no_limit() {
+    // Refused arguments (no runtime needed): five long unexpected properties.
+    let mut args = serde_json::Map::new();
+    args.insert("size".into(), json!(1));
+    for i in 0..5 {
+        args.insert(format!("{}{i}", "x".repeat(300)), json!(true));
+    }
+    for (tool, limit) in [("terse__fail", 1000), ("roomy__fail", 1200)] {
+        let (output, result) = registry_call("strict", tool, &Value::Object(args.clone()));
+        assert_eq!(code(&output), 1);
+        assert_eq!(result["error"]["code"], "E_TOOL_INVALID_ARGS", "{result}");
+        let message = result["error"]["message"].as_str().unwrap_or_default();
+        assert_eq!(message.chars().count(), limit, "{tool}: {message}");
+        assert!(message.ends_with("... (truncated)"), "{message}");
+    }
+    if !js_runtime_usable() {
+        return;
+    }
+    // The handler's own error.
+    for (tool, limit) in [("terse__fail", 1000), ("roomy__fail", 1200)] {
+        let (output, result) = registry_call("strict", tool, &json!({"size": 3000}));
+        assert_eq!(code(&output), 1, "{}", stderr(&output));
+        let message = result["error"]["message"].as_str().unwrap_or_default();
+        assert_eq!(message.chars().count(), limit, "{tool}: {result}");
+        let kept = limit - "... (truncated)".len();
+        assert_eq!(message, format!("{}... (truncated)", "e".repeat(kept)), "{tool}");
+    }
+    // A message within the limit is whole.
+    let (_, result) = registry_call("strict", "terse__fail", &json!({"size": 1000}));
+    assert_eq!(result["error"]["message"], "e".repeat(1000));
+}
+
 #[test]
 fn tool_call_deadline_becomes_a_timeout_result() {
     let output =

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use goondan_tools::ToolHandler;
+use goondan_tools::assembly::AgentTools;
 
 pub mod agents;
 pub mod args;
@@ -59,15 +60,19 @@ pub fn native_handler(tool: &str, export: &str, settings: &Arc<BaseSettings>) ->
 }
 
 /// Registers the native handler of every `@goondan/base` export among
-/// `tools` (an agent's declared tools) that this build implements.
+/// `tools` (an agent's registry tools: the declared ones, then the
+/// bundle's others, see [`AgentTools::registry_tools`]) that this build
+/// implements.
 ///
 /// Exports already registered under the same name are left alone, so a
 /// caller may register several agents' tools into one registry. The rest are
-/// registered in one change, all or none, so a registry shared with a
-/// running agent never holds half an agent's tools.
+/// registered in two changes, the declared ones all or none, then the
+/// undeclared ones ([`goondan_tools::ToolRegistry::register_undeclared`]),
+/// so a registry shared with a running agent never holds half an agent's
+/// tools.
 pub fn register_native_tools(
     registry: &goondan_tools::ToolRegistry,
-    tools: &goondan_tools::assembly::AgentTools,
+    tools: &AgentTools,
     settings: &Arc<BaseSettings>,
 ) -> Result<usize, goondan_tools::RegistryError> {
     let present = registry.snapshot();
@@ -79,7 +84,9 @@ pub fn register_native_tools(
     // An agent may declare the same export twice; register it once.
     let mut chosen = std::collections::HashSet::new();
     let mut batch = Vec::new();
-    for tool in tools.iter() {
+    let mut undeclared = Vec::new();
+    let declared = tools.iter().len();
+    for (index, tool) in tools.registry_tools().enumerate() {
         let name = tool.item.name();
         if tool.scope != goondan_config::PackageScope::Base || present.contains(name) || chosen.contains(name) {
             continue;
@@ -91,10 +98,12 @@ pub fn register_native_tools(
         };
         if let Some(handler) = native_handler(&tool.tool, &tool.export, &tool_settings) {
             chosen.insert(name);
+            let batch = if index < declared { &mut batch } else { &mut undeclared };
             batch.push((tool.item.clone(), handler));
         }
     }
-    let registered = batch.len();
+    let registered = batch.len() + undeclared.len();
     registry.register_all(batch)?;
+    registry.register_undeclared(undeclared)?;
     Ok(registered)
 }

@@ -186,6 +186,22 @@ mod tests {
         call("text-transform", export, input)
     }
 
+    /// Spec 003's table of built-in tools names text-transform's export
+    /// `transform`; the original (packages/base, every version) has
+    /// `replace, slice, split, join, trim, case` and no `transform`, and so
+    /// has this build: the manifest and the native handlers agree with the
+    /// original, not with the table (docs/COMPATIBILITY.md, Tools).
+    #[test]
+    fn the_exports_are_the_originals_and_there_is_no_transform() {
+        let base = goondan_config::base_package();
+        let tool = base.tools().find(|tool| tool.name() == "text-transform");
+        let exports: Vec<&str> =
+            tool.map(|tool| tool.spec.exports.iter().map(|e| e.name.as_str()).collect()).unwrap_or_default();
+        assert_eq!(exports, ["replace", "slice", "split", "join", "trim", "case"]);
+        assert!(exports.iter().all(|export| handler(export).is_some()));
+        assert!(handler("transform").is_none());
+    }
+
     #[test]
     fn replace_first_or_all() {
         let output = ok(run("replace", json!({"text": "a-b-c", "search": "-", "replacement": "+"})));

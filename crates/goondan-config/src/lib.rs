@@ -27,5 +27,6 @@ pub use bundle::{
 pub use changes::{BundleChanges, BundleFingerprint, ResourceKey, changes, watched_files};
 pub use diagnostic::{Diagnostic, DiagnosticCode, Severity};
 pub use resources::{
-    AgentSpec, AnyResource, ExtensionSpec, Kind, ModelSpec, Resource, SwarmSpec, ToolExport, ToolSpec, ValueSource,
+    AgentPolicy, AgentSpec, AnyResource, ExtensionSpec, Kind, ModelSpec, Resource, SwarmSpec, ToolCallScope,
+    ToolExport, ToolSpec, ValueSource,
 };

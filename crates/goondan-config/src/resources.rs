@@ -234,6 +234,44 @@ pub struct AgentSpec {
     pub extensions: Vec<ExtensionUse>,
     /// Tool names the agent must call before it may finish.
     pub required_tools: Vec<String>,
+    /// The agent's security policy (`spec.policy`, an addition of this
+    /// runtime: see docs/COMPATIBILITY.md).
+    pub policy: AgentPolicy,
+}
+
+/// `Agent.spec.policy`: the agent's security policy.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentPolicy {
+    /// Which tools a call of the agent may reach (spec 002 §7.1):
+    /// `catalog`, the default, or `registry`.
+    #[serde(default)]
+    pub tool_call_scope: ToolCallScope,
+}
+
+/// `Agent.spec.policy.toolCallScope`: the tools a tool call may reach.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ToolCallScope {
+    /// Only the tools of the step's Tool Catalog; any other name is refused
+    /// with `E_TOOL_NOT_IN_CATALOG` (spec 002 §7.1, the default).
+    #[default]
+    Catalog,
+    /// Also every tool of the agent's Tool Registry that is not in the
+    /// step's catalog: the bundle's other Tools and tools registered at run
+    /// time. The explicit security policy spec 002 §7.1 asks for before a
+    /// call may go past the catalog.
+    Registry,
+}
+
+impl ToolCallScope {
+    /// The YAML spelling: `catalog` or `registry`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Catalog => "catalog",
+            Self::Registry => "registry",
+        }
+    }
 }
 
 /// `Agent.spec` as written, before the `spec.tools` items are split into
@@ -250,6 +288,8 @@ struct RawAgentSpec {
     extensions: Vec<ExtensionUse>,
     #[serde(default)]
     required_tools: Vec<String>,
+    #[serde(default)]
+    policy: AgentPolicy,
 }
 
 impl TryFrom<RawAgentSpec> for AgentSpec {
@@ -270,6 +310,7 @@ impl TryFrom<RawAgentSpec> for AgentSpec {
             tool_configs,
             extensions: raw.extensions,
             required_tools: raw.required_tools,
+            policy: raw.policy,
         })
     }
 }

@@ -92,7 +92,11 @@ fn spec_schema(kind: Kind) -> JsonValue {
                     "type": "array",
                     "items": {"type": ["string", "object"], "properties": {"config": {"type": "object"}}}
                 },
-                "requiredTools": {"type": "array", "items": {"type": "string", "minLength": 1}}
+                "requiredTools": {"type": "array", "items": {"type": "string", "minLength": 1}},
+                "policy": {
+                    "type": "object",
+                    "properties": {"toolCallScope": {"type": "string", "enum": ["catalog", "registry"]}}
+                }
             }
         }),
         Kind::Swarm => json!({
@@ -183,8 +187,8 @@ fn spec_schema(kind: Kind) -> JsonValue {
 /// for that meta-schema: ~6 million instructions (~1 ms) for draft 2020-12
 /// (seven vocabulary documents, dynamic references), ~1.7 million for
 /// draft 7. These schemas are ours and use only `type`, `required`,
-/// `properties`, `items`, `minLength`, `minItems`, `minimum`, `maximum` and
-/// `oneOf`, which mean the same in both drafts and report the same errors
+/// `properties`, `items`, `minLength`, `minItems`, `minimum`, `maximum`,
+/// `enum` and `oneOf`, which mean the same in both drafts and report the same errors
 /// (`spec_errors_are_the_same_under_draft_2020_12` checks). Tool parameter
 /// schemas, which are the user's, are still checked under 2020-12.
 ///
@@ -275,6 +279,13 @@ fn evaluate(schema: &JsonValue, instance: &JsonValue) -> Option<bool> {
                 JsonValue::String(text) => value.as_u64().map(|min| text.chars().count() as u64 >= min),
                 _ => Some(true),
             },
+            // Numbers compare by value in JSON Schema (1 == 1.0), not as
+            // serde_json compares them: left to jsonschema unless equal.
+            "enum" => value.as_array().and_then(|allowed| match allowed.contains(instance) {
+                true => Some(true),
+                false if instance.is_number() => None,
+                false => Some(false),
+            }),
             "minimum" => compare(instance, value, |n, limit| n >= limit),
             "maximum" => compare(instance, value, |n, limit| n <= limit),
             "oneOf" => value.as_array().and_then(|branches| {
@@ -439,6 +450,11 @@ pub fn check_spec(kind: Kind, spec: &JsonValue) -> Vec<SchemaProblem> {
                 let message = format!("{path} must be at least {limit}");
                 (path, message)
             }
+            ValidationErrorKind::Enum { options } => {
+                let allowed: Vec<String> = options.as_array().into_iter().flatten().map(JsonValue::to_string).collect();
+                let message = format!("{path} must be one of {}, got {}", allowed.join(", "), error.instance());
+                (path, message)
+            }
             ValidationErrorKind::OneOfNotValid { .. } | ValidationErrorKind::OneOfMultipleValid { .. } => {
                 let message = format!("{path} must have exactly one of 'value' or 'valueFrom'");
                 (path, message)
@@ -567,7 +583,10 @@ mod tests {
                 let items = schema.get("items").cloned().unwrap_or(json!({}));
                 JsonValue::Array((0..rng.below(4)).map(|_| instance(&items, rng, depth + 1)).collect())
             }
-            "string" => rng.pick(&[json!(""), json!("x"), json!("Agent/a")]),
+            "string" => match schema.get("enum").and_then(JsonValue::as_array) {
+                Some(allowed) if rng.chance(70) => rng.pick(allowed),
+                _ => rng.pick(&[json!(""), json!("x"), json!("Agent/a")]),
+            },
             _ => rng.pick(&[json!(-1), json!(0), json!(1), json!(1.0), json!(2), json!(1.5), json!(4_294_967_296_u64)]),
         }
     }

@@ -489,3 +489,42 @@ fn a_package_reference_typo_suggests_the_packages_tools() {
     assert!(help.starts_with("Did you mean 'bash'? Tools of @goondan/base: "), "{help}");
     assert!(help.contains("file-system") && !help.contains("Define"), "{help}");
 }
+
+/// `Agent.spec.policy.toolCallScope` (spec 002 §7.1's explicit policy):
+/// `catalog` when left out, `registry` when said, a known key (no unknown-key
+/// warning), and any other value an error naming the allowed ones.
+#[test]
+fn agent_tool_call_scope_policy() {
+    use goondan_config::ToolCallScope;
+    let agent = |policy: &str| {
+        format!(
+            "{MODEL}---\napiVersion: goondan.ai/v1\nkind: Agent\nmetadata: {{name: a}}\nspec:\n  modelConfig: {{modelRef: Model/m}}\n{policy}"
+        )
+    };
+    let scope = |text: &str| {
+        let report = load_from_str(text, "goondan.yaml", None, PathBuf::from("goondan.yaml"));
+        assert!(report.diagnostics.is_empty(), "{:?}", report.diagnostics);
+        report.bundle.and_then(|bundle| bundle.agent("a").map(|a| a.spec.policy.tool_call_scope))
+    };
+    assert_eq!(scope(&agent("")), Some(ToolCallScope::Catalog));
+    assert_eq!(scope(&agent("  policy: {}\n")), Some(ToolCallScope::Catalog));
+    assert_eq!(scope(&agent("  policy: {toolCallScope: catalog}\n")), Some(ToolCallScope::Catalog));
+    assert_eq!(scope(&agent("  policy: {toolCallScope: registry}\n")), Some(ToolCallScope::Registry));
+
+    let refused = load(&agent("  policy: {toolCallScope: everything}\n"));
+    let found: Vec<(&str, &str, &str)> =
+        refused.iter().map(|d| (d.code.as_str(), d.path.as_str(), d.message.as_str())).collect();
+    assert_eq!(
+        found,
+        [(
+            "E_CONFIG_SCHEMA_INVALID",
+            "goondan.yaml#1.spec.policy.toolCallScope",
+            "spec.policy.toolCallScope must be one of \"catalog\", \"registry\", got \"everything\""
+        )]
+    );
+    let typo = load(&agent("  policy: {toolCallScop: registry}\n"));
+    assert_eq!(
+        codes(&typo),
+        [("W_CONFIG_UNKNOWN_KEY", "goondan.yaml#1.spec.policy.toolCallScop".to_owned(), Severity::Warning)]
+    );
+}

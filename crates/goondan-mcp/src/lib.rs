@@ -151,7 +151,9 @@ pub async fn install(
         span_ids: Arc::new(SpanIdGenerator::new()),
     });
     let registry: &Arc<ToolRegistry> = setup.tooling.registry();
-    let mut taken: HashSet<String> = registry.snapshot().iter().map(|tool| tool.item.name().to_owned()).collect();
+    // A Tool of the bundle the agent does not declare gives way to a server's tool.
+    let mut taken: HashSet<String> =
+        registry.snapshot().iter().filter(|tool| !tool.undeclared).map(|tool| tool.item.name().to_owned()).collect();
     let mut running = Vec::with_capacity(started.len());
     for (index, result) in started {
         let Some((name, _)) = parsed.servers.get_index(index) else { continue };
@@ -242,7 +244,7 @@ impl RefreshLayer {
             .registry
             .snapshot()
             .iter()
-            .filter(|tool| tool.item.source() != &source)
+            .filter(|tool| tool.item.source() != &source && !tool.undeclared)
             .map(|tool| tool.item.name().to_owned())
             .collect();
         let entries = self.maker.entries(server, &tools, &mut taken);

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use goondan_config::{AgentSpec, AnyResource, Bundle, Resolved, Resource};
+use goondan_config::{AgentSpec, AnyResource, Bundle, Resolved, Resource, ToolCallScope};
 use goondan_core::ids::{SpanIdGenerator, new_id, new_ordered_id, new_trace_id};
 use goondan_core::{ConversationState, JsonObject, Message, ToolCall, ToolResult};
 use goondan_llm::{ModelError, ModelParams, ModelSettings, build_provider};
@@ -384,9 +384,12 @@ fn swarm_of<'a>(bundle: &'a Bundle, agent: &str) -> Option<&'a Resource<goondan_
     bundle.swarms().find(|s| s.spec.agents.iter().any(|a| a.kind == "Agent" && a.name == agent))
 }
 
-/// Assembles the tooling of the agent `options` select: its declared tools,
-/// a registry with the handlers `options.plugins` provide, the executor
-/// (catalog-only calls, `options.call_timeout`, `options.events`) and the
+/// Assembles the tooling of the agent `options` select: its declared tools
+/// (its catalog), a registry with the handlers `options.plugins` provide
+/// for those and for the bundle's other Tools (spec 002 §1.1; see
+/// [`AgentTools::registry_tools`]), the executor (calls confined to the
+/// step's catalog unless the agent's `spec.policy.toolCallScope` is
+/// `registry`; `options.call_timeout`, `options.events`) and the
 /// middleware and tools its extensions install through the plugins.
 pub async fn assemble_tooling(bundle: &Bundle, options: &AgentOptions) -> Result<AgentTooling, AgentBuildError> {
     let (agent, instance_key) = resolve(bundle, options)?;
@@ -407,8 +410,18 @@ async fn tooling_of(
             .install_tools(&registry, &tools, &options.env)
             .map_err(|source| AgentBuildError::Tools { agent: agent.name().to_owned(), source })?;
     }
+    // Past the step's catalog only under the agent's explicit policy
+    // (spec 002 §7.1): `spec.policy.toolCallScope: registry`.
+    let allow_registry_calls = agent.spec.policy.tool_call_scope == ToolCallScope::Registry;
+    if allow_registry_calls {
+        tracing::debug!(
+            "agent '{}': toolCallScope registry: calls may reach the {} tools of its registry outside the catalog",
+            agent.name(),
+            registry.len()
+        );
+    }
     let executor = ToolExecutor::new(Arc::new(registry))
-        .with_policy(ExecutorPolicy { allow_registry_calls: false, call_timeout: options.call_timeout })
+        .with_policy(ExecutorPolicy { allow_registry_calls, call_timeout: options.call_timeout })
         .with_events(Arc::clone(&options.events));
     let workdir = options.workdir.clone().unwrap_or_else(|| bundle.root().to_path_buf());
     let workdir = std::fs::canonicalize(&workdir).unwrap_or(workdir);

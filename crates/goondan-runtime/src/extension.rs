@@ -188,7 +188,11 @@ pub trait AgentPlugin: Send + Sync {
 /// plugin that [`claims`](Self::claims) it installs it, and last every
 /// plugin [`finish`](Self::finish)es (only when the agent has extensions).
 pub trait PluginInstall: Send {
-    /// Registers handlers for the agent's declared tools it implements.
+    /// Registers handlers for the tools it implements among the agent's
+    /// registry tools ([`AgentTools::registry_tools`]: the declared ones,
+    /// then the bundle's others, which the catalog does not offer). The
+    /// undeclared ones must cost nothing until called: register a handler,
+    /// start nothing.
     fn install_tools(
         &mut self,
         _registry: &ToolRegistry,

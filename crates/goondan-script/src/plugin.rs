@@ -69,7 +69,10 @@ impl PluginInstall for ScriptInstall {
         tools: &AgentTools,
         env: &EnvLookup,
     ) -> Result<(), RegistryError> {
-        if tools.iter().any(|tool| tool.entry.is_some()) {
+        // The bundle's script tools the agent does not declare too: its
+        // registry holds them (spec 002 §1.1). The host starts at the
+        // first call of any of them, never here.
+        if tools.registry_tools().any(|tool| tool.entry.is_some()) {
             let host = self.host(env);
             crate::install_script_tools(registry, tools, &host)?;
         }

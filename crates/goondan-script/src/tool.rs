@@ -117,9 +117,12 @@ pub(crate) fn context_json(ctx: &ToolContext) -> JsonValue {
     })
 }
 
-/// Registers a [`ScriptToolHandler`] for every tool of `tools` that has a
-/// module (`entry`) and no handler yet; returns how many it registered. All
-/// or none are registered.
+/// Registers a [`ScriptToolHandler`] for every registry tool of `tools`
+/// ([`AgentTools::registry_tools`]: the declared ones and the bundle's
+/// others) that has a module (`entry`) and no handler yet; returns how many
+/// it registered: the declared ones all or none, then the undeclared ones
+/// ([`ToolRegistry::register_undeclared`]). Nothing starts: the host
+/// starts, and loads a module, at the first call.
 pub fn install_script_tools(
     registry: &ToolRegistry,
     tools: &AgentTools,
@@ -127,15 +130,20 @@ pub fn install_script_tools(
 ) -> Result<usize, RegistryError> {
     let snapshot = registry.snapshot();
     let mut added: Vec<(goondan_tools::ToolCatalogItem, Arc<dyn ToolHandler>)> = Vec::new();
-    for tool in tools.iter() {
+    let mut undeclared: Vec<(goondan_tools::ToolCatalogItem, Arc<dyn ToolHandler>)> = Vec::new();
+    let declared = tools.iter().len();
+    for (index, tool) in tools.registry_tools().enumerate() {
         let Some(entry) = &tool.entry else { continue };
-        if snapshot.contains(tool.item.name()) || added.iter().any(|(item, _)| item.name() == tool.item.name()) {
+        let name = tool.item.name();
+        if snapshot.contains(name) || added.iter().chain(&undeclared).any(|(item, _)| item.name() == name) {
             continue;
         }
         let handler = ScriptToolHandler::new(Arc::clone(host), Arc::clone(entry), Arc::clone(&tool.export));
-        added.push((tool.item.clone(), Arc::new(handler)));
+        let batch = if index < declared { &mut added } else { &mut undeclared };
+        batch.push((tool.item.clone(), Arc::new(handler)));
     }
-    let count = added.len();
+    let count = added.len() + undeclared.len();
     registry.register_all(added)?;
+    registry.register_undeclared(undeclared)?;
     Ok(count)
 }

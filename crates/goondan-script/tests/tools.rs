@@ -24,12 +24,38 @@ macro_rules! kit {
 #[tokio::test]
 async fn nothing_starts_until_the_first_call_and_only_local_tools_are_installed() {
     let (kit, _) = kit!("lazy start", None);
-    // kit (16 exports) + shaped (1); the base `wait` tool is not a script.
-    assert_eq!(kit.installed, 17);
+    // kit (17 exports) + shaped (1) + spare (1, declared by no agent: in
+    // the registry, not the catalog); the base `wait` tool is not a script.
+    assert_eq!(kit.installed, 19);
+    assert!(!kit.catalog.contains("spare__hello"));
     assert_eq!(kit.host.running_pid().await, None);
     let result = kit.call("c1", "kit__echo", json!({"text": "hi"})).await;
     assert_eq!(output(&result)["text"], "hi");
     assert!(kit.host.running_pid().await.is_some());
+}
+
+/// The registry holds the bundle's script Tools that no agent declares
+/// (spec 002 §1.1): registered without starting the host or loading a
+/// module; refused outside the catalog by default; run, loading its module
+/// then, by an executor whose policy lets calls reach the registry.
+#[tokio::test]
+async fn an_undeclared_script_tool_runs_only_under_the_registry_policy_and_loads_only_then() {
+    let (kit, _) = kit!("undeclared tool", None);
+    assert!(kit.executor.registry().contains("spare__hello"));
+    let refused = kit.call("c1", "spare__hello", json!({"name": "ada"})).await;
+    assert_eq!(error(&refused).0, "E_TOOL_NOT_IN_CATALOG");
+    assert_eq!(kit.host.running_pid().await, None, "neither registering nor refusing starts the host");
+
+    let open = goondan_tools::ToolExecutor::new(Arc::clone(kit.executor.registry()))
+        .with_policy(goondan_tools::ExecutorPolicy { allow_registry_calls: true, call_timeout: None });
+    let call =
+        goondan_core::ToolCall::new("c2", "spare__hello", serde_json::Map::from_iter([("name".into(), json!("ada"))]));
+    let result = open.execute(call.clone(), &kit.scope(vec![call]), &kit.catalog).await;
+    assert_eq!(output(&result), &json!({"greeting": "hello ada", "tool": "spare__hello"}));
+    // Its own schema still applies.
+    let call = goondan_core::ToolCall::new("c3", "spare__hello", serde_json::Map::new());
+    let result = open.execute(call.clone(), &kit.scope(vec![call]), &kit.catalog).await;
+    assert_eq!(error(&result).0, "E_TOOL_INVALID_ARGS");
 }
 
 #[tokio::test]

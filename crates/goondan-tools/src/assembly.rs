@@ -1,5 +1,6 @@
 //! From a loaded bundle to what the Tool system runs on: catalog items for an
-//! agent's `spec.tools`, and the per-step catalog that adds dynamic tools.
+//! agent's `spec.tools`, the bundle's other Tools its registry also holds
+//! (spec 002 §1.1), and the per-step catalog that adds dynamic tools.
 //!
 //! Items are built once per agent and cloned per step; clones share their
 //! compiled parameter schemas, so a step never recompiles a schema. Tools
@@ -78,19 +79,86 @@ fn normalize(path: &Path) -> PathBuf {
     out
 }
 
-/// The config-sourced tools of one agent, in `spec.tools` order.
+/// One entry per export of `tool`.
+fn config_tools<'a>(
+    bundle: &'a Bundle,
+    scope: PackageScope,
+    tool: &'a Resource<ToolSpec>,
+    config: Option<Arc<JsonObject>>,
+) -> impl Iterator<Item = ConfigTool> + 'a {
+    let tool_name: Arc<str> = Arc::from(tool.name());
+    let entry = match scope {
+        PackageScope::Local => Some(entry_path(bundle.root(), &tool.spec.entry)),
+        PackageScope::Base => None,
+    };
+    tool.spec.exports.iter().map(move |export| ConfigTool {
+        scope,
+        tool: Arc::clone(&tool_name),
+        export: Arc::from(export.name.as_str()),
+        item: export_item(tool, export),
+        entry: entry.clone(),
+        config: config.clone(),
+    })
+}
+
+/// The registry-only entries of an agent (see [`AgentTools::undeclared`]).
+fn undeclared_tools(
+    bundle: &Bundle,
+    declared: &[(PackageScope, &Resource<ToolSpec>)],
+    tools: &[ConfigTool],
+) -> Vec<ConfigTool> {
+    let is_declared = |scope: PackageScope, tool: &Resource<ToolSpec>| {
+        declared.iter().any(|(s, t)| *s == scope && std::ptr::eq(*t, tool))
+    };
+    let mut others: Vec<(PackageScope, &Resource<ToolSpec>)> = Vec::new();
+    for tool in bundle.tools() {
+        if !is_declared(PackageScope::Local, tool) {
+            others.push((PackageScope::Local, tool));
+        }
+    }
+    for agent in bundle.agents() {
+        for (scope, tool) in bundle.agent_tools(agent) {
+            let seen = |(s, t): &(PackageScope, &Resource<ToolSpec>)| *s == scope && std::ptr::eq(*t, tool);
+            if scope == PackageScope::Base && !is_declared(scope, tool) && !others.iter().any(seen) {
+                others.push((scope, tool));
+            }
+        }
+    }
+    // A tool's name starts with its Tool's: a Tool named like one already
+    // in (the bundle's own `bash` and the base one) is left out whole.
+    let mut taken: std::collections::HashSet<&str> = tools.iter().map(|tool| &*tool.tool).collect();
+    let mut undeclared = Vec::new();
+    for (scope, tool) in others {
+        if taken.insert(tool.name()) {
+            undeclared.extend(config_tools(bundle, scope, tool, None));
+        }
+    }
+    undeclared
+}
+
+/// The config-sourced tools of one agent: those its `spec.tools` declares,
+/// in that order, which its catalog offers; and the bundle's other Tools,
+/// which only its registry holds (spec 002 §1.1: the Tool Registry holds
+/// every Tool resource of the Bundle, the Catalog is the agent's).
 #[derive(Debug, Clone, Default)]
 pub struct AgentTools {
     tools: Vec<ConfigTool>,
+    /// The bundle's Tools the agent does not declare: every Tool of the
+    /// bundle's own package, then every `@goondan/base` Tool another Agent
+    /// of the bundle declares. Without their `spec.tools` config (that
+    /// belongs to the agent that declares them), and without a Tool whose
+    /// name a declared Tool (or an earlier one of these) has.
+    undeclared: Vec<ConfigTool>,
     loaded_files: Arc<[PathBuf]>,
 }
 
 impl AgentTools {
-    /// Resolves `agent.spec.tools` in `bundle` into one entry per export.
+    /// Resolves `agent.spec.tools` in `bundle` into one entry per export,
+    /// and the bundle's other Tools (see [`AgentTools::undeclared`]).
     pub fn for_agent(bundle: &Bundle, agent: &Resource<AgentSpec>) -> Self {
+        let declared = bundle.agent_tools(agent);
         let mut tools = Vec::new();
-        for (scope, tool) in bundle.agent_tools(agent) {
-            let tool_name: Arc<str> = Arc::from(tool.name());
+        for &(scope, tool) in &declared {
             // The first `spec.tools` item that names this Tool carries its config.
             let config = agent
                 .spec
@@ -103,22 +171,10 @@ impl AgentTools {
                     )
                 })
                 .and_then(|(_, config)| config.clone().map(Arc::new));
-            let entry = match scope {
-                PackageScope::Local => Some(entry_path(bundle.root(), &tool.spec.entry)),
-                PackageScope::Base => None,
-            };
-            for export in &tool.spec.exports {
-                tools.push(ConfigTool {
-                    scope,
-                    tool: Arc::clone(&tool_name),
-                    export: Arc::from(export.name.as_str()),
-                    item: export_item(tool, export),
-                    entry: entry.clone(),
-                    config: config.clone(),
-                });
-            }
+            tools.extend(config_tools(bundle, scope, tool, config));
         }
-        Self { tools, loaded_files: Arc::from(bundle.loaded_files()) }
+        let undeclared = undeclared_tools(bundle, &declared, &tools);
+        Self { tools, undeclared, loaded_files: Arc::from(bundle.loaded_files()) }
     }
 
     /// The files the runtime loads from the agent's bundle as configuration
@@ -128,9 +184,24 @@ impl AgentTools {
         &self.loaded_files
     }
 
-    /// The entries.
+    /// The declared entries: what the agent's catalog offers.
     pub fn iter(&self) -> impl ExactSizeIterator<Item = &ConfigTool> {
         self.tools.iter()
+    }
+
+    /// The bundle's Tools the agent does not declare, one entry per export:
+    /// in its registry (so callable under `toolCallScope: registry`), never
+    /// in its catalog. Every Tool of the bundle's own package, then every
+    /// `@goondan/base` Tool another Agent of the bundle declares; each
+    /// without `config`, and none whose Tool name is taken already.
+    pub fn undeclared(&self) -> impl ExactSizeIterator<Item = &ConfigTool> {
+        self.undeclared.iter()
+    }
+
+    /// Every entry the agent's registry holds: the declared ones, then the
+    /// undeclared ones. What plugins install handlers for.
+    pub fn registry_tools(&self) -> impl Iterator<Item = &ConfigTool> {
+        self.tools.iter().chain(&self.undeclared)
     }
 
     /// The catalog a step starts from (spec 002 §1.2 rules 1, 2, 4): the
@@ -147,5 +218,98 @@ impl AgentTools {
             catalog.insert(item.clone());
         }
         catalog
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BUNDLE: &str = "\
+apiVersion: goondan.ai/v1
+kind: Model
+metadata: {name: m}
+spec: {provider: openai, model: x}
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: a}
+spec:
+  modelConfig: {modelRef: Model/m}
+  tools:
+    - {kind: Tool, name: mine, config: {k: 1}}
+    - {kind: Tool, name: json-query, package: \"@goondan/base\"}
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: b}
+spec:
+  modelConfig: {modelRef: Model/m}
+  tools:
+    - {kind: Tool, name: json-query, package: \"@goondan/base\"}
+    - {kind: Tool, name: file-system, package: \"@goondan/base\", config: {allowDotEnv: true}}
+    - {kind: Tool, name: bash, package: \"@goondan/base\"}
+---
+apiVersion: goondan.ai/v1
+kind: Tool
+metadata: {name: mine}
+spec: {entry: ./mine.ts, exports: [{name: run}]}
+---
+apiVersion: goondan.ai/v1
+kind: Tool
+metadata: {name: other}
+spec: {entry: ./other.ts, exports: [{name: go}, {name: stop}]}
+---
+apiVersion: goondan.ai/v1
+kind: Tool
+metadata: {name: bash}
+spec: {entry: ./bash.ts, exports: [{name: exec}]}
+";
+
+    fn names<'a>(tools: impl Iterator<Item = &'a ConfigTool>) -> Vec<String> {
+        tools.map(|tool| format!("{:?}:{}", tool.scope, tool.item.name())).collect()
+    }
+
+    /// Spec 002 §1.1: the registry holds every Tool of the bundle; the
+    /// catalog only the agent's. Its own package's Tools all, the base Tools
+    /// other agents declare, no Tool name twice (the bundle's own `bash` wins
+    /// over the base one another agent declares), no other agent's config.
+    #[test]
+    fn the_registry_holds_the_bundles_tools_and_the_catalog_the_agents() {
+        let report = goondan_config::load_from_str(BUNDLE, "goondan.yaml", None, PathBuf::from("goondan.yaml"));
+        let Some(bundle) = report.bundle.as_ref() else { panic!("{:?}", report.diagnostics) };
+        let Some(agent) = bundle.agent("a") else { panic!("no agent a") };
+        let tools = AgentTools::for_agent(bundle, agent);
+        assert_eq!(
+            names(tools.iter()),
+            [
+                "Local:mine__run",
+                "Base:json-query__query",
+                "Base:json-query__pick",
+                "Base:json-query__count",
+                "Base:json-query__flatten"
+            ]
+        );
+        assert_eq!(
+            names(tools.undeclared()),
+            [
+                "Local:other__go",
+                "Local:other__stop",
+                "Local:bash__exec",
+                "Base:file-system__read",
+                "Base:file-system__write",
+                "Base:file-system__list",
+                "Base:file-system__mkdir"
+            ]
+        );
+        assert_eq!(tools.registry_tools().count(), tools.iter().len() + tools.undeclared().len());
+        assert!(tools.iter().any(|tool| tool.config.is_some()), "the agent's own config is kept");
+        assert!(tools.undeclared().all(|tool| tool.config.is_none()), "another agent's config is not the agent's");
+        assert!(tools.undeclared().filter(|t| t.scope == PackageScope::Local).all(|t| t.entry.is_some()));
+
+        let registry = ToolRegistry::new();
+        let catalog = tools.step_catalog(&registry);
+        assert_eq!(catalog.len(), tools.iter().len(), "only the declared tools are offered");
+        assert!(!catalog.contains("other__go"));
     }
 }

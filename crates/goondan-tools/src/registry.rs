@@ -38,11 +38,20 @@ pub struct RegisteredTool {
     pub item: ToolCatalogItem,
     /// What runs it.
     pub handler: Arc<dyn ToolHandler>,
+    /// Held for calls past the catalog only: a Tool of the bundle the agent
+    /// does not declare (spec 002 §1.1). Never in a catalog of its own
+    /// accord, and any other registration of its name replaces it (an
+    /// extension's or MCP server's tool of the agent wins over another
+    /// agent's Tool).
+    pub undeclared: bool,
 }
 
 impl std::fmt::Debug for RegisteredTool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RegisteredTool").field("item", &self.item).finish_non_exhaustive()
+        f.debug_struct("RegisteredTool")
+            .field("item", &self.item)
+            .field("undeclared", &self.undeclared)
+            .finish_non_exhaustive()
     }
 }
 
@@ -162,17 +171,38 @@ impl ToolRegistry {
 
     /// Registers several tools at once: all of them or, when any is refused
     /// (malformed name, name taken, or given twice), none. One new snapshot,
-    /// so a reader sees either none of them or all of them.
+    /// so a reader sees either none of them or all of them. A name an
+    /// [undeclared](RegisteredTool::undeclared) tool holds is not taken: the
+    /// new tool replaces it, in its place.
     pub fn register_all(
         &self,
         tools: impl IntoIterator<Item = (ToolCatalogItem, Arc<dyn ToolHandler>)>,
     ) -> Result<(), RegistryError> {
-        let added = new_entries(tools)?;
+        self.insert_all(tools, false)
+    }
+
+    /// Registers the bundle's Tools an agent does not declare
+    /// ([`RegisteredTool::undeclared`]), as [`register_all`](Self::register_all)
+    /// does otherwise: all or none, a name already registered refused.
+    pub fn register_undeclared(
+        &self,
+        tools: impl IntoIterator<Item = (ToolCatalogItem, Arc<dyn ToolHandler>)>,
+    ) -> Result<(), RegistryError> {
+        self.insert_all(tools, true)
+    }
+
+    fn insert_all(
+        &self,
+        tools: impl IntoIterator<Item = (ToolCatalogItem, Arc<dyn ToolHandler>)>,
+        undeclared: bool,
+    ) -> Result<(), RegistryError> {
+        let added = new_entries(tools, undeclared)?;
         if added.is_empty() {
             return Ok(());
         }
         self.change(|current| {
-            if let Some(name) = added.keys().find(|name| current.entries.contains_key(*name)) {
+            let taken = |name: &Arc<str>| current.entries.get(name).is_some_and(|tool| undeclared || !tool.undeclared);
+            if let Some(name) = added.keys().find(|name| taken(name)) {
                 return Err(RegistryError::Duplicate(name.to_string()));
             }
             // Cloning the map copies its hash index as is (no key is hashed
@@ -217,10 +247,12 @@ impl ToolRegistry {
         if let Some((item, _)) = tools.iter().find(|(item, _)| item.source() != source) {
             return Err(RegistryError::WrongSource(item.name().to_owned()));
         }
-        let added = new_entries(tools)?;
+        let added = new_entries(tools, false)?;
         self.change(move |current| {
-            let taken =
-                current.entries.iter().find(|(name, tool)| tool.item.source() != source && added.contains_key(*name));
+            let taken = current
+                .entries
+                .iter()
+                .find(|(name, tool)| tool.item.source() != source && !tool.undeclared && added.contains_key(*name));
             if let Some((name, _)) = taken {
                 return Err(RegistryError::Duplicate(name.to_string()));
             }
@@ -230,6 +262,13 @@ impl ToolRegistry {
             let mut entries = IndexMap::with_capacity(current.entries.len() + added.len());
             let mut pending = Some(added);
             for (name, tool) in &current.entries {
+                // An undeclared tool of a name the source now has gives way.
+                let replaced = |name: &Arc<str>| {
+                    entries.contains_key(name) || pending.as_ref().is_some_and(|added| added.contains_key(name))
+                };
+                if tool.undeclared && tool.item.source() != source && replaced(name) {
+                    continue;
+                }
                 if tool.item.source() != source {
                     entries.insert(Arc::clone(name), Arc::clone(tool));
                 } else if let Some(added) = pending.take() {
@@ -311,6 +350,7 @@ impl ToolRegistry {
 /// and indexes it, keeping its order.
 fn new_entries(
     tools: impl IntoIterator<Item = (ToolCatalogItem, Arc<dyn ToolHandler>)>,
+    undeclared: bool,
 ) -> Result<IndexMap<Arc<str>, Arc<RegisteredTool>>, RegistryError> {
     let tools = tools.into_iter();
     let mut entries = IndexMap::with_capacity(tools.size_hint().0);
@@ -322,7 +362,7 @@ fn new_entries(
         if entries.contains_key(&name) {
             return Err(RegistryError::Duplicate(name.to_string()));
         }
-        entries.insert(name, Arc::new(RegisteredTool { item, handler }));
+        entries.insert(name, Arc::new(RegisteredTool { item, handler, undeclared }));
     }
     Ok(entries)
 }
@@ -364,6 +404,47 @@ mod tests {
             );
         }
         assert_eq!(registry.version(), 0);
+    }
+
+    /// A Tool of the bundle the agent does not declare holds its name only
+    /// until something else of the agent registers it: an extension's tool
+    /// or an MCP server's replaces it in place; another undeclared one, or
+    /// anything over a tool that is not undeclared, is refused.
+    #[test]
+    fn undeclared_tools_give_way() {
+        let registry = ToolRegistry::new();
+        let config = |name: &str| (ToolCatalogItem::new(name, ToolSource::config("x")), noop());
+        assert_eq!(registry.register_all([config("own__a")]), Ok(()));
+        assert_eq!(registry.register_undeclared([config("other__a"), config("other__b"), config("spare__c")]), Ok(()));
+        let snapshot = registry.snapshot();
+        assert!(snapshot.get("other__a").is_some_and(|tool| tool.undeclared));
+        assert!(snapshot.get("own__a").is_some_and(|tool| !tool.undeclared));
+        assert_eq!(snapshot.dynamic_items().count(), 0, "config tools join no catalog of their own accord");
+
+        assert_eq!(registry.register_undeclared([config("own__a")]), Err(RegistryError::Duplicate("own__a".into())));
+        assert_eq!(
+            registry.register_undeclared([config("spare__c")]),
+            Err(RegistryError::Duplicate("spare__c".into()))
+        );
+        let refused = registry.register(ToolCatalogItem::new("own__a", ToolSource::extension("e")), noop());
+        assert_eq!(refused, Err(RegistryError::Duplicate("own__a".into())));
+
+        let extension = ToolCatalogItem::new("other__a", ToolSource::extension("e"));
+        assert_eq!(registry.register(extension, noop()), Ok(()));
+        let mcp = ToolSource::mcp("mcp", "other");
+        assert_eq!(
+            registry.replace_source(&mcp, vec![(ToolCatalogItem::new("other__b", mcp.clone()), noop())]),
+            Ok(())
+        );
+        let snapshot = registry.snapshot();
+        assert_eq!(names(&snapshot), ["own__a", "other__a", "spare__c", "other__b"]);
+        assert!(
+            snapshot
+                .get("other__a")
+                .is_some_and(|tool| !tool.undeclared && tool.item.source().kind == ToolSourceKind::Extension)
+        );
+        assert!(snapshot.get("other__b").is_some_and(|tool| tool.item.source() == &mcp));
+        assert_eq!(snapshot.dynamic_items().map(ToolCatalogItem::name).collect::<Vec<_>>(), ["other__a", "other__b"]);
     }
 
     #[test]

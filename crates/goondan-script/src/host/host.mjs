@@ -21,6 +21,7 @@ if (!socketPath) {
 // Log lines are formatted like console.log; node:util's format takes over
 // once loaded, in the background after start-up.
 let format = (...args) => args.map((arg) => (typeof arg === 'string' ? arg : safeInspect(arg))).join(' ');
+let inspect = (value) => safeInspect(value);
 function safeInspect(value) {
   try {
     return isBun ? Bun.inspect(value) : JSON.stringify(value);
@@ -75,7 +76,13 @@ function onData(chunk) {
 function sendReady() {
   send({ type: 'ready', runtime: isBun ? 'bun' : 'node', version: isBun ? Bun.version : process.versions.node });
   // Not needed for the first call: load the full formatter afterwards.
-  import('node:util').then((util) => { format = util.format; }, () => {});
+  import('node:util').then(
+    (util) => {
+      format = util.format;
+      inspect = (value, options) => util.inspect(value, options);
+    },
+    () => {},
+  );
 }
 
 // The host exits when its socket closes: the kernel closes it when gdn dies
@@ -234,10 +241,106 @@ function errorBody(thrown) {
   return body;
 }
 
+// A tool's ctx.logger (spec 002 §5.3: a Console) and an extension's
+// api.logger: console's methods, each line a `log` frame at a level —
+// log/info/dir/dirxml/table/count/timeLog/timeEnd/group labels at info,
+// debug and trace (with its stack) at debug, warn, error and failed
+// asserts at error — tagged with the call it belongs to. group indents the
+// lines after it by two spaces, as console does. The methods need no
+// `this`, so `const { log } = ctx.logger` works too.
+const hostFile = (() => {
+  try {
+    return new URL(import.meta.url).pathname;
+  } catch {
+    return '\0';
+  }
+})();
+
 function makeLogger(id, prefix) {
-  const line = (level) => (...args) =>
-    send({ type: 'log', level, message: prefix ? `${prefix} ${format(...args)}` : format(...args), id });
-  return { debug: line('debug'), info: line('info'), warn: line('warn'), error: line('error') };
+  let indent = '';
+  const counts = new Map();
+  const timers = new Map();
+  const emit = (level, text) => {
+    const body = indent ? text.split('\n').map((part) => indent + part).join('\n') : text;
+    send({ type: 'log', level, message: prefix ? `${prefix} ${body}` : body, id });
+  };
+  const line = (level) => (...args) => emit(level, format(...args));
+  const elapsed = (label) => {
+    const ms = performance.now() - timers.get(label);
+    return ms < 1000 ? `${ms.toFixed(3)}ms` : `${(ms / 1000).toFixed(3)}s`;
+  };
+  const timed = (method, label, after) => {
+    const name = String(label);
+    if (!timers.has(name)) {
+      emit('warn', `No such label '${name}' for console.${method}()`);
+      return;
+    }
+    const rest = after.length > 0 ? ` ${format(...after)}` : '';
+    emit('info', `${name}: ${elapsed(name)}${rest}`);
+    if (method === 'timeEnd') timers.delete(name);
+  };
+  const group = (...label) => {
+    if (label.length > 0) emit('info', format(...label));
+    indent += '  ';
+  };
+  const nothing = () => {};
+  return {
+    log: line('info'),
+    info: line('info'),
+    debug: line('debug'),
+    warn: line('warn'),
+    error: line('error'),
+    trace: (...args) => {
+      // The caller's frames: not this one, nor the host's own below it.
+      const frames = String(new Error().stack ?? '')
+        .split('\n')
+        .slice(2)
+        .filter((frame) => !frame.includes(hostFile))
+        .join('\n');
+      const head = args.length > 0 ? `Trace: ${format(...args)}` : 'Trace';
+      emit('debug', frames ? `${head}\n${frames}` : head);
+    },
+    dir: (value, options) => {
+      let text;
+      try {
+        text = inspect(value, options);
+      } catch {
+        text = String(value);
+      }
+      emit('info', text);
+    },
+    dirxml: line('info'),
+    table: (data) => emit('info', format(data)),
+    assert: (condition, ...args) => {
+      if (!condition) emit('error', args.length > 0 ? `Assertion failed: ${format(...args)}` : 'Assertion failed');
+    },
+    count: (label = 'default') => {
+      const name = String(label);
+      const n = (counts.get(name) ?? 0) + 1;
+      counts.set(name, n);
+      emit('info', `${name}: ${n}`);
+    },
+    countReset: (label = 'default') => {
+      const name = String(label);
+      if (counts.has(name)) counts.set(name, 0);
+      else emit('warn', `Count for '${name}' does not exist`);
+    },
+    group,
+    groupCollapsed: group,
+    groupEnd: () => {
+      indent = indent.slice(0, -2);
+    },
+    time: (label = 'default') => {
+      const name = String(label);
+      if (timers.has(name)) emit('warn', `Label '${name}' already exists for console.time()`);
+      else timers.set(name, performance.now());
+    },
+    timeLog: (label = 'default', ...data) => timed('timeLog', label, data),
+    timeEnd: (label = 'default') => timed('timeEnd', label, []),
+    timeStamp: nothing,
+    profile: nothing,
+    profileEnd: nothing,
+  };
 }
 
 // ctx.runtime of a middleware layer: the agents API belongs to tools (and
