@@ -46,7 +46,7 @@ pub async fn run(_global: &GlobalOptions, session: &crate::Session) -> Result<u8
     let (terminate_tx, terminate) = watch::channel(false);
     session.shutdown.turn_started(terminate_tx);
     let _lock = prepared.lock;
-    let end = serve(prepared.agent, prepared.conversation, channel, runtime, terminate).await;
+    let end = serve(prepared.agent, prepared.conversation, channel, runtime, prepared.tasks, terminate).await;
     session.shutdown.turn_ended();
     tracing::debug!("{instance} stops: {end:?}");
     // Background jobs of its tool calls end with it (main kills them).

@@ -551,6 +551,11 @@ pub async fn serve(
     let dispatch = DispatchOptions { max_concurrent: options.max_concurrent.max(1), ..DispatchOptions::default() };
     let dispatcher = Dispatcher::start(inbox.clone(), runner, recovered, stored_rx, dispatch);
 
+    // Instances with task ends their conversations do not have yet (a task
+    // that ended, or whose work died, while no process ran them) start now
+    // and deliver them.
+    start_instances_with_tasks(orchestrator, &options.workspace_dir).await;
+
     // SIGTERM and SIGHUP stop the service as Ctrl-C does.
     let (stop_tx, mut stop_rx) = watch::channel(false);
     shutdown.turn_started(stop_tx.clone());
@@ -815,6 +820,27 @@ pub async fn serve(
         )?;
     }
     Ok(Served { code: crate::exit::OK, restart })
+}
+
+/// Starts the agent processes of the workspace's instances whose tasks
+/// have ends to deliver (see `goondan_agent::tasks`).
+async fn start_instances_with_tasks(orchestrator: &Orchestrator, workspace_dir: &std::path::Path) {
+    let instances = workspace_dir.join(goondan_runtime::store::Workspace::INSTANCES_DIR_NAME);
+    let Ok(entries) = std::fs::read_dir(&instances) else { return };
+    for entry in entries.flatten() {
+        let Some((agent, key)) = entry.file_name().to_str().and_then(goondan_runtime::store::parse_instance_dir_name)
+        else {
+            continue;
+        };
+        if !orchestrator.plan().has_agent(&agent) || !goondan_runtime::tasks::has_undelivered(&entry.path()) {
+            continue;
+        }
+        let instance = AgentInstance::new(agent, key);
+        match orchestrator.start_instance(&instance).await {
+            Ok(pid) => tracing::info!("{instance} (pid {pid}) started to deliver the ends of its tasks"),
+            Err(error) => tracing::warn!("{instance}: its tasks' ends wait for its next start: {}", error.message),
+        }
+    }
 }
 
 /// `name on http://address` for each address a started connector listens on.

@@ -43,6 +43,8 @@ pub struct Prepared {
     pub conversation: Conversation,
     /// The instance's lock.
     pub lock: InstanceLock,
+    /// Its tasks (pending results that complete later).
+    pub tasks: Arc<goondan_runtime::tasks::TaskBook>,
 }
 
 impl std::fmt::Debug for Prepared {
@@ -85,6 +87,10 @@ pub async fn prepare(
     let store =
         InstanceStore::open(&root, &instance.instance_key, &instance.agent, &bundle_file).map_err(store_failed)?;
     let lock = store.lock().map_err(store_failed)?;
+    // Under the lock: what an earlier process left working is failed here.
+    let tasks = goondan_runtime::tasks::TaskBook::open(store.dir())
+        .map(Arc::new)
+        .map_err(|e| ErrorInfo::new(ready_codes::STORE_FAILED, format!("{instance}: its tasks: {e}")))?;
     let loaded = store.load().map_err(store_failed)?;
     if loaded.skipped_torn_tail || loaded.skipped_corrupt_lines > 0 {
         tracing::warn!(
@@ -104,6 +110,7 @@ pub async fn prepare(
     options.call_timeout = init.tool_timeout_ms.filter(|ms| *ms > 0).map(std::time::Duration::from_millis);
     options.extension_state = Some(store.dir().join(goondan_runtime::ExtensionStateStore::DIR_NAME));
     options.agent_runtime = Some(Arc::clone(runtime) as Arc<dyn goondan_tools::AgentToolRuntime>);
+    options.tasks = Some(Arc::clone(&tasks) as Arc<dyn goondan_tools::tasks::ToolTasks>);
     wire(&mut options);
     let mut agent = match build_agent(bundle, &options).await {
         Ok(agent) => agent,
@@ -114,5 +121,6 @@ pub async fn prepare(
     };
     agent.inbox = Some(Arc::clone(runtime.inbox()));
     let conversation = Conversation::new(loaded.state, Arc::new(InstanceLog::new(store, loaded.events_on_disk)));
-    Ok(Prepared { agent, conversation, lock })
+    crate::tasks::wire(&tasks, runtime.inbox());
+    Ok(Prepared { agent, conversation, lock, tasks })
 }

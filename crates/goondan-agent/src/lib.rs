@@ -11,6 +11,7 @@
 //!   runtime over the channel.
 //! - [`serve`]: the loop that runs one turn per message until `shutdown`,
 //!   the end of the connection, SIGTERM or a restart request.
+//! - [`tasks`]: how an ended task's result reaches the conversation, once.
 //!
 //! Architecture invariant: an agent process talks only to its hub, over
 //! the one channel it was given; it never learns where another process
@@ -20,6 +21,7 @@ pub mod channel;
 pub mod instance;
 pub mod serve;
 pub mod swarm;
+pub mod tasks;
 
 pub use channel::{AgentChannel, AgentProcessError, guard_parent};
 pub use serve::{ServeEnd, serve};

@@ -9,7 +9,8 @@
 //! worker   one turn at a time: observe(turn_started) → run_turn (caller's trace, inbound
 //!          metadata) → observe(turn_ended) → delegate_result for a delegate;
 //!          queue empty: observe(idle, jobs taken) for the hub's idle stops;
-//!          idle: replies in the inbox are appended to the conversation and saved at once
+//!          idle: replies in the inbox are appended to the conversation and saved at once;
+//!          a task's completion message gets a turn of its own (crate::tasks)
 //! writer   frames in order; one over the size limit fails alone (an answer becomes an
 //!          error answer to the same request) and the channel stays up
 //! ```
@@ -26,6 +27,7 @@ use goondan_ipc::{
 };
 use goondan_runtime::conversation::Conversation;
 use goondan_runtime::inbox::Inbox;
+use goondan_runtime::tasks::TaskBook;
 use goondan_runtime::turn::{Agent, TurnInput, TurnObserver};
 use goondan_runtime::{TurnEnd, TurnOutcome};
 use serde_json::json;
@@ -83,10 +85,14 @@ pub async fn serve(
     mut conversation: Conversation,
     channel: AgentChannel,
     runtime: Arc<SwarmRuntime>,
+    tasks: Arc<TaskBook>,
     mut terminate: watch::Receiver<bool>,
 ) -> ServeEnd {
     let AgentChannel { link, mut receiver, init } = channel;
     let me = init.instance.clone();
+    // Tasks that ended before this process (or whose delivery a crash cut):
+    // delivered now, unless the conversation has them already.
+    crate::tasks::reconcile(&tasks, runtime.inbox(), conversation.messages(), true).await;
     runtime.set_events(Arc::clone(&agent.tooling.events));
     let control = Arc::new(Control::default());
     let (jobs_tx, mut jobs) = mpsc::unbounded_channel::<Job>();
@@ -183,7 +189,32 @@ pub async fn serve(
             break ServeEnd::Shutdown;
         }
         let stopping = *stop.borrow();
-        deliver_inbox(&mut conversation, runtime.inbox()).await;
+        let completions = deliver_inbox(&mut conversation, runtime.inbox()).await;
+        // Tasks that ended while no turn ran: a turn each, in the order they
+        // ended (not while stopping: they stay undelivered for the next start).
+        if !completions.is_empty() && stopping.is_none() {
+            let worker = Worker {
+                agent: &agent,
+                runtime: &runtime,
+                control: &control,
+                outbox: &outbox,
+                me: &me,
+                terminate: &terminate,
+            };
+            let mut restart = false;
+            for message in &completions {
+                restart |= worker.run_job(&mut conversation, completion_job(message, &me)).await;
+            }
+            crate::tasks::reconcile(&tasks, runtime.inbox(), conversation.messages(), false).await;
+            if restart {
+                break ServeEnd::Restart;
+            }
+            if jobs.is_empty() && !tasks.has_working() {
+                let idle = ObservePayload::Idle { jobs: taken };
+                let _ = outbox.send(IpcMessage::Observe(Routed::new(me.to_string(), ORCHESTRATOR, idle)));
+            }
+            continue;
+        }
         let job = match stopping {
             // Messages it accepted before `shutdown` are still served (the
             // orchestrator's grace period bounds it); without the
@@ -216,19 +247,23 @@ pub async fn serve(
                 terminate: &terminate,
             };
             let restart = worker.run_job(&mut conversation, job).await;
+            // Completions the turn's steps took in are delivered now.
+            crate::tasks::reconcile(&tasks, runtime.inbox(), conversation.messages(), false).await;
             if restart {
                 break ServeEnd::Restart;
             }
         }
-        if jobs.is_empty() {
+        // A process whose tasks still work is not idle: stopping it would end their work.
+        if jobs.is_empty() && !tasks.has_working() {
             // The orchestrator stops processes that idle (and counts the
             // jobs, so that one it sent meanwhile keeps this one busy).
             let idle = ObservePayload::Idle { jobs: taken };
             let _ = outbox.send(IpcMessage::Observe(Routed::new(me.to_string(), ORCHESTRATOR, idle)));
         }
     };
-    // What arrived meanwhile is kept.
-    deliver_inbox(&mut conversation, runtime.inbox()).await;
+    // What arrived meanwhile is kept (completions stay undelivered: the
+    // next start gives them their turns).
+    let _ = deliver_inbox(&mut conversation, runtime.inbox()).await;
     drop(outbox);
     let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
     // The last answers are written before the process exits (a restart exits right after one).
@@ -277,15 +312,55 @@ async fn send_or_stand_in(link: &LinkSender, message: IpcMessage) -> bool {
 }
 
 /// Appends replies that arrived while no turn ran, and saves them.
-async fn deliver_inbox(conversation: &mut Conversation, inbox: &Inbox) {
-    let arrived = inbox.take();
-    if arrived.is_empty() {
-        return;
-    }
-    if let Err(error) = conversation.append_and_commit(arrived).await {
+/// Appends what arrived between turns (asynchronous replies) and saves
+/// it; returns the tasks' completion messages among it, which get turns
+/// of their own.
+async fn deliver_inbox(conversation: &mut Conversation, inbox: &Inbox) -> Vec<goondan_core::Message> {
+    let (completions, arrived): (Vec<_>, Vec<_>) =
+        inbox.take().into_iter().partition(|message| crate::tasks::handle_of(message).is_some());
+    if !arrived.is_empty()
+        && let Err(error) = conversation.append_and_commit(arrived).await
+    {
         tracing::warn!("saving a reply that arrived between turns: {error}");
     }
+    completions
 }
+
+/// The turn that delivers an ended task's result to an idle instance: its
+/// input is the completion message (text and `toolTask` metadata).
+fn completion_job(message: &goondan_core::Message, me: &AgentInstance) -> Job {
+    let input = match &message.data {
+        goondan_core::MessageData::User { content } => content.clone(),
+        _ => String::new(),
+    };
+    let task = message.metadata.get(crate::tasks::TOOL_TASK_METADATA_KEY).cloned().unwrap_or(JsonValue::Null);
+    let handle = task.get("handle").and_then(JsonValue::as_str).unwrap_or_default().to_owned();
+    let tool = task.get("tool").and_then(JsonValue::as_str).unwrap_or_default().to_owned();
+    let mut metadata = JsonObject::new();
+    metadata.insert(crate::tasks::TOOL_TASK_METADATA_KEY.to_owned(), task);
+    Job {
+        correlation_id: format!("task:{handle}"),
+        from: me.to_string(),
+        wants_answer: false,
+        payload: DelegatePayload {
+            event_id: goondan_core::ids::new_id(),
+            event_type: TASK_COMPLETED_EVENT.to_owned(),
+            instance_key: me.instance_key.clone(),
+            input,
+            metadata,
+            trace_id: None,
+            asynchronous: false,
+            hops: 0,
+            source: goondan_ipc::MessageSourceInfo { kind: TASK_SOURCE.to_owned(), name: tool, instance_key: None },
+            tool_call_id: None,
+        },
+    }
+}
+
+/// The source kind of a completion turn.
+pub const TASK_SOURCE: &str = "task";
+/// The event type of a completion turn.
+pub const TASK_COMPLETED_EVENT: &str = "tool.task.completed";
 
 /// Sends turn progress to the orchestrator.
 struct Observer<'a> {
@@ -398,7 +473,10 @@ impl Worker<'_> {
                 let _ = cancel_tx.send(true);
             }
         });
-        let observer = Observer { outbox, me, stream_text: payload.source.kind == goondan_ipc::CLI };
+        // The terminal's turns stream, and so do those that deliver a task's
+        // end (whoever watches the instance sees what it makes of it).
+        let streamed = payload.source.kind == goondan_ipc::CLI || payload.source.kind == TASK_SOURCE;
+        let observer = Observer { outbox, me, stream_text: streamed };
         observer.send(ObservePayload::TurnStarted { source: payload.source.clone() });
         runtime.hops.store(payload.hops, Ordering::Relaxed);
         let trace_id = payload.trace_id.clone().unwrap_or_default();

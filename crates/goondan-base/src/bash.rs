@@ -104,6 +104,10 @@ impl ToolHandler for Exec {
                 max_output_bytes: self.settings.bash_max_output_bytes,
                 processes: Arc::clone(&self.settings.tool_processes),
             };
+            if read_background(input)? {
+                let timeout = explicit_timeout(input)?;
+                return crate::bash_background::start(Run { timeout, ..run }, ctx).await;
+            }
             run.execute(ctx).await.map(Into::into)
         })
     }
@@ -171,6 +175,10 @@ impl ToolHandler for Script {
                 max_output_bytes: self.settings.bash_max_output_bytes,
                 processes: Arc::clone(&self.settings.tool_processes),
             };
+            if read_background(input)? {
+                let timeout = explicit_timeout(input)?;
+                return crate::bash_background::start(Run { timeout, ..run }, ctx).await;
+            }
             run.execute(ctx).await.map(Into::into)
         })
     }
@@ -198,6 +206,26 @@ fn read_timeout(input: &JsonObject) -> Result<Option<Duration>, ToolFailure> {
         return Ok(None);
     }
     Ok(Duration::try_from_secs_f64(ms / 1000.0).ok())
+}
+
+/// `background`: run on as a task, answering `pending` at once.
+fn read_background(input: &JsonObject) -> Result<bool, ToolFailure> {
+    match input.get("background") {
+        None | Some(JsonValue::Null) => Ok(false),
+        Some(JsonValue::Bool(background)) => Ok(*background),
+        Some(other) => Err(ToolFailure::with_code(
+            format!("'background' must be a boolean, got {}", json_type_name(other)),
+            goondan_core::codes::E_TOOL_INVALID_ARGS,
+        )),
+    }
+}
+
+/// A background command's deadline: only the one `timeoutMs` gives (none by default).
+fn explicit_timeout(input: &JsonObject) -> Result<Option<Duration>, ToolFailure> {
+    if input.get("timeoutMs").is_none_or(JsonValue::is_null) {
+        return Ok(None);
+    }
+    read_timeout(input)
 }
 
 /// `env`: an object of string, number or boolean values, as text.
@@ -283,18 +311,18 @@ fn shell_word(word: &str) -> Cow<'_, str> {
 }
 
 /// One process to run.
-struct Run {
-    program: String,
-    args: Vec<String>,
+pub(crate) struct Run {
+    pub(crate) program: String,
+    pub(crate) args: Vec<String>,
     /// The command line reported as `command`.
-    shown: String,
+    pub(crate) shown: String,
     /// Fields the output starts with (`script`'s `path`, `shell`, `args`).
-    leading_fields: JsonObject,
-    cwd: PathBuf,
-    timeout: Option<Duration>,
-    env: Vec<(String, String)>,
-    max_output_bytes: usize,
-    processes: Arc<ToolProcesses>,
+    pub(crate) leading_fields: JsonObject,
+    pub(crate) cwd: PathBuf,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) env: Vec<(String, String)>,
+    pub(crate) max_output_bytes: usize,
+    pub(crate) processes: Arc<ToolProcesses>,
 }
 
 impl Run {
@@ -409,7 +437,7 @@ impl Run {
 }
 
 /// The name of the signal that killed the process, like Node's (`"SIGTERM"`).
-fn signal_name(status: ExitStatus) -> Option<String> {
+pub(crate) fn signal_name(status: ExitStatus) -> Option<String> {
     use std::os::unix::process::ExitStatusExt;
     let number = status.signal()?;
     Some(Signal::try_from(number).map_or_else(|_| format!("SIG{number}"), |signal| signal.as_str().to_owned()))
@@ -418,14 +446,14 @@ fn signal_name(status: ExitStatus) -> Option<String> {
 /// Kills the process group, and every process carrying the call's marker,
 /// when dropped while armed: a call whose future is dropped (cancelled)
 /// leaves nothing running.
-struct GroupGuard {
+pub(crate) struct GroupGuard {
     pgid: Option<Pid>,
     marker: Option<String>,
     processes: Arc<ToolProcesses>,
 }
 
 impl GroupGuard {
-    fn new(leader: Option<u32>, marker: String, processes: Arc<ToolProcesses>) -> Self {
+    pub(crate) fn new(leader: Option<u32>, marker: String, processes: Arc<ToolProcesses>) -> Self {
         Self {
             pgid: leader.and_then(|id| i32::try_from(id).ok()).filter(|id| *id > 0).map(Pid::from_raw),
             marker: Some(marker),
@@ -434,7 +462,7 @@ impl GroupGuard {
     }
 
     /// Kills what left the group (scanning `/proc`, off the async threads).
-    async fn kill_marked(&mut self) {
+    pub(crate) async fn kill_marked(&mut self) {
         let Some(marker) = self.marker.take() else { return };
         let processes = Arc::clone(&self.processes);
         let _ = tokio::task::spawn_blocking(move || processes.kill_marked(&marker)).await;
@@ -442,7 +470,7 @@ impl GroupGuard {
 
     /// Sends `signal` to every process of the group; a group already gone
     /// (`ESRCH`) is what we want anyway.
-    fn signal(&self, signal: Signal) {
+    pub(crate) fn signal(&self, signal: Signal) {
         if let Some(pgid) = self.pgid {
             let _ = killpg(pgid, signal);
         }
@@ -450,7 +478,7 @@ impl GroupGuard {
 
     /// The call ended: background jobs of a command that finished may live
     /// on (until the agent's process ends).
-    fn disarm(&mut self) {
+    pub(crate) fn disarm(&mut self) {
         self.pgid = None;
         self.marker = None;
     }

@@ -13,6 +13,7 @@ use goondan_tools::assembly::AgentTools;
 pub mod agents;
 pub mod args;
 pub mod bash;
+mod bash_background;
 mod bot_api;
 pub mod file_system;
 mod files;
@@ -25,6 +26,7 @@ pub mod protect;
 pub mod self_restart;
 pub mod settings;
 pub mod slack;
+pub mod tasks;
 pub mod telegram;
 pub mod text_transform;
 pub mod tls;
@@ -54,6 +56,7 @@ pub fn native_handler(tool: &str, export: &str, settings: &Arc<BaseSettings>) ->
         "json-query" => json_query::handler(export),
         "text-transform" => text_transform::handler(export),
         "wait" => wait::handler(export),
+        "tasks" => tasks::handler(export),
         "self-restart" => self_restart::handler(export),
         _ => None,
     }

@@ -21,7 +21,9 @@
 //! replies}`) plays another script when the last user message contains a
 //! text — an agent that answers a request differently from its own input,
 //! or reacts to a reply that arrived in its conversation. A reply's tool call gives `args` (an object) or
-//! `arguments` (raw text, to exercise malformed arguments). The text is
+//! `arguments` (raw text, to exercise malformed arguments); the text
+//! `{{lastHandle}}` in them stands for the handle of the latest pending tool
+//! result in the conversation (`tasks__wait {handle: "{{lastHandle}}"}`). The text is
 //! streamed word by word, as an API would stream it.
 
 use goondan_core::{JsonValue, MessageData};
@@ -31,6 +33,9 @@ use crate::config::ModelSettings;
 use crate::error::ModelError;
 use crate::provider::{BoxFuture, ModelProvider, StreamSink};
 use crate::types::{ModelRequest, ModelResponse, RawToolCall, StopReason, StreamEvent, TokenUsage};
+
+/// In a scripted tool call's arguments: the handle of the latest pending result.
+pub const LAST_HANDLE: &str = "{{lastHandle}}";
 
 /// One scripted reply.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -140,17 +145,29 @@ impl ScriptedProvider {
                 replies.len()
             ))
         })?;
+        // A script cannot know a pending result's handle in advance: the
+        // text `{{lastHandle}}` in arguments stands for the latest one.
+        let last_handle = request.messages.iter().rev().find_map(|message| match message {
+            MessageData::Tool { result, .. } => result.handle.clone(),
+            _ => None,
+        });
         let tool_calls: Vec<RawToolCall> = reply
             .tool_calls
             .iter()
             .enumerate()
-            .map(|(index, call)| RawToolCall {
-                id: call.id.clone().unwrap_or_else(|| format!("call_{}_{}", request.messages.len(), index + 1)),
-                name: call.name.clone(),
-                arguments: call
+            .map(|(index, call)| {
+                let arguments = call
                     .arguments
                     .clone()
-                    .unwrap_or_else(|| call.args.as_ref().map_or_else(|| "{}".to_owned(), JsonValue::to_string)),
+                    .unwrap_or_else(|| call.args.as_ref().map_or_else(|| "{}".to_owned(), JsonValue::to_string));
+                RawToolCall {
+                    id: call.id.clone().unwrap_or_else(|| format!("call_{}_{}", request.messages.len(), index + 1)),
+                    name: call.name.clone(),
+                    arguments: match &last_handle {
+                        Some(handle) => arguments.replace(LAST_HANDLE, handle),
+                        None => arguments,
+                    },
+                }
             })
             .collect();
         let stop_reason = Some(if tool_calls.is_empty() { StopReason::EndTurn } else { StopReason::ToolUse });

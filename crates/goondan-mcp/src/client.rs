@@ -442,8 +442,10 @@ struct ProgressEntry {
 
 /// How long a call's progress is still delivered after its answer: the SDK
 /// hands each notification to a task of its own, so progress the server
-/// sent before its answer may still be on its way.
-pub const PROGRESS_GRACE: Duration = Duration::from_millis(250);
+/// sent before its answer may still be on its way — on a loaded machine
+/// for much longer than the notification took (250 ms lost some in CI).
+/// Routes are kept that long at most; nothing waits for them.
+pub const PROGRESS_GRACE: Duration = Duration::from_secs(2);
 
 impl std::fmt::Debug for Notifications {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -33,6 +33,11 @@ impl Inbox {
         std::mem::take(&mut *self.messages.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
+    /// Keeps only the queued messages `keep` says yes to.
+    pub fn retain(&self, keep: impl FnMut(&Message) -> bool) {
+        self.messages.lock().unwrap_or_else(PoisonError::into_inner).retain(keep);
+    }
+
     /// Whether nothing is queued.
     pub fn is_empty(&self) -> bool {
         self.messages.lock().unwrap_or_else(PoisonError::into_inner).is_empty()

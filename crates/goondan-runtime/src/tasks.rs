@@ -38,6 +38,8 @@ use tokio::sync::watch;
 
 /// The book's file in an instance directory.
 pub const TASKS_FILE: &str = "tasks.jsonl";
+/// The directory of the instance where tasks' work keeps its files.
+pub const OUTPUT_DIR: &str = "tasks";
 /// How long an ended task is kept (and a working one may run) by default.
 pub const DEFAULT_EXPIRY: Duration = Duration::from_secs(7 * 24 * 3600);
 /// The longest `wait`.
@@ -80,6 +82,7 @@ pub struct TaskBook {
     /// The work of each working task listens here for a cancel.
     cancels: Mutex<HashMap<String, watch::Sender<bool>>>,
     on_end: Mutex<Option<OnEnd>>,
+    on_received: Mutex<Option<OnEnd>>,
     expiry: Duration,
 }
 
@@ -169,6 +172,25 @@ fn read_records(path: &Path) -> io::Result<(Vec<Record>, u64)> {
         good += read as u64;
     }
     Ok((records, good))
+}
+
+/// The tasks recorded in the instance directory `dir`, as its book folds
+/// them, without opening it (nothing is written: a process may own it).
+/// A task shown `working` may belong to work that has ended with an
+/// earlier process; its book fails it when the instance next starts.
+pub fn read_tasks(dir: &Path) -> io::Result<Vec<TaskView>> {
+    let (records, _) = read_records(&dir.join(TASKS_FILE))?;
+    let mut tasks = Tasks::default();
+    for record in records {
+        tasks.apply(record);
+    }
+    Ok(tasks.list())
+}
+
+/// Whether the instance directory `dir` has tasks whose end the model has
+/// not had yet (or that were working): starting the instance delivers them.
+pub fn has_undelivered(dir: &Path) -> bool {
+    read_tasks(dir).is_ok_and(|tasks| tasks.iter().any(|task| !task.received))
 }
 
 fn line_of(record: &Record) -> io::Result<Vec<u8>> {
@@ -273,6 +295,7 @@ impl TaskBook {
             changed,
             cancels: Mutex::new(HashMap::new()),
             on_end: Mutex::new(None),
+            on_received: Mutex::new(None),
             expiry,
         })
     }
@@ -280,6 +303,18 @@ impl TaskBook {
     /// Sets what is called with each task that ends from now on.
     pub fn on_end(&self, callback: OnEnd) {
         *self.on_end.lock().unwrap_or_else(PoisonError::into_inner) = Some(callback);
+    }
+
+    /// Sets what is called with each task whose end the model receives
+    /// through `status` or `wait` (its completion message, if queued, is
+    /// then not to be delivered).
+    pub fn on_received(&self, callback: OnEnd) {
+        *self.on_received.lock().unwrap_or_else(PoisonError::into_inner) = Some(callback);
+    }
+
+    /// Whether a task is still working (its work runs in this process).
+    pub fn has_working(&self) -> bool {
+        self.tasks.lock().unwrap_or_else(PoisonError::into_inner).by_handle.values().any(|t| !t.state.is_final())
     }
 
     /// Every task, oldest first.
@@ -379,7 +414,11 @@ impl TaskBook {
         let task = self.get(handle).ok_or_else(|| unknown_handle(handle))?;
         if task.state.is_final() && !task.received {
             self.mark_received(handle).await?;
-            return self.get(handle).ok_or_else(|| unknown_handle(handle));
+            let received = self.get(handle).ok_or_else(|| unknown_handle(handle))?;
+            if let Some(on_received) = self.on_received.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
+                on_received(&received);
+            }
+            return Ok(received);
         }
         Ok(task)
     }
@@ -459,6 +498,13 @@ impl ToolTasks for TaskBook {
 
     fn list(&self) -> Vec<TaskView> {
         self.tasks()
+    }
+
+    fn output_path(&self, handle: &str) -> Option<PathBuf> {
+        // Handles are made here (`task-<uuid>`); anything else names no file.
+        let safe = handle.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+        let dir = self.path.parent()?.join(OUTPUT_DIR);
+        (safe && !handle.is_empty()).then(|| dir.join(format!("{handle}.log")))
     }
 }
 

@@ -141,6 +141,12 @@ pub trait ToolTasks: Send + Sync + fmt::Debug {
     fn cancel<'a>(&'a self, handle: &'a str) -> BoxFuture<'a, Result<TaskView, ToolFailure>>;
     /// Every task, oldest first.
     fn list(&self) -> Vec<TaskView>;
+    /// Where a task's work may keep a file of its own (a background
+    /// command's whole output), beside the instance's state; `None` if
+    /// this keeper has no such place.
+    fn output_path(&self, _handle: &str) -> Option<std::path::PathBuf> {
+        None
+    }
 }
 
 /// The error for a handle nobody knows.

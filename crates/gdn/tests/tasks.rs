@@ -1,0 +1,304 @@
+//! Pending results that complete (issue 23), through a running service as
+//! a user's agent meets them: `bash__exec` with `background: true` answers
+//! `pending` with a handle, and the command's end enters the conversation
+//! as a message naming the handle and the tool — as a turn of its own when
+//! the instance is idle — exactly once; `tasks__wait` takes the result
+//! instead (and no message follows); `tasks__cancel` ends the command and
+//! says with which signal; a task whose command died with a `kill -9`ed
+//! service is failed, and that failure delivered, at the next start.
+
+use std::io::{Read as _, Write as _};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn free_port() -> Result<u16, std::io::Error> {
+    TcpListener::bind("127.0.0.1:0")?.local_addr().map(|a| a.port())
+}
+
+fn bundle(dir: &Path, port: u16, marks: &Path) -> Result<(), std::io::Error> {
+    let m = marks.display();
+    let yaml = format!(
+        r#"apiVersion: goondan.ai/v1
+kind: Model
+metadata: {{name: m}}
+spec:
+  provider: scripted
+  model: s
+  options:
+    replies: [{{text: "noted"}}]
+    when:
+      - inputContains: tool_task_result
+        replies: [{{text: "the command finished"}}]
+      - inputContains: "start work"
+        replies:
+          - toolCalls: [{{name: bash__exec, args: {{command: "sleep 1; echo built; echo warned >&2", background: true}}}}]
+          - text: "started"
+      - inputContains: "wait for it"
+        replies:
+          - toolCalls: [{{name: bash__exec, args: {{command: "sleep 0.5; echo waited", background: true}}}}]
+          - toolCalls: [{{name: tasks__wait, args: {{handle: "{{{{lastHandle}}}}", timeoutMs: 20000}}}}]
+          - text: "waited"
+      - inputContains: "cancel it"
+        replies:
+          - toolCalls: [{{name: bash__exec, args: {{command: "echo $$ > '{m}/cancelled.pid'; exec sleep 60", background: true}}}}]
+          - toolCalls: [{{name: tasks__wait, args: {{handle: "{{{{lastHandle}}}}", timeoutMs: 300}}}}]
+          - toolCalls: [{{name: tasks__cancel, args: {{handle: "{{{{lastHandle}}}}"}}}}]
+          - text: "cancelled"
+      - inputContains: "long one"
+        replies:
+          - toolCalls: [{{name: bash__exec, args: {{command: "echo $$ > '{m}/long.pid'; exec sleep 60", background: true}}}}]
+          - text: "running"
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {{name: worker}}
+spec:
+  modelConfig: {{modelRef: Model/m}}
+  tools:
+    - {{kind: Tool, name: bash, package: "@goondan/base"}}
+    - {{kind: Tool, name: tasks, package: "@goondan/base"}}
+---
+apiVersion: goondan.ai/v1
+kind: Swarm
+metadata: {{name: jobs}}
+spec: {{entryAgent: Agent/worker, agents: [Agent/worker]}}
+---
+apiVersion: goondan.ai/v1
+kind: Connection
+metadata: {{name: hook}}
+spec:
+  connectorRef: {{kind: Connector, name: webhook, package: "@goondan/base"}}
+  config:
+    WEBHOOK_PORT: {{value: "{port}"}}
+"#
+    );
+    std::fs::write(dir.join("goondan.yaml"), yaml)
+}
+
+fn gdn(dir: &Path, state: &Path, args: &[&str]) -> Result<Output, std::io::Error> {
+    Command::new(env!("CARGO_BIN_EXE_gdn"))
+        .arg("-c")
+        .arg(dir)
+        .args(args)
+        .env("GOONDAN_STATE_ROOT", state)
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .output()
+}
+
+fn post(port: u16, key: &str, input: &str) -> Result<String, std::io::Error> {
+    let body = serde_json::json!({"instanceKey": key, "text": input}).to_string();
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    let request = format!(
+        "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes())?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    Ok(response)
+}
+
+fn until(what: &str, mut done: impl FnMut() -> Result<bool, Box<dyn std::error::Error>>) -> TestResult {
+    let deadline = Instant::now() + WAIT;
+    while !done()? {
+        if Instant::now() > deadline {
+            return Err(format!("timed out waiting for {what}").into());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+fn instance_dir(state: &Path, key: &str) -> PathBuf {
+    state.join("workspaces").join("jobs").join("instances").join(format!("worker@{key}"))
+}
+
+/// The conversation's messages as stored (folded: one JSON value per message).
+fn messages(state: &Path, key: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(instance_dir(state, key).join("messages.jsonl")).unwrap_or_default();
+    let mut all = Vec::new();
+    for line in text.lines() {
+        let Ok(value) = serde_json::from_str::<Value>(line) else { continue };
+        match value.get("events").and_then(Value::as_array) {
+            Some(events) => {
+                all.extend(events.iter().filter_map(|event| event.get("message").cloned()));
+            }
+            None => all.push(value),
+        }
+    }
+    all
+}
+
+fn texts(state: &Path, key: &str) -> Vec<String> {
+    messages(state, key).iter().map(Value::to_string).collect()
+}
+
+fn count(state: &Path, key: &str, needle: &str) -> usize {
+    texts(state, key).iter().filter(|text| text.contains(needle)).count()
+}
+
+/// The instance's task records, folded by handle.
+fn tasks(state: &Path, key: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(instance_dir(state, key).join("tasks.jsonl")).unwrap_or_default();
+    let mut by_handle: Vec<Value> = Vec::new();
+    for line in text.lines() {
+        let Ok(record) = serde_json::from_str::<Value>(line) else { continue };
+        match record["op"].as_str() {
+            Some("open") => by_handle.push(record["task"].clone()),
+            Some(op) => {
+                if let Some(task) = by_handle.iter_mut().find(|t| t["handle"] == record["handle"]) {
+                    if op == "end" {
+                        task["state"] = record["state"].clone();
+                        task["result"] = record["result"].clone();
+                        task["reason"] = record["reason"].clone();
+                    } else {
+                        task["received"] = Value::Bool(true);
+                    }
+                }
+            }
+            None => {}
+        }
+    }
+    by_handle
+}
+
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().next()) != Some("Z"))
+}
+
+struct Running<'a> {
+    dir: &'a Path,
+    state: &'a Path,
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        let _ = gdn(self.dir, self.state, &["stop"]);
+    }
+}
+
+#[test]
+fn a_background_command_answers_pending_and_its_end_arrives_once_as_a_turn_of_its_own() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let state = dir.path().join("state");
+    let marks = dir.path().join("marks");
+    std::fs::create_dir_all(&marks)?;
+    let port = free_port()?;
+    bundle(dir.path(), port, &marks)?;
+    let started = gdn(dir.path(), &state, &["run", "--detach"])?;
+    assert_eq!(started.status.code(), Some(0), "{}", String::from_utf8_lossy(&started.stderr));
+    let _running = Running { dir: dir.path(), state: &state };
+
+    assert!(post(port, "a", "start work")?.starts_with("HTTP/1.1 200"));
+    until("the completion turn's answer", || Ok(count(&state, "a", "the command finished") == 1))?;
+    let all = texts(&state, "a");
+    // The call's own result was pending, with the handle.
+    let pending = all.iter().find(|m| m.contains("\"status\":\"pending\"")).ok_or("no pending result")?;
+    let task = tasks(&state, "a").into_iter().next().ok_or("no task recorded")?;
+    let handle = task["handle"].as_str().ok_or("no handle")?.to_owned();
+    assert!(pending.contains(&handle), "{pending}");
+    // Then, after the turn answered "started", the completion as a turn's input.
+    let order: Vec<usize> = ["started", "tool_task_result", "the command finished"]
+        .iter()
+        .map(|needle| all.iter().position(|m| m.contains(needle)).unwrap_or(usize::MAX))
+        .collect();
+    assert!(order[0] < order[1] && order[1] < order[2], "{order:?}\n{all:#?}");
+    let completion = &all[order[1]];
+    assert!(completion.contains(&handle) && completion.contains("bash__exec"), "{completion}");
+    assert!(completion.contains("built") && completion.contains("\\\"exitCode\\\":0"), "{completion}");
+    // The task: completed, its end received through the conversation, its output on disk.
+    assert_eq!(task["state"], "completed", "{task}");
+    let output_path = task["result"]["output"]["outputPath"].as_str().ok_or("no output path")?.to_owned();
+    let output = std::fs::read_to_string(&output_path)?;
+    assert!(output.contains("built") && output.contains("warned"), "{output}");
+    until("the delivery to be recorded", || Ok(tasks(&state, "a")[0]["received"] == true))?;
+    // Exactly once, even after a while and a restart of the service.
+    std::thread::sleep(Duration::from_millis(500));
+    let restarted = gdn(dir.path(), &state, &["restart"])?;
+    assert_eq!(restarted.status.code(), Some(0), "{}", String::from_utf8_lossy(&restarted.stderr));
+    assert!(post(port, "a", "anything else")?.starts_with("HTTP/1.1 200"));
+    until("the next turn", || Ok(count(&state, "a", "noted") >= 1))?;
+    assert_eq!(count(&state, "a", "tool_task_result"), 1, "{:#?}", texts(&state, "a"));
+    Ok(())
+}
+
+#[test]
+fn a_wait_takes_the_result_and_a_cancel_ends_the_command_with_its_signal() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let state = dir.path().join("state");
+    let marks = dir.path().join("marks");
+    std::fs::create_dir_all(&marks)?;
+    let port = free_port()?;
+    bundle(dir.path(), port, &marks)?;
+    let started = gdn(dir.path(), &state, &["run", "--detach"])?;
+    assert_eq!(started.status.code(), Some(0), "{}", String::from_utf8_lossy(&started.stderr));
+    let _running = Running { dir: dir.path(), state: &state };
+
+    assert!(post(port, "w", "wait for it")?.starts_with("HTTP/1.1 200"));
+    until("the waited turn's answer", || Ok(count(&state, "w", "\"waited\"") >= 1))?;
+    let waited =
+        texts(&state, "w").into_iter().find(|m| m.contains("tasks__wait") && m.contains("\"state\":\"completed\""));
+    assert!(waited.is_some_and(|m| m.contains("waited\\n")), "{:#?}", texts(&state, "w"));
+    std::thread::sleep(Duration::from_millis(700));
+    assert_eq!(count(&state, "w", "tool_task_result"), 0, "delivered again after the wait: {:#?}", texts(&state, "w"));
+    assert_eq!(tasks(&state, "w")[0]["received"], true);
+
+    assert!(post(port, "c", "cancel it")?.starts_with("HTTP/1.1 200"));
+    until("the cancelled turn's answer", || Ok(count(&state, "c", "\"cancelled\"") >= 1))?;
+    let all = texts(&state, "c");
+    assert!(all.iter().any(|m| m.contains("E_TASK_WAIT_TIMEOUT")), "the short wait timed out: {all:#?}");
+    let cancel = all.iter().find(|m| m.contains("tasks__cancel") && m.contains("\"state\":\"cancelled\""));
+    assert!(cancel.is_some_and(|m| m.contains("SIGTERM")), "{all:#?}");
+    let pid: i32 = std::fs::read_to_string(marks.join("cancelled.pid"))?.trim().parse()?;
+    until("the cancelled command to be gone", || Ok(!alive(pid)))?;
+    // A second cancel of the ended task: a structured error, nothing changed.
+    let task = tasks(&state, "c").into_iter().next().ok_or("no task")?;
+    assert_eq!(task["state"], "cancelled");
+    assert!(task["reason"].as_str().is_some_and(|r| r.contains("SIGTERM")), "{task}");
+    Ok(())
+}
+
+#[test]
+fn a_command_killed_with_its_service_is_failed_and_delivered_at_the_next_start() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let state = dir.path().join("state");
+    let marks = dir.path().join("marks");
+    std::fs::create_dir_all(&marks)?;
+    let port = free_port()?;
+    bundle(dir.path(), port, &marks)?;
+    let started = gdn(dir.path(), &state, &["run", "--detach"])?;
+    assert_eq!(started.status.code(), Some(0), "{}", String::from_utf8_lossy(&started.stderr));
+    let _running = Running { dir: dir.path(), state: &state };
+    assert!(post(port, "k", "long one")?.starts_with("HTTP/1.1 200"));
+    until("the long command to start", || Ok(marks.join("long.pid").exists()))?;
+    until("the turn to answer", || Ok(count(&state, "k", "\"running\"") >= 1))?;
+    let command: i32 = std::fs::read_to_string(marks.join("long.pid"))?.trim().parse()?;
+    let status: Value =
+        serde_json::from_str(&std::fs::read_to_string(state.join("workspaces").join("jobs").join("service.json"))?)?;
+    let service = status["pid"].as_i64().ok_or("no pid")?;
+    // kill -9: nothing it started outlives it.
+    Command::new("kill").args(["-9", &service.to_string()]).status()?;
+    until("the background command to end with its owner", || Ok(!alive(command)))?;
+    assert_eq!(tasks(&state, "k")[0]["state"], "working", "nobody was left to record its end");
+
+    // The next start fails the task, and delivers that failure as a turn.
+    let started = gdn(dir.path(), &state, &["run", "--detach"])?;
+    assert_eq!(started.status.code(), Some(0), "{}", String::from_utf8_lossy(&started.stderr));
+    until("the failure's turn", || Ok(count(&state, "k", "the command finished") == 1))?;
+    let task = tasks(&state, "k").into_iter().next().ok_or("no task")?;
+    assert_eq!(task["state"], "failed", "{task}");
+    assert!(task["reason"].as_str().is_some_and(|r| r.contains("ended with the process")), "{task}");
+    let completion = texts(&state, "k").into_iter().find(|m| m.contains("tool_task_result")).ok_or("no completion")?;
+    assert!(completion.contains("\\\"state\\\":\\\"failed\\\""), "{completion}");
+    Ok(())
+}
