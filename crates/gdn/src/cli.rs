@@ -65,6 +65,9 @@ pub enum Command {
     Stop(StopArgs),
     /// Restart the project's running service, or one agent's processes (--agent), at turn boundaries.
     Restart(RestartArgs),
+    /// The project's tasks: pending tool results that complete later (background commands, …).
+    #[command(subcommand)]
+    Task(TaskCommand),
     /// Write a starter project.
     Init(InitArgs),
     /// Inspect and call tools.
@@ -239,6 +242,26 @@ pub enum InstanceCommand {
         /// Delete without asking; instances the service runs are stopped (after their running turns) first.
         #[arg(long, short = 'f')]
         force: bool,
+    },
+}
+
+/// `gdn task`.
+#[derive(Debug, Subcommand)]
+pub enum TaskCommand {
+    /// Every task of the project's instances, most recent first.
+    List,
+    /// One task: where it stands, its result or why it failed.
+    Show {
+        /// The task's handle (as the pending result and `gdn task list` show it).
+        handle: String,
+    },
+    /// Cancel a working task (its background command is ended) through the running service.
+    Cancel {
+        /// The task's handle.
+        handle: String,
+        /// How long to wait for the task to end.
+        #[arg(long, value_name = "SECONDS", default_value_t = 15)]
+        wait_secs: u64,
     },
 }
 

@@ -315,7 +315,7 @@ fn line(cells: &[String; 9], widths: &[usize; 9]) -> String {
 
 /// When an instance was last updated, for people: relative while recent
 /// (`just now`, `42s ago`, `5m ago`, `3h ago`, `6d ago`), else the UTC date.
-fn updated(updated_at: u64, now: u64) -> String {
+pub(crate) fn updated(updated_at: u64, now: u64) -> String {
     const MINUTE: u64 = 60;
     const HOUR: u64 = 60 * MINUTE;
     const DAY: u64 = 24 * HOUR;

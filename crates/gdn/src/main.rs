@@ -25,6 +25,7 @@ mod service;
 mod service_control;
 mod service_status;
 mod shutdown;
+mod task;
 mod watch;
 mod wiring;
 mod workspace;
@@ -142,6 +143,7 @@ fn main() -> ExitCode {
         Command::Instance(command) => instance::instance(&cli.global, command, &mut out),
         Command::Stop(args) => service_status::stop(&cli.global, args.wait_secs, &mut out),
         Command::Restart(args) => restart::restart(&cli.global, args, &mut out),
+        Command::Task(command) => task::task(&cli.global, command, &mut out),
         Command::Doctor => doctor::doctor(&cli.global, &session, &mut out),
         Command::Logs(args) => logs::logs(&cli.global, args, &mut out),
         Command::Init(args) => init::init(&cli.global, args, &mut out),
@@ -219,6 +221,7 @@ fn loads_env_files(command: &Command) -> Option<Option<&Path>> {
         Command::Validate(_)
         | Command::Stop(_)
         | Command::Restart(_)
+        | Command::Task(_)
         | Command::Logs(_)
         | Command::Instance(_)
         | Command::Init(_)

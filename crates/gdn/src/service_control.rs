@@ -13,6 +13,7 @@
 //!                                 then the whole service drains and re-executes itself (same pid)
 //!   instance restart KEY [--fresh] as --agent, for every agent's instance of KEY
 //!   instance delete KEY --force   the instances stop after their turns, then are deleted
+//!   task cancel HANDLE            the cancel goes to the process that runs the task's instance
 //! ```
 //!
 //! Only the user who runs the service can connect (the socket is the
@@ -49,6 +50,8 @@ pub enum ControlRequest {
     RestartInstance { key: String, fresh: bool },
     /// `gdn instance delete KEY [--agent NAME] --force`.
     DeleteInstance { key: String, agent: Option<String> },
+    /// `gdn task cancel HANDLE`: the task's instance is `agent@key`.
+    CancelTask { agent: String, key: String, handle: String },
 }
 
 /// A process a restart stopped.
@@ -84,6 +87,9 @@ pub struct ControlReply {
     /// A full restart is under way: the service drains and starts again.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub restarting: bool,
+    /// A task's cancel reached the process that runs its work.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cancel_sent: bool,
 }
 
 impl ControlReply {
@@ -289,6 +295,10 @@ async fn act(request: ControlRequest, context: &ControlContext, orchestrator: &O
                 reset: taken(&reset),
                 ..ControlReply::default()
             }
+        }
+        ControlRequest::CancelTask { agent, key, handle } => {
+            let sent = orchestrator.cancel_task(&AgentInstance::new(agent, key), &handle).await;
+            ControlReply { ok: true, cancel_sent: sent, ..ControlReply::default() }
         }
         ControlRequest::DeleteInstance { key, agent } => {
             let selector = match &agent {

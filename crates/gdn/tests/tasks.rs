@@ -302,3 +302,45 @@ fn a_command_killed_with_its_service_is_failed_and_delivered_at_the_next_start()
     assert!(completion.contains("\\\"state\\\":\\\"failed\\\""), "{completion}");
     Ok(())
 }
+
+#[test]
+fn people_list_show_and_cancel_tasks_through_the_cli() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let state = dir.path().join("state");
+    let marks = dir.path().join("marks");
+    std::fs::create_dir_all(&marks)?;
+    let port = free_port()?;
+    bundle(dir.path(), port, &marks)?;
+    let started = gdn(dir.path(), &state, &["run", "--detach"])?;
+    assert_eq!(started.status.code(), Some(0), "{}", String::from_utf8_lossy(&started.stderr));
+    let _running = Running { dir: dir.path(), state: &state };
+    assert!(post(port, "p", "long one")?.starts_with("HTTP/1.1 200"));
+    until("the long command to start", || Ok(marks.join("long.pid").exists()))?;
+    let handle = tasks(&state, "p").first().and_then(|t| t["handle"].as_str().map(str::to_owned)).ok_or("no task")?;
+
+    let listed = gdn(dir.path(), &state, &["task", "list"])?;
+    let text = String::from_utf8_lossy(&listed.stdout).into_owned();
+    assert_eq!(listed.status.code(), Some(0), "{text}");
+    assert!(text.starts_with("HANDLE") && text.contains(&handle) && text.contains("worker@p"), "{text}");
+    assert!(text.lines().any(|l| l.contains(&handle) && l.contains("bash__exec") && l.contains("working")), "{text}");
+    let shown = gdn(dir.path(), &state, &["--json", "task", "show", &handle])?;
+    let shown: Value = serde_json::from_slice(&shown.stdout)?;
+    assert_eq!((shown["state"].as_str(), shown["instanceKey"].as_str()), (Some("working"), Some("p")), "{shown}");
+
+    let cancelled = gdn(dir.path(), &state, &["task", "cancel", &handle])?;
+    let said = String::from_utf8_lossy(&cancelled.stdout).into_owned();
+    assert_eq!(cancelled.status.code(), Some(0), "{said}{}", String::from_utf8_lossy(&cancelled.stderr));
+    assert!(said.contains(&format!("task {handle} cancelled")) && said.contains("SIGTERM"), "{said}");
+    let pid: i32 = std::fs::read_to_string(marks.join("long.pid"))?.trim().parse()?;
+    until("the command to be gone", || Ok(!alive(pid)))?;
+    // The agent hears of it, once.
+    until("the cancel's turn", || Ok(count(&state, "p", "the command finished") == 1))?;
+
+    let again = gdn(dir.path(), &state, &["task", "cancel", &handle])?;
+    assert_eq!(again.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("has already ended (cancelled)"));
+    let unknown = gdn(dir.path(), &state, &["task", "show", "task-nope"])?;
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no task 'task-nope'"));
+    Ok(())
+}

@@ -109,6 +109,7 @@ pub async fn serve(
     });
 
     let reader = {
+        let tasks = Arc::clone(&tasks);
         let control = Arc::clone(&control);
         let runtime = Arc::clone(&runtime);
         let stop_tx = stop_tx.clone();
@@ -169,6 +170,14 @@ pub async fn serve(
                         // The turns it accepted still run (within the grace
                         // period), so answers to their requests are still read.
                         let _ = stop_tx.send(Some(ServeEnd::Shutdown));
+                    }
+                    IpcMessage::TaskCancel(m) => {
+                        let tasks = Arc::clone(&tasks);
+                        tokio::spawn(async move {
+                            if let Err(error) = tasks.cancel_task(&m.payload.handle).await {
+                                tracing::info!("cancelling task {}: {}", m.payload.handle, error.message);
+                            }
+                        });
                     }
                     other => tracing::debug!("{me}: unexpected {} message; ignored", other.kind()),
                 }

@@ -52,6 +52,8 @@ pub enum IpcMessage {
     Shutdown(Routed<ShutdownPayload>),
     /// The agent process is about to exit after a `shutdown`.
     ShutdownAck(Routed<ShutdownAckPayload>),
+    /// The operator cancels a task of the instance (`gdn task cancel`).
+    TaskCancel(Routed<TaskCancelPayload>),
 }
 
 impl IpcMessage {
@@ -70,6 +72,7 @@ impl IpcMessage {
             Self::Observe(_) => "observe",
             Self::Shutdown(_) => "shutdown",
             Self::ShutdownAck(_) => "shutdown_ack",
+            Self::TaskCancel(_) => "task_cancel",
         }
     }
 }
@@ -408,6 +411,14 @@ impl ErrorInfo {
 pub struct CancelPayload {
     /// Why (`timeout`, `interrupted`, …).
     pub reason: String,
+}
+
+/// `task_cancel`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskCancelPayload {
+    /// The task's handle.
+    pub handle: String,
 }
 
 /// `call`: what an agent asks the orchestrator.

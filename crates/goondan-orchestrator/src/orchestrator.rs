@@ -176,6 +176,17 @@ impl Orchestrator {
             .unwrap_or_else(|_| crate::RestartReport { error: Some(Self::gone().message), ..Default::default() })
     }
 
+    /// Hands the cancel of task `handle` to `instance`'s process; false if
+    /// no process runs it (then no work of its tasks runs either).
+    pub async fn cancel_task(&self, instance: &AgentInstance, handle: &str) -> bool {
+        let (reply, sent) = oneshot::channel();
+        let command = HubCommand::CancelTask { instance: instance.clone(), handle: handle.to_owned(), reply };
+        if self.commands.send(command).is_err() {
+            return false;
+        }
+        sent.await.unwrap_or(false)
+    }
+
     /// While `paused`, no agent process starts: messages for an instance
     /// without one wait (the bundle on disk does not validate, and a new
     /// process would not build); running processes go on.

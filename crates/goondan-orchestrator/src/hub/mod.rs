@@ -98,6 +98,8 @@ pub(crate) enum HubCommand {
     /// No process starts while `paused` (the bundle on disk is broken);
     /// work waits for one.
     PauseStarts { paused: bool },
+    /// Hand a task's cancel to `instance`'s process; whether one runs.
+    CancelTask { instance: AgentInstance, handle: String, reply: oneshot::Sender<bool> },
 }
 
 /// How long killed processes get to end before the shutdown stops waiting.
@@ -303,6 +305,19 @@ impl Hub {
             HubCommand::Shutdown { reason, done } => self.shutdown(&reason, done),
             HubCommand::Restart { selector, while_down, reply } => self.restart(selector, while_down, reply),
             HubCommand::Released { hold, result } => self.released(hold, result),
+            HubCommand::CancelTask { instance, handle, reply } => {
+                let running = self.slots.get(&instance).and_then(Slot::running).is_some();
+                if running {
+                    let payload = goondan_ipc::TaskCancelPayload { handle };
+                    let message = IpcMessage::TaskCancel(goondan_ipc::Routed::new(
+                        goondan_ipc::ORCHESTRATOR,
+                        instance.to_string(),
+                        payload,
+                    ));
+                    self.send_to(&instance, message);
+                }
+                let _ = reply.send(running);
+            }
             HubCommand::PauseStarts { paused } => {
                 self.starts_paused = paused;
                 if !paused {

@@ -1,0 +1,216 @@
+//! `gdn task list|show|cancel`: the tasks (pending tool results that
+//! complete later) of the project's agent instances, read from their books
+//! (`<instance>/tasks.jsonl`, never written here); a cancel goes through
+//! the running service to the process that runs the task's work.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use goondan_core::message::now_millis;
+use goondan_ipc::AgentInstance;
+use goondan_runtime::store::{Workspace, parse_instance_dir_name};
+use goondan_tools::tasks::{TaskState, TaskView};
+
+use crate::cli::{GlobalOptions, TaskCommand};
+use crate::exit;
+use crate::output::{self, Output};
+use crate::service_control::ControlRequest;
+use crate::service_status::ServiceStatus;
+
+/// A task and the instance it belongs to.
+struct Found {
+    instance: AgentInstance,
+    dir: PathBuf,
+    task: TaskView,
+}
+
+/// Every task of the workspace's instances.
+fn all_tasks(workspace: &Workspace) -> Vec<Found> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(workspace.instances_dir()) else { return found };
+    for entry in entries.flatten() {
+        let Some((agent, key)) = entry.file_name().to_str().and_then(parse_instance_dir_name) else { continue };
+        let Ok(tasks) = goondan_runtime::tasks::read_tasks(&entry.path()) else { continue };
+        for task in tasks {
+            found.push(Found { instance: AgentInstance::new(&agent, &key), dir: entry.path(), task });
+        }
+    }
+    found.sort_by_key(|f| std::cmp::Reverse(f.task.created_at));
+    found
+}
+
+fn find(workspace: &Workspace, handle: &str) -> Option<Found> {
+    all_tasks(workspace).into_iter().find(|found| found.task.handle == handle)
+}
+
+fn unknown(workspace: &Workspace, handle: &str, out: &mut Output) -> Result<u8> {
+    output::error_line(
+        &mut out.stderr,
+        format_args!("no task '{handle}' in workspace '{}' (gdn task list shows the handles)", workspace.id()),
+    )?;
+    Ok(exit::USAGE)
+}
+
+fn json_of(found: &Found) -> serde_json::Value {
+    let mut value = serde_json::to_value(&found.task).unwrap_or_default();
+    value["agentName"] = serde_json::json!(found.instance.agent);
+    value["instanceKey"] = serde_json::json!(found.instance.instance_key);
+    value
+}
+
+/// `gdn task …`.
+pub fn task(global: &GlobalOptions, command: &TaskCommand, out: &mut Output) -> Result<u8> {
+    let workspace = match crate::restart::workspace_or_exit(global, out)? {
+        Ok(workspace) => workspace,
+        Err(code) => return Ok(code),
+    };
+    match command {
+        TaskCommand::List => list(global, &workspace, out),
+        TaskCommand::Show { handle } => show(global, &workspace, handle, out),
+        TaskCommand::Cancel { handle, wait_secs } => cancel(global, &workspace, handle, *wait_secs, out),
+    }
+}
+
+fn list(global: &GlobalOptions, workspace: &Workspace, out: &mut Output) -> Result<u8> {
+    let found = all_tasks(workspace);
+    if global.json {
+        let listed: Vec<serde_json::Value> = found.iter().map(json_of).collect();
+        writeln!(out.stdout, "{}", serde_json::to_string_pretty(&listed)?)?;
+        return Ok(exit::OK);
+    }
+    if found.is_empty() {
+        writeln!(out.stdout, "no tasks in workspace '{}'", workspace.id())?;
+        return Ok(exit::OK);
+    }
+    let now = now_millis();
+    let rows: Vec<[String; 6]> = found
+        .iter()
+        .map(|f| {
+            [
+                f.task.handle.clone(),
+                f.instance.to_string(),
+                f.task.tool.clone(),
+                f.task.state.to_string(),
+                if f.task.received { "yes".to_owned() } else { "no".to_owned() },
+                crate::instance::updated(f.task.updated_at, now),
+            ]
+        })
+        .collect();
+    let headers = ["HANDLE", "INSTANCE", "TOOL", "STATE", "DELIVERED", "UPDATED"];
+    let mut widths = headers.map(str::len);
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |cells: [&str; 6]| {
+        cells.iter().zip(widths).map(|(cell, width)| format!("{cell:<width$}")).collect::<Vec<_>>().join("  ")
+    };
+    writeln!(out.stdout, "{}{}{}", output::BOLD, line(headers).trim_end(), output::BOLD.render_reset())?;
+    for row in &rows {
+        writeln!(out.stdout, "{}", line(row.each_ref().map(String::as_str)).trim_end())?;
+    }
+    Ok(exit::OK)
+}
+
+fn show(global: &GlobalOptions, workspace: &Workspace, handle: &str, out: &mut Output) -> Result<u8> {
+    let Some(found) = find(workspace, handle) else { return unknown(workspace, handle, out) };
+    if global.json {
+        writeln!(out.stdout, "{}", serde_json::to_string_pretty(&json_of(&found))?)?;
+        return Ok(exit::OK);
+    }
+    let task = &found.task;
+    writeln!(out.stdout, "{}{}{}", output::BOLD, task.handle, output::BOLD.render_reset())?;
+    writeln!(out.stdout, "  instance   {}", found.instance)?;
+    writeln!(out.stdout, "  tool       {} (call {}, turn {})", task.tool, task.call_id, task.turn_id)?;
+    writeln!(out.stdout, "  state      {}", task.state)?;
+    writeln!(out.stdout, "  delivered  {}", if task.received { "yes" } else { "no" })?;
+    writeln!(out.stdout, "  created    {}", goondan_core::js_message::format_rfc3339_millis(task.created_at))?;
+    writeln!(out.stdout, "  updated    {}", goondan_core::js_message::format_rfc3339_millis(task.updated_at))?;
+    if let Some(reason) = &task.reason {
+        writeln!(out.stdout, "  reason     {reason}")?;
+    }
+    if let Some(result) = &task.result {
+        writeln!(
+            out.stdout,
+            "  result     {}",
+            serde_json::to_string_pretty(result)?.replace('\n', "\n             ")
+        )?;
+    }
+    if !task.state.is_final() && !goondan_runtime::store::lock_status(&found.dir).is_ok_and(|s| s.running) {
+        writeln!(
+            out.stdout,
+            "  (no process runs {}: its work has ended, and it is failed when the instance next starts)",
+            found.instance
+        )?;
+    }
+    Ok(exit::OK)
+}
+
+fn cancel(global: &GlobalOptions, workspace: &Workspace, handle: &str, wait_secs: u64, out: &mut Output) -> Result<u8> {
+    let Some(found) = find(workspace, handle) else { return unknown(workspace, handle, out) };
+    if found.task.state.is_final() {
+        output::error_line(
+            &mut out.stderr,
+            format_args!("task '{handle}' has already ended ({}); nothing was changed", found.task.state),
+        )?;
+        return Ok(exit::FAILED);
+    }
+    let Some(service) = ServiceStatus::running(workspace.dir()) else {
+        output::error_line(
+            &mut out.stderr,
+            format_args!(
+                "no service of this project runs, so no process runs the work of task '{handle}': it has ended, and \
+                 the task is failed when {} next starts",
+                found.instance
+            ),
+        )?;
+        return Ok(exit::FAILED);
+    };
+    let request = ControlRequest::CancelTask {
+        agent: found.instance.agent.clone(),
+        key: found.instance.instance_key.clone(),
+        handle: handle.to_owned(),
+    };
+    let reply = match crate::restart::ask(&service, &request, Duration::from_secs(30), out)? {
+        Ok(reply) => reply,
+        Err(code) => return Ok(code),
+    };
+    if !reply.cancel_sent {
+        output::error_line(
+            &mut out.stderr,
+            format_args!(
+                "no process runs {}, so the work of task '{handle}' has ended; it is failed when the instance next starts",
+                found.instance
+            ),
+        )?;
+        return Ok(exit::FAILED);
+    }
+    let deadline = Instant::now() + Duration::from_secs(wait_secs);
+    loop {
+        let now = goondan_runtime::tasks::read_tasks(&found.dir)
+            .ok()
+            .and_then(|tasks| tasks.into_iter().find(|task| task.handle == handle));
+        if let Some(task) = now.filter(|task| task.state.is_final()) {
+            let code = if task.state == TaskState::Cancelled { exit::OK } else { exit::FAILED };
+            if global.json {
+                let done = Found { task, ..found };
+                writeln!(out.stdout, "{}", serde_json::to_string_pretty(&json_of(&done))?)?;
+            } else {
+                let why = task.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default();
+                writeln!(out.stdout, "task {handle} {}{why}", task.state)?;
+            }
+            return Ok(code);
+        }
+        if Instant::now() > deadline {
+            output::error_line(
+                &mut out.stderr,
+                format_args!("task '{handle}' is still working {wait_secs} s after its cancel"),
+            )?;
+            return Ok(exit::FAILED);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
