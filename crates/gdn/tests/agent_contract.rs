@@ -228,7 +228,11 @@ async fn through_the_tool_handler(
         let input = row.as_object().cloned().unwrap_or_default();
         match handler.call(&ctx, &input).await {
             Ok(output) => {
-                let ToolOutput::Value(output) = output else { panic!("a {method} is never pending") };
+                // An asynchronous request is pending (its handle the
+                // correlation id), with the same output as the other doors'.
+                let (ToolOutput::Value(output) | ToolOutput::Pending { output: Some(output), .. }) = output else {
+                    panic!("a pending {method} without its output")
+                };
                 outputs.push(output.clone());
                 results.push(json!({"ok": output}));
             }

@@ -312,6 +312,34 @@ fn an_asynchronous_reply_enters_the_callers_conversation_before_its_next_request
     assert_eq!(content["status"], "ok");
     assert_eq!(content["response"], "worker answer");
     assert_eq!(content["requestId"], results[0]["output"]["correlationId"]);
+    // A pending result whose handle is the correlation id, and a task that
+    // ended with the reply — delivered by the reply itself, not a second message.
+    assert_eq!(results[0]["status"], "pending", "{results:?}");
+    assert_eq!(results[0]["handle"], results[0]["output"]["correlationId"]);
+    let dir = common::instance_path(run.state.path(), "coordinator@default");
+    // (The reply's task is ended beside the reply's delivery: give it a moment.)
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let book = loop {
+        let book = std::fs::read_to_string(dir.join("tasks.jsonl")).unwrap_or_default();
+        if book.lines().count() >= 3 || Instant::now() > deadline {
+            break book;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let lines: Vec<Value> = book.lines().filter_map(|line| serde_json::from_str(line).ok()).collect();
+    let ops: Vec<&str> = lines.iter().filter_map(|line| line["op"].as_str()).collect();
+    assert_eq!(ops, ["open", "end", "received"], "{book}");
+    assert_eq!(lines[0]["task"]["handle"], results[0]["handle"]);
+    assert_eq!(
+        (lines[1]["state"].as_str(), lines[0]["task"]["tool"].as_str()),
+        (Some("completed"), Some("agents__request"))
+    );
+    let completions = run
+        .messages("coordinator", "default")
+        .into_iter()
+        .filter(|m| m["data"]["content"].as_str().is_some_and(|c| c.contains("tool_task_result")))
+        .count();
+    assert_eq!(completions, 0);
 }
 
 #[test]

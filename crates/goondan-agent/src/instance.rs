@@ -122,5 +122,6 @@ pub async fn prepare(
     agent.inbox = Some(Arc::clone(runtime.inbox()));
     let conversation = Conversation::new(loaded.state, Arc::new(InstanceLog::new(store, loaded.events_on_disk)));
     crate::tasks::wire(&tasks, runtime.inbox());
+    runtime.set_tasks(Arc::clone(&tasks));
     Ok(Prepared { agent, conversation, lock, tasks })
 }

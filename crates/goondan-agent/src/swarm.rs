@@ -66,6 +66,8 @@ pub struct SwarmRuntime {
     pub(crate) hops: AtomicU32,
     inbox: Arc<Inbox>,
     events: Mutex<Option<Arc<dyn EventSink>>>,
+    /// The instance's tasks: an asynchronous request is one until its answer.
+    tasks: std::sync::OnceLock<Arc<goondan_runtime::tasks::TaskBook>>,
     this: std::sync::Weak<SwarmRuntime>,
 }
 
@@ -87,7 +89,13 @@ impl SwarmRuntime {
             hops: AtomicU32::new(0),
             inbox: Arc::new(Inbox::default()),
             events: Mutex::new(None),
+            tasks: std::sync::OnceLock::new(),
         })
+    }
+
+    /// The instance's tasks (set once, when the instance is prepared).
+    pub fn set_tasks(&self, tasks: Arc<goondan_runtime::tasks::TaskBook>) {
+        let _ = self.tasks.set(tasks);
     }
 
     /// The inbox asynchronous replies go to (the agent's).
@@ -241,6 +249,26 @@ impl SwarmRuntime {
     /// An asynchronous request's answer (or failure) as a message of the
     /// conversation, shaped as the original's `inter_agent_response`.
     fn deliver_async(&self, correlation_id: &str, request: &AsyncRequest, answer: &DelegateResultPayload) {
+        // The request's task ends with its answer; the answer's message
+        // below is how the conversation gets it (no completion message).
+        if let Some(tasks) = self.tasks.get() {
+            let end =
+                match (&answer.status, &answer.error) {
+                    (ResultStatus::Ok, _) => goondan_tools::tasks::TaskEnd::Completed(goondan_core::ToolResult::ok(
+                        json!({"target": request.target, "response": answer.response.clone().unwrap_or_default()}),
+                    )),
+                    (_, error) => goondan_tools::tasks::TaskEnd::Failed(error.as_ref().map_or_else(
+                        || "the agent request failed".to_owned(),
+                        |e| format!("{}: {}", e.code, e.message),
+                    )),
+                };
+            let (tasks, handle) = (Arc::clone(tasks), correlation_id.to_owned());
+            tokio::spawn(async move {
+                if let Err(error) = tasks.finish_received(&handle, end).await {
+                    tracing::debug!("the task of request {handle}: {}", error.message);
+                }
+            });
+        }
         let status = match answer.status {
             ResultStatus::Ok => "ok",
             ResultStatus::Error => "error",

@@ -10,10 +10,10 @@
 
 use std::sync::Arc;
 
+use goondan_core::JsonObject;
 use goondan_core::codes::E_AGENTS_UNAVAILABLE;
-use goondan_core::{JsonObject, JsonValue};
 use goondan_tools::agents::{self, AgentMessageRequest, AgentSpawnRequest, MessageFields, SpawnFields};
-use goondan_tools::{AgentToolRuntime, BoxFuture, HandlerResult, ToolContext, ToolFailure, ToolHandler};
+use goondan_tools::{AgentToolRuntime, BoxFuture, HandlerResult, ToolContext, ToolFailure, ToolHandler, ToolOutput};
 
 /// The handler of `export`, or `None` if the tool has no such export.
 pub fn handler(export: &str) -> Option<Arc<dyn ToolHandler>> {
@@ -48,7 +48,7 @@ impl ToolHandler for Agents {
             // Arguments first: a bad call is reported as such, runtime or not.
             let call = Call::read(self.export, input)?;
             let runtime = ctx.runtime().ok_or_else(unavailable)?;
-            call.run(ctx, runtime.as_ref()).await.map(Into::into)
+            call.run(ctx, runtime.as_ref()).await
         })
     }
 }
@@ -73,14 +73,27 @@ impl Call {
         })
     }
 
-    async fn run(self, ctx: &ToolContext, runtime: &dyn AgentToolRuntime) -> Result<JsonValue, ToolFailure> {
-        match self {
-            Self::Request(request) => runtime.request(ctx, request).await.map(|answer| answer.tool_output()),
-            Self::Send(request) => runtime.send(ctx, request).await.map(|receipt| receipt.tool_output()),
-            Self::Spawn(request) => runtime.spawn(ctx, request).await,
-            Self::List(include_all) => runtime.list(ctx, include_all).await,
-            Self::Catalog => runtime.catalog(ctx).await,
-        }
+    async fn run(self, ctx: &ToolContext, runtime: &dyn AgentToolRuntime) -> HandlerResult {
+        let value = match self {
+            Self::Request(request) => {
+                let answer = runtime.request(ctx, request).await?;
+                // An asynchronous request's answer comes later: a pending
+                // result, its handle the request's correlation id (the
+                // answer enters the conversation as it always did).
+                if answer.asynchronous && answer.response.is_none() {
+                    return Ok(ToolOutput::Pending {
+                        handle: answer.correlation_id.clone(),
+                        output: Some(answer.tool_output()),
+                    });
+                }
+                answer.tool_output()
+            }
+            Self::Send(request) => runtime.send(ctx, request).await.map(|receipt| receipt.tool_output())?,
+            Self::Spawn(request) => runtime.spawn(ctx, request).await?,
+            Self::List(include_all) => runtime.list(ctx, include_all).await?,
+            Self::Catalog => runtime.catalog(ctx).await?,
+        };
+        Ok(value.into())
     }
 }
 
@@ -99,6 +112,8 @@ mod tests {
 
     use goondan_tools::agents::{AgentAnswer, AgentSendReceipt, DEFAULT_REQUEST_TIMEOUT_MS};
     use serde_json::json;
+
+    use goondan_core::JsonValue;
 
     use super::*;
 

@@ -83,6 +83,9 @@ pub struct TaskBook {
     cancels: Mutex<HashMap<String, watch::Sender<bool>>>,
     on_end: Mutex<Option<OnEnd>>,
     on_received: Mutex<Option<OnEnd>>,
+    /// Ends delivered (received) before their task was recorded: an
+    /// asynchronous agent reply can beat the pending result's recording.
+    early: Mutex<HashMap<String, TaskEnd>>,
     expiry: Duration,
 }
 
@@ -296,6 +299,7 @@ impl TaskBook {
             cancels: Mutex::new(HashMap::new()),
             on_end: Mutex::new(None),
             on_received: Mutex::new(None),
+            early: Mutex::new(HashMap::new()),
             expiry,
         })
     }
@@ -351,9 +355,35 @@ impl TaskBook {
 
     /// Opens a working task for `tool`'s call `call_id` in `turn_id`.
     pub async fn open_task(&self, tool: &str, call_id: &str, turn_id: &str) -> Result<TaskTicket, ToolFailure> {
+        let handle = format!("task-{}", goondan_core::ids::new_id());
+        self.open_as(&handle, tool, call_id, turn_id).await
+    }
+
+    /// Records the task of a pending result whose handler named `handle`
+    /// itself; nothing if it is known. An end delivered before (see
+    /// [`finish_received`](Self::finish_received)) is applied at once.
+    pub async fn adopt_task(&self, tool: &str, call_id: &str, turn_id: &str, handle: &str) -> Result<(), ToolFailure> {
+        if self.get(handle).is_some() {
+            return Ok(());
+        }
+        if handle.is_empty() || handle.len() > 200 || handle.chars().any(char::is_control) {
+            return Err(ToolFailure::with_code(
+                "a pending result's handle must be 1 to 200 printable characters",
+                goondan_core::codes::E_TOOL_INVALID_ARGS,
+            ));
+        }
+        self.open_as(handle, tool, call_id, turn_id).await?;
+        let early = self.early.lock().unwrap_or_else(PoisonError::into_inner).remove(handle);
+        if let Some(end) = early {
+            self.finish_received(handle, end).await?;
+        }
+        Ok(())
+    }
+
+    async fn open_as(&self, handle: &str, tool: &str, call_id: &str, turn_id: &str) -> Result<TaskTicket, ToolFailure> {
         let _writing = self.writing.lock().await;
         let now = now_millis();
-        let handle = format!("task-{}", goondan_core::ids::new_id());
+        let handle = handle.to_owned();
         let task = TaskView {
             handle: handle.clone(),
             tool: tool.to_owned(),
@@ -394,6 +424,31 @@ impl TaskBook {
             on_end(&ended);
         }
         Ok(ended)
+    }
+
+    /// Ends a task whose end the conversation gets another way (an
+    /// asynchronous agent reply is its own message): recorded ended and
+    /// received, with no completion message. A handle not recorded yet is
+    /// kept until [`adopt_task`](Self::adopt_task) records it.
+    pub async fn finish_received(&self, handle: &str, end: TaskEnd) -> Result<(), ToolFailure> {
+        let _writing = self.writing.lock().await;
+        let Some(task) = self.get(handle) else {
+            self.early.lock().unwrap_or_else(PoisonError::into_inner).insert(handle.to_owned(), end);
+            return Ok(());
+        };
+        if task.state.is_final() {
+            return Err(already_finished(&task));
+        }
+        let state = end.state();
+        let (result, reason) = match end {
+            TaskEnd::Completed(result) => (Some(result), None),
+            TaskEnd::Failed(reason) | TaskEnd::Cancelled(reason) => (None, Some(reason)),
+        };
+        let at = now_millis();
+        self.commit(Record::End { handle: handle.to_owned(), state, result, reason, at }).await?;
+        self.commit(Record::Received { handle: handle.to_owned(), at }).await?;
+        self.cancels.lock().unwrap_or_else(PoisonError::into_inner).remove(handle);
+        Ok(())
     }
 
     /// Records that the model has the end of `handle` (no completion
@@ -500,6 +555,16 @@ impl ToolTasks for TaskBook {
         self.tasks()
     }
 
+    fn adopt<'a>(
+        &'a self,
+        tool: &'a str,
+        call_id: &'a str,
+        turn_id: &'a str,
+        handle: &'a str,
+    ) -> BoxFuture<'a, Result<(), ToolFailure>> {
+        Box::pin(self.adopt_task(tool, call_id, turn_id, handle))
+    }
+
     fn output_path(&self, handle: &str) -> Option<PathBuf> {
         // Handles are made here (`task-<uuid>`); anything else names no file.
         let safe = handle.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
@@ -580,6 +645,31 @@ mod tests {
         drop(book);
         let book = TaskBook::open(dir.path())?;
         assert_eq!(book.undelivered().len(), 1);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_pending_result_of_its_own_handle_is_adopted_and_an_early_end_waits_for_it()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let book = TaskBook::open(dir.path())?;
+        book.adopt_task("agents__request", "call-1", "turn", "corr-1").await.map_err(|f| f.message)?;
+        book.adopt_task("agents__request", "call-1", "turn", "corr-1").await.map_err(|f| f.message)?;
+        assert_eq!(book.tasks().len(), 1, "adopting a known handle changes nothing");
+        book.finish_received("corr-1", TaskEnd::Completed(ToolResult::ok(json!("pong"))))
+            .await
+            .map_err(|f| f.message)?;
+        let task = &book.tasks()[0];
+        assert_eq!((task.state, task.received), (TaskState::Completed, true));
+        assert!(book.undelivered().is_empty(), "its end went to the conversation another way");
+        // The reply beats the recording: kept, then applied.
+        book.finish_received("corr-2", TaskEnd::Failed("timeout".into())).await.map_err(|f| f.message)?;
+        assert_eq!(book.tasks().len(), 1);
+        book.adopt_task("agents__request", "call-2", "turn", "corr-2").await.map_err(|f| f.message)?;
+        let late = book.status_of("corr-2").await.map_err(|f| f.message)?;
+        assert_eq!((late.state, late.received), (TaskState::Failed, true));
+        let bad = book.adopt_task("t", "c", "u", "").await;
+        assert_eq!(bad.as_ref().err().and_then(code), Some(goondan_core::codes::E_TOOL_INVALID_ARGS));
         Ok(())
     }
 

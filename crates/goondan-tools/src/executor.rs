@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use goondan_core::codes::{E_TOOL_NOT_FOUND, E_TOOL_NOT_IN_CATALOG, E_TOOL_TIMEOUT};
 use goondan_core::ids::SpanIdGenerator;
 use goondan_core::message::now_millis;
-use goondan_core::{DEFAULT_ERROR_MESSAGE_LIMIT, JsonObject, JsonValue, ToolCall, ToolError, ToolResult};
+use goondan_core::{DEFAULT_ERROR_MESSAGE_LIMIT, JsonObject, JsonValue, ToolCall, ToolError, ToolResult, ToolStatus};
 use tracing::Instrument as _;
 
 use crate::catalog::ToolCatalog;
@@ -206,6 +206,16 @@ impl ToolExecutor {
             result.truncate_error(limit);
             // Every source's error (native, script, MCP, a layer's refusal)
             // links to the help entry of its code, unless it set a link.
+            result.link_help();
+        }
+        // A pending result is a task of the instance, whoever made it: one
+        // its handler did not open itself is recorded here.
+        if result.status == ToolStatus::Pending
+            && let (Some(tasks), Some(handle)) = (scope.tasks.as_ref(), result.handle.clone())
+            && let Err(failure) = tasks.adopt(&ctx.tool_name, &ctx.tool_call_id, &scope.turn_id, &handle).await
+        {
+            // No result would ever come: say so now.
+            result = ToolResult::error(failure.into_tool_error());
             result.link_help();
         }
 

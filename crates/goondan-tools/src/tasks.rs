@@ -141,6 +141,18 @@ pub trait ToolTasks: Send + Sync + fmt::Debug {
     fn cancel<'a>(&'a self, handle: &'a str) -> BoxFuture<'a, Result<TaskView, ToolFailure>>;
     /// Every task, oldest first.
     fn list(&self) -> Vec<TaskView>;
+    /// Records a working task for a pending result whose handler named
+    /// its own `handle` (a script's `__async`, an asynchronous agent
+    /// request) without opening one; nothing for a handle already known.
+    fn adopt<'a>(
+        &'a self,
+        _tool: &'a str,
+        _call_id: &'a str,
+        _turn_id: &'a str,
+        _handle: &'a str,
+    ) -> BoxFuture<'a, Result<(), ToolFailure>> {
+        Box::pin(async { Ok(()) })
+    }
     /// Where a task's work may keep a file of its own (a background
     /// command's whole output), beside the instance's state; `None` if
     /// this keeper has no such place.
