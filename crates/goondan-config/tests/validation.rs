@@ -35,6 +35,7 @@ fn base_package_loads_without_diagnostics() {
         [
             "bash",
             "wait",
+            "tasks",
             "file-system",
             "agents",
             "self-restart",
