@@ -46,6 +46,8 @@ struct Console {
     after_tools: Mutex<bool>,
     /// What each agent did, for `--json`.
     activity: Mutex<Vec<serde_json::Value>>,
+    /// The entry instance's tasks still working when its last turn ended.
+    tasks_working: tokio::sync::watch::Sender<Vec<String>>,
     /// The line that shows the step's running tools (a terminal only), and
     /// whether it has been drawn.
     running: Mutex<Option<(tokio::task::JoinHandle<()>, Arc<std::sync::atomic::AtomicBool>)>>,
@@ -218,6 +220,7 @@ impl SwarmObserver for Console {
             ObservePayload::TurnEnded { summary } => {
                 if entry {
                     self.stop_running();
+                    self.tasks_working.send_replace(summary.tasks_working.clone());
                 }
                 if let Ok(mut activity) = self.activity.lock() {
                     activity.push(serde_json::json!({
@@ -424,6 +427,7 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
         after_tools: Mutex::new(false),
         activity: Mutex::new(Vec::new()),
         running: Mutex::new(None),
+        tasks_working: tokio::sync::watch::channel(Vec::new()).0,
     });
     // Agent processes log as this one does.
     let mut launch_args: Vec<&str> = vec!["-v"; usize::from(global.verbose)];
@@ -516,6 +520,9 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
         Some(input) => {
             let reported = one_turn(&chat, input).await;
             report_outcome(&chat, &reported, out)?;
+            if session.shutdown.requested().is_none() && reported.start_error.is_none() {
+                wait_for_tasks(&chat, out).await?;
+            }
             session.shutdown.requested().unwrap_or_else(|| reported.code())
         }
         None => {
@@ -563,6 +570,52 @@ fn servable_check(
         let lookup = |name: &str| env(name);
         crate::service::plan_connections(bundle, &swarm, &entry, &lookup).map(|_| ())
     })
+}
+
+/// A one-shot run does not end while tasks its turns started still work
+/// (a background command): it says so, waits for their ends' turns, and
+/// exits; Ctrl-C (or SIGTERM) cancels them and says so.
+async fn wait_for_tasks(chat: &Chat<'_>, out: &mut Output) -> Result<()> {
+    let mut working = chat.console.tasks_working.subscribe();
+    let pending = working.borrow().clone();
+    if pending.is_empty() {
+        return Ok(());
+    }
+    if !chat.global.json {
+        writeln!(
+            out.stderr,
+            "{}⧗ waiting for {} task(s) to end ({}) — Ctrl-C cancels {}{}",
+            output::DIM,
+            pending.len(),
+            pending.join(", "),
+            if pending.len() == 1 { "it" } else { "them" },
+            output::DIM.render_reset()
+        )?;
+    }
+    let (stop_tx, mut stop) = watch::channel(false);
+    chat.shutdown.turn_started(stop_tx.clone());
+    let interrupted = tokio::select! {
+        _ = working.wait_for(Vec::is_empty) => false,
+        _ = tokio::signal::ctrl_c() => true,
+        _ = stop.wait_for(|s| *s) => true,
+    };
+    if interrupted {
+        let handles = working.borrow().clone();
+        for handle in &handles {
+            chat.orchestrator.cancel_task(&chat.console.entry, handle).await;
+        }
+        // Their cancelled ends still come as turns; not forever.
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(15), working.wait_for(Vec::is_empty)).await;
+        if !chat.global.json {
+            writeln!(out.stderr)?;
+            output::note_line(&mut out.stderr, format_args!("cancelled {} task(s)", handles.len()))?;
+        }
+    } else if chat.console.streamed() && !chat.global.json {
+        // The last end's turn streamed its text without a line end.
+        writeln!(out.stdout)?;
+    }
+    chat.shutdown.turn_ended();
+    Ok(())
 }
 
 /// The default deadline of one tool call in `gdn run` (`--tool-timeout-ms`).

@@ -344,3 +344,61 @@ fn people_list_show_and_cancel_tasks_through_the_cli() -> TestResult {
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("no task 'task-nope'"));
     Ok(())
 }
+
+/// The bundle without its Connection: `gdn run --input` runs one turn.
+fn one_shot_bundle(dir: &Path, marks: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    bundle(dir, 1, marks)?;
+    let file = dir.join("goondan.yaml");
+    let text = std::fs::read_to_string(&file)?;
+    let cut = text.find("---\napiVersion: goondan.ai/v1\nkind: Connection").ok_or("no Connection")?;
+    std::fs::write(&file, &text[..cut])?;
+    Ok(())
+}
+
+#[test]
+fn a_one_shot_run_waits_for_its_tasks_and_runs_their_turns_before_it_exits() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let state = dir.path().join("state");
+    let marks = dir.path().join("marks");
+    std::fs::create_dir_all(&marks)?;
+    one_shot_bundle(dir.path(), &marks)?;
+    let output = gdn(dir.path(), &state, &["run", "--input", "start work"])?;
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert_eq!(output.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(stderr.contains("waiting for 1 task(s) to end (task-"), "{stderr}");
+    assert!(stdout.contains("started") && stdout.contains("the command finished"), "{stdout}");
+    assert!(stdout.find("started") < stdout.find("the command finished"), "{stdout}");
+    assert_eq!(tasks(&state, "default")[0]["state"], "completed");
+    Ok(())
+}
+
+#[test]
+fn ctrl_c_while_a_one_shot_run_waits_cancels_its_tasks_and_says_so() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let state = dir.path().join("state");
+    let marks = dir.path().join("marks");
+    std::fs::create_dir_all(&marks)?;
+    one_shot_bundle(dir.path(), &marks)?;
+    let child = Command::new(env!("CARGO_BIN_EXE_gdn"))
+        .arg("-c")
+        .arg(dir.path())
+        .args(["run", "--input", "long one"])
+        .env("GOONDAN_STATE_ROOT", &state)
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    until("the long command to start", || Ok(marks.join("long.pid").exists()))?;
+    let command: i32 = std::fs::read_to_string(marks.join("long.pid"))?.trim().parse()?;
+    // Waiting now (the turn answered "running"): Ctrl-C.
+    until("the wait", || Ok(count(&state, "default", "\"running\"") >= 1))?;
+    std::thread::sleep(Duration::from_millis(300));
+    Command::new("kill").args(["-INT", &child.id().to_string()]).status()?;
+    let output = child.wait_with_output()?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("cancelled 1 task(s)"), "{stderr}");
+    until("the command to be gone", || Ok(!alive(command)))?;
+    assert_eq!(tasks(&state, "default")[0]["state"], "cancelled", "{stderr}");
+    Ok(())
+}

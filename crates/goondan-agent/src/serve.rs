@@ -209,6 +209,7 @@ pub async fn serve(
                 outbox: &outbox,
                 me: &me,
                 terminate: &terminate,
+                tasks: &tasks,
             };
             let mut restart = false;
             for message in &completions {
@@ -254,6 +255,7 @@ pub async fn serve(
                 outbox: &outbox,
                 me: &me,
                 terminate: &terminate,
+                tasks: &tasks,
             };
             let restart = worker.run_job(&mut conversation, job).await;
             // Completions the turn's steps took in are delivered now.
@@ -422,12 +424,14 @@ struct Worker<'a> {
     me: &'a AgentInstance,
     /// SIGTERM: cancels the running turn.
     terminate: &'a watch::Receiver<bool>,
+    /// The instance's tasks.
+    tasks: &'a TaskBook,
 }
 
 impl Worker<'_> {
     /// Runs the turn for one message; true if it asked for a restart.
     async fn run_job(&self, conversation: &mut Conversation, job: Job) -> bool {
-        let Worker { agent, runtime, control, outbox, me, terminate } = *self;
+        let Worker { agent, runtime, control, outbox, me, terminate, tasks } = *self;
         let Job { correlation_id, from, payload, wants_answer } = job;
         // A connector's event delivered again (the service restarted before
         // it recorded the turn's end): a turn that ran to its answer is not
@@ -437,6 +441,7 @@ impl Worker<'_> {
                 Some(Redelivered::Answered(text)) => {
                     tracing::info!(delivery_key = key, "the event's turn already ran to its answer; not run again");
                     let summary = TurnSummary {
+                        tasks_working: Vec::new(),
                         turn_id: String::new(),
                         end: "answered".to_owned(),
                         note: Some("already answered (a redelivered event)".to_owned()),
@@ -520,7 +525,7 @@ impl Worker<'_> {
         on_terminate.abort();
         *control.running.lock().unwrap_or_else(PoisonError::into_inner) = None;
         runtime.hops.store(0, Ordering::Relaxed);
-        let summary = summary(&outcome);
+        let summary = summary(&outcome, tasks);
         observer.send(ObservePayload::TurnEnded { summary: summary.clone() });
         if wants_answer {
             let answer = answer_of(&outcome, summary, me);
@@ -584,8 +589,9 @@ fn redelivery(messages: &[goondan_core::Message], key: &str) -> Option<Redeliver
     }
 }
 
-fn summary(outcome: &TurnOutcome) -> TurnSummary {
+fn summary(outcome: &TurnOutcome, tasks: &TaskBook) -> TurnSummary {
     TurnSummary {
+        tasks_working: tasks.tasks().into_iter().filter(|t| !t.state.is_final()).map(|t| t.handle).collect(),
         turn_id: String::new(),
         end: outcome.end.as_str().to_owned(),
         note: outcome.end.note(),

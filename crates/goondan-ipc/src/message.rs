@@ -365,6 +365,10 @@ pub struct TurnSummary {
     /// The turn asked for the agent to be restarted.
     #[serde(default)]
     pub restart_requested: bool,
+    /// The handles of the instance's tasks still working when the turn
+    /// ended (their ends come as turns of their own).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tasks_working: Vec<String>,
 }
 
 /// A structured error on the wire.
