@@ -15,6 +15,12 @@
 //! `notifications/tools/list_changed`, which the catalog acts on at the next
 //! step. A call whose future is dropped (the call timeout, a cancelled turn)
 //! is cancelled on the server: the SDK sends `notifications/cancelled`.
+//!
+//! A connection starts with `server/discover` (revision 2026-07-28) and
+//! falls back to `initialize` for a server that does not know it; the
+//! client declares the tasks extension (`io.modelcontextprotocol/tasks`),
+//! so a server may answer a long `tools/call` with a task ([`Answer::Task`]),
+//! which [`follow_task`] polls to its end.
 
 use std::collections::{HashMap, VecDeque};
 use std::process::Stdio;
@@ -591,12 +597,6 @@ impl Connection {
     /// The SDK's peer, for requests of its own (benchmarks, tests).
     pub fn peer(&self) -> &Peer<RoleClient> {
         &self.peer
-    }
-
-    /// Whether the connection speaks the 2026-07-28 revision (it started
-    /// with `server/discover`), and the server offers the tasks extension.
-    pub fn offers_tasks(&self) -> bool {
-        self.peer.peer_info().is_some_and(|info| info.capabilities.supports_tasks())
     }
 
     /// On the 2026-07-28 revision a server sends
@@ -1209,6 +1209,14 @@ mod tests {
         assert!(closed.is_err_and(|e| e.contains("exceeds the limit of 48 bytes")));
         let dropped = through(input.as_bytes(), 48, |_, _| None, false, 16).await;
         assert_eq!(dropped.as_deref(), Ok("{\"id\":3}\n"));
+    }
+
+    #[test]
+    fn a_tasks_poll_interval_is_the_servers_within_bounds() {
+        assert_eq!(task_poll_interval(Some(300)), Duration::from_millis(300));
+        assert_eq!(task_poll_interval(Some(0)), MIN_TASK_POLL);
+        assert_eq!(task_poll_interval(Some(3_600_000)), MAX_TASK_POLL);
+        assert_eq!(task_poll_interval(None), DEFAULT_TASK_POLL);
     }
 
     #[test]

@@ -8,6 +8,12 @@
 //! a base64 payload in the conversation costs the model tokens it cannot
 //! read. `isError` becomes an error result carrying the server's text.
 //!
+//! A server that answers with a task (the MCP tasks extension): with the
+//! agent instance's tasks (`ctx.tasks()`) the call is `pending` at once
+//! and the task is followed in the background until it ends the instance's
+//! task (a cancel of that task sends `tasks/cancel`); without them the call
+//! follows the task itself, within the executor's deadline.
+//!
 //! When the agent's events are on, each call carries a progress token and
 //! the server's progress notifications become `tool.progress` events of the
 //! call (its id and tool, `progress`, `total`, `message`).
