@@ -25,7 +25,10 @@ use nix::unistd::Pid;
 use serde_json::{Value, json};
 
 mod common;
-use common::{js_runtime_usable, mcp_everything_server as everything_server, mcp_python as python, repo_path as repo};
+use common::{
+    js_runtime_usable, mcp_everything_server as everything_server, mcp_python as python, mcp_tasks_python,
+    repo_path as repo,
+};
 
 fn fixture() -> PathBuf {
     repo("tests/fixtures/base-tools")
@@ -47,6 +50,26 @@ fn client(python: &Path, server: Value, ops: Value) -> Vec<Value> {
         .unwrap_or_else(|e| panic!("run the MCP client: {e}"));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "the MCP client failed: {stderr}");
+    let lines: Vec<Value> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}\n{stderr}")))
+        .collect();
+    assert_eq!(lines.len(), ops.as_array().map_or(0, Vec::len), "{lines:?}\n{stderr}");
+    lines
+}
+
+/// Runs the tasks-extension client (`tests/mcp_serve/tasks_client.py`)
+/// with `server` and `ops`; one JSON value per operation.
+fn tasks_client(python: &Path, server: Value, ops: Value) -> Vec<Value> {
+    let spec = json!({"server": server, "ops": ops});
+    let output = Command::new(python)
+        .arg(repo("crates/gdn/tests/mcp_serve/tasks_client.py"))
+        .arg(spec.to_string())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("run the MCP tasks client: {e}"));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "the MCP tasks client failed: {stderr}");
     let lines: Vec<Value> = String::from_utf8_lossy(&output.stdout)
         .lines()
         .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}\n{stderr}")))
@@ -729,4 +752,65 @@ fn a_background_job_that_ends_after_its_call_is_reaped_not_left_a_zombie() {
     drop(stdin);
     let status = child.wait().unwrap_or_else(|e| panic!("wait gdn: {e}"));
     assert!(status.success(), "{status:?}");
+}
+
+/// What a client of the tasks extension runs on both transports: a quick
+/// call (answered at once), a slow one it follows transparently, one it
+/// drives as a task, and one it cancels, whose process must end.
+fn check_tasks(python: &Path, server: Value, pid_file: &Path) {
+    let slow = json!({"command": "sleep 2; echo slept"});
+    let stoppable = json!({"command": format!("echo $$ > {}; exec sleep 600", pid_file.display())});
+    let answers = tasks_client(
+        python,
+        server,
+        json!([
+            {"op": "call", "name": "text-transform__case", "args": {"text": "hello", "to": "upper"}},
+            {"op": "call", "name": "bash__exec", "args": slow},
+            {"op": "task", "name": "bash__exec", "args": slow},
+            {"op": "cancel", "name": "bash__exec", "args": stoppable, "after": 1.0},
+        ]),
+    );
+    // At once, as before: no task for a quick call.
+    assert_eq!(answers[0]["structuredContent"]["result"], "HELLO", "{}", answers[0]);
+    assert!(answers[0]["seconds"].as_f64().is_some_and(|s| s < 1.0), "{}", answers[0]);
+    // Transparent: the client followed the task the server made of it.
+    assert_eq!(answers[1]["isError"], false, "{}", answers[1]);
+    assert!(
+        answers[1]["structuredContent"]["stdout"].as_str().is_some_and(|out| out.contains("slept")),
+        "{}",
+        answers[1]
+    );
+    assert!(answers[1]["seconds"].as_f64().is_some_and(|s| s >= 2.0), "{}", answers[1]);
+    // As a task: working at first, then its result.
+    assert!(answers[2]["taskId"].as_str().is_some_and(|id| !id.is_empty()), "{}", answers[2]);
+    assert_eq!(answers[2]["first"], "working", "{}", answers[2]);
+    assert!(
+        answers[2]["structuredContent"]["stdout"].as_str().is_some_and(|out| out.contains("slept")),
+        "{}",
+        answers[2]
+    );
+    // Cancelled: the task says so and the call's process is gone.
+    assert_eq!(answers[3]["status"], "cancelled", "{}", answers[3]);
+    let pid: u32 = std::fs::read_to_string(pid_file)
+        .ok()
+        .and_then(|text| text.trim().parse().ok())
+        .unwrap_or_else(|| panic!("the cancelled call did not start"));
+    assert_gone(pid, "the process of a task the client cancelled");
+}
+
+#[test]
+fn a_client_of_the_tasks_extension_gets_long_calls_as_tasks_it_can_cancel_over_stdio() {
+    let Some(python) = mcp_tasks_python() else { return };
+    let state = temp();
+    let scratch = temp();
+    check_tasks(&python, stdio_server(state.path()), &scratch.path().join("pid"));
+}
+
+#[test]
+fn a_client_of_the_tasks_extension_gets_long_calls_as_tasks_it_can_cancel_over_http() {
+    let Some(python) = mcp_tasks_python() else { return };
+    let state = temp();
+    let scratch = temp();
+    let server = HttpServer::start(state.path(), &[]);
+    check_tasks(&python, json!({"url": server.url}), &scratch.path().join("pid"));
 }

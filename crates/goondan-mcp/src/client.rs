@@ -15,6 +15,12 @@
 //! `notifications/tools/list_changed`, which the catalog acts on at the next
 //! step. A call whose future is dropped (the call timeout, a cancelled turn)
 //! is cancelled on the server: the SDK sends `notifications/cancelled`.
+//!
+//! A connection starts with `server/discover` (revision 2026-07-28) and
+//! falls back to `initialize` for a server that does not know it; the
+//! client declares the tasks extension (`io.modelcontextprotocol/tasks`),
+//! so a server may answer a long `tools/call` with a task ([`Answer::Task`]),
+//! which [`follow_task`] polls to its end.
 
 use std::collections::{HashMap, VecDeque};
 use std::process::Stdio;
@@ -23,11 +29,15 @@ use std::sync::{Arc, Mutex as StdMutex, PoisonError};
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam, ClientCapabilities,
-    ClientConfig, ClientRequest, Implementation, ProgressNotificationParam, ProgressToken, RequestId, ServerResult,
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelTaskParams, CancelledNotificationParam,
+    ClientCapabilities, ClientConfig, ClientRequest, GetTaskParams, Implementation, ProgressNotificationParam,
+    ProgressToken, ProtocolVersion, RequestId, ServerNotification, ServerResult, SubscriptionFilter, Task, TaskPayload,
     Tool,
 };
-use rmcp::service::{NotificationContext, PeerRequestOptions, RoleClient, RunningService, ServiceError};
+use rmcp::service::{
+    ClientLifecycleMode, ClientServiceExt, NotificationContext, PeerRequestOptions, RoleClient, RunningService,
+    ServiceError,
+};
 use rmcp::transport::streamable_http_client::{StreamableHttpClientTransport, StreamableHttpClientTransportConfig};
 use rmcp::{ClientHandler, Peer, ServiceExt};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -534,7 +544,10 @@ impl ClientHandler for ClientSide {
     }
 
     fn get_info(&self) -> ClientConfig {
-        ClientConfig::new(ClientCapabilities::default(), Implementation::new("goondan-rs", env!("CARGO_PKG_VERSION")))
+        // The tasks extension: a server may answer a long tools/call with a
+        // task, which the bridge follows (see [`follow_task`]).
+        let capabilities = ClientCapabilities::builder().enable_tasks().build();
+        ClientConfig::new(capabilities, Implementation::new("goondan-rs", env!("CARGO_PKG_VERSION")))
     }
 }
 
@@ -585,6 +598,34 @@ impl Connection {
     pub fn peer(&self) -> &Peer<RoleClient> {
         &self.peer
     }
+
+    /// On the 2026-07-28 revision a server sends
+    /// `notifications/tools/list_changed` only on a subscription: when the
+    /// server says its list changes, one is opened for the connection's
+    /// life, so a changed list is noted as over `initialize`.
+    fn listen_for_tool_changes(&self, notifications: Arc<Notifications>) {
+        let Some(info) = self.peer.peer_info() else { return };
+        let modern = info.protocol_version == ProtocolVersion::V_2026_07_28;
+        let changes = info.capabilities.tools.as_ref().and_then(|tools| tools.list_changed) == Some(true);
+        if !modern || !changes {
+            return;
+        }
+        let peer = self.peer.clone();
+        tokio::spawn(async move {
+            let mut subscription = match peer.listen(SubscriptionFilter::builder().tools_list_changed().build()).await {
+                Ok(subscription) => subscription,
+                Err(error) => {
+                    tracing::debug!("cannot subscribe to the server's tool list changes: {error}");
+                    return;
+                }
+            };
+            while let Ok(Some(notification)) = subscription.next().await {
+                if matches!(notification, ServerNotification::ToolListChangedNotification(_)) {
+                    notifications.mark_tools_changed();
+                }
+            }
+        });
+    }
 }
 
 /// Connects to `spec`: runs the MCP handshake and lists the server's tools.
@@ -625,13 +666,16 @@ async fn connect_stdio(
     let tail = Arc::new(StdMutex::new(VecDeque::with_capacity(STDERR_TAIL_LINES)));
     let stderr_done =
         child.0.stderr.take().map(|stderr| tokio::spawn(log_stderr(server.to_owned(), stderr, Arc::clone(&tail))));
+    let notifications = Arc::clone(&client.notifications);
     let (Some(stdout), Some(stdin)) = (child.0.stdout.take(), child.0.stdin.take()) else {
         return Err(ClientError::Protocol("the child's standard streams are not available".to_owned()));
     };
-    match handshake(client.serve((client_stream(stdout), stdin))).await {
+    match handshake(client.serve_with_lifecycle((client_stream(stdout), stdin), lifecycle())).await {
         Ok((service, tools)) => {
             let peer = service.peer().clone();
-            Ok((Connection { service, peer, child: Some(child) }, tools))
+            let connection = Connection { service, peer, child: Some(child) };
+            connection.listen_for_tool_changes(Arc::clone(&notifications));
+            Ok((connection, tools))
         }
         Err(ClientError::Protocol(error)) => {
             // A process that exited says more through its status and the
@@ -672,10 +716,33 @@ async fn connect_http(spec: &HttpServer, client: ClientSide) -> Result<(Connecti
         headers.insert(header, value);
     }
     let config = StreamableHttpClientTransportConfig::with_uri(spec.url.as_str()).custom_headers(headers);
-    let transport = StreamableHttpClientTransport::with_client(http, config);
-    let (service, tools) = handshake(client.serve(transport)).await?;
+    let notifications = Arc::clone(&client.notifications);
+    let transport = StreamableHttpClientTransport::with_client(http.clone(), config.clone());
+    let (service, tools) = match handshake(client.clone().serve_with_lifecycle(transport, lifecycle())).await {
+        Ok(started) => started,
+        // An HTTP server of an older revision may refuse `server/discover`
+        // with an HTTP status rather than a JSON-RPC error (which the SDK
+        // takes as "legacy"): the handshake of those revisions again, on a
+        // new transport.
+        Err(ClientError::Protocol(why)) => {
+            tracing::debug!("MCP server at {}: server/discover failed ({why}); trying initialize", spec.url);
+            let transport = StreamableHttpClientTransport::with_client(http, config);
+            handshake(client.serve(transport)).await?
+        }
+        Err(other) => return Err(other),
+    };
     let peer = service.peer().clone();
-    Ok((Connection { service, peer, child: None }, tools))
+    let connection = Connection { service, peer, child: None };
+    connection.listen_for_tool_changes(notifications);
+    Ok((connection, tools))
+}
+
+/// How a connection starts: `server/discover` of the 2026-07-28 revision
+/// (whose tasks extension lets a server answer a long call with a task),
+/// and the `initialize` handshake for a server that does not know it (a
+/// JSON-RPC error to `server/discover`, or no answer within the SDK's 10 s).
+fn lifecycle() -> ClientLifecycleMode {
+    ClientLifecycleMode::Auto { preferred_versions: vec![ProtocolVersion::V_2026_07_28], legacy_version: None }
 }
 
 /// Runs the handshake `serving` does, then lists the tools, within
@@ -717,16 +784,47 @@ async fn log_stderr(server: String, stderr: ChildStderr, tail: Arc<StdMutex<VecD
     }
 }
 
-/// Calls a tool on `connection`; with `progress`, the server's progress
-/// notifications for the call go to that listener while the returned route
-/// is kept. Dropping the future before the answer cancels the request on
-/// the server (`notifications/cancelled`).
+/// A server's answer to `tools/call`: its result, or (the tasks extension)
+/// a task that runs on and is followed with [`follow_task`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    /// The call's result.
+    Complete(CallToolResult),
+    /// The task the server runs the call as.
+    Task(Task),
+}
+
+/// Calls a tool on `connection` and returns its result, following the
+/// task the server may run it as to its end (see [`call_tool_answer`]).
 pub async fn call_tool(
     connection: &Connection,
     notifications: &Arc<Notifications>,
     params: CallToolRequestParams,
     progress: Option<ProgressListener>,
 ) -> (Result<CallToolResult, ClientError>, Option<ProgressRoute>) {
+    let (answered, route) = call_tool_answer(connection, notifications, params, progress).await;
+    let result = match answered {
+        Ok(Answer::Complete(result)) => Ok(result),
+        Ok(Answer::Task(task)) => match follow_task(connection, task, std::future::pending()).await {
+            TaskOutcome::Completed(result) => Ok(result),
+            TaskOutcome::Exited => Err(ClientError::Exited),
+            other => Err(ClientError::Request(other.reason())),
+        },
+        Err(error) => Err(error),
+    };
+    (result, route)
+}
+
+/// Calls a tool on `connection`; with `progress`, the server's progress
+/// notifications for the call go to that listener while the returned route
+/// is kept. Dropping the future before the answer cancels the request on
+/// the server (`notifications/cancelled`).
+pub async fn call_tool_answer(
+    connection: &Connection,
+    notifications: &Arc<Notifications>,
+    params: CallToolRequestParams,
+    progress: Option<ProgressListener>,
+) -> (Result<Answer, ClientError>, Option<ProgressRoute>) {
     let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
     // The SDK gives every request a progress token of its own; the handle
     // says which, so the route is set before the server can have answered.
@@ -739,11 +837,163 @@ pub async fn call_tool(
     let answered = handle.await_response().await;
     abandoned.id = None;
     let result = match answered {
-        Ok(ServerResult::CallToolResult(result)) => Ok(result),
+        Ok(ServerResult::CallToolResult(result)) => Ok(Answer::Complete(result)),
+        Ok(ServerResult::CreateTaskResult(created)) => Ok(Answer::Task(created.task)),
+        Ok(ServerResult::InputRequiredResult(_)) => Err(ClientError::Request(INPUT_REQUIRED.to_owned())),
         Ok(_) => Err(ClientError::Request("the server answered tools/call with another kind of result".to_owned())),
         Err(error) => Err(request_error(connection, &error)),
     };
     (result, route)
+}
+
+/// Why a task that asks for input is ended: nobody here answers it.
+pub const INPUT_REQUIRED: &str = "the MCP server asked for input, which goondan-rs does not answer";
+
+/// The shortest wait between two `tasks/get` of a task, whatever the
+/// server's `pollIntervalMs`.
+pub const MIN_TASK_POLL: Duration = Duration::from_millis(50);
+/// The longest wait between two `tasks/get`.
+pub const MAX_TASK_POLL: Duration = Duration::from_secs(5);
+/// The wait when the server names none.
+pub const DEFAULT_TASK_POLL: Duration = Duration::from_millis(500);
+/// How long `tasks/cancel` may take before the bridge stops waiting for
+/// its acknowledgement.
+const TASK_CANCEL_WAIT: Duration = Duration::from_secs(5);
+
+/// How a server's task ended, as [`follow_task`] saw it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TaskOutcome {
+    /// With the call's result (an `isError` one too).
+    Completed(CallToolResult),
+    /// Without one: the server's JSON-RPC error, or why the bridge gave up
+    /// on it (its ttl passed, `tasks/get` failed).
+    Failed(String),
+    /// The server cancelled it.
+    Cancelled,
+    /// The caller cancelled it (`tasks/cancel` was sent).
+    CancelledHere,
+    /// It asked for input (`input_required`); `tasks/cancel` was sent.
+    InputRequired,
+    /// The connection closed (the server exited) while it ran.
+    Exited,
+}
+
+impl TaskOutcome {
+    /// Why it did not complete, in words.
+    pub fn reason(&self) -> String {
+        match self {
+            Self::Completed(_) => "completed".to_owned(),
+            Self::Failed(reason) => reason.clone(),
+            Self::Cancelled => "the MCP server cancelled the task".to_owned(),
+            Self::CancelledHere => "cancelled".to_owned(),
+            Self::InputRequired => INPUT_REQUIRED.to_owned(),
+            Self::Exited => ClientError::Exited.to_string(),
+        }
+    }
+}
+
+/// The wait before the next `tasks/get`: the server's `pollIntervalMs`
+/// within [`MIN_TASK_POLL`]..[`MAX_TASK_POLL`].
+pub fn task_poll_interval(poll_interval_ms: Option<u64>) -> Duration {
+    poll_interval_ms.map_or(DEFAULT_TASK_POLL, Duration::from_millis).clamp(MIN_TASK_POLL, MAX_TASK_POLL)
+}
+
+/// Follows the server's `task` to its end: `tasks/get` every
+/// `pollIntervalMs` (see [`task_poll_interval`]) until it is final, up to
+/// its `ttlMs` (counted from when its creation reached us; none: no limit).
+/// When `cancelled` completes first, or the task asks for input, or its ttl
+/// passes, `tasks/cancel` is sent. Dropping the future sends it too.
+pub async fn follow_task(connection: &Connection, task: Task, cancelled: impl Future<Output = ()>) -> TaskOutcome {
+    tokio::pin!(cancelled);
+    let task_id = task.task_id.clone();
+    let seen = Instant::now();
+    let mut guard = TaskCancelOnDrop { peer: connection.peer.clone(), task_id: Some(task_id.clone()) };
+    let mut ttl = task.ttl_ms;
+    let mut wait = if task.status.is_terminal() { Duration::ZERO } else { task_poll_interval(task.poll_interval_ms) };
+    let outcome = loop {
+        let expires = ttl.map(|ms| seen + Duration::from_millis(ms));
+        let wake = expires.map_or(Instant::now() + wait, |at| at.min(Instant::now() + wait));
+        tokio::select! {
+            () = &mut cancelled => break TaskOutcome::CancelledHere,
+            () = tokio::time::sleep_until(wake) => {}
+        }
+        if let (Some(at), Some(ms)) = (expires, ttl)
+            && Instant::now() >= at
+        {
+            break TaskOutcome::Failed(format!("the task did not end within its ttl of {ms} ms"));
+        }
+        let got = tokio::select! {
+            () = &mut cancelled => break TaskOutcome::CancelledHere,
+            got = connection.peer.get_task(GetTaskParams::new(task_id.clone())) => got,
+        };
+        let detailed = match got {
+            Ok(got) => got.task,
+            Err(error) if connection.is_closed() || is_closed_error(&error) => break TaskOutcome::Exited,
+            Err(error) => break TaskOutcome::Failed(format!("tasks/get failed: {error}")),
+        };
+        ttl = detailed.task.ttl_ms;
+        wait = task_poll_interval(detailed.task.poll_interval_ms);
+        match detailed.payload {
+            TaskPayload::Completed { result } => {
+                break match serde_json::from_value::<CallToolResult>(serde_json::Value::Object(result)) {
+                    Ok(result) => TaskOutcome::Completed(result),
+                    Err(error) => TaskOutcome::Failed(format!("the task's result is not a tools/call result: {error}")),
+                };
+            }
+            TaskPayload::Failed { error } => break TaskOutcome::Failed(task_error(&error)),
+            TaskPayload::Cancelled => break TaskOutcome::Cancelled,
+            TaskPayload::InputRequired { .. } => break TaskOutcome::InputRequired,
+            // Working, or a state newer than this build: ask again.
+            _ => {}
+        }
+    };
+    match outcome {
+        // The task has ended, or the connection with it.
+        TaskOutcome::Completed(_) | TaskOutcome::Cancelled | TaskOutcome::Exited => guard.task_id = None,
+        TaskOutcome::Failed(_) | TaskOutcome::InputRequired | TaskOutcome::CancelledHere => {
+            guard.task_id = None;
+            cancel_task(&connection.peer, task_id).await;
+        }
+    }
+    outcome
+}
+
+/// The reason of a failed task: its JSON-RPC error's message and code.
+fn task_error(error: &serde_json::Map<String, serde_json::Value>) -> String {
+    let message = error.get("message").and_then(|m| m.as_str()).unwrap_or("the task failed");
+    match error.get("code").and_then(serde_json::Value::as_i64) {
+        Some(code) => format!("{message} (JSON-RPC error {code})"),
+        None => message.to_owned(),
+    }
+}
+
+/// Sends `tasks/cancel`, waiting at most [`TASK_CANCEL_WAIT`] for the
+/// acknowledgement (cancellation is cooperative: the server may still end
+/// the task otherwise).
+async fn cancel_task(peer: &Peer<RoleClient>, task_id: String) {
+    let cancel = peer.cancel_task(CancelTaskParams::new(task_id.clone()));
+    match tokio::time::timeout(TASK_CANCEL_WAIT, cancel).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => tracing::debug!("tasks/cancel of '{task_id}' failed: {error}"),
+        Err(_) => tracing::debug!("tasks/cancel of '{task_id}' was not acknowledged in time"),
+    }
+}
+
+/// Sends `tasks/cancel` when the follower of a task stops before its end
+/// (the executor's deadline, a cancelled turn).
+struct TaskCancelOnDrop {
+    peer: Peer<RoleClient>,
+    task_id: Option<String>,
+}
+
+impl Drop for TaskCancelOnDrop {
+    fn drop(&mut self) {
+        let Some(task_id) = self.task_id.take() else { return };
+        let peer = self.peer.clone();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move { cancel_task(&peer, task_id).await });
+        }
+    }
 }
 
 fn request_error(connection: &Connection, error: &ServiceError) -> ClientError {
@@ -959,6 +1209,14 @@ mod tests {
         assert!(closed.is_err_and(|e| e.contains("exceeds the limit of 48 bytes")));
         let dropped = through(input.as_bytes(), 48, |_, _| None, false, 16).await;
         assert_eq!(dropped.as_deref(), Ok("{\"id\":3}\n"));
+    }
+
+    #[test]
+    fn a_tasks_poll_interval_is_the_servers_within_bounds() {
+        assert_eq!(task_poll_interval(Some(300)), Duration::from_millis(300));
+        assert_eq!(task_poll_interval(Some(0)), MIN_TASK_POLL);
+        assert_eq!(task_poll_interval(Some(3_600_000)), MAX_TASK_POLL);
+        assert_eq!(task_poll_interval(None), DEFAULT_TASK_POLL);
     }
 
     #[test]

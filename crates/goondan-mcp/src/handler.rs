@@ -8,6 +8,12 @@
 //! a base64 payload in the conversation costs the model tokens it cannot
 //! read. `isError` becomes an error result carrying the server's text.
 //!
+//! A server that answers with a task (the MCP tasks extension): with the
+//! agent instance's tasks (`ctx.tasks()`) the call is `pending` at once
+//! and the task is followed in the background until it ends the instance's
+//! task (a cancel of that task sends `tasks/cancel`); without them the call
+//! follows the task itself, within the executor's deadline.
+//!
 //! When the agent's events are on, each call carries a progress token and
 //! the server's progress notifications become `tool.progress` events of the
 //! call (its id and tool, `progress`, `total`, `message`).
@@ -15,13 +21,16 @@
 use std::sync::Arc;
 
 use goondan_core::ids::SpanIdGenerator;
-use goondan_core::{JsonObject, JsonValue};
+use goondan_core::{JsonObject, JsonValue, ToolResult};
+use goondan_tools::tasks::{TaskEnd, ToolTasks};
 use goondan_tools::{
     BoxFuture, EventSink, HandlerResult, RuntimeEvent, ToolContext, ToolFailure, ToolHandler, ToolOutput,
 };
-use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, ProgressNotificationParam, ResourceContents};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ContentBlock, ProgressNotificationParam, ResourceContents, Task,
+};
 
-use crate::client::{self, ClientError, ProgressListener, Server};
+use crate::client::{self, Answer, ClientError, Connection, ProgressListener, Server, TaskOutcome};
 
 /// The event a server's progress notification becomes.
 pub const TOOL_PROGRESS_EVENT: &str = "tool.progress";
@@ -83,17 +92,114 @@ impl McpToolHandler {
             (Some(events), Some(ctx)) if events.sink.enabled() => Some(progress_listener(events.clone(), ctx)),
             _ => None,
         };
-        let (answered, route) = client::call_tool(&connection, self.server.notifications(), params, listener).await;
+        let (answered, route) =
+            client::call_tool_answer(&connection, self.server.notifications(), params, listener).await;
         // Progress sent before the answer is still delivered for a moment.
         drop(route);
         match answered {
-            Ok(result) => map_result(result),
+            Ok(Answer::Complete(result)) => map_result(result),
+            Ok(Answer::Task(task)) => match ctx.and_then(|ctx| ctx.tasks().map(|tasks| (ctx, tasks))) {
+                Some((ctx, tasks)) => self.pend(ctx, Arc::clone(tasks), connection, task).await,
+                None => {
+                    let outcome = client::follow_task(&connection, task, std::future::pending()).await;
+                    self.inline_end(&connection, outcome).await
+                }
+            },
             Err(error) => {
                 if error == ClientError::Exited {
                     self.server.forget(&connection).await;
                 }
                 Err(self.failure(&error))
             }
+        }
+    }
+
+    /// A task of the server as a task of the agent instance: opened in
+    /// `tasks`, answered `pending` at once, and followed in the background
+    /// until it ends (then finished with its end). A cancel of ours sends
+    /// `tasks/cancel`.
+    async fn pend(
+        &self,
+        ctx: &ToolContext,
+        tasks: Arc<dyn ToolTasks>,
+        connection: Arc<Connection>,
+        task: Task,
+    ) -> HandlerResult {
+        let mcp_task_id = task.task_id.clone();
+        let status_message = task.status_message.clone();
+        let ticket = match tasks.open(ctx).await {
+            Ok(ticket) => ticket,
+            Err(failure) => {
+                // Nobody will follow it: the server may stop it.
+                let peer = connection.peer().clone();
+                tokio::spawn(async move {
+                    let _ = peer.cancel_task(rmcp::model::CancelTaskParams::new(task.task_id)).await;
+                });
+                return Err(failure);
+            }
+        };
+        let handle = ticket.handle.clone();
+        let server = Arc::clone(&self.server);
+        let tool = self.tool.clone();
+        let mut cancelled = ticket.cancelled;
+        tokio::spawn(async move {
+            let cancel = async move {
+                // A dropped sender is no cancel: the task is not cancelled then.
+                if cancelled.wait_for(|cancelled| *cancelled).await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            };
+            let outcome = client::follow_task(&connection, task, cancel).await;
+            let end = match outcome {
+                TaskOutcome::Completed(result) => TaskEnd::Completed(tool_result_of(map_result(result))),
+                TaskOutcome::Cancelled => TaskEnd::Cancelled("the MCP server cancelled the task".to_owned()),
+                TaskOutcome::CancelledHere => {
+                    TaskEnd::Cancelled("cancelled (tasks/cancel sent to the MCP server)".to_owned())
+                }
+                TaskOutcome::Exited => {
+                    server.forget(&connection).await;
+                    TaskEnd::Failed(format!(
+                        "{E_MCP_SERVER_EXITED}: MCP server '{}' exited while its task ran; the task is lost",
+                        server.name()
+                    ))
+                }
+                other => TaskEnd::Failed(format!(
+                    "MCP server '{}': the task of '{tool}' failed: {}",
+                    server.name(),
+                    other.reason()
+                )),
+            };
+            if let Err(failure) = tasks.finish(&handle, end).await {
+                tracing::debug!(
+                    "MCP server '{}': task '{handle}' could not be finished: {}",
+                    server.name(),
+                    failure.message
+                );
+            }
+        });
+        let mut output = JsonObject::new();
+        output.insert("server".into(), JsonValue::from(self.server.name()));
+        output.insert("tool".into(), JsonValue::from(self.tool.as_str()));
+        output.insert("mcpTaskId".into(), JsonValue::from(mcp_task_id));
+        if let Some(message) = status_message {
+            output.insert("statusMessage".into(), JsonValue::from(message));
+        }
+        Ok(ToolOutput::Pending { handle: ticket.handle, output: Some(JsonValue::Object(output)) })
+    }
+
+    /// A server's task followed within the call (no agent instance keeps
+    /// tasks): its end as the call's result.
+    async fn inline_end(&self, connection: &Arc<Connection>, outcome: TaskOutcome) -> HandlerResult {
+        match outcome {
+            TaskOutcome::Completed(result) => map_result(result),
+            TaskOutcome::Exited => {
+                self.server.forget(connection).await;
+                Err(self.failure(&ClientError::Exited))
+            }
+            other => Err(ToolFailure::with_code(
+                format!("MCP server '{}': the task of '{}' failed: {}", self.server.name(), self.tool, other.reason()),
+                E_MCP_REQUEST,
+            )),
         }
     }
 
@@ -154,6 +260,17 @@ pub fn map_result(result: CallToolResult) -> HandlerResult {
     match structured_content {
         Some(structured) => Ok(ToolOutput::Value(structured)),
         None => Ok(ToolOutput::Value(JsonValue::String(text))),
+    }
+}
+
+/// A handler result as the tool result the executor makes of it (without
+/// its error-message limit): how a task's completion reads like the call's
+/// own answer would have.
+pub fn tool_result_of(result: HandlerResult) -> ToolResult {
+    match result {
+        Ok(ToolOutput::Value(value)) => ToolResult::ok(value),
+        Ok(ToolOutput::Pending { handle, output }) => ToolResult::pending(handle, output),
+        Err(failure) => ToolResult::error(failure.into_tool_error()),
     }
 }
 

@@ -10,6 +10,12 @@
 //! every failure is an `isError` result carrying the structured
 //! `ToolError`, never a protocol error.
 //!
+//! The tasks extension (`io.modelcontextprotocol/tasks`) is offered: for a
+//! client that declares it, a call still running after [`TASK_AFTER`] is
+//! answered with a task (rmcp's `TaskManager`, shared by every clone) that
+//! the client polls, and `tasks/cancel` stops the call as a cancelled
+//! request does. Other clients see no change.
+//!
 //! Over HTTP, [`bind_http`] refuses a non-loopback address unless the
 //! operator allows remote clients, and [`serve_http`] answers `/mcp` only
 //! for requests whose `Origin` (when they carry one) is loopback — or, with
@@ -29,10 +35,12 @@ use goondan_core::{ConversationState, JsonObject, JsonValue, ToolResult, ToolSta
 use goondan_runtime::agent::AgentTooling;
 use goondan_tools::ToolCatalogItem;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest, CustomResult, ErrorCode,
-    Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock, CreateTaskResult,
+    CustomRequest, CustomResult, ErrorCode, GetTaskParams, GetTaskResult, Implementation, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool, UpdateTaskParams,
 };
 use rmcp::service::RequestContext;
+use rmcp::task_manager::{TaskExit, TaskManager, TaskOptions};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
@@ -71,12 +79,38 @@ pub enum ServeError {
     Io(String),
 }
 
+/// How long a call of a client that declares the tasks extension runs
+/// before it is answered with a task instead of its result: a quick call
+/// answers as before, a long one is followed with `tasks/get`.
+pub const TASK_AFTER: Duration = Duration::from_secs(1);
+/// The `pollIntervalMs` the server's tasks suggest.
+pub const TASK_POLL_INTERVAL_MS: u64 = 500;
+/// The `ttlMs` of the server's tasks: a task still working then is failed
+/// (and its call stopped); an ended one is kept as long again for its
+/// client to read. The serve's call timeout (`--timeout-ms`) holds a call
+/// that runs as a task too.
+pub const TASK_TTL_MS: u64 = 60 * 60 * 1000;
+
 /// An agent's tools as an MCP server. Cheap to clone: every clone (one per
-/// HTTP session) shares the one assembled agent.
+/// HTTP session) shares the one assembled agent and the one set of tasks.
 #[derive(Clone)]
 pub struct ToolServer {
     tooling: Arc<AgentTooling>,
     implementation: Implementation,
+    /// The calls running as tasks (the tasks extension), for every clone:
+    /// over HTTP a client may poll through another session than the one
+    /// that called.
+    tasks: TaskManager,
+}
+
+/// A spawned call, stopped when its holder lets it go: dropping a call's
+/// future ends its handler and the processes it started.
+struct RunningCall(tokio::task::JoinHandle<CallToolResult>);
+
+impl Drop for RunningCall {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 impl std::fmt::Debug for ToolServer {
@@ -90,7 +124,7 @@ impl ToolServer {
     pub fn new(tooling: Arc<AgentTooling>, name: &str, version: &str) -> Self {
         let implementation =
             Implementation::new(name, version).with_title(format!("goondan agent '{}'", tooling.agent_name));
-        Self { tooling, implementation }
+        Self { tooling, implementation, tasks: TaskManager::new() }
     }
 
     /// The agent's tools as MCP tools, in catalog order: the catalog a
@@ -160,7 +194,7 @@ pub fn call_result_of(result: &ToolResult) -> CallToolResult {
 
 impl ServerHandler for ToolServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tasks().build())
             .with_server_info(self.implementation.clone())
             .with_instructions(format!(
                 "The tools of the goondan agent '{}'. Each call runs through the agent's argument validation and middleware; a failed call is an error result whose text is the structured error (code, message, suggestion).",
@@ -183,12 +217,69 @@ impl ServerHandler for ToolServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        tokio::select! {
-            result = self.call(&request.name, request.arguments) => Ok(result.into()),
-            // The client cancelled: dropping the call ends its handler (and
-            // kills the processes it started), as a turn's cancel does.
-            () = context.ct.cancelled() => Err(McpError::internal_error("the call was cancelled", None)),
+        let declared = context.client_capabilities().is_some_and(|capabilities| capabilities.supports_tasks());
+        if !declared {
+            return tokio::select! {
+                result = self.call(&request.name, request.arguments) => Ok(result.into()),
+                // The client cancelled: dropping the call ends its handler (and
+                // kills the processes it started), as a turn's cancel does.
+                () = context.ct.cancelled() => Err(McpError::internal_error("the call was cancelled", None)),
+            };
         }
+        // The client follows tasks: a call still running after TASK_AFTER
+        // goes on as one.
+        let server = self.clone();
+        let name = request.name.to_string();
+        let arguments = request.arguments;
+        let mut running = RunningCall(tokio::spawn(async move { server.call(&name, arguments).await }));
+        tokio::select! {
+            joined = &mut running.0 => return joined_result(joined).map(CallToolResponse::from),
+            () = context.ct.cancelled() => return Err(McpError::internal_error("the call was cancelled", None)),
+            () = tokio::time::sleep(TASK_AFTER) => {}
+        }
+        let options = TaskOptions::new()
+            .with_ttl_ms(TASK_TTL_MS)
+            .with_poll_interval_ms(TASK_POLL_INTERVAL_MS)
+            .with_status_message(format!("'{}' is running", request.name));
+        let task = self.tasks.spawn(options, move |task| {
+            Box::pin(async move {
+                tokio::select! {
+                    joined = &mut running.0 => joined_result(joined).map_err(TaskExit::Error),
+                    // tasks/cancel: the call is dropped, as a cancelled request's is.
+                    () = task.cancelled() => {
+                        drop(running);
+                        Err(TaskExit::Cancelled)
+                    }
+                }
+            })
+        });
+        Ok(CallToolResponse::Task(CreateTaskResult::new(task)))
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, McpError> {
+        Ok(GetTaskResult::new(self.tasks.get_task(&request.task_id)?))
+    }
+
+    /// The agent's tools ask no input, so there is nothing to deliver: the
+    /// answer is acknowledged (and ignored) as the extension asks.
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.tasks.update_task(&request.task_id, request.input_responses)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.tasks.cancel_task(&request.task_id)
     }
 
     /// The stand-in for a request over [`MAX_MESSAGE_BYTES`] (see
@@ -210,6 +301,11 @@ impl ServerHandler for ToolServer {
         }
         Err(McpError::new(ErrorCode::METHOD_NOT_FOUND, request.method, None))
     }
+}
+
+/// A spawned call's result; a call that panicked is an internal error.
+fn joined_result(joined: Result<CallToolResult, tokio::task::JoinError>) -> Result<CallToolResult, McpError> {
+    joined.map_err(|error| McpError::internal_error(format!("the call ended abnormally: {error}"), None))
 }
 
 use crate::client::MAX_MESSAGE_BYTES;
@@ -392,7 +488,37 @@ async fn check_request(request: Request, next: Next, allow_remote: bool, token: 
         )
             .into_response();
     }
-    next.run(request).await
+    match name_the_task(request).await {
+        Ok(request) => next.run(request).await,
+        Err(refused) => refused,
+    }
+}
+
+/// The requests of the tasks extension that name their task in `Mcp-Name`.
+const TASK_METHODS: [&str; 3] = ["tasks/get", "tasks/update", "tasks/cancel"];
+
+/// Gives a `tasks/get|update|cancel` request that comes without `Mcp-Name`
+/// the header, from its body's `params.taskId`: the extension asks clients
+/// to send it (for routing) and rmcp's HTTP service refuses a request
+/// without it, but fastmcp-tasks 4.1.4's client sends none. Only such a
+/// request's body is read here; a header that is sent is left for rmcp to
+/// check against the body.
+async fn name_the_task(request: Request) -> Result<Request, Response> {
+    let method = request.headers().get("mcp-method").and_then(|value| value.to_str().ok());
+    if !method.is_some_and(|method| TASK_METHODS.contains(&method)) || request.headers().contains_key("mcp-name") {
+        return Ok(request);
+    }
+    let (mut parts, body) = request.into_parts();
+    let bytes = axum::body::to_bytes(body, MAX_MESSAGE_BYTES).await.map_err(|error| {
+        (StatusCode::BAD_REQUEST, format!("Bad Request: the request body cannot be read: {error}\n")).into_response()
+    })?;
+    let task_id = serde_json::from_slice::<JsonValue>(&bytes)
+        .ok()
+        .and_then(|message| message.get("params")?.get("taskId")?.as_str().map(str::to_owned));
+    if let Some(value) = task_id.and_then(|id| axum::http::HeaderValue::from_str(&id).ok()) {
+        parts.headers.insert(axum::http::HeaderName::from_static("mcp-name"), value);
+    }
+    Ok(Request::from_parts(parts, axum::body::Body::from(bytes)))
 }
 
 /// Whether the request's `Origin` may use the server (see [`check_request`]).

@@ -89,6 +89,30 @@ pub fn mcp_python() -> Option<std::path::PathBuf> {
     ))
 }
 
+/// A Python with fastmcp and fastmcp-tasks (a client of the MCP tasks
+/// extension; the same `GOONDAN_TEST_MCP_PYTHON` or cache virtualenv, where
+/// scripts/test installs them), or `None` to skip.
+#[allow(dead_code)]
+pub fn mcp_tasks_python() -> Option<std::path::PathBuf> {
+    use std::process::{Command, Stdio};
+    let python = std::env::var_os("GOONDAN_TEST_MCP_PYTHON")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| repo_path(".cache/py/bin/python"));
+    let imports = Command::new(&python)
+        .args(["-c", "import fastmcp, fastmcp_tasks"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    if imports {
+        return Some(python);
+    }
+    mcp_peer_missing(&format!(
+        "no Python with fastmcp and fastmcp-tasks at {} (set GOONDAN_TEST_MCP_PYTHON, or see scripts/test)",
+        python.display()
+    ))
+}
+
 /// The MCP project's Python time server (PyPI `mcp-server-time`;
 /// `GOONDAN_TEST_MCP_TIME`, which `.ci/run` sets, or the cache's
 /// virtualenv), or `None` to skip.

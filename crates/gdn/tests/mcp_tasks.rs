@@ -1,0 +1,194 @@
+//! An MCP server's task as an agent meets it (issue 23, MCP): through a
+//! running service, a call that the server (`goondan-mcp`'s
+//! `tests/tasks-server.py`: fastmcp with the tasks extension) runs as a
+//! task answers `pending` with a handle, and the task's result enters the
+//! conversation when it ends; `tasks__cancel` of it sends `tasks/cancel`,
+//! which stops the work on the server.
+//!
+//! Needs a Python with fastmcp and fastmcp-tasks (`GOONDAN_TEST_MCP_PYTHON`
+//! or `.cache/py`, as scripts/test installs); skips without one, or fails
+//! with `GOONDAN_REQUIRE_MCP=1`.
+
+use std::io::{Read as _, Write as _};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+mod common;
+use common::{mcp_tasks_python, repo_path};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn free_port() -> Result<u16, std::io::Error> {
+    TcpListener::bind("127.0.0.1:0")?.local_addr().map(|a| a.port())
+}
+
+fn bundle(dir: &Path, port: u16, python: &Path, cancelled: &Path) -> Result<(), std::io::Error> {
+    let script = repo_path("crates/goondan-mcp/tests/tasks-server.py");
+    let yaml = format!(
+        r#"apiVersion: goondan.ai/v1
+kind: Model
+metadata: {{name: m}}
+spec:
+  provider: scripted
+  model: s
+  options:
+    replies: [{{text: "noted"}}]
+    when:
+      - inputContains: tool_task_result
+        replies: [{{text: "the server's task ended"}}]
+      - inputContains: "start work"
+        replies:
+          - toolCalls: [{{name: tasky__slow, args: {{seconds: 1.5, text: "built"}}}}]
+          - text: "started"
+      - inputContains: "cancel it"
+        replies:
+          - toolCalls: [{{name: tasky__slow, args: {{seconds: 60}}}}]
+          - toolCalls: [{{name: tasks__wait, args: {{handle: "{{{{lastHandle}}}}", timeoutMs: 500}}}}]
+          - toolCalls: [{{name: tasks__cancel, args: {{handle: "{{{{lastHandle}}}}"}}}}]
+          - text: "cancelled"
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {{name: worker}}
+spec:
+  modelConfig: {{modelRef: Model/m}}
+  tools:
+    - {{kind: Tool, name: tasks, package: "@goondan/base"}}
+  extensions:
+    - kind: Extension
+      name: mcp
+      package: "@goondan/base"
+      config:
+        servers:
+          tasky:
+            command: "{python}"
+            args: ["{script}"]
+            env: {{TASKS_SERVER_CANCELLED: "{cancelled}"}}
+---
+apiVersion: goondan.ai/v1
+kind: Swarm
+metadata: {{name: jobs}}
+spec: {{entryAgent: Agent/worker, agents: [Agent/worker]}}
+---
+apiVersion: goondan.ai/v1
+kind: Connection
+metadata: {{name: hook}}
+spec:
+  connectorRef: {{kind: Connector, name: webhook, package: "@goondan/base"}}
+  config:
+    WEBHOOK_PORT: {{value: "{port}"}}
+"#,
+        python = python.display(),
+        script = script.display(),
+        cancelled = cancelled.display(),
+    );
+    std::fs::write(dir.join("goondan.yaml"), yaml)
+}
+
+fn gdn(dir: &Path, state: &Path, args: &[&str]) -> Result<Output, std::io::Error> {
+    Command::new(env!("CARGO_BIN_EXE_gdn"))
+        .arg("-c")
+        .arg(dir)
+        .args(args)
+        .env("GOONDAN_STATE_ROOT", state)
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .output()
+}
+
+fn post(port: u16, key: &str, input: &str) -> Result<String, std::io::Error> {
+    let body = serde_json::json!({"instanceKey": key, "text": input}).to_string();
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    let request = format!(
+        "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes())?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    Ok(response)
+}
+
+fn until(what: &str, mut done: impl FnMut() -> Result<bool, Box<dyn std::error::Error>>) -> TestResult {
+    let deadline = Instant::now() + WAIT;
+    while !done()? {
+        if Instant::now() > deadline {
+            return Err(format!("timed out waiting for {what}").into());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+fn instance_dir(state: &Path, key: &str) -> PathBuf {
+    state.join("workspaces").join("jobs").join("instances").join(format!("worker@{key}"))
+}
+
+/// The conversation's messages as stored, each as JSON text.
+fn texts(state: &Path, key: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(instance_dir(state, key).join("messages.jsonl")).unwrap_or_default();
+    let mut all = Vec::new();
+    for line in text.lines() {
+        let Ok(value) = serde_json::from_str::<Value>(line) else { continue };
+        match value.get("events").and_then(Value::as_array) {
+            Some(events) => all.extend(events.iter().filter_map(|e| e.get("message").map(Value::to_string))),
+            None => all.push(value.to_string()),
+        }
+    }
+    all
+}
+
+fn count(state: &Path, key: &str, needle: &str) -> usize {
+    texts(state, key).iter().filter(|text| text.contains(needle)).count()
+}
+
+struct Running<'a> {
+    dir: &'a Path,
+    state: &'a Path,
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        let _ = gdn(self.dir, self.state, &["stop"]);
+    }
+}
+
+#[test]
+fn an_mcp_servers_task_is_pending_its_result_arrives_and_a_cancel_reaches_the_server() -> TestResult {
+    let Some(python) = mcp_tasks_python() else { return Ok(()) };
+    let dir = tempfile::tempdir()?;
+    let state = dir.path().join("state");
+    let cancelled = dir.path().join("cancelled");
+    let port = free_port()?;
+    bundle(dir.path(), port, &python, &cancelled)?;
+    let started = gdn(dir.path(), &state, &["run", "--detach"])?;
+    assert_eq!(started.status.code(), Some(0), "{}", String::from_utf8_lossy(&started.stderr));
+    let _running = Running { dir: dir.path(), state: &state };
+
+    assert!(post(port, "a", "start work")?.starts_with("HTTP/1.1 200"));
+    until("the completion turn's answer", || Ok(count(&state, "a", "the server's task ended") == 1))?;
+    let all = texts(&state, "a");
+    let pending = all.iter().find(|m| m.contains("\"status\":\"pending\"")).ok_or("no pending result")?;
+    assert!(pending.contains("mcpTaskId") && pending.contains("tasky"), "{pending}");
+    let order: Vec<usize> = ["started", "tool_task_result", "the server's task ended"]
+        .iter()
+        .map(|needle| all.iter().position(|m| m.contains(needle)).unwrap_or(usize::MAX))
+        .collect();
+    assert!(order[0] < order[1] && order[1] < order[2], "{order:?}\n{all:#?}");
+    let completion = &all[order[1]];
+    assert!(completion.contains("tasky__slow") && completion.contains("built after 1.5s"), "{completion}");
+
+    assert!(post(port, "c", "cancel it")?.starts_with("HTTP/1.1 200"));
+    until("the cancelled turn's answer", || Ok(count(&state, "c", "\"cancelled\"") >= 1))?;
+    let all = texts(&state, "c");
+    let cancel = all.iter().find(|m| m.contains("tasks__cancel") && m.contains("\"state\":\"cancelled\""));
+    assert!(cancel.is_some_and(|m| m.contains("tasks/cancel")), "{all:#?}");
+    until("the server to stop the task's work", || Ok(cancelled.exists()))?;
+    Ok(())
+}
