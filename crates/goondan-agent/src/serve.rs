@@ -454,7 +454,7 @@ impl Worker<'_> {
                             status: ResultStatus::Ok,
                             response: Some(text),
                             error: None,
-                            turn: Some(summary),
+                            turn: Some(Box::new(summary)),
                             responder: Some(me.clone()),
                             request: None,
                         };
@@ -617,7 +617,14 @@ fn answer_of(outcome: &TurnOutcome, summary: TurnSummary, me: &AgentInstance) ->
             )),
         ),
     };
-    DelegateResultPayload { status, response, error, turn: Some(summary), responder: Some(me.clone()), request: None }
+    DelegateResultPayload {
+        status,
+        response,
+        error,
+        turn: Some(Box::new(summary)),
+        responder: Some(me.clone()),
+        request: None,
+    }
 }
 
 #[cfg(test)]

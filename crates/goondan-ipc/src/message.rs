@@ -298,7 +298,7 @@ pub struct DelegateResultPayload {
     pub error: Option<ErrorInfo>,
     /// How the target's turn went.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub turn: Option<TurnSummary>,
+    pub turn: Option<Box<TurnSummary>>,
     /// The responding instance.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub responder: Option<AgentInstance>,
