@@ -1,0 +1,118 @@
+//! Whole-process harness: how long a task's end takes to reach the
+//! conversation, against an `agents__request` round trip in the same runs
+//! (see `docs/BENCHMARKS.md`, "Tasks").
+//!
+//! Each run is one `gdn run --input go` of a scripted swarm whose entry
+//! agent asks a worker (a synchronous `agents__request`, answered at once)
+//! and starts a background command that ends at once (`true`); the run
+//! waits for the task, whose end comes back as a turn of its own. From the
+//! instance's logs: the request's round trip is its `tool.completed`
+//! `duration`; the delivery is the time from the task's end (its `end`
+//! record in `tasks.jsonl`) to the start of the turn that delivers it
+//! (`turn.started` in `events.jsonl`), both in milliseconds since the epoch.
+//!
+//! `cargo bench -p gdn --bench task_delivery` (add `-- 40` for 40 runs).
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+const BUNDLE: &str = r#"apiVersion: goondan.ai/v1
+kind: Model
+metadata: {name: m}
+spec:
+  provider: scripted
+  model: s
+  options:
+    replies: [{text: "done"}]
+    when:
+      - inputContains: tool_task_result
+        replies: [{text: "delivered"}]
+      - inputContains: go
+        replies:
+          - toolCalls: [{name: agents__request, args: {target: worker, input: "ping"}}]
+          - toolCalls: [{name: bash__exec, args: {command: "true", background: true}}]
+          - text: "started"
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: lead}
+spec:
+  modelConfig: {modelRef: Model/m}
+  tools:
+    - {kind: Tool, name: bash, package: "@goondan/base"}
+    - {kind: Tool, name: agents, package: "@goondan/base"}
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: worker}
+spec:
+  modelConfig: {modelRef: Model/m}
+---
+apiVersion: goondan.ai/v1
+kind: Swarm
+metadata: {name: bench}
+spec: {entryAgent: Agent/lead, agents: [Agent/lead, Agent/worker]}
+"#;
+
+fn lines(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path).unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+}
+
+fn percentile(values: &mut [f64], p: f64) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let index = ((values.len() as f64 - 1.0) * p).round() as usize;
+    values.get(index).copied().unwrap_or(f64::NAN)
+}
+
+fn main() {
+    let runs: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(20);
+    let gdn = env!("CARGO_BIN_EXE_gdn");
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(dir.path().join("goondan.yaml"), BUNDLE).unwrap_or_else(|e| panic!("{e}"));
+    let mut delivery = Vec::new();
+    let mut round_trip = Vec::new();
+    for run in 0..runs {
+        let state = dir.path().join(format!("state-{run}"));
+        let output = Command::new(gdn)
+            .arg("-c")
+            .arg(dir.path())
+            .args(["run", "--input", "go"])
+            .env("GOONDAN_STATE_ROOT", &state)
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let instance = state.join("workspaces").join("bench").join("instances").join("lead@default");
+        let ended = lines(&instance.join("tasks.jsonl"))
+            .into_iter()
+            .find(|r| r["op"] == "end")
+            .and_then(|r| r["at"].as_f64())
+            .unwrap_or_else(|| panic!("run {run}: the task did not end"));
+        let events = lines(&instance.join("events.jsonl"));
+        let started = events
+            .iter()
+            .filter(|e| e["type"] == "turn.started")
+            .filter_map(|e| e["timestamp"].as_f64())
+            .find(|at| *at >= ended)
+            .unwrap_or_else(|| panic!("run {run}: no turn delivered the task"));
+        delivery.push(started - ended);
+        let rtt = events
+            .iter()
+            .find(|e| e["type"] == "tool.completed" && e["toolName"] == "agents__request")
+            .and_then(|e| e["duration"].as_f64())
+            .unwrap_or_else(|| panic!("run {run}: no request"));
+        round_trip.push(rtt);
+    }
+    let report = |name: &str, values: &mut Vec<f64>| {
+        println!(
+            "{name:<42} median {:>6.2} ms   p90 {:>6.2} ms   max {:>6.2} ms   ({} runs)",
+            percentile(values, 0.5),
+            percentile(values, 0.9),
+            percentile(values, 1.0),
+            values.len()
+        );
+    };
+    report("task end -> its turn starts (ms resolution)", &mut delivery);
+    report("agents__request round trip (tool duration)", &mut round_trip);
+}
