@@ -291,11 +291,14 @@ function makeLogger(id, prefix) {
     warn: line('warn'),
     error: line('error'),
     trace: (...args) => {
-      // The caller's frames: not this one, nor the host's own below it.
+      // The caller's frames: not this one, nor the host's own below it,
+      // nor the JavaScript runtime's internals (Node's `node:internal/…`,
+      // Bun's `native` frames), which say nothing about the tool.
       const frames = String(new Error().stack ?? '')
         .split('\n')
         .slice(2)
         .filter((frame) => !frame.includes(hostFile))
+        .filter((frame) => !/\(?node:internal\/|\(native\)|\[native code\]/.test(frame))
         .join('\n');
       const head = args.length > 0 ? `Trace: ${format(...args)}` : 'Trace';
       emit('debug', frames ? `${head}\n${frames}` : head);
