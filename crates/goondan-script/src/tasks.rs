@@ -62,10 +62,15 @@ struct Adoption {
 }
 
 impl HostTask {
+    /// Makes sure the book has the task of a handle the tool named itself,
+    /// and that it is this call's: a script that returned another task's
+    /// handle (a background command's, say) does not get to end it.
     async fn adopt(&self, handle: &str) -> Result<(), goondan_tools::ToolFailure> {
-        match &self.adoption {
-            Some(a) => self.book.adopt(&a.tool, &a.call_id, &a.turn_id, handle).await,
-            None => Ok(()),
+        let Some(a) = &self.adoption else { return Ok(()) };
+        match self.book.list().into_iter().find(|task| task.handle == handle) {
+            None => self.book.adopt(&a.tool, &a.call_id, &a.turn_id, handle).await,
+            Some(task) if task.tool == a.tool && task.call_id == a.call_id && task.turn_id == a.turn_id => Ok(()),
+            Some(_) => Err(not_held(handle)),
         }
     }
 }
@@ -166,14 +171,7 @@ impl HostTasks {
         output: Option<JsonValue>,
         error: Option<String>,
     ) -> Result<JsonValue, goondan_tools::ToolFailure> {
-        let Some(task) = lock(&self.tasks).get(handle).cloned() else {
-            return Err(goondan_tools::ToolFailure::with_code(
-                format!(
-                    "this script host holds no task with the handle '{handle}' (only tasks its tools started or returned as __async can be finished here)"
-                ),
-                E_TASK_NOT_FOUND,
-            ));
-        };
+        let Some(task) = lock(&self.tasks).get(handle).cloned() else { return Err(not_held(handle)) };
         task.adopt(handle).await?;
         let end = if ok {
             TaskEnd::Completed(ToolResult::ok(output.unwrap_or(JsonValue::Null)))
@@ -229,6 +227,16 @@ impl HostTasks {
             }
         }
     }
+}
+
+/// The refusal for a handle that is not this host's to end.
+fn not_held(handle: &str) -> goondan_tools::ToolFailure {
+    goondan_tools::ToolFailure::with_code(
+        format!(
+            "this script host holds no task with the handle '{handle}' (only tasks its tools started, or returned as __async, can be finished here)"
+        ),
+        E_TASK_NOT_FOUND,
+    )
 }
 
 /// The handle of the `__async` convention (spec 004 §6.3), as

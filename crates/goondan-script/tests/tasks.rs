@@ -179,6 +179,10 @@ async fn a_handle_the_host_never_saw_is_not_found() -> TestResult {
         let result = kit.call("c1", "jobs__stray", json!({"handle": handle})).await;
         assert_eq!(output(&result)["code"], "E_TASK_NOT_FOUND", "{result:?}");
     }
+    // Nor by returning another task's handle as its own `__async`.
+    let result = kit.call("c2", "jobs__legacy", json!({"handle": other.handle, "text": "x", "ms": 0})).await;
+    assert_eq!(pending(&result), other.handle);
+    assert_eq!(event(&kit, &other.handle, "completed").await["completed"], "E_TASK_NOT_FOUND");
     assert_eq!(task(&book, &other.handle).state, TaskState::Working);
     Ok(())
 }
