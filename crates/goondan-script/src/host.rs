@@ -50,6 +50,7 @@ use tokio::sync::{OnceCell, mpsc, oneshot, watch};
 
 use crate::protocol::{ErrorBody, FromHost, MiddlewareDecl, ToHost};
 use crate::runtime::{DiscoverError, JsRuntime};
+use crate::tasks::{HostTasks, TaskRequest};
 
 /// The host script, compiled into the binary.
 const HOST_SCRIPT: &str = include_str!("host/host.mjs");
@@ -509,6 +510,7 @@ impl ScriptHost {
             failures: Arc::clone(&self.failures),
             pid,
             label,
+            tasks: Arc::default(),
         });
         let (frames, frames_rx) = mpsc::unbounded_channel();
         let (kill, kill_rx) = mpsc::unbounded_channel();
@@ -659,6 +661,8 @@ struct Shared {
     failures: Arc<Mutex<Failures>>,
     pid: u32,
     label: String,
+    /// The tasks its tools started or returned (`ctx.tasks`).
+    tasks: Arc<HostTasks>,
 }
 
 #[derive(Default)]
@@ -823,6 +827,10 @@ async fn read_frames<R: AsyncRead + Unpin>(
         match frame {
             FromHost::Result { id, ok, output, error } => {
                 let Some(call) = shared.take(id) else { continue };
+                // A bare `__async` result: its handle is the script's to finish later.
+                if let (true, Some(tool), Some(output)) = (ok, &call.tool, &output) {
+                    shared.tasks.returned_async(tool, output);
+                }
                 let result = if ok {
                     let mut failures = lock(&shared.failures);
                     if failures.in_a_row != 0 {
@@ -928,6 +936,28 @@ async fn read_frames<R: AsyncRead + Unpin>(
                     }
                 });
             }
+            FromHost::Task { rid, op, call, handle, ok, output, error } => {
+                let tool = call.and_then(|call| lock(&shared.calls).pending.get(&call).and_then(|p| p.tool.clone()));
+                let tasks = Arc::clone(&shared.tasks);
+                let frames = frames.clone();
+                tokio::spawn(async move {
+                    let request = TaskRequest { op, handle, ok, output, error };
+                    let answer = match tasks.request(tool, request, frames.clone()).await {
+                        Ok(value) => ToHost::TaskResult { rid, ok: true, value: Some(value), error: None, code: None },
+                        Err(refusal) => ToHost::TaskResult {
+                            rid,
+                            ok: false,
+                            value: None,
+                            error: Some(refusal.message),
+                            code: refusal.code,
+                        },
+                    };
+                    if let (Ok(mut line), Some(frames)) = (serde_json::to_vec(&answer), frames.upgrade()) {
+                        line.push(b'\n');
+                        let _ = frames.send(line);
+                    }
+                });
+            }
             FromHost::RegisterTool { extension, item } => {
                 if let Some(services) = &services {
                     services.register_tool(&extension, item);
@@ -1006,6 +1036,7 @@ async fn supervise(
         lock(&shared.failures).record();
     }
     shared.close(&format!("{message}; the call was lost (the next call starts a new host)"));
+    shared.tasks.host_gone(&message).await;
 }
 
 /// The pipes of a host process, ready for the async runtime.

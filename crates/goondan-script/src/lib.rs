@@ -6,6 +6,8 @@
 //!   speaking newline-delimited JSON frames over a Unix socket.
 //! - [`protocol`]: the frames.
 //! - [`tool`]: [`ScriptToolHandler`] and [`install_script_tools`].
+//! - `tasks`: a tool's `ctx.tasks` — pending results its script completes
+//!   later, kept per host process in the agent instance's task book.
 //! - [`extension`]: Extensions — `register(api)` in the host, their
 //!   middleware as layers on the agent's chains, their tools in its registry.
 //! - [`connector`]: Connectors users write — a Connection's `entry` module
@@ -29,6 +31,7 @@ pub mod host;
 pub mod plugin;
 pub mod protocol;
 pub mod runtime;
+mod tasks;
 pub mod tool;
 
 pub use connector::ScriptConnector;

@@ -2,8 +2,9 @@
 //! line, tagged by `type`, over the host's Unix socket.
 //!
 //! Rust → JS: `call`, `cancel`, `inspect`, `loadExtension`, `middleware`,
-//! `nextResult`, `stateResult`. JS → Rust: `ready`, `result`, `exports`,
-//! `cancelled`, `log`, `extension`, `next`, `done`, `state`, `registerTool`.
+//! `nextResult`, `stateResult`, `taskResult`, `taskCancel`. JS → Rust:
+//! `ready`, `result`, `exports`, `cancelled`, `log`, `extension`, `next`,
+//! `done`, `state`, `agents`, `toolRuntime`, `task`, `registerTool`.
 //! Requests are matched to answers by `id`, so any number may be in flight
 //! and answers may come back in any order.
 //!
@@ -12,6 +13,11 @@
 //! changed) and waits for `nextResult` (the inner layers' result and the
 //! context as they left it); `done` ends it. The host's own requests
 //! (`state`, answered by `stateResult`) carry a separate `rid`.
+//!
+//! A tool's `ctx.tasks` (crate `tasks` module) sends `task` frames, answered
+//! by `taskResult`; they outlive the call: a task is finished by its handle,
+//! whenever the script gets to it. `taskCancel` tells the host that the
+//! task's keeper asked its work to stop.
 
 use goondan_core::{JsonObject, JsonValue};
 use serde::{Deserialize, Serialize};
@@ -105,6 +111,27 @@ pub enum ToHost<'a> {
         /// Why not.
         #[serde(skip_serializing_if = "Option::is_none")]
         error: Option<String>,
+    },
+    /// The answer to a host's `task` request.
+    TaskResult {
+        /// The request.
+        rid: u64,
+        /// Whether it worked.
+        ok: bool,
+        /// The answer (`{handle}` for a start, `{handle, state}` for a finish).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        value: Option<JsonValue>,
+        /// Why not.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+        /// The refusal's code (`E_TASK_FINISHED`, …): the JavaScript error's `code`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        code: Option<String>,
+    },
+    /// The task's keeper asked its work to stop: abort its `signal`.
+    TaskCancel {
+        /// The task.
+        handle: &'a str,
     },
 }
 
@@ -235,6 +262,29 @@ pub enum FromHost {
         /// `{target?, event?, options?}` as the method's arguments.
         #[serde(default)]
         params: JsonValue,
+    },
+    /// `ctx.tasks` of a JavaScript tool: `start` (while the call `call`
+    /// runs), or `finish` of `handle` (any time).
+    Task {
+        /// Matches the `taskResult`.
+        rid: u64,
+        /// `start` or `finish`.
+        op: String,
+        /// The tool call that asks (`start`).
+        #[serde(default)]
+        call: Option<u64>,
+        /// The task (`finish`).
+        #[serde(default)]
+        handle: Option<String>,
+        /// Completed (`output`) or failed (`error`).
+        #[serde(default)]
+        ok: bool,
+        /// The result's output.
+        #[serde(default)]
+        output: Option<JsonValue>,
+        /// Why it failed.
+        #[serde(default)]
+        error: Option<String>,
     },
     /// `api.tools.register` after `register()` returned.
     RegisterTool {

@@ -54,13 +54,21 @@ function onData(chunk) {
       void runMiddleware(frame);
     } else if (frame.type === 'nextResult') {
       sessions.get(frame.id)?.answer(frame);
-    } else if (frame.type === 'stateResult') {
+    } else if (frame.type === 'stateResult' || frame.type === 'taskResult') {
       const waiting = hostRequests.get(frame.rid);
       hostRequests.delete(frame.rid);
       if (waiting) {
         if (frame.ok) waiting.resolve(frame.value ?? null);
-        else waiting.reject(new Error(frame.error ?? 'the state request failed'));
+        else {
+          const error = new Error(frame.error ?? 'the request failed');
+          if (typeof frame.code === 'string') error.code = frame.code;
+          waiting.reject(error);
+        }
       }
+    } else if (frame.type === 'taskCancel') {
+      const reason = new Error(`task ${frame.handle} was cancelled`);
+      reason.name = 'AbortError';
+      taskControllers.get(frame.handle)?.abort(reason);
     } else if (frame.type === 'loadExtension') {
       void runLoadExtension(frame);
     } else if (frame.type === 'inspect') {
@@ -378,6 +386,74 @@ function toolRuntimeFor(callId) {
   });
 }
 
+// ctx.tasks of a tool call: pending results completed later (issue 23).
+// start() opens a task in the agent instance's task book while the call
+// runs; the tool returns pending(task, output?) — the `__async` object of
+// spec 004 §6.3 — and calls task.complete(output) or task.fail(error)
+// whenever its work ends, after the call returned too. task.signal aborts
+// when the task is cancelled (a fail() after that ends it `cancelled`).
+// complete(handle, output) / fail(handle, error) finish a task by handle:
+// one started here, or one a tool of this host returned as a bare
+// `{__async: true, handle}`. Every ctx.tasks reaches every such task, so a
+// tool may keep its ctx (or a later call's) to finish them.
+const taskControllers = new Map();
+
+function failureReason(error) {
+  if (isObject(error) || error instanceof Error) {
+    const message = typeof error.message === 'string' ? error.message : String(error);
+    const code = typeof error.code === 'string' || typeof error.code === 'number' ? String(error.code) : '';
+    return code && !message.startsWith(code) ? `${code}: ${message}` : message;
+  }
+  return error === undefined ? '' : String(error);
+}
+
+function finishTask(method, handle, ok, value) {
+  if (typeof handle !== 'string' || handle.length === 0) {
+    return Promise.reject(new TypeError(`ctx.tasks.${method}: a task handle must be a non-empty string`));
+  }
+  const body = ok
+    ? { op: 'finish', handle, ok: true, output: toJson(value) }
+    : { op: 'finish', handle, ok: false, error: failureReason(value) };
+  return hostRequest(body, 'task').then(
+    (answer) => {
+      taskControllers.delete(handle);
+      return answer;
+    },
+    (error) => {
+      if (error?.code === 'E_TASK_FINISHED') taskControllers.delete(handle);
+      throw error;
+    },
+  );
+}
+
+function tasksApiFor(callId) {
+  return Object.freeze({
+    async start() {
+      const { handle } = await hostRequest({ op: 'start', call: callId }, 'task');
+      const controller = new AbortController();
+      taskControllers.set(handle, controller);
+      return Object.freeze({
+        handle,
+        signal: controller.signal,
+        complete: (output) => finishTask('complete', handle, true, output),
+        fail: (error) => finishTask('fail', handle, false, error),
+      });
+    },
+    pending(task, output) {
+      const handle = typeof task === 'string' ? task : task?.handle;
+      if (typeof handle !== 'string' || handle.length === 0) {
+        throw new TypeError('ctx.tasks.pending(task, output?): task must be a started task or its handle');
+      }
+      if (output !== undefined && output !== null && !isObject(output)) {
+        throw new TypeError("ctx.tasks.pending(task, output?): output must be an object (its fields are the pending result's output)");
+      }
+      return { ...(output ?? {}), __async: true, handle };
+    },
+    complete: (handle, output) => finishTask('complete', handle, true, output),
+    fail: (handle, error) => finishTask('fail', handle, false, error),
+  });
+}
+
 async function importModule(modulePath) {
   try {
     return await loadModule(modulePath);
@@ -441,7 +517,13 @@ async function runCall(frame, findHandler) {
   let reply;
   try {
     const handler = await findHandler(frame);
-    const ctx = { ...frame.ctx, message: toJsMessage(frame.ctx?.message), logger: makeLogger(id), runtime: toolRuntimeFor(id) };
+    const ctx = {
+      ...frame.ctx,
+      message: toJsMessage(frame.ctx?.message),
+      logger: makeLogger(id),
+      runtime: toolRuntimeFor(id),
+      tasks: tasksApiFor(id),
+    };
     const output = await handler(ctx, frame.input ?? {});
     reply = { type: 'result', id, ok: true, output: toJson(output) };
   } catch (thrown) {

@@ -43,11 +43,18 @@ pub struct Kit {
     pub host: Arc<ScriptHost>,
     pub installed: usize,
     pub workdir: PathBuf,
+    /// The instance's tasks the calls see (`None`: no agent instance keeps them).
+    pub tasks: Option<Arc<dyn goondan_tools::tasks::ToolTasks>>,
 }
 
 impl Kit {
     pub fn new(host: Arc<ScriptHost>, call_timeout: Option<Duration>) -> Self {
-        let report = goondan_config::load_bundle(&fixture());
+        Self::for_bundle(&fixture(), host, call_timeout)
+    }
+
+    /// As [`Kit::new`] for the agent `scripter` of the bundle in `dir`.
+    pub fn for_bundle(dir: &Path, host: Arc<ScriptHost>, call_timeout: Option<Duration>) -> Self {
+        let report = goondan_config::load_bundle(dir);
         let bundle = report.valid_bundle().unwrap_or_else(|| panic!("fixture invalid: {:?}", report.diagnostics));
         let agent = bundle.agent("scripter").unwrap_or_else(|| panic!("no agent scripter"));
         let tools = AgentTools::for_agent(bundle, agent);
@@ -56,7 +63,7 @@ impl Kit {
         let catalog = Arc::new(tools.step_catalog(&registry));
         let executor =
             ToolExecutor::new(registry).with_policy(ExecutorPolicy { call_timeout, ..ExecutorPolicy::default() });
-        Self { executor, catalog, host, installed, workdir: std::env::temp_dir() }
+        Self { executor, catalog, host, installed, workdir: std::env::temp_dir(), tasks: None }
     }
 
     pub fn scope(&self, calls: Vec<ToolCall>) -> Arc<CallScope> {
@@ -71,7 +78,7 @@ impl Kit {
             trace_id: TRACE_ID.into(),
             step_span_id: "b7ad6b7169203331".into(),
             runtime: None,
-            tasks: None,
+            tasks: self.tasks.clone(),
         })
     }
 
