@@ -105,13 +105,14 @@ fn main() {
         round_trip.push(rtt);
     }
     let report = |name: &str, values: &mut Vec<f64>| {
-        println!(
-            "{name:<42} median {:>6.2} ms   p90 {:>6.2} ms   max {:>6.2} ms   ({} runs)",
+        let line = format!(
+            "{name:<42} median {:>6.2} ms   p90 {:>6.2} ms   max {:>6.2} ms   ({} runs)\n",
             percentile(values, 0.5),
             percentile(values, 0.9),
             percentile(values, 1.0),
             values.len()
         );
+        let _ = std::io::Write::write_all(&mut std::io::stdout(), line.as_bytes());
     };
     report("task end -> its turn starts (ms resolution)", &mut delivery);
     report("agents__request round trip (tool duration)", &mut round_trip);
