@@ -411,6 +411,25 @@ fn an_asynchronous_reply_reaches_a_caller_whose_process_died_meanwhile() {
     assert_eq!(content["status"], "ok", "{content}");
     assert_eq!(content["response"], "slow answer");
     assert_eq!(delivered["metadata"]["__goondanInterAgentResponse"]["fromAgentId"], "worker");
+    // The request's task outlived the caller's process (its work was the
+    // worker's) and ended with the reply: not failed by the restart, and
+    // no completion message besides the reply.
+    let book =
+        std::fs::read_to_string(common::instance_path(run.state.path(), "coordinator@default").join("tasks.jsonl"))
+            .unwrap_or_default();
+    let ends: Vec<Value> = book
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|line| line["op"] == "end")
+        .collect();
+    assert_eq!(ends.len(), 1, "{book}");
+    assert_eq!(ends[0]["state"], "completed", "{book}");
+    let completions = run
+        .messages("coordinator", "default")
+        .into_iter()
+        .filter(|m| m["data"]["content"].as_str().is_some_and(|c| c.contains("tool_task_result")))
+        .count();
+    assert_eq!(completions, 0);
 }
 
 #[test]

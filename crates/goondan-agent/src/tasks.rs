@@ -132,6 +132,7 @@ mod tests {
             updated_at: 2,
             expires_at: None,
             received: false,
+            remote: false,
         }
     }
 

@@ -221,9 +221,10 @@ impl TaskBook {
             tasks.apply(record);
         }
         let now = now_millis();
-        // What an earlier process left working has no work any more.
+        // What an earlier process left working has no work any more (the
+        // work of a remote task goes on elsewhere, and its end comes here).
         let orphaned: Vec<String> =
-            tasks.by_handle.values().filter(|t| !t.state.is_final()).map(|t| t.handle.clone()).collect();
+            tasks.by_handle.values().filter(|t| !t.state.is_final() && !t.remote).map(|t| t.handle.clone()).collect();
         for handle in &orphaned {
             tasks.apply(Record::End {
                 handle: handle.clone(),
@@ -380,7 +381,26 @@ impl TaskBook {
         Ok(())
     }
 
+    /// Opens the task of work that runs outside this process (an
+    /// asynchronous agent request, `handle` its correlation id) before the
+    /// work is sent, so that its end always finds it; a restart of this
+    /// process leaves it working.
+    pub async fn open_remote(&self, handle: &str, tool: &str, call_id: &str, turn_id: &str) -> Result<(), ToolFailure> {
+        self.record_open(handle, tool, call_id, turn_id, true).await.map(|_| ())
+    }
+
     async fn open_as(&self, handle: &str, tool: &str, call_id: &str, turn_id: &str) -> Result<TaskTicket, ToolFailure> {
+        self.record_open(handle, tool, call_id, turn_id, false).await
+    }
+
+    async fn record_open(
+        &self,
+        handle: &str,
+        tool: &str,
+        call_id: &str,
+        turn_id: &str,
+        remote: bool,
+    ) -> Result<TaskTicket, ToolFailure> {
         let _writing = self.writing.lock().await;
         let now = now_millis();
         let handle = handle.to_owned();
@@ -396,6 +416,7 @@ impl TaskBook {
             updated_at: now,
             expires_at: Some(now.saturating_add(u64::try_from(self.expiry.as_millis()).unwrap_or(u64::MAX))),
             received: false,
+            remote,
         };
         self.commit(Record::Open { task }).await?;
         let (cancel, cancelled) = watch::channel(false);
@@ -668,6 +689,12 @@ mod tests {
         book.adopt_task("agents__request", "call-2", "turn", "corr-2").await.map_err(|f| f.message)?;
         let late = book.status_of("corr-2").await.map_err(|f| f.message)?;
         assert_eq!((late.state, late.received), (TaskState::Failed, true));
+        // A remote task (another agent's work) survives a restart of the process.
+        book.open_remote("corr-3", "agents__request", "call-3", "turn").await.map_err(|f| f.message)?;
+        drop(book);
+        let book = TaskBook::open(dir.path())?;
+        let remote = book.status_of("corr-3").await.map_err(|f| f.message)?;
+        assert_eq!((remote.state, remote.remote), (TaskState::Working, true));
         let bad = book.adopt_task("t", "c", "u", "").await;
         assert_eq!(bad.as_ref().err().and_then(code), Some(goondan_core::codes::E_TOOL_INVALID_ARGS));
         Ok(())

@@ -90,6 +90,10 @@ pub struct TaskView {
     /// / `tasks__status` (then no completion message follows).
     #[serde(default)]
     pub received: bool,
+    /// Its work runs outside the agent's process (another agent answering
+    /// an asynchronous request): a restart of the process does not end it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub remote: bool,
 }
 
 /// How a task ends.
