@@ -174,7 +174,8 @@ pub async fn serve(
                     IpcMessage::TaskCancel(m) => {
                         let tasks = Arc::clone(&tasks);
                         tokio::spawn(async move {
-                            if let Err(error) = tasks.cancel_task(&m.payload.handle).await {
+                            // A person's cancel: the model gets the end as a message.
+                            if let Err(error) = tasks.cancel_for_operator(&m.payload.handle).await {
                                 tracing::info!("cancelling task {}: {}", m.payload.handle, error.message);
                             }
                         });

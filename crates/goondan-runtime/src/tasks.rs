@@ -501,12 +501,18 @@ impl TaskBook {
 
     /// Waits up to `timeout` (at most [`MAX_WAIT`]) for the task to end.
     pub async fn wait_for(&self, handle: &str, timeout: Duration) -> Result<TaskView, ToolFailure> {
+        self.wait_ended(handle, timeout).await?;
+        self.status_of(handle).await
+    }
+
+    /// Waits up to `timeout` for the task to end; its view, not received.
+    async fn wait_ended(&self, handle: &str, timeout: Duration) -> Result<TaskView, ToolFailure> {
         let mut changes = self.changed.subscribe();
         let deadline = tokio::time::Instant::now() + timeout.min(MAX_WAIT);
         loop {
             let task = self.get(handle).ok_or_else(|| unknown_handle(handle))?;
             if task.state.is_final() {
-                return self.status_of(handle).await;
+                return Ok(task);
             }
             match tokio::time::timeout_at(deadline, changes.changed()).await {
                 Ok(Ok(())) => {}
@@ -525,10 +531,19 @@ impl TaskBook {
         }
     }
 
-    /// Asks the task's work to stop. Work that listens ends it `cancelled`
-    /// itself; a task whose work does not listen (nothing holds its
-    /// cancel) is ended `cancelled` here.
+    /// Asks the task's work to stop, for the model (`tasks__cancel`): the
+    /// end it returns is the model's (received). Work that listens ends it
+    /// `cancelled` itself; a task whose work does not listen (nothing holds
+    /// its cancel) is ended `cancelled` here.
     pub async fn cancel_task(&self, handle: &str) -> Result<TaskView, ToolFailure> {
+        self.cancel_for_operator(handle).await?;
+        self.status_of(handle).await
+    }
+
+    /// As [`cancel_task`](Self::cancel_task), for a person (`gdn task
+    /// cancel`, Ctrl-C of a waiting run): the model has not seen the end,
+    /// so it is delivered as any other.
+    pub async fn cancel_for_operator(&self, handle: &str) -> Result<TaskView, ToolFailure> {
         let task = self.get(handle).ok_or_else(|| unknown_handle(handle))?;
         if task.state.is_final() {
             return Err(already_finished(&task));
@@ -539,14 +554,14 @@ impl TaskBook {
         };
         if listened {
             // The work ends it; give it a moment to say how.
-            if let Ok(ended) = self.wait_for(handle, Duration::from_secs(5)).await {
+            if let Ok(ended) = self.wait_ended(handle, Duration::from_secs(5)).await {
                 return Ok(ended);
             }
         }
         match self.finish_task(handle, TaskEnd::Cancelled("cancelled".to_owned())).await {
             Ok(ended) => Ok(ended),
             // It ended meanwhile, on its own.
-            Err(_) => self.status_of(handle).await,
+            Err(_) => self.get(handle).ok_or_else(|| unknown_handle(handle)),
         }
     }
 }
