@@ -442,7 +442,15 @@ pub struct Notifications {
 struct ProgressRoutes {
     listeners: HashMap<ProgressToken, ProgressEntry>,
     answered: VecDeque<(std::time::Instant, ProgressToken)>,
+    /// Progress that arrived before its call's route was set: the request
+    /// is on the wire before its handle (and token) is back, and a quick
+    /// server's first notifications can beat it. Kept [`PROGRESS_GRACE`],
+    /// at most [`MAX_UNROUTED`] of them.
+    unrouted: VecDeque<(std::time::Instant, ProgressNotificationParam)>,
 }
+
+/// The most early progress notifications kept for routes not set yet.
+const MAX_UNROUTED: usize = 256;
 
 /// A call's progress listener, and since when its call has its answer.
 struct ProgressEntry {
@@ -450,11 +458,11 @@ struct ProgressEntry {
     answered: Option<std::time::Instant>,
 }
 
-/// How long a call's progress is still delivered after its answer: the SDK
+/// How long a call's progress is still delivered after its answer (the SDK
 /// hands each notification to a task of its own, so progress the server
-/// sent before its answer may still be on its way — on a loaded machine
-/// for much longer than the notification took (250 ms lost some in CI).
-/// Routes are kept that long at most; nothing waits for them.
+/// sent before its answer may still be on its way), and how long progress
+/// that arrived before its call's route is kept for it. Routes are kept
+/// that long at most; nothing waits for them.
 pub const PROGRESS_GRACE: Duration = Duration::from_secs(2);
 
 impl std::fmt::Debug for Notifications {
@@ -478,8 +486,49 @@ impl Notifications {
                 routes.listeners.remove(&expired);
             }
         }
-        routes.listeners.insert(token.clone(), ProgressEntry { listener, answered: None });
+        routes.unrouted.retain(|(at, _)| now.duration_since(*at) < PROGRESS_GRACE);
+        // What arrived for this call before its route: delivered now, in order.
+        let early: Vec<ProgressNotificationParam> = {
+            let mut early = Vec::new();
+            routes.unrouted.retain(|(_, params)| {
+                let mine = params.progress_token == token;
+                if mine {
+                    early.push(params.clone());
+                }
+                !mine
+            });
+            early
+        };
+        routes.listeners.insert(token.clone(), ProgressEntry { listener: Arc::clone(&listener), answered: None });
+        drop(routes);
+        for params in &early {
+            listener(params);
+        }
         ProgressRoute { notifications: Arc::clone(self), token }
+    }
+
+    /// A progress notification: to its call's listener, or kept until
+    /// that call's route is set (see `ProgressRoutes::unrouted`).
+    pub fn progress_arrived(&self, params: &ProgressNotificationParam) {
+        let listener = {
+            let mut routes = self.progress.lock().unwrap_or_else(PoisonError::into_inner);
+            match routes.listeners.get(&params.progress_token) {
+                Some(entry) => {
+                    entry.answered.is_none_or(|at| at.elapsed() < PROGRESS_GRACE).then(|| Arc::clone(&entry.listener))
+                }
+                None => {
+                    // Its route may not be set yet: keep it for a moment.
+                    if routes.unrouted.len() >= MAX_UNROUTED {
+                        routes.unrouted.pop_front();
+                    }
+                    routes.unrouted.push_back((std::time::Instant::now(), params.clone()));
+                    None
+                }
+            }
+        };
+        if let Some(listener) = listener {
+            listener(params);
+        }
     }
 
     /// Whether the server said its tools changed since the last call; clears
@@ -525,18 +574,7 @@ struct ClientSide {
 
 impl ClientHandler for ClientSide {
     async fn on_progress(&self, params: ProgressNotificationParam, _context: NotificationContext<RoleClient>) {
-        let listener = self
-            .notifications
-            .progress
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .listeners
-            .get(&params.progress_token)
-            .filter(|entry| entry.answered.is_none_or(|at| at.elapsed() < PROGRESS_GRACE))
-            .map(|entry| Arc::clone(&entry.listener));
-        if let Some(listener) = listener {
-            listener(&params);
-        }
+        self.notifications.progress_arrived(&params);
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
@@ -827,7 +865,7 @@ pub async fn call_tool_answer(
 ) -> (Result<Answer, ClientError>, Option<ProgressRoute>) {
     let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
     // The SDK gives every request a progress token of its own; the handle
-    // says which, so the route is set before the server can have answered.
+    // says which. Progress that beats the route is kept until it is set.
     let handle = match connection.peer.send_request_with_option(request, PeerRequestOptions::no_options()).await {
         Ok(handle) => handle,
         Err(error) => return (Err(request_error(connection, &error)), None),
@@ -1154,6 +1192,30 @@ impl Server {
 mod tests {
     use super::*;
     use tokio::io::AsyncReadExt as _;
+
+    fn progress(token: &str, n: f64) -> Result<ProgressNotificationParam, serde_json::Error> {
+        serde_json::from_value(serde_json::json!({"progressToken": token, "progress": n}))
+    }
+
+    #[test]
+    fn progress_that_beats_its_route_is_delivered_when_the_route_is_set() -> Result<(), serde_json::Error> {
+        let notifications = Arc::new(Notifications::default());
+        // Two arrive before the call's route, one for a call nobody routes.
+        notifications.progress_arrived(&progress("call-1", 1.0)?);
+        notifications.progress_arrived(&progress("other", 9.0)?);
+        notifications.progress_arrived(&progress("call-1", 2.0)?);
+        let seen = Arc::new(StdMutex::new(Vec::new()));
+        let sink = Arc::clone(&seen);
+        let listener: ProgressListener = Arc::new(move |p: &ProgressNotificationParam| {
+            sink.lock().unwrap_or_else(PoisonError::into_inner).push(p.progress)
+        });
+        let token = progress("call-1", 0.0)?.progress_token;
+        let route = notifications.listen(token, listener);
+        notifications.progress_arrived(&progress("call-1", 3.0)?);
+        assert_eq!(*seen.lock().unwrap_or_else(PoisonError::into_inner), [1.0, 2.0, 3.0]);
+        drop(route);
+        Ok(())
+    }
 
     /// What a reader of `input` through a [`BoundedLines`] of `limit` gets
     /// (or its error), fed in pieces of `piece` bytes.
