@@ -192,3 +192,60 @@ fn an_mcp_servers_task_is_pending_its_result_arrives_and_a_cancel_reaches_the_se
     until("the server to stop the task's work", || Ok(cancelled.exists()))?;
     Ok(())
 }
+
+/// The fixture server over HTTP, ended with the test.
+struct HttpServer(std::process::Child);
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_task_of_a_server_reached_over_http_is_followed_again_after_the_service_restarts() -> TestResult {
+    let Some(python) = mcp_tasks_python() else { return Ok(()) };
+    let dir = tempfile::tempdir()?;
+    let state = dir.path().join("state");
+    let (port, mcp_port) = (free_port()?, free_port()?);
+    let script = repo_path("crates/goondan-mcp/tests/tasks-server.py");
+    let _server = HttpServer(
+        Command::new(&python)
+            .arg(&script)
+            .env("TASKS_SERVER_HTTP_PORT", mcp_port.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?,
+    );
+    until("the MCP server to listen", || Ok(TcpStream::connect(("127.0.0.1", mcp_port)).is_ok()))?;
+    bundle(dir.path(), port, &python, &dir.path().join("cancelled"))?;
+    let file = dir.path().join("goondan.yaml");
+    let yaml = std::fs::read_to_string(&file)?;
+    let start = yaml.find("            command:").ok_or("no command")?;
+    let end = yaml[start..].find("---").map(|at| start + at).ok_or("no end")?;
+    let yaml = format!("{}            url: \"http://127.0.0.1:{mcp_port}/mcp\"\n{}", &yaml[..start], &yaml[end..])
+        .replace("seconds: 1.5, text: \"built\"", "seconds: 4, text: \"built\"");
+    std::fs::write(&file, yaml)?;
+    let started = gdn(dir.path(), &state, &["run", "--detach"])?;
+    assert_eq!(started.status.code(), Some(0), "{}", String::from_utf8_lossy(&started.stderr));
+    let _running = Running { dir: dir.path(), state: &state };
+
+    assert!(post(port, "r", "start work")?.starts_with("HTTP/1.1 200"));
+    until("the pending result", || Ok(count(&state, "r", "\"status\":\"pending\"") == 1))?;
+    // The agent process that follows the task goes; the server's task goes on.
+    let restarted = gdn(dir.path(), &state, &["restart"])?;
+    assert_eq!(restarted.status.code(), Some(0), "{}", String::from_utf8_lossy(&restarted.stderr));
+    until("the completion turn's answer", || Ok(count(&state, "r", "the server's task ended") == 1))?;
+    let book = std::fs::read_to_string(instance_dir(&state, "r").join("tasks.jsonl"))?;
+    let ends: Vec<Value> = book
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|line| line["op"] == "end")
+        .collect();
+    assert_eq!(ends.len(), 1, "{book}");
+    assert_eq!(ends[0]["state"], "completed", "{book}");
+    assert!(ends[0]["result"].to_string().contains("built after 4"), "{book}");
+    Ok(())
+}

@@ -133,6 +133,7 @@ mod tests {
             expires_at: None,
             received: false,
             remote: false,
+            resume: None,
         }
     }
 

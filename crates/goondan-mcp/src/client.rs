@@ -1093,6 +1093,12 @@ impl std::fmt::Debug for Server {
 }
 
 impl Server {
+    /// Whether it is reached over HTTP (it is not this process's child: its
+    /// tasks outlive this process).
+    pub fn is_remote(&self) -> bool {
+        matches!(self.spec, ServerConfig::Http(_))
+    }
+
     /// Starts the server; returns it with its tools.
     pub async fn start(name: &str, spec: ServerConfig) -> Result<(Arc<Self>, Vec<Tool>), ClientError> {
         let notifications = Arc::new(Notifications::default());

@@ -127,7 +127,16 @@ impl McpToolHandler {
     ) -> HandlerResult {
         let mcp_task_id = task.task_id.clone();
         let status_message = task.status_message.clone();
-        let ticket = match tasks.open(ctx).await {
+        // A server reached over HTTP keeps running its task when this
+        // process ends: the task can be followed again after a restart.
+        let opened = if self.server.is_remote() {
+            let resume = serde_json::json!({"kind": RESUME_KIND, "server": self.server.name(),
+                "tool": self.tool, "mcpTaskId": mcp_task_id});
+            tasks.open_resumable(ctx, resume).await
+        } else {
+            tasks.open(ctx).await
+        };
+        let ticket = match opened {
             Ok(ticket) => ticket,
             Err(failure) => {
                 // Nobody will follow it: the server may stop it.
@@ -138,45 +147,7 @@ impl McpToolHandler {
                 return Err(failure);
             }
         };
-        let handle = ticket.handle.clone();
-        let server = Arc::clone(&self.server);
-        let tool = self.tool.clone();
-        let mut cancelled = ticket.cancelled;
-        tokio::spawn(async move {
-            let cancel = async move {
-                // A dropped sender is no cancel: the task is not cancelled then.
-                if cancelled.wait_for(|cancelled| *cancelled).await.is_err() {
-                    std::future::pending::<()>().await;
-                }
-            };
-            let outcome = client::follow_task(&connection, task, cancel).await;
-            let end = match outcome {
-                TaskOutcome::Completed(result) => TaskEnd::Completed(tool_result_of(map_result(result))),
-                TaskOutcome::Cancelled => TaskEnd::Cancelled("the MCP server cancelled the task".to_owned()),
-                TaskOutcome::CancelledHere => {
-                    TaskEnd::Cancelled("cancelled (tasks/cancel sent to the MCP server)".to_owned())
-                }
-                TaskOutcome::Exited => {
-                    server.forget(&connection).await;
-                    TaskEnd::Failed(format!(
-                        "{E_MCP_SERVER_EXITED}: MCP server '{}' exited while its task ran; the task is lost",
-                        server.name()
-                    ))
-                }
-                other => TaskEnd::Failed(format!(
-                    "MCP server '{}': the task of '{tool}' failed: {}",
-                    server.name(),
-                    other.reason()
-                )),
-            };
-            if let Err(failure) = tasks.finish(&handle, end).await {
-                tracing::debug!(
-                    "MCP server '{}': task '{handle}' could not be finished: {}",
-                    server.name(),
-                    failure.message
-                );
-            }
-        });
+        follow_in_background(Arc::clone(&self.server), self.tool.clone(), tasks, ticket.clone(), connection, task);
         let mut output = JsonObject::new();
         output.insert("server".into(), JsonValue::from(self.server.name()));
         output.insert("tool".into(), JsonValue::from(self.tool.as_str()));
@@ -304,6 +275,59 @@ fn describe_block(block: ContentBlock) -> String {
             format!("[{} content]", kind.as_deref().unwrap_or("unknown"))
         }
     }
+}
+
+/// What a resumable task's `resume` says: an MCP server's task.
+pub const RESUME_KIND: &str = "mcp";
+
+/// Follows the server's `task` in the background until it ends, then
+/// finishes the agent's task `ticket` with its end; a cancel of ours sends
+/// `tasks/cancel`.
+pub(crate) fn follow_in_background(
+    server: Arc<Server>,
+    tool: String,
+    tasks: Arc<dyn ToolTasks>,
+    ticket: goondan_tools::tasks::TaskTicket,
+    connection: Arc<Connection>,
+    task: Task,
+) {
+    let handle = ticket.handle.clone();
+    let mut cancelled = ticket.cancelled;
+    tokio::spawn(async move {
+        let cancel = async move {
+            // A dropped sender is no cancel: the task is not cancelled then.
+            if cancelled.wait_for(|cancelled| *cancelled).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        let outcome = client::follow_task(&connection, task, cancel).await;
+        let end = match outcome {
+            TaskOutcome::Completed(result) => TaskEnd::Completed(tool_result_of(map_result(result))),
+            TaskOutcome::Cancelled => TaskEnd::Cancelled("the MCP server cancelled the task".to_owned()),
+            TaskOutcome::CancelledHere => {
+                TaskEnd::Cancelled("cancelled (tasks/cancel sent to the MCP server)".to_owned())
+            }
+            TaskOutcome::Exited => {
+                server.forget(&connection).await;
+                TaskEnd::Failed(format!(
+                    "{E_MCP_SERVER_EXITED}: MCP server '{}' exited while its task ran; the task is lost",
+                    server.name()
+                ))
+            }
+            other => TaskEnd::Failed(format!(
+                "MCP server '{}': the task of '{tool}' failed: {}",
+                server.name(),
+                other.reason()
+            )),
+        };
+        if let Err(failure) = tasks.finish(&handle, end).await {
+            tracing::debug!(
+                "MCP server '{}': task '{handle}' could not be finished: {}",
+                server.name(),
+                failure.message
+            );
+        }
+    });
 }
 
 #[cfg(test)]

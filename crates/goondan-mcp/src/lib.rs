@@ -172,6 +172,9 @@ pub async fn install(
             }
         }
         tracing::debug!("agent '{agent}': MCP server '{name}' offers {} tools", tools.len());
+        if let Some(tasks) = &setup.tooling.tasks {
+            resume_tasks(&server, tasks);
+        }
         running.push(server);
     }
     for (name, why) in &report.failed {
@@ -189,6 +192,54 @@ pub async fn install(
         );
     }
     Ok(report)
+}
+
+/// Follows again the server's tasks that an earlier process of this
+/// instance followed (a server reached over HTTP runs them on when that
+/// process ends): each working task whose `resume` names this server.
+fn resume_tasks(server: &Arc<client::Server>, tasks: &Arc<dyn goondan_tools::tasks::ToolTasks>) {
+    for task in tasks.list() {
+        let Some(resume) = task.resume.as_ref() else { continue };
+        if task.state.is_final()
+            || resume.get("kind").and_then(serde_json::Value::as_str) != Some(handler::RESUME_KIND)
+            || resume.get("server").and_then(serde_json::Value::as_str) != Some(server.name())
+        {
+            continue;
+        }
+        let (Some(task_id), Some(ticket)) = (
+            resume.get("mcpTaskId").and_then(serde_json::Value::as_str).map(str::to_owned),
+            tasks.reattach(&task.handle),
+        ) else {
+            continue;
+        };
+        let tool = resume.get("tool").and_then(serde_json::Value::as_str).unwrap_or_default().to_owned();
+        let (server, tasks) = (Arc::clone(server), Arc::clone(tasks));
+        tokio::spawn(async move {
+            let handle = ticket.handle.clone();
+            let found = match server.connection().await {
+                Ok(connection) => connection
+                    .peer()
+                    .get_task(rmcp::model::GetTaskParams::new(task_id.clone()))
+                    .await
+                    .map(|got| (connection, got.task.task))
+                    .map_err(|error| error.to_string()),
+                Err(error) => Err(error.to_string()),
+            };
+            match found {
+                Ok((connection, mcp_task)) => {
+                    tracing::info!("MCP server '{}': following task {task_id} ({handle}) again", server.name());
+                    handler::follow_in_background(server, tool, tasks, ticket, connection, mcp_task);
+                }
+                Err(why) => {
+                    let end = goondan_tools::tasks::TaskEnd::Failed(format!(
+                        "MCP server '{}': its task {task_id} could not be followed again after a restart: {why}",
+                        server.name()
+                    ));
+                    let _ = tasks.finish(&handle, end).await;
+                }
+            }
+        });
+    }
 }
 
 /// The event of a server that did not start: in the instance's event log

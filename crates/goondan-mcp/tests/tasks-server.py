@@ -1,6 +1,6 @@
 # An MCP server (fastmcp 4.1.4 with the tasks extension of fastmcp-tasks
 # 4.1.4, io.modelcontextprotocol/tasks of the 2026-07-28 revision) for the
-# client's task tests, over stdio. Its tools run as tasks:
+# client's task tests, over stdio (or HTTP with TASKS_SERVER_HTTP_PORT). Its tools run as tasks:
 #   slow(seconds, text)  sleeps, then answers "<text> after <seconds>s";
 #                        when its task is cancelled it writes the file
 #                        TASKS_SERVER_CANCELLED (if set) before it stops
@@ -81,4 +81,10 @@ def quick(x: int) -> int:
 
 
 if __name__ == "__main__":
-    mcp.run(show_banner=False)
+    # TASKS_SERVER_HTTP_PORT set: streamable HTTP on 127.0.0.1:PORT/mcp
+    # (a server that is not the client's child), else stdio.
+    port = os.environ.get("TASKS_SERVER_HTTP_PORT")
+    if port:
+        mcp.run(transport="http", host="127.0.0.1", port=int(port), show_banner=False)
+    else:
+        mcp.run(show_banner=False)

@@ -386,11 +386,11 @@ impl TaskBook {
     /// work is sent, so that its end always finds it; a restart of this
     /// process leaves it working.
     pub async fn open_remote(&self, handle: &str, tool: &str, call_id: &str, turn_id: &str) -> Result<(), ToolFailure> {
-        self.record_open(handle, tool, call_id, turn_id, true).await.map(|_| ())
+        self.record_open(handle, tool, call_id, turn_id, true, None).await.map(|_| ())
     }
 
     async fn open_as(&self, handle: &str, tool: &str, call_id: &str, turn_id: &str) -> Result<TaskTicket, ToolFailure> {
-        self.record_open(handle, tool, call_id, turn_id, false).await
+        self.record_open(handle, tool, call_id, turn_id, false, None).await
     }
 
     async fn record_open(
@@ -400,6 +400,7 @@ impl TaskBook {
         call_id: &str,
         turn_id: &str,
         remote: bool,
+        resume: Option<serde_json::Value>,
     ) -> Result<TaskTicket, ToolFailure> {
         let _writing = self.writing.lock().await;
         let now = now_millis();
@@ -417,6 +418,7 @@ impl TaskBook {
             expires_at: Some(now.saturating_add(u64::try_from(self.expiry.as_millis()).unwrap_or(u64::MAX))),
             received: false,
             remote,
+            resume,
         };
         self.commit(Record::Open { task }).await?;
         let (cancel, cancelled) = watch::channel(false);
@@ -599,6 +601,24 @@ impl ToolTasks for TaskBook {
         handle: &'a str,
     ) -> BoxFuture<'a, Result<(), ToolFailure>> {
         Box::pin(self.adopt_task(tool, call_id, turn_id, handle))
+    }
+
+    fn open_resumable<'a>(
+        &'a self,
+        ctx: &'a ToolContext,
+        resume: serde_json::Value,
+    ) -> BoxFuture<'a, Result<TaskTicket, ToolFailure>> {
+        Box::pin(async move {
+            let handle = format!("task-{}", goondan_core::ids::new_id());
+            self.record_open(&handle, ctx.tool_name(), ctx.tool_call_id(), ctx.turn_id(), true, Some(resume)).await
+        })
+    }
+
+    fn reattach(&self, handle: &str) -> Option<TaskTicket> {
+        let task = self.get(handle).filter(|task| !task.state.is_final())?;
+        let (cancel, cancelled) = watch::channel(false);
+        self.cancels.lock().unwrap_or_else(PoisonError::into_inner).insert(task.handle.clone(), cancel);
+        Some(TaskTicket { handle: task.handle, cancelled })
     }
 
     fn output_path(&self, handle: &str) -> Option<PathBuf> {

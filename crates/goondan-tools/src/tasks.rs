@@ -94,6 +94,10 @@ pub struct TaskView {
     /// an asynchronous request): a restart of the process does not end it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub remote: bool,
+    /// What the producer needs to follow the work again after a restart of
+    /// the process (an MCP server's task id); with it the task is remote.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume: Option<serde_json::Value>,
 }
 
 /// How a task ends.
@@ -145,6 +149,22 @@ pub trait ToolTasks: Send + Sync + fmt::Debug {
     fn cancel<'a>(&'a self, handle: &'a str) -> BoxFuture<'a, Result<TaskView, ToolFailure>>;
     /// Every task, oldest first.
     fn list(&self) -> Vec<TaskView>;
+    /// As [`open`](Self::open), for work that goes on outside this process
+    /// (a task of an MCP server reached over HTTP): a restart of the process
+    /// leaves the task working, and `resume` is what its producer needs to
+    /// follow it again ([`reattach`](Self::reattach)).
+    fn open_resumable<'a>(
+        &'a self,
+        ctx: &'a ToolContext,
+        _resume: serde_json::Value,
+    ) -> BoxFuture<'a, Result<TaskTicket, ToolFailure>> {
+        self.open(ctx)
+    }
+    /// A working task's ticket again, for its producer following its work
+    /// after a restart of the process; `None` if it is not working.
+    fn reattach(&self, _handle: &str) -> Option<TaskTicket> {
+        None
+    }
     /// Records a working task for a pending result whose handler named
     /// its own `handle` (a script's `__async`, an asynchronous agent
     /// request) without opening one; nothing for a handle already known.
