@@ -9,24 +9,15 @@
 //! or `.cache/py`, as scripts/test installs); skips without one, or fails
 //! with `GOONDAN_REQUIRE_MCP=1`.
 
-use std::io::{Read as _, Write as _};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
 mod common;
+use common::service::{Stopped, TestResult, free_port, gdn, until};
 use common::{mcp_tasks_python, repo_path};
-
-type TestResult = Result<(), Box<dyn std::error::Error>>;
-
-const WAIT: Duration = Duration::from_secs(60);
-
-fn free_port() -> Result<u16, std::io::Error> {
-    TcpListener::bind("127.0.0.1:0")?.local_addr().map(|a| a.port())
-}
 
 fn bundle(dir: &Path, port: u16, python: &Path, cancelled: &Path) -> Result<(), std::io::Error> {
     let script = repo_path("crates/goondan-mcp/tests/tasks-server.py");
@@ -91,39 +82,9 @@ spec:
     std::fs::write(dir.join("goondan.yaml"), yaml)
 }
 
-fn gdn(dir: &Path, state: &Path, args: &[&str]) -> Result<Output, std::io::Error> {
-    Command::new(env!("CARGO_BIN_EXE_gdn"))
-        .arg("-c")
-        .arg(dir)
-        .args(args)
-        .env("GOONDAN_STATE_ROOT", state)
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .output()
-}
-
 fn post(port: u16, key: &str, input: &str) -> Result<String, std::io::Error> {
-    let body = serde_json::json!({"instanceKey": key, "text": input}).to_string();
-    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
-    let request = format!(
-        "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes())?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    Ok(response)
-}
-
-fn until(what: &str, mut done: impl FnMut() -> Result<bool, Box<dyn std::error::Error>>) -> TestResult {
-    let deadline = Instant::now() + WAIT;
-    while !done()? {
-        if Instant::now() > deadline {
-            return Err(format!("timed out waiting for {what}").into());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok(())
+    let body = serde_json::json!({"instanceKey": key, "text": input});
+    common::service::post(port, &body)
 }
 
 fn instance_dir(state: &Path, key: &str) -> PathBuf {
@@ -132,31 +93,11 @@ fn instance_dir(state: &Path, key: &str) -> PathBuf {
 
 /// The conversation's messages as stored, each as JSON text.
 fn texts(state: &Path, key: &str) -> Vec<String> {
-    let text = std::fs::read_to_string(instance_dir(state, key).join("messages.jsonl")).unwrap_or_default();
-    let mut all = Vec::new();
-    for line in text.lines() {
-        let Ok(value) = serde_json::from_str::<Value>(line) else { continue };
-        match value.get("events").and_then(Value::as_array) {
-            Some(events) => all.extend(events.iter().filter_map(|e| e.get("message").map(Value::to_string))),
-            None => all.push(value.to_string()),
-        }
-    }
-    all
+    common::service::conversation(&instance_dir(state, key))
 }
 
 fn count(state: &Path, key: &str, needle: &str) -> usize {
     texts(state, key).iter().filter(|text| text.contains(needle)).count()
-}
-
-struct Running<'a> {
-    dir: &'a Path,
-    state: &'a Path,
-}
-
-impl Drop for Running<'_> {
-    fn drop(&mut self) {
-        let _ = gdn(self.dir, self.state, &["stop"]);
-    }
 }
 
 #[test]
@@ -169,7 +110,7 @@ fn an_mcp_servers_task_is_pending_its_result_arrives_and_a_cancel_reaches_the_se
     bundle(dir.path(), port, &python, &cancelled)?;
     let started = gdn(dir.path(), &state, &["run", "--detach"])?;
     assert_eq!(started.status.code(), Some(0), "{}", String::from_utf8_lossy(&started.stderr));
-    let _running = Running { dir: dir.path(), state: &state };
+    let _running = Stopped { dir: dir.path().to_path_buf(), state: state.clone() };
 
     assert!(post(port, "a", "start work")?.starts_with("HTTP/1.1 200"));
     until("the completion turn's answer", || Ok(count(&state, "a", "the server's task ended") == 1))?;
@@ -230,7 +171,7 @@ fn a_task_of_a_server_reached_over_http_is_followed_again_after_the_service_rest
     std::fs::write(&file, yaml)?;
     let started = gdn(dir.path(), &state, &["run", "--detach"])?;
     assert_eq!(started.status.code(), Some(0), "{}", String::from_utf8_lossy(&started.stderr));
-    let _running = Running { dir: dir.path(), state: &state };
+    let _running = Stopped { dir: dir.path().to_path_buf(), state: state.clone() };
 
     assert!(post(port, "r", "start work")?.starts_with("HTTP/1.1 200"));
     until("the pending result", || Ok(count(&state, "r", "\"status\":\"pending\"") == 1))?;

@@ -5,21 +5,14 @@
 //! process, `--fresh`, `gdn instance restart` and `gdn instance delete
 //! --force` with the service running.
 
-use std::io::{Read as _, Write as _};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
-type TestResult = Result<(), Box<dyn std::error::Error>>;
-
-const WAIT: Duration = Duration::from_secs(60);
-
-fn free_port() -> Result<u16, std::io::Error> {
-    TcpListener::bind("127.0.0.1:0")?.local_addr().map(|a| a.port())
-}
+mod common;
+use common::service::{Stopped, TestResult, free_port, gdn, until};
 
 /// Two agents fed by one webhook: `slow` runs `command` in bash and
 /// answers, `quick` answers `reply` at once.
@@ -81,32 +74,13 @@ spec:
     std::fs::write(dir.join("goondan.yaml"), yaml)
 }
 
-fn gdn(dir: &Path, state: &Path, args: &[&str]) -> Result<Output, std::io::Error> {
-    Command::new(env!("CARGO_BIN_EXE_gdn"))
-        .arg("-c")
-        .arg(dir)
-        .args(args)
-        .env("GOONDAN_STATE_ROOT", state)
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .output()
-}
-
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
 fn post(port: u16, event: &str, key: &str, input: &str) -> Result<String, std::io::Error> {
-    let body = serde_json::json!({"event": event, "instanceKey": key, "text": input}).to_string();
-    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
-    let request = format!(
-        "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes())?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    Ok(response)
+    let body = serde_json::json!({"event": event, "instanceKey": key, "text": input});
+    common::service::post(port, &body)
 }
 
 /// `gdn instance list --json`, as (agent, key) → the row.
@@ -125,32 +99,9 @@ fn turns(dir: &Path, state: &Path, agent: &str, key: &str) -> Result<u64, std::i
     Ok(instance(dir, state, agent, key)?.and_then(|row| row["turns"].as_u64()).unwrap_or(0))
 }
 
-fn until(what: &str, mut done: impl FnMut() -> Result<bool, std::io::Error>) -> TestResult {
-    let deadline = Instant::now() + WAIT;
-    while !done()? {
-        if Instant::now() > deadline {
-            return Err(format!("timed out waiting for {what}").into());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok(())
-}
-
 fn service_status(state: &Path) -> Result<Value, Box<dyn std::error::Error>> {
     let workspace = state.join("workspaces").join("pair");
     Ok(serde_json::from_str(&std::fs::read_to_string(workspace.join("service.json"))?)?)
-}
-
-/// Stops the service when the test ends, whatever happened.
-struct Running<'a> {
-    dir: &'a Path,
-    state: &'a Path,
-}
-
-impl Drop for Running<'_> {
-    fn drop(&mut self) {
-        let _ = gdn(self.dir, self.state, &["stop"]);
-    }
 }
 
 fn lines(path: &PathBuf) -> Vec<String> {
@@ -167,7 +118,7 @@ fn restarting_one_agent_cuts_no_turn_of_it_or_of_another() -> TestResult {
     bundle(dir.path(), port, &command, "pong")?;
     let started = gdn(dir.path(), &state, &["run", "--detach"])?;
     assert_eq!(started.status.code(), Some(0), "{}", text(&started.stderr));
-    let _running = Running { dir: dir.path(), state: &state };
+    let _running = Stopped { dir: dir.path().to_path_buf(), state: state.clone() };
 
     // quick answers once; its process is up.
     assert!(post(port, "chat", "q1", "hi")?.starts_with("HTTP/1.1 200"));
@@ -215,7 +166,7 @@ fn a_whole_restart_keeps_the_running_service_for_a_broken_bundle_and_reloads_a_f
     bundle(dir.path(), port, "true", "pong")?;
     let started = gdn(dir.path(), &state, &["run", "--detach"])?;
     assert_eq!(started.status.code(), Some(0), "{}", text(&started.stderr));
-    let _running = Running { dir: dir.path(), state: &state };
+    let _running = Stopped { dir: dir.path().to_path_buf(), state: state.clone() };
     let before = service_status(&state)?;
     assert!(post(port, "chat", "q1", "hi")?.starts_with("HTTP/1.1 200"));
     until("the first turn", || Ok(turns(dir.path(), &state, "quick", "q1")? == 1))?;
@@ -264,7 +215,7 @@ fn instances_are_restarted_fresh_and_deleted_through_the_running_service() -> Te
     bundle(dir.path(), port, "true", "pong")?;
     let started = gdn(dir.path(), &state, &["run", "--detach"])?;
     assert_eq!(started.status.code(), Some(0), "{}", text(&started.stderr));
-    let _running = Running { dir: dir.path(), state: &state };
+    let _running = Stopped { dir: dir.path().to_path_buf(), state: state.clone() };
     for key in ["a", "b"] {
         assert!(post(port, "chat", key, "hi")?.starts_with("HTTP/1.1 200"));
         until("the turn", || Ok(turns(dir.path(), &state, "quick", key)? == 1))?;
@@ -311,7 +262,7 @@ fn a_watched_service_restarts_only_what_an_edit_changes_and_keeps_running_throug
     let original = std::fs::read_to_string(&file)?;
     let started = gdn(dir.path(), &state, &["run", "--detach", "--watch"])?;
     assert_eq!(started.status.code(), Some(0), "{}", text(&started.stderr));
-    let _running = Running { dir: dir.path(), state: &state };
+    let _running = Stopped { dir: dir.path().to_path_buf(), state: state.clone() };
     let first = service_status(&state)?;
     assert!(post(port, "chat", "q1", "hi")?.starts_with("HTTP/1.1 200"));
     assert!(post(port, "slow", "s1", "hi")?.starts_with("HTTP/1.1 200"));

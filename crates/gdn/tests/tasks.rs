@@ -7,21 +7,14 @@
 //! says with which signal; a task whose command died with a `kill -9`ed
 //! service is failed, and that failure delivered, at the next start.
 
-use std::io::{Read as _, Write as _};
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use serde_json::Value;
 
-type TestResult = Result<(), Box<dyn std::error::Error>>;
-
-const WAIT: Duration = Duration::from_secs(60);
-
-fn free_port() -> Result<u16, std::io::Error> {
-    TcpListener::bind("127.0.0.1:0")?.local_addr().map(|a| a.port())
-}
+mod common;
+use common::service::{Stopped, TestResult, free_port, gdn, until};
 
 fn bundle(dir: &Path, port: u16, marks: &Path) -> Result<(), std::io::Error> {
     let m = marks.display();
@@ -83,63 +76,17 @@ spec:
     std::fs::write(dir.join("goondan.yaml"), yaml)
 }
 
-fn gdn(dir: &Path, state: &Path, args: &[&str]) -> Result<Output, std::io::Error> {
-    Command::new(env!("CARGO_BIN_EXE_gdn"))
-        .arg("-c")
-        .arg(dir)
-        .args(args)
-        .env("GOONDAN_STATE_ROOT", state)
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .output()
-}
-
 fn post(port: u16, key: &str, input: &str) -> Result<String, std::io::Error> {
-    let body = serde_json::json!({"instanceKey": key, "text": input}).to_string();
-    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
-    let request = format!(
-        "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes())?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    Ok(response)
-}
-
-fn until(what: &str, mut done: impl FnMut() -> Result<bool, Box<dyn std::error::Error>>) -> TestResult {
-    let deadline = Instant::now() + WAIT;
-    while !done()? {
-        if Instant::now() > deadline {
-            return Err(format!("timed out waiting for {what}").into());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok(())
+    let body = serde_json::json!({"instanceKey": key, "text": input});
+    common::service::post(port, &body)
 }
 
 fn instance_dir(state: &Path, key: &str) -> PathBuf {
     state.join("workspaces").join("jobs").join("instances").join(format!("worker@{key}"))
 }
 
-/// The conversation's messages as stored (folded: one JSON value per message).
-fn messages(state: &Path, key: &str) -> Vec<Value> {
-    let text = std::fs::read_to_string(instance_dir(state, key).join("messages.jsonl")).unwrap_or_default();
-    let mut all = Vec::new();
-    for line in text.lines() {
-        let Ok(value) = serde_json::from_str::<Value>(line) else { continue };
-        match value.get("events").and_then(Value::as_array) {
-            Some(events) => {
-                all.extend(events.iter().filter_map(|event| event.get("message").cloned()));
-            }
-            None => all.push(value),
-        }
-    }
-    all
-}
-
 fn texts(state: &Path, key: &str) -> Vec<String> {
-    messages(state, key).iter().map(Value::to_string).collect()
+    common::service::conversation(&instance_dir(state, key))
 }
 
 fn count(state: &Path, key: &str, needle: &str) -> usize {
@@ -176,17 +123,6 @@ fn alive(pid: i32) -> bool {
         .is_ok_and(|stat| stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().next()) != Some("Z"))
 }
 
-struct Running<'a> {
-    dir: &'a Path,
-    state: &'a Path,
-}
-
-impl Drop for Running<'_> {
-    fn drop(&mut self) {
-        let _ = gdn(self.dir, self.state, &["stop"]);
-    }
-}
-
 #[test]
 fn a_background_command_answers_pending_and_its_end_arrives_once_as_a_turn_of_its_own() -> TestResult {
     let dir = tempfile::tempdir()?;
@@ -197,7 +133,7 @@ fn a_background_command_answers_pending_and_its_end_arrives_once_as_a_turn_of_it
     bundle(dir.path(), port, &marks)?;
     let started = gdn(dir.path(), &state, &["run", "--detach"])?;
     assert_eq!(started.status.code(), Some(0), "{}", String::from_utf8_lossy(&started.stderr));
-    let _running = Running { dir: dir.path(), state: &state };
+    let _running = Stopped { dir: dir.path().to_path_buf(), state: state.clone() };
 
     assert!(post(port, "a", "start work")?.starts_with("HTTP/1.1 200"));
     until("the completion turn's answer", || Ok(count(&state, "a", "the command finished") == 1))?;
@@ -242,7 +178,7 @@ fn a_wait_takes_the_result_and_a_cancel_ends_the_command_with_its_signal() -> Te
     bundle(dir.path(), port, &marks)?;
     let started = gdn(dir.path(), &state, &["run", "--detach"])?;
     assert_eq!(started.status.code(), Some(0), "{}", String::from_utf8_lossy(&started.stderr));
-    let _running = Running { dir: dir.path(), state: &state };
+    let _running = Stopped { dir: dir.path().to_path_buf(), state: state.clone() };
 
     assert!(post(port, "w", "wait for it")?.starts_with("HTTP/1.1 200"));
     until("the waited turn's answer", || Ok(count(&state, "w", "\"waited\"") >= 1))?;
@@ -278,7 +214,7 @@ fn a_command_killed_with_its_service_is_failed_and_delivered_at_the_next_start()
     bundle(dir.path(), port, &marks)?;
     let started = gdn(dir.path(), &state, &["run", "--detach"])?;
     assert_eq!(started.status.code(), Some(0), "{}", String::from_utf8_lossy(&started.stderr));
-    let _running = Running { dir: dir.path(), state: &state };
+    let _running = Stopped { dir: dir.path().to_path_buf(), state: state.clone() };
     assert!(post(port, "k", "long one")?.starts_with("HTTP/1.1 200"));
     until("the long command to start", || Ok(marks.join("long.pid").exists()))?;
     until("the turn to answer", || Ok(count(&state, "k", "\"running\"") >= 1))?;
@@ -313,7 +249,7 @@ fn people_list_show_and_cancel_tasks_through_the_cli() -> TestResult {
     bundle(dir.path(), port, &marks)?;
     let started = gdn(dir.path(), &state, &["run", "--detach"])?;
     assert_eq!(started.status.code(), Some(0), "{}", String::from_utf8_lossy(&started.stderr));
-    let _running = Running { dir: dir.path(), state: &state };
+    let _running = Stopped { dir: dir.path().to_path_buf(), state: state.clone() };
     assert!(post(port, "p", "long one")?.starts_with("HTTP/1.1 200"));
     until("the long command to start", || Ok(marks.join("long.pid").exists()))?;
     let handle = tasks(&state, "p").first().and_then(|t| t["handle"].as_str().map(str::to_owned)).ok_or("no task")?;

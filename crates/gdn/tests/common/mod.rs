@@ -197,3 +197,93 @@ pub fn instance_path(state: &std::path::Path, name: &str) -> std::path::PathBuf 
         .find(|dir| dir.exists())
         .unwrap_or_else(|| workspaces.join("default/instances").join(name))
 }
+
+/// Driving a service as a user does: `gdn` in a project with its own
+/// state root, JSON posted to a webhook Connection, waits with a deadline,
+/// and the service stopped when the test ends.
+#[allow(dead_code)]
+pub mod service {
+    use std::io::{Read as _, Write as _};
+    use std::net::{TcpListener, TcpStream};
+    use std::path::{Path, PathBuf};
+    use std::process::{Command, Output, Stdio};
+    use std::time::{Duration, Instant};
+
+    /// What a test returns.
+    pub type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+    /// How long [`until`] waits.
+    pub const WAIT: Duration = Duration::from_secs(60);
+
+    /// A port free on 127.0.0.1 now.
+    pub fn free_port() -> Result<u16, std::io::Error> {
+        TcpListener::bind("127.0.0.1:0")?.local_addr().map(|a| a.port())
+    }
+
+    /// `gdn -c DIR ARGS` with `GOONDAN_STATE_ROOT=STATE`, no colours, no input.
+    pub fn gdn(dir: &Path, state: &Path, args: &[&str]) -> Result<Output, std::io::Error> {
+        Command::new(env!("CARGO_BIN_EXE_gdn"))
+            .arg("-c")
+            .arg(dir)
+            .args(args)
+            .env("GOONDAN_STATE_ROOT", state)
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .output()
+    }
+
+    /// POSTs `body` to the webhook on `port`; the whole response.
+    pub fn post(port: u16, body: &serde_json::Value) -> Result<String, std::io::Error> {
+        let body = body.to_string();
+        let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+        let request = format!(
+            "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(request.as_bytes())?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response)?;
+        Ok(response)
+    }
+
+    /// Polls `done` every 50 ms until it holds, for at most [`WAIT`].
+    pub fn until(what: &str, mut done: impl FnMut() -> Result<bool, Box<dyn std::error::Error>>) -> TestResult {
+        let deadline = Instant::now() + WAIT;
+        while !done()? {
+            if Instant::now() > deadline {
+                return Err(format!("timed out waiting for {what}").into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
+    /// The messages of the conversation in `instance_dir`, each as JSON text
+    /// (commits of several message events unfolded).
+    pub fn conversation(instance_dir: &Path) -> Vec<String> {
+        let text = std::fs::read_to_string(instance_dir.join("messages.jsonl")).unwrap_or_default();
+        let mut all = Vec::new();
+        for line in text.lines() {
+            let Ok(value) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+            match value.get("events").and_then(serde_json::Value::as_array) {
+                Some(events) => all.extend(events.iter().filter_map(|e| e.get("message").map(ToString::to_string))),
+                None => all.push(value.to_string()),
+            }
+        }
+        all
+    }
+
+    /// Stops the project's service when dropped, whatever happened.
+    pub struct Stopped {
+        /// The project.
+        pub dir: PathBuf,
+        /// Its state root.
+        pub state: PathBuf,
+    }
+
+    impl Drop for Stopped {
+        fn drop(&mut self) {
+            let _ = gdn(&self.dir, &self.state, &["stop"]);
+        }
+    }
+}
