@@ -67,6 +67,18 @@ enum Record {
     },
 }
 
+impl Record {
+    /// The `end` record of `handle` ending as `end` at `at`.
+    fn ended(handle: &str, end: TaskEnd, at: u64) -> Self {
+        let state = end.state();
+        let (result, reason) = match end {
+            TaskEnd::Completed(result) => (Some(result), None),
+            TaskEnd::Failed(reason) | TaskEnd::Cancelled(reason) => (None, Some(reason)),
+        };
+        Record::End { handle: handle.to_owned(), state, result, reason, at }
+    }
+}
+
 /// Called with each task that ends (after its end is durable).
 pub type OnEnd = Box<dyn Fn(&TaskView) + Send + Sync>;
 
@@ -434,12 +446,7 @@ impl TaskBook {
             if task.state.is_final() {
                 return Err(already_finished(&task));
             }
-            let state = end.state();
-            let (result, reason) = match end {
-                TaskEnd::Completed(result) => (Some(result), None),
-                TaskEnd::Failed(reason) | TaskEnd::Cancelled(reason) => (None, Some(reason)),
-            };
-            self.commit(Record::End { handle: handle.to_owned(), state, result, reason, at: now_millis() }).await?;
+            self.commit(Record::ended(handle, end, now_millis())).await?;
             self.cancels.lock().unwrap_or_else(PoisonError::into_inner).remove(handle);
             self.get(handle).ok_or_else(|| unknown_handle(handle))?
         };
@@ -462,13 +469,8 @@ impl TaskBook {
         if task.state.is_final() {
             return Err(already_finished(&task));
         }
-        let state = end.state();
-        let (result, reason) = match end {
-            TaskEnd::Completed(result) => (Some(result), None),
-            TaskEnd::Failed(reason) | TaskEnd::Cancelled(reason) => (None, Some(reason)),
-        };
         let at = now_millis();
-        self.commit(Record::End { handle: handle.to_owned(), state, result, reason, at }).await?;
+        self.commit(Record::ended(handle, end, at)).await?;
         self.commit(Record::Received { handle: handle.to_owned(), at }).await?;
         self.cancels.lock().unwrap_or_else(PoisonError::into_inner).remove(handle);
         Ok(())
