@@ -237,15 +237,7 @@ pub fn instance_restart(global: &GlobalOptions, key: &str, fresh: bool, out: &mu
 
 /// Whether the workspace holds an instance of `key`.
 fn instance_exists(workspace: &Workspace, key: &str) -> bool {
-    std::fs::read_dir(workspace.instances_dir()).is_ok_and(|entries| {
-        entries.flatten().any(|entry| {
-            entry
-                .file_name()
-                .to_str()
-                .and_then(goondan_runtime::store::parse_instance_dir_name)
-                .is_some_and(|(_, found)| found == key)
-        })
-    })
+    workspace.instance_dirs().iter().any(|(_, found, _)| found == key)
 }
 
 fn unknown_key(workspace: &Workspace, key: &str, out: &mut Output) -> Result<u8> {

@@ -825,14 +825,8 @@ pub async fn serve(
 /// Starts the agent processes of the workspace's instances whose tasks
 /// have ends to deliver (see `goondan_agent::tasks`).
 async fn start_instances_with_tasks(orchestrator: &Orchestrator, workspace_dir: &std::path::Path) {
-    let instances = workspace_dir.join(goondan_runtime::store::Workspace::INSTANCES_DIR_NAME);
-    let Ok(entries) = std::fs::read_dir(&instances) else { return };
-    for entry in entries.flatten() {
-        let Some((agent, key)) = entry.file_name().to_str().and_then(goondan_runtime::store::parse_instance_dir_name)
-        else {
-            continue;
-        };
-        if !orchestrator.plan().has_agent(&agent) || !goondan_runtime::tasks::has_undelivered(&entry.path()) {
+    for (agent, key, dir) in goondan_runtime::store::Workspace::at(workspace_dir).instance_dirs() {
+        if !orchestrator.plan().has_agent(&agent) || !goondan_runtime::tasks::has_undelivered(&dir) {
             continue;
         }
         let instance = AgentInstance::new(agent, key);

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use goondan_core::message::now_millis;
 use goondan_ipc::AgentInstance;
-use goondan_runtime::store::{Workspace, parse_instance_dir_name};
+use goondan_runtime::store::Workspace;
 use goondan_tools::tasks::{TaskState, TaskView};
 
 use crate::cli::{GlobalOptions, TaskCommand};
@@ -29,12 +29,10 @@ struct Found {
 /// Every task of the workspace's instances.
 fn all_tasks(workspace: &Workspace) -> Vec<Found> {
     let mut found = Vec::new();
-    let Ok(entries) = std::fs::read_dir(workspace.instances_dir()) else { return found };
-    for entry in entries.flatten() {
-        let Some((agent, key)) = entry.file_name().to_str().and_then(parse_instance_dir_name) else { continue };
-        let Ok(tasks) = goondan_runtime::tasks::read_tasks(&entry.path()) else { continue };
+    for (agent, key, dir) in workspace.instance_dirs() {
+        let Ok(tasks) = goondan_runtime::tasks::read_tasks(&dir) else { continue };
         for task in tasks {
-            found.push(Found { instance: AgentInstance::new(&agent, &key), dir: entry.path(), task });
+            found.push(Found { instance: AgentInstance::new(&agent, &key), dir: dir.clone(), task });
         }
     }
     found.sort_by_key(|f| std::cmp::Reverse(f.task.created_at));

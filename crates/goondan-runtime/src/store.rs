@@ -388,6 +388,20 @@ impl Workspace {
 
     /// The directory of the instance of `agent` for `key` (which need not
     /// exist), or [`StoreError::InvalidKey`] for a pair that cannot name one.
+    /// Every instance directory of the workspace with its agent and key
+    /// (as its name says them), in no particular order; nothing if there
+    /// are none (or the directory cannot be read).
+    pub fn instance_dirs(&self) -> Vec<(String, String, PathBuf)> {
+        let Ok(entries) = fs::read_dir(self.instances_dir()) else { return Vec::new() };
+        entries
+            .flatten()
+            .filter_map(|entry| {
+                let (agent, key) = entry.file_name().to_str().and_then(parse_instance_dir_name)?;
+                Some((agent, key, entry.path()))
+            })
+            .collect()
+    }
+
     pub fn instance_dir(&self, agent: &str, key: &str) -> Result<PathBuf, StoreError> {
         let instances = self.instances_dir();
         match encode_instance(agent, key) {
