@@ -1,0 +1,402 @@
+//! The [`Sandbox`] of one agent, and the setup its commands run between
+//! `fork` and `exec`.
+
+use std::ffi::{CStr, CString};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, OnceLock};
+
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,
+    RulesetCreated, RulesetCreatedAttr, Scope,
+};
+use nix::mount::MsFlags;
+use nix::sched::CloneFlags;
+use seccompiler::BpfProgram;
+
+use crate::filter;
+use crate::layout::{self, Cover, Grant, Mode};
+use crate::policy::{Policy, SandboxSpec};
+use crate::support::kernel_support;
+
+/// The unprivileged user a command runs as inside its user namespace when
+/// `gdn` runs as root (its files appear owned by it).
+const ROOT_MAPPED_TO: u32 = 1000;
+
+const DEV_NULL: &str = "/dev/null";
+
+/// Why a command could not be confined.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// The policy cannot be enforced on this machine; commands are refused.
+    #[error(
+        "the sandbox policy '{policy}' cannot be enforced on this machine: {reason}. Commands the model chooses are \
+         refused rather than run unconfined; to run them with your full rights, set `spec.sandbox.policy: full` on \
+         the agent (or its Swarm) in goondan.yaml"
+    )]
+    Unavailable {
+        /// The policy asked for.
+        policy: Policy,
+        /// What is missing or failed.
+        reason: String,
+    },
+    /// Building the seccomp filter failed.
+    #[error("building the seccomp filter failed: {0}")]
+    Filter(String),
+    /// Duplicating the ruleset for a command failed.
+    #[error("preparing the sandbox for a command failed: {0}")]
+    Io(#[from] io::Error),
+}
+
+impl SandboxError {
+    pub(crate) fn filter(message: String) -> Self {
+        Self::Filter(message)
+    }
+}
+
+/// One agent's confinement: built from its [`SandboxSpec`], set up (and
+/// tried once) on first use, then applied to each command it is given.
+#[derive(Debug)]
+pub struct Sandbox {
+    spec: SandboxSpec,
+    /// The ways to try, in order.
+    modes: &'static [Mode],
+    ready: OnceLock<Result<Arc<Ready>, String>>,
+    /// The private temporary directory, removed with the sandbox.
+    tmp: OnceLock<tempfile::TempDir>,
+}
+
+/// What every confined command of the agent shares, made once.
+#[derive(Debug)]
+struct Ready {
+    mode: Mode,
+    ruleset: RulesetCreated,
+    filters: Vec<BpfProgram>,
+    user_namespace: Option<UserNamespace>,
+    /// Without a user namespace, whether `gdn` runs as root: the command
+    /// must then lose root's capabilities at `exec` (with them it could
+    /// read any process's `/proc/<pid>/environ`, Landlock or not).
+    drop_root: bool,
+    tmp: PathBuf,
+}
+
+/// The id maps and read-only mounts of a command's own namespaces.
+#[derive(Debug)]
+struct UserNamespace {
+    uid_map: Vec<u8>,
+    gid_map: Vec<u8>,
+    mounts: Vec<ReadOnlyMount>,
+}
+
+#[derive(Debug)]
+struct ReadOnlyMount {
+    path: CString,
+    cover: Cover,
+    /// Flags of the mount the bound path lies on that a user namespace may
+    /// not clear.
+    locked: MsFlags,
+}
+
+impl Sandbox {
+    /// A sandbox for `spec`; nothing is set up until the first command.
+    /// `.git` and the `.env*` entries of the workdir are added to its
+    /// protected paths.
+    pub fn new(mut spec: SandboxSpec) -> Self {
+        spec.workdir = std::fs::canonicalize(&spec.workdir).unwrap_or(spec.workdir);
+        spec.protected.extend(layout::default_protected(&spec.workdir));
+        spec.protected = spec.protected.iter().map(|path| canonical(path)).collect();
+        Self { spec, modes: &[Mode::Namespaces, Mode::LandlockOnly], ready: OnceLock::new(), tmp: OnceLock::new() }
+    }
+
+    /// The same sandbox without namespaces: Landlock and seccomp only, the
+    /// layout used where user namespaces do not work (no new entries
+    /// directly in the workdir).
+    #[must_use]
+    pub fn landlock_only(mut self) -> Self {
+        self.modes = &[Mode::LandlockOnly];
+        self
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> Policy {
+        self.spec.policy
+    }
+
+    /// What it was built from.
+    pub fn spec(&self) -> &SandboxSpec {
+        &self.spec
+    }
+
+    /// The private temporary directory of confined commands (`TMPDIR`);
+    /// `None` under `full` or before the first command.
+    pub fn temp_dir(&self) -> Option<&Path> {
+        match self.ready.get() {
+            Some(Ok(ready)) => Some(&ready.tmp),
+            _ => None,
+        }
+    }
+
+    /// Whether the protected files are kept read-only by mounts (`true`) or,
+    /// without user namespaces, by granting write entry by entry; `None`
+    /// until set up.
+    pub fn uses_namespaces(&self) -> Option<bool> {
+        match self.ready.get() {
+            Some(Ok(ready)) => Some(ready.mode == Mode::Namespaces),
+            _ => None,
+        }
+    }
+
+    /// Sets `command` up to run confined (nothing under `full`). The first
+    /// call sets the sandbox up and tries it on `true`; when the policy
+    /// cannot be enforced, every call fails with
+    /// [`SandboxError::Unavailable`].
+    pub fn confine(&self, command: &mut Command) -> Result<(), SandboxError> {
+        if !self.spec.policy.confines() {
+            return Ok(());
+        }
+        let ready = match self.ready.get_or_init(|| self.set_up().map(Arc::new)) {
+            Ok(ready) => Arc::clone(ready),
+            Err(reason) => return Err(SandboxError::Unavailable { policy: self.spec.policy, reason: reason.clone() }),
+        };
+        command.env("TMPDIR", &ready.tmp);
+        attach(command, ready)
+    }
+
+    fn set_up(&self) -> Result<Ready, String> {
+        let support = kernel_support();
+        if let Some(missing) = support.missing() {
+            return Err(missing);
+        }
+        if !self.spec.network_allow.is_empty() {
+            return Err(format!(
+                "network.allow ({}) is not supported by this build: commands can have no network or, under `full`, all of it",
+                self.spec.network_allow.join(", ")
+            ));
+        }
+        let tmp = tempfile::Builder::new()
+            .prefix("goondan-sandbox-")
+            .tempdir()
+            .map_err(|error| format!("cannot create its private temporary directory: {error}"))?;
+        let mut failures = Vec::new();
+        for &mode in self.modes {
+            match self.prepare(mode, tmp.path()).and_then(|ready| probe(ready).map_err(|e| e.to_string())) {
+                Ok(ready) => {
+                    let _ = self.tmp.set(tmp);
+                    tracing::debug!(
+                        "sandbox {}: set up ({})",
+                        self.spec.policy,
+                        if mode == Mode::Namespaces { "namespaces" } else { "Landlock only" }
+                    );
+                    return Ok(ready);
+                }
+                Err(error) => {
+                    tracing::debug!("sandbox {}: {mode:?} does not work here: {error}", self.spec.policy);
+                    failures.push(format!("{mode:?}: {error}"));
+                }
+            }
+        }
+        Err(format!("confining a test command failed ({})", failures.join("; ")))
+    }
+
+    fn prepare(&self, mode: Mode, tmp: &Path) -> Result<Ready, String> {
+        let grants = layout::grants(&self.spec, tmp, mode);
+        let ruleset = ruleset(&grants).map_err(|error| format!("building the Landlock ruleset failed: {error}"))?;
+        let filters = filter::filters(false).map_err(|error| error.to_string())?;
+        let user_namespace = (mode == Mode::Namespaces).then(|| self.user_namespace());
+        let drop_root = user_namespace.is_none() && nix::unistd::geteuid().is_root();
+        Ok(Ready { mode, ruleset, filters, user_namespace, drop_root, tmp: tmp.to_path_buf() })
+    }
+
+    fn user_namespace(&self) -> UserNamespace {
+        let (uid, gid) = (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw());
+        let inner = |id: u32| if id == 0 { ROOT_MAPPED_TO } else { id };
+        let mounts = layout::protected_mounts(&self.spec)
+            .into_iter()
+            .filter_map(|(path, cover)| {
+                let locked = match cover {
+                    Cover::ReadOnly => locked_flags(&path),
+                    Cover::HideFile => locked_flags(Path::new(DEV_NULL)),
+                    Cover::HideDir => MsFlags::empty(),
+                };
+                CString::new(path.as_os_str().as_bytes()).ok().map(|path| ReadOnlyMount { path, cover, locked })
+            })
+            .collect();
+        UserNamespace {
+            uid_map: format!("{} {uid} 1\n", inner(uid)).into_bytes(),
+            gid_map: format!("{} {gid} 1\n", inner(gid)).into_bytes(),
+            mounts,
+        }
+    }
+}
+
+/// Spawns `true` confined, to find out once whether the setup works here.
+fn probe(ready: Ready) -> io::Result<Ready> {
+    let program = ["/usr/bin/true", "/bin/true"]
+        .into_iter()
+        .find(|path| Path::new(path).exists())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no `true` program to try the sandbox on"))?;
+    let ready = Arc::new(ready);
+    let mut command = Command::new(program);
+    command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+    attach(&mut command, Arc::clone(&ready)).map_err(io::Error::other)?;
+    let status = command.spawn()?.wait()?;
+    drop(command);
+    let ready = Arc::into_inner(ready).ok_or_else(|| io::Error::other("the probe kept the sandbox"))?;
+    if status.success() { Ok(ready) } else { Err(io::Error::other(format!("`true` ended with {status}"))) }
+}
+
+fn attach(command: &mut Command, ready: Arc<Ready>) -> Result<(), SandboxError> {
+    let mut ruleset = Some(ready.ruleset.try_clone()?);
+    // SAFETY: the hook runs in the child between fork and exec, where only
+    // async-signal-safe work is sound. `enter` makes system calls on data
+    // prepared here in the parent (id maps, mount paths, the ruleset's file
+    // descriptor, the compiled filters) and allocates nothing on success.
+    #[allow(unsafe_code)]
+    unsafe {
+        command.pre_exec(move || ready.enter(&mut ruleset));
+    }
+    Ok(())
+}
+
+impl Ready {
+    /// In the child: namespaces and mounts, then Landlock, then seccomp.
+    fn enter(&self, ruleset: &mut Option<RulesetCreated>) -> io::Result<()> {
+        if let Some(namespace) = &self.user_namespace {
+            nix::sched::unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNS)?;
+            write_proc(c"/proc/self/setgroups", b"deny")?;
+            write_proc(c"/proc/self/uid_map", &namespace.uid_map)?;
+            write_proc(c"/proc/self/gid_map", &namespace.gid_map)?;
+            for mount in &namespace.mounts {
+                mount.cover_over()?;
+            }
+        }
+        if self.drop_root {
+            no_root_capabilities()?;
+        }
+        if let Some(ruleset) = ruleset.take() {
+            ruleset.restrict_self().map_err(|_| last_error())?;
+        }
+        for program in &self.filters {
+            seccompiler::apply_filter(program).map_err(|error| match error {
+                seccompiler::Error::Seccomp(error) | seccompiler::Error::Prctl(error) => error,
+                _ => io::Error::from_raw_os_error(libc::EINVAL),
+            })?;
+        }
+        Ok(())
+    }
+}
+
+impl ReadOnlyMount {
+    /// In the child's own mount namespace: binds the path (or `/dev/null`)
+    /// read-only over it, or an empty read-only tmpfs over a directory.
+    fn cover_over(&self) -> io::Result<()> {
+        let none: Option<&CStr> = None;
+        let target = self.path.as_c_str();
+        let source = match self.cover {
+            Cover::HideDir => {
+                let flags = MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+                nix::mount::mount(Some(c"tmpfs"), target, Some(c"tmpfs"), flags, Some(c"size=4k,mode=0500"))?;
+                return Ok(());
+            }
+            Cover::HideFile => c"/dev/null",
+            Cover::ReadOnly => target,
+        };
+        nix::mount::mount(Some(source), target, none, MsFlags::MS_BIND | MsFlags::MS_REC, none)?;
+        let read_only = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | self.locked;
+        nix::mount::mount(none, target, none, read_only, none)?;
+        Ok(())
+    }
+}
+
+/// Root keeps no capabilities across `exec` from now on (and cannot undo
+/// that): `SECBIT_NOROOT`, locked.
+fn no_root_capabilities() -> io::Result<()> {
+    let bits = (libc::SECBIT_NOROOT | libc::SECBIT_NOROOT_LOCKED) as libc::c_ulong;
+    // SAFETY: prctl with integer arguments only.
+    #[allow(unsafe_code)]
+    let result = unsafe {
+        libc::prctl(libc::PR_SET_SECUREBITS, bits, 0 as libc::c_ulong, 0 as libc::c_ulong, 0 as libc::c_ulong)
+    };
+    if result == 0 { Ok(()) } else { Err(last_error()) }
+}
+
+/// The errno of the call that just failed, never an allocated error: only
+/// the number crosses back to the parent.
+fn last_error() -> io::Error {
+    io::Error::from_raw_os_error(io::Error::last_os_error().raw_os_error().unwrap_or(libc::EPERM))
+}
+
+fn write_proc(path: &std::ffi::CStr, content: &[u8]) -> io::Result<()> {
+    let fd = nix::fcntl::open(
+        path,
+        nix::fcntl::OFlag::O_WRONLY | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )?;
+    let written = nix::unistd::write(&fd, content)?;
+    if written == content.len() { Ok(()) } else { Err(io::Error::from_raw_os_error(libc::EIO)) }
+}
+
+/// The ruleset for `grants`: file rights as far as the kernel knows them,
+/// no TCP at all, and signals and abstract sockets scoped to the command's
+/// own processes.
+fn ruleset(grants: &[(PathBuf, Grant)]) -> Result<RulesetCreated, landlock::RulesetError> {
+    let abi = ABI::V6;
+    let all = AccessFs::from_all(abi);
+    let read = AccessFs::from_read(abi);
+    let device = AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev;
+    let list = AccessFs::ReadDir.into();
+    let mut created = Ruleset::default()
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(all)?
+        .handle_access(AccessNet::from_all(abi))?
+        .scope(Scope::from_all(abi))?
+        .create()?;
+    for (path, grant) in grants {
+        let Ok(fd) = PathFd::new(path) else { continue };
+        let access = match grant {
+            Grant::Read => read,
+            Grant::Write => all,
+            Grant::Device => device,
+            Grant::List => list,
+        };
+        // A file (not a directory) takes only the file rights.
+        let is_dir = std::fs::metadata(path).is_ok_and(|meta| meta.is_dir());
+        let access = if is_dir { access } else { access & AccessFs::from_file(abi) };
+        created = created.add_rule(PathBeneath::new(fd, access))?;
+    }
+    Ok(created)
+}
+
+/// The real path of `path`, or of its parent joined with its name when it
+/// does not exist yet.
+fn canonical(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path)
+        .ok()
+        .or_else(|| Some(std::fs::canonicalize(path.parent()?).ok()?.join(path.file_name()?)))
+        .unwrap_or_else(|| path.to_path_buf())
+}
+
+/// The flags of the mount `path` lies on that a remount inside a user
+/// namespace must keep (the kernel refuses to clear them there).
+fn locked_flags(path: &Path) -> MsFlags {
+    use nix::sys::statvfs::FsFlags;
+    let Ok(stat) = nix::sys::statvfs::statvfs(path) else { return MsFlags::empty() };
+    let flags = stat.flags();
+    let mut locked = MsFlags::empty();
+    for (from, to) in [
+        (FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
+        (FsFlags::ST_NODEV, MsFlags::MS_NODEV),
+        (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
+        (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
+        (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
+        (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
+    ] {
+        if flags.contains(from) {
+            locked |= to;
+        }
+    }
+    locked
+}

@@ -1,0 +1,57 @@
+//! What a sandbox is asked to allow.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// How much a confined command may do (`spec.sandbox.policy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Policy {
+    /// Read the system and the workdir; write only the private temporary
+    /// directory.
+    ReadOnly,
+    /// Also write the workdir (but its protected files) — the default.
+    #[default]
+    WorkspaceWrite,
+    /// No confinement: the user's full rights, chosen explicitly.
+    Full,
+}
+
+impl Policy {
+    /// The name `goondan.yaml` uses, and refusals quote.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ReadOnly => "read-only",
+            Self::WorkspaceWrite => "workspace-write",
+            Self::Full => "full",
+        }
+    }
+
+    /// Whether commands under it are confined at all.
+    pub fn confines(self) -> bool {
+        self != Self::Full
+    }
+}
+
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Everything a [`Sandbox`](crate::Sandbox) is built from; paths absolute.
+#[derive(Debug, Clone, Default)]
+pub struct SandboxSpec {
+    /// The policy in force.
+    pub policy: Policy,
+    /// The instance's workdir: readable, and writable under `WorkspaceWrite`.
+    pub workdir: PathBuf,
+    /// Extra trees the commands may read (and execute).
+    pub readable: Vec<PathBuf>,
+    /// Extra trees the commands may write.
+    pub writable: Vec<PathBuf>,
+    /// Files and directories inside the workdir that stay read-only (the
+    /// bundle's own files, `.git`, `.env*`).
+    pub protected: Vec<PathBuf>,
+    /// `host:port` pairs the commands may connect to; empty: no network.
+    pub network_allow: Vec<String>,
+}

@@ -1,0 +1,217 @@
+//! A confined command tried as an attacker would: every escape is refused
+//! under `workspace-write`, allowed under `full` (so each test can fail),
+//! and ordinary work still runs. Real processes, a real loopback server.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+use goondan_sandbox::{Policy, Sandbox, SandboxSpec};
+
+/// A fake home with a private key, a project (the workdir) with the files
+/// the sandbox protects, and another project beside it.
+struct Scene {
+    _root: tempfile::TempDir,
+    home: PathBuf,
+    workdir: PathBuf,
+}
+
+fn scene() -> std::io::Result<Scene> {
+    let root = tempfile::tempdir()?;
+    let base = std::fs::canonicalize(root.path())?;
+    let home = base.join("home");
+    std::fs::create_dir_all(home.join(".ssh"))?;
+    std::fs::write(home.join(".ssh/id_rsa"), "-----BEGIN PRIVATE KEY-----\n")?;
+    let workdir = base.join("projects/app");
+    std::fs::create_dir_all(workdir.join(".git/hooks"))?;
+    std::fs::create_dir_all(workdir.join("src"))?;
+    std::fs::write(workdir.join(".git/config"), "[core]\n")?;
+    std::fs::write(workdir.join("goondan.yaml"), "kind: Agent\n")?;
+    std::fs::write(workdir.join(".env"), "API_KEY=sekrit\n")?;
+    std::fs::create_dir_all(base.join("projects/other"))?;
+    std::fs::write(base.join("projects/other/secret.txt"), "theirs\n")?;
+    Ok(Scene { _root: root, home, workdir })
+}
+
+impl Scene {
+    fn sandbox(&self, policy: Policy) -> Sandbox {
+        Sandbox::new(SandboxSpec {
+            policy,
+            workdir: self.workdir.clone(),
+            protected: vec![self.workdir.join("goondan.yaml")],
+            ..SandboxSpec::default()
+        })
+    }
+
+    fn run(&self, sandbox: &Sandbox, script: &str) -> Output {
+        let mut command = Command::new("/bin/bash");
+        command.arg("-c").arg(script).current_dir(&self.workdir).env("HOME", &self.home).stdin(Stdio::null());
+        if let Err(error) = sandbox.confine(&mut command) {
+            panic!("confining failed: {error}");
+        }
+        match command.output() {
+            Ok(output) => output,
+            Err(error) => panic!("running {script}: {error}"),
+        }
+    }
+}
+
+/// A process outside the sandbox, killed when dropped.
+struct Victim(Child);
+
+impl Drop for Victim {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn victim() -> Victim {
+    match Command::new("sleep").arg("60").env("VICTIM_SECRET", "s3cr3t").spawn() {
+        Ok(child) => Victim(child),
+        Err(error) => panic!("sleep: {error}"),
+    }
+}
+
+fn attacks(port: u16, victim: u32) -> Vec<(&'static str, String)> {
+    let me = std::process::id();
+    vec![
+        ("read a private key in the home", r#"cat "$HOME/.ssh/id_rsa""#.to_owned()),
+        ("read gdn's environment", format!("cat /proc/{me}/environ")),
+        ("read another process's environment", format!("grep -q s3cr3t /proc/{victim}/environ")),
+        ("read gdn's memory map", format!("cat /proc/{me}/maps")),
+        ("read another project", "cat ../other/secret.txt".to_owned()),
+        ("write outside the workdir", r#"echo x > "$HOME/pwned""#.to_owned()),
+        ("write /tmp", "echo x > /tmp/goondan-sandbox-attack-$$ && rm /tmp/goondan-sandbox-attack-$$".to_owned()),
+        ("write .git/config", "echo x >> .git/config".to_owned()),
+        ("create a git hook", "echo x > .git/hooks/pre-commit".to_owned()),
+        ("write goondan.yaml", "echo x >> goondan.yaml".to_owned()),
+        ("replace goondan.yaml", "echo x > new.yaml && mv new.yaml goondan.yaml".to_owned()),
+        ("read .env", "grep -q sekrit .env".to_owned()),
+        ("escape through a symlink", r#"ln -s "$HOME/.ssh/id_rsa" link && cat link"#.to_owned()),
+        ("escape through a hard link", r#"ln "$HOME/.ssh/id_rsa" hard && cat hard"#.to_owned()),
+        ("escape through ..", r#"cat "$PWD/../../home/.ssh/id_rsa""#.to_owned()),
+        ("escape through /proc/self/root", r#"cat "/proc/self/root$HOME/.ssh/id_rsa""#.to_owned()),
+        ("connect to a loopback server", format!("exec 3<>/dev/tcp/127.0.0.1/{port}")),
+        ("unshare", "unshare -U true".to_owned()),
+        ("setsid", "setsid true".to_owned()),
+        ("signal gdn", format!("kill -0 {me}")),
+        (
+            "ptrace another process",
+            format!(
+                "python3 -c 'import ctypes,sys; libc=ctypes.CDLL(None); sys.exit(0 if libc.ptrace(16, {victim}, 0, 0) == 0 else 1)'"
+            ),
+        ),
+    ]
+}
+
+fn undo(scene: &Scene) {
+    // What an allowed attack left behind, so that the next one starts clean.
+    for leftover in ["link", "hard", "new.yaml"] {
+        let _ = std::fs::remove_file(scene.workdir.join(leftover));
+    }
+    let _ = std::fs::remove_file(scene.home.join("pwned"));
+    let _ = std::fs::remove_file(scene.workdir.join(".git/hooks/pre-commit"));
+}
+
+fn check_attacks(sandbox: &Sandbox, scene: &Scene, refused: bool) {
+    let listener = match TcpListener::bind("127.0.0.1:0") {
+        Ok(listener) => listener,
+        Err(error) => panic!("bind: {error}"),
+    };
+    let port = listener.local_addr().map(|a| a.port()).unwrap_or_default();
+    let victim = victim();
+    let mut wrong = Vec::new();
+    for (name, script) in attacks(port, victim.0.id()) {
+        let output = scene.run(sandbox, &script);
+        if output.status.success() == refused {
+            wrong.push(format!(
+                "{name}: exit {:?}, stderr {}",
+                output.status.code(),
+                String::from_utf8_lossy(&output.stderr).trim()
+            ));
+        }
+        undo(scene);
+    }
+    assert!(
+        wrong.is_empty(),
+        "under {}, {} attacks were {}:\n{}",
+        sandbox.policy(),
+        wrong.len(),
+        if refused { "allowed" } else { "refused" },
+        wrong.join("\n")
+    );
+}
+
+fn check_ordinary_work(sandbox: &Sandbox, scene: &Scene) {
+    let script = r#"set -e
+        echo hi > notes.txt && mkdir -p out/deep && echo y > out/deep/z && rm notes.txt
+        echo t > "$TMPDIR/scratch" && cat "$TMPDIR/scratch" >/dev/null
+        cat .git/config goondan.yaml /etc/passwd > /dev/null
+        ls /usr/bin > /dev/null
+        /usr/bin/python3 -c 'print(1)' > /dev/null
+        echo ok"#;
+    let output = scene.run(sandbox, script);
+    assert!(
+        output.status.success(),
+        "ordinary work failed under {}: {}",
+        sandbox.policy(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let _ = std::fs::remove_dir_all(scene.workdir.join("out"));
+}
+
+#[test]
+fn workspace_write_refuses_every_attack_and_allows_ordinary_work() -> std::io::Result<()> {
+    let scene = scene()?;
+    let sandbox = scene.sandbox(Policy::WorkspaceWrite);
+    check_attacks(&sandbox, &scene, true);
+    check_ordinary_work(&sandbox, &scene);
+    assert_eq!(sandbox.uses_namespaces(), Some(true));
+    Ok(())
+}
+
+#[test]
+fn full_allows_every_attack() -> std::io::Result<()> {
+    let scene = scene()?;
+    check_attacks(&scene.sandbox(Policy::Full), &scene, false);
+    Ok(())
+}
+
+#[test]
+fn without_namespaces_the_same_attacks_are_refused() -> std::io::Result<()> {
+    let scene = scene()?;
+    let sandbox = scene.sandbox(Policy::WorkspaceWrite).landlock_only();
+    check_attacks(&sandbox, &scene, true);
+    assert_eq!(sandbox.uses_namespaces(), Some(false));
+    // Inside an existing directory work goes on; directly in the workdir
+    // nothing new can be made there.
+    let output = scene.run(&sandbox, "echo y > src/z && rm src/z && echo t > \"$TMPDIR/t\"");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(!scene.run(&sandbox, "echo x > top.txt").status.success());
+    Ok(())
+}
+
+#[test]
+fn read_only_refuses_writes_in_the_workdir_but_not_in_its_temp_dir() -> std::io::Result<()> {
+    let scene = scene()?;
+    let sandbox = scene.sandbox(Policy::ReadOnly);
+    assert!(!scene.run(&sandbox, "echo x > notes.txt").status.success());
+    assert!(!scene.workdir.join("notes.txt").exists());
+    let output = scene.run(&sandbox, "cat goondan.yaml > /dev/null && echo t > \"$TMPDIR/t\"");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(!scene.run(&sandbox, "grep -q sekrit .env").status.success());
+    Ok(())
+}
+
+#[test]
+fn the_private_temp_dir_is_removed_with_the_sandbox() -> std::io::Result<()> {
+    let scene = scene()?;
+    let sandbox = scene.sandbox(Policy::WorkspaceWrite);
+    assert!(scene.run(&sandbox, "true").status.success());
+    let Some(tmp) = sandbox.temp_dir().map(Path::to_path_buf) else { panic!("no temp dir") };
+    assert!(tmp.is_dir());
+    drop(sandbox);
+    assert!(!tmp.exists());
+    Ok(())
+}
