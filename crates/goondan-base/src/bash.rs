@@ -37,8 +37,11 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use goondan_core::codes::{E_CWD_NOT_DIRECTORY, E_CWD_NOT_FOUND, E_SCRIPT_NOT_FOUND, E_SPAWN_FAILED};
+use goondan_core::codes::{
+    E_CWD_NOT_DIRECTORY, E_CWD_NOT_FOUND, E_SANDBOX_UNAVAILABLE, E_SCRIPT_NOT_FOUND, E_SPAWN_FAILED,
+};
 use goondan_core::{JsonObject, JsonValue, json_type_name};
+use goondan_sandbox::Sandbox;
 use goondan_tools::{BoxFuture, HandlerResult, ToolContext, ToolFailure, ToolHandler};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -103,6 +106,7 @@ impl ToolHandler for Exec {
                 env,
                 max_output_bytes: self.settings.bash_max_output_bytes,
                 processes: Arc::clone(&self.settings.tool_processes),
+                sandbox: self.settings.sandbox.clone(),
             };
             if read_background(input)? {
                 let timeout = explicit_timeout(input)?;
@@ -174,6 +178,7 @@ impl ToolHandler for Script {
                 env,
                 max_output_bytes: self.settings.bash_max_output_bytes,
                 processes: Arc::clone(&self.settings.tool_processes),
+                sandbox: self.settings.sandbox.clone(),
             };
             if read_background(input)? {
                 let timeout = explicit_timeout(input)?;
@@ -323,10 +328,56 @@ pub(crate) struct Run {
     pub(crate) env: Vec<(String, String)>,
     pub(crate) max_output_bytes: usize,
     pub(crate) processes: Arc<ToolProcesses>,
+    /// Where it runs; `None`: unconfined.
+    pub(crate) sandbox: Option<Arc<Sandbox>>,
 }
 
 impl Run {
-    async fn execute(self, ctx: &ToolContext) -> Result<JsonValue, ToolFailure> {
+    /// Confines `command` in the run's sandbox; a policy this machine
+    /// cannot enforce refuses the command (never runs it unconfined).
+    pub(crate) fn confine(&self, command: &mut Command) -> Result<(), ToolFailure> {
+        let Some(sandbox) = &self.sandbox else { return Ok(()) };
+        sandbox.confine(command.as_std_mut()).map_err(|error| {
+            ToolFailure::with_code(error.to_string(), E_SANDBOX_UNAVAILABLE)
+                .named("SandboxError")
+                .suggest("Tell the user the command cannot run here; do not retry it.")
+        })
+    }
+
+    /// The `sandbox` field of a failed command's result: the policy in
+    /// force by name and what its output says was refused, so that the
+    /// model neither retries blindly nor blames the command.
+    pub(crate) fn refusal(&self, failed: bool, stderr: &str, stdout: &str) -> Option<JsonValue> {
+        let sandbox = self.sandbox.as_ref().filter(|sandbox| sandbox.policy().confines())?;
+        if !failed {
+            return None;
+        }
+        let refusal = goondan_sandbox::refusal_in(stderr).or_else(|| goondan_sandbox::refusal_in(stdout))?;
+        let policy = sandbox.policy();
+        let mut hint = format!(
+            "The command ran in the '{policy}' sandbox, which refused it: this is not a bug of the command and \
+             retrying will not help."
+        );
+        if !refusal.paths.is_empty() {
+            hint.push_str(
+                " Files outside the workdir (and the bundle's own files, .git and .env*) cannot be read or written.",
+            );
+        }
+        if refusal.network {
+            hint.push_str(" Commands have no network unless the agent's spec.sandbox.network.allow names the host.");
+        }
+        hint.push_str(" Only the user can widen the sandbox, in goondan.yaml (spec.sandbox).");
+        Some(json!({
+            "policy": policy.as_str(),
+            "refused": refusal.paths,
+            "network": refusal.network,
+            "hint": hint,
+        }))
+    }
+}
+
+impl Run {
+    async fn execute(mut self, ctx: &ToolContext) -> Result<JsonValue, ToolFailure> {
         let started = Instant::now();
         let marker = self.processes.marker();
         let mut command = Command::new(&self.program);
@@ -341,6 +392,7 @@ impl Run {
             // Its own group, so that one signal reaches every descendant.
             .process_group(0)
             .kill_on_drop(true);
+        self.confine(&mut command)?;
         ctx.logger.debug(format_args!("bash: running {} in {}", self.shown, self.cwd.display()));
         let mut child = command.spawn().map_err(|error| {
             ToolFailure::with_code(format!("cannot start shell '{}': {error}", self.program), E_SPAWN_FAILED)
@@ -415,7 +467,7 @@ impl Run {
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let (stdout, stdout_cut) = stdout.finish();
         let (stderr, stderr_cut) = stderr.finish();
-        let mut output = self.leading_fields;
+        let mut output = std::mem::take(&mut self.leading_fields);
         let rest = json!({
             "command": self.shown,
             "cwd": self.cwd.to_string_lossy(),
@@ -431,6 +483,13 @@ impl Run {
         });
         if let JsonValue::Object(rest) = rest {
             output.extend(rest);
+        }
+        let failed = !status.success() || timed_out;
+        let stdout_text = output.get("stdout").and_then(JsonValue::as_str).unwrap_or_default();
+        let stderr_text = output.get("stderr").and_then(JsonValue::as_str).unwrap_or_default();
+        if let Some(refusal) = self.refusal(failed, stderr_text, stdout_text) {
+            ctx.logger.warn(format_args!("bash: the sandbox refused part of '{}': {refusal}", self.shown));
+            output.insert("sandbox".to_owned(), refusal);
         }
         Ok(JsonValue::Object(output))
     }

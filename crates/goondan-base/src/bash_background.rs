@@ -86,6 +86,10 @@ pub(crate) async fn start(run: Run, ctx: &ToolContext) -> HandlerResult {
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    if let Err(failure) = run.confine(&mut command) {
+        let _ = tasks.finish(&ticket.handle, TaskEnd::Failed(failure.message.clone())).await;
+        return Err(failure);
+    }
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(error) => {

@@ -79,6 +79,15 @@ pub fn register_native_tools(
     settings: &Arc<BaseSettings>,
 ) -> Result<usize, goondan_tools::RegistryError> {
     let present = registry.snapshot();
+    let with_sandbox;
+    let settings = match tools.sandbox() {
+        Some(sandbox) => {
+            with_sandbox =
+                Arc::new(BaseSettings { sandbox: Some(Arc::clone(sandbox)), ..BaseSettings::clone(settings) });
+            &with_sandbox
+        }
+        None => settings,
+    };
     // `file-system` gets the agent's guard: the bundle's files and its own config.
     let file_system_settings = |config: Option<&goondan_core::JsonObject>| {
         let fs_guard = protect::FsGuard::new(tools.loaded_files(), config);

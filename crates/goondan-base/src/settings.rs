@@ -59,6 +59,10 @@ pub struct BaseSettings {
     /// its `file-system` config ([`crate::register_native_tools`]). The
     /// default refuses `.env*` files and protects no bundle file.
     pub fs_guard: crate::protect::FsGuard,
+    /// The agent's sandbox, which `bash` runs its commands in (attached at
+    /// install time from [`goondan_tools::assembly::AgentTools::sandbox`];
+    /// `None` runs them unconfined).
+    pub sandbox: Option<Arc<goondan_sandbox::Sandbox>>,
 }
 
 impl Default for BaseSettings {
@@ -70,6 +74,7 @@ impl Default for BaseSettings {
             bash_max_output_bytes: DEFAULT_BASH_MAX_OUTPUT_BYTES,
             tool_processes: Arc::default(),
             fs_guard: crate::protect::FsGuard::default(),
+            sandbox: None,
         }
     }
 }
@@ -116,6 +121,7 @@ impl BaseSettings {
             bash_max_output_bytes,
             tool_processes: Arc::default(),
             fs_guard: crate::protect::FsGuard::default(),
+            sandbox: None,
         }
     }
 

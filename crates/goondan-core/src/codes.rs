@@ -65,6 +65,9 @@ pub const E_CWD_NOT_FOUND: &str = "E_CWD_NOT_FOUND";
 pub const E_CWD_NOT_DIRECTORY: &str = "E_CWD_NOT_DIRECTORY";
 /// A shell that could not be started.
 pub const E_SPAWN_FAILED: &str = "E_SPAWN_FAILED";
+/// The agent's sandbox policy cannot be enforced on this machine: the
+/// command was refused, not run unconfined.
+pub const E_SANDBOX_UNAVAILABLE: &str = "E_SANDBOX_UNAVAILABLE";
 
 // --- Built-in: file-system -------------------------------------------------
 

@@ -402,7 +402,10 @@ async fn tooling_of(
     instance_key: &str,
     options: &AgentOptions,
 ) -> Result<AgentTooling, AgentBuildError> {
-    let tools = AgentTools::for_agent(bundle, agent);
+    let mut tools = AgentTools::for_agent(bundle, agent);
+    let workdir = options.workdir.clone().unwrap_or_else(|| bundle.root().to_path_buf());
+    let workdir = std::fs::canonicalize(&workdir).unwrap_or(workdir);
+    tools.set_sandbox(Arc::new(crate::sandbox::agent_sandbox(bundle, agent, &workdir, tools.loaded_files())));
     let registry = ToolRegistry::new();
     let mut installs: Vec<Box<dyn PluginInstall>> = options.plugins.iter().map(|plugin| plugin.begin()).collect();
     for install in &mut installs {
@@ -423,8 +426,6 @@ async fn tooling_of(
     let executor = ToolExecutor::new(Arc::new(registry))
         .with_policy(ExecutorPolicy { allow_registry_calls, call_timeout: options.call_timeout })
         .with_events(Arc::clone(&options.events));
-    let workdir = options.workdir.clone().unwrap_or_else(|| bundle.root().to_path_buf());
-    let workdir = std::fs::canonicalize(&workdir).unwrap_or(workdir);
     let mut tooling =
         AgentTooling::new(agent.name(), instance_key, &workdir, tools, executor, Arc::clone(&options.events));
     tooling.agent_runtime.clone_from(&options.agent_runtime);

@@ -29,6 +29,7 @@ pub mod extension;
 pub mod extension_state;
 pub mod inbox;
 pub mod result_budget;
+pub mod sandbox;
 pub mod store;
 pub mod tasks;
 pub mod turn;

@@ -120,6 +120,15 @@ impl Sandbox {
         self
     }
 
+    /// A sandbox with the same policy that may also read (and execute)
+    /// `readable`: what a runtime the commands need lives in, e.g. the
+    /// JavaScript host's binary and modules.
+    pub fn widened(&self, readable: impl IntoIterator<Item = PathBuf>) -> Self {
+        let mut spec = self.spec.clone();
+        spec.readable.extend(readable);
+        Self { spec, modes: self.modes, ready: OnceLock::new(), tmp: OnceLock::new() }
+    }
+
     /// The policy in force.
     pub fn policy(&self) -> Policy {
         self.spec.policy

@@ -61,27 +61,30 @@ pub fn refusal_in(output: &str) -> Option<Refusal> {
     (refusal.network || refusal.other || !refusal.paths.is_empty()).then_some(refusal)
 }
 
-/// The absolute or relative path a permission-error line names: quoted
-/// (`'…'`, `"…"`, `‘…’`), or a `prog: path: message` field.
+/// The path a permission-error line names: the field just before the
+/// message (`cat: /x: Permission denied`, `sh: 1: cannot create .git/config:
+/// Read-only file system`, `touch: cannot touch '/x': …`), or a quoted one
+/// just after it (Python's `Permission denied: '/x'`).
 fn path_in(line: &str) -> Option<String> {
-    for (open, close) in [('\'', '\''), ('"', '"'), ('‘', '’'), ('`', '\'')] {
-        let mut rest = line;
-        while let Some(start) = rest.find(open) {
-            let after = &rest[start + open.len_utf8()..];
-            let Some(end) = after.find(close) else { break };
-            let candidate = &after[..end];
-            if looks_like_path(candidate) {
-                return Some(candidate.to_owned());
-            }
-            rest = &after[end + close.len_utf8()..];
-        }
+    let at = DENIALS.iter().filter_map(|marker| line.find(marker)).min()?;
+    let after = &line[at..];
+    if let Some(quoted) = after.split('\'').nth(1).filter(|text| looks_like_path(text)) {
+        return Some(quoted.to_owned());
     }
-    line.split(": ").map(str::trim).find(|field| looks_like_path(field) && !field.contains(' ')).map(str::to_owned)
+    let before = line[..at].trim_end().trim_end_matches(':').trim_end();
+    let field = before.rsplit(": ").next()?.trim();
+    let field =
+        ["cannot create ", "cannot open ", "cannot touch ", "cannot remove ", "can't open file ", "can't create "]
+            .iter()
+            .find_map(|prefix| field.strip_prefix(prefix))
+            .unwrap_or(field);
+    let field = field.trim_matches(|c| matches!(c, '\'' | '"' | '‘' | '’' | '`'));
+    looks_like_path(field).then(|| field.to_owned())
 }
 
+/// Whether `text` reads as a path: no spaces, and a slash or a leading dot.
 fn looks_like_path(text: &str) -> bool {
-    !text.is_empty()
-        && (text.starts_with('/') || text.starts_with("./") || text.starts_with("../") || text.starts_with("~/"))
+    !text.is_empty() && !text.contains(' ') && (text.contains('/') || text.starts_with('.'))
 }
 
 #[cfg(test)]
@@ -93,11 +96,12 @@ mod tests {
         let output = "cat: /root/.ssh/id_rsa: Permission denied\n\
                       touch: cannot touch '/etc/x': Permission denied\n\
                       bash: line 1: /work/p/.git/config: Read-only file system\n\
+                      /bin/sh: 1: cannot create .git/hooks/x: Read-only file system\n\
                       PermissionError: [Errno 13] Permission denied: '/home/u/.aws/credentials'\n";
         let Some(refusal) = refusal_in(output) else { panic!("no refusal found") };
         assert_eq!(
             refusal.paths,
-            vec!["/etc/x", "/home/u/.aws/credentials", "/root/.ssh/id_rsa", "/work/p/.git/config"]
+            vec![".git/hooks/x", "/etc/x", "/home/u/.aws/credentials", "/root/.ssh/id_rsa", "/work/p/.git/config"]
         );
         assert!(!refusal.network);
     }

@@ -33,7 +33,7 @@
 //! behind it; calls made meanwhile wait for that verdict first.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -83,6 +83,13 @@ pub struct ScriptHost {
     next_id: AtomicU64,
     /// The extensions every host process loads first, once set.
     extensions: Mutex<Option<Arc<ExtensionPlan>>>,
+    /// The agent's sandbox, which the host process runs in (so a script
+    /// tool, and what it spawns, is confined like `bash`), and the paths it
+    /// may read besides: the bundle's directories.
+    sandbox: Mutex<Option<(Arc<goondan_sandbox::Sandbox>, Vec<PathBuf>)>>,
+    /// That sandbox widened to the runtime and the host's own directory,
+    /// made at the first start.
+    host_sandbox: std::sync::OnceLock<Arc<goondan_sandbox::Sandbox>>,
 }
 
 /// An extension module a host loads at start.
@@ -206,6 +213,8 @@ impl ScriptHost {
             failures: Arc::new(Mutex::new(Failures::default())),
             next_id: AtomicU64::new(1),
             extensions: Mutex::new(None),
+            sandbox: Mutex::new(None),
+            host_sandbox: std::sync::OnceLock::new(),
         })
     }
 
@@ -286,6 +295,29 @@ impl ScriptHost {
             .as_ref()
             .and_then(|plan| plan.loads.iter().find(|load| load.name == extension).map(|load| Arc::clone(&load.module)))
             .unwrap_or_else(|| Arc::from(Path::new(extension)))
+    }
+
+    /// Runs the host processes in `sandbox`, also allowed to read
+    /// `readable` (the directories of the bundle's modules). Set before the
+    /// first start.
+    pub fn set_sandbox(&self, sandbox: Arc<goondan_sandbox::Sandbox>, readable: Vec<PathBuf>) {
+        *lock(&self.sandbox) = Some((sandbox, readable));
+    }
+
+    /// The host's sandbox: the agent's, widened to the runtime's directory,
+    /// the bundle's and `dir` (the host script and its socket).
+    fn host_sandbox(&self, runtime: &JsRuntime, dir: &Path) -> Option<Arc<goondan_sandbox::Sandbox>> {
+        let (agent, readable) = lock(&self.sandbox).clone()?;
+        if !agent.policy().confines() {
+            return None;
+        }
+        Some(Arc::clone(self.host_sandbox.get_or_init(|| {
+            let binary = std::fs::canonicalize(&runtime.path).unwrap_or_else(|_| runtime.path.clone());
+            let mut paths = readable;
+            paths.extend(binary.parent().map(Path::to_path_buf));
+            paths.push(dir.to_path_buf());
+            Arc::new(agent.widened(paths))
+        })))
     }
 
     /// A host that reads the process environment.
@@ -465,6 +497,14 @@ impl ScriptHost {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        if let Some(sandbox) = self.host_sandbox(runtime, &dir) {
+            sandbox.confine(&mut command).map_err(|error| {
+                let _ = std::fs::remove_file(&socket_path);
+                ToolFailure::with_code(error.to_string(), goondan_core::codes::E_SANDBOX_UNAVAILABLE)
+                    .named("SandboxError")
+                    .suggest("Tell the user the script tools cannot run here; do not retry.")
+            })?;
+        }
         let (mut child, pipes) = HostProcess::spawn(command).map_err(|e| {
             let _ = std::fs::remove_file(&socket_path);
             start_failed(format!("cannot run {}: {e}", runtime.path.display()))

@@ -39,7 +39,7 @@ impl ScriptPlugin {
 
 impl AgentPlugin for ScriptPlugin {
     fn begin(&self) -> Box<dyn PluginInstall> {
-        Box::new(ScriptInstall { runtime: self.runtime.clone(), host: None, extensions: Vec::new() })
+        Box::new(ScriptInstall { runtime: self.runtime.clone(), host: None, extensions: Vec::new(), sandbox: None })
     }
 }
 
@@ -49,14 +49,33 @@ struct ScriptInstall {
     runtime: Option<JsRuntime>,
     host: Option<Arc<ScriptHost>>,
     extensions: Vec<AgentExtension>,
+    /// The agent's sandbox and the bundle's directories, for the host.
+    sandbox: Option<(Arc<goondan_sandbox::Sandbox>, Vec<std::path::PathBuf>)>,
+}
+
+/// The directories of the files the bundle loads (its root among them):
+/// where a script tool's modules, and the packages they import, live.
+fn bundle_dirs(tools: &AgentTools) -> Vec<std::path::PathBuf> {
+    let mut dirs: Vec<std::path::PathBuf> =
+        tools.loaded_files().iter().filter_map(|file| file.parent().map(std::path::Path::to_path_buf)).collect();
+    dirs.sort();
+    dirs.dedup();
+    dirs
 }
 
 impl ScriptInstall {
     fn host(&mut self, env: &EnvLookup) -> Arc<ScriptHost> {
         let runtime = &self.runtime;
-        let host = self.host.get_or_insert_with(|| match runtime {
-            Some(runtime) => ScriptHost::with_runtime(runtime.clone()),
-            None => ScriptHost::new(Arc::clone(env)),
+        let sandbox = &self.sandbox;
+        let host = self.host.get_or_insert_with(|| {
+            let host = match runtime {
+                Some(runtime) => ScriptHost::with_runtime(runtime.clone()),
+                None => ScriptHost::new(Arc::clone(env)),
+            };
+            if let Some((sandbox, readable)) = sandbox {
+                host.set_sandbox(Arc::clone(sandbox), readable.clone());
+            }
+            host
         });
         Arc::clone(host)
     }
@@ -72,6 +91,9 @@ impl PluginInstall for ScriptInstall {
         // The bundle's script tools the agent does not declare too: its
         // registry holds them (spec 002 §1.1). The host starts at the
         // first call of any of them, never here.
+        if let Some(sandbox) = tools.sandbox() {
+            self.sandbox = Some((Arc::clone(sandbox), bundle_dirs(tools)));
+        }
         if tools.registry_tools().any(|tool| tool.entry.is_some()) {
             let host = self.host(env);
             crate::install_script_tools(registry, tools, &host)?;

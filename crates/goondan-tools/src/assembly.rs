@@ -150,6 +150,10 @@ pub struct AgentTools {
     /// name a declared Tool (or an earlier one of these) has.
     undeclared: Vec<ConfigTool>,
     loaded_files: Arc<[PathBuf]>,
+    /// Where the commands its tools start run (the runtime attaches the
+    /// agent's; `None`, unconfined, only for callers that build tools
+    /// without a runtime).
+    sandbox: Option<Arc<goondan_sandbox::Sandbox>>,
 }
 
 impl AgentTools {
@@ -174,7 +178,7 @@ impl AgentTools {
             tools.extend(config_tools(bundle, scope, tool, config));
         }
         let undeclared = undeclared_tools(bundle, &declared, &tools);
-        Self { tools, undeclared, loaded_files: Arc::from(bundle.loaded_files()) }
+        Self { tools, undeclared, loaded_files: Arc::from(bundle.loaded_files()), sandbox: None }
     }
 
     /// The files the runtime loads from the agent's bundle as configuration
@@ -182,6 +186,16 @@ impl AgentTools {
     /// leave alone by default.
     pub fn loaded_files(&self) -> &[PathBuf] {
         &self.loaded_files
+    }
+
+    /// Attaches the agent's sandbox: every command its tools start runs in it.
+    pub fn set_sandbox(&mut self, sandbox: Arc<goondan_sandbox::Sandbox>) {
+        self.sandbox = Some(sandbox);
+    }
+
+    /// The agent's sandbox, when the runtime attached one.
+    pub fn sandbox(&self) -> Option<&Arc<goondan_sandbox::Sandbox>> {
+        self.sandbox.as_ref()
     }
 
     /// The declared entries: what the agent's catalog offers.

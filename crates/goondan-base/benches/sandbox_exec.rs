@@ -1,0 +1,122 @@
+//! What the sandbox adds to a command: `bash__exec` of `true` through the
+//! native handler, unconfined (`full`) and under `workspace-write`, in the
+//! same run (issue 24: under 1 ms added at the median). Plus the bare cost
+//! the sandbox adds to a spawn (`std::process::Command` of `/bin/true`).
+//!
+//! `cargo bench -p goondan-base --bench sandbox_exec`
+
+use std::path::Path;
+use std::sync::Arc;
+
+use goondan_base::BaseSettings;
+use goondan_core::{JsonObject, Message};
+use goondan_sandbox::{Policy, Sandbox, SandboxSpec};
+use goondan_tools::{CallScope, ToolContext, ToolHandler};
+
+fn main() {
+    divan::main();
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    ctx: ToolContext,
+    runtime: tokio::runtime::Runtime,
+    input: JsonObject,
+}
+
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let workdir: Arc<Path> = Arc::from(dir.path());
+    let scope = CallScope {
+        agent_name: Arc::from("bench"),
+        instance_key: Arc::from("bench"),
+        turn_id: Arc::from("turn-1"),
+        step_id: Arc::from("step-1"),
+        step_index: 0,
+        message: Arc::new(Message::assistant_tool_calls("step-1", vec![])),
+        workdir,
+        trace_id: Arc::from("0".repeat(32)),
+        step_span_id: Arc::from("0".repeat(16)),
+        runtime: None,
+        tasks: None,
+    };
+    let ctx = ToolContext::new(Arc::new(scope), Arc::from("bash__exec"), "call-1".to_owned());
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap_or_else(|e| panic!("{e}"));
+    let mut input = JsonObject::new();
+    input.insert("command".to_owned(), "true".into());
+    Fixture { _dir: dir, ctx, runtime, input }
+}
+
+fn sandbox(policy: Policy, workdir: &Path) -> Arc<Sandbox> {
+    Arc::new(Sandbox::new(SandboxSpec { policy, workdir: workdir.to_path_buf(), ..SandboxSpec::default() }))
+}
+
+fn exec_true(bencher: divan::Bencher, policy: Policy) {
+    let fixture = fixture();
+    let settings = Arc::new(BaseSettings {
+        sandbox: Some(sandbox(policy, fixture.ctx.workdir())),
+        ..BaseSettings::default()
+    });
+    let Some(handler) = goondan_base::native_handler("bash", "exec", &settings) else { panic!("no bash.exec") };
+    let call = || {
+        let result = fixture.runtime.block_on(handler.call(&fixture.ctx, &fixture.input));
+        if !matches!(&result, Ok(output) if output.to_string().contains("\"exitCode\":0")) {
+            panic!("true failed: {result:?}");
+        }
+    };
+    call(); // sets the sandbox up (once per agent) outside the timing
+    bencher.bench_local(call);
+}
+
+/// `bash__exec` of `true`, unconfined.
+#[divan::bench(sample_count = 200)]
+fn bash_exec_full(bencher: divan::Bencher) {
+    exec_true(bencher, Policy::Full);
+}
+
+/// `bash__exec` of `true` under `workspace-write`.
+#[divan::bench(sample_count = 200)]
+fn bash_exec_workspace_write(bencher: divan::Bencher) {
+    exec_true(bencher, Policy::WorkspaceWrite);
+}
+
+fn spawn_true(bencher: divan::Bencher, sandbox: Option<&Sandbox>) {
+    let run = || {
+        let mut command = std::process::Command::new("/bin/true");
+        if let Some(sandbox) = sandbox {
+            sandbox.confine(&mut command).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let status = command.status().unwrap_or_else(|e| panic!("{e}"));
+        assert!(status.success());
+    };
+    run();
+    bencher.bench_local(run);
+}
+
+/// A bare spawn of `/bin/true`, unconfined.
+#[divan::bench(sample_count = 200)]
+fn spawn_unconfined(bencher: divan::Bencher) {
+    spawn_true(bencher, None);
+}
+
+/// A bare spawn of `/bin/true` under `workspace-write` (namespaces,
+/// Landlock, seccomp).
+#[divan::bench(sample_count = 200)]
+fn spawn_workspace_write(bencher: divan::Bencher) {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let sandbox = sandbox(Policy::WorkspaceWrite, dir.path());
+    spawn_true(bencher, Some(&sandbox));
+}
+
+/// The same without namespaces (Landlock and seccomp only).
+#[divan::bench(sample_count = 200)]
+fn spawn_landlock_only(bencher: divan::Bencher) {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let sandbox = Sandbox::new(SandboxSpec {
+        policy: Policy::WorkspaceWrite,
+        workdir: dir.path().to_path_buf(),
+        ..SandboxSpec::default()
+    })
+    .landlock_only();
+    spawn_true(bencher, Some(&sandbox));
+}
