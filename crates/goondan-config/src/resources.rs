@@ -390,7 +390,7 @@ pub struct SwarmSpec {
 /// `spec.sandbox` of an Agent or a Swarm: where the commands the model
 /// chooses (`bash`, script tool hosts, stdio MCP servers) may read, write
 /// and connect. An Agent's own replaces its Swarm's whole; neither: the
-/// default, `workspace-write` with no extra paths and no network.
+/// default, `workspace-write` with no extra paths and no `network.allow`.
 ///
 /// ```yaml
 /// sandbox:
@@ -410,7 +410,8 @@ pub struct SandboxConfig {
     /// How much the commands may do.
     #[serde(default)]
     pub policy: SandboxPolicy,
-    /// Extra paths the commands may read (as written).
+    /// Extra paths the commands may read, beyond what the policy lets them
+    /// (as written).
     #[serde(default)]
     pub readable: Vec<String>,
     /// Extra paths the commands may write (as written).
@@ -426,8 +427,8 @@ pub struct SandboxConfig {
 #[serde(deny_unknown_fields)]
 pub struct SandboxNetwork {
     /// `host:port` entries the commands may connect to (hostname, IPv4, or
-    /// bracketed IPv6): see [`crate::sandbox::parse_network_allow`]. Empty:
-    /// no network (under `read-only` and `workspace-write`).
+    /// bracketed IPv6): see [`crate::sandbox::parse_network_allow`].
+    /// `policy: full` has no network limit and ignores them.
     #[serde(default)]
     pub allow: Vec<String>,
 }
@@ -436,11 +437,10 @@ pub struct SandboxNetwork {
 #[derive(Default, Clone, Copy, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SandboxPolicy {
-    /// The commands may read, and write nowhere but the extra `writable`
-    /// paths.
+    /// The commands write nowhere but the extra `writable` paths.
     ReadOnly,
-    /// The commands may read, and write in the working directory and the
-    /// extra `writable` paths (the default).
+    /// The commands write in the working directory and the extra
+    /// `writable` paths (the default).
     #[default]
     WorkspaceWrite,
     /// No sandbox: the commands run with the user's full rights, as in the
