@@ -6,7 +6,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Result;
-use goondan_config::{Diagnostic, DiagnosticCode, LoadReport, load_bundle, resolve_bundle_file};
+use goondan_config::{
+    Bundle, Diagnostic, DiagnosticCode, EffectiveSandbox, LoadReport, SandboxSource, load_bundle, resolve_bundle_file,
+};
 use goondan_core::{ConversationState, JsonObject, JsonValue, ToolStatus};
 use goondan_runtime::agent::{AgentBuildError, AgentOptions, AgentTooling, assemble_tooling, identity};
 use goondan_runtime::store::WorkspaceAccess;
@@ -33,9 +35,20 @@ pub async fn validate(global: &GlobalOptions, args: &crate::cli::ValidateArgs, o
     let valid = !(report.has_errors() || (args.strict && warnings > 0));
     let subject = resolve_bundle_file(&global.config).display().to_string();
     let format = args.format.unwrap_or(if global.json { ValidateFormat::Json } else { ValidateFormat::Text });
+    // What each agent's commands run in, once the bundle has no errors (a
+    // document with errors is left out of the bundle, so what is left
+    // would be misread).
+    let sandboxes = report.bundle.as_ref().filter(|_| !report.has_errors()).map(agent_sandboxes).unwrap_or_default();
     match format {
         ValidateFormat::Json => {
-            let body = serde_json::json!({"valid": valid, "strict": args.strict, "diagnostics": report.diagnostics});
+            let mut body =
+                serde_json::json!({"valid": valid, "strict": args.strict, "diagnostics": report.diagnostics});
+            if !report.has_errors()
+                && let Some(body) = body.as_object_mut()
+            {
+                let agents = sandboxes.iter().map(|agent| (agent.name.clone(), agent.to_json())).collect();
+                body.insert("agents".to_owned(), JsonValue::Object(agents));
+            }
             writeln!(out.stdout, "{}", serde_json::to_string_pretty(&body)?)?;
         }
         ValidateFormat::Github => {
@@ -44,13 +57,85 @@ pub async fn validate(global: &GlobalOptions, args: &crate::cli::ValidateArgs, o
             }
         }
         ValidateFormat::Text => {
-            output::write_report(&mut out.stdout, &report.diagnostics, &subject)?;
+            let notes: Vec<String> = sandboxes.iter().map(AgentSandbox::line).collect();
+            output::write_report_with_notes(&mut out.stdout, &report.diagnostics, &subject, &notes)?;
             if args.strict && warnings > 0 && !report.has_errors() {
                 output::error_line(&mut out.stderr, "--strict: warnings fail the check; fix them or drop --strict")?;
             }
         }
     }
     Ok(if valid { exit::OK } else { exit::FAILED })
+}
+
+/// The sandbox an agent of the bundle gets, for `gdn validate`.
+struct AgentSandbox {
+    name: String,
+    /// When no Swarm is named: what `gdn run --agent NAME` runs it in.
+    sandbox: EffectiveSandbox,
+    /// The other Swarms listing it whose sandbox differs, with theirs.
+    elsewhere: Vec<(String, EffectiveSandbox)>,
+}
+
+impl AgentSandbox {
+    /// `agent coder: sandbox workspace-write (from Swarm crew)`, and where
+    /// another Swarm listing it would give it another policy.
+    fn line(&self) -> String {
+        let source = match &self.sandbox.source {
+            SandboxSource::Default => "default".to_owned(),
+            source => format!("from {source}"),
+        };
+        let mut line = format!("agent {}: sandbox {} ({source})", self.name, self.sandbox.config.policy);
+        for (swarm, sandbox) in &self.elsewhere {
+            line.push_str(&format!("; run in Swarm {swarm}: {}", sandbox.config.policy));
+        }
+        line
+    }
+
+    /// `{"sandbox": {policy, readable, writable, network, source, swarm?}}`
+    /// with each other Swarm's under `sandboxInSwarms`.
+    fn to_json(&self) -> JsonValue {
+        let describe = |sandbox: &EffectiveSandbox| {
+            let mut value = serde_json::to_value(&sandbox.config).unwrap_or(JsonValue::Null);
+            if let Some(map) = value.as_object_mut() {
+                let (source, swarm) = match &sandbox.source {
+                    SandboxSource::Agent => ("agent", None),
+                    SandboxSource::Swarm(name) => ("swarm", Some(name.clone())),
+                    SandboxSource::Default => ("default", None),
+                };
+                map.insert("source".to_owned(), JsonValue::from(source));
+                if let Some(swarm) = swarm {
+                    map.insert("swarm".to_owned(), JsonValue::from(swarm));
+                }
+            }
+            value
+        };
+        let mut agent = serde_json::json!({"sandbox": describe(&self.sandbox)});
+        if !self.elsewhere.is_empty()
+            && let Some(map) = agent.as_object_mut()
+        {
+            let others = self.elsewhere.iter().map(|(swarm, sandbox)| (swarm.clone(), describe(sandbox))).collect();
+            map.insert("sandboxInSwarms".to_owned(), JsonValue::Object(others));
+        }
+        agent
+    }
+}
+
+/// Every Agent of the bundle with its sandbox (see [`Bundle::sandbox_for`]).
+fn agent_sandboxes(bundle: &Bundle) -> Vec<AgentSandbox> {
+    bundle
+        .agents()
+        .map(|agent| {
+            let name = agent.name();
+            let sandbox = bundle.sandbox_for(name, None);
+            let elsewhere = bundle
+                .swarms_listing(name)
+                .into_iter()
+                .map(|swarm| (swarm.name().to_owned(), bundle.sandbox_for(name, Some(swarm.name()))))
+                .filter(|(_, other)| other.config != sandbox.config)
+                .collect();
+            AgentSandbox { name: name.to_owned(), sandbox, elsewhere }
+        })
+        .collect()
 }
 
 fn is_script(resource: &goondan_config::AnyResource) -> bool {

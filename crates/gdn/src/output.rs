@@ -85,6 +85,17 @@ fn source_snippet(source: &str, line: u32, column: u32) -> Option<String> {
 /// Writes every diagnostic (with the line it points at, when it is in the
 /// file `subject`), then a one-line summary.
 pub fn write_report(out: &mut impl Write, diagnostics: &[Diagnostic], subject: &str) -> std::io::Result<()> {
+    write_report_with_notes(out, diagnostics, subject, &[])
+}
+
+/// [`write_report`], with `notes` (lines about the bundle, e.g. each
+/// agent's sandbox) between the diagnostics and the summary.
+pub fn write_report_with_notes(
+    out: &mut impl Write,
+    diagnostics: &[Diagnostic],
+    subject: &str,
+    notes: &[String],
+) -> std::io::Result<()> {
     // Only a regular file of a bundle's size is read for the snippets (the
     // subject may be a device or a FIFO that the loader refused); a read
     // that fails only means no snippets.
@@ -108,6 +119,9 @@ pub fn write_report(out: &mut impl Write, diagnostics: &[Diagnostic], subject: &
     // Once per report: where the codes are explained.
     if let Some(first) = diagnostics.first() {
         writeln!(out, "{HELP}help:{HELP:#} `gdn help {}` explains a code", first.code)?;
+    }
+    for note in notes {
+        writeln!(out, "{note}")?;
     }
     let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
     if errors == 0 {

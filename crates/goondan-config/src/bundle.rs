@@ -12,7 +12,8 @@ use goondan_core::ObjectRef;
 
 use crate::diagnostic::{Diagnostic, DiagnosticCode, Severity};
 use crate::files::{FileReadError, read_regular_file};
-use crate::resources::{AgentSpec, AnyResource, ConnectionSpec, Kind, Resource, SwarmSpec, ToolSpec};
+use crate::resources::{AgentSpec, AnyResource, ConnectionSpec, Kind, Resource, SandboxConfig, SwarmSpec, ToolSpec};
+use crate::sandbox::{EffectiveSandbox, SandboxSource};
 use crate::validate::{DocReporter, document_refs, validate_document};
 use crate::yaml::{YamlDocument, parse_documents};
 
@@ -139,7 +140,21 @@ pub fn load_bundle(path: &Path) -> LoadReport {
 
 /// Loads a bundle from YAML text. `root` is where entry files are looked up
 /// (`None` skips file checks).
+///
+/// A `spec.sandbox.writable` entry that is the home directory is judged
+/// against `HOME` ([`crate::sandbox::home_dir`]).
 pub fn load_from_str(text: &str, label: &str, root: Option<&Path>, file: PathBuf) -> LoadReport {
+    load_text(text, label, root, file, crate::sandbox::home_dir().as_deref())
+}
+
+/// [`load_from_str`] with the home directory given.
+pub(crate) fn load_text(
+    text: &str,
+    label: &str,
+    root: Option<&Path>,
+    file: PathBuf,
+    home: Option<&Path>,
+) -> LoadReport {
     let documents = match parse_documents(text) {
         Ok(documents) => documents,
         Err(error) => {
@@ -172,7 +187,7 @@ pub fn load_from_str(text: &str, label: &str, root: Option<&Path>, file: PathBuf
     let mut resources = Vec::new();
     for (doc_index, document) in documents.iter().enumerate() {
         let mut reporter = DocReporter { file_label: label, index: doc_index, document, diagnostics: &mut diagnostics };
-        if let Some(resource) = validate_document(&mut reporter, root) {
+        if let Some(resource) = validate_document(&mut reporter, root, home) {
             resources.push(BundleResource { doc_index, resource });
         }
     }
@@ -321,6 +336,49 @@ impl Bundle {
         match self.get(Kind::Agent, name) {
             Some(AnyResource::Agent(agent)) => Some(agent),
             _ => None,
+        }
+    }
+
+    /// The Swarm `agent` runs in when no Swarm is named: the first Swarm
+    /// (in file order) whose `entryAgent` it is, else the first that lists
+    /// it in `spec.agents`; `None` when no Swarm lists it (it runs alone).
+    ///
+    /// The rule of `gdn run --agent` (`goondan_orchestrator::plan::swarm_of`,
+    /// whose Swarm's name every agent process of the run is given) and of
+    /// the workspace's name (`gdn::workspace::swarm_key`).
+    pub fn swarm_of_agent(&self, agent: &str) -> Option<&Resource<SwarmSpec>> {
+        let lists =
+            |swarm: &&Resource<SwarmSpec>| swarm.spec.agents.iter().any(|a| a.kind == "Agent" && a.name == agent);
+        self.swarms().find(|swarm| swarm.spec.entry_agent.name == agent).or_else(|| self.swarms().find(lists))
+    }
+
+    /// Every Swarm that lists `agent` in `spec.agents`, in file order.
+    pub fn swarms_listing(&self, agent: &str) -> Vec<&Resource<SwarmSpec>> {
+        self.swarms().filter(|swarm| swarm.spec.agents.iter().any(|a| a.kind == "Agent" && a.name == agent)).collect()
+    }
+
+    /// The sandbox the commands of `agent`'s model run in: the Agent's own
+    /// `spec.sandbox` if it has one (replacing the Swarm's whole, never
+    /// merged with it); else the `spec.sandbox` of the Swarm it runs in —
+    /// `swarm` when given and the bundle has a Swarm of that name (an
+    /// agent process knows its Swarm's name), else
+    /// [`Bundle::swarm_of_agent`]; else the default,
+    /// [`SandboxConfig::default`] (`workspace-write`).
+    ///
+    /// A `swarm` the bundle has no Swarm of (an agent that runs alone is
+    /// given its own name as its Swarm's) counts as none named. An agent
+    /// the bundle does not define gets its Swarm's or the default.
+    pub fn sandbox_for(&self, agent: &str, swarm: Option<&str>) -> EffectiveSandbox {
+        if let Some(config) = self.agent(agent).and_then(|a| a.spec.sandbox.as_ref()) {
+            return EffectiveSandbox { config: config.clone(), source: SandboxSource::Agent };
+        }
+        let named = swarm.and_then(|name| self.swarms().find(|s| s.name() == name));
+        let swarm = named.or_else(|| self.swarm_of_agent(agent));
+        match swarm.and_then(|s| s.spec.sandbox.as_ref().map(|config| (s.name(), config))) {
+            Some((name, config)) => {
+                EffectiveSandbox { config: config.clone(), source: SandboxSource::Swarm(name.to_owned()) }
+            }
+            None => EffectiveSandbox { config: SandboxConfig::default(), source: SandboxSource::Default },
         }
     }
 

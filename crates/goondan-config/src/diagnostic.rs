@@ -57,6 +57,17 @@ pub enum DiagnosticCode {
     /// An Extension module that exports no `register` function.
     #[serde(rename = "E_CONFIG_EXTENSION_REGISTER_MISSING")]
     ExtensionRegisterMissing,
+    /// A `spec.sandbox.policy` that is not `read-only`, `workspace-write`
+    /// or `full`.
+    #[serde(rename = "E_CONFIG_SANDBOX_POLICY")]
+    SandboxPolicyInvalid,
+    /// A `spec.sandbox` that is not as the sandbox reads it: an unknown key,
+    /// a value of the wrong type, an empty path, a `~name` path.
+    #[serde(rename = "E_CONFIG_SANDBOX_INVALID")]
+    SandboxInvalid,
+    /// A `spec.sandbox.network.allow` entry that is not `host:port`.
+    #[serde(rename = "E_CONFIG_SANDBOX_NETWORK")]
+    SandboxNetwork,
     /// A warning: the bundle has script tools or extensions and no JavaScript
     /// runtime is usable.
     #[serde(rename = "W_SCRIPT_RUNTIME_MISSING")]
@@ -69,11 +80,19 @@ pub enum DiagnosticCode {
     /// older version, a block at the wrong level): it is ignored.
     #[serde(rename = "W_CONFIG_UNKNOWN_KEY")]
     UnknownKey,
+    /// A warning: a `spec.sandbox.writable` entry that is `/` or the home
+    /// directory (or holds it): the sandbox then keeps little out.
+    #[serde(rename = "W_CONFIG_SANDBOX_WIDE")]
+    SandboxWide,
+    /// A warning: a `spec.sandbox` setting that its policy ignores
+    /// (`network.allow`, `readable`, `writable` under `policy: full`).
+    #[serde(rename = "W_CONFIG_SANDBOX_IGNORED")]
+    SandboxIgnored,
 }
 
 impl DiagnosticCode {
     /// Every code, in the order of the enum.
-    pub const ALL: [DiagnosticCode; 22] = [
+    pub const ALL: [DiagnosticCode; 27] = [
         Self::ParseError,
         Self::UnsupportedApiVersion,
         Self::UnknownKind,
@@ -93,9 +112,14 @@ impl DiagnosticCode {
         Self::ScriptExportMissing,
         Self::ScriptModule,
         Self::ExtensionRegisterMissing,
+        Self::SandboxPolicyInvalid,
+        Self::SandboxInvalid,
+        Self::SandboxNetwork,
         Self::ScriptRuntimeMissing,
         Self::IngressMismatch,
         Self::UnknownKey,
+        Self::SandboxWide,
+        Self::SandboxIgnored,
     ];
 
     /// The code as written in reports, e.g. `E_CONFIG_PARSE_ERROR`.
@@ -120,9 +144,14 @@ impl DiagnosticCode {
             Self::ScriptExportMissing => "E_CONFIG_SCRIPT_EXPORT_MISSING",
             Self::ScriptModule => "E_CONFIG_SCRIPT_MODULE",
             Self::ExtensionRegisterMissing => "E_CONFIG_EXTENSION_REGISTER_MISSING",
+            Self::SandboxPolicyInvalid => "E_CONFIG_SANDBOX_POLICY",
+            Self::SandboxInvalid => "E_CONFIG_SANDBOX_INVALID",
+            Self::SandboxNetwork => "E_CONFIG_SANDBOX_NETWORK",
             Self::ScriptRuntimeMissing => "W_SCRIPT_RUNTIME_MISSING",
             Self::IngressMismatch => "W_CONFIG_INGRESS_MISMATCH",
             Self::UnknownKey => "W_CONFIG_UNKNOWN_KEY",
+            Self::SandboxWide => "W_CONFIG_SANDBOX_WIDE",
+            Self::SandboxIgnored => "W_CONFIG_SANDBOX_IGNORED",
         }
     }
 }

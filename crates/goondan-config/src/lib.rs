@@ -7,6 +7,7 @@
 //! - [`bundle`]: loading, cross-document rules, reference resolution.
 //! - [`changes`]: what an edit to a bundle's files changes (`gdn run --watch`).
 //! - [`resources`]: the typed resources.
+//! - [`sandbox`]: `spec.sandbox` resolved: an agent's sandbox, its paths, its `network.allow` entries.
 //! - [`diagnostic`]: what a finding looks like.
 
 mod base_snapshot;
@@ -16,6 +17,7 @@ pub mod diagnostic;
 pub mod files;
 mod plain_schema;
 pub mod resources;
+pub mod sandbox;
 pub mod schema;
 pub mod validate;
 pub mod yaml;
@@ -27,6 +29,10 @@ pub use bundle::{
 pub use changes::{BundleChanges, BundleFingerprint, ResourceKey, changes, watched_files};
 pub use diagnostic::{Diagnostic, DiagnosticCode, Severity};
 pub use resources::{
-    AgentPolicy, AgentSpec, AnyResource, ExtensionSpec, Kind, ModelSpec, Resource, SwarmSpec, ToolCallScope,
-    ToolExport, ToolSpec, ValueSource,
+    AgentPolicy, AgentSpec, AnyResource, ExtensionSpec, Kind, ModelSpec, Resource, SandboxConfig, SandboxNetwork,
+    SandboxPolicy, SwarmSpec, ToolCallScope, ToolExport, ToolSpec, ValueSource,
+};
+pub use sandbox::{
+    EffectiveSandbox, NetworkAllowError, NetworkHost, NetworkTarget, SandboxPathError, SandboxSource,
+    parse_network_allow, resolve_sandbox_path,
 };

@@ -237,6 +237,10 @@ pub struct AgentSpec {
     /// The agent's security policy (`spec.policy`, an addition of this
     /// runtime: see docs/COMPATIBILITY.md).
     pub policy: AgentPolicy,
+    /// The sandbox of the commands the agent's model chooses
+    /// (`spec.sandbox`, an addition of this runtime); `None`: the Swarm's,
+    /// else the default (see [`crate::Bundle::sandbox_for`]).
+    pub sandbox: Option<SandboxConfig>,
 }
 
 /// `Agent.spec.policy`: the agent's security policy.
@@ -290,6 +294,8 @@ struct RawAgentSpec {
     required_tools: Vec<String>,
     #[serde(default)]
     policy: AgentPolicy,
+    #[serde(default)]
+    sandbox: Option<SandboxConfig>,
 }
 
 impl TryFrom<RawAgentSpec> for AgentSpec {
@@ -311,6 +317,7 @@ impl TryFrom<RawAgentSpec> for AgentSpec {
             extensions: raw.extensions,
             required_tools: raw.required_tools,
             policy: raw.policy,
+            sandbox: raw.sandbox,
         })
     }
 }
@@ -374,6 +381,96 @@ pub struct SwarmSpec {
     /// Limits and lifecycle.
     #[serde(default)]
     pub policy: SwarmPolicy,
+    /// The sandbox of its agents' commands, for each agent without a
+    /// `spec.sandbox` of its own (an addition of this runtime).
+    #[serde(default)]
+    pub sandbox: Option<SandboxConfig>,
+}
+
+/// `spec.sandbox` of an Agent or a Swarm: where the commands the model
+/// chooses (`bash`, script tool hosts, stdio MCP servers) may read, write
+/// and connect. An Agent's own replaces its Swarm's whole; neither: the
+/// default, `workspace-write` with no extra paths and no `network.allow`.
+///
+/// ```yaml
+/// sandbox:
+///   policy: workspace-write     # read-only | workspace-write | full
+///   readable: [/opt/data, ~/datasets, ./vendor]
+///   writable: [/srv/out]
+///   network:
+///     allow: ["api.example.com:443", "127.0.0.1:8080", "[::1]:9000"]
+/// ```
+///
+/// Paths are absolute, `~/…` (the home directory) or relative to the
+/// bundle's directory: [`SandboxConfig::readable_paths`] and
+/// [`SandboxConfig::writable_paths`] make them absolute.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SandboxConfig {
+    /// How much the commands may do.
+    #[serde(default)]
+    pub policy: SandboxPolicy,
+    /// Extra paths the commands may read, beyond what the policy lets them
+    /// (as written).
+    #[serde(default)]
+    pub readable: Vec<String>,
+    /// Extra paths the commands may write (as written).
+    #[serde(default)]
+    pub writable: Vec<String>,
+    /// Where the commands may connect.
+    #[serde(default)]
+    pub network: SandboxNetwork,
+}
+
+/// `spec.sandbox.network`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxNetwork {
+    /// `host:port` entries the commands may connect to (hostname, IPv4, or
+    /// bracketed IPv6): see [`crate::sandbox::parse_network_allow`].
+    /// `policy: full` has no network limit and ignores them.
+    #[serde(default)]
+    pub allow: Vec<String>,
+}
+
+/// `spec.sandbox.policy`.
+#[derive(Default, Clone, Copy, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SandboxPolicy {
+    /// The commands write nowhere but the extra `writable` paths.
+    ReadOnly,
+    /// The commands write in the working directory and the extra
+    /// `writable` paths (the default).
+    #[default]
+    WorkspaceWrite,
+    /// No sandbox: the commands run with the user's full rights, as in the
+    /// original Goondan.
+    Full,
+}
+
+impl SandboxPolicy {
+    /// Every policy, from the most confined.
+    pub const ALL: [SandboxPolicy; 3] = [Self::ReadOnly, Self::WorkspaceWrite, Self::Full];
+
+    /// The YAML spelling: `read-only`, `workspace-write` or `full`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ReadOnly => "read-only",
+            Self::WorkspaceWrite => "workspace-write",
+            Self::Full => "full",
+        }
+    }
+
+    /// Parses the YAML spelling (exactly).
+    pub fn parse(text: &str) -> Option<SandboxPolicy> {
+        Self::ALL.into_iter().find(|policy| policy.as_str() == text)
+    }
+}
+
+impl std::fmt::Display for SandboxPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// `Swarm.spec.policy`.

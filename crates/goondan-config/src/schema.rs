@@ -11,7 +11,7 @@ use jsonschema::error::ValidationErrorKind;
 use jsonschema::paths::LocationSegment;
 use serde_json::json;
 
-use crate::resources::Kind;
+use crate::resources::{Kind, SandboxPolicy};
 
 /// One structural problem: a path relative to the document root and a message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,6 +38,26 @@ fn value_source() -> JsonValue {
             }
         },
         "oneOf": [{"required": ["value"]}, {"required": ["valueFrom"]}]
+    })
+}
+
+/// `spec.sandbox` of an Agent or a Swarm. Its problems are reported by
+/// `validate::check_sandbox` with codes of their own (E_CONFIG_SANDBOX_*),
+/// not as schema problems; the schema says what a valid one is.
+fn sandbox() -> JsonValue {
+    let policies: Vec<&str> = SandboxPolicy::ALL.iter().map(|policy| policy.as_str()).collect();
+    let paths = json!({"type": "array", "items": {"type": "string", "minLength": 1}});
+    json!({
+        "type": "object",
+        "properties": {
+            "policy": {"type": "string", "enum": policies},
+            "readable": paths,
+            "writable": paths,
+            "network": {
+                "type": "object",
+                "properties": {"allow": {"type": "array", "items": {"type": "string", "minLength": 1}}}
+            }
+        }
     })
 }
 
@@ -96,7 +116,8 @@ fn spec_schema(kind: Kind) -> JsonValue {
                 "policy": {
                     "type": "object",
                     "properties": {"toolCallScope": {"type": "string", "enum": ["catalog", "registry"]}}
-                }
+                },
+                "sandbox": sandbox()
             }
         }),
         Kind::Swarm => json!({
@@ -122,7 +143,8 @@ fn spec_schema(kind: Kind) -> JsonValue {
                             "properties": {"gracePeriodSeconds": {"type": "integer", "minimum": 0}}
                         }
                     }
-                }
+                },
+                "sandbox": sandbox()
             }
         }),
         Kind::Tool => json!({

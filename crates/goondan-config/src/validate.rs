@@ -11,7 +11,7 @@ use goondan_core::naming::{
 use goondan_core::{API_VERSION, JsonObject, JsonValue, ObjectRef};
 
 use crate::diagnostic::{Diagnostic, DiagnosticCode};
-use crate::resources::{AnyResource, Kind};
+use crate::resources::{AnyResource, Kind, SandboxPolicy};
 use crate::schema::check_spec;
 use crate::yaml::YamlDocument;
 
@@ -66,7 +66,13 @@ impl DocReporter<'_> {
 ///
 /// `bundle_root` is where `entry` files are looked up; `None` skips that
 /// check (the compiled-in package has no files).
-pub(crate) fn validate_document(reporter: &mut DocReporter<'_>, bundle_root: Option<&Path>) -> Option<AnyResource> {
+/// `home` is the home directory a `spec.sandbox.writable` entry is
+/// compared with (`None`: only `~` itself counts as the home directory).
+pub(crate) fn validate_document(
+    reporter: &mut DocReporter<'_>,
+    bundle_root: Option<&Path>,
+    home: Option<&Path>,
+) -> Option<AnyResource> {
     let errors_before = reporter.diagnostics.iter().filter(|d| d.is_error()).count();
     let value = &reporter.document.value;
     let Some(map) = value.as_object() else {
@@ -136,7 +142,8 @@ pub(crate) fn validate_document(reporter: &mut DocReporter<'_>, bundle_root: Opt
     let kind = kind?;
     match map.get("spec") {
         Some(spec) => {
-            for problem in check_spec(kind, spec) {
+            // `spec.sandbox` is checked by check_sandbox, with codes of its own.
+            for problem in check_spec(kind, spec).into_iter().filter(|p| !is_sandbox_path(&p.path)) {
                 reporter.error(DiagnosticCode::SchemaInvalid, &problem.path, problem.message, None);
             }
             check_unknown_keys(reporter, kind, spec);
@@ -154,7 +161,11 @@ pub(crate) fn validate_document(reporter: &mut DocReporter<'_>, bundle_root: Opt
     match kind {
         Kind::Tool => check_tool(reporter, name.as_deref().unwrap_or_default(), bundle_root),
         Kind::Extension | Kind::Connector => check_entry_file(reporter, bundle_root),
-        Kind::Agent => check_agent_prompt(reporter, bundle_root),
+        Kind::Agent => {
+            check_agent_prompt(reporter, bundle_root);
+            check_sandbox(reporter, bundle_root, home);
+        }
+        Kind::Swarm => check_sandbox(reporter, bundle_root, home),
         Kind::Connection => check_ingress(reporter),
         _ => {}
     }
@@ -370,7 +381,8 @@ const LEGACY_FIELDS: &[(Kind, &str, &str)] = &[
 /// key when it looks like a typo, why it is ignored when it is a field of
 /// an older version.
 fn check_unknown_keys(reporter: &mut DocReporter<'_>, kind: Kind, spec: &JsonValue) {
-    for unknown in crate::schema::unknown_keys(kind, spec) {
+    // An unknown key under `spec.sandbox` is an error (check_sandbox).
+    for unknown in crate::schema::unknown_keys(kind, spec).into_iter().filter(|u| !is_sandbox_path(&u.path)) {
         let legacy = LEGACY_FIELDS.iter().find(|(k, path, _)| *k == kind && *path == unknown.path);
         let (message, suggestion) = match legacy {
             Some((_, _, why)) => (
@@ -653,6 +665,267 @@ fn check_agent_prompt(reporter: &mut DocReporter<'_>, bundle_root: Option<&Path>
             "prompt file",
             DiagnosticCode::RefNotFound,
         );
+    }
+}
+
+/// Whether a document path is `spec.sandbox` or inside it.
+fn is_sandbox_path(path: &str) -> bool {
+    path.strip_prefix("spec.sandbox").is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
+}
+
+/// The keys of `spec.sandbox` and of `spec.sandbox.network`.
+const SANDBOX_KEYS: [&str; 4] = ["policy", "readable", "writable", "network"];
+const SANDBOX_NETWORK_KEYS: [&str; 1] = ["allow"];
+
+/// Where a path entry is written (the hint of the path errors).
+const SANDBOX_PATH_FORMS: &str =
+    "an absolute path, ~/… (your home directory), or a path relative to goondan.yaml's directory";
+
+/// `spec.sandbox` of an Agent or a Swarm: every problem is an error with a
+/// code of its own (a sandbox that is not what its author meant must not
+/// run as something else: no unknown key ignored, no policy guessed), and
+/// two warnings: a `writable` entry that is `/` or the home directory (or
+/// holds it), and settings `policy: full` ignores.
+fn check_sandbox(reporter: &mut DocReporter<'_>, bundle_root: Option<&Path>, home: Option<&Path>) {
+    let Some(sandbox) = reporter.document.value.pointer("/spec/sandbox").cloned() else { return };
+    let Some(map) = sandbox.as_object() else {
+        let suggestion = match sandbox.as_str().and_then(SandboxPolicy::parse) {
+            Some(policy) => format!("Write `sandbox: {{policy: {policy}}}`."),
+            None => "Write a mapping, e.g. `sandbox: {policy: workspace-write}`, or leave sandbox out for the Swarm's or the default."
+                .to_owned(),
+        };
+        reporter.error(
+            DiagnosticCode::SandboxInvalid,
+            "spec.sandbox",
+            format!("spec.sandbox must be a mapping, got {}", goondan_core::json_type_name(&sandbox)),
+            Some(suggestion),
+        );
+        return;
+    };
+    check_closed_keys(reporter, map, "spec.sandbox", &SANDBOX_KEYS);
+    let policy = match map.get("policy") {
+        None => Some(SandboxPolicy::default()),
+        Some(JsonValue::String(text)) => {
+            let policy = SandboxPolicy::parse(text);
+            if policy.is_none() {
+                reporter.error(
+                    DiagnosticCode::SandboxPolicyInvalid,
+                    "spec.sandbox.policy",
+                    format!("sandbox policy '{text}' is not one of {}", sandbox_policy_list()),
+                    Some(policy_suggestion(text)),
+                );
+            }
+            policy
+        }
+        Some(other) => {
+            reporter.error(
+                DiagnosticCode::SandboxPolicyInvalid,
+                "spec.sandbox.policy",
+                format!(
+                    "spec.sandbox.policy must be one of {}, got {}",
+                    sandbox_policy_list(),
+                    goondan_core::json_type_name(other)
+                ),
+                Some("Write the policy as a string, e.g. `policy: workspace-write`.".to_owned()),
+            );
+            None
+        }
+    };
+    let readable = check_sandbox_paths(reporter, map, "readable");
+    let writable = check_sandbox_paths(reporter, map, "writable");
+    let allow = check_sandbox_network(reporter, map);
+    let Some(policy) = policy else { return };
+    if policy == SandboxPolicy::Full {
+        let ignored = [
+            ("network.allow", allow, "full has no network limit: commands may connect anywhere"),
+            ("readable", readable.len(), "full has no sandbox: commands may read anything the user can"),
+            ("writable", writable.len(), "full has no sandbox: commands may write anything the user can"),
+        ];
+        for (field, _, why) in ignored.into_iter().filter(|(_, count, _)| *count > 0) {
+            let path = format!("spec.sandbox.{field}");
+            reporter.warning(
+                DiagnosticCode::SandboxIgnored,
+                &path,
+                format!("{path} is ignored under policy full ({why})"),
+                Some(format!("Remove {field}, or choose workspace-write or read-only to have it apply.")),
+            );
+        }
+        return;
+    }
+    for (index, entry) in writable {
+        if let Some(what) = wide_writable(&entry, bundle_root, home) {
+            reporter.warning(
+                DiagnosticCode::SandboxWide,
+                &format!("spec.sandbox.writable[{index}]"),
+                format!("writable path '{entry}' is {what}: commands may write anywhere in it, which the sandbox is there to prevent"),
+                Some("Name only the directories commands need to write; `policy: full` turns the sandbox off if that is what you mean.".to_owned()),
+            );
+        }
+    }
+}
+
+/// Reports every key of `map` (at `path`) that is not one of `known`.
+fn check_closed_keys(reporter: &mut DocReporter<'_>, map: &JsonObject, path: &str, known: &[&str]) {
+    for key in map.keys().filter(|key| !known.contains(&key.as_str())) {
+        let hint = match crate::schema::closest(key, known.iter().copied()) {
+            Some(close) => format!("Did you mean `{close}`?"),
+            None => format!("The keys of {path}: {}.", known.join(", ")),
+        };
+        reporter.error(
+            DiagnosticCode::SandboxInvalid,
+            &format!("{path}.{key}"),
+            format!("{path}.{key} is not a sandbox setting; an unknown key is refused, not ignored"),
+            Some(hint),
+        );
+    }
+}
+
+/// `read-only, workspace-write, full`.
+fn sandbox_policy_list() -> String {
+    SandboxPolicy::ALL.iter().map(|policy| policy.as_str()).collect::<Vec<_>>().join(", ")
+}
+
+/// What a misspelt policy probably means.
+fn policy_suggestion(text: &str) -> String {
+    let squashed = |s: &str| s.to_ascii_lowercase().replace(['-', '_', ' '], "");
+    let same_letters = SandboxPolicy::ALL.into_iter().find(|policy| squashed(policy.as_str()) == squashed(text));
+    let close = same_letters
+        .map(SandboxPolicy::as_str)
+        .or_else(|| crate::schema::closest(text, SandboxPolicy::ALL.iter().map(|policy| policy.as_str())));
+    let off = ["none", "off", "disabled", "disable", "no", "false", "unrestricted", "unconfined", "danger-full-access"];
+    match close {
+        Some(close) => format!("Did you mean `{close}`? The policies: {}.", sandbox_policy_list()),
+        None if off.contains(&text.to_ascii_lowercase().as_str()) => {
+            "For no sandbox write `policy: full` (commands then run with the user's full rights).".to_owned()
+        }
+        None => format!("Write one of {}.", sandbox_policy_list()),
+    }
+}
+
+/// `spec.sandbox.readable` or `writable`: a list of non-empty strings, none
+/// `~name`. Returns the entries that pass, with their index.
+fn check_sandbox_paths(reporter: &mut DocReporter<'_>, map: &JsonObject, field: &str) -> Vec<(usize, String)> {
+    let path = format!("spec.sandbox.{field}");
+    let Some(value) = map.get(field) else { return Vec::new() };
+    let Some(items) = value.as_array() else {
+        let suggestion = match value.as_str() {
+            Some(one) => format!("Write a list: `{field}: [{one}]`."),
+            None => format!("Write a list of paths: {SANDBOX_PATH_FORMS}."),
+        };
+        reporter.error(
+            DiagnosticCode::SandboxInvalid,
+            &path,
+            format!("{path} must be a list of paths, got {}", goondan_core::json_type_name(value)),
+            Some(suggestion),
+        );
+        return Vec::new();
+    };
+    let mut good = Vec::new();
+    for (index, item) in items.iter().enumerate() {
+        let item_path = format!("{path}[{index}]");
+        let Some(entry) = item.as_str() else {
+            // A bare `~` is YAML's null, not the home directory.
+            let suggestion = if item.is_null() {
+                "A bare ~ is null in YAML: quote it, \"~\", for the home directory.".to_owned()
+            } else {
+                format!("Write {SANDBOX_PATH_FORMS}.")
+            };
+            reporter.error(
+                DiagnosticCode::SandboxInvalid,
+                &item_path,
+                format!("{item_path} must be a path (a string), got {}", goondan_core::json_type_name(item)),
+                Some(suggestion),
+            );
+            continue;
+        };
+        match crate::sandbox::check_sandbox_path(entry) {
+            Ok(()) => good.push((index, entry.to_owned())),
+            Err(error) => reporter.error(
+                DiagnosticCode::SandboxInvalid,
+                &item_path,
+                format!("{item_path} is not a usable path: {error}"),
+                Some(format!("Write {SANDBOX_PATH_FORMS}, or remove the entry.")),
+            ),
+        }
+    }
+    good
+}
+
+/// `spec.sandbox.network`: a mapping with only `allow`, a list of
+/// `host:port` entries. Returns how many entries it has.
+fn check_sandbox_network(reporter: &mut DocReporter<'_>, map: &JsonObject) -> usize {
+    let Some(network) = map.get("network") else { return 0 };
+    let Some(network) = network.as_object() else {
+        reporter.error(
+            DiagnosticCode::SandboxInvalid,
+            "spec.sandbox.network",
+            format!("spec.sandbox.network must be a mapping, got {}", goondan_core::json_type_name(network)),
+            Some("Write `network: {allow: [\"host:port\", …]}`.".to_owned()),
+        );
+        return 0;
+    };
+    check_closed_keys(reporter, network, "spec.sandbox.network", &SANDBOX_NETWORK_KEYS);
+    let Some(allow) = network.get("allow") else { return 0 };
+    let Some(entries) = allow.as_array() else {
+        let suggestion = match allow.as_str() {
+            Some(one) => format!("Write a list: `allow: [\"{one}\"]`."),
+            None => "Write a list of host:port entries, e.g. `allow: [\"api.example.com:443\"]`.".to_owned(),
+        };
+        reporter.error(
+            DiagnosticCode::SandboxInvalid,
+            "spec.sandbox.network.allow",
+            format!("spec.sandbox.network.allow must be a list, got {}", goondan_core::json_type_name(allow)),
+            Some(suggestion),
+        );
+        return 0;
+    };
+    for (index, entry) in entries.iter().enumerate() {
+        let path = format!("spec.sandbox.network.allow[{index}]");
+        let problem = match entry.as_str() {
+            Some(text) => crate::sandbox::parse_network_allow(text).err().map(|error| error.to_string()),
+            None => Some(format!("must be a string, got {}", goondan_core::json_type_name(entry))),
+        };
+        if let Some(problem) = problem {
+            reporter.error(
+                DiagnosticCode::SandboxNetwork,
+                &path,
+                format!("{path} is not host:port: {problem}"),
+                Some(
+                    "Write host:port: a host name, an IPv4 address or a bracketed IPv6 address, and a port from 1 to 65535, e.g. api.example.com:443, 127.0.0.1:8080, [::1]:9000."
+                        .to_owned(),
+                ),
+            );
+        }
+    }
+    entries.len()
+}
+
+/// What a `writable` entry opens too widely, if it does: `/` itself, the
+/// home directory, or a directory holding it. `~` entries are judged
+/// without a home directory too; relative ones only with the bundle's
+/// directory.
+fn wide_writable(entry: &str, bundle_root: Option<&Path>, home: Option<&Path>) -> Option<String> {
+    let home_entry = entry == "~" || entry.starts_with("~/");
+    let resolved = match (home_entry, home) {
+        (true, None) => {
+            let rest =
+                crate::sandbox::normalize(&Path::new("/").join(entry.trim_start_matches('~').trim_start_matches('/')));
+            return (rest == Path::new("/")).then(|| "your home directory".to_owned());
+        }
+        (true, Some(home)) => crate::sandbox::resolve_sandbox_path(entry, Path::new("/"), Some(home)).ok()?,
+        (false, _) if Path::new(entry).is_absolute() => crate::sandbox::normalize(Path::new(entry)),
+        (false, _) => crate::sandbox::resolve_sandbox_path(entry, bundle_root?, home).ok()?,
+    };
+    if resolved == Path::new("/") {
+        return Some("the whole file system".to_owned());
+    }
+    let home = crate::sandbox::normalize(home?);
+    if resolved == home {
+        Some("your home directory".to_owned())
+    } else if home.starts_with(&resolved) {
+        Some(format!("a directory holding your home directory ({})", home.display()))
+    } else {
+        None
     }
 }
 
