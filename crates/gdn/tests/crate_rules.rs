@@ -13,13 +13,18 @@ use serde_json::Value;
 const RULES: &[(&str, &[&str])] = &[
     ("goondan-core", &[]),
     ("goondan-config", &["goondan-core"]),
-    ("goondan-tools", &["goondan-core", "goondan-config"]),
-    ("goondan-base", &["goondan-core", "goondan-config", "goondan-tools"]),
+    // Confinement of commands: no runtime, no config, nothing of ours.
+    ("goondan-sandbox", &[]),
+    ("goondan-tools", &["goondan-core", "goondan-config", "goondan-sandbox"]),
+    ("goondan-base", &["goondan-core", "goondan-config", "goondan-tools", "goondan-sandbox"]),
     ("goondan-llm", &["goondan-core", "goondan-config"]),
-    ("goondan-runtime", &["goondan-core", "goondan-config", "goondan-tools", "goondan-llm"]),
+    ("goondan-runtime", &["goondan-core", "goondan-config", "goondan-tools", "goondan-llm", "goondan-sandbox"]),
     // Connectors, the inbox and routing: no turn, no process but a connector's own.
     ("goondan-ingress", &["goondan-core"]),
-    ("goondan-script", &["goondan-core", "goondan-config", "goondan-tools", "goondan-runtime", "goondan-ingress"]),
+    (
+        "goondan-script",
+        &["goondan-core", "goondan-config", "goondan-tools", "goondan-runtime", "goondan-ingress", "goondan-sandbox"],
+    ),
     ("goondan-mcp", &["goondan-core", "goondan-config", "goondan-tools", "goondan-runtime"]),
     ("goondan-extensions", &["goondan-core", "goondan-config", "goondan-tools", "goondan-runtime"]),
     ("goondan-ipc", &["goondan-core"]),

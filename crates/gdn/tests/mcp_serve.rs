@@ -669,19 +669,18 @@ fn an_agents_own_mcp_servers_are_served_through_it_and_end_with_it() {
 #[test]
 fn a_call_the_client_cancels_ends_with_its_processes_and_the_server_goes_on() {
     let state = temp();
-    let scratch = temp();
-    let pid_file = scratch.path().join("pid");
+    let sleeper = Sleeper::new();
     let mut child = spawn_stdio_server(state.path());
     let (mut stdin, mut stdout) = initialized(&mut child);
     let mut send = |message: Value| send_frame(&mut stdin, &message);
     let mut receive = || receive_frame(&mut stdout);
     // A call that runs until it is stopped, saying its pid first.
-    let command = format!("echo $$ > {}; exec sleep 600", pid_file.display());
+    let command = sleeper.command();
     send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
         "name": "bash__exec", "arguments": {"command": command}}}));
     let deadline = Instant::now() + Duration::from_secs(10);
     let pid: u32 = loop {
-        if let Some(pid) = std::fs::read_to_string(&pid_file).ok().and_then(|text| text.trim().parse().ok()) {
+        if let Some(pid) = sleeper.pid() {
             break pid;
         }
         assert!(Instant::now() < deadline, "the call did not start");
@@ -757,9 +756,52 @@ fn a_background_job_that_ends_after_its_call_is_reaped_not_left_a_zombie() {
 /// What a client of the tasks extension runs on both transports: a quick
 /// call (answered at once), a slow one it follows transparently, one it
 /// drives as a task, and one it cancels, whose process must end.
-fn check_tasks(python: &Path, server: Value, pid_file: &Path) {
+/// A call that says its pid and sleeps. The sandboxed command may write
+/// only its workdir and its private `TMPDIR`, so it leaves its pid in one of
+/// them, under a unique name the test finds: `TMPDIR` (`<temp>/goondan-sandbox-*`,
+/// gone when the server ends) or a workdir the test gave the server.
+struct Sleeper {
+    name: String,
+    workdir: Option<PathBuf>,
+}
+
+impl Sleeper {
+    fn new() -> Self {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Self { name: format!("goondan-test-{}-{n}.pid", std::process::id()), workdir: None }
+    }
+
+    /// One whose server runs with `--workdir workdir`.
+    fn in_workdir(workdir: &Path) -> Self {
+        Self { workdir: Some(workdir.to_path_buf()), ..Self::new() }
+    }
+
+    fn command(&self) -> String {
+        match &self.workdir {
+            Some(_) => format!("echo $$ > {}; exec sleep 600", self.name),
+            None => format!("echo $$ > \"$TMPDIR/{}\"; exec sleep 600", self.name),
+        }
+    }
+
+    /// The pid the call wrote, once it did.
+    fn pid(&self) -> Option<u32> {
+        if let Some(workdir) = &self.workdir {
+            return std::fs::read_to_string(workdir.join(&self.name)).ok()?.trim().parse().ok();
+        }
+        std::fs::read_dir(std::env::temp_dir()).ok()?.flatten().find_map(|dir| {
+            let name = dir.file_name();
+            if !name.to_str()?.starts_with("goondan-sandbox-") {
+                return None;
+            }
+            std::fs::read_to_string(dir.path().join(&self.name)).ok()?.trim().parse().ok()
+        })
+    }
+}
+
+fn check_tasks(python: &Path, server: Value, sleeper: &Sleeper) {
     let slow = json!({"command": "sleep 2; echo slept"});
-    let stoppable = json!({"command": format!("echo $$ > {}; exec sleep 600", pid_file.display())});
+    let stoppable = json!({"command": sleeper.command()});
     let answers = tasks_client(
         python,
         server,
@@ -791,10 +833,7 @@ fn check_tasks(python: &Path, server: Value, pid_file: &Path) {
     );
     // Cancelled: the task says so and the call's process is gone.
     assert_eq!(answers[3]["status"], "cancelled", "{}", answers[3]);
-    let pid: u32 = std::fs::read_to_string(pid_file)
-        .ok()
-        .and_then(|text| text.trim().parse().ok())
-        .unwrap_or_else(|| panic!("the cancelled call did not start"));
+    let pid = sleeper.pid().unwrap_or_else(|| panic!("the cancelled call did not start"));
     assert_gone(pid, "the process of a task the client cancelled");
 }
 
@@ -802,15 +841,20 @@ fn check_tasks(python: &Path, server: Value, pid_file: &Path) {
 fn a_client_of_the_tasks_extension_gets_long_calls_as_tasks_it_can_cancel_over_stdio() {
     let Some(python) = mcp_tasks_python() else { return };
     let state = temp();
-    let scratch = temp();
-    check_tasks(&python, stdio_server(state.path()), &scratch.path().join("pid"));
+    let workdir = temp();
+    let mut server = stdio_server(state.path());
+    if let Some(args) = server["args"].as_array_mut() {
+        args.extend([json!("--workdir"), json!(workdir.path())]);
+    }
+    check_tasks(&python, server, &Sleeper::in_workdir(workdir.path()));
 }
 
 #[test]
 fn a_client_of_the_tasks_extension_gets_long_calls_as_tasks_it_can_cancel_over_http() {
     let Some(python) = mcp_tasks_python() else { return };
     let state = temp();
-    let scratch = temp();
-    let server = HttpServer::start(state.path(), &[]);
-    check_tasks(&python, json!({"url": server.url}), &scratch.path().join("pid"));
+    let workdir = temp();
+    let workdir_arg = workdir.path().to_string_lossy().into_owned();
+    let server = HttpServer::start(state.path(), &["--workdir", &workdir_arg]);
+    check_tasks(&python, json!({"url": server.url}), &Sleeper::in_workdir(workdir.path()));
 }

@@ -44,7 +44,16 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// The Agent's spec line that gives its commands the user's full rights.
+const FULL: &str = "  sandbox: {policy: full}";
+
 fn write_bundle(dir: &Path, endpoint: &str) {
+    write_bundle_with(dir, endpoint, "");
+}
+
+/// The bundle with `sandbox` (a line of the Agent's spec, e.g.
+/// `  sandbox: {{policy: full}}`).
+fn write_bundle_with(dir: &Path, endpoint: &str, sandbox: &str) {
     let yaml = format!(
         r#"apiVersion: goondan.ai/v1
 kind: Model
@@ -63,6 +72,7 @@ spec:
   tools:
     - {{ref: {{kind: Tool, name: bash, package: "@goondan/base"}}}}
     - Tool/peek
+{sandbox}
 ---
 apiVersion: goondan.ai/v1
 kind: Tool
@@ -111,7 +121,8 @@ fn assert_no_secret(what: &str, haystack: &str) {
 fn bash_sees_no_secret_in_its_environment_or_in_gdns() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let state = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    write_bundle(dir.path(), "http://127.0.0.1:9/v1");
+    // With full rights (`policy: full`) the environment still holds none.
+    write_bundle_with(dir.path(), "http://127.0.0.1:9/v1", FULL);
     let command = r#"env; echo ---; tr '\0' '\n' < /proc/$PPID/environ"#;
     let args = serde_json::json!({ "command": command }).to_string();
     let output = gdn(dir.path(), state.path(), &[], &["--json", "tool", "call", "bash__exec", "--args", &args]);
@@ -150,7 +161,8 @@ fn the_script_host_sees_no_secret_either() {
     }
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let state = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    write_bundle(dir.path(), "http://127.0.0.1:9/v1");
+    // With full rights (`policy: full`) the environment still holds none.
+    write_bundle_with(dir.path(), "http://127.0.0.1:9/v1", FULL);
     let output = gdn(dir.path(), state.path(), &[], &["--json", "tool", "call", "peek__env"]);
     assert_eq!(output.status.code(), Some(0), "{} {}", text(&output.stdout), text(&output.stderr));
     let result: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}"));
@@ -193,4 +205,35 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
         }
     }
     files
+}
+
+/// Under the default sandbox a command cannot even open `gdn`'s (nor the
+/// script host's parent's) `/proc/<pid>/environ`, and the result says which
+/// policy refused it.
+#[test]
+fn by_default_gdns_environment_cannot_be_read_at_all() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let state = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    write_bundle(dir.path(), "http://127.0.0.1:9/v1");
+    let args = serde_json::json!({ "command": "cat /proc/$PPID/environ" }).to_string();
+    let output = gdn(dir.path(), state.path(), &[], &["--json", "tool", "call", "bash__exec", "--args", &args]);
+    let result: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let out = &result["output"];
+    assert_ne!(out["exitCode"], 0, "{result}");
+    assert_eq!(out["stdout"], "", "{result}");
+    assert!(out["stderr"].as_str().is_some_and(|e| e.contains("Permission denied")), "{result}");
+    assert_eq!(out["sandbox"]["policy"], "workspace-write", "{result}");
+    assert!(
+        out["sandbox"]["refused"]
+            .as_array()
+            .is_some_and(|r| r.iter().any(|p| p.as_str().is_some_and(|p| p.ends_with("/environ")))),
+        "{result}"
+    );
+
+    if js_runtime_usable() {
+        let output = gdn(dir.path(), state.path(), &[], &["--json", "tool", "call", "peek__env"]);
+        let result: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(result["status"], "error", "{result}");
+        assert!(result.to_string().contains("EACCES"), "{result}");
+    }
 }

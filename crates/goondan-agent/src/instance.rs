@@ -105,6 +105,7 @@ pub async fn prepare(
     let mut options = AgentOptions::new(Arc::clone(&events));
     options.agent = Some(instance.agent.clone());
     options.instance_key = Some(instance.instance_key.clone());
+    options.swarm = Some(init.swarm.name.clone());
     options.workdir = init.workdir.as_ref().map(PathBuf::from);
     options.env = env;
     options.call_timeout = init.tool_timeout_ms.filter(|ms| *ms > 0).map(std::time::Duration::from_millis);

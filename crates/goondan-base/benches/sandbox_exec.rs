@@ -11,7 +11,7 @@ use std::sync::Arc;
 use goondan_base::BaseSettings;
 use goondan_core::{JsonObject, Message};
 use goondan_sandbox::{Policy, Sandbox, SandboxSpec};
-use goondan_tools::{CallScope, ToolContext, ToolHandler};
+use goondan_tools::{CallScope, ToolContext, ToolOutput};
 
 fn main() {
     divan::main();
@@ -53,14 +53,12 @@ fn sandbox(policy: Policy, workdir: &Path) -> Arc<Sandbox> {
 
 fn exec_true(bencher: divan::Bencher, policy: Policy) {
     let fixture = fixture();
-    let settings = Arc::new(BaseSettings {
-        sandbox: Some(sandbox(policy, fixture.ctx.workdir())),
-        ..BaseSettings::default()
-    });
+    let settings =
+        Arc::new(BaseSettings { sandbox: Some(sandbox(policy, fixture.ctx.workdir())), ..BaseSettings::default() });
     let Some(handler) = goondan_base::native_handler("bash", "exec", &settings) else { panic!("no bash.exec") };
     let call = || {
         let result = fixture.runtime.block_on(handler.call(&fixture.ctx, &fixture.input));
-        if !matches!(&result, Ok(output) if output.to_string().contains("\"exitCode\":0")) {
+        if !matches!(&result, Ok(ToolOutput::Value(output)) if output["exitCode"] == 0) {
             panic!("true failed: {result:?}");
         }
     };

@@ -67,6 +67,9 @@ pub struct AgentOptions {
     /// The instance's tasks (pending results that complete later), when an
     /// agent instance keeps them.
     pub tasks: Option<Arc<dyn goondan_tools::tasks::ToolTasks>>,
+    /// The Swarm the agent runs in, whose `spec.sandbox` is its default
+    /// (`None`: the one `gdn run --agent` would run).
+    pub swarm: Option<String>,
 }
 
 impl AgentOptions {
@@ -85,6 +88,7 @@ impl AgentOptions {
             extension_state: None,
             agent_runtime: None,
             tasks: None,
+            swarm: None,
         }
     }
 }
@@ -131,6 +135,15 @@ pub enum AgentBuildError {
         /// Why.
         #[source]
         source: RegistryError,
+    },
+    /// Its `spec.sandbox` names a path that cannot be resolved.
+    #[error("agent '{agent}': spec.sandbox: {source}")]
+    Sandbox {
+        /// The agent.
+        agent: String,
+        /// Why.
+        #[source]
+        source: crate::sandbox::SandboxConfigError,
     },
 }
 
@@ -405,7 +418,10 @@ async fn tooling_of(
     let mut tools = AgentTools::for_agent(bundle, agent);
     let workdir = options.workdir.clone().unwrap_or_else(|| bundle.root().to_path_buf());
     let workdir = std::fs::canonicalize(&workdir).unwrap_or(workdir);
-    tools.set_sandbox(Arc::new(crate::sandbox::agent_sandbox(bundle, agent, &workdir, tools.loaded_files())));
+    let sandbox =
+        crate::sandbox::agent_sandbox(bundle, agent, options.swarm.as_deref(), &workdir, tools.loaded_files())
+            .map_err(|source| AgentBuildError::Sandbox { agent: agent.name().to_owned(), source })?;
+    tools.set_sandbox(Arc::new(sandbox));
     let registry = ToolRegistry::new();
     let mut installs: Vec<Box<dyn PluginInstall>> = options.plugins.iter().map(|plugin| plugin.begin()).collect();
     for install in &mut installs {

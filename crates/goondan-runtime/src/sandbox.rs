@@ -1,27 +1,49 @@
 //! The sandbox of an agent: its `spec.sandbox` (or its Swarm's, or the
-//! default `workspace-write`) turned into a [`goondan_sandbox::Sandbox`]
-//! over its workdir, with the bundle's own files kept read-only.
+//! default `workspace-write`, see [`Bundle::sandbox_for`]) turned into a
+//! [`goondan_sandbox::Sandbox`] over its workdir, with the bundle's own
+//! files kept read-only.
 
 use std::path::{Path, PathBuf};
 
-use goondan_config::{AgentSpec, Bundle, Resource};
+use goondan_config::{AgentSpec, Bundle, Resource, SandboxPolicy};
 use goondan_sandbox::{Policy, Sandbox, SandboxSpec};
 
-/// The sandbox every command of `agent` runs in; nothing is set up until
-/// its first command.
+/// Why an agent's `spec.sandbox` cannot be applied (validation reports the
+/// same problems first).
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxConfigError {
+    /// A `readable` or `writable` entry.
+    #[error("{0}")]
+    Path(#[from] goondan_config::SandboxPathError),
+    /// A `network.allow` entry.
+    #[error("{0}")]
+    Network(#[from] goondan_config::NetworkAllowError),
+}
+
+/// The sandbox every command of `agent` runs in, when it runs in `swarm`;
+/// nothing is set up until its first command.
 pub fn agent_sandbox(
     bundle: &Bundle,
     agent: &Resource<AgentSpec>,
+    swarm: Option<&str>,
     workdir: &Path,
     loaded_files: &[PathBuf],
-) -> Sandbox {
-    let _ = (bundle, agent);
-    Sandbox::new(SandboxSpec {
-        policy: Policy::WorkspaceWrite,
+) -> Result<Sandbox, SandboxConfigError> {
+    let effective = bundle.sandbox_for(agent.name(), swarm);
+    let config = &effective.config;
+    let home = goondan_config::sandbox::home_dir();
+    let policy = match config.policy {
+        SandboxPolicy::ReadOnly => Policy::ReadOnly,
+        SandboxPolicy::WorkspaceWrite => Policy::WorkspaceWrite,
+        SandboxPolicy::Full => Policy::Full,
+    };
+    let network_allow = config.network.targets()?.iter().map(ToString::to_string).collect();
+    Ok(Sandbox::new(SandboxSpec {
+        policy,
         workdir: workdir.to_path_buf(),
-        readable: Vec::new(),
-        writable: Vec::new(),
+        readable: config.readable_paths(bundle.root(), home.as_deref())?,
+        writable: config.writable_paths(bundle.root(), home.as_deref())?,
         protected: loaded_files.to_vec(),
-        network_allow: Vec::new(),
-    })
+        network_allow,
+    }))
 }
