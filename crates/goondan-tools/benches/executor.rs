@@ -365,6 +365,7 @@ mod baseline {
                 status: Some(ToolStatus::Ok),
                 error_code: None,
                 duration: Some(std::time::Duration::from_nanos(412)),
+                sandbox_refused: None,
             }),
             extra: None,
             call_scope: None,

@@ -109,6 +109,10 @@ pub struct ToolEventData<'a> {
     pub error_code: Option<&'a str>,
     /// How long the call took (completion events only).
     pub duration: Option<Duration>,
+    /// The sandbox policy that refused part of the call, when its result
+    /// says so (a top-level `sandbox` object naming the `policy`, as `bash`
+    /// gives: completion events only).
+    pub sandbox_refused: Option<&'static str>,
 }
 
 /// One event, borrowed from the code that emits it.
@@ -227,6 +231,9 @@ impl Serialize for RuntimeEvent<'_> {
             }
             if let Some(duration) = tool.duration {
                 map.serialize_entry("duration", &duration_ms(duration))?;
+            }
+            if let Some(policy) = tool.sandbox_refused {
+                map.serialize_entry("sandboxRefused", policy)?;
             }
         }
         match self.extra {
@@ -477,6 +484,7 @@ struct ToolRecord {
     status: Option<ToolStatus>,
     error_code: Option<String>,
     duration: Option<Duration>,
+    sandbox_refused: Option<&'static str>,
 }
 
 impl Queued {
@@ -499,6 +507,7 @@ impl Queued {
                     status: record.status,
                     error_code: record.error_code.as_deref(),
                     duration: record.duration,
+                    sandbox_refused: record.sandbox_refused,
                 };
                 let event = RuntimeEvent::tool(record.kind, &record.scope, record.span_id, record.timestamp_ms, data);
                 serde_json::to_writer(&mut *out, &event).map_err(io::Error::from)?;
@@ -603,6 +612,7 @@ impl EventSink for JsonLinesEventSink {
                 status: tool.status,
                 error_code: tool.error_code.map(str::to_owned),
                 duration: tool.duration,
+                sandbox_refused: tool.sandbox_refused,
             }),
             _ => match serde_json::to_string(event) {
                 Ok(line) => Queued::Line(line),
@@ -776,6 +786,7 @@ mod tests {
                     status: Some(ToolStatus::Ok),
                     error_code: None,
                     duration: Some(Duration::from_micros(5)),
+                    sandbox_refused: None,
                 }),
                 extra: None,
                 call_scope: Some(&scope),

@@ -170,6 +170,7 @@ impl ToolExecutor {
                 status: None,
                 error_code: None,
                 duration: None,
+                sandbox_refused: None,
             };
             self.emit(EventKind::ToolCalled, span_id, started_ms, scope, data);
         }
@@ -228,6 +229,7 @@ impl ToolExecutor {
                 status: Some(result.status),
                 error_code: result.error_code(),
                 duration: Some(elapsed),
+                sandbox_refused: sandbox_refusal(&result),
             };
             let finished_ms = started_ms + u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
             self.emit(kind, span_id, finished_ms, scope, data);
@@ -424,4 +426,11 @@ fn middleware_panic_error(name: &str, payload: &(dyn Any + Send)) -> ToolError {
     .named("PanicError")
     .suggest("This is a bug in a toolCall middleware (an extension); the tool itself may not have run.")
     .into_tool_error()
+}
+
+/// The policy a result says its sandbox refused part of the call under
+/// (`output.sandbox.policy`, as `bash` reports it), for the event log.
+fn sandbox_refusal(result: &ToolResult) -> Option<&'static str> {
+    let policy = result.output.as_ref()?.get("sandbox")?.get("policy")?.as_str()?;
+    ["read-only", "workspace-write", "full"].into_iter().find(|known| *known == policy)
 }
