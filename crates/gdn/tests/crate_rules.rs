@@ -25,7 +25,7 @@ const RULES: &[(&str, &[&str])] = &[
         "goondan-script",
         &["goondan-core", "goondan-config", "goondan-tools", "goondan-runtime", "goondan-ingress", "goondan-sandbox"],
     ),
-    ("goondan-mcp", &["goondan-core", "goondan-config", "goondan-tools", "goondan-runtime"]),
+    ("goondan-mcp", &["goondan-core", "goondan-config", "goondan-tools", "goondan-runtime", "goondan-sandbox"]),
     ("goondan-extensions", &["goondan-core", "goondan-config", "goondan-tools", "goondan-runtime"]),
     ("goondan-ipc", &["goondan-core"]),
     // The hub knows messages and processes, not turns: it runs no agent.

@@ -188,3 +188,76 @@ fn under_full_a_script_tool_reads_what_it_likes() -> TestResult {
     assert_eq!(key["output"]["spawned"], KEY, "{key}");
     Ok(())
 }
+
+/// A stdio MCP server (Node, no packages) with one tool, `read`, that
+/// answers with a file's text or the error reading it gave.
+const READ_SERVER: &str = r#"import { readFileSync } from 'node:fs';
+import { createInterface } from 'node:readline';
+const send = (m) => process.stdout.write(JSON.stringify({ jsonrpc: '2.0', ...m }) + '\n');
+createInterface({ input: process.stdin }).on('line', (line) => {
+  const { id, method, params } = JSON.parse(line);
+  if (id === undefined) return;
+  if (method === 'initialize') {
+    send({ id, result: { protocolVersion: params.protocolVersion, capabilities: { tools: {} }, serverInfo: { name: 'reader', version: '1.0.0' } } });
+  } else if (method === 'tools/list') {
+    send({ id, result: { tools: [{ name: 'read', inputSchema: { type: 'object', properties: { path: { type: 'string' } } } }] } });
+  } else if (method === 'tools/call') {
+    let text;
+    try { text = readFileSync(params.arguments.path, 'utf8'); } catch (e) { text = `error: ${e.code}`; }
+    send({ id, result: { content: [{ type: 'text', text }] } });
+  } else {
+    send({ id, error: { code: -32601, message: 'no such method' } });
+  }
+});
+"#;
+
+/// A project whose agent has the MCP server above, with `sandbox` (lines
+/// of the server's config, indented for it, or "").
+fn mcp_project(sandbox: &str) -> Result<Project, Box<dyn std::error::Error>> {
+    let project = Project::new("true", "")?;
+    std::fs::write(project.dir.path().join("reader.mjs"), READ_SERVER)?;
+    let yaml = std::fs::read_to_string(project.dir.path().join("goondan.yaml"))?;
+    let yaml = yaml.replacen(
+        "    - Tool/peek\n",
+        &format!(
+            "    - Tool/peek\n  extensions:\n    - kind: Extension\n      name: mcp\n      package: \"@goondan/base\"\n      config:\n        servers:\n          files:\n            command: node\n            args: [./reader.mjs]\n{sandbox}"
+        ),
+        1,
+    );
+    std::fs::write(project.dir.path().join("goondan.yaml"), yaml)?;
+    Ok(project)
+}
+
+fn mcp_read(project: &Project, path: &Path) -> Result<Value, Box<dyn std::error::Error>> {
+    let args = serde_json::json!({ "path": path }).to_string();
+    let output = project.gdn(&["--json", "tool", "call", "files__read", "--args", &args])?;
+    serde_json::from_slice(&output.stdout)
+        .map_err(|e| format!("{e}: {}{}", text(&output.stdout), text(&output.stderr)).into())
+}
+
+#[test]
+fn a_stdio_mcp_server_runs_under_the_policy_its_config_names() -> TestResult {
+    let confined = mcp_project("            sandbox: {policy: workspace-write}\n")?;
+    let refused = mcp_read(&confined, &confined.key_path())?;
+    assert!(refused.to_string().contains("error: EACCES"), "{refused}");
+    assert!(!refused.to_string().contains("planted"), "{refused}");
+    // It still reads what its workdir holds.
+    let own = mcp_read(&confined, &confined.dir.path().join("reader.mjs"))?;
+    assert!(own.to_string().contains("readFileSync"), "{own}");
+
+    // Without a sandbox in its config, the server runs as the user chose it.
+    let open = mcp_project("")?;
+    let read = mcp_read(&open, &open.key_path())?;
+    assert!(read.to_string().contains("planted"), "{read}");
+    Ok(())
+}
+
+#[test]
+fn a_misspelt_mcp_server_policy_is_refused_at_start() -> TestResult {
+    let project = mcp_project("            sandbox: {policy: workspace_write}\n")?;
+    let output = project.gdn(&["--json", "tool", "call", "files__read", "--args", "{}"])?;
+    assert_ne!(output.status.code(), Some(0));
+    let said = format!("{}{}", text(&output.stdout), text(&output.stderr));
+    assert!(said.contains("sandbox") && said.contains("workspace_write"), "{said}");
+    Ok(())
+}

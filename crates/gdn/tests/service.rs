@@ -900,8 +900,11 @@ async fn events_are_routed_by_the_first_matching_rule() -> TestResult {
 
 /// A cli service whose agent runs `command` with bash on a line containing
 /// "slow" and answers anything else at once.
-fn bash_bundle(command: &str) -> Result<tempfile::TempDir, std::io::Error> {
+/// A bundle whose `slow` input runs `command`, which may write `marks` (the
+/// test's own directory, outside the workdir: the sandbox's `writable`).
+fn bash_bundle(command: &str, marks: &Path) -> Result<tempfile::TempDir, std::io::Error> {
     let command = serde_json::to_string(command).unwrap_or_default();
+    let marks = serde_json::to_string(&marks.display().to_string()).unwrap_or_default();
     bundle_of(&format!(
         r#"apiVersion: goondan.ai/v1
 kind: Model
@@ -927,7 +930,7 @@ spec:
 apiVersion: goondan.ai/v1
 kind: Swarm
 metadata: {{name: shop}}
-spec: {{entryAgent: Agent/worker, agents: [Agent/worker]}}
+spec: {{entryAgent: Agent/worker, agents: [Agent/worker], sandbox: {{writable: [{marks}]}}}}
 ---
 apiVersion: goondan.ai/v1
 kind: Connection
@@ -948,7 +951,8 @@ async fn sigterm_lets_the_running_turn_finish_and_keeps_the_rest_for_the_next_st
     let marks = tempfile::tempdir()?;
     let started = marks.path().join("started");
     let finished = marks.path().join("finished");
-    let bundle = bash_bundle(&format!("touch '{}'; sleep 5; touch '{}'", started.display(), finished.display()))?;
+    let bundle =
+        bash_bundle(&format!("touch '{}'; sleep 5; touch '{}'", started.display(), finished.display()), marks.path())?;
     let state = tempfile::tempdir()?;
     let mut service = Service::start(state.path(), bundle.path(), &["--drain-secs", "30"], &[], true)?;
     service.serving().await?;
@@ -988,11 +992,14 @@ async fn a_turn_longer_than_the_drain_is_cut_and_runs_again_at_the_next_start() 
     let once = marks.path().join("once");
     let runs = marks.path().join("runs");
     // The first run of the command hangs; a later one returns at once.
-    let bundle = bash_bundle(&format!(
-        "echo run >> '{runs}'; if [ -e '{once}' ]; then exit 0; fi; touch '{once}'; sleep 60",
-        runs = runs.display(),
-        once = once.display()
-    ))?;
+    let bundle = bash_bundle(
+        &format!(
+            "echo run >> '{runs}'; if [ -e '{once}' ]; then exit 0; fi; touch '{once}'; sleep 60",
+            runs = runs.display(),
+            once = once.display()
+        ),
+        marks.path(),
+    )?;
     let state = tempfile::tempdir()?;
     let mut service = Service::start(state.path(), bundle.path(), &["--drain-secs", "1"], &[], true)?;
     service.serving().await?;
@@ -1046,6 +1053,8 @@ async fn turns_of_one_instance_queue_and_other_instances_run_at_once() -> TestRe
             "      - inputContains: \"event-{name}\"\n        replies:\n          - toolCalls: [{{name: bash__exec, args: {{command: {command}}}}}]\n          - text: \"done\"\n"
         )
     };
+    // The commands write the test's log, outside the workdir: the sandbox's `writable`.
+    let marks_dir = serde_json::to_string(&marks.path().display().to_string()).unwrap_or_default();
     let bundle = bundle_of(&format!(
         r#"apiVersion: goondan.ai/v1
 kind: Model
@@ -1067,7 +1076,7 @@ spec:
 apiVersion: goondan.ai/v1
 kind: Swarm
 metadata: {{name: shop}}
-spec: {{entryAgent: Agent/worker, agents: [Agent/worker]}}
+spec: {{entryAgent: Agent/worker, agents: [Agent/worker], sandbox: {{writable: [{marks_dir}]}}}}
 ---
 apiVersion: goondan.ai/v1
 kind: Connection
@@ -1102,7 +1111,8 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cli_service_exits_0_once_its_input_ended_and_everything_ran() -> TestResult {
-    let bundle = bash_bundle("sleep 1")?;
+    let nothing = tempfile::tempdir()?;
+    let bundle = bash_bundle("sleep 1", nothing.path())?;
     let state = tempfile::tempdir()?;
     let mut service = Service::start(state.path(), bundle.path(), &[], &[], true)?;
     service.serving().await?;

@@ -155,7 +155,8 @@ fn fixture() -> Fixture {
 fn fixture_with(sink: Arc<dyn EventSink>) -> Fixture {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap_or_else(|e| panic!("{e}"));
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake-server.mjs");
-    let spec = StdioServer { command: "node".into(), args: vec![script.into()], env: Vec::new(), cwd: None };
+    let spec =
+        StdioServer { command: "node".into(), args: vec![script.into()], env: Vec::new(), cwd: None, sandbox: None };
     let (server, tools) =
         rt.block_on(Server::start("fake", ServerConfig::Stdio(spec))).unwrap_or_else(|e| panic!("start: {e}"));
     let echo = tools.iter().find(|tool| tool.name == "echo").unwrap_or_else(|| panic!("no echo tool"));

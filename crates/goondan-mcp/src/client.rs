@@ -672,9 +672,19 @@ pub async fn connect(
     spec: &ServerConfig,
     notifications: &Arc<Notifications>,
 ) -> Result<(Connection, Vec<Tool>), ClientError> {
+    connect_in(server, spec, notifications, None).await
+}
+
+/// [`connect`], a stdio server confined in `sandbox`.
+async fn connect_in(
+    server: &str,
+    spec: &ServerConfig,
+    notifications: &Arc<Notifications>,
+    sandbox: Option<&goondan_sandbox::Sandbox>,
+) -> Result<(Connection, Vec<Tool>), ClientError> {
     let client = ClientSide { notifications: Arc::clone(notifications) };
     match spec {
-        ServerConfig::Stdio(spec) => connect_stdio(server, spec, client).await,
+        ServerConfig::Stdio(spec) => connect_stdio(server, spec, client, sandbox).await,
         ServerConfig::Http(spec) => connect_http(spec, client).await,
     }
 }
@@ -685,6 +695,7 @@ async fn connect_stdio(
     server: &str,
     spec: &StdioServer,
     client: ClientSide,
+    sandbox: Option<&goondan_sandbox::Sandbox>,
 ) -> Result<(Connection, Vec<Tool>), ClientError> {
     let mut command = Command::new(&spec.command);
     command
@@ -697,6 +708,11 @@ async fn connect_stdio(
         .kill_on_drop(true);
     if let Some(cwd) = &spec.cwd {
         command.current_dir(cwd);
+    }
+    if let Some(sandbox) = sandbox {
+        sandbox
+            .confine(command.as_std_mut())
+            .map_err(|e| ClientError::Spawn { command: spec.command.clone(), message: e.to_string() })?;
     }
     let mut child = GroupChild(
         command.spawn().map_err(|e| ClientError::Spawn { command: spec.command.clone(), message: e.to_string() })?,
@@ -1084,6 +1100,8 @@ pub struct Server {
     spec: ServerConfig,
     notifications: Arc<Notifications>,
     slot: Mutex<Slot>,
+    /// The sandbox a stdio server runs in (its config's `sandbox`).
+    sandbox: Option<Arc<goondan_sandbox::Sandbox>>,
 }
 
 impl std::fmt::Debug for Server {
@@ -1101,11 +1119,21 @@ impl Server {
 
     /// Starts the server; returns it with its tools.
     pub async fn start(name: &str, spec: ServerConfig) -> Result<(Arc<Self>, Vec<Tool>), ClientError> {
+        Self::start_in(name, spec, None).await
+    }
+
+    /// Starts the server, a stdio one confined in `sandbox` (at every
+    /// restart too); returns it with its tools.
+    pub async fn start_in(
+        name: &str,
+        spec: ServerConfig,
+        sandbox: Option<Arc<goondan_sandbox::Sandbox>>,
+    ) -> Result<(Arc<Self>, Vec<Tool>), ClientError> {
         let notifications = Arc::new(Notifications::default());
-        let (connection, tools) = connect(name, &spec, &notifications).await?;
+        let (connection, tools) = connect_in(name, &spec, &notifications, sandbox.as_deref()).await?;
         let slot =
             Slot { connection: Some(Arc::new(connection)), failures: 0, next_start: Instant::now(), relisted: None };
-        Ok((Arc::new(Self { name: name.to_owned(), spec, notifications, slot: Mutex::new(slot) }), tools))
+        Ok((Arc::new(Self { name: name.to_owned(), spec, notifications, slot: Mutex::new(slot), sandbox }), tools))
     }
 
     /// The server's name.
@@ -1134,7 +1162,7 @@ impl Server {
         }
         // Boxed: a (re)start is rare and its future large, and every call's
         // future would otherwise carry (and copy) its size.
-        match Box::pin(connect(&self.name, &self.spec, &self.notifications)).await {
+        match Box::pin(connect_in(&self.name, &self.spec, &self.notifications, self.sandbox.as_deref())).await {
             Ok((connection, tools)) => {
                 // The new process may offer other tools: the catalog takes
                 // them at the next step.

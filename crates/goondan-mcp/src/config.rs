@@ -1,6 +1,9 @@
 //! The `Extension/mcp` config: `servers`, a map from server name to a stdio
-//! server `{command, args?, env?, cwd?}` or a streamable-HTTP server
-//! `{url, headers?}`.
+//! server `{command, args?, env?, cwd?, sandbox?}` or a streamable-HTTP
+//! server `{url, headers?}`. A stdio server's `sandbox` has the shape of
+//! `spec.sandbox` (policy, readable, writable, network.allow): the server
+//! then runs confined under it; without one it runs as its command was
+//! chosen, by the user, with the user's rights.
 //!
 //! Every string an operator may want to keep out of the bundle (`env` and
 //! `headers` values, and for convenience `command`, `args`, `cwd` and `url`)
@@ -41,6 +44,8 @@ pub struct StdioServer {
     pub env: Vec<(String, String)>,
     /// Its working directory; the agent's when `None`.
     pub cwd: Option<PathBuf>,
+    /// The sandbox it runs in, when its config names one.
+    pub sandbox: Option<goondan_config::SandboxConfig>,
 }
 
 /// A streamable-HTTP server.
@@ -99,7 +104,7 @@ fn parse_server(
         return Err(field_error(name, "(server)", format!("must be a map, got {}", json_type_name(server))));
     };
     let known: &[&str] = match (fields.contains_key("command"), fields.contains_key("url")) {
-        (true, false) => &["command", "args", "env", "cwd"],
+        (true, false) => &["command", "args", "env", "cwd", "sandbox"],
         (false, true) => &["url", "headers"],
         (true, true) => return Err(field_error(name, "(server)", "has both 'command' and 'url'; give one")),
         (false, false) => {
@@ -137,7 +142,26 @@ fn parse_server(
         None | Some(JsonValue::Null) => None,
         Some(value) => Some(PathBuf::from(resolve(name, "cwd", value, env)?)),
     };
-    Ok(ServerConfig::Stdio(StdioServer { command, args, env: env_vars, cwd }))
+    let sandbox = match fields.get("sandbox") {
+        None | Some(JsonValue::Null) => None,
+        Some(value) => Some(parse_sandbox(name, value)?),
+    };
+    Ok(ServerConfig::Stdio(StdioServer { command, args, env: env_vars, cwd, sandbox }))
+}
+
+/// A server's `sandbox`, read as `spec.sandbox` is, its paths and hosts
+/// checked now so that a mistake fails the agent's start, not the server's.
+fn parse_sandbox(name: &str, value: &JsonValue) -> Result<goondan_config::SandboxConfig, ConfigError> {
+    let sandbox: goondan_config::SandboxConfig =
+        serde_json::from_value(value.clone()).map_err(|error| field_error(name, "sandbox", error.to_string()))?;
+    for (field, entries) in [("sandbox.readable", &sandbox.readable), ("sandbox.writable", &sandbox.writable)] {
+        for entry in entries {
+            goondan_config::sandbox::check_sandbox_path(entry)
+                .map_err(|error| field_error(name, field, error.to_string()))?;
+        }
+    }
+    sandbox.network.targets().map_err(|error| field_error(name, "sandbox.network.allow", error.to_string()))?;
+    Ok(sandbox)
 }
 
 fn string_map(
@@ -227,6 +251,7 @@ mod tests {
                 args: vec!["server.js".into(), "3".into()],
                 env: vec![("A".into(), "1".into()), ("T".into(), "secret".into())],
                 cwd: Some(PathBuf::from("/tmp")),
+                sandbox: None,
             })
         );
         assert_eq!(
@@ -253,7 +278,7 @@ mod tests {
             ),
             (
                 json!({"servers": {"a": {"command": "x", "port": 1}}}),
-                "server 'a': port: unknown field; expected one of command, args, env, cwd",
+                "server 'a': port: unknown field; expected one of command, args, env, cwd, sandbox",
             ),
             (json!({"servers": {"a": {"url": "ftp://x"}}}), "server 'a': url: 'ftp://x' is not an http(s) URL"),
             (json!({"servers": {"a": {"command": " "}}}), "server 'a': command: is empty"),

@@ -441,6 +441,7 @@ mod tests {
             args: vec![script.into()],
             env: Vec::new(),
             cwd: None,
+            sandbox: None,
         })
     }
 
@@ -517,6 +518,7 @@ mod tests {
             args: Vec::new(),
             env: Vec::new(),
             cwd: None,
+            sandbox: None,
         };
         let error =
             Server::start("missing", ServerConfig::Stdio(spec)).await.err().map(|e| e.to_string()).unwrap_or_default();

@@ -132,8 +132,10 @@ pub async fn install(
     // Servers start concurrently; their tools are registered in config order.
     let mut starting = JoinSet::new();
     for (index, (name, server)) in parsed.servers.iter().enumerate() {
+        let sandbox = server_sandbox(&setup.tooling.tools, name, server)
+            .map_err(|e| ExtensionError::new(&extension.name, "E_EXT_INIT", e))?;
         let (name, server) = (name.clone(), server.clone());
-        starting.spawn(async move { (index, Server::start(&name, server).await) });
+        starting.spawn(async move { (index, Server::start_in(&name, server, sandbox).await) });
     }
     let mut started = Vec::with_capacity(parsed.servers.len());
     while let Some(joined) = starting.join_next().await {
@@ -192,6 +194,47 @@ pub async fn install(
         );
     }
     Ok(report)
+}
+
+/// The sandbox a stdio server's `sandbox` config names: over the agent's
+/// workdir with its protected files, paths relative to the bundle, and its
+/// own program readable (found on `PATH` like the spawn will).
+fn server_sandbox(
+    tools: &goondan_tools::assembly::AgentTools,
+    name: &str,
+    server: &config::ServerConfig,
+) -> Result<Option<Arc<goondan_sandbox::Sandbox>>, String> {
+    let config::ServerConfig::Stdio(stdio) = server else { return Ok(None) };
+    let Some(sandbox) = &stdio.sandbox else { return Ok(None) };
+    let root = tools.bundle_root();
+    let home = goondan_config::sandbox::home_dir();
+    let problem = |e: &dyn std::fmt::Display| format!("server '{name}': sandbox: {e}");
+    let mut readable = sandbox.readable_paths(root, home.as_deref()).map_err(|e| problem(&e))?;
+    readable.extend(program_dir(&stdio.command));
+    let writable = sandbox.writable_paths(root, home.as_deref()).map_err(|e| problem(&e))?;
+    let network_allow = sandbox.network.targets().map_err(|e| problem(&e))?.iter().map(ToString::to_string).collect();
+    let (workdir, protected) = match tools.sandbox() {
+        Some(agent) => (agent.spec().workdir.clone(), agent.spec().protected.clone()),
+        None => (root.to_path_buf(), tools.loaded_files().to_vec()),
+    };
+    let policy = match sandbox.policy {
+        goondan_config::SandboxPolicy::ReadOnly => goondan_sandbox::Policy::ReadOnly,
+        goondan_config::SandboxPolicy::WorkspaceWrite => goondan_sandbox::Policy::WorkspaceWrite,
+        goondan_config::SandboxPolicy::Full => goondan_sandbox::Policy::Full,
+    };
+    let spec = goondan_sandbox::SandboxSpec { policy, workdir, readable, writable, protected, network_allow };
+    Ok(Some(Arc::new(goondan_sandbox::Sandbox::new(spec))))
+}
+
+/// The directory of `command` as the spawn would find it (itself when it
+/// has a slash, else the first match on `PATH`), links resolved.
+fn program_dir(command: &str) -> Option<std::path::PathBuf> {
+    let found = if command.contains('/') {
+        Some(std::path::PathBuf::from(command))
+    } else {
+        std::env::split_paths(&std::env::var_os("PATH")?).map(|dir| dir.join(command)).find(|path| path.is_file())
+    }?;
+    std::fs::canonicalize(found).ok()?.parent().map(std::path::Path::to_path_buf)
 }
 
 /// Follows again the server's tasks that an earlier process of this

@@ -25,7 +25,7 @@ fn fake_server() -> Option<StdioServer> {
         return None;
     }
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake-server.mjs");
-    Some(StdioServer { command: "node".into(), args: vec![script.into()], env: Vec::new(), cwd: None })
+    Some(StdioServer { command: "node".into(), args: vec![script.into()], env: Vec::new(), cwd: None, sandbox: None })
 }
 
 fn params(tool: &'static str, arguments: serde_json::Value) -> CallToolRequestParams {

@@ -65,6 +65,7 @@ async fn start(python: &Path, cancelled: &Path) -> Arc<Server> {
         args: vec![script.into()],
         env: vec![("TASKS_SERVER_CANCELLED".into(), cancelled.display().to_string())],
         cwd: None,
+        sandbox: None,
     };
     let (server, tools) =
         Server::start("tasky", ServerConfig::Stdio(spec)).await.unwrap_or_else(|e| panic!("start: {e}"));

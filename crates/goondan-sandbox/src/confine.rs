@@ -175,7 +175,10 @@ impl Sandbox {
     }
 
     fn set_up(&self) -> Result<Ready, String> {
-        let support = kernel_support();
+        self.set_up_on(kernel_support())
+    }
+
+    fn set_up_on(&self, support: crate::support::KernelSupport) -> Result<Ready, String> {
         if let Some(missing) = support.missing() {
             return Err(missing);
         }
@@ -273,6 +276,15 @@ fn attach(command: &mut Command, ready: Arc<Ready>) -> Result<(), SandboxError> 
 impl Ready {
     /// In the child: namespaces and mounts, then Landlock, then seccomp.
     fn enter(&self, ruleset: &mut Option<RulesetCreated>) -> io::Result<()> {
+        // The fork path of std keeps the forking thread's signal mask (the
+        // posix_spawn path it takes for unconfined commands clears it):
+        // clear it, or a command spawned from a thread that blocks SIGTERM
+        // would never see its cancel.
+        nix::sys::signal::sigprocmask(
+            nix::sys::signal::SigmaskHow::SIG_SETMASK,
+            Some(&nix::sys::signal::SigSet::empty()),
+            None,
+        )?;
         if let Some(namespace) = &self.user_namespace {
             nix::sched::unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNS)?;
             write_proc(c"/proc/self/setgroups", b"deny")?;
@@ -408,4 +420,33 @@ fn locked_flags(path: &Path) -> MsFlags {
         }
     }
     locked
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::support::KernelSupport;
+
+    #[test]
+    fn without_landlock_commands_are_refused_with_what_is_missing_and_how_to_choose_full() {
+        let sandbox = Sandbox::new(SandboxSpec { policy: Policy::WorkspaceWrite, ..SandboxSpec::default() });
+        let none =
+            KernelSupport { landlock: false, landlock_refer: false, landlock_tcp: false, landlock_scopes: false };
+        let Err(reason) = sandbox.set_up_on(none) else { panic!("set up without Landlock") };
+        let error = SandboxError::Unavailable { policy: sandbox.policy(), reason };
+        let message = error.to_string();
+        assert!(message.contains("'workspace-write' cannot be enforced"), "{message}");
+        assert!(message.contains("Landlock is not available"), "{message}");
+        assert!(message.contains("policy: full"), "{message}");
+    }
+
+    #[test]
+    fn full_confines_nothing_and_needs_nothing() -> Result<(), SandboxError> {
+        let sandbox = Sandbox::new(SandboxSpec { policy: Policy::Full, ..SandboxSpec::default() });
+        let mut command = Command::new("true");
+        sandbox.confine(&mut command)?;
+        assert!(command.get_envs().next().is_none(), "full sets no TMPDIR");
+        assert_eq!(sandbox.temp_dir(), None);
+        Ok(())
+    }
 }

@@ -215,3 +215,27 @@ fn the_private_temp_dir_is_removed_with_the_sandbox() -> std::io::Result<()> {
     assert!(!tmp.exists());
     Ok(())
 }
+
+/// A command confined from a thread that blocks SIGTERM (as a service's
+/// threads do) still gets the signal: the child starts with no signal
+/// blocked, as an unconfined spawn does.
+#[test]
+fn a_confined_command_starts_with_no_signal_blocked() -> std::io::Result<()> {
+    use nix::sys::signal::{SigSet, SigmaskHow, Signal, pthread_sigmask};
+    let scene = scene()?;
+    let sandbox = scene.sandbox(Policy::WorkspaceWrite);
+    let mut blocked = SigSet::empty();
+    blocked.add(Signal::SIGTERM);
+    blocked.add(Signal::SIGHUP);
+    let output = std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&blocked), None).map_err(std::io::Error::from)?;
+                Ok::<_, std::io::Error>(scene.run(&sandbox, "grep SigBlk /proc/self/status"))
+            })
+            .join()
+            .unwrap_or_else(|_| panic!("the spawning thread panicked"))
+    })?;
+    assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), "SigBlk:\t0000000000000000");
+    Ok(())
+}

@@ -154,6 +154,8 @@ pub struct AgentTools {
     /// agent's; `None`, unconfined, only for callers that build tools
     /// without a runtime).
     sandbox: Option<Arc<goondan_sandbox::Sandbox>>,
+    /// The bundle's directory (where relative paths of its config resolve).
+    bundle_root: Arc<PathBuf>,
 }
 
 impl AgentTools {
@@ -178,7 +180,13 @@ impl AgentTools {
             tools.extend(config_tools(bundle, scope, tool, config));
         }
         let undeclared = undeclared_tools(bundle, &declared, &tools);
-        Self { tools, undeclared, loaded_files: Arc::from(bundle.loaded_files()), sandbox: None }
+        Self {
+            tools,
+            undeclared,
+            loaded_files: Arc::from(bundle.loaded_files()),
+            sandbox: None,
+            bundle_root: Arc::new(bundle.root().to_path_buf()),
+        }
     }
 
     /// The files the runtime loads from the agent's bundle as configuration
@@ -191,6 +199,11 @@ impl AgentTools {
     /// Attaches the agent's sandbox: every command its tools start runs in it.
     pub fn set_sandbox(&mut self, sandbox: Arc<goondan_sandbox::Sandbox>) {
         self.sandbox = Some(sandbox);
+    }
+
+    /// The bundle's directory.
+    pub fn bundle_root(&self) -> &Path {
+        &self.bundle_root
     }
 
     /// The agent's sandbox, when the runtime attached one.
