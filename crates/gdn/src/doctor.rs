@@ -102,6 +102,7 @@ pub fn doctor(global: &GlobalOptions, session: &crate::Session, out: &mut Output
         }
         if let Some(bundle) = loaded.bundle.as_ref() {
             check_script_runtime(bundle, &mut report);
+            check_sandbox(bundle, &mut report);
             check_models(bundle, &env, &mut report);
             check_mcp_servers(bundle, &env, &mut report);
             check_connections(global, bundle, &env, &mut report);
@@ -173,6 +174,75 @@ fn check_script_runtime(bundle: &Bundle, report: &mut Report) {
             Level::Error,
             format!("the bundle has {scripts} script module(s): {error}"),
             "Install Bun (https://bun.sh), or set GOONDAN_JS_RUNTIME to a Bun or Node >= 22.6 binary.",
+        ),
+    }
+}
+
+/// Whether the agents' sandbox policies can be enforced here: Landlock and
+/// its features, and whether a confined `true` runs (with user namespaces,
+/// or in the stricter Landlock-only layout).
+fn check_sandbox(bundle: &Bundle, report: &mut Report) {
+    let confined: Vec<String> = bundle
+        .agents()
+        .filter(|agent| bundle.sandbox_for(agent.name(), None).config.policy != goondan_config::SandboxPolicy::Full)
+        .map(|agent| agent.name().to_owned())
+        .collect();
+    if confined.is_empty() {
+        report.push("System", "Sandbox", Level::Ok, "not used (every agent has policy: full)");
+        return;
+    }
+    let support = goondan_sandbox::kernel_support();
+    if let Some(missing) = support.missing() {
+        report.fail(
+            "System",
+            "Sandbox",
+            Level::Error,
+            format!("agents {} run confined, but {missing}: their commands will be refused", confined.join(", ")),
+            "Use a kernel with Landlock, or set spec.sandbox.policy: full on those agents knowingly (their commands then run with your full rights).",
+        );
+        return;
+    }
+    let sandbox = goondan_sandbox::Sandbox::new(goondan_sandbox::SandboxSpec {
+        workdir: bundle.root().to_path_buf(),
+        ..goondan_sandbox::SandboxSpec::default()
+    });
+    let mut probe = std::process::Command::new("true");
+    let tried = sandbox.confine(&mut probe).map_err(|e| e.to_string()).and_then(|()| {
+        probe.status().map_err(|e| e.to_string()).and_then(|s| if s.success() { Ok(()) } else { Err(s.to_string()) })
+    });
+    let features = [
+        (support.landlock_refer, "moves between directories"),
+        (support.landlock_tcp, "TCP rules"),
+        (support.landlock_scopes, "signal scoping"),
+    ]
+    .iter()
+    .filter(|(on, _)| *on)
+    .map(|(_, name)| *name)
+    .collect::<Vec<_>>()
+    .join(", ");
+    match (tried, sandbox.uses_namespaces()) {
+        (Ok(()), Some(true)) => report.push(
+            "System",
+            "Sandbox",
+            Level::Ok,
+            format!("Landlock ({features}), seccomp, user namespaces: agents {} run confined", confined.join(", ")),
+        ),
+        (Ok(()), _) => report.fail(
+            "System",
+            "Sandbox",
+            Level::Warning,
+            format!(
+                "Landlock ({features}) and seccomp, but no user namespaces: agents {} run in the stricter layout (no new files directly in the workdir; network.allow refused)",
+                confined.join(", ")
+            ),
+            "Allow unprivileged user namespaces (e.g. sysctl kernel.apparmor_restrict_unprivileged_userns=0 on Ubuntu) for the full workspace-write layout.",
+        ),
+        (Err(error), _) => report.fail(
+            "System",
+            "Sandbox",
+            Level::Error,
+            format!("a confined test command failed: {error}"),
+            "Run gdn doctor -v for details; or set spec.sandbox.policy: full on the agents knowingly.",
         ),
     }
 }

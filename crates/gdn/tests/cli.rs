@@ -775,4 +775,7 @@ fn doctor_finds_a_missing_key_a_missing_program_and_a_busy_port() {
     let ready = gdn(&quickstart(), &["doctor"]);
     let text = String::from_utf8_lossy(&ready.stdout);
     assert!(text.contains("state root") && text.contains("passed"), "{text}");
+    // It tried the sandbox the quickstart's agent runs in (this machine has
+    // Landlock and user namespaces).
+    assert!(text.contains("✓ Sandbox: Landlock") && text.contains("run confined"), "{text}");
 }

@@ -48,6 +48,7 @@ const RULES: &[(&str, &[&str])] = &[
             "goondan-ipc",
             "goondan-orchestrator",
             "goondan-agent",
+            "goondan-sandbox",
         ],
     ),
 ];
