@@ -61,6 +61,9 @@ spec:
     - name: read
       description: Reads a file, directly and with a spawned cat.
       parameters: {{type: object, properties: {{path: {{type: string}}}}, required: [path]}}
+    - name: readOrThrow
+      description: Reads a file; a failure is the tool's error.
+      parameters: {{type: object, properties: {{path: {{type: string}}}}, required: [path]}}
 ---
 apiVersion: goondan.ai/v1
 kind: Swarm
@@ -76,6 +79,7 @@ spec:
             r#"import { readFileSync } from "node:fs";
 import { spawnSync } from "node:child_process";
 export const handlers = {
+  readOrThrow: (_ctx: unknown, { path }: { path: string }) => readFileSync(path, "utf8"),
   read: (_ctx: unknown, { path }: { path: string }) => {
     let direct: string;
     try { direct = readFileSync(path, "utf8"); } catch (e) { direct = `error: ${(e as Error).message}`; }
@@ -165,6 +169,17 @@ fn a_script_tool_and_what_it_spawns_are_confined_too() -> TestResult {
     assert!(output["direct"].as_str().is_some_and(|d| d.starts_with("error:") && d.contains("EACCES")), "{key}");
     assert_eq!(output["spawned"], "", "{key}");
     assert!(output["spawnedError"].as_str().is_some_and(|e| e.contains("Permission denied")), "{key}");
+    // A tool whose error the sandbox caused says so, with the policy.
+    let args = serde_json::json!({ "path": project.key_path() }).to_string();
+    let thrown = project.gdn(&["--json", "tool", "call", "peek__readOrThrow", "--args", &args])?;
+    let thrown: Value = serde_json::from_slice(&thrown.stdout)?;
+    assert_eq!(thrown["status"], "error", "{thrown}");
+    assert!(
+        thrown["error"]["suggestion"].as_str().is_some_and(
+            |s| s.contains("'workspace-write' sandbox") && s.contains(&project.key_path().display().to_string())
+        ),
+        "{thrown}"
+    );
 
     // Another instance's conversation in the state root: run a turn first
     // so that one exists, then try to read it from the script host.

@@ -374,7 +374,35 @@ impl ScriptHost {
     ) -> HandlerResult {
         let module_str = module.to_string_lossy();
         let frame = |id| ToHost::Call { id, module: &module_str, export, input, ctx };
-        self.request(module, tool_ctx.tool_call_id(), Some(tool_ctx), frame).await.map(ToolOutput::from_json)
+        self.request(module, tool_ctx.tool_call_id(), Some(tool_ctx), frame)
+            .await
+            .map(ToolOutput::from_json)
+            .map_err(|failure| self.name_refusal(failure))
+    }
+
+    /// A tool's error that its sandbox caused (`EACCES: permission denied,
+    /// open '/x'`) says so, with the policy's name, so that the model does
+    /// not retry it or blame the tool.
+    fn name_refusal(&self, failure: ToolFailure) -> ToolFailure {
+        let Some(sandbox) = self.host_sandbox.get() else { return failure };
+        let Some(refusal) = goondan_sandbox::refusal_in(&failure.message) else { return failure };
+        let what = match (refusal.paths.first(), refusal.network) {
+            (Some(path), _) => format!("access to {path}"),
+            (None, true) => "the network".to_owned(),
+            (None, false) => "the operation".to_owned(),
+        };
+        let hint = format!(
+            "The script tool runs in the '{}' sandbox, which refused {what}: retrying will not help. Only the user \
+             can widen the sandbox, in goondan.yaml (spec.sandbox).",
+            sandbox.policy()
+        );
+        match &failure.suggestion {
+            Some(own) => {
+                let suggestion = format!("{hint} {own}");
+                failure.suggest(suggestion)
+            }
+            None => failure.suggest(hint),
+        }
     }
 
     /// The names of the handlers `module` offers, found as for a call
