@@ -1307,4 +1307,34 @@ mod tests {
         assert_eq!(result.error_code(), Some("E_TOOL_TIMEOUT"), "{result:?}");
         assert_gone(read_pid(&dir.path.join("cancelled.pid")).await).await;
     }
+
+    /// `exec` and `script` run in the agent's sandbox when one is attached:
+    /// a write outside the workdir is refused and the result names the
+    /// policy and the path; the same call without a sandbox writes.
+    #[tokio::test]
+    async fn exec_and_script_run_in_the_attached_sandbox() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let outside = tempfile::tempdir()?;
+        let workdir = std::fs::canonicalize(dir.path())?;
+        let target = std::fs::canonicalize(outside.path())?.join("pwned");
+        std::fs::write(workdir.join("write.sh"), format!("echo x > '{}'\n", target.display()))?;
+        let sandbox = Arc::new(goondan_sandbox::Sandbox::new(goondan_sandbox::SandboxSpec {
+            workdir: workdir.clone(),
+            ..goondan_sandbox::SandboxSpec::default()
+        }));
+        let confined = Arc::new(BaseSettings { sandbox: Some(sandbox), ..BaseSettings::default() });
+        let command = json!({"command": format!("echo x > '{}'", target.display())});
+        for (export, input) in [("exec", command.clone()), ("script", json!({"path": "write.sh"}))] {
+            let output = ok(run_in("bash", export, &confined, &workdir, input).await);
+            assert_ne!(output["exitCode"], 0, "{export}: {output}");
+            assert_eq!(output["sandbox"]["policy"], "workspace-write", "{export}: {output}");
+            assert_eq!(output["sandbox"]["refused"], json!([target.display().to_string()]), "{export}: {output}");
+            assert!(!target.exists());
+        }
+        let output = ok(run_in("bash", "exec", &settings(), &workdir, command).await);
+        assert_eq!(output["exitCode"], 0, "{output}");
+        assert!(output.get("sandbox").is_none(), "{output}");
+        assert!(target.exists());
+        Ok(())
+    }
 }
