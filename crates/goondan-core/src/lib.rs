@@ -4,6 +4,7 @@
 //! specification (spec 002 §6–§8, §11 and appendix A) so they serialize to
 //! exactly the JSON the original TypeScript runtime produces.
 
+pub mod address;
 pub mod codes;
 pub mod conversation;
 pub mod help;
