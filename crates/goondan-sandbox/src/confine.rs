@@ -1,7 +1,7 @@
 //! The [`Sandbox`] of one agent, and the setup its commands run between
 //! `fork` and `exec`.
 
-use std::ffi::{CStr, CString};
+use std::ffi::{CStr, CString, OsString};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
@@ -10,15 +10,17 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, OnceLock};
 
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,
+    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd, Ruleset, RulesetAttr,
     RulesetCreated, RulesetCreatedAttr, Scope,
 };
 use nix::mount::MsFlags;
 use nix::sched::CloneFlags;
 use seccompiler::BpfProgram;
 
+use crate::allow::AllowList;
 use crate::filter;
 use crate::layout::{self, Cover, Grant, Mode};
+use crate::network::{HolderProgram, Namespaces, NetworkHolder};
 use crate::policy::{Policy, SandboxSpec};
 use crate::support::kernel_support;
 
@@ -67,6 +69,12 @@ pub struct Sandbox {
     ready: OnceLock<Result<Arc<Ready>, String>>,
     /// The private temporary directory, removed with the sandbox.
     tmp: OnceLock<tempfile::TempDir>,
+    /// The program started as the network holder (default: this executable
+    /// with `__sandbox-net`).
+    holder_program: Option<HolderProgram>,
+    /// The network holder under a `network.allow` list, killed with the
+    /// sandbox.
+    network: OnceLock<NetworkHolder>,
 }
 
 /// What every confined command of the agent shares, made once.
@@ -76,6 +84,9 @@ struct Ready {
     ruleset: RulesetCreated,
     filters: Vec<BpfProgram>,
     user_namespace: Option<UserNamespace>,
+    /// Under a `network.allow` list, the port of the proxy on `127.0.0.1`
+    /// in the holder's network namespace.
+    proxy_port: Option<u16>,
     /// Without a user namespace, whether `gdn` runs as root: the command
     /// must then lose root's capabilities at `exec` (with them it could
     /// read any process's `/proc/<pid>/environ`, Landlock or not).
@@ -86,6 +97,8 @@ struct Ready {
 /// The id maps and read-only mounts of a command's own namespaces.
 #[derive(Debug)]
 struct UserNamespace {
+    /// Under a `network.allow` list, the holder's namespaces, joined first.
+    join: Option<Namespaces>,
     uid_map: Vec<u8>,
     gid_map: Vec<u8>,
     mounts: Vec<ReadOnlyMount>,
@@ -108,7 +121,43 @@ impl Sandbox {
         spec.workdir = std::fs::canonicalize(&spec.workdir).unwrap_or(spec.workdir);
         spec.protected.extend(layout::default_protected(&spec.workdir));
         spec.protected = spec.protected.iter().map(|path| canonical(path)).collect();
-        Self { spec, modes: &[Mode::Namespaces, Mode::LandlockOnly], ready: OnceLock::new(), tmp: OnceLock::new() }
+        Self {
+            spec,
+            modes: &[Mode::Namespaces, Mode::LandlockOnly],
+            ready: OnceLock::new(),
+            tmp: OnceLock::new(),
+            holder_program: None,
+            network: OnceLock::new(),
+        }
+    }
+
+    /// Starts `program` with `args` as the network holder under a
+    /// `network.allow` list, instead of this executable with
+    /// [`NETWORK_HOLDER_ARG`](crate::NETWORK_HOLDER_ARG). The program must
+    /// call [`run_network_holder`](crate::run_network_holder) when its
+    /// environment has [`NETWORK_HOLDER_ENV`](crate::NETWORK_HOLDER_ENV).
+    #[must_use]
+    pub fn with_network_holder(
+        mut self,
+        program: impl Into<std::path::PathBuf>,
+        args: impl IntoIterator<Item = impl Into<OsString>>,
+    ) -> Self {
+        self.holder_program =
+            Some(HolderProgram { program: program.into(), args: args.into_iter().map(Into::into).collect() });
+        self
+    }
+
+    /// Under a `network.allow` list, the proxy URL commands get in
+    /// `HTTP_PROXY` and the other proxy variables (`http://127.0.0.1:<port>`,
+    /// an address inside their network namespace); `None` otherwise or
+    /// before the first command.
+    pub fn proxy_url(&self) -> Option<String> {
+        self.network.get().map(|holder| proxy_url(holder.port))
+    }
+
+    /// The process id of the network holder, once started.
+    pub fn network_holder_pid(&self) -> Option<u32> {
+        self.network.get().map(NetworkHolder::pid)
     }
 
     /// The same sandbox without namespaces: Landlock and seccomp only, the
@@ -170,6 +219,21 @@ impl Sandbox {
             Ok(ready) => Arc::clone(ready),
             Err(reason) => return Err(SandboxError::Unavailable { policy: self.spec.policy, reason: reason.clone() }),
         };
+        if let Some(port) = ready.proxy_port {
+            if !self.network.get().is_some_and(NetworkHolder::is_running) {
+                return Err(SandboxError::Unavailable {
+                    policy: self.spec.policy,
+                    reason: "the network proxy of spec.sandbox.network.allow has ended".to_owned(),
+                });
+            }
+            let url = proxy_url(port);
+            for name in PROXY_VARIABLES {
+                command.env(name, &url);
+            }
+            for name in NO_PROXY_VARIABLES {
+                command.env(name, "");
+            }
+        }
         command.env("TMPDIR", &ready.tmp);
         attach(command, ready)
     }
@@ -182,19 +246,20 @@ impl Sandbox {
         if let Some(missing) = support.missing() {
             return Err(missing);
         }
-        if !self.spec.network_allow.is_empty() {
-            return Err(format!(
-                "network.allow ({}) is not supported by this build: commands can have no network or, under `full`, all of it",
-                self.spec.network_allow.join(", ")
-            ));
-        }
+        let allow = AllowList::parse(&self.spec.network_allow).map_err(|error| error.to_string())?;
         let tmp = tempfile::Builder::new()
             .prefix("goondan-sandbox-")
             .tempdir()
             .map_err(|error| format!("cannot create its private temporary directory: {error}"))?;
+        let network = if allow.is_empty() { None } else { Some(self.start_network(&allow)?) };
         let mut failures = Vec::new();
         for &mode in self.modes {
-            match self.prepare(mode, tmp.path()).and_then(|ready| probe(ready).map_err(|e| e.to_string())) {
+            let network = match (&network, mode) {
+                (Some(network), Mode::Namespaces) => Some(network.try_clone().map_err(|e| e.to_string())?),
+                (Some(_), Mode::LandlockOnly) => continue,
+                (None, _) => None,
+            };
+            match self.prepare(mode, tmp.path(), network).and_then(|ready| probe(ready).map_err(|e| e.to_string())) {
                 Ok(ready) => {
                     let _ = self.tmp.set(tmp);
                     tracing::debug!(
@@ -213,18 +278,51 @@ impl Sandbox {
         Err(format!("confining a test command failed ({})", failures.join("; ")))
     }
 
-    fn prepare(&self, mode: Mode, tmp: &Path) -> Result<Ready, String> {
-        let grants = layout::grants(&self.spec, tmp, mode);
-        let ruleset = ruleset(&grants).map_err(|error| format!("building the Landlock ruleset failed: {error}"))?;
-        let filters = filter::filters(false).map_err(|error| error.to_string())?;
-        let user_namespace = (mode == Mode::Namespaces).then(|| self.user_namespace());
-        let drop_root = user_namespace.is_none() && nix::unistd::geteuid().is_root();
-        Ok(Ready { mode, ruleset, filters, user_namespace, drop_root, tmp: tmp.to_path_buf() })
+    /// Starts the network holder, once: `network.allow` needs a network
+    /// namespace, which needs user namespaces.
+    fn start_network(&self, allow: &AllowList) -> Result<NetworkNamespaces, String> {
+        let needs = || {
+            format!(
+                "spec.sandbox.network.allow ({}) needs a network namespace of the agent's own, made in a user \
+                 namespace",
+                self.spec.network_allow.join(", ")
+            )
+        };
+        if !self.modes.contains(&Mode::Namespaces) {
+            return Err(format!("{}, and this sandbox is set up without namespaces", needs()));
+        }
+        let program = match &self.holder_program {
+            Some(program) => program.clone(),
+            None => HolderProgram::current_exe()
+                .map_err(|error| format!("{}: the running executable is unknown: {error}", needs()))?,
+        };
+        let (holder, namespaces) =
+            NetworkHolder::start(&program, allow).map_err(|error| format!("{}: {error}", needs()))?;
+        let port = holder.port;
+        let _ = self.network.set(holder);
+        tracing::debug!("sandbox {}: network holder listens on port {port}", self.spec.policy);
+        Ok(NetworkNamespaces { namespaces, port })
     }
 
-    fn user_namespace(&self) -> UserNamespace {
+    fn prepare(&self, mode: Mode, tmp: &Path, network: Option<NetworkNamespaces>) -> Result<Ready, String> {
+        let grants = layout::grants(&self.spec, tmp, mode);
+        let proxy_port = network.as_ref().map(|network| network.port);
+        let ruleset =
+            ruleset(&grants, proxy_port).map_err(|error| format!("building the Landlock ruleset failed: {error}"))?;
+        let filters = filter::filters(proxy_port.is_some()).map_err(|error| error.to_string())?;
+        let user_namespace =
+            (mode == Mode::Namespaces).then(|| self.user_namespace(network.map(|network| network.namespaces)));
+        let drop_root = user_namespace.is_none() && nix::unistd::geteuid().is_root();
+        Ok(Ready { mode, ruleset, filters, user_namespace, proxy_port, drop_root, tmp: tmp.to_path_buf() })
+    }
+
+    /// The command's own user namespace: the user (or, for root,
+    /// [`ROOT_MAPPED_TO`]) as itself. Below the network holder's user
+    /// namespace, where the user is root, the map starts from 0.
+    fn user_namespace(&self, join: Option<Namespaces>) -> UserNamespace {
         let (uid, gid) = (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw());
         let inner = |id: u32| if id == 0 { ROOT_MAPPED_TO } else { id };
+        let outer = |id: u32| if join.is_some() { 0 } else { id };
         let mounts = layout::protected_mounts(&self.spec)
             .into_iter()
             .filter_map(|(path, cover)| {
@@ -237,10 +335,38 @@ impl Sandbox {
             })
             .collect();
         UserNamespace {
-            uid_map: format!("{} {uid} 1\n", inner(uid)).into_bytes(),
-            gid_map: format!("{} {gid} 1\n", inner(gid)).into_bytes(),
+            uid_map: format!("{} {} 1\n", inner(uid), outer(uid)).into_bytes(),
+            gid_map: format!("{} {} 1\n", inner(gid), outer(gid)).into_bytes(),
             mounts,
+            join,
         }
+    }
+}
+
+/// The proxy variables a command gets under a `network.allow` list (upper
+/// and lower case: curl reads only `http_proxy` in lower case, other tools
+/// only the upper-case names).
+const PROXY_VARIABLES: [&str; 6] = ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"];
+/// Emptied, so that no host bypasses the proxy (which could only fail).
+const NO_PROXY_VARIABLES: [&str; 2] = ["NO_PROXY", "no_proxy"];
+
+fn proxy_url(port: u16) -> String {
+    format!("http://127.0.0.1:{port}")
+}
+
+/// The holder's namespaces and port, for one way of confining.
+#[derive(Debug)]
+struct NetworkNamespaces {
+    namespaces: Namespaces,
+    port: u16,
+}
+
+impl NetworkNamespaces {
+    fn try_clone(&self) -> io::Result<Self> {
+        Ok(Self {
+            namespaces: Namespaces { user: self.namespaces.user.try_clone()?, net: self.namespaces.net.try_clone()? },
+            port: self.port,
+        })
     }
 }
 
@@ -286,6 +412,9 @@ impl Ready {
             None,
         )?;
         if let Some(namespace) = &self.user_namespace {
+            if let Some(join) = &namespace.join {
+                join.join()?;
+            }
             nix::sched::unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNS)?;
             write_proc(c"/proc/self/setgroups", b"deny")?;
             write_proc(c"/proc/self/uid_map", &namespace.uid_map)?;
@@ -350,7 +479,7 @@ fn last_error() -> io::Error {
     io::Error::from_raw_os_error(io::Error::last_os_error().raw_os_error().unwrap_or(libc::EPERM))
 }
 
-fn write_proc(path: &std::ffi::CStr, content: &[u8]) -> io::Result<()> {
+pub(crate) fn write_proc(path: &std::ffi::CStr, content: &[u8]) -> io::Result<()> {
     let fd = nix::fcntl::open(
         path,
         nix::fcntl::OFlag::O_WRONLY | nix::fcntl::OFlag::O_CLOEXEC,
@@ -361,9 +490,10 @@ fn write_proc(path: &std::ffi::CStr, content: &[u8]) -> io::Result<()> {
 }
 
 /// The ruleset for `grants`: file rights as far as the kernel knows them,
-/// no TCP at all, and signals and abstract sockets scoped to the command's
-/// own processes.
-fn ruleset(grants: &[(PathBuf, Grant)]) -> Result<RulesetCreated, landlock::RulesetError> {
+/// no TCP (but a connection to the network proxy's port, when there is
+/// one), and signals and abstract sockets scoped to the command's own
+/// processes.
+fn ruleset(grants: &[(PathBuf, Grant)], proxy_port: Option<u16>) -> Result<RulesetCreated, landlock::RulesetError> {
     let abi = ABI::V6;
     let all = AccessFs::from_all(abi);
     let read = AccessFs::from_read(abi);
@@ -375,6 +505,9 @@ fn ruleset(grants: &[(PathBuf, Grant)]) -> Result<RulesetCreated, landlock::Rule
         .handle_access(AccessNet::from_all(abi))?
         .scope(Scope::from_all(abi))?
         .create()?;
+    if let Some(port) = proxy_port {
+        created = created.add_rule(NetPort::new(port, AccessNet::ConnectTcp))?;
+    }
     for (path, grant) in grants {
         let Ok(fd) = PathFd::new(path) else { continue };
         let access = match grant {

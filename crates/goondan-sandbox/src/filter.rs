@@ -3,8 +3,12 @@
 //! Two programs, because seccomp gives one action per filter: the main one
 //! answers `EPERM` to what a command never needs and could use to get out
 //! (another process's memory, new namespaces, mounts, a new session,
-//! keyrings, BPF, `io_uring` — whose operations bypass this filter — and,
-//! with the network off, any socket but `AF_UNIX`); the second answers
+//! keyrings, BPF, `io_uring` — whose operations bypass this filter — and
+//! any socket but `AF_UNIX`: with a `network.allow` list also `AF_INET`,
+//! `AF_INET6` (which reach only the loopback of the holder's network
+//! namespace) and `AF_NETLINK` (the C library's resolver asks it which
+//! address families are configured); never `AF_PACKET`, `AF_VSOCK` (not
+//! confined by network namespaces) or the kernel's other families); the second answers
 //! `ENOSYS` to `clone3`, whose flags live in memory seccomp cannot read, so
 //! the C library falls back to `clone`, whose flags the first filter checks.
 
@@ -79,7 +83,8 @@ const REFUSED: &[i64] = &[
     libc::SYS_lookup_dcookie,
 ];
 
-/// The filters for a command; `network` keeps inet sockets available.
+/// The filters for a command; `network` keeps inet (and netlink) sockets
+/// available.
 pub(crate) fn filters(network: bool) -> Result<Vec<BpfProgram>, SandboxError> {
     let arch = TargetArch::try_from(std::env::consts::ARCH)
         .map_err(|_| SandboxError::filter(format!("no seccomp support for {}", std::env::consts::ARCH)))?;
@@ -95,10 +100,13 @@ pub(crate) fn filters(network: bool) -> Result<Vec<BpfProgram>, SandboxError> {
         .map(|request| rule(vec![condition(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, request)?]))
         .collect::<Result<Vec<_>, _>>()?;
     rules.insert(libc::SYS_ioctl, ioctls);
-    if !network {
-        let not_unix = condition(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, libc::AF_UNIX as u64)?;
-        rules.insert(libc::SYS_socket, vec![rule(vec![not_unix])?]);
-    }
+    let families: &[i32] =
+        if network { &[libc::AF_UNIX, libc::AF_INET, libc::AF_INET6, libc::AF_NETLINK] } else { &[libc::AF_UNIX] };
+    let other_family = families
+        .iter()
+        .map(|&family| condition(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, family as u64))
+        .collect::<Result<Vec<_>, _>>()?;
+    rules.insert(libc::SYS_socket, vec![rule(other_family)?]);
     let main = compile(rules, SeccompAction::Errno(libc::EPERM as u32), arch)?;
     let clone3 =
         compile(BTreeMap::from([(libc::SYS_clone3, Vec::new())]), SeccompAction::Errno(libc::ENOSYS as u32), arch)?;
@@ -132,8 +140,8 @@ mod tests {
         let closed = filters(false)?;
         let open = filters(true)?;
         assert_eq!(closed.len(), 2);
-        // The socket rule is the only difference.
-        assert!(closed[0].len() > open[0].len(), "{} vs {}", closed[0].len(), open[0].len());
+        // The socket rule is the only difference: more families allowed.
+        assert!(closed[0].len() < open[0].len(), "{} vs {}", closed[0].len(), open[0].len());
         Ok(())
     }
 }

@@ -28,14 +28,19 @@
 //! not work every confined command is refused with [`SandboxError::Unavailable`]
 //! naming what is missing — never run unconfined behind the user's back.
 
+mod allow;
 mod confine;
 mod filter;
+mod holder;
 mod layout;
+mod network;
 mod policy;
 mod refusal;
 mod support;
 
+pub use allow::{AllowList, EntryError, Host, Refused, Target};
 pub use confine::{Sandbox, SandboxError};
+pub use holder::{NETWORK_HOLDER_ARG, NETWORK_HOLDER_ENV, run_network_holder};
 pub use policy::{Policy, SandboxSpec};
 pub use refusal::{Refusal, refusal_in};
 pub use support::{KernelSupport, kernel_support};

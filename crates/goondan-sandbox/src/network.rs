@@ -1,0 +1,270 @@
+//! The parent's side of `network.allow`: starting an agent's network holder
+//! ([`crate::holder`]) once, keeping it tied to the agent process, and the
+//! namespaces its commands join.
+//!
+//! The holder runs in a user namespace of its own, made between `fork` and
+//! `exec` where the process is still single-threaded, in which the user is
+//! root (`0 <uid> 1`): so its capabilities over that namespace (and the
+//! network namespace it makes) survive `exec`; outside it has none. Its
+//! command is started from a thread kept for it alone, because
+//! `PR_SET_PDEATHSIG` fires when the *thread* that forked ends (a tokio
+//! blocking thread retired after a while would take the network down with
+//! it); the thread lives exactly as long as the holder.
+//!
+//! Commands then `setns` into the holder's user namespace, then its network
+//! namespace (opened once here, from `/proc/<pid>/ns/user` and
+//! `/proc/<pid>/task/<tid>/ns/net`), and make their own user and mount
+//! namespace below it as without a network (see `confine`).
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::{Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use nix::sched::CloneFlags;
+use nix::sys::signal::Signal;
+
+use crate::allow::AllowList;
+use crate::confine::write_proc;
+use crate::holder::{MAGIC, NETWORK_HOLDER_ARG, NETWORK_HOLDER_ENV};
+
+/// How long the holder may take to report that it listens.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The program run as the network holder; it must call
+/// [`run_network_holder`](crate::run_network_holder) when started so.
+#[derive(Debug, Clone)]
+pub(crate) struct HolderProgram {
+    pub(crate) program: PathBuf,
+    pub(crate) args: Vec<OsString>,
+}
+
+impl HolderProgram {
+    /// The running executable with [`NETWORK_HOLDER_ARG`].
+    pub(crate) fn current_exe() -> io::Result<Self> {
+        Ok(Self { program: std::env::current_exe()?, args: vec![NETWORK_HOLDER_ARG.into()] })
+    }
+}
+
+/// The namespaces a command joins, opened once (close-on-exec).
+#[derive(Debug)]
+pub(crate) struct Namespaces {
+    pub(crate) user: OwnedFd,
+    pub(crate) net: OwnedFd,
+}
+
+impl Namespaces {
+    /// In the child: the holder's user namespace (all capabilities there),
+    /// then its network namespace.
+    pub(crate) fn join(&self) -> io::Result<()> {
+        nix::sched::setns(self.user.as_fd(), CloneFlags::CLONE_NEWUSER)?;
+        nix::sched::setns(self.net.as_fd(), CloneFlags::CLONE_NEWNET)?;
+        Ok(())
+    }
+}
+
+/// A running holder; killed when dropped.
+#[derive(Debug)]
+pub(crate) struct NetworkHolder {
+    child: Mutex<Child>,
+    pid: u32,
+    /// Its standard input: the holder ends when this closes.
+    lifeline: Option<ChildStdin>,
+    /// Dropping it ends the thread that started the holder.
+    keep: Option<mpsc::Sender<()>>,
+    keeper: Option<JoinHandle<()>>,
+    /// The port it listens on, on `127.0.0.1` inside its namespace.
+    pub(crate) port: u16,
+}
+
+impl NetworkHolder {
+    /// Starts `program` as the holder for `allow` and waits until it
+    /// listens; returns it and the namespaces to join.
+    pub(crate) fn start(program: &HolderProgram, allow: &AllowList) -> Result<(Self, Namespaces), String> {
+        let mut command = Command::new(&program.program);
+        command
+            .args(&program.args)
+            .env_clear()
+            .env(NETWORK_HOLDER_ENV, "1")
+            .current_dir("/")
+            .process_group(0)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let parent = nix::unistd::getpid();
+        let (uid, gid) = (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw());
+        let uid_map = format!("0 {uid} 1\n").into_bytes();
+        let gid_map = format!("0 {gid} 1\n").into_bytes();
+        // SAFETY: the hook runs in the child between fork and exec, where only
+        // async-signal-safe work is sound: it makes system calls on buffers
+        // prepared here (the id maps) and allocates nothing on success.
+        #[allow(unsafe_code)]
+        unsafe {
+            command.pre_exec(move || {
+                nix::sched::unshare(CloneFlags::CLONE_NEWUSER)?;
+                write_proc(c"/proc/self/setgroups", b"deny")?;
+                write_proc(c"/proc/self/uid_map", &uid_map)?;
+                write_proc(c"/proc/self/gid_map", &gid_map)?;
+                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+                // The parent may have ended before the line above.
+                if nix::unistd::getppid() != parent {
+                    return Err(io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                Ok(())
+            });
+        }
+
+        let (started, receive_started) = mpsc::channel();
+        let (keep, kept) = mpsc::channel::<()>();
+        let keeper = std::thread::Builder::new()
+            .name("sandbox-net".into())
+            .spawn(move || {
+                let spawned = command.spawn();
+                let alive = spawned.is_ok();
+                let _ = started.send(spawned);
+                if alive {
+                    // Until the holder is dropped: PR_SET_PDEATHSIG is tied
+                    // to this thread.
+                    let _ = kept.recv();
+                }
+            })
+            .map_err(|error| format!("starting a thread failed: {error}"))?;
+        let mut child = match receive_started.recv() {
+            Ok(Ok(child)) => child,
+            Ok(Err(error)) => {
+                let _ = keeper.join();
+                return Err(format!("starting the network holder {} failed: {error}", program.program.display()));
+            }
+            Err(_) => return Err("the thread starting the network holder ended".to_owned()),
+        };
+        let pid = child.id();
+        let lifeline = child.stdin.take();
+        let stdout = child.stdout.take();
+        let mut holder =
+            Self { child: Mutex::new(child), pid, lifeline, keep: Some(keep), keeper: Some(keeper), port: 0 };
+        let (port, tid) = holder.handshake(allow, stdout)?;
+        holder.port = port;
+        let namespaces = holder.namespaces(tid)?;
+        Ok((holder, namespaces))
+    }
+
+    /// Sends the allow-list, then waits for `ready <port> <tid>`.
+    fn handshake(&mut self, allow: &AllowList, stdout: Option<ChildStdout>) -> Result<(u16, i32), String> {
+        let mut message = format!("{MAGIC} 1\n");
+        for target in allow.targets() {
+            message.push_str(&target.to_string());
+            message.push('\n');
+        }
+        message.push('\n');
+        let (Some(lifeline), Some(stdout)) = (self.lifeline.as_mut(), stdout) else {
+            return Err("the network holder has no pipes".to_owned());
+        };
+        if let Err(error) = lifeline.write_all(message.as_bytes()).and_then(|()| lifeline.flush()) {
+            return Err(format!("the network holder did not start: {error}{}", self.exit_status()));
+        }
+        let line = read_line_until(stdout, Instant::now() + START_TIMEOUT)
+            .map_err(|error| format!("the network holder did not report: {error}{}", self.exit_status()))?;
+        let words: Vec<&str> = line.split(' ').collect();
+        match words.as_slice() {
+            [_, "ready", port, tid] => match (port.parse(), tid.parse()) {
+                (Ok(port), Ok(tid)) => Ok((port, tid)),
+                _ => Err(format!("the network holder said `{line}`")),
+            },
+            [_, "failed", ..] => {
+                Err(format!("the network holder failed: {}", line.splitn(3, ' ').nth(2).unwrap_or("")))
+            }
+            _ => Err(format!("the network holder said `{line}`")),
+        }
+    }
+
+    /// Opens the holder's user namespace and its namespace thread's network
+    /// namespace, and checks the latter is not this process's.
+    fn namespaces(&self, tid: i32) -> Result<Namespaces, String> {
+        let open = |path: String| {
+            File::open(&path).map(OwnedFd::from).map_err(|error| format!("opening {path} failed: {error}"))
+        };
+        let user = open(format!("/proc/{}/ns/user", self.pid))?;
+        let net = open(format!("/proc/{}/task/{tid}/ns/net", self.pid))?;
+        let inode = |fd: &OwnedFd| File::from(fd.try_clone().ok()?).metadata().ok().map(|meta| meta.ino());
+        let ours = std::fs::metadata("/proc/self/ns/net").map(|meta| meta.ino()).ok();
+        if inode(&net).is_none() || inode(&net) == ours {
+            return Err("the network holder's namespace thread is not in a network namespace of its own".to_owned());
+        }
+        Ok(Namespaces { user, net })
+    }
+
+    /// `; it ended with …` when the holder has ended.
+    fn exit_status(&self) -> String {
+        let mut child = self.child.lock().unwrap_or_else(PoisonError::into_inner);
+        match child.try_wait() {
+            Ok(Some(status)) => format!("; it ended with {status}"),
+            _ => String::new(),
+        }
+    }
+
+    /// Whether the holder still runs.
+    pub(crate) fn is_running(&self) -> bool {
+        let mut child = self.child.lock().unwrap_or_else(PoisonError::into_inner);
+        matches!(child.try_wait(), Ok(None))
+    }
+
+    /// Its process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.pid
+    }
+}
+
+impl Drop for NetworkHolder {
+    fn drop(&mut self) {
+        {
+            let mut child = self.child.lock().unwrap_or_else(PoisonError::into_inner);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.lifeline.take();
+        self.keep.take();
+        if let Some(keeper) = self.keeper.take() {
+            let _ = keeper.join();
+        }
+    }
+}
+
+/// The first line of `stdout` that starts with [`MAGIC`] (a test binary
+/// standing in for the holder may print other lines first), read by
+/// `deadline`.
+fn read_line_until(mut stdout: ChildStdout, deadline: Instant) -> io::Result<String> {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    let mut buffer = Vec::new();
+    let mut chunk = [0_u8; 1024];
+    loop {
+        while let Some(end) = buffer.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = buffer.drain(..=end).collect();
+            let line = String::from_utf8_lossy(&line).trim_end().to_owned();
+            if line.starts_with(MAGIC) {
+                return Ok(line);
+            }
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "timed out"));
+        }
+        let timeout = PollTimeout::try_from(left).unwrap_or(PollTimeout::MAX);
+        let mut fds = [PollFd::new(stdout.as_fd(), PollFlags::POLLIN)];
+        if poll(&mut fds, timeout)? == 0 {
+            continue;
+        }
+        let read = stdout.read(&mut chunk)?;
+        if read == 0 {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "it closed its output"));
+        }
+        buffer.extend_from_slice(&chunk[..read]);
+    }
+}
