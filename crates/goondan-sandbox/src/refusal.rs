@@ -4,6 +4,12 @@
 
 use std::collections::BTreeSet;
 
+/// Markers of a request the `network.allow` proxy refused: its own reason
+/// (which names the policy), and how curl and Python report a refused
+/// `CONNECT` (curl leaves the reason out).
+const PROXY_REFUSALS: &[&str] =
+    &["spec.sandbox.network.allow", "CONNECT tunnel failed, response 403", "Tunnel connection failed: 403"];
+
 /// What a failed confined command's output says was refused.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Refusal {
@@ -40,6 +46,10 @@ pub fn refusal_in(output: &str) -> Option<Refusal> {
     let mut refusal = Refusal::default();
     for line in output.lines() {
         let denied = DENIALS.iter().any(|marker| line.contains(marker));
+        if PROXY_REFUSALS.iter().any(|marker| line.contains(marker)) {
+            refusal.network = true;
+            continue;
+        }
         let network_line = NETWORK.iter().any(|marker| line.contains(marker));
         if network_line
             && (denied || line.contains("resolve") || line.contains("unreachable") || line.contains("name resolution"))
@@ -115,6 +125,20 @@ mod tests {
         assert!(refusal.paths.is_empty());
         let Some(refusal) = refusal_in("socket: Operation not permitted\n") else { panic!("no refusal found") };
         assert!(refusal.network);
+    }
+
+    #[test]
+    fn tells_refusals_of_the_network_proxy() {
+        for output in [
+            "curl: (56) CONNECT tunnel failed, response 403\n",
+            "goondan sandbox: 10.0.0.1:80 is not in the agent's spec.sandbox.network.allow (127.0.0.1:8080); \
+             connections go only to the hosts listed there\n",
+            "urllib.error.URLError: <urlopen error Tunnel connection failed: 403 goondan sandbox: x>\n",
+        ] {
+            let Some(refusal) = refusal_in(output) else { panic!("no refusal found in {output}") };
+            assert!(refusal.network && refusal.paths.is_empty() && !refusal.other, "{output}");
+        }
+        assert_eq!(refusal_in("curl: (56) CONNECT tunnel failed, response 407\n"), None);
     }
 
     #[test]

@@ -6,7 +6,17 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 
-use goondan_sandbox::{Policy, Sandbox, SandboxSpec};
+use goondan_sandbox::{NETWORK_HOLDER_ENV, Policy, Sandbox, SandboxSpec, run_network_holder};
+
+/// Not a test: the entry point when a sandbox starts this binary as its
+/// network holder (see `network.rs`).
+#[test]
+#[ignore = "the network holder's entry point, run when a sandbox starts this binary as one"]
+fn network_holder() {
+    if std::env::var_os(NETWORK_HOLDER_ENV).is_some() {
+        run_network_holder()
+    }
+}
 
 /// A fake home with a private key, a project (the workdir) with the files
 /// the sandbox protects, and another project beside it.
@@ -41,6 +51,22 @@ impl Scene {
             protected: vec![self.workdir.join("goondan.yaml")],
             ..SandboxSpec::default()
         })
+    }
+
+    /// Under `policy` with a `network.allow` list naming `allowed` (so
+    /// that commands join the network holder's namespaces).
+    fn sandbox_with_network(&self, policy: Policy, allowed: &str) -> std::io::Result<Sandbox> {
+        Ok(Sandbox::new(SandboxSpec {
+            policy,
+            workdir: self.workdir.clone(),
+            protected: vec![self.workdir.join("goondan.yaml")],
+            network_allow: vec![allowed.to_owned()],
+            ..SandboxSpec::default()
+        })
+        .with_network_holder(
+            std::env::current_exe()?,
+            ["network_holder", "--exact", "--ignored", "--nocapture", "--quiet"],
+        ))
     }
 
     fn run(&self, sandbox: &Sandbox, script: &str) -> Output {
@@ -168,6 +194,25 @@ fn workspace_write_refuses_every_attack_and_allows_ordinary_work() -> std::io::R
     check_attacks(&sandbox, &scene, true);
     check_ordinary_work(&sandbox, &scene);
     assert_eq!(sandbox.uses_namespaces(), Some(true));
+    Ok(())
+}
+
+#[test]
+fn with_a_network_allow_list_every_attack_is_still_refused() -> std::io::Result<()> {
+    let scene = scene()?;
+    // Another port than the attacked server's: that one stays unlisted.
+    let listed = TcpListener::bind("127.0.0.1:0")?;
+    let sandbox = scene.sandbox_with_network(Policy::WorkspaceWrite, &listed.local_addr()?.to_string())?;
+    check_attacks(&sandbox, &scene, true);
+    check_ordinary_work(&sandbox, &scene);
+    assert_eq!(sandbox.uses_namespaces(), Some(true));
+    let Some(holder) = sandbox.network_holder_pid() else { panic!("no network holder") };
+    for attack in [format!("kill -0 {holder}"), format!("cat /proc/{holder}/environ"), "unshare -n true".to_owned()] {
+        assert!(!scene.run(&sandbox, &attack).status.success(), "{attack} was allowed");
+    }
+    let sandbox = scene.sandbox_with_network(Policy::ReadOnly, &listed.local_addr()?.to_string())?;
+    assert!(!scene.run(&sandbox, "echo x > notes.txt").status.success());
+    assert!(scene.run(&sandbox, "cat goondan.yaml > /dev/null").status.success());
     Ok(())
 }
 
