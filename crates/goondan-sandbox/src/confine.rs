@@ -155,6 +155,15 @@ impl Sandbox {
         self.network.get().map(|holder| proxy_url(holder.port))
     }
 
+    /// The requests the network proxy refused (not in `network.allow`, or a
+    /// listed name that resolved to non-public addresses) at or after
+    /// `since`, oldest first; the latest 32 are kept. A command that failed
+    /// after a refused request shows only `response 403` with curl: this
+    /// names the host for the model.
+    pub fn network_refusals_since(&self, since: std::time::SystemTime) -> Vec<crate::NetworkRefusal> {
+        self.network.get().map(|holder| holder.refusals_since(since)).unwrap_or_default()
+    }
+
     /// The process id of the network holder, once started.
     pub fn network_holder_pid(&self) -> Option<u32> {
         self.network.get().map(NetworkHolder::pid)
@@ -220,7 +229,12 @@ impl Sandbox {
             Err(reason) => return Err(SandboxError::Unavailable { policy: self.spec.policy, reason: reason.clone() }),
         };
         if let Some(port) = ready.proxy_port {
-            if !self.network.get().is_some_and(NetworkHolder::is_running) {
+            let holder = self.network.get();
+            if let Some(holder) = holder {
+                // Keeps the holder's report pipe from filling up.
+                holder.read_reports();
+            }
+            if !holder.is_some_and(NetworkHolder::is_running) {
                 return Err(SandboxError::Unavailable {
                     policy: self.spec.policy,
                     reason: "the network proxy of spec.sandbox.network.allow has ended".to_owned(),

@@ -29,7 +29,7 @@ use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use landlock::{
     ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd, Ruleset, RulesetAttr,
@@ -100,6 +100,9 @@ fn serve() -> Result<(), String> {
             .and_then(|()| out.flush())
             .map_err(|error| format!("reporting to the parent failed: {error}"))?;
     }
+    // Refusals are reported on it from now on, never waiting for the parent.
+    nix::fcntl::fcntl(io::stdout(), nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK))
+        .map_err(|error| format!("the output pipe: {error}"))?;
     std::thread::Builder::new()
         .name("lifeline".into())
         .spawn(move || {
@@ -263,7 +266,9 @@ fn handle(client: TcpStream, allow: &AllowList) -> io::Result<()> {
     let addresses = match allow.resolve(&request.target) {
         Ok(addresses) => addresses,
         Err(refused) => {
-            tracing::debug!("sandbox proxy: {refused}");
+            if refused.status() == 403 {
+                report_refusal(&request.target, &refused.to_string());
+            }
             return respond(&client, refused.status(), &refused.to_string());
         }
     };
@@ -280,6 +285,26 @@ fn handle(client: TcpStream, allow: &AllowList) -> io::Result<()> {
     }
     (&upstream).write_all(&rest)?;
     relay(client, upstream)
+}
+
+/// Tells the parent (on standard output) what was refused, so that the
+/// runtime can name the host to the model even when the client does not
+/// show the proxy's answer (curl prints only `response 403` for a refused
+/// tunnel).
+/// Written straight to the (non-blocking) pipe, whole or not at all: a full
+/// pipe drops the report rather than hold the client.
+fn report_refusal(target: &Target, reason: &str) {
+    let reason: String = reason.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    let millis = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |since| since.as_millis());
+    let mut line = format!("{MAGIC} refused {millis} {target} {reason}");
+    // At most PIPE_BUF bytes, so that the write is atomic.
+    let mut cut = line.len().min(4000);
+    while !line.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    line.truncate(cut);
+    line.push('\n');
+    let _ = nix::unistd::write(io::stdout(), line.as_bytes());
 }
 
 /// The request head (without its blank line) and what came after it; `None`

@@ -16,6 +16,7 @@
 //! `/proc/<pid>/task/<tid>/ns/net`), and make their own user and mount
 //! namespace below it as without a network (see `confine`).
 
+use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -27,7 +28,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
 use std::sync::{Mutex, PoisonError};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::sched::CloneFlags;
 use nix::sys::signal::Signal;
@@ -38,6 +39,19 @@ use crate::holder::{MAGIC, NETWORK_HOLDER_ARG, NETWORK_HOLDER_ENV};
 
 /// How long the holder may take to report that it listens.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// How many of the proxy's latest refusals are kept.
+const KEPT_REFUSALS: usize = 32;
+
+/// A request the proxy refused, as it reported it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetworkRefusal {
+    /// When the proxy refused it.
+    pub at: SystemTime,
+    /// What was asked for, `host:port`.
+    pub target: String,
+    /// The one line the client was answered with.
+    pub reason: String,
+}
 
 /// The program run as the network holder; it must call
 /// [`run_network_holder`](crate::run_network_holder) when started so.
@@ -81,6 +95,8 @@ pub(crate) struct NetworkHolder {
     /// Dropping it ends the thread that started the holder.
     keep: Option<mpsc::Sender<()>>,
     keeper: Option<JoinHandle<()>>,
+    /// The holder's reports of refused requests.
+    reports: Mutex<Reports>,
     /// The port it listens on, on `127.0.0.1` inside its namespace.
     pub(crate) port: u16,
 }
@@ -148,24 +164,53 @@ impl NetworkHolder {
         let pid = child.id();
         let lifeline = child.stdin.take();
         let stdout = child.stdout.take();
-        let mut holder =
-            Self { child: Mutex::new(child), pid, lifeline, keep: Some(keep), keeper: Some(keeper), port: 0 };
-        let (port, tid) = holder.handshake(allow, stdout)?;
+        let mut holder = Self {
+            child: Mutex::new(child),
+            pid,
+            lifeline,
+            keep: Some(keep),
+            keeper: Some(keeper),
+            reports: Mutex::new(Reports::default()),
+            port: 0,
+        };
+        let Some(mut stdout) = stdout else { return Err("the network holder has no output pipe".to_owned()) };
+        let (port, tid) = holder.handshake(allow, &mut stdout)?;
         holder.port = port;
         let namespaces = holder.namespaces(tid)?;
+        nix::fcntl::fcntl(&stdout, nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK))
+            .map_err(|error| format!("the network holder's output: {error}"))?;
+        holder.reports.get_mut().unwrap_or_else(PoisonError::into_inner).stdout = Some(stdout);
         Ok((holder, namespaces))
     }
 
+    /// Reads what the holder reported since the last time, without waiting.
+    /// The holder reports a refusal before it answers the client, so a
+    /// command's refusals are there once it has ended.
+    pub(crate) fn read_reports(&self) {
+        self.reports.lock().unwrap_or_else(PoisonError::into_inner).read();
+    }
+
+    /// The refusals the proxy reported at or after `since`, oldest first
+    /// (the latest [`KEPT_REFUSALS`] are kept).
+    pub(crate) fn refusals_since(&self, since: SystemTime) -> Vec<NetworkRefusal> {
+        let mut reports = self.reports.lock().unwrap_or_else(PoisonError::into_inner);
+        reports.read();
+        // The holder writes whole milliseconds.
+        let since_ms = since.duration_since(UNIX_EPOCH).map_or(0, |since| since.as_millis());
+        let since = UNIX_EPOCH + Duration::from_millis(u64::try_from(since_ms).unwrap_or(u64::MAX));
+        reports.kept.iter().filter(|refusal| refusal.at >= since).cloned().collect()
+    }
+
     /// Sends the allow-list, then waits for `ready <port> <tid>`.
-    fn handshake(&mut self, allow: &AllowList, stdout: Option<ChildStdout>) -> Result<(u16, i32), String> {
+    fn handshake(&mut self, allow: &AllowList, stdout: &mut ChildStdout) -> Result<(u16, i32), String> {
         let mut message = format!("{MAGIC} 1\n");
         for target in allow.targets() {
             message.push_str(&target.to_string());
             message.push('\n');
         }
         message.push('\n');
-        let (Some(lifeline), Some(stdout)) = (self.lifeline.as_mut(), stdout) else {
-            return Err("the network holder has no pipes".to_owned());
+        let Some(lifeline) = self.lifeline.as_mut() else {
+            return Err("the network holder has no input pipe".to_owned());
         };
         if let Err(error) = lifeline.write_all(message.as_bytes()).and_then(|()| lifeline.flush()) {
             return Err(format!("the network holder did not start: {error}{}", self.exit_status()));
@@ -237,10 +282,52 @@ impl Drop for NetworkHolder {
     }
 }
 
+/// The holder's output after its handshake: `refused <ms> <target>
+/// <reason>` lines, read without waiting (the holder drops a report rather
+/// than wait when the pipe is full; reading at each command keeps it
+/// empty).
+#[derive(Debug, Default)]
+struct Reports {
+    stdout: Option<ChildStdout>,
+    partial: Vec<u8>,
+    kept: VecDeque<NetworkRefusal>,
+}
+
+impl Reports {
+    fn read(&mut self) {
+        let Some(stdout) = self.stdout.as_mut() else { return };
+        let mut chunk = [0_u8; 4096];
+        loop {
+            match stdout.read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(read) => self.partial.extend_from_slice(&chunk[..read]),
+            }
+        }
+        while let Some(end) = self.partial.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.partial.drain(..=end).collect();
+            if let Some(refusal) = parse_report(String::from_utf8_lossy(&line).trim_end()) {
+                if self.kept.len() == KEPT_REFUSALS {
+                    self.kept.pop_front();
+                }
+                self.kept.push_back(refusal);
+            }
+        }
+    }
+}
+
+/// `goondan-sandbox-net refused <unix ms> <target> <reason>`.
+fn parse_report(line: &str) -> Option<NetworkRefusal> {
+    let report = line.strip_prefix(MAGIC)?.strip_prefix(" refused ")?;
+    let (millis, report) = report.split_once(' ')?;
+    let (target, reason) = report.split_once(' ')?;
+    let at = UNIX_EPOCH + Duration::from_millis(millis.parse().ok()?);
+    Some(NetworkRefusal { at, target: target.to_owned(), reason: reason.to_owned() })
+}
+
 /// The first line of `stdout` that starts with [`MAGIC`] (a test binary
 /// standing in for the holder may print other lines first), read by
 /// `deadline`.
-fn read_line_until(mut stdout: ChildStdout, deadline: Instant) -> io::Result<String> {
+fn read_line_until(stdout: &mut ChildStdout, deadline: Instant) -> io::Result<String> {
     use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
     let mut buffer = Vec::new();
     let mut chunk = [0_u8; 1024];

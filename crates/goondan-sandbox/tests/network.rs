@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use goondan_sandbox::{NETWORK_HOLDER_ENV, Policy, Sandbox, SandboxError, SandboxSpec, run_network_holder};
 
@@ -176,8 +176,17 @@ fn a_listed_server_is_reached_and_nothing_else() -> std::io::Result<()> {
     let output = run(&sandbox, workdir.path(), &format!("curl -sS --max-time 10 {url_b}"));
     let refusal = format!("127.0.0.1:{} is not in the agent's spec.sandbox.network.allow", b.port);
     assert!(String::from_utf8_lossy(&output.stdout).contains(&refusal), "{}", text(&output));
+    let before = SystemTime::now();
     let output = run(&sandbox, workdir.path(), &format!("curl -sS --max-time 10 --proxytunnel {url_b}"));
     assert!(!output.status.success(), "{}", text(&output));
+    // curl shows only `response 403`; the sandbox names the host.
+    let refusals = sandbox.network_refusals_since(before);
+    assert!(
+        refusals.len() == 1
+            && refusals[0].target == format!("127.0.0.1:{}", b.port)
+            && refusals[0].reason.contains(&refusal),
+        "{refusals:?}"
+    );
     let output = run(&sandbox, workdir.path(), &raw_connect(&format!("127.0.0.1:{}", b.port)));
     let line = String::from_utf8_lossy(&output.stdout);
     assert!(line.starts_with("HTTP/1.1 403 ") && line.contains(&refusal), "{}", text(&output));
