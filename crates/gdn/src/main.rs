@@ -65,6 +65,13 @@ fn main() -> ExitCode {
     // may read our memory or environment (`/proc/<pid>/mem`, `environ`),
     // where the model keys are. Best effort: nothing to do if it fails.
     let _ = nix::sys::prctl::set_dumpable(false);
+    // The network holder of a sandbox with `network.allow`: this binary run
+    // again by goondan-sandbox, in a user namespace of its own, with an
+    // empty environment. It is not a command: it serves until its parent
+    // closes its input, and never returns.
+    if std::env::args_os().nth(1).is_some_and(|arg| arg == goondan_sandbox::NETWORK_HOLDER_ARG) {
+        goondan_sandbox::run_network_holder();
+    }
     let cli = Cli::parse();
     let agent_process = matches!(cli.command, Command::Agent(_));
     // An agent process ends with its orchestrator (asked before any thread exists).

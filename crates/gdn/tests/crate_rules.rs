@@ -28,6 +28,8 @@ const RULES: &[(&str, &[&str])] = &[
     ("goondan-mcp", &["goondan-core", "goondan-config", "goondan-tools", "goondan-runtime", "goondan-sandbox"]),
     ("goondan-extensions", &["goondan-core", "goondan-config", "goondan-tools", "goondan-runtime"]),
     ("goondan-ipc", &["goondan-core"]),
+    // Confinement of the commands a model chooses; the address rule from core.
+    ("goondan-sandbox", &["goondan-core"]),
     // The hub knows messages and processes, not turns: it runs no agent.
     ("goondan-orchestrator", &["goondan-core", "goondan-config", "goondan-ipc"]),
     // The agent process: it runs turns, and talks only to its hub.
