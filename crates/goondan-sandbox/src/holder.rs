@@ -279,6 +279,9 @@ fn handle(client: TcpStream, allow: &AllowList) -> io::Result<()> {
             return respond(&client, 502, &reason);
         }
     };
+    // Bytes are passed on as they come: no delay for coalescing.
+    let _ = client.set_nodelay(true);
+    let _ = upstream.set_nodelay(true);
     match &request.forward {
         None => (&client).write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")?,
         Some(head) => (&upstream).write_all(head)?,
