@@ -247,6 +247,8 @@ impl Sandbox {
             for name in NO_PROXY_VARIABLES {
                 command.env(name, "");
             }
+            // Node (22.21+, 24+) reads the variables only when told to.
+            command.env("NODE_USE_ENV_PROXY", "1");
         }
         command.env("TMPDIR", &ready.tmp);
         attach(command, ready)
@@ -265,7 +267,13 @@ impl Sandbox {
             .prefix("goondan-sandbox-")
             .tempdir()
             .map_err(|error| format!("cannot create its private temporary directory: {error}"))?;
-        let network = if allow.is_empty() { None } else { Some(self.start_network(&allow)?) };
+        // Kept (and so killed with the sandbox) only when the setup works.
+        let (holder, network) = if allow.is_empty() {
+            (None, None)
+        } else {
+            let (holder, network) = self.start_network(&allow)?;
+            (Some(holder), Some(network))
+        };
         let mut failures = Vec::new();
         for &mode in self.modes {
             let network = match (&network, mode) {
@@ -276,6 +284,9 @@ impl Sandbox {
             match self.prepare(mode, tmp.path(), network).and_then(|ready| probe(ready).map_err(|e| e.to_string())) {
                 Ok(ready) => {
                     let _ = self.tmp.set(tmp);
+                    if let Some(holder) = holder {
+                        let _ = self.network.set(holder);
+                    }
                     tracing::debug!(
                         "sandbox {}: set up ({})",
                         self.spec.policy,
@@ -289,12 +300,16 @@ impl Sandbox {
                 }
             }
         }
-        Err(format!("confining a test command failed ({})", failures.join("; ")))
+        let failed = format!("confining a test command failed ({})", failures.join("; "));
+        match network {
+            Some(_) => Err(format!("spec.sandbox.network.allow needs user namespaces: {failed}")),
+            None => Err(failed),
+        }
     }
 
     /// Starts the network holder, once: `network.allow` needs a network
     /// namespace, which needs user namespaces.
-    fn start_network(&self, allow: &AllowList) -> Result<NetworkNamespaces, String> {
+    fn start_network(&self, allow: &AllowList) -> Result<(NetworkHolder, NetworkNamespaces), String> {
         let needs = || {
             format!(
                 "spec.sandbox.network.allow ({}) needs a network namespace of the agent's own, made in a user \
@@ -313,9 +328,8 @@ impl Sandbox {
         let (holder, namespaces) =
             NetworkHolder::start(&program, allow).map_err(|error| format!("{}: {error}", needs()))?;
         let port = holder.port;
-        let _ = self.network.set(holder);
         tracing::debug!("sandbox {}: network holder listens on port {port}", self.spec.policy);
-        Ok(NetworkNamespaces { namespaces, port })
+        Ok((holder, NetworkNamespaces { namespaces, port }))
     }
 
     fn prepare(&self, mode: Mode, tmp: &Path, network: Option<NetworkNamespaces>) -> Result<Ready, String> {

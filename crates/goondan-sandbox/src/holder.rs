@@ -114,10 +114,14 @@ fn serve() -> Result<(), String> {
     let allow = Arc::new(allow);
     let active = Arc::new(AtomicUsize::new(0));
     for stream in listener.incoming() {
-        let Ok(stream) = stream else { continue };
+        let Ok(mut stream) = stream else {
+            // Out of file descriptors, say: not a busy loop.
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        };
         if active.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
             active.fetch_sub(1, Ordering::AcqRel);
-            let _ = respond(&stream, 503, "goondan sandbox: too many connections through the proxy at once");
+            let _ = stream.write_all(&answer(503, "goondan sandbox: too many connections through the proxy at once"));
             continue;
         }
         let (allow, done) = (Arc::clone(&allow), Arc::clone(&active));
@@ -428,17 +432,23 @@ fn relay(client: TcpStream, upstream: TcpStream) -> io::Result<()> {
     Ok(())
 }
 
-/// A short answer from the proxy itself; the reason is the status line's
+/// A short answer from the proxy itself: the reason is the status line's
 /// text and the body.
-fn respond(mut client: &TcpStream, status: u16, reason: &str) -> io::Result<()> {
+fn answer(status: u16, reason: &str) -> Vec<u8> {
     let reason: String = reason.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
     let body = format!("{reason}\n");
-    let answer = format!(
+    format!(
         "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n\
          Connection: close\r\n\r\n{body}",
         body.len()
-    );
-    client.write_all(answer.as_bytes())?;
+    )
+    .into_bytes()
+}
+
+/// Answers the client (see [`answer`]) and lets it read the answer before
+/// the connection closes.
+fn respond(mut client: &TcpStream, status: u16, reason: &str) -> io::Result<()> {
+    client.write_all(&answer(status, reason))?;
     client.flush()?;
     let _ = client.shutdown(Shutdown::Write);
     // Let the client read the answer before the connection closes.

@@ -36,8 +36,8 @@
 //! making their own (step 2), so the proxy is the only thing they can reach:
 //! Landlock lets them connect to its port only, seccomp lets them make inet
 //! sockets. They get `HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY` and the same in
-//! lower case set to `http://127.0.0.1:<port>`, and `NO_PROXY`/`no_proxy`
-//! emptied.
+//! lower case set to `http://127.0.0.1:<port>`, `NO_PROXY`/`no_proxy`
+//! emptied, and `NODE_USE_ENV_PROXY=1` (Node reads the others only then).
 //!
 //! The proxy lets a request through only when its host and port are on the
 //! list as written ([`AllowList`]); it resolves the host itself and connects

@@ -153,6 +153,29 @@ fn a_listed_server_is_reached_and_nothing_else() -> std::io::Result<()> {
     let (a, b) = (Server::start("A")?, Server::start("B")?);
     let sandbox = sandbox(workdir.path(), &[&format!("127.0.0.1:{}", a.port)]);
     let url_a = format!("http://127.0.0.1:{}/", a.port);
+    let names = [
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+        "NO_PROXY",
+        "no_proxy",
+        "NODE_USE_ENV_PROXY",
+    ];
+    let script = format!(r#"for name in {}; do echo "$name=${{!name-unset}}"; done"#, names.join(" "));
+    let output = run(&sandbox, workdir.path(), &script);
+    let Some(url) = sandbox.proxy_url() else { panic!("no proxy") };
+    let expected: String = names
+        .into_iter()
+        .map(|name| match name {
+            "NODE_USE_ENV_PROXY" => format!("{name}=1\n"),
+            "NO_PROXY" | "no_proxy" => format!("{name}=\n"),
+            _ => format!("{name}={url}\n"),
+        })
+        .collect();
+    assert_eq!(String::from_utf8_lossy(&output.stdout), expected);
     let url_b = format!("http://127.0.0.1:{}/", b.port);
 
     // Through the proxy: an absolute-form request, a CONNECT tunnel, Python.
@@ -353,5 +376,30 @@ fn without_user_namespaces_an_allow_list_is_refused() -> std::io::Result<()> {
     let misspelt = sandbox(workdir.path(), &["https://example.com"]);
     let Err(error) = misspelt.confine(&mut command) else { panic!("a bad entry was accepted") };
     assert!(error.to_string().contains("`https://example.com` is not a network.allow entry"), "{error}");
+    Ok(())
+}
+
+#[test]
+fn a_holder_that_does_not_start_refuses_the_commands() -> std::io::Result<()> {
+    let workdir = tempfile::tempdir()?;
+    let spec = SandboxSpec {
+        policy: Policy::WorkspaceWrite,
+        workdir: workdir.path().to_path_buf(),
+        network_allow: vec!["127.0.0.1:9".to_owned()],
+        ..SandboxSpec::default()
+    };
+    for (program, said) in [
+        ("/nonexistent/gdn", "starting the network holder /nonexistent/gdn failed"),
+        // Not a holder: it ends without a word.
+        ("/bin/true", "the network holder did not report"),
+    ] {
+        let sandbox = Sandbox::new(spec.clone()).with_network_holder(program, std::iter::empty::<&str>());
+        let mut command = Command::new("true");
+        let Err(SandboxError::Unavailable { reason, .. }) = sandbox.confine(&mut command) else {
+            panic!("{program} was taken for a network holder")
+        };
+        assert!(reason.contains(said) && reason.contains("spec.sandbox.network.allow (127.0.0.1:9)"), "{reason}");
+        assert_eq!(sandbox.network_holder_pid(), None);
+    }
     Ok(())
 }
