@@ -216,7 +216,7 @@ impl NetworkHolder {
             return Err(format!("the network holder did not start: {error}{}", self.exit_status()));
         }
         let line = read_line_until(stdout, Instant::now() + START_TIMEOUT)
-            .map_err(|error| format!("the network holder did not report: {error}{}", self.exit_status()))?;
+            .map_err(|error| format!("the network holder did not start: {error}{}", self.exit_status()))?;
         let words: Vec<&str> = line.split(' ').collect();
         match words.as_slice() {
             [_, "ready", port, tid] => match (port.parse(), tid.parse()) {

@@ -391,7 +391,7 @@ fn a_holder_that_does_not_start_refuses_the_commands() -> std::io::Result<()> {
     for (program, said) in [
         ("/nonexistent/gdn", "starting the network holder /nonexistent/gdn failed"),
         // Not a holder: it ends without a word.
-        ("/bin/true", "the network holder did not report"),
+        ("/bin/true", "the network holder did not start"),
     ] {
         let sandbox = Sandbox::new(spec.clone()).with_network_holder(program, std::iter::empty::<&str>());
         let mut command = Command::new("true");
