@@ -13,8 +13,8 @@ use serde_json::Value;
 const RULES: &[(&str, &[&str])] = &[
     ("goondan-core", &[]),
     ("goondan-config", &["goondan-core"]),
-    // Confinement of commands: no runtime, no config, nothing of ours.
-    ("goondan-sandbox", &[]),
+    // Confinement of commands: no runtime, no config; core's address rule only.
+    ("goondan-sandbox", &["goondan-core"]),
     ("goondan-tools", &["goondan-core", "goondan-config", "goondan-sandbox"]),
     ("goondan-base", &["goondan-core", "goondan-config", "goondan-tools", "goondan-sandbox"]),
     ("goondan-llm", &["goondan-core", "goondan-config"]),
@@ -28,8 +28,6 @@ const RULES: &[(&str, &[&str])] = &[
     ("goondan-mcp", &["goondan-core", "goondan-config", "goondan-tools", "goondan-runtime", "goondan-sandbox"]),
     ("goondan-extensions", &["goondan-core", "goondan-config", "goondan-tools", "goondan-runtime"]),
     ("goondan-ipc", &["goondan-core"]),
-    // Confinement of the commands a model chooses; the address rule from core.
-    ("goondan-sandbox", &["goondan-core"]),
     // The hub knows messages and processes, not turns: it runs no agent.
     ("goondan-orchestrator", &["goondan-core", "goondan-config", "goondan-ipc"]),
     // The agent process: it runs turns, and talks only to its hub.

@@ -7,7 +7,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use landlock::{
     ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd, Ruleset, RulesetAttr,
@@ -72,10 +72,13 @@ pub struct Sandbox {
     /// The program started as the network holder (default: this executable
     /// with `__sandbox-net`).
     holder_program: Option<HolderProgram>,
-    /// The network holder under a `network.allow` list, killed with the
-    /// sandbox.
-    network: OnceLock<NetworkHolder>,
+    /// The network holder under a `network.allow` list, shared with the
+    /// sandboxes [`widened`](Sandbox::widened) from this one, killed with
+    /// the last of them.
+    network: SharedHolder,
 }
+
+type SharedHolder = Arc<Mutex<Option<Arc<NetworkHolder>>>>;
 
 /// What every confined command of the agent shares, made once.
 #[derive(Debug)]
@@ -127,7 +130,7 @@ impl Sandbox {
             ready: OnceLock::new(),
             tmp: OnceLock::new(),
             holder_program: None,
-            network: OnceLock::new(),
+            network: SharedHolder::default(),
         }
     }
 
@@ -152,7 +155,7 @@ impl Sandbox {
     /// an address inside their network namespace); `None` otherwise or
     /// before the first command.
     pub fn proxy_url(&self) -> Option<String> {
-        self.network.get().map(|holder| proxy_url(holder.port))
+        self.holder().map(|holder| proxy_url(holder.port))
     }
 
     /// The requests the network proxy refused (not in `network.allow`, or a
@@ -161,12 +164,16 @@ impl Sandbox {
     /// after a refused request shows only `response 403` with curl: this
     /// names the host for the model.
     pub fn network_refusals_since(&self, since: std::time::SystemTime) -> Vec<crate::NetworkRefusal> {
-        self.network.get().map(|holder| holder.refusals_since(since)).unwrap_or_default()
+        self.holder().map(|holder| holder.refusals_since(since)).unwrap_or_default()
     }
 
     /// The process id of the network holder, once started.
     pub fn network_holder_pid(&self) -> Option<u32> {
-        self.network.get().map(NetworkHolder::pid)
+        self.holder().map(|holder| holder.pid())
+    }
+
+    fn holder(&self) -> Option<Arc<NetworkHolder>> {
+        self.network.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// The same sandbox without namespaces: Landlock and seccomp only, the
@@ -184,7 +191,15 @@ impl Sandbox {
     pub fn widened(&self, readable: impl IntoIterator<Item = PathBuf>) -> Self {
         let mut spec = self.spec.clone();
         spec.readable.extend(readable);
-        Self { spec, modes: self.modes, ready: OnceLock::new(), tmp: OnceLock::new() }
+        Self {
+            spec,
+            modes: self.modes,
+            ready: OnceLock::new(),
+            tmp: OnceLock::new(),
+            holder_program: self.holder_program.clone(),
+            // The same allow-list: the same holder.
+            network: Arc::clone(&self.network),
+        }
     }
 
     /// The policy in force.
@@ -229,12 +244,12 @@ impl Sandbox {
             Err(reason) => return Err(SandboxError::Unavailable { policy: self.spec.policy, reason: reason.clone() }),
         };
         if let Some(port) = ready.proxy_port {
-            let holder = self.network.get();
-            if let Some(holder) = holder {
+            let holder = self.holder();
+            if let Some(holder) = &holder {
                 // Keeps the holder's report pipe from filling up.
                 holder.read_reports();
             }
-            if !holder.is_some_and(NetworkHolder::is_running) {
+            if !holder.is_some_and(|holder| holder.is_running()) {
                 return Err(SandboxError::Unavailable {
                     policy: self.spec.policy,
                     reason: "the network proxy of spec.sandbox.network.allow has ended".to_owned(),
@@ -267,11 +282,12 @@ impl Sandbox {
             .prefix("goondan-sandbox-")
             .tempdir()
             .map_err(|error| format!("cannot create its private temporary directory: {error}"))?;
-        // Kept (and so killed with the sandbox) only when the setup works.
         let (holder, network) = if allow.is_empty() {
             (None, None)
         } else {
-            let (holder, network) = self.start_network(&allow)?;
+            let holder = self.network_holder(&allow)?;
+            let namespaces = holder.namespaces().map_err(|error| error.to_string())?;
+            let network = NetworkNamespaces { namespaces, port: holder.port };
             (Some(holder), Some(network))
         };
         let mut failures = Vec::new();
@@ -284,9 +300,6 @@ impl Sandbox {
             match self.prepare(mode, tmp.path(), network).and_then(|ready| probe(ready).map_err(|e| e.to_string())) {
                 Ok(ready) => {
                     let _ = self.tmp.set(tmp);
-                    if let Some(holder) = holder {
-                        let _ = self.network.set(holder);
-                    }
                     tracing::debug!(
                         "sandbox {}: set up ({})",
                         self.spec.policy,
@@ -301,15 +314,34 @@ impl Sandbox {
             }
         }
         let failed = format!("confining a test command failed ({})", failures.join("; "));
+        // A holder nothing can use is not kept.
+        if let Some(holder) = holder {
+            let mut slot = self.network.lock().unwrap_or_else(PoisonError::into_inner);
+            if slot.as_ref().is_some_and(|kept| Arc::ptr_eq(kept, &holder)) {
+                *slot = None;
+            }
+        }
         match network {
             Some(_) => Err(format!("spec.sandbox.network.allow needs user namespaces: {failed}")),
             None => Err(failed),
         }
     }
 
-    /// Starts the network holder, once: `network.allow` needs a network
-    /// namespace, which needs user namespaces.
-    fn start_network(&self, allow: &AllowList) -> Result<(NetworkHolder, NetworkNamespaces), String> {
+    /// The running network holder of this sandbox (or of the one it was
+    /// widened from), started now if there is none.
+    fn network_holder(&self, allow: &AllowList) -> Result<Arc<NetworkHolder>, String> {
+        let mut slot = self.network.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(holder) = slot.as_ref().filter(|holder| holder.is_running()) {
+            return Ok(Arc::clone(holder));
+        }
+        let holder = Arc::new(self.start_network(allow)?);
+        *slot = Some(Arc::clone(&holder));
+        Ok(holder)
+    }
+
+    /// Starts a network holder: `network.allow` needs a network namespace,
+    /// which needs user namespaces.
+    fn start_network(&self, allow: &AllowList) -> Result<NetworkHolder, String> {
         let needs = || {
             format!(
                 "spec.sandbox.network.allow ({}) needs a network namespace of the agent's own, made in a user \
@@ -325,11 +357,9 @@ impl Sandbox {
             None => HolderProgram::current_exe()
                 .map_err(|error| format!("{}: the running executable is unknown: {error}", needs()))?,
         };
-        let (holder, namespaces) =
-            NetworkHolder::start(&program, allow).map_err(|error| format!("{}: {error}", needs()))?;
-        let port = holder.port;
-        tracing::debug!("sandbox {}: network holder listens on port {port}", self.spec.policy);
-        Ok((holder, NetworkNamespaces { namespaces, port }))
+        let holder = NetworkHolder::start(&program, allow).map_err(|error| format!("{}: {error}", needs()))?;
+        tracing::debug!("sandbox {}: network holder listens on port {}", self.spec.policy, holder.port);
+        Ok(holder)
     }
 
     fn prepare(&self, mode: Mode, tmp: &Path, network: Option<NetworkNamespaces>) -> Result<Ready, String> {
@@ -391,10 +421,7 @@ struct NetworkNamespaces {
 
 impl NetworkNamespaces {
     fn try_clone(&self) -> io::Result<Self> {
-        Ok(Self {
-            namespaces: Namespaces { user: self.namespaces.user.try_clone()?, net: self.namespaces.net.try_clone()? },
-            port: self.port,
-        })
+        Ok(Self { namespaces: self.namespaces.try_clone()?, port: self.port })
     }
 }
 

@@ -76,6 +76,11 @@ pub(crate) struct Namespaces {
 }
 
 impl Namespaces {
+    /// Another pair of descriptors for the same namespaces.
+    pub(crate) fn try_clone(&self) -> io::Result<Self> {
+        Ok(Self { user: self.user.try_clone()?, net: self.net.try_clone()? })
+    }
+
     /// In the child: the holder's user namespace (all capabilities there),
     /// then its network namespace.
     pub(crate) fn join(&self) -> io::Result<()> {
@@ -99,12 +104,14 @@ pub(crate) struct NetworkHolder {
     reports: Mutex<Reports>,
     /// The port it listens on, on `127.0.0.1` inside its namespace.
     pub(crate) port: u16,
+    /// Its user namespace and its namespace thread's network namespace.
+    namespaces: Option<Namespaces>,
 }
 
 impl NetworkHolder {
     /// Starts `program` as the holder for `allow` and waits until it
-    /// listens; returns it and the namespaces to join.
-    pub(crate) fn start(program: &HolderProgram, allow: &AllowList) -> Result<(Self, Namespaces), String> {
+    /// listens.
+    pub(crate) fn start(program: &HolderProgram, allow: &AllowList) -> Result<Self, String> {
         let mut command = Command::new(&program.program);
         command
             .args(&program.args)
@@ -172,15 +179,24 @@ impl NetworkHolder {
             keeper: Some(keeper),
             reports: Mutex::new(Reports::default()),
             port: 0,
+            namespaces: None,
         };
         let Some(mut stdout) = stdout else { return Err("the network holder has no output pipe".to_owned()) };
         let (port, tid) = holder.handshake(allow, &mut stdout)?;
         holder.port = port;
-        let namespaces = holder.namespaces(tid)?;
+        holder.namespaces = Some(holder.open_namespaces(tid)?);
         nix::fcntl::fcntl(&stdout, nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK))
             .map_err(|error| format!("the network holder's output: {error}"))?;
         holder.reports.get_mut().unwrap_or_else(PoisonError::into_inner).stdout = Some(stdout);
-        Ok((holder, namespaces))
+        Ok(holder)
+    }
+
+    /// Descriptors of the namespaces a command joins.
+    pub(crate) fn namespaces(&self) -> io::Result<Namespaces> {
+        match &self.namespaces {
+            Some(namespaces) => namespaces.try_clone(),
+            None => Err(io::Error::new(io::ErrorKind::NotFound, "the network holder's namespaces are not open")),
+        }
     }
 
     /// Reads what the holder reported since the last time, without waiting.
@@ -232,7 +248,7 @@ impl NetworkHolder {
 
     /// Opens the holder's user namespace and its namespace thread's network
     /// namespace, and checks the latter is not this process's.
-    fn namespaces(&self, tid: i32) -> Result<Namespaces, String> {
+    fn open_namespaces(&self, tid: i32) -> Result<Namespaces, String> {
         let open = |path: String| {
             File::open(&path).map(OwnedFd::from).map_err(|error| format!("opening {path} failed: {error}"))
         };

@@ -403,3 +403,25 @@ fn a_holder_that_does_not_start_refuses_the_commands() -> std::io::Result<()> {
     }
     Ok(())
 }
+
+#[test]
+fn a_widened_sandbox_shares_the_holder() -> std::io::Result<()> {
+    let workdir = tempfile::tempdir()?;
+    let a = Server::start("A")?;
+    let sandbox = sandbox(workdir.path(), &[&format!("127.0.0.1:{}", a.port)]);
+    let widened = sandbox.widened([PathBuf::from("/opt")]);
+    // The widened one sets up first and starts the holder; both use it.
+    let url = format!("http://127.0.0.1:{}/", a.port);
+    for confined in [&widened, &sandbox] {
+        let output = run(confined, workdir.path(), &format!("curl -sS --max-time 10 {url}"));
+        assert!(String::from_utf8_lossy(&output.stdout).contains("hello from A"), "{}", text(&output));
+    }
+    let Some(pid) = sandbox.network_holder_pid() else { panic!("no holder") };
+    assert_eq!(widened.network_holder_pid(), Some(pid));
+    drop(widened);
+    assert!(!is_gone(pid), "the holder ended with one of its two sandboxes");
+    assert!(run(&sandbox, workdir.path(), &format!("curl -sS --max-time 10 {url}")).status.success());
+    drop(sandbox);
+    assert!(is_gone(pid), "the holder outlived both sandboxes");
+    Ok(())
+}
