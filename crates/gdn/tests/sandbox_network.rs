@@ -125,6 +125,10 @@ spec:
         std::fs::read_to_string(common::instance_path(state.path(), "worker@default").join("messages.jsonl"))?;
     assert!(messages.contains("hello"), "the listed host was not reached:\n{messages}");
     assert!(messages.contains("workspace-write"), "the result does not name the policy:\n{messages}");
+    // curl shows only `response 403` for the refused tunnel: the result names
+    // the host from the proxy's own record.
+    let refused_host = format!("\"refusedHosts\":[\"127.0.0.1:{unlisted_port}\"]");
+    assert!(messages.contains(&refused_host), "the refused host is not named:\n{messages}");
     assert!(listed_hits.load(Ordering::Acquire) >= 1);
     assert_eq!(unlisted_hits.load(Ordering::Acquire), 0, "the unlisted host was reached");
     Ok(())

@@ -347,7 +347,13 @@ impl Run {
     /// The `sandbox` field of a failed command's result: the policy in
     /// force by name and what its output says was refused, so that the
     /// model neither retries blindly nor blames the command.
-    pub(crate) fn refusal(&self, failed: bool, stderr: &str, stdout: &str) -> Option<JsonValue> {
+    pub(crate) fn refusal(
+        &self,
+        failed: bool,
+        started_at: std::time::SystemTime,
+        stderr: &str,
+        stdout: &str,
+    ) -> Option<JsonValue> {
         let sandbox = self.sandbox.as_ref().filter(|sandbox| sandbox.policy().confines())?;
         if !failed {
             return None;
@@ -363,22 +369,35 @@ impl Run {
                 " Files outside the workdir (and the bundle's own files, .git and .env*) cannot be read or written.",
             );
         }
+        // The hosts the network proxy refused while it ran (curl shows only
+        // `response 403` for a refused tunnel).
+        let mut hosts: Vec<String> = Vec::new();
         if refusal.network {
             hint.push_str(" Commands have no network unless the agent's spec.sandbox.network.allow names the host.");
+            for refused in sandbox.network_refusals_since(started_at) {
+                if !hosts.contains(&refused.target) {
+                    hosts.push(refused.target);
+                }
+            }
         }
         hint.push_str(" Only the user can widen the sandbox, in goondan.yaml (spec.sandbox).");
-        Some(json!({
+        let mut field = json!({
             "policy": policy.as_str(),
             "refused": refusal.paths,
             "network": refusal.network,
             "hint": hint,
-        }))
+        });
+        if !hosts.is_empty() {
+            field["refusedHosts"] = json!(hosts);
+        }
+        Some(field)
     }
 }
 
 impl Run {
     async fn execute(mut self, ctx: &ToolContext) -> Result<JsonValue, ToolFailure> {
         let started = Instant::now();
+        let started_at = std::time::SystemTime::now();
         let marker = self.processes.marker();
         let mut command = Command::new(&self.program);
         command
@@ -487,7 +506,7 @@ impl Run {
         let failed = !status.success() || timed_out;
         let stdout_text = output.get("stdout").and_then(JsonValue::as_str).unwrap_or_default();
         let stderr_text = output.get("stderr").and_then(JsonValue::as_str).unwrap_or_default();
-        if let Some(refusal) = self.refusal(failed, stderr_text, stdout_text) {
+        if let Some(refusal) = self.refusal(failed, started_at, stderr_text, stdout_text) {
             ctx.logger.warn(format_args!("bash: the sandbox refused part of '{}': {refusal}", self.shown));
             output.insert("sandbox".to_owned(), refusal);
         }
