@@ -106,6 +106,7 @@ fn attacks(port: u16, victim: u32) -> Vec<(&'static str, String)> {
         ("read gdn's environment", format!("cat /proc/{me}/environ")),
         ("read another process's environment", format!("grep -q s3cr3t /proc/{victim}/environ")),
         ("read gdn's memory map", format!("cat /proc/{me}/maps")),
+        ("open gdn's memory", format!("exec 3</proc/{me}/mem")),
         ("read another project", "cat ../other/secret.txt".to_owned()),
         ("write outside the workdir", r#"echo x > "$HOME/pwned""#.to_owned()),
         ("write /tmp", "echo x > /tmp/goondan-sandbox-attack-$$ && rm /tmp/goondan-sandbox-attack-$$".to_owned()),
