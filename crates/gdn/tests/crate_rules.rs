@@ -28,6 +28,8 @@ const RULES: &[(&str, &[&str])] = &[
     ("goondan-mcp", &["goondan-core", "goondan-config", "goondan-tools", "goondan-runtime", "goondan-sandbox"]),
     ("goondan-extensions", &["goondan-core", "goondan-config", "goondan-tools", "goondan-runtime"]),
     ("goondan-ipc", &["goondan-core"]),
+    // Spans from the events' vocabulary; it runs no turn and knows no process.
+    ("goondan-telemetry", &["goondan-core", "goondan-tools"]),
     // The hub knows messages and processes, not turns: it runs no agent.
     ("goondan-orchestrator", &["goondan-core", "goondan-config", "goondan-ipc"]),
     // The agent process: it runs turns, and talks only to its hub.

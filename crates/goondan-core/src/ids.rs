@@ -65,6 +65,49 @@ pub fn format_span_id(raw: u64) -> String {
     format!("{raw:016x}")
 }
 
+// W3C Trace Context: the `traceparent` that carries a trace across
+// processes (agent to agent over IPC, into the JavaScript host, out to MCP
+// servers in `params._meta.traceparent`).
+
+/// A parsed `traceparent`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceParent<'a> {
+    /// The trace (32 lowercase hex digits).
+    pub trace_id: &'a str,
+    /// The parent span (16 lowercase hex digits).
+    pub span_id: &'a str,
+    /// The trace flags (`01`: sampled).
+    pub sampled: bool,
+}
+
+/// `00-<trace>-<span>-01`. Every trace of the runtime is recorded (its
+/// event log has every span), so the sampled flag is always set.
+pub fn format_traceparent(trace_id: &str, span_id: u64) -> String {
+    format!("00-{trace_id}-{span_id:016x}-01")
+}
+
+/// Reads a version-00 `traceparent` (and, as the specification asks, the
+/// first four fields of a later version); `None` for anything malformed or
+/// an all-zero id.
+pub fn parse_traceparent(text: &str) -> Option<TraceParent<'_>> {
+    let text = text.trim();
+    let mut parts = text.split('-');
+    let (version, trace_id, span_id, flags) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let rest = parts.next();
+    let lower_hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    if !lower_hex(version, 2) || version == "ff" || (version == "00" && rest.is_some()) {
+        return None;
+    }
+    if !lower_hex(trace_id, 32) || !lower_hex(span_id, 16) || !lower_hex(flags, 2) {
+        return None;
+    }
+    if trace_id.bytes().all(|b| b == b'0') || span_id.bytes().all(|b| b == b'0') {
+        return None;
+    }
+    let flags = u8::from_str_radix(flags, 16).ok()?;
+    Some(TraceParent { trace_id, span_id, sampled: flags & 1 == 1 })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,5 +127,31 @@ mod tests {
         let id = new_trace_id();
         assert_eq!(id.len(), 32);
         assert!(id.chars().all(|c| c.is_ascii_hexdigit()));
+    }
+
+    #[test]
+    fn a_traceparent_round_trips() {
+        let text = format_traceparent("4bf92f3577b34da6a3ce929d0e0e4736", 0x00f0_67aa_0ba9_02b7);
+        assert_eq!(text, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+        let Some(parsed) = parse_traceparent(&text) else { panic!() };
+        assert_eq!(parsed.trace_id, "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(parsed.span_id, "00f067aa0ba902b7");
+        assert!(parsed.sampled);
+    }
+
+    #[test]
+    fn malformed_ones_are_refused() {
+        for bad in [
+            "",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+        ] {
+            assert_eq!(parse_traceparent(bad), None, "{bad}");
+        }
+        assert!(parse_traceparent("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00-x").is_some());
     }
 }
