@@ -59,6 +59,15 @@ impl ProviderKind {
         }
     }
 
+    /// The provider's name in the OpenTelemetry GenAI conventions
+    /// (`gen_ai.provider.name`).
+    pub fn semconv_name(self) -> &'static str {
+        match self {
+            Self::Google => "gcp.gemini",
+            other => other.name(),
+        }
+    }
+
     /// The provider's name in messages.
     pub fn name(self) -> &'static str {
         match self {

@@ -71,6 +71,20 @@ const REDACTED: &str = "<redacted>";
 const MIN_SECRET_LEN: usize = 8;
 
 impl ModelError {
+    /// A short name of the kind of failure (telemetry's `error.type`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::MissingKey { .. } => "missing_key",
+            Self::Unauthorized { .. } => "unauthorized",
+            Self::Api { .. } => "api_error",
+            Self::Network { .. } => "network",
+            Self::Protocol { .. } => "protocol",
+            Self::Config(_) => "config",
+            Self::Script(_) => "script",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
     /// A [`ModelError::Protocol`] of `provider`.
     pub(crate) fn protocol(provider: &str, message: impl Into<String>) -> Self {
         Self::Protocol { provider: provider.to_owned(), message: message.into() }

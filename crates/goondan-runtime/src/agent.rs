@@ -498,6 +498,10 @@ pub async fn build_agent(bundle: &Bundle, options: &AgentOptions) -> Result<Agen
         None => tooling.system_prompt.as_deref().map(str::to_owned),
     };
     let mut built = Agent::new(tooling, provider);
+    built.model = crate::turn::ModelIdentity {
+        provider: Arc::from(settings.kind.semconv_name()),
+        model: Arc::from(settings.model.as_str()),
+    };
     built.system_prompt = system_prompt;
     built.params = params;
     built.max_steps_per_turn = max_steps_per_turn;

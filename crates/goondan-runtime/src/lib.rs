@@ -42,4 +42,4 @@ pub use context::{
 pub use conversation::{Conversation, ConversationStore, InstanceLog};
 pub use extension_state::{ExtensionStateError, ExtensionStateStore};
 pub use inbox::Inbox;
-pub use turn::{Agent, NoObserver, TurnInput, TurnObserver};
+pub use turn::{Agent, ModelIdentity, NoObserver, TurnInput, TurnObserver};

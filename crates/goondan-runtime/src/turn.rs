@@ -66,6 +66,11 @@ fn is_trace_id(id: &str) -> bool {
     id.len() == 32 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) && id.bytes().any(|b| b != b'0')
 }
 
+/// A span id as the runtime makes them: 16 lowercase hex digits, not all zero.
+fn is_span_id(id: &str) -> bool {
+    id.len() == 16 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) && id.bytes().any(|b| b != b'0')
+}
+
 /// An agent that runs turns: its tooling (tools, executor, middleware,
 /// events) and its model.
 pub struct Agent {
@@ -73,6 +78,9 @@ pub struct Agent {
     pub tooling: AgentTooling,
     /// The model.
     pub provider: Arc<dyn ModelProvider>,
+    /// The model's provider and id as telemetry names them
+    /// (`gen_ai.provider.name`, `gen_ai.request.model`).
+    pub model: ModelIdentity,
     /// The system prompt.
     pub system_prompt: Option<String>,
     /// Sampling parameters.
@@ -94,6 +102,15 @@ pub struct Agent {
     pub inbox: Option<Arc<Inbox>>,
 }
 
+/// Which model an agent calls, as its `step.completed` events name it.
+#[derive(Debug, Clone, Default)]
+pub struct ModelIdentity {
+    /// The provider (`openai`, `anthropic`, `gcp.gemini`, `scripted`).
+    pub provider: Arc<str>,
+    /// The model id of the Model resource.
+    pub model: Arc<str>,
+}
+
 /// What starts a turn: the input, and where it came from.
 #[derive(Debug, Clone, Default)]
 pub struct TurnInput {
@@ -104,6 +121,13 @@ pub struct TurnInput {
     pub trace_id: Option<String>,
     /// Metadata of the user message (who sent it, for an agent's request).
     pub metadata: JsonObject,
+    /// The span that caused the turn in the caller's trace (the calling
+    /// agent's tool call, a connector's event), 16 hex digits: the turn's
+    /// parent. Ignored unless `trace_id` is kept.
+    pub parent_span_id: Option<String>,
+    /// A span the turn follows from without being its child (the call
+    /// that started a task whose end this turn delivers): `(traceId, spanId)`.
+    pub link: Option<(String, String)>,
 }
 
 impl From<String> for TurnInput {
@@ -152,9 +176,11 @@ impl Agent {
 
     /// An agent with default limits, no system prompt and default parameters.
     pub fn new(tooling: AgentTooling, provider: Arc<dyn ModelProvider>) -> Self {
+        let model = ModelIdentity { provider: Arc::from(provider.name()), model: Arc::from("") };
         Self {
             tooling,
             provider,
+            model,
             system_prompt: None,
             params: ModelParams::default(),
             max_steps_per_turn: Self::DEFAULT_MAX_STEPS_PER_TURN,
@@ -177,7 +203,7 @@ impl Agent {
         observer: &dyn TurnObserver,
         cancel: watch::Receiver<bool>,
     ) -> TurnOutcome {
-        let TurnInput { text: input, trace_id, metadata: input_metadata } = input.into();
+        let TurnInput { text: input, trace_id, metadata: input_metadata, parent_span_id, link } = input.into();
         let tooling = &self.tooling;
         let store = conversation.store.clone();
         if conversation.needs_reload {
@@ -186,12 +212,19 @@ impl Agent {
         let started = Instant::now();
         let span_ids = Arc::new(SpanIdGenerator::new());
         let turn_span = span_ids.next_raw();
+        let continued = trace_id.filter(|id| is_trace_id(id));
+        // A caller's span is the turn's parent only in the caller's trace.
+        let parent = parent_span_id.filter(|span| continued.is_some() && is_span_id(span));
         let trace = TraceIds {
-            trace_id: Arc::from(trace_id.filter(|id| is_trace_id(id)).unwrap_or_else(new_trace_id)),
+            trace_id: Arc::from(continued.unwrap_or_else(new_trace_id)),
             turn_id: Arc::from(new_ordered_id()),
             turn_span_hex: Arc::from(format_span_id(turn_span)),
+            parent: parent.map(Arc::from),
         };
-        self.emit(EventKind::TurnStarted, &trace, turn_span, None, None, None);
+        let started_extra = link
+            .filter(|(trace, span)| is_trace_id(trace) && is_span_id(span))
+            .map(|(trace, span)| serde_json::json!({"link": {"traceId": trace, "spanId": span}}));
+        self.emit(EventKind::TurnStarted, &trace, turn_span, trace.parent.as_deref(), None, started_extra.as_ref());
 
         let emitter_turn = Arc::new(EmitterTurn {
             sink: Arc::clone(&tooling.events),
@@ -308,7 +341,7 @@ impl Agent {
         {
             map.insert("error".to_owned(), JsonValue::String(note));
         }
-        self.emit(kind, trace, turn_span, None, None, Some(&extra));
+        self.emit(kind, trace, turn_span, trace.parent.as_deref(), None, Some(&extra));
         self.tooling.events.flushed().await;
     }
 
@@ -363,6 +396,8 @@ struct TraceIds {
     trace_id: Arc<str>,
     turn_id: Arc<str>,
     turn_span_hex: Arc<str>,
+    /// The caller's span, when the turn continues another's trace.
+    parent: Option<Arc<str>>,
 }
 
 /// The turn core: the user message, then the steps.
@@ -505,6 +540,7 @@ impl TurnCore<'_> {
             store: self.store,
             observer: self.observer,
             cancel: self.cancel.clone(),
+            model_call: std::sync::Mutex::new(None),
             ids: ScopeIds {
                 turn_id: Arc::clone(&ctx.turn_id),
                 step_id: Arc::clone(&step_id),
@@ -529,7 +565,11 @@ impl TurnCore<'_> {
         {
             step.failure = Some(StepFailure::Commit(error.to_string()));
         }
-        let extra = serde_json::json!({"stepIndex": step_index, "toolCalls": step.tool_calls.len()});
+        let mut extra = serde_json::json!({"stepIndex": step_index, "toolCalls": step.tool_calls.len()});
+        let model_call = core.model_call.lock().map(|mut call| call.take()).unwrap_or_default();
+        if let (Some(call), Some(map)) = (model_call, extra.as_object_mut()) {
+            map.insert("model".to_owned(), call.to_json(&agent.model));
+        }
         agent.emit(EventKind::StepCompleted, self.trace, step_span, parent, Some(&step_id), Some(&extra));
         // The step's messages were synced by the commit; make its events
         // durable too before the next step begins.
@@ -545,6 +585,51 @@ struct StepCore<'a> {
     observer: &'a dyn TurnObserver,
     cancel: watch::Receiver<bool>,
     ids: ScopeIds,
+    /// The step's model call, for its `step.completed` event.
+    model_call: std::sync::Mutex<Option<ModelCall>>,
+}
+
+/// One model call, as `step.completed` reports it under `model`
+/// (telemetry's `chat` span).
+struct ModelCall {
+    started_ms: u64,
+    duration: Duration,
+    usage: goondan_llm::TokenUsage,
+    finish_reason: Option<&'static str>,
+    error: Option<(&'static str, String)>,
+}
+
+impl ModelCall {
+    fn to_json(&self, model: &ModelIdentity) -> JsonValue {
+        let mut call = serde_json::json!({
+            "provider": &*model.provider,
+            "name": &*model.model,
+            "started": self.started_ms,
+            "duration": self.duration.as_secs_f64() * 1000.0,
+            "inputTokens": self.usage.input_tokens,
+            "outputTokens": self.usage.output_tokens,
+        });
+        if let Some(map) = call.as_object_mut() {
+            if let Some(reason) = self.finish_reason {
+                map.insert("finishReason".to_owned(), JsonValue::from(reason));
+            }
+            if let Some((kind, message)) = &self.error {
+                map.insert("errorType".to_owned(), JsonValue::from(*kind));
+                map.insert("error".to_owned(), JsonValue::from(message.as_str()));
+            }
+        }
+        call
+    }
+}
+
+/// The GenAI semantic conventions' name of a stop reason.
+fn finish_reason(reason: goondan_llm::StopReason) -> &'static str {
+    match reason {
+        goondan_llm::StopReason::EndTurn => "stop",
+        goondan_llm::StopReason::ToolUse => "tool_calls",
+        goondan_llm::StopReason::MaxTokens => "length",
+        goondan_llm::StopReason::Other => "other",
+    }
 }
 
 impl Core<StepContext, StepOutcome> for StepCore<'_> {
@@ -576,10 +661,21 @@ impl StepCore<'_> {
             StreamEvent::ToolCallStarted { name, .. } => observer.tool_call_started(&name),
         };
         let mut cancel = self.cancel.clone();
+        let (started_ms, started) = (now_millis(), Instant::now());
         let reply = tokio::select! {
             reply = agent.provider.complete(&request, &on_event) => reply,
             () = cancelled(&mut cancel) => Err(ModelError::Cancelled),
         };
+        let record = ModelCall {
+            started_ms,
+            duration: started.elapsed(),
+            usage: reply.as_ref().map(|r| r.usage).unwrap_or_default(),
+            finish_reason: reply.as_ref().ok().and_then(|r| r.stop_reason).map(finish_reason),
+            error: reply.as_ref().err().map(|e| (e.kind(), e.to_string())),
+        };
+        if let Ok(mut call) = self.model_call.lock() {
+            *call = Some(record);
+        }
         let reply = match reply {
             Ok(reply) => reply,
             Err(ModelError::Cancelled) => {

@@ -738,7 +738,12 @@ async fn a_turn_continues_the_callers_trace_and_its_input_carries_metadata() {
     let trace = "0123456789abcdef0123456789abcdef";
     let mut metadata = goondan_core::JsonObject::new();
     metadata.insert("__goondanInbound".to_owned(), json!({"sourceName": "coordinator"}));
-    let input = goondan_runtime::TurnInput { text: "hi".to_owned(), trace_id: Some(trace.to_owned()), metadata };
+    let input = goondan_runtime::TurnInput {
+        text: "hi".to_owned(),
+        trace_id: Some(trace.to_owned()),
+        metadata,
+        ..Default::default()
+    };
     let outcome = f.agent.run_turn(&mut conversation, input, &Collect::default(), never_cancelled()).await;
     assert_eq!(outcome.end, TurnEnd::Answered);
     let events = f.events.events();
@@ -769,6 +774,45 @@ async fn a_turn_continues_the_callers_trace_and_its_input_carries_metadata() {
     let g = fixture(json!([{"text": "done"}]), 4);
     let _ = g.agent.run_turn(&mut conversation, input, &Collect::default(), never_cancelled()).await;
     assert!(g.events.events().iter().all(|e| e["traceId"].as_str().is_some_and(|t| t.len() == 32 && t != trace)));
+}
+
+#[tokio::test]
+async fn a_callers_span_parents_the_turn_a_link_is_recorded_and_each_step_reports_its_model_call() {
+    let f = fixture(json!([{"toolCalls": [{"name": "echo__say", "args": {"text": "x"}}]}, {"text": "done"}]), 4);
+    let (mut conversation, _store) = recorded(Vec::new());
+    let trace = "0123456789abcdef0123456789abcdef";
+    let input = goondan_runtime::TurnInput {
+        text: "hi".to_owned(),
+        trace_id: Some(trace.to_owned()),
+        parent_span_id: Some("00f067aa0ba902b7".to_owned()),
+        link: Some(("fedcba9876543210fedcba9876543210".to_owned(), "1111111111111111".to_owned())),
+        ..Default::default()
+    };
+    let outcome = f.agent.run_turn(&mut conversation, input, &Collect::default(), never_cancelled()).await;
+    assert_eq!(outcome.end, TurnEnd::Answered);
+    let events = f.events.events();
+    let started = &events[0];
+    assert_eq!(started["type"], "turn.started");
+    assert_eq!(started["parentSpanId"], "00f067aa0ba902b7");
+    assert_eq!(started["link"]["spanId"], "1111111111111111");
+    let ended = events.iter().find(|e| e["type"] == "turn.completed").unwrap_or_else(|| panic!("{events:?}"));
+    assert_eq!(ended["parentSpanId"], "00f067aa0ba902b7");
+    let steps: Vec<_> = events.iter().filter(|e| e["type"] == "step.completed").collect();
+    assert_eq!(steps.len(), 2);
+    assert_eq!(steps[0]["model"]["provider"], "recording", "the provider's name when no Model resource named it");
+    assert_eq!(steps[0]["model"]["finishReason"], "tool_calls");
+    assert_eq!(steps[1]["model"]["finishReason"], "stop");
+    assert!(steps[0]["model"]["duration"].as_f64().is_some_and(|d| d >= 0.0));
+    assert!(steps[0]["model"]["started"].as_u64().is_some_and(|t| t > 0));
+    // A parent span outside the caller's trace is not taken.
+    let g = fixture(json!([{"text": "done"}]), 4);
+    let input = goondan_runtime::TurnInput {
+        text: "x".to_owned(),
+        parent_span_id: Some("00f067aa0ba902b7".to_owned()),
+        ..Default::default()
+    };
+    let _ = g.agent.run_turn(&mut conversation, input, &Collect::default(), never_cancelled()).await;
+    assert!(g.events.events()[0].get("parentSpanId").is_none());
 }
 
 #[tokio::test]
