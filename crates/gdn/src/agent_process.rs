@@ -30,8 +30,15 @@ pub async fn run(_global: &GlobalOptions, session: &crate::Session) -> Result<u8
     };
     let instance = channel.init.instance.clone();
     let runtime = SwarmRuntime::new(&channel);
+    let mut exporter = None;
     let wire = |options: &mut goondan_runtime::agent::AgentOptions| {
         crate::wiring::install(options, &session.tool_processes);
+        // The variables as the agent sees them: its secrets (the headers
+        // among them) from `init`, then its environment.
+        exporter = crate::telemetry::start(&options.env);
+        if let Some(exporter) = &exporter {
+            crate::telemetry::attach(options, exporter);
+        }
     };
     let prepared = match prepare(&channel, &runtime, wire).await {
         Ok(prepared) => prepared,
@@ -49,6 +56,7 @@ pub async fn run(_global: &GlobalOptions, session: &crate::Session) -> Result<u8
     let end = serve(prepared.agent, prepared.conversation, channel, runtime, prepared.tasks, terminate).await;
     session.shutdown.turn_ended();
     tracing::debug!("{instance} stops: {end:?}");
+    crate::telemetry::flush_at_exit(exporter).await;
     // Background jobs of its tool calls end with it (main kills them).
     Ok(match end {
         ServeEnd::Shutdown | ServeEnd::Disconnected | ServeEnd::Restart => exit::OK,

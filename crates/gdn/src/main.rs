@@ -26,6 +26,7 @@ mod service_control;
 mod service_status;
 mod shutdown;
 mod task;
+mod telemetry;
 mod watch;
 mod wiring;
 mod workspace;

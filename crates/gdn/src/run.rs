@@ -472,8 +472,11 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
                 env: Arc::clone(&session.env),
                 check_bundle: Arc::clone(&check_bundle),
             }),
+            telemetry: crate::telemetry::start(&session.env),
         };
+        let telemetry = options.telemetry.clone();
         let served = crate::service::serve(connections, &orchestrator, options, &session.shutdown, out).await?;
+        crate::telemetry::flush_at_exit(telemetry).await;
         orchestrator.shutdown("the service stopped").await;
         if let Some(restart) = served.restart {
             if restart.fresh {

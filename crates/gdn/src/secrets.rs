@@ -84,6 +84,8 @@ pub fn is_secret_name(name: &str) -> bool {
         || upper.contains("PASSWORD")
         || upper.contains("PASSWD")
         || upper.ends_with("_CREDENTIALS")
+        // OTLP headers carry the collector's credentials.
+        || upper.starts_with("OTEL_") && upper.ends_with("_HEADERS")
 }
 
 /// Takes the secrets out of the process environment, or reads back the ones

@@ -210,6 +210,8 @@ struct HubTurns {
     orchestrator: Orchestrator,
     /// `--json`: a JSON line per turn instead of the answer's text.
     json: bool,
+    /// OpenTelemetry: each event's turn is the child of a span of its own.
+    telemetry: Option<goondan_telemetry::Exporter>,
 }
 
 impl HubTurns {
@@ -253,9 +255,23 @@ impl TurnRunner for HubTurns {
                 name: turn.entry.connection.clone(),
                 instance_key: None,
             },
+            trace_id: None,
+            traceparent: None,
+        };
+        let span = self.telemetry.as_ref().map(|_| EventSpan::begin(turn, &instance));
+        let inbound = match &span {
+            Some(span) => Inbound {
+                trace_id: Some(span.trace_id.clone()),
+                traceparent: Some(goondan_core::ids::format_traceparent(&span.trace_id, span.span_id)),
+                ..inbound
+            },
+            None => inbound,
         };
         let answer = self.orchestrator.deliver(&instance, inbound, cancel.clone()).await;
         let end = classify(&answer, *cancel.borrow());
+        if let (Some(span), Some(exporter)) = (span, &self.telemetry) {
+            exporter.export_span(span.end(&end));
+        }
         if matches!(end, TurnEnd::Answered | TurnEnd::Failed(_)) {
             self.print(turn, &instance, &answer);
         }
@@ -276,6 +292,65 @@ impl TurnRunner for HubTurns {
         }
         end
     }
+}
+
+/// The span of one connector event's turn, in the hub: the root of the
+/// trace the agents' spans continue.
+struct EventSpan {
+    trace_id: String,
+    span_id: u64,
+    start_ns: u64,
+    name: String,
+    attributes: Vec<(&'static str, goondan_telemetry::AttrValue)>,
+}
+
+impl EventSpan {
+    fn begin(turn: &Stored, instance: &AgentInstance) -> Self {
+        use goondan_telemetry::AttrValue;
+        let trace_id = goondan_core::ids::new_trace_id();
+        let span_id = goondan_core::ids::SpanIdGenerator::new().next_raw();
+        Self {
+            trace_id,
+            span_id,
+            start_ns: now_ns(),
+            name: format!("process {}", turn.entry.connection),
+            attributes: vec![
+                ("goondan.connection", AttrValue::from(turn.entry.connection.as_str())),
+                ("goondan.event.name", AttrValue::from(turn.entry.event.name.as_str())),
+                ("goondan.delivery_key", AttrValue::from(turn.key.as_str())),
+                ("gen_ai.agent.name", AttrValue::from(instance.agent.as_str())),
+                ("goondan.instance_key", AttrValue::from(instance.instance_key.as_str())),
+            ],
+        }
+    }
+
+    fn end(self, end: &TurnEnd) -> goondan_telemetry::SpanRecord {
+        let trace_id = u128::from_str_radix(&self.trace_id, 16).map(u128::to_be_bytes).unwrap_or([0; 16]);
+        let status = match end {
+            TurnEnd::Answered | TurnEnd::Interrupted => goondan_telemetry::SpanStatus::Unset,
+            TurnEnd::Failed(message) | TurnEnd::Retry(message) | TurnEnd::Hold(message) => {
+                goondan_telemetry::SpanStatus::Error(message.clone())
+            }
+        };
+        goondan_telemetry::SpanRecord {
+            trace_id,
+            span_id: self.span_id,
+            parent_span_id: 0,
+            name: self.name,
+            kind: goondan_telemetry::SpanKind::Consumer,
+            start_ns: self.start_ns,
+            end_ns: now_ns(),
+            attributes: self.attributes,
+            status,
+            links: Vec::new(),
+        }
+    }
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 fn classify(answer: &DelegateResultPayload, cancelled: bool) -> TurnEnd {
@@ -319,6 +394,8 @@ pub struct ServeOptions {
     pub control: Option<ControlParts>,
     /// `--watch`: the bundle's watcher and what re-planning Connections needs.
     pub watch: Option<WatchParts>,
+    /// The hub's OpenTelemetry exporter, when the `OTEL_*` variables ask for one.
+    pub telemetry: Option<goondan_telemetry::Exporter>,
 }
 
 /// What `--watch` needs in a service.
@@ -547,7 +624,11 @@ pub async fn serve(
         }
     };
     let resumed = recovered.len();
-    let runner = Arc::new(HubTurns { orchestrator: orchestrator.clone(), json: options.json });
+    let runner = Arc::new(HubTurns {
+        orchestrator: orchestrator.clone(),
+        json: options.json,
+        telemetry: options.telemetry.clone(),
+    });
     let dispatch = DispatchOptions { max_concurrent: options.max_concurrent.max(1), ..DispatchOptions::default() };
     let dispatcher = Dispatcher::start(inbox.clone(), runner, recovered, stored_rx, dispatch);
 

@@ -51,6 +51,7 @@ const RULES: &[(&str, &[&str])] = &[
             "goondan-orchestrator",
             "goondan-agent",
             "goondan-sandbox",
+            "goondan-telemetry",
         ],
     ),
 ];

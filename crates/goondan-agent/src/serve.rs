@@ -361,12 +361,24 @@ fn completion_job(message: &goondan_core::Message, me: &AgentInstance) -> Job {
             input,
             metadata,
             trace_id: None,
+            traceparent: None,
             asynchronous: false,
             hops: 0,
             source: goondan_ipc::MessageSourceInfo { kind: TASK_SOURCE.to_owned(), name: tool, instance_key: None },
             tool_call_id: None,
         },
     }
+}
+
+/// A turn's input from a delegated message: its trace, and its parent span
+/// when the sender's `traceparent` names a span of that trace.
+fn turn_input(text: String, trace_id: Option<String>, traceparent: Option<&str>, metadata: JsonObject) -> TurnInput {
+    let parent = traceparent
+        .and_then(goondan_core::ids::parse_traceparent)
+        .filter(|parent| trace_id.as_deref().is_none_or(|trace| trace == parent.trace_id))
+        .map(|parent| (parent.trace_id.to_owned(), parent.span_id.to_owned()));
+    let trace_id = trace_id.or_else(|| parent.as_ref().map(|(trace, _)| trace.clone()));
+    TurnInput { text, trace_id, metadata, parent_span_id: parent.map(|(_, span)| span), link: None }
 }
 
 /// The source kind of a completion turn.
@@ -521,7 +533,7 @@ impl Worker<'_> {
             }
             metadata.insert(INBOUND_METADATA_KEY.to_owned(), inbound);
         }
-        let input = TurnInput { text: payload.input, trace_id: payload.trace_id.clone(), metadata };
+        let input = turn_input(payload.input, payload.trace_id.clone(), payload.traceparent.as_deref(), metadata);
         let outcome = agent.run_turn(conversation, input, &observer, cancel).await;
         on_terminate.abort();
         *control.running.lock().unwrap_or_else(PoisonError::into_inner) = None;

@@ -148,6 +148,7 @@ impl SwarmRuntime {
             input: request.input.clone(),
             metadata: request.metadata.clone(),
             trace_id: Some(ctx.scope().trace_id.to_string()),
+            traceparent: Some(ctx.traceparent()),
             asynchronous,
             hops: self.hops.load(Ordering::Relaxed).saturating_add(1),
             source: MessageSourceInfo {

@@ -258,6 +258,11 @@ pub struct DelegatePayload {
     /// The caller's trace, which the target's turn continues.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
+    /// The W3C `traceparent` of the span that sent it (the caller's tool
+    /// call, a connector's event): the target's turn is its child. The hub
+    /// passes it on untouched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
     /// The caller does not wait: the reply is delivered into its conversation.
     #[serde(default, rename = "async")]
     pub asynchronous: bool,
@@ -559,6 +564,7 @@ mod tests {
                     input: "hi".into(),
                     metadata: JsonObject::new(),
                     trace_id: None,
+                    traceparent: None,
                     asynchronous: false,
                     hops: 1,
                     source: MessageSourceInfo {

@@ -36,6 +36,10 @@ pub struct Inbound {
     pub metadata: JsonObject,
     /// Where it came from (`cli`, or `connector` and the Connection).
     pub source: MessageSourceInfo,
+    /// The trace the turn continues (a connector's event span's), if any.
+    pub trace_id: Option<String>,
+    /// The W3C `traceparent` of the span the turn is a child of.
+    pub traceparent: Option<String>,
 }
 
 impl Inbound {
@@ -46,6 +50,8 @@ impl Inbound {
             event_type: "user.input".to_owned(),
             metadata: JsonObject::new(),
             source: MessageSourceInfo { kind: CLI.to_owned(), name: CLI.to_owned(), instance_key: None },
+            trace_id: None,
+            traceparent: None,
         }
     }
 }

@@ -48,6 +48,8 @@ pub struct ToolContext {
     scope: Arc<CallScope>,
     tool_name: Arc<str>,
     tool_call_id: Arc<str>,
+    /// The call's span (its `tool.*` events'), 0 outside the executor.
+    span_id: u64,
     /// Log lines from the tool, tagged with the agent, tool and call.
     pub logger: ToolLogger,
 }
@@ -67,7 +69,31 @@ impl fmt::Debug for ToolContext {
 impl ToolContext {
     /// A context for one call.
     pub fn new(scope: Arc<CallScope>, tool_name: Arc<str>, tool_call_id: impl Into<Arc<str>>) -> Self {
-        Self { scope, tool_name, tool_call_id: tool_call_id.into(), logger: ToolLogger }
+        Self { scope, tool_name, tool_call_id: tool_call_id.into(), span_id: 0, logger: ToolLogger }
+    }
+
+    /// The same context in the span `span_id` (the executor's call span).
+    #[must_use]
+    pub fn in_span(mut self, span_id: u64) -> Self {
+        self.span_id = span_id;
+        self
+    }
+
+    /// The call's span id (0 when the call was made outside the executor).
+    pub fn span_id(&self) -> u64 {
+        self.span_id
+    }
+
+    /// The W3C `traceparent` naming this call's span in its trace, for
+    /// whatever the call reaches in another process (the JavaScript host,
+    /// an MCP server, another agent) to continue the trace under it. The
+    /// step's span when the call has none of its own.
+    pub fn traceparent(&self) -> String {
+        let span = match self.span_id {
+            0 => u64::from_str_radix(&self.scope.step_span_id, 16).unwrap_or(1),
+            span => span,
+        };
+        goondan_core::ids::format_traceparent(&self.scope.trace_id, span)
     }
 
     /// The current agent's name.

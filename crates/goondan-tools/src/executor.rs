@@ -54,6 +54,8 @@ pub struct ToolCallContext {
     /// start of the call): the handler's deadline, and, a moment later,
     /// the whole chain's.
     deadline: Option<tokio::time::Instant>,
+    /// The call's span (its `tool.*` events').
+    span_id: u64,
 }
 
 impl ToolCallContext {
@@ -184,6 +186,7 @@ impl ToolExecutor {
             scope: Arc::clone(scope),
             catalog: Arc::clone(catalog),
             deadline,
+            span_id,
         };
         let chain = CatchUnwind::new(self.middleware.run(&mut ctx, &self.core));
         // A toolCall layer that never finishes (it awaits forever, or never
@@ -307,7 +310,8 @@ impl ExecutorCore {
             Arc::clone(&ctx.scope),
             Arc::clone(tool.item.shared_name()),
             Arc::clone(&ctx.tool_call_id),
-        );
+        )
+        .in_span(ctx.span_id);
         let span = tracing::debug_span!(
             target: "goondan::tool",
             "tool",

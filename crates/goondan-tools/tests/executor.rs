@@ -1272,3 +1272,21 @@ async fn a_tool_name_without_its_export_names_the_exports() {
     assert_eq!(out["error"]["message"], "'bash' is a Tool, not one of its exports: a tool's name is resource__export.");
     assert_eq!(out["error"]["suggestion"], "Call one of: bash__exec, bash__script.");
 }
+
+#[tokio::test]
+async fn a_handler_gets_the_traceparent_of_its_calls_span() {
+    let (handler, _) = counting(|ctx, _| Ok(ToolOutput::Value(json!({"traceparent": ctx.traceparent()}))));
+    let sink = Arc::new(MemoryEventSink::new());
+    let ready = Fixture::new().tool(item("t__run"), handler).events(&sink).build();
+    let result = ready.json("t__run", json!({})).await;
+    let events = sink.events();
+    let called = &events[0];
+    assert_eq!(called["type"], "tool.called");
+    let expected = format!(
+        "00-{}-{}-01",
+        called["traceId"].as_str().unwrap_or_default(),
+        called["spanId"].as_str().unwrap_or_default()
+    );
+    assert_eq!(result["output"]["traceparent"], expected.as_str());
+    assert!(goondan_core::ids::parse_traceparent(&expected).is_some());
+}
