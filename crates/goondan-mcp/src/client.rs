@@ -856,7 +856,7 @@ pub async fn call_tool(
     params: CallToolRequestParams,
     progress: Option<ProgressListener>,
 ) -> (Result<CallToolResult, ClientError>, Option<ProgressRoute>) {
-    let (answered, route) = call_tool_answer(connection, notifications, params, progress).await;
+    let (answered, route) = call_tool_answer(connection, notifications, params, progress, None).await;
     let result = match answered {
         Ok(Answer::Complete(result)) => Ok(result),
         Ok(Answer::Task(task)) => match follow_task(connection, task, std::future::pending()).await {
@@ -878,11 +878,21 @@ pub async fn call_tool_answer(
     notifications: &Arc<Notifications>,
     params: CallToolRequestParams,
     progress: Option<ProgressListener>,
+    traceparent: Option<&str>,
 ) -> (Result<Answer, ClientError>, Option<ProgressRoute>) {
     let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+    let mut options = PeerRequestOptions::no_options();
+    if let Some(traceparent) = traceparent {
+        // W3C trace context in the request's `_meta`, as MCP's
+        // OpenTelemetry convention has it: the server's spans continue the
+        // calling tool's.
+        let mut meta = rmcp::model::RequestMetaObject::new();
+        meta.0.insert("traceparent".to_owned(), serde_json::Value::String(traceparent.to_owned()));
+        options.meta = Some(meta);
+    }
     // The SDK gives every request a progress token of its own; the handle
     // says which. Progress that beats the route is kept until it is set.
-    let handle = match connection.peer.send_request_with_option(request, PeerRequestOptions::no_options()).await {
+    let handle = match connection.peer.send_request_with_option(request, options).await {
         Ok(handle) => handle,
         Err(error) => return (Err(request_error(connection, &error)), None),
     };

@@ -92,8 +92,15 @@ impl McpToolHandler {
             (Some(events), Some(ctx)) if events.sink.enabled() => Some(progress_listener(events.clone(), ctx)),
             _ => None,
         };
-        let (answered, route) =
-            client::call_tool_answer(&connection, self.server.notifications(), params, listener).await;
+        let traceparent = ctx.map(ToolContext::traceparent);
+        let (answered, route) = client::call_tool_answer(
+            &connection,
+            self.server.notifications(),
+            params,
+            listener,
+            traceparent.as_deref(),
+        )
+        .await;
         // Progress sent before the answer is still delivered for a moment.
         drop(route);
         match answered {

@@ -8,8 +8,9 @@
 // so the listing tests see the same tools) answers with a text of
 // `arguments.mib` MiB (one line over the client's limit). With FAKE_MCP_GATE
 // set, it exits at once unless that file exists (a server that cannot start
-// again).
-import { existsSync, writeFileSync } from 'node:fs';
+// again). With FAKE_MCP_META set, the `_meta` of every tools/call is
+// appended to that file, a JSON line each (the trace context a client sends).
+import { appendFileSync, existsSync, writeFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 
 if (process.env.FAKE_MCP_GATE && !existsSync(process.env.FAKE_MCP_GATE)) {
@@ -36,6 +37,9 @@ createInterface({ input: process.stdin }).on('line', (line) => {
     return;
   }
   const { id, method, params } = message;
+  if (method === 'tools/call' && process.env.FAKE_MCP_META) {
+    appendFileSync(process.env.FAKE_MCP_META, JSON.stringify(params?._meta ?? null) + '\n');
+  }
   if (id === undefined) {
     if (method === 'notifications/cancelled' && hanging.has(params?.requestId) && process.env.FAKE_MCP_CANCELLED) {
       writeFileSync(process.env.FAKE_MCP_CANCELLED, String(params.reason ?? ''));

@@ -104,12 +104,15 @@ pub(crate) fn refusal(api: &str, method: &str, failure: ToolFailure) -> String {
 
 /// The JSON part of the JavaScript ToolContext; the host adds `logger` and
 /// `runtime`. Never `swarmBundle` or `oauth` (spec 000 §12.5 rule 3).
+/// `traceparent` (W3C) names the call's span, so a tool can continue the
+/// trace in what it calls (an addition of goondan-rs).
 pub(crate) fn context_json(ctx: &ToolContext) -> JsonValue {
     json!({
         "agentName": ctx.agent_name(),
         "instanceKey": ctx.instance_key(),
         "turnId": ctx.turn_id(),
         "traceId": &*ctx.scope().trace_id,
+        "traceparent": ctx.traceparent(),
         "toolCallId": ctx.tool_call_id(),
         "toolName": ctx.tool_name(),
         "message": serde_json::to_value(ctx.message()).unwrap_or(JsonValue::Null),
