@@ -30,9 +30,13 @@ fn main() {
     // earlier turns and exits, for counting instructions with callgrind
     // (`--toggle-collect='tokio::runtime::runtime::Runtime::block_on*'`;
     // the difference between two TURNS counts is the cost of the extra turns).
+    // With TURN_OTEL=1 the counted turns export their spans (to a local
+    // receiver started here), as an agent process does with the OTEL_*
+    // variables set.
     if let Ok(spec) = std::env::var("TURN_IR") {
         let mut parts = spec.split(':').map(|n| n.parse::<usize>().unwrap_or(0));
-        counted_turns(parts.next().unwrap_or(0), parts.next().unwrap_or(1));
+        let traced = std::env::var("TURN_OTEL").is_ok_and(|v| v == "1");
+        counted_turns(parts.next().unwrap_or(0), parts.next().unwrap_or(1), traced);
         return;
     }
     divan::Divan::default().sample_count(500).config_with_args().main();
@@ -54,9 +58,10 @@ fn after_turns(
     conversation.state().clone()
 }
 
-fn counted_turns(prior: usize, turns: usize) {
+fn counted_turns(prior: usize, turns: usize, traced: bool) {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap_or_else(|e| panic!("{e}"));
-    let agent = agent();
+    let exporter = traced.then(exporter);
+    let agent = agent_with(exporter.as_ref());
     let (_cancel, cancelled) = watch::channel(false);
     let state = after_turns(&runtime, &agent, prior, &cancelled);
     for _ in 0..turns {
@@ -65,6 +70,48 @@ fn counted_turns(prior: usize, turns: usize) {
         assert_eq!(outcome.steps, 2);
         black_box(conversation);
     }
+    if let Some(exporter) = exporter {
+        assert!(exporter.flush(std::time::Duration::from_secs(10)), "the spans were sent");
+        let stats = exporter.stats();
+        assert!(stats.exported.load(std::sync::atomic::Ordering::Relaxed) > 0);
+    }
+}
+
+/// An exporter to a receiver on 127.0.0.1 that answers every request 200
+/// (read and dropped: what is measured is the agent's side).
+fn exporter() -> goondan_telemetry::Exporter {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+    let address = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(&stream);
+            let mut length = 0;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line.trim().is_empty() {
+                    break;
+                }
+                if let Some((key, value)) = line.trim_end().split_once(':')
+                    && key.eq_ignore_ascii_case("content-length")
+                {
+                    length = value.trim().parse().unwrap_or(0);
+                }
+            }
+            let mut body = vec![0; length];
+            let _ = reader.read_exact(&mut body);
+            let _ = (&stream).write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+        }
+    });
+    let base = format!("http://{address}");
+    let lookup = |name: &str| match name {
+        "OTEL_EXPORTER_OTLP_ENDPOINT" => Some(base.clone()),
+        "OTEL_BSP_SCHEDULE_DELAY" => Some("200".to_owned()),
+        _ => None,
+    };
+    let config =
+        goondan_telemetry::TelemetryConfig::from_env(&lookup).ok().flatten().unwrap_or_else(|| panic!("config"));
+    goondan_telemetry::Exporter::start(config).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Replies instantly: a tool call while the turn has no tool result yet, then text.
@@ -102,13 +149,20 @@ struct Quiet;
 
 impl TurnObserver for Quiet {}
 
-fn agent() -> Agent {
+/// The bench's agent; its events also feed `exporter`'s spans when given.
+fn agent_with(exporter: Option<&goondan_telemetry::Exporter>) -> Agent {
     let registry = ToolRegistry::new();
     let item = ToolCatalogItem::new("noop__run", ToolSource::extension("bench")).with_parameters(json!({
         "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"], "additionalProperties": false
     }));
     registry.register(item, sync_handler(|_, _| Ok(ToolOutput::Value(Value::Null)))).unwrap_or_else(|e| panic!("{e}"));
-    let events: Arc<dyn EventSink> = Arc::new(Subscriber);
+    let events: Arc<dyn EventSink> = match exporter {
+        Some(exporter) => Arc::new(goondan_tools::FanoutEventSink::new(vec![
+            Arc::new(Subscriber),
+            Arc::new(goondan_telemetry::TelemetrySink::new(exporter.clone())),
+        ])),
+        None => Arc::new(Subscriber),
+    };
     let provider = Instant {
         call: ModelResponse {
             text: None,
@@ -136,8 +190,20 @@ fn agent() -> Agent {
 /// One two-step turn on a conversation that already holds `prior` turns.
 #[divan::bench(args = [0, 50])]
 fn two_step_turn(bencher: Bencher<'_, '_>, prior: usize) {
+    turns(bencher, prior, None);
+}
+
+/// The same turn with its spans exported over OTLP to a local receiver
+/// (the exporter's queue, thread and HTTP requests running beside it).
+#[divan::bench(args = [0, 50])]
+fn two_step_turn_traced(bencher: Bencher<'_, '_>, prior: usize) {
+    let exporter = exporter();
+    turns(bencher, prior, Some(&exporter));
+}
+
+fn turns(bencher: Bencher<'_, '_>, prior: usize, exporter: Option<&goondan_telemetry::Exporter>) {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap_or_else(|e| panic!("{e}"));
-    let agent = agent();
+    let agent = agent_with(exporter);
     let (_cancel, cancelled) = watch::channel(false);
     let state = after_turns(&runtime, &agent, prior, &cancelled);
     bencher.with_inputs(|| Conversation::unsaved(state.clone())).bench_local_values(|mut conversation| {
