@@ -55,6 +55,9 @@ struct Job {
     from: String,
     payload: DelegatePayload,
     wants_answer: bool,
+    /// A span the turn links back to (the call that started a task whose
+    /// end the turn delivers): `(traceId, spanId)`.
+    link: Option<(String, String)>,
 }
 
 impl Job {
@@ -64,6 +67,7 @@ impl Job {
             from: message.from,
             payload: message.payload,
             wants_answer,
+            link: None,
         }
     }
 }
@@ -348,6 +352,11 @@ fn completion_job(message: &goondan_core::Message, me: &AgentInstance) -> Job {
     let task = message.metadata.get(crate::tasks::TOOL_TASK_METADATA_KEY).cloned().unwrap_or(JsonValue::Null);
     let handle = task.get("handle").and_then(JsonValue::as_str).unwrap_or_default().to_owned();
     let tool = task.get("tool").and_then(JsonValue::as_str).unwrap_or_default().to_owned();
+    let link = task
+        .get("traceparent")
+        .and_then(JsonValue::as_str)
+        .and_then(goondan_core::ids::parse_traceparent)
+        .map(|call| (call.trace_id.to_owned(), call.span_id.to_owned()));
     let mut metadata = JsonObject::new();
     metadata.insert(crate::tasks::TOOL_TASK_METADATA_KEY.to_owned(), task);
     Job {
@@ -367,18 +376,25 @@ fn completion_job(message: &goondan_core::Message, me: &AgentInstance) -> Job {
             source: goondan_ipc::MessageSourceInfo { kind: TASK_SOURCE.to_owned(), name: tool, instance_key: None },
             tool_call_id: None,
         },
+        link,
     }
 }
 
 /// A turn's input from a delegated message: its trace, and its parent span
 /// when the sender's `traceparent` names a span of that trace.
-fn turn_input(text: String, trace_id: Option<String>, traceparent: Option<&str>, metadata: JsonObject) -> TurnInput {
+fn turn_input(
+    text: String,
+    trace_id: Option<String>,
+    traceparent: Option<&str>,
+    metadata: JsonObject,
+    link: Option<(String, String)>,
+) -> TurnInput {
     let parent = traceparent
         .and_then(goondan_core::ids::parse_traceparent)
         .filter(|parent| trace_id.as_deref().is_none_or(|trace| trace == parent.trace_id))
         .map(|parent| (parent.trace_id.to_owned(), parent.span_id.to_owned()));
     let trace_id = trace_id.or_else(|| parent.as_ref().map(|(trace, _)| trace.clone()));
-    TurnInput { text, trace_id, metadata, parent_span_id: parent.map(|(_, span)| span), link: None }
+    TurnInput { text, trace_id, metadata, parent_span_id: parent.map(|(_, span)| span), link }
 }
 
 /// The source kind of a completion turn.
@@ -445,7 +461,7 @@ impl Worker<'_> {
     /// Runs the turn for one message; true if it asked for a restart.
     async fn run_job(&self, conversation: &mut Conversation, job: Job) -> bool {
         let Worker { agent, runtime, control, outbox, me, terminate, tasks } = *self;
-        let Job { correlation_id, from, payload, wants_answer } = job;
+        let Job { correlation_id, from, payload, wants_answer, link } = job;
         // A connector's event delivered again (the service restarted before
         // it recorded the turn's end): a turn that ran to its answer is not
         // run twice; what a cut-off turn left is taken out before it runs again.
@@ -533,7 +549,7 @@ impl Worker<'_> {
             }
             metadata.insert(INBOUND_METADATA_KEY.to_owned(), inbound);
         }
-        let input = turn_input(payload.input, payload.trace_id.clone(), payload.traceparent.as_deref(), metadata);
+        let input = turn_input(payload.input, payload.trace_id.clone(), payload.traceparent.as_deref(), metadata, link);
         let outcome = agent.run_turn(conversation, input, &observer, cancel).await;
         on_terminate.abort();
         *control.running.lock().unwrap_or_else(PoisonError::into_inner) = None;
@@ -668,6 +684,40 @@ mod tests {
             "s",
             vec![ToolCall { id: "c1".into(), name: "bash__exec".into(), args: JsonObject::new() }],
         )
+    }
+
+    #[test]
+    fn a_completion_turn_links_back_to_the_call_that_started_the_task() {
+        let mut message = user("done", None);
+        let traceparent = "00-0123456789abcdef0123456789abcdef-00f067aa0ba902b7-01";
+        message.metadata.insert(
+            crate::tasks::TOOL_TASK_METADATA_KEY.into(),
+            json!({"handle": "task-1", "tool": "bash__exec", "traceparent": traceparent}),
+        );
+        let me = AgentInstance::new("worker", "default");
+        let job = completion_job(&message, &me);
+        assert_eq!(job.link, Some(("0123456789abcdef0123456789abcdef".to_owned(), "00f067aa0ba902b7".to_owned())));
+        let input = turn_input(job.payload.input, job.payload.trace_id, None, JsonObject::new(), job.link);
+        assert!(input.trace_id.is_none(), "a trace of its own");
+        assert_eq!(input.link.map(|(_, span)| span).as_deref(), Some("00f067aa0ba902b7"));
+        // A delegate's traceparent parents the turn in its trace.
+        let input = turn_input(
+            "x".into(),
+            Some("0123456789abcdef0123456789abcdef".into()),
+            Some(traceparent),
+            JsonObject::new(),
+            None,
+        );
+        assert_eq!(input.parent_span_id.as_deref(), Some("00f067aa0ba902b7"));
+        // One naming another trace does not.
+        let input = turn_input(
+            "x".into(),
+            Some("ffffffffffffffffffffffffffffffff".into()),
+            Some(traceparent),
+            JsonObject::new(),
+            None,
+        );
+        assert!(input.parent_span_id.is_none());
     }
 
     #[test]

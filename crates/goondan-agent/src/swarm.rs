@@ -396,7 +396,16 @@ impl AgentToolRuntime for SwarmRuntime {
                 // Its task first (the answer may come at once); its work is
                 // the other agent's, so a restart of this process leaves it working.
                 if let Some(tasks) = self.tasks.get() {
-                    tasks.open_remote(&correlation_id, ctx.tool_name(), ctx.tool_call_id(), ctx.turn_id()).await?;
+                    let traceparent = ctx.traceparent();
+                    tasks
+                        .open_remote(
+                            &correlation_id,
+                            ctx.tool_name(),
+                            ctx.tool_call_id(),
+                            ctx.turn_id(),
+                            Some(&traceparent),
+                        )
+                        .await?;
                 }
                 self.waiting().insert(correlation_id.clone(), Waiting::Async(pending));
                 self.send_message(message, &correlation_id).await?;

@@ -57,13 +57,17 @@ pub fn completion_text(task: &TaskView) -> String {
 
 /// The metadata a completion message carries.
 pub fn completion_metadata(task: &TaskView) -> JsonValue {
-    json!({
+    let mut metadata = json!({
         "handle": task.handle,
         "tool": task.tool,
         "toolCallId": task.call_id,
         "state": task.state,
         "endedAt": task.updated_at,
-    })
+    });
+    if let Some(traceparent) = &task.traceparent {
+        metadata["traceparent"] = json!(traceparent);
+    }
+    metadata
 }
 
 /// The handle a message delivers, if it is a completion message (queued
@@ -134,6 +138,7 @@ mod tests {
             received: false,
             remote: false,
             resume: None,
+            traceparent: Some("00-0123456789abcdef0123456789abcdef-00f067aa0ba902b7-01".into()),
         }
     }
 
@@ -153,6 +158,11 @@ mod tests {
             json!({"eventMetadata": {TOOL_TASK_METADATA_KEY: completion_metadata(&view("task-2"))}}),
         );
         assert_eq!(handle_of(&turn_input), Some("task-2"));
+        // The call's trace context goes with it, for the turn's link.
+        assert_eq!(
+            completion_metadata(&view("task-3"))["traceparent"],
+            "00-0123456789abcdef0123456789abcdef-00f067aa0ba902b7-01"
+        );
         Ok(())
     }
 }

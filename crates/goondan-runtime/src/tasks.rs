@@ -397,12 +397,20 @@ impl TaskBook {
     /// asynchronous agent request, `handle` its correlation id) before the
     /// work is sent, so that its end always finds it; a restart of this
     /// process leaves it working.
-    pub async fn open_remote(&self, handle: &str, tool: &str, call_id: &str, turn_id: &str) -> Result<(), ToolFailure> {
-        self.record_open(handle, tool, call_id, turn_id, true, None).await.map(|_| ())
+    /// `traceparent` names the calling tool's span.
+    pub async fn open_remote(
+        &self,
+        handle: &str,
+        tool: &str,
+        call_id: &str,
+        turn_id: &str,
+        traceparent: Option<&str>,
+    ) -> Result<(), ToolFailure> {
+        self.record_open(handle, tool, call_id, turn_id, true, None, traceparent.map(str::to_owned)).await.map(|_| ())
     }
 
     async fn open_as(&self, handle: &str, tool: &str, call_id: &str, turn_id: &str) -> Result<TaskTicket, ToolFailure> {
-        self.record_open(handle, tool, call_id, turn_id, false, None).await
+        self.record_open(handle, tool, call_id, turn_id, false, None, None).await
     }
 
     async fn record_open(
@@ -413,6 +421,7 @@ impl TaskBook {
         turn_id: &str,
         remote: bool,
         resume: Option<serde_json::Value>,
+        traceparent: Option<String>,
     ) -> Result<TaskTicket, ToolFailure> {
         let _writing = self.writing.lock().await;
         let now = now_millis();
@@ -431,6 +440,7 @@ impl TaskBook {
             received: false,
             remote,
             resume,
+            traceparent,
         };
         self.commit(Record::Open { task }).await?;
         let (cancel, cancelled) = watch::channel(false);
@@ -572,7 +582,12 @@ impl TaskBook {
 
 impl ToolTasks for TaskBook {
     fn open<'a>(&'a self, ctx: &'a ToolContext) -> BoxFuture<'a, Result<TaskTicket, ToolFailure>> {
-        Box::pin(self.open_task(ctx.tool_name(), ctx.tool_call_id(), ctx.turn_id()))
+        Box::pin(async move {
+            let handle = format!("task-{}", goondan_core::ids::new_id());
+            let traceparent = Some(ctx.traceparent());
+            self.record_open(&handle, ctx.tool_name(), ctx.tool_call_id(), ctx.turn_id(), false, None, traceparent)
+                .await
+        })
     }
 
     fn finish<'a>(&'a self, handle: &'a str, end: TaskEnd) -> BoxFuture<'a, Result<TaskView, ToolFailure>> {
@@ -612,7 +627,17 @@ impl ToolTasks for TaskBook {
     ) -> BoxFuture<'a, Result<TaskTicket, ToolFailure>> {
         Box::pin(async move {
             let handle = format!("task-{}", goondan_core::ids::new_id());
-            self.record_open(&handle, ctx.tool_name(), ctx.tool_call_id(), ctx.turn_id(), true, Some(resume)).await
+            let traceparent = Some(ctx.traceparent());
+            self.record_open(
+                &handle,
+                ctx.tool_name(),
+                ctx.tool_call_id(),
+                ctx.turn_id(),
+                true,
+                Some(resume),
+                traceparent,
+            )
+            .await
         })
     }
 
@@ -727,7 +752,7 @@ mod tests {
         let late = book.status_of("corr-2").await.map_err(|f| f.message)?;
         assert_eq!((late.state, late.received), (TaskState::Failed, true));
         // A remote task (another agent's work) survives a restart of the process.
-        book.open_remote("corr-3", "agents__request", "call-3", "turn").await.map_err(|f| f.message)?;
+        book.open_remote("corr-3", "agents__request", "call-3", "turn", None).await.map_err(|f| f.message)?;
         drop(book);
         let book = TaskBook::open(dir.path())?;
         let remote = book.status_of("corr-3").await.map_err(|f| f.message)?;

@@ -102,7 +102,9 @@ fn emit_turn(sink: &dyn EventSink) {
         extra,
         call_scope: None,
     };
-    sink.emit(&event(EventKind::TurnStarted, 1, Some("00000000000000aa"), 1000, None));
+    let link =
+        serde_json::json!({"link": {"traceId": "fedcba9876543210fedcba9876543210", "spanId": "1111111111111111"}});
+    sink.emit(&event(EventKind::TurnStarted, 1, Some("00000000000000aa"), 1000, Some(&link)));
     sink.emit(&event(EventKind::StepStarted, 2, Some("0000000000000001"), 1001, None));
     let scope = scope();
     let (id, name) = (Arc::from("call-1"), Arc::from("bash__exec"));
@@ -180,6 +182,8 @@ async fn a_turns_events_become_the_genai_span_tree() {
     let id = |hex: u64| hex.to_be_bytes().to_vec();
     assert_eq!(turn.span_id, id(1));
     assert_eq!(turn.parent_span_id, id(0xaa), "a turn continues its caller's span");
+    assert_eq!(turn.links.len(), 1, "a task's completion turn links to the call that started it");
+    assert_eq!(turn.links[0].span_id, id(0x1111_1111_1111_1111));
     assert_eq!(step.parent_span_id, id(1));
     assert_eq!(chat.parent_span_id, id(2));
     assert_eq!(tool.parent_span_id, id(2));

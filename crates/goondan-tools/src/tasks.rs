@@ -98,6 +98,10 @@ pub struct TaskView {
     /// the process (an MCP server's task id); with it the task is remote.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume: Option<serde_json::Value>,
+    /// The W3C `traceparent` of the call that started it: the turn that
+    /// delivers its end links back to that span.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 /// How a task ends.
