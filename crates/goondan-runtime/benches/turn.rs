@@ -39,7 +39,42 @@ fn main() {
         counted_turns(parts.next().unwrap_or(0), parts.next().unwrap_or(1), traced);
         return;
     }
+    // `TURN_SPACED=N` times N turns 2 ms apart with tracing off, then on
+    // (the exporter keeps up between turns, as with a real model's
+    // latency), and prints each's median and 90th percentile.
+    if let Ok(count) = std::env::var("TURN_SPACED") {
+        spaced_turns(count.parse().unwrap_or(500));
+        return;
+    }
     divan::Divan::default().sample_count(500).config_with_args().main();
+}
+
+#[allow(clippy::print_stdout)]
+fn spaced_turns(count: usize) {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap_or_else(|e| panic!("{e}"));
+    let (_cancel, cancelled) = watch::channel(false);
+    for traced in [false, true] {
+        let exporter = traced.then(exporter);
+        let agent = agent_with(exporter.as_ref());
+        let state = after_turns(&runtime, &agent, 0, &cancelled);
+        let mut times = Vec::with_capacity(count);
+        for _ in 0..count {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            let mut conversation = Conversation::unsaved(state.clone());
+            let started = std::time::Instant::now();
+            let outcome = runtime.block_on(agent.run_turn(&mut conversation, "go", &Quiet, cancelled.clone()));
+            times.push(started.elapsed());
+            assert_eq!(outcome.steps, 2);
+        }
+        times.sort();
+        let dropped = exporter.as_ref().map_or(0, |e| e.stats().dropped.load(std::sync::atomic::Ordering::Relaxed));
+        println!(
+            "tracing {}: median {:?}, p90 {:?} ({count} turns, {dropped} spans dropped)",
+            if traced { "on " } else { "off" },
+            times[count / 2],
+            times[count * 9 / 10]
+        );
+    }
 }
 
 /// The conversation after `prior` turns, as a long-running agent holds it

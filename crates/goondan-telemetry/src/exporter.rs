@@ -1,14 +1,17 @@
-//! The background exporter: a bounded queue, a thread of its own that turns
-//! events into spans, batches them and POSTs them to the collector.
+//! The background exporter: a bounded buffer, a thread of its own that
+//! turns events into spans, batches them and POSTs them to the collector.
 //!
-//! The queue never makes its producer wait: when it is full the item is
-//! dropped and counted. The thread runs its own single-threaded Tokio
-//! runtime for the HTTP client, so exporting takes nothing from the agent's
-//! runtime; a slow or absent collector delays only this thread.
+//! The buffer never makes its producer wait: an item is pushed under a
+//! short, uncontended lock (no system call) and dropped, and counted, when
+//! the buffer is full. The thread is not woken per item — a wake-up per
+//! event would cost a turn a context switch per event — but drains the
+//! buffer every [`TICK`] (and at once for a flush). It runs its own
+//! single-threaded Tokio runtime for the HTTP client, so exporting takes
+//! nothing from the agent's runtime; a slow or absent collector delays
+//! only this thread.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::config::TelemetryConfig;
@@ -16,7 +19,10 @@ use crate::otlp;
 use crate::sink::{Assembler, EventRecord};
 use crate::span::SpanRecord;
 
-/// What the queue carries.
+/// How often the thread drains the buffer.
+pub const TICK: Duration = Duration::from_millis(100);
+
+/// What the buffer carries.
 pub(crate) enum Item {
     /// A runtime event, paired into spans on the thread.
     Event(Box<EventRecord>),
@@ -31,17 +37,38 @@ pub(crate) enum Item {
 pub struct ExporterStats {
     /// Spans a collector accepted (2xx).
     pub exported: AtomicU64,
-    /// Spans lost: the queue was full, or the collector failed or refused them.
+    /// Events and spans lost: the buffer was full, or the collector failed
+    /// or refused them.
     pub dropped: AtomicU64,
     /// Requests that failed.
     pub failed_requests: AtomicU64,
+}
+
+/// What the handles and the thread share.
+struct Shared {
+    items: Mutex<Vec<Item>>,
+    /// Every handle is gone: send what is left and end.
+    closed: AtomicBool,
+}
+
+/// The last handle's drop closes the buffer and wakes the thread.
+struct Closer {
+    shared: Arc<Shared>,
+    thread: std::thread::Thread,
+}
+
+impl Drop for Closer {
+    fn drop(&mut self) {
+        self.shared.closed.store(true, Ordering::SeqCst);
+        self.thread.unpark();
+    }
 }
 
 /// The handle of the export thread. Cloning shares it; the thread ends
 /// (after sending what it holds) when every handle is dropped.
 #[derive(Clone)]
 pub struct Exporter {
-    queue: SyncSender<Item>,
+    closer: Arc<Closer>,
     stats: Arc<ExporterStats>,
     config: Arc<TelemetryConfig>,
 }
@@ -57,14 +84,15 @@ impl Exporter {
     /// be made.
     pub fn start(config: TelemetryConfig) -> std::io::Result<Self> {
         let config = Arc::new(config);
-        let (queue, receiver) = sync_channel(config.max_queue);
+        let shared = Arc::new(Shared { items: Mutex::new(Vec::new()), closed: AtomicBool::new(false) });
         let stats = Arc::new(ExporterStats::default());
         let client = http_client(&config).map_err(std::io::Error::other)?;
-        std::thread::Builder::new().name("otlp-export".to_owned()).spawn({
-            let (config, stats) = (Arc::clone(&config), Arc::clone(&stats));
-            move || run(&config, &client, &receiver, &stats)
+        let thread = std::thread::Builder::new().name("otlp-export".to_owned()).spawn({
+            let (config, stats, shared) = (Arc::clone(&config), Arc::clone(&stats), Arc::clone(&shared));
+            move || run(&config, &client, &shared, &stats)
         })?;
-        Ok(Self { queue, stats, config })
+        let closer = Arc::new(Closer { shared, thread: thread.thread().clone() });
+        Ok(Self { closer, stats, config })
     }
 
     /// The configuration it exports with.
@@ -77,17 +105,18 @@ impl Exporter {
         &self.stats
     }
 
-    /// Queues a finished span; dropped (and counted) when the queue is full.
+    /// Queues a finished span; dropped (and counted) when the buffer is full.
     pub fn export_span(&self, span: SpanRecord) {
         self.offer(Item::Span(Box::new(span)));
     }
 
     pub(crate) fn offer(&self, item: Item) {
-        match self.queue.try_send(item) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                self.stats.dropped.fetch_add(1, Ordering::Relaxed);
-            }
+        let mut items = self.closer.shared.items.lock().unwrap_or_else(PoisonError::into_inner);
+        if items.len() < self.config.max_queue {
+            items.push(item);
+        } else {
+            drop(items);
+            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -96,23 +125,10 @@ impl Exporter {
     /// at most). True when it was all handed to the collector in time.
     pub fn flush(&self, limit: Duration) -> bool {
         let (done, wait) = std::sync::mpsc::channel();
-        let deadline = Instant::now() + limit;
-        // A full queue: wait for room rather than drop the flush itself.
-        let mut item = Item::Flush(done);
-        loop {
-            match self.queue.try_send(item) {
-                Ok(()) => break,
-                Err(TrySendError::Disconnected(_)) => return false,
-                Err(TrySendError::Full(back)) => {
-                    if Instant::now() >= deadline {
-                        return false;
-                    }
-                    item = back;
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-            }
-        }
-        wait.recv_timeout(deadline.saturating_duration_since(Instant::now())).is_ok()
+        // Past the bound too: a flush is never dropped.
+        self.closer.shared.items.lock().unwrap_or_else(PoisonError::into_inner).push(Item::Flush(done));
+        self.closer.thread.unpark();
+        wait.recv_timeout(limit).is_ok()
     }
 
     /// Flushes; the thread ends by itself once the last handle is gone
@@ -137,7 +153,7 @@ fn http_client(config: &TelemetryConfig) -> Result<reqwest::Client, String> {
         .map_err(|e| e.to_string())
 }
 
-fn run(config: &TelemetryConfig, client: &reqwest::Client, receiver: &Receiver<Item>, stats: &ExporterStats) {
+fn run(config: &TelemetryConfig, client: &reqwest::Client, shared: &Shared, stats: &ExporterStats) {
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -151,36 +167,37 @@ fn run(config: &TelemetryConfig, client: &reqwest::Client, receiver: &Receiver<I
     let mut assembler = Assembler::new(config.capture_content);
     let mut batch: Vec<SpanRecord> = Vec::new();
     let mut due: Option<Instant> = None;
+    let mut taken: Vec<Item> = Vec::new();
     loop {
-        let received = match due {
-            Some(at) => receiver.recv_timeout(at.saturating_duration_since(Instant::now())),
-            None => receiver.recv().map_err(|_| RecvTimeoutError::Disconnected),
-        };
-        match received {
-            Ok(Item::Event(event)) => assembler.push(*event, &mut batch),
-            Ok(Item::Span(span)) => batch.push(*span),
-            Ok(Item::Flush(done)) => {
+        let closed = shared.closed.load(Ordering::SeqCst);
+        std::mem::swap(&mut taken, &mut *shared.items.lock().unwrap_or_else(PoisonError::into_inner));
+        for item in taken.drain(..) {
+            match item {
+                Item::Event(event) => assembler.push(*event, &mut batch),
+                Item::Span(span) => batch.push(*span),
+                Item::Flush(done) => {
+                    sender.send_all(&mut batch);
+                    due = None;
+                    let _ = done.send(());
+                }
+            }
+            if batch.len() >= config.max_batch {
                 sender.send_all(&mut batch);
                 due = None;
-                let _ = done.send(());
-                continue;
-            }
-            Err(RecvTimeoutError::Timeout) => {
-                sender.send_all(&mut batch);
-                due = None;
-                continue;
-            }
-            Err(RecvTimeoutError::Disconnected) => {
-                sender.send_all(&mut batch);
-                return;
             }
         }
-        if batch.len() >= config.max_batch {
+        if closed {
             sender.send_all(&mut batch);
-            due = None;
-        } else if !batch.is_empty() && due.is_none() {
-            due = Some(Instant::now() + config.schedule_delay);
+            return;
         }
+        if !batch.is_empty() {
+            let at = *due.get_or_insert_with(|| Instant::now() + config.schedule_delay);
+            if Instant::now() >= at {
+                sender.send_all(&mut batch);
+                due = None;
+            }
+        }
+        std::thread::park_timeout(TICK);
     }
 }
 

@@ -250,10 +250,15 @@ impl Assembler {
     }
 
     fn open(&mut self, span: SpanRecord) {
-        if self.open.len() >= MAX_OPEN
-            && let Some(oldest) = self.open.iter().min_by_key(|(_, open)| open.span.start_ns).map(|(id, _)| *id)
-        {
-            self.open.remove(&oldest);
+        if self.open.len() >= MAX_OPEN {
+            // The older half goes at once, so a process that keeps losing
+            // end events (a full queue) pays one scan per MAX_OPEN / 2
+            // spans, not one per span.
+            let mut starts: Vec<u64> = self.open.values().map(|open| open.span.start_ns).collect();
+            let middle = starts.len() / 2;
+            let (_, cut, _) = starts.select_nth_unstable(middle);
+            let cut = *cut;
+            self.open.retain(|_, open| open.span.start_ns > cut);
         }
         self.open.insert(span.span_id, Open { span });
     }
@@ -325,4 +330,37 @@ fn arguments_of(message: &Message, id: &str) -> Option<String> {
     let MessageData::Assistant { tool_calls, .. } = &message.data else { return None };
     let call = tool_calls.iter().find(|call| &*call.id == id)?;
     serde_json::to_string(&call.args).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn started(span_id: u64, timestamp_ms: u64) -> EventRecord {
+        EventRecord {
+            kind: Kind::TurnStarted,
+            trace_id: Arc::from("4bf92f3577b34da6a3ce929d0e0e4736"),
+            span_id,
+            parent_span_id: 0,
+            timestamp_ms,
+            agent_name: Arc::from("a"),
+            instance_key: Arc::from("k"),
+            tool: None,
+            extra: None,
+            message: None,
+        }
+    }
+
+    #[test]
+    fn spans_that_never_end_are_forgotten_oldest_first_within_a_bound() {
+        let mut assembler = Assembler::new(false);
+        let mut out = Vec::new();
+        for id in 1..=(MAX_OPEN as u64 * 3) {
+            assembler.push(started(id, id), &mut out);
+            assert!(assembler.open.len() <= MAX_OPEN);
+        }
+        assert!(out.is_empty());
+        assert!(assembler.open.contains_key(&(MAX_OPEN as u64 * 3)), "the newest is kept");
+        assert!(!assembler.open.contains_key(&1), "the oldest is gone");
+    }
 }
