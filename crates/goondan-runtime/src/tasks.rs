@@ -406,11 +406,12 @@ impl TaskBook {
         turn_id: &str,
         traceparent: Option<&str>,
     ) -> Result<(), ToolFailure> {
-        self.record_open(handle, tool, call_id, turn_id, true, None, traceparent.map(str::to_owned)).await.map(|_| ())
+        let opening = Opening { remote: true, resume: None, traceparent: traceparent.map(str::to_owned) };
+        self.record_open(handle, tool, call_id, turn_id, opening).await.map(|_| ())
     }
 
     async fn open_as(&self, handle: &str, tool: &str, call_id: &str, turn_id: &str) -> Result<TaskTicket, ToolFailure> {
-        self.record_open(handle, tool, call_id, turn_id, false, None, None).await
+        self.record_open(handle, tool, call_id, turn_id, Opening::default()).await
     }
 
     async fn record_open(
@@ -419,10 +420,9 @@ impl TaskBook {
         tool: &str,
         call_id: &str,
         turn_id: &str,
-        remote: bool,
-        resume: Option<serde_json::Value>,
-        traceparent: Option<String>,
+        opening: Opening,
     ) -> Result<TaskTicket, ToolFailure> {
+        let Opening { remote, resume, traceparent } = opening;
         let _writing = self.writing.lock().await;
         let now = now_millis();
         let handle = handle.to_owned();
@@ -580,13 +580,20 @@ impl TaskBook {
     }
 }
 
+/// How a task is opened: remote work, what resumes it, the call's trace context.
+#[derive(Default)]
+struct Opening {
+    remote: bool,
+    resume: Option<serde_json::Value>,
+    traceparent: Option<String>,
+}
+
 impl ToolTasks for TaskBook {
     fn open<'a>(&'a self, ctx: &'a ToolContext) -> BoxFuture<'a, Result<TaskTicket, ToolFailure>> {
         Box::pin(async move {
             let handle = format!("task-{}", goondan_core::ids::new_id());
-            let traceparent = Some(ctx.traceparent());
-            self.record_open(&handle, ctx.tool_name(), ctx.tool_call_id(), ctx.turn_id(), false, None, traceparent)
-                .await
+            let opening = Opening { traceparent: Some(ctx.traceparent()), ..Opening::default() };
+            self.record_open(&handle, ctx.tool_name(), ctx.tool_call_id(), ctx.turn_id(), opening).await
         })
     }
 
@@ -627,17 +634,8 @@ impl ToolTasks for TaskBook {
     ) -> BoxFuture<'a, Result<TaskTicket, ToolFailure>> {
         Box::pin(async move {
             let handle = format!("task-{}", goondan_core::ids::new_id());
-            let traceparent = Some(ctx.traceparent());
-            self.record_open(
-                &handle,
-                ctx.tool_name(),
-                ctx.tool_call_id(),
-                ctx.turn_id(),
-                true,
-                Some(resume),
-                traceparent,
-            )
-            .await
+            let opening = Opening { remote: true, resume: Some(resume), traceparent: Some(ctx.traceparent()) };
+            self.record_open(&handle, ctx.tool_name(), ctx.tool_call_id(), ctx.turn_id(), opening).await
         })
     }
 
