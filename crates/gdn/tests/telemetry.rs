@@ -222,3 +222,49 @@ fn content_capture_adds_tool_arguments_and_unset_variables_export_nothing() {
     std::thread::sleep(Duration::from_millis(500));
     assert!(quiet.lock().map(|s| s.is_empty()).unwrap_or(false), "nothing was exported");
 }
+
+#[test]
+fn a_connectors_event_is_the_root_span_of_its_turns_trace() {
+    let (base, spans) = receiver();
+    let state = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    // The example service's `cli` connector reads lines from standard
+    // input; the service ends once it is closed and the turn answered.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gdn"))
+        .arg("-c")
+        .arg(repo_path("examples/service"))
+        .arg("--state-root")
+        .arg(state.path())
+        .arg("run")
+        .env("NO_COLOR", "1")
+        .env("TMPDIR", state.path())
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &base)
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .env_remove("GOONDAN_STATE_ROOT")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn gdn: {e}"));
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(b"hello\n");
+    }
+    let output = child.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let (root, turn) = loop {
+        let all = spans.lock().map(|s| s.clone()).unwrap_or_default();
+        let root = all.iter().find(|s| s.name == "process terminal").cloned();
+        let turn = all.iter().find(|s| s.name.starts_with("invoke_agent ")).cloned();
+        if let (Some(root), Some(turn)) = (&root, &turn) {
+            break (root.clone(), turn.clone());
+        }
+        assert!(Instant::now() < deadline, "{:?}", all.iter().map(|s| &s.name).collect::<Vec<_>>());
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(root.parent_span_id.is_empty(), "the connector's event is the root");
+    assert_eq!(root.kind, 5, "consumer");
+    assert_eq!(attr(&root, "goondan.connection"), text("terminal"));
+    assert_eq!(turn.trace_id, root.trace_id);
+    assert_eq!(turn.parent_span_id, root.span_id, "the agent's turn continues the hub's span");
+    assert!(root.end_time_unix_nano >= turn.end_time_unix_nano);
+}
