@@ -295,6 +295,9 @@ fn parse_port(port: &str) -> Option<u16> {
 
 /// A host name or an IPv4 address.
 fn parse_host(host: &str) -> Option<NetworkHost> {
+    // A fully qualified name's trailing dot (`example.com.`) is the same
+    // host, as the sandbox's proxy reads it.
+    let host = host.strip_suffix('.').unwrap_or(host);
     if host.is_empty() || host.len() > 253 {
         return None;
     }
