@@ -169,4 +169,3 @@ fn spawn_workspace_write_64_mib_heap(bencher: divan::Bencher) {
     spawn_true(bencher, Some(&sandbox));
     drop(heap);
 }
-
