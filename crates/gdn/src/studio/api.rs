@@ -300,7 +300,7 @@ pub fn trace(project: &Project, trace_id: &str) -> Option<JsonValue> {
                 if e.tokens.is_some() {
                     span.tokens = e.tokens;
                 }
-                if span.kind == "tool" || span.kind == "turn" {
+                if span.kind != "model" {
                     span.detail.clone_from(&e.detail);
                     if span.kind == "turn" {
                         span.detail = format!("{} {}", span.agent, e.detail);

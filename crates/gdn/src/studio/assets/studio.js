@@ -158,35 +158,39 @@
     const col = (p) => (p.kind === 'agent' ? 1 : p.kind === 'tool' ? 2 : 0);
     const cols = [[], [], []];
     [...parts].sort((a, b) => a.label.localeCompare(b.label)).forEach((p) => cols[col(p)].push(p));
-    const W = 210, H = 46, GX = 170, GY = 30, PAD = 20;
+    const W = 210, H = 46, GX = 170, GY = 30, PAD = 20, LEFT = 120;
     const pos = {};
     const rows = Math.max(...cols.map((c) => c.length));
     const height = PAD * 2 + rows * (H + GY);
     cols.forEach((c, ci) => {
       const offset = (height - c.length * (H + GY) + GY) / 2;
-      c.forEach((p, ri) => { pos[p.id] = { x: PAD + ci * (W + GX), y: offset + ri * (H + GY), p }; });
+      c.forEach((p, ri) => { pos[p.id] = { x: LEFT + ci * (W + GX), y: offset + ri * (H + GY), p }; });
     });
-    const width = PAD * 2 + 3 * W + 2 * GX;
+    const width = LEFT + PAD + 3 * W + 2 * GX;
     let edges = '';
     for (const e of viz.interactions) {
       const a = pos[e.a], b = pos[e.b];
       if (!a || !b) continue;
+      // Drawn from the sender to the receiver; both ways: arrows at both ends.
+      const [from, to] = e.direction === 'b->a' ? [b, a] : [a, b];
       let d, lx, ly;
-      if (a.x === b.x) {
-        const x = a.x + W, y1 = a.y + H / 2, y2 = b.y + H / 2;
-        d = `M ${x} ${y1} C ${x + 90} ${y1}, ${x + 90} ${y2}, ${x} ${y2}`;
-        lx = x + 70; ly = (y1 + y2) / 2;
+      if (from.x === to.x) {
+        // Two agents: an arc on the left of their column.
+        const x = from.x, y1 = from.y + H / 2, y2 = to.y + H / 2;
+        d = `M ${x} ${y1} C ${x - 90} ${y1}, ${x - 90} ${y2}, ${x} ${y2}`;
+        lx = x - 70; ly = (y1 + y2) / 2;
       } else {
-        const [l, r] = a.x < b.x ? [a, b] : [b, a];
-        const x1 = l.x + W, y1 = l.y + H / 2, x2 = r.x, y2 = r.y + H / 2;
-        d = `M ${x1} ${y1} C ${x1 + 70} ${y1}, ${x2 - 70} ${y2}, ${x2} ${y2}`;
+        const x1 = from.x < to.x ? from.x + W : from.x, x2 = from.x < to.x ? to.x : to.x + W;
+        const y1 = from.y + H / 2, y2 = to.y + H / 2, bend = from.x < to.x ? 70 : -70;
+        d = `M ${x1} ${y1} C ${x1 + bend} ${y1}, ${x2 - bend} ${y2}, ${x2} ${y2}`;
         lx = (x1 + x2) / 2; ly = (y1 + y2) / 2;
       }
+      const markers = e.direction === 'undirected' ? 'marker-start="url(#arrow-back)" marker-end="url(#arrow)"' : 'marker-end="url(#arrow)"';
       const text = `×${e.total}`;
       const errs = e.errors ? ` · ${e.errors} failed` : '';
       const tw = (text.length + errs.length) * 6.6 + 10;
       edges += `<g class="edge${e.errors ? ' has-errors' : ''}${state.selectedEdge === e.key ? ' is-selected' : ''}" data-edge="${esc(e.key)}" data-total="${e.total}" data-errors="${e.errors || 0}">
-        <path d="${d}" marker-end="url(#arrow)"></path><path class="hit" d="${d}"></path>
+        <path d="${d}" ${markers}></path><path class="hit" d="${d}"></path>
         <rect class="edge-label-bg" x="${lx - tw / 2}" y="${ly - 9}" width="${tw}" height="16" rx="4"></rect>
         <text class="edge-label" x="${lx}" y="${ly + 3}" text-anchor="middle">${esc(text)}<tspan class="err">${esc(errs)}</tspan></text></g>`;
     }
@@ -200,7 +204,8 @@
     }
     return `<div class="graph-wrap"><div class="legend">Edges count what passed between two participants (connector events, handoffs, tool calls); click one for its history.</div>
       <svg class="graph-svg" id="graph" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}">
-      <defs><marker id="arrow" markerWidth="8" markerHeight="8" refX="7" refY="4" orient="auto"><path d="M0,0 L8,4 L0,8 z" fill="#4a5a6c"></path></marker></defs>
+      <defs><marker id="arrow" markerWidth="8" markerHeight="8" refX="7" refY="4" orient="auto"><path d="M0,0 L8,4 L0,8 z" fill="#6a7d92"></path></marker>
+      <marker id="arrow-back" markerWidth="8" markerHeight="8" refX="1" refY="4" orient="auto"><path d="M8,0 L0,4 L8,8 z" fill="#6a7d92"></path></marker></defs>
       ${edges}${nodes}</svg></div>`;
   }
 
