@@ -76,6 +76,12 @@ pub fn studio(global: &GlobalOptions, args: &StudioArgs, out: &mut Output) -> Re
     let url = format!("http://{host}:{}", address.port());
     writeln!(out.stdout, "Studio started: {url}")?;
     writeln!(out.stdout, "state root: {}", root.path().display())?;
+    if !address.ip().is_loopback() {
+        output::note_line(
+            &mut out.stderr,
+            format_args!("the studio listens on {address}: whoever reaches it reads every conversation of this state root"),
+        )?;
+    }
     if args.no_open {
         writeln!(out.stdout, "Open {url} in a browser (Ctrl-C stops the studio).")?;
     } else if open_browser(&url) {

@@ -396,7 +396,9 @@ impl Project {
                 dir.join("tasks.jsonl"),
                 Source::Tasks { agent: Arc::clone(&agent), key: Arc::clone(&key) },
             );
-            self.read_instance(&agent, &key, &dir);
+            if !self.instances.contains_key(&(Arc::clone(&agent), Arc::clone(&key))) {
+                self.read_instance(&agent, &key, &dir);
+            }
         }
         found
     }
@@ -424,17 +426,25 @@ impl Project {
     /// Returns false when a file was rewritten (the project must be read again).
     fn refresh(&mut self, fresh: &mut Vec<u32>) -> bool {
         self.discover();
+        let mut changed = Vec::new();
         for index in 0..self.tails.len() {
+            let before = self.tails[index].offset;
             self.read_tail(index, fresh);
             if self.stale {
                 return false;
             }
+            if self.tails[index].offset != before
+                && let Source::Events { agent, key } | Source::Messages { agent, key } = &self.tails[index].source
+            {
+                changed.push((Arc::clone(agent), Arc::clone(key)));
+            }
         }
-        // Instances' counters change with every turn.
-        let known: Vec<(Arc<str>, Arc<str>, PathBuf)> =
-            self.instances.values().map(|i| (Arc::clone(&i.agent), Arc::clone(&i.key), i.dir.clone())).collect();
-        for (agent, key, dir) in known {
-            self.read_instance(&agent, &key, &dir);
+        // The counters of instances whose logs grew (a turn ran).
+        changed.dedup();
+        for (agent, key) in changed {
+            if let Some(dir) = self.instances.get(&(Arc::clone(&agent), Arc::clone(&key))).map(|i| i.dir.clone()) {
+                self.read_instance(&agent, &key, &dir);
+            }
         }
         true
     }
