@@ -215,7 +215,7 @@ fn generate(state: &Path, tickets: usize) -> (usize, String) {
             );
         }
         for c in 0..4u64 {
-            let failed = (n + c as usize) % 37 == 0;
+            let failed = (n + c as usize).is_multiple_of(37);
             let kind = if failed { "tool.failed" } else { "tool.completed" };
             let status = if failed { r#","status":"error","errorCode":"E_TOOL_TIMEOUT""# } else { r#","status":"ok""# };
             ev(
@@ -265,7 +265,7 @@ fn generate(state: &Path, tickets: usize) -> (usize, String) {
             r#"{{"id":"m{n}s","data":{{"role":"assistant","content":"found what ticket {n} needs"}},"metadata":{{}},"createdAt":{},"source":{{"type":"assistant"}}}}"#,
             t + 150
         );
-        if n % 10 == 0 {
+        if n.is_multiple_of(10) {
             let _ = writeln!(
                 rt,
                 r#"{{"op":"open","task":{{"handle":"task-{n}","tool":"bash__exec","callId":"r0","turnId":"turn-{n}","state":"working","createdAt":{},"updatedAt":0,"expiresAt":0,"received":false}}}}"#,

@@ -79,7 +79,9 @@ pub fn studio(global: &GlobalOptions, args: &StudioArgs, out: &mut Output) -> Re
     if !address.ip().is_loopback() {
         output::note_line(
             &mut out.stderr,
-            format_args!("the studio listens on {address}: whoever reaches it reads every conversation of this state root"),
+            format_args!(
+                "the studio listens on {address}: whoever reaches it reads every conversation of this state root"
+            ),
         )?;
     }
     if args.no_open {
