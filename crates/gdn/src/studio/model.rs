@@ -802,10 +802,8 @@ impl Project {
             "step.started" => entry.detail = "step started".to_owned(),
             "step.completed" => {
                 let calls = r.get("toolCalls").and_then(JsonValue::as_u64).unwrap_or(0);
-                entry.detail = format!(
-                    "step {} ({calls} tool calls)",
-                    r.get("stepIndex").and_then(JsonValue::as_u64).unwrap_or(0)
-                );
+                let index = r.get("stepIndex").and_then(JsonValue::as_u64).unwrap_or(0) + 1;
+                entry.detail = format!("step {index}: {calls} tool call{}", if calls == 1 { "" } else { "s" });
             }
             other => entry.detail = other.to_owned(),
         }

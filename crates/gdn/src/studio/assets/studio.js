@@ -158,7 +158,7 @@
     const col = (p) => (p.kind === 'agent' ? 1 : p.kind === 'tool' ? 2 : 0);
     const cols = [[], [], []];
     [...parts].sort((a, b) => a.label.localeCompare(b.label)).forEach((p) => cols[col(p)].push(p));
-    const W = 210, H = 46, GX = 170, GY = 30, PAD = 20, LEFT = 120;
+    const W = 210, H = 46, GX = 170, GY = 56, PAD = 20, LEFT = 120;
     const pos = {};
     const rows = Math.max(...cols.map((c) => c.length));
     const height = PAD * 2 + rows * (H + GY);
@@ -174,16 +174,25 @@
       // Drawn from the sender to the receiver; both ways: arrows at both ends.
       const [from, to] = e.direction === 'b->a' ? [b, a] : [a, b];
       let d, lx, ly;
-      if (from.x === to.x) {
-        // Two agents: an arc on the left of their column.
+      if (from.x === to.x && Math.abs(from.y - to.y) === H + GY) {
+        // Two agents next to each other: a line between them.
+        const x = from.x + W / 2, down = from.y < to.y;
+        const y1 = down ? from.y + H : from.y, y2 = down ? to.y : to.y + H;
+        d = `M ${x} ${y1} L ${x} ${y2}`;
+        lx = x + 34; ly = (y1 + y2) / 2;
+      } else if (from.x === to.x) {
+        // Two agents further apart: an arc on the left of their column.
         const x = from.x, y1 = from.y + H / 2, y2 = to.y + H / 2;
-        d = `M ${x} ${y1} C ${x - 90} ${y1}, ${x - 90} ${y2}, ${x} ${y2}`;
-        lx = x - 70; ly = (y1 + y2) / 2;
+        d = `M ${x} ${y1} C ${x - 130} ${y1}, ${x - 130} ${y2}, ${x} ${y2}`;
+        lx = x - 98; ly = (y1 + y2) / 2;
       } else {
         const x1 = from.x < to.x ? from.x + W : from.x, x2 = from.x < to.x ? to.x : to.x + W;
         const y1 = from.y + H / 2, y2 = to.y + H / 2, bend = from.x < to.x ? 70 : -70;
         d = `M ${x1} ${y1} C ${x1 + bend} ${y1}, ${x2 - bend} ${y2}, ${x2} ${y2}`;
-        lx = (x1 + x2) / 2; ly = (y1 + y2) / 2;
+        // The label nearer the sender, clear of arcs between agents.
+        const t = 0.35, u = 1 - t;
+        const pt = (a, b, c, e) => u * u * u * a + 3 * u * u * t * b + 3 * u * t * t * c + t * t * t * e;
+        lx = pt(x1, x1 + bend, x2 - bend, x2); ly = pt(y1, y1, y2, y2);
       }
       const markers = e.direction === 'undirected' ? 'marker-start="url(#arrow-back)" marker-end="url(#arrow)"' : 'marker-end="url(#arrow)"';
       const text = `×${e.total}`;
@@ -246,7 +255,8 @@
       const dir = s < t ? 'right' : 'left';
       const cls = e.subtype.startsWith('agent.') ? 'handoff' : e.subtype.startsWith('connector') || e.subtype === 'message.connector' ? 'connector' : '';
       const text = e.subtype.startsWith('agent.') ? e.detail : `${e.subtype.replace('message.', '')}: ${e.detail}`;
-      cell = `<div class="cell arrow ${dir} ${cls}" style="grid-column:${a + 2} / ${b + 3};grid-row:1" title="${esc(e.subtype + ': ' + e.detail)}"><span class="lbl">${esc(text)}</span></div>`;
+      const line = dir === 'right' ? '<span class="bar"></span><span class="head"></span>' : '<span class="head"></span><span class="bar"></span>';
+      cell = `<div class="cell arrow ${dir} ${cls}" style="grid-column:${a + 2} / ${b + 3};grid-row:1" title="${esc(e.subtype + ': ' + e.detail)}"><span class="lbl">${esc(text)}</span><span class="line">${line}</span></div>`;
     } else {
       const lane = s != null ? s : t != null ? t : 0;
       cell = `<div class="cell" style="grid-column:${lane + 2};grid-row:1"><span class="chip msg" title="${esc(e.subtype)}">${esc(e.subtype.replace('message.', ''))}: ${esc(e.detail)}</span></div>`;
