@@ -350,3 +350,81 @@ fn an_empty_state_root_serves_an_empty_list_and_sees_a_project_that_appears() ->
     }
     Ok(())
 }
+
+/// One runtime event line as an agent's event log holds it.
+fn event_line(kind: &str, span: &str, at: u64, extra: &str) -> String {
+    format!(
+        r#"{{"type":"{kind}","traceId":"{trace}","spanId":"{span}","timestamp":{at},"agentName":"solo","instanceKey":"k","turnId":"t1"{extra}}}"#,
+        trace = "a".repeat(32)
+    ) + "\n"
+}
+
+#[test]
+fn new_lines_stream_to_pages_and_a_rewritten_log_is_read_again() -> TestResult {
+    use std::io::{Read as _, Write as _};
+    let state = tempfile::tempdir()?;
+    let workspace = state.path().join("workspaces/solo");
+    let instance = workspace.join("instances/solo@k");
+    std::fs::create_dir_all(&instance)?;
+    std::fs::write(
+        workspace.join("workspace.json"),
+        r#"{"workspaceId":"solo","name":"solo","bundle":"/x","createdAt":1}"#,
+    )?;
+    let events = instance.join("events.jsonl");
+    let first = event_line("turn.started", "0000000000000001", 1_000, "")
+        + &event_line("tool.called", "0000000000000002", 1_001, r#","toolCallId":"c1","toolName":"bash__exec""#);
+    std::fs::write(&events, &first)?;
+    let studio = Studio::start(state.path(), &[])?;
+    let (_, viz) = studio.get("/api/projects/solo/visualization")?;
+    assert_eq!(viz["timelineTotal"], 2, "{viz}");
+
+    // A page's stream: its hello, then each line an agent appends.
+    let authority = studio.url.trim_start_matches("http://").to_owned();
+    let mut stream = std::net::TcpStream::connect(&authority)?;
+    write!(stream, "GET /api/stream HTTP/1.1\r\nhost: {authority}\r\n\r\n")?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut received = String::new();
+    let mut buffer = [0_u8; 4096];
+    while !received.contains("\"hello\"") {
+        let n = stream.read(&mut buffer)?;
+        assert!(n > 0, "the stream closed: {received}");
+        received.push_str(&String::from_utf8_lossy(&buffer[..n]));
+    }
+    // A line written in two parts shows once it is whole.
+    let line = event_line(
+        "tool.failed",
+        "0000000000000002",
+        1_050,
+        r#","toolCallId":"c1","toolName":"bash__exec","errorCode":"E_TOOL_TIMEOUT","duration":49.0"#,
+    );
+    let (head, tail) = line.split_at(40);
+    let mut log = std::fs::OpenOptions::new().append(true).open(&events)?;
+    log.write_all(head.as_bytes())?;
+    log.flush()?;
+    std::thread::sleep(Duration::from_millis(300));
+    let written = Instant::now();
+    log.write_all(tail.as_bytes())?;
+    log.flush()?;
+    while !received.contains("E_TOOL_TIMEOUT") {
+        let n = stream.read(&mut buffer)?;
+        assert!(n > 0, "the stream closed: {received}");
+        received.push_str(&String::from_utf8_lossy(&buffer[..n]));
+    }
+    assert!(written.elapsed() < Duration::from_secs(1), "the line took {:?} to reach the stream", written.elapsed());
+    assert_eq!(received.matches("\"tool.failed\"").count(), 1, "{received}");
+    let (_, viz) = studio.get("/api/projects/solo/visualization")?;
+    assert_eq!(viz["timelineTotal"], 3, "{viz}");
+
+    // The log rewritten shorter (as a compaction does): read again from the start.
+    std::fs::write(&events, event_line("turn.started", "0000000000000009", 2_000, ""))?;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (_, viz) = studio.get("/api/projects/solo/visualization")?;
+        if viz["timelineTotal"] == 1 && viz["timeline"][0]["spanId"] == "0000000000000009" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the rewritten log was not read again: {viz}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
