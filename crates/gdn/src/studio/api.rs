@@ -91,11 +91,8 @@ pub fn visualization(project: &Project, key: Option<&str>, window: Window) -> Js
     let scope = project.scope(key);
     let end = match window.before.and_then(|seq| project.entries.get(seq as usize)) {
         Some(before) => {
-            let order = (before.at, before.seq);
-            scope.partition_point(|s| {
-                let e = &project.entries[*s as usize];
-                (e.at, e.seq) < order
-            })
+            let order = before.order();
+            scope.partition_point(|s| project.entries[*s as usize].order() < order)
         }
         None => scope.len(),
     };

@@ -94,7 +94,7 @@ pub struct Entry {
 
 impl Entry {
     /// Within one millisecond, a message's receipt after its sending.
-    fn order(&self) -> (u64, bool, u32) {
+    pub fn order(&self) -> (u64, bool, u32) {
         (self.at, self.subtype.ends_with(".received"), self.seq)
     }
 
