@@ -240,15 +240,16 @@ async fn stream(State(shared): State<AppState>) -> impl IntoResponse {
 /// Starts the thread that follows the state root.
 fn follow(root: &Path, shared: &AppState) -> Result<()> {
     use notify::Watcher as _;
-    let (wake, woken) = std::sync::mpsc::channel::<()>();
+    // The paths a notification names (none: read everything).
+    let (wake, woken) = std::sync::mpsc::channel::<Vec<std::path::PathBuf>>();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        // Our own reads show as accesses: only changes wake the reader.
-        if let Ok(event) = event
-            && matches!(event.kind, notify::EventKind::Access(_))
-        {
-            return;
-        }
-        let _ = wake.send(());
+        let paths = match event {
+            // Our own reads show as accesses: only changes wake the reader.
+            Ok(event) if matches!(event.kind, notify::EventKind::Access(_)) => return,
+            Ok(event) if !event.need_rescan() => event.paths,
+            _ => Vec::new(),
+        };
+        let _ = wake.send(paths);
     })?;
     let workspaces = root.join("workspaces");
     let shared = Arc::clone(shared);
@@ -259,26 +260,41 @@ fn follow(root: &Path, shared: &AppState) -> Result<()> {
                 watching = watcher.watch(&workspaces, notify::RecursiveMode::Recursive).is_ok();
             }
             match woken.recv_timeout(SWEEP) {
-                // A burst of writes is read at once.
-                Ok(()) => {
+                // A burst of writes is read at once: the files named, or
+                // everything when a notification named none.
+                Ok(first) => {
                     std::thread::sleep(Duration::from_millis(15));
-                    while woken.try_recv().is_ok() {}
+                    let mut paths = Some(first).filter(|p| !p.is_empty());
+                    while let Ok(more) = woken.try_recv() {
+                        match (&mut paths, more.is_empty()) {
+                            (Some(paths), false) => paths.extend(more),
+                            _ => paths = None,
+                        }
+                    }
+                    if let Some(paths) = &mut paths {
+                        paths.sort();
+                        paths.dedup();
+                    }
+                    publish(&shared, paths.as_deref());
                 }
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                // The sweep: every file, for what a notification missed.
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => publish(&shared, None),
                 Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
             }
-            publish(&shared);
         }
     })?;
     Ok(())
 }
 
-/// Reads what changed and tells the pages.
-fn publish(shared: &Shared) {
+/// Reads what changed (in the files `paths`, or anywhere) and tells the pages.
+fn publish(shared: &Shared, paths: Option<&[std::path::PathBuf]>) {
     let mut messages = Vec::new();
     {
         let mut store = shared.store.write().unwrap_or_else(PoisonError::into_inner);
-        let changes = store.refresh();
+        let changes = match paths {
+            Some(paths) => store.refresh_paths(paths),
+            None => store.refresh(),
+        };
         let revision = store.revision;
         for id in changes.reset {
             messages.push(json!({"type": "reset", "workspace": id, "revision": revision}).to_string());

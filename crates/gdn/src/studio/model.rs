@@ -316,6 +316,8 @@ pub struct Project {
     pub bundle: String,
     pub dir: PathBuf,
     tails: Vec<Tail>,
+    /// Each tail's index, by path.
+    tail_index: HashMap<PathBuf, usize>,
     /// Every entry, by seq.
     pub entries: Vec<Entry>,
     /// Every entry's seq in time order.
@@ -369,8 +371,11 @@ impl Project {
     /// Finds files not followed yet (new instances).
     fn discover(&mut self) -> bool {
         let mut found = false;
+        let mut new_instances = Vec::new();
+        let index = &mut self.tail_index;
         let mut add = |tails: &mut Vec<Tail>, path: PathBuf, source: Source| {
-            if !tails.iter().any(|t| t.path == path) {
+            if !index.contains_key(&path) {
+                index.insert(path.clone(), tails.len());
                 tails.push(Tail { path, source, offset: 0, inode: 0 });
                 found = true;
             }
@@ -397,8 +402,11 @@ impl Project {
                 Source::Tasks { agent: Arc::clone(&agent), key: Arc::clone(&key) },
             );
             if !self.instances.contains_key(&(Arc::clone(&agent), Arc::clone(&key))) {
-                self.read_instance(&agent, &key, &dir);
+                new_instances.push((agent, key, dir));
             }
+        }
+        for (agent, key, dir) in new_instances {
+            self.read_instance(&agent, &key, &dir);
         }
         found
     }
@@ -420,6 +428,53 @@ impl Project {
                 turns: n("turns"),
             },
         );
+    }
+
+    /// Reads what the files named by change notifications gained; `None`
+    /// when a path is not one this project follows or can ignore (a new
+    /// instance, a file being renamed into place): then a whole
+    /// [`Project::refresh`] is needed. `Some(false)`: a file was rewritten.
+    fn refresh_files(&mut self, paths: &[PathBuf], fresh: &mut Vec<u32>) -> Option<bool> {
+        let mut changed = Vec::new();
+        for path in paths {
+            if let Some(&index) = self.tail_index.get(path) {
+                let before = self.tails[index].offset;
+                self.read_tail(index, fresh);
+                if self.stale {
+                    return Some(false);
+                }
+                if self.tails[index].offset != before
+                    && let Source::Events { agent, key } | Source::Messages { agent, key } = &self.tails[index].source
+                {
+                    changed.push((Arc::clone(agent), Arc::clone(key)));
+                }
+                continue;
+            }
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let parent = path.parent().and_then(Path::file_name).map(|n| n.to_string_lossy().into_owned());
+            let ignored = matches!(name.as_str(), "lock" | "service.json" | "service.sock" | "instance.json")
+                || name.ends_with(".lock")
+                || name.ends_with(".log")
+                || matches!(parent.as_deref(), Some("extensions" | "logs" | "tasks"));
+            if name == "instance.json"
+                && let Some(dir) = path.parent()
+                && let Some((agent, key)) = parent.as_deref().and_then(goondan_runtime::store::parse_instance_dir_name)
+                && self.instances.contains_key(&(Arc::from(agent.as_str()), Arc::from(key.as_str())))
+            {
+                self.read_instance(&Arc::from(agent.as_str()), &Arc::from(key.as_str()), dir);
+                continue;
+            }
+            if !ignored {
+                return None;
+            }
+        }
+        changed.dedup();
+        for (agent, key) in changed {
+            if let Some(dir) = self.instances.get(&(Arc::clone(&agent), Arc::clone(&key))).map(|i| i.dir.clone()) {
+                self.read_instance(&agent, &key, &dir);
+            }
+        }
+        Some(true)
     }
 
     /// Reads what the files gained; the new entries' seqs go to `fresh`.
@@ -1013,6 +1068,45 @@ impl Store {
     /// The workspaces directory.
     pub fn workspaces_dir(&self) -> PathBuf {
         self.root.join("workspaces")
+    }
+
+    /// Reads what the files at `paths` (from change notifications) gained;
+    /// falls back to [`Store::refresh`] for a path it does not follow.
+    pub fn refresh_paths(&mut self, paths: &[PathBuf]) -> Changes {
+        let workspaces = self.workspaces_dir();
+        let mut by_project: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
+        for path in paths {
+            let id = path.strip_prefix(&workspaces).ok().and_then(|rest| rest.components().next());
+            match id.map(|c| c.as_os_str().to_string_lossy().into_owned()) {
+                Some(id) if self.projects.contains_key(&id) => by_project.entry(id).or_default().push(path.clone()),
+                _ => return self.refresh(),
+            }
+        }
+        let mut changes = Changes::default();
+        for (id, paths) in by_project {
+            let Some(project) = self.projects.get_mut(&id) else { continue };
+            let mut fresh = Vec::new();
+            match project.refresh_files(&paths, &mut fresh) {
+                Some(true) => {}
+                Some(false) | None => {
+                    if !project.refresh(&mut fresh) {
+                        let dir = project.dir.clone();
+                        if let Some(project) = Project::open(&dir) {
+                            self.projects.insert(id.clone(), project);
+                        }
+                        changes.reset.push(id);
+                        continue;
+                    }
+                }
+            }
+            if !fresh.is_empty() {
+                changes.fresh.push((id, fresh));
+            }
+        }
+        if !changes.fresh.is_empty() || !changes.reset.is_empty() {
+            self.revision += 1;
+        }
+        changes
     }
 
     /// Reads what changed.
