@@ -428,3 +428,19 @@ fn new_lines_stream_to_pages_and_a_rewritten_log_is_read_again() -> TestResult {
     }
     Ok(())
 }
+
+#[test]
+fn a_port_in_use_is_reported_with_exit_1() -> TestResult {
+    let state = tempfile::tempdir()?;
+    let taken = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = taken.local_addr()?.port().to_string();
+    let output = Command::new(env!("CARGO_BIN_EXE_gdn"))
+        .args(["studio", "--no-open", "--port", &port])
+        .env("GOONDAN_STATE_ROOT", state.path())
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .output()?;
+    assert_eq!(output.status.code(), Some(1), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(String::from_utf8_lossy(&output.stderr).contains(&format!("cannot listen on 127.0.0.1:{port}")));
+    Ok(())
+}

@@ -55,10 +55,7 @@ pub fn studio(global: &GlobalOptions, args: &StudioArgs, out: &mut Output) -> Re
         return Ok(exit::USAGE);
     }
     let root = crate::run::state_root(global)?;
-    let store = model::Store::open(root.path(), global.workspace.clone());
-    let (events, _) = broadcast::channel(1024);
-    let shared = Arc::new(Shared { store: RwLock::new(store), events });
-    follow(root.path(), &shared)?;
+    // The port first: one in use is reported before the logs are read.
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let listener = match runtime.block_on(tokio::net::TcpListener::bind((args.host.as_str(), args.port))) {
         Ok(listener) => listener,
@@ -67,6 +64,10 @@ pub fn studio(global: &GlobalOptions, args: &StudioArgs, out: &mut Output) -> Re
             return Ok(exit::FAILED);
         }
     };
+    let store = model::Store::open(root.path(), global.workspace.clone());
+    let (events, _) = broadcast::channel(1024);
+    let shared = Arc::new(Shared { store: RwLock::new(store), events });
+    follow(root.path(), &shared)?;
     let address = listener.local_addr()?;
     let host = match args.host.as_str() {
         "0.0.0.0" | "::" => "127.0.0.1".to_owned(),
