@@ -59,6 +59,8 @@ pub enum Command {
     Instance(InstanceCommand),
     /// Show what the project's agents and service did: turns, steps, tool calls, handoffs, connector events.
     Logs(LogsArgs),
+    /// Open a read-only web page over the state root: instances, the agent graph, the flow of messages and tool calls, traces.
+    Studio(StudioArgs),
     /// Check that this machine can run the bundle: runtimes, keys, MCP server programs, connector ports, state.
     Doctor,
     /// Stop the project's running service (`gdn run` with Connections): it drains, then exits.
@@ -347,4 +349,21 @@ pub struct LogsArgs {
     /// Keep printing new lines as they are written (Ctrl-C ends).
     #[arg(long, short = 'f')]
     pub follow: bool,
+}
+
+/// `gdn studio`.
+#[derive(Debug, Args)]
+pub struct StudioArgs {
+    /// The address to listen on.
+    #[arg(long, default_value = "127.0.0.1", value_name = "HOST")]
+    pub host: String,
+    /// The port to listen on (0: any free port).
+    #[arg(long, default_value_t = 4317, value_name = "N")]
+    pub port: u16,
+    /// Open a browser on the page (the default).
+    #[arg(long)]
+    pub open: bool,
+    /// Do not open a browser.
+    #[arg(long)]
+    pub no_open: bool,
 }

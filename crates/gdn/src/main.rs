@@ -25,6 +25,7 @@ mod service;
 mod service_control;
 mod service_status;
 mod shutdown;
+mod studio;
 mod task;
 mod telemetry;
 mod watch;
@@ -154,6 +155,7 @@ fn main() -> ExitCode {
         Command::Task(command) => task::task(&cli.global, command, &mut out),
         Command::Doctor => doctor::doctor(&cli.global, &session, &mut out),
         Command::Logs(args) => logs::logs(&cli.global, args, &mut out),
+        Command::Studio(args) => studio::studio(&cli.global, args, &mut out),
         Command::Init(args) => init::init(&cli.global, args, &mut out),
         Command::Help(args) => help::help(&cli.global, args, &mut out),
         Command::Validate(args) => runtime.block_on(commands::validate(&cli.global, args, &mut out)),
@@ -231,6 +233,7 @@ fn loads_env_files(command: &Command) -> Option<Option<&Path>> {
         | Command::Restart(_)
         | Command::Task(_)
         | Command::Logs(_)
+        | Command::Studio(_)
         | Command::Instance(_)
         | Command::Init(_)
         | Command::Help(_)

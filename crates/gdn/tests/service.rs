@@ -533,10 +533,13 @@ async fn brain_persona_serves_telegram_slack_and_the_terminal() -> TestResult {
     };
     assert_eq!(sent.param("text").as_deref(), Some("hello from the brain"));
     assert!(telegram.wait_until_confirmed(update, Duration::from_secs(10)).await, "update {update} not confirmed");
-    let instances =
-        instances_until(state.path(), "the telegram turn", |i| i.turns("coordinator", "brain-persona-shared") == 1)
-            .await?;
-    assert_eq!(instances.pending("coordinator", "brain-persona-shared"), 0);
+    // The turn is committed before its event is marked done in the inbox:
+    // wait for both, then check that they agree.
+    let instances = instances_until(state.path(), "the telegram turn", |i| {
+        i.turns("coordinator", "brain-persona-shared") == 1 && i.pending("coordinator", "brain-persona-shared") == 0
+    })
+    .await?;
+    assert_eq!(instances.turns("coordinator", "brain-persona-shared"), 1, "{:#?}", instances.0);
 
     // Slack: unsigned is refused; signed → a turn → slack__send through the Web API.
     let slack = SocketAddr::from(([127, 0, 0, 1], slack_port));

@@ -121,3 +121,51 @@ fn spawn_landlock_only(bencher: divan::Bencher) {
     .landlock_only();
     spawn_true(bencher, Some(&sandbox));
 }
+
+/// A heap the size of an agent process's (its idle VmRSS is ~13 MiB, more
+/// with a long conversation), touched so that its pages are mapped: a
+/// confined spawn forks (std takes its posix_spawn path only without a
+/// `pre_exec` hook), and a fork copies the page tables of all of it.
+fn agent_sized_heap(mib: usize) -> Vec<u8> {
+    let mut heap = vec![0u8; mib << 20];
+    for page in heap.chunks_mut(4096) {
+        page[0] = 1;
+    }
+    heap
+}
+
+/// A bare spawn of `/bin/true`, unconfined, from a process with 16 MiB of heap.
+#[divan::bench(sample_count = 200)]
+fn spawn_unconfined_16_mib_heap(bencher: divan::Bencher) {
+    let heap = agent_sized_heap(16);
+    spawn_true(bencher, None);
+    drop(heap);
+}
+
+/// The same under `workspace-write`.
+#[divan::bench(sample_count = 200)]
+fn spawn_workspace_write_16_mib_heap(bencher: divan::Bencher) {
+    let heap = agent_sized_heap(16);
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let sandbox = sandbox(Policy::WorkspaceWrite, dir.path());
+    spawn_true(bencher, Some(&sandbox));
+    drop(heap);
+}
+
+/// Unconfined, from a process with 64 MiB of heap.
+#[divan::bench(sample_count = 100)]
+fn spawn_unconfined_64_mib_heap(bencher: divan::Bencher) {
+    let heap = agent_sized_heap(64);
+    spawn_true(bencher, None);
+    drop(heap);
+}
+
+/// Under `workspace-write`, from a process with 64 MiB of heap.
+#[divan::bench(sample_count = 100)]
+fn spawn_workspace_write_64_mib_heap(bencher: divan::Bencher) {
+    let heap = agent_sized_heap(64);
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let sandbox = sandbox(Policy::WorkspaceWrite, dir.path());
+    spawn_true(bencher, Some(&sandbox));
+    drop(heap);
+}

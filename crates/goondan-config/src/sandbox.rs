@@ -287,7 +287,8 @@ pub fn parse_network_allow(entry: &str) -> Result<NetworkTarget, NetworkAllowErr
 /// A port as written in an entry: 1 to 65535, digits only (no sign, no
 /// leading `+`).
 fn parse_port(port: &str) -> Option<u16> {
-    if port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()) {
+    // At most five digits, as the sandbox's proxy reads a port.
+    if port.is_empty() || port.len() > 5 || !port.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
     port.parse::<u16>().ok().filter(|port| *port != 0)
@@ -295,6 +296,9 @@ fn parse_port(port: &str) -> Option<u16> {
 
 /// A host name or an IPv4 address.
 fn parse_host(host: &str) -> Option<NetworkHost> {
+    // A fully qualified name's trailing dot (`example.com.`) is the same
+    // host, as the sandbox's proxy reads it.
+    let host = host.strip_suffix('.').unwrap_or(host);
     if host.is_empty() || host.len() > 253 {
         return None;
     }

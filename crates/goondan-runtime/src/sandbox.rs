@@ -38,6 +38,9 @@ pub fn agent_sandbox(
         SandboxPolicy::Full => Policy::Full,
     };
     let network_allow = config.network.targets()?.iter().map(ToString::to_string).collect();
+    if policy.confines() {
+        warn_if_workdir_holds_home(agent.name(), workdir, home.as_deref());
+    }
     Ok(Sandbox::new(SandboxSpec {
         policy,
         workdir: workdir.to_path_buf(),
@@ -46,4 +49,35 @@ pub fn agent_sandbox(
         protected: loaded_files.to_vec(),
         network_allow,
     }))
+}
+
+/// A workdir that is the home directory (or holds it) gives commands all of
+/// it — `~/.ssh` included — under the sandbox's workdir rules: say so once,
+/// at assembly, with the way out.
+fn warn_if_workdir_holds_home(agent: &str, workdir: &Path, home: Option<&Path>) -> bool {
+    let Some(home) = home else { return false };
+    let home = std::fs::canonicalize(home).unwrap_or_else(|_| home.to_path_buf());
+    let holds = home.starts_with(workdir);
+    if holds {
+        tracing::warn!(
+            "agent '{agent}': its workdir {} holds your home directory {}: its sandbox lets commands read (and under \
+             workspace-write, write) all of it, ~/.ssh included; run gdn from a project directory or give --workdir",
+            workdir.display(),
+            home.display()
+        );
+    }
+    holds
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_workdir_holding_the_home_is_warned_about() {
+        assert!(warn_if_workdir_holds_home("a", Path::new("/home/u"), Some(Path::new("/home/u"))));
+        assert!(warn_if_workdir_holds_home("a", Path::new("/"), Some(Path::new("/home/u"))));
+        assert!(!warn_if_workdir_holds_home("a", Path::new("/home/u/project"), Some(Path::new("/home/u"))));
+        assert!(!warn_if_workdir_holds_home("a", Path::new("/home/u"), None));
+    }
 }
