@@ -207,22 +207,13 @@ fn server_sandbox(
     let config::ServerConfig::Stdio(stdio) = server else { return Ok(None) };
     let Some(sandbox) = &stdio.sandbox else { return Ok(None) };
     let root = tools.bundle_root();
-    let home = goondan_config::sandbox::home_dir();
-    let problem = |e: &dyn std::fmt::Display| format!("server '{name}': sandbox: {e}");
-    let mut readable = sandbox.readable_paths(root, home.as_deref()).map_err(|e| problem(&e))?;
-    readable.extend(program_dir(&stdio.command));
-    let writable = sandbox.writable_paths(root, home.as_deref()).map_err(|e| problem(&e))?;
-    let network_allow = sandbox.network.targets().map_err(|e| problem(&e))?.iter().map(ToString::to_string).collect();
     let (workdir, protected) = match tools.sandbox() {
         Some(agent) => (agent.spec().workdir.clone(), agent.spec().protected.clone()),
         None => (root.to_path_buf(), tools.loaded_files().to_vec()),
     };
-    let policy = match sandbox.policy {
-        goondan_config::SandboxPolicy::ReadOnly => goondan_sandbox::Policy::ReadOnly,
-        goondan_config::SandboxPolicy::WorkspaceWrite => goondan_sandbox::Policy::WorkspaceWrite,
-        goondan_config::SandboxPolicy::Full => goondan_sandbox::Policy::Full,
-    };
-    let spec = goondan_sandbox::SandboxSpec { policy, workdir, readable, writable, protected, network_allow };
+    let mut spec = goondan_runtime::sandbox::sandbox_spec(sandbox, root, &workdir, protected)
+        .map_err(|e| format!("server '{name}': sandbox: {e}"))?;
+    spec.readable.extend(program_dir(&stdio.command));
     Ok(Some(Arc::new(goondan_sandbox::Sandbox::new(spec))))
 }
 

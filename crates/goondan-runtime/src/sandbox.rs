@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use goondan_config::{AgentSpec, Bundle, Resource, SandboxPolicy};
+use goondan_config::{AgentSpec, Bundle, Resource, SandboxConfig, SandboxPolicy};
 use goondan_sandbox::{Policy, Sandbox, SandboxSpec};
 
 /// Why an agent's `spec.sandbox` cannot be applied (validation reports the
@@ -30,25 +30,37 @@ pub fn agent_sandbox(
     loaded_files: &[PathBuf],
 ) -> Result<Sandbox, SandboxConfigError> {
     let effective = bundle.sandbox_for(agent.name(), swarm);
-    let config = &effective.config;
+    let spec = sandbox_spec(&effective.config, bundle.root(), workdir, loaded_files.to_vec())?;
+    if spec.policy.confines() {
+        warn_if_workdir_holds_home(agent.name(), workdir, goondan_config::sandbox::home_dir().as_deref());
+    }
+    Ok(Sandbox::new(spec))
+}
+
+/// A `sandbox` config (an agent's, or a stdio MCP server's) as the sandbox
+/// takes it: paths resolved against `root` (the bundle's directory) and the
+/// home directory, hosts checked, over `workdir` with `protected` kept
+/// read-only.
+pub fn sandbox_spec(
+    config: &SandboxConfig,
+    root: &Path,
+    workdir: &Path,
+    protected: Vec<PathBuf>,
+) -> Result<SandboxSpec, SandboxConfigError> {
     let home = goondan_config::sandbox::home_dir();
     let policy = match config.policy {
         SandboxPolicy::ReadOnly => Policy::ReadOnly,
         SandboxPolicy::WorkspaceWrite => Policy::WorkspaceWrite,
         SandboxPolicy::Full => Policy::Full,
     };
-    let network_allow = config.network.targets()?.iter().map(ToString::to_string).collect();
-    if policy.confines() {
-        warn_if_workdir_holds_home(agent.name(), workdir, home.as_deref());
-    }
-    Ok(Sandbox::new(SandboxSpec {
+    Ok(SandboxSpec {
         policy,
         workdir: workdir.to_path_buf(),
-        readable: config.readable_paths(bundle.root(), home.as_deref())?,
-        writable: config.writable_paths(bundle.root(), home.as_deref())?,
-        protected: loaded_files.to_vec(),
-        network_allow,
-    }))
+        readable: config.readable_paths(root, home.as_deref())?,
+        writable: config.writable_paths(root, home.as_deref())?,
+        protected,
+        network_allow: config.network.targets()?.iter().map(ToString::to_string).collect(),
+    })
 }
 
 /// A workdir that is the home directory (or holds it) gives commands all of
