@@ -25,7 +25,7 @@ pub mod transport;
 
 pub use frame::{FrameError, MAX_FRAME_BYTES};
 pub use message::*;
-pub use transport::{Link, LinkError, LinkReceiver, LinkSender, unix_link};
+pub use transport::{BoxFuture, Link, LinkError, LinkReceiver, LinkSender, unix_link};
 
 /// The environment variable naming the orchestrator's pid in an agent
 /// process (not a secret: the process checks that its parent is that one).

@@ -19,18 +19,84 @@
 //! when its parent dies (`PR_SET_PDEATHSIG`).
 
 use std::ffi::OsString;
+use std::fmt;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
-use std::process::Stdio;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
 
-use goondan_ipc::AgentInstance;
+use goondan_ipc::{AgentInstance, BoxFuture, ErrorInfo, InitPayload, LinkReceiver, LinkSender};
 use tokio::net::UnixStream;
 use tokio::process::{Child, Command};
 
 /// The orchestrator's pid (the agent process exits if its parent is another).
 pub use goondan_ipc::ORCHESTRATOR_PID_ENV;
 
-/// How to start an agent process.
+/// What starts the agent processes of a swarm: [`AgentLauncher`] on this
+/// machine, or a transport that places them on other hosts (goondan-nats).
+/// The hub sees only this trait, a [`Started`] process and its
+/// [`AgentProcess`] handle.
+pub trait Launch: Send + Sync + fmt::Debug {
+    /// Starts the process for `init.instance` and walks it to `ready`
+    /// (`hello`, `init`, `ready`) within `timeout`.
+    fn start(&self, init: InitPayload, timeout: Duration) -> BoxFuture<'_, Result<Started, ErrorInfo>>;
+}
+
+/// A process that said `ready`: its channel, and the handle the hub
+/// supervises it by.
+pub struct Started {
+    /// Messages to it.
+    pub link: LinkSender,
+    /// Messages from it, in the order it sent them.
+    pub receiver: Box<dyn LinkReceiver>,
+    /// Its end and how to stop it.
+    pub process: Box<dyn AgentProcess>,
+    /// Its pid (on its own host).
+    pub pid: u32,
+}
+
+impl fmt::Debug for Started {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Started").field("pid", &self.pid).field("process", &self.process).finish_non_exhaustive()
+    }
+}
+
+/// How a process ended.
+#[derive(Debug, Clone, Default)]
+pub struct ProcessEnd {
+    /// Its wait status, when it is known.
+    pub status: Option<ExitStatus>,
+    /// Set when the process did not end by itself but its host was lost
+    /// (why, for the log): the transport keeps the work it had not finished
+    /// and hands it to the next process of the instance, so its callers are
+    /// not failed and no crash is counted.
+    pub host_lost: Option<String>,
+}
+
+/// The hub's handle on one running agent process.
+pub trait AgentProcess: Send + fmt::Debug {
+    /// Resolves once it has ended. Cancel-safe: a `select!` may drop the
+    /// future and call it again.
+    fn wait(&mut self) -> BoxFuture<'_, ProcessEnd>;
+    /// Asks for it to be killed now (SIGKILL); `wait` then resolves.
+    fn start_kill(&mut self);
+}
+
+/// A child process of this one.
+#[derive(Debug)]
+pub struct LocalProcess(pub Child);
+
+impl AgentProcess for LocalProcess {
+    fn wait(&mut self) -> BoxFuture<'_, ProcessEnd> {
+        Box::pin(async move { ProcessEnd { status: self.0.wait().await.ok(), host_lost: None } })
+    }
+
+    fn start_kill(&mut self) {
+        let _ = self.0.start_kill();
+    }
+}
+
+/// How to start an agent process on this machine.
 #[derive(Debug, Clone)]
 pub struct AgentLauncher {
     /// The program.
@@ -68,5 +134,11 @@ impl AgentLauncher {
         drop(command);
         ours.set_nonblocking(true)?;
         Ok((child, UnixStream::from_std(ours)?))
+    }
+}
+
+impl Launch for AgentLauncher {
+    fn start(&self, init: InitPayload, timeout: Duration) -> BoxFuture<'_, Result<Started, ErrorInfo>> {
+        Box::pin(crate::start::start(self, init, timeout))
     }
 }

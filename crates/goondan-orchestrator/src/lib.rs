@@ -33,6 +33,7 @@ mod start;
 pub mod waits;
 
 pub use hub::holds::{InstanceSelector, RestartReport, WhileDown};
-pub use launcher::AgentLauncher;
+pub use launcher::{AgentLauncher, AgentProcess, Launch, LocalProcess, ProcessEnd, Started};
 pub use orchestrator::{Inbound, NoSwarmObserver, Orchestrator, SwarmObserver};
 pub use plan::SwarmPlan;
+pub use start::walk_to_ready;

@@ -10,7 +10,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::codes::{AGENT_UNAVAILABLE, IPC_DELIVERY_FAILED};
 use crate::hub::{Hub, HubCommand};
-use crate::launcher::AgentLauncher;
+use crate::launcher::Launch;
 use crate::plan::SwarmPlan;
 
 /// What the terminal (or a test) sees of the swarm.
@@ -79,7 +79,12 @@ impl std::fmt::Debug for Orchestrator {
 impl Orchestrator {
     /// Starts the hub on the current tokio runtime. No agent process starts
     /// until a message needs it.
-    pub fn start(plan: SwarmPlan, launcher: AgentLauncher, observer: Arc<dyn SwarmObserver>) -> Self {
+    pub fn start(plan: SwarmPlan, launcher: impl Launch + 'static, observer: Arc<dyn SwarmObserver>) -> Self {
+        Self::start_with(plan, Arc::new(launcher), observer)
+    }
+
+    /// [`start`](Self::start) with a shared launcher.
+    pub fn start_with(plan: SwarmPlan, launcher: Arc<dyn Launch>, observer: Arc<dyn SwarmObserver>) -> Self {
         let plan = Arc::new(plan);
         let (commands, receiver) = mpsc::unbounded_channel();
         let hub = Hub::new(Arc::clone(&plan), launcher, observer, commands.downgrade());
@@ -214,6 +219,7 @@ impl Orchestrator {
 mod tests {
     use super::*;
     use crate::backoff;
+    use crate::launcher::AgentLauncher;
 
     /// `printf` octal escapes of `bytes`.
     fn escaped(bytes: &[u8]) -> String {

@@ -14,26 +14,17 @@ use goondan_ipc::{
     AgentInstance, ErrorInfo, InitPayload, IpcMessage, LinkError, LinkReceiver, LinkSender, ORCHESTRATOR, Routed,
     unix_link,
 };
-use tokio::process::Child;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::codes::{AGENT_UNAVAILABLE, IPC_MESSAGE_TOO_LARGE};
 use crate::hub::HubCommand;
-use crate::launcher::AgentLauncher;
+use crate::launcher::{AgentLauncher, AgentProcess, LocalProcess, ProcessEnd, Started};
 
 /// How long the messages of a process that exited are read for. They are
 /// already in the socket; only a descendant holding its end (which the
 /// agent process prevents) could make this wait.
 const DRAIN: Duration = Duration::from_secs(2);
-
-/// A process that said `ready`.
-pub(crate) struct Started {
-    pub link: LinkSender,
-    pub receiver: Box<dyn LinkReceiver>,
-    pub child: Child,
-    pub pid: u32,
-}
 
 /// What became of a starting process while the hub waited for a message.
 enum Step {
@@ -43,7 +34,8 @@ enum Step {
     TimedOut,
 }
 
-/// Starts the process for `init.instance` and walks it to `ready`.
+/// Starts the process for `init.instance` on this machine and walks it to
+/// `ready`.
 pub(crate) async fn start(
     launcher: &AgentLauncher,
     init: InitPayload,
@@ -51,20 +43,37 @@ pub(crate) async fn start(
 ) -> Result<Started, ErrorInfo> {
     let instance = init.instance.clone();
     let unavailable = |message: String| ErrorInfo::new(AGENT_UNAVAILABLE, message);
-    let (mut child, stream) = launcher
+    let (child, stream) = launcher
         .spawn(&instance)
         .map_err(|error| unavailable(format!("cannot start a process for {instance}: {error}")))?;
     let pid = child.id().unwrap_or_default();
+    let mut child = LocalProcess(child);
     let (read, write) = stream.into_split();
     let (link, mut receiver) = unix_link(read, write);
     let deadline = Instant::now() + timeout;
+    walk_to_ready(&mut child, pid, &instance, &link, receiver.as_mut(), init, deadline).await?;
+    Ok(Started { link, receiver, process: Box::new(child), pid })
+}
+
+/// `hello` (from the process with the pid it was started with), `init`,
+/// then `ready`: the handshake of a process this machine started.
+pub async fn walk_to_ready(
+    child: &mut dyn AgentProcess,
+    pid: u32,
+    instance: &AgentInstance,
+    link: &LinkSender,
+    receiver: &mut dyn LinkReceiver,
+    init: InitPayload,
+    deadline: Instant,
+) -> Result<(), ErrorInfo> {
+    let unavailable = |message: String| ErrorInfo::new(AGENT_UNAVAILABLE, message);
+    let timeout = deadline.saturating_duration_since(Instant::now());
     let ended =
         |status: String| unavailable(format!("the process for {instance} (pid {pid}) ended at start: {status}"));
-
-    match next_step(&mut child, receiver.as_mut(), deadline).await {
+    match next_step(child, receiver, deadline).await {
         Step::Message(message) if matches!(&*message, IpcMessage::Hello(hello) if hello.payload.pid == pid) => {}
         Step::Message(other) => {
-            let _ = child.start_kill();
+            child.start_kill();
             return Err(unavailable(format!(
                 "the process for {instance} (pid {pid}) began with {} instead of hello",
                 other.kind()
@@ -72,33 +81,33 @@ pub(crate) async fn start(
         }
         Step::Exited(status, error) => return Err(error.unwrap_or_else(|| ended(status))),
         Step::TimedOut => {
-            let _ = child.start_kill();
+            child.start_kill();
             return Err(unavailable(format!("the process for {instance} (pid {pid}) did not connect")));
         }
     }
     if link.send(IpcMessage::Init(Routed::new(ORCHESTRATOR, instance.to_string(), init))).await.is_err() {
-        let _ = child.start_kill();
+        child.start_kill();
         return Err(unavailable(format!("the process for {instance} closed its connection at start")));
     }
-    match next_step(&mut child, receiver.as_mut(), deadline).await {
+    match next_step(child, receiver, deadline).await {
         Step::Message(message) => match *message {
             IpcMessage::Ready(ready) => match ready.payload.error {
-                None => Ok(Started { link, receiver, child, pid }),
+                None => Ok(()),
                 Some(error) => {
                     // It exits by itself; make sure.
-                    let _ = child.start_kill();
+                    child.start_kill();
                     let _ = child.wait().await;
                     Err(error)
                 }
             },
             other => {
-                let _ = child.start_kill();
+                child.start_kill();
                 Err(unavailable(format!("the process for {instance} did not become ready: {}", other.kind())))
             }
         },
         Step::Exited(status, error) => Err(error.unwrap_or_else(|| ended(status))),
         Step::TimedOut => {
-            let _ = child.start_kill();
+            child.start_kill();
             Err(unavailable(format!("the process for {instance} did not become ready within {timeout:?}")))
         }
     }
@@ -107,18 +116,18 @@ pub(crate) async fn start(
 /// The next message of a starting process, or its end. What it sent is
 /// read first: the message is preferred over the exit when both are there,
 /// and after an exit what remains in the socket is searched for its error.
-async fn next_step(child: &mut Child, receiver: &mut dyn LinkReceiver, deadline: Instant) -> Step {
+async fn next_step(child: &mut dyn AgentProcess, receiver: &mut dyn LinkReceiver, deadline: Instant) -> Step {
     tokio::select! {
         biased;
         message = receiver.recv() => match message {
             Ok(Some(message)) => Step::Message(Box::new(message)),
             // Its end closed: it is exiting (anything it sent came before).
             Ok(None) | Err(_) => match tokio::time::timeout_at(deadline, child.wait()).await {
-                Ok(status) => Step::Exited(describe_status(status.ok()), None),
+                Ok(end) => Step::Exited(describe_end(&end), None),
                 Err(_) => Step::TimedOut,
             },
         },
-        status = child.wait() => {
+        end = child.wait() => {
             let mut error = None;
             drain(receiver, |message| {
                 if let IpcMessage::Ready(ready) = message
@@ -128,7 +137,7 @@ async fn next_step(child: &mut Child, receiver: &mut dyn LinkReceiver, deadline:
                 }
             })
             .await;
-            Step::Exited(describe_status(status.ok()), error)
+            Step::Exited(describe_end(&end), error)
         }
         () = tokio::time::sleep_until(deadline) => Step::TimedOut,
     }
@@ -139,6 +148,14 @@ async fn drain(receiver: &mut dyn LinkReceiver, mut each: impl FnMut(IpcMessage)
     let deadline = Instant::now() + DRAIN;
     while let Ok(Ok(Some(message))) = tokio::time::timeout_at(deadline, receiver.recv()).await {
         each(message);
+    }
+}
+
+/// How a process ended, as the terminal shows it (with its host's loss).
+pub(crate) fn describe_end(end: &ProcessEnd) -> String {
+    match &end.host_lost {
+        Some(why) => why.clone(),
+        None => describe_status(end.status),
     }
 }
 
@@ -169,21 +186,21 @@ pub(crate) fn report(hub: &mpsc::WeakUnboundedSender<HubCommand>, command: HubCo
 pub(crate) async fn supervise(
     instance: AgentInstance,
     generation: u64,
-    mut child: Child,
+    pid: u32,
+    mut child: Box<dyn AgentProcess>,
     mut receiver: Box<dyn LinkReceiver>,
     mut kill: oneshot::Receiver<()>,
     hub: mpsc::WeakUnboundedSender<HubCommand>,
 ) {
-    let pid = child.id().unwrap_or_default();
     let from_agent =
         |message: IpcMessage| HubCommand::FromAgent { from: instance.clone(), generation, message: Box::new(message) };
     let mut reading = true;
-    let status = loop {
+    let end = loop {
         tokio::select! {
             message = receiver.recv(), if reading => match message {
                 Ok(Some(message)) => {
                     if !report(&hub, from_agent(message)) {
-                        let _ = child.start_kill();
+                        child.start_kill();
                     }
                 }
                 Ok(None) => reading = false,
@@ -192,25 +209,25 @@ pub(crate) async fn supervise(
                     // process can no longer be talked to.
                     tracing::warn!("the connection of {instance} (pid {pid}) failed: {error}; stopping it");
                     reading = false;
-                    let _ = child.start_kill();
+                    child.start_kill();
                 }
             },
-            status = child.wait() => {
+            end = child.wait() => {
                 if reading {
                     drain(receiver.as_mut(), |message| {
                         report(&hub, from_agent(message));
                     })
                     .await;
                 }
-                break status.ok();
+                break end;
             }
             _ = &mut kill => {
-                let _ = child.start_kill();
-                break child.wait().await.ok();
+                child.start_kill();
+                break child.wait().await;
             }
         }
     };
-    report(&hub, HubCommand::Exited { instance: instance.clone(), generation, pid, status });
+    report(&hub, HubCommand::Exited { instance: instance.clone(), generation, pid, end });
 }
 
 /// Writes the hub's messages to one process in order. A message that cannot

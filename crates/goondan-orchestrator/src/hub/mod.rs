@@ -32,7 +32,6 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
-use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -40,10 +39,10 @@ use goondan_ipc::{AgentInstance, DelegateResultPayload, ErrorInfo, IpcMessage};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::codes::AGENT_UNAVAILABLE;
-use crate::launcher::AgentLauncher;
+use crate::launcher::{Launch, ProcessEnd, Started};
 use crate::orchestrator::SwarmObserver;
 use crate::plan::SwarmPlan;
-use crate::start::{Started, report};
+use crate::start::report;
 use crate::waits::WaitGraph;
 
 pub(crate) mod holds;
@@ -82,7 +81,7 @@ pub(crate) enum HubCommand {
     /// A message of the process `generation` of `from`.
     FromAgent { from: AgentInstance, generation: u64, message: Box<IpcMessage> },
     /// The process ended (after its last message was read).
-    Exited { instance: AgentInstance, generation: u64, pid: u32, status: Option<ExitStatus> },
+    Exited { instance: AgentInstance, generation: u64, pid: u32, end: ProcessEnd },
 
     // From the hub's own tasks.
     /// A start finished: the process is ready, or why not.
@@ -216,12 +215,15 @@ struct Pending {
     echo: Option<goondan_ipc::AsyncRequestEcho>,
     /// The terminal interrupted it before it was handed over.
     cancelled: bool,
+    /// Its target's host was lost while it ran: the transport hands it to
+    /// the target's next process by itself (see `ProcessEnd::host_lost`).
+    relocating: bool,
 }
 
 /// The swarm's state, owned by the hub's task.
 pub(crate) struct Hub {
     plan: Arc<SwarmPlan>,
-    launcher: Arc<AgentLauncher>,
+    launcher: Arc<dyn Launch>,
     observer: Arc<dyn SwarmObserver>,
     /// For the tasks it starts (weak: the hub ends when the front end is gone).
     me: mpsc::WeakUnboundedSender<HubCommand>,
@@ -246,13 +248,13 @@ pub(crate) struct Hub {
 impl Hub {
     pub(crate) fn new(
         plan: Arc<SwarmPlan>,
-        launcher: AgentLauncher,
+        launcher: Arc<dyn Launch>,
         observer: Arc<dyn SwarmObserver>,
         me: mpsc::WeakUnboundedSender<HubCommand>,
     ) -> Self {
         Self {
             plan,
-            launcher: Arc::new(launcher),
+            launcher,
             observer,
             me,
             slots: BTreeMap::new(),
@@ -330,8 +332,8 @@ impl Hub {
                 }
             }
             HubCommand::FromAgent { from, generation, message } => self.on_agent_message(from, generation, *message),
-            HubCommand::Exited { instance, generation, pid, status } => {
-                self.process_ended(&instance, generation, pid, status);
+            HubCommand::Exited { instance, generation, pid, end } => {
+                self.process_ended(&instance, generation, pid, end);
             }
             HubCommand::Started { instance, generation, result } => self.started(&instance, generation, *result),
             HubCommand::Undelivered { correlation_id, error } => {

@@ -2,7 +2,6 @@
 //! one runs, starts (bounded: queued past `max_processes`, idle processes
 //! stopped to make room), idle stops, ends and their consequences.
 
-use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -15,7 +14,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::backoff;
 use crate::codes::{AGENT_CAPACITY_EXCEEDED, AGENT_CRASHED, AGENT_UNAVAILABLE, IPC_DELIVERY_FAILED};
-use crate::start::{self, Started, describe_status, report};
+use crate::launcher::{ProcessEnd, Started};
+use crate::start::{self, describe_end, report};
 
 use super::routing::cancel_message;
 use super::{Hub, HubCommand, Process, Retiring, Running, Slot, Waiter, Work};
@@ -253,7 +253,7 @@ impl Hub {
         let hub = self.me.clone();
         let instance = instance.clone();
         tokio::spawn(async move {
-            let result = start::start(&launcher, init, timeout).await;
+            let result = launcher.start(init, timeout).await;
             // If the hub is gone, the child is dropped, which kills it.
             report(&hub, HubCommand::Started { instance, generation, result: Box::new(result) });
         });
@@ -267,19 +267,28 @@ impl Hub {
         match result {
             Ok(started) if self.stopping.is_some() => {
                 slot.process = Process::Down;
-                let mut child = started.child;
+                let mut process = started.process;
+                process.start_kill();
                 tokio::spawn(async move {
-                    let _ = child.kill().await;
+                    let _ = process.wait().await;
                 });
                 self.fail_waiting(instance, &ErrorInfo::new(AGENT_UNAVAILABLE, "the swarm is shutting down"));
                 self.check_stopped();
             }
             Ok(started) => {
-                let Started { link, receiver, child, pid } = started;
+                let Started { link, receiver, process, pid } = started;
                 let (outbox, outgoing) = mpsc::unbounded_channel();
                 let (kill, killed) = oneshot::channel();
                 tokio::spawn(start::forward(link, outgoing, instance.clone(), self.me.clone()));
-                tokio::spawn(start::supervise(instance.clone(), generation, child, receiver, killed, self.me.clone()));
+                tokio::spawn(start::supervise(
+                    instance.clone(),
+                    generation,
+                    pid,
+                    process,
+                    receiver,
+                    killed,
+                    self.me.clone(),
+                ));
                 slot.process = Process::Up(Running {
                     outbox,
                     pid,
@@ -290,6 +299,7 @@ impl Hub {
                     idle_since: Some(Instant::now()),
                 });
                 self.observer.started(instance, pid);
+                self.relocated_to(instance, generation);
                 if !self.held_start(instance) {
                     self.serve(instance, false);
                 }
@@ -408,16 +418,14 @@ impl Hub {
         self.pump();
     }
 
-    pub(super) fn process_ended(
-        &mut self,
-        instance: &AgentInstance,
-        generation: u64,
-        pid: u32,
-        status: Option<ExitStatus>,
-    ) {
+    pub(super) fn process_ended(&mut self, instance: &AgentInstance, generation: u64, pid: u32, end: ProcessEnd) {
+        if end.host_lost.is_some() && self.stopping.is_none() {
+            self.host_lost(instance, generation, pid, &end);
+            return;
+        }
         let stopping = self.stopping.is_some();
-        let clean = status.is_some_and(|s| s.success());
-        let described = describe_status(status);
+        let clean = end.status.is_some_and(|s| s.success());
+        let described = describe_end(&end);
         let Some(slot) = self.slots.get_mut(instance) else { return };
         let Some(running) = slot.running().filter(|r| r.generation == generation) else { return };
         let restart = running.retiring == Some(Retiring::Restart) && clean && !stopping;
@@ -469,5 +477,66 @@ impl Hub {
         self.serve(instance, restart);
         self.pump();
         self.check_stopped();
+    }
+
+    /// The host of `instance`'s process was lost (its transport says so):
+    /// what the process was serving is not failed but handed by the
+    /// transport to the instance's next process, which is started at once
+    /// on another host and continues from the instance's last commit. What
+    /// it asked others synchronously is cancelled, as for any end (its turn
+    /// runs again and asks again). No crash is counted: the process did not
+    /// fail, its machine did.
+    fn host_lost(&mut self, instance: &AgentInstance, generation: u64, pid: u32, end: &ProcessEnd) {
+        let Some(slot) = self.slots.get_mut(instance) else { return };
+        if slot.running().is_none_or(|r| r.generation != generation) {
+            return;
+        }
+        slot.process = Process::Down;
+        self.last_progress = Instant::now();
+        let mut relocating = 0usize;
+        let mut cancels = Vec::new();
+        for (id, pending) in &mut self.pending {
+            if pending.target == *instance && pending.delivered_to == Some(generation) {
+                pending.delivered_to = None;
+                pending.relocating = true;
+                relocating += 1;
+            } else if pending.echo.is_none()
+                && pending.delivered_to.is_some()
+                && matches!(&pending.waiter, Waiter::Agent(a) if a == instance)
+            {
+                cancels.push(id.clone());
+            }
+        }
+        for id in cancels {
+            self.waits.remove(&id);
+            let Some(pending) = self.pending.remove(&id) else { continue };
+            let cancel =
+                cancel_message(ORCHESTRATOR, &pending.target, &format!("{instance} moved to another host"), &id);
+            self.send_to(&pending.target, cancel);
+        }
+        let why = end.host_lost.as_deref().unwrap_or("its host was lost");
+        tracing::warn!("{instance} (pid {pid}): {why}; {relocating} request(s) continue on another host");
+        self.observer.exited(instance, pid, why, false);
+        self.hold_process_ended(instance);
+        self.serve(instance, relocating > 0);
+        self.pump();
+        self.check_stopped();
+    }
+
+    /// The requests a lost host was serving now run in `generation`.
+    fn relocated_to(&mut self, instance: &AgentInstance, generation: u64) {
+        let mut cancelled = Vec::new();
+        for (id, pending) in &mut self.pending {
+            if pending.relocating && pending.target == *instance {
+                pending.relocating = false;
+                pending.delivered_to = Some(generation);
+                if pending.cancelled {
+                    cancelled.push(id.clone());
+                }
+            }
+        }
+        for id in cancelled {
+            self.send_to(instance, cancel_message(CLI, instance, "interrupted", &id));
+        }
     }
 }

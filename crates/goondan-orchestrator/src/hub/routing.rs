@@ -37,6 +37,7 @@ impl Hub {
                 delivered_to: None,
                 echo: None,
                 cancelled: false,
+                relocating: false,
             },
         );
         let payload = DelegatePayload {
@@ -149,6 +150,7 @@ impl Hub {
                     delivered_to: None,
                     echo,
                     cancelled: false,
+                    relocating: false,
                 },
             );
         }
