@@ -1,0 +1,524 @@
+//! The agent host (`gdn host`, and the one inside the hub's process for
+//! when no other is connected).
+//!
+//! It says it is alive every [`HEARTBEAT`](crate::HEARTBEAT) and takes
+//! the hub's requests on its own subjects: `start` (claim the instance's
+//! state, take its consumer, start the agent process here exactly as `gdn
+//! run` does, answer once it is ready) and `kill`. For each process it
+//! runs a bridge:
+//!
+//! ```text
+//! broker (the instance's durable consumer) ─► bridge ─► agent process (socket pair)
+//!   control messages of another start are dropped; a request gets a
+//!   delivery key (its correlation id) so that one delivered again after
+//!   a host's death is answered from the conversation, not run twice
+//! agent process ─► bridge ─► broker (the hub's subject, stored before the next)
+//!   at an answer or a turn's end, the instance's state is synced first
+//!   (fenced: refused once another host has claimed it — the process is
+//!   then killed and nothing more is sent); then the request it answers is
+//!   acknowledged; every 250 ms what changed is synced too
+//! the process ends ─► what it said, a last sync, everything it was given
+//!   acknowledged (the hub fails what it served, as on one machine), then
+//!   the exit notice
+//! ```
+//!
+//! A host that dies acknowledges nothing: its instances' unfinished work
+//! stays in their consumers and goes to the process the hub starts
+//! elsewhere.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer};
+use futures_util::StreamExt as _;
+use goondan_ipc::{AgentInstance, ErrorInfo, InitPayload, IpcMessage, ObservePayload};
+use goondan_orchestrator::{AgentLauncher, Launch as _, Started};
+use serde_json::Value as JsonValue;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::connect::NatsError;
+use crate::hub::publish_stored;
+use crate::replica::{Replica, ReplicaError};
+use crate::scope::Scope;
+use crate::wire::{self, ExitNotice, Heartbeat, KillRequest, StartReply, StartRequest};
+
+/// Turns the hub's init into this host's: its bundle, state root, workdir
+/// and secrets.
+pub type Localize = Arc<dyn Fn(InitPayload) -> InitPayload + Send + Sync>;
+/// Where an instance's state lives on this host.
+pub type InstanceDir = Arc<dyn Fn(&AgentInstance) -> Option<PathBuf> + Send + Sync>;
+
+/// How a host runs.
+#[derive(Clone)]
+pub struct HostConfig {
+    pub scope: Scope,
+    /// Its id (unique among the swarm's hosts).
+    pub host_id: String,
+    pub labels: BTreeMap<String, String>,
+    /// The host inside the hub's process.
+    pub hub: bool,
+    pub launcher: AgentLauncher,
+    pub localize: Localize,
+    pub instance_dir: InstanceDir,
+    pub start_timeout: Duration,
+}
+
+impl fmt::Debug for HostConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HostConfig")
+            .field("scope", &self.scope)
+            .field("host_id", &self.host_id)
+            .field("labels", &self.labels)
+            .field("hub", &self.hub)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A process this host runs.
+struct Here {
+    start: String,
+    kill: Option<oneshot::Sender<()>>,
+    done: watch::Receiver<bool>,
+}
+
+struct Inner {
+    client: async_nats::Client,
+    js: jetstream::Context,
+    config: HostConfig,
+    running: Mutex<HashMap<AgentInstance, Here>>,
+    max_payload: usize,
+}
+
+/// A running agent host.
+pub struct Host {
+    inner: Arc<Inner>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl fmt::Debug for Host {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Host").field("config", &self.inner.config).finish_non_exhaustive()
+    }
+}
+
+impl Host {
+    /// Joins the swarm: streams checked, requests taken, heartbeats sent.
+    pub async fn start(client: async_nats::Client, config: HostConfig) -> Result<Self, NatsError> {
+        let js = jetstream::new(client.clone());
+        config.scope.ensure_streams(&js).await?;
+        let requests = client.subscribe(config.scope.host_all(&config.host_id)).await.map_err(NatsError::js)?;
+        let max_payload = client.server_info().max_payload;
+        let inner = Arc::new(Inner { client, js, config, running: Mutex::new(HashMap::new()), max_payload });
+        let tasks = vec![
+            tokio::spawn(heartbeats(Arc::clone(&inner))),
+            tokio::spawn(take_requests(Arc::clone(&inner), requests)),
+        ];
+        tracing::info!(target: "goondan::nats", host = %inner.config.host_id, labels = ?inner.config.labels, "agent host ready");
+        Ok(Self { inner, tasks })
+    }
+
+    /// Agent processes it runs now.
+    pub fn running(&self) -> usize {
+        self.inner.running.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+
+    /// Its id.
+    pub fn id(&self) -> &str {
+        &self.inner.config.host_id
+    }
+
+    /// Stops taking starts and heartbeating, kills its processes and waits
+    /// until their bridges are through (their work then goes elsewhere).
+    pub async fn stop(&mut self) {
+        for task in self.tasks.drain(..) {
+            task.abort();
+        }
+        let waits: Vec<watch::Receiver<bool>> = {
+            let mut running = self.inner.running.lock().unwrap_or_else(PoisonError::into_inner);
+            running
+                .values_mut()
+                .map(|here| {
+                    if let Some(kill) = here.kill.take() {
+                        let _ = kill.send(());
+                    }
+                    here.done.clone()
+                })
+                .collect()
+        };
+        for mut done in waits {
+            let _ = tokio::time::timeout(Duration::from_secs(10), done.wait_for(|d| *d)).await;
+        }
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+async fn heartbeats(inner: Arc<Inner>) {
+    let mut tick = tokio::time::interval(crate::HEARTBEAT);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tick.tick().await;
+        let beat = Heartbeat {
+            host: inner.config.host_id.clone(),
+            labels: inner.config.labels.clone(),
+            hub: inner.config.hub,
+            instances: inner.running.lock().unwrap_or_else(PoisonError::into_inner).len(),
+            pid: std::process::id(),
+        };
+        if let Ok(body) = serde_json::to_vec(&beat)
+            && let Err(error) = inner.client.publish(inner.config.scope.hosts(), body.into()).await
+        {
+            tracing::debug!(target: "goondan::nats", "heartbeat: {error}");
+        }
+    }
+}
+
+async fn take_requests(inner: Arc<Inner>, mut requests: async_nats::Subscriber) {
+    while let Some(message) = requests.next().await {
+        let verb = message.subject.rsplit('.').next().unwrap_or_default().to_owned();
+        match verb.as_str() {
+            "start" => {
+                let inner = Arc::clone(&inner);
+                tokio::spawn(async move {
+                    let reply_to = message.reply.clone();
+                    let reply = match serde_json::from_slice::<StartRequest>(&message.payload) {
+                        Ok(request) => start_here(Arc::clone(&inner), request).await,
+                        Err(error) => StartReply {
+                            pid: None,
+                            error: Some(ErrorInfo::new(
+                                goondan_ipc::codes::AGENT_UNAVAILABLE,
+                                format!("an unreadable start request: {error}"),
+                            )),
+                        },
+                    };
+                    if let Some(reply_to) = reply_to
+                        && let Ok(body) = serde_json::to_vec(&reply)
+                    {
+                        let _ = inner.client.publish(reply_to, body.into()).await;
+                    }
+                });
+            }
+            "kill" => {
+                let Ok(request) = serde_json::from_slice::<KillRequest>(&message.payload) else { continue };
+                let mut running = inner.running.lock().unwrap_or_else(PoisonError::into_inner);
+                if let Some(here) = running.get_mut(&request.instance)
+                    && here.start == request.start
+                    && let Some(kill) = here.kill.take()
+                {
+                    let _ = kill.send(());
+                }
+            }
+            other => tracing::debug!(target: "goondan::nats", "an unknown request to this host: {other}"),
+        }
+    }
+}
+
+/// Claims, takes the consumer, starts the process; the bridge runs on.
+async fn start_here(inner: Arc<Inner>, request: StartRequest) -> StartReply {
+    let StartRequest { start, accept, init } = request;
+    let instance = init.instance.clone();
+    let failed =
+        |why: String| StartReply { pid: None, error: Some(ErrorInfo::new(goondan_ipc::codes::AGENT_UNAVAILABLE, why)) };
+    // An earlier process of the instance here ends first (the hub moved on from it).
+    let previous = {
+        let mut running = inner.running.lock().unwrap_or_else(PoisonError::into_inner);
+        running.remove(&instance).map(|mut here| {
+            if let Some(kill) = here.kill.take() {
+                let _ = kill.send(());
+            }
+            here.done
+        })
+    };
+    if let Some(mut done) = previous {
+        let _ = tokio::time::timeout(Duration::from_secs(10), done.wait_for(|d| *d)).await;
+    }
+    let config = &inner.config;
+    let Some(dir) = (config.instance_dir)(&instance) else {
+        return failed(format!("{instance} has no state directory on host {}", config.host_id));
+    };
+    let replica = match Replica::claim(
+        &inner.js,
+        &config.scope.state_stream(),
+        &config.scope.state(&instance),
+        &dir,
+        &config.host_id,
+        inner.max_payload,
+    )
+    .await
+    {
+        Ok(replica) => replica,
+        Err(error) => return failed(format!("host {} could not claim {instance}: {error}", config.host_id)),
+    };
+    let consumer = match take_consumer(&inner, &instance).await {
+        Ok(consumer) => consumer,
+        Err(error) => return failed(format!("host {} could not take {instance}'s messages: {error}", config.host_id)),
+    };
+    let init = (config.localize)(init);
+    let started = match config.launcher.start(init, config.start_timeout).await {
+        Ok(started) => started,
+        Err(error) => return StartReply { pid: None, error: Some(error) },
+    };
+    let pid = started.pid;
+    let (kill, killed) = oneshot::channel();
+    let (done_tx, done) = watch::channel(false);
+    inner
+        .running
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(instance.clone(), Here { start: start.clone(), kill: Some(kill), done });
+    tracing::info!(target: "goondan::nats", %instance, pid, token = replica.token(), "started here");
+    let bridge = Bridge { inner: Arc::clone(&inner), instance, start, accept, replica, sent: 0 };
+    tokio::spawn(async move {
+        bridge.run(started, consumer, killed).await;
+        let _ = done_tx.send(true);
+    });
+    StartReply { pid: Some(pid), error: None }
+}
+
+/// The instance's durable consumer, made anew: what an earlier holder left
+/// unacknowledged is delivered again from the start.
+async fn take_consumer(inner: &Inner, instance: &AgentInstance) -> Result<consumer::PullConsumer, NatsError> {
+    let scope = &inner.config.scope;
+    let stream = inner.js.get_stream(scope.message_stream()).await.map_err(NatsError::js)?;
+    let name = Scope::instance_consumer(instance);
+    let _ = stream.delete_consumer(&name).await;
+    stream
+        .create_consumer(consumer::pull::Config {
+            durable_name: Some(name),
+            filter_subject: scope.to_instance(instance),
+            ack_policy: consumer::AckPolicy::Explicit,
+            ack_wait: Duration::from_secs(60),
+            max_ack_pending: 1024,
+            ..Default::default()
+        })
+        .await
+        .map_err(NatsError::js)
+}
+
+/// Work given to the process and not yet acknowledged.
+struct Unacked {
+    correlation_id: Option<String>,
+    /// A request (delegate or event) rather than an answer to one of its own.
+    request: bool,
+    message: jetstream::Message,
+}
+
+struct Bridge {
+    inner: Arc<Inner>,
+    instance: AgentInstance,
+    start: String,
+    accept: Vec<String>,
+    replica: Replica,
+    sent: u64,
+}
+
+/// What a message from the process asks of the bridge.
+enum Commit {
+    None,
+    /// The answer to this request.
+    Answered(String),
+    TurnEnded,
+    Idle,
+}
+
+impl Bridge {
+    async fn run(mut self, started: Started, consumer: consumer::PullConsumer, mut killed: oneshot::Receiver<()>) {
+        let Started { link, mut receiver, mut process, .. } = started;
+        let (inbound_tx, mut inbound) = mpsc::channel::<jetstream::Message>(256);
+        let reader = tokio::spawn(read_consumer(consumer, inbound_tx));
+        let mut unacked: Vec<Unacked> = Vec::new();
+        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut reading = true;
+        let mut fenced = false;
+        let end = loop {
+            tokio::select! {
+                biased;
+                said = receiver.recv(), if reading => match said {
+                    Ok(Some(message)) => {
+                        if !self.forward(message, &mut unacked).await {
+                            fenced = true;
+                            process.start_kill();
+                        }
+                    }
+                    Ok(None) | Err(_) => reading = false,
+                },
+                end = process.wait() => break end,
+                next = inbound.recv(), if !fenced => {
+                    let Some(message) = next else { continue };
+                    self.deliver(message, link.as_ref(), &mut unacked).await;
+                }
+                _ = tick.tick(), if !fenced => {
+                    if let Err(ReplicaError::Fenced(_)) = self.replica.sync().await {
+                        fenced = true;
+                        self.lost_lease();
+                        process.start_kill();
+                    }
+                }
+                _ = &mut killed => process.start_kill(),
+            }
+        };
+        reader.abort();
+        // What it said before it ended comes before the exit notice.
+        if reading && !fenced {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+            while let Ok(Ok(Some(message))) = tokio::time::timeout_at(deadline, receiver.recv()).await {
+                if !self.forward(message, &mut unacked).await {
+                    fenced = true;
+                    break;
+                }
+            }
+        }
+        if fenced {
+            // Another host has it: nothing of this one counts any more.
+            return;
+        }
+        if let Err(error) = self.replica.sync().await {
+            tracing::warn!(target: "goondan::nats", instance = %self.instance, "the last sync: {error}");
+        }
+        for work in unacked {
+            let _ = work.message.ack().await;
+        }
+        use std::os::unix::process::ExitStatusExt as _;
+        let notice = ExitNotice { wait_status: end.status.map(|s| s.into_raw()) };
+        let mut headers = wire::headers(&self.instance, &self.start, Some(&self.inner.config.host_id));
+        headers.insert(wire::H_KIND, "exited");
+        if let Ok(body) = serde_json::to_vec(&notice) {
+            let id = format!("{}-exit", self.start);
+            publish_stored(&self.inner.js, &self.inner.config.scope.hub(), &headers, &id, body.into()).await;
+        }
+        let mut running = self.inner.running.lock().unwrap_or_else(PoisonError::into_inner);
+        if running.get(&self.instance).is_some_and(|here| here.start == self.start) {
+            running.remove(&self.instance);
+        }
+    }
+
+    fn lost_lease(&self) {
+        tracing::warn!(target: "goondan::nats", instance = %self.instance, host = %self.inner.config.host_id,
+            "another host has taken this instance over; its process here is stopped and commits nothing more");
+    }
+
+    /// One message of the process to the hub; false once fenced.
+    async fn forward(&mut self, message: IpcMessage, unacked: &mut Vec<Unacked>) -> bool {
+        let commit = match &message {
+            IpcMessage::DelegateResult(m) => m.correlation_id.clone().map_or(Commit::None, Commit::Answered),
+            IpcMessage::Observe(m) => match &m.payload {
+                ObservePayload::TurnEnded { .. } => Commit::TurnEnded,
+                ObservePayload::Idle { .. } => Commit::Idle,
+                _ => Commit::None,
+            },
+            _ => Commit::None,
+        };
+        if !matches!(commit, Commit::None) {
+            match self.replica.sync().await {
+                Ok(_) => {}
+                Err(ReplicaError::Fenced(_)) => {
+                    self.lost_lease();
+                    return false;
+                }
+                Err(error) => {
+                    tracing::warn!(target: "goondan::nats", instance = %self.instance, "syncing state: {error}")
+                }
+            }
+        }
+        let Ok(payload) = wire::encode(&message) else { return true };
+        self.sent += 1;
+        let id = format!("{}-a-{}", self.start, self.sent);
+        let headers = wire::headers(&self.instance, &self.start, Some(&self.inner.config.host_id));
+        publish_stored(&self.inner.js, &self.inner.config.scope.hub(), &headers, &id, payload).await;
+        let done = |work: &Unacked| match &commit {
+            Commit::None => false,
+            Commit::Answered(id) => work.request && work.correlation_id.as_deref() == Some(id.as_str()),
+            Commit::TurnEnded => !work.request,
+            Commit::Idle => true,
+        };
+        let (acked, kept): (Vec<Unacked>, Vec<Unacked>) = std::mem::take(unacked).into_iter().partition(done);
+        *unacked = kept;
+        for work in acked {
+            if let Err(error) = work.message.ack().await {
+                tracing::debug!(target: "goondan::nats", "ack: {error}");
+            }
+        }
+        true
+    }
+
+    /// One message of the hub's to the process.
+    async fn deliver(&mut self, message: jetstream::Message, link: &dyn goondan_ipc::Link, unacked: &mut Vec<Unacked>) {
+        let start = wire::header(message.headers.as_ref(), wire::H_START).unwrap_or_default().to_owned();
+        let ours = start == self.start;
+        let mut ipc = match wire::decode(&message.payload) {
+            Ok(ipc) => ipc,
+            Err(error) => {
+                tracing::warn!(target: "goondan::nats", instance = %self.instance, "an unreadable message: {error}");
+                let _ = message.ack().await;
+                return;
+            }
+        };
+        let work = matches!(ipc, IpcMessage::Delegate(_) | IpcMessage::Event(_) | IpcMessage::DelegateResult(_));
+        // Work of an earlier start is this process's only if its host was
+        // lost; anything else of another start the hub has already failed.
+        if !(ours || (work && self.accept.contains(&start))) {
+            let _ = message.ack().await;
+            return;
+        }
+        let (correlation_id, request) = match &mut ipc {
+            IpcMessage::Delegate(m) | IpcMessage::Event(m) => {
+                if let Some(id) = &m.correlation_id
+                    && !m.payload.metadata.contains_key(DELIVERY_KEY)
+                {
+                    m.payload.metadata.insert(DELIVERY_KEY.to_owned(), JsonValue::String(format!("nats:{id}")));
+                }
+                (m.correlation_id.clone(), true)
+            }
+            IpcMessage::DelegateResult(m) => (m.correlation_id.clone(), false),
+            _ => (None, false),
+        };
+        if link.send(ipc).await.is_err() {
+            // The process is going: the message stays for the next one.
+            return;
+        }
+        if work {
+            unacked.push(Unacked { correlation_id, request, message });
+        } else if let Err(error) = message.ack().await {
+            tracing::debug!(target: "goondan::nats", "ack: {error}");
+        }
+    }
+}
+
+/// The metadata key a request's delivery key travels under (the agent
+/// process answers a known one from its conversation).
+const DELIVERY_KEY: &str = "deliveryKey";
+
+/// Pulls the instance's messages into `to` for as long as the bridge runs;
+/// a stream error (the server restarting) is waited out.
+async fn read_consumer(consumer: consumer::PullConsumer, to: mpsc::Sender<jetstream::Message>) {
+    loop {
+        let mut messages = match consumer.messages().await {
+            Ok(messages) => messages,
+            Err(error) => {
+                tracing::debug!(target: "goondan::nats", "an instance's consumer: {error}; again");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        while let Some(next) = messages.next().await {
+            match next {
+                Ok(message) => {
+                    if to.send(message).await.is_err() {
+                        return;
+                    }
+                }
+                Err(error) => tracing::debug!(target: "goondan::nats", "an instance's consumer: {error}"),
+            }
+        }
+    }
+}
