@@ -12,6 +12,7 @@ use goondan_core::ObjectRef;
 
 use crate::diagnostic::{Diagnostic, DiagnosticCode, Severity};
 use crate::files::{FileReadError, read_regular_file};
+use crate::placement::HostLabels;
 use crate::resources::{AgentSpec, AnyResource, ConnectionSpec, Kind, Resource, SandboxConfig, SwarmSpec, ToolSpec};
 use crate::sandbox::{EffectiveSandbox, SandboxSource};
 use crate::validate::{DocReporter, document_refs, validate_document};
@@ -380,6 +381,16 @@ impl Bundle {
             }
             None => EffectiveSandbox { config: SandboxConfig::default(), source: SandboxSource::Default },
         }
+    }
+
+    /// The labels a host must carry for `agent`'s instances to be placed
+    /// on it: the Agent's `spec.placement.hostLabels` (values as strings:
+    /// `gpu: true` is `"true"`). `None` when the Agent sets none (or an
+    /// empty mapping) or the bundle has no Agent of that name: any host.
+    /// Match a host's labels with [`crate::placement::labels_match`].
+    pub fn placement_for(&self, agent: &str) -> Option<&HostLabels> {
+        let placement = self.agent(agent)?.spec.placement.as_ref()?;
+        (!placement.host_labels.is_empty()).then_some(&placement.host_labels)
     }
 
     /// The agent a command uses when none is named: the entry agent of the

@@ -68,6 +68,13 @@ pub enum DiagnosticCode {
     /// A `spec.sandbox.network.allow` entry that is not `host:port`.
     #[serde(rename = "E_CONFIG_SANDBOX_NETWORK")]
     SandboxNetwork,
+    /// An Agent's `spec.placement` that is not as placement reads it: not
+    /// a mapping, `hostLabels` not a mapping, a label value that is not a
+    /// string, boolean or integer, a label name or value that is empty,
+    /// longer than 63 characters or has a character outside
+    /// `A-Z a-z 0-9 . _ -`.
+    #[serde(rename = "E_CONFIG_PLACEMENT_INVALID")]
+    PlacementInvalid,
     /// A warning: the bundle has script tools or extensions and no JavaScript
     /// runtime is usable.
     #[serde(rename = "W_SCRIPT_RUNTIME_MISSING")]
@@ -92,7 +99,7 @@ pub enum DiagnosticCode {
 
 impl DiagnosticCode {
     /// Every code, in the order of the enum.
-    pub const ALL: [DiagnosticCode; 27] = [
+    pub const ALL: [DiagnosticCode; 28] = [
         Self::ParseError,
         Self::UnsupportedApiVersion,
         Self::UnknownKind,
@@ -115,6 +122,7 @@ impl DiagnosticCode {
         Self::SandboxPolicyInvalid,
         Self::SandboxInvalid,
         Self::SandboxNetwork,
+        Self::PlacementInvalid,
         Self::ScriptRuntimeMissing,
         Self::IngressMismatch,
         Self::UnknownKey,
@@ -147,6 +155,7 @@ impl DiagnosticCode {
             Self::SandboxPolicyInvalid => "E_CONFIG_SANDBOX_POLICY",
             Self::SandboxInvalid => "E_CONFIG_SANDBOX_INVALID",
             Self::SandboxNetwork => "E_CONFIG_SANDBOX_NETWORK",
+            Self::PlacementInvalid => "E_CONFIG_PLACEMENT_INVALID",
             Self::ScriptRuntimeMissing => "W_SCRIPT_RUNTIME_MISSING",
             Self::IngressMismatch => "W_CONFIG_INGRESS_MISMATCH",
             Self::UnknownKey => "W_CONFIG_UNKNOWN_KEY",

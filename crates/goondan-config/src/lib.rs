@@ -8,6 +8,7 @@
 //! - [`changes`]: what an edit to a bundle's files changes (`gdn run --watch`).
 //! - [`resources`]: the typed resources.
 //! - [`sandbox`]: `spec.sandbox` resolved: an agent's sandbox, its paths, its `network.allow` entries.
+//! - [`placement`]: `spec.placement` of an Agent: the labels a host must carry to run it.
 //! - [`diagnostic`]: what a finding looks like.
 
 mod base_snapshot;
@@ -15,6 +16,7 @@ pub mod bundle;
 pub mod changes;
 pub mod diagnostic;
 pub mod files;
+pub mod placement;
 mod plain_schema;
 pub mod resources;
 pub mod sandbox;
@@ -28,6 +30,10 @@ pub use bundle::{
 };
 pub use changes::{BundleChanges, BundleFingerprint, ResourceKey, changes, watched_files};
 pub use diagnostic::{Diagnostic, DiagnosticCode, Severity};
+pub use placement::{
+    AgentPlacement, HostLabels, LabelError, MAX_LABEL_LEN, check_label_name, check_label_value, labels_match,
+    parse_host_label,
+};
 pub use resources::{
     AgentPolicy, AgentSpec, AnyResource, ExtensionSpec, Kind, ModelSpec, Resource, SandboxConfig, SandboxNetwork,
     SandboxPolicy, SwarmSpec, ToolCallScope, ToolExport, ToolSpec, ValueSource,

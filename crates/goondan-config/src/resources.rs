@@ -7,6 +7,8 @@ use indexmap::IndexMap;
 use serde::de::{self, Deserializer};
 use serde::{Deserialize, Serialize};
 
+use crate::placement::AgentPlacement;
+
 /// The resource kinds of `goondan.ai/v1` (ordered as documented).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[allow(missing_docs)]
@@ -241,6 +243,10 @@ pub struct AgentSpec {
     /// (`spec.sandbox`, an addition of this runtime); `None`: the Swarm's,
     /// else the default (see [`crate::Bundle::sandbox_for`]).
     pub sandbox: Option<SandboxConfig>,
+    /// Where the agent's instances may run in a swarm spread over several
+    /// hosts (`spec.placement`, an addition of this runtime); `None`: on
+    /// any host (see [`crate::Bundle::placement_for`]).
+    pub placement: Option<AgentPlacement>,
 }
 
 /// `Agent.spec.policy`: the agent's security policy.
@@ -296,6 +302,8 @@ struct RawAgentSpec {
     policy: AgentPolicy,
     #[serde(default)]
     sandbox: Option<SandboxConfig>,
+    #[serde(default)]
+    placement: Option<AgentPlacement>,
 }
 
 impl TryFrom<RawAgentSpec> for AgentSpec {
@@ -318,6 +326,7 @@ impl TryFrom<RawAgentSpec> for AgentSpec {
             required_tools: raw.required_tools,
             policy: raw.policy,
             sandbox: raw.sandbox,
+            placement: raw.placement,
         })
     }
 }

@@ -61,6 +61,18 @@ fn sandbox() -> JsonValue {
     })
 }
 
+/// `spec.placement` of an Agent. Its problems are reported by
+/// `validate::check_placement` as E_CONFIG_PLACEMENT_INVALID, not as schema
+/// problems; an unknown key under it is a W_CONFIG_UNKNOWN_KEY warning, as
+/// elsewhere. `hostLabels` is a free-form mapping here (its names are the
+/// user's): validate checks its names and values.
+fn placement() -> JsonValue {
+    json!({
+        "type": "object",
+        "properties": {"hostLabels": {"type": "object"}}
+    })
+}
+
 fn spec_schema(kind: Kind) -> JsonValue {
     match kind {
         Kind::Package => json!({
@@ -117,7 +129,8 @@ fn spec_schema(kind: Kind) -> JsonValue {
                     "type": "object",
                     "properties": {"toolCallScope": {"type": "string", "enum": ["catalog", "registry"]}}
                 },
-                "sandbox": sandbox()
+                "sandbox": sandbox(),
+                "placement": placement()
             }
         }),
         Kind::Swarm => json!({

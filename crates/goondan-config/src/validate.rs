@@ -142,8 +142,10 @@ pub(crate) fn validate_document(
     let kind = kind?;
     match map.get("spec") {
         Some(spec) => {
-            // `spec.sandbox` is checked by check_sandbox, with codes of its own.
-            for problem in check_spec(kind, spec).into_iter().filter(|p| !is_sandbox_path(&p.path)) {
+            // `spec.sandbox` is checked by check_sandbox and `spec.placement`
+            // by check_placement, with codes of their own.
+            let own_code = |path: &str| is_sandbox_path(path) || is_under(path, "spec.placement");
+            for problem in check_spec(kind, spec).into_iter().filter(|p| !own_code(&p.path)) {
                 reporter.error(DiagnosticCode::SchemaInvalid, &problem.path, problem.message, None);
             }
             check_unknown_keys(reporter, kind, spec);
@@ -164,6 +166,7 @@ pub(crate) fn validate_document(
         Kind::Agent => {
             check_agent_prompt(reporter, bundle_root);
             check_sandbox(reporter, bundle_root, home);
+            check_placement(reporter);
         }
         Kind::Swarm => check_sandbox(reporter, bundle_root, home),
         Kind::Connection => check_ingress(reporter),
@@ -670,7 +673,97 @@ fn check_agent_prompt(reporter: &mut DocReporter<'_>, bundle_root: Option<&Path>
 
 /// Whether a document path is `spec.sandbox` or inside it.
 fn is_sandbox_path(path: &str) -> bool {
-    path.strip_prefix("spec.sandbox").is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
+    is_under(path, "spec.sandbox")
+}
+
+/// Whether a document path is `place` or inside it.
+fn is_under(path: &str, place: &str) -> bool {
+    path.strip_prefix(place).is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
+}
+
+/// `spec.placement` of an Agent: a mapping whose `hostLabels` is a mapping
+/// of label names to values, each name and value 1 to 63 characters of
+/// `A-Z a-z 0-9 . _ -` (the rules of `crate::placement`, which a host's
+/// `--label` follows too); a value written as a boolean or an integer is
+/// taken as its plain text, anything else is refused. Every problem is an
+/// E_CONFIG_PLACEMENT_INVALID error: an agent placed where its author did
+/// not mean is worse than one refused. (An unknown key under `placement`
+/// is a W_CONFIG_UNKNOWN_KEY warning, from check_unknown_keys.)
+fn check_placement(reporter: &mut DocReporter<'_>) {
+    let Some(placement) = reporter.document.value.pointer("/spec/placement").cloned() else { return };
+    let Some(map) = placement.as_object() else {
+        reporter.error(
+            DiagnosticCode::PlacementInvalid,
+            "spec.placement",
+            format!("spec.placement must be a mapping, got {}", goondan_core::json_type_name(&placement)),
+            Some(
+                "Write e.g. `placement: {hostLabels: {gpu: \"true\"}}`, or leave placement out to run on any host."
+                    .to_owned(),
+            ),
+        );
+        return;
+    };
+    let Some(labels) = map.get("hostLabels") else { return };
+    let Some(labels) = labels.as_object() else {
+        reporter.error(
+            DiagnosticCode::PlacementInvalid,
+            "spec.placement.hostLabels",
+            format!(
+                "spec.placement.hostLabels must be a mapping of label names to values, got {}",
+                goondan_core::json_type_name(labels)
+            ),
+            Some("Write e.g. `hostLabels: {gpu: \"true\", zone: eu}`.".to_owned()),
+        );
+        return;
+    };
+    const RULE: &str = "A label name and value are each 1 to 63 characters of letters, digits, '.', '_' and '-'.";
+    for (name, value) in labels {
+        let path = format!("spec.placement.hostLabels.{name}");
+        if let Err(error) = crate::placement::check_label_name(name) {
+            reporter.error(
+                DiagnosticCode::PlacementInvalid,
+                &path,
+                format!("host label name '{name}' is refused: {error}"),
+                Some(RULE.to_owned()),
+            );
+        }
+        let Some(text) = crate::placement::label_value_text(value) else {
+            let suggestion = match value {
+                JsonValue::Number(number) => format!(
+                    "Quote it: `{name}: \"…\"` as you mean it written; YAML keeps the number {number}, not its spelling (1.10 is 1.1)."
+                ),
+                JsonValue::Null => format!("Write a value, e.g. `{name}: \"true\"`."),
+                _ => format!("Write one value as a string, e.g. `{name}: \"true\"`."),
+            };
+            reporter.error(
+                DiagnosticCode::PlacementInvalid,
+                &path,
+                format!(
+                    "host label '{name}' must be a string, a boolean or an integer, got {}",
+                    render_label_value(value)
+                ),
+                Some(suggestion),
+            );
+            continue;
+        };
+        if let Err(error) = crate::placement::check_label_value(&text) {
+            reporter.error(
+                DiagnosticCode::PlacementInvalid,
+                &path,
+                format!("host label '{name}': {error}"),
+                Some(RULE.to_owned()),
+            );
+        }
+    }
+}
+
+/// A refused label value in a message: its type, and the number itself for
+/// a fractional one.
+fn render_label_value(value: &JsonValue) -> String {
+    match value {
+        JsonValue::Number(number) => format!("the fractional number {number}"),
+        other => goondan_core::json_type_name(other).to_owned(),
+    }
 }
 
 /// The keys of `spec.sandbox` and of `spec.sandbox.network`.

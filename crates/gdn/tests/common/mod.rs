@@ -29,6 +29,9 @@ pub fn record_skip(reason: &str) {
     }
 }
 
+/// A NATS server with JetStream for the multi-host tests.
+pub mod nats;
+
 /// A path in the repository.
 #[allow(dead_code)] // Not every test crate that shares this module uses it.
 pub fn repo_path(relative: &str) -> std::path::PathBuf {
