@@ -80,9 +80,32 @@ pub enum Command {
     Mcp(McpCommand),
     /// Explain an error code (E_TOOL_NOT_IN_CATALOG, AGENT_CRASHED, E_CONFIG_…), or list every code.
     Help(HelpArgs),
+    /// Run this machine's share of a swarm spread over NATS: agent processes the hub (`gdn run --nats`) places here.
+    Host(HostArgs),
     /// An agent process of a running swarm (started by `gdn run`, not by hand).
     #[command(name = "__agent", hide = true)]
     Agent(AgentProcessArgs),
+}
+
+/// `gdn host`.
+#[derive(Debug, Args)]
+pub struct HostArgs {
+    /// The NATS server (with JetStream) the hub and the hosts meet on; credentials come from
+    /// NATS_CREDS, NATS_TOKEN or NATS_USER/NATS_PASSWORD in the environment.
+    #[arg(long, value_name = "URL", env = "NATS_URL")]
+    pub nats: String,
+    /// A label of this host (repeatable): agents whose spec.placement.hostLabels ask for it run here.
+    #[arg(long = "label", value_name = "KEY=VALUE")]
+    pub labels: Vec<String>,
+    /// This host's id among the swarm's hosts (default: hostname-pid).
+    #[arg(long, value_name = "ID")]
+    pub host_id: Option<String>,
+    /// The working directory the agents' tools see here (default: the bundle directory).
+    #[arg(long, value_name = "DIR")]
+    pub workdir: Option<PathBuf>,
+    /// Read API keys and settings from this file too (as `gdn run --env-file`).
+    #[arg(long, value_name = "FILE")]
+    pub env_file: Option<PathBuf>,
 }
 
 /// `gdn help`.
@@ -206,6 +229,13 @@ pub struct RunArgs {
     /// With Connections: how long running turns may take to finish when the service stops (default 30).
     #[arg(long, value_name = "SECONDS")]
     pub drain_secs: Option<u64>,
+    /// Spread the swarm over NATS (JetStream): agent processes run on agent hosts (`gdn host
+    /// --nats URL`) instead of here; credentials from NATS_CREDS, NATS_TOKEN or NATS_USER/NATS_PASSWORD.
+    #[arg(long, value_name = "URL")]
+    pub nats: Option<String>,
+    /// With --nats: wait (up to 60 s) until this many agent hosts have joined before the first turn.
+    #[arg(long, value_name = "N", requires = "nats")]
+    pub wait_hosts: Option<usize>,
     /// Watch the bundle and the entry files of its Tools, Extensions and Connectors: an edit
     /// restarts only what it changes, at turn boundaries; a bundle that no longer validates is
     /// reported and the running one kept.

@@ -17,6 +17,7 @@ mod input;
 mod instance;
 mod logs;
 mod mcp_serve;
+mod nats;
 mod output;
 mod restart;
 mod run;
@@ -169,9 +170,10 @@ fn main() -> ExitCode {
             runtime.block_on(mcp_serve::serve(&cli.global, args, &session, &mut out))
         }
         Command::Agent(_) => runtime.block_on(agent_process::run(&cli.global, &session)),
+        Command::Host(args) => runtime.block_on(nats::host(&cli.global, args, &session, &mut out)),
     };
     // Background jobs of tool calls end with us.
-    if matches!(cli.command, Command::Mcp(_) | Command::Run(_)) {
+    if matches!(cli.command, Command::Mcp(_) | Command::Run(_) | Command::Host(_)) {
         // A read of standard input that never returns (stdin not a pipe, and
         // the server or the service's cli connector stopped by a signal)
         // must not hold the exit forever.
@@ -227,6 +229,7 @@ fn reexec(secrets: &std::collections::BTreeMap<String, String>) -> std::io::Erro
 fn loads_env_files(command: &Command) -> Option<Option<&Path>> {
     match command {
         Command::Run(args) => Some(args.env_file.as_deref()),
+        Command::Host(args) => Some(args.env_file.as_deref()),
         Command::Tool(_) | Command::Mcp(_) | Command::Doctor => Some(None),
         Command::Validate(_)
         | Command::Stop(_)

@@ -389,10 +389,7 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
     // The secrets: the process environment's, and the environment files'
     // over them; the variables only Connections read reach their
     // connectors, never an agent process.
-    plan.env = session.secrets.to_map();
-    for variable in crate::service::agent_withheld_variables(&bundle) {
-        plan.env.remove(&variable);
-    }
+    plan.env = crate::nats::agent_env(&bundle, &session.secrets);
     // A deadline per call by default; 0 turns it off.
     plan.tool_timeout_ms = Some(args.tool_timeout_ms.unwrap_or(DEFAULT_TOOL_TIMEOUT_MS));
     if let Some(bound) = args.max_agent_processes {
@@ -430,19 +427,31 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
         tasks_working: tokio::sync::watch::channel(Vec::new()).0,
     });
     // Agent processes log as this one does.
-    let mut launch_args: Vec<&str> = vec!["-v"; usize::from(global.verbose)];
-    if global.quiet {
-        launch_args.push("-q");
-    }
-    if global.no_color {
-        launch_args.push("--no-color");
-    }
-    launch_args.push("__agent");
-    let orchestrator = Orchestrator::start(
-        plan,
-        AgentLauncher::new(program, launch_args),
-        Arc::clone(&console) as Arc<dyn SwarmObserver>,
-    );
+    let launcher = AgentLauncher::new(program, crate::nats::agent_launch_args(global));
+    // With --nats they run on agent hosts; this process runs them only
+    // while no host is connected.
+    let (launcher, _own_host): (Arc<dyn goondan_orchestrator::Launch>, _) = match &args.nats {
+        None => (Arc::new(launcher), None),
+        Some(url) => {
+            let local = crate::nats::LocalRuntime {
+                config: plan.config.clone(),
+                workspace: plan.state_root.clone(),
+                workdir: plan.workdir.clone(),
+                env: plan.env.clone(),
+                launcher,
+            };
+            let env = |name: &str| (session.env)(name);
+            let scope = goondan_nats::Scope::new(workspace.id());
+            match crate::nats::hub(url, &env, &bundle, local, scope, args.wait_hosts).await {
+                Ok(parts) => (parts.launcher, Some(parts.own_host)),
+                Err(message) => {
+                    output::error_line(&mut out.stderr, &format!("--nats: {message}"))?;
+                    return Ok(exit::FAILED);
+                }
+            }
+        }
+    };
+    let orchestrator = Orchestrator::start_with(plan, launcher, Arc::clone(&console) as Arc<dyn SwarmObserver>);
 
     let watcher = if args.watch {
         match crate::watch::BundleWatcher::start(&global.config, &bundle) {

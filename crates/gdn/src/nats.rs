@@ -1,0 +1,230 @@
+//! `gdn run --nats URL` (the hub: its agents run on agent hosts) and
+//! `gdn host --nats URL` (an agent host): the glue between the command
+//! line and goondan-nats.
+//!
+//! Each side reads its own bundle, state root and secrets: the hub sends a
+//! host which instance to run and the swarm it belongs to, never a path of
+//! its own or a secret. The NATS credentials are read once, from the
+//! environment, by the connection, and are kept from the agent processes.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use goondan_config::{Bundle, load_bundle};
+use goondan_ipc::{AgentInstance, InitPayload};
+use goondan_nats::{Host, HostConfig, NatsLauncher, Placement, Scope};
+use goondan_orchestrator::{AgentLauncher, Launch};
+use goondan_runtime::agent::{AgentOptions, identity};
+use goondan_runtime::store::{Workspace, WorkspaceAccess};
+use goondan_tools::TracingEventSink;
+
+use crate::cli::{GlobalOptions, HostArgs};
+use crate::exit;
+use crate::output::{self, Output};
+
+/// How long the first connection may take.
+const FIRST_CONNECT: Duration = Duration::from_secs(10);
+
+/// The hub's side, ready for the orchestrator: its launcher, and the host
+/// in its own process that runs agents only while no other host is there.
+pub(crate) struct HubParts {
+    pub launcher: Arc<dyn Launch>,
+    pub own_host: Host,
+}
+
+/// What a host needs to run agent processes as `gdn run` would.
+pub(crate) struct LocalRuntime {
+    pub config: PathBuf,
+    pub workspace: PathBuf,
+    pub workdir: PathBuf,
+    pub env: BTreeMap<String, String>,
+    pub launcher: AgentLauncher,
+}
+
+/// The placement of the bundle's agents (`spec.placement.hostLabels`).
+pub(crate) fn placement(bundle: &Bundle) -> Placement {
+    let mut placement = Placement::default();
+    for agent in bundle.agents() {
+        if let Some(labels) = bundle.placement_for(agent.name()) {
+            placement.host_labels.insert(agent.name().to_owned(), labels.clone());
+        }
+    }
+    placement
+}
+
+/// Connects, starts the hub's launcher and its own host, and waits for
+/// `wait_hosts` other hosts.
+pub(crate) async fn hub(
+    url: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    bundle: &Bundle,
+    local: LocalRuntime,
+    scope: Scope,
+    wait_hosts: Option<usize>,
+) -> std::result::Result<HubParts, String> {
+    let client = goondan_nats::connect(url, "gdn run (hub)", FIRST_CONNECT, env).await.map_err(|e| e.to_string())?;
+    let launcher =
+        NatsLauncher::start(client.clone(), scope.clone(), placement(bundle)).await.map_err(|e| e.to_string())?;
+    let host_id = format!("{}-hub-{}", hostname(), std::process::id());
+    let own_host = Host::start(client, host_config(scope.clone(), host_id, BTreeMap::new(), true, local))
+        .await
+        .map_err(|e| e.to_string())?;
+    tracing::info!(target: "goondan::nats", scope = scope.token(), "the hub is on NATS at {url}");
+    if let Some(count) = wait_hosts
+        && !launcher.wait_for_hosts(count, Duration::from_secs(60)).await
+    {
+        return Err(format!(
+            "--wait-hosts {count}: only {} agent host(s) joined within 60 s",
+            launcher.hosts().len().saturating_sub(1)
+        ));
+    }
+    Ok(HubParts { launcher, own_host })
+}
+
+fn host_config(
+    scope: Scope,
+    host_id: String,
+    labels: BTreeMap<String, String>,
+    hub: bool,
+    local: LocalRuntime,
+) -> HostConfig {
+    let LocalRuntime { config, workspace, workdir, env, launcher } = local;
+    let state_root = workspace.clone();
+    let localize = Arc::new(move |mut init: InitPayload| {
+        init.config = config.display().to_string();
+        init.state_root = state_root.display().to_string();
+        // A place the hub chose (`agents__spawn` with a cwd) is used when
+        // this host has it too; otherwise this host's working directory.
+        let hub_workdir = init.workdir.as_deref().map(Path::new).filter(|dir| dir.is_dir()).map(Path::to_path_buf);
+        init.workdir = Some(hub_workdir.unwrap_or_else(|| workdir.clone()).display().to_string());
+        init.env = env.clone();
+        init
+    });
+    let instances = Workspace::at(workspace);
+    let instance_dir =
+        Arc::new(move |instance: &AgentInstance| instances.instance_dir(&instance.agent, &instance.instance_key).ok());
+    HostConfig { scope, host_id, labels, hub, launcher, localize, instance_dir, start_timeout: Duration::from_secs(30) }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|name| name.trim().chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-').collect::<String>())
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "host".to_owned())
+}
+
+/// The agent processes' arguments (they log as this process does).
+pub(crate) fn agent_launch_args(global: &GlobalOptions) -> Vec<String> {
+    let mut args: Vec<String> = vec!["-v".to_owned(); usize::from(global.verbose)];
+    if global.quiet {
+        args.push("-q".to_owned());
+    }
+    if global.no_color {
+        args.push("--no-color".to_owned());
+    }
+    args.push("__agent".to_owned());
+    args
+}
+
+/// The secrets an agent process gets: all but the NATS credentials (only
+/// the connection reads those) and what only Connections use.
+pub(crate) fn agent_env(bundle: &Bundle, secrets: &crate::secrets::Secrets) -> BTreeMap<String, String> {
+    let mut env = secrets.to_map();
+    for variable in crate::service::agent_withheld_variables(bundle) {
+        env.remove(&variable);
+    }
+    for variable in goondan_nats::connect::CREDENTIAL_VARIABLES {
+        env.remove(variable);
+    }
+    env
+}
+
+/// `gdn host`.
+pub async fn host(global: &GlobalOptions, args: &HostArgs, session: &crate::Session, out: &mut Output) -> Result<u8> {
+    let report = load_bundle(&global.config);
+    if report.has_errors() {
+        crate::commands::report_config_errors(global, &report, out)?;
+        return Ok(exit::USAGE);
+    }
+    let Some(bundle) = report.bundle else { return Ok(exit::USAGE) };
+    let mut labels = BTreeMap::new();
+    for label in &args.labels {
+        match goondan_config::parse_host_label(label) {
+            Ok((key, value)) => {
+                labels.insert(key, value);
+            }
+            Err(error) => {
+                output::error_line(&mut out.stderr, &format!("--label {label}: {error}"))?;
+                return Ok(exit::USAGE);
+            }
+        }
+    }
+    if let Some(dir) = args.workdir.as_ref().filter(|dir| !dir.is_dir()) {
+        output::error_line(&mut out.stderr, &format!("--workdir {} is not a directory", dir.display()))?;
+        return Ok(exit::USAGE);
+    }
+    let root = crate::run::state_root(global)?;
+    let options = AgentOptions::new(Arc::new(TracingEventSink));
+    let (entry, _) = match identity(&bundle, &options) {
+        Ok(identity) => identity,
+        Err(error) => {
+            output::error_line(&mut out.stderr, &error.to_string())?;
+            return Ok(exit::USAGE);
+        }
+    };
+    let workspace = match crate::workspace::open(global, &root, &bundle, &entry, WorkspaceAccess::Use) {
+        Ok(workspace) => workspace,
+        Err(message) => {
+            output::error_line(&mut out.stderr, &message)?;
+            return Ok(exit::USAGE);
+        }
+    };
+    let absolute = |path: &Path| std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let program = std::env::current_exe()?;
+    let local = LocalRuntime {
+        config: absolute(&global.config),
+        workspace: absolute(workspace.dir()),
+        workdir: absolute(args.workdir.as_deref().unwrap_or(bundle.root())),
+        env: agent_env(&bundle, &session.secrets),
+        launcher: AgentLauncher::new(program, agent_launch_args(global)),
+    };
+    let env = |name: &str| (session.env)(name);
+    let client = match goondan_nats::connect(&args.nats, "gdn host", FIRST_CONNECT, &env).await {
+        Ok(client) => client,
+        Err(error) => {
+            output::error_line(&mut out.stderr, &error.to_string())?;
+            return Ok(exit::FAILED);
+        }
+    };
+    let host_id = args.host_id.clone().unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id()));
+    let scope = Scope::new(workspace.id());
+    let mut host =
+        match Host::start(client, host_config(scope.clone(), host_id.clone(), labels.clone(), false, local)).await {
+            Ok(host) => host,
+            Err(error) => {
+                output::error_line(&mut out.stderr, &error.to_string())?;
+                return Ok(exit::FAILED);
+            }
+        };
+    writeln!(
+        out.stderr,
+        "agent host {host_id} serves swarm {} on {} (labels: {labels:?}); Ctrl-C stops it",
+        scope.token(),
+        args.nats
+    )?;
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    session.shutdown.turn_started(stop_tx);
+    tokio::select! {
+        _ = stop_rx.wait_for(|stop| *stop) => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    session.shutdown.handled();
+    writeln!(out.stderr, "agent host {host_id} stopping: {} agent process(es) end", host.running())?;
+    host.stop().await;
+    Ok(exit::OK)
+}
