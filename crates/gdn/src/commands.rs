@@ -67,9 +67,13 @@ pub async fn validate(global: &GlobalOptions, args: &crate::cli::ValidateArgs, o
     Ok(if valid { exit::OK } else { exit::FAILED })
 }
 
-/// The sandbox an agent of the bundle gets, for `gdn validate`.
+/// The sandbox an agent of the bundle gets, and the labels a host must
+/// carry to run it, for `gdn validate`.
 struct AgentSandbox {
     name: String,
+    /// `spec.placement.hostLabels` (see [`Bundle::placement_for`]); `None`:
+    /// any host.
+    host_labels: Option<goondan_config::HostLabels>,
     /// When no Swarm is named: what `gdn run --agent NAME` runs it in.
     sandbox: EffectiveSandbox,
     /// The other Swarms listing it whose sandbox differs, with theirs.
@@ -77,8 +81,9 @@ struct AgentSandbox {
 }
 
 impl AgentSandbox {
-    /// `agent coder: sandbox workspace-write (from Swarm crew)`, and where
-    /// another Swarm listing it would give it another policy.
+    /// `agent coder: sandbox workspace-write (from Swarm crew)`, where
+    /// another Swarm listing it would give it another policy, and the
+    /// labels a host needs to run it (`; hosts with gpu=true, zone=eu`).
     fn line(&self) -> String {
         let source = match &self.sandbox.source {
             SandboxSource::Default => "default".to_owned(),
@@ -88,11 +93,16 @@ impl AgentSandbox {
         for (swarm, sandbox) in &self.elsewhere {
             line.push_str(&format!("; run in Swarm {swarm}: {}", sandbox.config.policy));
         }
+        if let Some(labels) = &self.host_labels {
+            let labels: Vec<String> = labels.iter().map(|(name, value)| format!("{name}={value}")).collect();
+            line.push_str(&format!("; hosts with {}", labels.join(", ")));
+        }
         line
     }
 
     /// `{"sandbox": {policy, readable, writable, network, source, swarm?}}`
-    /// with each other Swarm's under `sandboxInSwarms`.
+    /// with each other Swarm's under `sandboxInSwarms`, and
+    /// `"hostLabels": {name: value}` when the Agent sets placement labels.
     fn to_json(&self) -> JsonValue {
         let describe = |sandbox: &EffectiveSandbox| {
             let mut value = serde_json::to_value(&sandbox.config).unwrap_or(JsonValue::Null);
@@ -116,11 +126,16 @@ impl AgentSandbox {
             let others = self.elsewhere.iter().map(|(swarm, sandbox)| (swarm.clone(), describe(sandbox))).collect();
             map.insert("sandboxInSwarms".to_owned(), JsonValue::Object(others));
         }
+        if let (Some(labels), Some(map)) = (&self.host_labels, agent.as_object_mut()) {
+            let labels = labels.iter().map(|(name, value)| (name.clone(), JsonValue::from(value.as_str()))).collect();
+            map.insert("hostLabels".to_owned(), JsonValue::Object(labels));
+        }
         agent
     }
 }
 
-/// Every Agent of the bundle with its sandbox (see [`Bundle::sandbox_for`]).
+/// Every Agent of the bundle with its sandbox (see [`Bundle::sandbox_for`])
+/// and its placement labels.
 fn agent_sandboxes(bundle: &Bundle) -> Vec<AgentSandbox> {
     bundle
         .agents()
@@ -133,7 +148,8 @@ fn agent_sandboxes(bundle: &Bundle) -> Vec<AgentSandbox> {
                 .map(|swarm| (swarm.name().to_owned(), bundle.sandbox_for(name, Some(swarm.name()))))
                 .filter(|(_, other)| other.config != sandbox.config)
                 .collect();
-            AgentSandbox { name: name.to_owned(), sandbox, elsewhere }
+            let host_labels = bundle.placement_for(name).cloned();
+            AgentSandbox { name: name.to_owned(), host_labels, sandbox, elsewhere }
         })
         .collect()
 }

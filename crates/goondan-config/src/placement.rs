@@ -35,10 +35,10 @@ pub struct AgentPlacement {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LabelError {
     /// An empty name or value.
-    #[error("an empty label {0}")]
+    #[error("an empty host label {0}")]
     Empty(&'static str),
     /// Longer than [`MAX_LABEL_LEN`].
-    #[error("label {what} '{text}' is {len} characters long, more than {MAX_LABEL_LEN}")]
+    #[error("host label {what} '{text}' is {len} characters long, more than {MAX_LABEL_LEN}")]
     TooLong {
         /// `name` or `value`.
         what: &'static str,
@@ -48,7 +48,7 @@ pub enum LabelError {
         len: usize,
     },
     /// A character outside `A-Z a-z 0-9 . _ -`.
-    #[error("label {what} '{text}' has {found:?}; only letters, digits, '.', '_' and '-' may be used")]
+    #[error("host label {what} '{text}' has {found:?}; only letters, digits, '.', '_' and '-' may be used")]
     Character {
         /// `name` or `value`.
         what: &'static str,

@@ -720,17 +720,12 @@ fn check_placement(reporter: &mut DocReporter<'_>) {
     for (name, value) in labels {
         let path = format!("spec.placement.hostLabels.{name}");
         if let Err(error) = crate::placement::check_label_name(name) {
-            reporter.error(
-                DiagnosticCode::PlacementInvalid,
-                &path,
-                format!("host label name '{name}' is refused: {error}"),
-                Some(RULE.to_owned()),
-            );
+            reporter.error(DiagnosticCode::PlacementInvalid, &path, error.to_string(), Some(RULE.to_owned()));
         }
         let Some(text) = crate::placement::label_value_text(value) else {
             let suggestion = match value {
                 JsonValue::Number(number) => format!(
-                    "Quote it: `{name}: \"…\"` as you mean it written; YAML keeps the number {number}, not its spelling (1.10 is 1.1)."
+                    "Quote it with the digits you mean, e.g. `{name}: \"{number}\"`: YAML reads an unquoted fractional number as a number and does not keep how it was written (1.10 becomes 1.1)."
                 ),
                 JsonValue::Null => format!("Write a value, e.g. `{name}: \"true\"`."),
                 _ => format!("Write one value as a string, e.g. `{name}: \"true\"`."),
@@ -750,7 +745,7 @@ fn check_placement(reporter: &mut DocReporter<'_>) {
             reporter.error(
                 DiagnosticCode::PlacementInvalid,
                 &path,
-                format!("host label '{name}': {error}"),
+                format!("{error} (label {name})"),
                 Some(RULE.to_owned()),
             );
         }

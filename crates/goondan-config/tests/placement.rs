@@ -141,13 +141,13 @@ fn a_label_value_must_be_a_string_a_boolean_or_an_integer() {
 #[test]
 fn label_names_and_values_are_1_to_63_letters_digits_dots_underscores_dashes() {
     let d = refused("placement: {hostLabels: {\"\": x}}", "spec.placement.hostLabels.");
-    assert!(d.message.contains("empty label name"), "{}", d.message);
+    assert!(d.message.contains("empty host label name"), "{}", d.message);
     let d = refused("placement: {hostLabels: {\"gpu model\": a100}}", "spec.placement.hostLabels.gpu model");
     assert!(d.message.contains("' '") && d.message.contains("letters, digits"), "{}", d.message);
     let d = refused("placement: {hostLabels: {zone: \"eu/west\"}}", "spec.placement.hostLabels.zone");
     assert!(d.message.contains("'/'"), "{}", d.message);
     let d = refused("placement: {hostLabels: {zone: \"\"}}", "spec.placement.hostLabels.zone");
-    assert!(d.message.contains("empty label value"), "{}", d.message);
+    assert!(d.message.contains("empty host label value"), "{}", d.message);
     let long = "x".repeat(64);
     let d = refused(&format!("placement: {{hostLabels: {{{long}: y}}}}"), &format!("spec.placement.hostLabels.{long}"));
     assert!(d.message.contains("64 characters long, more than 63"), "{}", d.message);
