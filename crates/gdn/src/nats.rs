@@ -67,8 +67,9 @@ pub(crate) async fn hub(
     wait_hosts: Option<usize>,
 ) -> std::result::Result<HubParts, String> {
     let client = goondan_nats::connect(url, "gdn run (hub)", FIRST_CONNECT, env).await.map_err(|e| e.to_string())?;
-    let launcher =
-        NatsLauncher::start(client.clone(), scope.clone(), placement(bundle)).await.map_err(|e| e.to_string())?;
+    let launcher = NatsLauncher::start(client.clone(), scope.clone(), placement(bundle), &local.workdir)
+        .await
+        .map_err(|e| e.to_string())?;
     let host_id = format!("{}-hub-{}", hostname(), std::process::id());
     let own_host = Host::start(client, host_config(scope.clone(), host_id, BTreeMap::new(), true, local))
         .await
@@ -97,10 +98,19 @@ fn host_config(
     let localize = Arc::new(move |mut init: InitPayload| {
         init.config = config.display().to_string();
         init.state_root = state_root.display().to_string();
-        // A place the hub chose (`agents__spawn` with a cwd) is used when
-        // this host has it too; otherwise this host's working directory.
-        let hub_workdir = init.workdir.as_deref().map(Path::new).filter(|dir| dir.is_dir()).map(Path::to_path_buf);
-        init.workdir = Some(hub_workdir.unwrap_or_else(|| workdir.clone()).display().to_string());
+        // The place under the working directory the hub chose (an
+        // `agents__spawn` cwd), under this host's; made if missing.
+        let place = match init.workdir.as_deref().filter(|relative| !relative.is_empty()) {
+            Some(relative) => {
+                let place = workdir.join(relative);
+                if let Err(error) = std::fs::create_dir_all(&place) {
+                    tracing::warn!("the working directory {} cannot be made: {error}", place.display());
+                }
+                place
+            }
+            None => workdir.clone(),
+        };
+        init.workdir = Some(place.display().to_string());
         init.env = env.clone();
         init
     });
@@ -159,13 +169,13 @@ pub async fn host(global: &GlobalOptions, args: &HostArgs, session: &crate::Sess
                 labels.insert(key, value);
             }
             Err(error) => {
-                output::error_line(&mut out.stderr, &format!("--label {label}: {error}"))?;
+                output::error_line(&mut out.stderr, format!("--label {label}: {error}"))?;
                 return Ok(exit::USAGE);
             }
         }
     }
     if let Some(dir) = args.workdir.as_ref().filter(|dir| !dir.is_dir()) {
-        output::error_line(&mut out.stderr, &format!("--workdir {} is not a directory", dir.display()))?;
+        output::error_line(&mut out.stderr, format!("--workdir {} is not a directory", dir.display()))?;
         return Ok(exit::USAGE);
     }
     let root = crate::run::state_root(global)?;
@@ -173,7 +183,7 @@ pub async fn host(global: &GlobalOptions, args: &HostArgs, session: &crate::Sess
     let (entry, _) = match identity(&bundle, &options) {
         Ok(identity) => identity,
         Err(error) => {
-            output::error_line(&mut out.stderr, &error.to_string())?;
+            output::error_line(&mut out.stderr, error.to_string())?;
             return Ok(exit::USAGE);
         }
     };
@@ -197,7 +207,7 @@ pub async fn host(global: &GlobalOptions, args: &HostArgs, session: &crate::Sess
     let client = match goondan_nats::connect(&args.nats, "gdn host", FIRST_CONNECT, &env).await {
         Ok(client) => client,
         Err(error) => {
-            output::error_line(&mut out.stderr, &error.to_string())?;
+            output::error_line(&mut out.stderr, error.to_string())?;
             return Ok(exit::FAILED);
         }
     };
@@ -207,7 +217,7 @@ pub async fn host(global: &GlobalOptions, args: &HostArgs, session: &crate::Sess
         match Host::start(client, host_config(scope.clone(), host_id.clone(), labels.clone(), false, local)).await {
             Ok(host) => host,
             Err(error) => {
-                output::error_line(&mut out.stderr, &error.to_string())?;
+                output::error_line(&mut out.stderr, error.to_string())?;
                 return Ok(exit::FAILED);
             }
         };

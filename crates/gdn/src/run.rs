@@ -445,7 +445,7 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
             match crate::nats::hub(url, &env, &bundle, local, scope, args.wait_hosts).await {
                 Ok(parts) => (parts.launcher, Some(parts.own_host)),
                 Err(message) => {
-                    output::error_line(&mut out.stderr, &format!("--nats: {message}"))?;
+                    output::error_line(&mut out.stderr, format!("--nats: {message}"))?;
                     return Ok(exit::FAILED);
                 }
             }

@@ -74,7 +74,9 @@ impl Secrets {
 /// Whether a variable's name says it holds a secret. Case-insensitive.
 pub fn is_secret_name(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
-    upper.ends_with("API_KEY")
+    // The NATS connection's credentials (`--nats`): read by it alone.
+    goondan_nats::connect::CREDENTIAL_VARIABLES.contains(&upper.as_str())
+        || upper.ends_with("API_KEY")
         || upper.ends_with("APIKEY")
         || upper.ends_with("_TOKEN")
         || upper == "TOKEN"

@@ -45,8 +45,9 @@ use crate::replica::{Replica, ReplicaError};
 use crate::scope::Scope;
 use crate::wire::{self, ExitNotice, Heartbeat, KillRequest, StartReply, StartRequest};
 
-/// Turns the hub's init into this host's: its bundle, state root, workdir
-/// and secrets.
+/// Turns the hub's init into this host's: its bundle, state root and
+/// secrets, and its working directory (with the place under it the init's
+/// `workdir` names relative to the hub's, if any).
 pub type Localize = Arc<dyn Fn(InitPayload) -> InitPayload + Send + Sync>;
 /// Where an instance's state lives on this host.
 pub type InstanceDir = Arc<dyn Fn(&AgentInstance) -> Option<PathBuf> + Send + Sync>;
@@ -224,7 +225,17 @@ async fn take_requests(inner: Arc<Inner>, mut requests: async_nats::Subscriber) 
 
 /// Claims, takes the consumer, starts the process; the bridge runs on.
 async fn start_here(inner: Arc<Inner>, request: StartRequest) -> StartReply {
-    let StartRequest { start, accept, init } = request;
+    let StartRequest { start, accept, hub_workdir, mut init } = request;
+    // A place under the hub's working directory is the same place under
+    // this host's; any other path of the hub's means nothing here.
+    init.workdir = match (init.workdir.as_deref(), hub_workdir.as_deref()) {
+        (Some(place), Some(base)) => std::path::Path::new(place)
+            .strip_prefix(base)
+            .ok()
+            .filter(|relative| relative.components().all(|c| matches!(c, std::path::Component::Normal(_))))
+            .map(|relative| relative.display().to_string()),
+        _ => None,
+    };
     let instance = init.instance.clone();
     let failed =
         |why: String| StartReply { pid: None, error: Some(ErrorInfo::new(goondan_ipc::codes::AGENT_UNAVAILABLE, why)) };

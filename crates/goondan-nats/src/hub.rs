@@ -85,6 +85,7 @@ pub struct NatsLauncher {
     js: jetstream::Context,
     scope: Scope,
     placement: Placement,
+    hub_workdir: String,
     registry: Arc<Mutex<Registry>>,
     /// A prefix unique to this hub, so its start ids are its own.
     nonce: String,
@@ -100,7 +101,12 @@ impl fmt::Debug for NatsLauncher {
 impl NatsLauncher {
     /// Sets up the swarm's streams, the hub's consumer and the heartbeat
     /// listener on the current runtime.
-    pub async fn start(client: async_nats::Client, scope: Scope, placement: Placement) -> Result<Arc<Self>, NatsError> {
+    pub async fn start(
+        client: async_nats::Client,
+        scope: Scope,
+        placement: Placement,
+        hub_workdir: &std::path::Path,
+    ) -> Result<Arc<Self>, NatsError> {
         let js = jetstream::new(client.clone());
         scope.ensure_streams(&js).await?;
         let registry = Arc::new(Mutex::new(Registry::default()));
@@ -123,7 +129,8 @@ impl NatsLauncher {
             .map_err(NatsError::js)?;
         tokio::spawn(read_hub_messages(hub_consumer, Arc::clone(&registry)));
         let nonce = goondan_core::ids::new_id();
-        Ok(Arc::new(Self { client, js, scope, placement, registry, nonce, starts: AtomicU64::new(0) }))
+        let hub_workdir = hub_workdir.display().to_string();
+        Ok(Arc::new(Self { client, js, scope, placement, hub_workdir, registry, nonce, starts: AtomicU64::new(0) }))
     }
 
     /// The hosts heard within the lease: (id, labels, processes placed).
@@ -203,7 +210,12 @@ impl Launch for NatsLauncher {
             };
             // The hub's secrets stay here: the host reads its own.
             init.env.clear();
-            let request = StartRequest { start: start.clone(), accept: accept.clone(), init };
+            let request = StartRequest {
+                start: start.clone(),
+                accept: accept.clone(),
+                hub_workdir: Some(self.hub_workdir.clone()),
+                init,
+            };
             let unavailable = |why: String| ErrorInfo::new(AGENT_UNAVAILABLE, why);
             let reply = match serde_json::to_vec(&request) {
                 Ok(body) => {

@@ -44,6 +44,10 @@ pub struct StartRequest {
     /// is still in the stream was failed by the hub and is dropped).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub accept: Vec<String>,
+    /// The hub's working directory: a place under it (an `agents__spawn`
+    /// `cwd`) is the same place under the host's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hub_workdir: Option<String>,
     /// The hub's init: the instance, the swarm, the tool timeout. Its
     /// paths are the hub's; the host uses its own bundle, state root and
     /// secrets (the hub sends none: `env` is empty).

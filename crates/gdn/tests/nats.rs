@@ -1,0 +1,426 @@
+//! One swarm across machines over NATS JetStream: a real `nats-server`
+//! (JetStream on, 127.0.0.1), the hub (`gdn run --nats`) and two agent
+//! hosts (`gdn host --nats`) as separate processes with separate state
+//! roots and working directories. A host is killed mid-turn, the server
+//! restarted, a host partitioned (stopped with SIGSTOP), and each time the
+//! turn completes once, from the instance's last commit, on a host that
+//! holds its lease.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::Value;
+
+mod common;
+use common::nats::{NatsOptions, NatsServer};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+fn fixture() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/nats-swarm")
+}
+
+/// One agent host: its process, state root and working directory.
+struct AgentHost {
+    id: String,
+    state: tempfile::TempDir,
+    work: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl AgentHost {
+    fn pid(&self) -> Pid {
+        Pid::from_raw(self.child.as_ref().map_or(0, |c| i32::try_from(c.id()).unwrap_or(0)))
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.state.path().join("host.log")).unwrap_or_default()
+    }
+
+    /// The messages of `agent@key`'s conversation in this host's state root.
+    fn messages(&self, agent: &str, key: &str) -> Vec<Value> {
+        let path = common::instance_path(self.state.path(), &format!("{agent}@{key}")).join("messages.jsonl");
+        match goondan_runtime::store::read_message_log(&path) {
+            Ok(loaded) => loaded.state.messages().iter().map(|m| serde_json::to_value(m).unwrap_or_default()).collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    fn has_instance(&self, agent: &str, key: &str) -> bool {
+        common::instance_path(self.state.path(), &format!("{agent}@{key}")).join("messages.jsonl").exists()
+    }
+
+    /// The pids the worker's long job wrote here (one line per run).
+    fn worker_runs(&self) -> Vec<u32> {
+        std::fs::read_to_string(self.work.path().join("worker-runs.txt"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|line| line.trim().parse().ok())
+            .collect()
+    }
+}
+
+impl Drop for AgentHost {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = kill(Pid::from_raw(i32::try_from(child.id()).unwrap_or(0)), Signal::SIGCONT);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+struct Cluster {
+    nats: NatsServer,
+    hub_state: tempfile::TempDir,
+    hub_work: tempfile::TempDir,
+    hosts: Vec<AgentHost>,
+    /// The credentials the hub and hosts connect with.
+    credentials: Vec<(&'static str, String)>,
+}
+
+impl Cluster {
+    /// A server and hosts with these labels (`h1`, `h2`, …).
+    fn start(
+        options: NatsOptions,
+        labels: &[&[&str]],
+        env: &[(&str, &str)],
+    ) -> Result<Option<Self>, Box<dyn std::error::Error>> {
+        let Some(nats) = NatsServer::start(options)? else { return Ok(None) };
+        let credentials = nats.client_env();
+        let mut cluster = Self {
+            nats,
+            hub_state: tempfile::tempdir()?,
+            hub_work: tempfile::tempdir()?,
+            hosts: Vec::new(),
+            credentials,
+        };
+        for (index, labels) in labels.iter().enumerate() {
+            let host = cluster.spawn_host(&format!("h{}", index + 1), labels, env)?;
+            cluster.hosts.push(host);
+        }
+        Ok(Some(cluster))
+    }
+
+    fn spawn_host(
+        &self,
+        id: &str,
+        labels: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<AgentHost, Box<dyn std::error::Error>> {
+        let state = tempfile::tempdir()?;
+        let work = tempfile::tempdir()?;
+        let log = std::fs::File::create(state.path().join("host.log"))?;
+        let mut command = self.gdn(state.path());
+        command.args(["host", "--nats", &self.nats.url(), "--host-id", id, "--workdir"]).arg(work.path());
+        for label in labels {
+            command.args(["--label", label]);
+        }
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        for (name, value) in &self.credentials {
+            command.env(name, value);
+        }
+        let child = command.stdout(Stdio::null()).stderr(Stdio::from(log)).spawn()?;
+        Ok(AgentHost { id: id.to_owned(), state, work, child: Some(child) })
+    }
+
+    fn gdn(&self, state: &Path) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_gdn"));
+        command
+            .arg("-c")
+            .arg(fixture())
+            .arg("--state-root")
+            .arg(state)
+            .env("NO_COLOR", "1")
+            .env("TMPDIR", state)
+            .env_remove("GOONDAN_STATE_ROOT")
+            .env_remove("NATS_USER")
+            .env_remove("NATS_PASSWORD")
+            .env_remove("NATS_TOKEN")
+            .env_remove("NATS_CREDS")
+            .env_remove("NATS_URL")
+            .stdin(Stdio::null());
+        command
+    }
+
+    /// The hub with one turn; it waits for `hosts` hosts first.
+    fn hub(&self, input: &str, hosts: usize) -> Command {
+        let mut command = self.gdn(self.hub_state.path());
+        command
+            .args(["--json", "run", "--nats", &self.nats.url(), "--wait-hosts", &hosts.to_string(), "--workdir"])
+            .arg(self.hub_work.path())
+            .args(["--input", input])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (name, value) in &self.credentials {
+            command.env(name, value);
+        }
+        command
+    }
+
+    fn turn(&self, input: &str, hosts: usize) -> Result<Output, Box<dyn std::error::Error>> {
+        Ok(wait_within(self.hub(input, hosts).spawn()?, Duration::from_secs(90)))
+    }
+
+    fn host(&self, id: &str) -> &AgentHost {
+        self.hosts.iter().find(|h| h.id == id).unwrap_or_else(|| panic!("no host {id}"))
+    }
+
+    fn diagnostics(&self) -> String {
+        let mut text = String::new();
+        for host in &self.hosts {
+            text.push_str(&format!("\n--- host {} log:\n{}", host.id, host.log()));
+        }
+        text.push_str(&format!("\n--- nats log (tail):\n{}", tail(&self.nats.log(), 30)));
+        text
+    }
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+fn wait_within(mut child: Child, limit: Duration) -> Output {
+    let deadline = Instant::now() + limit;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = child.kill();
+                break;
+            }
+        }
+    }
+    child.wait_with_output().unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn answer(output: &Output, diagnostics: &str) -> Value {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|_| {
+        panic!(
+            "no JSON answer (status {:?}); stdout: {stdout}\nstderr: {}{diagnostics}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
+fn until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) -> Result<Duration, String> {
+    let started = Instant::now();
+    while !done() {
+        if started.elapsed() > limit {
+            return Err(format!("{what}: not within {limit:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(started.elapsed())
+}
+
+/// The tool results of a conversation, in order.
+fn results(messages: &[Value]) -> Vec<Value> {
+    messages.iter().filter(|m| m["data"]["role"] == "tool").map(|m| m["data"]["result"].clone()).collect()
+}
+
+/// The user inputs of a conversation, in order.
+fn inputs(messages: &[Value]) -> Vec<String> {
+    messages
+        .iter()
+        .filter(|m| m["data"]["role"] == "user")
+        .filter_map(|m| m["data"]["content"].as_str().map(str::to_owned))
+        .collect()
+}
+
+fn is_gone(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.is_empty() || stat.split(") ").nth(1).is_some_and(|rest| rest.starts_with('Z'))
+}
+
+#[test]
+fn a_handoff_crosses_hosts_and_each_instance_lives_in_its_hosts_state_root() -> TestResult {
+    let Some(cluster) = Cluster::start(NatsOptions::default(), &[&[], &[]], &[])? else { return Ok(()) };
+    let output = cluster.turn("CASE:handoff", 2)?;
+    let body = answer(&output, &cluster.diagnostics());
+    assert_eq!(body["text"], "handoff done", "{body}");
+    // Placed on the least loaded: one instance on each host.
+    let (h1, h2) = (cluster.host("h1"), cluster.host("h2"));
+    assert!(h1.has_instance("coordinator", "default"), "{}", cluster.diagnostics());
+    assert!(h2.has_instance("worker", "default"), "{}", cluster.diagnostics());
+    assert!(!h1.has_instance("worker", "default") && !h2.has_instance("coordinator", "default"));
+    let coordinator = h1.messages("coordinator", "default");
+    let result = &results(&coordinator)[0];
+    assert_eq!(result["status"], "ok", "{coordinator:?}");
+    assert_eq!(result["output"]["response"], "worker answer");
+    assert_eq!(inputs(&h2.messages("worker", "default")), ["JOB:quick"]);
+    // The hub ran no agent itself.
+    assert!(!common::instance_path(cluster.hub_state.path(), "coordinator@default").join("messages.jsonl").exists());
+    Ok(())
+}
+
+#[test]
+fn an_instance_continues_its_conversation_on_another_host_after_its_host_is_gone() -> TestResult {
+    let Some(mut cluster) = Cluster::start(NatsOptions::default(), &[&[], &[]], &[])? else { return Ok(()) };
+    let first = answer(&cluster.turn("CASE:handoff one", 2)?, &cluster.diagnostics());
+    assert_eq!(first["text"], "handoff done", "{first}");
+    // The coordinator's host goes away between turns (SIGKILL: nothing is handed over).
+    let h1 = cluster.hosts.iter_mut().find(|h| h.id == "h1").unwrap_or_else(|| panic!("h1"));
+    assert!(kill(h1.pid(), Signal::SIGKILL).is_ok());
+    if let Some(mut child) = h1.child.take() {
+        let _ = child.wait();
+    }
+    let second = answer(&cluster.turn("CASE:handoff two", 1)?, &cluster.diagnostics());
+    assert_eq!(second["text"], "handoff done", "{second}");
+    // h2 loaded the coordinator's state from the broker: both turns are in it.
+    let h2 = cluster.host("h2");
+    let coordinator = h2.messages("coordinator", "default");
+    assert_eq!(inputs(&coordinator), ["CASE:handoff one", "CASE:handoff two"], "{}", cluster.diagnostics());
+    assert_eq!(inputs(&h2.messages("worker", "default")), ["JOB:quick", "JOB:quick"]);
+    Ok(())
+}
+
+#[test]
+fn a_host_killed_mid_turn_its_instance_finishes_the_turn_on_another_host_once() -> TestResult {
+    let Some(mut cluster) = Cluster::start(NatsOptions::default(), &[&[], &[]], &[("GDN_TEST_SLEEP", "3")])? else {
+        return Ok(());
+    };
+    let hub = cluster.hub("CASE:long", 2).spawn()?;
+    // The worker runs its long job on h2.
+    until("the worker's job starts on h2", Duration::from_secs(30), || !cluster.host("h2").worker_runs().is_empty())?;
+    let worker_pid = cluster.host("h2").worker_runs()[0];
+    let h2 = cluster.hosts.iter_mut().find(|h| h.id == "h2").unwrap_or_else(|| panic!("h2"));
+    assert!(kill(h2.pid(), Signal::SIGKILL).is_ok());
+    let killed_at = Instant::now();
+    if let Some(mut child) = h2.child.take() {
+        let _ = child.wait();
+    }
+    // Its agent process does not outlive it.
+    until("the dead host's agent process ends", Duration::from_secs(10), || is_gone(worker_pid))?;
+    // The instance runs again on h1 from its last commit, well within 5 s of the death.
+    until("the worker runs again on h1", Duration::from_secs(10), || !cluster.host("h1").worker_runs().is_empty())?;
+    let failover = killed_at.elapsed();
+    assert!(failover < Duration::from_secs(5), "failover took {failover:?}");
+    let output = wait_within(hub, Duration::from_secs(60));
+    let body = answer(&output, &cluster.diagnostics());
+    assert_eq!(body["text"], "long done", "{body}");
+    let h1 = cluster.host("h1");
+    let coordinator = h1.messages("coordinator", "default");
+    let result = &results(&coordinator)[0];
+    assert_eq!(result["status"], "ok", "the request was answered, not failed: {coordinator:?}");
+    assert_eq!(result["output"]["response"], "long answer");
+    // The turn ran to its end once on h1, and the conversation holds the request once.
+    assert_eq!(h1.worker_runs().len(), 1);
+    assert_eq!(inputs(&h1.messages("worker", "default")), ["JOB:long"], "{}", cluster.diagnostics());
+    Ok(())
+}
+
+#[test]
+fn a_nats_server_restart_mid_turn_loses_nothing_and_runs_nothing_twice() -> TestResult {
+    let Some(mut cluster) = Cluster::start(NatsOptions::default(), &[&[], &[]], &[("GDN_TEST_SLEEP", "3")])? else {
+        return Ok(());
+    };
+    let hub = cluster.hub("CASE:long", 2).spawn()?;
+    until("the worker's job starts on h2", Duration::from_secs(30), || !cluster.host("h2").worker_runs().is_empty())?;
+    cluster.nats.stop()?;
+    std::thread::sleep(Duration::from_millis(500));
+    cluster.nats.restart()?;
+    let output = wait_within(hub, Duration::from_secs(60));
+    let body = answer(&output, &cluster.diagnostics());
+    assert_eq!(body["text"], "long done", "{body}");
+    let (h1, h2) = (cluster.host("h1"), cluster.host("h2"));
+    let result = &results(&h1.messages("coordinator", "default"))[0];
+    assert_eq!(result["output"]["response"], "long answer", "{}", cluster.diagnostics());
+    // Nobody was taken for dead: the job ran once, where it started.
+    assert_eq!(h2.worker_runs().len(), 1, "{}", cluster.diagnostics());
+    assert!(h1.worker_runs().is_empty());
+    assert_eq!(inputs(&h2.messages("worker", "default")), ["JOB:long"]);
+    // The hosts reconnected by themselves: another turn works.
+    let again = answer(&cluster.turn("CASE:handoff", 2)?, &cluster.diagnostics());
+    assert_eq!(again["text"], "handoff done", "{again}");
+    Ok(())
+}
+
+#[test]
+fn a_partitioned_host_loses_its_lease_and_cannot_commit_when_it_returns() -> TestResult {
+    let Some(mut cluster) = Cluster::start(NatsOptions::default(), &[&[], &[]], &[("GDN_TEST_SLEEP", "3")])? else {
+        return Ok(());
+    };
+    let hub = cluster.hub("CASE:long", 2).spawn()?;
+    until("the worker's job starts on h2", Duration::from_secs(30), || !cluster.host("h2").worker_runs().is_empty())?;
+    // h2 stops answering (its agent process runs on, cut off behind it).
+    let h2_pid = cluster.host("h2").pid();
+    assert!(kill(h2_pid, Signal::SIGSTOP).is_ok());
+    let output = wait_within(hub, Duration::from_secs(60));
+    let body = answer(&output, &cluster.diagnostics());
+    assert_eq!(body["text"], "long done", "{body}");
+    let h1 = cluster.host("h1");
+    assert_eq!(h1.worker_runs().len(), 1, "the worker ran again on h1: {}", cluster.diagnostics());
+    // h2 comes back: its process finished the job meanwhile, but its commit is refused.
+    assert!(kill(h2_pid, Signal::SIGCONT).is_ok());
+    until("h2 finds it lost the worker", Duration::from_secs(15), || {
+        cluster.host("h2").log().contains("another host has taken this instance over")
+    })?;
+    // The state on the broker is h1's: a later turn of the worker sees one JOB:long, and continues it.
+    cluster.hosts.retain(|h| h.id != "h2");
+    let again = answer(&cluster.turn("CASE:handoff", 1)?, &cluster.diagnostics());
+    assert_eq!(again["text"], "handoff done", "{again}");
+    assert_eq!(inputs(&cluster.host("h1").messages("worker", "default")), ["JOB:long", "JOB:quick"]);
+    Ok(())
+}
+
+#[test]
+fn an_agent_runs_only_on_a_host_with_the_labels_it_asks_for() -> TestResult {
+    let Some(cluster) = Cluster::start(NatsOptions::default(), &[&["zone=eu"], &["gpu=true"]], &[])? else {
+        return Ok(());
+    };
+    let body = answer(&cluster.turn("CASE:gpu", 2)?, &cluster.diagnostics());
+    assert_eq!(body["text"], "gpu done", "{body}");
+    let h2 = cluster.host("h2");
+    let worker = h2.messages("gpu-worker", "default");
+    let pwd = results(&worker)[0]["output"]["stdout"].as_str().unwrap_or_default().trim().to_owned();
+    assert_eq!(Path::new(&pwd).canonicalize()?, h2.work.path().canonicalize()?, "it ran in h2's working directory");
+    assert!(!cluster.host("h1").has_instance("gpu-worker", "default"));
+    Ok(())
+}
+
+#[test]
+fn with_no_host_carrying_the_labels_the_request_fails_naming_them() -> TestResult {
+    let Some(cluster) = Cluster::start(NatsOptions::default(), &[&["zone=eu"]], &[])? else { return Ok(()) };
+    let body = answer(&cluster.turn("CASE:gpu", 1)?, &cluster.diagnostics());
+    assert_eq!(body["text"], "gpu done", "{body}");
+    let coordinator = cluster.host("h1").messages("coordinator", "default");
+    let result = &results(&coordinator)[0];
+    assert_eq!(result["error"]["code"], "AGENT_UNAVAILABLE", "{result}");
+    let message = result["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("gpu") && message.contains("true"), "{message}");
+    Ok(())
+}
+
+#[test]
+fn hosts_authenticate_with_credentials_from_the_environment_and_agents_never_see_them() -> TestResult {
+    let Some(mut cluster) = Cluster::start(NatsOptions::user_password("swarm", "s3cret-pw"), &[], &[])? else {
+        return Ok(());
+    };
+    // Without credentials a host is refused and says so.
+    let saved = std::mem::take(&mut cluster.credentials);
+    let mut refused = cluster.spawn_host("nocreds", &[], &[])?;
+    let status = refused.child.take().map(|c| wait_within(c, Duration::from_secs(30)).status);
+    assert!(status.is_some_and(|s| !s.success()), "{status:?}");
+    assert!(refused.log().to_lowercase().contains("authorization"), "{}", refused.log());
+    cluster.credentials = saved;
+    let host = cluster.spawn_host("h1", &[], &[])?;
+    cluster.hosts.push(host);
+    let body = answer(&cluster.turn("CASE:env", 1)?, &cluster.diagnostics());
+    assert_eq!(body["text"], "env done", "{body}");
+    let worker = cluster.host("h1").messages("worker", "default");
+    let names = results(&worker)[0]["output"]["stdout"].as_str().unwrap_or_default().to_owned();
+    assert!(!names.is_empty(), "{worker:?}");
+    let seen: Vec<&str> = names.split_whitespace().filter(|name| name.starts_with("NATS_")).collect();
+    assert!(seen.is_empty(), "a command the model chose saw the NATS credentials {seen:?}: {names}");
+    Ok(())
+}
