@@ -424,3 +424,39 @@ fn hosts_authenticate_with_credentials_from_the_environment_and_agents_never_see
     assert!(seen.is_empty(), "a command the model chose saw the NATS credentials {seen:?}: {names}");
     Ok(())
 }
+
+/// The live children of `parent`.
+fn children_of(parent: Pid) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let ppid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<i32>().ok());
+        if ppid == Some(parent.as_raw()) && !is_gone(pid) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+#[test]
+fn the_agent_processes_of_a_hub_that_died_end_on_their_hosts() -> TestResult {
+    let Some(cluster) = Cluster::start(NatsOptions::default(), &[&[], &[]], &[("GDN_TEST_SLEEP", "60")])? else {
+        return Ok(());
+    };
+    let mut hub = cluster.hub("CASE:long", 2).spawn()?;
+    until("the worker's job starts on h2", Duration::from_secs(30), || !cluster.host("h2").worker_runs().is_empty())?;
+    let (h1, h2) = (cluster.host("h1").pid(), cluster.host("h2").pid());
+    assert!(!children_of(h1).is_empty() && !children_of(h2).is_empty(), "an agent process runs on each host");
+    assert!(kill(Pid::from_raw(i32::try_from(hub.id()).unwrap_or(0)), Signal::SIGKILL).is_ok());
+    let _ = hub.wait();
+    // Within the lease and a beat, nothing of the dead hub runs on either host.
+    until("the dead hub's agent processes end", Duration::from_secs(8), || {
+        children_of(h1).is_empty() && children_of(h2).is_empty()
+    })?;
+    assert!(cluster.host("h2").log().contains("the hub stopped answering"), "{}", cluster.diagnostics());
+    // The next hub's turn runs as usual.
+    let body = answer(&cluster.turn("CASE:handoff", 2)?, &cluster.diagnostics());
+    assert_eq!(body["text"], "handoff done", "{body}");
+    Ok(())
+}

@@ -30,7 +30,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer};
 use futures_util::StreamExt as _;
@@ -78,10 +78,24 @@ impl fmt::Debug for HostConfig {
     }
 }
 
+/// How a process is to end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// SIGKILL now (the hub asked, after its grace period).
+    Kill,
+    /// Its channel closed: it cancels its turn, ends its tools' processes
+    /// and exits, as when its orchestrator dies on one machine; SIGKILL
+    /// after [`CLOSE_GRACE`].
+    Close,
+}
+
+/// How long a process whose channel was closed may take to exit.
+const CLOSE_GRACE: Duration = Duration::from_secs(5);
+
 /// A process this host runs.
 struct Here {
     start: String,
-    kill: Option<oneshot::Sender<()>>,
+    kill: Option<oneshot::Sender<Stop>>,
     done: watch::Receiver<bool>,
 }
 
@@ -91,6 +105,8 @@ struct Inner {
     config: HostConfig,
     running: Mutex<HashMap<AgentInstance, Here>>,
     max_payload: usize,
+    /// When the hub was last heard (its own host's heartbeat, or a start).
+    hub_heard: Mutex<Option<Instant>>,
 }
 
 /// A running agent host.
@@ -112,10 +128,19 @@ impl Host {
         config.scope.ensure_streams(&js).await?;
         let requests = client.subscribe(config.scope.host_all(&config.host_id)).await.map_err(NatsError::js)?;
         let max_payload = client.server_info().max_payload;
-        let inner = Arc::new(Inner { client, js, config, running: Mutex::new(HashMap::new()), max_payload });
+        let beats = client.subscribe(config.scope.hosts()).await.map_err(NatsError::js)?;
+        let inner = Arc::new(Inner {
+            client,
+            js,
+            config,
+            running: Mutex::new(HashMap::new()),
+            max_payload,
+            hub_heard: Mutex::new(None),
+        });
         let tasks = vec![
             tokio::spawn(heartbeats(Arc::clone(&inner))),
             tokio::spawn(take_requests(Arc::clone(&inner), requests)),
+            tokio::spawn(listen_for_the_hub(Arc::clone(&inner), beats)),
         ];
         tracing::info!(target: "goondan::nats", host = %inner.config.host_id, labels = ?inner.config.labels, "agent host ready");
         Ok(Self { inner, tasks })
@@ -143,7 +168,7 @@ impl Host {
                 .values_mut()
                 .map(|here| {
                     if let Some(kill) = here.kill.take() {
-                        let _ = kill.send(());
+                        let _ = kill.send(Stop::Close);
                     }
                     here.done.clone()
                 })
@@ -163,11 +188,56 @@ impl Drop for Host {
     }
 }
 
+/// Notes the hub's heartbeats (those of the host inside its process).
+async fn listen_for_the_hub(inner: Arc<Inner>, mut beats: async_nats::Subscriber) {
+    while let Some(message) = beats.next().await {
+        if serde_json::from_slice::<Heartbeat>(&message.payload).is_ok_and(|beat| beat.hub) {
+            *inner.hub_heard.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+        }
+    }
+}
+
+/// The processes of a hub that is gone end, as they would with their
+/// orchestrator on one machine: once the hub has been silent for the
+/// lease while this host was connected. Their unfinished work stays in
+/// the broker for the next hub's processes.
+fn stop_orphans(inner: &Inner, connected_since: Instant) {
+    if inner.config.hub || connected_since.elapsed() < crate::LEASE {
+        return;
+    }
+    let silent =
+        inner.hub_heard.lock().unwrap_or_else(PoisonError::into_inner).is_some_and(|at| at.elapsed() > crate::LEASE);
+    if !silent {
+        return;
+    }
+    let mut running = inner.running.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut stopped = 0;
+    for here in running.values_mut() {
+        if let Some(kill) = here.kill.take() {
+            let _ = kill.send(Stop::Close);
+            stopped += 1;
+        }
+    }
+    if stopped > 0 {
+        tracing::warn!(target: "goondan::nats", stopped, "the hub stopped answering; its agent processes here end");
+    }
+}
+
 async fn heartbeats(inner: Arc<Inner>) {
     let mut tick = tokio::time::interval(crate::HEARTBEAT);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut connected_since = Instant::now();
+    let mut was_connected = true;
     loop {
         tick.tick().await;
+        let connected = matches!(inner.client.connection_state(), async_nats::connection::State::Connected);
+        if connected && !was_connected {
+            connected_since = Instant::now();
+        }
+        was_connected = connected;
+        if connected {
+            stop_orphans(&inner, connected_since);
+        }
         let beat = Heartbeat {
             host: inner.config.host_id.clone(),
             labels: inner.config.labels.clone(),
@@ -215,7 +285,7 @@ async fn take_requests(inner: Arc<Inner>, mut requests: async_nats::Subscriber) 
                     && here.start == request.start
                     && let Some(kill) = here.kill.take()
                 {
-                    let _ = kill.send(());
+                    let _ = kill.send(Stop::Kill);
                 }
             }
             other => tracing::debug!(target: "goondan::nats", "an unknown request to this host: {other}"),
@@ -226,6 +296,8 @@ async fn take_requests(inner: Arc<Inner>, mut requests: async_nats::Subscriber) 
 /// Claims, takes the consumer, starts the process; the bridge runs on.
 async fn start_here(inner: Arc<Inner>, request: StartRequest) -> StartReply {
     let StartRequest { start, accept, hub_workdir, mut init } = request;
+    // A start is the hub speaking.
+    *inner.hub_heard.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
     // A place under the hub's working directory is the same place under
     // this host's; any other path of the hub's means nothing here.
     init.workdir = match (init.workdir.as_deref(), hub_workdir.as_deref()) {
@@ -244,7 +316,7 @@ async fn start_here(inner: Arc<Inner>, request: StartRequest) -> StartReply {
         let mut running = inner.running.lock().unwrap_or_else(PoisonError::into_inner);
         running.remove(&instance).map(|mut here| {
             if let Some(kill) = here.kill.take() {
-                let _ = kill.send(());
+                let _ = kill.send(Stop::Kill);
             }
             here.done
         })
@@ -342,8 +414,10 @@ enum Commit {
 }
 
 impl Bridge {
-    async fn run(mut self, started: Started, consumer: consumer::PullConsumer, mut killed: oneshot::Receiver<()>) {
+    async fn run(mut self, started: Started, consumer: consumer::PullConsumer, mut killed: oneshot::Receiver<Stop>) {
         let Started { link, mut receiver, mut process, .. } = started;
+        let mut link = Some(link);
+        let mut kill_at: Option<tokio::time::Instant> = None;
         let (inbound_tx, mut inbound) = mpsc::channel::<jetstream::Message>(256);
         let reader = tokio::spawn(read_consumer(consumer, inbound_tx));
         let mut unacked: Vec<Unacked> = Vec::new();
@@ -364,9 +438,11 @@ impl Bridge {
                     Ok(None) | Err(_) => reading = false,
                 },
                 end = process.wait() => break end,
-                next = inbound.recv(), if !fenced => {
+                next = inbound.recv(), if !fenced && link.is_some() => {
                     let Some(message) = next else { continue };
-                    self.deliver(message, link.as_ref(), &mut unacked).await;
+                    if let Some(link) = &link {
+                        self.deliver(message, link.as_ref(), &mut unacked).await;
+                    }
                 }
                 _ = tick.tick(), if !fenced => {
                     if let Err(ReplicaError::Fenced(_)) = self.replica.sync().await {
@@ -375,7 +451,20 @@ impl Bridge {
                         process.start_kill();
                     }
                 }
-                _ = &mut killed => process.start_kill(),
+                stop = &mut killed, if kill_at.is_none() => match stop {
+                    Ok(Stop::Close) => {
+                        link = None;
+                        kill_at = Some(tokio::time::Instant::now() + CLOSE_GRACE);
+                    }
+                    Ok(Stop::Kill) | Err(_) => {
+                        process.start_kill();
+                        kill_at = Some(tokio::time::Instant::now());
+                    }
+                },
+                () = sleep_until(kill_at) => {
+                    process.start_kill();
+                    kill_at = Some(tokio::time::Instant::now() + Duration::from_secs(3600));
+                }
             }
         };
         reader.abort();
@@ -502,6 +591,14 @@ impl Bridge {
         } else if let Err(error) = message.ack().await {
             tracing::debug!(target: "goondan::nats", "ack: {error}");
         }
+    }
+}
+
+/// Sleeps until `at`, or forever without one.
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
