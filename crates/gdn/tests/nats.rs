@@ -148,11 +148,18 @@ impl Cluster {
         command
     }
 
-    /// The hub with one turn; it waits for `hosts` hosts first.
+    /// The hub with one turn (its answer in JSON); it waits for `hosts` hosts first.
     fn hub(&self, input: &str, hosts: usize) -> Command {
+        self.hub_with(input, hosts, true)
+    }
+
+    fn hub_with(&self, input: &str, hosts: usize, json: bool) -> Command {
         let mut command = self.gdn(self.hub_state.path());
+        if json {
+            command.arg("--json");
+        }
         command
-            .args(["--json", "run", "--nats", &self.nats.url(), "--wait-hosts", &hosts.to_string(), "--workdir"])
+            .args(["run", "--nats", &self.nats.url(), "--wait-hosts", &hosts.to_string(), "--workdir"])
             .arg(self.hub_work.path())
             .args(["--input", input])
             .stdout(Stdio::piped())
@@ -458,5 +465,21 @@ fn the_agent_processes_of_a_hub_that_died_end_on_their_hosts() -> TestResult {
     // The next hub's turn runs as usual.
     let body = answer(&cluster.turn("CASE:handoff", 2)?, &cluster.diagnostics());
     assert_eq!(body["text"], "handoff done", "{body}");
+    Ok(())
+}
+
+#[test]
+fn a_pending_task_on_a_host_completes_and_its_turn_runs_before_the_hub_exits() -> TestResult {
+    let Some(cluster) = Cluster::start(NatsOptions::default(), &[&[]], &[])? else { return Ok(()) };
+    // Text output, as a person sees it: the answer, then the task's turn.
+    let mut command = cluster.hub_with("CASE:task", 1, false);
+    let output = wait_within(command.spawn()?, Duration::from_secs(60));
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert_eq!(output.status.code(), Some(0), "{stdout}{stderr}{}", cluster.diagnostics());
+    assert!(stderr.contains("waiting for 1 task(s) to end (task-"), "{stderr}");
+    assert!(stdout.find("started") < stdout.find("the command finished"), "{stdout}");
+    let coordinator = cluster.host("h1").messages("coordinator", "default");
+    let delivered = coordinator.iter().filter(|m| m.to_string().contains("tool_task_result")).count();
+    assert_eq!(delivered, 1, "the task's end arrived once: {coordinator:?}");
     Ok(())
 }
