@@ -233,9 +233,12 @@ pub struct RunArgs {
     /// --nats URL`) instead of here; credentials from NATS_CREDS, NATS_TOKEN or NATS_USER/NATS_PASSWORD.
     #[arg(long, value_name = "URL")]
     pub nats: Option<String>,
-    /// With --nats: wait (up to 60 s) until this many agent hosts have joined before the first turn.
+    /// With --nats: wait until this many agent hosts have joined before the first turn.
     #[arg(long, value_name = "N", requires = "nats")]
     pub wait_hosts: Option<usize>,
+    /// How long --wait-hosts waits before giving up (default 60).
+    #[arg(long, value_name = "SECONDS", requires = "wait_hosts", default_value_t = 60)]
+    pub wait_hosts_secs: u64,
     /// Watch the bundle and the entry files of its Tools, Extensions and Connectors: an edit
     /// restarts only what it changes, at turn boundaries; a bundle that no longer validates is
     /// reported and the running one kept.

@@ -64,7 +64,7 @@ pub(crate) async fn hub(
     bundle: &Bundle,
     local: LocalRuntime,
     scope: Scope,
-    wait_hosts: Option<usize>,
+    wait_hosts: Option<(usize, Duration)>,
 ) -> std::result::Result<HubParts, String> {
     let client = goondan_nats::connect(url, "gdn run (hub)", FIRST_CONNECT, env).await.map_err(|e| e.to_string())?;
     let launcher = NatsLauncher::start(client.clone(), scope.clone(), placement(bundle), &local.workdir)
@@ -75,13 +75,11 @@ pub(crate) async fn hub(
         .await
         .map_err(|e| e.to_string())?;
     tracing::info!(target: "goondan::nats", scope = scope.token(), "the hub is on NATS at {url}");
-    if let Some(count) = wait_hosts
-        && !launcher.wait_for_hosts(count, Duration::from_secs(60)).await
+    if let Some((count, within)) = wait_hosts
+        && !launcher.wait_for_hosts(count, within).await
     {
-        return Err(format!(
-            "--wait-hosts {count}: only {} agent host(s) joined within 60 s",
-            launcher.hosts().len().saturating_sub(1)
-        ));
+        let joined = launcher.agent_hosts();
+        return Err(format!("--wait-hosts {count}: only {joined} agent host(s) joined within {} s", within.as_secs()));
     }
     Ok(HubParts { launcher, own_host })
 }

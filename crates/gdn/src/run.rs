@@ -442,7 +442,8 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
             };
             let env = |name: &str| (session.env)(name);
             let scope = goondan_nats::Scope::new(workspace.id());
-            match crate::nats::hub(url, &env, &bundle, local, scope, args.wait_hosts).await {
+            let wait_hosts = args.wait_hosts.map(|n| (n, std::time::Duration::from_secs(args.wait_hosts_secs)));
+            match crate::nats::hub(url, &env, &bundle, local, scope, wait_hosts).await {
                 Ok(parts) => (parts.launcher, Some(parts.own_host)),
                 Err(message) => {
                     output::error_line(&mut out.stderr, format!("--nats: {message}"))?;

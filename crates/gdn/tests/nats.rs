@@ -483,3 +483,23 @@ fn a_pending_task_on_a_host_completes_and_its_turn_runs_before_the_hub_exits() -
     assert_eq!(delivered, 1, "the task's end arrived once: {coordinator:?}");
     Ok(())
 }
+
+#[test]
+fn two_swarms_on_one_server_never_meet() -> TestResult {
+    let Some(cluster) = Cluster::start(NatsOptions::default(), &[&[]], &[])? else { return Ok(()) };
+    // Another swarm (workspace) on the same server sees none of this one's hosts.
+    let mut other = cluster.gdn(cluster.hub_state.path());
+    other
+        .args(["--workspace", "another-swarm", "run", "--nats", &cluster.nats.url(), "--wait-hosts", "1"])
+        .args(["--wait-hosts-secs", "3", "--input", "CASE:handoff"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let output = wait_within(other.spawn()?, Duration::from_secs(90));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("--wait-hosts 1: only 0 agent host(s) joined within 3 s"), "{stderr}");
+    // This one's hub finds its host.
+    let body = answer(&cluster.turn("CASE:handoff", 1)?, &cluster.diagnostics());
+    assert_eq!(body["text"], "handoff done", "{body}");
+    Ok(())
+}

@@ -139,14 +139,17 @@ impl NatsLauncher {
         registry.hosts.values().map(|h| (h.beat.host.clone(), h.beat.labels.clone(), h.placed)).collect()
     }
 
+    /// The agent hosts heard (the hub's own aside).
+    pub fn agent_hosts(&self) -> usize {
+        let registry = self.registry.lock().unwrap_or_else(PoisonError::into_inner);
+        registry.hosts.values().filter(|h| !h.beat.hub).count()
+    }
+
     /// Waits until at least `count` hosts other than the hub's own are heard.
     pub async fn wait_for_hosts(&self, count: usize, within: Duration) -> bool {
         let deadline = Instant::now() + within;
         loop {
-            let heard = {
-                let registry = self.registry.lock().unwrap_or_else(PoisonError::into_inner);
-                registry.hosts.values().filter(|h| !h.beat.hub).count()
-            };
+            let heard = self.agent_hosts();
             if heard >= count {
                 return true;
             }
