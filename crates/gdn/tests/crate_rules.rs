@@ -32,6 +32,8 @@ const RULES: &[(&str, &[&str])] = &[
     ("goondan-telemetry", &["goondan-core", "goondan-tools"]),
     // The hub knows messages and processes, not turns: it runs no agent.
     ("goondan-orchestrator", &["goondan-core", "goondan-config", "goondan-ipc"]),
+    // Across machines: a launcher and a link of the hub's, and hosts that start agent processes.
+    ("goondan-nats", &["goondan-core", "goondan-ipc", "goondan-orchestrator"]),
     // The agent process: it runs turns, and talks only to its hub.
     ("goondan-agent", &["goondan-core", "goondan-config", "goondan-tools", "goondan-runtime", "goondan-ipc"]),
     (
@@ -52,6 +54,7 @@ const RULES: &[(&str, &[&str])] = &[
             "goondan-agent",
             "goondan-sandbox",
             "goondan-telemetry",
+            "goondan-nats",
         ],
     ),
 ];
