@@ -372,6 +372,8 @@ fn a_partitioned_host_loses_its_lease_and_cannot_commit_when_it_returns() -> Tes
     until("h2 finds it lost the worker", Duration::from_secs(15), || {
         cluster.host("h2").log().contains("another host has taken this instance over")
     })?;
+    // …and its process there ends.
+    until("h2's worker process ends", Duration::from_secs(15), || children_of(h2_pid).is_empty())?;
     // The state on the broker is h1's: a later turn of the worker sees one JOB:long, and continues it.
     cluster.hosts.retain(|h| h.id != "h2");
     let again = answer(&cluster.turn("CASE:handoff", 1)?, &cluster.diagnostics());
@@ -502,4 +504,58 @@ fn two_swarms_on_one_server_never_meet() -> TestResult {
     let body = answer(&cluster.turn("CASE:handoff", 1)?, &cluster.diagnostics());
     assert_eq!(body["text"], "handoff done", "{body}");
     Ok(())
+}
+
+#[test]
+fn an_idle_instance_on_a_partitioned_host_ends_there_once_another_host_took_it() -> TestResult {
+    use std::io::{BufRead as _, Write as _};
+    let Some(cluster) = Cluster::start(NatsOptions::default(), &[&[], &[]], &[])? else { return Ok(()) };
+    // An interactive hub: its agents stay up between turns.
+    let mut hub = cluster.gdn(cluster.hub_state.path());
+    hub.args(["run", "--nats", &cluster.nats.url(), "--wait-hosts", "2", "--workdir"])
+        .arg(cluster.hub_work.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut hub = hub.spawn()?;
+    let mut input = hub.stdin.take().ok_or("stdin")?;
+    let (lines_tx, lines) = std::sync::mpsc::channel();
+    let stdout = hub.stdout.take().ok_or("stdout")?;
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = lines_tx.send(line);
+        }
+    });
+    let answered = |lines: &std::sync::mpsc::Receiver<String>| -> Result<(), String> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while let Ok(line) = lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            if line.contains("handoff done") {
+                return Ok(());
+            }
+        }
+        Err("no answer".to_owned())
+    };
+    writeln!(input, "CASE:handoff one")?;
+    answered(&lines)?;
+    let h2 = cluster.host("h2").pid();
+    assert!(!children_of(h2).is_empty(), "the worker idles on h2");
+    // h2 is cut off while its worker idles; the next request moves the worker to h1.
+    assert!(kill(h2, Signal::SIGSTOP).is_ok());
+    std::thread::sleep(crate_lease() + Duration::from_millis(700));
+    writeln!(input, "CASE:handoff two")?;
+    answered(&lines)?;
+    assert!(cluster.host("h1").has_instance("worker", "default"), "{}", cluster.diagnostics());
+    // h2 comes back: its idle worker finds its messages taken and ends.
+    assert!(kill(h2, Signal::SIGCONT).is_ok());
+    until("h2's idle worker ends", Duration::from_secs(15), || children_of(h2).is_empty())
+        .map_err(|e| format!("{e}{}", cluster.diagnostics()))?;
+    drop(input);
+    let _ = wait_within(hub, Duration::from_secs(30));
+    assert_eq!(inputs(&cluster.host("h1").messages("worker", "default")), ["JOB:quick", "JOB:quick"]);
+    Ok(())
+}
+
+/// The hosts' lease (`goondan_nats::LEASE`).
+fn crate_lease() -> Duration {
+    goondan_nats::LEASE
 }

@@ -107,6 +107,10 @@ struct Inner {
     max_payload: usize,
     /// When the hub was last heard (its own host's heartbeat, or a start).
     hub_heard: Mutex<Option<Instant>>,
+    /// Bumped when this host may have missed what happened meanwhile (it
+    /// reconnected, or was held up): each bridge checks it still holds its
+    /// instance.
+    recheck: watch::Sender<u64>,
 }
 
 /// A running agent host.
@@ -136,6 +140,7 @@ impl Host {
             running: Mutex::new(HashMap::new()),
             max_payload,
             hub_heard: Mutex::new(None),
+            recheck: watch::channel(0).0,
         });
         let tasks = vec![
             tokio::spawn(heartbeats(Arc::clone(&inner))),
@@ -228,11 +233,17 @@ async fn heartbeats(inner: Arc<Inner>) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut connected_since = Instant::now();
     let mut was_connected = true;
+    let mut last_tick = Instant::now();
     loop {
         tick.tick().await;
         let connected = matches!(inner.client.connection_state(), async_nats::connection::State::Connected);
-        if connected && !was_connected {
+        // A host that was itself held up (stopped, starved) has not been
+        // listening: the hub's silence is not measured over that time.
+        let paused = last_tick.elapsed() > crate::HEARTBEAT * 3;
+        last_tick = Instant::now();
+        if (connected && !was_connected) || paused {
             connected_since = Instant::now();
+            inner.recheck.send_modify(|n| *n += 1);
         }
         was_connected = connected;
         if connected {
@@ -341,7 +352,7 @@ async fn start_here(inner: Arc<Inner>, request: StartRequest) -> StartReply {
         Ok(replica) => replica,
         Err(error) => return failed(format!("host {} could not claim {instance}: {error}", config.host_id)),
     };
-    let consumer = match take_consumer(&inner, &instance).await {
+    let consumer = match take_consumer(&inner, &instance, &replica).await {
         Ok(consumer) => consumer,
         Err(error) => return failed(format!("host {} could not take {instance}'s messages: {error}", config.host_id)),
     };
@@ -369,22 +380,49 @@ async fn start_here(inner: Arc<Inner>, request: StartRequest) -> StartReply {
 
 /// The instance's durable consumer, made anew: what an earlier holder left
 /// unacknowledged is delivered again from the start.
-async fn take_consumer(inner: &Inner, instance: &AgentInstance) -> Result<consumer::PullConsumer, NatsError> {
+async fn take_consumer(
+    inner: &Inner,
+    instance: &AgentInstance,
+    replica: &Replica,
+) -> Result<consumer::PullConsumer, NatsError> {
     let scope = &inner.config.scope;
     let stream = inner.js.get_stream(scope.message_stream()).await.map_err(NatsError::js)?;
-    let name = Scope::instance_consumer(instance);
-    let _ = stream.delete_consumer(&name).await;
-    stream
-        .create_consumer(consumer::pull::Config {
-            durable_name: Some(name),
-            filter_subject: scope.to_instance(instance),
-            ack_policy: consumer::AckPolicy::Explicit,
-            ack_wait: Duration::from_secs(60),
-            max_ack_pending: 1024,
-            ..Default::default()
-        })
-        .await
-        .map_err(NatsError::js)
+    let prefix = Scope::instance_consumer(instance);
+    // Named after this claim, so that pulls of an earlier holder (a host
+    // cut off, then back) reach no consumer: they fail, and it learns it
+    // was taken over. The earlier holder's consumer goes first (a
+    // work-queue stream keeps one per subject).
+    if let Some(previous) = replica.previous_claim() {
+        let _ = stream.delete_consumer(&format!("{prefix}-{previous}")).await;
+    }
+    let _ = stream.delete_consumer(&prefix).await;
+    let config = consumer::pull::Config {
+        durable_name: Some(format!("{prefix}-{}", replica.token())),
+        filter_subject: scope.to_instance(instance),
+        ack_policy: consumer::AckPolicy::Explicit,
+        ack_wait: Duration::from_secs(60),
+        max_ack_pending: 1024,
+        ..Default::default()
+    };
+    match stream.create_consumer(config.clone()).await {
+        Ok(consumer) => Ok(consumer),
+        Err(first) => {
+            // Another leftover of this instance (a claim whose start never
+            // got this far): found by name and removed.
+            let mut names = stream.consumer_names();
+            let mut removed = 0;
+            while let Some(Ok(name)) = names.next().await {
+                if name.starts_with(&prefix) {
+                    let _ = stream.delete_consumer(&name).await;
+                    removed += 1;
+                }
+            }
+            if removed == 0 {
+                return Err(NatsError::js(first));
+            }
+            stream.create_consumer(config).await.map_err(NatsError::js)
+        }
+    }
 }
 
 /// Work given to the process and not yet acknowledged.
@@ -419,17 +457,29 @@ impl Bridge {
         let mut link = Some(link);
         let mut kill_at: Option<tokio::time::Instant> = None;
         let (inbound_tx, mut inbound) = mpsc::channel::<jetstream::Message>(256);
-        let reader = tokio::spawn(read_consumer(consumer, inbound_tx));
+        let (taken_tx, mut taken) = oneshot::channel();
+        let reader = tokio::spawn(read_consumer(consumer, inbound_tx, taken_tx, self.inner.recheck.subscribe()));
+        // Whether a turn may be committing: steps commit without a word to
+        // the bridge, so their changes are synced on the tick meanwhile.
+        let mut active = false;
         let mut unacked: Vec<Unacked> = Vec::new();
         let mut tick = tokio::time::interval(Duration::from_millis(250));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let mut reading = true;
         let mut fenced = false;
+        let (mut inbound_open, mut taken_open) = (true, true);
         let end = loop {
             tokio::select! {
                 biased;
                 said = receiver.recv(), if reading => match said {
                     Ok(Some(message)) => {
+                        if let IpcMessage::Observe(observed) = &message {
+                            match observed.payload {
+                                ObservePayload::TurnStarted { .. } => active = true,
+                                ObservePayload::Idle { .. } => active = false,
+                                _ => {}
+                            }
+                        }
                         if !self.forward(message, &mut unacked).await {
                             fenced = true;
                             process.start_kill();
@@ -438,13 +488,26 @@ impl Bridge {
                     Ok(None) | Err(_) => reading = false,
                 },
                 end = process.wait() => break end,
-                next = inbound.recv(), if !fenced && link.is_some() => {
-                    let Some(message) = next else { continue };
+                next = inbound.recv(), if !fenced && link.is_some() && inbound_open => {
+                    let Some(message) = next else {
+                        inbound_open = false;
+                        continue;
+                    };
                     if let Some(link) = &link {
                         self.deliver(message, link.as_ref(), &mut unacked).await;
+                        active = true;
                     }
                 }
-                _ = tick.tick(), if !fenced => {
+                was_taken = &mut taken, if !fenced && taken_open => {
+                    taken_open = false;
+                    if was_taken.is_ok() {
+                        // Another host took the instance's messages: it has claimed it.
+                        fenced = true;
+                        self.lost_lease();
+                        process.start_kill();
+                    }
+                }
+                _ = tick.tick(), if !fenced && active => {
                     if let Err(ReplicaError::Fenced(_)) = self.replica.sync().await {
                         fenced = true;
                         self.lost_lease();
@@ -607,26 +670,54 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
 const DELIVERY_KEY: &str = "deliveryKey";
 
 /// Pulls the instance's messages into `to` for as long as the bridge runs;
-/// a stream error (the server restarting) is waited out.
-async fn read_consumer(consumer: consumer::PullConsumer, to: mpsc::Sender<jetstream::Message>) {
+/// a stream error (the server restarting) is waited out. When the consumer
+/// is gone or is another (a host that claimed the instance made its own),
+/// `taken` fires and the reading ends. That is checked after a stream
+/// error, and whenever the host may have missed something (`recheck`: it
+/// reconnected, or was itself held up).
+async fn read_consumer(
+    consumer: consumer::PullConsumer,
+    to: mpsc::Sender<jetstream::Message>,
+    taken: oneshot::Sender<()>,
+    mut recheck: watch::Receiver<u64>,
+) {
+    let ours = consumer.cached_info().created;
+    let is_taken = async |consumer: &consumer::PullConsumer| match consumer.get_info().await {
+        Ok(info) => info.created != ours,
+        Err(error) => matches!(error.kind(), jetstream::context::ConsumerInfoErrorKind::NotFound),
+    };
     loop {
-        let mut messages = match consumer.messages().await {
-            Ok(messages) => messages,
-            Err(error) => {
-                tracing::debug!(target: "goondan::nats", "an instance's consumer: {error}; again");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                continue;
-            }
-        };
-        while let Some(next) = messages.next().await {
-            match next {
-                Ok(message) => {
-                    if to.send(message).await.is_err() {
-                        return;
+        if let Ok(mut messages) = consumer.messages().await {
+            loop {
+                tokio::select! {
+                    next = messages.next() => match next {
+                        Some(Ok(message)) => {
+                            if to.send(message).await.is_err() {
+                                return;
+                            }
+                        }
+                        Some(Err(error)) => {
+                            tracing::debug!(target: "goondan::nats", "an instance's consumer: {error}");
+                            break;
+                        }
+                        None => break,
+                    },
+                    changed = recheck.changed() => {
+                        if changed.is_err() {
+                            return;
+                        }
+                        if is_taken(&consumer).await {
+                            let _ = taken.send(());
+                            return;
+                        }
                     }
                 }
-                Err(error) => tracing::debug!(target: "goondan::nats", "an instance's consumer: {error}"),
             }
         }
+        if is_taken(&consumer).await {
+            let _ = taken.send(());
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }

@@ -267,12 +267,10 @@ impl Launch for NatsLauncher {
                     Ok(Started { link, receiver: Box::new(ChannelReceiver(inbox)), process: Box::new(process), pid })
                 }
                 (_, error) => {
+                    // The hub fails what the lost starts served (the start
+                    // failed): their work left in the stream is dropped by
+                    // the next start, which does not accept them.
                     self.forget(&key);
-                    if !accept.is_empty() {
-                        // Still unclaimed: the next start takes them.
-                        let mut registry = self.registry.lock().unwrap_or_else(PoisonError::into_inner);
-                        registry.lost.entry(key.0.clone()).or_default().extend(accept);
-                    }
                     Err(error.unwrap_or_else(|| unavailable(format!("host {host} could not start {instance}"))))
                 }
             }

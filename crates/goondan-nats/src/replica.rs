@@ -113,6 +113,8 @@ pub struct Replica {
     host: String,
     token: u64,
     last: u64,
+    /// The sequence of the claim before this host's, if any.
+    previous_claim: Option<u64>,
     marks: BTreeMap<String, Mark>,
     max_record: usize,
 }
@@ -134,6 +136,7 @@ impl Replica {
         let mut files: BTreeMap<String, Vec<u8>> = BTreeMap::new();
         let mut last = 0u64;
         let mut records = 0u64;
+        let mut previous_claim = None;
         loop {
             let next = state.raw_message_builder().sequence(last + 1).next_by_subject(subject).send().await;
             let message = match next {
@@ -148,6 +151,9 @@ impl Replica {
             let record: Record = serde_json::from_slice(&message.payload)
                 .map_err(|e| ReplicaError::Corrupt { seq: message.sequence, reason: e.to_string() })?;
             apply(&mut files, &record.files, message.sequence)?;
+            if record.kind == "claim" {
+                previous_claim = Some(message.sequence);
+            }
             last = message.sequence;
             records += 1;
         }
@@ -162,6 +168,7 @@ impl Replica {
             host: host.to_owned(),
             token: 0,
             last,
+            previous_claim,
             marks: BTreeMap::new(),
             // Room for headers and the JSON around the operations.
             max_record: max_payload.saturating_sub(16 * 1024).max(64 * 1024),
@@ -180,6 +187,12 @@ impl Replica {
     /// The fencing token: the sequence of this host's claim.
     pub fn token(&self) -> u64 {
         self.token
+    }
+
+    /// The sequence of the claim before this host's (the holder it took
+    /// over from), if there was one.
+    pub fn previous_claim(&self) -> Option<u64> {
+        self.previous_claim
     }
 
     /// The sequence of the last record this host wrote or read.

@@ -310,6 +310,7 @@ impl Hub {
                 let delay = backoff::delay_after(slot.crashes);
                 slot.not_before = (!delay.is_zero()).then(|| Instant::now() + delay);
                 self.fail_waiting(instance, &error);
+                self.fail_relocating(instance, &error);
                 self.last_progress = Instant::now();
                 self.hold_process_ended(instance);
                 self.pump();
@@ -537,6 +538,23 @@ impl Hub {
         }
         for id in cancelled {
             self.send_to(instance, cancel_message(CLI, instance, "interrupted", &id));
+        }
+    }
+
+    /// The requests a lost host was serving, when no other process could
+    /// be started for them: answered with why.
+    fn fail_relocating(&mut self, instance: &AgentInstance, error: &ErrorInfo) {
+        let ids: Vec<String> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.relocating && p.target == *instance)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in ids {
+            self.waits.remove(&id);
+            if let Some(pending) = self.pending.remove(&id) {
+                self.deliver(pending.waiter, &id, instance, DelegateResultPayload::failed(error.clone()));
+            }
         }
     }
 }
