@@ -53,6 +53,11 @@ impl AgentHost {
         common::instance_path(self.state.path(), &format!("{agent}@{key}")).join("messages.jsonl").exists()
     }
 
+    /// Lines of `file` in this host's working directory.
+    fn worker_runs_in(&self, file: &str) -> usize {
+        std::fs::read_to_string(self.work.path().join(file)).unwrap_or_default().lines().count()
+    }
+
     /// The pids the worker's long job wrote here (one line per run).
     fn worker_runs(&self) -> Vec<u32> {
         std::fs::read_to_string(self.work.path().join("worker-runs.txt"))
@@ -74,6 +79,7 @@ impl Drop for AgentHost {
 }
 
 struct Cluster {
+    bundle: PathBuf,
     nats: NatsServer,
     hub_state: tempfile::TempDir,
     hub_work: tempfile::TempDir,
@@ -83,8 +89,18 @@ struct Cluster {
 }
 
 impl Cluster {
-    /// A server and hosts with these labels (`h1`, `h2`, …).
+    /// A server and hosts with these labels (`h1`, `h2`, …), for the
+    /// `nats-swarm` fixture.
     fn start(
+        options: NatsOptions,
+        labels: &[&[&str]],
+        env: &[(&str, &str)],
+    ) -> Result<Option<Self>, Box<dyn std::error::Error>> {
+        Self::start_with(fixture(), options, labels, env)
+    }
+
+    fn start_with(
+        bundle: PathBuf,
         options: NatsOptions,
         labels: &[&[&str]],
         env: &[(&str, &str)],
@@ -92,6 +108,7 @@ impl Cluster {
         let Some(nats) = NatsServer::start(options)? else { return Ok(None) };
         let credentials = nats.client_env();
         let mut cluster = Self {
+            bundle,
             nats,
             hub_state: tempfile::tempdir()?,
             hub_work: tempfile::tempdir()?,
@@ -133,7 +150,7 @@ impl Cluster {
         let mut command = Command::new(env!("CARGO_BIN_EXE_gdn"));
         command
             .arg("-c")
-            .arg(fixture())
+            .arg(&self.bundle)
             .arg("--state-root")
             .arg(state)
             .env("NO_COLOR", "1")
@@ -558,4 +575,63 @@ fn an_idle_instance_on_a_partitioned_host_ends_there_once_another_host_took_it()
 /// The hosts' lease (`goondan_nats::LEASE`).
 fn crate_lease() -> Duration {
     goondan_nats::LEASE
+}
+
+#[test]
+fn a_connector_event_runs_its_turn_once_on_a_host_across_a_hub_killed_mid_turn() -> TestResult {
+    let bundle = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/nats-service");
+    let Some(cluster) = Cluster::start_with(bundle, NatsOptions::default(), &[&[]], &[("GDN_TEST_SLEEP", "6")])? else {
+        return Ok(());
+    };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let service = || -> Result<Child, Box<dyn std::error::Error>> {
+        let mut command = cluster.gdn(cluster.hub_state.path());
+        command
+            .args(["run", "--nats", &cluster.nats.url(), "--wait-hosts", "1", "--workdir"])
+            .arg(cluster.hub_work.path())
+            .env("NATS_TEST_WEBHOOK_PORT", port.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        Ok(command.spawn()?)
+    };
+    let post = |text: &str| -> Result<String, Box<dyn std::error::Error>> {
+        use std::io::{Read as _, Write as _};
+        let body = serde_json::json!({"instanceKey": "k", "text": text}).to_string();
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
+        write!(
+            stream,
+            "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response)?;
+        Ok(response)
+    };
+    let mut hub = service()?;
+    until("the webhook listens", Duration::from_secs(30), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    })?;
+    // Stored by the hub before it is acknowledged.
+    assert!(post("slow job")?.starts_with("HTTP/1.1 200"));
+    let h1 = cluster.host("h1");
+    until("the event's turn runs on h1", Duration::from_secs(30), || h1.worker_runs_in("runs.txt") == 1)?;
+    // kill -9 of the hub mid-turn: its host ends the cut-off turn's process.
+    assert!(kill(Pid::from_raw(i32::try_from(hub.id()).unwrap_or(0)), Signal::SIGKILL).is_ok());
+    let _ = hub.wait();
+    until("the orphaned process ends", Duration::from_secs(10), || children_of(h1.pid()).is_empty())?;
+    // The next hub delivers the stored event again; its turn runs to its end once.
+    let mut hub = service()?;
+    until("the event's turn is answered", Duration::from_secs(30), || {
+        inputs(&h1.messages("worker", "k")) == ["slow job"]
+            && h1.messages("worker", "k").last().is_some_and(|m| m["data"]["content"] == "done slow")
+    })
+    .map_err(|e| format!("{e}: {:?}{}", h1.messages("worker", "k"), cluster.diagnostics()))?;
+    assert_eq!(h1.worker_runs_in("runs.txt"), 2, "cut off once, then run to its end");
+    // A second event: answered once, after the first.
+    assert!(post("another")?.starts_with("HTTP/1.1 200"));
+    until("the second event's turn", Duration::from_secs(30), || inputs(&h1.messages("worker", "k")).len() == 2)?;
+    assert_eq!(inputs(&h1.messages("worker", "k")), ["slow job", "another"]);
+    let _ = kill(Pid::from_raw(i32::try_from(hub.id()).unwrap_or(0)), Signal::SIGTERM);
+    let _ = wait_within(hub, Duration::from_secs(30));
+    Ok(())
 }
