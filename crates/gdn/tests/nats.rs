@@ -620,7 +620,7 @@ fn a_connector_event_runs_its_turn_once_on_a_host_across_a_hub_killed_mid_turn()
     let _ = hub.wait();
     until("the orphaned process ends", Duration::from_secs(10), || children_of(h1.pid()).is_empty())?;
     // The next hub delivers the stored event again; its turn runs to its end once.
-    let mut hub = service()?;
+    let hub = service()?;
     until("the event's turn is answered", Duration::from_secs(30), || {
         inputs(&h1.messages("worker", "k")) == ["slow job"]
             && h1.messages("worker", "k").last().is_some_and(|m| m["data"]["content"] == "done slow")
