@@ -635,3 +635,27 @@ fn a_connector_event_runs_its_turn_once_on_a_host_across_a_hub_killed_mid_turn()
     let _ = wait_within(hub, Duration::from_secs(30));
     Ok(())
 }
+
+#[test]
+fn a_host_stopped_mid_turn_hands_its_instance_to_another_host_at_once() -> TestResult {
+    let Some(mut cluster) = Cluster::start(NatsOptions::default(), &[&[], &[]], &[("GDN_TEST_SLEEP", "3")])? else {
+        return Ok(());
+    };
+    let hub = cluster.hub("CASE:long", 2).spawn()?;
+    until("the worker's job starts on h2", Duration::from_secs(30), || !cluster.host("h2").worker_runs().is_empty())?;
+    let h2 = cluster.hosts.iter_mut().find(|h| h.id == "h2").unwrap_or_else(|| panic!("h2"));
+    assert!(kill(h2.pid(), Signal::SIGTERM).is_ok());
+    let stopped_at = Instant::now();
+    let status = h2.child.take().map(|c| wait_within(c, Duration::from_secs(30)).status);
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
+    // Moved on its host's word, not after the lease.
+    until("the worker runs again on h1", Duration::from_secs(10), || !cluster.host("h1").worker_runs().is_empty())?;
+    assert!(stopped_at.elapsed() < goondan_nats::LEASE + Duration::from_secs(1), "{:?}", stopped_at.elapsed());
+    let body = answer(&wait_within(hub, Duration::from_secs(60)), &cluster.diagnostics());
+    assert_eq!(body["text"], "long done", "{body}");
+    let h1 = cluster.host("h1");
+    let result = &results(&h1.messages("coordinator", "default"))[0];
+    assert_eq!(result["output"]["response"], "long answer", "{result}");
+    assert_eq!(inputs(&h1.messages("worker", "default")), ["JOB:long"]);
+    Ok(())
+}

@@ -19,7 +19,8 @@
 //!   acknowledged; every 250 ms what changed is synced too
 //! the process ends ─► what it said, a last sync, everything it was given
 //!   acknowledged (the hub fails what it served, as on one machine), then
-//!   the exit notice
+//!   the exit notice; a host that is stopping acknowledges nothing and says
+//!   so in the notice, and the hub moves the instance to another host
 //! ```
 //!
 //! A host that dies acknowledges nothing: its instances' unfinished work
@@ -87,6 +88,10 @@ enum Stop {
     /// and exits, as when its orchestrator dies on one machine; SIGKILL
     /// after [`CLOSE_GRACE`].
     Close,
+    /// As `Close`, because this host is leaving: the work it was given is
+    /// not acknowledged, and the exit notice asks the hub to move the
+    /// instance (its turn continues elsewhere from its last commit).
+    Leave,
 }
 
 /// How long a process whose channel was closed may take to exit.
@@ -173,7 +178,7 @@ impl Host {
                 .values_mut()
                 .map(|here| {
                     if let Some(kill) = here.kill.take() {
-                        let _ = kill.send(Stop::Close);
+                        let _ = kill.send(Stop::Leave);
                     }
                     here.done.clone()
                 })
@@ -468,6 +473,7 @@ impl Bridge {
         let mut reading = true;
         let mut fenced = false;
         let (mut inbound_open, mut taken_open) = (true, true);
+        let mut leaving = false;
         let end = loop {
             tokio::select! {
                 biased;
@@ -480,7 +486,10 @@ impl Bridge {
                                 _ => {}
                             }
                         }
-                        if !self.forward(message, &mut unacked).await {
+                        // Once leaving, what the process says (a cancelled
+                        // turn's answer) is not the instance's: its turn
+                        // continues on another host.
+                        if !leaving && !self.forward(message, &mut unacked).await {
                             fenced = true;
                             process.start_kill();
                         }
@@ -515,7 +524,8 @@ impl Bridge {
                     }
                 }
                 stop = &mut killed, if kill_at.is_none() => match stop {
-                    Ok(Stop::Close) => {
+                    Ok(how @ (Stop::Close | Stop::Leave)) => {
+                        leaving = how == Stop::Leave;
                         link = None;
                         kill_at = Some(tokio::time::Instant::now() + CLOSE_GRACE);
                     }
@@ -532,7 +542,7 @@ impl Bridge {
         };
         reader.abort();
         // What it said before it ended comes before the exit notice.
-        if reading && !fenced {
+        if reading && !fenced && !leaving {
             let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
             while let Ok(Ok(Some(message))) = tokio::time::timeout_at(deadline, receiver.recv()).await {
                 if !self.forward(message, &mut unacked).await {
@@ -548,11 +558,13 @@ impl Bridge {
         if let Err(error) = self.replica.sync().await {
             tracing::warn!(target: "goondan::nats", instance = %self.instance, "the last sync: {error}");
         }
-        for work in unacked {
-            let _ = work.message.ack().await;
+        if !leaving {
+            for work in unacked {
+                let _ = work.message.ack().await;
+            }
         }
         use std::os::unix::process::ExitStatusExt as _;
-        let notice = ExitNotice { wait_status: end.status.map(|s| s.into_raw()) };
+        let notice = ExitNotice { wait_status: end.status.map(|s| s.into_raw()), host_leaving: leaving };
         let mut headers = wire::headers(&self.instance, &self.start, Some(&self.inner.config.host_id));
         headers.insert(wire::H_KIND, "exited");
         if let Ok(body) = serde_json::to_vec(&notice) {

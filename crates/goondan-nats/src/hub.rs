@@ -516,14 +516,21 @@ async fn read_hub_messages(consumer: consumer::PullConsumer, registry: Arc<Mutex
             let start = wire::header(headers, wire::H_START).unwrap_or_default().to_owned();
             let key = (instance, start);
             if wire::header(headers, wire::H_KIND) == Some("exited") {
-                let notice: ExitNotice =
-                    serde_json::from_slice(&message.payload).unwrap_or(ExitNotice { wait_status: None });
+                let notice: ExitNotice = serde_json::from_slice(&message.payload)
+                    .unwrap_or(ExitNotice { wait_status: None, host_leaving: false });
                 use std::os::unix::process::ExitStatusExt as _;
                 let status = notice.wait_status.map(std::process::ExitStatus::from_raw);
-                registry
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .end(&key, ProcessEnd { status, host_lost: None });
+                let mut registry = registry.lock().unwrap_or_else(PoisonError::into_inner);
+                let host_lost = if notice.host_leaving {
+                    let host = wire::header(headers, wire::H_HOST).unwrap_or("its host").to_owned();
+                    // Gone from placement at once, not after the lease.
+                    registry.hosts.remove(&host);
+                    registry.lost.entry(key.0.clone()).or_default().push(key.1.clone());
+                    Some(format!("its host {host} is stopping"))
+                } else {
+                    None
+                };
+                registry.end(&key, ProcessEnd { status, host_lost });
             } else {
                 match wire::decode(&message.payload) {
                     Ok(ipc) => {

@@ -79,6 +79,10 @@ pub struct ExitNotice {
     /// Its raw wait status, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_status: Option<i32>,
+    /// Its host is stopping: what it was given is left unacknowledged for
+    /// the instance's next process, on another host.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub host_leaving: bool,
 }
 
 /// The headers of a message about `instance`'s start `start`.
