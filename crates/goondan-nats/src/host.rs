@@ -13,7 +13,7 @@
 //!   delivery key (its correlation id) so that one delivered again after
 //!   a host's death is answered from the conversation, not run twice
 //! agent process ─► bridge ─► broker (the hub's subject, stored before the next)
-//!   at an answer or a turn's end, the instance's state is synced first
+//!   at an answer or once idle, the instance's state is synced first
 //!   (fenced: refused once another host has claimed it — the process is
 //!   then killed and nothing more is sent); then the request it answers is
 //!   acknowledged; every 250 ms what changed is synced too
@@ -450,9 +450,11 @@ struct Bridge {
 /// What a message from the process asks of the bridge.
 enum Commit {
     None,
-    /// The answer to this request.
+    /// A turn's progress: sent without waiting.
+    Progress,
+    /// The answer to this request: state synced first, then acknowledged.
     Answered(String),
-    TurnEnded,
+    /// All work done: state synced first, then everything acknowledged.
     Idle,
 }
 
@@ -587,13 +589,12 @@ impl Bridge {
         let commit = match &message {
             IpcMessage::DelegateResult(m) => m.correlation_id.clone().map_or(Commit::None, Commit::Answered),
             IpcMessage::Observe(m) => match &m.payload {
-                ObservePayload::TurnEnded { .. } => Commit::TurnEnded,
                 ObservePayload::Idle { .. } => Commit::Idle,
-                _ => Commit::None,
+                _ => Commit::Progress,
             },
             _ => Commit::None,
         };
-        if !matches!(commit, Commit::None) {
+        if matches!(commit, Commit::Answered(_) | Commit::Idle) {
             match self.replica.sync().await {
                 Ok(_) => {}
                 Err(ReplicaError::Fenced(_)) => {
@@ -609,11 +610,17 @@ impl Bridge {
         self.sent += 1;
         let id = format!("{}-a-{}", self.start, self.sent);
         let headers = wire::headers(&self.instance, &self.start, Some(&self.inner.config.host_id));
-        publish_stored(&self.inner.js, &self.inner.config.scope.hub(), &headers, &id, payload).await;
+        let subject = self.inner.config.scope.hub();
+        if matches!(commit, Commit::Progress) {
+            // What a turn is doing (started, text, tools) is for the
+            // console: sent in order, not waited for.
+            publish_unwaited(&self.inner.js, subject, headers, id, payload).await;
+            return true;
+        }
+        publish_stored(&self.inner.js, &subject, &headers, &id, payload).await;
         let done = |work: &Unacked| match &commit {
-            Commit::None => false,
+            Commit::None | Commit::Progress => false,
             Commit::Answered(id) => work.request && work.correlation_id.as_deref() == Some(id.as_str()),
-            Commit::TurnEnded => !work.request,
             Commit::Idle => true,
         };
         let (acked, kept): (Vec<Unacked>, Vec<Unacked>) = std::mem::take(unacked).into_iter().partition(done);
@@ -666,6 +673,28 @@ impl Bridge {
         } else if let Err(error) = message.ack().await {
             tracing::debug!(target: "goondan::nats", "ack: {error}");
         }
+    }
+}
+
+/// Publishes to the message stream without waiting for the server to
+/// store it (a failure is only logged).
+async fn publish_unwaited(
+    js: &jetstream::Context,
+    subject: String,
+    headers: async_nats::HeaderMap,
+    id: String,
+    payload: bytes::Bytes,
+) {
+    let publish = jetstream::message::PublishMessage::build().payload(payload).headers(headers).message_id(id);
+    match js.send_publish(subject, publish).await {
+        Ok(ack) => {
+            tokio::spawn(async move {
+                if let Err(error) = ack.await {
+                    tracing::debug!(target: "goondan::nats", "progress not stored: {error}");
+                }
+            });
+        }
+        Err(error) => tracing::debug!(target: "goondan::nats", "progress not sent: {error}"),
     }
 }
 

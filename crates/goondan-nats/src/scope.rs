@@ -11,6 +11,10 @@ use sha2::{Digest as _, Sha256};
 
 use crate::connect::NatsError;
 
+/// The most instances of one swarm that can run at once (a consumer each
+/// on the message stream).
+pub const MAX_INSTANCES: i32 = 100_000;
+
 /// One swarm's names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Scope {
@@ -87,19 +91,27 @@ impl Scope {
         format!("to-{}", Self::instance_token(instance))
     }
 
-    /// Creates (or checks) both streams, on file storage.
+    /// Creates both streams, on file storage, or brings an existing one's
+    /// settings up to these.
     pub async fn ensure_streams(&self, js: &jetstream::Context) -> Result<(), NatsError> {
-        js.get_or_create_stream(stream::Config {
+        js.create_or_update_stream(stream::Config {
             name: self.message_stream(),
             subjects: vec![format!("gdn.{}.to.*", self.token), self.hub()],
             retention: stream::RetentionPolicy::WorkQueue,
             storage: stream::StorageType::File,
             duplicate_window: std::time::Duration::from_secs(120),
+            // Work no process ever took (its instance never started again)
+            // does not pile up for ever.
+            max_age: std::time::Duration::from_secs(7 * 24 * 3600),
+            // One consumer per running instance (and the hub's): the
+            // server's default cap (1,000 since nats-server 2.15) would be
+            // the swarm's.
+            max_consumers: MAX_INSTANCES,
             ..Default::default()
         })
         .await
         .map_err(NatsError::js)?;
-        js.get_or_create_stream(stream::Config {
+        js.create_or_update_stream(stream::Config {
             name: self.state_stream(),
             subjects: vec![format!("gdn.{}.state.*", self.token)],
             retention: stream::RetentionPolicy::Limits,

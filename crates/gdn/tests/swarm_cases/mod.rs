@@ -23,6 +23,8 @@ fn fixture() -> PathBuf {
 }
 
 pub(crate) struct Run {
+    /// The bundle every process of the run loads (hub and hosts).
+    bundle: PathBuf,
     pub(crate) state: tempfile::TempDir,
     pub(crate) work: tempfile::TempDir,
     /// Over NATS: the server and the agent hosts (killed when dropped).
@@ -41,7 +43,13 @@ impl Drop for HostProcess {
 
 impl Run {
     pub(crate) fn new() -> Self {
+        Self::of(fixture())
+    }
+
+    /// A run of `bundle`.
+    pub(crate) fn of(bundle: PathBuf) -> Self {
         let mut run = Self {
+            bundle,
             state: tempfile::tempdir().unwrap_or_else(|e| panic!("{e}")),
             work: tempfile::tempdir().unwrap_or_else(|e| panic!("{e}")),
             nats: None,
@@ -78,7 +86,7 @@ impl Run {
         let mut command = Command::new(env!("CARGO_BIN_EXE_gdn"));
         command
             .arg("-c")
-            .arg(fixture())
+            .arg(&self.bundle)
             .arg("--state-root")
             .arg(self.state.path())
             .env("NO_COLOR", "1")
@@ -98,7 +106,7 @@ impl Run {
         let mut command = Command::new(env!("CARGO_BIN_EXE_gdn"));
         command
             .arg("-c")
-            .arg(fixture())
+            .arg(&self.bundle)
             .arg("--state-root")
             .arg(self.state.path())
             .args(&args)
@@ -583,17 +591,8 @@ fn a_javascript_extension_reaches_the_swarm_through_ctx_agents() {
     if !js_runtime_usable() {
         return;
     }
-    let run = Run::new();
-    let output = Command::new(env!("CARGO_BIN_EXE_gdn"))
-        .arg("-c")
-        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/swarm-extension"))
-        .arg("--state-root")
-        .arg(run.state.path())
-        .args(["--json", "run", "--input", "hi"])
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("spawn: {e}"));
+    let run = Run::of(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/swarm-extension"));
+    let output = run.command(&["--json", "run", "--input", "hi"]).output().unwrap_or_else(|e| panic!("spawn: {e}"));
     let body = answer(&output);
     assert_eq!(body["text"], "coordinator answered");
     let relay = run
@@ -614,17 +613,8 @@ fn a_javascript_tool_reaches_the_swarm_through_ctx_runtime() {
         return;
     }
     let bundle = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/swarm-js-runtime");
-    let run = Run::new();
-    let output = Command::new(env!("CARGO_BIN_EXE_gdn"))
-        .arg("-c")
-        .arg(&bundle)
-        .arg("--state-root")
-        .arg(run.state.path())
-        .args(["--json", "run", "--input", "hi"])
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("spawn: {e}"));
+    let run = Run::of(bundle.clone());
+    let output = run.command(&["--json", "run", "--input", "hi"]).output().unwrap_or_else(|e| panic!("spawn: {e}"));
     assert_eq!(answer(&output)["text"], "coordinator answered");
     let results: Vec<Value> = run
         .messages("coordinator", "default")
