@@ -110,11 +110,8 @@ impl Report {
     /// `label  median  p10  p90  unit`, and the median as a multiple of each floor.
     fn row(&mut self, label: &str, samples: &[f64], unit: &str, floors: &[(&str, f64)]) {
         let (med, p10, p90) = spread(samples);
-        let times: String = floors
-            .iter()
-            .filter(|(_, f)| *f > 0.0)
-            .map(|(name, f)| format!("  = {:.1}× {name}", med / f))
-            .collect();
+        let times: String =
+            floors.iter().filter(|(_, f)| *f > 0.0).map(|(name, f)| format!("  = {:.1}× {name}", med / f)).collect();
         self.line(&format!("  {label:<60} {med:>9.3} {p10:>9.3} {p90:>9.3}  {unit}  (n={}){times}", samples.len()));
     }
 
@@ -449,7 +446,8 @@ impl Cluster {
             SwarmPlan::new(swarm_of(bundle, "coordinator"), fixture(), self.hub_state.clone(), self.hub_work.clone());
         plan.idle_timeout = None;
         plan.max_processes = max_processes;
-        let orchestrator = Orchestrator::start_with(plan, Arc::clone(&launcher) as Arc<dyn Launch>, Arc::new(NoSwarmObserver));
+        let orchestrator =
+            Orchestrator::start_with(plan, Arc::clone(&launcher) as Arc<dyn Launch>, Arc::new(NoSwarmObserver));
         (launcher, orchestrator)
     }
 
@@ -528,8 +526,93 @@ fn handoff(server: &NatsServer, scratch: &Path, runs: usize, report: &mut Report
         report.row("agents__request duration (coordinator's tool.completed)", &requests, "ms", &[]);
         report.row("  of it: the worker's turn (its turn.completed)", &worker_turns, "ms", &[]);
         report.row("  of it: the rest (claim, consumer, spawn to ready, messages)", &rest, "ms", &all);
+        timeline(server, &orchestrator, &coordinator, &cancel_rx, report).await;
         orchestrator.shutdown("bench done").await;
     });
+}
+
+/// Where a warm handoff's time goes: every message on the swarm's subjects
+/// (`gdn.handoff.>`, seen by a core subscription on a thread of its own)
+/// during a few more asks, timed from the ask.
+async fn timeline(
+    server: &NatsServer,
+    orchestrator: &Orchestrator,
+    coordinator: &AgentInstance,
+    cancel: &tokio::sync::watch::Receiver<bool>,
+    report: &mut Report,
+) {
+    let traced = 5;
+    let url = server.url();
+    let (seen_tx, seen_rx) = std::sync::mpsc::channel::<(Instant, String)>();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let watcher = std::thread::spawn(move || {
+        runtime().block_on(async move {
+            let client = client(&url, "bench watcher").await;
+            let mut all = client.subscribe("gdn.handoff.>").await.unwrap_or_else(|e| panic!("{e}"));
+            let _ = client.flush().await;
+            let _ = ready_tx.send(());
+            let mut stop = stop_rx;
+            loop {
+                tokio::select! {
+                    Some(message) = all.next() => {
+                        let _ = seen_tx.send((Instant::now(), describe(&message.subject, &message.payload)));
+                    }
+                    _ = &mut stop => break,
+                }
+            }
+        });
+    });
+    let _ = ready_rx.recv();
+    let mut asks = Vec::new();
+    for _ in 0..traced {
+        let started = Instant::now();
+        let answer = orchestrator.ask(coordinator, "CASE:handoff".to_owned(), cancel.clone()).await;
+        asks.push((started, Instant::now()));
+        assert_eq!(answer.response.as_deref(), Some("handoff done"), "{answer:?}");
+        tokio::time::sleep(Duration::from_millis(600)).await;
+    }
+    let _ = stop_tx.send(());
+    let _ = watcher.join();
+    let seen: Vec<(Instant, String)> = seen_rx.try_iter().collect();
+    report
+        .line(&format!("   where a warm handoff's time goes: the messages on gdn.handoff.> during {traced} more asks"));
+    for (n, (started, ended)) in asks.iter().enumerate() {
+        let during: Vec<&(Instant, String)> =
+            seen.iter().filter(|(at, what)| at >= started && at <= ended && !what.starts_with("heartbeat")).collect();
+        report.line(&format!(
+            "   ask {}: {:.3} ms, {} messages through the server",
+            n + 1,
+            ms(*ended - *started),
+            during.len()
+        ));
+        if n + 1 == traced {
+            for (at, what) in during {
+                report.line(&format!("     {:>8.3} ms  {what}", ms(*at - *started)));
+            }
+        }
+    }
+}
+
+/// A message on the swarm's subjects, in a few words: its subject's kind
+/// and the IPC type in it.
+fn describe(subject: &str, payload: &[u8]) -> String {
+    let kind = subject.split('.').nth(2).unwrap_or_default();
+    let body: Value = serde_json::from_slice(payload).unwrap_or_default();
+    let detail = ["type", "kind"]
+        .iter()
+        .filter_map(|field| body[*field].as_str())
+        .chain(["type", "kind", "event"].iter().filter_map(|field| body["payload"][*field].as_str()))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let to = match kind {
+        "to" => "hub → instance",
+        "hub" => "instance → hub",
+        "state" => "state record",
+        "hosts" => "heartbeat",
+        _ => kind,
+    };
+    format!("{to}: {detail} ({} bytes)", payload.len())
 }
 
 /// Section 3: the worker's host SIGKILLed mid-job; a fresh cluster each run.
@@ -605,26 +688,25 @@ fn memory(server: &NatsServer, scratch: &Path, count: usize, report: &mut Report
     runtime().block_on(async {
         let (launcher, orchestrator) = cluster.hub(server, count + 16).await;
         let started = Instant::now();
-        let mut latencies: Vec<f64> = futures_util::stream::iter(0..count)
+        let outcomes: Vec<Result<f64, String>> = futures_util::stream::iter(0..count)
             .map(|n| {
                 let orchestrator = orchestrator.clone();
                 async move {
                     let instance = AgentInstance::new("worker", format!("i{n}"));
                     let started = Instant::now();
-                    if let Err(error) = orchestrator.start_instance(&instance).await {
-                        panic!("{instance}: {error:?}");
-                    }
+                    let outcome = orchestrator.start_instance(&instance).await;
                     if n % 100 == 99 {
-                        progress(&format!("  {} started", n + 1));
+                        progress(&format!("  {} asked", n + 1));
                     }
-                    ms(started.elapsed())
+                    outcome.map(|_| ms(started.elapsed())).map_err(|error| format!("{instance}: {}", error.message))
                 }
             })
             .buffer_unordered(concurrency)
             .collect()
             .await;
         let all_started = started.elapsed();
-        latencies.sort_by(f64::total_cmp);
+        let latencies: Vec<f64> = outcomes.iter().filter_map(|o| o.as_ref().ok().copied()).collect();
+        let failures: Vec<&String> = outcomes.iter().filter_map(|o| o.as_ref().err()).collect();
         // Let the first syncs and consumers settle, then look.
         tokio::time::sleep(Duration::from_secs(2)).await;
         let table = process_table();
@@ -677,10 +759,14 @@ fn memory(server: &NatsServer, scratch: &Path, count: usize, report: &mut Report
 
         let mib = |kib: u64| kib as f64 / 1024.0;
         report.line(&format!(
-            "4. memory: {count} idle worker@iN over two hosts ({concurrency} starts at a time; all started in {:.1} s)",
+            "4. memory: {} of {count} idle worker@iN started over two hosts ({concurrency} starts at a time, in {:.1} s)",
+            latencies.len(),
             all_started.as_secs_f64()
         ));
         report.row("start_instance → ready, each", &latencies, "ms", &[]);
+        if let Some(first) = failures.first() {
+            report.line(&format!("  {} of {count} starts FAILED; the first: {first}", failures.len()));
+        }
         for (id, agents, below, own, sum) in &per_host {
             report.line(&format!(
                 "  host {id}: {agents} agent processes ({below} processes below it); the host itself Pss {:.1} MiB, \
@@ -710,7 +796,7 @@ fn memory(server: &NatsServer, scratch: &Path, count: usize, report: &mut Report
             mib(total_pss) / 1024.0,
             mib(total_rss) / 1024.0,
             mib(total_private) / 1024.0,
-            mib(total_pss) / count as f64
+            mib(total_pss) / latencies.len().max(1) as f64
         ));
         report.row("each agent process: Private_Dirty", &agent_private, "MiB", &[]);
         report.row("each agent process: Pss", &agent_pss, "MiB", &[]);
