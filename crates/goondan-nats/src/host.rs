@@ -137,7 +137,7 @@ impl Host {
         config.scope.ensure_streams(&js).await?;
         let requests = client.subscribe(config.scope.host_all(&config.host_id)).await.map_err(NatsError::js)?;
         let max_payload = client.server_info().max_payload;
-        let beats = client.subscribe(config.scope.hosts()).await.map_err(NatsError::js)?;
+        let beats = client.subscribe(config.scope.hub_alive()).await.map_err(NatsError::js)?;
         let inner = Arc::new(Inner {
             client,
             js,
@@ -198,12 +198,10 @@ impl Drop for Host {
     }
 }
 
-/// Notes the hub's heartbeats (those of the host inside its process).
+/// Notes the hub's heartbeats.
 async fn listen_for_the_hub(inner: Arc<Inner>, mut beats: async_nats::Subscriber) {
-    while let Some(message) = beats.next().await {
-        if serde_json::from_slice::<Heartbeat>(&message.payload).is_ok_and(|beat| beat.hub) {
-            *inner.hub_heard.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
-        }
+    while beats.next().await.is_some() {
+        *inner.hub_heard.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
     }
 }
 

@@ -113,6 +113,7 @@ impl NatsLauncher {
         let heartbeats = client.subscribe(scope.hosts()).await.map_err(NatsError::js)?;
         tokio::spawn(listen_heartbeats(heartbeats, Arc::clone(&registry)));
         tokio::spawn(watch_hosts(client.clone(), Arc::clone(&registry)));
+        tokio::spawn(say_alive(client.clone(), scope.hub_alive()));
         let stream = js.get_stream(scope.message_stream()).await.map_err(NatsError::js)?;
         let hub_consumer: consumer::PullConsumer = stream
             .get_or_create_consumer(
@@ -432,6 +433,18 @@ impl AgentProcess for RemoteProcess {
                     tracing::warn!(target: "goondan::nats", "asking for a kill failed: {error}");
                 }
             });
+        }
+    }
+}
+
+/// The hub's own heartbeat, for as long as the runtime runs it.
+async fn say_alive(client: async_nats::Client, subject: String) {
+    let mut tick = tokio::time::interval(crate::HEARTBEAT);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tick.tick().await;
+        if let Err(error) = client.publish(subject.clone(), bytes::Bytes::new()).await {
+            tracing::debug!(target: "goondan::nats", "the hub's heartbeat: {error}");
         }
     }
 }

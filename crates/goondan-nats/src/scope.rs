@@ -61,6 +61,11 @@ impl Scope {
         format!("gdn.{}.hosts", self.token)
     }
 
+    /// The hub's heartbeat (hosts end the processes of a hub gone silent).
+    pub fn hub_alive(&self) -> String {
+        format!("gdn.{}.alive", self.token)
+    }
+
     /// Requests to one host (`start`, `kill`).
     pub fn host(&self, host: &str, verb: &str) -> String {
         format!("gdn.{}.host.{}.{verb}", self.token, host_token(host))
