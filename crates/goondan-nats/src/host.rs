@@ -112,6 +112,8 @@ struct Inner {
     max_payload: usize,
     /// When the hub was last heard (its own host's heartbeat, or a start).
     hub_heard: Mutex<Option<Instant>>,
+    /// Starts the hub gave up on before they were ready.
+    abandoned: Mutex<std::collections::HashSet<String>>,
     /// Bumped when this host may have missed what happened meanwhile (it
     /// reconnected, or was held up): each bridge checks it still holds its
     /// instance.
@@ -146,6 +148,7 @@ impl Host {
             max_payload,
             hub_heard: Mutex::new(None),
             recheck: watch::channel(0).0,
+            abandoned: Mutex::new(std::collections::HashSet::new()),
         });
         let tasks = vec![
             tokio::spawn(heartbeats(Arc::clone(&inner))),
@@ -295,11 +298,21 @@ async fn take_requests(inner: Arc<Inner>, mut requests: async_nats::Subscriber) 
             "kill" => {
                 let Ok(request) = serde_json::from_slice::<KillRequest>(&message.payload) else { continue };
                 let mut running = inner.running.lock().unwrap_or_else(PoisonError::into_inner);
-                if let Some(here) = running.get_mut(&request.instance)
-                    && here.start == request.start
-                    && let Some(kill) = here.kill.take()
-                {
-                    let _ = kill.send(Stop::Kill);
+                match running.get_mut(&request.instance) {
+                    Some(here) if here.start == request.start => {
+                        if let Some(kill) = here.kill.take() {
+                            let _ = kill.send(Stop::Kill);
+                        }
+                    }
+                    // Not running (yet): a start the hub gave up on; it
+                    // ends as soon as it is ready.
+                    _ => {
+                        let mut abandoned = inner.abandoned.lock().unwrap_or_else(PoisonError::into_inner);
+                        if abandoned.len() >= 1024 {
+                            abandoned.clear();
+                        }
+                        abandoned.insert(request.start);
+                    }
                 }
             }
             other => tracing::debug!(target: "goondan::nats", "an unknown request to this host: {other}"),
@@ -365,6 +378,12 @@ async fn start_here(inner: Arc<Inner>, request: StartRequest) -> StartReply {
         Err(error) => return StartReply { pid: None, error: Some(error) },
     };
     let pid = started.pid;
+    if inner.abandoned.lock().unwrap_or_else(PoisonError::into_inner).remove(&start) {
+        let mut process = started.process;
+        process.start_kill();
+        let _ = process.wait().await;
+        return failed(format!("the hub gave up on this start of {instance} before it was ready"));
+    }
     let (kill, killed) = oneshot::channel();
     let (done_tx, done) = watch::channel(false);
     inner

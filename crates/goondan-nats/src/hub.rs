@@ -272,6 +272,14 @@ impl Launch for NatsLauncher {
                     // failed): their work left in the stream is dropped by
                     // the next start, which does not accept them.
                     self.forget(&key);
+                    // A host that started it after all (too late for the
+                    // timeout) stops it.
+                    let kill = KillRequest { instance: instance.clone(), start };
+                    if let Ok(body) = serde_json::to_vec(&kill)
+                        && let Err(error) = self.client.publish(self.scope.host(&host, "kill"), body.into()).await
+                    {
+                        tracing::debug!(target: "goondan::nats", "asking {host} to drop a failed start: {error}");
+                    }
                     Err(error.unwrap_or_else(|| unavailable(format!("host {host} could not start {instance}"))))
                 }
             }
