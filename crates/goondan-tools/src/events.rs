@@ -423,8 +423,9 @@ impl EventSink for MemoryEventSink {
 /// hand-made binary encoding of the events was measured against this and
 /// saved nothing (docs/BENCHMARKS.md, "Event log encoder"). Other events —
 /// turn and step boundaries, extensions' events — are rare and are
-/// serialized by `emit`, outside the lock. The writer drains the queue every
-/// [`JsonLinesEventSink::FLUSH_INTERVAL`], as soon as a batch has gathered,
+/// serialized by `emit`, outside the lock. The writer sleeps while the queue
+/// is empty; woken by a batch's first event, it drains the queue
+/// [`JsonLinesEventSink::FLUSH_INTERVAL`] later, as soon as a batch has gathered,
 /// on a flush ([`EventSink::flush`] waits for it, [`EventSink::flushed`]
 /// returns a future of it), and when the sink is dropped. When the queue is
 /// full, `emit` waits for the writer rather than drop an event.
@@ -625,11 +626,13 @@ impl EventSink for JsonLinesEventSink {
         let size = queued.size();
         let Some(mut queue) = self.queue_with_room() else { return };
         let before = queue.bytes;
+        let first = queue.events.is_empty();
         queue.bytes += size;
         queue.events.push(queued);
-        // One wake-up per batch, not per event.
+        // Two wake-ups per batch at most, not one per event: its first
+        // event (the writer sleeps while the queue is empty) and a full batch.
         let batch = Self::BATCH_BYTES.min(self.capacity_bytes / 2);
-        if before < batch && queue.bytes >= batch {
+        if first || (before < batch && queue.bytes >= batch) {
             self.shared.wake_writer.notify_one();
         }
     }
@@ -674,7 +677,18 @@ fn run_writer(shared: &Shared, mut out: io::BufWriter<impl Write>) {
     loop {
         let (flush_goal, closed) = {
             let Ok(mut state) = shared.state.lock() else { return };
-            if state.events.is_empty() && !state.closed && state.flush_requested == state.flushed {
+            // Nothing to do: sleep until an event, a flush or the end. An
+            // idle agent's writer does not wake at all (a thousand idle
+            // instances on a host must not keep a core busy).
+            while state.events.is_empty() && !state.closed && state.flush_requested == state.flushed {
+                state = match shared.wake_writer.wait(state) {
+                    Ok(state) => state,
+                    Err(_) => return,
+                };
+            }
+            // The first event of a batch woke it: gather for up to the
+            // interval (a full batch, a flush or the end cuts it short).
+            if !state.closed && state.flush_requested == state.flushed {
                 state = match shared.wake_writer.wait_timeout(state, JsonLinesEventSink::FLUSH_INTERVAL) {
                     Ok((state, _)) => state,
                     Err(_) => return,
@@ -1048,6 +1062,28 @@ mod tests {
         fn flush(&mut self) -> io::Result<()> {
             Ok(())
         }
+    }
+
+    #[test]
+    fn an_idle_writer_does_not_wake() {
+        let out = SlowSync::new(Duration::ZERO);
+        let sink = match JsonLinesEventSink::new(out.clone()) {
+            Ok(sink) => sink,
+            Err(error) => panic!("{error}"),
+        };
+        sink.flush_and_wait();
+        let before = out.flushes();
+        // Eight flush intervals with nothing to write: no flush.
+        std::thread::sleep(JsonLinesEventSink::FLUSH_INTERVAL * 8);
+        assert_eq!(out.flushes(), before, "the writer woke and flushed while idle");
+        // An event is still written within an interval or so, unasked.
+        emit_tool_events(&sink, 1);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while out.buffer.lines().is_empty() {
+            assert!(std::time::Instant::now() < deadline, "the event was not written");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(out.buffer.lines()[0]["toolCallId"], "call-0");
     }
 
     /// Awaits `future`, failing the test after 5 s instead of hanging.
