@@ -659,3 +659,68 @@ fn a_host_stopped_mid_turn_hands_its_instance_to_another_host_at_once() -> TestR
     assert_eq!(inputs(&h1.messages("worker", "default")), ["JOB:long"]);
     Ok(())
 }
+
+#[test]
+fn a_start_the_hub_gave_up_on_is_stopped_on_its_host() -> TestResult {
+    use goondan_ipc::{AgentInstance, InitPayload, SwarmInfo};
+    use goondan_orchestrator::Launch as _;
+    let Some(cluster) = Cluster::start(NatsOptions::default(), &[&[]], &[])? else { return Ok(()) };
+    let h1 = cluster.host("h1").pid();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let outcome = runtime
+        .block_on(async {
+            let client =
+                goondan_nats::connect(&cluster.nats.url(), "test hub", Duration::from_secs(10), &|_: &str| None)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            // The fixture's swarm is "spread": the hosts' scope.
+            let launcher = goondan_nats::NatsLauncher::start(
+                client,
+                goondan_nats::Scope::new("spread"),
+                goondan_nats::Placement::default(),
+                cluster.hub_work.path(),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+            if !launcher.wait_for_hosts(1, Duration::from_secs(10)).await {
+                return Err("the host was not heard".to_owned());
+            }
+            let init = InitPayload {
+                config: fixture().display().to_string(),
+                instance: AgentInstance::new("worker", "abandoned"),
+                workdir: None,
+                state_root: cluster.hub_state.path().display().to_string(),
+                env: Default::default(),
+                tool_timeout_ms: None,
+                swarm: SwarmInfo {
+                    name: "spread".to_owned(),
+                    entry_agent: "coordinator".to_owned(),
+                    agents: vec!["coordinator".to_owned(), "gpu-worker".to_owned(), "worker".to_owned()],
+                },
+            };
+            // Far too short for a process to get ready: the hub gives up.
+            let started = launcher.start(init, Duration::from_millis(1)).await;
+            let error = started.err().ok_or("the start did not time out")?;
+            // The process the host started anyway is gone again while the hub
+            // lives on (not because the hub fell silent): it became ready, then
+            // was killed.
+            let mut seen = false;
+            let deadline = tokio::time::Instant::now() + goondan_nats::LEASE;
+            loop {
+                let children = children_of(h1);
+                seen |= !children.is_empty();
+                if seen && children.is_empty() {
+                    break;
+                }
+                if tokio::time::Instant::now() > deadline {
+                    return Err(format!("the abandoned start's process (seen: {seen}) still runs"));
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Ok::<_, String>(error)
+        })
+        .map_err(|e| format!("{e}{}", cluster.diagnostics()))?;
+    assert_eq!(outcome.code, "AGENT_UNAVAILABLE", "{outcome:?}");
+    assert!(outcome.message.contains("did not start worker@abandoned"), "{outcome:?}");
+    Ok(())
+}
