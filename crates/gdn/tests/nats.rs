@@ -724,3 +724,25 @@ fn a_start_the_hub_gave_up_on_is_stopped_on_its_host() -> TestResult {
     assert!(outcome.message.contains("did not start worker@abandoned"), "{outcome:?}");
     Ok(())
 }
+
+#[test]
+fn a_hub_cut_off_from_everything_still_stops_when_asked() -> TestResult {
+    let Some(mut cluster) = Cluster::start(NatsOptions::default(), &[&[]], &[("GDN_TEST_SLEEP", "60")])? else {
+        return Ok(());
+    };
+    let hub = cluster.hub("CASE:long", 1).spawn()?;
+    until("the worker's job starts", Duration::from_secs(30), || !cluster.host("h1").worker_runs().is_empty())?;
+    // The server and the host are gone: nobody will ever answer the hub.
+    cluster.nats.kill();
+    let host = cluster.hosts.iter_mut().find(|h| h.id == "h1").unwrap_or_else(|| panic!("h1"));
+    assert!(kill(host.pid(), Signal::SIGKILL).is_ok());
+    if let Some(mut child) = host.child.take() {
+        let _ = child.wait();
+    }
+    let stopping = Instant::now();
+    assert!(kill(Pid::from_raw(i32::try_from(hub.id()).unwrap_or(0)), Signal::SIGTERM).is_ok());
+    let output = wait_within(hub, Duration::from_secs(40));
+    assert!(output.status.code().is_some(), "the hub did not exit by itself: {:?}", output.status);
+    assert!(stopping.elapsed() < Duration::from_secs(30), "{:?}", stopping.elapsed());
+    Ok(())
+}

@@ -30,6 +30,9 @@ use crate::connect::NatsError;
 use crate::scope::Scope;
 use crate::wire::{self, ExitNotice, Heartbeat, KillRequest, StartReply, StartRequest};
 
+/// How long a killed process's host has to say it ended.
+const KILL_UNANSWERED: Duration = Duration::from_secs(5);
+
 /// An error code of goondan-ipc's.
 const AGENT_UNAVAILABLE: &str = goondan_ipc::codes::AGENT_UNAVAILABLE;
 
@@ -258,6 +261,7 @@ impl Launch for NatsLauncher {
                     ));
                     let process = RemoteProcess {
                         client: self.client.clone(),
+                        registry: Arc::clone(&self.registry),
                         kill_subject: self.scope.host(&host, "kill"),
                         instance,
                         start,
@@ -406,6 +410,7 @@ impl LinkReceiver for ChannelReceiver {
 /// A process on another host.
 struct RemoteProcess {
     client: async_nats::Client,
+    registry: Arc<Mutex<Registry>>,
     kill_subject: String,
     instance: AgentInstance,
     start: String,
@@ -442,6 +447,21 @@ impl AgentProcess for RemoteProcess {
                 }
             });
         }
+        // A kill always ends the process, as a local SIGKILL does: without
+        // word from its host (gone, or the server unreachable) it is taken
+        // as ended after a while, so that a stopping hub never waits for ever.
+        let registry = Arc::clone(&self.registry);
+        let key = (self.instance.to_string(), self.start.clone());
+        let host = self.host.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(KILL_UNANSWERED).await;
+            let mut registry = registry.lock().unwrap_or_else(PoisonError::into_inner);
+            if registry.processes.contains_key(&key) {
+                let why = format!("no word from its host {host} within {KILL_UNANSWERED:?} of a kill");
+                tracing::warn!(target: "goondan::nats", instance = %key.0, "{why}");
+                registry.end(&key, ProcessEnd { status: None, host_lost: None });
+            }
+        });
     }
 }
 

@@ -8,7 +8,7 @@ use goondan_core::JsonObject;
 use goondan_ipc::{AgentInstance, CLI, DelegateResultPayload, ErrorInfo, MessageSourceInfo, ObservePayload};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::codes::{AGENT_UNAVAILABLE, IPC_DELIVERY_FAILED};
+use crate::codes::{AGENT_REQUEST_CANCELLED, AGENT_UNAVAILABLE, IPC_DELIVERY_FAILED};
 use crate::hub::{Hub, HubCommand};
 use crate::launcher::Launch;
 use crate::plan::SwarmPlan;
@@ -134,6 +134,10 @@ impl Orchestrator {
             return DelegateResultPayload::failed(Self::gone());
         }
         let mut cancelled = false;
+        // After a cancel the turn's answer says so at once; a process that
+        // cannot be reached (its host cut off) is not waited for past this.
+        let confirm_within = self.plan.shutdown_grace * 2;
+        let mut give_up: Option<tokio::time::Instant> = None;
         loop {
             tokio::select! {
                 result = &mut answer => {
@@ -144,8 +148,20 @@ impl Orchestrator {
                 changed = cancel.changed(), if !cancelled => {
                     if changed.is_err() || *cancel.borrow() {
                         cancelled = true;
+                        give_up = Some(tokio::time::Instant::now() + confirm_within);
                         let _ = self.commands.send(HubCommand::CancelAsk { correlation_id: correlation_id.clone() });
                     }
+                }
+                () = async {
+                    match give_up {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    return DelegateResultPayload::error(
+                        AGENT_REQUEST_CANCELLED,
+                        format!("{instance} was cancelled and did not confirm it within {confirm_within:?}"),
+                    );
                 }
             }
         }
