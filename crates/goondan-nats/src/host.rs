@@ -164,11 +164,6 @@ impl Host {
         self.inner.running.lock().unwrap_or_else(PoisonError::into_inner).len()
     }
 
-    /// Its id.
-    pub fn id(&self) -> &str {
-        &self.inner.config.host_id
-    }
-
     /// Stops taking starts and heartbeating, kills its processes and waits
     /// until their bridges are through (their work then goes elsewhere).
     pub async fn stop(&mut self) {

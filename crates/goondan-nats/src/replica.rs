@@ -195,11 +195,6 @@ impl Replica {
         self.previous_claim
     }
 
-    /// The sequence of the last record this host wrote or read.
-    pub fn last(&self) -> u64 {
-        self.last
-    }
-
     /// Sends what changed in the directory since the last sync; nothing
     /// when nothing did. [`ReplicaError::Fenced`] once another host claimed
     /// the instance.
@@ -337,11 +332,18 @@ fn apply(files: &mut BTreeMap<String, Vec<u8>>, ops: &[FileOp], seq: u64) -> Res
                 let bytes = decode(data)?;
                 let file = files.entry(path.clone()).or_default();
                 let at = usize::try_from(*at).unwrap_or(usize::MAX);
-                if file.len() != at {
-                    // Only a log cut between two records of one sync: the
-                    // file continues where it was said to.
+                if at > file.len() {
+                    // Bytes before it were never recorded: nothing honest fills the gap.
+                    return Err(ReplicaError::Corrupt {
+                        seq,
+                        reason: format!("{path} is {} bytes, an append starts at {at}", file.len()),
+                    });
+                }
+                if at < file.len() {
+                    // A log cut between two records of one sync: the file
+                    // continues where the append says.
                     tracing::warn!(target: "goondan::nats", "state record {seq}: {path} is {} bytes, an append says {at}", file.len());
-                    file.resize(at.min(file.len().max(at)), 0);
+                    file.truncate(at);
                 }
                 file.extend_from_slice(&bytes);
             }
@@ -440,6 +442,17 @@ mod tests {
         let deleted = apply(&mut files, &[FileOp::Delete { path: "messages.jsonl".into() }], 3);
         assert!(deleted.is_ok());
         assert!(files.is_empty());
+    }
+
+    #[test]
+    fn an_append_past_the_end_is_refused_and_one_before_it_continues_there() {
+        let mut files = BTreeMap::new();
+        files.insert("messages.jsonl".to_owned(), b"one\ntw".to_vec());
+        let gap = [FileOp::Append { path: "messages.jsonl".into(), at: 99, data: BASE64.encode(b"x") }];
+        assert!(matches!(apply(&mut files, &gap, 7), Err(ReplicaError::Corrupt { seq: 7, .. })));
+        let resumed = [FileOp::Append { path: "messages.jsonl".into(), at: 4, data: BASE64.encode(b"two\n") }];
+        assert!(apply(&mut files, &resumed, 8).is_ok());
+        assert_eq!(files.get("messages.jsonl").map(Vec::as_slice), Some(&b"one\ntwo\n"[..]));
     }
 
     #[test]
