@@ -36,7 +36,7 @@
 //! `/dev/shm` when it exists (tmpfs), so that the disk does not weigh in.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -52,72 +52,18 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::Value;
 
-const GDN: &str = env!("CARGO_BIN_EXE_gdn");
+mod common;
+use common::{Report, median, ms, pipe_round_trip_floor, repo, scratch_base, tool_durations, turn_durations};
 
-fn repo() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    std::fs::canonicalize(&dir).unwrap_or(dir)
-}
+const GDN: &str = env!("CARGO_BIN_EXE_gdn");
 
 fn fixture() -> PathBuf {
     repo().join("tests/fixtures/nats-swarm")
 }
 
-/// Where state roots, working directories and the JetStream store go:
-/// tmpfs if there is one.
-fn scratch_base() -> PathBuf {
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() }
-}
-
-fn ms(duration: Duration) -> f64 {
-    duration.as_secs_f64() * 1000.0
-}
-
-/// Median, p10 and p90 (nearest rank) of `samples`.
-fn spread(samples: &[f64]) -> (f64, f64, f64) {
-    if samples.is_empty() {
-        return (f64::NAN, f64::NAN, f64::NAN);
-    }
-    let mut sorted = samples.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let at = |q: f64| {
-        let rank = (q * sorted.len() as f64).ceil() as usize;
-        sorted[rank.clamp(1, sorted.len()) - 1]
-    };
-    (at(0.5), at(0.1), at(0.9))
-}
-
-fn median(samples: &[f64]) -> f64 {
-    spread(samples).0
-}
-
 /// Progress on stderr (the report goes to stdout at the end).
 fn progress(line: &str) {
     let _ = writeln!(std::io::stderr(), "nats bench: {line}");
-}
-
-struct Report {
-    text: String,
-}
-
-impl Report {
-    fn line(&mut self, line: &str) {
-        self.text.push_str(line);
-        self.text.push('\n');
-    }
-
-    /// `label  median  p10  p90  unit`, and the median as a multiple of each floor.
-    fn row(&mut self, label: &str, samples: &[f64], unit: &str, floors: &[(&str, f64)]) {
-        let (med, p10, p90) = spread(samples);
-        let times: String =
-            floors.iter().filter(|(_, f)| *f > 0.0).map(|(name, f)| format!("  = {:.1}× {name}", med / f)).collect();
-        self.line(&format!("  {label:<60} {med:>9.3} {p10:>9.3} {p90:>9.3}  {unit}  (n={}){times}", samples.len()));
-    }
-
-    fn print(&self) {
-        let _ = std::io::stdout().write_all(self.text.as_bytes());
-    }
 }
 
 /// What to run, from the command line (`cargo bench` adds `--bench`:
@@ -310,8 +256,13 @@ fn raw(server: &NatsServer, report: &mut Report, floors: &mut Floors) {
     floors.nats = median(&core);
     floors.jetstream = median(&stored);
     report.line(&format!("1. floors on this server ({rounds} rounds each, after {warmups}; two connections)"));
-    report.row("core NATS request/reply (async-nats), round trip", &core, "ms", &[("pipe", floors.pipe)]);
-    report.row("JetStream: stored publish → pull consumer → stored reply", &stored, "ms", &[("pipe", floors.pipe)]);
+    report.row_against("core NATS request/reply (async-nats), round trip", &core, "ms", &[("pipe", floors.pipe)]);
+    report.row_against(
+        "JetStream: stored publish → pull consumer → stored reply",
+        &stored,
+        "ms",
+        &[("pipe", floors.pipe)],
+    );
 }
 
 fn pull_config(name: &str) -> async_nats::jetstream::consumer::pull::Config {
@@ -498,10 +449,10 @@ fn handoff(server: &NatsServer, scratch: &Path, runs: usize, report: &mut Report
         let all = [("core NATS", floors.nats), ("JetStream", floors.jetstream), ("pipe", floors.pipe)];
         report.line("2. handoff across hosts: coordinator (host 1) agents__request → worker (host 2), scripted models");
         report.line("   warm: both instances running; turns asked through the hub in this process");
-        report.row("agents__request duration (coordinator's tool.completed)", requests, "ms", &[]);
-        report.row("  of it: the worker's turn (its turn.completed)", worker_turns, "ms", &[]);
-        report.row("  of it: the rest (the handoff overhead)", &rest, "ms", &all);
-        report.row("the coordinator's whole turn, seen by ask()", &turns[warmups..], "ms", &[]);
+        report.row_against("agents__request duration (coordinator's tool.completed)", requests, "ms", &[]);
+        report.row_against("  of it: the worker's turn (its turn.completed)", worker_turns, "ms", &[]);
+        report.row_against("  of it: the rest (the handoff overhead)", &rest, "ms", &all);
+        report.row_against("the coordinator's whole turn, seen by ask()", &turns[warmups..], "ms", &[]);
 
         // Cold: the request starts the worker (on the other host).
         let (mut requests, mut worker_turns, mut crossed) = (Vec::new(), Vec::new(), 0);
@@ -523,9 +474,9 @@ fn handoff(server: &NatsServer, scratch: &Path, runs: usize, report: &mut Report
         report.line(&format!(
             "   cold: the request starts worker@cN on the other host ({crossed} of {runs} placed across hosts)"
         ));
-        report.row("agents__request duration (coordinator's tool.completed)", &requests, "ms", &[]);
-        report.row("  of it: the worker's turn (its turn.completed)", &worker_turns, "ms", &[]);
-        report.row("  of it: the rest (claim, consumer, spawn to ready, messages)", &rest, "ms", &all);
+        report.row_against("agents__request duration (coordinator's tool.completed)", &requests, "ms", &[]);
+        report.row_against("  of it: the worker's turn (its turn.completed)", &worker_turns, "ms", &[]);
+        report.row_against("  of it: the rest (claim, consumer, spawn to ready, messages)", &rest, "ms", &all);
         timeline(server, &orchestrator, &coordinator, &cancel_rx, report).await;
         orchestrator.shutdown("bench done").await;
     });
@@ -675,8 +626,8 @@ fn failover(server: &NatsServer, scratch: &Path, runs: usize, report: &mut Repor
         goondan_nats::LEASE,
         goondan_nats::HEARTBEAT
     ));
-    report.row("kill → the job starts again on the other host", &to_rerun, "ms", &[]);
-    report.row("kill → the coordinator's answer (the 1 s job included)", &to_answer, "ms", &[]);
+    report.row_against("kill → the job starts again on the other host", &to_rerun, "ms", &[]);
+    report.row_against("kill → the coordinator's answer (the 1 s job included)", &to_answer, "ms", &[]);
 }
 
 /// Section 4: `count` idle instances over two hosts.
@@ -763,7 +714,7 @@ fn memory(server: &NatsServer, scratch: &Path, count: usize, report: &mut Report
             latencies.len(),
             all_started.as_secs_f64()
         ));
-        report.row("start_instance → ready, each", &latencies, "ms", &[]);
+        report.row_against("start_instance → ready, each", &latencies, "ms", &[]);
         if let Some(first) = failures.first() {
             report.line(&format!("  {} of {count} starts FAILED; the first: {first}", failures.len()));
         }
@@ -798,8 +749,8 @@ fn memory(server: &NatsServer, scratch: &Path, count: usize, report: &mut Report
             mib(total_private) / 1024.0,
             mib(total_pss) / latencies.len().max(1) as f64
         ));
-        report.row("each agent process: Private_Dirty", &agent_private, "MiB", &[]);
-        report.row("each agent process: Pss", &agent_pss, "MiB", &[]);
+        report.row_against("each agent process: Private_Dirty", &agent_private, "MiB", &[]);
+        report.row_against("each agent process: Pss", &agent_pss, "MiB", &[]);
         report.line(&format!(
             "  CPU while idle (cores busy, over {} s): hosts and their processes {hosts_cpu:.2}, nats-server \
              {nats_cpu:.2}, the hub {hub_cpu:.2}",
@@ -886,52 +837,6 @@ fn cpu_ticks(pid: u32) -> u64 {
 
 fn ticks_per_second() -> f64 {
     nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().map_or(100.0, |t| t as f64)
-}
-
-fn events(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .lines()
-        .filter_map(|line| serde_json::from_str(line).ok())
-        .collect()
-}
-
-/// The `duration`s (ms) of the `tool.completed` events of `tool`, in order.
-fn tool_durations(path: &Path, tool: &str) -> Vec<f64> {
-    events(path)
-        .iter()
-        .filter(|e| e["type"] == "tool.completed" && e["toolName"] == tool)
-        .filter_map(|e| e["duration"].as_f64())
-        .collect()
-}
-
-/// The `duration`s (ms) of the `turn.completed` events, in order.
-fn turn_durations(path: &Path) -> Vec<f64> {
-    events(path).iter().filter(|e| e["type"] == "turn.completed").filter_map(|e| e["duration"].as_f64()).collect()
-}
-
-/// The round trip (ms) of one short line through `cat` over pipes: the
-/// median of `rounds`.
-fn pipe_round_trip_floor(rounds: usize) -> f64 {
-    let mut child =
-        Command::new("cat").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap_or_else(|e| panic!("cat: {e}"));
-    let Some(mut input) = child.stdin.take() else { panic!("cat's stdin") };
-    let Some(output) = child.stdout.take() else { panic!("cat's stdout") };
-    let mut output = BufReader::new(output);
-    let mut line = String::new();
-    let mut times = Vec::with_capacity(rounds);
-    for round in 0..rounds + 100 {
-        line.clear();
-        let started = Instant::now();
-        input.write_all(b"{\"type\":\"ping\",\"n\":1}\n").unwrap_or_else(|e| panic!("{e}"));
-        output.read_line(&mut line).unwrap_or_else(|e| panic!("{e}"));
-        if round >= 100 {
-            times.push(ms(started.elapsed()));
-        }
-    }
-    drop(input);
-    let _ = child.wait();
-    median(&times)
 }
 
 /// The `nats-server` binary: `GOONDAN_TEST_NATS_SERVER`, else on `PATH`,
