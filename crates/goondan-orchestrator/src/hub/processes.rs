@@ -438,29 +438,21 @@ impl Hub {
             let delay = backoff::delay_after(slot.crashes);
             slot.not_before = (!delay.is_zero()).then(|| Instant::now() + delay);
         }
-        // What it was asked, and what it asked.
-        let dead: Vec<String> = self
+        // What it was asked.
+        let served: Vec<String> = self
             .pending
             .iter()
-            .filter(|(_, p)| {
-                (p.target == *instance && p.delivered_to == Some(generation))
-                    || (p.echo.is_none() && matches!(&p.waiter, Waiter::Agent(a) if a == instance))
-            })
+            .filter(|(_, p)| p.target == *instance && p.delivered_to == Some(generation))
             .map(|(id, _)| id.clone())
             .collect();
         let mut answers = Vec::new();
-        for id in dead {
+        for id in served {
             self.waits.remove(&id);
-            let Some(pending) = self.pending.remove(&id) else { continue };
-            if pending.target == *instance && pending.delivered_to == Some(generation) {
+            if let Some(pending) = self.pending.remove(&id) {
                 answers.push((id, pending.waiter));
-            } else if pending.delivered_to.is_some() {
-                let cancel = cancel_message(ORCHESTRATOR, &pending.target, &format!("{instance} ended"), &id);
-                self.send_to(&pending.target, cancel);
-            } else if let Some(slot) = self.slots.get_mut(&pending.target) {
-                slot.waiting.retain(|work| !matches!(work, Work::Request(r) if r.correlation_id == id));
             }
         }
+        self.drop_requests_of(instance, &format!("{instance} ended"));
         self.observer.exited(instance, pid, &described, crashed);
         let reason = if clean { "stopped" } else { "crashed" };
         for (id, waiter) in answers {
@@ -495,26 +487,14 @@ impl Hub {
         slot.process = Process::Down;
         self.last_progress = Instant::now();
         let mut relocating = 0usize;
-        let mut cancels = Vec::new();
-        for (id, pending) in &mut self.pending {
+        for pending in self.pending.values_mut() {
             if pending.target == *instance && pending.delivered_to == Some(generation) {
                 pending.delivered_to = None;
                 pending.relocating = true;
                 relocating += 1;
-            } else if pending.echo.is_none()
-                && pending.delivered_to.is_some()
-                && matches!(&pending.waiter, Waiter::Agent(a) if a == instance)
-            {
-                cancels.push(id.clone());
             }
         }
-        for id in cancels {
-            self.waits.remove(&id);
-            let Some(pending) = self.pending.remove(&id) else { continue };
-            let cancel =
-                cancel_message(ORCHESTRATOR, &pending.target, &format!("{instance} moved to another host"), &id);
-            self.send_to(&pending.target, cancel);
-        }
+        self.drop_requests_of(instance, &format!("{instance} moved to another host"));
         let why = end.host_lost.as_deref().unwrap_or("its host was lost");
         tracing::warn!("{instance} (pid {pid}): {why}; {relocating} request(s) continue on another host");
         self.observer.exited(instance, pid, why, false);
@@ -522,6 +502,28 @@ impl Hub {
         self.serve(instance, relocating > 0);
         self.pump();
         self.check_stopped();
+    }
+
+    /// The synchronous requests `instance`'s ended process made are dropped:
+    /// cancelled at their targets if handed over, else taken out of the
+    /// targets' waiting work. Its asynchronous ones are kept (their answers
+    /// go into its conversation whatever became of the process).
+    fn drop_requests_of(&mut self, instance: &AgentInstance, reason: &str) {
+        let asked: Vec<String> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.echo.is_none() && matches!(&p.waiter, Waiter::Agent(a) if a == instance))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in asked {
+            self.waits.remove(&id);
+            let Some(pending) = self.pending.remove(&id) else { continue };
+            if pending.delivered_to.is_some() {
+                self.send_to(&pending.target, cancel_message(ORCHESTRATOR, &pending.target, reason, &id));
+            } else if let Some(slot) = self.slots.get_mut(&pending.target) {
+                slot.waiting.retain(|work| !matches!(work, Work::Request(r) if r.correlation_id == id));
+            }
+        }
     }
 
     /// The requests a lost host was serving now run in `generation`.
