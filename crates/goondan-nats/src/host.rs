@@ -41,10 +41,11 @@ use serde_json::Value as JsonValue;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::connect::NatsError;
-use crate::hub::publish_stored;
 use crate::replica::{Replica, ReplicaError};
 use crate::scope::Scope;
-use crate::wire::{self, ExitNotice, Heartbeat, KillRequest, StartReply, StartRequest};
+use crate::wire::{
+    self, ExitNotice, Heartbeat, KillRequest, StartReply, StartRequest, publish_stored, publish_unwaited,
+};
 
 /// Turns the hub's init into this host's: its bundle, state root and
 /// secrets, and its working directory (with the place under it the init's
@@ -685,28 +686,6 @@ impl Bridge {
         } else if let Err(error) = message.ack().await {
             tracing::debug!(target: "goondan::nats", "ack: {error}");
         }
-    }
-}
-
-/// Publishes to the message stream without waiting for the server to
-/// store it (a failure is only logged).
-async fn publish_unwaited(
-    js: &jetstream::Context,
-    subject: String,
-    headers: async_nats::HeaderMap,
-    id: String,
-    payload: bytes::Bytes,
-) {
-    let publish = jetstream::message::PublishMessage::build().payload(payload).headers(headers).message_id(id);
-    match js.send_publish(subject, publish).await {
-        Ok(ack) => {
-            tokio::spawn(async move {
-                if let Err(error) = ack.await {
-                    tracing::debug!(target: "goondan::nats", "progress not stored: {error}");
-                }
-            });
-        }
-        Err(error) => tracing::debug!(target: "goondan::nats", "progress not sent: {error}"),
     }
 }
 

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream::{self, consumer, message::PublishMessage};
+use async_nats::jetstream::{self, consumer};
 use futures_util::StreamExt as _;
 use goondan_ipc::{
     AgentInstance, BoxFuture, ErrorInfo, InitPayload, IpcMessage, Link, LinkError, LinkReceiver, LinkSender,
@@ -28,7 +28,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::connect::NatsError;
 use crate::scope::Scope;
-use crate::wire::{self, ExitNotice, Heartbeat, KillRequest, StartReply, StartRequest};
+use crate::wire::{self, ExitNotice, Heartbeat, KillRequest, StartReply, StartRequest, publish_stored};
 
 /// How long a killed process's host has to say it ended.
 const KILL_UNANSWERED: Duration = Duration::from_secs(5);
@@ -341,38 +341,6 @@ impl NatsLink {
             }
         });
         Self { queue }
-    }
-}
-
-/// Publishes until the server has stored it (the same id on every try, so
-/// it is stored once), for up to a minute.
-pub(crate) async fn publish_stored(
-    js: &jetstream::Context,
-    subject: &str,
-    headers: &async_nats::HeaderMap,
-    id: &str,
-    payload: bytes::Bytes,
-) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut delay = Duration::from_millis(50);
-    loop {
-        let publish = PublishMessage::build().payload(payload.clone()).headers(headers.clone()).message_id(id);
-        let stored = match js.send_publish(subject.to_owned(), publish).await {
-            Ok(ack) => ack.await.map(|_| ()).map_err(|e| e.to_string()),
-            Err(error) => Err(error.to_string()),
-        };
-        match stored {
-            Ok(()) => return true,
-            Err(error) if Instant::now() >= deadline => {
-                tracing::error!(target: "goondan::nats", "a message to {subject} was not stored: {error}");
-                return false;
-            }
-            Err(error) => {
-                tracing::debug!(target: "goondan::nats", "storing a message to {subject} failed ({error}); again");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(1));
-            }
-        }
     }
 }
 

@@ -7,6 +7,7 @@
 //! repeated after a lost acknowledgement is stored once.
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use async_nats::HeaderMap;
 use goondan_ipc::{AgentInstance, ErrorInfo, InitPayload, IpcMessage};
@@ -114,6 +115,64 @@ pub fn encode(message: &IpcMessage) -> Result<bytes::Bytes, serde_json::Error> {
 /// A payload as an IPC message.
 pub fn decode(payload: &[u8]) -> Result<IpcMessage, serde_json::Error> {
     serde_json::from_slice(payload)
+}
+
+/// Publishes until the server has stored it (the same id on every try, so
+/// it is stored once), for up to a minute.
+pub async fn publish_stored(
+    js: &async_nats::jetstream::Context,
+    subject: &str,
+    headers: &async_nats::HeaderMap,
+    id: &str,
+    payload: bytes::Bytes,
+) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut delay = Duration::from_millis(50);
+    loop {
+        let publish = async_nats::jetstream::message::PublishMessage::build()
+            .payload(payload.clone())
+            .headers(headers.clone())
+            .message_id(id);
+        let stored = match js.send_publish(subject.to_owned(), publish).await {
+            Ok(ack) => ack.await.map(|_| ()).map_err(|e| e.to_string()),
+            Err(error) => Err(error.to_string()),
+        };
+        match stored {
+            Ok(()) => return true,
+            Err(error) if Instant::now() >= deadline => {
+                tracing::error!(target: "goondan::nats", "a message to {subject} was not stored: {error}");
+                return false;
+            }
+            Err(error) => {
+                tracing::debug!(target: "goondan::nats", "storing a message to {subject} failed ({error}); again");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
+}
+
+/// Publishes to the message stream without waiting for the server to
+/// store it (a failure is only logged).
+pub async fn publish_unwaited(
+    js: &async_nats::jetstream::Context,
+    subject: String,
+    headers: async_nats::HeaderMap,
+    id: String,
+    payload: bytes::Bytes,
+) {
+    let publish =
+        async_nats::jetstream::message::PublishMessage::build().payload(payload).headers(headers).message_id(id);
+    match js.send_publish(subject, publish).await {
+        Ok(ack) => {
+            tokio::spawn(async move {
+                if let Err(error) = ack.await {
+                    tracing::debug!(target: "goondan::nats", "progress not stored: {error}");
+                }
+            });
+        }
+        Err(error) => tracing::debug!(target: "goondan::nats", "progress not sent: {error}"),
+    }
 }
 
 #[cfg(test)]
