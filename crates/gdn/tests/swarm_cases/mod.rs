@@ -82,6 +82,8 @@ impl Run {
         run
     }
 
+    /// `gdn -c BUNDLE --state-root STATE`; sockets of orchestrators the
+    /// tests kill stay in their state root (`TMPDIR`).
     fn base_command(&self) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_gdn"));
         command
@@ -103,20 +105,8 @@ impl Run {
             let nats = ["--nats".to_owned(), server.url(), "--wait-hosts".to_owned(), "2".to_owned()];
             args.splice(at + 1..at + 1, nats);
         }
-        let mut command = Command::new(env!("CARGO_BIN_EXE_gdn"));
-        command
-            .arg("-c")
-            .arg(&self.bundle)
-            .arg("--state-root")
-            .arg(self.state.path())
-            .args(&args)
-            .env("NO_COLOR", "1")
-            // Sockets of orchestrators the tests kill stay in their state root.
-            .env("TMPDIR", self.state.path())
-            .env_remove("GOONDAN_STATE_ROOT")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        let mut command = self.base_command();
+        command.args(&args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         command
     }
 
