@@ -106,6 +106,10 @@ pub struct HostArgs {
     /// Read API keys and settings from this file too (as `gdn run --env-file`).
     #[arg(long, value_name = "FILE")]
     pub env_file: Option<PathBuf>,
+    /// How long the broker waits for an acknowledgement before it delivers a message again
+    /// (default 60 000; the tests shorten it to see redeliveries).
+    #[arg(long, value_name = "MS", hide = true)]
+    pub ack_wait_ms: Option<u64>,
 }
 
 /// `gdn help`.

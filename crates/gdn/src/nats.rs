@@ -28,6 +28,9 @@ use crate::output::{self, Output};
 
 /// How long the first connection may take.
 const FIRST_CONNECT: Duration = Duration::from_secs(10);
+/// How long the broker waits for a host to acknowledge a message before it
+/// delivers it again (a host keeps what it still works on from that).
+const ACK_WAIT: Duration = Duration::from_secs(60);
 
 /// The hub's side, ready for the orchestrator: its launcher, and the host
 /// in its own process that runs agents only while no other host is there.
@@ -71,7 +74,7 @@ pub(crate) async fn hub(
         .await
         .map_err(|e| e.to_string())?;
     let host_id = format!("{}-hub-{}", hostname(), std::process::id());
-    let own_host = Host::start(client, host_config(scope.clone(), host_id, BTreeMap::new(), true, local))
+    let own_host = Host::start(client, host_config(scope.clone(), host_id, BTreeMap::new(), true, local, ACK_WAIT))
         .await
         .map_err(|e| e.to_string())?;
     tracing::info!(target: "goondan::nats", scope = scope.token(), "the hub is on NATS at {url}");
@@ -90,6 +93,7 @@ fn host_config(
     labels: BTreeMap<String, String>,
     hub: bool,
     local: LocalRuntime,
+    ack_wait: Duration,
 ) -> HostConfig {
     let LocalRuntime { config, workspace, workdir, env, launcher } = local;
     let state_root = workspace.clone();
@@ -115,7 +119,17 @@ fn host_config(
     let instances = Workspace::at(workspace);
     let instance_dir =
         Arc::new(move |instance: &AgentInstance| instances.instance_dir(&instance.agent, &instance.instance_key).ok());
-    HostConfig { scope, host_id, labels, hub, launcher, localize, instance_dir, start_timeout: Duration::from_secs(30) }
+    HostConfig {
+        scope,
+        host_id,
+        labels,
+        hub,
+        launcher,
+        localize,
+        instance_dir,
+        start_timeout: Duration::from_secs(30),
+        ack_wait,
+    }
 }
 
 fn hostname() -> String {
@@ -211,8 +225,11 @@ pub async fn host(global: &GlobalOptions, args: &HostArgs, session: &crate::Sess
     };
     let host_id = args.host_id.clone().unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id()));
     let scope = Scope::new(workspace.id());
+    let ack_wait = args.ack_wait_ms.map_or(ACK_WAIT, |ms| Duration::from_millis(ms.max(300)));
     let mut host =
-        match Host::start(client, host_config(scope.clone(), host_id.clone(), labels.clone(), false, local)).await {
+        match Host::start(client, host_config(scope.clone(), host_id.clone(), labels.clone(), false, local, ack_wait))
+            .await
+        {
             Ok(host) => host,
             Err(error) => {
                 output::error_line(&mut out.stderr, error.to_string())?;

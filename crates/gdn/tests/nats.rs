@@ -105,6 +105,17 @@ impl Cluster {
         labels: &[&[&str]],
         env: &[(&str, &str)],
     ) -> Result<Option<Self>, Box<dyn std::error::Error>> {
+        Self::start_hosts_with(bundle, options, labels, env, &[])
+    }
+
+    /// As `start_with`, each host also given `host_args`.
+    fn start_hosts_with(
+        bundle: PathBuf,
+        options: NatsOptions,
+        labels: &[&[&str]],
+        env: &[(&str, &str)],
+        host_args: &[&str],
+    ) -> Result<Option<Self>, Box<dyn std::error::Error>> {
         let Some(nats) = NatsServer::start(options)? else { return Ok(None) };
         let credentials = nats.client_env();
         let mut cluster = Self {
@@ -116,7 +127,7 @@ impl Cluster {
             credentials,
         };
         for (index, labels) in labels.iter().enumerate() {
-            let host = cluster.spawn_host(&format!("h{}", index + 1), labels, env)?;
+            let host = cluster.spawn_host(&format!("h{}", index + 1), labels, env, host_args)?;
             cluster.hosts.push(host);
         }
         Ok(Some(cluster))
@@ -127,6 +138,7 @@ impl Cluster {
         id: &str,
         labels: &[&str],
         env: &[(&str, &str)],
+        host_args: &[&str],
     ) -> Result<AgentHost, Box<dyn std::error::Error>> {
         let state = tempfile::tempdir()?;
         let work = tempfile::tempdir()?;
@@ -136,6 +148,7 @@ impl Cluster {
         for label in labels {
             command.args(["--label", label]);
         }
+        command.args(host_args);
         for (name, value) in env {
             command.env(name, value);
         }
@@ -187,6 +200,31 @@ impl Cluster {
         command
     }
 
+    /// An interactive hub (its agents stay up between turns) that waits
+    /// for `hosts` hosts: its stdin, and its stdout's lines as they come.
+    fn interactive_hub(&self, hosts: usize) -> Result<InteractiveHub, Box<dyn std::error::Error>> {
+        use std::io::BufRead as _;
+        let mut hub = self.gdn(self.hub_state.path());
+        hub.args(["run", "--nats", &self.nats.url(), "--wait-hosts", &hosts.to_string(), "--workdir"])
+            .arg(self.hub_work.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        for (name, value) in &self.credentials {
+            hub.env(name, value);
+        }
+        let mut child = hub.spawn()?;
+        let input = child.stdin.take().ok_or("stdin")?;
+        let (lines_tx, lines) = std::sync::mpsc::channel();
+        let stdout = child.stdout.take().ok_or("stdout")?;
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = lines_tx.send(line);
+            }
+        });
+        Ok(InteractiveHub { child, input: Some(input), lines })
+    }
+
     fn turn(&self, input: &str, hosts: usize) -> Result<Output, Box<dyn std::error::Error>> {
         Ok(wait_within(self.hub(input, hosts).spawn()?, Duration::from_secs(90)))
     }
@@ -202,6 +240,37 @@ impl Cluster {
         }
         text.push_str(&format!("\n--- nats log (tail):\n{}", tail(&self.nats.log(), 30)));
         text
+    }
+}
+
+struct InteractiveHub {
+    child: Child,
+    input: Option<std::process::ChildStdin>,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl InteractiveHub {
+    fn say(&mut self, line: &str) -> Result<(), Box<dyn std::error::Error>> {
+        use std::io::Write as _;
+        writeln!(self.input.as_mut().ok_or("stdin closed")?, "{line}")?;
+        Ok(())
+    }
+
+    /// Waits (30 s at most) for an answer line containing `text`.
+    fn answered(&self, text: &str) -> Result<(), String> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while let Ok(line) = self.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            if line.contains(text) {
+                return Ok(());
+            }
+        }
+        Err(format!("no answer with {text:?}"))
+    }
+
+    /// Closes its input and waits for it to end.
+    fn finish(mut self) -> Output {
+        drop(self.input.take());
+        wait_within(self.child, Duration::from_secs(30))
     }
 }
 
@@ -434,12 +503,12 @@ fn hosts_authenticate_with_credentials_from_the_environment_and_agents_never_see
     };
     // Without credentials a host is refused and says so.
     let saved = std::mem::take(&mut cluster.credentials);
-    let mut refused = cluster.spawn_host("nocreds", &[], &[])?;
+    let mut refused = cluster.spawn_host("nocreds", &[], &[], &[])?;
     let status = refused.child.take().map(|c| wait_within(c, Duration::from_secs(30)).status);
     assert!(status.is_some_and(|s| !s.success()), "{status:?}");
     assert!(refused.log().to_lowercase().contains("authorization"), "{}", refused.log());
     cluster.credentials = saved;
-    let host = cluster.spawn_host("h1", &[], &[])?;
+    let host = cluster.spawn_host("h1", &[], &[], &[])?;
     cluster.hosts.push(host);
     let body = answer(&cluster.turn("CASE:env", 1)?, &cluster.diagnostics());
     assert_eq!(body["text"], "env done", "{body}");
@@ -525,50 +594,80 @@ fn two_swarms_on_one_server_never_meet() -> TestResult {
 
 #[test]
 fn an_idle_instance_on_a_partitioned_host_ends_there_once_another_host_took_it() -> TestResult {
-    use std::io::{BufRead as _, Write as _};
     let Some(cluster) = Cluster::start(NatsOptions::default(), &[&[], &[]], &[])? else { return Ok(()) };
-    // An interactive hub: its agents stay up between turns.
-    let mut hub = cluster.gdn(cluster.hub_state.path());
-    hub.args(["run", "--nats", &cluster.nats.url(), "--wait-hosts", "2", "--workdir"])
-        .arg(cluster.hub_work.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-    let mut hub = hub.spawn()?;
-    let mut input = hub.stdin.take().ok_or("stdin")?;
-    let (lines_tx, lines) = std::sync::mpsc::channel();
-    let stdout = hub.stdout.take().ok_or("stdout")?;
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = lines_tx.send(line);
-        }
-    });
-    let answered = |lines: &std::sync::mpsc::Receiver<String>| -> Result<(), String> {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while let Ok(line) = lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            if line.contains("handoff done") {
-                return Ok(());
-            }
-        }
-        Err("no answer".to_owned())
-    };
-    writeln!(input, "CASE:handoff one")?;
-    answered(&lines)?;
+    let mut hub = cluster.interactive_hub(2)?;
+    hub.say("CASE:handoff one")?;
+    hub.answered("handoff done")?;
     let h2 = cluster.host("h2").pid();
     assert!(!children_of(h2).is_empty(), "the worker idles on h2");
     // h2 is cut off while its worker idles; the next request moves the worker to h1.
     assert!(kill(h2, Signal::SIGSTOP).is_ok());
     std::thread::sleep(crate_lease() + Duration::from_millis(700));
-    writeln!(input, "CASE:handoff two")?;
-    answered(&lines)?;
+    hub.say("CASE:handoff two")?;
+    hub.answered("handoff done")?;
     assert!(cluster.host("h1").has_instance("worker", "default"), "{}", cluster.diagnostics());
     // h2 comes back: its idle worker finds its messages taken and ends.
     assert!(kill(h2, Signal::SIGCONT).is_ok());
     until("h2's idle worker ends", Duration::from_secs(15), || children_of(h2).is_empty())
         .map_err(|e| format!("{e}{}", cluster.diagnostics()))?;
-    drop(input);
-    let _ = wait_within(hub, Duration::from_secs(30));
+    let _ = hub.finish();
     assert_eq!(inputs(&cluster.host("h1").messages("worker", "default")), ["JOB:quick", "JOB:quick"]);
+    Ok(())
+}
+
+#[test]
+fn work_held_longer_than_the_brokers_ack_wait_is_neither_run_nor_answered_twice() -> TestResult {
+    // The broker delivers again what is not acknowledged within 600 ms;
+    // the worker's job takes 2 s, and its answer reaches the coordinator
+    // between turns (an asynchronous request), where it stays a while.
+    let Some(cluster) = Cluster::start_hosts_with(
+        fixture(),
+        NatsOptions::default(),
+        &[&[], &[]],
+        &[("GDN_TEST_SLEEP", "2")],
+        &["--ack-wait-ms", "600"],
+    )?
+    else {
+        return Ok(());
+    };
+    let mut hub = cluster.interactive_hub(2)?;
+    hub.say("CASE:later")?;
+    hub.answered("asked")?;
+    let coordinator = || {
+        cluster
+            .hosts
+            .iter()
+            .map(|host| host.messages("coordinator", "default"))
+            .max_by_key(Vec::len)
+            .unwrap_or_default()
+    };
+    let replies = |messages: &[Value]| {
+        messages.iter().filter(|m| m["metadata"]["__goondanInterAgentResponse"].is_object()).count()
+    };
+    until("the reply reaches the idle coordinator", Duration::from_secs(30), || replies(&coordinator()) > 0)
+        .map_err(|e| format!("{e}{}", cluster.diagnostics()))?;
+    // Several of the broker's waits go by.
+    std::thread::sleep(Duration::from_secs(3));
+    let messages = coordinator();
+    assert_eq!(replies(&messages), 1, "{messages:#?}{}", cluster.diagnostics());
+    let runs: usize = cluster.hosts.iter().map(|host| host.worker_runs().len()).sum();
+    assert_eq!(runs, 1, "the 2 s job ran once{}", cluster.diagnostics());
+    let worker = cluster.hosts.iter().map(|host| host.messages("worker", "default")).max_by_key(Vec::len);
+    assert_eq!(inputs(&worker.unwrap_or_default()), ["JOB:long"]);
+    // The coordinator's host dies; its next turn runs on the other host,
+    // which gets whatever of the coordinator's was not acknowledged.
+    let (held, other) = match cluster.host("h1").has_instance("coordinator", "default") {
+        true => ("h1", "h2"),
+        false => ("h2", "h1"),
+    };
+    assert!(kill(cluster.host(held).pid(), Signal::SIGKILL).is_ok());
+    std::thread::sleep(crate_lease() + Duration::from_millis(700));
+    hub.say("CASE:handoff after")?;
+    hub.answered("handoff done").map_err(|e| format!("{e}{}", cluster.diagnostics()))?;
+    let messages = cluster.host(other).messages("coordinator", "default");
+    assert_eq!(inputs(&messages).first().map(String::as_str), Some("CASE:later"), "{messages:#?}");
+    assert_eq!(replies(&messages), 1, "{messages:#?}{}", cluster.diagnostics());
+    let _ = hub.finish();
     Ok(())
 }
 

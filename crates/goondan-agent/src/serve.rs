@@ -8,15 +8,16 @@
 //!          shutdown, end of the connection → cancel the running turn, stop
 //! worker   one turn at a time: observe(turn_started) → run_turn (caller's trace, inbound
 //!          metadata) → observe(turn_ended) → delegate_result for a delegate;
-//!          queue empty: observe(idle, jobs taken) for the hub's idle stops;
 //!          idle: replies in the inbox are appended to the conversation and saved at once;
+//!          then, queue empty: observe(idle, jobs and answers taken) for the hub's idle
+//!          stops and a NATS host's acknowledgements;
 //!          a task's completion message gets a turn of its own (crate::tasks)
 //! writer   frames in order; one over the size limit fails alone (an answer becomes an
 //!          error answer to the same request) and the channel stays up
 //! ```
 
 use std::collections::HashSet;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -79,6 +80,8 @@ struct Control {
     running: Mutex<Option<(String, watch::Sender<bool>)>>,
     /// Queued messages their callers gave up on.
     cancelled: Mutex<HashSet<String>>,
+    /// `delegate_result` messages taken in (see `ObservePayload::Idle`).
+    answers: AtomicU64,
 }
 
 /// Runs the instance: one turn per `delegate` or `event`, until `shutdown`,
@@ -97,6 +100,7 @@ pub async fn serve(
     // Tasks that ended before this process (or whose delivery a crash cut):
     // delivered now, unless the conversation has them already.
     crate::tasks::reconcile(&tasks, runtime.inbox(), conversation.messages(), true).await;
+    runtime.note_answers_in(conversation.messages());
     runtime.set_events(Arc::clone(&agent.tooling.events));
     let control = Arc::new(Control::default());
     let (jobs_tx, mut jobs) = mpsc::unbounded_channel::<Job>();
@@ -143,6 +147,8 @@ pub async fn serve(
                         if let Some(id) = m.correlation_id {
                             runtime.resolve(&id, m.payload);
                         }
+                        // Counted once it is with its tool call or in the inbox.
+                        control.answers.fetch_add(1, Ordering::SeqCst);
                     }
                     IpcMessage::CallResult(m) => {
                         if let Some(id) = m.correlation_id {
@@ -198,12 +204,19 @@ pub async fn serve(
 
     // Jobs taken from the queue (run or skipped as cancelled).
     let mut taken: u64 = 0;
+    // Whether the process says it is idle once nothing is left to do: after
+    // each job, and after replies it took in between turns.
+    let mut owe_idle = false;
     let end = loop {
         if *terminate.borrow() {
             break ServeEnd::Shutdown;
         }
         let stopping = *stop.borrow();
-        let completions = deliver_inbox(&mut conversation, runtime.inbox()).await;
+        // Read before the inbox is taken: every answer counted is in the
+        // conversation (saved) by the time the count goes out with `idle`.
+        let answers = control.answers.load(Ordering::SeqCst);
+        let (replies, completions) = deliver_inbox(&mut conversation, runtime.inbox()).await;
+        owe_idle |= replies > 0;
         // Tasks that ended while no turn ran: a turn each, in the order they
         // ended (not while stopping: they stay undelivered for the next start).
         if !completions.is_empty() && stopping.is_none() {
@@ -224,11 +237,18 @@ pub async fn serve(
             if restart {
                 break ServeEnd::Restart;
             }
-            if jobs.is_empty() && !tasks.has_working() {
-                let idle = ObservePayload::Idle { jobs: taken };
-                let _ = outbox.send(IpcMessage::Observe(Routed::new(me.to_string(), ORCHESTRATOR, idle)));
-            }
+            owe_idle = true;
             continue;
+        }
+        // The orchestrator stops processes that idle (and counts the jobs,
+        // so that one it sent meanwhile keeps this one busy); a transport
+        // that holds messages until they are saved (NATS) acknowledges
+        // them on it. A process whose tasks still work is not idle:
+        // stopping it would end their work.
+        if owe_idle && stopping.is_none() && jobs.is_empty() && !tasks.has_working() {
+            owe_idle = false;
+            let idle = ObservePayload::Idle { jobs: taken, answers };
+            let _ = outbox.send(IpcMessage::Observe(Routed::new(me.to_string(), ORCHESTRATOR, idle)));
         }
         let job = match stopping {
             // Messages it accepted before `shutdown` are still served (the
@@ -269,13 +289,7 @@ pub async fn serve(
                 break ServeEnd::Restart;
             }
         }
-        // A process whose tasks still work is not idle: stopping it would end their work.
-        if jobs.is_empty() && !tasks.has_working() {
-            // The orchestrator stops processes that idle (and counts the
-            // jobs, so that one it sent meanwhile keeps this one busy).
-            let idle = ObservePayload::Idle { jobs: taken };
-            let _ = outbox.send(IpcMessage::Observe(Routed::new(me.to_string(), ORCHESTRATOR, idle)));
-        }
+        owe_idle = true;
     };
     // What arrived meanwhile is kept (completions stay undelivered: the
     // next start gives them their turns).
@@ -327,19 +341,19 @@ async fn send_or_stand_in(link: &LinkSender, message: IpcMessage) -> bool {
     }
 }
 
-/// Appends replies that arrived while no turn ran, and saves them.
 /// Appends what arrived between turns (asynchronous replies) and saves
-/// it; returns the tasks' completion messages among it, which get turns
-/// of their own.
-async fn deliver_inbox(conversation: &mut Conversation, inbox: &Inbox) -> Vec<goondan_core::Message> {
+/// it; returns how many replies that was, and the tasks' completion
+/// messages among it, which get turns of their own.
+async fn deliver_inbox(conversation: &mut Conversation, inbox: &Inbox) -> (usize, Vec<goondan_core::Message>) {
     let (completions, arrived): (Vec<_>, Vec<_>) =
         inbox.take().into_iter().partition(|message| crate::tasks::handle_of(message).is_some());
+    let replies = arrived.len();
     if !arrived.is_empty()
         && let Err(error) = conversation.append_and_commit(arrived).await
     {
         tracing::warn!("saving a reply that arrived between turns: {error}");
     }
-    completions
+    (replies, completions)
 }
 
 /// The turn that delivers an ended task's result to an idle instance: its

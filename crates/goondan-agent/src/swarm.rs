@@ -3,7 +3,7 @@
 //! answers come back by correlation id, synchronous ones to the waiting
 //! tool call, asynchronous ones into the inbox (and so the conversation).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -68,6 +68,11 @@ pub struct SwarmRuntime {
     events: Mutex<Option<Arc<dyn EventSink>>>,
     /// The instance's tasks: an asynchronous request is one until its answer.
     tasks: std::sync::OnceLock<Arc<goondan_runtime::tasks::TaskBook>>,
+    /// The asynchronous requests whose answers the conversation has (or
+    /// will have: queued in the inbox). A transport that delivers at least
+    /// once (NATS: a redelivery, or a host lost before its acknowledgement)
+    /// may bring an answer again; it enters the conversation once.
+    answered: Mutex<HashSet<String>>,
     this: std::sync::Weak<SwarmRuntime>,
 }
 
@@ -90,12 +95,20 @@ impl SwarmRuntime {
             inbox: Arc::new(Inbox::default()),
             events: Mutex::new(None),
             tasks: std::sync::OnceLock::new(),
+            answered: Mutex::new(HashSet::new()),
         })
     }
 
     /// The instance's tasks (set once, when the instance is prepared).
     pub fn set_tasks(&self, tasks: Arc<goondan_runtime::tasks::TaskBook>) {
         let _ = self.tasks.set(tasks);
+    }
+
+    /// Takes note of the asynchronous answers `messages` (a loaded
+    /// conversation) already hold, so that none of them enters it twice.
+    pub fn note_answers_in(&self, messages: &[Message]) {
+        let mut answered = self.answered.lock().unwrap_or_else(PoisonError::into_inner);
+        answered.extend(messages.iter().filter_map(answered_request_of));
     }
 
     /// The inbox asynchronous replies go to (the agent's).
@@ -250,6 +263,10 @@ impl SwarmRuntime {
     /// An asynchronous request's answer (or failure) as a message of the
     /// conversation, shaped as the original's `inter_agent_response`.
     fn deliver_async(&self, correlation_id: &str, request: &AsyncRequest, answer: &DelegateResultPayload) {
+        if !self.answered.lock().unwrap_or_else(PoisonError::into_inner).insert(correlation_id.to_owned()) {
+            tracing::debug!("the answer to {correlation_id} arrived again; the conversation has it already");
+            return;
+        }
         // The request's task ends with its answer; the answer's message
         // below is how the conversation gets it (no completion message).
         if let Some(tasks) = self.tasks.get() {
@@ -321,6 +338,12 @@ impl SwarmRuntime {
         );
         self.inbox.push(message);
     }
+}
+
+/// The request an asynchronous answer in the conversation answers.
+fn answered_request_of(message: &Message) -> Option<String> {
+    let metadata = message.metadata.get(INTER_AGENT_RESPONSE_METADATA_KEY)?;
+    metadata.get("requestId")?.as_str().map(str::to_owned)
 }
 
 /// Forgets a waiting entry when its tool call ends (also when the call is
@@ -582,4 +605,67 @@ fn emit_event(
         extra: Some(extra),
         call_scope: None,
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use goondan_ipc::{AsyncRequestEcho, InitPayload, SwarmInfo};
+
+    use super::*;
+
+    fn runtime() -> Arc<SwarmRuntime> {
+        let (ours, _theirs) = std::os::unix::net::UnixStream::pair().unwrap_or_else(|e| panic!("{e}"));
+        let _ = ours.set_nonblocking(true);
+        let stream = tokio::net::UnixStream::from_std(ours).unwrap_or_else(|e| panic!("{e}"));
+        let (read, write) = stream.into_split();
+        let (link, receiver) = goondan_ipc::unix_link(read, write);
+        let init = InitPayload {
+            config: "/bundle".into(),
+            instance: AgentInstance::new("coordinator", "default"),
+            workdir: None,
+            state_root: "/state".into(),
+            env: Default::default(),
+            tool_timeout_ms: None,
+            swarm: SwarmInfo { name: "s".into(), entry_agent: "coordinator".into(), agents: vec!["worker".into()] },
+        };
+        SwarmRuntime::new(&AgentChannel { link, receiver, init })
+    }
+
+    /// The answer of an asynchronous request made by an earlier process
+    /// (it carries the request, as the hub sends it).
+    fn answer() -> DelegateResultPayload {
+        DelegateResultPayload {
+            status: ResultStatus::Ok,
+            response: Some("done".into()),
+            error: None,
+            turn: None,
+            responder: None,
+            request: Some(AsyncRequestEcho {
+                target: "worker".into(),
+                event_id: "e1".into(),
+                event_type: "agent.request".into(),
+                metadata: JsonObject::new(),
+                trace_id: "t1".into(),
+            }),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_answer_delivered_again_enters_the_conversation_once() {
+        let first = runtime();
+        first.resolve("req-1", answer());
+        first.resolve("req-1", answer());
+        let taken = first.inbox().take();
+        assert_eq!(taken.len(), 1, "{taken:?}");
+        assert_eq!(answered_request_of(&taken[0]).as_deref(), Some("req-1"));
+        // A later process of the instance, whose conversation has it: the
+        // broker delivering it once more (its earlier holder died before
+        // the acknowledgement) adds nothing.
+        let next = runtime();
+        next.note_answers_in(&taken);
+        next.resolve("req-1", answer());
+        assert!(next.inbox().is_empty());
+        next.resolve("req-2", answer());
+        assert_eq!(next.inbox().take().len(), 1, "another request's answer still enters");
+    }
 }

@@ -512,6 +512,12 @@ pub enum ObservePayload {
         /// How many `delegate` and `event` messages it has taken so far: it
         /// is idle only if that is every one the orchestrator has sent it.
         jobs: u64,
+        /// How many `delegate_result` messages it has taken in so far: each
+        /// is in its conversation (saved) or was not wanted any more, so a
+        /// transport that redelivers what it was not told of (NATS) can
+        /// acknowledge them. Absent from older processes: 0.
+        #[serde(default)]
+        answers: u64,
     },
 }
 

@@ -67,6 +67,11 @@ pub struct HostConfig {
     pub localize: Localize,
     pub instance_dir: InstanceDir,
     pub start_timeout: Duration,
+    /// How long the broker waits for a message's acknowledgement before it
+    /// delivers it again. Work a process holds longer (a long turn, an
+    /// answer not yet saved) is kept from that by progress acknowledgements
+    /// at a third of it.
+    pub ack_wait: Duration,
 }
 
 impl fmt::Debug for HostConfig {
@@ -388,7 +393,16 @@ async fn start_here(inner: Arc<Inner>, request: StartRequest) -> StartReply {
         .unwrap_or_else(PoisonError::into_inner)
         .insert(instance.clone(), Here { start: start.clone(), kill: Some(kill), done });
     tracing::info!(target: "goondan::nats", %instance, pid, token = replica.token(), "started here");
-    let bridge = Bridge { inner: Arc::clone(&inner), instance, start, accept, replica, sent: 0 };
+    let bridge = Bridge {
+        inner: Arc::clone(&inner),
+        instance,
+        start,
+        accept,
+        replica,
+        sent: 0,
+        given_requests: 0,
+        given_answers: 0,
+    };
     tokio::spawn(async move {
         bridge.run(started, consumer, killed).await;
         let _ = done_tx.send(true);
@@ -418,7 +432,7 @@ async fn take_consumer(
         durable_name: Some(format!("{prefix}-{}", replica.token())),
         filter_subject: scope.to_instance(instance),
         ack_policy: consumer::AckPolicy::Explicit,
-        ack_wait: Duration::from_secs(60),
+        ack_wait: inner.config.ack_wait,
         max_ack_pending: 1024,
         ..Default::default()
     };
@@ -448,6 +462,12 @@ struct Unacked {
     correlation_id: Option<String>,
     /// A request (delegate or event) rather than an answer to one of its own.
     request: bool,
+    /// Its place among the requests, or among the answers, given to the
+    /// process (1, 2, …: what the process counts in `idle`).
+    ordinal: u64,
+    /// Its sequence in the stream: a redelivery of work the process holds
+    /// is not given to it twice.
+    sequence: Option<u64>,
     message: jetstream::Message,
 }
 
@@ -458,6 +478,9 @@ struct Bridge {
     accept: Vec<String>,
     replica: Replica,
     sent: u64,
+    /// Requests and answers given to the process so far.
+    given_requests: u64,
+    given_answers: u64,
 }
 
 /// What a message from the process asks of the bridge.
@@ -467,8 +490,12 @@ enum Commit {
     Progress,
     /// The answer to this request: state synced first, then acknowledged.
     Answered(String),
-    /// All work done: state synced first, then everything acknowledged.
-    Idle,
+    /// All work done: state synced first, then the requests and answers
+    /// the process has taken in (its counts) acknowledged.
+    Idle {
+        requests: u64,
+        answers: u64,
+    },
 }
 
 impl Bridge {
@@ -485,6 +512,8 @@ impl Bridge {
         let mut unacked: Vec<Unacked> = Vec::new();
         let mut tick = tokio::time::interval(Duration::from_millis(250));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut in_progress = tokio::time::interval(self.inner.config.ack_wait / 3);
+        in_progress.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let mut reading = true;
         let mut fenced = false;
         let (mut inbound_open, mut taken_open) = (true, true);
@@ -529,6 +558,14 @@ impl Bridge {
                         fenced = true;
                         self.lost_lease();
                         process.start_kill();
+                    }
+                }
+                _ = in_progress.tick(), if !fenced && !leaving && !unacked.is_empty() => {
+                    // Still at it: the broker is not to deliver it again.
+                    for work in &unacked {
+                        if let Err(error) = work.message.ack_with(jetstream::AckKind::Progress).await {
+                            tracing::debug!(target: "goondan::nats", "in-progress ack: {error}");
+                        }
                     }
                 }
                 _ = tick.tick(), if !fenced && active => {
@@ -602,12 +639,12 @@ impl Bridge {
         let commit = match &message {
             IpcMessage::DelegateResult(m) => m.correlation_id.clone().map_or(Commit::None, Commit::Answered),
             IpcMessage::Observe(m) => match &m.payload {
-                ObservePayload::Idle { .. } => Commit::Idle,
+                ObservePayload::Idle { jobs, answers } => Commit::Idle { requests: *jobs, answers: *answers },
                 _ => Commit::Progress,
             },
             _ => Commit::None,
         };
-        if matches!(commit, Commit::Answered(_) | Commit::Idle) {
+        if matches!(commit, Commit::Answered(_) | Commit::Idle { .. }) {
             match self.replica.sync().await {
                 Ok(_) => {}
                 Err(ReplicaError::Fenced(_)) => {
@@ -634,7 +671,9 @@ impl Bridge {
         let done = |work: &Unacked| match &commit {
             Commit::None | Commit::Progress => false,
             Commit::Answered(id) => work.request && work.correlation_id.as_deref() == Some(id.as_str()),
-            Commit::Idle => true,
+            // Only what the process had taken in when it said so: a request
+            // on its way to it meanwhile is not done.
+            Commit::Idle { requests, answers } => work.ordinal <= if work.request { *requests } else { *answers },
         };
         let (acked, kept): (Vec<Unacked>, Vec<Unacked>) = std::mem::take(unacked).into_iter().partition(done);
         *unacked = kept;
@@ -659,6 +698,13 @@ impl Bridge {
             }
         };
         let work = matches!(ipc, IpcMessage::Delegate(_) | IpcMessage::Event(_) | IpcMessage::DelegateResult(_));
+        let sequence = message.info().ok().map(|info| info.stream_sequence);
+        if work && let Some(held) = unacked.iter_mut().find(|held| sequence.is_some() && held.sequence == sequence) {
+            // Delivered again while the process still has it (the broker's
+            // wait ran out): acknowledged through the newest delivery.
+            held.message = message;
+            return;
+        }
         // Work of an earlier start is this process's only if its host was
         // lost; anything else of another start the hub has already failed.
         if !(ours || (work && self.accept.contains(&start))) {
@@ -682,7 +728,14 @@ impl Bridge {
             return;
         }
         if work {
-            unacked.push(Unacked { correlation_id, request, message });
+            let ordinal = if request {
+                self.given_requests += 1;
+                self.given_requests
+            } else {
+                self.given_answers += 1;
+                self.given_answers
+            };
+            unacked.push(Unacked { correlation_id, request, ordinal, sequence, message });
         } else if let Err(error) = message.ack().await {
             tracing::debug!(target: "goondan::nats", "ack: {error}");
         }

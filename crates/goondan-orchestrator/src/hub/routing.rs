@@ -270,7 +270,7 @@ impl Hub {
     pub(super) fn observe(&mut self, from: &AgentInstance, generation: u64, payload: ObservePayload) {
         let running = self.slots.get_mut(from).and_then(Slot::running_mut).filter(|r| r.generation == generation);
         match payload {
-            ObservePayload::Idle { jobs } => {
+            ObservePayload::Idle { jobs, .. } => {
                 if let Some(running) = running
                     && running.jobs_sent == jobs
                 {
