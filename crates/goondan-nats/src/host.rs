@@ -525,7 +525,12 @@ impl Bridge {
                     Ok(Some(message)) => {
                         if let IpcMessage::Observe(observed) = &message {
                             match observed.payload {
-                                ObservePayload::TurnStarted { .. } => active = true,
+                                ObservePayload::TurnStarted { .. } => {
+                                    if !active {
+                                        tick.reset();
+                                    }
+                                    active = true;
+                                }
                                 ObservePayload::Idle { .. } => active = false,
                                 _ => {}
                             }
@@ -548,6 +553,12 @@ impl Bridge {
                     };
                     if let Some(link) = &link {
                         self.deliver(message, link.as_ref(), &mut unacked).await;
+                        // The tick ran on while idle: the first sync is one
+                        // period into the work, not at once (a sync on the
+                        // way into a turn holds up what the process says).
+                        if !active {
+                            tick.reset();
+                        }
                         active = true;
                     }
                 }
