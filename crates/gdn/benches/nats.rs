@@ -453,6 +453,19 @@ fn handoff(server: &NatsServer, scratch: &Path, runs: usize, report: &mut Report
         report.row_against("  of it: the worker's turn (its turn.completed)", worker_turns, "ms", &[]);
         report.row_against("  of it: the rest (the handoff overhead)", &rest, "ms", &all);
         report.row_against("the coordinator's whole turn, seen by ask()", &turns[warmups..], "ms", &[]);
+        // The same handoff on one machine (no broker), in this run: what
+        // any design pays besides the trip between hosts.
+        let local = one_machine_rest(scratch, runs, warmups).await;
+        report.line("   the same warm handoff on one machine (gdn run's hub and agent processes, no broker), same run");
+        report.row_against("  the rest on one machine", &local, "ms", &all);
+        let bound = common::median(&local) + floors.jetstream;
+        report.line(&format!(
+            "   lower bound of a handoff across hosts with stored messages, hub or not: one machine's rest \
+             + one stored JetStream round trip = {bound:.3} ms = {:.1}× core NATS (target ≤ 2×); \
+             this design: {:.1}× that bound",
+            bound / floors.nats,
+            common::median(&rest) / bound,
+        ));
 
         // Cold: the request starts the worker (on the other host).
         let (mut requests, mut worker_turns, mut crossed) = (Vec::new(), Vec::new(), 0);
@@ -480,6 +493,41 @@ fn handoff(server: &NatsServer, scratch: &Path, runs: usize, report: &mut Report
         timeline(server, &orchestrator, &coordinator, &cancel_rx, report).await;
         orchestrator.shutdown("bench done").await;
     });
+}
+
+/// "The rest" of a warm `coordinator@warm` → `worker@warm` handoff with
+/// both on this machine: an orchestrator on the local launcher, as `gdn
+/// run` has, on the same fixture.
+async fn one_machine_rest(scratch: &Path, runs: usize, warmups: usize) -> Vec<f64> {
+    let state = scratch.join("local-state");
+    let work = scratch.join("local-work");
+    let _ = std::fs::create_dir_all(&work);
+    let report = goondan_config::load_bundle(&fixture());
+    let Some(bundle) = report.valid_bundle() else { panic!("the nats-swarm fixture: {:?}", report.diagnostics) };
+    let mut plan = SwarmPlan::new(swarm_of(bundle, "coordinator"), fixture(), state.clone(), work);
+    plan.idle_timeout = None;
+    let orchestrator = Orchestrator::start(
+        plan,
+        goondan_orchestrator::AgentLauncher::new(GDN, ["__agent"]),
+        Arc::new(NoSwarmObserver),
+    );
+    let (_cancel, cancel_rx) = tokio::sync::watch::channel(false);
+    let coordinator = AgentInstance::new("coordinator", "warm");
+    let worker = AgentInstance::new("worker", "warm");
+    orchestrator.start_instance(&coordinator).await.unwrap_or_else(|e| panic!("{e:?}"));
+    orchestrator.start_instance(&worker).await.unwrap_or_else(|e| panic!("{e:?}"));
+    for _ in 0..runs + warmups {
+        let answer = orchestrator.ask(&coordinator, "CASE:handoff".to_owned(), cancel_rx.clone()).await;
+        assert_eq!(answer.response.as_deref(), Some("handoff done"), "{answer:?}");
+    }
+    orchestrator.shutdown("bench done").await;
+    let dir = |agent: &str| {
+        let name = goondan_runtime::store::instance_dir_name(agent, "warm").unwrap_or_else(|| panic!("{agent}@warm"));
+        state.join("instances").join(name)
+    };
+    let requests = tool_durations(&dir("coordinator").join("events.jsonl"), "agents__request");
+    let worker_turns = turn_durations(&dir("worker").join("events.jsonl"));
+    requests[warmups..].iter().zip(&worker_turns[warmups..]).map(|(r, t)| r - t).collect()
 }
 
 /// Where a warm handoff's time goes: every message on the swarm's subjects
