@@ -257,7 +257,13 @@ pub struct RunArgs {
 #[derive(Debug, Subcommand)]
 pub enum InstanceCommand {
     /// List agent instances, most recently used first, and whether a process runs them.
-    List,
+    List {
+        /// A swarm spread over agent hosts: list its instances as the NATS server's state
+        /// stream has them, with the host each one is on (credentials from NATS_CREDS,
+        /// NATS_TOKEN or NATS_USER/NATS_PASSWORD).
+        #[arg(long, value_name = "URL")]
+        nats: Option<String>,
+    },
     /// Restart every agent's process of an instance key in the running
     /// service: each finishes its running turn first; the next message
     /// starts it with the bundle as it is now.
@@ -386,6 +392,10 @@ pub struct LogsArgs {
     /// Keep printing new lines as they are written (Ctrl-C ends).
     #[arg(long, short = 'f')]
     pub follow: bool,
+    /// A swarm spread over agent hosts: read its instances' event logs from the NATS
+    /// server's state stream (credentials as for `gdn host`).
+    #[arg(long, value_name = "URL")]
+    pub nats: Option<String>,
 }
 
 /// `gdn studio`.

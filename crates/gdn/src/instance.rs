@@ -12,15 +12,32 @@ use goondan_runtime::store::{
     ListedInstance, StateRoot, StoreError, Workspace, WorkspaceAccess, delete_instances, find_workspace, list_instances,
 };
 
+use crate::Session;
 use crate::cli::{GlobalOptions, InstanceCommand};
 use crate::exit;
 use crate::output::{self, Output};
 
 /// `gdn instance list|delete`.
-pub fn instance(global: &GlobalOptions, command: &InstanceCommand, out: &mut Output) -> Result<u8> {
+pub fn instance(global: &GlobalOptions, command: &InstanceCommand, session: &Session, out: &mut Output) -> Result<u8> {
     let root = crate::run::state_root(global)?;
     match command {
-        InstanceCommand::List => list(global, &root, out),
+        InstanceCommand::List { nats: None } => list(global, &root, None, out),
+        InstanceCommand::List { nats: Some(url) } => {
+            let workspace = match project_workspace(global, &root) {
+                Ok(Some(workspace)) => workspace,
+                Ok(None) => return usage_error(out, "no such workspace"),
+                Err(message) => return usage_error(out, message),
+            };
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            let env = |name: &str| (session.env)(name);
+            match runtime.block_on(crate::nats::BrokerCopy::take(url, &env, &workspace)) {
+                Ok(copy) => list(global, &copy.root, Some(&copy.holders), out),
+                Err(message) => {
+                    output::error_line(&mut out.stderr, format!("--nats {url}: {message}"))?;
+                    Ok(exit::FAILED)
+                }
+            }
+        }
         InstanceCommand::Restart { key, fresh } => crate::restart::instance_restart(global, key, *fresh, out),
         InstanceCommand::Delete { key, agent, force } => {
             let workspace = match project_workspace(global, &root) {
@@ -163,7 +180,14 @@ const RIGHT_ALIGNED: [bool; 9] = [false, false, false, false, true, true, true, 
 /// The WORKSPACE of an instance of the old layouts (not in a workspace yet).
 const OLD_LAYOUT: &str = "(old layout)";
 
-fn list(global: &GlobalOptions, root: &StateRoot, out: &mut Output) -> Result<u8> {
+/// The instances of `root`; `holders` (`agent@key` → host) for a swarm's
+/// copy from the broker, where the host an instance is on is its status.
+fn list(
+    global: &GlobalOptions,
+    root: &StateRoot,
+    holders: Option<&BTreeMap<String, String>>,
+    out: &mut Output,
+) -> Result<u8> {
     // The store's errors already name their cause; anyhow's chain would repeat it.
     let instances = list_instances(root).map_err(|e| anyhow!("{e}"))?;
     // Events stored by a service whose turns have not run: by workspace, then `agent@key`.
@@ -205,6 +229,9 @@ fn list(global: &GlobalOptions, root: &StateRoot, out: &mut Output) -> Result<u8
         for (instance, count) in instances.iter().zip(&counts) {
             let mut value = serde_json::to_value(instance)?;
             value["pendingEvents"] = serde_json::json!(count);
+            if let Some(host) = holder_of(holders, instance) {
+                value["host"] = serde_json::json!(host);
+            }
             if let Some(service) = instance.workspace.as_ref().and_then(|w| services.get(w)) {
                 value["service"] = serde_json::to_value(service)?;
             }
@@ -236,12 +263,25 @@ fn list(global: &GlobalOptions, root: &StateRoot, out: &mut Output) -> Result<u8
         )?;
     }
     if instances.is_empty() && waiting_only.is_empty() {
-        writeln!(out.stdout, "no instances in {}", root.path().display())?;
+        match holders {
+            // A copy from the broker lives in a temporary root: not a place to name.
+            Some(_) => writeln!(out.stdout, "no instances of this swarm in the NATS server's state stream")?,
+            None => writeln!(out.stdout, "no instances in {}", root.path().display())?,
+        }
         return Ok(exit::OK);
     }
     let now = now_millis();
-    let mut rows: Vec<[String; 9]> =
-        instances.iter().zip(&counts).map(|(instance, count)| row(instance, *count, now)).collect();
+    let mut rows: Vec<[String; 9]> = instances
+        .iter()
+        .zip(&counts)
+        .map(|(instance, count)| {
+            let mut cells = row(instance, *count, now);
+            if let Some(host) = holder_of(holders, instance) {
+                cells[3] = format!("on host {host}");
+            }
+            cells
+        })
+        .collect();
     for (workspace, agent, key, count) in waiting_only {
         rows.push([
             workspace,
@@ -267,6 +307,12 @@ fn list(global: &GlobalOptions, root: &StateRoot, out: &mut Output) -> Result<u8
         writeln!(out.stdout, "{}", line(row, &widths))?;
     }
     Ok(exit::OK)
+}
+
+/// The host `instance` is on (or was last), in a copy from the broker.
+fn holder_of<'a>(holders: Option<&'a BTreeMap<String, String>>, instance: &ListedInstance) -> Option<&'a str> {
+    let name = format!("{}@{}", instance.info.agent_name, instance.info.instance_key);
+    holders?.get(&name).map(String::as_str)
 }
 
 fn row(instance: &ListedInstance, pending: usize, now: u64) -> [String; 9] {

@@ -237,9 +237,12 @@ fn print(entries: &[Entry], json: bool, out: &mut Output) -> Result<()> {
 }
 
 /// `gdn logs`.
-pub fn logs(global: &GlobalOptions, args: &LogsArgs, out: &mut Output) -> Result<u8> {
+pub fn logs(global: &GlobalOptions, args: &LogsArgs, session: &crate::Session, out: &mut Output) -> Result<u8> {
     let root = crate::run::state_root(global)?;
     let workspace = match crate::instance::project_workspace(global, &root) {
+        Ok(Some(workspace)) if args.nats.is_some() => {
+            return logs_from_broker(global, args, session, &workspace, out);
+        }
         Ok(Some(workspace)) => workspace.dir().to_path_buf(),
         Ok(None) => {
             output::error_line(&mut out.stderr, "no such workspace")?;
@@ -250,12 +253,24 @@ pub fn logs(global: &GlobalOptions, args: &LogsArgs, out: &mut Output) -> Result
             return Ok(exit::USAGE);
         }
     };
-    let mut tails = tails(&workspace);
+    stream(&workspace, args, global.json, out, &mut || Ok(()))
+}
+
+/// The stream over `workspace`'s logs; with `--follow`, `refresh` runs
+/// before each read (a copy from the broker is taken again).
+fn stream(
+    workspace: &Path,
+    args: &LogsArgs,
+    json: bool,
+    out: &mut Output,
+    refresh: &mut dyn FnMut() -> std::result::Result<(), String>,
+) -> Result<u8> {
+    let mut tails = tails(workspace);
     let mut entries: Vec<Entry> =
         tails.iter_mut().flat_map(Tail::read_new).filter(|entry| matches(entry, args)).collect();
     entries.sort_by_key(order);
     let skip = entries.len().saturating_sub(args.lines);
-    print(&entries[skip..], global.json, out)?;
+    print(&entries[skip..], json, out)?;
     if !args.follow {
         return Ok(exit::OK);
     }
@@ -264,14 +279,50 @@ pub fn logs(global: &GlobalOptions, args: &LogsArgs, out: &mut Output) -> Result
     let mut known: BTreeMap<PathBuf, ()> = tails.iter().map(|t| (t.path.clone(), ())).collect();
     loop {
         std::thread::sleep(Duration::from_millis(200));
-        for tail in tails_of_new_instances(&workspace, &mut known) {
+        if let Err(message) = refresh() {
+            tracing::warn!("reading the swarm's state: {message}");
+        }
+        for tail in tails_of_new_instances(workspace, &mut known) {
             tails.push(tail);
         }
         let mut fresh: Vec<Entry> =
             tails.iter_mut().flat_map(Tail::read_new).filter(|entry| matches(entry, args)).collect();
         fresh.sort_by_key(order);
-        print(&fresh, global.json, out)?;
+        print(&fresh, json, out)?;
     }
+}
+
+/// `gdn logs --nats URL`: the instances' event logs from the broker's
+/// state stream (they live in the agent hosts' state roots), the inbox
+/// from this machine's workspace (the hub's).
+fn logs_from_broker(
+    global: &GlobalOptions,
+    args: &LogsArgs,
+    session: &crate::Session,
+    workspace: &goondan_runtime::store::Workspace,
+    out: &mut Output,
+) -> Result<u8> {
+    let url = args.nats.as_deref().unwrap_or_default();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let env = |name: &str| (session.env)(name);
+    let mut copy = match runtime.block_on(crate::nats::BrokerCopy::take(url, &env, workspace)) {
+        Ok(copy) => copy,
+        Err(message) => {
+            output::error_line(&mut out.stderr, format!("--nats {url}: {message}"))?;
+            return Ok(exit::FAILED);
+        }
+    };
+    let dir = copy.workspace.clone();
+    // Taken again at most once a second while following.
+    let mut last = std::time::Instant::now();
+    let mut refresh = || {
+        if last.elapsed() < Duration::from_secs(1) {
+            return Ok(());
+        }
+        last = std::time::Instant::now();
+        runtime.block_on(copy.refresh())
+    };
+    stream(&dir, args, global.json, out, &mut refresh)
 }
 
 fn tails_of_new_instances(workspace: &Path, known: &mut BTreeMap<PathBuf, ()>) -> Vec<Tail> {

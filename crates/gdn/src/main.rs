@@ -150,12 +150,12 @@ fn main() -> ExitCode {
     });
     let result = match &cli.command {
         Command::Run(args) => runtime.block_on(run::run(&cli.global, args, &session, &mut out)),
-        Command::Instance(command) => instance::instance(&cli.global, command, &mut out),
+        Command::Instance(command) => instance::instance(&cli.global, command, &session, &mut out),
         Command::Stop(args) => service_status::stop(&cli.global, args.wait_secs, &mut out),
         Command::Restart(args) => restart::restart(&cli.global, args, &mut out),
         Command::Task(command) => task::task(&cli.global, command, &mut out),
         Command::Doctor => doctor::doctor(&cli.global, &session, &mut out),
-        Command::Logs(args) => logs::logs(&cli.global, args, &mut out),
+        Command::Logs(args) => logs::logs(&cli.global, args, &session, &mut out),
         Command::Studio(args) => studio::studio(&cli.global, args, &mut out),
         Command::Init(args) => init::init(&cli.global, args, &mut out),
         Command::Help(args) => help::help(&cli.global, args, &mut out),

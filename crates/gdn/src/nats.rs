@@ -253,3 +253,70 @@ pub async fn host(global: &GlobalOptions, args: &HostArgs, session: &crate::Sess
     host.stop().await;
     Ok(exit::OK)
 }
+
+/// A copy of a multi-host swarm's instances taken from the broker, for the
+/// commands that read state (`gdn instance list --nats`, `gdn logs
+/// --nats`): the instances run on agent hosts, each in its host's state
+/// root, and the broker's state stream is the one place that has them all.
+/// The copy is a temporary state root holding the project's workspace: its
+/// own files (workspace.json, the service's inbox and status) linked from
+/// the real one, and every instance as its log has it. Nothing is claimed:
+/// the hosts running them are not disturbed.
+pub(crate) struct BrokerCopy {
+    /// The temporary state root.
+    pub root: goondan_runtime::store::StateRoot,
+    /// Its copy of the workspace.
+    pub workspace: PathBuf,
+    /// The host of each instance's last claim, by `agent@key`.
+    pub holders: BTreeMap<String, String>,
+    reader: goondan_nats::replica::StateReader,
+    _dir: tempfile::TempDir,
+}
+
+impl BrokerCopy {
+    /// Connects to `url` (credentials through `env`) and copies the swarm
+    /// of `workspace` (the project's workspace in the real state root).
+    pub(crate) async fn take(
+        url: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+        workspace: &Workspace,
+    ) -> std::result::Result<Self, String> {
+        let client =
+            goondan_nats::connect(url, "gdn (state copy)", FIRST_CONNECT, env).await.map_err(|e| e.to_string())?;
+        let dir = tempfile::Builder::new().prefix("gdn-swarm-state-").tempdir().map_err(|e| e.to_string())?;
+        let root = goondan_runtime::store::StateRoot::new(dir.path());
+        let copy = root.workspace_dir(workspace.id());
+        std::fs::create_dir_all(copy.join(Workspace::INSTANCES_DIR_NAME)).map_err(|e| e.to_string())?;
+        // The workspace's own files are the hub's: linked, so that they stay live.
+        if let Ok(entries) = std::fs::read_dir(workspace.dir()) {
+            for entry in entries.flatten() {
+                if entry.file_name() != Workspace::INSTANCES_DIR_NAME {
+                    std::os::unix::fs::symlink(entry.path(), copy.join(entry.file_name()))
+                        .map_err(|e| format!("{}: {e}", copy.display()))?;
+                }
+            }
+        }
+        let mut taken = Self {
+            root,
+            workspace: copy,
+            holders: BTreeMap::new(),
+            reader: goondan_nats::replica::StateReader::new(client, Scope::new(workspace.id())),
+            _dir: dir,
+        };
+        taken.refresh().await?;
+        Ok(taken)
+    }
+
+    /// Copies every instance again as the broker has it now.
+    pub(crate) async fn refresh(&mut self) -> std::result::Result<(), String> {
+        let instances = Workspace::at(&self.workspace);
+        let dir_of = |instance: &AgentInstance| instances.instance_dir(&instance.agent, &instance.instance_key).ok();
+        let copied = self.reader.copy(&dir_of).await.map_err(|e| e.to_string())?;
+        for copied in copied {
+            if let Some(holder) = copied.holder {
+                self.holders.insert(copied.instance.to_string(), holder);
+            }
+        }
+        Ok(())
+    }
+}

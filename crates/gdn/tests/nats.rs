@@ -353,6 +353,45 @@ fn a_handoff_crosses_hosts_and_each_instance_lives_in_its_hosts_state_root() -> 
     assert_eq!(inputs(&h2.messages("worker", "default")), ["JOB:quick"]);
     // The hub ran no agent itself.
     assert!(!common::instance_path(cluster.hub_state.path(), "coordinator@default").join("messages.jsonl").exists());
+    // On the hub's machine, the broker's state stream shows them all, each
+    // with the host it is on; its own state root alone has none of them.
+    let hub_side = |args: &[&str]| -> Result<Output, Box<dyn std::error::Error>> {
+        let mut command = cluster.gdn(cluster.hub_state.path());
+        command.arg("--json").args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+        for (name, value) in &cluster.credentials {
+            command.env(name, value);
+        }
+        Ok(wait_within(command.spawn()?, Duration::from_secs(30)))
+    };
+    let listed = hub_side(&["instance", "list", "--nats", &cluster.nats.url()])?;
+    let listed: Value = serde_json::from_slice(&listed.stdout)
+        .map_err(|e| format!("{e}: {}", String::from_utf8_lossy(&listed.stderr)))?;
+    let host_of = |agent: &str| {
+        listed.as_array().into_iter().flatten().find(|i| i["agentName"] == agent).map(|i| i["host"].clone())
+    };
+    assert_eq!(host_of("coordinator"), Some(Value::from("h1")), "{listed:#}");
+    assert_eq!(host_of("worker"), Some(Value::from("h2")), "{listed:#}");
+    let turns =
+        listed.as_array().into_iter().flatten().find(|i| i["agentName"] == "worker").map(|i| i["turns"].clone());
+    assert_eq!(turns, Some(Value::from(1)), "{listed:#}");
+    let local = hub_side(&["instance", "list"])?;
+    assert_eq!(serde_json::from_slice::<Value>(&local.stdout)?, serde_json::json!([]), "the hub's own root");
+    let logs = hub_side(&["logs", "--nats", &cluster.nats.url()])?;
+    let records: Vec<Value> =
+        String::from_utf8_lossy(&logs.stdout).lines().filter_map(|line| serde_json::from_str(line).ok()).collect();
+    let seen = |source: &str, kind: &str| records.iter().any(|r| r["source"] == source && r["type"] == kind);
+    assert!(seen("coordinator@default", "tool.completed"), "{records:#?}");
+    assert!(seen("worker@default", "turn.completed"), "{records:#?}");
+    // A server without the swarm's state: nothing to list, said plainly.
+    let Some(other) = NatsServer::start(NatsOptions::default())? else { return Ok(()) };
+    let mut command = cluster.gdn(cluster.hub_state.path());
+    command.args(["instance", "list", "--nats", &other.url()]).stdout(Stdio::piped()).stderr(Stdio::piped());
+    for (name, value) in other.client_env() {
+        command.env(name, value);
+    }
+    let empty = wait_within(command.spawn()?, Duration::from_secs(30));
+    assert_eq!(empty.status.code(), Some(0), "{}", String::from_utf8_lossy(&empty.stderr));
+    assert!(String::from_utf8_lossy(&empty.stdout).contains("no instances"), "{empty:?}");
     Ok(())
 }
 
@@ -732,6 +771,56 @@ fn a_connector_event_runs_its_turn_once_on_a_host_across_a_hub_killed_mid_turn()
     assert_eq!(inputs(&h1.messages("worker", "k")), ["slow job", "another"]);
     let _ = kill(Pid::from_raw(i32::try_from(hub.id()).unwrap_or(0)), Signal::SIGTERM);
     let _ = wait_within(hub, Duration::from_secs(30));
+    Ok(())
+}
+
+#[test]
+fn a_detached_hub_serves_its_connection_through_a_host_and_gdn_stop_ends_it() -> TestResult {
+    let bundle = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/nats-service");
+    let Some(cluster) = Cluster::start_with(bundle, NatsOptions::default(), &[&[]], &[])? else { return Ok(()) };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let gdn = |args: &[&str]| -> Result<Output, Box<dyn std::error::Error>> {
+        let mut command = cluster.gdn(cluster.hub_state.path());
+        command.args(args).env("NATS_TEST_WEBHOOK_PORT", port.to_string());
+        for (name, value) in &cluster.credentials {
+            command.env(name, value);
+        }
+        Ok(wait_within(command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?, Duration::from_secs(60)))
+    };
+    let workdir = cluster.hub_work.path().display().to_string();
+    let started = gdn(&["run", "--nats", &cluster.nats.url(), "--wait-hosts", "1", "--workdir", &workdir, "--detach"])?;
+    let said = String::from_utf8_lossy(&started.stderr).into_owned();
+    assert_eq!(started.status.code(), Some(0), "{said}{}", cluster.diagnostics());
+    assert!(said.contains("service started (pid "), "{said}");
+    // The command returned; the service in the background serves, and the
+    // event's turn runs on the host (the credentials reached the service).
+    let body = serde_json::json!({"instanceKey": "k", "text": "hello"}).to_string();
+    let response = {
+        use std::io::{Read as _, Write as _};
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
+        write!(
+            stream,
+            "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response)?;
+        response
+    };
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    let h1 = cluster.host("h1");
+    until("the event's turn is answered on h1", Duration::from_secs(30), || {
+        h1.messages("worker", "k").last().is_some_and(|m| m["data"]["content"] == "noted")
+    })
+    .map_err(|e| format!("{e}{}", cluster.diagnostics()))?;
+    assert_eq!(inputs(&h1.messages("worker", "k")), ["hello"]);
+    assert!(!children_of(h1.pid()).is_empty(), "the worker's process runs on h1");
+    // `gdn stop` drains the service; its agent process on the host ends with it.
+    let stopped = gdn(&["stop"])?;
+    assert_eq!(stopped.status.code(), Some(0), "{}", String::from_utf8_lossy(&stopped.stderr));
+    until("the host's agent process ends", Duration::from_secs(20), || children_of(h1.pid()).is_empty())
+        .map_err(|e| format!("{e}{}", cluster.diagnostics()))?;
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err(), "the webhook still listens");
     Ok(())
 }
 

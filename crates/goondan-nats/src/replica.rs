@@ -31,6 +31,7 @@ use std::path::{Path, PathBuf};
 use async_nats::jetstream::{self, message::PublishMessage};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
+use futures_util::StreamExt as _;
 use serde::{Deserialize, Serialize};
 
 /// Files of an instance directory that are not state.
@@ -131,32 +132,7 @@ impl Replica {
         host: &str,
         max_payload: usize,
     ) -> Result<Self, ReplicaError> {
-        let broker = |e: &dyn std::fmt::Display| ReplicaError::Broker(e.to_string());
-        let state = js.get_stream(stream).await.map_err(|e| broker(&e))?;
-        let mut files: BTreeMap<String, Vec<u8>> = BTreeMap::new();
-        let mut last = 0u64;
-        let mut records = 0u64;
-        let mut previous_claim = None;
-        loop {
-            let next = state.raw_message_builder().sequence(last + 1).next_by_subject(subject).send().await;
-            let message = match next {
-                Ok(message) => message,
-                Err(error)
-                    if matches!(error.kind(), async_nats::jetstream::stream::RawMessageErrorKind::NoMessageFound) =>
-                {
-                    break;
-                }
-                Err(error) => return Err(broker(&error)),
-            };
-            let record: Record = serde_json::from_slice(&message.payload)
-                .map_err(|e| ReplicaError::Corrupt { seq: message.sequence, reason: e.to_string() })?;
-            apply(&mut files, &record.files, message.sequence)?;
-            if record.kind == "claim" {
-                previous_claim = Some(message.sequence);
-            }
-            last = message.sequence;
-            records += 1;
-        }
+        let Loaded { files, last, records, previous_claim, .. } = load(js, stream, subject).await?;
         if records > 0 {
             write_dir(dir, &files)?;
         }
@@ -299,6 +275,142 @@ impl Replica {
             Err(error) => Err(ReplicaError::Broker(error.to_string())),
         }
     }
+}
+
+/// An instance's state as its log has it.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    /// Its files, by path relative to the instance directory.
+    pub files: BTreeMap<String, Vec<u8>>,
+    /// The sequence of its last record (0: none).
+    pub last: u64,
+    pub records: u64,
+    /// The sequence of its last claim.
+    pub previous_claim: Option<u64>,
+    /// The host of its last claim: where it runs, or last ran.
+    pub holder: Option<String>,
+}
+
+/// Reads every record of `subject` in `stream`, in order, without
+/// claiming anything.
+pub async fn load(js: &jetstream::Context, stream: &str, subject: &str) -> Result<Loaded, ReplicaError> {
+    let broker = |e: &dyn std::fmt::Display| ReplicaError::Broker(e.to_string());
+    let state = js.get_stream(stream).await.map_err(|e| broker(&e))?;
+    let mut loaded = Loaded::default();
+    loop {
+        let next = state.raw_message_builder().sequence(loaded.last + 1).next_by_subject(subject).send().await;
+        let message = match next {
+            Ok(message) => message,
+            Err(error)
+                if matches!(error.kind(), async_nats::jetstream::stream::RawMessageErrorKind::NoMessageFound) =>
+            {
+                break;
+            }
+            Err(error) => return Err(broker(&error)),
+        };
+        let record: Record = serde_json::from_slice(&message.payload)
+            .map_err(|e| ReplicaError::Corrupt { seq: message.sequence, reason: e.to_string() })?;
+        apply(&mut loaded.files, &record.files, message.sequence)?;
+        if record.kind == "claim" {
+            loaded.previous_claim = Some(message.sequence);
+            loaded.holder = Some(record.host);
+        }
+        loaded.last = message.sequence;
+        loaded.records += 1;
+    }
+    Ok(loaded)
+}
+
+/// The subjects of `stream` under `filter` that hold records.
+pub async fn subjects(js: &jetstream::Context, stream: &str, filter: &str) -> Result<Vec<String>, ReplicaError> {
+    let broker = |e: &dyn std::fmt::Display| ReplicaError::Broker(e.to_string());
+    let state = js.get_stream(stream).await.map_err(|e| broker(&e))?;
+    let mut found = state.info_with_subjects(filter).await.map_err(|e| broker(&e))?;
+    let mut subjects = Vec::new();
+    while let Some(next) = found.next().await {
+        let (subject, _count) = next.map_err(|e| broker(&e))?;
+        subjects.push(subject);
+    }
+    subjects.sort();
+    Ok(subjects)
+}
+
+/// Reads a swarm's instances out of the state stream for commands that
+/// only look (`gdn instance list --nats`, `gdn logs --nats`).
+#[derive(Debug, Clone)]
+pub struct StateReader {
+    js: jetstream::Context,
+    scope: crate::Scope,
+}
+
+impl StateReader {
+    /// A reader of `scope`'s state on `client`'s server.
+    pub fn new(client: async_nats::Client, scope: crate::Scope) -> Self {
+        Self { js: jetstream::new(client), scope }
+    }
+
+    /// Every instance, copied as its log has it now (see [`copy_swarm_state`]).
+    pub async fn copy(
+        &self,
+        dir_of: &dyn Fn(&goondan_ipc::AgentInstance) -> Option<PathBuf>,
+    ) -> Result<Vec<CopiedInstance>, ReplicaError> {
+        copy_swarm_state(&self.js, &self.scope, dir_of).await
+    }
+}
+
+/// One instance of a swarm, copied out of its state log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopiedInstance {
+    pub instance: goondan_ipc::AgentInstance,
+    /// The host of its last claim.
+    pub holder: Option<String>,
+    pub dir: PathBuf,
+}
+
+/// Copies every instance in `scope`'s state stream into the directory
+/// `dir_of` names for it (read only: nothing is claimed, so the hosts
+/// running them go on undisturbed). An instance is known by the
+/// `instance.json` its log holds; one without it is passed over.
+pub async fn copy_swarm_state(
+    js: &jetstream::Context,
+    scope: &crate::Scope,
+    dir_of: &dyn Fn(&goondan_ipc::AgentInstance) -> Option<PathBuf>,
+) -> Result<Vec<CopiedInstance>, ReplicaError> {
+    let stream = scope.state_stream();
+    let mut copied = Vec::new();
+    match js.get_stream(&stream).await {
+        Ok(_) => {}
+        // A swarm that never ran over this server has no state yet.
+        Err(error)
+            if matches!(error.kind(), jetstream::context::GetStreamErrorKind::JetStream(e)
+                if e.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND) =>
+        {
+            return Ok(copied);
+        }
+        Err(error) => return Err(ReplicaError::Broker(error.to_string())),
+    }
+    for subject in subjects(js, &stream, &format!("gdn.{}.state.*", scope.token())).await? {
+        let loaded = load(js, &stream, &subject).await?;
+        let named = loaded.files.get("instance.json").and_then(|bytes| {
+            let info: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+            let agent = info.get("agentName")?.as_str()?;
+            let key = info.get("instanceKey")?.as_str()?;
+            Some(goondan_ipc::AgentInstance::new(agent, key))
+        });
+        let Some(instance) = named else {
+            tracing::debug!(target: "goondan::nats", "{subject}: no instance.json; passed over");
+            continue;
+        };
+        // The subject is the instance's: a log that names another is not used.
+        if scope.state(&instance) != subject {
+            tracing::warn!(target: "goondan::nats", "{subject} names {instance}, whose log is elsewhere; passed over");
+            continue;
+        }
+        let Some(dir) = dir_of(&instance) else { continue };
+        write_dir(&dir, &loaded.files)?;
+        copied.push(CopiedInstance { instance, holder: loaded.holder, dir });
+    }
+    Ok(copied)
 }
 
 /// Splits `data` into operations of at most [`CHUNK`] bytes: a replace
