@@ -512,7 +512,7 @@ impl Bridge {
         let mut unacked: Vec<Unacked> = Vec::new();
         let mut tick = tokio::time::interval(Duration::from_millis(250));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-        let mut in_progress = tokio::time::interval(self.inner.config.ack_wait / 3);
+        let mut in_progress = tokio::time::interval((self.inner.config.ack_wait / 3).max(Duration::from_millis(100)));
         in_progress.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let mut reading = true;
         let mut fenced = false;
@@ -552,6 +552,10 @@ impl Bridge {
                         continue;
                     };
                     if let Some(link) = &link {
+                        if unacked.is_empty() {
+                            // Work held from now: its first in-progress ack a period on.
+                            in_progress.reset();
+                        }
                         self.deliver(message, link.as_ref(), &mut unacked).await;
                         // The tick ran on while idle: the first sync is one
                         // period into the work, not at once (a sync on the

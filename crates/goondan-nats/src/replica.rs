@@ -289,14 +289,22 @@ pub struct Loaded {
     pub previous_claim: Option<u64>,
     /// The host of its last claim: where it runs, or last ran.
     pub holder: Option<String>,
+    /// The kind of the last record read.
+    last_kind: String,
 }
 
 /// Reads every record of `subject` in `stream`, in order, without
 /// claiming anything.
 pub async fn load(js: &jetstream::Context, stream: &str, subject: &str) -> Result<Loaded, ReplicaError> {
-    let broker = |e: &dyn std::fmt::Display| ReplicaError::Broker(e.to_string());
-    let state = js.get_stream(stream).await.map_err(|e| broker(&e))?;
+    let state = js.get_stream(stream).await.map_err(|e| ReplicaError::Broker(e.to_string()))?;
     let mut loaded = Loaded::default();
+    load_more(&state, subject, &mut loaded).await?;
+    Ok(loaded)
+}
+
+/// Reads the records of `subject` after `loaded.last` into it; how many.
+async fn load_more(state: &jetstream::stream::Stream, subject: &str, loaded: &mut Loaded) -> Result<u64, ReplicaError> {
+    let mut read = 0;
     loop {
         let next = state.raw_message_builder().sequence(loaded.last + 1).next_by_subject(subject).send().await;
         let message = match next {
@@ -306,19 +314,34 @@ pub async fn load(js: &jetstream::Context, stream: &str, subject: &str) -> Resul
             {
                 break;
             }
-            Err(error) => return Err(broker(&error)),
+            Err(error) => return Err(ReplicaError::Broker(error.to_string())),
         };
         let record: Record = serde_json::from_slice(&message.payload)
             .map_err(|e| ReplicaError::Corrupt { seq: message.sequence, reason: e.to_string() })?;
-        apply(&mut loaded.files, &record.files, message.sequence)?;
-        if record.kind == "claim" {
-            loaded.previous_claim = Some(message.sequence);
-            loaded.holder = Some(record.host);
-        }
-        loaded.last = message.sequence;
-        loaded.records += 1;
+        loaded.take(record, message.sequence)?;
+        read += 1;
     }
-    Ok(loaded)
+    Ok(read)
+}
+
+impl Loaded {
+    /// Applies the record at `seq`, the next one of the log.
+    fn take(&mut self, record: Record, seq: u64) -> Result<(), ReplicaError> {
+        // A snapshot (its first record) is the whole directory: what came
+        // before it no longer counts, whether or not it was purged yet.
+        if record.kind == "snapshot" && self.last_kind != "snapshot" {
+            self.files.clear();
+        }
+        apply(&mut self.files, &record.files, seq)?;
+        if record.kind == "claim" {
+            self.previous_claim = Some(seq);
+            self.holder = Some(record.host);
+        }
+        self.last = seq;
+        self.last_kind = record.kind;
+        self.records += 1;
+        Ok(())
+    }
 }
 
 /// The subjects of `stream` under `filter` that hold records.
@@ -336,25 +359,68 @@ pub async fn subjects(js: &jetstream::Context, stream: &str, filter: &str) -> Re
 }
 
 /// Reads a swarm's instances out of the state stream for commands that
-/// only look (`gdn instance list --nats`, `gdn logs --nats`).
-#[derive(Debug, Clone)]
+/// only look (`gdn instance list --nats`, `gdn logs --nats`). It keeps
+/// what it read: a second [`copy`](Self::copy) reads only the records
+/// since, and rewrites only the instances they changed.
+#[derive(Debug)]
 pub struct StateReader {
     js: jetstream::Context,
     scope: crate::Scope,
+    read: BTreeMap<String, Loaded>,
 }
 
 impl StateReader {
     /// A reader of `scope`'s state on `client`'s server.
     pub fn new(client: async_nats::Client, scope: crate::Scope) -> Self {
-        Self { js: jetstream::new(client), scope }
+        Self { js: jetstream::new(client), scope, read: BTreeMap::new() }
     }
 
-    /// Every instance, copied as its log has it now (see [`copy_swarm_state`]).
+    /// Copies every instance, as its log has it now, into the directory
+    /// `dir_of` names for it (nothing is claimed, so the hosts running
+    /// them go on undisturbed); the instances it knows. An instance is
+    /// known by the `instance.json` its log holds; one without it is
+    /// passed over. A swarm that never ran on this server has none.
     pub async fn copy(
-        &self,
+        &mut self,
         dir_of: &dyn Fn(&goondan_ipc::AgentInstance) -> Option<PathBuf>,
     ) -> Result<Vec<CopiedInstance>, ReplicaError> {
-        copy_swarm_state(&self.js, &self.scope, dir_of).await
+        let name = self.scope.state_stream();
+        let state = match self.js.get_stream(&name).await {
+            Ok(state) => state,
+            Err(error)
+                if matches!(error.kind(), jetstream::context::GetStreamErrorKind::JetStream(e)
+                    if e.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND) =>
+            {
+                return Ok(Vec::new());
+            }
+            Err(error) => return Err(ReplicaError::Broker(error.to_string())),
+        };
+        let mut copied = Vec::new();
+        for subject in subjects(&self.js, &name, &format!("gdn.{}.state.*", self.scope.token())).await? {
+            let loaded = self.read.entry(subject.clone()).or_default();
+            let changed = load_more(&state, &subject, loaded).await? > 0;
+            let named = loaded.files.get("instance.json").and_then(|bytes| {
+                let info: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+                let agent = info.get("agentName")?.as_str()?;
+                let key = info.get("instanceKey")?.as_str()?;
+                Some(goondan_ipc::AgentInstance::new(agent, key))
+            });
+            let Some(instance) = named else {
+                tracing::debug!(target: "goondan::nats", "{subject}: no instance.json; passed over");
+                continue;
+            };
+            // The subject is the instance's: a log that names another is not used.
+            if self.scope.state(&instance) != subject {
+                tracing::warn!(target: "goondan::nats", "{subject} names {instance}, whose log is elsewhere; passed over");
+                continue;
+            }
+            let Some(dir) = dir_of(&instance) else { continue };
+            if changed {
+                write_dir(&dir, &loaded.files)?;
+            }
+            copied.push(CopiedInstance { instance, holder: loaded.holder.clone(), dir });
+        }
+        Ok(copied)
     }
 }
 
@@ -365,52 +431,6 @@ pub struct CopiedInstance {
     /// The host of its last claim.
     pub holder: Option<String>,
     pub dir: PathBuf,
-}
-
-/// Copies every instance in `scope`'s state stream into the directory
-/// `dir_of` names for it (read only: nothing is claimed, so the hosts
-/// running them go on undisturbed). An instance is known by the
-/// `instance.json` its log holds; one without it is passed over.
-pub async fn copy_swarm_state(
-    js: &jetstream::Context,
-    scope: &crate::Scope,
-    dir_of: &dyn Fn(&goondan_ipc::AgentInstance) -> Option<PathBuf>,
-) -> Result<Vec<CopiedInstance>, ReplicaError> {
-    let stream = scope.state_stream();
-    let mut copied = Vec::new();
-    match js.get_stream(&stream).await {
-        Ok(_) => {}
-        // A swarm that never ran over this server has no state yet.
-        Err(error)
-            if matches!(error.kind(), jetstream::context::GetStreamErrorKind::JetStream(e)
-                if e.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND) =>
-        {
-            return Ok(copied);
-        }
-        Err(error) => return Err(ReplicaError::Broker(error.to_string())),
-    }
-    for subject in subjects(js, &stream, &format!("gdn.{}.state.*", scope.token())).await? {
-        let loaded = load(js, &stream, &subject).await?;
-        let named = loaded.files.get("instance.json").and_then(|bytes| {
-            let info: serde_json::Value = serde_json::from_slice(bytes).ok()?;
-            let agent = info.get("agentName")?.as_str()?;
-            let key = info.get("instanceKey")?.as_str()?;
-            Some(goondan_ipc::AgentInstance::new(agent, key))
-        });
-        let Some(instance) = named else {
-            tracing::debug!(target: "goondan::nats", "{subject}: no instance.json; passed over");
-            continue;
-        };
-        // The subject is the instance's: a log that names another is not used.
-        if scope.state(&instance) != subject {
-            tracing::warn!(target: "goondan::nats", "{subject} names {instance}, whose log is elsewhere; passed over");
-            continue;
-        }
-        let Some(dir) = dir_of(&instance) else { continue };
-        write_dir(&dir, &loaded.files)?;
-        copied.push(CopiedInstance { instance, holder: loaded.holder, dir });
-    }
-    Ok(copied)
 }
 
 /// Splits `data` into operations of at most [`CHUNK`] bytes: a replace
@@ -565,6 +585,25 @@ mod tests {
         let resumed = [FileOp::Append { path: "messages.jsonl".into(), at: 4, data: BASE64.encode(b"two\n") }];
         assert!(apply(&mut files, &resumed, 8).is_ok());
         assert_eq!(files.get("messages.jsonl").map(Vec::as_slice), Some(&b"one\ntwo\n"[..]));
+    }
+
+    #[test]
+    fn a_snapshot_replaces_what_came_before_it_and_claims_name_the_holder() -> Result<(), ReplicaError> {
+        let put = |path: &str, data: &[u8]| FileOp::Replace { path: path.into(), data: BASE64.encode(data) };
+        let record =
+            |kind: &str, host: &str, files: Vec<FileOp>| Record { kind: kind.into(), host: host.into(), files };
+        let mut loaded = Loaded::default();
+        loaded.take(record("claim", "h1", vec![]), 1)?;
+        loaded.take(record("sync", "h1", vec![put("gone.json", b"1"), put("messages.jsonl", b"a\n")]), 2)?;
+        loaded.take(record("claim", "h2", vec![]), 3)?;
+        // A snapshot in two chained records, written after gone.json was deleted.
+        loaded.take(record("snapshot", "h2", vec![put("messages.jsonl", b"a\n")]), 4)?;
+        loaded.take(record("snapshot", "h2", vec![put("instance.json", b"{}")]), 5)?;
+        let paths: Vec<&str> = loaded.files.keys().map(String::as_str).collect();
+        assert_eq!(paths, ["instance.json", "messages.jsonl"]);
+        assert_eq!(loaded.holder.as_deref(), Some("h2"));
+        assert_eq!((loaded.last, loaded.records, loaded.previous_claim), (5, 5, Some(3)));
+        Ok(())
     }
 
     #[test]
