@@ -549,6 +549,8 @@ async fn timeline(
         runtime().block_on(async move {
             let client = client(&url, "bench watcher").await;
             let mut all = client.subscribe("gdn.handoff.>").await.unwrap_or_else(|e| panic!("{e}"));
+            // The deliveries of stored messages to the consumers' pulls.
+            let mut delivered = client.subscribe("_INBOX.>").await.unwrap_or_else(|e| panic!("{e}"));
             let _ = client.flush().await;
             let _ = ready_tx.send(());
             let mut stop = stop_rx;
@@ -556,6 +558,13 @@ async fn timeline(
                 tokio::select! {
                     Some(message) = all.next() => {
                         let _ = seen_tx.send((Instant::now(), describe(&message.subject, &message.payload)));
+                    }
+                    Some(message) = delivered.next() => {
+                        // `$JS.ACK.<stream>.<consumer>.…`: only deliveries of stored messages.
+                        let Some(reply) = message.reply.as_ref().filter(|r| r.starts_with("$JS.ACK.")) else { continue };
+                        let consumer = reply.split('.').nth(3).unwrap_or_default();
+                        let what = describe("gdn.x.delivered", &message.payload);
+                        let _ = seen_tx.send((Instant::now(), format!("  delivered to {consumer}{}", &what[what.find(':').unwrap_or(0)..])));
                     }
                     _ = &mut stop => break,
                 }
