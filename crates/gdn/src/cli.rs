@@ -413,4 +413,8 @@ pub struct StudioArgs {
     /// Do not open a browser.
     #[arg(long)]
     pub no_open: bool,
+    /// A swarm spread over agent hosts: show its instances as the NATS server's state stream
+    /// has them, kept up to date (credentials as for `gdn host`).
+    #[arg(long, value_name = "URL")]
+    pub nats: Option<String>,
 }

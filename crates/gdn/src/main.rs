@@ -156,7 +156,7 @@ fn main() -> ExitCode {
         Command::Task(command) => task::task(&cli.global, command, &mut out),
         Command::Doctor => doctor::doctor(&cli.global, &session, &mut out),
         Command::Logs(args) => logs::logs(&cli.global, args, &session, &mut out),
-        Command::Studio(args) => studio::studio(&cli.global, args, &mut out),
+        Command::Studio(args) => studio::studio(&cli.global, args, &session, &mut out),
         Command::Init(args) => init::init(&cli.global, args, &mut out),
         Command::Help(args) => help::help(&cli.global, args, &mut out),
         Command::Validate(args) => runtime.block_on(commands::validate(&cli.global, args, &mut out)),

@@ -254,9 +254,26 @@ pub async fn host(global: &GlobalOptions, args: &HostArgs, session: &crate::Sess
     Ok(exit::OK)
 }
 
+/// The name copies from the broker start with, in the temporary directory:
+/// `gdn-swarm-state-<pid>-…`.
+const COPY_PREFIX: &str = "gdn-swarm-state-";
+
+/// Removes the copies of processes that are gone (one stopped with Ctrl-C
+/// or killed had no chance to remove its own).
+fn remove_abandoned_copies() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix(COPY_PREFIX).and_then(|rest| rest.split('-').next()) else { continue };
+        if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 /// A copy of a multi-host swarm's instances taken from the broker, for the
 /// commands that read state (`gdn instance list --nats`, `gdn logs
-/// --nats`): the instances run on agent hosts, each in its host's state
+/// --nats`, `gdn studio --nats`): the instances run on agent hosts, each in its host's state
 /// root, and the broker's state stream is the one place that has them all.
 /// The copy is a temporary state root holding the project's workspace: its
 /// own files (workspace.json, the service's inbox and status) linked from
@@ -283,7 +300,11 @@ impl BrokerCopy {
     ) -> std::result::Result<Self, String> {
         let client =
             goondan_nats::connect(url, "gdn (state copy)", FIRST_CONNECT, env).await.map_err(|e| e.to_string())?;
-        let dir = tempfile::Builder::new().prefix("gdn-swarm-state-").tempdir().map_err(|e| e.to_string())?;
+        remove_abandoned_copies();
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("{COPY_PREFIX}{}-", std::process::id()))
+            .tempdir()
+            .map_err(|e| e.to_string())?;
         let root = goondan_runtime::store::StateRoot::new(dir.path());
         let copy = root.workspace_dir(workspace.id());
         std::fs::create_dir_all(copy.join(Workspace::INSTANCES_DIR_NAME)).map_err(|e| e.to_string())?;

@@ -274,6 +274,31 @@ impl InteractiveHub {
     }
 }
 
+/// A child killed when dropped.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The body of a GET (HTTP/1.0: no chunks).
+fn http_get(base: &str, path: &str) -> Result<String, Box<dyn std::error::Error>> {
+    use std::io::{Read as _, Write as _};
+    let authority = base.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(authority)?;
+    write!(stream, "GET {path} HTTP/1.0\r\nhost: {authority}\r\n\r\n")?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let (head, body) = response.split_once("\r\n\r\n").ok_or("no header end")?;
+    if !head.starts_with("HTTP/1.0 200") && !head.starts_with("HTTP/1.1 200") {
+        return Err(format!("GET {path}: {head}").into());
+    }
+    Ok(body.to_owned())
+}
+
 fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
@@ -382,6 +407,35 @@ fn a_handoff_crosses_hosts_and_each_instance_lives_in_its_hosts_state_root() -> 
     let seen = |source: &str, kind: &str| records.iter().any(|r| r["source"] == source && r["type"] == kind);
     assert!(seen("coordinator@default", "tool.completed"), "{records:#?}");
     assert!(seen("worker@default", "turn.completed"), "{records:#?}");
+    // The studio on the hub's machine shows them too, and what happens next.
+    let mut studio = cluster.gdn(cluster.hub_state.path());
+    studio.args(["studio", "--port", "0", "--no-open", "--nats", &cluster.nats.url()]).stdout(Stdio::piped());
+    for (name, value) in &cluster.credentials {
+        studio.env(name, value);
+    }
+    let mut studio = Killed(studio.spawn()?);
+    let url = {
+        use std::io::BufRead as _;
+        let mut lines = std::io::BufReader::new(studio.0.stdout.take().ok_or("stdout")?).lines();
+        let first = lines.next().ok_or("gdn studio printed nothing")??;
+        std::thread::spawn(move || for _ in lines {});
+        first.strip_prefix("Studio started: ").ok_or(first.clone())?.trim().to_owned()
+    };
+    let instances = || -> Result<Value, Box<dyn std::error::Error>> {
+        Ok(serde_json::from_str(&http_get(&url, "/api/instances")?)?)
+    };
+    let shown = instances()?;
+    let item = &shown["items"][0];
+    assert_eq!(item["key"], "default", "{shown:#}");
+    assert_eq!(item["agents"], serde_json::json!(["coordinator", "worker"]), "{shown:#}");
+    let before = item["updatedAt"].clone();
+    std::thread::sleep(Duration::from_millis(20));
+    let again = answer(&cluster.turn("CASE:handoff again", 2)?, &cluster.diagnostics());
+    assert_eq!(again["text"], "handoff done", "{again}");
+    until("the studio shows the next turn", Duration::from_secs(15), || {
+        instances().is_ok_and(|shown| shown["items"][0]["updatedAt"] != before)
+    })?;
+    drop(studio);
     // A server without the swarm's state: nothing to list, said plainly.
     let Some(other) = NatsServer::start(NatsOptions::default())? else { return Ok(()) };
     let mut command = cluster.gdn(cluster.hub_state.path());

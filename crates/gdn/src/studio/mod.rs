@@ -48,7 +48,7 @@ struct Shared {
 type AppState = Arc<Shared>;
 
 /// `gdn studio`.
-pub fn studio(global: &GlobalOptions, args: &StudioArgs, out: &mut Output) -> Result<u8> {
+pub fn studio(global: &GlobalOptions, args: &StudioArgs, session: &crate::Session, out: &mut Output) -> Result<u8> {
     use std::io::Write as _;
     if args.open && args.no_open {
         output::error_line(&mut out.stderr, "--open and --no-open cannot be used together")?;
@@ -64,10 +64,47 @@ pub fn studio(global: &GlobalOptions, args: &StudioArgs, out: &mut Output) -> Re
             return Ok(exit::FAILED);
         }
     };
-    let store = model::Store::open(root.path(), global.workspace.clone());
+    // A swarm spread over agent hosts: a copy from the broker, taken again
+    // every second by a thread of its own, is the state root shown.
+    let (shown, copy) = match &args.nats {
+        None => (root.path().to_path_buf(), None),
+        Some(url) => {
+            let workspace = match crate::instance::project_workspace(global, &root) {
+                Ok(Some(workspace)) => workspace,
+                Ok(None) => {
+                    output::error_line(&mut out.stderr, "no such workspace")?;
+                    return Ok(exit::USAGE);
+                }
+                Err(message) => {
+                    output::error_line(&mut out.stderr, message)?;
+                    return Ok(exit::USAGE);
+                }
+            };
+            let env = |name: &str| (session.env)(name);
+            match runtime.block_on(crate::nats::BrokerCopy::take(url, &env, &workspace)) {
+                Ok(copy) => (copy.root.path().to_path_buf(), Some(copy)),
+                Err(message) => {
+                    output::error_line(&mut out.stderr, format!("--nats {url}: {message}"))?;
+                    return Ok(exit::FAILED);
+                }
+            }
+        }
+    };
+    let store = model::Store::open(&shown, global.workspace.clone());
     let (events, _) = broadcast::channel(1024);
     let shared = Arc::new(Shared { store: RwLock::new(store), events });
-    follow(root.path(), &shared)?;
+    follow(&shown, &shared)?;
+    if let Some(mut copy) = copy {
+        let refreshing = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        std::thread::Builder::new().name("gdn-studio-nats".to_owned()).spawn(move || {
+            loop {
+                std::thread::sleep(Duration::from_secs(1));
+                if let Err(message) = refreshing.block_on(copy.refresh()) {
+                    tracing::warn!("reading the swarm's state: {message}");
+                }
+            }
+        })?;
+    }
     let address = listener.local_addr()?;
     let host = match args.host.as_str() {
         "0.0.0.0" | "::" => "127.0.0.1".to_owned(),
@@ -76,7 +113,12 @@ pub fn studio(global: &GlobalOptions, args: &StudioArgs, out: &mut Output) -> Re
     };
     let url = format!("http://{host}:{}", address.port());
     writeln!(out.stdout, "Studio started: {url}")?;
-    writeln!(out.stdout, "state root: {}", root.path().display())?;
+    match &args.nats {
+        Some(url) => {
+            writeln!(out.stdout, "state: the swarm's instances on {url} (this machine's workspace files too)")?
+        }
+        None => writeln!(out.stdout, "state root: {}", root.path().display())?,
+    }
     if !address.ip().is_loopback() {
         output::note_line(
             &mut out.stderr,
