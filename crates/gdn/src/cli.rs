@@ -294,11 +294,19 @@ pub enum InstanceCommand {
 #[derive(Debug, Subcommand)]
 pub enum TaskCommand {
     /// Every task of the project's instances, most recent first.
-    List,
+    List {
+        /// A swarm spread over agent hosts: the tasks of its instances as the NATS server's
+        /// state stream has them (credentials as for `gdn host`).
+        #[arg(long, value_name = "URL")]
+        nats: Option<String>,
+    },
     /// One task: where it stands, its result or why it failed.
     Show {
         /// The task's handle (as the pending result and `gdn task list` show it).
         handle: String,
+        /// A swarm spread over agent hosts: read the task from the NATS server's state stream.
+        #[arg(long, value_name = "URL")]
+        nats: Option<String>,
     },
     /// Cancel a working task (its background command is ended) through the running service.
     Cancel {

@@ -153,7 +153,7 @@ fn main() -> ExitCode {
         Command::Instance(command) => instance::instance(&cli.global, command, &session, &mut out),
         Command::Stop(args) => service_status::stop(&cli.global, args.wait_secs, &mut out),
         Command::Restart(args) => restart::restart(&cli.global, args, &mut out),
-        Command::Task(command) => task::task(&cli.global, command, &mut out),
+        Command::Task(command) => task::task(&cli.global, command, &session, &mut out),
         Command::Doctor => doctor::doctor(&cli.global, &session, &mut out),
         Command::Logs(args) => logs::logs(&cli.global, args, &session, &mut out),
         Command::Studio(args) => studio::studio(&cli.global, args, &session, &mut out),

@@ -59,15 +59,32 @@ fn json_of(found: &Found) -> serde_json::Value {
 }
 
 /// `gdn task …`.
-pub fn task(global: &GlobalOptions, command: &TaskCommand, out: &mut Output) -> Result<u8> {
+pub fn task(global: &GlobalOptions, command: &TaskCommand, session: &crate::Session, out: &mut Output) -> Result<u8> {
     let workspace = match crate::restart::workspace_or_exit(global, out)? {
         Ok(workspace) => workspace,
         Err(code) => return Ok(code),
     };
+    let (TaskCommand::List { nats: Some(url) } | TaskCommand::Show { nats: Some(url), .. }) = command else {
+        return match command {
+            TaskCommand::List { .. } => list(global, &workspace, out),
+            TaskCommand::Show { handle, .. } => show(global, &workspace, handle, out, true),
+            TaskCommand::Cancel { handle, wait_secs } => cancel(global, &workspace, handle, *wait_secs, out),
+        };
+    };
+    // A swarm spread over agent hosts: its instances' books, copied from the broker.
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let env = |name: &str| (session.env)(name);
+    let copy = match runtime.block_on(crate::nats::BrokerCopy::take(url, &env, &workspace)) {
+        Ok(copy) => copy,
+        Err(message) => {
+            output::error_line(&mut out.stderr, format!("--nats {url}: {message}"))?;
+            return Ok(exit::FAILED);
+        }
+    };
+    let copied = Workspace::at(&copy.workspace);
     match command {
-        TaskCommand::List => list(global, &workspace, out),
-        TaskCommand::Show { handle } => show(global, &workspace, handle, out),
-        TaskCommand::Cancel { handle, wait_secs } => cancel(global, &workspace, handle, *wait_secs, out),
+        TaskCommand::Show { handle, .. } => show(global, &copied, handle, out, false),
+        _ => list(global, &copied, out),
     }
 }
 
@@ -113,7 +130,9 @@ fn list(global: &GlobalOptions, workspace: &Workspace, out: &mut Output) -> Resu
     Ok(exit::OK)
 }
 
-fn show(global: &GlobalOptions, workspace: &Workspace, handle: &str, out: &mut Output) -> Result<u8> {
+/// `local`: the workspace is this machine's, where a process that runs the
+/// instance holds its lock (not so in a copy from the broker).
+fn show(global: &GlobalOptions, workspace: &Workspace, handle: &str, out: &mut Output, local: bool) -> Result<u8> {
     let Some(found) = find(workspace, handle) else { return unknown(workspace, handle, out) };
     if global.json {
         writeln!(out.stdout, "{}", serde_json::to_string_pretty(&json_of(&found))?)?;
@@ -137,7 +156,7 @@ fn show(global: &GlobalOptions, workspace: &Workspace, handle: &str, out: &mut O
             serde_json::to_string_pretty(result)?.replace('\n', "\n             ")
         )?;
     }
-    if !task.state.is_final() && !goondan_runtime::store::lock_status(&found.dir).is_ok_and(|s| s.running) {
+    if local && !task.state.is_final() && !goondan_runtime::store::lock_status(&found.dir).is_ok_and(|s| s.running) {
         writeln!(
             out.stdout,
             "  (no process runs {}: its work has ended, and it is failed when the instance next starts)",

@@ -662,6 +662,26 @@ fn a_pending_task_on_a_host_completes_and_its_turn_runs_before_the_hub_exits() -
     let coordinator = cluster.host("h1").messages("coordinator", "default");
     let delivered = coordinator.iter().filter(|m| m.to_string().contains("tool_task_result")).count();
     assert_eq!(delivered, 1, "the task's end arrived once: {coordinator:?}");
+    // On the hub's machine, the task as the broker has it.
+    let task = |args: &[&str]| -> Result<Value, Box<dyn std::error::Error>> {
+        let mut command = cluster.gdn(cluster.hub_state.path());
+        command.arg("--json").arg("task").args(args).args(["--nats", &cluster.nats.url()]);
+        for (name, value) in &cluster.credentials {
+            command.env(name, value);
+        }
+        let output =
+            wait_within(command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?, Duration::from_secs(30));
+        Ok(serde_json::from_slice(&output.stdout)
+            .map_err(|e| format!("{e}: {}", String::from_utf8_lossy(&output.stderr)))?)
+    };
+    let listed = task(&["list"])?;
+    let handle = listed[0]["handle"].as_str().unwrap_or_default().to_owned();
+    assert!(handle.starts_with("task-"), "{listed:#}");
+    assert_eq!(listed[0]["tool"], "bash__exec", "{listed:#}");
+    assert_eq!(listed[0]["agentName"], "coordinator", "{listed:#}");
+    let shown = task(&["show", &handle])?;
+    assert_eq!(shown["state"], "completed", "{shown:#}");
+    assert!(shown.to_string().contains("built"), "the command's output: {shown:#}");
     Ok(())
 }
 
