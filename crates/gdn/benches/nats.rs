@@ -543,6 +543,8 @@ async fn timeline(
     let traced = 5;
     let url = server.url();
     let (seen_tx, seen_rx) = std::sync::mpsc::channel::<(Instant, String)>();
+    // (the server's time it stored a delivered message, ns since the epoch; its consumer; what)
+    let (stored_tx, stored_rx) = std::sync::mpsc::channel::<(u128, String, String)>();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let watcher = std::thread::spawn(move || {
@@ -560,11 +562,14 @@ async fn timeline(
                         let _ = seen_tx.send((Instant::now(), describe(&message.subject, &message.payload)));
                     }
                     Some(message) = delivered.next() => {
-                        // `$JS.ACK.<stream>.<consumer>.…`: only deliveries of stored messages.
+                        // Only deliveries of stored messages: their ack subject names the
+                        // consumer and the time the server stored the message.
                         let Some(reply) = message.reply.as_ref().filter(|r| r.starts_with("$JS.ACK.")) else { continue };
-                        let consumer = reply.split('.').nth(3).unwrap_or_default();
+                        let Some((consumer, stored_ns)) = ack_subject(reply) else { continue };
                         let what = describe("gdn.x.delivered", &message.payload);
-                        let _ = seen_tx.send((Instant::now(), format!("  delivered to {consumer}{}", &what[what.find(':').unwrap_or(0)..])));
+                        let what = &what[what.find(':').unwrap_or(0)..];
+                        let _ = stored_tx.send((stored_ns, consumer.clone(), what.to_owned()));
+                        let _ = seen_tx.send((Instant::now(), format!("  delivered to {consumer}{what}")));
                     }
                     _ = &mut stop => break,
                 }
@@ -573,16 +578,55 @@ async fn timeline(
     });
     let _ = ready_rx.recv();
     let mut asks = Vec::new();
+    let mut asks_wall = Vec::new();
+    let now_ns = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     for _ in 0..traced {
         let started = Instant::now();
+        let started_ns = now_ns();
         let answer = orchestrator.ask(coordinator, "CASE:handoff".to_owned(), cancel.clone()).await;
         asks.push((started, Instant::now()));
+        asks_wall.push((started_ns, now_ns()));
         assert_eq!(answer.response.as_deref(), Some("handoff done"), "{answer:?}");
         tokio::time::sleep(Duration::from_millis(600)).await;
     }
     let _ = stop_tx.send(());
     let _ = watcher.join();
     let seen: Vec<(Instant, String)> = seen_rx.try_iter().collect();
+    let stored: Vec<(u128, String, String)> = stored_rx.try_iter().collect();
+    // Each leg from the server's own store times (exact, whatever the
+    // watcher's scheduling): A's request stored → the hub's relay of it
+    // stored → B's answer stored → the hub's relay of that stored.
+    let (mut hop_in, mut at_b, mut hop_out) = (Vec::new(), Vec::new(), Vec::new());
+    for (from, to) in &asks_wall {
+        let during: Vec<&(u128, String, String)> = stored.iter().filter(|(at, ..)| at >= from && at <= to).collect();
+        let first = |after: u128, hub: bool, kind: &str| {
+            during
+                .iter()
+                .find(|(at, consumer, what)| {
+                    *at >= after && (consumer == "hub") == hub && what.contains(&format!(": {kind} "))
+                })
+                .map(|(at, ..)| *at)
+        };
+        let legs = first(0, true, "delegate").and_then(|t1| {
+            let t2 = first(t1, false, "delegate")?;
+            let t3 = first(t2, true, "delegate_result")?;
+            let t4 = first(t3, false, "delegate_result")?;
+            Some((t1, t2, t3, t4))
+        });
+        if let Some((t1, t2, t3, t4)) = legs {
+            let ms_of = |ns: u128| ns as f64 / 1e6;
+            hop_in.push(ms_of(t2 - t1));
+            at_b.push(ms_of(t3 - t2));
+            hop_out.push(ms_of(t4 - t3));
+        }
+    }
+    report.line(&format!(
+        "   the legs by the server's store times ({} of {traced} asks): A's request stored → the hub's relay to B stored",
+        hop_in.len()
+    ));
+    report.row_against("  through the hub, inward (delivery to the hub, relay, store)", &hop_in, "ms", &[]);
+    report.row_against("  at B's host (delivery, the worker's turn, state sync, answer stored)", &at_b, "ms", &[]);
+    report.row_against("  through the hub, outward", &hop_out, "ms", &[]);
     report
         .line(&format!("   where a warm handoff's time goes: the messages on gdn.handoff.> during {traced} more asks"));
     for (n, (started, ended)) in asks.iter().enumerate() {
@@ -600,6 +644,19 @@ async fn timeline(
             }
         }
     }
+}
+
+/// The consumer and the store time (ns since the epoch) in a JetStream
+/// ack subject: `$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<time>.<pending>`,
+/// or with a domain and account hash after `ACK` (12 tokens).
+fn ack_subject(reply: &str) -> Option<(String, u128)> {
+    let tokens: Vec<&str> = reply.split('.').collect();
+    let (consumer, time) = match tokens.len() {
+        9 => (tokens[3], tokens[7]),
+        n if n >= 12 => (tokens[5], tokens[9]),
+        _ => return None,
+    };
+    Some((consumer.to_owned(), time.parse().ok()?))
 }
 
 /// A message on the swarm's subjects, in a few words: its subject's kind
