@@ -315,6 +315,10 @@ pub enum TaskCommand {
         /// How long to wait for the task to end.
         #[arg(long, value_name = "SECONDS", default_value_t = 15)]
         wait_secs: u64,
+        /// A swarm spread over agent hosts: find the task (and see it end) in the NATS
+        /// server's state stream; the cancel goes through the running service (the hub).
+        #[arg(long, value_name = "URL")]
+        nats: Option<String>,
     },
 }
 

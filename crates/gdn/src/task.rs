@@ -64,17 +64,22 @@ pub fn task(global: &GlobalOptions, command: &TaskCommand, session: &crate::Sess
         Ok(workspace) => workspace,
         Err(code) => return Ok(code),
     };
-    let (TaskCommand::List { nats: Some(url) } | TaskCommand::Show { nats: Some(url), .. }) = command else {
+    let (TaskCommand::List { nats: Some(url) }
+    | TaskCommand::Show { nats: Some(url), .. }
+    | TaskCommand::Cancel { nats: Some(url), .. }) = command
+    else {
         return match command {
             TaskCommand::List { .. } => list(global, &workspace, out),
             TaskCommand::Show { handle, .. } => show(global, &workspace, handle, out, true),
-            TaskCommand::Cancel { handle, wait_secs } => cancel(global, &workspace, handle, *wait_secs, out),
+            TaskCommand::Cancel { handle, wait_secs, .. } => {
+                cancel(global, &workspace, &workspace, handle, *wait_secs, &mut || Ok(()), out)
+            }
         };
     };
     // A swarm spread over agent hosts: its instances' books, copied from the broker.
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let env = |name: &str| (session.env)(name);
-    let copy = match runtime.block_on(crate::nats::BrokerCopy::take(url, &env, &workspace)) {
+    let mut copy = match runtime.block_on(crate::nats::BrokerCopy::take(url, &env, &workspace)) {
         Ok(copy) => copy,
         Err(message) => {
             output::error_line(&mut out.stderr, format!("--nats {url}: {message}"))?;
@@ -84,7 +89,20 @@ pub fn task(global: &GlobalOptions, command: &TaskCommand, session: &crate::Sess
     let copied = Workspace::at(&copy.workspace);
     match command {
         TaskCommand::Show { handle, .. } => show(global, &copied, handle, out, false),
-        _ => list(global, &copied, out),
+        TaskCommand::Cancel { handle, wait_secs, .. } => {
+            // The task's end is seen in the copy, taken again (at most
+            // every 250 ms) while waiting.
+            let mut last = Instant::now();
+            let mut refresh = || {
+                if last.elapsed() < Duration::from_millis(250) {
+                    return Ok(());
+                }
+                last = Instant::now();
+                runtime.block_on(copy.refresh())
+            };
+            cancel(global, &copied, &workspace, handle, *wait_secs, &mut refresh, out)
+        }
+        TaskCommand::List { .. } => list(global, &copied, out),
     }
 }
 
@@ -166,7 +184,19 @@ fn show(global: &GlobalOptions, workspace: &Workspace, handle: &str, out: &mut O
     Ok(exit::OK)
 }
 
-fn cancel(global: &GlobalOptions, workspace: &Workspace, handle: &str, wait_secs: u64, out: &mut Output) -> Result<u8> {
+/// Cancels the task `handle` found in `workspace` through the service
+/// running on `served` (the same workspace, but for a swarm spread over
+/// agent hosts: then `workspace` is the copy from the broker, and
+/// `refresh` takes it again while the cancel is awaited).
+fn cancel(
+    global: &GlobalOptions,
+    workspace: &Workspace,
+    served: &Workspace,
+    handle: &str,
+    wait_secs: u64,
+    refresh: &mut dyn FnMut() -> std::result::Result<(), String>,
+    out: &mut Output,
+) -> Result<u8> {
     let Some(found) = find(workspace, handle) else { return unknown(workspace, handle, out) };
     if found.task.state.is_final() {
         output::error_line(
@@ -175,7 +205,7 @@ fn cancel(global: &GlobalOptions, workspace: &Workspace, handle: &str, wait_secs
         )?;
         return Ok(exit::FAILED);
     }
-    let Some(service) = ServiceStatus::running(workspace.dir()) else {
+    let Some(service) = ServiceStatus::running(served.dir()) else {
         output::error_line(
             &mut out.stderr,
             format_args!(
@@ -207,6 +237,9 @@ fn cancel(global: &GlobalOptions, workspace: &Workspace, handle: &str, wait_secs
     }
     let deadline = Instant::now() + Duration::from_secs(wait_secs);
     loop {
+        if let Err(message) = refresh() {
+            tracing::warn!("reading the swarm's state: {message}");
+        }
         let now = goondan_runtime::tasks::read_tasks(&found.dir)
             .ok()
             .and_then(|tasks| tasks.into_iter().find(|task| task.handle == handle));

@@ -899,6 +899,67 @@ fn a_detached_hub_serves_its_connection_through_a_host_and_gdn_stop_ends_it() ->
 }
 
 #[test]
+fn a_background_task_on_a_host_is_cancelled_through_the_hub() -> TestResult {
+    let bundle = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/nats-service");
+    let Some(cluster) = Cluster::start_with(bundle, NatsOptions::default(), &[&[]], &[])? else { return Ok(()) };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let gdn = |args: &[&str]| -> Result<Output, Box<dyn std::error::Error>> {
+        let mut command = cluster.gdn(cluster.hub_state.path());
+        command.args(args).env("NATS_TEST_WEBHOOK_PORT", port.to_string());
+        for (name, value) in &cluster.credentials {
+            command.env(name, value);
+        }
+        Ok(wait_within(command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?, Duration::from_secs(60)))
+    };
+    let url = cluster.nats.url();
+    let workdir = cluster.hub_work.path().display().to_string();
+    let started = gdn(&["run", "--nats", &url, "--wait-hosts", "1", "--workdir", &workdir, "--detach"])?;
+    assert_eq!(started.status.code(), Some(0), "{}", String::from_utf8_lossy(&started.stderr));
+    let body = serde_json::json!({"instanceKey": "k", "text": "background job"}).to_string();
+    {
+        use std::io::{Read as _, Write as _};
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
+        write!(
+            stream,
+            "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response)?;
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    }
+    // The task works on the host; the hub's machine finds it through the broker.
+    let mut handle = String::new();
+    until("the task is listed", Duration::from_secs(30), || {
+        let Ok(listed) = gdn(&["--json", "task", "list", "--nats", &url]) else { return false };
+        let listed: Value = serde_json::from_slice(&listed.stdout).unwrap_or_default();
+        handle = listed[0]["handle"].as_str().unwrap_or_default().to_owned();
+        listed[0]["state"] == "working"
+    })
+    .map_err(|e| format!("{e}{}", cluster.diagnostics()))?;
+    let sleeping = |pid: Pid| children_of(pid).iter().any(|child| descendants_run(*child, "sleep 60"));
+    assert!(sleeping(cluster.host("h1").pid()), "the background command runs on h1");
+    let cancelled = gdn(&["task", "cancel", &handle, "--nats", &url])?;
+    let said = String::from_utf8_lossy(&cancelled.stdout);
+    assert_eq!(cancelled.status.code(), Some(0), "{said}{}", String::from_utf8_lossy(&cancelled.stderr));
+    assert!(said.contains(&format!("task {handle} cancelled")), "{said}");
+    until("the background command ends", Duration::from_secs(15), || !sleeping(cluster.host("h1").pid()))?;
+    let stopped = gdn(&["stop"])?;
+    assert_eq!(stopped.status.code(), Some(0), "{}", String::from_utf8_lossy(&stopped.stderr));
+    Ok(())
+}
+
+/// Whether `pid` or a process under it runs a command line containing `text`.
+fn descendants_run(pid: u32, text: &str) -> bool {
+    let command = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let command = String::from_utf8_lossy(&command).replace('\0', " ");
+    command.contains(text)
+        || children_of(Pid::from_raw(i32::try_from(pid).unwrap_or(0)))
+            .into_iter()
+            .any(|child| descendants_run(child, text))
+}
+
+#[test]
 fn a_host_stopped_mid_turn_hands_its_instance_to_another_host_at_once() -> TestResult {
     let Some(mut cluster) = Cluster::start(NatsOptions::default(), &[&[], &[]], &[("GDN_TEST_SLEEP", "3")])? else {
         return Ok(());
