@@ -23,19 +23,14 @@ pub fn instance(global: &GlobalOptions, command: &InstanceCommand, session: &Ses
     match command {
         InstanceCommand::List { nats: None } => list(global, &root, None, out),
         InstanceCommand::List { nats: Some(url) } => {
-            let workspace = match project_workspace(global, &root) {
-                Ok(Some(workspace)) => workspace,
-                Ok(None) => return usage_error(out, "no such workspace"),
-                Err(message) => return usage_error(out, message),
+            let workspace = match crate::restart::workspace_or_exit(global, out)? {
+                Ok(workspace) => workspace,
+                Err(code) => return Ok(code),
             };
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-            let env = |name: &str| (session.env)(name);
-            match runtime.block_on(crate::nats::BrokerCopy::take(url, &env, &workspace)) {
+            match crate::nats::BrokerCopy::take_or_exit(&runtime, url, session, &workspace, out)? {
                 Ok(copy) => list(global, &copy.root, Some(&copy.holders), out),
-                Err(message) => {
-                    output::error_line(&mut out.stderr, format!("--nats {url}: {message}"))?;
-                    Ok(exit::FAILED)
-                }
+                Err(code) => Ok(code),
             }
         }
         InstanceCommand::Restart { key, fresh } => crate::restart::instance_restart(global, key, *fresh, out),

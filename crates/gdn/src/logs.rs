@@ -304,25 +304,13 @@ fn logs_from_broker(
 ) -> Result<u8> {
     let url = args.nats.as_deref().unwrap_or_default();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let env = |name: &str| (session.env)(name);
-    let mut copy = match runtime.block_on(crate::nats::BrokerCopy::take(url, &env, workspace)) {
+    let mut copy = match crate::nats::BrokerCopy::take_or_exit(&runtime, url, session, workspace, out)? {
         Ok(copy) => copy,
-        Err(message) => {
-            output::error_line(&mut out.stderr, format!("--nats {url}: {message}"))?;
-            return Ok(exit::FAILED);
-        }
+        Err(code) => return Ok(code),
     };
     let dir = copy.workspace.clone();
     // Taken again at most once a second while following.
-    let mut last = std::time::Instant::now();
-    let mut refresh = || {
-        if last.elapsed() < Duration::from_secs(1) {
-            return Ok(());
-        }
-        last = std::time::Instant::now();
-        runtime.block_on(copy.refresh())
-    };
-    stream(&dir, args, global.json, out, &mut refresh)
+    stream(&dir, args, global.json, out, &mut || copy.refresh_every(&runtime, Duration::from_secs(1)))
 }
 
 fn tails_of_new_instances(workspace: &Path, known: &mut BTreeMap<PathBuf, ()>) -> Vec<Tail> {

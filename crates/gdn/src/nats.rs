@@ -287,10 +287,31 @@ pub(crate) struct BrokerCopy {
     /// The host of each instance's last claim, by `agent@key`.
     pub holders: BTreeMap<String, String>,
     reader: goondan_nats::replica::StateReader,
+    /// When it was last taken.
+    taken_at: std::time::Instant,
     _dir: tempfile::TempDir,
 }
 
 impl BrokerCopy {
+    /// The copy of `workspace`'s swarm for a command given `--nats URL`, or
+    /// the exit code of the error it printed.
+    pub(crate) fn take_or_exit(
+        runtime: &tokio::runtime::Runtime,
+        url: &str,
+        session: &crate::Session,
+        workspace: &Workspace,
+        out: &mut Output,
+    ) -> Result<std::result::Result<Self, u8>> {
+        let env = |name: &str| (session.env)(name);
+        match runtime.block_on(Self::take(url, &env, workspace)) {
+            Ok(copy) => Ok(Ok(copy)),
+            Err(message) => {
+                output::error_line(&mut out.stderr, format!("--nats {url}: {message}"))?;
+                Ok(Err(exit::FAILED))
+            }
+        }
+    }
+
     /// Connects to `url` (credentials through `env`) and copies the swarm
     /// of `workspace` (the project's workspace in the real state root).
     pub(crate) async fn take(
@@ -322,14 +343,29 @@ impl BrokerCopy {
             workspace: copy,
             holders: BTreeMap::new(),
             reader: goondan_nats::replica::StateReader::new(client, Scope::new(workspace.id())),
+            taken_at: std::time::Instant::now(),
             _dir: dir,
         };
         taken.refresh().await?;
         Ok(taken)
     }
 
+    /// Copies every instance again, unless the copy is younger than
+    /// `interval` (commands that poll call this on every round).
+    pub(crate) fn refresh_every(
+        &mut self,
+        runtime: &tokio::runtime::Runtime,
+        interval: Duration,
+    ) -> std::result::Result<(), String> {
+        if self.taken_at.elapsed() < interval {
+            return Ok(());
+        }
+        runtime.block_on(self.refresh())
+    }
+
     /// Copies every instance again as the broker has it now.
     pub(crate) async fn refresh(&mut self) -> std::result::Result<(), String> {
+        self.taken_at = std::time::Instant::now();
         let instances = Workspace::at(&self.workspace);
         let dir_of = |instance: &AgentInstance| instances.instance_dir(&instance.agent, &instance.instance_key).ok();
         let copied = self.reader.copy(&dir_of).await.map_err(|e| e.to_string())?;

@@ -78,13 +78,9 @@ pub fn task(global: &GlobalOptions, command: &TaskCommand, session: &crate::Sess
     };
     // A swarm spread over agent hosts: its instances' books, copied from the broker.
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let env = |name: &str| (session.env)(name);
-    let mut copy = match runtime.block_on(crate::nats::BrokerCopy::take(url, &env, &workspace)) {
+    let mut copy = match crate::nats::BrokerCopy::take_or_exit(&runtime, url, session, &workspace, out)? {
         Ok(copy) => copy,
-        Err(message) => {
-            output::error_line(&mut out.stderr, format!("--nats {url}: {message}"))?;
-            return Ok(exit::FAILED);
-        }
+        Err(code) => return Ok(code),
     };
     let copied = Workspace::at(&copy.workspace);
     match command {
@@ -92,14 +88,7 @@ pub fn task(global: &GlobalOptions, command: &TaskCommand, session: &crate::Sess
         TaskCommand::Cancel { handle, wait_secs, .. } => {
             // The task's end is seen in the copy, taken again (at most
             // every 250 ms) while waiting.
-            let mut last = Instant::now();
-            let mut refresh = || {
-                if last.elapsed() < Duration::from_millis(250) {
-                    return Ok(());
-                }
-                last = Instant::now();
-                runtime.block_on(copy.refresh())
-            };
+            let mut refresh = || copy.refresh_every(&runtime, Duration::from_millis(250));
             cancel(global, &copied, &workspace, handle, *wait_secs, &mut refresh, out)
         }
         TaskCommand::List { .. } => list(global, &copied, out),

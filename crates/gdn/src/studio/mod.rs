@@ -69,24 +69,13 @@ pub fn studio(global: &GlobalOptions, args: &StudioArgs, session: &crate::Sessio
     let (shown, copy) = match &args.nats {
         None => (root.path().to_path_buf(), None),
         Some(url) => {
-            let workspace = match crate::instance::project_workspace(global, &root) {
-                Ok(Some(workspace)) => workspace,
-                Ok(None) => {
-                    output::error_line(&mut out.stderr, "no such workspace")?;
-                    return Ok(exit::USAGE);
-                }
-                Err(message) => {
-                    output::error_line(&mut out.stderr, message)?;
-                    return Ok(exit::USAGE);
-                }
+            let workspace = match crate::restart::workspace_or_exit(global, out)? {
+                Ok(workspace) => workspace,
+                Err(code) => return Ok(code),
             };
-            let env = |name: &str| (session.env)(name);
-            match runtime.block_on(crate::nats::BrokerCopy::take(url, &env, &workspace)) {
+            match crate::nats::BrokerCopy::take_or_exit(&runtime, url, session, &workspace, out)? {
                 Ok(copy) => (copy.root.path().to_path_buf(), Some(copy)),
-                Err(message) => {
-                    output::error_line(&mut out.stderr, format!("--nats {url}: {message}"))?;
-                    return Ok(exit::FAILED);
-                }
+                Err(code) => return Ok(code),
             }
         }
     };
