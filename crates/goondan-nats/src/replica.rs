@@ -279,23 +279,23 @@ impl Replica {
 
 /// An instance's state as its log has it.
 #[derive(Debug, Default)]
-pub struct Loaded {
+struct Loaded {
     /// Its files, by path relative to the instance directory.
-    pub files: BTreeMap<String, Vec<u8>>,
+    files: BTreeMap<String, Vec<u8>>,
     /// The sequence of its last record (0: none).
-    pub last: u64,
-    pub records: u64,
+    last: u64,
+    records: u64,
     /// The sequence of its last claim.
-    pub previous_claim: Option<u64>,
+    previous_claim: Option<u64>,
     /// The host of its last claim: where it runs, or last ran.
-    pub holder: Option<String>,
+    holder: Option<String>,
     /// The kind of the last record read.
     last_kind: String,
 }
 
 /// Reads every record of `subject` in `stream`, in order, without
 /// claiming anything.
-pub async fn load(js: &jetstream::Context, stream: &str, subject: &str) -> Result<Loaded, ReplicaError> {
+async fn load(js: &jetstream::Context, stream: &str, subject: &str) -> Result<Loaded, ReplicaError> {
     let state = js.get_stream(stream).await.map_err(|e| ReplicaError::Broker(e.to_string()))?;
     let mut loaded = Loaded::default();
     load_more(&state, subject, &mut loaded).await?;
@@ -345,7 +345,7 @@ impl Loaded {
 }
 
 /// The subjects of `stream` under `filter` that hold records.
-pub async fn subjects(js: &jetstream::Context, stream: &str, filter: &str) -> Result<Vec<String>, ReplicaError> {
+async fn subjects(js: &jetstream::Context, stream: &str, filter: &str) -> Result<Vec<String>, ReplicaError> {
     let broker = |e: &dyn std::fmt::Display| ReplicaError::Broker(e.to_string());
     let state = js.get_stream(stream).await.map_err(|e| broker(&e))?;
     let mut found = state.info_with_subjects(filter).await.map_err(|e| broker(&e))?;
