@@ -225,6 +225,20 @@ impl Cluster {
         Ok(InteractiveHub { child, input: Some(input), lines })
     }
 
+    /// A `gdn` command on the hub's machine (its state root, the
+    /// credentials), with `env` besides; its output.
+    fn on_hub(&self, args: &[&str], env: &[(&str, String)]) -> Result<Output, Box<dyn std::error::Error>> {
+        let mut command = self.gdn(self.hub_state.path());
+        command.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+        for (name, value) in &self.credentials {
+            command.env(name, value);
+        }
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        Ok(wait_within(command.spawn()?, Duration::from_secs(60)))
+    }
+
     fn turn(&self, input: &str, hosts: usize) -> Result<Output, Box<dyn std::error::Error>> {
         Ok(wait_within(self.hub(input, hosts).spawn()?, Duration::from_secs(90)))
     }
@@ -241,6 +255,22 @@ impl Cluster {
         text.push_str(&format!("\n--- nats log (tail):\n{}", tail(&self.nats.log(), 30)));
         text
     }
+}
+
+/// Posts an event with `text` for instance key `k` to the `nats-service`
+/// fixture's webhook on `port`; the HTTP response.
+fn post_event(port: u16, text: &str) -> Result<String, Box<dyn std::error::Error>> {
+    use std::io::{Read as _, Write as _};
+    let body = serde_json::json!({"instanceKey": "k", "text": text}).to_string();
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    write!(
+        stream,
+        "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    Ok(response)
 }
 
 struct InteractiveHub {
@@ -380,14 +410,7 @@ fn a_handoff_crosses_hosts_and_each_instance_lives_in_its_hosts_state_root() -> 
     assert!(!common::instance_path(cluster.hub_state.path(), "coordinator@default").join("messages.jsonl").exists());
     // On the hub's machine, the broker's state stream shows them all, each
     // with the host it is on; its own state root alone has none of them.
-    let hub_side = |args: &[&str]| -> Result<Output, Box<dyn std::error::Error>> {
-        let mut command = cluster.gdn(cluster.hub_state.path());
-        command.arg("--json").args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
-        for (name, value) in &cluster.credentials {
-            command.env(name, value);
-        }
-        Ok(wait_within(command.spawn()?, Duration::from_secs(30)))
-    };
+    let hub_side = |args: &[&str]| cluster.on_hub(&[&["--json"], args].concat(), &[]);
     let listed = hub_side(&["instance", "list", "--nats", &cluster.nats.url()])?;
     let listed: Value = serde_json::from_slice(&listed.stdout)
         .map_err(|e| format!("{e}: {}", String::from_utf8_lossy(&listed.stderr)))?;
@@ -663,14 +686,9 @@ fn a_pending_task_on_a_host_completes_and_its_turn_runs_before_the_hub_exits() -
     let delivered = coordinator.iter().filter(|m| m.to_string().contains("tool_task_result")).count();
     assert_eq!(delivered, 1, "the task's end arrived once: {coordinator:?}");
     // On the hub's machine, the task as the broker has it.
+    let url = cluster.nats.url();
     let task = |args: &[&str]| -> Result<Value, Box<dyn std::error::Error>> {
-        let mut command = cluster.gdn(cluster.hub_state.path());
-        command.arg("--json").arg("task").args(args).args(["--nats", &cluster.nats.url()]);
-        for (name, value) in &cluster.credentials {
-            command.env(name, value);
-        }
-        let output =
-            wait_within(command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?, Duration::from_secs(30));
+        let output = cluster.on_hub(&[&["--json", "task"], args, &["--nats", &url]].concat(), &[])?;
         Ok(serde_json::from_slice(&output.stdout)
             .map_err(|e| format!("{e}: {}", String::from_utf8_lossy(&output.stderr)))?)
     };
@@ -806,19 +824,7 @@ fn a_connector_event_runs_its_turn_once_on_a_host_across_a_hub_killed_mid_turn()
             .stderr(Stdio::null());
         Ok(command.spawn()?)
     };
-    let post = |text: &str| -> Result<String, Box<dyn std::error::Error>> {
-        use std::io::{Read as _, Write as _};
-        let body = serde_json::json!({"instanceKey": "k", "text": text}).to_string();
-        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
-        write!(
-            stream,
-            "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-            body.len()
-        )?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response)?;
-        Ok(response)
-    };
+    let post = |text: &str| post_event(port, text);
     let mut hub = service()?;
     until("the webhook listens", Duration::from_secs(30), || {
         std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
@@ -853,14 +859,7 @@ fn a_detached_hub_serves_its_connection_through_a_host_and_gdn_stop_ends_it() ->
     let bundle = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/nats-service");
     let Some(cluster) = Cluster::start_with(bundle, NatsOptions::default(), &[&[]], &[])? else { return Ok(()) };
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let gdn = |args: &[&str]| -> Result<Output, Box<dyn std::error::Error>> {
-        let mut command = cluster.gdn(cluster.hub_state.path());
-        command.args(args).env("NATS_TEST_WEBHOOK_PORT", port.to_string());
-        for (name, value) in &cluster.credentials {
-            command.env(name, value);
-        }
-        Ok(wait_within(command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?, Duration::from_secs(60)))
-    };
+    let gdn = |args: &[&str]| cluster.on_hub(args, &[("NATS_TEST_WEBHOOK_PORT", port.to_string())]);
     let workdir = cluster.hub_work.path().display().to_string();
     let started = gdn(&["run", "--nats", &cluster.nats.url(), "--wait-hosts", "1", "--workdir", &workdir, "--detach"])?;
     let said = String::from_utf8_lossy(&started.stderr).into_owned();
@@ -868,19 +867,7 @@ fn a_detached_hub_serves_its_connection_through_a_host_and_gdn_stop_ends_it() ->
     assert!(said.contains("service started (pid "), "{said}");
     // The command returned; the service in the background serves, and the
     // event's turn runs on the host (the credentials reached the service).
-    let body = serde_json::json!({"instanceKey": "k", "text": "hello"}).to_string();
-    let response = {
-        use std::io::{Read as _, Write as _};
-        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
-        write!(
-            stream,
-            "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-            body.len()
-        )?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response)?;
-        response
-    };
+    let response = post_event(port, "hello")?;
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     let h1 = cluster.host("h1");
     until("the event's turn is answered on h1", Duration::from_secs(30), || {
@@ -903,31 +890,13 @@ fn a_background_task_on_a_host_is_cancelled_through_the_hub() -> TestResult {
     let bundle = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/nats-service");
     let Some(cluster) = Cluster::start_with(bundle, NatsOptions::default(), &[&[]], &[])? else { return Ok(()) };
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let gdn = |args: &[&str]| -> Result<Output, Box<dyn std::error::Error>> {
-        let mut command = cluster.gdn(cluster.hub_state.path());
-        command.args(args).env("NATS_TEST_WEBHOOK_PORT", port.to_string());
-        for (name, value) in &cluster.credentials {
-            command.env(name, value);
-        }
-        Ok(wait_within(command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?, Duration::from_secs(60)))
-    };
+    let gdn = |args: &[&str]| cluster.on_hub(args, &[("NATS_TEST_WEBHOOK_PORT", port.to_string())]);
     let url = cluster.nats.url();
     let workdir = cluster.hub_work.path().display().to_string();
     let started = gdn(&["run", "--nats", &url, "--wait-hosts", "1", "--workdir", &workdir, "--detach"])?;
     assert_eq!(started.status.code(), Some(0), "{}", String::from_utf8_lossy(&started.stderr));
-    let body = serde_json::json!({"instanceKey": "k", "text": "background job"}).to_string();
-    {
-        use std::io::{Read as _, Write as _};
-        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
-        write!(
-            stream,
-            "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-            body.len()
-        )?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response)?;
-        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
-    }
+    let response = post_event(port, "background job")?;
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     // The task works on the host; the hub's machine finds it through the broker.
     let mut handle = String::new();
     until("the task is listed", Duration::from_secs(30), || {
