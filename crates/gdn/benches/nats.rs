@@ -46,14 +46,15 @@ use futures_util::StreamExt as _;
 use goondan_ipc::AgentInstance;
 use goondan_nats::{NatsLauncher, Placement, Scope};
 use goondan_orchestrator::orchestrator::NoSwarmObserver;
-use goondan_orchestrator::plan::swarm_of;
-use goondan_orchestrator::{Launch, Orchestrator, SwarmPlan};
+use goondan_orchestrator::{Launch, Orchestrator};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::Value;
 
 mod common;
-use common::{Report, median, ms, pipe_round_trip_floor, repo, scratch_base, tool_durations, turn_durations};
+use common::{
+    Report, coordinator_plan, median, ms, pipe_round_trip_floor, repo, scratch_base, tool_durations, turn_durations,
+};
 
 const GDN: &str = env!("CARGO_BIN_EXE_gdn");
 
@@ -391,10 +392,7 @@ impl Cluster {
         if !launcher.wait_for_hosts(wanted, Duration::from_secs(60)).await {
             panic!("only {:?} of {wanted} hosts joined:{}", launcher.hosts(), self.logs());
         }
-        let report = goondan_config::load_bundle(&fixture());
-        let Some(bundle) = report.valid_bundle() else { panic!("the nats-swarm fixture: {:?}", report.diagnostics) };
-        let mut plan =
-            SwarmPlan::new(swarm_of(bundle, "coordinator"), fixture(), self.hub_state.clone(), self.hub_work.clone());
+        let mut plan = coordinator_plan(&fixture(), self.hub_state.clone(), self.hub_work.clone());
         plan.idle_timeout = None;
         plan.max_processes = max_processes;
         let orchestrator =
@@ -502,9 +500,7 @@ async fn one_machine_rest(scratch: &Path, runs: usize, warmups: usize) -> Vec<f6
     let state = scratch.join("local-state");
     let work = scratch.join("local-work");
     let _ = std::fs::create_dir_all(&work);
-    let report = goondan_config::load_bundle(&fixture());
-    let Some(bundle) = report.valid_bundle() else { panic!("the nats-swarm fixture: {:?}", report.diagnostics) };
-    let mut plan = SwarmPlan::new(swarm_of(bundle, "coordinator"), fixture(), state.clone(), work);
+    let mut plan = coordinator_plan(&fixture(), state.clone(), work);
     plan.idle_timeout = None;
     let orchestrator = Orchestrator::start(
         plan,

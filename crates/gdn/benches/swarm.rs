@@ -38,11 +38,10 @@ use std::time::{Duration, Instant};
 
 use goondan_ipc::AgentInstance;
 use goondan_orchestrator::orchestrator::NoSwarmObserver;
-use goondan_orchestrator::plan::swarm_of;
-use goondan_orchestrator::{AgentLauncher, Orchestrator, SwarmPlan};
+use goondan_orchestrator::{AgentLauncher, Orchestrator};
 
 mod common;
-use common::{Report, ms, pipe_round_trip_floor, repo, scratch_base, tool_durations, turn_durations};
+use common::{Report, coordinator_plan, ms, pipe_round_trip_floor, repo, scratch_base, tool_durations, turn_durations};
 
 const GDN: &str = env!("CARGO_BIN_EXE_gdn");
 
@@ -177,9 +176,7 @@ fn in_process(runs: usize, scratch: &Path, report: &mut Report, pipe_floor: f64)
 }
 
 fn orchestrator(launcher: AgentLauncher, state: &Path, work: &Path) -> Orchestrator {
-    let report = goondan_config::load_bundle(&fixture());
-    let Some(bundle) = report.valid_bundle() else { panic!("the swarm fixture has errors: {:?}", report.diagnostics) };
-    let plan = SwarmPlan::new(swarm_of(bundle, "coordinator"), fixture(), state.to_path_buf(), work.to_path_buf());
+    let plan = coordinator_plan(&fixture(), state.to_path_buf(), work.to_path_buf());
     Orchestrator::start(plan, launcher, Arc::new(NoSwarmObserver))
 }
 

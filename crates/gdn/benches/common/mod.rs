@@ -11,6 +11,21 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+/// The plan of `bundle`'s swarm (entry agent `coordinator`) with its
+/// state root and working directory.
+pub fn coordinator_plan(bundle: &Path, state: PathBuf, work: PathBuf) -> goondan_orchestrator::SwarmPlan {
+    let report = goondan_config::load_bundle(bundle);
+    let Some(loaded) = report.valid_bundle() else {
+        panic!("{} has errors: {:?}", bundle.display(), report.diagnostics)
+    };
+    goondan_orchestrator::SwarmPlan::new(
+        goondan_orchestrator::plan::swarm_of(loaded, "coordinator"),
+        bundle.to_path_buf(),
+        state,
+        work,
+    )
+}
+
 pub fn repo() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     std::fs::canonicalize(&dir).unwrap_or(dir)
