@@ -18,10 +18,11 @@ use nix::sched::CloneFlags;
 use seccompiler::BpfProgram;
 
 use crate::allow::AllowList;
-use crate::filter;
+use crate::filter::{self, Sockets};
 use crate::layout::{self, Cover, Grant, Mode};
 use crate::network::{HolderProgram, Namespaces, NetworkHolder};
 use crate::policy::{Policy, SandboxSpec};
+use crate::root::{NewRoot, View};
 use crate::support::kernel_support;
 
 /// The unprivileged user a command runs as inside its user namespace when
@@ -67,8 +68,10 @@ pub struct Sandbox {
     /// The ways to try, in order.
     modes: &'static [Mode],
     ready: OnceLock<Result<Arc<Ready>, String>>,
-    /// The private temporary directory, removed with the sandbox.
-    tmp: OnceLock<tempfile::TempDir>,
+    /// The sandbox's private directory (its `tmp` is the commands'
+    /// temporary directory, its `root` where their root is mounted),
+    /// removed with the sandbox.
+    private: OnceLock<tempfile::TempDir>,
     /// The program started as the network holder (default: this executable
     /// with `__sandbox-net`).
     holder_program: Option<HolderProgram>,
@@ -104,6 +107,8 @@ struct UserNamespace {
     join: Option<Namespaces>,
     uid_map: Vec<u8>,
     gid_map: Vec<u8>,
+    /// The command's own root (see [`crate::root`]).
+    root: NewRoot,
     mounts: Vec<ReadOnlyMount>,
 }
 
@@ -128,7 +133,7 @@ impl Sandbox {
             spec,
             modes: &[Mode::Namespaces, Mode::LandlockOnly],
             ready: OnceLock::new(),
-            tmp: OnceLock::new(),
+            private: OnceLock::new(),
             holder_program: None,
             network: SharedHolder::default(),
         }
@@ -195,7 +200,7 @@ impl Sandbox {
             spec,
             modes: self.modes,
             ready: OnceLock::new(),
-            tmp: OnceLock::new(),
+            private: OnceLock::new(),
             holder_program: self.holder_program.clone(),
             // The same allow-list: the same holder.
             network: Arc::clone(&self.network),
@@ -278,10 +283,8 @@ impl Sandbox {
             return Err(missing);
         }
         let allow = AllowList::parse(&self.spec.network_allow).map_err(|error| error.to_string())?;
-        let tmp = tempfile::Builder::new()
-            .prefix("goondan-sandbox-")
-            .tempdir()
-            .map_err(|error| format!("cannot create its private temporary directory: {error}"))?;
+        let private =
+            private_dir().map_err(|error| format!("cannot create its private temporary directory: {error}"))?;
         let (holder, network) = if allow.is_empty() {
             (None, None)
         } else {
@@ -297,9 +300,10 @@ impl Sandbox {
                 (Some(_), Mode::LandlockOnly) => continue,
                 (None, _) => None,
             };
-            match self.prepare(mode, tmp.path(), network).and_then(|ready| probe(ready).map_err(|e| e.to_string())) {
+            match self.prepare(mode, private.path(), network).and_then(|ready| probe(ready).map_err(|e| e.to_string()))
+            {
                 Ok(ready) => {
-                    let _ = self.tmp.set(tmp);
+                    let _ = self.private.set(private);
                     tracing::debug!(
                         "sandbox {}: set up ({})",
                         self.spec.policy,
@@ -362,22 +366,43 @@ impl Sandbox {
         Ok(holder)
     }
 
-    fn prepare(&self, mode: Mode, tmp: &Path, network: Option<NetworkNamespaces>) -> Result<Ready, String> {
-        let grants = layout::grants(&self.spec, tmp, mode);
+    fn prepare(&self, mode: Mode, private: &Path, network: Option<NetworkNamespaces>) -> Result<Ready, String> {
+        let tmp = private.join(PRIVATE_TMP);
+        let grants = layout::grants(&self.spec, &tmp, mode);
         let proxy_port = network.as_ref().map(|network| network.port);
         let ruleset =
             ruleset(&grants, proxy_port).map_err(|error| format!("building the Landlock ruleset failed: {error}"))?;
-        let filters = filter::filters(proxy_port.is_some()).map_err(|error| error.to_string())?;
-        let user_namespace =
-            (mode == Mode::Namespaces).then(|| self.user_namespace(network.map(|network| network.namespaces)));
+        let sockets = match (mode, proxy_port) {
+            (Mode::Namespaces, Some(_)) => Sockets::Network,
+            (Mode::Namespaces, None) => Sockets::Unix,
+            // No root of its own to keep the machine's sockets out of sight.
+            (Mode::LandlockOnly, _) => Sockets::None,
+        };
+        let filters = filter::filters(sockets).map_err(|error| error.to_string())?;
+        let user_namespace = match mode {
+            Mode::Namespaces => {
+                let root = NewRoot::plan(&private.join(PRIVATE_ROOT), &tmp, &self.views())
+                    .map_err(|error| format!("planning the commands' root failed: {error}"))?;
+                Some(self.user_namespace(network.map(|network| network.namespaces), root))
+            }
+            Mode::LandlockOnly => None,
+        };
         let drop_root = user_namespace.is_none() && nix::unistd::geteuid().is_root();
-        Ok(Ready { mode, ruleset, filters, user_namespace, proxy_port, drop_root, tmp: tmp.to_path_buf() })
+        Ok(Ready { mode, ruleset, filters, user_namespace, proxy_port, drop_root, tmp })
+    }
+
+    /// The trees of the spec a command sees in its own root.
+    fn views(&self) -> Vec<View> {
+        let mut views = vec![View { path: self.spec.workdir.clone(), writable: layout::workdir_writable(&self.spec) }];
+        views.extend(self.spec.readable.iter().map(|path| View { path: canonical(path), writable: false }));
+        views.extend(self.spec.writable.iter().map(|path| View { path: canonical(path), writable: true }));
+        views
     }
 
     /// The command's own user namespace: the user (or, for root,
     /// [`ROOT_MAPPED_TO`]) as itself. Below the network holder's user
     /// namespace, where the user is root, the map starts from 0.
-    fn user_namespace(&self, join: Option<Namespaces>) -> UserNamespace {
+    fn user_namespace(&self, join: Option<Namespaces>, root: NewRoot) -> UserNamespace {
         let (uid, gid) = (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw());
         let inner = |id: u32| if id == 0 { ROOT_MAPPED_TO } else { id };
         let outer = |id: u32| if join.is_some() { 0 } else { id };
@@ -395,6 +420,7 @@ impl Sandbox {
         UserNamespace {
             uid_map: format!("{} {} 1\n", inner(uid), outer(uid)).into_bytes(),
             gid_map: format!("{} {} 1\n", inner(gid), outer(gid)).into_bytes(),
+            root,
             mounts,
             join,
         }
@@ -425,6 +451,28 @@ impl NetworkNamespaces {
     }
 }
 
+/// The sandbox's directory: `tmp` (the commands' `TMPDIR`) and `root`
+/// (where their own root is mounted), private to the user whatever the
+/// umask.
+fn private_dir() -> io::Result<tempfile::TempDir> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let private = tempfile::Builder::new()
+        .prefix("goondan-sandbox-")
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir()?;
+    for name in [PRIVATE_TMP, PRIVATE_ROOT] {
+        std::fs::DirBuilder::new().mode(0o700).create(private.path().join(name))?;
+        // The mode asked for is masked by the umask; set it whole.
+        std::fs::set_permissions(private.path().join(name), std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(private)
+}
+
+/// The commands' temporary directory, inside the sandbox's own.
+const PRIVATE_TMP: &str = "tmp";
+/// Where a command's own root is mounted, inside the sandbox's directory.
+const PRIVATE_ROOT: &str = "root";
+
 /// Spawns `true` confined, to find out once whether the setup works here.
 fn probe(ready: Ready) -> io::Result<Ready> {
     let program = ["/usr/bin/true", "/bin/true"]
@@ -433,7 +481,8 @@ fn probe(ready: Ready) -> io::Result<Ready> {
         .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no `true` program to try the sandbox on"))?;
     let ready = Arc::new(ready);
     let mut command = Command::new(program);
-    command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+    // From `/`: the command's root holds the system, not where this runs.
+    command.current_dir("/").stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
     attach(&mut command, Arc::clone(&ready)).map_err(io::Error::other)?;
     let status = command.spawn()?.wait()?;
     drop(command);
@@ -467,6 +516,14 @@ impl Ready {
             None,
         )?;
         if let Some(namespace) = &self.user_namespace {
+            // Where std put the command (`current_dir`): taken up again
+            // once the mounts are made, so that it lies in them.
+            let mut cwd = [0u8; libc::PATH_MAX as usize];
+            // SAFETY: getcwd writes at most `cwd.len()` bytes into the buffer.
+            #[allow(unsafe_code)]
+            if unsafe { libc::getcwd(cwd.as_mut_ptr().cast(), cwd.len()) }.is_null() {
+                return Err(last_error());
+            }
             if let Some(join) = &namespace.join {
                 join.join()?;
             }
@@ -474,9 +531,12 @@ impl Ready {
             write_proc(c"/proc/self/setgroups", b"deny")?;
             write_proc(c"/proc/self/uid_map", &namespace.uid_map)?;
             write_proc(c"/proc/self/gid_map", &namespace.gid_map)?;
+            namespace.root.enter()?;
             for mount in &namespace.mounts {
                 mount.cover_over()?;
             }
+            let cwd = CStr::from_bytes_until_nul(&cwd).map_err(|_| io::Error::from_raw_os_error(libc::ENAMETOOLONG))?;
+            nix::unistd::chdir(cwd)?;
         }
         if self.drop_root {
             no_root_capabilities()?;
@@ -510,7 +570,12 @@ impl ReadOnlyMount {
             Cover::ReadOnly => target,
         };
         nix::mount::mount(Some(source), target, none, MsFlags::MS_BIND | MsFlags::MS_REC, none)?;
-        let read_only = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | self.locked;
+        let read_only = MsFlags::MS_BIND
+            | MsFlags::MS_REMOUNT
+            | MsFlags::MS_RDONLY
+            | MsFlags::MS_NOSUID
+            | MsFlags::MS_NODEV
+            | self.locked;
         nix::mount::mount(none, target, none, read_only, none)?;
         Ok(())
     }
@@ -590,7 +655,7 @@ fn canonical(path: &Path) -> PathBuf {
 
 /// The flags of the mount `path` lies on that a remount inside a user
 /// namespace must keep (the kernel refuses to clear them there).
-fn locked_flags(path: &Path) -> MsFlags {
+pub(crate) fn locked_flags(path: &Path) -> MsFlags {
     use nix::sys::statvfs::FsFlags;
     let Ok(stat) = nix::sys::statvfs::statvfs(path) else { return MsFlags::empty() };
     let flags = stat.flags();

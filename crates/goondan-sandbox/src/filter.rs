@@ -8,9 +8,17 @@
 //! `AF_INET6` (which reach only the loopback of the holder's network
 //! namespace) and `AF_NETLINK` (the C library's resolver asks it which
 //! address families are configured); never `AF_PACKET`, `AF_VSOCK` (not
-//! confined by network namespaces) or the kernel's other families); the second answers
-//! `ENOSYS` to `clone3`, whose flags live in memory seccomp cannot read, so
-//! the C library falls back to `clone`, whose flags the first filter checks.
+//! confined by network namespaces) or the kernel's other families; and no
+//! `AF_UNIX` socket either where the command has no root of its own to keep
+//! other sockets out of its sight (the Landlock-only layout), `socketpair`
+//! staying allowed) and a mode with the setuid or setgid bit in every call
+//! that sets a mode (`chmod`, `fchmod`, `fchmodat`, `fchmodat2`, `mknod*`,
+//! and `open*`/`creat` creating a file): a file a command leaves behind is
+//! never a way for another user to gain its owner's rights, which are
+//! root's when `gdn` runs as root. The second answers `ENOSYS` to `clone3`
+//! and `openat2`, whose flags and mode live in memory seccomp cannot read,
+//! so the C library falls back to `clone` and `openat`, which the first
+//! filter checks.
 
 use std::collections::BTreeMap;
 
@@ -83,9 +91,24 @@ const REFUSED: &[i64] = &[
     libc::SYS_lookup_dcookie,
 ];
 
-/// The filters for a command; `network` keeps inet (and netlink) sockets
-/// available.
-pub(crate) fn filters(network: bool) -> Result<Vec<BpfProgram>, SandboxError> {
+/// Which sockets a confined command may make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sockets {
+    /// None at all (`socketpair` still works): the Landlock-only layout,
+    /// where a named Unix socket anywhere on the machine could be reached.
+    None,
+    /// `AF_UNIX` only: the command sees no file system but its own root.
+    Unix,
+    /// Also inet and netlink, under a `network.allow` list (the holder's
+    /// network namespace has nothing but loopback).
+    Network,
+}
+
+/// The bits of a mode that give a file its owner's (or group's) rights.
+const SET_ID_BITS: [u64; 2] = [libc::S_ISUID as u64, libc::S_ISGID as u64];
+
+/// The filters for a command making `sockets`.
+pub(crate) fn filters(sockets: Sockets) -> Result<Vec<BpfProgram>, SandboxError> {
     let arch = TargetArch::try_from(std::env::consts::ARCH)
         .map_err(|_| SandboxError::filter(format!("no seccomp support for {}", std::env::consts::ARCH)))?;
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = REFUSED.iter().map(|&call| (call, Vec::new())).collect();
@@ -100,17 +123,77 @@ pub(crate) fn filters(network: bool) -> Result<Vec<BpfProgram>, SandboxError> {
         .map(|request| rule(vec![condition(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, request)?]))
         .collect::<Result<Vec<_>, _>>()?;
     rules.insert(libc::SYS_ioctl, ioctls);
-    let families: &[i32] =
-        if network { &[libc::AF_UNIX, libc::AF_INET, libc::AF_INET6, libc::AF_NETLINK] } else { &[libc::AF_UNIX] };
-    let other_family = families
-        .iter()
-        .map(|&family| condition(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, family as u64))
-        .collect::<Result<Vec<_>, _>>()?;
-    rules.insert(libc::SYS_socket, vec![rule(other_family)?]);
+    let families: &[i32] = match sockets {
+        Sockets::None => &[],
+        Sockets::Unix => &[libc::AF_UNIX],
+        Sockets::Network => &[libc::AF_UNIX, libc::AF_INET, libc::AF_INET6, libc::AF_NETLINK],
+    };
+    // No condition at all refuses every family.
+    let socket_rules = if families.is_empty() {
+        Vec::new()
+    } else {
+        let other_family = families
+            .iter()
+            .map(|&family| condition(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, family as u64))
+            .collect::<Result<Vec<_>, _>>()?;
+        vec![rule(other_family)?]
+    };
+    rules.insert(libc::SYS_socket, socket_rules);
+    for (call, mode) in mode_arguments() {
+        rules.insert(call, set_id_mode(mode)?);
+    }
+    for (call, flags, mode) in creating_calls() {
+        rules.insert(call, set_id_creation(flags, mode)?);
+    }
     let main = compile(rules, SeccompAction::Errno(libc::EPERM as u32), arch)?;
-    let clone3 =
-        compile(BTreeMap::from([(libc::SYS_clone3, Vec::new())]), SeccompAction::Errno(libc::ENOSYS as u32), arch)?;
-    Ok(vec![main, clone3])
+    let unreadable = BTreeMap::from([(libc::SYS_clone3, Vec::new()), (libc::SYS_openat2, Vec::new())]);
+    let fallback = compile(unreadable, SeccompAction::Errno(libc::ENOSYS as u32), arch)?;
+    Ok(vec![main, fallback])
+}
+
+/// `fchmodat2` (Linux 6.6), the same number on every architecture.
+const SYS_FCHMODAT2: i64 = 452;
+
+/// Calls that set a mode, and the argument that holds it.
+fn mode_arguments() -> Vec<(i64, u8)> {
+    let mut calls = vec![(libc::SYS_fchmod, 1), (libc::SYS_fchmodat, 2), (SYS_FCHMODAT2, 2), (libc::SYS_mknodat, 2)];
+    #[cfg(target_arch = "x86_64")]
+    calls.extend([(libc::SYS_chmod, 1), (libc::SYS_mknod, 1), (libc::SYS_creat, 1)]);
+    calls
+}
+
+/// Calls that set a mode only when they create a file: the call, the
+/// argument with its flags, the argument with the mode.
+fn creating_calls() -> Vec<(i64, u8, u8)> {
+    #[allow(unused_mut)]
+    let mut calls = vec![(libc::SYS_openat, 2, 3)];
+    #[cfg(target_arch = "x86_64")]
+    calls.push((libc::SYS_open, 1, 2));
+    calls
+}
+
+/// Refused when the mode in argument `mode` has a set-id bit.
+fn set_id_mode(mode: u8) -> Result<Vec<SeccompRule>, SandboxError> {
+    SET_ID_BITS
+        .iter()
+        .map(|&bit| rule(vec![condition(mode, SeccompCmpArgLen::Dword, SeccompCmpOp::MaskedEq(bit), bit)?]))
+        .collect()
+}
+
+/// Refused when the call creates a file (`O_CREAT`, or `O_TMPFILE` then
+/// linked) whose mode has a set-id bit.
+fn set_id_creation(flags: u8, mode: u8) -> Result<Vec<SeccompRule>, SandboxError> {
+    let tmpfile = (libc::O_TMPFILE & !libc::O_DIRECTORY) as u64;
+    let mut rules = Vec::new();
+    for creates in [libc::O_CREAT as u64, tmpfile] {
+        for bit in SET_ID_BITS {
+            rules.push(rule(vec![
+                condition(flags, SeccompCmpArgLen::Dword, SeccompCmpOp::MaskedEq(creates), creates)?,
+                condition(mode, SeccompCmpArgLen::Dword, SeccompCmpOp::MaskedEq(bit), bit)?,
+            ])?);
+        }
+    }
+    Ok(rules)
 }
 
 fn condition(arg: u8, len: SeccompCmpArgLen, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, SandboxError> {
@@ -136,11 +219,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn both_filters_compile_with_and_without_network() -> Result<(), SandboxError> {
-        let closed = filters(false)?;
-        let open = filters(true)?;
+    fn the_filters_compile_for_every_kind_of_sockets() -> Result<(), SandboxError> {
+        let none = filters(Sockets::None)?;
+        let closed = filters(Sockets::Unix)?;
+        let open = filters(Sockets::Network)?;
         assert_eq!(closed.len(), 2);
         // The socket rule is the only difference: more families allowed.
+        assert!(none[0].len() < closed[0].len(), "{} vs {}", none[0].len(), closed[0].len());
         assert!(closed[0].len() < open[0].len(), "{} vs {}", closed[0].len(), open[0].len());
         Ok(())
     }

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use crate::policy::{Policy, SandboxSpec};
 
 /// Trees of the system a command may read and execute.
-const SYSTEM_READABLE: &[&str] = &[
+pub(crate) const SYSTEM_READABLE: &[&str] = &[
     "/usr",
     "/bin",
     "/sbin",
@@ -94,7 +94,7 @@ pub(crate) fn grants(spec: &SandboxSpec, tmp: &Path, mode: Mode) -> Vec<(PathBuf
     grants.extend(DEVICES_READ_WRITE.iter().map(|path| (PathBuf::from(path), Grant::Device)));
     grants.extend(DEVICES_READ.iter().map(|path| (PathBuf::from(path), Grant::Read)));
     grants.push((tmp.to_path_buf(), Grant::Write));
-    let writes = spec.policy == Policy::WorkspaceWrite;
+    let writes = workdir_writable(spec);
     match mode {
         // The mounts keep the protected files read-only and `.env*` hidden.
         Mode::Namespaces => grants.push((spec.workdir.clone(), if writes { Grant::Write } else { Grant::Read })),
@@ -109,13 +109,22 @@ pub(crate) fn grants(spec: &SandboxSpec, tmp: &Path, mode: Mode) -> Vec<(PathBuf
     grants
 }
 
+/// Whether commands may write the workdir: under `workspace-write`, unless
+/// the workdir is itself protected (it is the bundle's directory).
+pub(crate) fn workdir_writable(spec: &SandboxSpec) -> bool {
+    spec.policy == Policy::WorkspaceWrite && !spec.protected.contains(&spec.workdir)
+}
+
 /// The protected paths that exist inside the workdir and how each is
 /// covered: read-only, or (`.env*`) hidden; under `read-only` only the
 /// hidden ones (nothing there is writable anyway).
 pub(crate) fn protected_mounts(spec: &SandboxSpec) -> Vec<(PathBuf, Cover)> {
     let mut seen = HashSet::new();
-    spec.protected
-        .iter()
+    let mut inside: Vec<&PathBuf> = spec.protected.iter().collect();
+    // A protected tree first, then what it holds (its `.env*` hidden over it).
+    inside.sort_by_key(|path| path.components().count());
+    inside
+        .into_iter()
         .filter(|path| path.starts_with(&spec.workdir) && path.as_path() != spec.workdir)
         .filter(|path| seen.insert(path.as_path()))
         .filter_map(|path| {

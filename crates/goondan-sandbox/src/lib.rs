@@ -69,14 +69,20 @@ mod confine;
 mod filter;
 mod holder;
 mod layout;
+mod limits;
 mod network;
 mod policy;
 mod refusal;
+mod root;
 mod support;
 
 pub use allow::{AllowList, EntryError, Host, Refused, Target};
 pub use confine::{Sandbox, SandboxError};
 pub use holder::{NETWORK_HOLDER_ARG, NETWORK_HOLDER_ENV, run_network_holder};
+pub use limits::{
+    CommandLimits, DEFAULT_FILE_SIZE, DEFAULT_PROCESSES, Enforcement, Limiter, Limits, MAX_PROCESSES, MIN_MEMORY,
+    default_memory, format_size,
+};
 pub use network::NetworkRefusal;
 pub use policy::{Policy, SandboxSpec};
 pub use refusal::{Refusal, refusal_in};

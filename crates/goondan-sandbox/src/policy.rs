@@ -54,4 +54,7 @@ pub struct SandboxSpec {
     pub protected: Vec<PathBuf>,
     /// `host:port` pairs the commands may connect to; empty: no network.
     pub network_allow: Vec<String>,
+    /// The resource bounds of each command (`spec.sandbox.limits`; default:
+    /// [`Limits::default`](crate::Limits)); not applied under `full`.
+    pub limits: crate::Limits,
 }

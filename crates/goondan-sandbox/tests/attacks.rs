@@ -24,6 +24,10 @@ struct Scene {
     _root: tempfile::TempDir,
     home: PathBuf,
     workdir: PathBuf,
+    /// A listening Unix socket outside the workdir, in a 0700 directory
+    /// (as a service's control socket is).
+    socket: PathBuf,
+    _listener: std::os::unix::net::UnixListener,
 }
 
 fn scene() -> std::io::Result<Scene> {
@@ -40,7 +44,13 @@ fn scene() -> std::io::Result<Scene> {
     std::fs::write(workdir.join(".env"), "API_KEY=sekrit\n")?;
     std::fs::create_dir_all(base.join("projects/other"))?;
     std::fs::write(base.join("projects/other/secret.txt"), "theirs\n")?;
-    Ok(Scene { _root: root, home, workdir })
+    let private = base.join("state");
+    std::fs::create_dir_all(&private)?;
+    std::fs::set_permissions(&private, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+    let socket = private.join("service.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&socket)?;
+    std::fs::set_permissions(&socket, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    Ok(Scene { _root: root, home, workdir, socket, _listener: listener })
 }
 
 impl Scene {
@@ -99,9 +109,27 @@ fn victim() -> Victim {
     }
 }
 
-fn attacks(port: u16, victim: u32) -> Vec<(&'static str, String)> {
+fn attacks(port: u16, victim: u32, socket: &Path) -> Vec<(&'static str, String)> {
     let me = std::process::id();
+    let socket = socket.display();
     vec![
+        (
+            "connect to a Unix socket outside the workdir",
+            format!("/usr/bin/python3 -c 'import socket; socket.socket(socket.AF_UNIX).connect(\"{socket}\")'"),
+        ),
+        ("make a setuid file", "cp /bin/true t && chmod 4755 t && test -u t".to_owned()),
+        ("make a setgid file", "cp /bin/true t && chmod g+s t && test -g t".to_owned()),
+        ("make a setgid directory", "mkdir d && chmod 2755 d && test -g d".to_owned()),
+        ("make a setuid file with install", "install -m 4755 /bin/true t && test -u t".to_owned()),
+        (
+            "create a file setuid from the start",
+            "/usr/bin/python3 -c \"import os; os.close(os.open('t', os.O_CREAT | os.O_WRONLY, 0o4755))\" && test -u t"
+                .to_owned(),
+        ),
+        (
+            "make a setuid fifo",
+            "/usr/bin/python3 -c \"import os, stat; os.mknod('t', stat.S_IFIFO | 0o4644)\" && test -u t".to_owned(),
+        ),
         ("read a private key in the home", r#"cat "$HOME/.ssh/id_rsa""#.to_owned()),
         ("read gdn's environment", format!("cat /proc/{me}/environ")),
         ("read another process's environment", format!("grep -q s3cr3t /proc/{victim}/environ")),
@@ -126,7 +154,7 @@ fn attacks(port: u16, victim: u32) -> Vec<(&'static str, String)> {
         (
             "ptrace another process",
             format!(
-                "python3 -c 'import ctypes,sys; libc=ctypes.CDLL(None); sys.exit(0 if libc.ptrace(16, {victim}, 0, 0) == 0 else 1)'"
+                "/usr/bin/python3 -c 'import ctypes,sys; libc=ctypes.CDLL(None); sys.exit(0 if libc.ptrace(16, {victim}, 0, 0) == 0 else 1)'"
             ),
         ),
     ]
@@ -134,9 +162,10 @@ fn attacks(port: u16, victim: u32) -> Vec<(&'static str, String)> {
 
 fn undo(scene: &Scene) {
     // What an allowed attack left behind, so that the next one starts clean.
-    for leftover in ["link", "hard", "new.yaml"] {
+    for leftover in ["link", "hard", "new.yaml", "t"] {
         let _ = std::fs::remove_file(scene.workdir.join(leftover));
     }
+    let _ = std::fs::remove_dir(scene.workdir.join("d"));
     let _ = std::fs::remove_file(scene.home.join("pwned"));
     let _ = std::fs::remove_file(scene.workdir.join(".git/hooks/pre-commit"));
 }
@@ -149,7 +178,7 @@ fn check_attacks(sandbox: &Sandbox, scene: &Scene, refused: bool) {
     let port = listener.local_addr().map(|a| a.port()).unwrap_or_default();
     let victim = victim();
     let mut wrong = Vec::new();
-    for (name, script) in attacks(port, victim.0.id()) {
+    for (name, script) in attacks(port, victim.0.id(), &scene.socket) {
         let output = scene.run(sandbox, &script);
         if output.status.success() == refused {
             wrong.push(format!(
@@ -177,6 +206,8 @@ fn check_ordinary_work(sandbox: &Sandbox, scene: &Scene) {
         cat .git/config goondan.yaml /etc/passwd > /dev/null
         ls /usr/bin > /dev/null
         /usr/bin/python3 -c 'print(1)' > /dev/null
+        /usr/bin/python3 -c 'import socket; a, b = socket.socketpair(); a.send(b"x"); assert b.recv(1) == b"x"'
+        cp /bin/true mine && chmod 755 mine && ./mine && chmod u+x,g-s mine && rm mine
         echo ok"#;
     let output = scene.run(sandbox, script);
     assert!(
@@ -217,6 +248,53 @@ fn with_a_network_allow_list_every_attack_is_still_refused() -> std::io::Result<
     Ok(())
 }
 
+/// A Unix socket the command makes itself, in its workdir or temporary
+/// directory, works as usual where it has a root of its own.
+#[test]
+fn a_command_uses_the_unix_sockets_it_makes() -> std::io::Result<()> {
+    let scene = scene()?;
+    let sandbox = scene.sandbox(Policy::WorkspaceWrite);
+    let script = r#"/usr/bin/python3 -c '
+import os, socket
+for place in (".", os.environ["TMPDIR"]):
+    path = os.path.join(place, "own.sock")
+    server = socket.socket(socket.AF_UNIX); server.bind(path); server.listen(1)
+    client = socket.socket(socket.AF_UNIX); client.connect(path)
+    peer, _ = server.accept(); client.send(b"x"); assert peer.recv(1) == b"x"
+    os.unlink(path)
+'"#;
+    let output = scene.run(&sandbox, script);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(sandbox.uses_namespaces(), Some(true));
+    Ok(())
+}
+
+/// A workdir that is itself protected (the bundle's directory) takes no
+/// write at all, not even a new file, in either layout.
+#[test]
+fn a_protected_workdir_takes_no_new_file() -> std::io::Result<()> {
+    let scene = scene()?;
+    for landlock_only in [false, true] {
+        let sandbox = Sandbox::new(SandboxSpec {
+            policy: Policy::WorkspaceWrite,
+            workdir: scene.workdir.clone(),
+            protected: vec![scene.workdir.clone()],
+            ..SandboxSpec::default()
+        });
+        let sandbox = if landlock_only { sandbox.landlock_only() } else { sandbox };
+        for attack in ["echo x > .env.local", "mkdir .git2", "echo x > src/helper.ts", "echo '{}' > package.json"] {
+            let output = scene.run(&sandbox, attack);
+            assert!(!output.status.success(), "{attack} was allowed (Landlock only: {landlock_only})");
+        }
+        let output = scene.run(&sandbox, "cat goondan.yaml > /dev/null && echo t > \"$TMPDIR/t\"");
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        for made in [".env.local", "src/helper.ts", "package.json"] {
+            assert!(!scene.workdir.join(made).exists(), "{made} was made");
+        }
+    }
+    Ok(())
+}
+
 #[test]
 fn full_allows_every_attack() -> std::io::Result<()> {
     let scene = scene()?;
@@ -235,6 +313,12 @@ fn without_namespaces_the_same_attacks_are_refused() -> std::io::Result<()> {
     let output = scene.run(&sandbox, "echo y > src/z && rm src/z && echo t > \"$TMPDIR/t\"");
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     assert!(!scene.run(&sandbox, "echo x > top.txt").status.success());
+    // No root of its own here: no Unix socket can be made at all (a
+    // socketpair still works).
+    let output = scene.run(&sandbox, "/usr/bin/python3 -c 'import socket; socket.socket(socket.AF_UNIX)'");
+    assert!(!output.status.success());
+    let output = scene.run(&sandbox, "/usr/bin/python3 -c 'import socket; socket.socketpair()'");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     Ok(())
 }
 
