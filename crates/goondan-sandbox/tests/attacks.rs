@@ -369,3 +369,33 @@ fn a_confined_command_starts_with_no_signal_blocked() -> std::io::Result<()> {
     assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), "SigBlk:\t0000000000000000");
     Ok(())
 }
+
+/// The tests above again, as an unprivileged user (this binary run again
+/// under `setpriv`) when they ran as root: the sandbox maps root to an
+/// unprivileged user in its namespace, a user keeps its own id, and both
+/// must hold.
+#[test]
+fn the_same_holds_for_an_unprivileged_user() -> std::io::Result<()> {
+    if !nix::unistd::geteuid().is_root() {
+        return Ok(());
+    }
+    let tests = [
+        "workspace_write_refuses_every_attack_and_allows_ordinary_work",
+        "without_namespaces_the_same_attacks_are_refused",
+        "a_protected_workdir_takes_no_new_file",
+        "a_command_uses_the_unix_sockets_it_makes",
+        "with_a_network_allow_list_every_attack_is_still_refused",
+        "full_allows_every_attack",
+    ];
+    let output = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"])
+        .arg(std::env::current_exe()?)
+        .args(tests)
+        .args(["--exact", "--test-threads=1"])
+        .env("TMPDIR", "/tmp")
+        .output()?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "as uid 65534:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.contains(&format!("{} passed", tests.len())), "{stdout}");
+    Ok(())
+}
