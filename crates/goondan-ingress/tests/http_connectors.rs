@@ -416,7 +416,7 @@ fn the_native_table_has_the_http_connectors() {
 const WEBHOOK_SECRET: &str = "whsec-test";
 
 #[tokio::test]
-async fn webhook_stores_signed_json_keyed_by_its_delivery_id() -> TestResult {
+async fn webhook_stores_signed_json_keyed_by_what_is_signed() -> TestResult {
     let sink = Arc::new(MemorySink::new());
     let started = start_with("webhook", &[], &[("WEBHOOK_SECRET", WEBHOOK_SECRET)], sink.clone()).await?;
     let body = br#"{"text":"deploy done","instanceKey":"ops:1","properties":{"route":"ops","attempt":2}}"#;
@@ -430,14 +430,15 @@ async fn webhook_stores_signed_json_keyed_by_its_delivery_id() -> TestResult {
     }
     let stored = sink.stored();
     let [delivery] = stored.as_slice() else { panic!("stored once, got {stored:?}") };
-    assert_eq!(delivery.key.as_deref(), Some("d-1"));
+    // X-Delivery-Id is not signed: the body's digest is the key.
+    assert_eq!(delivery.key, Some(body_key(body)));
     assert_eq!(delivery.event.name, "webhook_message");
     assert_eq!(delivery.event.instance_key, "ops:1");
     assert_eq!(delivery.event.message.input_text(), "deploy done");
     assert_eq!(delivery.event.properties.get("route").map(String::as_str), Some("ops"));
     assert_eq!(delivery.event.properties.get("attempt").map(String::as_str), Some("2"));
 
-    // A timestamped signature, no id header: keyed by a digest of the body.
+    // A timestamped signature: keyed by the body's digest and the timestamp.
     let ts = now().to_string();
     let other = br#"{"event":"alert","text":"cpu"}"#;
     let stamped = vec![
@@ -448,7 +449,7 @@ async fn webhook_stores_signed_json_keyed_by_its_delivery_id() -> TestResult {
     assert_eq!(post(started.addr, &stamped, other).await?.status, 200);
     let stored = sink.stored();
     assert_eq!(stored.len(), 2);
-    assert_eq!(stored[1].key, Some(goondan_ingress::event::digest_key(other)));
+    assert_eq!(stored[1].key, Some(format!("{}@{ts}", body_key(other))));
     assert_eq!(stored[1].event.name, "alert");
 
     // Bad, missing and stale signatures store nothing.
@@ -555,7 +556,8 @@ async fn github_events_become_the_manifest_events_and_ping_emits_nothing() -> Te
         assert_eq!(reply.status, 200, "{kind}: {}", reply.body);
         let stored = sink.stored();
         let Some(last) = stored.last() else { panic!("{kind} stored nothing") };
-        assert_eq!(last.key.as_deref(), Some(delivery.as_str()));
+        // X-GitHub-Delivery is not signed: the body (which is) is the key.
+        assert_eq!(last.key, Some(body_key(body.as_bytes())));
         assert_eq!((last.event.name.as_str(), last.event.message.input_text().as_str()), (*name, *text));
         assert_eq!(last.event.instance_key, "github:octo/hello");
         assert_eq!(last.event.properties.get("repo").map(String::as_str), Some("octo/hello"));
@@ -566,7 +568,7 @@ async fn github_events_become_the_manifest_events_and_ping_emits_nothing() -> Te
     assert_eq!(stored[1].event.properties.get("number").map(String::as_str), Some("12"));
     assert_eq!(stored[0].event.properties.get("ref").map(String::as_str), Some("refs/heads/main"));
 
-    // A redelivery (same X-GitHub-Delivery) is acknowledged and not stored again.
+    // A redelivery (same X-GitHub-Delivery, same body) is acknowledged and not stored again.
     let (kind, body, _, _) = &cases[0];
     let redelivery = github_headers(kind, "72d3162e-cc78-11e3-81ab-4c9367dc0950", body.as_bytes())?;
     assert_eq!(post(started.addr, &redelivery, body.as_bytes()).await?.status, 200);
@@ -673,4 +675,322 @@ async fn an_ipv6_loopback_host_is_written_as_in_a_url_or_bare() -> TestResult {
         started.stop().await?;
     }
     Ok(())
+}
+
+// ─────────────────────────── replays ───────────────────────────
+//
+// A captured request posted again must run no second turn. What is outside
+// a signature (`X-Delivery-Id`, `X-GitHub-Delivery`) can be changed by
+// whoever replays it, so only what is signed makes the delivery key.
+
+/// Standard base64 (RFC 4648, with padding), written out so that the
+/// tests do not sign with the code they test.
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[(n >> (18 - 6 * i) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+fn hmac_base64(key: &[u8], parts: &[&[u8]]) -> Result<String, Box<dyn std::error::Error>> {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key)?;
+    for part in parts {
+        mac.update(part);
+    }
+    Ok(base64(&mac.finalize().into_bytes()))
+}
+
+fn body_key(body: &[u8]) -> String {
+    use sha2::Digest as _;
+    format!("body-sha256:{}", hex::encode(Sha256::digest(body)))
+}
+
+#[test]
+fn the_tests_base64_is_rfc_4648() {
+    // RFC 4648 section 10.
+    let vectors = [("", ""), ("f", "Zg=="), ("fo", "Zm8="), ("foo", "Zm9v"), ("foobar", "Zm9vYmFy")];
+    for (plain, encoded) in vectors {
+        assert_eq!(base64(plain.as_bytes()), encoded);
+    }
+}
+
+#[tokio::test]
+async fn webhook_a_body_only_signature_posted_again_with_a_new_delivery_id_runs_once() -> TestResult {
+    let sink = Arc::new(MemorySink::new());
+    let started = start_with("webhook", &[], &[("WEBHOOK_SECRET", WEBHOOK_SECRET)], sink.clone()).await?;
+    let body = br#"{"text":"transfer 100","instanceKey":"bank:1"}"#;
+    let signature = format!("sha256={}", hmac_hex(WEBHOOK_SECRET, &[body])?);
+    let first = [("X-Signature-256", signature.clone()), ("X-Delivery-Id", "d-1".to_owned())];
+    let reply = post(started.addr, &first, body).await?;
+    assert_eq!((reply.status, reply.json()?), (200, serde_json::json!({"ok": true})));
+    // The attacker's copy: the same signed body, another delivery id (and none at all).
+    let replayed = [("X-Signature-256", signature.clone()), ("X-Delivery-Id", "d-2-replayed".to_owned())];
+    let reply = post(started.addr, &replayed, body).await?;
+    assert_eq!((reply.status, reply.json()?), (200, serde_json::json!({"ok": true})), "answered as a duplicate");
+    let keyed_otherwise = [("X-Signature-256", signature), ("Idempotency-Key", "fresh".to_owned())];
+    assert_eq!(post(started.addr, &keyed_otherwise, body).await?.status, 200);
+    let stored = sink.stored();
+    let [delivery] = stored.as_slice() else { panic!("the replays stored events: {stored:?}") };
+    assert_eq!(delivery.key, Some(body_key(body)));
+    started.stop().await
+}
+
+#[tokio::test]
+async fn webhook_a_timestamped_signature_posted_again_with_a_new_delivery_id_runs_once() -> TestResult {
+    let sink = Arc::new(MemorySink::new());
+    let started = start_with("webhook", &[], &[("WEBHOOK_SECRET", WEBHOOK_SECRET)], sink.clone()).await?;
+    let body = br#"{"event":"alert","text":"cpu"}"#;
+    let ts = now().to_string();
+    let signature = format!("sha256={}", hmac_hex(WEBHOOK_SECRET, &[ts.as_bytes(), b".", body])?);
+    for id in ["a-1", "a-2-replayed"] {
+        let headers = [
+            ("X-Signature-256", signature.clone()),
+            ("X-Signature-Timestamp", ts.clone()),
+            ("X-Delivery-Id", id.to_owned()),
+        ];
+        assert_eq!(post(started.addr, &headers, body).await?.status, 200);
+    }
+    // The same body signed at another second is another sending.
+    let later = (now() + 1).to_string();
+    let resent = [
+        ("X-Signature-256", format!("sha256={}", hmac_hex(WEBHOOK_SECRET, &[later.as_bytes(), b".", body])?)),
+        ("X-Signature-Timestamp", later.clone()),
+    ];
+    assert_eq!(post(started.addr, &resent, body).await?.status, 200);
+    let keys: Vec<Option<String>> = sink.stored().into_iter().map(|d| d.key).collect();
+    assert_eq!(keys, [Some(format!("{}@{ts}", body_key(body))), Some(format!("{}@{later}", body_key(body)))]);
+    // Stale or future timestamps are refused (6 minutes either way).
+    for at in [now() - 6 * 60, now() + 6 * 60] {
+        let at = at.to_string();
+        let headers = [
+            ("X-Signature-256", format!("sha256={}", hmac_hex(WEBHOOK_SECRET, &[at.as_bytes(), b".", body])?)),
+            ("X-Signature-Timestamp", at),
+        ];
+        assert_eq!(post(started.addr, &headers, body).await?.status, 401);
+    }
+    assert_eq!(sink.stored().len(), 2);
+    started.stop().await
+}
+
+/// A Standard Webhooks sender's secret: `whsec_` and the base64 of the key.
+const STANDARD_KEY: &[u8] = b"\x01\x02standard-webhooks-key\xfe\xff";
+
+fn standard_headers(
+    key: &[u8],
+    id: &str,
+    timestamp: u64,
+    body: &[u8],
+) -> Result<Vec<(&'static str, String)>, Box<dyn std::error::Error>> {
+    let ts = timestamp.to_string();
+    let signature = hmac_base64(key, &[id.as_bytes(), b".", ts.as_bytes(), b".", body])?;
+    Ok(vec![
+        ("Content-Type", "application/json".to_owned()),
+        ("webhook-id", id.to_owned()),
+        ("webhook-timestamp", ts),
+        ("webhook-signature", format!("v1,{signature}")),
+    ])
+}
+
+fn set(headers: &mut [(&'static str, String)], name: &str, value: String) {
+    for (n, v) in headers.iter_mut() {
+        if n.eq_ignore_ascii_case(name) {
+            *v = value.clone();
+        }
+    }
+}
+
+#[tokio::test]
+async fn webhook_standard_webhooks_are_keyed_by_their_signed_id() -> TestResult {
+    let sink = Arc::new(MemorySink::new());
+    let secret = format!("whsec_{}", base64(STANDARD_KEY));
+    let started = start_with("webhook", &[], &[("WEBHOOK_SECRET", &secret)], sink.clone()).await?;
+    let body = br#"{"event":"invoice_paid","text":"paid","instanceKey":"billing:7"}"#;
+    let mut headers = standard_headers(STANDARD_KEY, "msg_2KWPBgLlAfxdpx2AI54pPJ85f4W", now(), body)?;
+    // Several signatures (a key being rotated, another scheme): any one v1 that matches passes.
+    let right = headers[3].1.clone();
+    set(&mut headers, "webhook-signature", format!("v1a,AAAA v1,{} {right}", base64(&[0; 32])));
+    let reply = post(started.addr, &headers, body).await?;
+    assert_eq!((reply.status, reply.json()?), (200, serde_json::json!({"ok": true})));
+    // A retry keeps its id, with a new timestamp and signature: a duplicate.
+    let retry = standard_headers(STANDARD_KEY, "msg_2KWPBgLlAfxdpx2AI54pPJ85f4W", now() + 2, body)?;
+    assert_eq!(post(started.addr, &retry, body).await?.status, 200);
+    // The same request once more, with an X-Delivery-Id of the replayer's own: a duplicate.
+    let mut replay = retry.clone();
+    replay.push(("X-Delivery-Id", "fresh".to_owned()));
+    assert_eq!(post(started.addr, &replay, body).await?.status, 200);
+    // Another message with the same body is its own event.
+    let other = standard_headers(STANDARD_KEY, "msg_other", now(), body)?;
+    assert_eq!(post(started.addr, &other, body).await?.status, 200);
+    let stored = sink.stored();
+    let keys: Vec<Option<&str>> = stored.iter().map(|d| d.key.as_deref()).collect();
+    assert_eq!(keys, [Some("msg_2KWPBgLlAfxdpx2AI54pPJ85f4W"), Some("msg_other")]);
+    assert_eq!(stored[0].event.name, "invoice_paid");
+    assert_eq!(stored[0].event.instance_key, "billing:7");
+    started.stop().await
+}
+
+#[tokio::test]
+async fn webhook_standard_webhooks_refuse_bad_stale_future_and_moved_signatures() -> TestResult {
+    let sink = Arc::new(MemorySink::new());
+    let secret = format!("whsec_{}", base64(STANDARD_KEY));
+    let started = start_with("webhook", &[], &[("WEBHOOK_SECRET", &secret)], sink.clone()).await?;
+    let body = br#"{"text":"x"}"#;
+    let id = "msg_refused";
+    let refused = |what: &'static str, headers: Vec<(&'static str, String)>, body: &'static [u8]| {
+        let addr = started.addr;
+        async move {
+            let reply = post(addr, &headers, body).await?;
+            assert_eq!((reply.status, reply.error_code().as_deref()), (401, Some("unauthorized")), "{what}");
+            Ok::<(), Box<dyn std::error::Error>>(())
+        }
+    };
+    refused("signed with another key", standard_headers(b"another key", id, now(), body)?, body).await?;
+    refused("6 minutes old", standard_headers(STANDARD_KEY, id, now() - 6 * 60, body)?, body).await?;
+    refused("6 minutes ahead", standard_headers(STANDARD_KEY, id, now() + 6 * 60, body)?, body).await?;
+    refused("another body", standard_headers(STANDARD_KEY, id, now(), body)?, br#"{"text":"y"}"#).await?;
+    // The signature of one id under another: a replay with a fresh id.
+    let mut moved = standard_headers(STANDARD_KEY, id, now(), body)?;
+    set(&mut moved, "webhook-id", "msg_fresh".to_owned());
+    refused("another id", moved, body).await?;
+    let mut retimed = standard_headers(STANDARD_KEY, id, now() - 200, body)?;
+    set(&mut retimed, "webhook-timestamp", now().to_string());
+    refused("another timestamp", retimed, body).await?;
+    // The raw secret (with its prefix) is not the key of a whsec_ secret.
+    refused("the secret's text as the key", standard_headers(secret.as_bytes(), id, now(), body)?, body).await?;
+    let good = standard_headers(STANDARD_KEY, id, now(), body)?;
+    for missing in ["webhook-id", "webhook-timestamp"] {
+        let without: Vec<_> = good.iter().filter(|(n, _)| *n != missing).cloned().collect();
+        refused("a header missing", without, body).await?;
+    }
+    let mut unversioned = good.clone();
+    set(&mut unversioned, "webhook-signature", good[3].1.trim_start_matches("v1,").to_owned());
+    refused("no v1, prefix", unversioned, body).await?;
+    let mut other_version = good.clone();
+    set(&mut other_version, "webhook-signature", good[3].1.replacen("v1,", "v2,", 1));
+    refused("another version", other_version, body).await?;
+    assert!(sink.stored().is_empty());
+    // …and the right one passes.
+    assert_eq!(post(started.addr, &good, body).await?.status, 200);
+    assert_eq!(sink.stored().len(), 1);
+    started.stop().await
+}
+
+#[tokio::test]
+async fn webhook_standard_webhooks_with_a_plain_secret_use_its_bytes_and_a_bad_whsec_is_a_config_error() -> TestResult {
+    let sink = Arc::new(MemorySink::new());
+    let started = start_with("webhook", &[], &[("WEBHOOK_SECRET", WEBHOOK_SECRET)], sink.clone()).await?;
+    let body = br#"{"text":"plain"}"#;
+    let headers = standard_headers(WEBHOOK_SECRET.as_bytes(), "msg_plain", now(), body)?;
+    assert_eq!(post(started.addr, &headers, body).await?.status, 200);
+    // The same secret still signs the GitHub-style form.
+    let other = br#"{"text":"github style"}"#;
+    let github_style = [("X-Signature-256", format!("sha256={}", hmac_hex(WEBHOOK_SECRET, &[other])?))];
+    assert_eq!(post(started.addr, &github_style, other).await?.status, 200);
+    let keys: Vec<Option<String>> = sink.stored().into_iter().map(|d| d.key).collect();
+    assert_eq!(keys, [Some("msg_plain".to_owned()), Some(body_key(other))]);
+    started.stop().await?;
+
+    let result =
+        start_with("webhook", &[], &[("WEBHOOK_SECRET", "whsec_not*base64")], Arc::new(MemorySink::new())).await;
+    let Err(error) = result else { panic!("started with a whsec_ secret that is not base64") };
+    assert!(matches!(error, ConnectorError::Config { .. }) && error.to_string().contains("WEBHOOK_SECRET"), "{error}");
+    assert!(!error.to_string().contains("not*base64"), "the secret is not in the message: {error}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn webhook_can_refuse_signatures_without_a_timestamp() -> TestResult {
+    let sink = Arc::new(MemorySink::new());
+    let config = [("WEBHOOK_REQUIRE_TIMESTAMP", "true")];
+    let started = start_with("webhook", &config, &[("WEBHOOK_SECRET", WEBHOOK_SECRET)], sink.clone()).await?;
+    let body = br#"{"text":"t"}"#;
+    let body_only = [("X-Signature-256", format!("sha256={}", hmac_hex(WEBHOOK_SECRET, &[body])?))];
+    assert_eq!(post(started.addr, &body_only, body).await?.status, 401);
+    let ts = now().to_string();
+    let stamped = [
+        ("X-Signature-256", format!("sha256={}", hmac_hex(WEBHOOK_SECRET, &[ts.as_bytes(), b".", body])?)),
+        ("X-Signature-Timestamp", ts),
+    ];
+    assert_eq!(post(started.addr, &stamped, body).await?.status, 200);
+    let standard = standard_headers(WEBHOOK_SECRET.as_bytes(), "msg_t", now(), body)?;
+    assert_eq!(post(started.addr, &standard, body).await?.status, 200);
+    assert_eq!(sink.stored().len(), 2);
+    started.stop().await?;
+    let result = start_with(
+        "webhook",
+        &[("WEBHOOK_REQUIRE_TIMESTAMP", "sometimes")],
+        &[("WEBHOOK_SECRET", WEBHOOK_SECRET)],
+        Arc::new(MemorySink::new()),
+    )
+    .await;
+    let Err(error) = result else { panic!("started with WEBHOOK_REQUIRE_TIMESTAMP=sometimes") };
+    assert!(error.to_string().contains("WEBHOOK_REQUIRE_TIMESTAMP"), "{error}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn github_a_delivery_posted_again_with_a_new_delivery_id_runs_once() -> TestResult {
+    let sink = Arc::new(MemorySink::new());
+    let started = start_with("github", &[], &[("GITHUB_WEBHOOK_SECRET", GITHUB_SECRET)], sink.clone()).await?;
+    let body = br#"{"action":"opened","issue":{"id":1,"number":9,"title":"Bug"},"repository":{"full_name":"o/r"}}"#;
+    let first = github_headers("issues", "5b8c5d2e-0000-11f0-8000-000000000001", body)?;
+    assert_eq!(post(started.addr, &first, body).await?.status, 200);
+    // GitHub's own redelivery: the same id and body.
+    assert_eq!(post(started.addr, &first, body).await?.status, 200);
+    // A replay with a delivery id of the attacker's own.
+    let replayed = github_headers("issues", "00000000-dead-beef-0000-000000000000", body)?;
+    let reply = post(started.addr, &replayed, body).await?;
+    assert_eq!((reply.status, reply.body.as_str()), (200, "OK"), "answered as a duplicate");
+    let stored = sink.stored();
+    let [delivery] = stored.as_slice() else { panic!("the replay stored events: {stored:?}") };
+    assert_eq!(delivery.key, Some(body_key(body)));
+    started.stop().await
+}
+
+#[tokio::test]
+async fn discord_refuses_timestamps_six_minutes_off_and_a_replayed_interaction_runs_once() -> TestResult {
+    let sink = Arc::new(MemorySink::new());
+    let started = start_with("discord", &[("DISCORD_PUBLIC_KEY", DISCORD_PUBLIC_KEY)], &[], sink.clone()).await?;
+    let command = br#"{"id":"1400","type":2,"token":"t","channel_id":"CH","data":{"name":"pay"}}"#;
+    for at in [now() - 6 * 60, now() + 6 * 60] {
+        let reply = post(started.addr, &discord_headers(command, at)?, command).await?;
+        assert_eq!((reply.status, reply.error_code().as_deref()), (401, Some("unauthorized")));
+    }
+    assert!(sink.stored().is_empty());
+    let captured = discord_headers(command, now() - 60)?;
+    for _ in 0..2 {
+        assert_eq!(post(started.addr, &captured, command).await?.status, 200);
+    }
+    let stored = sink.stored();
+    let [delivery] = stored.as_slice() else { panic!("the replay stored events: {stored:?}") };
+    assert_eq!(delivery.key.as_deref(), Some("1400"));
+    started.stop().await
+}
+
+#[tokio::test]
+async fn slack_refuses_timestamps_six_minutes_off_and_a_replayed_event_runs_once() -> TestResult {
+    let sink = Arc::new(MemorySink::new());
+    let started = slack(sink.clone()).await?;
+    let body = slack_mention("Ev0REPLAY");
+    for at in [now() - 6 * 60, now() + 6 * 60] {
+        let reply = post(started.addr, &slack_headers(&body, at)?, &body).await?;
+        assert_eq!((reply.status, reply.error_code().as_deref()), (401, Some("unauthorized")));
+    }
+    let captured = slack_headers(&body, now() - 60)?;
+    for _ in 0..2 {
+        assert_eq!(post(started.addr, &captured, &body).await?.status, 200);
+    }
+    let stored = sink.stored();
+    let [delivery] = stored.as_slice() else { panic!("the replay stored events: {stored:?}") };
+    assert_eq!(delivery.key.as_deref(), Some("Ev0REPLAY"));
+    started.stop().await
 }

@@ -1,9 +1,12 @@
 //! `github`: GitHub webhook deliveries. The original ships the reading
 //! (`parseGithubWebhook`) but no server; this is the server, with
 //! `X-Hub-Signature-256` required whenever a secret is configured (the
-//! original let a request without the header through) and
-//! `X-GitHub-Delivery` as the delivery key, so a redelivery from GitHub's
-//! settings page runs no second turn.
+//! original let a request without the header through). The delivery key
+//! is `body-sha256:<hex>` of the body: `X-GitHub-Delivery` is outside the
+//! signature, so a captured delivery re-posted with a new one must not be a
+//! new event. A redelivery from GitHub's settings page (the same body) runs
+//! no second turn either; distinct events have distinct bodies (they carry
+//! their own ids and times).
 
 use std::collections::BTreeMap;
 
@@ -12,7 +15,7 @@ use serde_json::Map;
 
 use super::http::{self, Endpoint, Incoming, Keys, Listen, Outcome};
 use crate::connector::{ConnectorContext, StartFuture};
-use crate::event::{ConnectorEvent, Delivery, EventMessage, digest_key};
+use crate::event::{ConnectorEvent, Delivery, EventMessage};
 
 pub(crate) const KEYS: Keys = Keys {
     port: "GITHUB_WEBHOOK_PORT",
@@ -67,7 +70,10 @@ impl Endpoint for Github {
         if kind == "ping" {
             return Outcome::Reply(http::ok_text("pong"));
         }
-        let key = request.header("x-github-delivery").map_or_else(|| digest_key(&request.body), str::to_owned);
+        let key = http::body_digest_key(&request.body);
+        if let Some(delivery) = request.header("x-github-delivery") {
+            tracing::debug!(connection = %self.connection, delivery, %key, "a GitHub delivery");
+        }
         Outcome::Emit { deliveries: vec![Delivery::keyed(key, parse(kind, &body))], ack: http::ok_text("OK") }
     }
 }

@@ -24,7 +24,7 @@ use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use serde_json::json;
-use sha2::Sha256;
+use sha2::{Digest as _, Sha256};
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -240,13 +240,75 @@ pub(crate) fn hmac_sha256_matches(secret: &[u8], parts: &[&[u8]], signature_hex:
     let Ok(signature) = hex::decode(signature_hex) else {
         return false;
     };
-    let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(secret) else {
+    hmac_sha256_matches_any(secret, parts, std::iter::once(signature))
+}
+
+/// Whether any of `signatures` (raw bytes) is the HMAC-SHA256 of `parts`
+/// (concatenated) under `key`. Each is compared in constant time, and every
+/// one is compared: how many there are is the sender's, not a timing signal.
+pub(crate) fn hmac_sha256_matches_any(
+    key: &[u8],
+    parts: &[&[u8]],
+    signatures: impl IntoIterator<Item = Vec<u8>>,
+) -> bool {
+    let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(key) else {
         return false;
     };
     for part in parts {
         mac.update(part);
     }
-    mac.verify_slice(&signature).is_ok()
+    signatures.into_iter().fold(false, |found, signature| mac.clone().verify_slice(&signature).is_ok() | found)
+}
+
+/// The delivery key of a request whose signature covers its body and
+/// nothing that tells one sending of it from another (`X-Hub-Signature-256`,
+/// a body-only `X-Signature-256`): `body-sha256:<hex>`. Whatever delivery id
+/// comes with such a request is the sender's word, not signed — anyone who
+/// captured the request can change it — so the same signed body is the same
+/// delivery, however it is labelled.
+pub(crate) fn body_digest_key(body: &[u8]) -> String {
+    format!("body-sha256:{}", hex::encode(Sha256::digest(body)))
+}
+
+/// Decodes standard base64 (RFC 4648 section 4; `=` padding optional,
+/// nothing else: no whitespace, no URL alphabet). `None` for anything else.
+pub(crate) fn base64_decode(text: &str) -> Option<Vec<u8>> {
+    fn value(byte: u8) -> Option<u32> {
+        let value = match byte {
+            b'A'..=b'Z' => byte - b'A',
+            b'a'..=b'z' => byte - b'a' + 26,
+            b'0'..=b'9' => byte - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        };
+        Some(u32::from(value))
+    }
+    let bytes = text.as_bytes();
+    let unpadded = match bytes {
+        [rest @ .., b'=', b'='] | [rest @ .., b'='] if bytes.len().is_multiple_of(4) => rest,
+        _ => bytes,
+    };
+    // A lone last character carries fewer than 8 bits.
+    if unpadded.len() % 4 == 1 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(unpadded.len() * 3 / 4);
+    for chunk in unpadded.chunks(4) {
+        let mut n = 0u32;
+        for (index, byte) in chunk.iter().enumerate() {
+            n |= value(*byte)? << (18 - 6 * index);
+        }
+        let [_, first, second, third] = n.to_be_bytes();
+        let decoded = [first, second, third];
+        let length = chunk.len() - 1;
+        // Bits past the last whole byte must be zero (one encoding per value).
+        if decoded[length..].iter().any(|b| *b != 0) {
+            return None;
+        }
+        out.extend_from_slice(&decoded[..length]);
+    }
+    Some(out)
 }
 
 /// The hex HMAC-SHA256 of `parts` under `secret` (for tests and signing
@@ -501,6 +563,48 @@ mod tests {
         assert!(!hmac_sha256_matches(secret, &[b"Hello, World?"], expected));
         assert!(!hmac_sha256_matches(secret, &[b"Hello, World!"], "zz"));
         assert!(!hmac_sha256_matches(secret, &[b"Hello, World!"], &expected[..62]));
+    }
+
+    #[test]
+    fn base64_decodes_rfc_4648_and_nothing_else() {
+        // RFC 4648 section 10.
+        let vectors: [(&str, &[u8]); 7] = [
+            ("", b""),
+            ("Zg==", b"f"),
+            ("Zm8=", b"fo"),
+            ("Zm9v", b"foo"),
+            ("Zm9vYg==", b"foob"),
+            ("Zm9vYmE=", b"fooba"),
+            ("Zm9vYmFy", b"foobar"),
+        ];
+        for (encoded, plain) in vectors {
+            assert_eq!(base64_decode(encoded).as_deref(), Some(plain), "{encoded}");
+        }
+        assert_eq!(base64_decode("Zg").as_deref(), Some(b"f".as_slice()), "padding is optional");
+        assert_eq!(base64_decode("+/+/").as_deref(), Some([0xfb, 0xff, 0xbf].as_slice()));
+        for bad in ["Z", "Zg=", "Zh==", "Zm9v\n", "Zm 9v", "-_-_", "Zm9v====", "=", "Zg==Zg=="] {
+            assert_eq!(base64_decode(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn any_one_matching_signature_passes() {
+        let key = b"k";
+        let right = hex::decode(hmac_sha256_hex(key, &[b"a.b"])).unwrap_or_default();
+        let wrong = vec![0u8; 32];
+        assert!(hmac_sha256_matches_any(key, &[b"a", b".b"], [wrong.clone(), right.clone()]));
+        assert!(hmac_sha256_matches_any(key, &[b"a.b"], [right.clone(), wrong.clone()]));
+        assert!(!hmac_sha256_matches_any(key, &[b"a.b"], [wrong.clone(), right[..31].to_vec()]));
+        assert!(!hmac_sha256_matches_any(key, &[b"a.b"], Vec::<Vec<u8>>::new()));
+    }
+
+    #[test]
+    fn body_digest_keys_are_sha256_of_the_raw_body() {
+        assert_eq!(
+            body_digest_key(b""),
+            "body-sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+        assert_ne!(body_digest_key(b"{\"a\":1}"), body_digest_key(b"{\"a\": 1}"));
     }
 
     #[test]
