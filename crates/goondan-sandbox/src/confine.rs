@@ -370,9 +370,11 @@ impl Sandbox {
         let tmp = private.join(PRIVATE_TMP);
         let grants = layout::grants(&self.spec, &tmp, mode);
         let proxy_port = network.as_ref().map(|network| network.port);
-        let ruleset =
-            ruleset(&grants, proxy_port).map_err(|error| format!("building the Landlock ruleset failed: {error}"))?;
+        let open_network = self.spec.open_network && proxy_port.is_none();
+        let ruleset = ruleset(&grants, proxy_port, open_network)
+            .map_err(|error| format!("building the Landlock ruleset failed: {error}"))?;
         let sockets = match (mode, proxy_port) {
+            _ if open_network => Sockets::Open { unix: mode == Mode::Namespaces },
             (Mode::Namespaces, Some(_)) => Sockets::Network,
             (Mode::Namespaces, None) => Sockets::Unix,
             // No root of its own to keep the machine's sockets out of sight.
@@ -613,18 +615,21 @@ pub(crate) fn write_proc(path: &std::ffi::CStr, content: &[u8]) -> io::Result<()
 /// no TCP (but a connection to the network proxy's port, when there is
 /// one), and signals and abstract sockets scoped to the command's own
 /// processes.
-fn ruleset(grants: &[(PathBuf, Grant)], proxy_port: Option<u16>) -> Result<RulesetCreated, landlock::RulesetError> {
+fn ruleset(
+    grants: &[(PathBuf, Grant)],
+    proxy_port: Option<u16>,
+    open_network: bool,
+) -> Result<RulesetCreated, landlock::RulesetError> {
     let abi = ABI::V6;
     let all = AccessFs::from_all(abi);
     let read = AccessFs::from_read(abi);
     let device = AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev;
     let list = AccessFs::ReadDir.into();
-    let mut created = Ruleset::default()
-        .set_compatibility(CompatLevel::BestEffort)
-        .handle_access(all)?
-        .handle_access(AccessNet::from_all(abi))?
-        .scope(Scope::from_all(abi))?
-        .create()?;
+    let mut handled = Ruleset::default().set_compatibility(CompatLevel::BestEffort).handle_access(all)?;
+    if !open_network {
+        handled = handled.handle_access(AccessNet::from_all(abi))?;
+    }
+    let mut created = handled.scope(Scope::from_all(abi))?.create()?;
     if let Some(port) = proxy_port {
         created = created.add_rule(NetPort::new(port, AccessNet::ConnectTcp))?;
     }

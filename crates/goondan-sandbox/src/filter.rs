@@ -102,6 +102,13 @@ pub(crate) enum Sockets {
     /// Also inet and netlink, under a `network.allow` list (the holder's
     /// network namespace has nothing but loopback).
     Network,
+    /// Inet and netlink without a network namespace (the machine's
+    /// network: a Connector's host), and `AF_UNIX` when `unix`.
+    Open {
+        /// Whether `AF_UNIX` sockets may be made (not in the Landlock-only
+        /// layout).
+        unix: bool,
+    },
 }
 
 /// The bits of a mode that give a file its owner's (or group's) rights.
@@ -126,7 +133,10 @@ pub(crate) fn filters(sockets: Sockets) -> Result<Vec<BpfProgram>, SandboxError>
     let families: &[i32] = match sockets {
         Sockets::None => &[],
         Sockets::Unix => &[libc::AF_UNIX],
-        Sockets::Network => &[libc::AF_UNIX, libc::AF_INET, libc::AF_INET6, libc::AF_NETLINK],
+        Sockets::Network | Sockets::Open { unix: true } => {
+            &[libc::AF_UNIX, libc::AF_INET, libc::AF_INET6, libc::AF_NETLINK]
+        }
+        Sockets::Open { unix: false } => &[libc::AF_INET, libc::AF_INET6, libc::AF_NETLINK],
     };
     // No condition at all refuses every family.
     let socket_rules = if families.is_empty() {

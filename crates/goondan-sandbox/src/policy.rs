@@ -52,8 +52,14 @@ pub struct SandboxSpec {
     /// Files and directories inside the workdir that stay read-only (the
     /// bundle's own files, `.git`, `.env*`).
     pub protected: Vec<PathBuf>,
-    /// `host:port` pairs the commands may connect to; empty: no network.
+    /// `host:port` pairs the commands may connect to; empty: no network
+    /// (unless `open_network`).
     pub network_allow: Vec<String>,
+    /// The network is the machine's, unconfined (TCP and UDP anywhere, no
+    /// proxy): for a Connector's host, whose work is talking to its
+    /// service. Files, Unix sockets, processes and modes stay confined.
+    /// Ignored with a `network_allow` list.
+    pub open_network: bool,
     /// The resource bounds of each command (`spec.sandbox.limits`; default:
     /// [`Limits::default`](crate::Limits)); not applied under `full`.
     pub limits: crate::Limits,

@@ -399,3 +399,35 @@ fn the_same_holds_for_an_unprivileged_user() -> std::io::Result<()> {
     assert!(stdout.contains(&format!("{} passed", tests.len())), "{stdout}");
     Ok(())
 }
+
+/// `open_network` (a Connector's host): TCP reaches the machine's network,
+/// and everything else stays confined — no Unix socket outside, no write
+/// outside, no setuid file.
+#[test]
+fn an_open_network_opens_only_the_network() -> std::io::Result<()> {
+    let scene = scene()?;
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let port = listener.local_addr()?.port();
+    for landlock_only in [false, true] {
+        let sandbox = Sandbox::new(SandboxSpec {
+            policy: Policy::WorkspaceWrite,
+            workdir: scene.workdir.clone(),
+            open_network: true,
+            ..SandboxSpec::default()
+        });
+        let sandbox = if landlock_only { sandbox.landlock_only() } else { sandbox };
+        let output = scene.run(&sandbox, &format!("exec 3<>/dev/tcp/127.0.0.1/{port}"));
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let socket = scene.socket.display();
+        for attack in [
+            format!("/usr/bin/python3 -c 'import socket; socket.socket(socket.AF_UNIX).connect(\"{socket}\")'"),
+            r#"echo x > "$HOME/pwned""#.to_owned(),
+            "cp /bin/true t && chmod 4755 t && test -u t".to_owned(),
+        ] {
+            let output = scene.run(&sandbox, &attack);
+            assert!(!output.status.success(), "{attack} was allowed (Landlock only: {landlock_only})");
+            undo(&scene);
+        }
+    }
+    Ok(())
+}
