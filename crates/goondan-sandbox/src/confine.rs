@@ -128,6 +128,11 @@ impl Sandbox {
     pub fn new(mut spec: SandboxSpec) -> Self {
         spec.workdir = std::fs::canonicalize(&spec.workdir).unwrap_or(spec.workdir);
         spec.protected.extend(layout::default_protected(&spec.workdir));
+        if let Some(bundle) = &mut spec.bundle {
+            *bundle = canonical(bundle);
+            spec.protected.push(bundle.clone());
+            spec.protected.extend(layout::default_protected(bundle));
+        }
         spec.protected = spec.protected.iter().map(|path| canonical(path)).collect();
         Self {
             spec,

@@ -95,10 +95,16 @@ pub(crate) fn grants(spec: &SandboxSpec, tmp: &Path, mode: Mode) -> Vec<(PathBuf
     grants.extend(DEVICES_READ.iter().map(|path| (PathBuf::from(path), Grant::Read)));
     grants.push((tmp.to_path_buf(), Grant::Write));
     let writes = workdir_writable(spec);
+    // A bundle inside the workdir: no new entry on the way to it, which
+    // mounts cannot keep out (they cover what exists).
+    let bundle_below =
+        spec.bundle.as_ref().is_some_and(|bundle| *bundle != spec.workdir && bundle.starts_with(&spec.workdir));
     match mode {
         // The mounts keep the protected files read-only and `.env*` hidden.
-        Mode::Namespaces => grants.push((spec.workdir.clone(), if writes { Grant::Write } else { Grant::Read })),
-        Mode::LandlockOnly => {
+        Mode::Namespaces if !bundle_below => {
+            grants.push((spec.workdir.clone(), if writes { Grant::Write } else { Grant::Read }));
+        }
+        Mode::Namespaces | Mode::LandlockOnly => {
             grants.push((spec.workdir.clone(), Grant::List));
             let protected: HashSet<&Path> = spec.protected.iter().map(PathBuf::as_path).collect();
             entry_grants(&spec.workdir, &protected, writes, &mut grants);
@@ -112,7 +118,9 @@ pub(crate) fn grants(spec: &SandboxSpec, tmp: &Path, mode: Mode) -> Vec<(PathBuf
 /// Whether commands may write the workdir: under `workspace-write`, unless
 /// the workdir is itself protected (it is the bundle's directory).
 pub(crate) fn workdir_writable(spec: &SandboxSpec) -> bool {
-    spec.policy == Policy::WorkspaceWrite && !spec.protected.contains(&spec.workdir)
+    spec.policy == Policy::WorkspaceWrite
+        && !spec.protected.contains(&spec.workdir)
+        && !spec.bundle.as_ref().is_some_and(|bundle| spec.workdir.starts_with(bundle))
 }
 
 /// The protected paths that exist inside the workdir and how each is
@@ -123,9 +131,13 @@ pub(crate) fn protected_mounts(spec: &SandboxSpec) -> Vec<(PathBuf, Cover)> {
     let mut inside: Vec<&PathBuf> = spec.protected.iter().collect();
     // A protected tree first, then what it holds (its `.env*` hidden over it).
     inside.sort_by_key(|path| path.components().count());
+    // Seen by the command: what lies in its workdir or an extra tree.
+    let seen_in = |path: &Path| {
+        std::iter::once(&spec.workdir).chain(&spec.readable).chain(&spec.writable).any(|tree| path.starts_with(tree))
+    };
     inside
         .into_iter()
-        .filter(|path| path.starts_with(&spec.workdir) && path.as_path() != spec.workdir)
+        .filter(|path| seen_in(path) && path.as_path() != spec.workdir)
         .filter(|path| seen.insert(path.as_path()))
         .filter_map(|path| {
             let meta = std::fs::symlink_metadata(path).ok()?;
@@ -175,8 +187,15 @@ fn entry_grants(dir: &Path, protected: &HashSet<&Path>, writes: bool, out: &mut 
         if kind.is_symlink() || is_dot_env(&path) {
             continue;
         }
+        let hides_below = || protected.iter().any(|p| p.starts_with(&path) && *p != path && is_dot_env(p));
         if protected.contains(path.as_path()) {
-            out.push((path, Grant::Read));
+            if kind.is_dir() && hides_below() {
+                // Read-only, but for its `.env*`, which gets nothing.
+                out.push((path.clone(), Grant::List));
+                entry_grants(&path, protected, false, out);
+            } else {
+                out.push((path, Grant::Read));
+            }
         } else if protected.iter().any(|p| p.starts_with(&path)) {
             if kind.is_dir() {
                 out.push((path.clone(), Grant::List));

@@ -52,6 +52,13 @@ pub struct SandboxSpec {
     /// Files and directories inside the workdir that stay read-only (the
     /// bundle's own files, `.git`, `.env*`).
     pub protected: Vec<PathBuf>,
+    /// The bundle's directory, whose configuration and code the runtime
+    /// and its JavaScript hosts read: read-only with all it holds (its
+    /// `.env*` hidden) wherever it lies; a workdir inside it is not
+    /// writable; and when it lies inside the workdir, no entry can be made
+    /// in the directories on the way to it (a `node_modules` or
+    /// `package.json` there is read when its modules load).
+    pub bundle: Option<PathBuf>,
     /// `host:port` pairs the commands may connect to; empty: no network
     /// (unless `open_network`).
     pub network_allow: Vec<String>,

@@ -269,8 +269,8 @@ for place in (".", os.environ["TMPDIR"]):
     Ok(())
 }
 
-/// A workdir that is itself protected (the bundle's directory) takes no
-/// write at all, not even a new file, in either layout.
+/// A workdir that is the bundle's directory takes no write at all, not
+/// even a new file, in either layout.
 #[test]
 fn a_protected_workdir_takes_no_new_file() -> std::io::Result<()> {
     let scene = scene()?;
@@ -278,7 +278,7 @@ fn a_protected_workdir_takes_no_new_file() -> std::io::Result<()> {
         let sandbox = Sandbox::new(SandboxSpec {
             policy: Policy::WorkspaceWrite,
             workdir: scene.workdir.clone(),
-            protected: vec![scene.workdir.clone()],
+            bundle: Some(scene.workdir.clone()),
             ..SandboxSpec::default()
         });
         let sandbox = if landlock_only { sandbox.landlock_only() } else { sandbox };
@@ -428,6 +428,57 @@ fn an_open_network_opens_only_the_network() -> std::io::Result<()> {
             assert!(!output.status.success(), "{attack} was allowed (Landlock only: {landlock_only})");
             undo(&scene);
         }
+    }
+    Ok(())
+}
+
+/// A bundle inside the workdir: nothing in it can be written, and nothing
+/// made on the way to it (a `node_modules` or `package.json` there would be
+/// read when its modules load); elsewhere in the workdir work goes on. A
+/// bundle outside the workdir is not even seen.
+#[test]
+fn a_bundle_inside_the_workdir_is_read_only_and_nothing_is_planted_above_it() -> std::io::Result<()> {
+    let scene = scene()?;
+    let bundle = scene.workdir.join("bot");
+    std::fs::create_dir_all(bundle.join("tools"))?;
+    std::fs::write(bundle.join("goondan.yaml"), "kind: Agent\n")?;
+    std::fs::write(bundle.join("tools/echo.ts"), "export {}\n")?;
+    std::fs::write(bundle.join(".env"), "KEY=bundle-secret\n")?;
+    for landlock_only in [false, true] {
+        let sandbox = Sandbox::new(SandboxSpec {
+            policy: Policy::WorkspaceWrite,
+            workdir: scene.workdir.clone(),
+            bundle: Some(bundle.clone()),
+            ..SandboxSpec::default()
+        });
+        let sandbox = if landlock_only { sandbox.landlock_only() } else { sandbox };
+        for attack in [
+            "mkdir node_modules",
+            "echo '{}' > package.json",
+            "echo x > bot/tools/helper.ts",
+            "echo x >> bot/tools/echo.ts",
+            "echo x > bot/.env.local",
+            "echo x > bot/bunfig.toml",
+            "grep -q bundle-secret bot/.env",
+        ] {
+            let output = scene.run(&sandbox, attack);
+            assert!(!output.status.success(), "{attack} was allowed (Landlock only: {landlock_only})");
+        }
+        let output = scene.run(&sandbox, "cat bot/goondan.yaml > /dev/null && echo y > src/z && rm src/z");
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        // Elsewhere: not seen at all.
+        let elsewhere = Sandbox::new(SandboxSpec {
+            policy: Policy::WorkspaceWrite,
+            workdir: scene.workdir.join("src"),
+            bundle: Some(bundle.clone()),
+            ..SandboxSpec::default()
+        });
+        let elsewhere = if landlock_only { elsewhere.landlock_only() } else { elsewhere };
+        let output = scene.run(&elsewhere, &format!("cat {}/goondan.yaml", bundle.display()));
+        assert!(!output.status.success(), "the bundle was read from outside the workdir");
+    }
+    for made in ["node_modules", "package.json", "bot/tools/helper.ts", "bot/.env.local", "bot/bunfig.toml"] {
+        assert!(!scene.workdir.join(made).exists(), "{made} was made");
     }
     Ok(())
 }
