@@ -188,7 +188,8 @@ impl Place {
         if self.guard().refuses_write(real, id) {
             return Err(protected_failure(
                 input,
-                "the runtime loads it as configuration or code (the bundle, its lock file, a prompt or a module)",
+                "the runtime loads it as configuration or code (the bundle's directory, its lock file, a prompt or a \
+                 module)",
                 protect::ALLOW_CONFIG_WRITES,
             ));
         }

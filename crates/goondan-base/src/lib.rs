@@ -90,7 +90,7 @@ pub fn register_native_tools(
     };
     // `file-system` gets the agent's guard: the bundle's files and its own config.
     let file_system_settings = |config: Option<&goondan_core::JsonObject>| {
-        let fs_guard = protect::FsGuard::new(tools.loaded_files(), config);
+        let fs_guard = protect::FsGuard::new(tools.loaded_files(), config).with_bundle_tree(tools.bundle_root());
         Arc::new(BaseSettings { fs_guard, ..BaseSettings::clone(settings) })
     };
     // An agent may declare the same export twice; register it once.

@@ -1,11 +1,13 @@
 //! What `file-system` leaves alone by default, inside the workdir too.
 //!
-//! The workdir defaults to the bundle's directory, so without this an agent
-//! with only `file-system` could rewrite `goondan.yaml` (and give itself
-//! `bash`) or read the operator's `.env`. By default it may therefore not
-//! write (nor create, nor make a directory at) the files the runtime loads
-//! as configuration or code — the bundle file, its lock file, every prompt
-//! file, every Tool, Extension and Connector module
+//! When the workdir is (or holds) the bundle's directory, without this an
+//! agent with only `file-system` could rewrite `goondan.yaml` (and give
+//! itself `bash`), plant a `package.json` or `.env.local` that the runtime
+//! reads at the next start, or read the operator's `.env`. By default it
+//! may therefore not write (nor create, nor make a directory at) anything
+//! in the bundle's directory, nor the files the runtime loads as
+//! configuration or code wherever they are — the bundle file, its lock
+//! file, every prompt file, every Tool, Extension and Connector module
 //! ([`goondan_config::Bundle::loaded_files`]) — and may neither read nor
 //! write a file whose name, or the name of a directory it lies in below its
 //! root, starts with `.env` (`.env`, `.env.local`, `.envrc`, `.envs/…`).
@@ -71,6 +73,11 @@ pub struct FsGuard {
     pub allow_config_writes: bool,
     /// `allowDotEnv: true`: `.env*` files may be read and written.
     pub allow_dot_env: bool,
+    /// The bundle's directory (real path): nothing in it may be written or
+    /// made, since a new file there can be configuration or code the
+    /// runtime or the JavaScript runtime reads later (a `.env.local`, a
+    /// `package.json`, a module's new import, a split bundle file).
+    pub bundle_tree: Option<PathBuf>,
 }
 
 impl FsGuard {
@@ -82,12 +89,23 @@ impl FsGuard {
             config_files: ProtectedFiles::new(files),
             allow_config_writes: flag(ALLOW_CONFIG_WRITES),
             allow_dot_env: flag(ALLOW_DOT_ENV),
+            bundle_tree: None,
         }
+    }
+
+    /// The same guard, also refusing writes anywhere under `root` (the
+    /// bundle's directory).
+    #[must_use]
+    pub fn with_bundle_tree(mut self, root: &Path) -> Self {
+        self.bundle_tree = Some(std::fs::canonicalize(root).unwrap_or_else(|_| crate::paths::normalize(root)));
+        self
     }
 
     /// Whether writing the real path `real` (an existing file `id`) is refused.
     pub fn refuses_write(&self, real: &Path, id: Option<(u64, u64)>) -> bool {
-        !self.allow_config_writes && self.config_files.contains(real, id)
+        !self.allow_config_writes
+            && (self.config_files.contains(real, id)
+                || self.bundle_tree.as_ref().is_some_and(|tree| real.starts_with(tree)))
     }
 
     /// Whether a path is a refused `.env*` file: `relative` (below its root)
@@ -130,5 +148,17 @@ mod tests {
         assert!(guard.refuses_dot_env(Path::new(".envs/prod/db"), "x"));
         assert!(guard.refuses_dot_env(Path::new("notes.txt"), ".env"));
         assert!(!guard.refuses_dot_env(Path::new("env/x"), "env/x"));
+    }
+
+    #[test]
+    fn nothing_in_the_bundle_tree_is_writable_unless_config_writes_are_allowed() {
+        let dir = workdir();
+        let guard = FsGuard::new(&[], None).with_bundle_tree(&dir.path);
+        for name in ["package.json", ".env.local", "tools/lib/helper.ts", "node_modules/x/index.js", "notes.md"] {
+            assert!(guard.refuses_write(&dir.path.join(name), None), "{name}");
+        }
+        assert!(!guard.refuses_write(Path::new("/elsewhere/notes.md"), None));
+        let allowed = FsGuard::new(&[], json!({"allowConfigWrites": true}).as_object()).with_bundle_tree(&dir.path);
+        assert!(!allowed.refuses_write(&dir.path.join("package.json"), None));
     }
 }
