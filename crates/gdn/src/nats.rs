@@ -207,11 +207,21 @@ pub async fn host(global: &GlobalOptions, args: &HostArgs, session: &crate::Sess
         }
     };
     let absolute = |path: &Path| std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let workdir = match &args.workdir {
+        Some(dir) => absolute(dir),
+        None => match crate::workspace::default_workdir(&workspace) {
+            Ok(dir) => dir,
+            Err(message) => {
+                output::error_line(&mut out.stderr, &message)?;
+                return Ok(exit::USAGE);
+            }
+        },
+    };
     let program = std::env::current_exe()?;
     let local = LocalRuntime {
         config: absolute(&global.config),
         workspace: absolute(workspace.dir()),
-        workdir: absolute(args.workdir.as_deref().unwrap_or(bundle.root())),
+        workdir,
         env: agent_env(&bundle, &session.secrets),
         launcher: AgentLauncher::new(program, agent_launch_args(global)),
     };

@@ -361,12 +361,18 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
     };
     let absolute = |path: &Path| std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
     let config = absolute(&global.config);
-    let workdir = absolute(args.workdir.as_deref().unwrap_or(bundle.root()));
     // The swarm's workspace: refused if another bundle's; this bundle's
     // instances of the old layouts are moved in.
     let workspace = match crate::workspace::open(global, &root, &bundle, &agent_name, WorkspaceAccess::Use) {
         Ok(workspace) => workspace,
         Err(message) => return usage_error(out, &message),
+    };
+    let workdir = match &args.workdir {
+        Some(dir) => absolute(dir),
+        None => match crate::workspace::default_workdir(&workspace) {
+            Ok(dir) => dir,
+            Err(message) => return usage_error(out, &message),
+        },
     };
     // Agent processes get the workspace as their `stateRoot`: they open
     // their instances in it.

@@ -63,6 +63,25 @@ pub fn open(
     Ok(workspace)
 }
 
+/// The directory the project's agents work in when no `--workdir` is
+/// given: `<workspace>/workdir`, made (0700) if missing. Not the bundle's
+/// directory, which is the runtime's configuration and code and read-only
+/// to what the model runs: a file a tool writes is never one gdn, Bun or
+/// Node later reads as configuration or runs.
+pub fn default_workdir(workspace: &Workspace) -> Result<std::path::PathBuf, String> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = workspace.dir().join(WORKDIR);
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|error| format!("cannot make the project's working directory {}: {error}", dir.display()))?;
+    Ok(std::fs::canonicalize(&dir).unwrap_or(dir))
+}
+
+/// The name of the agents' default working directory in a workspace.
+pub const WORKDIR: &str = "workdir";
+
 /// The store's error, and for another bundle's workspace the ways on.
 pub fn refusal(error: &StoreError) -> String {
     match error {
