@@ -1,0 +1,227 @@
+//! A captured webhook request posted again runs no second turn, through a
+//! real `gdn run --detach` service, its durable inbox, and real HTTP on
+//! 127.0.0.1 — also after the service restarted.
+//!
+//! - `X-Signature-256` over the body alone: the `X-Delivery-Id` that comes
+//!   with it is not signed, so a replay with a new one is the same delivery
+//!   (keyed by the body's digest).
+//! - Standard Webhooks (`webhook-id`/`webhook-timestamp`/`webhook-signature`,
+//!   a `whsec_` secret): keyed by the signed id, so a retry with a new
+//!   timestamp runs once; a stale timestamp is refused.
+
+use std::collections::BTreeMap;
+use std::io::{Read as _, Write as _};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use hmac::{Hmac, KeyInit as _, Mac as _};
+use serde_json::Value;
+use sha2::{Digest as _, Sha256};
+
+mod common;
+use common::service::{Stopped, TestResult, free_port, gdn, until};
+
+/// The legacy form's secret.
+const LEGACY_SECRET: &str = "replay-test-legacy-secret-5c1e";
+/// The Standard Webhooks key (its secret is `whsec_` + base64 of it).
+const STANDARD_KEY: &[u8] = b"replay-test-standard-key-\x00\x01\xfe";
+
+/// Two webhook Connections, one per signing form, each to its own agent.
+fn bundle(dir: &Path, legacy_port: u16, standard_port: u16) -> std::io::Result<()> {
+    let yaml = format!(
+        r#"apiVersion: goondan.ai/v1
+kind: Model
+metadata: {{name: echo}}
+spec:
+  provider: scripted
+  model: echo
+  options:
+    replies: [{{text: "done"}}]
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {{name: teller}}
+spec:
+  modelConfig: {{modelRef: Model/echo}}
+---
+apiVersion: goondan.ai/v1
+kind: Swarm
+metadata: {{name: bank}}
+spec: {{entryAgent: Agent/teller, agents: [Agent/teller]}}
+---
+apiVersion: goondan.ai/v1
+kind: Connection
+metadata: {{name: legacy}}
+spec:
+  connectorRef: {{kind: Connector, name: webhook, package: "@goondan/base"}}
+  swarmRef: Swarm/bank
+  config:
+    WEBHOOK_PORT: {{value: "{legacy_port}"}}
+  secrets:
+    WEBHOOK_SECRET: {{valueFrom: {{env: LEGACY_HOOK_SECRET}}}}
+---
+apiVersion: goondan.ai/v1
+kind: Connection
+metadata: {{name: standard}}
+spec:
+  connectorRef: {{kind: Connector, name: webhook, package: "@goondan/base"}}
+  swarmRef: Swarm/bank
+  config:
+    WEBHOOK_PORT: {{value: "{standard_port}"}}
+  secrets:
+    WEBHOOK_SECRET: {{valueFrom: {{env: STANDARD_HOOK_SECRET}}}}
+"#
+    );
+    std::fs::write(dir.join("goondan.yaml"), yaml)?;
+    std::fs::write(
+        dir.join(".env"),
+        format!("LEGACY_HOOK_SECRET={LEGACY_SECRET}\nSTANDARD_HOOK_SECRET=whsec_{}\n", base64(STANDARD_KEY)),
+    )
+}
+
+/// Standard base64 (RFC 4648, padded).
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..4 {
+            out.push(if i <= chunk.len() { char::from(ALPHABET[(n >> (18 - 6 * i) & 63) as usize]) } else { '=' });
+        }
+    }
+    out
+}
+
+fn hmac(key: &[u8], parts: &[&[u8]]) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key)?;
+    for part in parts {
+        mac.update(part);
+    }
+    Ok(mac.finalize().into_bytes().to_vec())
+}
+
+fn now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// One POST on its own connection: the status line's code.
+fn post(port: u16, headers: &[(&str, String)], body: &[u8]) -> Result<u16, std::io::Error> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let mut head = format!(
+        "POST / HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes())?;
+    stream.write_all(body)?;
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply)?;
+    Ok(reply.split_whitespace().nth(1).and_then(|code| code.parse().ok()).unwrap_or(0))
+}
+
+fn legacy_headers(body: &[u8], delivery_id: &str) -> Result<Vec<(&'static str, String)>, Box<dyn std::error::Error>> {
+    Ok(vec![
+        ("X-Signature-256", format!("sha256={}", hex::encode(hmac(LEGACY_SECRET.as_bytes(), &[body])?))),
+        ("X-Delivery-Id", delivery_id.to_owned()),
+    ])
+}
+
+fn standard_headers(id: &str, at: u64, body: &[u8]) -> Result<Vec<(&'static str, String)>, Box<dyn std::error::Error>> {
+    let at = at.to_string();
+    let signature = base64(&hmac(STANDARD_KEY, &[id.as_bytes(), b".", at.as_bytes(), b".", body])?);
+    Ok(vec![("webhook-id", id.to_owned()), ("webhook-timestamp", at), ("webhook-signature", format!("v1,{signature}"))])
+}
+
+fn inbox_path(state: &Path) -> PathBuf {
+    state.join("workspaces").join("bank").join("ingress").join("inbox.jsonl")
+}
+
+/// How often each key was accepted into the inbox (a stored event).
+fn accepted(state: &Path) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for line in std::fs::read_to_string(inbox_path(state)).unwrap_or_default().lines() {
+        let Ok(record) = serde_json::from_str::<Value>(line) else { continue };
+        if record["op"] == "accept" {
+            *counts.entry(record["key"].as_str().unwrap_or_default().to_owned()).or_default() += 1;
+        }
+    }
+    counts
+}
+
+fn turns(dir: &Path, state: &Path, key: &str) -> Result<u64, std::io::Error> {
+    let listed = gdn(dir, state, &["instance", "list", "--json"])?;
+    let rows: Value = serde_json::from_slice(&listed.stdout).unwrap_or_default();
+    Ok(rows
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|row| row["agentName"] == "teller" && row["instanceKey"] == key)
+        .and_then(|row| row["turns"].as_u64())
+        .unwrap_or(0))
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn start(dir: &Path, state: &Path) -> TestResult {
+    let started = gdn(dir, state, &["run", "--detach"])?;
+    assert_eq!(started.status.code(), Some(0), "{}{}", text(&started.stdout), text(&started.stderr));
+    Ok(())
+}
+
+#[test]
+fn a_replayed_webhook_runs_no_second_turn_before_or_after_a_restart() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let state = dir.path().join("state");
+    let (legacy, standard) = (free_port()?, free_port()?);
+    bundle(dir.path(), legacy, standard)?;
+    start(dir.path(), &state)?;
+    let _running = Stopped { dir: dir.path().to_path_buf(), state: state.clone() };
+
+    // The sender's request, and an attacker's copy of it with a delivery id of its own.
+    let transfer = br#"{"event":"transfer","text":"pay 100 to mallory","instanceKey":"pay-1"}"#;
+    assert_eq!(post(legacy, &legacy_headers(transfer, "d-1")?, transfer)?, 200);
+    until("the transfer's turn", || Ok(turns(dir.path(), &state, "pay-1")? == 1))?;
+    assert_eq!(post(legacy, &legacy_headers(transfer, "d-2-replayed")?, transfer)?, 200, "answered as a duplicate");
+
+    // Standard Webhooks: the message, then the sender's retry (same id, new timestamp).
+    let invoice = br#"{"event":"invoice","text":"invoice paid","instanceKey":"std-1"}"#;
+    assert_eq!(post(standard, &standard_headers("msg_1", now(), invoice)?, invoice)?, 200);
+    until("the invoice's turn", || Ok(turns(dir.path(), &state, "std-1")? == 1))?;
+    assert_eq!(post(standard, &standard_headers("msg_1", now() + 1, invoice)?, invoice)?, 200);
+    // A captured one, six minutes later, is refused outright.
+    assert_eq!(post(standard, &standard_headers("msg_1", now() - 6 * 60, invoice)?, invoice)?, 401);
+    // Its signature under another id (a replay that would dodge the key) too.
+    let mut moved = standard_headers("msg_1", now(), invoice)?;
+    moved[0].1 = "msg_2".to_owned();
+    assert_eq!(post(standard, &moved, invoice)?, 401);
+
+    // The dedupe memory is the durable inbox: it survives a restart.
+    let stopped = gdn(dir.path(), &state, &["stop"])?;
+    assert_eq!(stopped.status.code(), Some(0), "{}", text(&stopped.stderr));
+    start(dir.path(), &state)?;
+    assert_eq!(post(legacy, &legacy_headers(transfer, "d-3-after-restart")?, transfer)?, 200);
+    assert_eq!(post(standard, &standard_headers("msg_1", now(), invoice)?, invoice)?, 200);
+
+    // A new event after the replays: once its turn ran, a stored replay would have had its own.
+    let marker = br#"{"event":"transfer","text":"a real second transfer","instanceKey":"pay-2"}"#;
+    assert_eq!(post(legacy, &legacy_headers(marker, "d-4")?, marker)?, 200);
+    until("the second transfer's turn", || Ok(turns(dir.path(), &state, "pay-2")? == 1))?;
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(turns(dir.path(), &state, "pay-1")?, 1, "a replay of the transfer ran a turn");
+    assert_eq!(turns(dir.path(), &state, "std-1")?, 1, "a retry of the invoice ran a turn");
+    let digest = |body: &[u8]| format!("body-sha256:{}", hex::encode(Sha256::digest(body)));
+    let expected = BTreeMap::from([
+        (format!("legacy/{}", digest(transfer)), 1),
+        (format!("legacy/{}", digest(marker)), 1),
+        ("standard/msg_1".to_owned(), 1),
+    ]);
+    assert_eq!(accepted(&state), expected, "each delivery stored once, under its signed key");
+    Ok(())
+}
