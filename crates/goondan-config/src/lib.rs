@@ -7,7 +7,7 @@
 //! - [`bundle`]: loading, cross-document rules, reference resolution.
 //! - [`changes`]: what an edit to a bundle's files changes (`gdn run --watch`).
 //! - [`resources`]: the typed resources.
-//! - [`sandbox`]: `spec.sandbox` resolved: an agent's sandbox, its paths, its `network.allow` entries.
+//! - [`sandbox`]: `spec.sandbox` resolved: an agent's sandbox, its paths, its `network.allow` entries, its `limits`.
 //! - [`placement`]: `spec.placement` of an Agent: the labels a host must carry to run it.
 //! - [`diagnostic`]: what a finding looks like.
 
@@ -39,6 +39,6 @@ pub use resources::{
     SandboxPolicy, SwarmSpec, ToolCallScope, ToolExport, ToolSpec, ValueSource,
 };
 pub use sandbox::{
-    EffectiveSandbox, NetworkAllowError, NetworkHost, NetworkTarget, SandboxPathError, SandboxSource,
-    parse_network_allow, resolve_sandbox_path,
+    EffectiveSandbox, LimitBound, LimitError, NetworkAllowError, NetworkHost, NetworkTarget, SandboxLimits,
+    SandboxPathError, SandboxSource, parse_network_allow, resolve_sandbox_path,
 };

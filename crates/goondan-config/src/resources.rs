@@ -408,6 +408,7 @@ pub struct SwarmSpec {
 ///   writable: [/srv/out]
 ///   network:
 ///     allow: ["api.example.com:443", "127.0.0.1:8080", "[::1]:9000"]
+///   limits: {processes: 512, fileSize: 1GiB, memory: 8GiB}
 /// ```
 ///
 /// Paths are absolute, `~/…` (the home directory) or relative to the
@@ -429,6 +430,10 @@ pub struct SandboxConfig {
     /// Where the commands may connect.
     #[serde(default)]
     pub network: SandboxNetwork,
+    /// The resource bounds of each command (see
+    /// [`crate::sandbox::SandboxLimits`]); left out: the defaults.
+    #[serde(default, skip_serializing_if = "crate::sandbox::SandboxLimits::is_default")]
+    pub limits: crate::sandbox::SandboxLimits,
 }
 
 /// `spec.sandbox.network`.

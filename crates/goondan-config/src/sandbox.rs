@@ -1,6 +1,7 @@
 //! `spec.sandbox` beyond its YAML shape ([`crate::resources::SandboxConfig`]):
 //! which sandbox an agent gets ([`crate::Bundle::sandbox_for`]), its paths
-//! made absolute, and its `network.allow` entries parsed.
+//! made absolute, its `network.allow` entries parsed, and its `limits`
+//! ([`SandboxLimits`]) read.
 //!
 //! Validation (`crate::validate`) and the runtime read the paths and the
 //! entries through the same functions here, so what `gdn validate` accepts
@@ -9,6 +10,9 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Component, Path, PathBuf};
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value as JsonValue;
 
 use crate::resources::{SandboxConfig, SandboxNetwork};
 
@@ -326,6 +330,231 @@ fn host_error(entry: &str, host: &str) -> NetworkAllowError {
     }
 }
 
+/// `spec.sandbox.limits`: the resource bounds of each command. A field
+/// left out is the sandbox's default (processes 4096, fileSize 4 GiB,
+/// memory 3/4 of the machine's memory); `unlimited` removes the bound.
+///
+/// ```yaml
+/// sandbox:
+///   limits:
+///     processes: 256          # processes and threads at once; or unlimited
+///     fileSize: 1GiB          # bytes, or a size: KiB MiB GiB TiB / KB MB GB TB
+///     memory: 8GiB            # all the command's processes together
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SandboxLimits {
+    /// The most processes (and threads) a command may run at once.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "de_processes")]
+    pub processes: Option<LimitBound>,
+    /// The largest file a command may write, in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "de_file_size")]
+    pub file_size: Option<LimitBound>,
+    /// The most memory a command may take, in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "de_memory")]
+    pub memory: Option<LimitBound>,
+}
+
+impl SandboxLimits {
+    /// Whether it sets nothing (every bound the default).
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// One bound of [`SandboxLimits`] as written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitBound {
+    /// `unlimited`: no bound.
+    Unlimited,
+    /// A number (of processes, or of bytes).
+    At(u64),
+}
+
+impl Serialize for LimitBound {
+    /// A number, or `"unlimited"`.
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::Unlimited => serializer.serialize_str(UNLIMITED),
+            Self::At(value) => serializer.serialize_u64(*value),
+        }
+    }
+}
+
+/// The word for no bound.
+pub const UNLIMITED: &str = "unlimited";
+
+/// The largest `processes` (the kernel's `PID_MAX_LIMIT`).
+pub const MAX_PROCESSES: u64 = 4 << 20;
+
+/// The smallest `memory` a command can start under: 16 MiB.
+pub const MIN_MEMORY: u64 = 16 << 20;
+
+/// Why a `limits` value cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitError {
+    /// Neither a number nor a string.
+    #[error("must be a number or a string, got {0}")]
+    Type(String),
+    /// A number of processes that is not a whole number from 1.
+    #[error("'{0}' is not a whole number of processes")]
+    Processes(String),
+    /// A size that does not read as one.
+    #[error(
+        "'{0}' is not a size: write a number of bytes, or a number and a unit (KiB, MiB, GiB, TiB, or KB, MB, GB, TB)"
+    )]
+    Size(String),
+    /// `1G`, `512m`: binary or decimal is not said.
+    #[error("'{value}': the unit '{unit}' is ambiguous; write {unit}iB (powers of 1024) or {unit}B (powers of 1000)")]
+    AmbiguousUnit {
+        /// The value.
+        value: String,
+        /// The unit, in upper case.
+        unit: String,
+    },
+    /// Zero, or less than the smallest workable bound.
+    #[error("'{value}' is less than the smallest bound, {min}")]
+    TooSmall {
+        /// The value.
+        value: String,
+        /// The smallest.
+        min: String,
+    },
+    /// More than any kernel takes, or than 2^64 bytes.
+    #[error("'{value}' is more than the largest bound, {max}; write unlimited for no bound")]
+    TooLarge {
+        /// The value.
+        value: String,
+        /// The largest.
+        max: String,
+    },
+}
+
+fn shown(value: &JsonValue) -> String {
+    match value {
+        JsonValue::String(text) => text.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// `limits.processes`: a whole number from 1 to [`MAX_PROCESSES`], or
+/// `unlimited`.
+pub fn parse_processes(value: &JsonValue) -> Result<LimitBound, LimitError> {
+    let number = match value {
+        JsonValue::String(text) if text.trim() == UNLIMITED => return Ok(LimitBound::Unlimited),
+        JsonValue::String(text) => text.trim().parse::<u64>().ok(),
+        JsonValue::Number(number) => number.as_u64(),
+        other => return Err(LimitError::Type(goondan_core::json_type_name(other).to_owned())),
+    };
+    let Some(number) = number else { return Err(LimitError::Processes(shown(value))) };
+    if number == 0 {
+        return Err(LimitError::TooSmall { value: shown(value), min: "1".to_owned() });
+    }
+    if number > MAX_PROCESSES {
+        return Err(LimitError::TooLarge { value: shown(value), max: MAX_PROCESSES.to_string() });
+    }
+    Ok(LimitBound::At(number))
+}
+
+/// `limits.fileSize`: a size ([`parse_size`]) of at least 1 byte.
+pub fn parse_file_size(value: &JsonValue) -> Result<LimitBound, LimitError> {
+    parse_size_at_least(value, 1)
+}
+
+/// `limits.memory`: a size ([`parse_size`]) of at least [`MIN_MEMORY`].
+pub fn parse_memory(value: &JsonValue) -> Result<LimitBound, LimitError> {
+    parse_size_at_least(value, MIN_MEMORY)
+}
+
+fn parse_size_at_least(value: &JsonValue, min: u64) -> Result<LimitBound, LimitError> {
+    let bound = parse_size(value)?;
+    match bound {
+        LimitBound::At(bytes) if bytes < min => Err(LimitError::TooSmall {
+            value: shown(value),
+            min: if min == 1 { "1 byte".to_owned() } else { format!("{} MiB", min >> 20) },
+        }),
+        bound => Ok(bound),
+    }
+}
+
+/// A size: a whole number of bytes, or a string — `unlimited`, or a number
+/// (fractions allowed: `1.5GiB`) and a unit: `B`, `KiB` `MiB` `GiB` `TiB`
+/// (powers of 1024) or `KB` `MB` `GB` `TB` (powers of 1000), any case, a
+/// space between allowed. `K`, `M`, `G`, `T` alone are refused as
+/// ambiguous. Rounded down to whole bytes.
+pub fn parse_size(value: &JsonValue) -> Result<LimitBound, LimitError> {
+    let text = match value {
+        JsonValue::Number(number) => {
+            return number.as_u64().map(LimitBound::At).ok_or_else(|| LimitError::Size(shown(value)));
+        }
+        JsonValue::String(text) => text.trim(),
+        other => return Err(LimitError::Type(goondan_core::json_type_name(other).to_owned())),
+    };
+    if text == UNLIMITED {
+        return Ok(LimitBound::Unlimited);
+    }
+    let bad = || LimitError::Size(text.to_owned());
+    let split = text.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(text.len());
+    let (number, unit) = (&text[..split], text[split..].trim_start());
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    if whole.is_empty()
+        || !fraction.bytes().all(|b| b.is_ascii_digit())
+        || (number.contains('.') && fraction.is_empty())
+    {
+        return Err(bad());
+    }
+    let multiplier: u64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        "tib" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        "k" | "m" | "g" | "t" => {
+            return Err(LimitError::AmbiguousUnit { value: text.to_owned(), unit: unit.to_ascii_uppercase() });
+        }
+        _ => return Err(bad()),
+    };
+    let too_large = || LimitError::TooLarge { value: text.to_owned(), max: "16 EiB".to_owned() };
+    let whole: u128 = whole.parse().map_err(|_| too_large())?;
+    // At most 18 digits of fraction count; more cannot change whole bytes
+    // of any unit here.
+    let fraction = &fraction[..fraction.len().min(18)];
+    let scale = 10u128.pow(fraction.len() as u32);
+    let fraction: u128 = if fraction.is_empty() { 0 } else { fraction.parse().map_err(|_| bad())? };
+    if multiplier == 1 && fraction != 0 {
+        return Err(LimitError::Size(text.to_owned()));
+    }
+    let bytes = whole
+        .checked_mul(u128::from(multiplier))
+        .and_then(|bytes| bytes.checked_add(fraction * u128::from(multiplier) / scale))
+        .ok_or_else(too_large)?;
+    u64::try_from(bytes).map(LimitBound::At).map_err(|_| too_large())
+}
+
+fn de_with<'de, D: Deserializer<'de>>(
+    deserializer: D,
+    parse: fn(&JsonValue) -> Result<LimitBound, LimitError>,
+) -> Result<Option<LimitBound>, D::Error> {
+    let value = JsonValue::deserialize(deserializer)?;
+    parse(&value).map(Some).map_err(serde::de::Error::custom)
+}
+
+fn de_processes<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<LimitBound>, D::Error> {
+    de_with(deserializer, parse_processes)
+}
+
+fn de_file_size<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<LimitBound>, D::Error> {
+    de_with(deserializer, parse_file_size)
+}
+
+fn de_memory<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<LimitBound>, D::Error> {
+    de_with(deserializer, parse_memory)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -472,5 +701,55 @@ mod tests {
         );
         assert_eq!(config.writable_paths(root, None), Ok(vec![PathBuf::from("/srv/out")]));
         assert_eq!(config.readable_paths(root, None), Err(SandboxPathError::NoHome("~/datasets".to_owned())));
+    }
+
+    #[test]
+    fn sizes_read_in_binary_and_decimal_units_and_ambiguous_ones_are_refused() {
+        use serde_json::json;
+        let at = |n: u64| Ok(LimitBound::At(n));
+        assert_eq!(parse_size(&json!(1048576)), at(1 << 20));
+        assert_eq!(parse_size(&json!("1GiB")), at(1 << 30));
+        assert_eq!(parse_size(&json!("1 GiB")), at(1 << 30));
+        assert_eq!(parse_size(&json!("1gib")), at(1 << 30));
+        assert_eq!(parse_size(&json!("1.5GiB")), at(3 << 29));
+        assert_eq!(parse_size(&json!("10MiB")), at(10 << 20));
+        assert_eq!(parse_size(&json!("4GB")), at(4_000_000_000));
+        assert_eq!(parse_size(&json!("512KB")), at(512_000));
+        assert_eq!(parse_size(&json!("2TiB")), at(2 << 40));
+        assert_eq!(parse_size(&json!("100")), at(100));
+        assert_eq!(parse_size(&json!("100B")), at(100));
+        assert_eq!(parse_size(&json!("unlimited")), Ok(LimitBound::Unlimited));
+        assert!(matches!(parse_size(&json!("1G")), Err(LimitError::AmbiguousUnit { unit, .. }) if unit == "G"));
+        assert!(matches!(parse_size(&json!("512m")), Err(LimitError::AmbiguousUnit { unit, .. }) if unit == "M"));
+        for bad in ["", "GiB", "1 2GiB", "-1GiB", "1.GiB", ".5GiB", "1.5", "one", "1PiB", "1e9"] {
+            assert!(
+                matches!(parse_size(&json!(bad)), Err(LimitError::Size(_))),
+                "{bad:?}: {:?}",
+                parse_size(&json!(bad))
+            );
+        }
+        assert!(matches!(parse_size(&json!(-1)), Err(LimitError::Size(_))));
+        assert!(matches!(parse_size(&json!(1.5)), Err(LimitError::Size(_))));
+        assert!(matches!(parse_size(&json!(true)), Err(LimitError::Type(_))));
+        assert!(matches!(parse_size(&json!("17000000TiB")), Err(LimitError::TooLarge { .. })));
+        assert!(matches!(parse_memory(&json!("1MiB")), Err(LimitError::TooSmall { .. })));
+        assert_eq!(parse_memory(&json!("16MiB")), at(16 << 20));
+        assert!(matches!(parse_file_size(&json!(0)), Err(LimitError::TooSmall { .. })));
+    }
+
+    #[test]
+    fn processes_are_a_whole_number_or_unlimited() {
+        use serde_json::json;
+        assert_eq!(parse_processes(&json!(64)), Ok(LimitBound::At(64)));
+        assert_eq!(parse_processes(&json!("64")), Ok(LimitBound::At(64)));
+        assert_eq!(parse_processes(&json!("unlimited")), Ok(LimitBound::Unlimited));
+        assert!(matches!(parse_processes(&json!(0)), Err(LimitError::TooSmall { .. })));
+        assert!(matches!(parse_processes(&json!(5_000_000)), Err(LimitError::TooLarge { .. })));
+        assert!(matches!(parse_processes(&json!(1.5)), Err(LimitError::Processes(_))));
+        assert!(matches!(parse_processes(&json!("lots")), Err(LimitError::Processes(_))));
+        assert!(matches!(parse_processes(&json!([1])), Err(LimitError::Type(_))));
+        let limits =
+            SandboxLimits { processes: Some(LimitBound::At(64)), file_size: Some(LimitBound::Unlimited), memory: None };
+        assert_eq!(serde_json::to_value(limits).ok(), Some(json!({"processes": 64, "fileSize": "unlimited"})));
     }
 }

@@ -56,6 +56,14 @@ fn sandbox() -> JsonValue {
             "network": {
                 "type": "object",
                 "properties": {"allow": {"type": "array", "items": {"type": "string", "minLength": 1}}}
+            },
+            "limits": {
+                "type": "object",
+                "properties": {
+                    "processes": {"type": ["integer", "string"]},
+                    "fileSize": {"type": ["integer", "string"]},
+                    "memory": {"type": ["integer", "string"]}
+                }
             }
         }
     })

@@ -761,9 +761,11 @@ fn render_label_value(value: &JsonValue) -> String {
     }
 }
 
-/// The keys of `spec.sandbox` and of `spec.sandbox.network`.
-const SANDBOX_KEYS: [&str; 4] = ["policy", "readable", "writable", "network"];
+/// The keys of `spec.sandbox`, of `spec.sandbox.network` and of
+/// `spec.sandbox.limits`.
+const SANDBOX_KEYS: [&str; 5] = ["policy", "readable", "writable", "network", "limits"];
 const SANDBOX_NETWORK_KEYS: [&str; 1] = ["allow"];
+const SANDBOX_LIMITS_KEYS: [&str; 3] = ["processes", "fileSize", "memory"];
 
 /// Where a path entry is written (the hint of the path errors).
 const SANDBOX_PATH_FORMS: &str =
@@ -822,10 +824,12 @@ fn check_sandbox(reporter: &mut DocReporter<'_>, bundle_root: Option<&Path>, hom
     let readable = check_sandbox_paths(reporter, map, "readable");
     let writable = check_sandbox_paths(reporter, map, "writable");
     let allow = check_sandbox_network(reporter, map);
+    let limits = check_sandbox_limits(reporter, map);
     let Some(policy) = policy else { return };
     if policy == SandboxPolicy::Full {
         let ignored = [
             ("network.allow", allow, "full has no network limit: commands may connect anywhere"),
+            ("limits", limits, "full sets no resource bounds: commands may use what the user can"),
             ("readable", readable.len(), "full has no sandbox: commands may read anything the user can"),
             ("writable", writable.len(), "full has no sandbox: commands may write anything the user can"),
         ];
@@ -986,6 +990,57 @@ fn check_sandbox_network(reporter: &mut DocReporter<'_>, map: &JsonObject) -> us
         }
     }
     entries.len()
+}
+
+/// `spec.sandbox.limits`: a mapping of `processes` (a whole number or
+/// `unlimited`), `fileSize` and `memory` (bytes, a size with a unit, or
+/// `unlimited`), each checked by the parser the sandbox is built with.
+/// Returns how many bounds it sets.
+fn check_sandbox_limits(reporter: &mut DocReporter<'_>, map: &JsonObject) -> usize {
+    let Some(limits) = map.get("limits") else { return 0 };
+    let Some(limits) = limits.as_object() else {
+        reporter.error(
+            DiagnosticCode::SandboxInvalid,
+            "spec.sandbox.limits",
+            format!("spec.sandbox.limits must be a mapping, got {}", goondan_core::json_type_name(limits)),
+            Some("Write e.g. `limits: {processes: 512, fileSize: 1GiB, memory: 8GiB}`.".to_owned()),
+        );
+        return 0;
+    };
+    check_closed_keys(reporter, limits, "spec.sandbox.limits", &SANDBOX_LIMITS_KEYS);
+    type Parse = fn(&JsonValue) -> Result<crate::sandbox::LimitBound, crate::sandbox::LimitError>;
+    let fields: [(&str, Parse, &str); 3] = [
+        (
+            "processes",
+            crate::sandbox::parse_processes,
+            "Write how many processes (and threads) a command may run at once, e.g. `processes: 512`, or `unlimited`.",
+        ),
+        (
+            "fileSize",
+            crate::sandbox::parse_file_size,
+            "Write the largest file a command may write, e.g. `fileSize: 1GiB` or a number of bytes, or `unlimited`.",
+        ),
+        (
+            "memory",
+            crate::sandbox::parse_memory,
+            "Write the memory a command may take, e.g. `memory: 8GiB` (at least 16MiB), or `unlimited`.",
+        ),
+    ];
+    let mut set = 0;
+    for (field, parse, hint) in fields {
+        let Some(value) = limits.get(field) else { continue };
+        set += 1;
+        if let Err(error) = parse(value) {
+            let path = format!("spec.sandbox.limits.{field}");
+            reporter.error(
+                DiagnosticCode::SandboxInvalid,
+                &path,
+                format!("{path} is not a bound: {error}"),
+                Some(hint.to_owned()),
+            );
+        }
+    }
+    set
 }
 
 /// What a `writable` entry opens too widely, if it does: `/` itself, the

@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use goondan_config::{
-    Bundle, Diagnostic, DiagnosticCode, LoadReport, SandboxConfig, SandboxNetwork, SandboxPolicy, SandboxSource,
-    Severity, load_bundle, load_from_str,
+    Bundle, Diagnostic, DiagnosticCode, LimitBound, LoadReport, SandboxConfig, SandboxLimits, SandboxNetwork,
+    SandboxPolicy, SandboxSource, Severity, load_bundle, load_from_str,
 };
 
 const MODEL: &str =
@@ -91,6 +91,7 @@ fn every_field_parses() {
             network: SandboxNetwork {
                 allow: vec!["api.example.com:443".into(), "127.0.0.1:8080".into(), "[::1]:9000".into()]
             },
+            limits: SandboxLimits::default(),
         })
     );
     let Ok(targets) = bundle.sandbox_for("a", None).config.network.targets() else { panic!("targets") };
@@ -362,4 +363,56 @@ fn problems_of_every_kind_are_reported_in_one_pass_and_the_agent_is_not_kept() {
     );
     let Some(bundle) = report.bundle else { panic!("bundle") };
     assert!(bundle.agent("a").is_none(), "a document with errors becomes no resource");
+}
+
+#[test]
+fn limits_parse_with_units_and_unlimited() {
+    let bundle = valid(&format!(
+        "{MODEL}{}",
+        agent("a", "sandbox:\n  limits: {processes: 256, fileSize: 1GiB, memory: unlimited}")
+    ));
+    let Some(a) = bundle.agent("a") else { panic!("agent a") };
+    let Some(sandbox) = &a.spec.sandbox else { panic!("no sandbox") };
+    assert_eq!(
+        sandbox.limits,
+        SandboxLimits {
+            processes: Some(LimitBound::At(256)),
+            file_size: Some(LimitBound::At(1 << 30)),
+            memory: Some(LimitBound::Unlimited),
+        }
+    );
+    let report = load(&format!("{MODEL}{}", agent("b", "sandbox:\n  limits: {fileSize: 10485760}")));
+    assert!(report.diagnostics.is_empty(), "{:#?}", report.diagnostics);
+}
+
+#[test]
+fn bad_limits_are_errors_saying_what_to_write() {
+    let cases = [
+        ("sandbox:\n  limits: 512", "spec.sandbox.limits", "must be a mapping"),
+        ("sandbox:\n  limits: {procs: 5}", "spec.sandbox.limits.procs", "not a sandbox setting"),
+        ("sandbox:\n  limits: {processes: 0}", "spec.sandbox.limits.processes", "less than the smallest bound"),
+        ("sandbox:\n  limits: {processes: many}", "spec.sandbox.limits.processes", "not a whole number"),
+        ("sandbox:\n  limits: {fileSize: 1G}", "spec.sandbox.limits.fileSize", "ambiguous"),
+        ("sandbox:\n  limits: {fileSize: 1 gigabyte}", "spec.sandbox.limits.fileSize", "is not a size"),
+        ("sandbox:\n  limits: {memory: 100}", "spec.sandbox.limits.memory", "less than the smallest bound, 16 MiB"),
+        ("sandbox:\n  limits: {memory: [1]}", "spec.sandbox.limits.memory", "must be a number or a string"),
+    ];
+    for (sandbox, path, words) in cases {
+        let diagnostic = one(sandbox);
+        let path = format!("goondan.yaml#1.{path}");
+        assert_eq!(
+            (diagnostic.code, diagnostic.path.as_str()),
+            (DiagnosticCode::SandboxInvalid, path.as_str()),
+            "{sandbox}"
+        );
+        assert!(diagnostic.message.contains(words), "{sandbox}: {}", diagnostic.message);
+        assert!(diagnostic.suggestion.is_some(), "{sandbox}");
+    }
+}
+
+#[test]
+fn limits_under_policy_full_are_a_warning() {
+    let diagnostic = one("sandbox:\n  policy: full\n  limits: {processes: 64}");
+    assert_eq!((diagnostic.code, diagnostic.severity), (DiagnosticCode::SandboxIgnored, Severity::Warning));
+    assert_eq!(diagnostic.path, "goondan.yaml#1.spec.sandbox.limits");
 }

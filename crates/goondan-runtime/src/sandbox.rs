@@ -1,12 +1,13 @@
 //! The sandbox of an agent: its `spec.sandbox` (or its Swarm's, or the
 //! default `workspace-write`, see [`Bundle::sandbox_for`]) turned into a
-//! [`goondan_sandbox::Sandbox`] over its workdir, with the bundle's own
-//! files kept read-only.
+//! [`goondan_sandbox::Sandbox`] over its workdir, with the bundle's
+//! directory kept read-only (and out of sight when it is not in the
+//! workdir).
 
 use std::path::{Path, PathBuf};
 
-use goondan_config::{AgentSpec, Bundle, Resource, SandboxConfig, SandboxPolicy};
-use goondan_sandbox::{Policy, Sandbox, SandboxSpec};
+use goondan_config::{AgentSpec, Bundle, LimitBound, Resource, SandboxConfig, SandboxLimits, SandboxPolicy};
+use goondan_sandbox::{Limits, Policy, Sandbox, SandboxSpec};
 
 /// Why an agent's `spec.sandbox` cannot be applied (validation reports the
 /// same problems first).
@@ -59,8 +60,35 @@ pub fn sandbox_spec(
         readable: config.readable_paths(root, home.as_deref())?,
         writable: config.writable_paths(root, home.as_deref())?,
         protected,
+        // The bundle's tree is the runtime's configuration and code: never
+        // writable by what the model runs (see `SandboxSpec::bundle`).
+        bundle: Some(root.to_path_buf()),
         network_allow: config.network.targets()?.iter().map(ToString::to_string).collect(),
+        limits: limits(&config.limits),
+        open_network: false,
     })
+}
+
+/// `spec.sandbox.limits` as the sandbox takes it: a bound left out is the
+/// sandbox's default ([`Limits::default`]), `unlimited` none.
+pub fn limits(config: &SandboxLimits) -> Limits {
+    let bound = |written: Option<LimitBound>, default: fn() -> Option<u64>| match written {
+        None => default(),
+        Some(LimitBound::Unlimited) => None,
+        Some(LimitBound::At(value)) => Some(value),
+    };
+    Limits {
+        processes: match config.processes {
+            None => Some(goondan_sandbox::DEFAULT_PROCESSES),
+            Some(LimitBound::Unlimited) => None,
+            // Validation keeps it within MAX_PROCESSES.
+            Some(LimitBound::At(value)) => {
+                Some(u32::try_from(value).unwrap_or(u32::MAX).min(goondan_sandbox::MAX_PROCESSES))
+            }
+        },
+        file_size: bound(config.file_size, || Some(goondan_sandbox::DEFAULT_FILE_SIZE)),
+        memory: bound(config.memory, || Some(goondan_sandbox::default_memory())),
+    }
 }
 
 /// A workdir that is the home directory (or holds it) gives commands all of
@@ -84,6 +112,17 @@ fn warn_if_workdir_holds_home(agent: &str, workdir: &Path, home: Option<&Path>) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn limits_left_out_are_the_defaults_and_unlimited_is_none() {
+        let written =
+            SandboxLimits { processes: Some(LimitBound::At(64)), file_size: Some(LimitBound::Unlimited), memory: None };
+        let limits = limits(&written);
+        assert_eq!(limits.processes, Some(64));
+        assert_eq!(limits.file_size, None);
+        assert_eq!(limits.memory, Limits::default().memory);
+        assert_eq!(super::limits(&SandboxLimits::default()), Limits::default());
+    }
 
     #[test]
     fn a_workdir_holding_the_home_is_warned_about() {

@@ -736,7 +736,7 @@ fn usable_cgroups(cgroups: &str, mountinfo: &str, writable: impl Fn(&Path) -> bo
         else {
             continue;
         };
-        if !writable(&dir) || !dir.join(format!("{}.{}", controller.name(), v1_file(controller))).exists() {
+        if !writable(&dir) {
             continue;
         }
         match found.hierarchies.iter_mut().find(|h| h.parent == dir) {
@@ -747,15 +747,6 @@ fn usable_cgroups(cgroups: &str, mountinfo: &str, writable: impl Fn(&Path) -> bo
         }
     }
     found
-}
-
-/// The file a v1 command cgroup gets for `controller` (after its prefix).
-fn v1_file(controller: Controller) -> &'static str {
-    match controller {
-        // The root of the pids hierarchy has no pids.max; its children do.
-        Controller::Pids => "current",
-        Controller::Memory => "limit_in_bytes",
-    }
 }
 
 /// A mounted cgroup file system.
@@ -893,8 +884,6 @@ mod tests {
         for dir in ["pids", "memory/process_api/e3f8", "unified"] {
             std::fs::create_dir_all(base.join(dir))?;
         }
-        std::fs::write(base.join("pids/pids.current"), "0")?;
-        std::fs::write(base.join("memory/process_api/e3f8/memory.limit_in_bytes"), "0")?;
         std::fs::write(base.join("unified/cgroup.subtree_control"), "")?;
         let mountinfo = MOUNTINFO_V1.replace("/sys/fs/cgroup", &base.display().to_string());
         let found = usable_cgroups(CGROUP_V1, &mountinfo, |_| true);
