@@ -241,9 +241,11 @@ impl Sandbox {
         }
     }
 
-    /// Sets `command` up to run confined (nothing under `full`). The first
-    /// call sets the sandbox up and tries it on `true`; when the policy
-    /// cannot be enforced, every call fails with
+    /// Sets `command` up to run confined (nothing under `full`), in its
+    /// workdir unless it has a directory of its own (which must lie in what
+    /// the command sees: the workdir, its `TMPDIR`, the extra paths or the
+    /// system's trees). The first call sets the sandbox up and tries it on
+    /// `true`; when the policy cannot be enforced, every call fails with
     /// [`SandboxError::Unavailable`].
     pub fn confine(&self, command: &mut Command) -> Result<(), SandboxError> {
         if !self.spec.policy.confines() {
@@ -276,6 +278,11 @@ impl Sandbox {
             command.env("NODE_USE_ENV_PROXY", "1");
         }
         command.env("TMPDIR", &ready.tmp);
+        // Where the caller said nothing, the command starts in its workdir:
+        // the caller's own directory may not exist in the command's root.
+        if command.get_current_dir().is_none() {
+            command.current_dir(&self.spec.workdir);
+        }
         attach(command, ready)
     }
 
