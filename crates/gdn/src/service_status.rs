@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Result;
+use goondan_runtime::store::{create_private_dir_all, private_file};
 use serde::{Deserialize, Serialize};
 
 use crate::cli::GlobalOptions;
@@ -50,7 +51,7 @@ impl ServiceStatus {
     pub fn write(&self, workspace_dir: &Path) -> std::io::Result<()> {
         let path = workspace_dir.join(STATUS_FILE);
         let temp = workspace_dir.join(format!(".{STATUS_FILE}.{}", std::process::id()));
-        let mut file = std::fs::File::create(&temp)?;
+        let mut file = private_file().write(true).create(true).truncate(true).open(&temp)?;
         file.write_all(serde_json::to_string_pretty(self).map_err(std::io::Error::other)?.as_bytes())?;
         file.sync_all()?;
         std::fs::rename(&temp, path)
@@ -97,9 +98,9 @@ pub fn detach(
         return Ok(exit::USAGE);
     }
     let logs = workspace_dir.join("logs");
-    std::fs::create_dir_all(&logs)?;
+    create_private_dir_all(&logs)?;
     let log_path = logs.join("service.log");
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path)?;
+    let log = private_file().create(true).append(true).open(&log_path)?;
     let start = std::fs::metadata(&log_path).map(|m| m.len()).unwrap_or(0);
     let program = std::env::current_exe()?;
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).filter(|arg| arg != "--detach").collect();

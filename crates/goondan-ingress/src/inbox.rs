@@ -25,10 +25,14 @@
 //! rename) when dead records are a third of it, at open and while
 //! running, so it never grows without bound. A torn last line (a crash in
 //! the middle of a write) is cut off at open.
+//!
+//! The inbox holds what users sent, so its files are the user's alone:
+//! created 0600 (directories 0700), whatever the umask.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufRead as _, BufReader, Seek as _, SeekFrom, Write as _};
+use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -46,6 +50,18 @@ use crate::sink::SinkError;
 /// How often (20 ms apart) a locked inbox is tried again before it is
 /// reported busy.
 const LOCK_TRIES: u32 = 50;
+
+/// The mode of the inbox's files: the user's only.
+const FILE_MODE: u32 = 0o600;
+/// The mode of a directory the inbox makes.
+const DIR_MODE: u32 = 0o700;
+
+/// Options whose new file is [`FILE_MODE`].
+fn private_file() -> OpenOptions {
+    let mut options = OpenOptions::new();
+    options.mode(FILE_MODE);
+    options
+}
 
 /// The lock file of the inbox at `path`: held by the process that writes it.
 fn lock_path(path: &Path) -> PathBuf {
@@ -413,7 +429,7 @@ fn read_file(path: &Path) -> Result<Folded, InboxError> {
 /// Writes the folded state as a new file in place of the old one.
 fn rewrite(path: &Path, folded: &mut Folded) -> std::io::Result<File> {
     let temp = path.with_extension("jsonl.tmp");
-    let mut out = std::io::BufWriter::new(File::create(&temp)?);
+    let mut out = std::io::BufWriter::new(private_file().write(true).create(true).truncate(true).open(&temp)?);
     serde_json::to_writer(&mut out, &Record::Next { seq: folded.next_seq })?;
     out.write_all(b"\n")?;
     let pending_keys: std::collections::HashSet<&str> = folded.pending.values().map(|s| s.key.as_str()).collect();
@@ -519,13 +535,13 @@ impl Inbox {
     ) -> Result<(Self, Recovered), InboxError> {
         let io = |source| InboxError::Io { path: path.to_owned(), source };
         if let Some(dir) = path.parent() {
-            fs::create_dir_all(dir).map_err(io)?;
+            fs::DirBuilder::new().recursive(true).mode(DIR_MODE).create(dir).map_err(io)?;
         }
         // One writer per inbox, across processes: a second service on the
         // same project would interleave records and run events twice.
         let lock_path = lock_path(path);
         let mut lock =
-            OpenOptions::new().create(true).truncate(false).read(true).write(true).open(&lock_path).map_err(io)?;
+            private_file().create(true).truncate(false).read(true).write(true).open(&lock_path).map_err(io)?;
         // A writer of this process that is just ending (its last handle
         // dropped) lets go within moments: wait a little before refusing.
         let mut tries = 0;
@@ -555,7 +571,7 @@ impl Inbox {
             rewrite(path, &mut folded).map_err(io)?
         } else {
             let existed = path.exists();
-            let file = OpenOptions::new().create(true).append(true).open(path).map_err(io)?;
+            let file = private_file().create(true).append(true).open(path).map_err(io)?;
             // A new file's name is durable only once its directory is synced.
             if !existed && let Some(dir) = path.parent() {
                 File::open(dir).and_then(|dir| dir.sync_all()).map_err(io)?;
@@ -829,4 +845,53 @@ pub fn items_of(deliveries: Vec<(Delivery, Route)>, connection: &str, connector:
         .into_iter()
         .map(|(delivery, route)| (delivery.key, Entry::new(connection, connector, route, delivery.event)))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    use super::*;
+    use crate::event::EventMessage;
+
+    fn mode(path: &Path) -> u32 {
+        fs::metadata(path).map(|meta| meta.permissions().mode() & 0o7777).unwrap_or(0)
+    }
+
+    fn entry(text: &str) -> Entry {
+        let event = ConnectorEvent {
+            name: "message".into(),
+            message: EventMessage::text(text),
+            properties: BTreeMap::new(),
+            instance_key: "k".into(),
+        };
+        Entry::new("conn", "cli", Route { agent: "a".into(), instance_key: "k".into() }, event)
+    }
+
+    #[tokio::test]
+    async fn the_inbox_files_are_the_users_only_whatever_the_umask() -> Result<(), Box<dyn std::error::Error>> {
+        let temp = tempfile::tempdir()?;
+        let dir = temp.path().join("ingress");
+        let path = dir.join(INBOX_FILE);
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let (inbox, _) = Inbox::open(&path, InboxOptions::default(), tx)?;
+        let stored = inbox.store("conn", vec![(None, entry("one")), (None, entry("two"))]).await?;
+        for result in &stored {
+            if let StoreResult::Stored(stored) = result {
+                inbox.done(stored.seq, Outcome::Answered).await?;
+            }
+        }
+        drop(inbox);
+        assert_eq!(mode(&dir), DIR_MODE);
+        assert_eq!(mode(&path), FILE_MODE);
+        assert_eq!(mode(&lock_path(&path)), FILE_MODE);
+        // Reopened with compaction due: the rewritten file is private too.
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let options = InboxOptions { compact_min_records: 0, ..InboxOptions::default() };
+        let (inbox, _) = Inbox::open(&path, options, tx)?;
+        inbox.sync().await?;
+        drop(inbox);
+        assert_eq!(mode(&path), FILE_MODE);
+        Ok(())
+    }
 }

@@ -29,7 +29,7 @@
 //! instance lock already guarantees.
 
 use std::collections::HashMap;
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -372,10 +372,11 @@ impl Write for CappedWriter {
 /// Replaces `dir/file_name` with `bytes`: a new temporary file beside it,
 /// synced, renamed over it, then the directory synced (best effort).
 fn write_atomically(dir: &Path, file_name: &str, temp_name: &str, bytes: &[u8]) -> Result<(), ExtensionStateError> {
-    fs::create_dir_all(dir).map_err(ExtensionStateError::io("creating the extension state directory", dir))?;
+    crate::store::create_private_dir_all(dir)
+        .map_err(ExtensionStateError::io("creating the extension state directory", dir))?;
     let path = dir.join(file_name);
     let temp = dir.join(temp_name);
-    let written = OpenOptions::new()
+    let written = crate::store::private_file()
         // create_new: never write through a file (or link) someone left at this name.
         .write(true)
         .create_new(true)

@@ -86,9 +86,19 @@
 //! advisory lock on its `lock` file and writes the process id into it.
 //! [`lock_status`] tells whether a process holds it now (and which), and
 //! [`delete_instances`] refuses to delete a held instance.
+//!
+//! The state root holds every conversation, so it is the user's alone,
+//! whatever the umask: every directory the store makes is created 0700
+//! ([`create_private_dir_all`], missing parents included, the root itself
+//! among them) and every file 0600 ([`private_file`]), and a file replaced
+//! through a temp file takes the temp file's 0600. What a caller of this
+//! crate writes under the root should go through the same two functions.
+//! A root made looser by hand or by an earlier version is not changed here
+//! (`gdn doctor` reports it and `gdn doctor --fix` tightens it).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 
 use goondan_core::message::now_millis;
@@ -106,6 +116,27 @@ const MAX_DIR_NAME_BYTES: usize = 255;
 /// inspector's test of the lock, short enough not to be noticed.
 const LOCK_RETRIES: u32 = 3;
 const LOCK_RETRY_DELAY: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// The mode of every directory under the state root (and of the root): the user's only.
+pub const PRIVATE_DIR_MODE: u32 = 0o700;
+/// The mode of every file under the state root.
+pub const PRIVATE_FILE_MODE: u32 = 0o600;
+
+/// Creates `dir` and whatever parents are missing, each new one with mode
+/// [`PRIVATE_DIR_MODE`] (the umask can only narrow it); an existing
+/// directory is left as it is. For every directory under the state root.
+pub fn create_private_dir_all(dir: &Path) -> io::Result<()> {
+    fs::DirBuilder::new().recursive(true).mode(PRIVATE_DIR_MODE).create(dir)
+}
+
+/// Options whose new file gets mode [`PRIVATE_FILE_MODE`] (nothing is
+/// set: read, write, create are the caller's). For every file under the
+/// state root.
+pub fn private_file() -> OpenOptions {
+    let mut options = OpenOptions::new();
+    options.mode(PRIVATE_FILE_MODE);
+    options
+}
 
 /// A failure of the store; every variant says what was being done and where.
 #[derive(Debug, thiserror::Error)]
@@ -496,7 +527,7 @@ pub fn find_workspace(root: &StateRoot, name: &str) -> Result<Option<Workspace>,
 /// Writes workspace.json for `bundle` unless another process wrote one
 /// first; returns what the file holds then (refused later if not ours).
 fn create_workspace(dir: &Path, id: &str, name: &str, bundle: &str) -> Result<WorkspaceInfo, StoreError> {
-    fs::create_dir_all(dir).map_err(StoreError::io("creating the workspace directory", dir))?;
+    create_private_dir_all(dir).map_err(StoreError::io("creating the workspace directory", dir))?;
     let path = dir.join(Workspace::INFO_FILE);
     let info = WorkspaceInfo {
         workspace_id: id.to_owned(),
@@ -570,7 +601,7 @@ pub fn migrate_legacy_instances(root: &StateRoot, workspace: &Workspace, bundle:
             }
         };
         let instances = workspace.instances_dir();
-        let renamed = fs::create_dir_all(&instances).and_then(|()| fs::rename(&dir, &target));
+        let renamed = create_private_dir_all(&instances).and_then(|()| fs::rename(&dir, &target));
         drop(held);
         match renamed {
             Ok(()) => {
@@ -884,7 +915,7 @@ impl InstanceStore {
     ) -> Result<Self, StoreError> {
         let dir = workspace.instance_dir(agent_name, instance_key)?;
         let created = !dir.is_dir();
-        fs::create_dir_all(&dir).map_err(StoreError::io("creating the instance directory", &dir))?;
+        create_private_dir_all(&dir).map_err(StoreError::io("creating the instance directory", &dir))?;
         if created && let Some(parent) = dir.parent() {
             sync_dir(parent);
         }
@@ -913,7 +944,7 @@ impl InstanceStore {
             Err(error) => return Err(error),
         };
         let messages_path = dir.join(Self::MESSAGES_FILE);
-        let messages_file = OpenOptions::new()
+        let messages_file = private_file()
             .read(true)
             .append(true)
             .create(true)
@@ -1044,7 +1075,11 @@ impl InstanceStore {
             lines.push(b'\n');
         }
         let temp = self.dir.join(format!(".{}.{}.tmp", Self::MESSAGES_FILE, std::process::id()));
-        let written = File::create(&temp)
+        let written = private_file()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&temp)
             .and_then(|mut file| {
                 file.write_all(&lines)?;
                 file.sync_all()
@@ -1093,7 +1128,7 @@ impl InstanceStore {
     pub fn lock(&self) -> Result<InstanceLock, StoreError> {
         let path = self.dir.join(Self::LOCK_FILE);
         // Not truncated on open: until we hold the lock, the pid in it is the holder's.
-        let file = OpenOptions::new()
+        let file = private_file()
             .create(true)
             .truncate(false)
             .read(true)
@@ -1140,7 +1175,7 @@ impl InstanceStore {
     /// left by a crash is cut first. One writer at a time.
     pub fn event_writer(&self) -> Result<EventLogWriter, StoreError> {
         let path = &self.events_path;
-        let mut file = OpenOptions::new()
+        let mut file = private_file()
             .read(true)
             .append(true)
             .create(true)
@@ -1651,7 +1686,11 @@ fn write_json_atomically<T: Serialize>(dir: &Path, path: &Path, value: &T) -> Re
 fn write_synced<T: Serialize>(path: &Path, value: &T) -> Result<(), StoreError> {
     let mut bytes = serde_json::to_vec_pretty(value).map_err(StoreError::json("serializing", path))?;
     bytes.push(b'\n');
-    File::create(path)
+    private_file()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
         .and_then(|mut file| {
             file.write_all(&bytes)?;
             file.sync_all()
@@ -1789,4 +1828,80 @@ pub(crate) fn sync_dir(dir: &Path) {
     }
     #[cfg(not(unix))]
     let _ = dir;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    use super::*;
+
+    fn user(text: &str) -> Message {
+        Message::new(goondan_core::MessageData::User { content: text.to_owned() }, goondan_core::MessageSource::User)
+    }
+
+    /// Every directory and file under `dir` (links not followed) whose mode
+    /// is not the private one, with its mode.
+    fn loose(dir: &Path, found: &mut Vec<String>) {
+        for entry in fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())).flatten() {
+            let path = entry.path();
+            let meta = fs::symlink_metadata(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let mode = meta.permissions().mode() & 0o7777;
+            if meta.is_dir() {
+                if mode != PRIVATE_DIR_MODE {
+                    found.push(format!("{} {mode:o}", path.display()));
+                }
+                loose(&path, found);
+            } else if meta.is_file() && mode != PRIVATE_FILE_MODE {
+                found.push(format!("{} {mode:o}", path.display()));
+            }
+        }
+    }
+
+    #[test]
+    fn everything_the_store_writes_is_the_users_only() -> Result<(), Box<dyn std::error::Error>> {
+        let temp = tempfile::tempdir()?;
+        // The root and its parent do not exist yet: both are made here.
+        let root = StateRoot::new(temp.path().join("parent").join("state"));
+        let workspace = open_workspace(&root, "demo", "/p/goondan.yaml", WorkspaceAccess::Use)?;
+        let mut store = InstanceStore::open(&workspace, "user:1", "assistant", Path::new("/p/goondan.yaml"))?;
+        let _lock = store.lock()?;
+        store.append(&[user("hi")])?;
+        store.rewrite(&[user("hi again")])?;
+        store.record_turn()?;
+        let mut events = store.event_writer()?;
+        events.write_all(b"{}\n")?;
+        events.flush()?;
+        crate::tasks::TaskBook::open(store.dir())?;
+        let runtime = tokio::runtime::Builder::new_current_thread().build()?;
+        let extensions = crate::extension_state::ExtensionStateStore::at(
+            store.dir().join(crate::extension_state::ExtensionStateStore::DIR_NAME),
+        );
+        runtime.block_on(extensions.set("memo", serde_json::json!({"a": 1})))?;
+
+        let root_mode = fs::metadata(root.path())?.permissions().mode() & 0o7777;
+        assert_eq!(root_mode, PRIVATE_DIR_MODE, "the state root");
+        let mut found = Vec::new();
+        loose(temp.path(), &mut found);
+        assert!(found.is_empty(), "not private: {found:?}");
+        // Each kind of file was written.
+        for file in [InstanceStore::INFO_FILE, InstanceStore::MESSAGES_FILE, InstanceStore::EVENTS_FILE, "lock"] {
+            assert!(store.dir().join(file).is_file(), "{file}");
+        }
+        assert!(workspace.dir().join(Workspace::INFO_FILE).is_file());
+        Ok(())
+    }
+
+    #[test]
+    fn an_existing_directory_keeps_its_mode() -> Result<(), Box<dyn std::error::Error>> {
+        let temp = tempfile::tempdir()?;
+        let shared = temp.path().join("shared");
+        fs::create_dir(&shared)?;
+        fs::set_permissions(&shared, fs::Permissions::from_mode(0o750))?;
+        create_private_dir_all(&shared.join("a/b"))?;
+        assert_eq!(fs::metadata(&shared)?.permissions().mode() & 0o7777, 0o750);
+        assert_eq!(fs::metadata(shared.join("a"))?.permissions().mode() & 0o7777, PRIVATE_DIR_MODE);
+        assert_eq!(fs::metadata(shared.join("a/b"))?.permissions().mode() & 0o7777, PRIVATE_DIR_MODE);
+        Ok(())
+    }
 }

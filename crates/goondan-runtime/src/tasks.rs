@@ -268,7 +268,9 @@ impl TaskBook {
             {
                 // Opens in the order opened, then ends in the order ended
                 // (the order completions are delivered in), then receipts.
-                let mut out = io::BufWriter::new(File::create(&temp)?);
+                let mut out = io::BufWriter::new(
+                    crate::store::private_file().write(true).create(true).truncate(true).open(&temp)?,
+                );
                 for task in tasks.list() {
                     let mut opened = task.clone();
                     opened.state = TaskState::Working;
@@ -295,7 +297,7 @@ impl TaskBook {
             crate::store::sync_dir(dir);
             OpenOptions::new().append(true).open(&path)?
         } else {
-            let file = OpenOptions::new().create(true).append(true).open(&path)?;
+            let file = crate::store::private_file().create(true).append(true).open(&path)?;
             // A torn last line is cut, so new lines never glue onto it.
             if file.metadata()?.len() > good {
                 file.set_len(good)?;
