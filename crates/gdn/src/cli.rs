@@ -62,7 +62,7 @@ pub enum Command {
     /// Open a read-only web page over the state root: instances, the agent graph, the flow of messages and tool calls, traces.
     Studio(StudioArgs),
     /// Check that this machine can run the bundle: runtimes, keys, MCP server programs, connector ports, state.
-    Doctor,
+    Doctor(DoctorArgs),
     /// Stop the project's running service (`gdn run` with Connections): it drains, then exits.
     Stop(StopArgs),
     /// Restart the project's running service, or one agent's processes (--agent), at turn boundaries.
@@ -408,6 +408,14 @@ pub struct LogsArgs {
     /// server's state stream (credentials as for `gdn host`).
     #[arg(long, value_name = "URL")]
     pub nats: Option<String>,
+}
+
+/// `gdn doctor`.
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Repair what can be repaired: make the state root private (directories 0700, files 0600).
+    #[arg(long)]
+    pub fix: bool,
 }
 
 /// `gdn studio`.

@@ -4,8 +4,11 @@
 //! state folder), and what this runtime needs besides: a JavaScript runtime
 //! (Bun, or Node ≥ 22.6) where the bundle has script entries, the commands
 //! of its stdio MCP servers, the ports of its HTTP connectors, a writable
-//! state root. Each line is ok, a warning or an error with its fix; any
-//! error makes the exit status 1.
+//! state root, and one that only its user can read (directories 0700,
+//! files 0600: it holds every conversation). Each line is ok, a warning or
+//! an error with its fix; any error makes the exit status 1. `--fix`
+//! repairs what it can without asking: today, the state root's
+//! permissions (see [`make_private`]).
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -65,8 +68,8 @@ impl Report {
     }
 }
 
-/// `gdn doctor`.
-pub fn doctor(global: &GlobalOptions, session: &crate::Session, out: &mut Output) -> Result<u8> {
+/// `gdn doctor [--fix]`.
+pub fn doctor(global: &GlobalOptions, fix: bool, session: &crate::Session, out: &mut Output) -> Result<u8> {
     let mut report = Report::default();
     report.push("System", "gdn", Level::Ok, format!("gdn {}", env!("CARGO_PKG_VERSION")));
 
@@ -108,7 +111,7 @@ pub fn doctor(global: &GlobalOptions, session: &crate::Session, out: &mut Output
             check_connections(global, bundle, &env, &mut report);
         }
     }
-    check_state_root(global, &mut report);
+    check_state_root(global, fix, &mut report);
     // Grouped by category, in this order; checks keep their order within one.
     const ORDER: [&str; 6] = ["System", "Bundle", "Keys", "MCP servers", "Connections", "State"];
     report.checks.sort_by_key(|check| ORDER.iter().position(|c| *c == check.category).unwrap_or(ORDER.len()));
@@ -388,8 +391,9 @@ fn check_connections(
     }
 }
 
-/// The state root exists (or can be made) and takes a file.
-fn check_state_root(global: &GlobalOptions, report: &mut Report) {
+/// The state root exists (or can be made, 0700) and takes a file; and no
+/// other user can read it (with `fix`: made so).
+fn check_state_root(global: &GlobalOptions, fix: bool, report: &mut Report) {
     let root = match crate::run::state_root(global) {
         Ok(root) => root,
         Err(error) => {
@@ -405,7 +409,8 @@ fn check_state_root(global: &GlobalOptions, report: &mut Report) {
     };
     let path = root.path().to_path_buf();
     let probe = path.join(format!(".doctor-{}", std::process::id()));
-    let writable = std::fs::create_dir_all(&path).and_then(|()| std::fs::write(&probe, b"ok"));
+    let writable = goondan_runtime::store::create_private_dir_all(&path)
+        .and_then(|()| goondan_runtime::store::private_file().write(true).create_new(true).open(&probe).map(drop));
     let _ = std::fs::remove_file(&probe);
     match writable {
         Ok(()) => {
@@ -426,12 +431,246 @@ fn check_state_root(global: &GlobalOptions, report: &mut Report) {
             };
             report.push("State", "state root", Level::Ok, format!("{} is writable{running}", path.display()));
         }
-        Err(error) => report.fail(
-            "State",
-            "state root",
-            Level::Error,
-            format!("{}: {error}", path.display()),
-            "Make it writable, or point GOONDAN_STATE_ROOT (--state-root) elsewhere.",
+        Err(error) => {
+            report.fail(
+                "State",
+                "state root",
+                Level::Error,
+                format!("{}: {error}", path.display()),
+                "Make it writable, or point GOONDAN_STATE_ROOT (--state-root) elsewhere.",
+            );
+            return;
+        }
+    }
+    check_private(&path, fix, report);
+}
+
+/// What a walk of the state root found open to other users.
+#[derive(Debug, Default)]
+struct Loose {
+    /// Directories and files with a group or other permission bit.
+    entries: Vec<(PathBuf, u32)>,
+}
+
+/// Whether `path` is a workspace's default working directory
+/// (`<root>/workspaces/<id>/workdir`): the agents' files, which keep the
+/// user's umask (the directory itself is private, its content is not
+/// looked into).
+fn is_workdir(root: &Path, path: &Path) -> bool {
+    path.file_name().is_some_and(|name| name == crate::workspace::WORKDIR)
+        && path.parent().and_then(Path::parent)
+            == Some(root.join(goondan_runtime::store::StateRoot::WORKSPACES_DIR_NAME).as_path())
+}
+
+/// The state root's directories (itself included) and files whose mode
+/// gives the group or others any access; symbolic links are not followed
+/// (nor reported: their own mode means nothing), nor is an entry that
+/// cannot be read, nor the content of a workspace's working directory.
+fn loose_entries(root: &Path) -> Loose {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut loose = Loose::default();
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(path) = pending.pop() {
+        let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
+        if meta.file_type().is_symlink() {
+            continue;
+        }
+        let mode = meta.permissions().mode() & 0o7777;
+        if mode & 0o077 != 0 {
+            loose.entries.push((path.clone(), mode));
+        }
+        if meta.is_dir() && !is_workdir(root, &path) {
+            pending.extend(std::fs::read_dir(&path).into_iter().flatten().flatten().map(|entry| entry.path()));
+        }
+    }
+    loose
+}
+
+/// Reports a state root that other users can read, or with `fix` makes
+/// it private.
+fn check_private(root: &Path, fix: bool, report: &mut Report) {
+    let loose = loose_entries(root);
+    let shown = root.display();
+    if loose.entries.is_empty() {
+        report.push("State", "permissions", Level::Ok, format!("{shown}: only its user can read it (0700/0600)"));
+        return;
+    }
+    if fix {
+        let made = make_private(root);
+        if made.failed.is_empty() {
+            report.push(
+                "State",
+                "permissions",
+                Level::Ok,
+                format!("{shown}: made private ({} entries changed: directories 0700, files 0600)", made.changed),
+            );
+        } else {
+            let (path, error) = &made.failed[0];
+            report.fail(
+                "State",
+                "permissions",
+                Level::Error,
+                format!(
+                    "{shown}: {} entries could not be made private (first: {}: {error}); {} were",
+                    made.failed.len(),
+                    path.display(),
+                    made.changed
+                ),
+                format!("Make them yours (chown -R \"$USER\" {shown}), then run gdn doctor --fix again."),
+            );
+        }
+        return;
+    }
+    let (first, mode) = &loose.entries[0];
+    report.fail(
+        "State",
+        "permissions",
+        Level::Warning,
+        format!(
+            "{shown} holds every conversation, but {} of its entries are open to other users (e.g. {} is {mode:04o})",
+            loose.entries.len(),
+            first.display()
         ),
+        format!("Run gdn doctor --fix (directories 0700, files 0600), or chmod -R go-rwx {shown}."),
+    );
+}
+
+/// What [`make_private`] did.
+#[derive(Debug, Default)]
+struct MadePrivate {
+    /// How many entries changed mode.
+    changed: usize,
+    /// The entries that could not be changed, with why.
+    failed: Vec<(PathBuf, std::io::Error)>,
+}
+
+/// Sets every directory under `root` (and `root`) to 0700 and every
+/// other entry (files, sockets) to 0600, without following symbolic
+/// links: a link is left alone, and so is whatever it points to. A
+/// workspace's working directory is made 0700, its content left as the
+/// agents made it (scripts stay executable).
+fn make_private(root: &Path) -> MadePrivate {
+    use goondan_runtime::store::{PRIVATE_DIR_MODE, PRIVATE_FILE_MODE};
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut made = MadePrivate::default();
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(path) = pending.pop() {
+        let meta = match std::fs::symlink_metadata(&path) {
+            Ok(meta) => meta,
+            // Gone since it was listed.
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(error) => {
+                made.failed.push((path, error));
+                continue;
+            }
+        };
+        if meta.file_type().is_symlink() {
+            continue;
+        }
+        let wanted = if meta.is_dir() { PRIVATE_DIR_MODE } else { PRIVATE_FILE_MODE };
+        if meta.permissions().mode() & 0o7777 != wanted {
+            match chmod_no_follow(&path, wanted) {
+                Ok(()) => made.changed += 1,
+                Err(error) => made.failed.push((path.clone(), error)),
+            }
+        }
+        if meta.is_dir() && !is_workdir(root, &path) {
+            match std::fs::read_dir(&path) {
+                Ok(entries) => pending.extend(entries.flatten().map(|entry| entry.path())),
+                Err(error) => made.failed.push((path, error)),
+            }
+        }
+    }
+    made
+}
+
+/// chmod that never follows a symbolic link: one that took the entry's
+/// place since it was looked at is refused.
+fn chmod_no_follow(path: &Path, mode: u32) -> std::io::Result<()> {
+    use nix::sys::stat::{FchmodatFlags, Mode, fchmodat};
+    let mode = Mode::from_bits_truncate(mode);
+    fchmodat(nix::fcntl::AT_FDCWD, path, mode, FchmodatFlags::NoFollowSymlink).map_err(std::io::Error::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    use super::*;
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::symlink_metadata(path).map(|meta| meta.permissions().mode() & 0o7777).unwrap_or(0)
+    }
+
+    fn set(path: &Path, mode: u32) {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    #[test]
+    fn a_loose_state_root_is_found_and_made_private_without_following_links() -> std::io::Result<()> {
+        let temp = tempfile::tempdir()?;
+        let root = temp.path().join("state");
+        let instance = root.join("workspaces/demo/instances/a@k");
+        std::fs::create_dir_all(&instance)?;
+        std::fs::write(instance.join("messages.jsonl"), "{}\n")?;
+        std::fs::write(root.join("private.json"), "{}")?;
+        for dir in ["", "workspaces", "workspaces/demo", "workspaces/demo/instances", "workspaces/demo/instances/a@k"] {
+            set(&root.join(dir), 0o755);
+        }
+        set(&instance.join("messages.jsonl"), 0o644);
+        set(&root.join("private.json"), 0o600);
+        // A link to something outside: neither it nor its target is touched.
+        let outside = temp.path().join("outside.txt");
+        std::fs::write(&outside, "x")?;
+        set(&outside, 0o644);
+        std::os::unix::fs::symlink(&outside, root.join("link"))?;
+        // The agents' working directory: made private, its content left alone.
+        let workdir = root.join("workspaces/demo/workdir");
+        std::fs::create_dir(&workdir)?;
+        set(&workdir, 0o755);
+        std::fs::write(workdir.join("run.sh"), "#!/bin/sh\n")?;
+        set(&workdir.join("run.sh"), 0o755);
+
+        let loose = loose_entries(&root);
+        let mut found: Vec<_> = loose.entries.iter().map(|(path, _)| path.clone()).collect();
+        found.sort();
+        assert_eq!(found.len(), 7, "{found:?}");
+        assert!(found.contains(&workdir) && !found.contains(&workdir.join("run.sh")));
+        assert!(found.contains(&root) && found.contains(&instance.join("messages.jsonl")));
+
+        let made = make_private(&root);
+        assert!(made.failed.is_empty(), "{:?}", made.failed);
+        assert_eq!(made.changed, 7);
+        assert_eq!(mode(&workdir), 0o700);
+        assert_eq!(mode(&workdir.join("run.sh")), 0o755, "a file of the agents' changed");
+        assert_eq!(mode(&root), 0o700);
+        assert_eq!(mode(&instance), 0o700);
+        assert_eq!(mode(&instance.join("messages.jsonl")), 0o600);
+        assert_eq!(mode(&outside), 0o644, "the link's target was changed");
+        assert!(loose_entries(&root).entries.is_empty());
+        Ok(())
+    }
+
+    #[test]
+    fn a_private_root_is_ok_and_a_loose_one_warns_with_its_fix() -> std::io::Result<()> {
+        let temp = tempfile::tempdir()?;
+        let root = temp.path().join("state");
+        goondan_runtime::store::create_private_dir_all(&root.join("workspaces"))?;
+        let mut report = Report::default();
+        check_private(&root, false, &mut report);
+        assert_eq!(report.checks[0].level, Level::Ok, "{:?}", report.checks);
+
+        set(&root, 0o755);
+        let mut report = Report::default();
+        check_private(&root, false, &mut report);
+        assert_eq!(report.checks[0].level, Level::Warning);
+        assert!(report.checks[0].fix.as_deref().is_some_and(|fix| fix.contains("gdn doctor --fix")));
+        assert_eq!(mode(&root), 0o755, "a check without --fix changes nothing");
+
+        let mut report = Report::default();
+        check_private(&root, true, &mut report);
+        assert_eq!(report.checks[0].level, Level::Ok, "{:?}", report.checks);
+        assert_eq!(mode(&root), 0o700);
+        Ok(())
     }
 }

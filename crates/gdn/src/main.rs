@@ -154,7 +154,7 @@ fn main() -> ExitCode {
         Command::Stop(args) => service_status::stop(&cli.global, args.wait_secs, &mut out),
         Command::Restart(args) => restart::restart(&cli.global, args, &mut out),
         Command::Task(command) => task::task(&cli.global, command, &session, &mut out),
-        Command::Doctor => doctor::doctor(&cli.global, &session, &mut out),
+        Command::Doctor(args) => doctor::doctor(&cli.global, args.fix, &session, &mut out),
         Command::Logs(args) => logs::logs(&cli.global, args, &session, &mut out),
         Command::Studio(args) => studio::studio(&cli.global, args, &session, &mut out),
         Command::Init(args) => init::init(&cli.global, args, &mut out),
@@ -230,7 +230,7 @@ fn loads_env_files(command: &Command) -> Option<Option<&Path>> {
     match command {
         Command::Run(args) => Some(args.env_file.as_deref()),
         Command::Host(args) => Some(args.env_file.as_deref()),
-        Command::Tool(_) | Command::Mcp(_) | Command::Doctor => Some(None),
+        Command::Tool(_) | Command::Mcp(_) | Command::Doctor(_) => Some(None),
         Command::Validate(_)
         | Command::Stop(_)
         | Command::Restart(_)

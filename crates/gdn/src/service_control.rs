@@ -19,6 +19,23 @@
 //! Only the user who runs the service can connect (the socket is the
 //! user's, mode 0600, in the user's state root); the requests name no
 //! secrets and the replies carry none.
+//!
+//! And only an unconfined process of that user is served: on accept the
+//! service reads the peer's credentials (`SO_PEERCRED`) and its
+//! `/proc/<pid>`, and refuses — one reply `{"ok":false,"error":…}`, then
+//! the connection closed, and a warning in the service's log naming the
+//! pid and uid — a peer that
+//! - runs as another user (root included: same uid only), or
+//! - is confined as the sandbox confines commands: in another user
+//!   namespace than the service's (`ns/user`; when the peer is not
+//!   dumpable and that link cannot be read, its `uid_map` as seen from
+//!   here), with `NoNewPrivs` set where the service's is not (Landlock
+//!   sets it), or with more seccomp filters than the service
+//!   (`Seccomp_filters`), or
+//! - cannot be inspected (its pid unknown, its `/proc` entry unreadable).
+//!
+//! The gdn client itself has none of these. This is defence in depth: a
+//! sandboxed command is not meant to reach the socket at all.
 
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::{Path, PathBuf};
@@ -37,6 +54,8 @@ use tokio_util::sync::CancellationToken;
 pub const SOCKET_FILE: &str = "service.sock";
 /// The longest request line read.
 const MAX_REQUEST_BYTES: usize = 64 * 1024;
+/// How long a refused client's request is waited for before its refusal is sent.
+const REFUSED_READ: Duration = Duration::from_secs(2);
 /// A Unix socket's path must fit `sun_path` (108 bytes with its NUL).
 const MAX_SOCKET_PATH: usize = 100;
 
@@ -156,6 +175,10 @@ pub fn listen(
         use std::os::unix::fs::PermissionsExt as _;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
     }
+    let own = Arc::new(Peers::own());
+    if let Err(error) = &own.confinement {
+        tracing::warn!("the control socket refuses every client: this process's /proc entry cannot be read: {error}");
+    }
     let path = path.to_path_buf();
     Ok(tokio::spawn(async move {
         loop {
@@ -166,8 +189,20 @@ pub fn listen(
             match accepted {
                 Ok((stream, _)) => {
                     let context = Arc::clone(&context);
+                    let own = Arc::clone(&own);
                     tokio::spawn(async move {
-                        if let Err(error) = serve_one(stream, &context).await {
+                        let refused = own.refusal(&stream);
+                        if let Some(refused) = &refused {
+                            tracing::warn!(
+                                pid = refused.pid,
+                                uid = refused.uid,
+                                "the control socket refused a client (pid {}, uid {}): {}",
+                                refused.pid.map_or_else(|| "unknown".to_owned(), |pid| pid.to_string()),
+                                refused.uid.map_or_else(|| "unknown".to_owned(), |uid| uid.to_string()),
+                                refused.reason
+                            );
+                        }
+                        if let Err(error) = serve_one(stream, &context, refused).await {
                             tracing::warn!("a control request failed: {error}");
                         }
                     });
@@ -182,12 +217,166 @@ pub fn listen(
     }))
 }
 
-async fn serve_one(stream: tokio::net::UnixStream, context: &ControlContext) -> std::io::Result<()> {
+/// Who the control socket serves: this process's user, unconfined (see
+/// the module docs), as this process is.
+#[derive(Debug)]
+struct Peers {
+    /// The service's effective uid.
+    uid: u32,
+    /// The service's own confinement (what a client may have as much of).
+    confinement: Result<Confinement, String>,
+}
+
+/// A client refused, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Refused {
+    pid: Option<i32>,
+    uid: Option<u32>,
+    reason: String,
+}
+
+impl Refused {
+    /// The reply's error.
+    fn message(&self) -> String {
+        format!("refused: {} (the control socket serves only the service's own user, unconfined)", self.reason)
+    }
+}
+
+impl Peers {
+    fn own() -> Self {
+        Self {
+            uid: nix::unistd::geteuid().as_raw(),
+            confinement: Confinement::of(Path::new("/proc/self")).map_err(|error| error.to_string()),
+        }
+    }
+
+    /// Why the peer of `stream` is refused, if it is.
+    fn refusal(&self, stream: &tokio::net::UnixStream) -> Option<Refused> {
+        let credentials = match stream.peer_cred() {
+            Ok(credentials) => credentials,
+            Err(error) => {
+                return Some(Refused {
+                    pid: None,
+                    uid: None,
+                    reason: format!("its credentials cannot be read: {error}"),
+                });
+            }
+        };
+        let (uid, pid) = (credentials.uid(), credentials.pid());
+        let reason = self.refuses(uid, pid, |pid| Confinement::of(&PathBuf::from(format!("/proc/{pid}"))))?;
+        Some(Refused { pid, uid: Some(uid), reason })
+    }
+
+    /// Why a peer of `uid` and `pid` (whose confinement `inspect` reads)
+    /// is refused, if it is.
+    fn refuses(
+        &self,
+        uid: u32,
+        pid: Option<i32>,
+        inspect: impl FnOnce(i32) -> std::io::Result<Confinement>,
+    ) -> Option<String> {
+        if uid != self.uid {
+            return Some(format!("it runs as uid {uid}, the service as uid {}", self.uid));
+        }
+        let own = match &self.confinement {
+            Ok(own) => own,
+            Err(error) => return Some(format!("the service cannot read its own /proc entry: {error}")),
+        };
+        // 0: a process of a pid namespace this one cannot see.
+        let Some(pid) = pid.filter(|pid| *pid > 0) else {
+            return Some("its process cannot be identified".to_owned());
+        };
+        match inspect(pid) {
+            Ok(peer) => peer.confined_beyond(own),
+            Err(error) => Some(format!("its process cannot be inspected: {error}")),
+        }
+    }
+}
+
+/// What of a process's confinement `/proc/<pid>` tells.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Confinement {
+    /// Its user namespace (`ns/user`, e.g. `user:[4026531837]`); `None`
+    /// when the link cannot be read (a process that is not dumpable, as
+    /// gdn makes itself, hides it from processes without CAP_SYS_PTRACE).
+    user_ns: Option<String>,
+    /// Its `uid_map` as this process reads it: the same for a process of
+    /// the same user namespace, another for a process in a namespace
+    /// below it.
+    uid_map: String,
+    /// `NoNewPrivs` (set by Landlock confinement).
+    no_new_privs: bool,
+    /// How many seccomp filters it runs under (`Seccomp_filters`; on
+    /// kernels without that line, 1 in filter mode).
+    seccomp_filters: u32,
+}
+
+impl Confinement {
+    /// Reads it from `proc_dir` (`/proc/<pid>`, `/proc/self`).
+    fn of(proc_dir: &Path) -> std::io::Result<Self> {
+        let status = std::fs::read_to_string(proc_dir.join("status"))?;
+        let uid_map = std::fs::read_to_string(proc_dir.join("uid_map"))?;
+        let user_ns = std::fs::read_link(proc_dir.join("ns/user")).ok().map(|link| link.display().to_string());
+        let (no_new_privs, seccomp_filters) = parse_status(&status);
+        Ok(Self { user_ns, uid_map, no_new_privs, seccomp_filters })
+    }
+
+    /// Why this process (a peer) counts as confined beyond `own`, if it does.
+    fn confined_beyond(&self, own: &Self) -> Option<String> {
+        let other_namespace = match (&self.user_ns, &own.user_ns) {
+            (Some(peer), Some(own)) => peer != own,
+            _ => normalized(&self.uid_map) != normalized(&own.uid_map),
+        };
+        if other_namespace {
+            return Some("it runs in another user namespace (a sandbox)".to_owned());
+        }
+        if self.no_new_privs && !own.no_new_privs {
+            return Some("it runs with no_new_privs (as sandboxed commands do)".to_owned());
+        }
+        if self.seccomp_filters > own.seccomp_filters {
+            return Some(format!(
+                "it runs under {} seccomp filter(s), the service under {} (as sandboxed commands do)",
+                self.seccomp_filters, own.seccomp_filters
+            ));
+        }
+        None
+    }
+}
+
+/// A uid_map's lines with their columns' padding removed.
+fn normalized(map: &str) -> Vec<Vec<&str>> {
+    map.lines().map(|line| line.split_whitespace().collect()).filter(|line: &Vec<&str>| !line.is_empty()).collect()
+}
+
+/// `NoNewPrivs` and the number of seccomp filters of a `/proc/<pid>/status`.
+fn parse_status(status: &str) -> (bool, u32) {
+    let field = |name: &str| {
+        status.lines().find_map(|line| line.strip_prefix(name)?.strip_prefix(':').map(str::trim).map(str::to_owned))
+    };
+    let no_new_privs = field("NoNewPrivs").is_some_and(|value| value == "1");
+    let filters = match field("Seccomp_filters").and_then(|value| value.parse().ok()) {
+        Some(filters) => filters,
+        // Mode 2 is filter mode.
+        None => u32::from(field("Seccomp").is_some_and(|mode| mode == "2")),
+    };
+    (no_new_privs, filters)
+}
+
+/// Reads one request and answers it; a client `refused` gets its refusal
+/// as the reply (its request read first, so that its write does not fail
+/// before it can read why; waited for a little only), nothing done.
+async fn serve_one(
+    stream: tokio::net::UnixStream,
+    context: &ControlContext,
+    refused: Option<Refused>,
+) -> std::io::Result<()> {
     let (read, mut write) = stream.into_split();
     let mut line = Vec::new();
     let mut reader = tokio::io::BufReader::new(read).take(MAX_REQUEST_BYTES as u64 + 1);
-    reader.read_until(b'\n', &mut line).await?;
-    let reply = if line.len() > MAX_REQUEST_BYTES {
+    let reply = if let Some(refused) = refused {
+        let _ = tokio::time::timeout(REFUSED_READ, reader.read_until(b'\n', &mut line)).await;
+        ControlReply::failed(refused.message())
+    } else if reader.read_until(b'\n', &mut line).await? > MAX_REQUEST_BYTES {
         ControlReply::failed(format!("the request is over {MAX_REQUEST_BYTES} bytes"))
     } else {
         match serde_json::from_slice::<ControlRequest>(&line) {
@@ -362,6 +551,98 @@ mod tests {
         assert_eq!(serde_json::from_str::<ControlRequest>(&text)?, request);
         let reply = ControlReply { ok: true, restarting: true, ..ControlReply::default() };
         assert_eq!(serde_json::to_string(&reply)?, r#"{"ok":true,"restarting":true}"#);
+        Ok(())
+    }
+
+    fn unconfined() -> Confinement {
+        Confinement {
+            user_ns: Some("user:[4026531837]".into()),
+            uid_map: "         0          0 4294967295\n".into(),
+            no_new_privs: false,
+            seccomp_filters: 0,
+        }
+    }
+
+    fn peers(confinement: Confinement) -> Peers {
+        Peers { uid: 1000, confinement: Ok(confinement) }
+    }
+
+    #[test]
+    fn proc_status_gives_no_new_privs_and_the_seccomp_filters() {
+        let status = "Name:\tbash\nNoNewPrivs:\t1\nSeccomp:\t2\nSeccomp_filters:\t3\n";
+        assert_eq!(parse_status(status), (true, 3));
+        assert_eq!(parse_status("NoNewPrivs:\t0\nSeccomp:\t0\nSeccomp_filters:\t0\n"), (false, 0));
+        // Older kernels: no Seccomp_filters line; filter mode counts as one.
+        assert_eq!(parse_status("NoNewPrivs:\t0\nSeccomp:\t2\n"), (false, 1));
+        assert_eq!(parse_status("Name:\tx\n"), (false, 0));
+    }
+
+    #[test]
+    fn only_an_unconfined_process_of_the_same_user_is_served() {
+        let service = peers(unconfined());
+        let same = |peer: Confinement| service.refuses(1000, Some(42), |_| Ok(peer));
+        assert_eq!(same(unconfined()), None);
+        // The gdn client is not dumpable: its ns link is unreadable, its uid_map the same.
+        assert_eq!(same(Confinement { user_ns: None, uid_map: "0 0 4294967295".into(), ..unconfined() }), None);
+
+        let refused = |reason: Option<String>, says: &str| {
+            let reason = reason.unwrap_or_else(|| panic!("not refused (expected: {says})"));
+            assert!(reason.contains(says), "{reason}");
+        };
+        refused(service.refuses(0, Some(42), |_| Ok(unconfined())), "uid 0");
+        refused(service.refuses(1001, Some(42), |_| Ok(unconfined())), "uid 1001");
+        refused(same(Confinement { no_new_privs: true, ..unconfined() }), "no_new_privs");
+        refused(same(Confinement { seccomp_filters: 1, ..unconfined() }), "seccomp");
+        refused(same(Confinement { user_ns: Some("user:[4026532000]".into()), ..unconfined() }), "namespace");
+        refused(same(Confinement { user_ns: None, uid_map: "1000 1000 1\n".into(), ..unconfined() }), "namespace");
+        refused(service.refuses(1000, None, |_| Ok(unconfined())), "identified");
+        refused(service.refuses(1000, Some(0), |_| Ok(unconfined())), "identified");
+        refused(service.refuses(1000, Some(42), |_| Err(std::io::ErrorKind::NotFound.into())), "inspected");
+        let blind = Peers { uid: 1000, confinement: Err("no /proc".into()) };
+        refused(blind.refuses(1000, Some(42), |_| Ok(unconfined())), "own /proc");
+
+        // A service that runs confined itself (a container's filter, no_new_privs
+        // from its supervisor) still serves a client confined as much.
+        let contained = Confinement { no_new_privs: true, seccomp_filters: 1, ..unconfined() };
+        assert_eq!(peers(contained.clone()).refuses(1000, Some(42), |_| Ok(contained.clone())), None);
+        refused(
+            peers(contained.clone()).refuses(1000, Some(42), |_| Ok(Confinement { seccomp_filters: 2, ..contained })),
+            "2 seccomp",
+        );
+    }
+
+    #[tokio::test]
+    async fn a_peer_is_read_from_its_credentials_and_proc() -> std::io::Result<()> {
+        let own = Peers::own();
+        let (ours, _theirs) = tokio::net::UnixStream::pair()?;
+        // The peer is this process: served.
+        assert_eq!(own.refusal(&ours), None);
+
+        // A process with no_new_privs set: its /proc says so.
+        if own.confinement.as_ref().is_ok_and(|own| !own.no_new_privs) && Path::new("/usr/bin/setpriv").exists() {
+            let mut child = std::process::Command::new("/usr/bin/setpriv")
+                .args(["--no-new-privs", "sleep", "30"])
+                .stdin(std::process::Stdio::null())
+                .spawn()?;
+            let proc_dir = PathBuf::from(format!("/proc/{}", child.id()));
+            let mut seen = None;
+            for _ in 0..100 {
+                // setpriv sets it, then becomes sleep.
+                match Confinement::of(&proc_dir) {
+                    Ok(peer) if peer.no_new_privs => {
+                        seen = Some(peer);
+                        break;
+                    }
+                    _ => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            let peer =
+                seen.ok_or_else(|| std::io::Error::other("setpriv --no-new-privs never showed NoNewPrivs: 1"))?;
+            let own = own.confinement.map_err(std::io::Error::other)?;
+            assert!(peer.confined_beyond(&own).is_some_and(|reason| reason.contains("no_new_privs")));
+        }
         Ok(())
     }
 
