@@ -98,6 +98,8 @@ struct Ready {
     /// read any process's `/proc/<pid>/environ`, Landlock or not).
     drop_root: bool,
     tmp: PathBuf,
+    /// The resource bounds of each command (`spec.sandbox.limits`).
+    limits: crate::limits::Limiter,
 }
 
 /// The id maps and read-only mounts of a command's own namespaces.
@@ -402,7 +404,8 @@ impl Sandbox {
             Mode::LandlockOnly => None,
         };
         let drop_root = user_namespace.is_none() && nix::unistd::geteuid().is_root();
-        Ok(Ready { mode, ruleset, filters, user_namespace, proxy_port, drop_root, tmp })
+        let limits = crate::limits::Limiter::prepare(self.spec.limits, mode == Mode::Namespaces);
+        Ok(Ready { mode, ruleset, filters, user_namespace, proxy_port, drop_root, tmp, limits })
     }
 
     /// The trees of the spec a command sees in its own root.
@@ -506,20 +509,21 @@ fn probe(ready: Ready) -> io::Result<Ready> {
 
 fn attach(command: &mut Command, ready: Arc<Ready>) -> Result<(), SandboxError> {
     let mut ruleset = Some(ready.ruleset.try_clone()?);
+    let limits = ready.limits.for_command()?;
     // SAFETY: the hook runs in the child between fork and exec, where only
     // async-signal-safe work is sound. `enter` makes system calls on data
     // prepared here in the parent (id maps, mount paths, the ruleset's file
     // descriptor, the compiled filters) and allocates nothing on success.
     #[allow(unsafe_code)]
     unsafe {
-        command.pre_exec(move || ready.enter(&mut ruleset));
+        command.pre_exec(move || ready.enter(&mut ruleset, &limits));
     }
     Ok(())
 }
 
 impl Ready {
     /// In the child: namespaces and mounts, then Landlock, then seccomp.
-    fn enter(&self, ruleset: &mut Option<RulesetCreated>) -> io::Result<()> {
+    fn enter(&self, ruleset: &mut Option<RulesetCreated>, limits: &crate::limits::CommandLimits) -> io::Result<()> {
         // The fork path of std keeps the forking thread's signal mask (the
         // posix_spawn path it takes for unconfined commands clears it):
         // clear it, or a command spawned from a thread that blocks SIGTERM
@@ -545,12 +549,17 @@ impl Ready {
             write_proc(c"/proc/self/setgroups", b"deny")?;
             write_proc(c"/proc/self/uid_map", &namespace.uid_map)?;
             write_proc(c"/proc/self/gid_map", &namespace.gid_map)?;
+            // In its own user namespace (so that `RLIMIT_NPROC` counts only
+            // its processes), while `/sys` is still there to join cgroups.
+            limits.apply_in_child()?;
             namespace.root.enter()?;
             for mount in &namespace.mounts {
                 mount.cover_over()?;
             }
             let cwd = CStr::from_bytes_until_nul(&cwd).map_err(|_| io::Error::from_raw_os_error(libc::ENAMETOOLONG))?;
             nix::unistd::chdir(cwd)?;
+        } else {
+            limits.apply_in_child()?;
         }
         if self.drop_root {
             no_root_capabilities()?;

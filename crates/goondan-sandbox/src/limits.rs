@@ -379,6 +379,24 @@ impl Limiter {
     /// applies. Also removes the cgroups of earlier commands that have
     /// emptied since.
     pub fn for_command(&self) -> io::Result<CommandLimits> {
+        // An emptied set of an earlier command's cgroups, settings and all,
+        // serves again: making and removing cgroups costs milliseconds.
+        let reused = self.shared.idle.lock().unwrap_or_else(PoisonError::into_inner).pop();
+        if let Some(idle) = reused {
+            if idle.dirs.iter().all(|(dir, _)| members(dir).is_ok_and(|members| members.is_empty())) {
+                return Ok(CommandLimits {
+                    procs: idle.procs,
+                    dirs: idle.dirs,
+                    rlimits: self.rlimits.clone(),
+                    shared: Arc::clone(&self.shared),
+                });
+            }
+            // Something joined it since: removed once empty, like any.
+            let mut live = self.shared.live.lock().unwrap_or_else(PoisonError::into_inner);
+            for cgroup in live.iter_mut().filter(|cgroup| idle.dirs.iter().any(|(dir, _)| *dir == cgroup.dir)) {
+                cgroup.released = true;
+            }
+        }
         self.sweep();
         let number = self.next.fetch_add(1, Ordering::Relaxed);
         let name = format!("{}{number}", self.prefix);
@@ -461,6 +479,16 @@ fn removed(dir: &Path) -> bool {
 #[derive(Debug, Default)]
 struct Shared {
     live: Mutex<Vec<LiveCgroup>>,
+    /// Sets of cgroups whose command ended with nothing left in them, kept
+    /// for the next command (still in `live`, unreleased).
+    idle: Mutex<Vec<IdleCgroups>>,
+}
+
+/// One command's cgroups, empty, ready for another.
+#[derive(Debug)]
+struct IdleCgroups {
+    procs: Vec<CString>,
+    dirs: Vec<(PathBuf, Version)>,
 }
 
 #[derive(Debug)]
@@ -541,10 +569,17 @@ impl CommandLimits {
 }
 
 impl Drop for CommandLimits {
-    /// Removes its cgroups when they are empty (the command is over, or was
-    /// never spawned); those still busy are removed by a later command's
-    /// sweep once empty, or killed and removed with the [`Limiter`].
+    /// Keeps its cgroups for the next command when they are empty (the
+    /// command is over, or was never spawned); those still busy are removed
+    /// by a later command's sweep once empty, or killed and removed with
+    /// the [`Limiter`].
     fn drop(&mut self) {
+        let empty = self.dirs.iter().all(|(dir, _)| members(dir).is_ok_and(|members| members.is_empty()));
+        if empty && !self.dirs.is_empty() {
+            let idle = IdleCgroups { procs: std::mem::take(&mut self.procs), dirs: std::mem::take(&mut self.dirs) };
+            self.shared.idle.lock().unwrap_or_else(PoisonError::into_inner).push(idle);
+            return;
+        }
         let mut live = self.shared.live.lock().unwrap_or_else(PoisonError::into_inner);
         live.retain_mut(|cgroup| {
             if !self.dirs.iter().any(|(dir, _)| *dir == cgroup.dir) {
