@@ -224,15 +224,15 @@ fn reexec(secrets: &std::collections::BTreeMap<String, String>) -> std::io::Erro
     std::process::Command::new(program).args(std::env::args_os().skip(1)).envs(secrets).exec()
 }
 
-/// Whether the command runs agents, which read the bundle's `.env` files:
+/// Whether the command runs agents, which read the bundle's `.env` files,
+/// or checks the bundle (`validate` reports a file `gdn run` would refuse):
 /// `Some(--env-file)` if so.
 fn loads_env_files(command: &Command) -> Option<Option<&Path>> {
     match command {
         Command::Run(args) => Some(args.env_file.as_deref()),
         Command::Host(args) => Some(args.env_file.as_deref()),
-        Command::Tool(_) | Command::Mcp(_) | Command::Doctor(_) => Some(None),
-        Command::Validate(_)
-        | Command::Stop(_)
+        Command::Tool(_) | Command::Mcp(_) | Command::Doctor(_) | Command::Validate(_) => Some(None),
+        Command::Stop(_)
         | Command::Restart(_)
         | Command::Task(_)
         | Command::Logs(_)
