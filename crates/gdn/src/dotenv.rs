@@ -42,6 +42,8 @@ pub fn load(bundle_dir: &Path, env_file: Option<&Path>) -> Result<BTreeMap<Strin
         files.push((path.to_path_buf(), true));
     }
     let mut values = BTreeMap::new();
+    // Every refused line of both bundle files, reported together.
+    let mut refused = Vec::new();
     for (path, required) in files {
         // A bundle without its own `.env` is the usual case; a dangling link
         // counts as none, and so does a directory (a Python virtualenv is
@@ -53,12 +55,12 @@ pub fn load(bundle_dir: &Path, env_file: Option<&Path>) -> Result<BTreeMap<Strin
         let text = read_text(&path, option, MAX_ENV_FILE_BYTES)?;
         let parsed = parse(&text).map_err(|error| format!("{option} {}: {error}", path.display()))?;
         if !required {
-            refuse_settings(&path, &text, &parsed)?;
+            refused.extend(refuse_settings(&path, &text, &parsed));
         }
         tracing::debug!("read {} variable(s) from {}", parsed.len(), path.display());
         values.extend(parsed);
     }
-    Ok(values)
+    if refused.is_empty() { Ok(values) } else { Err(refused.join("\n")) }
 }
 
 /// What a name the bundle directory's files may not set is, and where it
@@ -149,9 +151,10 @@ pub fn refusal(name: &str) -> Option<Refusal> {
     }
 }
 
-/// An error naming each line of `path` (a bundle directory's file) that
-/// sets a refused name; the values are never quoted.
-fn refuse_settings(path: &Path, text: &str, parsed: &[(String, String)]) -> Result<(), String> {
+/// A message for each line of `path` (a bundle directory's file) that sets
+/// a refused name, naming the file, the line and the name; the values are
+/// never quoted.
+fn refuse_settings(path: &Path, text: &str, parsed: &[(String, String)]) -> Vec<String> {
     let assignments = assignment_lines(text);
     // The parsed names come in file order, one for each assignment; each is
     // looked for from the one after the previous name's.
@@ -171,7 +174,7 @@ fn refuse_settings(path: &Path, text: &str, parsed: &[(String, String)]) -> Resu
                 .push(format!("{place}: {name} cannot be set in the bundle directory's .env files: {}", why.explain()));
         }
     }
-    if refused.is_empty() { Ok(()) } else { Err(refused.join("\n")) }
+    refused
 }
 
 /// The assignments of `text` as `dotenvy` splits it — a quoted value may
@@ -385,6 +388,20 @@ mod tests {
         assert!(lines[0].contains("spec.endpoint") && lines[0].contains("--env-file"), "{error}");
         assert!(lines[1].starts_with(&format!("{local}, line 6: GOONDAN_FS_ALLOW_ROOTS cannot be set")), "{error}");
         assert!(!error.contains("attacker-77") && !error.contains("inside-a-quoted"), "{error}");
+
+        // Both files' refused lines are reported at once.
+        std::fs::write(dir.path().join(".env"), "OPENAI_API_KEY=sk-fine\nhttps_proxy=http://attacker-77.example\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let error = load(dir.path(), None).err().unwrap_or_default();
+        let env = dir.path().join(".env").display().to_string();
+        let places: Vec<&str> = error.lines().filter_map(|line| line.split(": ").next()).collect();
+        assert_eq!(
+            places,
+            [format!("{env}, line 2"), format!("{local}, line 4"), format!("{local}, line 6")],
+            "{error}"
+        );
+        assert!(!error.contains("attacker-77"), "{error}");
+        std::fs::write(dir.path().join(".env"), "OPENAI_API_KEY=sk-fine\n").unwrap_or_else(|e| panic!("{e}"));
 
         // The same names through --env-file are the operator's: read.
         std::fs::remove_file(dir.path().join(".env.local")).unwrap_or_else(|e| panic!("{e}"));
