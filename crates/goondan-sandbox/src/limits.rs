@@ -252,9 +252,6 @@ pub struct Limiter {
     shared: Arc<Shared>,
 }
 
-/// Numbers the limiters of this process, for their cgroups' names.
-static AGENTS: AtomicU64 = AtomicU64::new(0);
-
 impl Limiter {
     /// Finds how this machine can enforce `limits` (a few small files read;
     /// nothing is created until the first command). `own_user_namespace`:
@@ -319,16 +316,20 @@ impl Limiter {
                 limits.processes.unwrap_or_default()
             );
         }
-        let agent = AGENTS.fetch_add(1, Ordering::Relaxed);
+        let shared: Arc<Shared> = Arc::default();
+        // Its own among this process's limiters without a global counter:
+        // where its state lives, and when it was made.
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+        let agent = (Arc::as_ptr(&shared) as usize as u64) ^ (nanos as u64);
         let limiter = Self {
             limits,
             found,
             processes,
             memory,
             rlimits,
-            prefix: format!("goondan-{}-{agent}-", std::process::id()),
+            prefix: format!("goondan-{}-{agent:x}-", std::process::id()),
             next: AtomicU64::new(0),
-            shared: Arc::default(),
+            shared,
         };
         tracing::debug!("sandbox limits: {}", limiter.describe());
         limiter
