@@ -421,9 +421,14 @@ pub struct DoctorArgs {
 /// `gdn studio`.
 #[derive(Debug, Args)]
 pub struct StudioArgs {
-    /// The address to listen on.
+    /// The address to listen on (beyond loopback only with --auth-token-env).
     #[arg(long, default_value = "127.0.0.1", value_name = "HOST")]
     pub host: String,
+    /// Require a token on every request, read from this environment variable
+    /// (or the .env file), never from the command line: `Authorization:
+    /// Bearer <token>`, or the cookie that the printed URL's `?token=` sets.
+    #[arg(long, value_name = "NAME")]
+    pub auth_token_env: Option<String>,
     /// The port to listen on (0: any free port).
     #[arg(long, default_value_t = 4317, value_name = "N")]
     pub port: u16,

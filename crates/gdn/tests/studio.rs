@@ -78,9 +78,15 @@ struct Studio {
 
 impl Studio {
     fn start(state: &Path, extra: &[&str]) -> Result<Self, Box<dyn std::error::Error>> {
+        Self::start_with(state, extra, &[])
+    }
+
+    /// With environment variables `env` (a token's, say).
+    fn start_with(state: &Path, extra: &[&str], env: &[(&str, &str)]) -> Result<Self, Box<dyn std::error::Error>> {
         let mut child = Command::new(env!("CARGO_BIN_EXE_gdn"))
             .args(["studio", "--port", "0", "--no-open"])
             .args(extra)
+            .envs(env.iter().copied())
             .env("GOONDAN_STATE_ROOT", state)
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
@@ -442,5 +448,263 @@ fn a_port_in_use_is_reported_with_exit_1() -> TestResult {
         .output()?;
     assert_eq!(output.status.code(), Some(1), "{}", String::from_utf8_lossy(&output.stderr));
     assert!(String::from_utf8_lossy(&output.stderr).contains(&format!("cannot listen on 127.0.0.1:{port}")));
+    Ok(())
+}
+
+/// A response read whole: its status, its header block and its body.
+struct Answer {
+    status: u16,
+    head: String,
+    body: String,
+}
+
+/// A GET to the studio at `authority` (`127.0.0.1:PORT`) with the header
+/// lines `headers` as given (`Host` among them, or not).
+fn send(authority: &str, path: &str, headers: &[(&str, &str)]) -> Result<Answer, Box<dyn std::error::Error>> {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(authority)?;
+    let mut request = format!("GET {path} HTTP/1.1\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("connection: close\r\n\r\n");
+    stream.write_all(request.as_bytes())?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut response = Vec::new();
+    let mut buffer = [0_u8; 8192];
+    // An event stream never ends: its head and first event are enough.
+    loop {
+        let n = match stream.read(&mut buffer) {
+            Ok(n) => n,
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock && !response.is_empty() => break,
+            Err(error) => return Err(error.into()),
+        };
+        if n == 0 {
+            break;
+        }
+        response.extend_from_slice(&buffer[..n]);
+        let text = String::from_utf8_lossy(&response);
+        if text.contains("text/event-stream") && text.contains("\"hello\"") {
+            break;
+        }
+    }
+    let response = String::from_utf8_lossy(&response).into_owned();
+    let (head, body) = response.split_once("\r\n\r\n").ok_or_else(|| format!("no header end: {response}"))?;
+    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).ok_or("no status")?;
+    let head = head.to_owned();
+    let body =
+        if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(body) } else { body.to_owned() };
+    Ok(Answer { status, head, body })
+}
+
+/// A state root with one conversation holding `SECRET` (a one-shot run of
+/// the fixture), and its project's id.
+const SECRET: &str = "the launch code is 0451";
+
+fn state_with_a_conversation() -> Result<(tempfile::TempDir, String), Box<dyn std::error::Error>> {
+    let dir = project()?;
+    let state = dir.path().join("state");
+    let output = gdn(dir.path(), &state, 1, &["run", "--input", SECRET])?;
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let workspaces = std::fs::read_dir(state.join("workspaces"))?.flatten().collect::<Vec<_>>();
+    let id = workspaces.first().ok_or("no workspace")?.file_name().to_string_lossy().into_owned();
+    Ok((dir, id))
+}
+
+#[test]
+fn a_page_of_another_site_cannot_read_conversations_through_dns_rebinding() -> TestResult {
+    let (dir, id) = state_with_a_conversation()?;
+    let studio = Studio::start(&dir.path().join("state"), &[])?;
+    let authority = studio.url.trim_start_matches("http://").to_owned();
+    let port = authority.rsplit_once(':').map(|(_, port)| port.to_owned()).ok_or("no port")?;
+    let viz = format!("/api/projects/{id}/visualization?limit=1000");
+
+    // The studio's own names: the conversation is there.
+    for host in
+        [authority.clone(), format!("localhost:{port}"), format!("LocalHost:{port}"), format!("127.0.0.2:{port}")]
+    {
+        let answer = send(&authority, &viz, &[("Host", &host)])?;
+        assert_eq!(answer.status, 200, "Host {host}: {}", answer.body);
+        assert!(answer.body.contains(SECRET), "Host {host}: {}", answer.body);
+    }
+    let answer = send(&authority, "/", &[("Host", &format!("localhost:{port}"))])?;
+    assert_eq!(answer.status, 200);
+
+    // A rebound name, or the right name on another port (another server's
+    // page), or none: 421, and nothing of the conversation.
+    let wrong_port = if port == "1" { "2".to_owned() } else { "1".to_owned() };
+    for host in [
+        format!("attacker.example:{port}"),
+        "attacker.example".to_owned(),
+        format!("127.0.0.1.attacker.example:{port}"),
+        format!("localhost.attacker.example:{port}"),
+        format!("127.0.0.1:{wrong_port}"),
+        "localhost".to_owned(),
+        format!("user@127.0.0.1:{port}"),
+    ] {
+        for path in ["/", "/api/projects", "/api/instances", viz.as_str(), "/api/stream", "/assets/studio.js", "/nope"]
+        {
+            let answer = send(&authority, path, &[("Host", &host)])?;
+            assert_eq!(answer.status, 421, "Host {host} {path}: {}", answer.body);
+            assert!(!answer.body.contains(SECRET) && !answer.body.contains(&id), "Host {host}: {}", answer.body);
+            assert!(answer.body.contains("Host"), "the refusal names the problem: {}", answer.body);
+        }
+    }
+    assert_eq!(send(&authority, &viz, &[])?.status, 421, "no Host at all");
+
+    // A page of another site that names the studio correctly (a fetch from
+    // a page the user has open): 403, the stream included.
+    for origin in ["http://attacker.example", &format!("http://attacker.example:{port}"), "null"] {
+        for path in [viz.as_str(), "/api/stream", "/"] {
+            let answer = send(&authority, path, &[("Host", &authority), ("Origin", origin)])?;
+            assert_eq!(answer.status, 403, "Origin {origin} {path}: {}", answer.body);
+            assert!(!answer.body.contains(SECRET), "{}", answer.body);
+            assert!(answer.body.contains("Origin"), "{}", answer.body);
+        }
+    }
+    // The studio's own page (its fetches and its event stream).
+    let own = format!("http://{authority}");
+    let answer = send(&authority, &viz, &[("Host", &authority), ("Origin", &own)])?;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let answer = send(&authority, "/api/stream", &[("Host", &authority), ("Origin", &own)])?;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert!(answer.head.to_ascii_lowercase().contains("text/event-stream"), "{}", answer.head);
+    Ok(())
+}
+
+#[test]
+fn listening_beyond_loopback_without_a_token_is_a_usage_error() -> TestResult {
+    let state = tempfile::tempdir()?;
+    let studio = |args: &[&str], env: &[(&str, &str)]| {
+        Command::new(env!("CARGO_BIN_EXE_gdn"))
+            .args(["studio", "--no-open", "--port", "0"])
+            .args(args)
+            .envs(env.iter().copied())
+            .env_remove("GDN_STUDIO_TEST_UNSET")
+            .env("GOONDAN_STATE_ROOT", state.path())
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .output()
+    };
+    for host in ["0.0.0.0", "::"] {
+        let output = studio(&["--host", host], &[])?;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(&format!("--host {host}")) && stderr.contains("--auth-token-env NAME"), "{stderr}");
+        assert!(!String::from_utf8_lossy(&output.stdout).contains("Studio started"));
+    }
+    // The option names a variable that is not set (or is empty).
+    for env in [&[][..], &[("GDN_STUDIO_TEST_EMPTY", " ")][..]] {
+        let name = env.first().map_or("GDN_STUDIO_TEST_UNSET", |(name, _)| *name);
+        let output = studio(&["--host", "0.0.0.0", "--auth-token-env", name], env)?;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(&format!("--auth-token-env {name}: the variable is not set or empty")), "{stderr}");
+    }
+    Ok(())
+}
+
+/// The token of the tests below: characters a URL and a cookie must encode.
+const TOKEN: &str = "s3cret token/+;=\"é";
+
+#[test]
+fn with_a_token_every_request_carries_it_as_a_bearer_header_or_the_cookie_of_the_page_url() -> TestResult {
+    let (dir, id) = state_with_a_conversation()?;
+    let studio = Studio::start_with(
+        &dir.path().join("state"),
+        &["--host", "0.0.0.0", "--auth-token-env", "GDN_STUDIO_TOKEN"],
+        &[("GDN_STUDIO_TOKEN", TOKEN)],
+    )?;
+    // The URL to open: this machine's, with the token (encoded).
+    let (base, query) = studio.url.split_once("/?token=").ok_or_else(|| format!("no token in {}", studio.url))?;
+    assert!(!query.contains(' ') && !query.contains(';') && !query.contains('"'), "{query}");
+    let authority = base.trim_start_matches("http://").to_owned();
+    assert!(authority.starts_with("127.0.0.1:"), "{authority}");
+    let viz = format!("/api/projects/{id}/visualization?limit=1000");
+    let host = ("Host", authority.as_str());
+
+    // Without the token, or with a wrong one: 401 and nothing of the conversation.
+    for headers in [
+        vec![host],
+        vec![host, ("Authorization", "Bearer s3cret")],
+        vec![host, ("Authorization", "Basic czNjcmV0")],
+        vec![host, ("Cookie", "gdn-studio=wrong")],
+    ] {
+        for path in ["/", viz.as_str(), "/api/stream", "/assets/studio.js"] {
+            let answer = send(&authority, path, &headers)?;
+            assert_eq!(answer.status, 401, "{headers:?} {path}: {}", answer.body);
+            assert!(!answer.body.contains(SECRET) && !answer.body.contains(TOKEN), "{}", answer.body);
+        }
+    }
+    assert_eq!(send(&authority, "/?token=s3cret", &[host])?.status, 401);
+
+    // A bearer token: any Host (the token is the authentication).
+    let bearer = format!("Bearer {TOKEN}");
+    for name in [authority.as_str(), "studio.lan:4317", "10.1.2.3"] {
+        let answer = send(&authority, &viz, &[("Host", name), ("Authorization", &bearer)])?;
+        assert_eq!(answer.status, 200, "Host {name}: {}", answer.body);
+        assert!(answer.body.contains(SECRET));
+    }
+    // Another site's page is still refused, token or not.
+    let answer = send(&authority, &viz, &[host, ("Authorization", &bearer), ("Origin", "http://attacker.example")])?;
+    assert_eq!(answer.status, 403, "{}", answer.body);
+
+    // The page's URL: the page, and a cookie that only the server reads.
+    let answer = send(&authority, &format!("/?token={query}"), &[host])?;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert!(answer.body.contains("/assets/studio.js"));
+    let cookie_line = answer
+        .head
+        .lines()
+        .find(|line| line.to_ascii_lowercase().starts_with("set-cookie:"))
+        .and_then(|line| line.split_once(':'))
+        .map(|(_, value)| value.trim().to_owned())
+        .ok_or_else(|| format!("no cookie: {}", answer.head))?;
+    let attributes: Vec<String> = cookie_line.split(';').map(|a| a.trim().to_ascii_lowercase()).collect();
+    for wanted in ["httponly", "samesite=strict", "path=/"] {
+        assert!(attributes.iter().any(|a| a == wanted), "{cookie_line}");
+    }
+    assert!(!cookie_line.contains("s3cret"), "the cookie is not the token: {cookie_line}");
+    let pair = cookie_line.split(';').next().ok_or("no cookie pair")?.to_owned();
+    for path in [viz.as_str(), "/", "/assets/studio.js"] {
+        let answer = send(&authority, path, &[host, ("Cookie", &format!("theme=dark; {pair}"))])?;
+        assert_eq!(answer.status, 200, "{path}: {}", answer.body);
+    }
+    let answer = send(&authority, &viz, &[host, ("Cookie", &pair)])?;
+    assert!(answer.body.contains(SECRET));
+    let answer = send(&authority, "/api/stream", &[host, ("Cookie", &pair)])?;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert!(answer.head.to_ascii_lowercase().contains("text/event-stream"), "{}", answer.head);
+    Ok(())
+}
+
+#[test]
+fn with_a_token_the_printed_url_opens_the_page_in_headless_chromium() -> TestResult {
+    let Some(python) = browser() else { return Ok(()) };
+    let (dir, _) = state_with_a_conversation()?;
+    let studio = Studio::start_with(
+        &dir.path().join("state"),
+        &["--host", "0.0.0.0", "--auth-token-env", "GDN_STUDIO_TOKEN"],
+        &[("GDN_STUDIO_TOKEN", TOKEN)],
+    )?;
+    let authority = studio.url.trim_start_matches("http://").split('/').next().ok_or("no authority")?.to_owned();
+    let answer =
+        send(&authority, "/api/instances", &[("Host", &authority), ("Authorization", &format!("Bearer {TOKEN}"))])?;
+    let instances: Value = serde_json::from_str(&answer.body)?;
+    let key = instances["items"][0]["key"].as_str().ok_or_else(|| format!("no instance: {instances}"))?;
+    let output = Command::new(&python)
+        .arg(common::repo_path("crates/gdn/tests/studio/token_browser_test.py"))
+        .arg(&studio.url)
+        .arg(key)
+        .env("SE_OFFLINE", "true")
+        .stdin(Stdio::null())
+        .output()?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "the browser test failed: {}\n{stdout}", String::from_utf8_lossy(&output.stderr));
+    for check in ["token url", "cookie", "cookie only", "no token"] {
+        assert!(stdout.contains(&format!("{{\"check\": \"{check}\"")), "no check {check}: {stdout}");
+    }
     Ok(())
 }

@@ -9,8 +9,13 @@
 //! [`model::Store`] and sends the new entries to every open page as
 //! server-sent events (`/api/stream`). The HTTP handlers answer from the
 //! store. Nothing under the state root is written.
+//!
+//! Every request passes [`guard`] first: its `Host` must name the studio
+//! (DNS rebinding), its `Origin`, if any, must be the studio's own, and with
+//! a token (`--auth-token-env`, required beyond loopback) it must carry it.
 
 mod api;
+mod guard;
 mod model;
 
 use std::collections::HashMap;
@@ -54,13 +59,50 @@ pub fn studio(global: &GlobalOptions, args: &StudioArgs, session: &crate::Sessio
         output::error_line(&mut out.stderr, "--open and --no-open cannot be used together")?;
         return Ok(exit::USAGE);
     }
+    // The token is read once, here, and lives only in the guard.
+    let token = match &args.auth_token_env {
+        Some(name) => match (session.env)(name).filter(|token| !token.trim().is_empty()) {
+            Some(token) => Some(token),
+            None => {
+                output::error_line(
+                    &mut out.stderr,
+                    format_args!("--auth-token-env {name}: the variable is not set or empty"),
+                )?;
+                return Ok(exit::USAGE);
+            }
+        },
+        None => None,
+    };
     let root = crate::run::state_root(global)?;
     // The port first: one in use is reported before the logs are read.
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let listener = match runtime.block_on(tokio::net::TcpListener::bind((args.host.as_str(), args.port))) {
+    let cannot_listen = |out: &mut Output, error: std::io::Error| {
+        output::error_line(&mut out.stderr, format_args!("cannot listen on {}:{}: {error}", args.host, args.port))
+    };
+    let addresses: Vec<std::net::SocketAddr> =
+        match runtime.block_on(tokio::net::lookup_host((args.host.as_str(), args.port))) {
+            Ok(addresses) => addresses.collect(),
+            Err(error) => {
+                cannot_listen(out, error)?;
+                return Ok(exit::FAILED);
+            }
+        };
+    if token.is_none() && addresses.iter().any(|address| !address.ip().is_loopback()) {
+        output::error_line(
+            &mut out.stderr,
+            format_args!(
+                "--host {} is not a loopback address: add --auth-token-env NAME (NAME an environment variable \
+                 holding a token every request must carry), since whoever reaches the studio reads every \
+                 conversation of the state root",
+                args.host
+            ),
+        )?;
+        return Ok(exit::USAGE);
+    }
+    let listener = match runtime.block_on(tokio::net::TcpListener::bind(addresses.as_slice())) {
         Ok(listener) => listener,
         Err(error) => {
-            output::error_line(&mut out.stderr, format_args!("cannot listen on {}:{}: {error}", args.host, args.port))?;
+            cannot_listen(out, error)?;
             return Ok(exit::FAILED);
         }
     };
@@ -100,7 +142,13 @@ pub fn studio(global: &GlobalOptions, args: &StudioArgs, session: &crate::Sessio
         host if host.contains(':') => format!("[{host}]"),
         host => host.to_owned(),
     };
-    let url = format!("http://{host}:{}", address.port());
+    // With a token, the URL to open carries it (the page's own requests
+    // then carry the cookie it sets).
+    let guard = guard::Guard::new(address.port(), &args.host, token);
+    let url = match guard.token_query() {
+        Some(query) => format!("http://{host}:{}/?{query}", address.port()),
+        None => format!("http://{host}:{}", address.port()),
+    };
     writeln!(out.stdout, "Studio started: {url}")?;
     match &args.nats {
         Some(url) => {
@@ -112,11 +160,21 @@ pub fn studio(global: &GlobalOptions, args: &StudioArgs, session: &crate::Sessio
         output::note_line(
             &mut out.stderr,
             format_args!(
-                "the studio listens on {address}: whoever reaches it reads every conversation of this state root"
+                "the studio listens on {address}: whoever reaches it with the token reads every conversation of \
+                 this state root"
             ),
         )?;
     }
-    if args.no_open {
+    if args.auth_token_env.is_some() {
+        // A browser's command line is visible to every user of the machine.
+        if args.open {
+            output::note_line(
+                &mut out.stderr,
+                "not opening a browser: the URL carries the token, which a command line would show to other users",
+            )?;
+        }
+        writeln!(out.stdout, "Open {url} in a browser (Ctrl-C stops the studio).")?;
+    } else if args.no_open {
         writeln!(out.stdout, "Open {url} in a browser (Ctrl-C stops the studio).")?;
     } else if open_browser(&url) {
         writeln!(out.stdout, "Opened a browser (Ctrl-C stops the studio).")?;
@@ -124,7 +182,7 @@ pub fn studio(global: &GlobalOptions, args: &StudioArgs, session: &crate::Sessio
         writeln!(out.stdout, "Could not open a browser: open {url} (Ctrl-C stops the studio).")?;
     }
     out.stdout.flush()?;
-    let app = router(shared);
+    let app = router(shared, guard);
     runtime.block_on(async move {
         axum::serve(listener, app)
             .with_graceful_shutdown(async {
@@ -146,7 +204,7 @@ fn open_browser(url: &str) -> bool {
         .is_ok()
 }
 
-fn router(shared: AppState) -> Router {
+fn router(shared: AppState, guard: guard::Guard) -> Router {
     Router::new()
         .route("/", get(|| async { Html(INDEX_HTML) }))
         .route("/assets/studio.js", get(|| async { asset("text/javascript; charset=utf-8", STUDIO_JS) }))
@@ -161,6 +219,7 @@ fn router(shared: AppState) -> Router {
         .fallback(|| async {
             json_response(StatusCode::NOT_FOUND, json!({"error": "not_found", "message": "no such resource"}))
         })
+        .layer(axum::middleware::from_fn_with_state(Arc::new(guard), guard::check))
         .with_state(shared)
 }
 
