@@ -69,6 +69,29 @@ fn exec_true(bencher: divan::Bencher, policy: Policy) {
     bencher.bench_local(call);
 }
 
+/// The first `bash__exec` of `true` of an agent under `workspace-write`:
+/// the sandbox set up (paths, ruleset, filters, root, limits), tried once
+/// on `true`, then the call, as an agent process's first command pays.
+#[divan::bench(sample_count = 100)]
+fn bash_exec_workspace_write_first(bencher: divan::Bencher) {
+    let fixture = fixture();
+    bencher
+        .with_inputs(|| {
+            let settings = Arc::new(BaseSettings {
+                sandbox: Some(sandbox(Policy::WorkspaceWrite, fixture.ctx.workdir())),
+                ..BaseSettings::default()
+            });
+            goondan_base::native_handler("bash", "exec", &settings).unwrap_or_else(|| panic!("no bash.exec"))
+        })
+        .bench_local_values(|handler| {
+            let result = fixture.runtime.block_on(handler.call(&fixture.ctx, &fixture.input));
+            if !matches!(&result, Ok(ToolOutput::Value(output)) if output["exitCode"] == 0) {
+                panic!("true failed: {result:?}");
+            }
+            handler
+        });
+}
+
 /// `bash__exec` of `true`, unconfined.
 #[divan::bench(sample_count = 200)]
 fn bash_exec_full(bencher: divan::Bencher) {

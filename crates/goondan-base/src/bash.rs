@@ -358,7 +358,7 @@ impl Run {
         if !failed {
             return None;
         }
-        let refusal = goondan_sandbox::refusal_in(stderr).or_else(|| goondan_sandbox::refusal_in(stdout))?;
+        let refusal = sandbox.refusal_in(stderr).or_else(|| sandbox.refusal_in(stdout))?;
         let policy = sandbox.policy();
         let mut hint = format!(
             "The command ran in the '{policy}' sandbox, which refused it: this is not a bug of the command and \
@@ -366,7 +366,8 @@ impl Run {
         );
         if !refusal.paths.is_empty() {
             hint.push_str(
-                " Files outside the workdir (and the bundle's own files, .git and .env*) cannot be read or written.",
+                " Files outside the workdir cannot be read or written (outside it the command sees only the \
+                 system's files), nor the bundle's own files, .git and .env*.",
             );
         }
         // The hosts the network proxy refused while it ran (curl shows only

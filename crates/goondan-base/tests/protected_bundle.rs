@@ -1,7 +1,7 @@
 //! `file-system` installed for an agent of a real bundle protects that
-//! bundle's own files (bundle file, lock file, prompt files, Tool and
-//! Extension modules) and `.env*` files, unless the agent's `spec.tools`
-//! item for it lifts a rule with `config`.
+//! bundle's directory and its own files (bundle file, lock file, prompt
+//! files, Tool and Extension modules) and `.env*` files, unless the agent's
+//! `spec.tools` item for it lifts a rule with `config`.
 
 use std::fs;
 use std::path::Path;
@@ -108,9 +108,17 @@ async fn the_bundle_being_run_is_protected_unless_its_tool_config_allows() {
     assert_eq!(code(&result), Some("E_PATH_PROTECTED"), "{result:?}");
     assert_eq!(fs::read_to_string(root.join("goondan.yaml")).ok().as_deref(), Some(BUNDLE));
     assert!(!root.join("goondan.lock.yaml").exists());
-    // Everything else, and reading the bundle, works.
+    // Reading the bundle works; a new file anywhere in its directory is
+    // refused too (a package.json, a .env.local or a new import there is
+    // read at the next start).
     assert!(call(&root, "guarded", "read", json!({"path": "goondan.yaml"})).await.is_ok());
-    assert!(call(&root, "guarded", "write", json!({"path": "notes.md", "content": "n"})).await.is_ok());
+    for path in ["notes.md", "package.json", "bunfig.toml", "tools/lib/helper.ts", "node_modules/x/index.js"] {
+        let result = call(&root, "guarded", "write", json!({"path": path, "content": "n"})).await;
+        assert_eq!(code(&result), Some("E_PATH_PROTECTED"), "{path}: {result:?}");
+        assert!(!root.join(path).exists(), "{path} was written");
+    }
+    let result = call(&root, "guarded", "mkdir", json!({"path": "node_modules"})).await;
+    assert_eq!(code(&result), Some("E_PATH_PROTECTED"), "{result:?}");
     // The agent whose spec.tools item allows it may.
     let result = call(&root, "trusted", "read", json!({"path": ".env"})).await;
     assert!(result.is_ok(), "{result:?}");

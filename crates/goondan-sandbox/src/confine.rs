@@ -179,6 +179,26 @@ impl Sandbox {
         self.holder().map(|holder| holder.refusals_since(since)).unwrap_or_default()
     }
 
+    /// What a failed command's `output` says this sandbox refused (see
+    /// [`crate::refusal_in`]); with a root of its own, an absolute path
+    /// the command does not see (reported missing) counts too.
+    pub fn refusal_in(&self, output: &str) -> Option<crate::Refusal> {
+        match self.ready.get() {
+            Some(Ok(ready)) if ready.mode == Mode::Namespaces => {
+                let views = self.views();
+                crate::refusal::refusal_in_view(output, |path| {
+                    path.starts_with(&ready.tmp)
+                        || views.iter().any(|view| path.starts_with(&view.path))
+                        || layout::SYSTEM_READABLE
+                            .iter()
+                            .chain(["/etc", "/dev"].iter())
+                            .any(|tree| path.starts_with(tree))
+                })
+            }
+            _ => crate::refusal_in(output),
+        }
+    }
+
     /// The process id of the network holder, once started.
     pub fn network_holder_pid(&self) -> Option<u32> {
         self.holder().map(|holder| holder.pid())

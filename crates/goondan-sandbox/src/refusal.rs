@@ -39,9 +39,36 @@ const NETWORK: &[&str] = &[
     "Name or service not known",
 ];
 
+/// Markers of a missing file in error output: what a path outside a
+/// command's own root looks like from inside it.
+const MISSING: &[&str] = &["No such file or directory", "Directory nonexistent", "ENOENT"];
+
 /// What `output` (a command's stderr, then stdout) says was refused; `None`
 /// when it shows no refusal.
 pub fn refusal_in(output: &str) -> Option<Refusal> {
+    refusal_in_view(output, |_| true)
+}
+
+/// [`refusal_in`] for a command with a root of its own, which sees only
+/// the paths `sees` accepts: a missing absolute path it does not see is a
+/// refusal too (it exists, or not, outside; the command cannot know).
+pub(crate) fn refusal_in_view(output: &str, sees: impl Fn(&std::path::Path) -> bool) -> Option<Refusal> {
+    let mut found = refusal_by_denials(output);
+    for line in output.lines() {
+        if let Some(path) = path_before(line, MISSING).filter(|path| path.starts_with('/'))
+            && !sees(std::path::Path::new(&path))
+        {
+            let refusal = found.get_or_insert_with(Refusal::default);
+            if !refusal.paths.contains(&path) && refusal.paths.len() < MAX_PATHS {
+                refusal.paths.push(path);
+                refusal.paths.sort();
+            }
+        }
+    }
+    found
+}
+
+fn refusal_by_denials(output: &str) -> Option<Refusal> {
     let mut paths = BTreeSet::new();
     let mut refusal = Refusal::default();
     for line in output.lines() {
@@ -76,7 +103,12 @@ pub fn refusal_in(output: &str) -> Option<Refusal> {
 /// Read-only file system`, `touch: cannot touch '/x': …`), or a quoted one
 /// just after it (Python's `Permission denied: '/x'`).
 fn path_in(line: &str) -> Option<String> {
-    let at = DENIALS.iter().filter_map(|marker| line.find(marker)).min()?;
+    path_before(line, DENIALS)
+}
+
+/// The path a line names beside the first of `markers` (see [`path_in`]).
+fn path_before(line: &str, markers: &[&str]) -> Option<String> {
+    let at = markers.iter().filter_map(|marker| line.find(marker)).min()?;
     let after = &line[at..];
     if let Some(quoted) = after.split('\'').nth(1).filter(|text| looks_like_path(text)) {
         return Some(quoted.to_owned());
@@ -114,6 +146,17 @@ mod tests {
             vec![".git/hooks/x", "/etc/x", "/home/u/.aws/credentials", "/root/.ssh/id_rsa", "/work/p/.git/config"]
         );
         assert!(!refusal.network);
+    }
+
+    #[test]
+    fn a_missing_path_outside_the_view_is_a_refusal_and_one_inside_is_not() {
+        let sees = |path: &std::path::Path| path.starts_with("/work");
+        let output = "/bin/sh: 1: cannot create /tmp/x/pwned: Directory nonexistent\n\
+                      cat: /work/missing.txt: No such file or directory\n";
+        let Some(refusal) = refusal_in_view(output, sees) else { panic!("no refusal found") };
+        assert_eq!(refusal.paths, vec!["/tmp/x/pwned"]);
+        assert!(refusal_in_view("cat: /work/missing.txt: No such file or directory\n", sees).is_none());
+        assert!(refusal_in("cat: /tmp/x: No such file or directory\n").is_none());
     }
 
     #[test]
