@@ -182,7 +182,14 @@ pub fn plan_connections(
                 }
             }
         } else {
-            ConnectorKind::Script(goondan_script::connector::ScriptConnector::new(bundle.root(), &connector.spec.entry))
+            // Confined unless the Swarm's agents run unconfined: a bundle that
+            // chose `policy: full` for them chose it for its connectors too.
+            let unconfined =
+                bundle.sandbox_for(entry_agent, Some(swarm)).config.policy == goondan_config::SandboxPolicy::Full;
+            ConnectorKind::Script(
+                goondan_script::connector::ScriptConnector::new(bundle.root(), &connector.spec.entry)
+                    .confined(!unconfined),
+            )
         };
         let config = resolve_values(name, "config", &connection.spec.config, env, false, &mut errors);
         let secrets = resolve_values(name, "secrets", &connection.spec.secrets, env, true, &mut errors);

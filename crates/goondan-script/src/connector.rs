@@ -4,8 +4,9 @@
 //! one per Connection, supervised by [`start`].
 //!
 //! The host gets the Connection's config and secrets in its `start` frame
-//! over a Unix socket in a private 0700 directory, never in argv or its
-//! environment (which is gdn's own, already free of secrets). Its
+//! over its channel to gdn (a connected socket pair, its end inherited as a
+//! file descriptor: see [`crate::host`]), never in argv or its environment
+//! (which is gdn's own, already free of secrets). Its
 //! `ctx.emit(event, {deliveryKey}?)` goes to Rust, is read strictly
 //! ([`ConnectorEvent::from_json`]) and handed to the Connection's
 //! [`EventSink`]; the JavaScript promise settles only when the sink has
@@ -26,13 +27,25 @@
 //! kills the host; the task returns `Ok`. The host runs in a process group
 //! of its own (a Ctrl-C at the terminal reaches gdn, which then drains, not
 //! the connector), killed whole when the host ends, so what the connector
-//! spawned goes with it. The host exits when its socket closes — also when
-//! gdn is SIGKILLed, since the kernel closes the socket (its own children
+//! spawned goes with it. The host exits when its channel closes — also when
+//! gdn is SIGKILLed, since the kernel closes gdn's end (its own children
 //! then stay: nothing is left to kill their group).
+//!
+//! Confinement: unless the Connection's Swarm runs its agents unconfined
+//! (`spec.sandbox.policy: full`, see [`ScriptConnector::confined`]), the
+//! host runs in a sandbox of its own (`goondan_sandbox`, `workspace-write`
+//! with an open network): it reads the system, the bundle's directory and
+//! the runtime's, writes only its private directory (its current directory
+//! and workdir, where its script stays read-only) and a private `TMPDIR`,
+//! and connects anywhere over TCP/UDP — a connector's work is talking to its
+//! service — but reaches no Unix socket outside, no other process and no
+//! set-id mode. The sandbox (and its `TMPDIR`) lasts as long as the
+//! connector: a restarted host runs in the same one. Where it cannot be
+//! enforced (no Landlock), the connector does not start, and the error says
+//! how to opt out.
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -42,19 +55,21 @@ use goondan_ingress::{
 };
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncWriteExt as _, BufReader};
-use tokio::net::UnixListener;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::process::ChildStdin;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::host::{EnvLookup, HostProcess, describe_status, private_dir};
+use crate::host::{Channel, EnvLookup, HostProcess, describe_status, host_command, private_dir};
 use crate::runtime::JsRuntime;
 
 /// The connector host script, compiled into the binary.
 const HOST_SCRIPT: &str = include_str!("host/connector.mjs");
-/// The environment variable that gives the connector host its socket path.
-pub const CONNECTOR_SOCKET_ENV: &str = "GOONDAN_CONNECTOR_SOCKET";
+/// Its file name in the host's private directory.
+const SCRIPT_NAME: &str = "connector.mjs";
+/// The environment variable that gives the connector host the number of its
+/// file descriptor of the channel to gdn.
+pub const CONNECTOR_FD_ENV: &str = "GOONDAN_CONNECTOR_FD";
 /// `ctx.emit` rejected: the value is not a valid `ConnectorEvent` or its
 /// delivery key is not usable.
 pub const E_CONNECTOR_EVENT: &str = "E_CONNECTOR_EVENT";
@@ -65,9 +80,9 @@ pub const E_CONNECTOR_STORAGE: &str = "E_CONNECTOR_STORAGE";
 /// Every code `ctx.emit` rejects with.
 pub const CODES: &[&str] = &[E_CONNECTOR_EVENT, E_CONNECTOR_CLOSED, E_CONNECTOR_STORAGE];
 
-/// How long a starting host has to connect, and then to load its entry.
+/// How long a starting host has to say `ready`, and then to load its entry.
 const START_TIMEOUT: Duration = Duration::from_secs(15);
-/// How long a host whose socket closed has to exit by itself.
+/// How long a host whose channel closed has to exit by itself.
 const EXIT_GRACE: Duration = Duration::from_secs(1);
 /// How long the frames a dead host sent last may take to be read.
 const LAST_FRAMES: Duration = Duration::from_millis(500);
@@ -81,8 +96,18 @@ const REDACTED: &str = "[redacted]";
 #[derive(Clone)]
 pub struct ScriptConnector {
     entry: PathBuf,
+    /// The bundle's directory (absolute): readable by a confined host.
+    bundle_dir: PathBuf,
+    /// Whether the host runs in a sandbox of its own.
+    confined: bool,
+    /// Directories a confined host may write besides its own.
+    writable: Vec<PathBuf>,
+    /// Confined without namespaces even where they work.
+    landlock_only: bool,
     env: EnvLookup,
-    runtime: Option<JsRuntime>,
+    /// Shared: the spec is cloned per start and sits in an enum with small
+    /// variants.
+    runtime: Option<Arc<JsRuntime>>,
     stop_grace: Duration,
     restart_min: Duration,
     restart_max: Duration,
@@ -92,6 +117,7 @@ impl std::fmt::Debug for ScriptConnector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ScriptConnector")
             .field("entry", &self.entry)
+            .field("confined", &self.confined)
             .field("runtime", &self.runtime)
             .field("stop_grace", &self.stop_grace)
             .finish_non_exhaustive()
@@ -102,17 +128,52 @@ impl ScriptConnector {
     /// The Connector whose `spec.entry` is `entry`, relative to the bundle
     /// directory `bundle_dir` (or absolute). The runtime is found as for
     /// script tools (`GOONDAN_JS_RUNTIME`, else Bun, else Node ≥ 22.6) from
-    /// the process environment.
+    /// the process environment. The host runs confined (see
+    /// [`ScriptConnector::confined`]).
     pub fn new(bundle_dir: &Path, entry: &str) -> Self {
         Self {
             // Absolute: the host runs its script from another directory.
             entry: goondan_tools::assembly::entry_path(bundle_dir, entry).to_path_buf(),
+            bundle_dir: std::path::absolute(bundle_dir).unwrap_or_else(|_| bundle_dir.to_path_buf()),
+            confined: true,
+            writable: Vec::new(),
+            landlock_only: false,
             env: Arc::new(|name: &str| std::env::var(name).ok()),
             runtime: None,
             stop_grace: Duration::from_secs(5),
             restart_min: Duration::from_millis(500),
             restart_max: Duration::from_secs(30),
         }
+    }
+
+    /// Whether the host runs in a sandbox of its own (the default: `true`):
+    /// it then reads the system, the bundle's directory (and the entry's,
+    /// when elsewhere) and the runtime's; writes its private directory, a
+    /// private `TMPDIR` and the [`with_writable`](Self::with_writable)
+    /// directories; and has the machine's network. gdn runs it unconfined
+    /// only when the Swarm's entry agent has `spec.sandbox.policy: full`.
+    pub fn confined(mut self, confined: bool) -> Self {
+        self.confined = confined;
+        self
+    }
+
+    /// Directories a confined host may also write (none by default).
+    pub fn with_writable(mut self, writable: Vec<PathBuf>) -> Self {
+        self.writable = writable;
+        self
+    }
+
+    /// Confines the host without namespaces — the stricter Landlock-only
+    /// layout the sandbox falls back to where user namespaces do not work —
+    /// even where they do (for tests of that layout).
+    pub fn landlock_only(mut self) -> Self {
+        self.landlock_only = true;
+        self
+    }
+
+    /// Whether the host runs confined.
+    pub fn is_confined(&self) -> bool {
+        self.confined
     }
 
     /// Finds the runtime with `env` instead of the process environment.
@@ -123,7 +184,7 @@ impl ScriptConnector {
 
     /// Uses `runtime` instead of finding one.
     pub fn with_runtime(mut self, runtime: JsRuntime) -> Self {
-        self.runtime = Some(runtime);
+        self.runtime = Some(Arc::new(runtime));
         self
     }
 
@@ -167,8 +228,8 @@ pub async fn start(spec: ScriptConnector, ctx: ConnectorContext) -> Result<Runni
     let Some(entry) = existing_entry(&spec.entry) else {
         return Err(failed(format!("Connector '{connector}': its entry {} does not exist", spec.entry.display())));
     };
-    let runtime = match spec.runtime.clone() {
-        Some(runtime) => runtime,
+    let runtime = match spec.runtime.as_deref() {
+        Some(runtime) => runtime.clone(),
         None => {
             let env = Arc::clone(&spec.env);
             tokio::task::spawn_blocking(move || JsRuntime::discover(&*env))
@@ -183,8 +244,9 @@ pub async fn start(spec: ScriptConnector, ctx: ConnectorContext) -> Result<Runni
         }
     };
     let dir = private_dir().map_err(|e| failed(format!("cannot create a private directory for its host: {e}")))?;
-    std::fs::write(dir.path().join("connector.mjs"), HOST_SCRIPT)
+    std::fs::write(dir.path().join(SCRIPT_NAME), HOST_SCRIPT)
         .map_err(|e| failed(format!("cannot write the connector host script: {e}")))?;
+    let sandbox = spec.confined.then(|| host_sandbox(&spec, &runtime, &entry, dir.path()));
     let start_frame = serde_json::to_vec(&ToHost::Start {
         entry: &entry.to_string_lossy(),
         connection: &connection,
@@ -193,19 +255,49 @@ pub async fn start(spec: ScriptConnector, ctx: ConnectorContext) -> Result<Runni
         secrets: secrets.expose(),
     })
     .map_err(|e| failed(format!("cannot encode the start frame: {e}")))?;
-    let mut launcher = Launcher {
-        runtime,
-        dir,
-        generation: 0,
-        connection: Arc::from(connection.as_str()),
-        start_frame,
-        sink,
-        redactor,
-    };
+    let mut launcher =
+        Launcher { runtime, dir, sandbox, connection: Arc::from(connection.as_str()), start_frame, sink, redactor };
     let host = launcher.launch().await.map_err(|why| failed(format!("Connector '{connector}': {why}")))?;
     tracing::info!(target: "goondan::connector", connection = %connection, pid = host.process.pid, "connector '{connector}' started ({})", entry.display());
     let task = tokio::spawn(supervise(launcher, host, spec, stop));
     Ok(RunningConnector { listening: Vec::new(), task })
+}
+
+/// The sandbox of a connector's hosts: `workspace-write` in `dir` (its
+/// private directory, where the host script stays read-only), reading the
+/// bundle's directory, the entry's (when elsewhere) and the runtime's
+/// (its binary's real directory, as for the script tools' host), writing
+/// the extra `writable` ones, with the machine's network.
+fn host_sandbox(spec: &ScriptConnector, runtime: &JsRuntime, entry: &Path, dir: &Path) -> goondan_sandbox::Sandbox {
+    let real = |path: &Path| std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let bundle = real(&spec.bundle_dir);
+    let mut readable = vec![bundle.clone()];
+    if let Some(parent) = real(entry).parent().filter(|parent| !parent.starts_with(&bundle)) {
+        readable.push(parent.to_path_buf());
+    }
+    readable.extend(real(&runtime.path).parent().map(Path::to_path_buf));
+    let sandbox = goondan_sandbox::Sandbox::new(goondan_sandbox::SandboxSpec {
+        policy: goondan_sandbox::Policy::WorkspaceWrite,
+        workdir: dir.to_path_buf(),
+        readable,
+        writable: spec.writable.clone(),
+        protected: vec![dir.join(SCRIPT_NAME)],
+        open_network: true,
+        ..goondan_sandbox::SandboxSpec::default()
+    });
+    if spec.landlock_only { sandbox.landlock_only() } else { sandbox }
+}
+
+/// Why a host could not be confined, and how to opt out.
+fn confine_failed(error: &goondan_sandbox::SandboxError) -> String {
+    match error {
+        goondan_sandbox::SandboxError::Unavailable { reason, .. } => format!(
+            "its host cannot be confined on this machine ({reason}), and a Connector's host is not run unconfined \
+             behind the user's back; to run it with your full rights, set `spec.sandbox.policy: full` on the \
+             Swarm (or on its entry agent) in goondan.yaml"
+        ),
+        other => format!("confining its host failed: {other}"),
+    }
 }
 
 /// The entry, or its `.js`/`.ts` twin when only that exists (as the
@@ -314,10 +406,13 @@ enum Lifecycle {
 /// Starts host processes for one Connection.
 struct Launcher {
     runtime: JsRuntime,
-    /// The private directory (0700) with the host script and the sockets;
-    /// removed when the connector ends.
+    /// The private directory (0700) with the host script, the host's
+    /// current directory (and workdir when confined); removed when the
+    /// connector ends.
     dir: tempfile::TempDir,
-    generation: u64,
+    /// The hosts' sandbox (`None`: unconfined), the same for every host of
+    /// the connector; its private directory goes with it.
+    sandbox: Option<goondan_sandbox::Sandbox>,
     connection: Arc<str>,
     start_frame: Vec<u8>,
     sink: Arc<dyn EventSink>,
@@ -347,25 +442,20 @@ impl Launcher {
     /// Starts a host and runs the entry in it, up to `started`. The error
     /// says why it did not start (secrets redacted).
     async fn launch(&mut self) -> Result<Host, String> {
-        self.generation += 1;
-        let socket_path = self.dir.path().join(format!("connector-{}.sock", self.generation));
-        let listener =
-            UnixListener::bind(&socket_path).map_err(|e| format!("cannot listen on {}: {e}", socket_path.display()))?;
-        let mut command = std::process::Command::new(&self.runtime.path);
-        command
-            .args(&self.runtime.args)
-            .arg(self.dir.path().join("connector.mjs"))
-            .env(CONNECTOR_SOCKET_ENV, &socket_path)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        let mut command = host_command(&self.runtime, self.dir.path(), SCRIPT_NAME);
+        // Before the sandbox's hooks: the descriptor must be passed on
+        // whatever they do.
+        let channel =
+            Channel::attach(&mut command, CONNECTOR_FD_ENV).map_err(|e| format!("cannot make its channel: {e}"))?;
+        if let Some(sandbox) = &self.sandbox {
+            sandbox.confine(&mut command).map_err(|error| confine_failed(&error))?;
+        }
         // Its own group: the terminal's Ctrl-C goes to gdn, which stops the
-        // connector through its socket, in order; and when the host exits
+        // connector through its channel, in order; and when the host exits
         // (however), what the connector spawned is killed with it.
-        let (mut process, pipes) = HostProcess::spawn_group_leader(command).map_err(|e| {
-            let _ = std::fs::remove_file(&socket_path);
-            format!("cannot run {}: {e}", self.runtime.path.display())
-        })?;
+        let (mut process, pipes) = HostProcess::spawn_group_leader(command)
+            .map_err(|e| format!("cannot run {}: {e}", self.runtime.path.display()))?;
+        let stream = channel.spawned();
         let pid = process.pid;
         let label = format!("{} {}, pid {pid}", self.runtime.kind, self.runtime.version);
         for (stream, name) in [
@@ -374,23 +464,26 @@ impl Launcher {
         ] {
             tokio::spawn(forward_output(stream, name, Arc::clone(&self.connection), Arc::clone(&self.redactor), pid));
         }
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted.map_err(|e| format!("accepting the host's connection failed: {e}")),
-            status = process.wait() => Err(match status {
-                Ok(status) => format!("its host ({label}) {} before connecting", describe_status(status)),
-                Err(e) => format!("waiting for its host failed: {e}"),
-            }),
-            () = tokio::time::sleep(START_TIMEOUT) => Err(format!("its host ({label}) did not connect within {START_TIMEOUT:?}")),
-        };
-        drop(listener);
-        let _ = std::fs::remove_file(&socket_path);
-        let (stream, _address) = accepted?;
         let (read_half, write_half) = stream.into_split();
         let mut reader = BufReader::new(read_half);
         let mut first = String::new();
-        match tokio::time::timeout(START_TIMEOUT, reader.read_line(&mut first)).await {
+        let exited = |status: std::io::Result<std::process::ExitStatus>| match status {
+            Ok(status) => format!("its host ({label}) {} before saying ready", describe_status(status)),
+            Err(e) => format!("waiting for its host failed: {e}"),
+        };
+        let said = tokio::select! {
+            read = tokio::time::timeout(START_TIMEOUT, reader.read_line(&mut first)) => read,
+            status = process.wait() => return Err(exited(status)),
+        };
+        match said {
             Ok(Ok(n)) if n > 0 => {}
-            Ok(Ok(_)) => return Err(format!("its host ({label}) closed its socket before saying ready")),
+            Ok(Ok(_)) => {
+                // Its end closed: it is exiting; say how.
+                return Err(match tokio::time::timeout(EXIT_GRACE, process.wait()).await {
+                    Ok(status) => exited(status),
+                    Err(_) => format!("its host ({label}) closed its channel before saying ready"),
+                });
+            }
             Ok(Err(e)) => return Err(format!("reading the host's first frame failed: {e}")),
             Err(_) => return Err(format!("its host ({label}) did not say ready within {START_TIMEOUT:?}")),
         }
@@ -422,7 +515,7 @@ impl Launcher {
                         Some(Lifecycle::StartError(message)) => return Err(message),
                         Some(Lifecycle::Failed(message)) => return Err(format!("run() failed: {message}")),
                         Some(Lifecycle::Returned) => {}
-                        None => return Err(format!("its host ({}) closed its socket while starting", host.label)),
+                        None => return Err(format!("its host ({}) closed its channel while starting", host.label)),
                     },
                     status = host.process.wait() => {
                         // Its last frame (a startError) may still be unread.
@@ -457,9 +550,9 @@ struct Reader {
     redactor: Arc<Redactor>,
 }
 
-async fn write_frames(mut socket: OwnedWriteHalf, mut frames: mpsc::UnboundedReceiver<Vec<u8>>) {
+async fn write_frames(mut channel: OwnedWriteHalf, mut frames: mpsc::UnboundedReceiver<Vec<u8>>) {
     while let Some(line) = frames.recv().await {
-        if socket.write_all(&line).await.is_err() {
+        if channel.write_all(&line).await.is_err() {
             break;
         }
     }
@@ -646,7 +739,7 @@ async fn watch(host: &mut Host, stop: &CancellationToken, grace: Duration) -> En
                         Err(_) => {
                             host.process.kill();
                             let _ = host.process.wait().await;
-                            Ended::Died(format!("its host ({}) closed its socket but did not exit", host.label))
+                            Ended::Died(format!("its host ({}) closed its channel but did not exit", host.label))
                         }
                     };
                 }
@@ -718,6 +811,45 @@ mod tests {
         assert_eq!(existing_entry(spec.entry()), Some(dir.path().join("x.js")));
         assert_eq!(existing_entry(&dir.path().join("y.ts")), None);
         Ok(())
+    }
+
+    #[test]
+    fn a_confined_host_reads_the_bundle_the_entry_and_its_runtime_and_writes_its_own_directory() -> std::io::Result<()>
+    {
+        let (bundle, elsewhere, private) = (tempfile::tempdir()?, tempfile::tempdir()?, tempfile::tempdir()?);
+        let real = |path: &Path| std::fs::canonicalize(path);
+        let runtime = JsRuntime {
+            kind: crate::runtime::RuntimeKind::Bun,
+            path: PathBuf::from("/bin/sh"),
+            version: "1.4.5".into(),
+            args: Vec::new(),
+        };
+        let spec = ScriptConnector::new(bundle.path(), "./c.ts").with_writable(vec![PathBuf::from("/srv/spool")]);
+        assert!(spec.is_confined());
+        let sandbox = host_sandbox(&spec, &runtime, &elsewhere.path().join("c.ts"), private.path());
+        let made = sandbox.spec();
+        assert_eq!(made.policy, goondan_sandbox::Policy::WorkspaceWrite);
+        assert!(made.open_network && made.network_allow.is_empty());
+        assert_eq!(made.workdir, real(private.path())?);
+        let runtime_dir = real(Path::new("/bin/sh"))?.parent().map(Path::to_path_buf).unwrap_or_default();
+        assert_eq!(made.readable, [real(bundle.path())?, real(elsewhere.path())?, runtime_dir]);
+        assert_eq!(made.writable, [PathBuf::from("/srv/spool")]);
+        assert!(made.protected.contains(&real(private.path())?.join(SCRIPT_NAME)), "{:?}", made.protected);
+        // An entry inside the bundle adds nothing.
+        let inside = host_sandbox(&spec, &runtime, &bundle.path().join("c.ts"), private.path());
+        assert_eq!(inside.spec().readable.len(), 2);
+        Ok(())
+    }
+
+    #[test]
+    fn an_unconfinable_host_says_how_to_opt_out() {
+        let error = goondan_sandbox::SandboxError::Unavailable {
+            policy: goondan_sandbox::Policy::WorkspaceWrite,
+            reason: "Landlock is not available".into(),
+        };
+        let message = confine_failed(&error);
+        assert!(message.contains("cannot be confined on this machine (Landlock is not available)"), "{message}");
+        assert!(message.contains("`spec.sandbox.policy: full` on the Swarm"), "{message}");
     }
 
     #[test]

@@ -1,11 +1,16 @@
 //! [`ScriptHost`]: one supervised JavaScript process that runs Tool modules.
 //!
 //! Nothing starts until the first call. A start writes the host script (it
-//! ships in the binary) into a private temporary directory, listens on a
-//! Unix socket there, runs `bun <script>` / `node [flags] <script>` and
-//! waits for the host to connect and say `ready`. Frames go over the socket,
-//! never stdout: user code may print anything, and its stdout and stderr go
-//! to `tracing` (target `goondan::script`).
+//! ships in the binary) into a private temporary directory, runs
+//! `bun --no-env-file <script>` / `node [flags] <script>` there (its
+//! current directory, so that no `bunfig.toml`, `.env` or `package.json` of
+//! a directory the model can write is read at start) and waits for the host
+//! to say `ready`. Frames go over a connected socket pair, the host's end
+//! inherited as a file descriptor ([`FD_ENV`] names its number): no socket
+//! file exists, nothing else can connect, and the host needs no right to
+//! make a socket (the sandbox's Landlock-only layout refuses that). Never
+//! stdout: user code may print anything, and its stdout and stderr go to
+//! `tracing` (target `goondan::script`).
 //!
 //! The private directory is `goondan-js-<pid>-<random>` in the temporary
 //! directory, mode 0700 whatever the umask, and removed when the
@@ -21,9 +26,9 @@
 //! same lock as the reap, so a kill never reaches a pid reused after it.
 //!
 //! Three tasks serve one host process: a writer (so that a dropped call can
-//! never leave half a frame on the socket), a reader (routes results by id
+//! never leave half a frame on the channel), a reader (routes results by id
 //! to the waiting calls) and a supervisor (owns the child; when it exits,
-//! is killed or closes its socket, every call still waiting gets an error
+//! is killed or closes its channel, every call still waiting gets an error
 //! result that says what happened). The next call starts a new host, after
 //! a backoff when hosts keep dying.
 //!
@@ -43,7 +48,6 @@ use goondan_core::codes::{E_SCRIPT_HOST_EXITED, E_SCRIPT_HOST_START, E_SCRIPT_RU
 use goondan_core::{JsonObject, JsonValue};
 use goondan_tools::{BoxFuture, HandlerResult, ToolContext, ToolFailure, ToolOutput};
 use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncWriteExt as _, BufReader};
-use tokio::net::UnixListener;
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::process::ChildStdin;
 use tokio::sync::{OnceCell, mpsc, oneshot, watch};
@@ -54,13 +58,14 @@ use crate::tasks::{HostTasks, TaskRequest};
 
 /// The host script, compiled into the binary.
 const HOST_SCRIPT: &str = include_str!("host/host.mjs");
-/// The environment variable that gives the host its socket path.
-pub const SOCKET_ENV: &str = "GOONDAN_SCRIPT_SOCKET";
-/// How long a starting host has to connect and say `ready`.
+/// The environment variable that gives the host the number of its file
+/// descriptor of the channel to gdn.
+pub const FD_ENV: &str = "GOONDAN_SCRIPT_FD";
+/// How long a starting host has to say `ready`.
 const START_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long a host has to acknowledge a `cancel` before it is killed.
 pub const CANCEL_GRACE: Duration = Duration::from_secs(1);
-/// How long a host that closed its socket has to exit by itself.
+/// How long a host that closed its channel has to exit by itself.
 const EXIT_GRACE: Duration = Duration::from_secs(1);
 /// Deaths closer together than this count as one crash loop.
 const FAILURE_WINDOW: Duration = Duration::from_secs(10);
@@ -148,10 +153,10 @@ impl std::fmt::Debug for ScriptHost {
 
 #[derive(Default)]
 struct State {
-    /// The private directory (0700) holding the script and the sockets.
+    /// The private directory (0700) holding the script; the hosts' current
+    /// directory.
     dir: Option<tempfile::TempDir>,
     current: Option<Arc<Connection>>,
-    generation: u64,
 }
 
 /// Recent deaths, for the backoff.
@@ -305,7 +310,7 @@ impl ScriptHost {
     }
 
     /// The host's sandbox: the agent's, widened to the runtime's directory,
-    /// the bundle's and `dir` (the host script and its socket).
+    /// the bundle's and `dir` (the host script; its current directory).
     fn host_sandbox(&self, runtime: &JsRuntime, dir: &Path) -> Option<Arc<goondan_sandbox::Sandbox>> {
         let (agent, readable) = lock(&self.sandbox).clone()?;
         if !agent.policy().confines() {
@@ -354,8 +359,8 @@ impl ScriptHost {
         state.current.as_ref().filter(|c| c.shared.is_open()).map(|c| c.shared.pid)
     }
 
-    /// The private directory of the hosts (script and sockets), once a host
-    /// has started.
+    /// The private directory of the hosts (their script and current
+    /// directory), once a host has started.
     pub async fn directory(&self) -> Option<std::path::PathBuf> {
         self.state.lock().await.dir.as_ref().map(|dir| dir.path().to_path_buf())
     }
@@ -513,54 +518,50 @@ impl ScriptHost {
         let Some(dir) = state.dir.as_ref().map(|d| d.path().to_path_buf()) else {
             return Err(start_failed("no private directory".to_owned()));
         };
-        state.generation += 1;
-        let socket_path = dir.join(format!("host-{}.sock", state.generation));
-        let listener = UnixListener::bind(&socket_path)
-            .map_err(|e| start_failed(format!("cannot listen on {}: {e}", socket_path.display())))?;
-        let mut command = std::process::Command::new(&runtime.path);
-        command
-            .args(&runtime.args)
-            .arg(dir.join("host.mjs"))
-            .env(SOCKET_ENV, &socket_path)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        let mut command = host_command(runtime, &dir, "host.mjs");
+        // Before the sandbox's hooks: the descriptor must be passed on
+        // whatever they do.
+        let channel =
+            Channel::attach(&mut command, FD_ENV).map_err(|e| start_failed(format!("cannot make its channel: {e}")))?;
         if let Some(sandbox) = self.host_sandbox(runtime, &dir) {
             sandbox.confine(&mut command).map_err(|error| {
-                let _ = std::fs::remove_file(&socket_path);
                 ToolFailure::with_code(error.to_string(), goondan_core::codes::E_SANDBOX_UNAVAILABLE)
                     .named("SandboxError")
                     .suggest("Tell the user the script tools cannot run here; do not retry.")
             })?;
         }
-        let (mut child, pipes) = HostProcess::spawn(command).map_err(|e| {
-            let _ = std::fs::remove_file(&socket_path);
-            start_failed(format!("cannot run {}: {e}", runtime.path.display()))
-        })?;
+        let (mut child, pipes) = HostProcess::spawn(command)
+            .map_err(|e| start_failed(format!("cannot run {}: {e}", runtime.path.display())))?;
+        let stream = channel.spawned();
         let pid = child.pid;
         let label = format!("{} {}, pid {pid}", runtime.kind, runtime.version);
         tokio::spawn(forward_lines(pipes.stdout, pid, false));
         tokio::spawn(forward_lines(pipes.stderr, pid, true));
         let stdin = Some(pipes.stdin);
 
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted.map_err(|e| format!("accepting its connection failed: {e}")),
-            status = child.wait() => Err(match status {
-                Ok(status) => format!("it {} before connecting (pid {pid}; see its stderr with -v)", describe_status(status)),
-                Err(e) => format!("waiting for it failed: {e}"),
-            }),
-            () = tokio::time::sleep(START_TIMEOUT) => Err(format!("it did not connect within {START_TIMEOUT:?} (pid {pid})")),
-        };
-        drop(listener);
-        // The socket file is only needed until the one connection is made.
-        let _ = std::fs::remove_file(&socket_path);
-        let (stream, _address) = accepted.map_err(start_failed)?;
         let (read_half, write_half) = stream.into_split();
         let mut reader = BufReader::new(read_half);
         let mut first = String::new();
-        match tokio::time::timeout(START_TIMEOUT, reader.read_line(&mut first)).await {
+        let exited = |status: std::io::Result<ExitStatus>| match status {
+            Ok(status) => {
+                format!("it {} before saying ready (pid {pid}; see its stderr with -v)", describe_status(status))
+            }
+            Err(e) => format!("waiting for it failed: {e}"),
+        };
+        let said = tokio::select! {
+            read = tokio::time::timeout(START_TIMEOUT, reader.read_line(&mut first)) => read,
+            status = child.wait() => return Err(start_failed(exited(status))),
+        };
+        match said {
             Ok(Ok(n)) if n > 0 => {}
-            Ok(Ok(_)) => return Err(start_failed(format!("it closed its socket before saying ready (pid {pid})"))),
+            Ok(Ok(_)) => {
+                // Its end closed: it is exiting; say how.
+                let why = match tokio::time::timeout(EXIT_GRACE, child.wait()).await {
+                    Ok(status) => exited(status),
+                    Err(_) => format!("it closed its channel before saying ready (pid {pid})"),
+                };
+                return Err(start_failed(why));
+            }
             Ok(Err(e)) => return Err(start_failed(format!("reading its first frame failed: {e}"))),
             Err(_) => return Err(start_failed(format!("it did not say ready within {START_TIMEOUT:?} (pid {pid})"))),
         }
@@ -585,7 +586,7 @@ impl ScriptHost {
         let (reader_done, reader_done_rx) = oneshot::channel();
         tokio::spawn(write_frames(write_half, frames_rx));
         let plan = lock(&self.extensions).clone();
-        // Weak: the socket closes when the last caller's handle is gone,
+        // Weak: the channel closes when the last caller's handle is gone,
         // whatever the reader holds.
         let answers = Answers { frames: frames.downgrade(), services: plan.as_ref().map(|p| Arc::clone(&p.services)) };
         tokio::spawn(read_frames(reader, Arc::clone(&shared), reader_done, answers));
@@ -705,7 +706,7 @@ impl MiddlewareSession {
 }
 
 /// One running host process, as the callers see it. Dropping the last
-/// handle closes the socket and kills the process.
+/// handle closes the channel and kills the process.
 struct Connection {
     shared: Arc<Shared>,
     frames: mpsc::UnboundedSender<Vec<u8>>,
@@ -867,13 +868,13 @@ struct Answers {
     services: Option<Arc<dyn HostServices>>,
 }
 
-async fn write_frames(mut socket: OwnedWriteHalf, mut frames: mpsc::UnboundedReceiver<Vec<u8>>) {
+async fn write_frames(mut channel: OwnedWriteHalf, mut frames: mpsc::UnboundedReceiver<Vec<u8>>) {
     while let Some(line) = frames.recv().await {
-        if socket.write_all(&line).await.is_err() {
+        if channel.write_all(&line).await.is_err() {
             break;
         }
     }
-    // Dropping the write half shuts the socket down; the host exits on that.
+    // Dropping the write half shuts the channel down; the host exits on that.
 }
 
 async fn read_frames<R: AsyncRead + Unpin>(
@@ -1084,7 +1085,7 @@ async fn supervise(
         _ = reader_done => match tokio::time::timeout(EXIT_GRACE, child.wait()).await {
             Ok(status) => status,
             Err(_) => {
-                reason = Some("it closed its socket but did not exit");
+                reason = Some("it closed its channel but did not exit");
                 child.kill();
                 child.wait().await
             }
@@ -1209,6 +1210,79 @@ impl Drop for HostProcess {
         if let Some(waiter) = self.waiter.take() {
             let _ = waiter.join();
         }
+    }
+}
+
+/// The command that runs `script` (in the private directory `dir`) with
+/// `runtime`, from `dir`: the runtime then finds no `bunfig.toml`,
+/// `package.json` or `.env` but in that directory (Bun reads them from its
+/// current directory at start; a workdir the model writes must not
+/// configure it). Bun is also told to load no `.env` file at all (an older
+/// Bun ignores the flag). The binary is run by its real path: a sandbox
+/// shows a confined host the binary's real directory, not the links to it
+/// (`node_modules/.bin/bun`). Its stdio are pipes.
+pub(crate) fn host_command(runtime: &JsRuntime, dir: &Path, script: &str) -> std::process::Command {
+    let binary = std::fs::canonicalize(&runtime.path).unwrap_or_else(|_| runtime.path.clone());
+    let mut command = std::process::Command::new(binary);
+    command.args(&runtime.args);
+    if runtime.kind == crate::runtime::RuntimeKind::Bun {
+        command.arg("--no-env-file");
+    }
+    command.arg(dir.join(script)).current_dir(dir).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    command
+}
+
+/// The channel between gdn and one host process: a connected pair of Unix
+/// stream sockets, the host's end inherited by the child under its own
+/// number, which an environment variable tells it. Nothing is listening
+/// anywhere, so nothing else can reach the host's frames, and the host
+/// needs no right to make a socket.
+pub(crate) struct Channel {
+    /// gdn's end, for the async runtime.
+    ours: tokio::net::UnixStream,
+    /// The host's end, closed here once the child has it.
+    theirs: std::os::unix::net::UnixStream,
+}
+
+impl Channel {
+    /// A new pair whose host end `command`'s child inherits, its number in
+    /// `env`. Call it before anything else adds `pre_exec` hooks to
+    /// `command` (the sandbox's), and within the async runtime.
+    pub(crate) fn attach(command: &mut std::process::Command, env: &str) -> std::io::Result<Self> {
+        use std::os::fd::AsRawFd as _;
+        use std::os::unix::process::CommandExt as _;
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
+        // Never 0, 1 or 2, which the child's stdio take over before the
+        // hook runs (a copy is always 3 or above).
+        let theirs = if theirs.as_raw_fd() <= 2 { theirs.try_clone()? } else { theirs };
+        let fd = theirs.as_raw_fd();
+        command.env(env, fd.to_string());
+        // SAFETY: the hook runs in the child between fork and exec, where
+        // only async-signal-safe calls are sound: it makes one `fcntl` on a
+        // number copied in, and allocates nothing.
+        #[allow(unsafe_code)]
+        unsafe {
+            command.pre_exec(move || {
+                // Kept under its own number (no `dup2` onto a fixed one,
+                // which could close a descriptor a later hook needs); only
+                // its close-on-exec flag goes.
+                if nix::libc::fcntl(fd, nix::libc::F_SETFD, 0) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        ours.set_nonblocking(true)?;
+        let ours = tokio::net::UnixStream::from_std(ours)?;
+        Ok(Self { ours, theirs })
+    }
+
+    /// gdn's end, once the child is spawned: the copy of the host's end
+    /// here is closed, so the channel ends when the host (and whatever
+    /// inherited the descriptor from it) is gone.
+    pub(crate) fn spawned(self) -> tokio::net::UnixStream {
+        drop(self.theirs);
+        self.ours
     }
 }
 

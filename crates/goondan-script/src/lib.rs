@@ -3,7 +3,7 @@
 //!
 //! - [`runtime`]: finding Bun (or Node ≥ 22.6, or `GOONDAN_JS_RUNTIME`).
 //! - [`host`]: [`ScriptHost`], one lazily started, supervised host process
-//!   speaking newline-delimited JSON frames over a Unix socket.
+//!   speaking newline-delimited JSON frames over an inherited socket pair.
 //! - [`protocol`]: the frames.
 //! - [`tool`]: [`ScriptToolHandler`] and [`install_script_tools`].
 //! - `tasks`: a tool's `ctx.tasks` — pending results its script completes
@@ -37,7 +37,7 @@ pub mod tool;
 pub use connector::ScriptConnector;
 pub use extension::{ExtensionToolHandler, install_script_extensions};
 pub use host::{
-    CANCEL_GRACE, EnvLookup, ExtensionLoad, HostServices, LoadedExtension, MiddlewareSession, SOCKET_ENV, ScriptHost,
+    CANCEL_GRACE, EnvLookup, ExtensionLoad, FD_ENV, HostServices, LoadedExtension, MiddlewareSession, ScriptHost,
     SessionEvent,
 };
 pub use plugin::ScriptPlugin;

@@ -1,5 +1,5 @@
 //! The frames between goondan-rs and the JavaScript host: one JSON object a
-//! line, tagged by `type`, over the host's Unix socket.
+//! line, tagged by `type`, over the host's channel to gdn (an inherited socket).
 //!
 //! Rust → JS: `call`, `cancel`, `inspect`, `loadExtension`, `middleware`,
 //! `nextResult`, `stateResult`, `taskResult`, `taskCancel`. JS → Rust:

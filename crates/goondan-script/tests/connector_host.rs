@@ -27,17 +27,36 @@ type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 const SECRET: &str = "xoxb-s3cr3t-7f1c2a";
 
+/// A bundle directory and, beside it, the one directory its connectors may
+/// write besides their own ([`spec`] makes it writable): they run confined.
+struct Fixture {
+    root: tempfile::TempDir,
+}
+
+impl Fixture {
+    /// The bundle directory.
+    fn path(&self) -> PathBuf {
+        self.root.path().join("bundle")
+    }
+
+    /// `name` in the directory the connectors may write.
+    fn out(&self, name: &str) -> PathBuf {
+        self.root.path().join("out").join(name)
+    }
+}
+
 /// A bundle directory holding `files`.
-fn bundle(files: &[(&str, &str)]) -> std::io::Result<tempfile::TempDir> {
-    let dir = tempfile::tempdir()?;
+fn bundle(files: &[(&str, &str)]) -> std::io::Result<Fixture> {
+    let root = tempfile::tempdir()?;
+    std::fs::create_dir(root.path().join("out"))?;
     for (name, text) in files {
-        let path = dir.path().join(name);
+        let path = root.path().join("bundle").join(name);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)?;
         }
         std::fs::write(path, text)?;
     }
-    Ok(dir)
+    Ok(Fixture { root })
 }
 
 fn context(config: &[(&str, String)], sink: Arc<dyn EventSink>) -> (ConnectorContext, CancellationToken) {
@@ -54,8 +73,11 @@ fn context(config: &[(&str, String)], sink: Arc<dyn EventSink>) -> (ConnectorCon
     (ctx, stop)
 }
 
+/// The connector `entry` of the bundle `dir` (of a [`Fixture`]), confined,
+/// also writing the fixture's `out` directory.
 fn spec(dir: &Path, entry: &str, runtime: &JsRuntime) -> ScriptConnector {
     ScriptConnector::new(dir, entry)
+        .with_writable(vec![dir.with_file_name("out")])
         .with_runtime(runtime.clone())
         .with_restart_delays(Duration::from_millis(50), Duration::from_millis(200))
         .with_stop_grace(Duration::from_secs(1))
@@ -127,13 +149,13 @@ export default async function run(ctx) {
 async fn events_reach_the_sink_with_keys_and_config_and_secrets_reach_ctx_only() -> TestResult {
     let Some(runtime) = runtime_or_skip("connector events") else { return Ok(()) };
     let dir = bundle(&[("connectors/emitter.ts", EMITTER)])?;
-    let starts = dir.path().join("starts");
+    let starts = dir.out("starts");
     let sink = Arc::new(MemorySink::new());
     let (ctx, _stop) = context(
         &[("CHANNEL", "c-42".into()), ("STARTS_FILE", starts.display().to_string())],
         Arc::clone(&sink) as Arc<dyn EventSink>,
     );
-    let running = connector::start(spec(dir.path(), "./connectors/emitter.ts", &runtime), ctx).await?;
+    let running = connector::start(spec(&dir.path(), "./connectors/emitter.ts", &runtime), ctx).await?;
     // run() returns after its emits: the connector is done, not restarted.
     finish(running, Duration::from_secs(20)).await??;
     let stored = sink.stored();
@@ -190,7 +212,7 @@ async fn emit_resolves_only_after_the_sink_stored_the_event() -> TestResult {
     let dir = bundle(&[("awaiting.js", AWAITING)])?;
     let sink = Arc::new(GatedSink::default());
     let (ctx, stop) = context(&[], Arc::clone(&sink) as Arc<dyn EventSink>);
-    let running = connector::start(spec(dir.path(), "awaiting.js", &runtime), ctx).await?;
+    let running = connector::start(spec(&dir.path(), "awaiting.js", &runtime), ctx).await?;
     let arrived = || *sink.arrived.lock().unwrap_or_else(PoisonError::into_inner);
     assert!(wait_for(Duration::from_secs(10), || arrived() == 1).await, "the first emit never reached the sink");
     // The second emit waits for the first one's answer.
@@ -223,10 +245,10 @@ export default async function run(ctx) {
 async fn an_emit_in_flight_when_stopping_still_gets_its_answer() -> TestResult {
     let Some(runtime) = runtime_or_skip("connector stop with an emit in flight") else { return Ok(()) };
     let dir = bundle(&[("answered.ts", ANSWERED)])?;
-    let marker = dir.path().join("marker");
+    let marker = dir.out("marker");
     let sink = Arc::new(GatedSink::default());
     let (ctx, stop) = context(&[("MARKER", marker.display().to_string())], Arc::clone(&sink) as Arc<dyn EventSink>);
-    let spec = spec(dir.path(), "answered.ts", &runtime).with_stop_grace(Duration::from_secs(3));
+    let spec = spec(&dir.path(), "answered.ts", &runtime).with_stop_grace(Duration::from_secs(3));
     let running = connector::start(spec, ctx).await?;
     let arrived = || *sink.arrived.lock().unwrap_or_else(PoisonError::into_inner);
     assert!(wait_for(Duration::from_secs(10), || arrived() == 1).await, "the emit never reached the sink");
@@ -299,7 +321,7 @@ async fn a_bad_event_rejects_with_a_readable_error_and_logs_hide_secrets() -> Te
     let dir = bundle(&[("bad.ts", BAD_EVENTS)])?;
     let sink = Arc::new(MemorySink::new());
     let (ctx, _stop) = context(&[], Arc::clone(&sink) as Arc<dyn EventSink>);
-    let running = connector::start(spec(dir.path(), "bad.ts", &runtime), ctx).await?;
+    let running = connector::start(spec(&dir.path(), "bad.ts", &runtime), ctx).await?;
     finish(running, Duration::from_secs(20)).await??;
     let stored = sink.stored();
     assert_eq!(stored.len(), 1, "{stored:?}");
@@ -348,11 +370,11 @@ export default async function run(ctx) {
 async fn a_rejected_run_or_a_dead_host_is_restarted() -> TestResult {
     let Some(runtime) = runtime_or_skip("connector restarts") else { return Ok(()) };
     let dir = bundle(&[("flaky.ts", FLAKY)])?;
-    let starts = dir.path().join("starts");
+    let starts = dir.out("starts");
     let sink = Arc::new(MemorySink::new());
     let (ctx, stop) =
         context(&[("STARTS_FILE", starts.display().to_string())], Arc::clone(&sink) as Arc<dyn EventSink>);
-    let running = connector::start(spec(dir.path(), "flaky.ts", &runtime), ctx).await?;
+    let running = connector::start(spec(&dir.path(), "flaky.ts", &runtime), ctx).await?;
     assert!(
         wait_for(Duration::from_secs(20), || !sink.stored().is_empty()).await,
         "never came back: {} starts",
@@ -387,7 +409,7 @@ async fn a_bad_entry_is_an_error_of_start() -> TestResult {
     ];
     for (entry, expected) in cases {
         let (ctx, _stop) = context(&[], Arc::new(MemorySink::new()));
-        let error = match connector::start(spec(dir.path(), entry, &runtime), ctx).await {
+        let error = match connector::start(spec(&dir.path(), entry, &runtime), ctx).await {
             Ok(running) => {
                 running.task.abort();
                 panic!("{entry} started");
@@ -431,9 +453,9 @@ async fn stop_ends_the_host_politely_or_after_the_grace() -> TestResult {
         ("polite.ts", Duration::from_secs(10), Duration::from_secs(3)),
         ("stubborn.ts", Duration::from_millis(300), Duration::from_secs(3)),
     ] {
-        let pid_file = dir.path().join(format!("{entry}.pid"));
+        let pid_file = dir.out(&format!("{entry}.pid"));
         let (ctx, stop) = context(&[("PID_FILE", pid_file.display().to_string())], Arc::new(MemorySink::new()));
-        let running = connector::start(spec(dir.path(), entry, &runtime).with_stop_grace(grace), ctx).await?;
+        let running = connector::start(spec(&dir.path(), entry, &runtime).with_stop_grace(grace), ctx).await?;
         assert!(wait_for(Duration::from_secs(10), || read_pid(&pid_file).is_some()).await, "{entry} wrote no pid");
         let pid = read_pid(&pid_file).unwrap_or_default();
         let began = Instant::now();
@@ -442,14 +464,14 @@ async fn stop_ends_the_host_politely_or_after_the_grace() -> TestResult {
         assert!(began.elapsed() < within, "{entry}");
         assert!(wait_for(Duration::from_secs(2), || gone(pid)).await, "{entry}: host {pid} still runs");
         if entry == "stubborn.ts" {
-            let child = read_pid(&dir.path().join("stubborn.ts.pid.child")).unwrap_or_default();
+            let child = read_pid(&dir.out("stubborn.ts.pid.child")).unwrap_or_default();
             assert!(
                 child > 0 && wait_for(Duration::from_secs(2), || gone(child)).await,
                 "its child {child} still runs"
             );
         }
         if entry == "polite.ts" {
-            let stopped = std::fs::read_to_string(dir.path().join("polite.ts.pid.stopped"))?;
+            let stopped = std::fs::read_to_string(dir.out("polite.ts.pid.stopped"))?;
             assert_eq!(stopped, "aborted=true");
         }
     }
@@ -480,11 +502,11 @@ async fn a_run_that_returns_leaves_its_server_running() -> TestResult {
         return Ok(());
     }
     let dir = bundle(&[("server.ts", SERVER)])?;
-    let port_file = dir.path().join("port");
+    let port_file = dir.out("port");
     let sink = Arc::new(MemorySink::new());
     let (ctx, stop) =
         context(&[("PORT_FILE", port_file.display().to_string())], Arc::clone(&sink) as Arc<dyn EventSink>);
-    let running = connector::start(spec(dir.path(), "server.ts", &runtime), ctx).await?;
+    let running = connector::start(spec(&dir.path(), "server.ts", &runtime), ctx).await?;
     assert!(wait_for(Duration::from_secs(10), || read_pid(&port_file).is_some()).await, "no port");
     let port = read_pid(&port_file).unwrap_or_default();
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -523,7 +545,7 @@ export default async function run(ctx) {
 async fn owner_process() -> TestResult {
     let Some(dir) = std::env::var_os("GOONDAN_CONNECTOR_OWNER_DIR").map(PathBuf::from) else { return Ok(()) };
     let runtime = JsRuntime::discover(&|name: &str| std::env::var(name).ok())?;
-    let pid_file = dir.join("pid");
+    let pid_file = dir.with_file_name("out").join("pid");
     let (ctx, _stop) = context(&[("PID_FILE", pid_file.display().to_string())], Arc::new(MemorySink::new()));
     let _running = connector::start(spec(&dir, "owned.ts", &runtime), ctx).await?;
     let mut ready = std::fs::File::create(dir.join("owner-ready"))?;
@@ -544,7 +566,7 @@ fn the_host_does_not_outlive_a_sigkilled_owner() -> TestResult {
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()?;
-    let pid_file = dir.path().join("pid");
+    let pid_file = dir.out("pid");
     let start = Instant::now();
     while !(dir.path().join("owner-ready").exists() && read_pid(&pid_file).is_some()) {
         if start.elapsed() > Duration::from_secs(30) || owner.try_wait()?.is_some() {

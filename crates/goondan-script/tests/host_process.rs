@@ -56,7 +56,7 @@ fn the_host_directory_is_private_swept_and_removed_and_every_host_is_reaped() {
     // A directory left by a SIGKILLed process, and one of a process that runs (ours).
     let stale = std::env::temp_dir().join(format!("goondan-js-{}-stale", dead_pid()));
     std::fs::create_dir_all(&stale).unwrap_or_else(|e| panic!("{e}"));
-    std::fs::write(stale.join("host-1.sock"), "").unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(stale.join("host.mjs"), "").unwrap_or_else(|e| panic!("{e}"));
     let live = std::env::temp_dir().join(format!("goondan-js-{}-live", std::process::id()));
     std::fs::create_dir_all(&live).unwrap_or_else(|e| panic!("{e}"));
 

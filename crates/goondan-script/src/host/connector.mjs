@@ -1,22 +1,23 @@
 // The goondan connector host: runs one Connection's Connector entry
 // (`export default async function run(ctx)`) for goondan-rs.
 //
-// Shipped inside the gdn binary and written to a private directory at start.
-// Frames are newline-delimited JSON over the Unix socket named by
-// GOONDAN_CONNECTOR_SOCKET — never stdout or stderr, which the connector may
-// print to (gdn logs both). Config and secrets arrive in the `start` frame,
-// never in argv or the environment.
+// Shipped inside the gdn binary and written to a private directory at start
+// (the host's current directory). Frames are newline-delimited JSON over a
+// socket gdn connected before starting the host: its end is the inherited
+// file descriptor GOONDAN_CONNECTOR_FD names — never stdout or stderr, which
+// the connector may print to (gdn logs both). Config and secrets arrive in
+// the `start` frame, never in argv or the environment.
 //
-// Lifetime: the host exits when its socket closes — the kernel closes it
-// when gdn dies in any way, SIGKILL included (on Node also when stdin
+// Lifetime: the host exits when its socket closes — the kernel closes gdn's
+// end when gdn dies in any way, SIGKILL included (on Node also when stdin
 // closes). Once run() has resolved, the socket no longer keeps the process
 // alive: a connector whose run() started a server and returned keeps running
 // on the server's handles, one with nothing left exits by itself (code 0).
 const isBun = typeof Bun !== 'undefined';
 
-const socketPath = process.env.GOONDAN_CONNECTOR_SOCKET;
-if (!socketPath) {
-  process.stderr.write('goondan connector host: GOONDAN_CONNECTOR_SOCKET is not set\n');
+const channelFd = Number(process.env.GOONDAN_CONNECTOR_FD);
+if (!Number.isInteger(channelFd) || channelFd < 3) {
+  process.stderr.write('goondan connector host: GOONDAN_CONNECTOR_FD does not name an inherited descriptor\n');
   process.exit(2);
 }
 
@@ -75,8 +76,10 @@ if (isBun) {
     }
     if (exitCode !== null) process.exit(exitCode);
   };
+  // Bun wraps the inherited, already connected socket as it would a new one
+  // (ref and unref included).
   socket = await Bun.connect({
-    unix: socketPath,
+    fd: channelFd,
     socket: {
       data(_socket, bytes) { onData(decoder.decode(bytes, { stream: true })); },
       drain() { flush(); },
@@ -106,7 +109,7 @@ if (isBun) {
   sendReady();
 } else {
   const net = (await import('node:net')).default;
-  const socket = net.createConnection(socketPath);
+  const socket = new net.Socket({ fd: channelFd, readable: true, writable: true });
   socket.on('error', () => process.exit(0));
   socket.on('close', () => process.exit(0));
   process.stdin.on('end', () => process.exit(0));
@@ -116,9 +119,9 @@ if (isBun) {
   write = (text) => socket.write(text);
   socket.setEncoding('utf8');
   socket.on('data', onData);
-  socket.on('connect', sendReady);
   holdSocket = (hold) => (hold ? socket.ref() : socket.unref());
   exitWhenFlushed = (code) => socket.write('', () => process.exit(code));
+  sendReady();
 }
 
 function sendReady() {

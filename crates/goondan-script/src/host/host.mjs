@@ -1,20 +1,21 @@
 // The goondan JavaScript host: runs a bundle's Tool modules and Extensions
 // for goondan-rs.
 //
-// Shipped inside the gdn binary and written to a private directory at start.
-// Frames are newline-delimited JSON over the Unix socket named by
-// GOONDAN_SCRIPT_SOCKET — never stdout, which user code may print to (gdn
-// logs stdout and stderr). The host exits when the socket closes (on Node
-// also when stdin does), so it never outlives gdn.
+// Shipped inside the gdn binary and written to a private directory at start
+// (the host's current directory). Frames are newline-delimited JSON over a
+// socket gdn connected before starting the host: its end is the inherited
+// file descriptor GOONDAN_SCRIPT_FD names — never stdout, which user code
+// may print to (gdn logs stdout and stderr). The host exits when that socket
+// closes (on Node also when stdin does), so it never outlives gdn.
 // Start-up is on the cold path of the first script call, so nothing is
 // imported statically: on Bun the socket, file checks and formatting use
 // Bun's own APIs (importing node:net, or touching process.stdin, costs Bun
 // 15-25 ms each on these machines); Node loads its modules on demand.
 const isBun = typeof Bun !== 'undefined';
 
-const socketPath = process.env.GOONDAN_SCRIPT_SOCKET;
-if (!socketPath) {
-  process.stderr.write('goondan host: GOONDAN_SCRIPT_SOCKET is not set\n');
+const channelFd = Number(process.env.GOONDAN_SCRIPT_FD);
+if (!Number.isInteger(channelFd) || channelFd < 3) {
+  process.stderr.write('goondan host: GOONDAN_SCRIPT_FD does not name an inherited descriptor\n');
   process.exit(2);
 }
 
@@ -93,8 +94,8 @@ function sendReady() {
   );
 }
 
-// The host exits when its socket closes: the kernel closes it when gdn dies
-// in any way, SIGKILL included, so the host never outlives gdn.
+// The host exits when its socket closes: the kernel closes gdn's end when gdn
+// dies in any way, SIGKILL included, so the host never outlives gdn.
 let write;
 if (isBun) {
   const decoder = new TextDecoder();
@@ -114,8 +115,9 @@ if (isBun) {
       }
     }
   };
+  // Bun wraps the inherited, already connected socket as it would a new one.
   socket = await Bun.connect({
-    unix: socketPath,
+    fd: channelFd,
     socket: {
       data(_socket, bytes) { onData(decoder.decode(bytes, { stream: true })); },
       drain() { flush(); },
@@ -139,8 +141,7 @@ if (isBun) {
   sendReady();
 } else {
   const net = (await import('node:net')).default;
-  const socket = net.createConnection(socketPath);
-  socket.setNoDelay?.(true);
+  const socket = new net.Socket({ fd: channelFd, readable: true, writable: true });
   socket.on('error', () => process.exit(0));
   socket.on('close', () => process.exit(0));
   process.stdin.on('end', () => process.exit(0));
@@ -149,7 +150,7 @@ if (isBun) {
   write = (text) => socket.write(text);
   socket.setEncoding('utf8');
   socket.on('data', onData);
-  socket.on('connect', sendReady);
+  sendReady();
 }
 
 function send(frame) {
