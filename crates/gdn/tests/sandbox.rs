@@ -166,9 +166,12 @@ fn a_script_tool_and_what_it_spawns_are_confined_too() -> TestResult {
     let project = Project::new("true", "")?;
     let key = project.peek(&project.key_path())?;
     let output = &key["output"];
-    assert!(output["direct"].as_str().is_some_and(|d| d.starts_with("error:") && d.contains("EACCES")), "{key}");
+    // Refused, or not there at all in the host's own root.
+    let refused =
+        |text: &str| ["EACCES", "ENOENT", "Permission denied", "No such file"].iter().any(|m| text.contains(m));
+    assert!(output["direct"].as_str().is_some_and(|d| d.starts_with("error:") && refused(d)), "{key}");
     assert_eq!(output["spawned"], "", "{key}");
-    assert!(output["spawnedError"].as_str().is_some_and(|e| e.contains("Permission denied")), "{key}");
+    assert!(output["spawnedError"].as_str().is_some_and(refused), "{key}");
     // A tool whose error the sandbox caused says so, with the policy.
     let args = serde_json::json!({ "path": project.key_path() }).to_string();
     let thrown = project.gdn(&["--json", "tool", "call", "peek__readOrThrow", "--args", &args])?;
@@ -187,7 +190,7 @@ fn a_script_tool_and_what_it_spawns_are_confined_too() -> TestResult {
     let conversation = common::instance_path(project.state.path(), "worker@default").join("messages.jsonl");
     assert!(conversation.exists());
     let read = project.peek(&conversation)?;
-    assert!(read["output"]["direct"].as_str().is_some_and(|d| d.contains("EACCES")), "{read}");
+    assert!(read["output"]["direct"].as_str().is_some_and(refused), "{read}");
     assert_eq!(read["output"]["spawned"], "", "{read}");
     Ok(())
 }
@@ -254,7 +257,9 @@ fn mcp_read(project: &Project, path: &Path) -> Result<Value, Box<dyn std::error:
 fn a_stdio_mcp_server_runs_under_the_policy_its_config_names() -> TestResult {
     let confined = mcp_project("            sandbox: {policy: workspace-write}\n")?;
     let refused = mcp_read(&confined, &confined.key_path())?;
-    assert!(refused.to_string().contains("error: EACCES"), "{refused}");
+    // Refused, or not there at all in the server's own root.
+    let said = refused.to_string();
+    assert!(said.contains("error: EACCES") || said.contains("error: ENOENT"), "{refused}");
     assert!(!refused.to_string().contains("planted"), "{refused}");
     // It still reads what its workdir holds.
     let own = mcp_read(&confined, &confined.dir.path().join("reader.mjs"))?;
