@@ -2,15 +2,15 @@
 //!
 //! Nothing starts until the first call. A start writes the host script (it
 //! ships in the binary) into a private temporary directory, runs
-//! `bun --no-env-file <script>` / `node [flags] <script>` there (its
-//! current directory, so that no `bunfig.toml`, `.env` or `package.json` of
-//! a directory the model can write is read at start) and waits for the host
-//! to say `ready`. Frames go over a connected socket pair, the host's end
-//! inherited as a file descriptor ([`FD_ENV`] names its number): no socket
-//! file exists, nothing else can connect, and the host needs no right to
-//! make a socket (the sandbox's Landlock-only layout refuses that). Never
-//! stdout: user code may print anything, and its stdout and stderr go to
-//! `tracing` (target `goondan::script`).
+//! `bun --no-env-file --no-install <script>` / `node [flags] <script>`
+//! there (its current directory, so that no `bunfig.toml`, `.env` or
+//! `package.json` of a directory the model can write is read at start) and
+//! waits for the host to say `ready`. Frames go over a connected socket
+//! pair, the host's end inherited as a file descriptor ([`FD_ENV`] names
+//! its number): no socket file exists, nothing else can connect, and the
+//! host needs no right to make a socket (the sandbox's Landlock-only layout
+//! refuses that). Never stdout: user code may print anything, and its
+//! stdout and stderr go to `tracing` (target `goondan::script`).
 //!
 //! The private directory is `goondan-js-<pid>-<random>` in the temporary
 //! directory, mode 0700 whatever the umask, and removed when the
@@ -390,7 +390,7 @@ impl ScriptHost {
     /// not retry it or blame the tool.
     fn name_refusal(&self, failure: ToolFailure) -> ToolFailure {
         let Some(sandbox) = self.host_sandbox.get() else { return failure };
-        let Some(refusal) = goondan_sandbox::refusal_in(&failure.message) else { return failure };
+        let Some(refusal) = sandbox.refusal_in(&failure.message) else { return failure };
         let what = match (refusal.paths.first(), refusal.network) {
             (Some(path), _) => format!("access to {path}"),
             (None, true) => "the network".to_owned(),
@@ -1217,8 +1217,12 @@ impl Drop for HostProcess {
 /// `runtime`, from `dir`: the runtime then finds no `bunfig.toml`,
 /// `package.json` or `.env` but in that directory (Bun reads them from its
 /// current directory at start; a workdir the model writes must not
-/// configure it). Bun is also told to load no `.env` file at all (an older
-/// Bun ignores the flag). The binary is run by its real path: a sandbox
+/// configure it). Bun is also told to load no `.env` file at all, and not
+/// to install missing packages on the fly (its auto-install, on whenever no
+/// `node_modules` lies at or above its current directory — always, from a
+/// private directory): imports resolve from the bundle's `node_modules`
+/// only, never from the registry at run time (an older Bun ignores the
+/// flags). The binary is run by its real path: a sandbox
 /// shows a confined host the binary's real directory, not the links to it
 /// (`node_modules/.bin/bun`). Its stdio are pipes.
 pub(crate) fn host_command(runtime: &JsRuntime, dir: &Path, script: &str) -> std::process::Command {
@@ -1226,7 +1230,7 @@ pub(crate) fn host_command(runtime: &JsRuntime, dir: &Path, script: &str) -> std
     let mut command = std::process::Command::new(binary);
     command.args(&runtime.args);
     if runtime.kind == crate::runtime::RuntimeKind::Bun {
-        command.arg("--no-env-file");
+        command.args(["--no-env-file", "--no-install"]);
     }
     command.arg(dir.join(script)).current_dir(dir).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
     command
