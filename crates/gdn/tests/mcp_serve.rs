@@ -758,7 +758,7 @@ fn a_background_job_that_ends_after_its_call_is_reaped_not_left_a_zombie() {
 /// drives as a task, and one it cancels, whose process must end.
 /// A call that says its pid and sleeps. The sandboxed command may write
 /// only its workdir and its private `TMPDIR`, so it leaves its pid in one of
-/// them, under a unique name the test finds: `TMPDIR` (`<temp>/goondan-sandbox-*`,
+/// them, under a unique name the test finds: `TMPDIR` (`<temp>/goondan-sandbox-*/tmp`,
 /// gone when the server ends) or a workdir the test gave the server.
 struct Sleeper {
     name: String,
@@ -794,7 +794,8 @@ impl Sleeper {
             if !name.to_str()?.starts_with("goondan-sandbox-") {
                 return None;
             }
-            std::fs::read_to_string(dir.path().join(&self.name)).ok()?.trim().parse().ok()
+            // The commands' TMPDIR is the sandbox directory's `tmp`.
+            std::fs::read_to_string(dir.path().join("tmp").join(&self.name)).ok()?.trim().parse().ok()
         })
     }
 }
