@@ -185,7 +185,8 @@ impl Place {
     /// Refuses writing one of the bundle's own files (`id`: the existing
     /// file's device and inode) unless allowed.
     fn check_config_write(&self, input: &str, real: &Path, id: Option<(u64, u64)>) -> Result<(), ToolFailure> {
-        if self.guard().refuses_write(real, id) {
+        let workdir = std::fs::canonicalize(&self.workdir).unwrap_or_else(|_| self.workdir.clone());
+        if self.guard().refuses_write(real, id, &workdir) {
             return Err(protected_failure(
                 input,
                 "the runtime loads it as configuration or code (the bundle's directory, its lock file, a prompt or a \

@@ -101,11 +101,16 @@ impl FsGuard {
         self
     }
 
-    /// Whether writing the real path `real` (an existing file `id`) is refused.
-    pub fn refuses_write(&self, real: &Path, id: Option<(u64, u64)>) -> bool {
-        !self.allow_config_writes
-            && (self.config_files.contains(real, id)
-                || self.bundle_tree.as_ref().is_some_and(|tree| real.starts_with(tree)))
+    /// Whether writing the real path `real` (an existing file `id`) is
+    /// refused, for a call whose workdir is `workdir` (real path): a
+    /// workdir inside the bundle's directory (not the directory itself)
+    /// stays writable, the rest of the tree does not.
+    pub fn refuses_write(&self, real: &Path, id: Option<(u64, u64)>, workdir: &Path) -> bool {
+        let in_bundle_tree = self.bundle_tree.as_ref().is_some_and(|tree| {
+            real.starts_with(tree)
+                && !(workdir != tree.as_path() && workdir.starts_with(tree) && real.starts_with(workdir))
+        });
+        !self.allow_config_writes && (self.config_files.contains(real, id) || in_bundle_tree)
     }
 
     /// Whether a path is a refused `.env*` file: `relative` (below its root)
@@ -154,11 +159,18 @@ mod tests {
     fn nothing_in_the_bundle_tree_is_writable_unless_config_writes_are_allowed() {
         let dir = workdir();
         let guard = FsGuard::new(&[], None).with_bundle_tree(&dir.path);
+        let elsewhere = Path::new("/elsewhere");
         for name in ["package.json", ".env.local", "tools/lib/helper.ts", "node_modules/x/index.js", "notes.md"] {
-            assert!(guard.refuses_write(&dir.path.join(name), None), "{name}");
+            assert!(guard.refuses_write(&dir.path.join(name), None, elsewhere), "{name}");
+            // The bundle's directory as the workdir is no exception.
+            assert!(guard.refuses_write(&dir.path.join(name), None, &dir.path), "{name}");
         }
-        assert!(!guard.refuses_write(Path::new("/elsewhere/notes.md"), None));
+        assert!(!guard.refuses_write(&elsewhere.join("notes.md"), None, elsewhere));
+        // A workdir inside the bundle's directory is writable, and only it.
+        let inside = dir.path.join("state/workdir");
+        assert!(!guard.refuses_write(&inside.join("notes.md"), None, &inside));
+        assert!(guard.refuses_write(&dir.path.join("state/notes.md"), None, &inside));
         let allowed = FsGuard::new(&[], json!({"allowConfigWrites": true}).as_object()).with_bundle_tree(&dir.path);
-        assert!(!allowed.refuses_write(&dir.path.join("package.json"), None));
+        assert!(!allowed.refuses_write(&dir.path.join("package.json"), None, elsewhere));
     }
 }

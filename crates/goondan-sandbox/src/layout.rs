@@ -116,11 +116,12 @@ pub(crate) fn grants(spec: &SandboxSpec, tmp: &Path, mode: Mode) -> Vec<(PathBuf
 }
 
 /// Whether commands may write the workdir: under `workspace-write`, unless
-/// the workdir is itself protected (it is the bundle's directory).
+/// the workdir is itself protected (it is the bundle's directory). A
+/// workdir inside the bundle's directory is writable, and the rest of the
+/// bundle is not even seen (only the workdir is bound into a command's
+/// root, or granted by Landlock).
 pub(crate) fn workdir_writable(spec: &SandboxSpec) -> bool {
-    spec.policy == Policy::WorkspaceWrite
-        && !spec.protected.contains(&spec.workdir)
-        && !spec.bundle.as_ref().is_some_and(|bundle| spec.workdir.starts_with(bundle))
+    spec.policy == Policy::WorkspaceWrite && !spec.protected.contains(&spec.workdir)
 }
 
 /// The protected paths that exist inside the workdir and how each is

@@ -54,8 +54,9 @@ pub struct SandboxSpec {
     pub protected: Vec<PathBuf>,
     /// The bundle's directory, whose configuration and code the runtime
     /// and its JavaScript hosts read: read-only with all it holds (its
-    /// `.env*` hidden) wherever it lies; a workdir inside it is not
-    /// writable; and when it lies inside the workdir, no entry can be made
+    /// `.env*` hidden) wherever it lies, but for a workdir inside it (the
+    /// only part a command then sees); and when it lies inside the
+    /// workdir, no entry can be made
     /// in the directories on the way to it (a `node_modules` or
     /// `package.json` there is read when its modules load).
     pub bundle: Option<PathBuf>,

@@ -482,3 +482,35 @@ fn a_bundle_inside_the_workdir_is_read_only_and_nothing_is_planted_above_it() ->
     }
     Ok(())
 }
+
+/// A workdir inside the bundle's directory (a state root kept in the
+/// project): it is writable, and the rest of the bundle is not touched.
+#[test]
+fn a_workdir_inside_the_bundle_is_writable_and_only_it() -> std::io::Result<()> {
+    let scene = scene()?;
+    let inner = scene.workdir.join("state/work");
+    for landlock_only in [false, true] {
+        // (Without namespaces nothing new is made directly in a workdir.)
+        std::fs::create_dir_all(inner.join("out"))?;
+        let sandbox = Sandbox::new(SandboxSpec {
+            policy: Policy::WorkspaceWrite,
+            workdir: inner.clone(),
+            bundle: Some(scene.workdir.clone()),
+            ..SandboxSpec::default()
+        });
+        let sandbox = if landlock_only { sandbox.landlock_only() } else { sandbox };
+        let mut command = Command::new("/bin/bash");
+        let script = format!(
+            "echo y > out/notes && ! echo x > '{0}/package.json' && ! echo x >> '{0}/goondan.yaml'",
+            scene.workdir.display()
+        );
+        command.arg("-c").arg(script).current_dir(&inner).stdin(Stdio::null());
+        sandbox.confine(&mut command).map_err(std::io::Error::other)?;
+        let output = command.output()?;
+        assert!(output.status.success(), "Landlock only: {landlock_only}: {}", String::from_utf8_lossy(&output.stderr));
+        assert!(!scene.workdir.join("package.json").exists());
+        assert_eq!(std::fs::read_to_string(scene.workdir.join("goondan.yaml"))?, "kind: Agent\n");
+        std::fs::remove_dir_all(inner.join("out"))?;
+    }
+    Ok(())
+}
