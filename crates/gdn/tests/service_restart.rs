@@ -112,7 +112,8 @@ fn lines(path: &PathBuf) -> Vec<String> {
 fn restarting_one_agent_cuts_no_turn_of_it_or_of_another() -> TestResult {
     let dir = tempfile::tempdir()?;
     let state = dir.path().join("state");
-    let marks = dir.path().join("marks");
+    // Where its commands may write: the project's working directory.
+    let marks = state.join("workspaces/pair/workdir/marks");
     let port = free_port()?;
     let command = format!("echo start >> '{m}'; sleep 3; echo end >> '{m}'", m = marks.display());
     bundle(dir.path(), port, &command, "pong")?;

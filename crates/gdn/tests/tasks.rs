@@ -16,6 +16,12 @@ use serde_json::Value;
 mod common;
 use common::service::{Stopped, TestResult, free_port, gdn, until};
 
+/// The project's working directory under `state` (the swarm `jobs`):
+/// where its commands may write.
+fn workdir_of(state: &Path) -> std::path::PathBuf {
+    state.join("workspaces/jobs/workdir")
+}
+
 fn bundle(dir: &Path, port: u16, marks: &Path) -> Result<(), std::io::Error> {
     let m = marks.display();
     let yaml = format!(
@@ -127,7 +133,7 @@ fn alive(pid: i32) -> bool {
 fn a_background_command_answers_pending_and_its_end_arrives_once_as_a_turn_of_its_own() -> TestResult {
     let dir = tempfile::tempdir()?;
     let state = dir.path().join("state");
-    let marks = dir.path().join("marks");
+    let marks = workdir_of(&state).join("marks");
     std::fs::create_dir_all(&marks)?;
     let port = free_port()?;
     bundle(dir.path(), port, &marks)?;
@@ -172,7 +178,7 @@ fn a_background_command_answers_pending_and_its_end_arrives_once_as_a_turn_of_it
 fn a_wait_takes_the_result_and_a_cancel_ends_the_command_with_its_signal() -> TestResult {
     let dir = tempfile::tempdir()?;
     let state = dir.path().join("state");
-    let marks = dir.path().join("marks");
+    let marks = workdir_of(&state).join("marks");
     std::fs::create_dir_all(&marks)?;
     let port = free_port()?;
     bundle(dir.path(), port, &marks)?;
@@ -208,7 +214,7 @@ fn a_wait_takes_the_result_and_a_cancel_ends_the_command_with_its_signal() -> Te
 fn a_command_killed_with_its_service_is_failed_and_delivered_at_the_next_start() -> TestResult {
     let dir = tempfile::tempdir()?;
     let state = dir.path().join("state");
-    let marks = dir.path().join("marks");
+    let marks = workdir_of(&state).join("marks");
     std::fs::create_dir_all(&marks)?;
     let port = free_port()?;
     bundle(dir.path(), port, &marks)?;
@@ -243,7 +249,7 @@ fn a_command_killed_with_its_service_is_failed_and_delivered_at_the_next_start()
 fn people_list_show_and_cancel_tasks_through_the_cli() -> TestResult {
     let dir = tempfile::tempdir()?;
     let state = dir.path().join("state");
-    let marks = dir.path().join("marks");
+    let marks = workdir_of(&state).join("marks");
     std::fs::create_dir_all(&marks)?;
     let port = free_port()?;
     bundle(dir.path(), port, &marks)?;
@@ -295,7 +301,7 @@ fn one_shot_bundle(dir: &Path, marks: &Path) -> Result<(), Box<dyn std::error::E
 fn a_one_shot_run_waits_for_its_tasks_and_runs_their_turns_before_it_exits() -> TestResult {
     let dir = tempfile::tempdir()?;
     let state = dir.path().join("state");
-    let marks = dir.path().join("marks");
+    let marks = workdir_of(&state).join("marks");
     std::fs::create_dir_all(&marks)?;
     one_shot_bundle(dir.path(), &marks)?;
     let output = gdn(dir.path(), &state, &["run", "--input", "start work"])?;
@@ -312,7 +318,7 @@ fn a_one_shot_run_waits_for_its_tasks_and_runs_their_turns_before_it_exits() -> 
 fn ctrl_c_while_a_one_shot_run_waits_cancels_its_tasks_and_says_so() -> TestResult {
     let dir = tempfile::tempdir()?;
     let state = dir.path().join("state");
-    let marks = dir.path().join("marks");
+    let marks = workdir_of(&state).join("marks");
     std::fs::create_dir_all(&marks)?;
     one_shot_bundle(dir.path(), &marks)?;
     let child = Command::new(env!("CARGO_BIN_EXE_gdn"))
