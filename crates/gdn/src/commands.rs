@@ -346,6 +346,17 @@ async fn setup_in(
     }
 }
 
+/// The token named by `--auth-token-env NAME` (`gdn mcp serve`, `gdn
+/// studio`), read once from the session's environment; `Err` is the line to
+/// print (exit 2) when the variable is unset or blank.
+pub fn auth_token(name: Option<&str>, session: &crate::Session) -> std::result::Result<Option<String>, String> {
+    let Some(name) = name else { return Ok(None) };
+    match (session.env)(name).filter(|token| !token.trim().is_empty()) {
+        Some(token) => Ok(Some(token)),
+        None => Err(format!("--auth-token-env {name}: the variable is not set or empty")),
+    }
+}
+
 pub fn report_config_errors(global: &GlobalOptions, report: &LoadReport, out: &mut Output) -> Result<()> {
     if global.json {
         let body = serde_json::json!({"valid": false, "diagnostics": report.diagnostics});

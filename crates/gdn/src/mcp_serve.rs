@@ -37,18 +37,12 @@ pub async fn serve(
         return Ok(exit::USAGE);
     }
     // The token is read once, here, and lives only in the server's check.
-    let token = match &args.auth_token_env {
-        Some(name) => match (session.env)(name).filter(|token| !token.trim().is_empty()) {
-            Some(token) => Some(server::BearerToken::new(token)),
-            None => {
-                output::error_line(
-                    &mut out.stderr,
-                    format_args!("--auth-token-env {name}: the variable is not set or empty"),
-                )?;
-                return Ok(exit::USAGE);
-            }
-        },
-        None => None,
+    let token = match crate::commands::auth_token(args.auth_token_env.as_deref(), session) {
+        Ok(token) => token.map(server::BearerToken::new),
+        Err(message) => {
+            output::error_line(&mut out.stderr, message)?;
+            return Ok(exit::USAGE);
+        }
     };
     if args.allow_remote && token.is_none() {
         output::error_line(

@@ -13,6 +13,7 @@ pub mod js_message;
 pub mod message;
 pub mod naming;
 pub mod object_ref;
+pub mod secret;
 pub mod tool;
 
 pub use conversation::{ConversationState, MessageEvent, MessageEventError, RepairReport};

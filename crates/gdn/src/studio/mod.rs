@@ -60,18 +60,12 @@ pub fn studio(global: &GlobalOptions, args: &StudioArgs, session: &crate::Sessio
         return Ok(exit::USAGE);
     }
     // The token is read once, here, and lives only in the guard.
-    let token = match &args.auth_token_env {
-        Some(name) => match (session.env)(name).filter(|token| !token.trim().is_empty()) {
-            Some(token) => Some(token),
-            None => {
-                output::error_line(
-                    &mut out.stderr,
-                    format_args!("--auth-token-env {name}: the variable is not set or empty"),
-                )?;
-                return Ok(exit::USAGE);
-            }
-        },
-        None => None,
+    let token = match crate::commands::auth_token(args.auth_token_env.as_deref(), session) {
+        Ok(token) => token,
+        Err(message) => {
+            output::error_line(&mut out.stderr, message)?;
+            return Ok(exit::USAGE);
+        }
     };
     let root = crate::run::state_root(global)?;
     // The port first: one in use is reported before the logs are read.
