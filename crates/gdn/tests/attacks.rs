@@ -200,3 +200,63 @@ print(s.recv(1000))
     assert_eq!(stopped.status.code(), Some(0), "{}", String::from_utf8_lossy(&stopped.stderr));
     Ok(())
 }
+
+/// One command cannot take the machine: a fork bomb stops at the process
+/// bound, `yes > file` ends at the file bound, each as a failed command's
+/// result, the turn (and gdn) goes on to its answer, and nothing of them
+/// outlives gdn. Bounds lower than the defaults keep the test light.
+#[test]
+fn a_fork_bomb_and_a_disk_filler_end_as_error_results() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let bundle_dir = dir.path().join("bot");
+    std::fs::create_dir_all(&bundle_dir)?;
+    let state = dir.path().join("state");
+    let bomb = serde_json::json!({"command": "bomb() { bomb | bomb & }; bomb", "timeoutMs": 3000});
+    let filler = serde_json::json!({"command": "yes > big"});
+    let yaml = format!(
+        r#"apiVersion: goondan.ai/v1
+kind: Model
+metadata: {{name: scripted}}
+spec:
+  provider: scripted
+  model: s
+  options:
+    replies:
+      - {{toolCalls: [{{name: bash__exec, args: {bomb}}}]}}
+      - {{toolCalls: [{{name: bash__exec, args: {filler}}}]}}
+      - {{text: still here}}
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {{name: bot}}
+spec:
+  modelConfig: {{modelRef: Model/scripted}}
+  tools: [{{kind: Tool, name: bash, package: "@goondan/base"}}]
+  sandbox: {{limits: {{processes: 64, fileSize: 8MiB}}}}
+"#
+    );
+    std::fs::write(bundle_dir.join("goondan.yaml"), yaml)?;
+    let output = gdn(&bundle_dir, &state, &["run", "--input", "go", "--json"])?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    let answer: serde_json::Value = serde_json::from_str(stdout.trim())?;
+    assert_eq!(answer["text"], "still here", "{answer}");
+    let log = std::fs::read_to_string(common::instance_path(&state, "bot@default").join("messages.jsonl"))?;
+    // The bomb met its bound (its shells could not fork); the filler ended
+    // by SIGXFSZ (its shell's 153), its file stopped at the bound.
+    assert!(log.contains("Cannot fork"), "{log}");
+    assert!(log.contains("SIGXFSZ") || log.contains(r#""exitCode":153"#), "{log}");
+    let workdir = state.join("workspaces/bot/workdir");
+    assert_eq!(std::fs::metadata(workdir.join("big"))?.len(), 8 << 20);
+    // Nothing of the bomb outlives gdn.
+    let workdir = std::fs::canonicalize(&workdir)?;
+    until("the bomb's processes to end", || {
+        let left = std::fs::read_dir("/proc")?
+            .flatten()
+            .filter(|entry| entry.file_name().to_str().is_some_and(|name| name.bytes().all(|b| b.is_ascii_digit())))
+            .filter(|entry| std::fs::read_link(entry.path().join("cwd")).is_ok_and(|cwd| cwd == workdir))
+            .count();
+        Ok(left == 0)
+    })?;
+    Ok(())
+}
