@@ -132,6 +132,20 @@ fn spawn_workspace_write(bencher: divan::Bencher) {
     spawn_true(bencher, Some(&sandbox));
 }
 
+/// The same with no resource bounds (no cgroup to join, no rlimit): what
+/// the bounds cost.
+#[divan::bench(sample_count = 200)]
+fn spawn_workspace_write_unbounded(bencher: divan::Bencher) {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let sandbox = Sandbox::new(SandboxSpec {
+        policy: Policy::WorkspaceWrite,
+        workdir: dir.path().to_path_buf(),
+        limits: goondan_sandbox::Limits { processes: None, file_size: None, memory: None },
+        ..SandboxSpec::default()
+    });
+    spawn_true(bencher, Some(&sandbox));
+}
+
 /// The same without namespaces (Landlock and seccomp only).
 #[divan::bench(sample_count = 200)]
 fn spawn_landlock_only(bencher: divan::Bencher) {

@@ -305,7 +305,7 @@ impl Sandbox {
         if command.get_current_dir().is_none() {
             command.current_dir(&self.spec.workdir);
         }
-        attach(command, ready)
+        attach(command, ready, true)
     }
 
     fn set_up(&self) -> Result<Ready, String> {
@@ -520,16 +520,16 @@ fn probe(ready: Ready) -> io::Result<Ready> {
     let mut command = Command::new(program);
     // From `/`: the command's root holds the system, not where this runs.
     command.current_dir("/").stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
-    attach(&mut command, Arc::clone(&ready)).map_err(io::Error::other)?;
+    attach(&mut command, Arc::clone(&ready), false).map_err(io::Error::other)?;
     let status = command.spawn()?.wait()?;
     drop(command);
     let ready = Arc::into_inner(ready).ok_or_else(|| io::Error::other("the probe kept the sandbox"))?;
     if status.success() { Ok(ready) } else { Err(io::Error::other(format!("`true` ended with {status}"))) }
 }
 
-fn attach(command: &mut Command, ready: Arc<Ready>) -> Result<(), SandboxError> {
+fn attach(command: &mut Command, ready: Arc<Ready>, bounded: bool) -> Result<(), SandboxError> {
     let mut ruleset = Some(ready.ruleset.try_clone()?);
-    let limits = ready.limits.for_command()?;
+    let limits = if bounded { ready.limits.for_command()? } else { ready.limits.unbounded() };
     // SAFETY: the hook runs in the child between fork and exec, where only
     // async-signal-safe work is sound. `enter` makes system calls on data
     // prepared here in the parent (id maps, mount paths, the ruleset's file

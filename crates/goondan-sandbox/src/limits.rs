@@ -271,9 +271,15 @@ impl Limiter {
     fn with(limits: Limits, mut found: Found, nproc_counts: bool) -> Self {
         // Only the controllers with a bound to enforce.
         for hierarchy in &mut found.hierarchies {
+            // Each cgroup a command joins costs a migration (about a
+            // millisecond under v1): a bound a free rlimit enforces as well
+            // takes none. RLIMIT_NPROC counts a command's own processes
+            // where it has its own user namespace and gdn is not root; a v1
+            // memory cgroup is replaced by RLIMIT_DATA (per process).
+            let version = hierarchy.version;
             hierarchy.controllers.retain(|controller| match controller {
-                Controller::Pids => limits.processes.is_some(),
-                Controller::Memory => limits.memory.is_some(),
+                Controller::Pids => limits.processes.is_some() && !nproc_counts,
+                Controller::Memory => limits.memory.is_some() && version == Version::V2,
             });
         }
         found.hierarchies.retain(|hierarchy| !hierarchy.controllers.is_empty());
@@ -431,6 +437,12 @@ impl Limiter {
             made.procs.push(procs);
         }
         Ok(made)
+    }
+
+    /// No bound at all: for the sandbox's one-time probe (`true`), which
+    /// needs none and should not pay for joining cgroups.
+    pub(crate) fn unbounded(&self) -> CommandLimits {
+        CommandLimits { procs: Vec::new(), dirs: Vec::new(), rlimits: Vec::new(), shared: Arc::clone(&self.shared) }
     }
 
     /// The files written into a command's cgroup of `hierarchy`.
@@ -937,16 +949,21 @@ mod tests {
         let nothing = usable_cgroups(CGROUP_V1, &mountinfo, |_| false);
         assert_eq!(nothing, Found::default(), "not writable: not used");
 
-        let limiter =
-            Limiter::with(Limits { processes: Some(64), file_size: None, memory: Some(1 << 30) }, found, true);
-        assert_eq!((limiter.processes(), limiter.memory()), (Enforcement::CgroupV1, Enforcement::CgroupV1));
-        assert!(limiter.rlimits.is_empty(), "{:?}", limiter.rlimits);
+        // As root (RLIMIT_NPROC does not apply): the v1 pids cgroup; the
+        // memory bound by RLIMIT_DATA, which costs no migration.
+        let limits = Limits { processes: Some(64), file_size: None, memory: Some(1 << 30) };
+        let limiter = Limiter::with(limits, found.clone(), false);
+        assert_eq!((limiter.processes(), limiter.memory()), (Enforcement::CgroupV1, Enforcement::Rlimit));
+        assert_eq!(limiter.rlimits, [(Resource::Data, 1 << 30)]);
         let command = limiter.for_command()?;
         let dirs = command.cgroups();
-        assert_eq!(dirs.len(), 2);
+        assert_eq!(dirs.len(), 1);
         assert_eq!(std::fs::read_to_string(dirs[0].join("pids.max"))?, "64");
-        assert_eq!(std::fs::read_to_string(dirs[1].join("memory.limit_in_bytes"))?, (1u64 << 30).to_string());
-        assert!(dirs[0].starts_with(base.join("pids")) && dirs[1].starts_with(base.join("memory/process_api/e3f8")));
+        assert!(dirs[0].starts_with(base.join("pids")));
+        // Where RLIMIT_NPROC counts the command's own processes, no cgroup.
+        let limiter = Limiter::with(limits, found, true);
+        assert_eq!((limiter.processes(), limiter.memory()), (Enforcement::Rlimit, Enforcement::Rlimit));
+        assert!(limiter.for_command()?.cgroups().is_empty());
         Ok(())
     }
 
