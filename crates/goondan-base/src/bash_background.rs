@@ -57,11 +57,13 @@ pub(crate) async fn start(run: Run, ctx: &ToolContext) -> HandlerResult {
     let output_path = tasks.output_path(&ticket.handle);
     let log = match &output_path {
         Some(path) => {
+            // Under the private state root: the user's only (0700/0600),
+            // whatever the umask, as everything gdn keeps there.
             let created = async {
                 if let Some(dir) = path.parent() {
-                    tokio::fs::create_dir_all(dir).await?;
+                    tokio::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).await?;
                 }
-                tokio::fs::File::create(path).await
+                tokio::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path).await
             };
             match created.await {
                 Ok(file) => Some(file),
