@@ -92,6 +92,32 @@ fn bash_exec_workspace_write_first(bencher: divan::Bencher) {
         });
 }
 
+/// The same first call of an agent whose sandbox was warmed up at
+/// assembly (`Sandbox::warm_up`, as agents that run turns do) and had the
+/// time a model request takes to finish it: what the first tool call of a
+/// turn pays.
+#[divan::bench(sample_count = 100)]
+fn bash_exec_workspace_write_first_warmed(bencher: divan::Bencher) {
+    let fixture = fixture();
+    bencher
+        .with_inputs(|| {
+            let sandbox = sandbox(Policy::WorkspaceWrite, fixture.ctx.workdir());
+            sandbox.warm_up();
+            while sandbox.temp_dir().is_none() {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            let settings = Arc::new(BaseSettings { sandbox: Some(sandbox), ..BaseSettings::default() });
+            goondan_base::native_handler("bash", "exec", &settings).unwrap_or_else(|| panic!("no bash.exec"))
+        })
+        .bench_local_values(|handler| {
+            let result = fixture.runtime.block_on(handler.call(&fixture.ctx, &fixture.input));
+            if !matches!(&result, Ok(ToolOutput::Value(output)) if output["exitCode"] == 0) {
+                panic!("true failed: {result:?}");
+            }
+            handler
+        });
+}
+
 /// `bash__exec` of `true`, unconfined.
 #[divan::bench(sample_count = 200)]
 fn bash_exec_full(bencher: divan::Bencher) {

@@ -406,14 +406,17 @@ fn swarm_of<'a>(bundle: &'a Bundle, agent: &str) -> Option<&'a Resource<goondan_
 /// middleware and tools its extensions install through the plugins.
 pub async fn assemble_tooling(bundle: &Bundle, options: &AgentOptions) -> Result<AgentTooling, AgentBuildError> {
     let (agent, instance_key) = resolve(bundle, options)?;
-    tooling_of(bundle, agent, &instance_key, options).await
+    tooling_of(bundle, agent, &instance_key, options, false).await
 }
 
+/// `warm_sandbox`: set the agent's sandbox up now, off the first command's
+/// path (an agent that runs turns; not a one-off `tool list` or `call`).
 async fn tooling_of(
     bundle: &Bundle,
     agent: &Resource<AgentSpec>,
     instance_key: &str,
     options: &AgentOptions,
+    warm_sandbox: bool,
 ) -> Result<AgentTooling, AgentBuildError> {
     let mut tools = AgentTools::for_agent(bundle, agent);
     let workdir = options.workdir.clone().unwrap_or_else(|| bundle.root().to_path_buf());
@@ -421,7 +424,11 @@ async fn tooling_of(
     let sandbox =
         crate::sandbox::agent_sandbox(bundle, agent, options.swarm.as_deref(), &workdir, tools.loaded_files())
             .map_err(|source| AgentBuildError::Sandbox { agent: agent.name().to_owned(), source })?;
-    tools.set_sandbox(Arc::new(sandbox));
+    let sandbox = Arc::new(sandbox);
+    if warm_sandbox {
+        sandbox.warm_up();
+    }
+    tools.set_sandbox(sandbox);
     let registry = ToolRegistry::new();
     let mut installs: Vec<Box<dyn PluginInstall>> = options.plugins.iter().map(|plugin| plugin.begin()).collect();
     for install in &mut installs {
@@ -487,7 +494,7 @@ pub async fn build_agent(bundle: &Bundle, options: &AgentOptions) -> Result<Agen
         .and_then(|s| s.spec.policy.max_steps_per_turn)
         .unwrap_or(Agent::DEFAULT_MAX_STEPS_PER_TURN);
 
-    let tooling = tooling_of(bundle, agent, &instance_key, options).await?;
+    let tooling = tooling_of(bundle, agent, &instance_key, options, true).await?;
     // An extension that sends the prompt as a message of the conversation
     // replaces the request's own copy; otherwise the model would get it twice.
     let system_prompt = match &tooling.prompt_in_conversation {

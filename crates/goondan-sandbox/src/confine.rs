@@ -263,6 +263,25 @@ impl Sandbox {
         }
     }
 
+    /// Sets the sandbox up and tries it now, on a short-lived thread of its
+    /// own, so that the first command does not pay for it (it waits only
+    /// if the set-up is still running then); nothing under `full` or once
+    /// set up. An agent that will run turns calls this at assembly: its
+    /// first command comes after a model request, which hides the set-up.
+    pub fn warm_up(self: &Arc<Self>) {
+        if !self.spec.policy.confines() || self.ready.get().is_some() {
+            return;
+        }
+        let sandbox = Arc::clone(self);
+        let started = std::thread::Builder::new().name("goondan-sandbox-warm-up".to_owned()).spawn(move || {
+            let _ = sandbox.ready.get_or_init(|| sandbox.set_up().map(Arc::new));
+        });
+        if let Err(error) = started {
+            // The first command sets it up instead.
+            tracing::debug!("sandbox {}: no thread to set it up early: {error}", self.spec.policy);
+        }
+    }
+
     /// Sets `command` up to run confined (nothing under `full`), in its
     /// workdir unless it has a directory of its own (which must lie in what
     /// the command sees: the workdir, its `TMPDIR`, the extra paths or the

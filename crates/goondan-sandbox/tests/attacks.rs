@@ -514,3 +514,20 @@ fn a_workdir_inside_the_bundle_is_writable_and_only_it() -> std::io::Result<()> 
     }
     Ok(())
 }
+
+/// A sandbox warmed up at assembly is set up on its own thread; the first
+/// command then finds it ready (and is confined as any).
+#[test]
+fn a_warmed_up_sandbox_is_ready_before_its_first_command() -> std::io::Result<()> {
+    let scene = scene()?;
+    let sandbox = std::sync::Arc::new(scene.sandbox(Policy::WorkspaceWrite));
+    sandbox.warm_up();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while sandbox.uses_namespaces().is_none() {
+        assert!(std::time::Instant::now() < deadline, "not set up");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(!scene.run(&sandbox, "cat \"$HOME/.ssh/id_rsa\"").status.success());
+    assert!(scene.run(&sandbox, "echo hi > notes.txt && rm notes.txt").status.success());
+    Ok(())
+}
