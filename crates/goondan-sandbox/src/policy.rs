@@ -58,7 +58,9 @@ pub struct SandboxSpec {
     /// only part a command then sees); and when it lies inside the
     /// workdir, no entry can be made
     /// in the directories on the way to it (a `node_modules` or
-    /// `package.json` there is read when its modules load).
+    /// `package.json` there is read when its modules load). A loader that
+    /// scans the bundle's tree for configuration (split-file bundles) must
+    /// therefore skip the state root and any workdir inside the tree.
     pub bundle: Option<PathBuf>,
     /// `host:port` pairs the commands may connect to; empty: no network
     /// (unless `open_network`).
