@@ -69,12 +69,8 @@ pub fn open(
 /// to what the model runs: a file a tool writes is never one gdn, Bun or
 /// Node later reads as configuration or runs.
 pub fn default_workdir(workspace: &Workspace) -> Result<std::path::PathBuf, String> {
-    use std::os::unix::fs::DirBuilderExt;
     let dir = workspace.dir().join(WORKDIR);
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&dir)
+    goondan_runtime::store::create_private_dir_all(&dir)
         .map_err(|error| format!("cannot make the project's working directory {}: {error}", dir.display()))?;
     Ok(std::fs::canonicalize(&dir).unwrap_or(dir))
 }
