@@ -184,17 +184,10 @@ impl Sandbox {
     /// the command does not see (reported missing) counts too.
     pub fn refusal_in(&self, output: &str) -> Option<crate::Refusal> {
         match self.ready.get() {
-            Some(Ok(ready)) if ready.mode == Mode::Namespaces => {
-                let views = self.views();
-                crate::refusal::refusal_in_view(output, |path| {
-                    path.starts_with(&ready.tmp)
-                        || views.iter().any(|view| path.starts_with(&view.path))
-                        || layout::SYSTEM_READABLE
-                            .iter()
-                            .chain(["/etc", "/dev"].iter())
-                            .any(|tree| path.starts_with(tree))
-                })
-            }
+            Some(Ok(ready)) => match &ready.user_namespace {
+                Some(namespace) => crate::refusal::refusal_in_view(output, |path| namespace.root.sees(path)),
+                None => crate::refusal_in(output),
+            },
             _ => crate::refusal_in(output),
         }
     }

@@ -61,6 +61,8 @@ pub(crate) struct NewRoot {
     /// An empty directory of the sandbox's, where the tmpfs is mounted.
     mount_point: CString,
     steps: Vec<Step>,
+    /// What the command sees (bound trees and links), by their paths.
+    seen: Vec<PathBuf>,
 }
 
 impl NewRoot {
@@ -74,8 +76,13 @@ impl NewRoot {
             .collect();
         all.extend(views.iter().cloned());
         all.push(View { path: tmp.to_path_buf(), writable: true });
-        let mut plan =
-            Planner { root: mount_point.to_path_buf(), made: HashSet::new(), bound: Vec::new(), steps: Vec::new() };
+        let mut plan = Planner {
+            root: mount_point.to_path_buf(),
+            made: HashSet::new(),
+            bound: Vec::new(),
+            links: Vec::new(),
+            steps: Vec::new(),
+        };
         // Shallow first, so that what lies inside a tree already bound is
         // seen through it (and no mount point is made in a real directory).
         all.sort_by_key(|view| view.path.components().count());
@@ -87,9 +94,16 @@ impl NewRoot {
             plan.bind(device, device, None)?;
         }
         for (link, target) in DEVICE_LINKS {
-            plan.steps.push(Step::Link { target: c_path(Path::new(target))?, link: plan.inside(Path::new(link))? });
+            plan.link(Path::new(link), Path::new(target))?;
         }
-        Ok(Self { mount_point: c_path(mount_point)?, steps: plan.steps })
+        let mut seen = plan.bound;
+        seen.extend(plan.links);
+        Ok(Self { mount_point: c_path(mount_point)?, steps: plan.steps, seen })
+    }
+
+    /// Whether `path` (absolute) lies in what the command sees.
+    pub(crate) fn sees(&self, path: &Path) -> bool {
+        self.seen.iter().any(|tree| path.starts_with(tree))
     }
 
     /// In the child, in its own user and mount namespaces: builds the root,
@@ -144,6 +158,8 @@ struct Planner {
     made: HashSet<PathBuf>,
     /// Trees bound so far.
     bound: Vec<PathBuf>,
+    /// Links made.
+    links: Vec<PathBuf>,
     steps: Vec<Step>,
 }
 
@@ -159,11 +175,17 @@ impl Planner {
             if let Some(parent) = view.path.parent() {
                 self.dir(parent)?;
             }
-            self.steps.push(Step::Link { target: c_path(&target)?, link: self.inside(&view.path)? });
-            return Ok(());
+            return self.link(&view.path, &target);
         }
         let writable = view.writable.then(|| crate::confine::locked_flags(&view.path));
         self.bind(&view.path, &view.path, writable)
+    }
+
+    /// Makes `link` (in the command's view) point to `target`.
+    fn link(&mut self, link: &Path, target: &Path) -> io::Result<()> {
+        self.steps.push(Step::Link { target: c_path(target)?, link: self.inside(link)? });
+        self.links.push(link.to_path_buf());
+        Ok(())
     }
 
     /// Whether `path` is seen through a tree bound before.
@@ -258,6 +280,13 @@ mod tests {
         // The subdirectory is seen through the workdir: no mount, no mount point.
         assert!(!steps.iter().any(|step| step.contains(&inside(&work.join("sub")))), "{steps:#?}");
         assert!(!steps.iter().any(|step| step.contains("missing")), "{steps:#?}");
+        // What it sees: its trees and what lies in them, nothing else.
+        for seen in [work.join("sub/x"), tmp.join("t"), PathBuf::from("/dev/null"), PathBuf::from("/dev/fd/0")] {
+            assert!(root.sees(&seen), "{}", seen.display());
+        }
+        for unseen in [base.join("other"), PathBuf::from("/run/x.sock"), PathBuf::from("/dev/log")] {
+            assert!(!root.sees(&unseen), "{}", unseen.display());
+        }
         assert!(steps.contains(&format!("bind /dev/null {} ro", inside(Path::new("/dev/null")))), "{steps:#?}");
         assert!(steps.contains(&format!("file {}", inside(Path::new("/dev/null")))), "{steps:#?}");
         // Every directory is made before what is made in it.
