@@ -10,7 +10,7 @@
 
 use anyhow::Result;
 use goondan_agent::instance::prepare;
-use goondan_agent::{AgentChannel, ServeEnd, SwarmRuntime, serve};
+use goondan_agent::{AgentChannel, LeftRunning, ServeEnd, SwarmRuntime, serve};
 use tokio::sync::watch;
 
 use crate::cli::GlobalOptions;
@@ -53,7 +53,10 @@ pub async fn run(_global: &GlobalOptions, session: &crate::Session) -> Result<u8
     let (terminate_tx, terminate) = watch::channel(false);
     session.shutdown.turn_started(terminate_tx);
     let _lock = prepared.lock;
-    let end = serve(prepared.agent, prepared.conversation, channel, runtime, prepared.tasks, terminate).await;
+    let processes = std::sync::Arc::clone(&session.tool_processes);
+    let left_running: LeftRunning = std::sync::Arc::new(move || processes.any_left_running());
+    let end =
+        serve(prepared.agent, prepared.conversation, channel, runtime, prepared.tasks, left_running, terminate).await;
     session.shutdown.turn_ended();
     tracing::debug!("{instance} stops: {end:?}");
     crate::telemetry::flush_at_exit(exporter).await;

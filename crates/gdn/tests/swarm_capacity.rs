@@ -208,6 +208,39 @@ async fn an_idle_process_is_stopped_and_started_again_on_demand() {
     swarm.orchestrator.shutdown("done").await;
 }
 
+/// A process whose tool call left a background job running is not idle:
+/// the idle stop would end the job with it. Once the job ends, it idles and
+/// is stopped as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_job_a_tool_call_left_keeps_its_process_from_the_idle_stop() {
+    let swarm = swarm(|plan| plan.idle_timeout = Some(Duration::from_millis(300)));
+    let worker = AgentInstance::new("worker", "cap-background");
+    let answer = swarm.orchestrator.ask(&worker, "CASE:background".to_owned(), no_cancel()).await;
+    assert_eq!(answer.response.as_deref(), Some("background started"), "{answer:?}");
+    let pid_file = swarm._work.path().join("background.pid");
+    let job: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap_or_else(|e| panic!("{}: {e}", pid_file.display()))
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("the job's pid: {e}"));
+    let runs = |pid: i32| {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+    };
+    // Several idle times pass (the hub looks every tick): the process and its job stay.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(swarm.orchestrator.pid_of(&worker).await.is_some(), "the process was stopped while its job ran");
+    assert!(runs(job), "the background job was ended");
+    // The job ends: the process idles now, and is stopped.
+    let _ = std::process::Command::new("kill").args(["-KILL", &job.to_string()]).status();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while swarm.orchestrator.pid_of(&worker).await.is_some() {
+        assert!(Instant::now() < deadline, "the process was not stopped once its job ended");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    swarm.orchestrator.shutdown("done").await;
+}
+
 /// An input over the 16 MiB frame limit fails that request with a clear
 /// code; the process and its channel stay up, and stop when idle as usual.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -24,5 +24,5 @@ pub mod swarm;
 pub mod tasks;
 
 pub use channel::{AgentChannel, AgentProcessError, guard_parent};
-pub use serve::{ServeEnd, serve};
+pub use serve::{LeftRunning, ServeEnd, serve};
 pub use swarm::SwarmRuntime;

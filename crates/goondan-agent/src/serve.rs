@@ -10,7 +10,8 @@
 //!          metadata) → observe(turn_ended) → delegate_result for a delegate;
 //!          idle: replies in the inbox are appended to the conversation and saved at once;
 //!          then, queue empty: observe(idle, jobs and answers taken) for the hub's idle
-//!          stops and a NATS host's acknowledgements;
+//!          stops and a NATS host's acknowledgements — not while a background job a
+//!          finished tool call left still runs (looked at again every few seconds);
 //!          a task's completion message gets a turn of its own (crate::tasks)
 //! writer   frames in order; one over the size limit fails alone (an answer becomes an
 //!          error answer to the same request) and the channel stays up
@@ -38,6 +39,14 @@ use goondan_ipc::codes::{AGENT_REQUEST_CANCELLED, AGENT_TURN_FAILED, IPC_MESSAGE
 
 use crate::channel::AgentChannel;
 use crate::swarm::{INBOUND_METADATA_KEY, SwarmRuntime};
+
+/// Whether a background job a finished tool call left (`server > log 2>&1 &`)
+/// still runs. The process is then not idle: the hub's idle stop would end
+/// the job with the process. Called off the async threads (it may scan `/proc`).
+pub type LeftRunning = Arc<dyn Fn() -> bool + Send + Sync>;
+
+/// How often a process kept from idling by a background job looks again.
+const LEFT_RUNNING_RECHECK: Duration = Duration::from_secs(2);
 
 /// Why [`serve`] returned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,6 +102,7 @@ pub async fn serve(
     channel: AgentChannel,
     runtime: Arc<SwarmRuntime>,
     tasks: Arc<TaskBook>,
+    left_running: LeftRunning,
     mut terminate: watch::Receiver<bool>,
 ) -> ServeEnd {
     let AgentChannel { link, mut receiver, init } = channel;
@@ -207,6 +217,9 @@ pub async fn serve(
     // Whether the process says it is idle once nothing is left to do: after
     // each job, and after replies it took in between turns.
     let mut owe_idle = false;
+    // When to look again whether the background jobs that kept it from
+    // idling have ended.
+    let mut recheck: Option<tokio::time::Instant> = None;
     let end = loop {
         if *terminate.borrow() {
             break ServeEnd::Shutdown;
@@ -243,12 +256,19 @@ pub async fn serve(
         // The orchestrator stops processes that idle (and counts the jobs,
         // so that one it sent meanwhile keeps this one busy); a transport
         // that holds messages until they are saved (NATS) acknowledges
-        // them on it. A process whose tasks still work is not idle:
-        // stopping it would end their work.
+        // them on it. A process whose tasks still work, or whose tool calls
+        // left background jobs running, is not idle: stopping it would end
+        // their work.
         if owe_idle && stopping.is_none() && jobs.is_empty() && !tasks.has_working() {
-            owe_idle = false;
-            let idle = ObservePayload::Idle { jobs: taken, answers };
-            let _ = outbox.send(IpcMessage::Observe(Routed::new(me.to_string(), ORCHESTRATOR, idle)));
+            let probe = Arc::clone(&left_running);
+            if tokio::task::spawn_blocking(move || probe()).await.unwrap_or(false) {
+                recheck = Some(tokio::time::Instant::now() + LEFT_RUNNING_RECHECK);
+            } else {
+                owe_idle = false;
+                recheck = None;
+                let idle = ObservePayload::Idle { jobs: taken, answers };
+                let _ = outbox.send(IpcMessage::Observe(Routed::new(me.to_string(), ORCHESTRATOR, idle)));
+            }
         }
         let job = match stopping {
             // Messages it accepted before `shutdown` are still served (the
@@ -265,6 +285,7 @@ pub async fn serve(
                     () = runtime.inbox().arrived() => continue,
                     _ = stop.changed() => continue,
                     _ = terminate.changed() => continue,
+                    () = until(recheck) => continue,
                 };
                 let Some(job) = job else { break ServeEnd::Disconnected };
                 job
@@ -354,6 +375,14 @@ async fn deliver_inbox(conversation: &mut Conversation, inbox: &Inbox) -> (usize
         tracing::warn!("saving a reply that arrived between turns: {error}");
     }
     (replies, completions)
+}
+
+/// Waits until `at`; forever without one.
+async fn until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// The turn that delivers an ended task's result to an idle instance: its

@@ -64,6 +64,31 @@ impl ToolProcesses {
         killed
     }
 
+    /// Whether a process carrying one of this process's markers still runs:
+    /// a background job a finished call left (`server > log 2>&1 &`). An
+    /// agent process holding one is not idle — stopping it would end the
+    /// job. Markers none of whose processes are left are forgotten, so the
+    /// scan of `/proc` stops once the jobs ended (a process caught between
+    /// `setsid` and `exec` shows no environment for an instant; the exit's
+    /// [`kill_descendants`] still ends it). Reads `/proc`: call it off the
+    /// async threads.
+    pub fn any_left_running(&self) -> bool {
+        let markers: Vec<String> =
+            self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter().cloned().collect();
+        if markers.is_empty() {
+            return false;
+        }
+        let needles: Vec<Vec<u8>> = markers.iter().map(|m| format!("{MARKER_ENV}={m}").into_bytes()).collect();
+        let found = carrying(&needles);
+        let mut live = self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (marker, needle) in markers.iter().zip(&needles) {
+            if !found.contains(needle) {
+                live.remove(marker);
+            }
+        }
+        !found.is_empty()
+    }
+
     /// Kills what every call of this process left running (background jobs
     /// of calls that finished): `gdn` calls it when it ends.
     pub fn kill_all(&self) -> usize {
@@ -201,6 +226,31 @@ pub fn become_subreaper() -> bool {
     nix::sys::prctl::set_child_subreaper(true).is_ok()
 }
 
+/// Which of `needles` (whole environment entries) some live process other
+/// than this one carries.
+fn carrying(needles: &[Vec<u8>]) -> BTreeSet<Vec<u8>> {
+    let own = std::process::id();
+    let mut found = BTreeSet::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return found };
+    for entry in entries.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<u32>().ok()) else { continue };
+        if pid == own {
+            continue;
+        }
+        // A zombie's environment reads empty: it runs nothing.
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else { continue };
+        for var in environ.split(|byte| *byte == 0) {
+            if let Some(needle) = needles.iter().find(|needle| var == needle.as_slice()) {
+                found.insert(needle.clone());
+            }
+        }
+        if found.len() == needles.len() {
+            break;
+        }
+    }
+    found
+}
+
 /// SIGKILLs every process whose environment holds one of `markers`, rescanning
 /// until none is left (a process may fork between a scan and its kill).
 fn kill_carrying(markers: &[&str]) -> usize {
@@ -284,5 +334,22 @@ mod tests {
         assert_eq!(processes.kill_all(), 1);
         let _ = bystander.wait();
         assert_eq!(processes.kill_all(), 0);
+    }
+
+    #[test]
+    fn a_background_job_is_seen_until_it_ends_and_then_forgotten() {
+        let processes = ToolProcesses::default();
+        assert!(!processes.any_left_running(), "nothing was started");
+        let marker = processes.marker();
+        let _finished = processes.marker();
+        let mut job =
+            Command::new("sleep").arg("1000").env(MARKER_ENV, &marker).spawn().unwrap_or_else(|e| panic!("sleep: {e}"));
+        assert!(processes.any_left_running(), "the job runs");
+        // The marker of the call that left nothing is forgotten, the job's kept.
+        assert_eq!(processes.live.lock().map(|live| live.len()).unwrap_or_default(), 1);
+        let _ = job.kill();
+        let _ = job.wait();
+        assert!(!processes.any_left_running(), "the job ended");
+        assert_eq!(processes.kill_all(), 0, "its marker was forgotten");
     }
 }
