@@ -612,6 +612,37 @@ fn with_no_host_carrying_the_labels_the_request_fails_naming_them() -> TestResul
     Ok(())
 }
 
+/// A host that joined a moment before the hub takes its work without
+/// `--wait-hosts`: the hub's first starts wait a few seconds for a host
+/// rather than run on the hub's own host, or fail for want of labels.
+#[test]
+fn a_host_that_joined_just_before_the_hub_is_used_without_wait_hosts() -> TestResult {
+    let Some(cluster) = Cluster::start(NatsOptions::default(), &[&["gpu=true"]], &[])? else { return Ok(()) };
+    let h1 = cluster.host("h1");
+    until("h1 joins", Duration::from_secs(30), || h1.log().contains("serves swarm"))?;
+    let mut hub = cluster.gdn(cluster.hub_state.path());
+    hub.args(["--json", "run", "--nats", &cluster.nats.url(), "--workdir"])
+        .arg(cluster.hub_work.path())
+        .args(["--input", "CASE:gpu"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (name, value) in &cluster.credentials {
+        hub.env(name, value);
+    }
+    let body = answer(&wait_within(hub.spawn()?, Duration::from_secs(90)), &cluster.diagnostics());
+    assert_eq!(body["text"], "gpu done", "{body}");
+    assert!(
+        h1.has_instance("coordinator", "default"),
+        "the entry agent ran on the hub, not on h1{}",
+        cluster.diagnostics()
+    );
+    let coordinator = h1.messages("coordinator", "default");
+    let result = &results(&coordinator)[0];
+    assert!(result.get("error").is_none_or(Value::is_null), "the labelled worker was refused: {result}");
+    assert!(h1.has_instance("gpu-worker", "default"), "{}", cluster.diagnostics());
+    Ok(())
+}
+
 #[test]
 fn hosts_authenticate_with_credentials_from_the_environment_and_agents_never_see_them() -> TestResult {
     let Some(mut cluster) = Cluster::start(NatsOptions::user_password("swarm", "s3cret-pw"), &[], &[])? else {

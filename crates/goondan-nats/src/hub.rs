@@ -43,6 +43,22 @@ pub struct Placement {
     pub host_labels: BTreeMap<String, BTreeMap<String, String>>,
 }
 
+/// Where a start can go.
+enum Chosen {
+    /// An agent host (`gdn host`).
+    Agent(String),
+    /// The host inside the hub's own process: only while no agent host is heard.
+    HubOwn(String),
+}
+
+impl Chosen {
+    fn into_host(self) -> String {
+        match self {
+            Self::Agent(host) | Self::HubOwn(host) => host,
+        }
+    }
+}
+
 /// A host the hub has heard.
 #[derive(Debug, Clone)]
 struct KnownHost {
@@ -93,6 +109,9 @@ pub struct NatsLauncher {
     /// A prefix unique to this hub, so its start ids are its own.
     nonce: String,
     starts: AtomicU64,
+    /// When it started: the first [`FIRST_HOST_WAIT`](crate::FIRST_HOST_WAIT)
+    /// a start waits for an agent host.
+    started: Instant,
 }
 
 impl fmt::Debug for NatsLauncher {
@@ -134,7 +153,17 @@ impl NatsLauncher {
         tokio::spawn(read_hub_messages(hub_consumer, Arc::clone(&registry)));
         let nonce = goondan_core::ids::new_id();
         let hub_workdir = hub_workdir.display().to_string();
-        Ok(Arc::new(Self { client, js, scope, placement, hub_workdir, registry, nonce, starts: AtomicU64::new(0) }))
+        Ok(Arc::new(Self {
+            client,
+            js,
+            scope,
+            placement,
+            hub_workdir,
+            registry,
+            nonce,
+            starts: AtomicU64::new(0),
+            started: Instant::now(),
+        }))
     }
 
     /// The hosts heard within the lease: (id, labels, processes placed).
@@ -164,8 +193,24 @@ impl NatsLauncher {
         }
     }
 
-    /// The host a start of `agent` goes to.
-    fn choose(&self, agent: &str) -> Result<String, ErrorInfo> {
+    /// The host a start of `agent` goes to. In the hub's first
+    /// [`FIRST_HOST_WAIT`](crate::FIRST_HOST_WAIT) it waits for an agent
+    /// host that carries the agent's labels rather than fall back to the
+    /// hub's own host or fail: hosts that were up before the hub are heard
+    /// only at their next heartbeat.
+    async fn choose_waiting(&self, agent: &str) -> Result<String, ErrorInfo> {
+        loop {
+            let chosen = self.choose(agent);
+            let settled = matches!(chosen, Ok(Chosen::Agent(_))) || self.started.elapsed() >= crate::FIRST_HOST_WAIT;
+            if settled {
+                return chosen.map(Chosen::into_host);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The host a start of `agent` goes to now.
+    fn choose(&self, agent: &str) -> Result<Chosen, ErrorInfo> {
         let wanted = self.placement.host_labels.get(agent);
         let registry = self.registry.lock().unwrap_or_else(PoisonError::into_inner);
         let matches = |host: &&KnownHost| {
@@ -176,11 +221,11 @@ impl NatsLauncher {
             hosts.min_by_key(|h| (h.placed, h.beat.instances, h.beat.host.clone())).map(|h| h.beat.host.clone())
         };
         if let Some(host) = pick(&mut remote.into_iter()) {
-            return Ok(host);
+            return Ok(Chosen::Agent(host));
         }
         let any_remote = registry.hosts.values().any(|h| !h.beat.hub);
         if !any_remote && let Some(host) = pick(&mut registry.hosts.values().filter(|h| h.beat.hub).filter(matches)) {
-            return Ok(host);
+            return Ok(Chosen::HubOwn(host));
         }
         let heard: Vec<String> =
             registry.hosts.values().map(|h| format!("{} {:?}", h.beat.host, h.beat.labels)).collect();
@@ -202,7 +247,7 @@ impl Launch for NatsLauncher {
     fn start(&self, mut init: InitPayload, timeout: Duration) -> BoxFuture<'_, Result<Started, ErrorInfo>> {
         Box::pin(async move {
             let instance = init.instance.clone();
-            let host = self.choose(&instance.agent)?;
+            let host = self.choose_waiting(&instance.agent).await?;
             let start = format!("{}-{}", self.nonce, self.starts.fetch_add(1, Ordering::Relaxed));
             let key = (instance.to_string(), start.clone());
             let (messages, inbox) = mpsc::unbounded_channel();

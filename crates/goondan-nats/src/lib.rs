@@ -43,3 +43,10 @@ pub const LEASE: std::time::Duration = std::time::Duration::from_millis(2_000);
 
 /// How often a host says it is alive.
 pub const HEARTBEAT: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// How long, after the hub starts, a start waits for an agent host that
+/// can take it before it runs on the hub's own host (or fails for want of
+/// the labels it asks for): a host that joined a moment before the hub is
+/// heard only at its next heartbeat. `--wait-hosts` waits longer, and for a
+/// number of hosts.
+pub const FIRST_HOST_WAIT: std::time::Duration = std::time::Duration::from_millis(3_000);
