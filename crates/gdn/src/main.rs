@@ -208,20 +208,22 @@ fn main() -> ExitCode {
 
 /// Replaces this process with a new run of the same command (a service's
 /// restart: the same pid, standard streams and process group, the newest
-/// binary on disk); returns only if that fails. The secrets `main` took
-/// out of the environment go back into it, to be taken out again.
-fn reexec(secrets: &std::collections::BTreeMap<String, String>) -> std::io::Error {
-    use std::os::unix::process::CommandExt as _;
+/// binary on disk); returns only if that fails, why. The secrets `main`
+/// took out of the environment are carried across as at the start, never
+/// through the new image's environment or arguments.
+fn reexec(secrets: &std::collections::BTreeMap<String, String>) -> String {
     let program = match std::env::current_exe() {
         // A binary replaced on disk (a new build) is the one to run.
         Ok(program) => match program.to_str().and_then(|path| path.strip_suffix(" (deleted)")) {
             Some(path) => std::path::PathBuf::from(path),
             None => program,
         },
-        Err(error) => return error,
+        Err(error) => return format!("cannot find the gdn binary: {error}"),
     };
     tracing::info!("the service starts again");
-    std::process::Command::new(program).args(std::env::args_os().skip(1)).envs(secrets).exec()
+    let mut command = std::process::Command::new(program);
+    command.args(std::env::args_os().skip(1));
+    secrets::exec_carrying(command, secrets)
 }
 
 /// Whether the command runs agents, which read the bundle's `.env` files,

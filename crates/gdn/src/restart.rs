@@ -157,9 +157,7 @@ pub fn restart(global: &GlobalOptions, args: &RestartArgs, out: &mut Output) -> 
             }
             return Ok(exit::OK);
         }
-        let alive =
-            nix::sys::signal::kill(nix::unistd::Pid::from_raw(i32::try_from(service.pid).unwrap_or(i32::MAX)), None)
-                .is_ok();
+        let alive = process_alive(service.pid);
         if !alive || Instant::now() > deadline {
             let why =
                 if alive { format!("is not serving again after {} s", wait.as_secs()) } else { "ended".to_owned() };
@@ -172,6 +170,20 @@ pub fn restart(global: &GlobalOptions, args: &RestartArgs, out: &mut Output) -> 
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Whether process `pid` still runs: it exists and is not a zombie (a
+/// service that ended while its parent, a shell or a supervisor, has not
+/// reaped it yet is gone all the same).
+fn process_alive(pid: u32) -> bool {
+    let exists =
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX)), None).is_ok();
+    // `/proc/<pid>/stat`: "pid (comm) STATE …"; comm may hold spaces and parentheses.
+    let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| stat.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])))
+        .unwrap_or(false);
+    exists && !zombie
 }
 
 /// `gdn instance restart KEY [--fresh]`.

@@ -11,7 +11,10 @@
 //! with an environment without them and the file's descriptor in
 //! [`SECRETS_FD_ENV`]. The new image reads the values back, closes the
 //! descriptor, and hands them only to the code that needs them (model keys,
-//! bot tokens, `valueFrom.env`) through its environment lookup.
+//! bot tokens, `valueFrom.env`) through its environment lookup. A service's
+//! restart (`gdn restart`) replaces the image again, any number of times:
+//! each time the values go into a new in-memory file ([`exec_carrying`]),
+//! as the first time, never into the environment or the arguments.
 //!
 //! A secret is a variable whose name looks like one (`*_API_KEY`,
 //! `*_TOKEN`, `*SECRET*`, `*PASSWORD*`, …; see [`is_secret_name`]) or that
@@ -160,27 +163,45 @@ fn read_carried(fd: i32) -> Result<Secrets, String> {
 }
 
 fn reexec_without(taken: &BTreeMap<String, String>, kept: Vec<(OsString, OsString)>) -> Result<Secrets, String> {
-    let failed = |what: String| format!("cannot keep secrets away from tool processes: {what}");
-    let encoded = serde_json::to_vec(taken).map_err(|e| failed(e.to_string()))?;
-    if encoded.len() as u64 > MAX_BYTES {
-        return Err(failed(format!("the secret variables hold more than {MAX_BYTES} bytes")));
-    }
-    // Not close-on-exec: the next image inherits it.
-    let memfd = nix::sys::memfd::memfd_create("goondan-secrets", nix::sys::memfd::MFdFlags::empty())
-        .map_err(|e| failed(format!("memfd_create: {e}")))?;
-    let mut file = std::fs::File::from(memfd);
-    file.write_all(&encoded).map_err(|e| failed(format!("writing the in-memory file: {e}")))?;
-    let exe = std::env::current_exe().map_err(|e| failed(format!("cannot find the gdn binary: {e}")))?;
+    let exe = std::env::current_exe()
+        .map_err(|e| format!("cannot keep secrets away from tool processes: cannot find the gdn binary: {e}"))?;
     let mut args = std::env::args_os();
     let arg0 = args.next().unwrap_or_else(|| exe.clone().into_os_string());
-    let error = std::process::Command::new(&exe)
-        .arg0(arg0)
-        .args(args)
-        .env_clear()
-        .envs(kept)
-        .env(SECRETS_FD_ENV, format!("{}:{}", std::process::id(), file.as_raw_fd()))
-        .exec();
-    Err(failed(format!("re-executing {}: {error}", exe.display())))
+    let mut command = std::process::Command::new(&exe);
+    command.arg0(arg0).args(args).env_clear().envs(kept);
+    Err(format!("cannot keep secrets away from tool processes: {}", exec_carrying(command, taken)))
+}
+
+/// Replaces this process with `command`, the `secrets` carried across in a
+/// fresh in-memory file whose descriptor [`SECRETS_FD_ENV`] names (read
+/// back by [`isolate`] in the new image): never in its arguments or
+/// environment. A service's restart runs it (same pid), long after the
+/// first image's file was read and closed. Returns only on failure, why.
+pub fn exec_carrying(mut command: std::process::Command, secrets: &BTreeMap<String, String>) -> String {
+    if secrets.is_empty() {
+        // Nothing to carry; a variable left from an earlier image of this
+        // process names a descriptor closed since.
+        let error = command.env_remove(SECRETS_FD_ENV).exec();
+        return format!("re-executing {}: {error}", Path::new(command.get_program()).display());
+    }
+    let encoded = match serde_json::to_vec(secrets) {
+        Ok(encoded) if encoded.len() as u64 <= MAX_BYTES => encoded,
+        Ok(_) => return format!("the secret variables hold more than {MAX_BYTES} bytes"),
+        Err(error) => return error.to_string(),
+    };
+    // Not close-on-exec: the next image inherits it.
+    let memfd = match nix::sys::memfd::memfd_create("goondan-secrets", nix::sys::memfd::MFdFlags::empty()) {
+        Ok(memfd) => memfd,
+        Err(error) => return format!("memfd_create: {error}"),
+    };
+    let mut file = std::fs::File::from(memfd);
+    if let Err(error) = file.write_all(&encoded) {
+        return format!("writing the in-memory file: {error}");
+    }
+    command.env(SECRETS_FD_ENV, format!("{}:{}", std::process::id(), file.as_raw_fd()));
+    // On success the file stays open in the new image; on failure it closes here.
+    let error = command.exec();
+    format!("re-executing {}: {error}", Path::new(command.get_program()).display())
 }
 
 /// The names the bundle reads with `valueFrom: {env: NAME}`, anywhere.

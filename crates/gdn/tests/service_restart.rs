@@ -336,3 +336,163 @@ fn a_watched_service_restarts_only_what_an_edit_changes_and_keeps_running_throug
     until("a turn after the whole restart", || Ok(turns(dir.path(), &state, "quick", "q1")? == 5))?;
     Ok(())
 }
+
+/// The webhook Connection's signing secret, read from the environment.
+const SIGNING_SECRET: &str = "restart-signing-secret-4d7e1f";
+
+/// One agent behind a webhook Connection that accepts only requests signed
+/// with [`SIGNING_SECRET`] (`WEBHOOK_SECRET` from `HOOK_SIGNING_SECRET`, a
+/// variable gdn takes out of its environment): a restarted service that
+/// lost its secrets would refuse to start, or refuse every request.
+fn signed_bundle(dir: &Path, port: u16) -> Result<(), std::io::Error> {
+    let yaml = format!(
+        r#"apiVersion: goondan.ai/v1
+kind: Model
+metadata: {{name: fast}}
+spec:
+  provider: scripted
+  model: fast
+  options:
+    replies: [{{text: "pong"}}]
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {{name: quick}}
+spec:
+  modelConfig: {{modelRef: Model/fast}}
+---
+apiVersion: goondan.ai/v1
+kind: Swarm
+metadata: {{name: pair}}
+spec: {{entryAgent: Agent/quick, agents: [Agent/quick]}}
+---
+apiVersion: goondan.ai/v1
+kind: Connection
+metadata: {{name: hook}}
+spec:
+  connectorRef: {{kind: Connector, name: webhook, package: "@goondan/base"}}
+  config:
+    WEBHOOK_PORT: {{value: "{port}"}}
+  secrets:
+    WEBHOOK_SECRET: {{valueFrom: {{env: HOOK_SIGNING_SECRET}}}}
+"#
+    );
+    std::fs::write(dir.join("goondan.yaml"), yaml)
+}
+
+/// POSTs `input` for instance `key`, signed with `secret` (`X-Signature-256`);
+/// the status line's code.
+fn post_signed(port: u16, key: &str, input: &str, secret: &str) -> Result<u16, Box<dyn std::error::Error>> {
+    use hmac::{KeyInit as _, Mac as _};
+    use std::io::{Read as _, Write as _};
+    let body = serde_json::json!({"instanceKey": key, "text": input}).to_string();
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes())?;
+    mac.update(body.as_bytes());
+    let signature = hex::encode(mac.finalize().into_bytes());
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    write!(
+        stream,
+        "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+         x-signature-256: sha256={signature}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply)?;
+    Ok(reply.split_whitespace().nth(1).and_then(|code| code.parse().ok()).unwrap_or(0))
+}
+
+/// `gdn` with the signing secret (and a model key) in its environment.
+fn gdn_with_secrets(dir: &Path, state: &Path) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_gdn"));
+    command
+        .arg("-c")
+        .arg(dir)
+        .env("GOONDAN_STATE_ROOT", state)
+        .env("NO_COLOR", "1")
+        .env("HOOK_SIGNING_SECRET", SIGNING_SECRET)
+        .env("OPENAI_API_KEY", "sk-restart-model-key-8a2c")
+        .stdin(std::process::Stdio::null());
+    command
+}
+
+/// Restarts the service of `dir` three times in a row: each time the same
+/// process serves again on the same port, with the signing secret (a
+/// signed request is answered, an unsigned one refused), the conversation
+/// goes on, and no secret is in its command line or environment. Then
+/// `--fresh` clears the conversation. `pid` is the service's process.
+fn restart_three_times_then_fresh(dir: &Path, state: &Path, port: u16, pid: u32) -> TestResult {
+    assert_eq!(post_signed(port, "k", "hi", SIGNING_SECRET)?, 200);
+    until("the first turn", || Ok(turns(dir, state, "quick", "k")? == 1))?;
+    for round in 1..=3u64 {
+        let before = service_status(state)?;
+        let restarted = gdn(dir, state, &["restart", "--wait-secs", "60"])?;
+        assert_eq!(restarted.status.code(), Some(0), "restart {round}: {}", text(&restarted.stderr));
+        assert!(
+            text(&restarted.stdout).contains(&format!("service restarted (pid {pid})")),
+            "restart {round}: {}",
+            text(&restarted.stdout)
+        );
+        let after = service_status(state)?;
+        assert_eq!(after["pid"].as_u64(), Some(u64::from(pid)), "restart {round}: {after}");
+        assert!(after["startedAt"].as_u64() > before["startedAt"].as_u64(), "restart {round}: {after}");
+        assert_eq!(after["listening"], before["listening"], "restart {round}");
+        for what in ["environ", "cmdline"] {
+            let seen = std::fs::read(format!("/proc/{pid}/{what}"))?;
+            assert!(
+                !String::from_utf8_lossy(&seen).contains(SIGNING_SECRET),
+                "restart {round}: the secret is in /proc/{pid}/{what}"
+            );
+        }
+        assert_eq!(post_signed(port, "k", "wrong", "not-the-secret")?, 401, "restart {round}");
+        // A signed body is its delivery's identity (a replay of one is dropped): each round's is new.
+        assert_eq!(post_signed(port, "k", &format!("again {round}"), SIGNING_SECRET)?, 200, "restart {round}");
+        until("the turn after the restart", || Ok(turns(dir, state, "quick", "k")? == round + 1))?;
+    }
+    let row = instance(dir, state, "quick", "k")?.ok_or("the instance is gone")?;
+    assert_eq!(row["messages"].as_u64(), Some(8), "the conversation was kept: {row}");
+
+    let fresh = gdn(dir, state, &["restart", "--fresh", "--wait-secs", "60"])?;
+    assert_eq!(fresh.status.code(), Some(0), "{}", text(&fresh.stderr));
+    assert_eq!(service_status(state)?["pid"].as_u64(), Some(u64::from(pid)));
+    let row = instance(dir, state, "quick", "k")?.ok_or("the instance is gone")?;
+    assert_eq!((row["turns"].as_u64(), row["messages"].as_u64()), (Some(0), Some(0)), "{row}");
+    assert_eq!(post_signed(port, "k", "after fresh", SIGNING_SECRET)?, 200);
+    until("a turn after --fresh", || Ok(turns(dir, state, "quick", "k")? == 1))?;
+    Ok(())
+}
+
+#[test]
+fn a_detached_service_with_secrets_restarts_again_and_again_in_its_process() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let state = dir.path().join("state");
+    let port = free_port()?;
+    signed_bundle(dir.path(), port)?;
+    let started = gdn_with_secrets(dir.path(), &state).args(["run", "--detach"]).output()?;
+    assert_eq!(started.status.code(), Some(0), "{}", text(&started.stderr));
+    let _running = Stopped { dir: dir.path().to_path_buf(), state: state.clone() };
+    let pid = service_status(&state)?["pid"].as_u64().and_then(|pid| u32::try_from(pid).ok()).ok_or("no pid")?;
+    restart_three_times_then_fresh(dir.path(), &state, port, pid)
+}
+
+#[test]
+fn an_attached_service_with_secrets_restarts_again_and_again_in_its_process() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let state = dir.path().join("state");
+    let port = free_port()?;
+    signed_bundle(dir.path(), port)?;
+    let log = std::fs::File::create(dir.path().join("attached.log"))?;
+    let mut service = gdn_with_secrets(dir.path(), &state).arg("run").stdout(log.try_clone()?).stderr(log).spawn()?;
+    let _running = Stopped { dir: dir.path().to_path_buf(), state: state.clone() };
+    until("the service to serve", || {
+        Ok(service.try_wait()?.is_none() && service_status(&state).is_ok_and(|status| status["pid"] == service.id()))
+    })?;
+    let outcome = restart_three_times_then_fresh(dir.path(), &state, port, service.id());
+    let stopped = gdn(dir.path(), &state, &["stop"])?;
+    assert_eq!(stopped.status.code(), Some(0), "{}", text(&stopped.stderr));
+    let ended = service.wait()?;
+    let said = std::fs::read_to_string(dir.path().join("attached.log"))?;
+    outcome.map_err(|error| format!("{error}\nthe service said:\n{said}"))?;
+    assert_eq!(ended.code(), Some(0), "{said}");
+    Ok(())
+}
