@@ -118,6 +118,29 @@ fn bash_exec_workspace_write_first_warmed(bencher: divan::Bencher) {
         });
 }
 
+/// `bash__exec` of `true` under `workspace-write`, each call after a pause
+/// of 50 ms (not timed), as an agent's commands come between model
+/// requests: what a pause costs a command that moves into a cgroup (the
+/// kernel then waits for an RCU grace period) shows here, and not in the
+/// back-to-back benches.
+#[divan::bench(sample_count = 100, sample_size = 1)]
+fn bash_exec_workspace_write_after_pause(bencher: divan::Bencher) {
+    let fixture = fixture();
+    let settings = Arc::new(BaseSettings {
+        sandbox: Some(sandbox(Policy::WorkspaceWrite, fixture.ctx.workdir())),
+        ..BaseSettings::default()
+    });
+    let handler = goondan_base::native_handler("bash", "exec", &settings).unwrap_or_else(|| panic!("no bash.exec"));
+    let call = || {
+        let result = fixture.runtime.block_on(handler.call(&fixture.ctx, &fixture.input));
+        if !matches!(&result, Ok(ToolOutput::Value(output)) if output["exitCode"] == 0) {
+            panic!("true failed: {result:?}");
+        }
+    };
+    call();
+    bencher.with_inputs(|| std::thread::sleep(std::time::Duration::from_millis(50))).bench_local_values(|()| call());
+}
+
 /// `bash__exec` of `true`, unconfined.
 #[divan::bench(sample_count = 200)]
 fn bash_exec_full(bencher: divan::Bencher) {

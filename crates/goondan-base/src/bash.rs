@@ -47,7 +47,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde_json::json;
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::process::Command;
+use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
 use crate::tool_processes::{MARKER_ENV, ToolProcesses};
@@ -337,11 +337,34 @@ impl Run {
     /// cannot enforce refuses the command (never runs it unconfined).
     pub(crate) fn confine(&self, command: &mut Command) -> Result<(), ToolFailure> {
         let Some(sandbox) = &self.sandbox else { return Ok(()) };
-        sandbox.confine(command.as_std_mut()).map_err(|error| {
+        // Spawned by `Run::spawn`, on the sandbox's spawning thread.
+        sandbox.confine_placed(command.as_std_mut()).map_err(|error| {
             ToolFailure::with_code(error.to_string(), E_SANDBOX_UNAVAILABLE)
                 .named("SandboxError")
                 .suggest("Tell the user the command cannot run here; do not retry it.")
         })
+    }
+
+    /// Spawns `command` (confined by [`Run::confine`]): on the sandbox's
+    /// spawning thread where it has one, so that the command starts in its
+    /// cgroups instead of moving in (`Sandbox::spawn_placed`). The command
+    /// comes back with its child: its confinement keeps the command's
+    /// cgroups until it is dropped.
+    pub(crate) async fn spawn(&self, mut command: Command) -> io::Result<(Command, Child)> {
+        let (Some(sandbox), Ok(runtime)) = (&self.sandbox, tokio::runtime::Handle::try_current()) else {
+            let child = command.spawn()?;
+            return Ok((command, child));
+        };
+        let (sent, spawned) = tokio::sync::oneshot::channel();
+        let job: goondan_sandbox::SpawnJob = Box::new(move || {
+            let _entered = runtime.enter();
+            let child = command.spawn();
+            let _ = sent.send(child.map(|child| (command, child)));
+        });
+        if let Err(job) = sandbox.spawn_placed(job) {
+            job();
+        }
+        spawned.await.unwrap_or_else(|_| Err(io::Error::other("the sandbox's spawning thread has ended")))
     }
 
     /// The `sandbox` field of a failed command's result: the policy in
@@ -414,7 +437,7 @@ impl Run {
             .kill_on_drop(true);
         self.confine(&mut command)?;
         ctx.logger.debug(format_args!("bash: running {} in {}", self.shown, self.cwd.display()));
-        let mut child = command.spawn().map_err(|error| {
+        let (_command, mut child) = self.spawn(command).await.map_err(|error| {
             ToolFailure::with_code(format!("cannot start shell '{}': {error}", self.program), E_SPAWN_FAILED)
                 .suggest("Check that the shell exists and is executable (script's 'shell', e.g. /bin/bash).")
         })?;

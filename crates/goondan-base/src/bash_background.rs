@@ -92,8 +92,8 @@ pub(crate) async fn start(run: Run, ctx: &ToolContext) -> HandlerResult {
         let _ = tasks.finish(&ticket.handle, TaskEnd::Failed(failure.message.clone())).await;
         return Err(failure);
     }
-    let mut child = match command.spawn() {
-        Ok(child) => child,
+    let (_command, mut child) = match run.spawn(command).await {
+        Ok(spawned) => spawned,
         Err(error) => {
             let message = format!("cannot start shell '{}': {error}", run.program);
             let _ = tasks.finish(&ticket.handle, TaskEnd::Failed(message.clone())).await;

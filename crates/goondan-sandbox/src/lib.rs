@@ -81,7 +81,7 @@ pub use confine::{Sandbox, SandboxError};
 pub use holder::{NETWORK_HOLDER_ARG, NETWORK_HOLDER_ENV, run_network_holder};
 pub use limits::{
     CommandLimits, DEFAULT_FILE_SIZE, DEFAULT_PROCESSES, Enforcement, Limiter, Limits, MAX_PROCESSES, MIN_MEMORY,
-    default_memory, format_size,
+    SpawnJob, default_memory, format_size,
 };
 pub use network::NetworkRefusal;
 pub use policy::{Policy, SandboxSpec};

@@ -241,23 +241,23 @@ enum Resource {
 #[derive(Debug)]
 pub struct Limiter {
     limits: Limits,
-    found: Found,
     processes: Enforcement,
     memory: Enforcement,
     /// The rlimits every command gets, clamped to the hard limits in force.
     rlimits: Vec<(Resource, u64)>,
-    /// `goondan-<pid>-<agent>-`: the start of its cgroups' names.
-    prefix: String,
-    next: AtomicU64,
-    shared: Arc<Shared>,
+    sets: Arc<CgroupSets>,
+    /// Under cgroup v1: the thread that sits in the next command's cgroups
+    /// (see [`PlacedThread`]).
+    placed: Option<PlacedThread>,
 }
 
 impl Limiter {
     /// Finds how this machine can enforce `limits` (a few small files read;
-    /// nothing is created until the first command). `own_user_namespace`:
-    /// whether each command gets a user namespace of its own (then
-    /// `RLIMIT_NPROC`, set after it is made, counts only the command's
-    /// processes).
+    /// nothing is created until the first command, but for the thread that
+    /// places itself in the first command's cgroups under cgroup v1).
+    /// `own_user_namespace`: whether each command gets a user namespace of
+    /// its own (then `RLIMIT_NPROC`, set after it is made, counts only the
+    /// command's processes).
     pub fn prepare(limits: Limits, own_user_namespace: bool) -> Self {
         let found = if limits.processes.is_none() && limits.memory.is_none() {
             Found::default()
@@ -265,17 +265,24 @@ impl Limiter {
             find_cgroups(Path::new("/proc/self/cgroup"), Path::new("/proc/self/mountinfo"))
         };
         let root = nix::unistd::getuid().is_root();
-        Self::with(limits, found, own_user_namespace && !root)
+        let mut limiter = Self::with(limits, found, own_user_namespace && !root);
+        let hierarchies = &limiter.sets.found.hierarchies;
+        // Threads can sit in cgroups of their own only under v1.
+        if !hierarchies.is_empty() && hierarchies.iter().all(|hierarchy| hierarchy.version == Version::V1) {
+            limiter.placed = PlacedThread::start(Arc::clone(&limiter.sets));
+        }
+        limiter
     }
 
     fn with(limits: Limits, mut found: Found, nproc_counts: bool) -> Self {
         // Only the controllers with a bound to enforce.
         for hierarchy in &mut found.hierarchies {
-            // Each cgroup a command joins costs a migration (about a
-            // millisecond under v1): a bound a free rlimit enforces as well
-            // takes none. RLIMIT_NPROC counts a command's own processes
-            // where it has its own user namespace and gdn is not root; a v1
-            // memory cgroup is replaced by RLIMIT_DATA (per process).
+            // Each cgroup a command joins costs a migration (under v1 it
+            // waits for an RCU grace period: 5 to 10 ms after a pause): a
+            // bound a free rlimit enforces as well takes none. RLIMIT_NPROC
+            // counts a command's own processes where it has its own user
+            // namespace and gdn is not root; a v1 memory cgroup is replaced
+            // by RLIMIT_DATA (per process).
             let version = hierarchy.version;
             hierarchy.controllers.retain(|controller| match controller {
                 Controller::Pids => limits.processes.is_some() && !nproc_counts,
@@ -327,16 +334,14 @@ impl Limiter {
         // where its state lives, and when it was made.
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
         let agent = (Arc::as_ptr(&shared) as usize as u64) ^ (nanos as u64);
-        let limiter = Self {
+        let sets = Arc::new(CgroupSets {
             limits,
             found,
-            processes,
-            memory,
-            rlimits,
             prefix: format!("goondan-{}-{agent:x}-", std::process::id()),
             next: AtomicU64::new(0),
             shared,
-        };
+        });
+        let limiter = Self { limits, processes, memory, rlimits, sets, placed: None };
         tracing::debug!("sandbox limits: {}", limiter.describe());
         limiter
     }
@@ -378,25 +383,114 @@ impl Limiter {
     /// The directories its commands' cgroups are made under (`gdn`'s own
     /// cgroup in each hierarchy used); empty under rlimits only.
     pub fn cgroup_parents(&self) -> Vec<PathBuf> {
-        self.found.hierarchies.iter().map(|hierarchy| hierarchy.parent.clone()).collect()
+        self.sets.found.hierarchies.iter().map(|hierarchy| hierarchy.parent.clone()).collect()
     }
 
     /// In the parent, before spawning a command: makes its cgroups (one
-    /// `mkdir` and a write or two per hierarchy) and returns what the child
-    /// applies. Also removes the cgroups of earlier commands that have
-    /// emptied since.
+    /// `mkdir` and a write or two per hierarchy, or an emptied set of an
+    /// earlier command) and returns what the child applies. Also removes
+    /// the cgroups of earlier commands that have emptied since.
     pub fn for_command(&self) -> io::Result<CommandLimits> {
-        // An emptied set of an earlier command's cgroups, settings and all,
-        // serves again: making and removing cgroups costs milliseconds.
+        let set = self.sets.take()?;
+        Ok(self.command_limits(set))
+    }
+
+    /// As [`Limiter::for_command`], for a command that will be spawned on
+    /// the [`PlacedThread`] ([`Limiter::run_placed`]): the cgroups the
+    /// thread sits in, when there is one and they are not taken yet (the
+    /// child then starts in them). Spawned elsewhere, the command still
+    /// joins them, but the thread stays in them until its next spawn.
+    pub fn for_placed_command(&self) -> io::Result<CommandLimits> {
+        let set = match self.placed.as_ref().and_then(PlacedThread::take_set) {
+            Some(set) => set,
+            None => self.sets.take()?,
+        };
+        Ok(self.command_limits(set))
+    }
+
+    fn command_limits(&self, set: CgroupSet) -> CommandLimits {
+        CommandLimits {
+            set: set.id,
+            procs: set.procs,
+            dirs: set.dirs,
+            rlimits: self.rlimits.clone(),
+            shared: Arc::clone(&self.sets.shared),
+        }
+    }
+
+    /// No bound at all: for the sandbox's one-time probe (`true`), which
+    /// needs none and should not pay for joining cgroups.
+    pub(crate) fn unbounded(&self) -> CommandLimits {
+        CommandLimits {
+            set: 0,
+            procs: Vec::new(),
+            dirs: Vec::new(),
+            rlimits: Vec::new(),
+            shared: Arc::clone(&self.sets.shared),
+        }
+    }
+
+    /// Runs `job` (a spawn) on the [`PlacedThread`], so that the child it
+    /// forks starts in the cgroups the thread sits in instead of joining
+    /// them; returns it when there is no such thread (then the caller runs
+    /// it: the child joins its cgroups itself).
+    pub(crate) fn run_placed(&self, job: SpawnJob) -> Result<(), SpawnJob> {
+        match &self.placed {
+            Some(placed) => placed.run(job),
+            None => Err(job),
+        }
+    }
+
+    /// Whether a [`PlacedThread`] serves its spawns.
+    pub fn has_placed_thread(&self) -> bool {
+        self.placed.is_some()
+    }
+}
+
+/// A spawn to run on a [`PlacedThread`].
+pub type SpawnJob = Box<dyn FnOnce() + Send>;
+
+/// The ids of cgroup sets, unique in the process (0: none).
+static SET_IDS: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// The cgroup set this thread sits in, whole (0: none). A child the
+    /// thread forks starts there, reads this copy of it between `fork` and
+    /// `exec` (const-initialised, no destructor: a plain read), and so
+    /// knows it need not join.
+    static SITS_IN: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// One cgroup per hierarchy, for one command at a time.
+#[derive(Debug)]
+struct CgroupSet {
+    id: u64,
+    /// `cgroup.procs` of each.
+    procs: Vec<CString>,
+    dirs: Vec<(PathBuf, Version)>,
+}
+
+/// Makes, keeps and reuses an agent's command cgroups; shared with its
+/// [`PlacedThread`].
+#[derive(Debug)]
+struct CgroupSets {
+    limits: Limits,
+    found: Found,
+    /// `goondan-<pid>-<agent>-`: the start of its cgroups' names.
+    prefix: String,
+    next: AtomicU64,
+    shared: Arc<Shared>,
+}
+
+impl CgroupSets {
+    /// A set for one command: an emptied one of an earlier command,
+    /// settings and all (making and removing cgroups costs milliseconds),
+    /// else new ones.
+    fn take(&self) -> io::Result<CgroupSet> {
         let reused = self.shared.idle.lock().unwrap_or_else(PoisonError::into_inner).pop();
         if let Some(idle) = reused {
             if idle.dirs.iter().all(|(dir, _)| members(dir).is_ok_and(|members| members.is_empty())) {
-                return Ok(CommandLimits {
-                    procs: idle.procs,
-                    dirs: idle.dirs,
-                    rlimits: self.rlimits.clone(),
-                    shared: Arc::clone(&self.shared),
-                });
+                return Ok(idle);
             }
             // Something joined it since: removed once empty, like any.
             let mut live = self.shared.live.lock().unwrap_or_else(PoisonError::into_inner);
@@ -407,12 +501,7 @@ impl Limiter {
         self.sweep();
         let number = self.next.fetch_add(1, Ordering::Relaxed);
         let name = format!("{}{number}", self.prefix);
-        let mut made = CommandLimits {
-            procs: Vec::new(),
-            dirs: Vec::new(),
-            rlimits: self.rlimits.clone(),
-            shared: Arc::clone(&self.shared),
-        };
+        let mut made = CgroupSet { id: SET_IDS.fetch_add(1, Ordering::Relaxed), procs: Vec::new(), dirs: Vec::new() };
         for hierarchy in &self.found.hierarchies {
             let dir = hierarchy.parent.join(&name);
             std::fs::create_dir(&dir)?;
@@ -437,12 +526,6 @@ impl Limiter {
             made.procs.push(procs);
         }
         Ok(made)
-    }
-
-    /// No bound at all: for the sandbox's one-time probe (`true`), which
-    /// needs none and should not pay for joining cgroups.
-    pub(crate) fn unbounded(&self) -> CommandLimits {
-        CommandLimits { procs: Vec::new(), dirs: Vec::new(), rlimits: Vec::new(), shared: Arc::clone(&self.shared) }
     }
 
     /// The files written into a command's cgroup of `hierarchy`.
@@ -480,6 +563,128 @@ impl Limiter {
     }
 }
 
+/// A thread of `gdn` that sits, under cgroup v1, in the cgroups the next
+/// command will get, and forks the commands.
+///
+/// Moving a process into a cgroup (a write to `cgroup.procs`) takes the
+/// kernel's cgroup threadgroup lock for writing, which waits for an RCU
+/// grace period unless another migration happened a moment before: 5 to
+/// 10 ms on an otherwise idle machine — paid by every command an agent runs
+/// after the model's pause, if the command joined its cgroup itself. A
+/// child starts in the cgroups of the thread that forks it, at no cost; so
+/// this thread moves itself (v1 lets one thread of a process sit apart)
+/// into a command's cgroups ahead of the command, off its path, forks it
+/// there ([`Limiter::run_placed`]), and moves on into the next set. A
+/// command confined but spawned elsewhere joins its cgroups itself, as
+/// before: slower, never unbounded.
+///
+/// While it sits in a set, `cgroup.procs` there lists `gdn`'s own pid:
+/// every reader of members skips it ([`members`]).
+#[derive(Debug)]
+struct PlacedThread {
+    jobs: Mutex<std::sync::mpsc::Sender<PlacedJob>>,
+    /// The set it sits in, not yet handed to a command.
+    ready: Arc<Mutex<Option<CgroupSet>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+enum PlacedJob {
+    Spawn(SpawnJob),
+    Stop,
+}
+
+impl PlacedThread {
+    fn start(sets: Arc<CgroupSets>) -> Option<Self> {
+        let (jobs, queue) = std::sync::mpsc::channel::<PlacedJob>();
+        let ready: Arc<Mutex<Option<CgroupSet>>> = Arc::default();
+        let slot = Arc::clone(&ready);
+        let thread = std::thread::Builder::new()
+            .name("goondan-sandbox-spawn".to_owned())
+            .spawn(move || placed_thread(&sets, &slot, &queue));
+        match thread {
+            Ok(thread) => Some(Self { jobs: Mutex::new(jobs), ready, thread: Some(thread) }),
+            Err(error) => {
+                tracing::debug!("sandbox limits: no thread to spawn commands from their cgroups: {error}");
+                None
+            }
+        }
+    }
+
+    /// The set it sits in, for a command about to be spawned (on it).
+    fn take_set(&self) -> Option<CgroupSet> {
+        self.ready.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
+
+    fn run(&self, job: SpawnJob) -> Result<(), SpawnJob> {
+        let jobs = self.jobs.lock().unwrap_or_else(PoisonError::into_inner);
+        jobs.send(PlacedJob::Spawn(job)).map_err(|std::sync::mpsc::SendError(job)| match job {
+            PlacedJob::Spawn(job) => job,
+            PlacedJob::Stop => Box::new(|| {}),
+        })
+    }
+}
+
+impl Drop for PlacedThread {
+    /// Stops the thread; it leaves the command cgroups first.
+    fn drop(&mut self) {
+        let _ = self.jobs.lock().unwrap_or_else(PoisonError::into_inner).send(PlacedJob::Stop);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The [`PlacedThread`]'s loop: sit in a set, fork what it is given,
+/// move on into the next set once its own was handed out.
+fn placed_thread(sets: &CgroupSets, ready: &Mutex<Option<CgroupSet>>, queue: &std::sync::mpsc::Receiver<PlacedJob>) {
+    let tid = nix::unistd::gettid().as_raw().to_string();
+    let sit = || {
+        SITS_IN.set(0);
+        match sets.take() {
+            Ok(set) => match move_thread(&tid, set.dirs.iter().map(|(dir, _)| dir.as_path())) {
+                Ok(()) => {
+                    SITS_IN.set(set.id);
+                    *ready.lock().unwrap_or_else(PoisonError::into_inner) = Some(set);
+                }
+                Err(error) => {
+                    tracing::debug!("sandbox limits: the spawning thread cannot enter a command's cgroups: {error}");
+                    sets.shared.idle.lock().unwrap_or_else(PoisonError::into_inner).push(set);
+                }
+            },
+            Err(error) => tracing::debug!("sandbox limits: no cgroups for the next command: {error}"),
+        }
+    };
+    sit();
+    while let Ok(PlacedJob::Spawn(job)) = queue.recv() {
+        // A panicking job must not end the thread others queue on.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+        // Only once what it sat in was handed out: a set taken for a
+        // command whose spawn is still queued stays where the spawn finds it.
+        if ready.lock().unwrap_or_else(PoisonError::into_inner).is_none() {
+            sit();
+        }
+    }
+    SITS_IN.set(0);
+    let home = sets.found.hierarchies.iter().map(|hierarchy| hierarchy.parent.as_path());
+    if let Err(error) = move_thread(&tid, home) {
+        tracing::warn!("sandbox limits: the spawning thread cannot leave the command cgroups: {error}");
+    }
+    // Its last set was never handed out: kept for a command (and removed
+    // with the limiter).
+    if let Some(set) = ready.lock().unwrap_or_else(PoisonError::into_inner).take() {
+        sets.shared.idle.lock().unwrap_or_else(PoisonError::into_inner).push(set);
+    }
+}
+
+/// Moves the thread `tid` into the v1 cgroups `dirs` (their `tasks`).
+fn move_thread<'a>(tid: &str, dirs: impl Iterator<Item = &'a Path>) -> io::Result<()> {
+    for dir in dirs {
+        std::fs::write(dir.join("tasks"), tid)
+            .map_err(|error| io::Error::new(error.kind(), format!("{}: {error}", dir.join("tasks").display())))?;
+    }
+    Ok(())
+}
+
 /// Whether `dir` is gone now (removed, or never there).
 fn removed(dir: &Path) -> bool {
     match std::fs::remove_dir(dir) {
@@ -494,14 +699,7 @@ struct Shared {
     live: Mutex<Vec<LiveCgroup>>,
     /// Sets of cgroups whose command ended with nothing left in them, kept
     /// for the next command (still in `live`, unreleased).
-    idle: Mutex<Vec<IdleCgroups>>,
-}
-
-/// One command's cgroups, empty, ready for another.
-#[derive(Debug)]
-struct IdleCgroups {
-    procs: Vec<CString>,
-    dirs: Vec<(PathBuf, Version)>,
+    idle: Mutex<Vec<CgroupSet>>,
 }
 
 #[derive(Debug)]
@@ -519,9 +717,11 @@ impl Shared {
 }
 
 impl Drop for Limiter {
-    /// Kills what remains in the agent's command cgroups and removes them.
+    /// Kills what remains in the agent's command cgroups and removes them
+    /// (once its spawning thread has left them).
     fn drop(&mut self) {
-        let live = std::mem::take(&mut *self.shared.live.lock().unwrap_or_else(PoisonError::into_inner));
+        drop(self.placed.take());
+        let live = std::mem::take(&mut *self.sets.shared.live.lock().unwrap_or_else(PoisonError::into_inner));
         for cgroup in live {
             if let Err(error) = kill_and_remove(&cgroup.dir, cgroup.version) {
                 tracing::warn!("sandbox limits: cannot remove the cgroup {}: {error}", cgroup.dir.display());
@@ -534,6 +734,8 @@ impl Drop for Limiter {
 /// [`Limiter::for_command`].
 #[derive(Debug)]
 pub struct CommandLimits {
+    /// Its [`CgroupSet`]'s id (0: none).
+    set: u64,
     /// `cgroup.procs` of each of its cgroups.
     procs: Vec<CString>,
     dirs: Vec<(PathBuf, Version)>,
@@ -547,8 +749,12 @@ impl CommandLimits {
     /// sets its rlimits. Async-signal-safe: system calls on data prepared in
     /// the parent, no allocation (an error carries only its errno).
     pub fn apply_in_child(&self) -> io::Result<()> {
-        for procs in &self.procs {
-            join_cgroup(procs)?;
+        // Forked by the thread that sits in its cgroups: it is there already.
+        let inherited = self.set != 0 && SITS_IN.with(std::cell::Cell::get) == self.set;
+        if !inherited {
+            for procs in &self.procs {
+                join_cgroup(procs)?;
+            }
         }
         for &(resource, value) in &self.rlimits {
             set_rlimit(resource, value)?;
@@ -589,7 +795,11 @@ impl Drop for CommandLimits {
     fn drop(&mut self) {
         let empty = self.dirs.iter().all(|(dir, _)| members(dir).is_ok_and(|members| members.is_empty()));
         if empty && !self.dirs.is_empty() {
-            let idle = IdleCgroups { procs: std::mem::take(&mut self.procs), dirs: std::mem::take(&mut self.dirs) };
+            let idle = CgroupSet {
+                id: self.set,
+                procs: std::mem::take(&mut self.procs),
+                dirs: std::mem::take(&mut self.dirs),
+            };
             self.shared.idle.lock().unwrap_or_else(PoisonError::into_inner).push(idle);
             return;
         }
@@ -650,9 +860,16 @@ fn hard_limit(resource: Resource) -> Option<u64> {
     (result == 0 && limit.rlim_max != libc::RLIM_INFINITY).then_some(limit.rlim_max)
 }
 
-/// The process ids in the cgroup `dir`.
+/// The process ids in the cgroup `dir`, `gdn`'s own aside: its spawning
+/// thread may sit there (see [`PlacedThread`]), and it is never one of a
+/// command's processes to wait for or kill.
 fn members(dir: &Path) -> io::Result<Vec<i32>> {
-    Ok(std::fs::read_to_string(dir.join("cgroup.procs"))?.lines().filter_map(|line| line.trim().parse().ok()).collect())
+    let own = i32::try_from(std::process::id()).unwrap_or(0);
+    Ok(std::fs::read_to_string(dir.join("cgroup.procs"))?
+        .lines()
+        .filter_map(|line| line.trim().parse().ok())
+        .filter(|pid| *pid != own)
+        .collect())
 }
 
 /// Kills every process in the cgroup `dir` and removes it. Under v2 with

@@ -484,6 +484,113 @@ print(n)
     assert!(forked < 16, "{forked} processes forked under a bound of 16: {output:?}");
 }
 
+/// As root under cgroup v1, a command confined with `confine_placed` and
+/// spawned through `spawn_placed` starts in cgroups of its own, made ahead
+/// of it (no move on its path), under its bound — one set per command,
+/// even with commands still running — and the sandbox's spawning thread
+/// sitting in those cgroups never makes `gdn` itself a member to wait for
+/// or kill.
+#[test]
+fn a_command_spawned_on_the_placed_thread_starts_in_cgroups_of_its_own_under_its_bound() {
+    let pids_v1 = Path::new("/sys/fs/cgroup/pids/cgroup.procs");
+    let dir = temp();
+    let workdir = std::fs::canonicalize(dir.path()).unwrap_or_else(|error| panic!("{error}"));
+    let sandbox = Arc::new(Sandbox::new(SandboxSpec {
+        policy: Policy::WorkspaceWrite,
+        workdir: workdir.clone(),
+        limits: Limits { processes: Some(16), ..Limits::default() },
+        ..SandboxSpec::default()
+    }));
+    sandbox.warm_up();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while sandbox.temp_dir().is_none() {
+        assert!(Instant::now() < deadline, "the sandbox was never set up");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let spawn = |script: &str| {
+        let mut command = Command::new("/bin/bash");
+        command.arg("-c").arg(script).current_dir(&workdir).stdin(Stdio::null()).stdout(Stdio::piped());
+        sandbox.confine_placed(&mut command).unwrap_or_else(|error| panic!("{error}"));
+        let (sent, spawned) = std::sync::mpsc::channel();
+        let job: goondan_sandbox::SpawnJob = Box::new(move || {
+            let child = command.spawn();
+            let _ = sent.send(child.map(|child| (command, child)));
+        });
+        let placed = match sandbox.spawn_placed(job) {
+            Ok(()) => true,
+            Err(job) => {
+                job();
+                false
+            }
+        };
+        let spawned = spawned.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|error| panic!("{error}"));
+        (placed, spawned.unwrap_or_else(|error| panic!("{error}")))
+    };
+    let pids_cgroup = |text: &str| {
+        text.lines().find_map(|line| line.split_once(":pids:").map(|(_, path)| path.to_owned())).unwrap_or_default()
+    };
+    let own = pids_cgroup(&std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default());
+    // Two at once, then one after a pause: three sets.
+    let mut seen = Vec::new();
+    let mut running = Vec::new();
+    for pause in [Duration::ZERO, Duration::ZERO, Duration::from_millis(100)] {
+        std::thread::sleep(pause);
+        let (placed, (command, mut child)) = spawn("cat /proc/self/cgroup; sleep 0.3");
+        if is_root() && pids_v1.exists() {
+            assert!(placed, "no spawning thread as root under cgroup v1");
+        }
+        let mut text = String::new();
+        let _ = child.stdout.take().map(|mut out| out.read_to_string(&mut text));
+        seen.push((placed, pids_cgroup(&text)));
+        running.push((command, child));
+    }
+    for (_, child) in &mut running {
+        let _ = child.wait();
+    }
+    if is_root() && pids_v1.exists() {
+        for (_, cgroup) in &seen {
+            assert!(cgroup.contains("/goondan-"), "the command ran in {cgroup:?}, not a cgroup of its own");
+        }
+        let distinct: std::collections::BTreeSet<&String> = seen.iter().map(|(_, cgroup)| cgroup).collect();
+        assert_eq!(distinct.len(), 3, "commands shared cgroups: {seen:?}");
+        // The spawning thread sits in the next command's set, never in ours.
+        let now = pids_cgroup(&std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default());
+        assert_eq!(now, own, "the test's own thread moved");
+    }
+    drop(running);
+    // Its bound holds on the spawning thread's path too.
+    let (_, (command, child)) = spawn(
+        r#"/usr/bin/python3 -c '
+import os, time
+n = 0
+while n < 1000:
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(3)
+        os._exit(0)
+    n += 1
+print(n)
+'"#,
+    );
+    let output = child.wait_with_output().unwrap_or_else(|error| panic!("{error}"));
+    let forked: u32 = String::from_utf8_lossy(&output.stdout).trim().parse().unwrap_or(u32::MAX);
+    assert!(forked < 16, "{forked} processes forked under a bound of 16: {output:?}");
+    // The sandbox goes (its commands hold it), with its cgroups and what
+    // ran in them; this process (whose thread sat in them) lives on.
+    drop(command);
+    drop(sandbox);
+    if is_root() && pids_v1.exists() {
+        let base = Path::new("/sys/fs/cgroup/pids").join(own.trim_start_matches('/'));
+        for (_, cgroup) in &seen {
+            let name = cgroup.rsplit('/').next().unwrap_or_default();
+            assert!(!base.join(name).exists(), "{cgroup} outlived its sandbox");
+        }
+    }
+}
+
 fn alive(pid: i32) -> bool {
     // A zombie nobody reaps yet counts as ended.
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
