@@ -39,7 +39,9 @@ pub struct GlobalOptions {
     #[arg(long, global = true, value_name = "DIR")]
     pub state_root: Option<PathBuf>,
     /// The workspace of the state root to use (default: made from the
-    /// Swarm's instanceKey, else its name); each workspace belongs to one bundle.
+    /// Swarm's instanceKey, else its name, or, when that one is another
+    /// bundle's, `<name>-<hash of the bundle's path>`); each workspace
+    /// belongs to one bundle.
     #[arg(long, global = true, value_name = "NAME")]
     pub workspace: Option<String>,
     /// Take over a workspace another bundle wrote (a project that moved):

@@ -1,12 +1,27 @@
 //! Which workspace of the state root a command works in: the one of the
 //! bundle's Swarm (its `instanceKey`, else its name, as the original names
-//! workspaces), or `--workspace NAME`; and the refusal, with the ways on,
-//! when that workspace holds another bundle's conversations.
+//! workspaces), or `--workspace NAME`.
+//!
+//! A workspace belongs to one bundle (its workspace.json names it): one
+//! bundle never continues another's conversations. Two projects whose
+//! Swarms share a name (the original's templates all say `default`) would
+//! meet in one workspace, so the second gets a workspace of its own,
+//! `<name>-<8 hex digits of a hash of its file's path>`, and is told so
+//! once, when that workspace is made; from then on it is where that
+//! bundle's state is. `--workspace NAME` still chooses explicitly (and is
+//! refused, with the ways on, when NAME is another bundle's), and a
+//! project that moved takes its old workspace over with
+//! `--adopt-workspace`.
 
 use std::path::Path;
 
 use goondan_config::{Bundle, resolve_bundle_file};
-use goondan_runtime::store::{StateRoot, StoreError, Workspace, WorkspaceAccess, old_layout_instances, open_workspace};
+use std::io::Write as _;
+
+use goondan_runtime::store::{
+    StateRoot, StoreError, Workspace, WorkspaceAccess, find_workspace, old_layout_instances, open_workspace,
+    workspace_id,
+};
 
 use crate::cli::GlobalOptions;
 
@@ -41,10 +56,17 @@ pub fn open(
     agent: &str,
     access: WorkspaceAccess,
 ) -> Result<Workspace, String> {
-    let name = global.workspace.clone().unwrap_or_else(|| swarm_key(bundle, agent));
-    let access = if global.adopt_workspace && access == WorkspaceAccess::Use { WorkspaceAccess::Adopt } else { access };
     let identity = bundle_identity(&global.config);
-    let workspace = open_workspace(root, &name, &identity, access).map_err(|error| refusal(&error))?;
+    let workspace = if let Some(name) = &global.workspace {
+        let access =
+            if global.adopt_workspace && access == WorkspaceAccess::Use { WorkspaceAccess::Adopt } else { access };
+        open_workspace(root, name, &identity, access).map_err(|error| refusal(&error))?
+    } else if global.adopt_workspace && access == WorkspaceAccess::Use {
+        open_workspace(root, &swarm_key(bundle, agent), &identity, WorkspaceAccess::Adopt)
+            .map_err(|error| refusal(&error))?
+    } else {
+        open_own(root, &swarm_key(bundle, agent), &identity, access)?
+    };
     // What an earlier version kept for this agent under another bundle
     // (often this project before it moved) is not continued; say so once
     // rather than start afresh in silence.
@@ -61,6 +83,56 @@ pub fn open(
         }
     }
     Ok(workspace)
+}
+
+/// The workspace named `name` if it is this bundle's (or free), else the
+/// bundle's own one ([`own_workspace_name`]): made, and said so, the first
+/// time; with `Inspect`, only looked at.
+fn open_own(root: &StateRoot, name: &str, identity: &str, access: WorkspaceAccess) -> Result<Workspace, String> {
+    let own_name = own_workspace_name(name, identity);
+    let belongs = |name: &str| {
+        find_workspace(root, name).ok().flatten().and_then(|found| found.info().map(|info| info.bundle == identity))
+    };
+    // Once made, the bundle's own workspace is where its state is, even if
+    // the one of its name is deleted or freed later — unless the bundle has
+    // taken that one over (--adopt-workspace) since.
+    if belongs(name) != Some(true) && belongs(&own_name) == Some(true) {
+        return open_workspace(root, &own_name, identity, access).map_err(|error| refusal(&error));
+    }
+    let taken = match open_workspace(root, name, identity, access) {
+        Err(StoreError::ForeignWorkspace { owner, .. }) => owner,
+        opened => return opened.map_err(|error| refusal(&error)),
+    };
+    let workspace = open_workspace(root, &own_name, identity, access).map_err(|error| refusal(&error))?;
+    if access != WorkspaceAccess::Inspect {
+        // Made just now (looked for above): the one time it is said.
+        let mut stderr = anstream::stderr();
+        let _ = writeln!(
+            stderr,
+            "{}note: workspace '{}' holds the state of another bundle ({owner}); this bundle ({identity}) keeps its \
+             own in workspace '{}' ({}). --workspace NAME chooses another; --adopt-workspace takes '{}' over if \
+             this is that project moved{}",
+            crate::output::DIM,
+            workspace_id(name),
+            workspace.id(),
+            workspace.dir().display(),
+            workspace_id(name),
+            crate::output::DIM.render_reset(),
+            owner = taken,
+        );
+    }
+    Ok(workspace)
+}
+
+/// The name of the workspace of its own a bundle gets when the one of its
+/// Swarm's name is another bundle's: that name, `-`, and the first 8 hex
+/// digits of the SHA-256 of the bundle's identity (its file's canonical
+/// path), within the store's 128 characters.
+pub fn own_workspace_name(name: &str, identity: &str) -> String {
+    use sha2::Digest as _;
+    let digest = hex::encode(sha2::Sha256::digest(identity.as_bytes()));
+    let base: String = workspace_id(name).chars().take(128 - 9).collect();
+    format!("{base}-{}", &digest[..8])
 }
 
 /// The directory the project's agents work in when no `--workdir` is
