@@ -8,7 +8,8 @@
 //!          shutdown, end of the connection → cancel the running turn, stop
 //! worker   one turn at a time: observe(turn_started) → run_turn (caller's trace, inbound
 //!          metadata) → observe(turn_ended) → delegate_result for a delegate;
-//!          idle: replies in the inbox are appended to the conversation and saved at once;
+//!          idle: replies in the inbox are appended to the conversation and saved at once,
+//!          the last one as the input of a turn of their own (an async request is a task);
 //!          then, queue empty: observe(idle, jobs and answers taken) for the hub's idle
 //!          stops and a NATS host's acknowledgements — not while a background job a
 //!          finished tool call left still runs (looked at again every few seconds);
@@ -68,6 +69,9 @@ struct Job {
     /// A span the turn links back to (the call that started a task whose
     /// end the turn delivers): `(traceId, spanId)`.
     link: Option<(String, String)>,
+    /// Metadata the turn's user message carries as it is (an asynchronous
+    /// answer's, so that its input is found as that answer).
+    message_metadata: JsonObject,
 }
 
 impl Job {
@@ -78,6 +82,7 @@ impl Job {
             payload: message.payload,
             wants_answer,
             link: None,
+            message_metadata: JsonObject::new(),
         }
     }
 }
@@ -228,11 +233,17 @@ pub async fn serve(
         // Read before the inbox is taken: every answer counted is in the
         // conversation (saved) by the time the count goes out with `idle`.
         let answers = control.answers.load(Ordering::SeqCst);
-        let (replies, completions) = deliver_inbox(&mut conversation, runtime.inbox()).await;
-        owe_idle |= replies > 0;
+        let (mut replies, completions) = take_inbox(runtime.inbox());
+        // Answers of asynchronous requests that came while no turn ran: the
+        // last one is the input of a turn of their own (they end tasks, as
+        // a background command's end does); the others are saved before it.
+        // Not while stopping: then they are only saved.
+        let reply_turn = if stopping.is_none() { replies.pop() } else { None };
+        owe_idle |= !replies.is_empty();
+        append_replies(&mut conversation, replies).await;
         // Tasks that ended while no turn ran: a turn each, in the order they
         // ended (not while stopping: they stay undelivered for the next start).
-        if !completions.is_empty() && stopping.is_none() {
+        if (!completions.is_empty() || reply_turn.is_some()) && stopping.is_none() {
             let worker = Worker {
                 agent: &agent,
                 runtime: &runtime,
@@ -245,6 +256,10 @@ pub async fn serve(
             let mut restart = false;
             for message in &completions {
                 restart |= worker.run_job(&mut conversation, completion_job(message, &me)).await;
+            }
+            if let Some(reply) = reply_turn {
+                restart |= worker.run_job(&mut conversation, reply_job(&reply, &me, &tasks)).await;
+                keep_reply(&mut conversation, reply).await;
             }
             crate::tasks::reconcile(&tasks, runtime.inbox(), conversation.messages(), false).await;
             if restart {
@@ -314,7 +329,7 @@ pub async fn serve(
     };
     // What arrived meanwhile is kept (completions stay undelivered: the
     // next start gives them their turns).
-    let _ = deliver_inbox(&mut conversation, runtime.inbox()).await;
+    deliver_inbox(&mut conversation, runtime.inbox()).await;
     drop(outbox);
     let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
     // The last answers are written before the process exits (a restart exits right after one).
@@ -362,19 +377,77 @@ async fn send_or_stand_in(link: &LinkSender, message: IpcMessage) -> bool {
     }
 }
 
-/// Appends what arrived between turns (asynchronous replies) and saves
-/// it; returns how many replies that was, and the tasks' completion
-/// messages among it, which get turns of their own.
-async fn deliver_inbox(conversation: &mut Conversation, inbox: &Inbox) -> (usize, Vec<goondan_core::Message>) {
-    let (completions, arrived): (Vec<_>, Vec<_>) =
+/// Takes what arrived between turns: asynchronous replies, and the tasks'
+/// completion messages.
+fn take_inbox(inbox: &Inbox) -> (Vec<goondan_core::Message>, Vec<goondan_core::Message>) {
+    let (completions, replies) =
         inbox.take().into_iter().partition(|message| crate::tasks::handle_of(message).is_some());
-    let replies = arrived.len();
-    if !arrived.is_empty()
-        && let Err(error) = conversation.append_and_commit(arrived).await
+    (replies, completions)
+}
+
+/// Appends replies that arrived between turns and saves them at once.
+async fn append_replies(conversation: &mut Conversation, replies: Vec<goondan_core::Message>) {
+    if !replies.is_empty()
+        && let Err(error) = conversation.append_and_commit(replies).await
     {
         tracing::warn!("saving a reply that arrived between turns: {error}");
     }
-    (replies, completions)
+}
+
+/// Appends and saves what arrived between turns (asynchronous replies); the
+/// tasks' completion messages stay undelivered (the next start delivers them).
+async fn deliver_inbox(conversation: &mut Conversation, inbox: &Inbox) {
+    let (replies, _completions) = take_inbox(inbox);
+    append_replies(conversation, replies).await;
+}
+
+/// The turn that delivers an asynchronous request's answer to an idle
+/// instance: its input is the answer's message (text and metadata, so it
+/// is found as that answer), a turn of the request's task.
+fn reply_job(message: &goondan_core::Message, me: &AgentInstance, tasks: &TaskBook) -> Job {
+    let input = match &message.data {
+        goondan_core::MessageData::User { content } => content.clone(),
+        _ => String::new(),
+    };
+    let request = crate::swarm::answered_request_of(message).unwrap_or_default();
+    let task = tasks.tasks().into_iter().find(|task| task.handle == request);
+    let tool = task.as_ref().map_or_else(|| "agents__request".to_owned(), |task| task.tool.clone());
+    let link = task
+        .and_then(|task| task.traceparent)
+        .as_deref()
+        .and_then(goondan_core::ids::parse_traceparent)
+        .map(|call| (call.trace_id.to_owned(), call.span_id.to_owned()));
+    Job {
+        correlation_id: format!("reply:{request}"),
+        from: me.to_string(),
+        wants_answer: false,
+        payload: DelegatePayload {
+            event_id: goondan_core::ids::new_id(),
+            event_type: TASK_COMPLETED_EVENT.to_owned(),
+            instance_key: me.instance_key.clone(),
+            input,
+            metadata: JsonObject::new(),
+            trace_id: None,
+            traceparent: None,
+            asynchronous: false,
+            hops: 0,
+            source: goondan_ipc::MessageSourceInfo { kind: TASK_SOURCE.to_owned(), name: tool, instance_key: None },
+            tool_call_id: None,
+        },
+        link,
+        message_metadata: message.metadata.clone(),
+    }
+}
+
+/// After the turn of `reply`: the answer is in the conversation even if
+/// the turn ended before it saved its input (a layer failed first).
+async fn keep_reply(conversation: &mut Conversation, reply: goondan_core::Message) {
+    let request = crate::swarm::answered_request_of(&reply);
+    let kept = conversation.messages().iter().any(|message| crate::swarm::answered_request_of(message) == request);
+    if !kept {
+        tracing::warn!("the turn of an asynchronous answer did not save it; saved now");
+        append_replies(conversation, vec![reply]).await;
+    }
 }
 
 /// Waits until `at`; forever without one.
@@ -420,6 +493,7 @@ fn completion_job(message: &goondan_core::Message, me: &AgentInstance) -> Job {
             tool_call_id: None,
         },
         link,
+        message_metadata: JsonObject::new(),
     }
 }
 
@@ -504,7 +578,7 @@ impl Worker<'_> {
     /// Runs the turn for one message; true if it asked for a restart.
     async fn run_job(&self, conversation: &mut Conversation, job: Job) -> bool {
         let Worker { agent, runtime, control, outbox, me, terminate, tasks } = *self;
-        let Job { correlation_id, from, payload, wants_answer, link } = job;
+        let Job { correlation_id, from, payload, wants_answer, link, message_metadata } = job;
         // A connector's event delivered again (the service restarted before
         // it recorded the turn's end): a turn that ran to its answer is not
         // run twice; what a cut-off turn left is taken out before it runs again.
@@ -592,11 +666,15 @@ impl Worker<'_> {
             }
             metadata.insert(INBOUND_METADATA_KEY.to_owned(), inbound);
         }
+        metadata.extend(message_metadata);
         let input = turn_input(payload.input, payload.trace_id.clone(), payload.traceparent.as_deref(), metadata, link);
         let outcome = agent.run_turn(conversation, input, &observer, cancel).await;
         on_terminate.abort();
         *control.running.lock().unwrap_or_else(PoisonError::into_inner) = None;
         runtime.hops.store(0, Ordering::Relaxed);
+        // The tasks of the answers the turn took in are ended first: the
+        // summary's working tasks are the ones still out.
+        runtime.tasks_settled().await;
         let summary = summary(&outcome, tasks);
         observer.send(ObservePayload::TurnEnded { summary: summary.clone() });
         if wants_answer {
@@ -634,9 +712,23 @@ fn delivery_key_of(message: &goondan_core::Message) -> Option<&str> {
     message.metadata.get(INBOUND_METADATA_KEY)?.get("eventMetadata")?.get(DELIVERY_KEY)?.as_str()
 }
 
+/// Whether `message` delivers a task's end (a completion message, taken
+/// in during a turn or given a turn of its own): not another event's input.
+fn is_task_message(message: &goondan_core::Message) -> bool {
+    message.metadata.contains_key(crate::tasks::TOOL_TASK_METADATA_KEY)
+        || message
+            .metadata
+            .get(INBOUND_METADATA_KEY)
+            .and_then(|inbound| inbound.get("sourceKind"))
+            .is_some_and(|kind| kind == TASK_SOURCE)
+}
+
 /// Finds the turn of the delivery `key` in `messages`: the latest user
 /// message that came with a delivery key, if it is `key`'s, up to the next
-/// user message.
+/// user message that is not a task's end. A task the turn started may end,
+/// and be answered, before the event is delivered again (a crash cut the
+/// turn off; the next start delivers the task's end first): an answer to it
+/// answers the event too, and a cut-off turn's removal keeps task ends.
 fn redelivery(messages: &[goondan_core::Message], key: &str) -> Option<Redelivered> {
     use goondan_core::MessageData;
     // Turns of one instance run in their events' order, so a redelivered
@@ -648,14 +740,19 @@ fn redelivery(messages: &[goondan_core::Message], key: &str) -> Option<Redeliver
         return None;
     }
     let rest = &messages[start + 1..];
-    let end = rest.iter().position(|m| matches!(m.data, MessageData::User { .. })).unwrap_or(rest.len());
+    let end = rest
+        .iter()
+        .position(|m| matches!(m.data, MessageData::User { .. }) && !is_task_message(m))
+        .unwrap_or(rest.len());
     let turn = &rest[..end];
     match turn.last().map(|m| &m.data) {
         Some(MessageData::Assistant { content, tool_calls }) if tool_calls.is_empty() => {
             Some(Redelivered::Answered(content.clone().unwrap_or_default()))
         }
-        // Cut off, and nothing came after it: its messages go.
-        _ if end == rest.len() => Some(Redelivered::CutOff(messages[start..].iter().map(|m| m.id.clone()).collect())),
+        // Cut off, and nothing came after it: its messages go (task ends stay).
+        _ if end == rest.len() => Some(Redelivered::CutOff(
+            messages[start..].iter().filter(|m| !is_task_message(m)).map(|m| m.id.clone()).collect(),
+        )),
         // Cut off, with later turns after it: left as it is, the event runs again.
         _ => None,
     }
@@ -778,5 +875,14 @@ mod tests {
         assert_eq!(redelivery(&later, "tg/2"), None);
         // The terminal's input has no key.
         assert_eq!(redelivery(&[user("hi", None), answer("a")], "tg/1"), None);
+        // A task the cut-off turn started ended, and was answered, first.
+        let mut ended = user("{\"type\":\"tool_task_result\"}", None);
+        ended.metadata.insert(crate::tasks::TOOL_TASK_METADATA_KEY.into(), json!({"handle": "task-1"}));
+        let answered_task = [user("run it", Some("tg/2")), ended.clone(), answer("noted")];
+        assert_eq!(redelivery(&answered_task, "tg/2"), Some(Redelivered::Answered("noted".into())));
+        // Its end came, unanswered: the turn goes, the task's end stays.
+        let cut_task = [user("run it", Some("tg/2")), calling(), ended];
+        let ids = vec![cut_task[0].id.clone(), cut_task[1].id.clone()];
+        assert_eq!(redelivery(&cut_task, "tg/2"), Some(Redelivered::CutOff(ids)));
     }
 }

@@ -73,6 +73,10 @@ pub struct SwarmRuntime {
     /// once (NATS: a redelivery, or a host lost before its acknowledgement)
     /// may bring an answer again; it enters the conversation once.
     answered: Mutex<HashSet<String>>,
+    /// The writes that end asynchronous requests' tasks, still running:
+    /// a turn's summary waits for them, so that a request whose answer the
+    /// turn took in is never reported as still working.
+    finishing: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     this: std::sync::Weak<SwarmRuntime>,
 }
 
@@ -96,7 +100,22 @@ impl SwarmRuntime {
             events: Mutex::new(None),
             tasks: std::sync::OnceLock::new(),
             answered: Mutex::new(HashSet::new()),
+            finishing: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Waits until the tasks of the answers that arrived so far are
+    /// recorded as ended.
+    pub(crate) async fn tasks_settled(&self) {
+        loop {
+            let pending = std::mem::take(&mut *self.finishing.lock().unwrap_or_else(PoisonError::into_inner));
+            if pending.is_empty() {
+                return;
+            }
+            for finish in pending {
+                let _ = finish.await;
+            }
+        }
     }
 
     /// The instance's tasks (set once, when the instance is prepared).
@@ -281,11 +300,14 @@ impl SwarmRuntime {
                     )),
                 };
             let (tasks, handle) = (Arc::clone(tasks), correlation_id.to_owned());
-            tokio::spawn(async move {
+            let finish = tokio::spawn(async move {
                 if let Err(error) = tasks.finish_received(&handle, end).await {
                     tracing::debug!("the task of request {handle}: {}", error.message);
                 }
             });
+            let mut finishing = self.finishing.lock().unwrap_or_else(PoisonError::into_inner);
+            finishing.retain(|finish| !finish.is_finished());
+            finishing.push(finish);
         }
         let status = match answer.status {
             ResultStatus::Ok => "ok",
@@ -341,7 +363,7 @@ impl SwarmRuntime {
 }
 
 /// The request an asynchronous answer in the conversation answers.
-fn answered_request_of(message: &Message) -> Option<String> {
+pub(crate) fn answered_request_of(message: &Message) -> Option<String> {
     let metadata = message.metadata.get(INTER_AGENT_RESPONSE_METADATA_KEY)?;
     metadata.get("requestId")?.as_str().map(str::to_owned)
 }
