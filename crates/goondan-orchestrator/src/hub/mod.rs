@@ -310,6 +310,10 @@ impl Hub {
             HubCommand::CancelTask { instance, handle, reply } => {
                 let running = self.slots.get(&instance).and_then(Slot::running).is_some();
                 if running {
+                    // The task of an asynchronous request is its correlation
+                    // id: the turn that works on it is cancelled too (its
+                    // answer would have nobody waiting for it).
+                    self.cancel_async_request(&instance, &handle);
                     let payload = goondan_ipc::TaskCancelPayload { handle };
                     let message = IpcMessage::TaskCancel(goondan_ipc::Routed::new(
                         goondan_ipc::ORCHESTRATOR,

@@ -267,6 +267,22 @@ impl Hub {
         self.send_to(&target, cancel);
     }
 
+    /// Cancels the asynchronous request `correlation_id` that `caller`
+    /// made, if it is out: dropped if not handed over yet, else its
+    /// target's turn is cancelled.
+    pub(super) fn cancel_async_request(&mut self, caller: &AgentInstance, correlation_id: &str) {
+        let asked = self.pending.get(correlation_id).is_some_and(|pending| {
+            pending.echo.is_some() && matches!(&pending.waiter, Waiter::Agent(waiter) if waiter == caller)
+        });
+        if !asked {
+            return;
+        }
+        let message =
+            Routed::new(ORCHESTRATOR, ORCHESTRATOR, CancelPayload { reason: "the task was cancelled".into() })
+                .correlated(correlation_id);
+        self.route_cancel(caller, message);
+    }
+
     pub(super) fn observe(&mut self, from: &AgentInstance, generation: u64, payload: ObservePayload) {
         let running = self.slots.get_mut(from).and_then(Slot::running_mut).filter(|r| r.generation == generation);
         match payload {
