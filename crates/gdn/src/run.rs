@@ -506,6 +506,9 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
         }
         return Ok(served.code);
     }
+    // No service: the run's own control socket takes `gdn task cancel` for
+    // its swarm's tasks (a one-shot run waits for them) until it ends.
+    let _control = crate::service_control::listen_for_run(workspace.dir(), &orchestrator);
     // An interactive run follows edits too: the changed agents restart
     // between turns (there are no connectors to restart).
     let _watching = watcher.map(|mut watcher| {

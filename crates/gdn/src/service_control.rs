@@ -2,6 +2,13 @@
 //! restart`, `gdn instance restart` and `gdn instance delete --force`
 //! reach the service through it.
 //!
+//! A `gdn run` that serves no Connections (`--input`, or the interactive
+//! prompt) listens on a control socket of its own, the same way, and takes
+//! only `task cancel` there: its swarm's tasks (a one-shot run waits for
+//! them before it exits) are cancelled as a service's are. It names itself
+//! in `<workspace>/runs/<pid>.json` (pid, start time, socket) while it
+//! runs; `gdn task cancel` asks the service, or else each run listed there.
+//!
 //! ```text
 //! <workspace>/service.sock   (a Unix socket, 0600; its path is in service.json)
 //! client ─► one JSON request line ─► the service acts ─► one JSON reply line ─► closed
@@ -49,6 +56,19 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+
+/// What serves the control socket's requests: a service's
+/// [`ControlContext`] (every request), or a run's [`RunControl`].
+pub trait ControlHandler: Send + Sync + 'static {
+    /// The reply to `request`.
+    fn handle(&self, request: ControlRequest) -> futures_util::future::BoxFuture<'_, ControlReply>;
+}
+
+impl ControlHandler for ControlContext {
+    fn handle(&self, request: ControlRequest) -> futures_util::future::BoxFuture<'_, ControlReply> {
+        Box::pin(handle(request, self))
+    }
+}
 
 /// The socket's file name in a workspace.
 pub const SOCKET_FILE: &str = "service.sock";
@@ -145,13 +165,18 @@ pub struct ControlContext {
 /// that path is too long for a Unix socket) in the runtime directory
 /// under a name made from the workspace's path.
 pub fn socket_path(workspace_dir: &Path) -> PathBuf {
-    let beside = workspace_dir.join(SOCKET_FILE);
-    if beside.as_os_str().len() <= MAX_SOCKET_PATH {
-        return beside;
+    fitting_socket_path(workspace_dir.join(SOCKET_FILE), workspace_dir)
+}
+
+/// `wanted`, or (when it is too long for a Unix socket) a path in the
+/// runtime directory under a name made from `key`.
+fn fitting_socket_path(wanted: PathBuf, key: &Path) -> PathBuf {
+    if wanted.as_os_str().len() <= MAX_SOCKET_PATH {
+        return wanted;
     }
     use std::hash::{Hash as _, Hasher as _};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    workspace_dir.hash(&mut hasher);
+    key.hash(&mut hasher);
     let dir = std::env::var_os("XDG_RUNTIME_DIR").map_or_else(std::env::temp_dir, PathBuf::from);
     dir.join(format!("gdn-{}-{:016x}.sock", nix::unistd::getuid(), hasher.finish()))
 }
@@ -160,9 +185,9 @@ pub fn socket_path(workspace_dir: &Path) -> PathBuf {
 ///
 /// A file left at `path` by a service that was killed is replaced: the
 /// caller holds the workspace's inbox, so no other service can be using it.
-pub fn listen(
+pub fn listen<H: ControlHandler>(
     path: &Path,
-    context: Arc<ControlContext>,
+    context: Arc<H>,
     stop: CancellationToken,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
     match std::fs::remove_file(path) {
@@ -202,7 +227,7 @@ pub fn listen(
                                 refused.reason
                             );
                         }
-                        if let Err(error) = serve_one(stream, &context, refused).await {
+                        if let Err(error) = serve_one(stream, &*context, refused).await {
                             tracing::warn!("a control request failed: {error}");
                         }
                     });
@@ -365,9 +390,9 @@ fn parse_status(status: &str) -> (bool, u32) {
 /// Reads one request and answers it; a client `refused` gets its refusal
 /// as the reply (its request read first, so that its write does not fail
 /// before it can read why; waited for a little only), nothing done.
-async fn serve_one(
+async fn serve_one<H: ControlHandler>(
     stream: tokio::net::UnixStream,
-    context: &ControlContext,
+    context: &H,
     refused: Option<Refused>,
 ) -> std::io::Result<()> {
     let (read, mut write) = stream.into_split();
@@ -382,7 +407,7 @@ async fn serve_one(
         match serde_json::from_slice::<ControlRequest>(&line) {
             Ok(request) => {
                 tracing::info!("control: {request:?}");
-                handle(request, context).await
+                context.handle(request).await
             }
             Err(error) => ControlReply::failed(format!("not a control request: {error}")),
         }
@@ -517,6 +542,142 @@ async fn act(request: ControlRequest, context: &ControlContext, orchestrator: &O
             }
         }
     }
+}
+
+/// The directory of a workspace where runs without a service name themselves.
+pub const RUNS_DIR: &str = "runs";
+
+/// The control of a `gdn run` that serves no Connections: a task's cancel
+/// reaches the process that runs its work, as through a service; what only
+/// a service does (restarts, deletes) is refused, saying so.
+pub struct RunControl {
+    /// The run's hub.
+    pub orchestrator: Orchestrator,
+}
+
+impl ControlHandler for RunControl {
+    fn handle(&self, request: ControlRequest) -> futures_util::future::BoxFuture<'_, ControlReply> {
+        Box::pin(async move {
+            match request {
+                ControlRequest::CancelTask { agent, key, handle } => {
+                    let sent = self.orchestrator.cancel_task(&AgentInstance::new(agent, key), &handle).await;
+                    ControlReply { ok: true, cancel_sent: sent, ..ControlReply::default() }
+                }
+                other => ControlReply::failed(format!(
+                    "gdn run (pid {}) serves no Connections, so it is no service: it takes a task's cancel only, \
+                     not {}",
+                    std::process::id(),
+                    other.describe()
+                )),
+            }
+        })
+    }
+}
+
+impl ControlRequest {
+    /// The command that sends it, for messages.
+    fn describe(&self) -> &'static str {
+        match self {
+            Self::Restart { .. } => "gdn restart",
+            Self::RestartInstance { .. } => "gdn instance restart",
+            Self::DeleteInstance { .. } => "gdn instance delete --force",
+            Self::CancelTask { .. } => "gdn task cancel",
+        }
+    }
+}
+
+/// What a running `gdn run` without a service says of itself in
+/// `<workspace>/runs/<pid>.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunRecord {
+    /// Its process.
+    pub pid: u32,
+    /// When it started (ms since the epoch).
+    pub started_at: u64,
+    /// Its control socket.
+    pub control: String,
+}
+
+/// A run's control socket and its record, both removed when it is dropped.
+pub struct RunListener {
+    record: PathBuf,
+    stop: CancellationToken,
+}
+
+impl Drop for RunListener {
+    fn drop(&mut self) {
+        // The listening task removes the socket once it stops.
+        self.stop.cancel();
+        let _ = std::fs::remove_file(&self.record);
+    }
+}
+
+/// Makes this run reachable by `gdn task cancel`: a control socket served
+/// by [`RunControl`], named in `<workspace>/runs/<pid>.json`. `None`
+/// (with a warning) when it cannot be set up: the run goes on without it.
+pub fn listen_for_run(workspace_dir: &Path, orchestrator: &Orchestrator) -> Option<RunListener> {
+    let pid = std::process::id();
+    let runs = workspace_dir.join(RUNS_DIR);
+    let set_up = || -> std::io::Result<RunListener> {
+        goondan_runtime::store::create_private_dir_all(&runs)?;
+        let socket = fitting_socket_path(runs.join(format!("{pid}.sock")), &runs.join(pid.to_string()));
+        let stop = CancellationToken::new();
+        let context = Arc::new(RunControl { orchestrator: orchestrator.clone() });
+        listen(&socket, context, stop.child_token())?;
+        let record = runs.join(format!("{pid}.json"));
+        let listener = RunListener { record: record.clone(), stop };
+        let text = serde_json::to_vec_pretty(&RunRecord {
+            pid,
+            started_at: goondan_core::message::now_millis(),
+            control: socket.display().to_string(),
+        })
+        .map_err(std::io::Error::other)?;
+        // Written whole, then renamed: a reader never sees half a record.
+        let temp = runs.join(format!(".{pid}.json"));
+        let mut file = goondan_runtime::store::private_file().write(true).create(true).truncate(true).open(&temp)?;
+        file.write_all(&text)?;
+        std::fs::rename(&temp, &record)?;
+        Ok(listener)
+    };
+    match set_up() {
+        Ok(listener) => Some(listener),
+        Err(error) => {
+            tracing::warn!("no control socket for this run ({error}): gdn task cancel cannot reach its tasks");
+            None
+        }
+    }
+}
+
+/// The runs without a service on `workspace_dir` that still run: records
+/// whose process is gone (a `kill -9` leaves them) are removed.
+pub fn running_runs(workspace_dir: &Path) -> Vec<RunRecord> {
+    let runs = workspace_dir.join(RUNS_DIR);
+    let Ok(entries) = std::fs::read_dir(&runs) else { return Vec::new() };
+    let mut found = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|ext| ext != "json") {
+            continue;
+        }
+        let Some(record) = std::fs::read(&path).ok().and_then(|text| serde_json::from_slice::<RunRecord>(&text).ok())
+        else {
+            continue;
+        };
+        // A record whose process is gone is a run that ended without
+        // cleaning up (one whose pid was reused is found out when its
+        // socket does not answer).
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(record.pid).unwrap_or(i32::MAX));
+        match nix::sys::signal::kill(pid, None) {
+            Err(nix::errno::Errno::ESRCH) => {
+                let _ = std::fs::remove_file(&path);
+                let _ = std::fs::remove_file(&record.control);
+            }
+            _ => found.push(record),
+        }
+    }
+    found.sort_by_key(|record| record.pid);
+    found
 }
 
 /// Sends `request` to the service listening on `socket` and waits for

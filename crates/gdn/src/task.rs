@@ -1,10 +1,11 @@
 //! `gdn task list|show|cancel`: the tasks (pending tool results that
 //! complete later) of the project's agent instances, read from their books
 //! (`<instance>/tasks.jsonl`, never written here); a cancel goes through
-//! the running service to the process that runs the task's work.
+//! the running service — or, without one, a running `gdn run` (see
+//! `service_control`) — to the process that runs the task's work.
 
 use std::io::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -194,35 +195,65 @@ fn cancel(
         )?;
         return Ok(exit::FAILED);
     }
-    let Some(service) = ServiceStatus::running(served.dir()) else {
-        output::error_line(
-            &mut out.stderr,
-            format_args!(
-                "no service of this project runs, so no process runs the work of task '{handle}': it has ended, and \
-                 the task is failed when {} next starts",
-                found.instance
-            ),
-        )?;
-        return Ok(exit::FAILED);
-    };
     let request = ControlRequest::CancelTask {
         agent: found.instance.agent.clone(),
         key: found.instance.instance_key.clone(),
         handle: handle.to_owned(),
     };
-    let reply = match crate::restart::ask(&service, &request, Duration::from_secs(30), out)? {
-        Ok(reply) => reply,
-        Err(code) => return Ok(code),
-    };
-    if !reply.cancel_sent {
-        output::error_line(
-            &mut out.stderr,
-            format_args!(
-                "no process runs {}, so the work of task '{handle}' has ended; it is failed when the instance next starts",
-                found.instance
-            ),
-        )?;
-        return Ok(exit::FAILED);
+    let instance = &found.instance;
+    if let Some(service) = ServiceStatus::running(served.dir()) {
+        let reply = match crate::restart::ask(&service, &request, Duration::from_secs(30), out)? {
+            Ok(reply) => reply,
+            Err(code) => return Ok(code),
+        };
+        if !reply.cancel_sent {
+            output::error_line(
+                &mut out.stderr,
+                format_args!(
+                    "the service (pid {}) runs no process of {instance}, so the cancel of task '{handle}' has no \
+                     process to go to; gdn task show {handle} shows what its instance's book says",
+                    service.pid
+                ),
+            )?;
+            return Ok(exit::FAILED);
+        }
+    } else {
+        // No service: a gdn run without one (a one-shot run waiting for
+        // its tasks, the interactive prompt) may run the instance.
+        let runs = crate::service_control::running_runs(served.dir());
+        let mut reached = Vec::new();
+        let mut sent = false;
+        for run in &runs {
+            match crate::service_control::request(Path::new(&run.control), &request, Duration::from_secs(30)) {
+                Ok(reply) if reply.cancel_sent => {
+                    sent = true;
+                    break;
+                }
+                Ok(reply) => match reply.error {
+                    Some(error) => tracing::warn!("gdn run (pid {}): {error}", run.pid),
+                    None => reached.push(run.pid.to_string()),
+                },
+                Err(error) => tracing::warn!("gdn run (pid {}): {error}", run.pid),
+            }
+        }
+        if !sent {
+            let what = if reached.is_empty() {
+                "no service and no gdn run of this project runs on this machine".to_owned()
+            } else {
+                format!(
+                    "no service of this project runs, and its gdn run (pid {}) runs no process of {instance}",
+                    reached.join(", ")
+                )
+            };
+            output::error_line(
+                &mut out.stderr,
+                format_args!(
+                    "{what}, so the cancel of task '{handle}' has no process to go to; gdn task show {handle} shows \
+                     what its instance's book says"
+                ),
+            )?;
+            return Ok(exit::FAILED);
+        }
     }
     let deadline = Instant::now() + Duration::from_secs(wait_secs);
     loop {
