@@ -307,10 +307,13 @@ impl Reported {
 
     fn code(&self) -> u8 {
         if let Some((code, _)) = &self.start_error {
+            // The bundle's problem (an agent it cannot build, an extension
+            // that does not load) or another run of the instance: exit 2,
+            // as `gdn tool list`, `tool call` and `mcp serve` do.
             return match code.as_str() {
-                crate::agent_process::ready_codes::BUILD_FAILED | crate::agent_process::ready_codes::INSTANCE_BUSY => {
-                    exit::USAGE
-                }
+                crate::agent_process::ready_codes::BUILD_FAILED
+                | crate::agent_process::ready_codes::EXTENSION_FAILED
+                | crate::agent_process::ready_codes::INSTANCE_BUSY => exit::USAGE,
                 _ => exit::FAILED,
             };
         }

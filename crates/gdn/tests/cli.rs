@@ -779,3 +779,37 @@ fn doctor_finds_a_missing_key_a_missing_program_and_a_busy_port() {
     // Landlock and user namespaces).
     assert!(text.contains("✓ Sandbox: Landlock") && text.contains("run confined"), "{text}");
 }
+
+/// An extension whose module does not load is the bundle's problem, a
+/// configuration error: every command that builds the agent exits 2 with
+/// the extension named (`gdn run` used to exit 1 where `tool list` exits 2).
+#[test]
+fn an_extension_that_does_not_load_is_exit_2_for_every_command() {
+    if !js_runtime_usable() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let bundle = dir.path().join("goondan.yaml");
+    std::fs::write(
+        &bundle,
+        "apiVersion: goondan.ai/v1\nkind: Model\nmetadata: {name: m}\nspec:\n  provider: scripted\n  model: s\n  options:\n    replies: [{text: pong}]\n---\n\
+         apiVersion: goondan.ai/v1\nkind: Agent\nmetadata: {name: a}\nspec:\n  modelConfig: {modelRef: Model/m}\n  extensions: [Extension/broken]\n---\n\
+         apiVersion: goondan.ai/v1\nkind: Extension\nmetadata: {name: broken}\nspec:\n  entry: ./broken.mjs\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(dir.path().join("broken.mjs"), "throw new Error('this extension does not load');\n")
+        .unwrap_or_else(|e| panic!("{e}"));
+    for args in [
+        &["run", "--input", "hi"][..],
+        &["--json", "run", "--input", "hi"],
+        &["tool", "list"],
+        &["tool", "call", "anything", "--args", "{}"],
+        &["mcp", "serve"],
+    ] {
+        let output = gdn(&bundle, args);
+        // With --json the reason is in the printed object.
+        let said = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {said}");
+        assert!(said.contains("extension 'broken'") && said.contains("does not load"), "{args:?}: {said}");
+    }
+}
