@@ -162,3 +162,21 @@ pub fn refusal(error: &StoreError) -> String {
         other => other.to_string(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bundles_own_workspace_name_is_its_swarms_and_a_hash_of_its_path_within_the_limit() {
+        let own = own_workspace_name("My Swarm", "/home/a/project/goondan.yaml");
+        assert!(own.starts_with("my-swarm-") && own.len() == "my-swarm-".len() + 8, "{own}");
+        assert_eq!(own, own_workspace_name("My Swarm", "/home/a/project/goondan.yaml"), "stable");
+        assert_ne!(own, own_workspace_name("My Swarm", "/home/b/project/goondan.yaml"));
+        // A name at the store's limit keeps its hash; the store keeps the name as it is.
+        let long = own_workspace_name(&"x".repeat(300), "/p/goondan.yaml");
+        assert_eq!(long.len(), 128);
+        assert_eq!(workspace_id(&long), long);
+        assert_eq!(long[..119], "x".repeat(119));
+    }
+}
