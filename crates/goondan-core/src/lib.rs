@@ -7,6 +7,7 @@
 pub mod address;
 pub mod codes;
 pub mod conversation;
+pub mod fault;
 pub mod help;
 pub mod ids;
 pub mod js_message;
