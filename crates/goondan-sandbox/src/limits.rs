@@ -583,9 +583,34 @@ impl CgroupSets {
 #[derive(Debug)]
 struct PlacedThread {
     jobs: Mutex<std::sync::mpsc::Sender<PlacedJob>>,
-    /// The set it sits in, not yet handed to a command.
-    ready: Arc<Mutex<Option<CgroupSet>>>,
+    seat: Arc<Seat>,
     thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// How long a command waits for the [`PlacedThread`] to finish moving into
+/// its next set before it takes cgroups of its own (and joins them).
+const SEAT_WAIT: Duration = Duration::from_millis(100);
+
+/// Where the [`PlacedThread`] sits.
+#[derive(Debug, Default)]
+struct Seat {
+    state: Mutex<SeatState>,
+    changed: std::sync::Condvar,
+}
+
+#[derive(Debug, Default)]
+struct SeatState {
+    /// The set it sits in, not yet handed to a command.
+    set: Option<CgroupSet>,
+    /// It is moving into a set now.
+    moving: bool,
+}
+
+impl Seat {
+    fn update(&self, change: impl FnOnce(&mut SeatState)) {
+        change(&mut self.state.lock().unwrap_or_else(PoisonError::into_inner));
+        self.changed.notify_all();
+    }
 }
 
 enum PlacedJob {
@@ -596,13 +621,13 @@ enum PlacedJob {
 impl PlacedThread {
     fn start(sets: Arc<CgroupSets>) -> Option<Self> {
         let (jobs, queue) = std::sync::mpsc::channel::<PlacedJob>();
-        let ready: Arc<Mutex<Option<CgroupSet>>> = Arc::default();
-        let slot = Arc::clone(&ready);
+        let seat = Arc::new(Seat { state: Mutex::new(SeatState { set: None, moving: true }), ..Seat::default() });
+        let its_seat = Arc::clone(&seat);
         let thread = std::thread::Builder::new()
             .name("goondan-sandbox-spawn".to_owned())
-            .spawn(move || placed_thread(&sets, &slot, &queue));
+            .spawn(move || placed_thread(&sets, &its_seat, &queue));
         match thread {
-            Ok(thread) => Some(Self { jobs: Mutex::new(jobs), ready, thread: Some(thread) }),
+            Ok(thread) => Some(Self { jobs: Mutex::new(jobs), seat, thread: Some(thread) }),
             Err(error) => {
                 tracing::debug!("sandbox limits: no thread to spawn commands from their cgroups: {error}");
                 None
@@ -610,9 +635,18 @@ impl PlacedThread {
         }
     }
 
-    /// The set it sits in, for a command about to be spawned (on it).
+    /// The set it sits in, for a command about to be spawned (on it); if
+    /// it is moving into one now, once it is there (a move already under
+    /// way is the quickest way in: one the command made itself would wait
+    /// for it, then for its own), but at most [`SEAT_WAIT`].
     fn take_set(&self) -> Option<CgroupSet> {
-        self.ready.lock().unwrap_or_else(PoisonError::into_inner).take()
+        let state = self.seat.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let (mut state, _) = self
+            .seat
+            .changed
+            .wait_timeout_while(state, SEAT_WAIT, |state| state.set.is_none() && state.moving)
+            .unwrap_or_else(PoisonError::into_inner);
+        state.set.take()
     }
 
     fn run(&self, job: SpawnJob) -> Result<(), SpawnJob> {
@@ -636,15 +670,17 @@ impl Drop for PlacedThread {
 
 /// The [`PlacedThread`]'s loop: sit in a set, fork what it is given,
 /// move on into the next set once its own was handed out.
-fn placed_thread(sets: &CgroupSets, ready: &Mutex<Option<CgroupSet>>, queue: &std::sync::mpsc::Receiver<PlacedJob>) {
+fn placed_thread(sets: &CgroupSets, seat: &Seat, queue: &std::sync::mpsc::Receiver<PlacedJob>) {
     let tid = nix::unistd::gettid().as_raw().to_string();
     let sit = || {
         SITS_IN.set(0);
+        seat.update(|state| state.moving = true);
+        let mut placed = None;
         match sets.take() {
             Ok(set) => match move_thread(&tid, set.dirs.iter().map(|(dir, _)| dir.as_path())) {
                 Ok(()) => {
                     SITS_IN.set(set.id);
-                    *ready.lock().unwrap_or_else(PoisonError::into_inner) = Some(set);
+                    placed = Some(set);
                 }
                 Err(error) => {
                     tracing::debug!("sandbox limits: the spawning thread cannot enter a command's cgroups: {error}");
@@ -653,6 +689,10 @@ fn placed_thread(sets: &CgroupSets, ready: &Mutex<Option<CgroupSet>>, queue: &st
             },
             Err(error) => tracing::debug!("sandbox limits: no cgroups for the next command: {error}"),
         }
+        seat.update(|state| {
+            state.moving = false;
+            state.set = placed;
+        });
     };
     sit();
     while let Ok(PlacedJob::Spawn(job)) = queue.recv() {
@@ -660,7 +700,7 @@ fn placed_thread(sets: &CgroupSets, ready: &Mutex<Option<CgroupSet>>, queue: &st
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
         // Only once what it sat in was handed out: a set taken for a
         // command whose spawn is still queued stays where the spawn finds it.
-        if ready.lock().unwrap_or_else(PoisonError::into_inner).is_none() {
+        if seat.state.lock().unwrap_or_else(PoisonError::into_inner).set.is_none() {
             sit();
         }
     }
@@ -671,7 +711,8 @@ fn placed_thread(sets: &CgroupSets, ready: &Mutex<Option<CgroupSet>>, queue: &st
     }
     // Its last set was never handed out: kept for a command (and removed
     // with the limiter).
-    if let Some(set) = ready.lock().unwrap_or_else(PoisonError::into_inner).take() {
+    let left = seat.state.lock().unwrap_or_else(PoisonError::into_inner).set.take();
+    if let Some(set) = left {
         sets.shared.idle.lock().unwrap_or_else(PoisonError::into_inner).push(set);
     }
 }
