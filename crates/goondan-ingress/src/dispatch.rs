@@ -7,6 +7,9 @@
 //!   start record ─► TurnRunner::run ─► Answered / Failed: done record, next of that instance
 //!                                   └► Retry (the agent process died, …): again after a pause;
 //!                                      after max_attempts starts: done (gave up), logged
+//!                                   └► Unsaved (the turn could not be saved: storage failed): retry
+//!                                      record, again after a pause (doubling, at most 30 s) until
+//!                                      writes work, not counted as a start; never done meanwhile
 //!                                   └► Interrupted (the service stops): no record, it runs next start
 //! drain: no new turns; running ones get the grace period, then are cancelled
 //! ```
@@ -30,6 +33,11 @@ pub enum TurnEnd {
     Failed(String),
     /// The turn could not run or was cut off (its process died): try again.
     Retry(String),
+    /// The turn ran (or was answered from the conversation) but what it
+    /// did could not be saved (the disk is full, …): it is not done. The
+    /// event stays stored and its turn runs again, with backoff, until
+    /// writes work; this does not count as one of its starts.
+    Unsaved(String),
     /// The service is stopping: leave it for the next start.
     Interrupted,
     /// The turn cannot run until the operator fixes something (the agent
@@ -62,6 +70,17 @@ impl Default for DispatchOptions {
     }
 }
 
+/// The longest pause between turns of an event that could not be saved.
+const MAX_UNSAVED_PAUSE: Duration = Duration::from_secs(30);
+
+/// Waits `pause` unless the service stops meanwhile; true if it stops.
+async fn pause_or_cancel(pause: Duration, cancel: &mut watch::Receiver<bool>) -> bool {
+    tokio::select! {
+        () = tokio::time::sleep(pause) => false,
+        _ = cancel.wait_for(|c| *c) => true,
+    }
+}
+
 enum Command {
     Drain { grace: Duration, done: oneshot::Sender<usize> },
     WhenIdle { reply: oneshot::Sender<()> },
@@ -73,6 +92,8 @@ enum Command {
 pub struct Dispatcher {
     commands: mpsc::UnboundedSender<Command>,
     waiting: watch::Receiver<usize>,
+    /// Turns true when the dispatching task ended (after a drain, or a panic).
+    ended: watch::Receiver<bool>,
 }
 
 impl std::fmt::Debug for Dispatcher {
@@ -110,8 +131,20 @@ impl Dispatcher {
         for event in recovered {
             state.push(event);
         }
-        tokio::spawn(state.run(stored, command_rx));
-        Self { commands, waiting }
+        let (ended_tx, ended) = watch::channel(false);
+        tokio::spawn(async move {
+            // Set however the task ends, a panic's unwinding included.
+            let _ended = SetOnDrop(ended_tx);
+            state.run(stored, command_rx).await;
+        });
+        Self { commands, waiting, ended }
+    }
+
+    /// Returns when the dispatching task has ended: no more turns run.
+    /// Before a drain only a panic ends it, so a service takes this as fatal.
+    pub async fn ended(&self) {
+        let mut ended = self.ended.clone();
+        let _ = ended.wait_for(|ended| *ended).await;
     }
 
     /// Events queued or in a turn.
@@ -145,6 +178,19 @@ impl Dispatcher {
         left.await.unwrap_or(0)
     }
 }
+
+/// Sends `true` when dropped.
+struct SetOnDrop(watch::Sender<bool>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.send_replace(true);
+    }
+}
+
+/// How long turns may take to end after their cancellation, at a drain's
+/// end, before they are dropped (their events stay stored): a stop is bounded.
+const AFTER_CANCEL: Duration = Duration::from_secs(10);
 
 struct State {
     inbox: Inbox,
@@ -237,6 +283,8 @@ impl State {
         mut commands: mpsc::UnboundedReceiver<Command>,
     ) {
         let mut drain: Option<(tokio::time::Instant, oneshot::Sender<usize>)> = None;
+        // Set when running turns were cancelled: past it they are dropped.
+        let mut abandon: Option<tokio::time::Instant> = None;
         let mut stored_open = true;
         self.start_turns();
         loop {
@@ -283,6 +331,18 @@ impl State {
                 }, if !self.cancel.borrow().to_owned() => {
                     tracing::warn!(running = self.running.len(), "ingress: the grace period is over; running turns are cancelled and run again at the next start");
                     self.cancel.send_replace(true);
+                    abandon = Some(tokio::time::Instant::now() + AFTER_CANCEL);
+                }
+                () = async {
+                    match abandon {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                }, if abandon.is_some() && !self.running.is_empty() => {
+                    tracing::error!(running = self.running.len(), "ingress: turns did not end {AFTER_CANCEL:?} after their cancellation; they are dropped (their events stay stored)");
+                    self.running.abort_all();
+                    while self.running.join_next().await.is_some() {}
+                    self.busy.clear();
                 }
             }
             self.start_turns();
@@ -308,26 +368,44 @@ async fn run_event(
     options: DispatchOptions,
 ) -> Option<Stored> {
     let mut pause = options.retry_pause;
+    let mut unsaved_pause = options.retry_pause;
+    let mut unsaved: u32 = 0;
     loop {
         if event.attempts >= options.max_attempts {
             tracing::error!(
                 key = %event.key, connection = %event.entry.connection, attempts = event.attempts,
                 "ingress: the event's turn was cut off {} times; given up", event.attempts
             );
-            record(&inbox, &event, Outcome::GaveUp).await;
+            record(&inbox, &event, Outcome::GaveUp, &mut cancel, options).await;
             return None;
         }
         inbox.started(event.seq);
         event.attempts += 1;
         match runner.run(&event, cancel.clone()).await {
             TurnEnd::Answered => {
-                record(&inbox, &event, Outcome::Answered).await;
+                record(&inbox, &event, Outcome::Answered, &mut cancel, options).await;
                 return None;
             }
             TurnEnd::Failed(message) => {
                 tracing::warn!(key = %event.key, connection = %event.entry.connection, %message, "ingress: the event's turn failed");
-                record(&inbox, &event, Outcome::Failed).await;
+                record(&inbox, &event, Outcome::Failed, &mut cancel, options).await;
                 return None;
+            }
+            TurnEnd::Unsaved(message) => {
+                unsaved += 1;
+                // Not a start that counts: storage, not the turn, failed.
+                event.attempts = event.attempts.saturating_sub(1);
+                tracing::error!(
+                    key = %event.key, connection = %event.entry.connection, instance = %instance_of(&event),
+                    failures = unsaved, %message,
+                    "ingress: the event's turn could not be saved; it stays stored and runs again in {:?}",
+                    unsaved_pause
+                );
+                inbox.retrying(event.seq, unsaved, &message);
+                if *cancel.borrow() || pause_or_cancel(unsaved_pause, &mut cancel).await {
+                    return None;
+                }
+                unsaved_pause = (unsaved_pause * 2).min(MAX_UNSAVED_PAUSE);
             }
             TurnEnd::Interrupted => return None,
             TurnEnd::Hold(message) => {
@@ -345,9 +423,8 @@ async fn run_event(
                     return None;
                 }
                 tracing::warn!(key = %event.key, connection = %event.entry.connection, %message, "ingress: the event's turn did not finish; it runs again");
-                tokio::select! {
-                    () = tokio::time::sleep(pause) => {}
-                    _ = cancel.wait_for(|c| *c) => return None,
+                if pause_or_cancel(pause, &mut cancel).await {
+                    return None;
                 }
                 pause = (pause * 2).min(Duration::from_secs(60));
             }
@@ -355,8 +432,32 @@ async fn run_event(
     }
 }
 
-async fn record(inbox: &Inbox, event: &Stored, outcome: Outcome) {
-    if let Err(error) = inbox.done(event.seq, outcome).await {
-        tracing::error!(key = %event.key, %error, "ingress: the end of a turn could not be recorded; it may run again at the next start");
+/// Records how the event's turn ended, trying again with backoff while the
+/// inbox cannot be written; until then the event stays pending (a next
+/// start delivers it again, and its conversation answers it without a turn).
+async fn record(
+    inbox: &Inbox,
+    event: &Stored,
+    outcome: Outcome,
+    cancel: &mut watch::Receiver<bool>,
+    options: DispatchOptions,
+) {
+    let mut pause = options.retry_pause;
+    loop {
+        match inbox.done(event.seq, outcome).await {
+            Ok(()) => return,
+            Err(crate::sink::SinkError::Closed) => {
+                tracing::error!(key = %event.key, "ingress: the inbox is closed; the end of the turn is recorded at the next start");
+                return;
+            }
+            Err(error) => tracing::error!(
+                key = %event.key, %error,
+                "ingress: the end of a turn could not be recorded; tried again in {pause:?} (the event stays pending meanwhile)"
+            ),
+        }
+        if *cancel.borrow() || pause_or_cancel(pause, cancel).await {
+            return;
+        }
+        pause = (pause * 2).min(MAX_UNSAVED_PAUSE);
     }
 }

@@ -81,6 +81,16 @@ pub fn is_held(path: &Path) -> bool {
     }
 }
 
+/// The pid of the process that holds the inbox at `path`, while it holds
+/// it (its lock file names it).
+pub fn holder_pid(path: &Path) -> Option<u32> {
+    if !is_held(path) {
+        return None;
+    }
+    let text = fs::read_to_string(lock_path(path)).ok()?;
+    text.trim().strip_prefix("pid ")?.trim().parse().ok()
+}
+
 /// The inbox file, under a workspace directory.
 pub const INBOX_FILE: &str = "ingress/inbox.jsonl";
 
@@ -123,8 +133,22 @@ pub struct Stored {
     pub accepted_at: u64,
     /// Turns of it started before (a crash or stop cut them off).
     pub attempts: u32,
+    /// Why its turn waits to run again, when the last one could not be
+    /// saved (storage failed): retried with backoff until writes work.
+    pub retrying: Option<Retrying>,
     /// What and where.
     pub entry: Entry,
+}
+
+/// An event whose turn could not be saved and runs again once writes work.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Retrying {
+    /// When the failed turn ended (ms since the epoch).
+    pub at: u64,
+    /// Turns of it that could not be saved so far.
+    pub failures: u32,
+    /// Why the last one could not.
+    pub reason: String,
 }
 
 impl Stored {
@@ -259,6 +283,15 @@ enum Record {
         at: u64,
         outcome: Outcome,
     },
+    /// The turn of `seq` could not be saved (storage failed): it stays
+    /// pending and runs again with backoff (a note for `gdn instance list`
+    /// and `gdn logs`).
+    Retry {
+        seq: u64,
+        at: u64,
+        failures: u32,
+        reason: String,
+    },
     Seen {
         key: String,
         at: u64,
@@ -312,7 +345,7 @@ impl Folded {
             Record::Accept { seq, key, at, entry } => {
                 self.next_seq = self.next_seq.max(seq + 1);
                 self.remember(key.clone(), at);
-                let stored = Stored { seq, key, accepted_at: at, attempts: 0, entry: *entry };
+                let stored = Stored { seq, key, accepted_at: at, attempts: 0, retrying: None, entry: *entry };
                 *self.by_instance.entry(instance_label(&stored)).or_insert(0) += 1;
                 if let Some(replaced) = self.pending.insert(seq, stored) {
                     self.forget_pending(&replaced);
@@ -335,6 +368,17 @@ impl Folded {
             Record::Done { seq, .. } => {
                 if let Some(done) = self.pending.remove(&seq) {
                     self.forget_pending(&done);
+                }
+            }
+            Record::Retry { seq, at, failures, reason } => {
+                // A turn that could not be saved is not a start that counts
+                // (as a held one): storage failed, not the turn.
+                if let Some(stored) = self.pending.get_mut(&seq) {
+                    stored.retrying = Some(Retrying { at, failures, reason });
+                    if stored.attempts > 0 {
+                        stored.attempts -= 1;
+                        self.pending_starts = self.pending_starts.saturating_sub(1);
+                    }
                 }
             }
             Record::Seen { key, at } => self.remember(key, at),
@@ -427,7 +471,11 @@ fn read_file(path: &Path) -> Result<Folded, InboxError> {
 }
 
 /// Writes the folded state as a new file in place of the old one.
-fn rewrite(path: &Path, folded: &mut Folded) -> std::io::Result<File> {
+///
+/// The new file's handle is opened before the rename, so that once the
+/// rename is done every later record goes to the new file (never to the
+/// old one, unlinked). Returns it and its length.
+fn rewrite(path: &Path, folded: &mut Folded) -> std::io::Result<(File, u64)> {
     let temp = path.with_extension("jsonl.tmp");
     let mut out = std::io::BufWriter::new(private_file().write(true).create(true).truncate(true).open(&temp)?);
     serde_json::to_writer(&mut out, &Record::Next { seq: folded.next_seq })?;
@@ -458,15 +506,18 @@ fn rewrite(path: &Path, folded: &mut Folded) -> std::io::Result<File> {
     }
     let file = out.into_inner().map_err(|e| e.into_error())?;
     file.sync_all()?;
+    let length = file.metadata()?.len();
     drop(file);
+    let mut file = OpenOptions::new().append(true).open(&temp)?;
+    file.seek(SeekFrom::End(0))?;
     fs::rename(&temp, path)?;
-    if let Some(dir) = path.parent() {
-        File::open(dir)?.sync_all()?;
+    if let Some(dir) = path.parent()
+        && let Err(error) = File::open(dir).and_then(|dir| dir.sync_all())
+    {
+        tracing::warn!(path = %path.display(), %error, "inbox: syncing the directory of a rewritten inbox failed");
     }
     folded.records = records;
-    let mut file = OpenOptions::new().append(true).open(path)?;
-    file.seek(SeekFrom::End(0))?;
-    Ok(file)
+    Ok((file, length))
 }
 
 enum Op {
@@ -496,6 +547,11 @@ enum Op {
     Held {
         seq: u64,
     },
+    Retry {
+        seq: u64,
+        failures: u32,
+        reason: String,
+    },
     Close,
 }
 
@@ -513,6 +569,9 @@ pub struct InboxStatus {
 pub struct Inbox {
     ops: std_mpsc::Sender<Op>,
     status: Arc<Mutex<InboxStatus>>,
+    /// Turns true when the writer thread ended (its last handle dropped,
+    /// or a panic).
+    writer_ended: tokio::sync::watch::Receiver<bool>,
 }
 
 impl std::fmt::Debug for Inbox {
@@ -565,7 +624,7 @@ impl Inbox {
         lock.write_all(format!("pid {}", std::process::id()).as_bytes()).map_err(io)?;
         let mut folded = read_file(path)?;
         folded.expire(&options, now_ms());
-        let file = if folded.records > options.compact_min_records.min(1000)
+        let (file, length) = if folded.records > options.compact_min_records.min(1000)
             && folded.records > folded.live_records() * 3 / 2
         {
             rewrite(path, &mut folded).map_err(io)?
@@ -576,16 +635,34 @@ impl Inbox {
             if !existed && let Some(dir) = path.parent() {
                 File::open(dir).and_then(|dir| dir.sync_all()).map_err(io)?;
             }
-            file
+            let length = file.metadata().map_err(io)?.len();
+            (file, length)
         };
         let recovered: Recovered = folded.pending.values().cloned().collect();
         let status = Arc::new(Mutex::new(InboxStatus::default()));
         let (ops, receiver) = std_mpsc::channel();
-        let writer =
-            Writer { path: path.to_owned(), file, folded, options, stored, status: Arc::clone(&status), _lock: lock };
+        let writer = Writer {
+            path: path.to_owned(),
+            file,
+            folded,
+            options,
+            stored,
+            status: Arc::clone(&status),
+            _lock: lock,
+            length,
+            torn: false,
+        };
         writer.publish();
-        std::thread::Builder::new().name("goondan-inbox".to_owned()).spawn(move || writer.run(receiver)).map_err(io)?;
-        Ok((Self { ops, status }, recovered))
+        let (ended_tx, writer_ended) = tokio::sync::watch::channel(false);
+        std::thread::Builder::new()
+            .name("goondan-inbox".to_owned())
+            .spawn(move || {
+                // Set however the thread ends, a panic's unwinding included.
+                let _ended = SetOnDrop(ended_tx);
+                writer.run(receiver);
+            })
+            .map_err(io)?;
+        Ok((Self { ops, status, writer_ended }, recovered))
     }
 
     /// Stores `deliveries` of `connection` (routed, as entries), all or
@@ -610,6 +687,13 @@ impl Inbox {
     /// for the next start: it does not count as an attempt (not waited for).
     pub fn held(&self, seq: u64) {
         let _ = self.ops.send(Op::Held { seq });
+    }
+
+    /// Notes that the turn of `seq` could not be saved (`failures` times so
+    /// far, the last because of `reason`) and runs again once writes work
+    /// (not waited for: with a full disk it may not be written either).
+    pub fn retrying(&self, seq: u64, failures: u32, reason: &str) {
+        let _ = self.ops.send(Op::Retry { seq, failures, reason: reason.to_owned() });
     }
 
     /// Records how the turn of `seq` ended; returns once that is durable.
@@ -643,6 +727,14 @@ impl Inbox {
         let _ = self.ops.send(Op::Close);
     }
 
+    /// Returns when the writer thread has ended: every later store fails.
+    /// Only a panic ends it while a handle of the inbox lives, so a
+    /// service takes this as fatal.
+    pub async fn writer_ended(&self) {
+        let mut ended = self.writer_ended.clone();
+        let _ = ended.wait_for(|ended| *ended).await;
+    }
+
     /// What waits now.
     pub fn status(&self) -> InboxStatus {
         self.status.lock().unwrap_or_else(PoisonError::into_inner).clone()
@@ -652,6 +744,15 @@ impl Inbox {
     /// for writing (`gdn instance list`).
     pub fn read_pending(path: &Path) -> Result<Recovered, InboxError> {
         Ok(read_file_readonly(path)?.pending.into_values().collect())
+    }
+}
+
+/// Sends `true` when dropped.
+struct SetOnDrop(tokio::sync::watch::Sender<bool>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.send_replace(true);
     }
 }
 
@@ -680,6 +781,11 @@ struct Writer {
     options: InboxOptions,
     stored: mpsc::UnboundedSender<Stored>,
     status: Arc<Mutex<InboxStatus>>,
+    /// The file's length after its last durable record: a failed write is
+    /// cut back to it.
+    length: u64,
+    /// A failed write could not be cut off yet.
+    torn: bool,
 }
 
 /// The most requests one group commit takes.
@@ -736,8 +842,14 @@ impl Writer {
                         self.folded.next_seq += 1;
                         self.folded.keys.insert(key.clone(), at);
                         new_keys.push(key.clone());
-                        let stored =
-                            Stored { seq, key: key.clone(), accepted_at: at, attempts: 0, entry: entry.clone() };
+                        let stored = Stored {
+                            seq,
+                            key: key.clone(),
+                            accepted_at: at,
+                            attempts: 0,
+                            retrying: None,
+                            entry: entry.clone(),
+                        };
                         let record = Record::Accept { seq, key, at, entry: Box::new(entry) };
                         push_line(&mut lines, &record);
                         applied.push(record);
@@ -753,6 +865,11 @@ impl Writer {
                 }
                 Op::Held { seq } => {
                     let record = Record::Held { seq, at };
+                    push_line(&mut lines, &record);
+                    applied.push(record);
+                }
+                Op::Retry { seq, failures, reason } => {
+                    let record = Record::Retry { seq, at, failures, reason };
                     push_line(&mut lines, &record);
                     applied.push(record);
                 }
@@ -772,11 +889,13 @@ impl Writer {
                 }
             }
         }
-        let before = self.file.metadata().map(|m| m.len()).unwrap_or(0);
-        let written =
-            if lines.is_empty() { Ok(()) } else { self.file.write_all(&lines).and_then(|()| self.file.sync_data()) };
+        let points = fault_points(&applied);
+        let written = if lines.is_empty() { Ok(()) } else { self.append(&lines, &points) };
         match written {
             Ok(()) => {
+                for point in &points {
+                    goondan_core::fault::after_write(*point);
+                }
                 for key in new_keys {
                     self.folded.keys.remove(&key);
                 }
@@ -801,17 +920,39 @@ impl Writer {
                 for key in new_keys {
                     self.folded.keys.remove(&key);
                 }
-                // What may have reached the file is cut off again, so the
-                // next write never follows half a record.
-                if let Err(error) = self.file.set_len(before) {
-                    tracing::error!(path = %self.path.display(), %error, "inbox: cutting off a failed write failed");
-                }
                 for (reply, _) in store_replies {
                     let _ = reply.send(Err(SinkError::Storage(error.to_string())));
                 }
                 for reply in done_replies {
                     let _ = reply.send(Err(SinkError::Storage(error.to_string())));
                 }
+            }
+        }
+    }
+
+    /// Appends `lines` and syncs them. A write or sync that fails is cut
+    /// off again (what reached the file is not acknowledged, and the next
+    /// record must never follow half a record); while that cut cannot be
+    /// made, every write fails.
+    fn append(&mut self, lines: &[u8], points: &[goondan_core::fault::Point]) -> std::io::Result<()> {
+        if self.torn {
+            self.file.set_len(self.length).and_then(|()| self.file.sync_data())?;
+            self.torn = false;
+        }
+        for point in points {
+            goondan_core::fault::before_write(*point)?;
+        }
+        match self.file.write_all(lines).and_then(|()| self.file.sync_data()) {
+            Ok(()) => {
+                self.length += lines.len() as u64;
+                Ok(())
+            }
+            Err(error) => {
+                if let Err(cut) = self.file.set_len(self.length).and_then(|()| self.file.sync_data()) {
+                    tracing::error!(path = %self.path.display(), error = %cut, "inbox: cutting off a failed write failed; it is tried again before the next write");
+                    self.torn = true;
+                }
+                Err(error)
             }
         }
     }
@@ -825,12 +966,34 @@ impl Writer {
             return;
         }
         match rewrite(&self.path, &mut self.folded) {
-            Ok(file) => self.file = file,
+            Ok((file, length)) => {
+                self.file = file;
+                self.length = length;
+                self.torn = false;
+            }
             Err(error) => {
                 tracing::warn!(path = %self.path.display(), %error, "inbox: rewriting failed; the log keeps growing")
             }
         }
     }
+}
+
+/// The fault points (tests only) of a batch's records.
+fn fault_points(records: &[Record]) -> Vec<goondan_core::fault::Point> {
+    use goondan_core::fault::Point;
+    let mut points = Vec::new();
+    for record in records {
+        let point = match record {
+            Record::Accept { .. } => Point::InboxAccept,
+            Record::Start { .. } => Point::InboxStart,
+            Record::Done { .. } => Point::InboxDone,
+            _ => continue,
+        };
+        if !points.contains(&point) {
+            points.push(point);
+        }
+    }
+    points
 }
 
 fn push_line(lines: &mut Vec<u8>, record: &Record) {
