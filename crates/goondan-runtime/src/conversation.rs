@@ -83,7 +83,7 @@ impl Conversation {
             crate::turn::reload(self).await;
         }
         self.state.append_new(messages);
-        self.commit().await
+        self.commit_or_reload_later().await
     }
 
     /// Removes the messages `ids` outside a turn (what a turn cut off by a
@@ -96,7 +96,28 @@ impl Conversation {
             // A message already gone needs no removing.
             let _ = self.state.emit(goondan_core::conversation::MessageEvent::Remove { target_id: id.clone() });
         }
-        self.commit().await
+        self.commit_or_reload_later().await
+    }
+
+    /// Commits; when saving fails, memory holds what the store does not,
+    /// so the next use starts again from what was saved.
+    async fn commit_or_reload_later(&mut self) -> Result<(), StoreError> {
+        let committed = self.commit().await;
+        if committed.is_err() {
+            self.needs_reload = true;
+        }
+        committed
+    }
+
+    /// Whether memory holds what the store holds: after a commit that
+    /// failed, the conversation is read from its store again first. False
+    /// when that read fails too (storage is failing: what is in memory
+    /// cannot be trusted to be saved).
+    pub async fn agrees_with_store(&mut self) -> bool {
+        if self.needs_reload {
+            crate::turn::reload(self).await;
+        }
+        !self.needs_reload
     }
 
     /// Commits the state's uncommitted events (with the repairs that keep

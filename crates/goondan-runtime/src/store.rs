@@ -1045,8 +1045,8 @@ impl InstanceStore {
         let path = &self.messages_path;
         let file = &mut self.messages_file;
         let length = file.metadata().map_err(StoreError::io("inspecting", path))?.len();
-        let written = file
-            .write_all(&line)
+        let written = goondan_core::fault::before_write(goondan_core::fault::Point::ConversationCommit)
+            .and_then(|()| file.write_all(&line))
             .and_then(|()| file.flush())
             .map_err(StoreError::io("appending to", path))
             .and_then(|()| file.sync_data().map_err(StoreError::io("syncing", path)));
@@ -1058,10 +1058,22 @@ impl InstanceStore {
             }
             return Err(error);
         }
+        goondan_core::fault::after_write(goondan_core::fault::Point::ConversationCommit);
         let appended = events.iter().filter(|event| matches!(event, MessageEvent::Append { .. })).count();
         self.info.messages += u64::try_from(appended).unwrap_or(u64::MAX);
         self.info.updated_at = now_millis();
-        self.write_info()
+        // The commit is durable: instance.json's counters are a summary,
+        // and one that cannot be written now is written with the next.
+        self.write_info_or_warn();
+        Ok(())
+    }
+
+    /// Writes instance.json; a failure is logged, not returned (its
+    /// counters catch up at the next write).
+    fn write_info_or_warn(&self) {
+        if let Err(error) = self.write_info() {
+            tracing::warn!(target: LOG_TARGET, "instance.json of {} not updated: {error}", self.dir.display());
+        }
     }
 
     /// Replaces the log with `messages`, one per line: a temp file beside
@@ -1081,6 +1093,7 @@ impl InstanceStore {
             .truncate(true)
             .open(&temp)
             .and_then(|mut file| {
+                goondan_core::fault::before_write(goondan_core::fault::Point::ConversationCommit)?;
                 file.write_all(&lines)?;
                 file.sync_all()
             })
@@ -1099,8 +1112,10 @@ impl InstanceStore {
             .open(&path)
             .map_err(StoreError::io("opening the message log", &path))?;
         self.tail_unchecked = false;
+        goondan_core::fault::after_write(goondan_core::fault::Point::ConversationCommit);
         self.info.updated_at = now_millis();
-        self.write_info()
+        self.write_info_or_warn();
+        Ok(())
     }
 
     /// Counts a completed turn in instance.json (`turns`, `updatedAt`).
@@ -1186,7 +1201,11 @@ impl InstanceStore {
     }
 
     fn write_info(&self) -> Result<(), StoreError> {
-        write_info_atomically(&self.dir, &self.info_path, &self.info)
+        goondan_core::fault::before_write(goondan_core::fault::Point::InstanceInfo)
+            .map_err(StoreError::io("writing", &self.info_path))?;
+        write_info_atomically(&self.dir, &self.info_path, &self.info)?;
+        goondan_core::fault::after_write(goondan_core::fault::Point::InstanceInfo);
+        Ok(())
     }
 }
 
@@ -1211,6 +1230,8 @@ impl EventLogWriter {
 
 impl Write for EventLogWriter {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        goondan_core::fault::before_write(goondan_core::fault::Point::EventsLog)
+            .map_err(|error| self.annotate("appending to", error))?;
         let written = self.file.write(bytes).map_err(|error| self.annotate("appending to", error))?;
         if written > 0 {
             self.unsynced = true;

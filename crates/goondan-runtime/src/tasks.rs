@@ -357,8 +357,18 @@ impl TaskBook {
         let file = Arc::clone(&self.file);
         let written = tokio::task::spawn_blocking(move || {
             let file = file.lock().unwrap_or_else(PoisonError::into_inner);
-            (&*file).write_all(&line)?;
-            file.sync_data()
+            let length = file.metadata()?.len();
+            let written = goondan_core::fault::before_write(goondan_core::fault::Point::TaskUpdate)
+                .and_then(|()| (&*file).write_all(&line))
+                .and_then(|()| file.sync_data());
+            if written.is_err() {
+                // What reached the file is cut off again: the next record
+                // must not follow half of this one.
+                let _ = file.set_len(length).and_then(|()| file.sync_data());
+            } else {
+                goondan_core::fault::after_write(goondan_core::fault::Point::TaskUpdate);
+            }
+            written
         })
         .await
         .unwrap_or_else(|error| Err(io::Error::other(error.to_string())));
