@@ -575,6 +575,20 @@ struct Worker<'a> {
 }
 
 impl Worker<'_> {
+    /// Answers a message whose turn did not run because the conversation
+    /// could not be saved (`commitFailed`, as a turn whose commit failed):
+    /// its sender keeps the event and sends it again.
+    fn answer_unsaved(&self, correlation_id: String, from: String, wants_answer: bool, note: String) {
+        if !wants_answer {
+            return;
+        }
+        let outcome = TurnOutcome::ended(TurnEnd::CommitFailed { message: note });
+        let answer = answer_of(&outcome, summary(&outcome, self.tasks), self.me);
+        let _ = self.outbox.send(IpcMessage::DelegateResult(
+            Routed::new(self.me.to_string(), from, answer).correlated(correlation_id),
+        ));
+    }
+
     /// Runs the turn for one message; true if it asked for a restart.
     async fn run_job(&self, conversation: &mut Conversation, job: Job) -> bool {
         let Worker { agent, runtime, control, outbox, me, terminate, tasks } = *self;
@@ -583,6 +597,14 @@ impl Worker<'_> {
         // it recorded the turn's end): a turn that ran to its answer is not
         // run twice; what a cut-off turn left is taken out before it runs again.
         if let Some(key) = payload.metadata.get(DELIVERY_KEY).and_then(JsonValue::as_str) {
+            // What an earlier turn could not save is not in memory either:
+            // the check below must see what the store holds, never an
+            // answer that was not saved.
+            if !conversation.agrees_with_store().await {
+                let note = "the conversation cannot be read back from its store".to_owned();
+                self.answer_unsaved(correlation_id, from, wants_answer, note);
+                return false;
+            }
             match redelivery(conversation.messages(), key) {
                 Some(Redelivered::Answered(text)) => {
                     tracing::info!(delivery_key = key, "the event's turn already ran to its answer; not run again");
@@ -617,7 +639,12 @@ impl Worker<'_> {
                         ids.len()
                     );
                     if let Err(error) = conversation.remove_and_commit(&ids).await {
+                        // Not run on top of what it left: the event runs
+                        // again once the store can be written.
                         tracing::error!(delivery_key = key, %error, "taking out the cut-off turn failed");
+                        let note = format!("taking out the cut-off turn failed: {error}");
+                        self.answer_unsaved(correlation_id, from, wants_answer, note);
+                        return false;
                     }
                 }
                 None => {}
