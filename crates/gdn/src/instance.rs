@@ -186,7 +186,7 @@ fn list(
     // The store's errors already name their cause; anyhow's chain would repeat it.
     let instances = list_instances(root).map_err(|e| anyhow!("{e}"))?;
     // Events stored by a service whose turns have not run: by workspace, then `agent@key`.
-    let mut pending: BTreeMap<String, BTreeMap<String, usize>> = BTreeMap::new();
+    let mut pending: BTreeMap<String, BTreeMap<String, crate::service::Waiting>> = BTreeMap::new();
     // Services running on a workspace (their status file, trusted while they hold the inbox).
     let mut services: BTreeMap<String, crate::service_status::ServiceStatus> = BTreeMap::new();
     if let Ok(entries) = std::fs::read_dir(root.workspaces_dir()) {
@@ -205,9 +205,9 @@ fn list(
         workspace
             .and_then(|workspace| pending.get_mut(workspace))
             .and_then(|waiting| waiting.remove(&format!("{agent}@{key}")))
-            .unwrap_or(0)
+            .unwrap_or_default()
     };
-    let counts: Vec<usize> = instances
+    let counts: Vec<crate::service::Waiting> = instances
         .iter()
         .map(|instance| pending_of(instance.workspace.as_ref(), &instance.info.agent_name, &instance.info.instance_key))
         .collect();
@@ -216,14 +216,17 @@ fn list(
     for (workspace, waiting) in &pending {
         for (instance, count) in waiting {
             let (agent, key) = instance.split_once('@').unwrap_or((instance.as_str(), ""));
-            waiting_only.push((workspace.clone(), agent.to_owned(), key.to_owned(), *count));
+            waiting_only.push((workspace.clone(), agent.to_owned(), key.to_owned(), count.clone()));
         }
     }
     if global.json {
         let mut listed = Vec::new();
         for (instance, count) in instances.iter().zip(&counts) {
             let mut value = serde_json::to_value(instance)?;
-            value["pendingEvents"] = serde_json::json!(count);
+            value["pendingEvents"] = serde_json::json!(count.count);
+            if let Some(retrying) = &count.retrying {
+                value["retrying"] = serde_json::to_value(retrying)?;
+            }
             if let Some(host) = holder_of(holders, instance) {
                 value["host"] = serde_json::json!(host);
             }
@@ -233,10 +236,14 @@ fn list(
             listed.push(value);
         }
         for (workspace, agent, key, count) in &waiting_only {
-            listed.push(serde_json::json!({
+            let mut value = serde_json::json!({
                 "workspace": workspace, "agentName": agent, "instanceKey": key,
-                "running": false, "pendingEvents": count,
-            }));
+                "running": false, "pendingEvents": count.count,
+            });
+            if let Some(retrying) = &count.retrying {
+                value["retrying"] = serde_json::to_value(retrying)?;
+            }
+            listed.push(value);
         }
         writeln!(out.stdout, "{}", serde_json::to_string_pretty(&listed)?)?;
         return Ok(exit::OK);
@@ -270,7 +277,7 @@ fn list(
         .iter()
         .zip(&counts)
         .map(|(instance, count)| {
-            let mut cells = row(instance, *count, now);
+            let mut cells = row(instance, count, now);
             if let Some(host) = holder_of(holders, instance) {
                 cells[3] = format!("on host {host}");
             }
@@ -285,7 +292,7 @@ fn list(
             "waiting".to_owned(),
             "0".to_owned(),
             "0".to_owned(),
-            count.to_string(),
+            pending_cell(&count, now),
             "-".to_owned(),
             String::new(),
         ]);
@@ -310,7 +317,7 @@ fn holder_of<'a>(holders: Option<&'a BTreeMap<String, String>>, instance: &Liste
     holders?.get(&name).map(String::as_str)
 }
 
-fn row(instance: &ListedInstance, pending: usize, now: u64) -> [String; 9] {
+fn row(instance: &ListedInstance, pending: &crate::service::Waiting, now: u64) -> [String; 9] {
     let info = &instance.info;
     let status = match (instance.status.running, instance.status.pid) {
         (true, Some(pid)) => format!("running (pid {pid})"),
@@ -324,11 +331,22 @@ fn row(instance: &ListedInstance, pending: usize, now: u64) -> [String; 9] {
         status,
         info.turns.to_string(),
         info.messages.to_string(),
-        pending.to_string(),
+        pending_cell(pending, now),
         updated(info.updated_at, now),
         // The project's identity where its workspace says it, else the last opener's.
         instance.workspace_bundle.clone().unwrap_or_else(|| info.bundle.clone()),
     ]
+}
+
+/// The PENDING cell: the count, and whether a turn waits to be saved
+/// (`2 (retrying: not saved 3×, 4s ago)`).
+fn pending_cell(pending: &crate::service::Waiting, now: u64) -> String {
+    match &pending.retrying {
+        Some(retrying) => {
+            format!("{} (retrying: not saved {}×, {})", pending.count, retrying.failures, updated(retrying.at, now))
+        }
+        None => pending.count.to_string(),
+    }
 }
 
 /// The cells padded to their column's width, two spaces apart; the last

@@ -198,6 +198,14 @@ fn render(entry: &Entry) -> String {
             s("instance"),
             s("outcome").replace('_', " ")
         ),
+        (_, "retry") => format!(
+            "event #{} → {}@{}: its turn could not be saved ({} time(s)): {}; it stays stored and runs again",
+            r.get("seq").and_then(JsonValue::as_u64).unwrap_or(0),
+            s("agent"),
+            s("instance"),
+            r.get("failures").and_then(JsonValue::as_u64).unwrap_or(0),
+            s("reason")
+        ),
         (kind, _) if !kind.is_empty() => kind.to_owned(),
         _ => r.to_string(),
     };

@@ -246,6 +246,21 @@ fn loads_env_files(command: &Command) -> Option<Option<&Path>> {
     }
 }
 
+/// Standard error as the log's writer (with the `service.log` fault point
+/// of the crash tests).
+struct LogWriter;
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        goondan_core::fault::before_write(goondan_core::fault::Point::ServiceLog)?;
+        std::io::stderr().write(bytes)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
 fn init_logging(global: &cli::GlobalOptions) {
     use tracing_subscriber::EnvFilter;
     let default = if global.quiet {
@@ -264,7 +279,13 @@ fn init_logging(global: &cli::GlobalOptions) {
         .unwrap_or_else(|| EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| LogWriter)
+        // A log line that cannot be written (standard error is a log file on
+        // a full disk) is lost, and nothing else: by default the subscriber
+        // reports it with `eprintln!`, which panics when standard error
+        // fails — killing the thread that logged (the inbox's writer, the
+        // signal handler) and leaving a half-alive service.
+        .log_internal_errors(false)
         // Colour only for a terminal: a pipe or a log file gets plain text.
         .with_ansi(
             !global.no_color

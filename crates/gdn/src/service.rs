@@ -287,7 +287,7 @@ impl TurnRunner for HubTurns {
                 connection = %turn.entry.connection, event = %turn.entry.event.name, instance = %instance,
                 steps = answer.turn.as_ref().map_or(0, |t| t.steps), "event turn answered"
             ),
-            TurnEnd::Failed(message) | TurnEnd::Retry(message) => tracing::warn!(
+            TurnEnd::Failed(message) | TurnEnd::Retry(message) | TurnEnd::Unsaved(message) => tracing::warn!(
                 connection = %turn.entry.connection, event = %turn.entry.event.name, instance = %instance,
                 "event turn: {message}"
             ),
@@ -335,7 +335,7 @@ impl EventSpan {
         let trace_id = u128::from_str_radix(&self.trace_id, 16).map(u128::to_be_bytes).unwrap_or([0; 16]);
         let status = match end {
             TurnEnd::Answered | TurnEnd::Interrupted => goondan_telemetry::SpanStatus::Unset,
-            TurnEnd::Failed(message) | TurnEnd::Retry(message) | TurnEnd::Hold(message) => {
+            TurnEnd::Failed(message) | TurnEnd::Retry(message) | TurnEnd::Hold(message) | TurnEnd::Unsaved(message) => {
                 goondan_telemetry::SpanStatus::Error(message.clone())
             }
         };
@@ -365,6 +365,12 @@ fn classify(answer: &DelegateResultPayload, cancelled: bool) -> TurnEnd {
         Some(turn) => match turn.end.as_str() {
             "answered" | "stepLimit" => TurnEnd::Answered,
             "cancelled" if cancelled => TurnEnd::Interrupted,
+            // The agent's store failed (a full disk): not the turn's fault,
+            // and not done — it runs again once writes work.
+            "commitFailed" => TurnEnd::Unsaved(format!(
+                "the conversation could not be saved: {}",
+                turn.note.clone().unwrap_or_default()
+            )),
             other => TurnEnd::Failed(format!("the turn ended {other}: {}", turn.note.clone().unwrap_or_default())),
         },
         None if cancelled => TurnEnd::Interrupted,
@@ -376,6 +382,10 @@ fn classify(answer: &DelegateResultPayload, cancelled: bool) -> TurnEnd {
             // is kept for the start after the operator fixed it.
             if code == goondan_agent::instance::ready_codes::BUILD_FAILED {
                 TurnEnd::Hold(format!("{code}: {message}"))
+            } else if code == goondan_agent::instance::ready_codes::STORE_FAILED {
+                // The instance's files cannot be opened or written (a full
+                // disk): again with backoff until they can, never given up.
+                TurnEnd::Unsaved(format!("{code}: {message}"))
             } else {
                 TurnEnd::Retry(format!("{code}: {message}"))
             }
@@ -723,10 +733,12 @@ pub async fn serve(
             "listening": status.listening,
             "resumed": resumed,
         });
-        writeln!(out.stdout, "{line}")?;
-        out.stdout.flush()?;
+        let _ = writeln!(out.stdout, "{line}");
+        let _ = out.stdout.flush();
     } else {
-        writeln!(
+        // Status lines are never fatal: standard error may be a log on a
+        // full disk (`--detach`), and the service serves on regardless.
+        let _ = writeln!(
             out.stderr,
             "{}serving {} Connection(s): {}{}{} — Ctrl-C to stop{}",
             output::DIM,
@@ -735,17 +747,21 @@ pub async fn serve(
             if status.listening.is_empty() { String::new() } else { format!(" ({})", status.listening.join(", ")) },
             if resumed > 0 { format!("; {resumed} event(s) from the last run resumed") } else { String::new() },
             output::DIM.render_reset()
-        )?;
+        );
     }
 
     /// Why the wait below woke up.
     enum Wake {
         Stop(&'static str),
+        /// A part the service cannot go on without ended: it stops and
+        /// exits failed (nothing half-alive keeps the port).
+        Fatal(&'static str),
         Restart(crate::service_control::FullRestart),
         Edited(Option<crate::watch::Reload>),
     }
     let mut watch = options.watch;
     let mut restart = None;
+    let mut failed = false;
     let reason = loop {
         let wake = {
             // Until a signal, or every connector ended and nothing is left to run.
@@ -766,11 +782,18 @@ pub async fn serve(
                 _ = stop_rx.wait_for(|stop| *stop) => Wake::Stop("terminated"),
                 () = all_ended => Wake::Stop("every connector ended"),
                 Some(asked) = restart_asked.recv() => Wake::Restart(asked),
+                () = inbox.writer_ended() => Wake::Fatal("the inbox's writer ended"),
+                () = dispatcher.ended() => Wake::Fatal("the dispatcher of turns ended"),
                 reload = edited => Wake::Edited(reload),
             }
         };
         match wake {
             Wake::Stop(reason) => break reason,
+            Wake::Fatal(reason) => {
+                tracing::error!("the service cannot go on: {reason}; it stops");
+                failed = true;
+                break reason;
+            }
             Wake::Restart(asked) => {
                 restart = Some(asked);
                 break "a restart was asked for";
@@ -782,7 +805,7 @@ pub async fn serve(
             Wake::Edited(Some(crate::watch::Reload::Invalid(errors))) => {
                 // Running processes go on; a new one would not build: events wait for the fix.
                 orchestrator.pause_starts(true);
-                kept_running(out, "the bundle no longer validates", &errors)?;
+                kept_running(out, "the bundle no longer validates", &errors);
             }
             Wake::Edited(Some(crate::watch::Reload::Changed { bundle, changes })) => {
                 let Some(parts) = watch.as_ref() else { continue };
@@ -790,7 +813,7 @@ pub async fn serve(
                 // Turns that could not start on a broken bundle run now.
                 dispatcher.release_held();
                 for line in &changes.described {
-                    note(out, format_args!("↻ {line}"))?;
+                    note(out, format_args!("↻ {line}"));
                 }
                 if changes.everything {
                     match (parts.check_bundle)() {
@@ -799,7 +822,7 @@ pub async fn serve(
                             break "the bundle changed";
                         }
                         Err(errors) => {
-                            kept_running(out, "the edited bundle cannot be served", &errors)?;
+                            kept_running(out, "the edited bundle cannot be served", &errors);
                             continue;
                         }
                     }
@@ -812,7 +835,7 @@ pub async fn serve(
                 let new_plans = match plan_connections(&bundle, &options.swarm, &parts.entry_agent, &env) {
                     Ok(new_plans) => new_plans,
                     Err(errors) => {
-                        kept_running(out, "the edited Connections cannot start", &errors)?;
+                        kept_running(out, "the edited Connections cannot start", &errors);
                         continue;
                     }
                 };
@@ -837,19 +860,21 @@ pub async fn serve(
                             Ok(running) => {
                                 listening.insert(plan.name.clone(), addresses(plan, &running));
                                 supervised.push(supervise(plan.clone(), sink, own_stop, running));
-                                note(out, format_args!("↻ Connection '{name}': {which} connector runs"))?;
+                                note(out, format_args!("↻ Connection '{name}': {which} connector runs"));
                                 started = Some(plan.clone());
                                 break;
                             }
-                            Err(error) => output::error_line(
-                                &mut out.stderr,
-                                format_args!("Connection '{name}': {which} connector did not start: {error}"),
-                            )?,
+                            Err(error) => {
+                                let _ = output::error_line(
+                                    &mut out.stderr,
+                                    format_args!("Connection '{name}': {which} connector did not start: {error}"),
+                                );
+                            }
                         }
                     }
                     match started {
                         Some(plan) => plans.push(plan),
-                        None if new_plan.is_none() => note(out, format_args!("↻ Connection '{name}' removed"))?,
+                        None if new_plan.is_none() => note(out, format_args!("↻ Connection '{name}' removed")),
                         None => {}
                     }
                 }
@@ -891,23 +916,23 @@ pub async fn serve(
     let pending: usize = status.pending.values().sum();
     if options.json {
         let line = serde_json::json!({"status": "stopped", "reason": reason, "pending": pending, "notStarted": left});
-        writeln!(out.stdout, "{line}")?;
+        let _ = writeln!(out.stdout, "{line}");
     } else if restart.is_some() {
         let kept = if pending > 0 {
             format!("; {pending} event(s) stay stored and run once it serves")
         } else {
             String::new()
         };
-        note(out, format_args!("↻ restarting ({reason}){kept}"))?;
+        note(out, format_args!("↻ restarting ({reason}){kept}"));
     } else if pending > 0 {
-        writeln!(
+        let _ = writeln!(
             out.stderr,
             "{}stopped ({reason}); {pending} event(s) stay stored and run at the next start{}",
             output::DIM,
             output::DIM.render_reset()
-        )?;
+        );
     }
-    Ok(Served { code: crate::exit::OK, restart })
+    Ok(Served { code: if failed { crate::exit::FAILED } else { crate::exit::OK }, restart })
 }
 
 /// Starts the agent processes of the workspace's instances whose tasks
@@ -930,30 +955,46 @@ fn addresses(plan: &ConnectionPlan, started: &goondan_ingress::RunningConnector)
     started.listening.iter().map(|address| format!("{} on http://{address}", plan.name)).collect()
 }
 
-/// A status line of the service (dim on a terminal), also logged.
-fn note(out: &mut Output, line: std::fmt::Arguments<'_>) -> Result<()> {
+/// A status line of the service (dim on a terminal), also logged. A line
+/// that cannot be written (a log on a full disk) is not fatal.
+fn note(out: &mut Output, line: std::fmt::Arguments<'_>) {
     tracing::debug!("{line}");
-    writeln!(out.stderr, "{}{line}{}", output::DIM, output::DIM.render_reset())?;
-    Ok(())
+    let _ = writeln!(out.stderr, "{}{line}{}", output::DIM, output::DIM.render_reset());
 }
 
-/// An edit that cannot be taken: said with its reasons; what runs goes on.
-fn kept_running(out: &mut Output, what: &str, errors: &[String]) -> Result<()> {
+/// An edit that cannot be taken: said with its reasons; what runs goes on
+/// (whether or not the lines can be written).
+fn kept_running(out: &mut Output, what: &str, errors: &[String]) {
     tracing::debug!("watch: {what}; what runs is kept: {}", errors.join("; "));
-    output::error_line(&mut out.stderr, format_args!("{what}; the running one is kept:"))?;
+    let _ = output::error_line(&mut out.stderr, format_args!("{what}; the running one is kept:"));
     for error in errors {
-        writeln!(out.stderr, "  {error}")?;
+        let _ = writeln!(out.stderr, "  {error}");
     }
-    Ok(())
+}
+
+/// What waits for an instance in a workspace's inbox.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Waiting {
+    /// Events whose turns have not run to their end.
+    pub count: usize,
+    /// The latest note of a pending event whose turn could not be saved
+    /// (it runs again with backoff).
+    pub retrying: Option<goondan_ingress::inbox::Retrying>,
 }
 
 /// The pending events of a workspace's inbox, by `agent@instance`
 /// (`gdn instance list`).
-pub fn pending_by_instance(workspace_dir: &std::path::Path) -> BTreeMap<String, usize> {
-    let mut pending = BTreeMap::new();
+pub fn pending_by_instance(workspace_dir: &std::path::Path) -> BTreeMap<String, Waiting> {
+    let mut pending: BTreeMap<String, Waiting> = BTreeMap::new();
     if let Ok(events) = Inbox::read_pending(&workspace_dir.join(INBOX_FILE)) {
         for event in events {
-            *pending.entry(format!("{}@{}", event.entry.agent, event.entry.instance)).or_insert(0) += 1;
+            let waiting = pending.entry(format!("{}@{}", event.entry.agent, event.entry.instance)).or_default();
+            waiting.count += 1;
+            if let Some(retrying) = event.retrying
+                && waiting.retrying.as_ref().is_none_or(|seen| seen.at < retrying.at)
+            {
+                waiting.retrying = Some(retrying);
+            }
         }
     }
     pending
@@ -980,6 +1021,7 @@ mod tests {
         assert_eq!(classify(&failed("AGENT_BUILD_FAILED"), false), TurnEnd::Hold("AGENT_BUILD_FAILED: why".into()));
         assert_eq!(classify(&failed("AGENT_CRASHED"), false), TurnEnd::Retry("AGENT_CRASHED: why".into()));
         assert_eq!(classify(&failed("AGENT_BUILD_FAILED"), true), TurnEnd::Interrupted);
+        assert_eq!(classify(&failed("AGENT_STORE_FAILED"), false), TurnEnd::Unsaved("AGENT_STORE_FAILED: why".into()));
     }
 
     #[test]

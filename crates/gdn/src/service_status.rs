@@ -49,12 +49,24 @@ pub struct ServiceStatus {
 impl ServiceStatus {
     /// Writes it into `workspace_dir` (temp file, then rename).
     pub fn write(&self, workspace_dir: &Path) -> std::io::Result<()> {
+        use goondan_core::fault::{Point, after_write, before_write};
         let path = workspace_dir.join(STATUS_FILE);
         let temp = workspace_dir.join(format!(".{STATUS_FILE}.{}", std::process::id()));
-        let mut file = private_file().write(true).create(true).truncate(true).open(&temp)?;
-        file.write_all(serde_json::to_string_pretty(self).map_err(std::io::Error::other)?.as_bytes())?;
-        file.sync_all()?;
-        std::fs::rename(&temp, path)
+        let written = before_write(Point::ServiceStatus)
+            .and_then(|()| private_file().write(true).create(true).truncate(true).open(&temp))
+            .and_then(|mut file| {
+                file.write_all(serde_json::to_string_pretty(self).map_err(std::io::Error::other)?.as_bytes())?;
+                file.sync_all()
+            })
+            .and_then(|()| std::fs::rename(&temp, path));
+        match written {
+            Ok(()) => after_write(Point::ServiceStatus),
+            // No half-written temp file is left behind (a full disk).
+            Err(_) => {
+                let _ = std::fs::remove_file(&temp);
+            }
+        }
+        written
     }
 
     /// Removes the file of `workspace_dir`.
@@ -172,22 +184,27 @@ pub fn stop(global: &GlobalOptions, wait_secs: u64, out: &mut Output) -> Result<
         }
     };
     let dir: PathBuf = workspace.dir().to_path_buf();
-    let Some(status) = ServiceStatus::running(&dir) else {
+    // A service whose status file could not be written (a full disk) is
+    // found by its inbox's lock, which names its pid.
+    let running = ServiceStatus::running(&dir)
+        .map(|status| status.pid)
+        .or_else(|| goondan_ingress::inbox::holder_pid(&dir.join(goondan_ingress::inbox::INBOX_FILE)));
+    let Some(service_pid) = running else {
         writeln!(out.stderr, "no service of this project is running ({})", dir.display())?;
         return Ok(exit::OK);
     };
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(status.pid).unwrap_or(i32::MAX));
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(service_pid).unwrap_or(i32::MAX));
     if let Err(error) = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM) {
-        output::error_line(&mut out.stderr, format_args!("cannot signal the service (pid {}): {error}", status.pid))?;
+        output::error_line(&mut out.stderr, format_args!("cannot signal the service (pid {service_pid}): {error}"))?;
         return Ok(exit::FAILED);
     }
-    writeln!(out.stderr, "stopping the service (pid {}): running turns finish first …", status.pid)?;
+    writeln!(out.stderr, "stopping the service (pid {service_pid}): running turns finish first …")?;
     let deadline = std::time::Instant::now() + Duration::from_secs(wait_secs);
     while inbox_locked(&dir) {
         if std::time::Instant::now() > deadline {
             output::error_line(
                 &mut out.stderr,
-                format_args!("the service (pid {}) is still stopping after {wait_secs} s", status.pid),
+                format_args!("the service (pid {service_pid}) is still stopping after {wait_secs} s"),
             )?;
             return Ok(exit::FAILED);
         }
