@@ -264,7 +264,7 @@ impl Api {
             guard.check_url(&url).map_err(|refused| refused.to_failure(&format!("[{}] 'apiBaseUrl'", service.tag)))?;
             guard.client_builder()
         } else {
-            crate::tls::client_builder()
+            goondan_core::tls::client_builder(goondan_core::tls::SystemProxy::Ignored)
         };
         let client = builder
             .map_err(|error| error.to_string())

@@ -60,7 +60,11 @@ mod tests {
     #[tokio::test]
     async fn errors_are_described_without_their_url() {
         let url = format!("{}/bot123:secret/getMe", closed_base().await);
-        let Ok(Ok(client)) = crate::tls::client_builder().map(reqwest::ClientBuilder::build) else { panic!("client") };
+        let Ok(Ok(client)) = goondan_core::tls::client_builder(goondan_core::tls::SystemProxy::Ignored)
+            .map(reqwest::ClientBuilder::build)
+        else {
+            panic!("client")
+        };
         let Err(error) = client.get(&url).send().await else { panic!("a closed port answered") };
         assert!(error.to_string().contains("secret"), "{error}");
         let text = describe_error(error);

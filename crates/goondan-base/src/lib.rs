@@ -29,7 +29,6 @@ pub mod slack;
 pub mod tasks;
 pub mod telegram;
 pub mod text_transform;
-pub mod tls;
 pub mod tool_processes;
 mod utf8;
 pub mod wait;

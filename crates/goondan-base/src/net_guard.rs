@@ -34,6 +34,7 @@ use std::sync::Arc;
 use goondan_core::address::canonical;
 pub use goondan_core::address::{is_public, non_public_reason};
 use goondan_core::codes::{E_PROTOCOL_NOT_ALLOWED, E_SSRF_BLOCKED, E_TOO_MANY_REDIRECTS};
+use goondan_core::tls::{SystemProxy, TlsError};
 use goondan_tools::ToolFailure;
 use ipnet::IpNet;
 use reqwest::Url;
@@ -240,7 +241,7 @@ impl NetGuard {
     ///
     /// No proxy is essential: through a proxy the client would connect to the
     /// proxy and the resolver would never see the target.
-    pub fn client_builder(&self) -> Result<reqwest::ClientBuilder, rustls::Error> {
+    pub fn client_builder(&self) -> Result<reqwest::ClientBuilder, TlsError> {
         let allow = Arc::clone(&self.allow);
         let policy = Policy::custom(move |attempt: Attempt<'_>| {
             if attempt.previous().len() > MAX_REDIRECTS {
@@ -256,7 +257,7 @@ impl NetGuard {
                 Err(refused) => attempt.error(refused),
             }
         });
-        Ok(crate::tls::client_builder()?
+        Ok(goondan_core::tls::client_builder(SystemProxy::Ignored)?
             .dns_resolver(GuardedResolver { allow: Arc::clone(&self.allow) })
             .redirect(policy))
     }

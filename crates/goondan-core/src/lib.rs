@@ -15,6 +15,8 @@ pub mod message;
 pub mod naming;
 pub mod object_ref;
 pub mod secret;
+#[cfg(feature = "tls")]
+pub mod tls;
 pub mod tool;
 
 pub use conversation::{ConversationState, MessageEvent, MessageEventError, RepairReport};

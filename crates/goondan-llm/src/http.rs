@@ -10,34 +10,24 @@
 //! [`ERROR_TYPE_STATUS`]), else 500. So an overloaded or rate-limited stream
 //! classifies (retryable or not) like the same error sent as a status.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use goondan_core::JsonValue;
+use goondan_core::tls::SystemProxy;
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 
 use crate::config::{ModelSettings, Secret};
 use crate::error::ModelError;
 
-/// An HTTPS client (rustls with the ring provider and Mozilla roots, set per
-/// client so nothing process-wide has to be installed) with a connect
-/// timeout. Model replies can stream for minutes, so there is no overall
+/// An HTTPS client ([`goondan_core::tls`], through the environment's proxy)
+/// with a connect timeout. Model replies can stream for minutes, so there is no overall
 /// request timeout here; providers bound the wait for each chunk instead.
 pub fn client(provider: &str) -> Result<reqwest::Client, ModelError> {
-    let config = tls_config().map_err(|e| ModelError::Config(format!("{provider}: TLS setup failed: {e}")))?;
-    reqwest::Client::builder()
-        .tls_backend_preconfigured(config)
+    goondan_core::tls::client_builder(SystemProxy::Honoured)
+        .map_err(|e| ModelError::Config(format!("{provider}: {e}")))?
         .connect_timeout(Duration::from_secs(30))
         .build()
         .map_err(|e| ModelError::Config(format!("{provider}: HTTP client setup failed: {e}")))
-}
-
-fn tls_config() -> Result<rustls::ClientConfig, rustls::Error> {
-    let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
-    Ok(rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_no_client_auth())
 }
 
 /// How often and how patiently to retry: exponential backoff with jitter

@@ -28,6 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, PoisonError};
 use std::time::Duration;
 
+use goondan_core::tls::SystemProxy;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelTaskParams, CancelledNotificationParam,
     ClientCapabilities, ClientConfig, ClientRequest, GetTaskParams, Implementation, ProgressNotificationParam,
@@ -813,16 +814,12 @@ async fn handshake<E: std::fmt::Display>(
     started.unwrap_or(Err(ClientError::Timeout))
 }
 
-/// An HTTPS client: rustls with the ring provider and the Mozilla roots, set
-/// on this client rather than process-wide; no system proxy.
+/// An HTTPS client ([`goondan_core::tls`]); no system proxy.
 fn http_client() -> Result<reqwest::Client, String> {
-    let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
+    goondan_core::tls::client_builder(SystemProxy::Ignored)
         .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    reqwest::Client::builder().tls_backend_preconfigured(tls).no_proxy().build().map_err(|e| e.to_string())
+        .build()
+        .map_err(|e| e.to_string())
 }
 
 /// Logs the server's stderr and keeps its last lines for a failed start.

@@ -14,6 +14,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use goondan_core::tls::SystemProxy;
+
 use crate::config::TelemetryConfig;
 use crate::otlp;
 use crate::sink::{Assembler, EventRecord};
@@ -138,17 +140,11 @@ impl Exporter {
     }
 }
 
+/// The collector's client: straight to it, no proxy, bounded by the export timeout.
 fn http_client(config: &TelemetryConfig) -> Result<reqwest::Client, String> {
-    let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
+    goondan_core::tls::client_builder(SystemProxy::Ignored)
         .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    reqwest::Client::builder()
-        .tls_backend_preconfigured(tls)
         .timeout(config.timeout)
-        .no_proxy()
         .build()
         .map_err(|e| e.to_string())
 }

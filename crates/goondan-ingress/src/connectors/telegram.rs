@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use backon::{BackoffBuilder as _, ExponentialBackoff, ExponentialBuilder};
 use goondan_core::JsonValue;
+use goondan_core::tls::SystemProxy;
 use tokio_util::sync::CancellationToken;
 
 use crate::connector::{ConnectorContext, ConnectorError, RunningConnector, StartFuture};
@@ -71,17 +72,12 @@ pub fn start(ctx: ConnectorContext) -> StartFuture {
     })
 }
 
-/// A reqwest client with rustls and the ring provider, set per client so no
-/// process-wide provider has to be installed first.
+/// The Bot API's client ([`goondan_core::tls`], through the environment's proxy).
 fn http_client() -> Result<reqwest::Client, String> {
-    let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
+    goondan_core::tls::client_builder(SystemProxy::Honoured)
         .map_err(|error| error.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    reqwest::Client::builder().tls_backend_preconfigured(tls).build().map_err(|error| error.without_url().to_string())
+        .build()
+        .map_err(|error| error.without_url().to_string())
 }
 
 /// The connector's settings, from the Connection's config (then secrets, as
