@@ -1,16 +1,18 @@
-//! `network.allow` entries are read twice: by `gdn validate`
-//! (`goondan_config::parse_network_allow`, with a diagnostic per mistake) and
-//! by the sandbox that enforces them (`goondan_sandbox::Target::parse`). They
-//! must agree, or a bundle that validates would have its commands refused
-//! at run time (or the reverse). The runtime hands the sandbox the
-//! validator's rendering of each entry, so that must parse to the same
-//! target too.
+//! `network.allow` entries are read twice: by the bundle's side
+//! (`SandboxNetwork::targets`, which `gdn validate`, the runtime and MCP
+//! use) and by the sandbox that enforces them (`goondan_sandbox::AllowList`).
+//! Both read them with `goondan_core::host_port`; they must agree, or a
+//! bundle that validates would have its commands refused at run time (or
+//! the reverse). The runtime hands the sandbox the bundle side's rendering
+//! of each entry, so that must parse to the same target too.
 
+use goondan_config::SandboxNetwork;
+use goondan_sandbox::AllowList;
 use proptest::prelude::*;
 
 fn check(entry: &str) -> Result<(), TestCaseError> {
-    let validated = goondan_config::parse_network_allow(entry);
-    let enforced = goondan_sandbox::Target::parse(entry, None);
+    let validated = SandboxNetwork { allow: vec![entry.to_owned()] }.targets();
+    let enforced = AllowList::parse(&[entry]);
     prop_assert_eq!(
         validated.is_ok(),
         enforced.is_ok(),
@@ -20,9 +22,9 @@ fn check(entry: &str) -> Result<(), TestCaseError> {
         enforced
     );
     if let (Ok(validated), Ok(enforced)) = (validated, enforced) {
-        let rendered = validated.to_string();
-        let reparsed = goondan_sandbox::Target::parse(&rendered, None);
-        prop_assert_eq!(reparsed.as_ref().map(ToString::to_string).ok(), Some(enforced.to_string()), "{:?}", entry);
+        let rendered: Vec<String> = validated.iter().map(ToString::to_string).collect();
+        let reparsed = AllowList::parse(&rendered);
+        prop_assert_eq!(reparsed.as_ref().ok(), Some(&enforced), "{:?}", entry);
     }
     Ok(())
 }

@@ -39,6 +39,5 @@ pub use resources::{
     SandboxPolicy, SwarmSpec, ToolCallScope, ToolExport, ToolSpec, ValueSource,
 };
 pub use sandbox::{
-    EffectiveSandbox, LimitBound, LimitError, NetworkAllowError, NetworkHost, NetworkTarget, SandboxLimits,
-    SandboxPathError, SandboxSource, parse_network_allow, resolve_sandbox_path,
+    EffectiveSandbox, LimitBound, LimitError, SandboxLimits, SandboxPathError, SandboxSource, resolve_sandbox_path,
 };

@@ -441,7 +441,7 @@ pub struct SandboxConfig {
 #[serde(deny_unknown_fields)]
 pub struct SandboxNetwork {
     /// `host:port` entries the commands may connect to (hostname, IPv4, or
-    /// bracketed IPv6): see [`crate::sandbox::parse_network_allow`].
+    /// bracketed IPv6): see [`goondan_core::host_port`].
     /// `policy: full` has no network limit and ignores them.
     #[serde(default)]
     pub allow: Vec<String>,

@@ -8,9 +8,9 @@
 //! is what the sandbox is built from.
 
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Component, Path, PathBuf};
 
+use goondan_core::host_port::{HostPort, HostPortError};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value as JsonValue;
 
@@ -153,180 +153,10 @@ impl SandboxConfig {
 }
 
 impl SandboxNetwork {
-    /// The `allow` entries parsed ([`parse_network_allow`]).
-    pub fn targets(&self) -> Result<Vec<NetworkTarget>, NetworkAllowError> {
-        self.allow.iter().map(|entry| parse_network_allow(entry)).collect()
-    }
-}
-
-/// One `network.allow` entry: a host and a port.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct NetworkTarget {
-    /// The host.
-    pub host: NetworkHost,
-    /// The port, 1 to 65535.
-    pub port: u16,
-}
-
-/// The host of a [`NetworkTarget`].
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum NetworkHost {
-    /// A host name, in lower case (`api.example.com`, `localhost`).
-    Name(String),
-    /// An IPv4 or IPv6 address.
-    Ip(IpAddr),
-}
-
-impl fmt::Display for NetworkTarget {
-    /// `host:port`, an IPv6 address in brackets.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.host {
-            NetworkHost::Name(name) => write!(f, "{name}:{}", self.port),
-            NetworkHost::Ip(IpAddr::V4(ip)) => write!(f, "{ip}:{}", self.port),
-            NetworkHost::Ip(IpAddr::V6(ip)) => write!(f, "[{ip}]:{}", self.port),
-        }
-    }
-}
-
-impl std::str::FromStr for NetworkTarget {
-    type Err = NetworkAllowError;
-
-    fn from_str(entry: &str) -> Result<Self, Self::Err> {
-        parse_network_allow(entry)
-    }
-}
-
-/// Why a `network.allow` entry is not `host:port`.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum NetworkAllowError {
-    /// An empty entry.
-    #[error("an empty entry")]
-    Empty,
-    /// White space in the entry.
-    #[error("'{0}' contains white space")]
-    WhiteSpace(String),
-    /// `https://…`.
-    #[error("'{0}' has a scheme; write only host:port")]
-    Scheme(String),
-    /// `host:port/path`.
-    #[error("'{0}' has a path; write only host:port")]
-    Path(String),
-    /// No `:port`.
-    #[error("'{0}' has no port; write host:port, e.g. {0}:443")]
-    NoPort(String),
-    /// A port that is not 1 to 65535.
-    #[error("'{entry}': port '{port}' is not a number from 1 to 65535")]
-    Port {
-        /// The entry.
-        entry: String,
-        /// The port as written.
-        port: String,
-    },
-    /// An IPv6 address without brackets (`::1:9000`).
-    #[error("'{0}': an IPv6 address must be in brackets, e.g. [::1]:9000")]
-    UnbracketedIpv6(String),
-    /// Something in brackets that is not an IPv6 address.
-    #[error("'{0}': the part in brackets is not an IPv6 address")]
-    Ipv6(String),
-    /// Digits and dots that are not an IPv4 address (`300.1.1.1`).
-    #[error("'{0}': the host is not a valid IPv4 address")]
-    Ipv4(String),
-    /// A host name that is not one (`*.example.com`, `a_b`, `-x`).
-    #[error(
-        "'{0}': the host is not a host name (letters, digits and '-' in dot-separated labels), an IPv4 address or a bracketed IPv6 address"
-    )]
-    Host(String),
-}
-
-/// Parses a `network.allow` entry: `host:port` where the host is a host
-/// name (labels of letters, digits and `-`, not starting or ending with
-/// `-`, at most 63 characters each and 253 in all), an IPv4 address, or an
-/// IPv6 address in brackets; the port is 1 to 65535. No scheme, no path, no
-/// wildcard.
-pub fn parse_network_allow(entry: &str) -> Result<NetworkTarget, NetworkAllowError> {
-    let owned = || entry.to_owned();
-    if entry.is_empty() {
-        return Err(NetworkAllowError::Empty);
-    }
-    if entry.chars().any(char::is_whitespace) {
-        return Err(NetworkAllowError::WhiteSpace(owned()));
-    }
-    if entry.contains("://") {
-        return Err(NetworkAllowError::Scheme(owned()));
-    }
-    if entry.contains(['/', '?', '#']) {
-        return Err(NetworkAllowError::Path(owned()));
-    }
-    let (host, port) = if let Some(rest) = entry.strip_prefix('[') {
-        let Some((inside, after)) = rest.split_once(']') else {
-            return Err(NetworkAllowError::Ipv6(owned()));
-        };
-        let ip: Ipv6Addr = inside.parse().map_err(|_| NetworkAllowError::Ipv6(owned()))?;
-        let Some(port) = after.strip_prefix(':') else {
-            return Err(if after.is_empty() {
-                NetworkAllowError::NoPort(owned())
-            } else {
-                NetworkAllowError::Host(owned())
-            });
-        };
-        (NetworkHost::Ip(IpAddr::V6(ip)), port)
-    } else {
-        let Some((host, port)) = entry.rsplit_once(':') else {
-            return Err(NetworkAllowError::NoPort(owned()));
-        };
-        if host.contains(':') {
-            // `::1:9000`, `fe80::1:443`: the port cannot be told from the address.
-            return Err(if host.parse::<Ipv6Addr>().is_ok() || entry.parse::<Ipv6Addr>().is_ok() {
-                NetworkAllowError::UnbracketedIpv6(owned())
-            } else {
-                NetworkAllowError::Host(owned())
-            });
-        }
-        (parse_host(host).ok_or_else(|| host_error(entry, host))?, port)
-    };
-    let port = parse_port(port).ok_or_else(|| NetworkAllowError::Port { entry: owned(), port: port.to_owned() })?;
-    Ok(NetworkTarget { host, port })
-}
-
-/// A port as written in an entry: 1 to 65535, digits only (no sign, no
-/// leading `+`).
-fn parse_port(port: &str) -> Option<u16> {
-    // At most five digits, as the sandbox's proxy reads a port.
-    if port.is_empty() || port.len() > 5 || !port.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    port.parse::<u16>().ok().filter(|port| *port != 0)
-}
-
-/// A host name or an IPv4 address.
-fn parse_host(host: &str) -> Option<NetworkHost> {
-    // A fully qualified name's trailing dot (`example.com.`) is the same
-    // host, as the sandbox's proxy reads it.
-    let host = host.strip_suffix('.').unwrap_or(host);
-    if host.is_empty() || host.len() > 253 {
-        return None;
-    }
-    if host.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
-        // All digits and dots: an IPv4 address or nothing (a host name's
-        // last label is never all digits).
-        return host.parse::<Ipv4Addr>().ok().map(|ip| NetworkHost::Ip(IpAddr::V4(ip)));
-    }
-    let labels_ok = host.split('.').all(|label| {
-        !label.is_empty()
-            && label.len() <= 63
-            && !label.starts_with('-')
-            && !label.ends_with('-')
-            && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-    });
-    let last_numeric = host.rsplit('.').next().is_some_and(|last| last.bytes().all(|b| b.is_ascii_digit()));
-    (labels_ok && !last_numeric).then(|| NetworkHost::Name(host.to_ascii_lowercase()))
-}
-
-fn host_error(entry: &str, host: &str) -> NetworkAllowError {
-    if !host.is_empty() && host.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
-        NetworkAllowError::Ipv4(entry.to_owned())
-    } else {
-        NetworkAllowError::Host(entry.to_owned())
+    /// The `allow` entries parsed (`goondan_core::host_port`, the grammar
+    /// the sandbox's proxy reads them with).
+    pub fn targets(&self) -> Result<Vec<HostPort>, HostPortError> {
+        self.allow.iter().map(|entry| HostPort::parse(entry, None)).collect()
     }
 }
 
@@ -558,59 +388,6 @@ fn de_memory<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<LimitB
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn target(entry: &str) -> Result<String, NetworkAllowError> {
-        parse_network_allow(entry).map(|target| target.to_string())
-    }
-
-    #[test]
-    fn allow_entries_of_every_host_form_parse() {
-        assert_eq!(target("api.example.com:443"), Ok("api.example.com:443".to_owned()));
-        assert_eq!(target("API.Example.COM:443"), Ok("api.example.com:443".to_owned()), "names in lower case");
-        assert_eq!(target("localhost:8080"), Ok("localhost:8080".to_owned()));
-        assert_eq!(target("127.0.0.1:8080"), Ok("127.0.0.1:8080".to_owned()));
-        assert_eq!(target("[::1]:9000"), Ok("[::1]:9000".to_owned()));
-        assert_eq!(target("[2001:db8::1]:65535"), Ok("[2001:db8::1]:65535".to_owned()));
-        assert_eq!(target("x-1.b2:1"), Ok("x-1.b2:1".to_owned()));
-        let Ok(parsed) = parse_network_allow("10.0.0.2:22") else { panic!("10.0.0.2:22") };
-        assert_eq!(parsed, NetworkTarget { host: NetworkHost::Ip(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2))), port: 22 });
-    }
-
-    #[test]
-    fn allow_entries_that_are_not_host_port_are_refused_saying_why() {
-        type Expected = fn(&NetworkAllowError) -> bool;
-        let cases: [(&str, Expected); 20] = [
-            ("", |e| matches!(e, NetworkAllowError::Empty)),
-            ("api.example.com", |e| matches!(e, NetworkAllowError::NoPort(_))),
-            ("https://api.example.com:443", |e| matches!(e, NetworkAllowError::Scheme(_))),
-            ("api.example.com:443/v1", |e| matches!(e, NetworkAllowError::Path(_))),
-            ("api.example.com:443?x", |e| matches!(e, NetworkAllowError::Path(_))),
-            ("api.example.com:0", |e| matches!(e, NetworkAllowError::Port { .. })),
-            ("api.example.com:65536", |e| matches!(e, NetworkAllowError::Port { .. })),
-            ("api.example.com:+443", |e| matches!(e, NetworkAllowError::Port { .. })),
-            ("api.example.com:", |e| matches!(e, NetworkAllowError::Port { .. })),
-            ("api.example.com:https", |e| matches!(e, NetworkAllowError::Port { .. })),
-            ("::1:9000", |e| matches!(e, NetworkAllowError::UnbracketedIpv6(_))),
-            ("[::1]", |e| matches!(e, NetworkAllowError::NoPort(_))),
-            ("[::1:9000", |e| matches!(e, NetworkAllowError::Ipv6(_))),
-            ("[not-v6]:9000", |e| matches!(e, NetworkAllowError::Ipv6(_))),
-            ("300.1.1.1:80", |e| matches!(e, NetworkAllowError::Ipv4(_))),
-            ("*.example.com:443", |e| matches!(e, NetworkAllowError::Host(_))),
-            ("a_b.example.com:443", |e| matches!(e, NetworkAllowError::Host(_))),
-            ("-x.example.com:443", |e| matches!(e, NetworkAllowError::Host(_))),
-            (":443", |e| matches!(e, NetworkAllowError::Host(_))),
-            ("api .example.com:443", |e| matches!(e, NetworkAllowError::WhiteSpace(_))),
-        ];
-        for (entry, expected) in cases {
-            match parse_network_allow(entry) {
-                Err(error) => assert!(expected(&error), "{entry:?}: {error:?}"),
-                Ok(target) => panic!("{entry:?} was accepted as {target}"),
-            }
-        }
-        let long_label = format!("{}.com:443", "a".repeat(64));
-        assert!(matches!(parse_network_allow(&long_label), Err(NetworkAllowError::Host(_))));
-        assert!(matches!(parse_network_allow("example.123:443"), Err(NetworkAllowError::Host(_))));
-    }
 
     #[test]
     fn paths_are_made_absolute_against_the_bundle_and_the_home_directory() {

@@ -974,7 +974,7 @@ fn check_sandbox_network(reporter: &mut DocReporter<'_>, map: &JsonObject) -> us
     for (index, entry) in entries.iter().enumerate() {
         let path = format!("spec.sandbox.network.allow[{index}]");
         let problem = match entry.as_str() {
-            Some(text) => crate::sandbox::parse_network_allow(text).err().map(|error| error.to_string()),
+            Some(text) => goondan_core::host_port::HostPort::parse(text, None).err().map(|error| error.to_string()),
             None => Some(format!("must be a string, got {}", goondan_core::json_type_name(entry))),
         };
         if let Some(problem) = problem {

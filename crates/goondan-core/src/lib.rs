@@ -9,6 +9,7 @@ pub mod codes;
 pub mod conversation;
 pub mod fault;
 pub mod help;
+pub mod host_port;
 pub mod ids;
 pub mod js_message;
 pub mod message;

@@ -18,7 +18,7 @@ pub enum SandboxConfigError {
     Path(#[from] goondan_config::SandboxPathError),
     /// A `network.allow` entry.
     #[error("{0}")]
-    Network(#[from] goondan_config::NetworkAllowError),
+    Network(#[from] goondan_core::host_port::HostPortError),
 }
 
 /// The sandbox every command of `agent` runs in, when it runs in `swarm`;

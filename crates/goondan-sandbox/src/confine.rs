@@ -354,7 +354,8 @@ impl Sandbox {
         if let Some(missing) = support.missing() {
             return Err(missing);
         }
-        let allow = AllowList::parse(&self.spec.network_allow).map_err(|error| error.to_string())?;
+        let allow = AllowList::parse(&self.spec.network_allow)
+            .map_err(|error| format!("a spec.sandbox.network.allow entry is not host:port: {error}"))?;
         let private =
             private_dir().map_err(|error| format!("cannot create its private temporary directory: {error}"))?;
         let (holder, network) = if allow.is_empty() {

@@ -31,13 +31,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use goondan_core::host_port::HostPort;
 use landlock::{
     ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd, Ruleset, RulesetAttr,
     RulesetCreatedAttr, Scope,
 };
 use nix::sched::CloneFlags;
 
-use crate::allow::{AllowList, Target};
+use crate::allow::AllowList;
 
 /// The first argument that makes a binary run [`run_network_holder`]: the
 /// default holder is the running executable with this argument, so a binary
@@ -300,7 +301,7 @@ fn handle(client: TcpStream, allow: &AllowList) -> io::Result<()> {
 /// tunnel).
 /// Written straight to the (non-blocking) pipe, whole or not at all: a full
 /// pipe drops the report rather than hold the client.
-fn report_refusal(target: &Target, reason: &str) {
+fn report_refusal(target: &HostPort, reason: &str) {
     let reason: String = reason.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
     let millis = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |since| since.as_millis());
     let mut line = format!("{MAGIC} refused {millis} {target} {reason}");
@@ -341,7 +342,7 @@ fn read_head(mut client: &TcpStream) -> io::Result<Option<(Vec<u8>, Vec<u8>)>> {
 /// What a client asked the proxy for.
 #[derive(Debug, PartialEq, Eq)]
 struct Request {
-    target: Target,
+    target: HostPort,
     /// For an absolute-form request, the head to send upstream (origin-form
     /// request line, hop-by-hop headers dropped, `Connection: close`);
     /// `None` for `CONNECT`.
@@ -364,7 +365,7 @@ impl Request {
             return Err("the request line is not `METHOD target HTTP/1.x`".to_owned());
         }
         if method == "CONNECT" {
-            let target = Target::parse(uri, None).map_err(|error| error.to_string())?;
+            let target = HostPort::parse(uri, None).map_err(|error| error.to_string())?;
             return Ok(Self { target, forward: None });
         }
         let (scheme, rest) = uri.split_once("://").unwrap_or(("", uri));
@@ -377,7 +378,7 @@ impl Request {
         }
         let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
         let (authority, path) = rest.split_at(authority_end);
-        let target = Target::parse(authority, Some(80)).map_err(|error| error.to_string())?;
+        let target = HostPort::parse(authority, Some(80)).map_err(|error| error.to_string())?;
         let path = path.split('#').next().unwrap_or_default();
         let path = match path.chars().next() {
             Some('/') => path.to_owned(),

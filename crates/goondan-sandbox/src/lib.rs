@@ -76,7 +76,7 @@ mod refusal;
 mod root;
 mod support;
 
-pub use allow::{AllowList, EntryError, Host, Refused, Target};
+pub use allow::{AllowList, Refused};
 pub use confine::{Sandbox, SandboxError};
 pub use holder::{NETWORK_HOLDER_ARG, NETWORK_HOLDER_ENV, run_network_holder};
 pub use limits::{
