@@ -339,11 +339,17 @@ fn row(instance: &ListedInstance, pending: &crate::service::Waiting, now: u64) -
 }
 
 /// The PENDING cell: the count, and whether a turn waits to be saved
-/// (`2 (retrying: not saved 3×, 4s ago)`).
+/// (`2 (retrying: not saved 3×, 4s ago)`) or for an agent host that can
+/// run it (`1 (retrying: no agent host 2×, now)`).
 fn pending_cell(pending: &crate::service::Waiting, now: u64) -> String {
     match &pending.retrying {
         Some(retrying) => {
-            format!("{} (retrying: not saved {}×, {})", pending.count, retrying.failures, updated(retrying.at, now))
+            let why = if retrying.reason.starts_with(goondan_ipc::codes::AGENT_NO_HOST) {
+                "no agent host"
+            } else {
+                "not saved"
+            };
+            format!("{} (retrying: {why} {}×, {})", pending.count, retrying.failures, updated(retrying.at, now))
         }
         None => pending.count.to_string(),
     }

@@ -287,7 +287,10 @@ impl TurnRunner for HubTurns {
                 connection = %turn.entry.connection, event = %turn.entry.event.name, instance = %instance,
                 steps = answer.turn.as_ref().map_or(0, |t| t.steps), "event turn answered"
             ),
-            TurnEnd::Failed(message) | TurnEnd::Retry(message) | TurnEnd::Unsaved(message) => tracing::warn!(
+            TurnEnd::Failed(message)
+            | TurnEnd::Retry(message)
+            | TurnEnd::Unsaved(message)
+            | TurnEnd::Waiting(message) => tracing::warn!(
                 connection = %turn.entry.connection, event = %turn.entry.event.name, instance = %instance,
                 "event turn: {message}"
             ),
@@ -335,9 +338,11 @@ impl EventSpan {
         let trace_id = u128::from_str_radix(&self.trace_id, 16).map(u128::to_be_bytes).unwrap_or([0; 16]);
         let status = match end {
             TurnEnd::Answered | TurnEnd::Interrupted => goondan_telemetry::SpanStatus::Unset,
-            TurnEnd::Failed(message) | TurnEnd::Retry(message) | TurnEnd::Hold(message) | TurnEnd::Unsaved(message) => {
-                goondan_telemetry::SpanStatus::Error(message.clone())
-            }
+            TurnEnd::Failed(message)
+            | TurnEnd::Retry(message)
+            | TurnEnd::Hold(message)
+            | TurnEnd::Unsaved(message)
+            | TurnEnd::Waiting(message) => goondan_telemetry::SpanStatus::Error(message.clone()),
         };
         goondan_telemetry::SpanRecord {
             trace_id,
@@ -386,6 +391,10 @@ fn classify(answer: &DelegateResultPayload, cancelled: bool) -> TurnEnd {
                 // The instance's files cannot be opened or written (a full
                 // disk): again with backoff until they can, never given up.
                 TurnEnd::Unsaved(format!("{code}: {message}"))
+            } else if code == goondan_ipc::codes::AGENT_NO_HOST {
+                // Across hosts, none can run the agent now: kept until one
+                // joins, never given up.
+                TurnEnd::Waiting(format!("{code}: {message}"))
             } else {
                 TurnEnd::Retry(format!("{code}: {message}"))
             }
@@ -1022,6 +1031,7 @@ mod tests {
         assert_eq!(classify(&failed("AGENT_CRASHED"), false), TurnEnd::Retry("AGENT_CRASHED: why".into()));
         assert_eq!(classify(&failed("AGENT_BUILD_FAILED"), true), TurnEnd::Interrupted);
         assert_eq!(classify(&failed("AGENT_STORE_FAILED"), false), TurnEnd::Unsaved("AGENT_STORE_FAILED: why".into()));
+        assert_eq!(classify(&failed("AGENT_NO_HOST"), false), TurnEnd::Waiting("AGENT_NO_HOST: why".into()));
     }
 
     #[test]

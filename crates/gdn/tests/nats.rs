@@ -606,7 +606,7 @@ fn with_no_host_carrying_the_labels_the_request_fails_naming_them() -> TestResul
     assert_eq!(body["text"], "gpu done", "{body}");
     let coordinator = cluster.host("h1").messages("coordinator", "default");
     let result = &results(&coordinator)[0];
-    assert_eq!(result["error"]["code"], "AGENT_UNAVAILABLE", "{result}");
+    assert_eq!(result["error"]["code"], "AGENT_NO_HOST", "{result}");
     let message = result["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("gpu") && message.contains("true"), "{message}");
     Ok(())
@@ -913,6 +913,48 @@ fn a_detached_hub_serves_its_connection_through_a_host_and_gdn_stop_ends_it() ->
     until("the host's agent process ends", Duration::from_secs(20), || children_of(h1.pid()).is_empty())
         .map_err(|e| format!("{e}{}", cluster.diagnostics()))?;
     assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err(), "the webhook still listens");
+    Ok(())
+}
+
+/// An event for an agent whose labels no connected host carries is kept
+/// stored, its turn tried again (shown as retrying) rather than given up,
+/// and it runs once, when a host with the labels joins.
+#[test]
+fn a_services_event_waits_for_a_host_with_its_agents_labels() -> TestResult {
+    let bundle = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/nats-service-labelled");
+    let Some(cluster) = Cluster::start_with(bundle, NatsOptions::default(), &[&["zone=eu"]], &[])? else {
+        return Ok(());
+    };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let gdn = |args: &[&str]| cluster.on_hub(args, &[("NATS_TEST_WEBHOOK_PORT", port.to_string())]);
+    let workdir = cluster.hub_work.path().display().to_string();
+    let started = gdn(&["run", "--nats", &cluster.nats.url(), "--workdir", &workdir, "--detach"])?;
+    assert_eq!(started.status.code(), Some(0), "{}{}", String::from_utf8_lossy(&started.stderr), cluster.diagnostics());
+    let response = post_event(port, "hello")?;
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    // Tried more often than a turn that fails is (three starts), and still pending.
+    let retrying = || {
+        let listed = gdn(&["--json", "instance", "list"]).ok()?;
+        let rows: Value = serde_json::from_slice(&listed.stdout).ok()?;
+        rows.as_array()?.iter().find_map(|row| {
+            let failures = row["retrying"]["failures"].as_u64()?;
+            (row["pendingEvents"].as_u64() == Some(1)).then_some(failures)
+        })
+    };
+    until("the event is retried four times and still pending", Duration::from_secs(60), || {
+        retrying().is_some_and(|failures| failures >= 4)
+    })
+    .map_err(|e| format!("{e}{}", cluster.diagnostics()))?;
+    // A host with the label joins: the event's turn runs there, once.
+    let gpu = cluster.spawn_host("gpu", &["gpu=true"], &[], &[])?;
+    until("the event's turn is answered on the gpu host", Duration::from_secs(90), || {
+        gpu.messages("gpu-worker", "k").last().is_some_and(|m| m["data"]["content"] == "noted")
+    })
+    .map_err(|e| format!("{e}{}\n--- gpu host log:\n{}", cluster.diagnostics(), gpu.log()))?;
+    assert_eq!(inputs(&gpu.messages("gpu-worker", "k")), ["hello"]);
+    assert!(!cluster.host("h1").has_instance("gpu-worker", "k"), "it ran on a host without the label");
+    let stopped = gdn(&["stop"])?;
+    assert_eq!(stopped.status.code(), Some(0), "{}", String::from_utf8_lossy(&stopped.stderr));
     Ok(())
 }
 

@@ -10,6 +10,8 @@
 //!                                   └► Unsaved (the turn could not be saved: storage failed): retry
 //!                                      record, again after a pause (doubling, at most 30 s) until
 //!                                      writes work, not counted as a start; never done meanwhile
+//!                                   └► Waiting (nothing can run it now: no agent host carries its
+//!                                      labels): as Unsaved, until something can
 //!                                   └► Interrupted (the service stops): no record, it runs next start
 //! drain: no new turns; running ones get the grace period, then are cancelled
 //! ```
@@ -38,6 +40,11 @@ pub enum TurnEnd {
     /// event stays stored and its turn runs again, with backoff, until
     /// writes work; this does not count as one of its starts.
     Unsaved(String),
+    /// The turn could not start because nothing can run it now (across
+    /// hosts: no agent host carries the labels its agent asks for): as
+    /// [`TurnEnd::Unsaved`], the event stays stored and its turn is tried
+    /// again with backoff until something can, not counting as a start.
+    Waiting(String),
     /// The service is stopping: leave it for the next start.
     Interrupted,
     /// The turn cannot run until the operator fixes something (the agent
@@ -381,7 +388,9 @@ async fn run_event(
         }
         inbox.started(event.seq);
         event.attempts += 1;
-        match runner.run(&event, cancel.clone()).await {
+        let end = runner.run(&event, cancel.clone()).await;
+        let what = if matches!(end, TurnEnd::Waiting(_)) { "could not start" } else { "could not be saved" };
+        match end {
             TurnEnd::Answered => {
                 record(&inbox, &event, Outcome::Answered, &mut cancel, options).await;
                 return None;
@@ -391,14 +400,15 @@ async fn run_event(
                 record(&inbox, &event, Outcome::Failed, &mut cancel, options).await;
                 return None;
             }
-            TurnEnd::Unsaved(message) => {
+            TurnEnd::Unsaved(message) | TurnEnd::Waiting(message) => {
                 unsaved += 1;
-                // Not a start that counts: storage, not the turn, failed.
+                // Not a start that counts: storage, or where it runs, not
+                // the turn, failed.
                 event.attempts = event.attempts.saturating_sub(1);
                 tracing::error!(
                     key = %event.key, connection = %event.entry.connection, instance = %instance_of(&event),
                     failures = unsaved, %message,
-                    "ingress: the event's turn could not be saved; it stays stored and runs again in {:?}",
+                    "ingress: the event's turn {what}; it stays stored and runs again in {:?}",
                     unsaved_pause
                 );
                 inbox.retrying(event.seq, unsaved, &message);

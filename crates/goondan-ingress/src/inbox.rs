@@ -145,7 +145,8 @@ pub struct Stored {
 pub struct Retrying {
     /// When the failed turn ended (ms since the epoch).
     pub at: u64,
-    /// Turns of it that could not be saved so far.
+    /// Turns of it that could not be saved, or could not start (no agent
+    /// host), so far.
     pub failures: u32,
     /// Why the last one could not.
     pub reason: String,

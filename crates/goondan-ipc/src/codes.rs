@@ -25,6 +25,9 @@ pub const AGENT_INVALID_REQUEST: &str = "AGENT_INVALID_REQUEST";
 pub const IPC_MESSAGE_TOO_LARGE: &str = "IPC_MESSAGE_TOO_LARGE";
 /// No agent process could be started within the bound on live processes.
 pub const AGENT_CAPACITY_EXCEEDED: &str = "AGENT_CAPACITY_EXCEEDED";
+/// Across hosts (NATS): no agent host connected now can run the agent (none
+/// at all, or none with the labels it asks for).
+pub const AGENT_NO_HOST: &str = "AGENT_NO_HOST";
 
 /// Every code above, in the order of this module.
 pub const ALL: &[&str] = &[
@@ -40,6 +43,7 @@ pub const ALL: &[&str] = &[
     AGENT_INVALID_REQUEST,
     IPC_MESSAGE_TOO_LARGE,
     AGENT_CAPACITY_EXCEEDED,
+    AGENT_NO_HOST,
 ];
 
 #[cfg(test)]

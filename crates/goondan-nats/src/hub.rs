@@ -33,8 +33,9 @@ use crate::wire::{self, ExitNotice, Heartbeat, KillRequest, StartReply, StartReq
 /// How long a killed process's host has to say it ended.
 const KILL_UNANSWERED: Duration = Duration::from_secs(5);
 
-/// An error code of goondan-ipc's.
+/// Error codes of goondan-ipc's.
 const AGENT_UNAVAILABLE: &str = goondan_ipc::codes::AGENT_UNAVAILABLE;
+const AGENT_NO_HOST: &str = goondan_ipc::codes::AGENT_NO_HOST;
 
 /// Which hosts an agent may run on: the labels they must carry.
 #[derive(Debug, Clone, Default)]
@@ -231,13 +232,13 @@ impl NatsLauncher {
             registry.hosts.values().map(|h| format!("{} {:?}", h.beat.host, h.beat.labels)).collect();
         Err(match wanted {
             Some(labels) => ErrorInfo::new(
-                AGENT_UNAVAILABLE,
+                AGENT_NO_HOST,
                 format!("no agent host carries the labels {labels:?} that {agent} asks for (hosts: {heard:?})"),
             )
             .suggest(
                 "Start one: gdn host --nats URL --label KEY=VALUE …, or change the Agent's spec.placement.hostLabels.",
             ),
-            None => ErrorInfo::new(AGENT_UNAVAILABLE, format!("no agent host is connected to run {agent}"))
+            None => ErrorInfo::new(AGENT_NO_HOST, format!("no agent host is connected to run {agent}"))
                 .suggest("Start one: gdn -c BUNDLE host --nats URL"),
         })
     }

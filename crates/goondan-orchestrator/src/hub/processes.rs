@@ -13,7 +13,7 @@ use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::backoff;
-use crate::codes::{AGENT_CAPACITY_EXCEEDED, AGENT_CRASHED, AGENT_UNAVAILABLE, IPC_DELIVERY_FAILED};
+use crate::codes::{AGENT_CAPACITY_EXCEEDED, AGENT_CRASHED, AGENT_NO_HOST, AGENT_UNAVAILABLE, IPC_DELIVERY_FAILED};
 use crate::launcher::{ProcessEnd, Started};
 use crate::start::{self, describe_end, report};
 
@@ -306,9 +306,13 @@ impl Hub {
             }
             Err(error) => {
                 slot.process = Process::Down;
-                slot.crashes += 1;
-                let delay = backoff::delay_after(slot.crashes);
-                slot.not_before = (!delay.is_zero()).then(|| Instant::now() + delay);
+                // No host can run it now (across hosts): not a crash of its
+                // own, so no backoff; the next start looks for a host again.
+                if error.code != AGENT_NO_HOST {
+                    slot.crashes += 1;
+                    let delay = backoff::delay_after(slot.crashes);
+                    slot.not_before = (!delay.is_zero()).then(|| Instant::now() + delay);
+                }
                 self.fail_waiting(instance, &error);
                 self.fail_relocating(instance, &error);
                 self.last_progress = Instant::now();
