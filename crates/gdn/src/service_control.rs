@@ -602,14 +602,17 @@ pub struct RunRecord {
 /// A run's control socket and its record, both removed when it is dropped.
 pub struct RunListener {
     record: PathBuf,
+    socket: PathBuf,
     stop: CancellationToken,
 }
 
 impl Drop for RunListener {
     fn drop(&mut self) {
-        // The listening task removes the socket once it stops.
         self.stop.cancel();
         let _ = std::fs::remove_file(&self.record);
+        // Also here: the listening task may not run again before the
+        // process exits.
+        let _ = std::fs::remove_file(&self.socket);
     }
 }
 
@@ -626,7 +629,7 @@ pub fn listen_for_run(workspace_dir: &Path, orchestrator: &Orchestrator) -> Opti
         let context = Arc::new(RunControl { orchestrator: orchestrator.clone() });
         listen(&socket, context, stop.child_token())?;
         let record = runs.join(format!("{pid}.json"));
-        let listener = RunListener { record: record.clone(), stop };
+        let listener = RunListener { record: record.clone(), socket: socket.clone(), stop };
         let text = serde_json::to_vec_pretty(&RunRecord {
             pid,
             started_at: goondan_core::message::now_millis(),

@@ -256,6 +256,10 @@ fn sixty_async_requests_under_eight_agent_processes_are_all_answered_and_the_run
         .filter_map(|content| content["requestId"].as_str().map(str::to_owned))
         .collect();
     assert_eq!(keys.len(), 60, "{} answers: {stderr}", keys.len());
+    // Every answer had its turn before the run exited: none came after the last.
+    let last = conversation.last().ok_or("an empty conversation")?;
+    assert_eq!(last["data"]["content"], "got an answer", "{last}");
+    assert!(stdout.ends_with("got an answer\n"), "{:?}", &stdout[stdout.len().saturating_sub(60)..]);
     let tasks = project.tasks();
     assert_eq!(tasks.len(), 60);
     assert!(tasks.iter().all(|(_, state)| state == "completed"), "{tasks:?}");

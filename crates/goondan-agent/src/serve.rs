@@ -702,7 +702,8 @@ impl Worker<'_> {
         // The tasks of the answers the turn took in are ended first: the
         // summary's working tasks are the ones still out.
         runtime.tasks_settled().await;
-        let summary = summary(&outcome, tasks);
+        let mut summary = summary(&outcome, tasks);
+        with_queued_ends(&mut summary, runtime.inbox());
         observer.send(ObservePayload::TurnEnded { summary: summary.clone() });
         if wants_answer {
             let answer = answer_of(&outcome, summary, me);
@@ -794,6 +795,20 @@ fn summary(outcome: &TurnOutcome, tasks: &TaskBook) -> TurnSummary {
         steps: outcome.steps,
         usage: serde_json::to_value(outcome.usage).unwrap_or(JsonValue::Null),
         restart_requested: outcome.restart_requested,
+    }
+}
+
+/// Adds to the summary's working tasks those whose ends wait in the inbox
+/// for a turn of their own: whoever waits for their ends' turns (a one-shot
+/// run) must not stop before these run.
+fn with_queued_ends(summary: &mut TurnSummary, inbox: &Inbox) {
+    let queued = inbox.find_in_queued(|message| {
+        crate::tasks::handle_of(message).map(str::to_owned).or_else(|| crate::swarm::answered_request_of(message))
+    });
+    for handle in queued {
+        if !summary.tasks_working.contains(&handle) {
+            summary.tasks_working.push(handle);
+        }
     }
 }
 

@@ -38,6 +38,11 @@ impl Inbox {
         self.messages.lock().unwrap_or_else(PoisonError::into_inner).retain(keep);
     }
 
+    /// What `look` finds in the queued messages, oldest first (nothing is taken).
+    pub fn find_in_queued<T>(&self, look: impl FnMut(&Message) -> Option<T>) -> Vec<T> {
+        self.messages.lock().unwrap_or_else(PoisonError::into_inner).iter().filter_map(look).collect()
+    }
+
     /// Whether nothing is queued.
     pub fn is_empty(&self) -> bool {
         self.messages.lock().unwrap_or_else(PoisonError::into_inner).is_empty()
