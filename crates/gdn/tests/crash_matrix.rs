@@ -413,9 +413,14 @@ fn crash_at(fault: &str) {
             assert_eq!(project.post(n), 200, "{fault}: k{n} not acknowledged on redelivery");
         }
     }
-    project.wait_all_done(EVENTS);
+    // Then each instance takes a new event (and cleans up what the kill
+    // left in its directory).
+    for n in EVENTS..EVENTS + 2 {
+        assert_eq!(project.post(n), 200, "{fault}: k{n} after the restart");
+    }
+    project.wait_all_done(EVENTS + 2);
     project.stop(gdn);
-    project.check_exactly_once(EVENTS);
+    project.check_exactly_once(EVENTS + 2);
 }
 
 #[test]

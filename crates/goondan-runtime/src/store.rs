@@ -1181,6 +1181,7 @@ impl InstanceStore {
         {
             tracing::warn!(target: LOG_TARGET, "writing the pid into {}: {error}", path.display());
         }
+        remove_stale_temps(&self.dir);
         Ok(InstanceLock { file })
     }
 
@@ -1682,6 +1683,38 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path, op: &'static str) -> R
         Err(error) => return Err(StoreError::io(op, path)(error)),
     }
     serde_json::from_slice(&bytes).map(Some).map_err(StoreError::json(op, path))
+}
+
+/// Removes the temp files of atomic replaces (`.<name>.<pid>.tmp`) that a
+/// process killed mid-write left in the instance directory `dir`: those of
+/// processes no longer alive (the caller holds the instance's lock).
+fn remove_stale_temps(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some(pid) = name
+            .strip_prefix('.')
+            .and_then(|rest| rest.strip_suffix(".tmp"))
+            .and_then(|rest| rest.rsplit_once('.'))
+            .and_then(|(_, pid)| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let alive = pid == std::process::id() || process_alive(pid);
+        if !alive && let Err(error) = fs::remove_file(entry.path()) {
+            tracing::warn!(target: LOG_TARGET, "removing the stale temp file {}: {error}", entry.path().display());
+        }
+    }
+}
+
+/// Whether process `pid` runs (a zombie, killed and not yet reaped, does not).
+fn process_alive(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // `pid (comm) S …`: the state follows the last `)`.
+        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])),
+        Err(_) => false,
+    }
 }
 
 /// Replaces `path` with `info`: write a temp file beside it, sync it, rename it over.
