@@ -110,7 +110,9 @@ pub(crate) fn project_workspace(
         ));
     };
     let agent = bundle.default_agent().map_err(|e| e.to_string())?;
-    crate::workspace::open(global, root, bundle, agent.name(), WorkspaceAccess::Use).map(Some)
+    // Its callers look at what a workspace holds (logs, a service's status,
+    // instances to delete): none creates one, or announces a bundle's own.
+    crate::workspace::open(global, root, bundle, agent.name(), WorkspaceAccess::Inspect).map(Some)
 }
 
 /// The one workspace of the state root whose workspace.json names the

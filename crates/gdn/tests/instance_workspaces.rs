@@ -135,12 +135,16 @@ fn a_second_bundle_with_the_same_swarm_name_gets_a_workspace_of_its_own() {
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
 
     // Looking at the other bundle is never refused, and makes nothing.
-    for args in [&["tool", "list"][..], &["validate"], &["instance", "list"]] {
+    for args in [&["tool", "list"][..], &["validate"], &["instance", "list"], &["logs"], &["task", "list"]] {
         let output = gdn(state.path(), &[&["-c", &other_arg][..], args].concat());
         let stderr = text(&output.stderr);
         assert_eq!(output.status.code(), Some(0), "{args:?}: {stderr}");
         assert!(!stderr.contains("another bundle"), "{args:?}: {stderr}");
     }
+    // doctor reports on the machine (its exit code says what it found), never refusing.
+    let output = gdn(state.path(), &["-c", &other_arg, "doctor"]);
+    let said = format!("{}{}", text(&output.stdout), text(&output.stderr));
+    assert!(!said.contains("another bundle") && !said.contains("--adopt-workspace"), "doctor: {said}");
     assert!(!state.path().join("workspaces").join(&own).exists());
 
     // Its first run gets a workspace of its own, and says so, naming both
