@@ -28,6 +28,7 @@ use std::os::fd::AsRawFd as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 
+use goondan_config::ValueSource;
 use goondan_core::JsonValue;
 
 /// Names the inherited descriptor (`<pid>:<fd>`) in the re-executed image.
@@ -226,23 +227,10 @@ fn env_refs(bundle: &Path, wanted: impl Fn(&JsonValue) -> bool) -> BTreeSet<Stri
     let Ok(text) = String::from_utf8(bytes) else { return names };
     if let Ok(documents) = goondan_config::yaml::parse_documents(&text) {
         for document in documents.iter().filter(|document| wanted(&document.value)) {
-            collect_env_refs(&document.value, &mut names);
+            names.extend(ValueSource::env_variables_within(&document.value));
         }
     }
     names
-}
-
-fn collect_env_refs(value: &JsonValue, names: &mut BTreeSet<String>) {
-    match value {
-        JsonValue::Object(map) => {
-            if let Some(JsonValue::String(name)) = map.get("valueFrom").and_then(|from| from.get("env")) {
-                names.insert(name.clone());
-            }
-            map.values().for_each(|nested| collect_env_refs(nested, names));
-        }
-        JsonValue::Array(items) => items.iter().for_each(|nested| collect_env_refs(nested, names)),
-        _ => {}
-    }
 }
 
 #[cfg(test)]
@@ -272,15 +260,16 @@ mod tests {
 
     #[test]
     fn value_from_env_names_are_found_anywhere_in_the_bundle() {
-        let documents = goondan_config::yaml::parse_documents(
-            "kind: Model\nspec:\n  apiKey:\n    valueFrom:\n      env: MY_MODEL_CRED\n---\nkind: Connection\nspec:\n  secrets:\n    X:\n      valueFrom: {env: BOT_THING}\n  list:\n    - valueFrom: {env: THIRD}\n",
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(
+            dir.path().join(goondan_config::bundle::BUNDLE_FILE),
+            "kind: Model\nspec:\n  apiKey:\n    valueFrom:\n      env: MY_MODEL_CRED\n---\nkind: Connection\nspec:\n  secrets:\n    X:\n      valueFrom: {env: BOT_THING}\n---\nkind: Tool\nspec:\n  list:\n    - valueFrom: {env: THIRD}\n",
         )
-        .unwrap_or_else(|e| panic!("{e:?}"));
-        let mut names = BTreeSet::new();
-        for document in &documents {
-            collect_env_refs(&document.value, &mut names);
-        }
-        assert_eq!(names.into_iter().collect::<Vec<_>>(), ["BOT_THING", "MY_MODEL_CRED", "THIRD"]);
+        .unwrap_or_else(|e| panic!("{e}"));
+        let all = bundle_secret_names(dir.path());
+        assert_eq!(all.into_iter().collect::<Vec<_>>(), ["BOT_THING", "MY_MODEL_CRED", "THIRD"]);
+        let outside = names_read_outside_connections(dir.path());
+        assert_eq!(outside.into_iter().collect::<Vec<_>>(), ["MY_MODEL_CRED", "THIRD"]);
     }
 
     #[test]

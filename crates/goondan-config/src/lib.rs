@@ -36,7 +36,7 @@ pub use placement::{
 };
 pub use resources::{
     AgentPolicy, AgentSpec, AnyResource, ExtensionSpec, Kind, ModelSpec, Resource, SandboxConfig, SandboxNetwork,
-    SandboxPolicy, SwarmSpec, ToolCallScope, ToolExport, ToolSpec, ValueSource,
+    SandboxPolicy, SwarmSpec, ToolCallScope, ToolExport, ToolSpec, ValueSource, ValueSourceError,
 };
 pub use sandbox::{
     EffectiveSandbox, LimitBound, LimitError, SandboxLimits, SandboxPathError, SandboxSource, resolve_sandbox_path,

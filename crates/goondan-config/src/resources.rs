@@ -2,6 +2,8 @@
 //! eight kinds. Built from documents that passed validation; unknown fields
 //! are ignored so that newer bundles still load.
 
+use std::collections::BTreeSet;
+
 use goondan_core::{DEFAULT_ERROR_MESSAGE_LIMIT, JsonObject, JsonValue, ObjectRef};
 use indexmap::IndexMap;
 use serde::de::{self, Deserializer};
@@ -215,6 +217,88 @@ pub struct ValueSource {
 pub struct ValueFrom {
     /// The variable's name.
     pub env: String,
+}
+
+/// Why a [`ValueSource`] gives no value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ValueSourceError {
+    /// `valueFrom.env` names a variable that is not set.
+    #[error("the environment variable '{variable}' (valueFrom.env) is not set")]
+    Unset {
+        /// The variable.
+        variable: String,
+    },
+    /// Neither form: not `{value: "..."}` nor `{valueFrom: {env: NAME}}`.
+    #[error("must be {{value: \"...\"}} or {{valueFrom: {{env: NAME}}}}")]
+    Shape,
+}
+
+impl ValueSource {
+    /// An inline value.
+    pub fn inline(value: impl Into<String>) -> Self {
+        Self { value: Some(value.into()), value_from: None }
+    }
+
+    /// A reference to the environment variable `variable`.
+    pub fn env(variable: impl Into<String>) -> Self {
+        Self { value: None, value_from: Some(ValueFrom { env: variable.into() }) }
+    }
+
+    /// Reads a value source from configuration that no schema checked (an
+    /// extension's config, a Connection's `secrets`): exactly
+    /// `{value: "..."}` or `{valueFrom: {env: NAME}}`, no other key, else
+    /// `None`.
+    pub fn from_json(value: &JsonValue) -> Option<Self> {
+        let JsonValue::Object(map) = value else { return None };
+        if map.len() != 1 {
+            return None;
+        }
+        match map.iter().next() {
+            Some((key, JsonValue::String(text))) if key == "value" => Some(Self::inline(text.clone())),
+            Some((key, JsonValue::Object(from))) if key == "valueFrom" && from.len() == 1 => match from.get("env") {
+                Some(JsonValue::String(variable)) => Some(Self::env(variable.clone())),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// The value: the inline one, else the variable's through `env` (the
+    /// caller's lookup decides what counts as set).
+    pub fn resolve(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<String, ValueSourceError> {
+        match (&self.value, &self.value_from) {
+            (Some(value), _) => Ok(value.clone()),
+            (None, Some(from)) => env(&from.env).ok_or_else(|| ValueSourceError::Unset { variable: from.env.clone() }),
+            (None, None) => Err(ValueSourceError::Shape),
+        }
+    }
+
+    /// The variable `value` reads through `valueFrom.env`, whatever else it
+    /// holds: what a scan for the secrets a bundle reads looks for (reading
+    /// more than is valid is the safe side there).
+    pub fn env_variable_of(value: &JsonValue) -> Option<&str> {
+        value.pointer("/valueFrom/env").and_then(JsonValue::as_str)
+    }
+
+    /// Every variable read through `valueFrom.env` anywhere within `value`
+    /// ([`env_variable_of`](Self::env_variable_of) at every depth).
+    pub fn env_variables_within(value: &JsonValue) -> BTreeSet<String> {
+        fn collect(value: &JsonValue, names: &mut BTreeSet<String>) {
+            match value {
+                JsonValue::Object(map) => {
+                    if let Some(name) = ValueSource::env_variable_of(value) {
+                        names.insert(name.to_owned());
+                    }
+                    map.values().for_each(|nested| collect(nested, names));
+                }
+                JsonValue::Array(items) => items.iter().for_each(|nested| collect(nested, names)),
+                _ => {}
+            }
+        }
+        let mut names = BTreeSet::new();
+        collect(value, &mut names);
+        names
+    }
 }
 
 /// `kind: Agent`.
@@ -630,4 +714,63 @@ fn de_opt_ref<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Objec
 fn de_refs<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<ObjectRef>, D::Error> {
     let values = Vec::<JsonValue>::deserialize(deserializer)?;
     values.iter().map(|value| ObjectRef::parse(value).map_err(de::Error::custom)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn lookup(name: &str) -> Option<String> {
+        (name == "SET").then(|| "from-env".to_owned())
+    }
+
+    #[test]
+    fn a_value_source_resolves_inline_or_from_the_environment() {
+        assert_eq!(ValueSource::inline("x").resolve(&lookup), Ok("x".to_owned()));
+        assert_eq!(ValueSource::env("SET").resolve(&lookup), Ok("from-env".to_owned()));
+        let unset = ValueSource::env("UNSET").resolve(&lookup);
+        assert_eq!(unset, Err(ValueSourceError::Unset { variable: "UNSET".to_owned() }));
+        assert_eq!(
+            unset.map_err(|error| error.to_string()),
+            Err("the environment variable 'UNSET' (valueFrom.env) is not set".to_owned())
+        );
+        let neither = ValueSource { value: None, value_from: None }.resolve(&lookup);
+        assert_eq!(
+            neither.map_err(|error| error.to_string()),
+            Err("must be {value: \"...\"} or {valueFrom: {env: NAME}}".to_owned())
+        );
+    }
+
+    #[test]
+    fn only_the_two_forms_read_from_json() {
+        assert_eq!(ValueSource::from_json(&json!({"value": "x"})), Some(ValueSource::inline("x")));
+        assert_eq!(ValueSource::from_json(&json!({"valueFrom": {"env": "K"}})), Some(ValueSource::env("K")));
+        for other in [
+            json!("plain"),
+            json!({}),
+            json!({"value": 1}),
+            json!({"value": "x", "note": "y"}),
+            json!({"value": "x", "valueFrom": {"env": "K"}}),
+            json!({"valueFrom": {"env": "K", "default": "d"}}),
+            json!({"valueFrom": {"env": 3}}),
+            json!({"valueFrom": "K"}),
+        ] {
+            assert_eq!(ValueSource::from_json(&other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn a_scan_finds_every_variable_read_at_any_depth() {
+        assert_eq!(ValueSource::env_variable_of(&json!({"valueFrom": {"env": "K", "extra": 1}})), Some("K"));
+        assert_eq!(ValueSource::env_variable_of(&json!({"value": "K"})), None);
+        let tree = json!({
+            "spec": {"apiKey": {"valueFrom": {"env": "ONE"}}, "list": [{"valueFrom": {"env": "TWO"}}, "x"]},
+            "nested": {"valueFrom": {"env": "THREE"}, "inner": {"valueFrom": {"env": "FOUR"}}},
+            "number": {"valueFrom": {"env": 5}},
+        });
+        let found: Vec<String> = ValueSource::env_variables_within(&tree).into_iter().collect();
+        assert_eq!(found, ["FOUR", "ONE", "THREE", "TWO"]);
+    }
 }

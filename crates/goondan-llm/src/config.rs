@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use goondan_config::ModelSpec;
+use goondan_config::{ModelSpec, ValueSourceError};
 use goondan_core::{JsonObject, JsonValue};
 
 use crate::error::ModelError;
@@ -165,14 +165,12 @@ impl ModelSettings {
         let set = |name: &str| lookup(name).filter(|value| !value.trim().is_empty());
         let api_key = match (&spec.api_key, kind) {
             (_, ProviderKind::Scripted) => None,
-            (Some(source), _) => match (&source.value, &source.value_from) {
-                (Some(value), _) => Some(Secret::new(value.clone())),
-                (None, Some(from)) => Some(Secret::new(set(&from.env).ok_or_else(|| ModelError::MissingKey {
-                    provider: kind.name().to_owned(),
-                    variable: from.env.clone(),
-                })?)),
-                (None, None) => None,
-            },
+            (Some(source), _) => Some(Secret::new(source.resolve(&set).map_err(|error| match error {
+                ValueSourceError::Unset { variable } => {
+                    ModelError::MissingKey { provider: kind.name().to_owned(), variable }
+                }
+                ValueSourceError::Shape => ModelError::Config(format!("{}: spec.apiKey {error}", kind.name())),
+            })?)),
             (None, _) => {
                 let found = kind.key_variables().iter().find_map(|name| set(name));
                 Some(Secret::new(found.ok_or_else(|| ModelError::MissingKey {
@@ -286,6 +284,20 @@ mod tests {
         let inline = ValueSource { value: Some("inline".into()), value_from: None };
         let settings = ModelSettings::from_spec(&spec("google", Some(inline), None), &env(&[]), Path::new("."));
         assert_eq!(settings.map(|s| format!("{:?}", s.api_key)), Ok("Some(Secret(<redacted>))".to_owned()));
+        // A blank variable is no key, as an unset one.
+        let blank = ValueSource::env("MY_KEY");
+        let settings =
+            ModelSettings::from_spec(&spec("openai", Some(blank), None), &env(&[("MY_KEY", " ")]), Path::new("."));
+        assert!(matches!(settings, Err(ModelError::MissingKey { .. })), "{settings:?}");
+        let neither = ValueSource { value: None, value_from: None };
+        let settings = ModelSettings::from_spec(&spec("openai", Some(neither), None), &env(&[]), Path::new("."));
+        assert_eq!(
+            settings.err().map(|e| e.to_string()),
+            Some(
+                ModelError::Config("openai: spec.apiKey must be {value: \"...\"} or {valueFrom: {env: NAME}}".into())
+                    .to_string()
+            )
+        );
     }
 
     #[test]

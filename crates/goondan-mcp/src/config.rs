@@ -14,6 +14,7 @@
 
 use std::path::PathBuf;
 
+use goondan_config::ValueSource;
 use goondan_core::{JsonObject, JsonValue, json_type_name};
 use indexmap::IndexMap;
 
@@ -194,26 +195,15 @@ fn resolve(
         // Numbers and booleans in env maps are common (`PORT: 8080`).
         JsonValue::Number(number) => Ok(number.to_string()),
         JsonValue::Bool(flag) => Ok(flag.to_string()),
-        JsonValue::Object(map) => {
-            if let Some(JsonValue::String(text)) = map.get("value")
-                && map.len() == 1
-            {
-                return Ok(text.clone());
-            }
-            let variable = match map.get("valueFrom") {
-                Some(JsonValue::Object(from)) if map.len() == 1 && from.len() == 1 => from.get("env"),
-                _ => None,
-            };
-            let Some(JsonValue::String(variable)) = variable else {
+        JsonValue::Object(_) => {
+            let Some(source) = ValueSource::from_json(value) else {
                 return Err(field_error(
                     server,
                     field,
                     "must be a string, {value: \"...\"} or {valueFrom: {env: NAME}}",
                 ));
             };
-            env(variable).ok_or_else(|| {
-                field_error(server, field, format!("the environment variable '{variable}' (valueFrom.env) is not set"))
-            })
+            source.resolve(env).map_err(|error| field_error(server, field, error.to_string()))
         }
         other => Err(field_error(server, field, format!("must be a string, got {}", json_type_name(other)))),
     }
