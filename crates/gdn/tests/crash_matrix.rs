@@ -10,6 +10,8 @@
 //! (`GOONDAN_FAULT`), which only this test target enables:
 //! `cargo test -p gdn --features fault-injection --test crash_matrix`.
 
+mod common;
+
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read as _, Write as _};
 use std::net::{TcpListener, TcpStream};
@@ -604,10 +606,8 @@ fn the_inbox_failing_to_record_a_turn_end_leaves_the_event_pending_until_it_can(
 #[test]
 fn a_real_full_tmpfs_loses_no_acknowledged_event() {
     if !nix::unistd::Uid::effective().is_root() {
-        #[allow(clippy::print_stderr)]
-        {
-            eprintln!("skipping: mounting a tmpfs needs root");
-        }
+        // Shown by cargo's runner (scripts/cargo-runner) with the run's other skips.
+        common::record_skip("mounting a tmpfs needs root");
         return;
     }
     let project = Project::new();
