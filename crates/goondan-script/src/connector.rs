@@ -60,7 +60,9 @@ use tokio::process::ChildStdin;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::host::{Channel, EnvLookup, HostProcess, describe_status, host_command, private_dir};
+use crate::host::{
+    Channel, EnvLookup, HostProcess, TRANSPORT_NAME, describe_status, host_command, private_dir, write_host_script,
+};
 use crate::runtime::JsRuntime;
 
 /// The connector host script, compiled into the binary.
@@ -244,7 +246,7 @@ pub async fn start(spec: ScriptConnector, ctx: ConnectorContext) -> Result<Runni
         }
     };
     let dir = private_dir().map_err(|e| failed(format!("cannot create a private directory for its host: {e}")))?;
-    std::fs::write(dir.path().join(SCRIPT_NAME), HOST_SCRIPT)
+    write_host_script(dir.path(), SCRIPT_NAME, HOST_SCRIPT)
         .map_err(|e| failed(format!("cannot write the connector host script: {e}")))?;
     let sandbox = spec.confined.then(|| host_sandbox(&spec, &runtime, &entry, dir.path()));
     let start_frame = serde_json::to_vec(&ToHost::Start {
@@ -264,7 +266,7 @@ pub async fn start(spec: ScriptConnector, ctx: ConnectorContext) -> Result<Runni
 }
 
 /// The sandbox of a connector's hosts: `workspace-write` in `dir` (its
-/// private directory, where the host script stays read-only), reading the
+/// private directory, where the host's scripts stay read-only), reading the
 /// bundle's directory, the entry's (when elsewhere) and the runtime's
 /// (its binary's real directory, as for the script tools' host), writing
 /// the extra `writable` ones, with the machine's network.
@@ -281,7 +283,7 @@ fn host_sandbox(spec: &ScriptConnector, runtime: &JsRuntime, entry: &Path, dir: 
         workdir: dir.to_path_buf(),
         readable,
         writable: spec.writable.clone(),
-        protected: vec![dir.join(SCRIPT_NAME)],
+        protected: vec![dir.join(SCRIPT_NAME), dir.join(TRANSPORT_NAME)],
         open_network: true,
         ..goondan_sandbox::SandboxSpec::default()
     });
@@ -834,7 +836,9 @@ mod tests {
         let runtime_dir = real(Path::new("/bin/sh"))?.parent().map(Path::to_path_buf).unwrap_or_default();
         assert_eq!(made.readable, [real(bundle.path())?, real(elsewhere.path())?, runtime_dir]);
         assert_eq!(made.writable, [PathBuf::from("/srv/spool")]);
-        assert!(made.protected.contains(&real(private.path())?.join(SCRIPT_NAME)), "{:?}", made.protected);
+        for script in [SCRIPT_NAME, TRANSPORT_NAME] {
+            assert!(made.protected.contains(&real(private.path())?.join(script)), "{:?}", made.protected);
+        }
         // An entry inside the bundle adds nothing.
         let inside = host_sandbox(&spec, &runtime, &bundle.path().join("c.ts"), private.path());
         assert_eq!(inside.spec().readable.len(), 2);

@@ -58,6 +58,10 @@ use crate::tasks::{HostTasks, TaskRequest};
 
 /// The host script, compiled into the binary.
 const HOST_SCRIPT: &str = include_str!("host/host.mjs");
+/// The channel both hosts import (`./transport.mjs`), compiled into the binary.
+const TRANSPORT_SCRIPT: &str = include_str!("host/transport.mjs");
+/// The transport's file name next to a host's script.
+pub(crate) const TRANSPORT_NAME: &str = "transport.mjs";
 /// The environment variable that gives the host the number of its file
 /// descriptor of the channel to gdn.
 pub const FD_ENV: &str = "GOONDAN_SCRIPT_FD";
@@ -511,7 +515,7 @@ impl ScriptHost {
         };
         if state.dir.is_none() {
             let dir = private_dir().map_err(|e| start_failed(format!("cannot create a private directory: {e}")))?;
-            std::fs::write(dir.path().join("host.mjs"), HOST_SCRIPT)
+            write_host_script(dir.path(), "host.mjs", HOST_SCRIPT)
                 .map_err(|e| start_failed(format!("cannot write the host script: {e}")))?;
             state.dir = Some(dir);
         }
@@ -1288,6 +1292,13 @@ impl Channel {
         drop(self.theirs);
         self.ours
     }
+}
+
+/// Writes a host's script, and the transport it imports, into its private
+/// directory `dir`.
+pub(crate) fn write_host_script(dir: &Path, name: &str, script: &str) -> std::io::Result<()> {
+    std::fs::write(dir.join(TRANSPORT_NAME), TRANSPORT_SCRIPT)?;
+    std::fs::write(dir.join(name), script)
 }
 
 /// Creates the private directory of this process's hosts (mode 0700, set

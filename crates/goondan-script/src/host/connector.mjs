@@ -4,8 +4,9 @@
 // Shipped inside the gdn binary and written to a private directory at start
 // (the host's current directory). Frames are newline-delimited JSON over a
 // socket gdn connected before starting the host: its end is the inherited
-// file descriptor GOONDAN_CONNECTOR_FD names — never stdout or stderr, which
-// the connector may print to (gdn logs both). Config and secrets arrive in
+// file descriptor GOONDAN_CONNECTOR_FD names (transport.mjs, shared with the
+// script host) — never stdout or stderr, which the connector may print to
+// (gdn logs both). Config and secrets arrive in
 // the `start` frame, never in argv or the environment.
 //
 // Lifetime: the host exits when its socket closes — the kernel closes gdn's
@@ -13,13 +14,7 @@
 // closes). Once run() has resolved, the socket no longer keeps the process
 // alive: a connector whose run() started a server and returned keeps running
 // on the server's handles, one with nothing left exits by itself (code 0).
-const isBun = typeof Bun !== 'undefined';
-
-const channelFd = Number(process.env.GOONDAN_CONNECTOR_FD);
-if (!Number.isInteger(channelFd) || channelFd < 3) {
-  process.stderr.write('goondan connector host: GOONDAN_CONNECTOR_FD does not name an inherited descriptor\n');
-  process.exit(2);
-}
+import { isBun, openChannel } from './transport.mjs';
 
 let format = (...args) => args.map((arg) => (typeof arg === 'string' ? arg : inspect(arg))).join(' ');
 function inspect(value) {
@@ -31,107 +26,21 @@ function inspect(value) {
   }
 }
 
-let buffered = '';
-function onData(chunk) {
-  buffered += chunk;
-  let newline;
-  while ((newline = buffered.indexOf('\n')) >= 0) {
-    const line = buffered.slice(0, newline);
-    buffered = buffered.slice(newline + 1);
-    if (line.length === 0) continue;
-    let frame;
-    try {
-      frame = JSON.parse(line);
-    } catch (error) {
-      send({ type: 'log', level: 'error', message: `goondan connector host: unreadable frame: ${String(error)}` });
-      continue;
-    }
-    if (frame.type === 'start') void start(frame);
-    else if (frame.type === 'emitResult') answerEmit(frame);
-    else if (frame.type === 'shutdown') shutdown();
-  }
+function onFrame(frame) {
+  if (frame.type === 'start') void start(frame);
+  else if (frame.type === 'emitResult') answerEmit(frame);
+  else if (frame.type === 'shutdown') shutdown();
 }
 
-// ref/unref of the socket: it keeps the process alive while run() runs or
-// an emit waits for its answer, and not otherwise.
-let holdSocket = () => {};
-let write;
-// Exits once what was written has left (a startError must reach gdn).
-let exitWhenFlushed = (code) => process.exit(code);
-if (isBun) {
-  const decoder = new TextDecoder();
-  const encoder = new TextEncoder();
-  let pending = null;
-  let socket = null;
-  let exitCode = null;
-  const flush = () => {
-    while (pending) {
-      const written = socket.write(pending);
-      if (written >= pending.length) {
-        pending = null;
-      } else {
-        pending = pending.subarray(Math.max(written, 0));
-        return;
-      }
-    }
-    if (exitCode !== null) process.exit(exitCode);
-  };
-  // Bun wraps the inherited, already connected socket as it would a new one
-  // (ref and unref included).
-  socket = await Bun.connect({
-    fd: channelFd,
-    socket: {
-      data(_socket, bytes) { onData(decoder.decode(bytes, { stream: true })); },
-      drain() { flush(); },
-      close() { process.exit(0); },
-      error() { process.exit(0); },
-      end() { process.exit(0); },
-    },
-  }).catch(() => process.exit(0));
-  write = (text) => {
-    const bytes = encoder.encode(text);
-    if (pending) {
-      const joined = new Uint8Array(pending.length + bytes.length);
-      joined.set(pending);
-      joined.set(bytes, pending.length);
-      pending = joined;
-      return;
-    }
-    const written = socket.write(bytes);
-    if (written < bytes.length) pending = bytes.subarray(Math.max(written, 0));
-  };
-  holdSocket = (hold) => (hold ? socket.ref() : socket.unref());
-  exitWhenFlushed = (code) => {
-    exitCode = code;
-    holdSocket(true);
-    flush();
-  };
-  sendReady();
-} else {
-  const net = (await import('node:net')).default;
-  const socket = new net.Socket({ fd: channelFd, readable: true, writable: true });
-  socket.on('error', () => process.exit(0));
-  socket.on('close', () => process.exit(0));
-  process.stdin.on('end', () => process.exit(0));
-  process.stdin.on('error', () => process.exit(0));
-  process.stdin.resume();
-  process.stdin.unref?.();
-  write = (text) => socket.write(text);
-  socket.setEncoding('utf8');
-  socket.on('data', onData);
-  holdSocket = (hold) => (hold ? socket.ref() : socket.unref());
-  exitWhenFlushed = (code) => socket.write('', () => process.exit(code));
-  sendReady();
-}
-
-function sendReady() {
-  send({ type: 'ready', runtime: isBun ? 'bun' : 'node', version: isBun ? Bun.version : process.versions.node });
-  import('node:util').then((util) => { format = util.format; }, () => {});
-}
-
-function send(frame) {
-  write(JSON.stringify(frame) + '\n');
-}
+// holdSocket: the socket keeps the process alive while run() runs or an
+// emit waits for its answer, and not otherwise. exitWhenFlushed: a
+// startError must reach gdn before the host exits.
+const {
+  send,
+  hold: holdSocket,
+  exitWhenFlushed,
+} = await openChannel({ fdVariable: 'GOONDAN_CONNECTOR_FD', name: 'goondan connector host', onFrame });
+import('node:util').then((util) => { format = util.format; }, () => {});
 
 function isObject(value) {
   return typeof value === 'object' && value !== null && !Array.isArray(value);

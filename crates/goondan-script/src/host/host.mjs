@@ -4,20 +4,13 @@
 // Shipped inside the gdn binary and written to a private directory at start
 // (the host's current directory). Frames are newline-delimited JSON over a
 // socket gdn connected before starting the host: its end is the inherited
-// file descriptor GOONDAN_SCRIPT_FD names — never stdout, which user code
-// may print to (gdn logs stdout and stderr). The host exits when that socket
-// closes (on Node also when stdin does), so it never outlives gdn.
-// Start-up is on the cold path of the first script call, so nothing is
-// imported statically: on Bun the socket, file checks and formatting use
-// Bun's own APIs (importing node:net, or touching process.stdin, costs Bun
-// 15-25 ms each on these machines); Node loads its modules on demand.
-const isBun = typeof Bun !== 'undefined';
-
-const channelFd = Number(process.env.GOONDAN_SCRIPT_FD);
-if (!Number.isInteger(channelFd) || channelFd < 3) {
-  process.stderr.write('goondan host: GOONDAN_SCRIPT_FD does not name an inherited descriptor\n');
-  process.exit(2);
-}
+// file descriptor GOONDAN_SCRIPT_FD names (transport.mjs, shared with the
+// connector host). The host exits when that socket closes, so it never
+// outlives gdn. Start-up is on the cold path of the first script call, so
+// nothing but the transport next to it is imported statically: on Bun the
+// socket, file checks and formatting use Bun's own APIs (importing node:net
+// costs Bun 15-25 ms on these machines); Node loads its modules on demand.
+import { isBun, openChannel } from './transport.mjs';
 
 // Log lines are formatted like console.log; node:util's format takes over
 // once loaded, in the background after start-up.
@@ -31,131 +24,51 @@ function safeInspect(value) {
   }
 }
 
-let buffered = '';
-function onData(chunk) {
-  buffered += chunk;
-  let newline;
-  while ((newline = buffered.indexOf('\n')) >= 0) {
-    const line = buffered.slice(0, newline);
-    buffered = buffered.slice(newline + 1);
-    if (line.length === 0) continue;
-    let frame;
-    try {
-      frame = JSON.parse(line);
-    } catch (error) {
-      send({ type: 'log', level: 'error', message: `goondan host: unreadable frame: ${String(error)}` });
-      continue;
-    }
-    if (frame.type === 'call') {
-      // Each call is its own task: calls of one step run concurrently.
-      void runCall(frame, moduleHandler);
-    } else if (frame.type === 'extensionCall') {
-      void runCall(frame, extensionToolHandler);
-    } else if (frame.type === 'middleware') {
-      void runMiddleware(frame);
-    } else if (frame.type === 'nextResult') {
-      sessions.get(frame.id)?.answer(frame);
-    } else if (frame.type === 'stateResult' || frame.type === 'taskResult') {
-      const waiting = hostRequests.get(frame.rid);
-      hostRequests.delete(frame.rid);
-      if (waiting) {
-        if (frame.ok) waiting.resolve(frame.value ?? null);
-        else {
-          const error = new Error(frame.error ?? 'the request failed');
-          if (typeof frame.code === 'string') error.code = frame.code;
-          waiting.reject(error);
-        }
+function onFrame(frame) {
+  if (frame.type === 'call') {
+    // Each call is its own task: calls of one step run concurrently.
+    void runCall(frame, moduleHandler);
+  } else if (frame.type === 'extensionCall') {
+    void runCall(frame, extensionToolHandler);
+  } else if (frame.type === 'middleware') {
+    void runMiddleware(frame);
+  } else if (frame.type === 'nextResult') {
+    sessions.get(frame.id)?.answer(frame);
+  } else if (frame.type === 'stateResult' || frame.type === 'taskResult') {
+    const waiting = hostRequests.get(frame.rid);
+    hostRequests.delete(frame.rid);
+    if (waiting) {
+      if (frame.ok) waiting.resolve(frame.value ?? null);
+      else {
+        const error = new Error(frame.error ?? 'the request failed');
+        if (typeof frame.code === 'string') error.code = frame.code;
+        waiting.reject(error);
       }
-    } else if (frame.type === 'taskCancel') {
-      const reason = new Error(`task ${frame.handle} was cancelled`);
-      reason.name = 'AbortError';
-      taskControllers.get(frame.handle)?.abort(reason);
-    } else if (frame.type === 'loadExtension') {
-      void runLoadExtension(frame);
-    } else if (frame.type === 'inspect') {
-      void runInspect(frame);
-    } else if (frame.type === 'cancel') {
-      if (inflight.has(frame.id)) cancelled.add(frame.id);
-      sessions.get(frame.id)?.cancel();
-      send({ type: 'cancelled', id: frame.id });
     }
+  } else if (frame.type === 'taskCancel') {
+    const reason = new Error(`task ${frame.handle} was cancelled`);
+    reason.name = 'AbortError';
+    taskControllers.get(frame.handle)?.abort(reason);
+  } else if (frame.type === 'loadExtension') {
+    void runLoadExtension(frame);
+  } else if (frame.type === 'inspect') {
+    void runInspect(frame);
+  } else if (frame.type === 'cancel') {
+    if (inflight.has(frame.id)) cancelled.add(frame.id);
+    sessions.get(frame.id)?.cancel();
+    send({ type: 'cancelled', id: frame.id });
   }
 }
 
-function sendReady() {
-  send({ type: 'ready', runtime: isBun ? 'bun' : 'node', version: isBun ? Bun.version : process.versions.node });
-  // Not needed for the first call: load the full formatter afterwards.
-  import('node:util').then(
-    (util) => {
-      format = util.format;
-      inspect = (value, options) => util.inspect(value, options);
-    },
-    () => {},
-  );
-}
-
-// The host exits when its socket closes: the kernel closes gdn's end when gdn
-// dies in any way, SIGKILL included, so the host never outlives gdn.
-let write;
-if (isBun) {
-  const decoder = new TextDecoder();
-  const encoder = new TextEncoder();
-  // Bun's socket.write may take part of a large frame: the rest waits here
-  // and goes out, in order, when the socket drains.
-  let pending = null;
-  let socket = null;
-  const flush = () => {
-    while (pending) {
-      const written = socket.write(pending);
-      if (written >= pending.length) {
-        pending = null;
-      } else {
-        pending = pending.subarray(Math.max(written, 0));
-        return;
-      }
-    }
-  };
-  // Bun wraps the inherited, already connected socket as it would a new one.
-  socket = await Bun.connect({
-    fd: channelFd,
-    socket: {
-      data(_socket, bytes) { onData(decoder.decode(bytes, { stream: true })); },
-      drain() { flush(); },
-      close() { process.exit(0); },
-      error() { process.exit(0); },
-      end() { process.exit(0); },
-    },
-  }).catch(() => process.exit(0));
-  write = (text) => {
-    const bytes = encoder.encode(text);
-    if (pending) {
-      const joined = new Uint8Array(pending.length + bytes.length);
-      joined.set(pending);
-      joined.set(bytes, pending.length);
-      pending = joined;
-      return;
-    }
-    const written = socket.write(bytes);
-    if (written < bytes.length) pending = bytes.subarray(Math.max(written, 0));
-  };
-  sendReady();
-} else {
-  const net = (await import('node:net')).default;
-  const socket = new net.Socket({ fd: channelFd, readable: true, writable: true });
-  socket.on('error', () => process.exit(0));
-  socket.on('close', () => process.exit(0));
-  process.stdin.on('end', () => process.exit(0));
-  process.stdin.on('error', () => process.exit(0));
-  process.stdin.resume();
-  write = (text) => socket.write(text);
-  socket.setEncoding('utf8');
-  socket.on('data', onData);
-  sendReady();
-}
-
-function send(frame) {
-  write(JSON.stringify(frame) + '\n');
-}
+const { send } = await openChannel({ fdVariable: 'GOONDAN_SCRIPT_FD', name: 'goondan host', onFrame });
+// Not needed for the first call: load the full formatter afterwards.
+import('node:util').then(
+  (util) => {
+    format = util.format;
+    inspect = (value, options) => util.inspect(value, options);
+  },
+  () => {},
+);
 
 // Ids of calls running now, and of those whose caller gave up (their
 // eventual result is dropped).
