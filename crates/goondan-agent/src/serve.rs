@@ -421,19 +421,7 @@ fn reply_job(message: &goondan_core::Message, me: &AgentInstance, tasks: &TaskBo
         correlation_id: format!("reply:{request}"),
         from: me.to_string(),
         wants_answer: false,
-        payload: DelegatePayload {
-            event_id: goondan_core::ids::new_id(),
-            event_type: TASK_COMPLETED_EVENT.to_owned(),
-            instance_key: me.instance_key.clone(),
-            input,
-            metadata: JsonObject::new(),
-            trace_id: None,
-            traceparent: None,
-            asynchronous: false,
-            hops: 0,
-            source: goondan_ipc::MessageSourceInfo { kind: TASK_SOURCE.to_owned(), name: tool, instance_key: None },
-            tool_call_id: None,
-        },
+        payload: task_payload(me, input, JsonObject::new(), tool),
         link,
         message_metadata: message.metadata.clone(),
     }
@@ -447,6 +435,25 @@ async fn keep_reply(conversation: &mut Conversation, reply: goondan_core::Messag
     if !kept {
         tracing::warn!("the turn of an asynchronous answer did not save it; saved now");
         append_replies(conversation, vec![reply]).await;
+    }
+}
+
+/// The message of a turn that delivers what ended while the instance idled
+/// (a task's end, an asynchronous answer): a `task.completed` event from
+/// the instance itself, its source the tool that started the work.
+fn task_payload(me: &AgentInstance, input: String, metadata: JsonObject, tool: String) -> DelegatePayload {
+    DelegatePayload {
+        event_id: goondan_core::ids::new_id(),
+        event_type: TASK_COMPLETED_EVENT.to_owned(),
+        instance_key: me.instance_key.clone(),
+        input,
+        metadata,
+        trace_id: None,
+        traceparent: None,
+        asynchronous: false,
+        hops: 0,
+        source: goondan_ipc::MessageSourceInfo { kind: TASK_SOURCE.to_owned(), name: tool, instance_key: None },
+        tool_call_id: None,
     }
 }
 
@@ -479,19 +486,7 @@ fn completion_job(message: &goondan_core::Message, me: &AgentInstance) -> Job {
         correlation_id: format!("task:{handle}"),
         from: me.to_string(),
         wants_answer: false,
-        payload: DelegatePayload {
-            event_id: goondan_core::ids::new_id(),
-            event_type: TASK_COMPLETED_EVENT.to_owned(),
-            instance_key: me.instance_key.clone(),
-            input,
-            metadata,
-            trace_id: None,
-            traceparent: None,
-            asynchronous: false,
-            hops: 0,
-            source: goondan_ipc::MessageSourceInfo { kind: TASK_SOURCE.to_owned(), name: tool, instance_key: None },
-            tool_call_id: None,
-        },
+        payload: task_payload(me, input, metadata, tool),
         link,
         message_metadata: JsonObject::new(),
     }

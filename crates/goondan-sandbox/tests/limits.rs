@@ -32,6 +32,21 @@ use nix::unistd::Pid;
 const MIB: u64 = 1 << 20;
 /// The classic, with the shell kept waiting while it runs.
 const FORK_BOMB: &str = ":(){ :|:& };:; sleep 30";
+/// Forks (children that sleep 3 s) until a fork fails, at most 1000; prints how many.
+const FORKS: &str = r#"/usr/bin/python3 -c '
+import os, time
+n = 0
+while n < 1000:
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(3)
+        os._exit(0)
+    n += 1
+print(n)
+'"#;
 /// Set (to the scenario) when this binary runs as the unprivileged helper.
 const HELPER_ENV: &str = "GOONDAN_LIMITS_HELPER";
 
@@ -462,20 +477,7 @@ fn the_bounds_hold_inside_the_sandbox() {
     }
     assert_eq!(std::fs::metadata(workdir.join("out")).map(|meta| meta.len()).ok(), Some(10 * MIB));
     // Forks stop at the bound; what they started goes with the sandbox.
-    let forks = r#"/usr/bin/python3 -c '
-import os, time
-n = 0
-while n < 1000:
-    try:
-        pid = os.fork()
-    except OSError:
-        break
-    if pid == 0:
-        time.sleep(3)
-        os._exit(0)
-    n += 1
-print(n)
-'"#;
+    let forks = FORKS;
     let output = match run(forks) {
         Ok(output) => output.unwrap_or_else(|error| panic!("{error}")),
         Err(error) => panic!("{error}"),
@@ -559,22 +561,7 @@ fn a_command_spawned_on_the_placed_thread_starts_in_cgroups_of_its_own_under_its
     }
     drop(running);
     // Its bound holds on the spawning thread's path too.
-    let (_, (command, child)) = spawn(
-        r#"/usr/bin/python3 -c '
-import os, time
-n = 0
-while n < 1000:
-    try:
-        pid = os.fork()
-    except OSError:
-        break
-    if pid == 0:
-        time.sleep(3)
-        os._exit(0)
-    n += 1
-print(n)
-'"#,
-    );
+    let (_, (command, child)) = spawn(FORKS);
     let output = child.wait_with_output().unwrap_or_else(|error| panic!("{error}"));
     let forked: u32 = String::from_utf8_lossy(&output.stdout).trim().parse().unwrap_or(u32::MAX);
     assert!(forked < 16, "{forked} processes forked under a bound of 16: {output:?}");
