@@ -206,6 +206,19 @@ struct Hierarchy {
     version: Version,
     /// The controllers it bounds.
     controllers: Vec<Controller>,
+    /// How `/proc/self/cgroup` names it and `gdn`'s cgroup in it: its
+    /// line's controllers field (`pids`; empty for v2) and path (`/`).
+    line: (String, String),
+}
+
+impl Hierarchy {
+    /// The tail of the `/proc/<pid>/cgroup` line of a process in its
+    /// cgroup `name`: `:pids:/goondan-…\n`.
+    fn member_line(&self, name: &str) -> Vec<u8> {
+        let (field, path) = &self.line;
+        let path = path.trim_end_matches('/');
+        format!(":{field}:{path}/{name}\n").into_bytes()
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -410,7 +423,7 @@ impl Limiter {
 
     fn command_limits(&self, set: CgroupSet) -> CommandLimits {
         CommandLimits {
-            set: set.id,
+            lines: set.lines,
             procs: set.procs,
             dirs: set.dirs,
             rlimits: self.rlimits.clone(),
@@ -422,7 +435,7 @@ impl Limiter {
     /// needs none and should not pay for joining cgroups.
     pub(crate) fn unbounded(&self) -> CommandLimits {
         CommandLimits {
-            set: 0,
+            lines: Vec::new(),
             procs: Vec::new(),
             dirs: Vec::new(),
             rlimits: Vec::new(),
@@ -450,21 +463,13 @@ impl Limiter {
 /// A spawn to run on a [`PlacedThread`].
 pub type SpawnJob = Box<dyn FnOnce() + Send>;
 
-/// The ids of cgroup sets, unique in the process (0: none).
-static SET_IDS: AtomicU64 = AtomicU64::new(1);
-
-thread_local! {
-    /// The cgroup set this thread sits in, whole (0: none). A child the
-    /// thread forks starts there, reads this copy of it between `fork` and
-    /// `exec` (const-initialised, no destructor: a plain read), and so
-    /// knows it need not join.
-    static SITS_IN: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-}
-
 /// One cgroup per hierarchy, for one command at a time.
 #[derive(Debug)]
 struct CgroupSet {
-    id: u64,
+    /// Per cgroup, the tail of a member's `/proc/<pid>/cgroup` line
+    /// ([`Hierarchy::member_line`]): a child forked inside finds it there
+    /// and need not join.
+    lines: Vec<Vec<u8>>,
     /// `cgroup.procs` of each.
     procs: Vec<CString>,
     dirs: Vec<(PathBuf, Version)>,
@@ -501,7 +506,7 @@ impl CgroupSets {
         self.sweep();
         let number = self.next.fetch_add(1, Ordering::Relaxed);
         let name = format!("{}{number}", self.prefix);
-        let mut made = CgroupSet { id: SET_IDS.fetch_add(1, Ordering::Relaxed), procs: Vec::new(), dirs: Vec::new() };
+        let mut made = CgroupSet { lines: Vec::new(), procs: Vec::new(), dirs: Vec::new() };
         for hierarchy in &self.found.hierarchies {
             let dir = hierarchy.parent.join(&name);
             std::fs::create_dir(&dir)?;
@@ -524,6 +529,7 @@ impl CgroupSets {
             let procs = CString::new(dir.join("cgroup.procs").as_os_str().as_bytes())
                 .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a cgroup path with a NUL byte"))?;
             made.procs.push(procs);
+            made.lines.push(hierarchy.member_line(&name));
         }
         Ok(made)
     }
@@ -673,15 +679,11 @@ impl Drop for PlacedThread {
 fn placed_thread(sets: &CgroupSets, seat: &Seat, queue: &std::sync::mpsc::Receiver<PlacedJob>) {
     let tid = nix::unistd::gettid().as_raw().to_string();
     let sit = || {
-        SITS_IN.set(0);
         seat.update(|state| state.moving = true);
         let mut placed = None;
         match sets.take() {
             Ok(set) => match move_thread(&tid, set.dirs.iter().map(|(dir, _)| dir.as_path())) {
-                Ok(()) => {
-                    SITS_IN.set(set.id);
-                    placed = Some(set);
-                }
+                Ok(()) => placed = Some(set),
                 Err(error) => {
                     tracing::debug!("sandbox limits: the spawning thread cannot enter a command's cgroups: {error}");
                     sets.shared.idle.lock().unwrap_or_else(PoisonError::into_inner).push(set);
@@ -704,7 +706,6 @@ fn placed_thread(sets: &CgroupSets, seat: &Seat, queue: &std::sync::mpsc::Receiv
             sit();
         }
     }
-    SITS_IN.set(0);
     let home = sets.found.hierarchies.iter().map(|hierarchy| hierarchy.parent.as_path());
     if let Err(error) = move_thread(&tid, home) {
         tracing::warn!("sandbox limits: the spawning thread cannot leave the command cgroups: {error}");
@@ -775,8 +776,8 @@ impl Drop for Limiter {
 /// [`Limiter::for_command`].
 #[derive(Debug)]
 pub struct CommandLimits {
-    /// Its [`CgroupSet`]'s id (0: none).
-    set: u64,
+    /// Per cgroup, the tail of a member's `/proc/<pid>/cgroup` line.
+    lines: Vec<Vec<u8>>,
     /// `cgroup.procs` of each of its cgroups.
     procs: Vec<CString>,
     dirs: Vec<(PathBuf, Version)>,
@@ -790,11 +791,15 @@ impl CommandLimits {
     /// sets its rlimits. Async-signal-safe: system calls on data prepared in
     /// the parent, no allocation (an error carries only its errno).
     pub fn apply_in_child(&self) -> io::Result<()> {
-        // Forked by the thread that sits in its cgroups: it is there already.
-        let inherited = self.set != 0 && SITS_IN.with(std::cell::Cell::get) == self.set;
-        if !inherited {
-            for procs in &self.procs {
-                join_cgroup(procs)?;
+        if !self.procs.is_empty() {
+            // Forked by the thread that sits in its cgroups, it is in them
+            // already: a move would only wait for the kernel.
+            let mut own = [0u8; 4096];
+            let own = read_own_cgroups(&mut own);
+            for (procs, line) in self.procs.iter().zip(&self.lines) {
+                if !own.windows(line.len()).any(|window| window == line.as_slice()) {
+                    join_cgroup(procs)?;
+                }
             }
         }
         for &(resource, value) in &self.rlimits {
@@ -837,7 +842,7 @@ impl Drop for CommandLimits {
         let empty = self.dirs.iter().all(|(dir, _)| members(dir).is_ok_and(|members| members.is_empty()));
         if empty && !self.dirs.is_empty() {
             let idle = CgroupSet {
-                id: self.set,
+                lines: std::mem::take(&mut self.lines),
                 procs: std::mem::take(&mut self.procs),
                 dirs: std::mem::take(&mut self.dirs),
             };
@@ -853,6 +858,28 @@ impl Drop for CommandLimits {
             !removed(&cgroup.dir)
         });
     }
+}
+
+/// In the child: `/proc/self/cgroup` read into `buffer` (what fits; empty
+/// when it cannot be read, and then every cgroup is joined).
+fn read_own_cgroups(buffer: &mut [u8]) -> &[u8] {
+    let Ok(fd) = nix::fcntl::open(
+        c"/proc/self/cgroup",
+        nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    ) else {
+        return &[];
+    };
+    let mut filled = 0;
+    while filled < buffer.len() {
+        match buffer.get_mut(filled..).map(|rest| nix::unistd::read(&fd, rest)) {
+            Some(Ok(0)) | None => break,
+            Some(Ok(read)) => filled += read,
+            Some(Err(nix::errno::Errno::EINTR)) => {}
+            Some(Err(_)) => return &[],
+        }
+    }
+    buffer.get(..filled).unwrap_or_default()
 }
 
 /// In the child: writes `0` into a `cgroup.procs` (moves the writer).
@@ -1010,14 +1037,14 @@ fn usable_cgroups(cgroups: &str, mountinfo: &str, writable: impl Fn(&Path) -> bo
     let mounts = cgroup_mounts(mountinfo);
     let mut found = Found::default();
     let mut unified = None;
-    let mut v1: Vec<(Vec<&str>, &str)> = Vec::new();
+    let mut v1: Vec<(Vec<&str>, &str, &str)> = Vec::new();
     for line in cgroups.lines() {
         let mut parts = line.splitn(3, ':');
         let (Some(_id), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next()) else { continue };
         if controllers.is_empty() {
             unified = Some(path);
         } else {
-            v1.push((controllers.split(',').collect(), path));
+            v1.push((controllers.split(',').collect(), controllers, path));
         }
     }
     let mut missing = vec![Controller::Pids, Controller::Memory];
@@ -1030,11 +1057,14 @@ fn usable_cgroups(cgroups: &str, mountinfo: &str, writable: impl Fn(&Path) -> bo
         let controllers: Vec<Controller> = missing.iter().copied().filter(|c| enabled.contains(&c.name())).collect();
         if !controllers.is_empty() {
             missing.retain(|c| !controllers.contains(c));
-            found.hierarchies.push(Hierarchy { parent: dir, version: Version::V2, controllers });
+            let line = (String::new(), path.to_owned());
+            found.hierarchies.push(Hierarchy { parent: dir, version: Version::V2, controllers, line });
         }
     }
     for controller in missing {
-        let Some((_, path)) = v1.iter().find(|(names, _)| names.contains(&controller.name())) else { continue };
+        let Some((_, field, path)) = v1.iter().find(|(names, _, _)| names.contains(&controller.name())) else {
+            continue;
+        };
         let Some(dir) = mounts
             .iter()
             .filter(|m| m.version == Version::V1 && m.options.iter().any(|option| option == controller.name()))
@@ -1047,9 +1077,12 @@ fn usable_cgroups(cgroups: &str, mountinfo: &str, writable: impl Fn(&Path) -> bo
         }
         match found.hierarchies.iter_mut().find(|h| h.parent == dir) {
             Some(hierarchy) => hierarchy.controllers.push(controller),
-            None => {
-                found.hierarchies.push(Hierarchy { parent: dir, version: Version::V1, controllers: vec![controller] })
-            }
+            None => found.hierarchies.push(Hierarchy {
+                parent: dir,
+                version: Version::V1,
+                controllers: vec![controller],
+                line: ((*field).to_owned(), (*path).to_owned()),
+            }),
         }
     }
     found
@@ -1196,11 +1229,17 @@ mod tests {
         assert_eq!(
             found.hierarchies,
             [
-                Hierarchy { parent: base.join("pids"), version: Version::V1, controllers: vec![Controller::Pids] },
+                Hierarchy {
+                    parent: base.join("pids"),
+                    version: Version::V1,
+                    controllers: vec![Controller::Pids],
+                    line: ("pids".to_owned(), "/".to_owned()),
+                },
                 Hierarchy {
                     parent: base.join("memory/process_api/e3f8"),
                     version: Version::V1,
-                    controllers: vec![Controller::Memory]
+                    controllers: vec![Controller::Memory],
+                    line: ("memory".to_owned(), "/process_api/e3f8".to_owned()),
                 },
             ]
         );
@@ -1239,7 +1278,8 @@ mod tests {
             [Hierarchy {
                 parent: parent.clone(),
                 version: Version::V2,
-                controllers: vec![Controller::Pids, Controller::Memory]
+                controllers: vec![Controller::Pids, Controller::Memory],
+                line: (String::new(), "/user.slice/gdn".to_owned()),
             }]
         );
         let limiter = Limiter::with(
