@@ -537,6 +537,31 @@ fn a_full_disk_keeps_acknowledged_events_pending_and_runs_them_once_it_has_room(
     project.check_exactly_once(6);
 }
 
+/// The inbox's writer ending (a bug: a panic at its write) is fatal: the
+/// service exits 1 at once and frees its port (no half-alive service
+/// answering 503), nothing unstored was acknowledged, and the next start
+/// runs what was stored, once.
+#[test]
+fn a_panicking_inbox_writer_ends_the_service_and_frees_its_port() {
+    let project = Project::new();
+    let mut gdn = project.start(&[("GOONDAN_FAULT", "inbox.accept:panic:2")]);
+    project.wait_listening(&mut gdn);
+    assert_eq!(project.post(0), 200);
+    assert_ne!(project.post(1), 200, "an event the inbox could not store was acknowledged");
+    let Some(status) = wait_exit(&mut gdn, Duration::from_secs(30)) else {
+        let _ = gdn.kill();
+        panic!("the service lived on without its inbox's writer: {}", stderr_of(gdn));
+    };
+    assert_eq!(status.code(), Some(1), "{status}: {}", stderr_of(gdn));
+    assert!(TcpStream::connect(("127.0.0.1", project.port)).is_err(), "the port is still held");
+    let mut gdn = project.start(&[]);
+    project.wait_listening(&mut gdn);
+    assert_eq!(project.post(1), 200, "k1 on redelivery");
+    project.wait_all_done(2);
+    project.stop(gdn);
+    project.check_exactly_once(2);
+}
+
 #[test]
 fn sigterm_on_a_full_disk_drains_and_exits_and_the_next_start_runs_what_waits() {
     let project = Project::new();

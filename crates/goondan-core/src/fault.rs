@@ -15,6 +15,8 @@
 //!           enospc  the nth write at the point fails with ENOSPC (nth 0: every write)
 //!           full    every write at the point fails with ENOSPC while the file named
 //!                   by GOONDAN_FAULT_FULL exists (a disk that fills and is freed)
+//!           panic   the nth write at the point panics the thread that writes (a bug
+//!                   in a writer: what a service does when its inbox's writer ends)
 //!   nth     counted per process from 1 (default 1)
 //! ```
 //!
@@ -89,6 +91,7 @@ mod injected {
         Crash,
         Enospc,
         Full,
+        Panic,
     }
 
     #[derive(Debug)]
@@ -119,6 +122,7 @@ mod injected {
                         "crash" => Action::Crash,
                         "enospc" => Action::Enospc,
                         "full" => Action::Full,
+                        "panic" => Action::Panic,
                         _ => return None,
                     };
                     let nth = parts.next().map_or(Some(1), |n| n.parse().ok())?;
@@ -155,6 +159,13 @@ mod injected {
         for rule in faults.rules.iter().filter(|rule| matches(rule, point)) {
             let fails = match rule.action {
                 Action::Crash => false,
+                Action::Panic if rule.nth == nth => {
+                    #[allow(clippy::panic)]
+                    {
+                        panic!("fault injected: a panic at write {nth} of {}", point.name());
+                    }
+                }
+                Action::Panic => false,
                 Action::Enospc => rule.nth == 0 || rule.nth == nth,
                 Action::Full => faults.full_flag.as_ref().is_some_and(|flag| flag.exists()),
             };
