@@ -97,12 +97,13 @@
 //! (`gdn doctor` reports it and `gdn doctor --fix` tightens it).
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::io::{self, Read, Seek, Write};
 use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 
 use goondan_core::message::now_millis;
 use goondan_core::{ConversationState, Message, MessageEvent, RepairReport};
+use goondan_journal::Journal;
 use serde::{Deserialize, Serialize};
 
 /// The `tracing` target of the store's warnings.
@@ -252,6 +253,19 @@ fn pid_note(pid: Option<u32>) -> String {
 }
 
 impl StoreError {
+    /// A journal's failure as the store says it (`op`, when given, says
+    /// what the store was doing instead of the journal's word for it).
+    fn from_journal(error: goondan_journal::JournalError, op: Option<&'static str>) -> Self {
+        use goondan_journal::JournalError;
+        match error {
+            JournalError::Io { op: journal_op, path, source } => {
+                Self::Io { op: op.unwrap_or(journal_op), path, source }
+            }
+            JournalError::Corrupt { path, source, .. } => Self::Json { op: op.unwrap_or("reading"), path, source },
+            JournalError::Poisoned { .. } => Self::Poisoned,
+        }
+    }
+
     fn io(op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> Self {
         move |source| Self::Io { op, path: path.to_path_buf(), source }
     }
@@ -880,10 +894,8 @@ pub struct InstanceStore {
     messages_path: PathBuf,
     events_path: PathBuf,
     info: InstanceInfo,
-    /// messages.jsonl, opened for reading and appending.
-    messages_file: File,
-    /// Whether a torn tail of messages.jsonl may still have to be cut before appending.
-    tail_unchecked: bool,
+    /// messages.jsonl: its torn tail is cut before the first append.
+    messages: Journal,
 }
 
 impl InstanceStore {
@@ -944,21 +956,9 @@ impl InstanceStore {
             Err(error) => return Err(error),
         };
         let messages_path = dir.join(Self::MESSAGES_FILE);
-        let messages_file = private_file()
-            .read(true)
-            .append(true)
-            .create(true)
-            .open(&messages_path)
-            .map_err(StoreError::io("opening the message log", &messages_path))?;
-        let store = Self {
-            events_path: dir.join(Self::EVENTS_FILE),
-            dir,
-            info_path,
-            messages_path,
-            info,
-            messages_file,
-            tail_unchecked: true,
-        };
+        let messages = Journal::open::<LogLine>(&messages_path)
+            .map_err(|error| StoreError::from_journal(error, Some("opening the message log")))?;
+        let store = Self { events_path: dir.join(Self::EVENTS_FILE), dir, info_path, messages_path, info, messages };
         if changed {
             store.write_info()?;
         }
@@ -1024,9 +1024,10 @@ impl InstanceStore {
     /// syncs the log; on return the commit is durable. Then updates
     /// `updatedAt` and `messages` in instance.json.
     ///
-    /// The first append cuts a torn tail left by a crash. If the write or the
-    /// sync fails, the log is truncated back to where it was (best effort)
-    /// and the error returned.
+    /// The first append cuts a torn tail left by a crash (the journal's
+    /// rule: a last line without its newline, or that is not a commit). If
+    /// the write or the sync fails, the log is cut back to where it was and
+    /// the error returned.
     pub fn append_events(&mut self, events: &[MessageEvent]) -> Result<(), StoreError> {
         if events.is_empty() {
             return Ok(());
@@ -1038,27 +1039,9 @@ impl InstanceStore {
         };
         serialized.map_err(StoreError::json("serializing a commit for", &self.messages_path))?;
         line.push(b'\n');
-        if self.tail_unchecked {
-            cut_torn_tail(&mut self.messages_file, &self.messages_path)?;
-            self.tail_unchecked = false;
-        }
-        let path = &self.messages_path;
-        let file = &mut self.messages_file;
-        let length = file.metadata().map_err(StoreError::io("inspecting", path))?.len();
-        let written = goondan_core::fault::before_write(goondan_core::fault::Point::ConversationCommit)
-            .and_then(|()| file.write_all(&line))
-            .and_then(|()| file.flush())
-            .map_err(StoreError::io("appending to", path))
-            .and_then(|()| file.sync_data().map_err(StoreError::io("syncing", path)));
-        if let Err(error) = written {
-            if let Err(undo) = file.set_len(length).and_then(|()| file.sync_data()) {
-                tracing::warn!(target: LOG_TARGET, "truncating {} after a failed append: {undo}", path.display());
-                // The next append cuts whatever was left.
-                self.tail_unchecked = true;
-            }
-            return Err(error);
-        }
-        goondan_core::fault::after_write(goondan_core::fault::Point::ConversationCommit);
+        self.messages
+            .append(&line, &[goondan_core::fault::Point::ConversationCommit])
+            .map_err(|error| StoreError::from_journal(error, None))?;
         let appended = events.iter().filter(|event| matches!(event, MessageEvent::Append { .. })).count();
         self.info.messages += u64::try_from(appended).unwrap_or(u64::MAX);
         self.info.updated_at = now_millis();
@@ -1087,32 +1070,9 @@ impl InstanceStore {
             lines.push(b'\n');
         }
         let temp = self.dir.join(format!(".{}.{}.tmp", Self::MESSAGES_FILE, std::process::id()));
-        let written = private_file()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&temp)
-            .and_then(|mut file| {
-                goondan_core::fault::before_write(goondan_core::fault::Point::ConversationCommit)?;
-                file.write_all(&lines)?;
-                file.sync_all()
-            })
-            .map_err(StoreError::io("writing", &temp))
-            .and_then(|()| fs::rename(&temp, &path).map_err(StoreError::io("replacing", &path)));
-        if let Err(error) = written {
-            // Best effort: the temp file is garbage now; the old log stands.
-            let _ = fs::remove_file(&temp);
-            return Err(error);
-        }
-        sync_dir(&self.dir);
-        // The old handle points at the replaced file.
-        self.messages_file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .open(&path)
-            .map_err(StoreError::io("opening the message log", &path))?;
-        self.tail_unchecked = false;
-        goondan_core::fault::after_write(goondan_core::fault::Point::ConversationCommit);
+        self.messages
+            .rewrite(&temp, Some(goondan_core::fault::Point::ConversationCommit), |out| out.write_all(&lines))
+            .map_err(|error| StoreError::from_journal(error, None))?;
         self.info.updated_at = now_millis();
         self.write_info_or_warn();
         Ok(())
@@ -1191,14 +1151,11 @@ impl InstanceStore {
     /// left by a crash is cut first. One writer at a time.
     pub fn event_writer(&self) -> Result<EventLogWriter, StoreError> {
         let path = &self.events_path;
-        let mut file = private_file()
-            .read(true)
-            .append(true)
-            .create(true)
-            .open(path)
-            .map_err(StoreError::io("opening the event log", path))?;
-        cut_torn_tail(&mut file, path)?;
-        Ok(EventLogWriter { file, path: path.clone(), unsynced: false })
+        // Events are JSON values of any shape: a last line that is not one is torn.
+        let mut journal = Journal::open::<serde::de::IgnoredAny>(path)
+            .map_err(|error| StoreError::from_journal(error, Some("opening the event log")))?;
+        journal.repair_tail().map_err(|error| StoreError::from_journal(error, None))?;
+        Ok(EventLogWriter { journal, path: path.clone() })
     }
 
     fn write_info(&self) -> Result<(), StoreError> {
@@ -1210,12 +1167,12 @@ impl InstanceStore {
     }
 }
 
-/// An append-only event log whose `flush()` syncs the file to disk.
+/// An append-only event log whose `flush()` syncs the file to disk (and
+/// whose drop syncs what is left).
 #[derive(Debug)]
 pub struct EventLogWriter {
-    file: File,
+    journal: Journal,
     path: PathBuf,
-    unsynced: bool,
 }
 
 impl EventLogWriter {
@@ -1231,31 +1188,13 @@ impl EventLogWriter {
 
 impl Write for EventLogWriter {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        goondan_core::fault::before_write(goondan_core::fault::Point::EventsLog)
-            .map_err(|error| self.annotate("appending to", error))?;
-        let written = self.file.write(bytes).map_err(|error| self.annotate("appending to", error))?;
-        if written > 0 {
-            self.unsynced = true;
-        }
-        Ok(written)
+        self.journal
+            .write_unsynced(bytes, goondan_core::fault::Point::EventsLog)
+            .map_err(|error| self.annotate("appending to", error))
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        if self.unsynced {
-            self.file.sync_data().map_err(|error| self.annotate("syncing", error))?;
-            self.unsynced = false;
-        }
-        Ok(())
-    }
-}
-
-impl Drop for EventLogWriter {
-    fn drop(&mut self) {
-        if self.unsynced
-            && let Err(error) = self.file.sync_data()
-        {
-            tracing::warn!(target: LOG_TARGET, "syncing {}: {error}", self.path.display());
-        }
+        self.journal.sync().map_err(|error| self.annotate("syncing", error))
     }
 }
 
@@ -1777,51 +1716,21 @@ pub fn read_message_log(path: &Path) -> Result<LoadedConversation, StoreError> {
 /// repairing what the fold gives.
 fn fold_message_log(path: &Path) -> Result<LoadedConversation, StoreError> {
     let mut loaded = LoadedConversation::default();
-    let file = match File::open(path) {
-        Ok(file) => file,
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(loaded),
-        Err(error) => return Err(StoreError::io("opening the message log", path)(error)),
-    };
-    let mut reader = BufReader::with_capacity(64 * 1024, file);
-    let mut line = Vec::new();
-    let mut number = 0_usize;
     let mut events = Vec::new();
-    // A complete line that cannot be read: corrupt if more lines follow, the torn tail if not.
-    let mut unparsable: Option<(usize, serde_json::Error)> = None;
-    loop {
-        line.clear();
-        let read = reader.read_until(b'\n', &mut line).map_err(StoreError::io("reading", path))?;
-        if read == 0 {
-            break;
-        }
-        number += 1;
-        if let Some((bad, error)) = unparsable.take() {
-            loaded.skipped_corrupt_lines += 1;
-            tracing::warn!(target: LOG_TARGET, "{}: skipping line {bad}, which cannot be read: {error}", path.display());
-        }
-        if line.last() != Some(&b'\n') {
-            loaded.skipped_torn_tail = true;
-            tracing::warn!(
-                target: LOG_TARGET,
-                "{}: skipping the torn last line {number} ({read} bytes without a newline), left by an interrupted write",
-                path.display()
-            );
-            break;
-        }
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        match serde_json::from_slice::<LogLine>(&line) {
-            Ok(LogLine::Message(message)) => events.push(MessageEvent::Append { message }),
-            Ok(LogLine::Commit { events: commit }) => events.extend(commit),
-            Err(error) => unparsable = Some((number, error)),
-        }
+    let replayed = goondan_journal::replay::<LogLine>(path, |line| match line {
+        LogLine::Message(message) => events.push(MessageEvent::Append { message }),
+        LogLine::Commit { events: commit } => events.extend(commit),
+    })
+    .map_err(|error| StoreError::from_journal(error, Some("reading the message log")))?;
+    for corrupt in &replayed.corrupt {
+        tracing::warn!(target: LOG_TARGET, "{}: skipping a line that cannot be read ({corrupt})", path.display());
     }
-    if let Some((bad, error)) = unparsable {
+    loaded.skipped_corrupt_lines = replayed.corrupt.len();
+    if let Some(torn) = &replayed.torn {
         loaded.skipped_torn_tail = true;
         tracing::warn!(
             target: LOG_TARGET,
-            "{}: skipping the last line {bad}, which cannot be read (torn by an interrupted write?): {error}",
+            "{}: skipping the torn last line ({torn}), left by an interrupted write",
             path.display()
         );
     }
@@ -1836,41 +1745,6 @@ fn fold_message_log(path: &Path) -> Result<LoadedConversation, StoreError> {
         );
     }
     Ok(loaded)
-}
-
-/// Truncates `file` to the end of its last complete line (or to nothing),
-/// syncing it if anything was cut. Returns the number of bytes cut.
-fn cut_torn_tail(file: &mut File, path: &Path) -> Result<u64, StoreError> {
-    const CHUNK: u64 = 8 * 1024;
-    let length = file.metadata().map_err(StoreError::io("inspecting", path))?.len();
-    let mut buffer = [0_u8; CHUNK as usize];
-    let mut end = length;
-    let keep = loop {
-        if end == 0 {
-            break 0;
-        }
-        let start = end.saturating_sub(CHUNK);
-        let chunk = &mut buffer[..usize::try_from(end - start).unwrap_or(0)];
-        file.seek(SeekFrom::Start(start))
-            .and_then(|_| file.read_exact(chunk))
-            .map_err(StoreError::io("reading the end of", path))?;
-        if let Some(newline) = chunk.iter().rposition(|&byte| byte == b'\n') {
-            break start + u64::try_from(newline).unwrap_or(0) + 1;
-        }
-        end = start;
-    };
-    if keep == length {
-        return Ok(0);
-    }
-    file.set_len(keep).map_err(StoreError::io("cutting the torn last line of", path))?;
-    file.sync_data().map_err(StoreError::io("syncing", path))?;
-    tracing::warn!(
-        target: LOG_TARGET,
-        "{}: cut a torn last line ({} bytes) left by an interrupted write",
-        path.display(),
-        length - keep
-    );
-    Ok(length - keep)
 }
 
 /// Syncs a directory so that entries created, renamed or removed in it
