@@ -7,7 +7,7 @@
 //! stopped.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead as _, Seek as _, SeekFrom, Write as _};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -32,7 +32,8 @@ struct Tail {
     path: PathBuf,
     /// `Some(agent@key)` for an instance's event log; `None` for the inbox.
     instance: Option<String>,
-    offset: u64,
+    /// How far it was read (the journal's incremental reader).
+    reader: goondan_journal::Tail,
     /// The inbox's events by seq (agent, instance), to name them in their
     /// later records.
     routes: std::collections::HashMap<u64, (JsonValue, JsonValue)>,
@@ -41,33 +42,18 @@ struct Tail {
 impl Tail {
     /// The complete lines added since the last read.
     fn read_new(&mut self) -> Vec<Entry> {
-        let Ok(mut file) = std::fs::File::open(&self.path) else { return Vec::new() };
-        let Ok(length) = file.metadata().map(|m| m.len()) else { return Vec::new() };
-        if length < self.offset {
-            // Rewritten (compacted): read it again from the start.
-            self.offset = 0;
-        }
-        if file.seek(SeekFrom::Start(self.offset)).is_err() {
-            return Vec::new();
-        }
-        let mut reader = std::io::BufReader::new(file);
-        let mut entries = Vec::new();
-        let mut line = Vec::new();
-        loop {
-            line.clear();
-            match reader.read_until(b'\n', &mut line) {
-                Ok(0) | Err(_) => break,
-                Ok(read) if line.last() == Some(&b'\n') => {
-                    self.offset += read as u64;
-                    if let Ok(record) = serde_json::from_slice::<JsonValue>(&line) {
-                        entries.push(self.entry(record));
-                    }
-                }
-                // A line still being written: read it next time.
-                Ok(_) => break,
+        let mut records = Vec::new();
+        let mut parse = |line: &[u8]| {
+            if let Ok(record) = serde_json::from_slice::<JsonValue>(line) {
+                records.push(record);
             }
+        };
+        if self.reader.read_new(&mut parse) == goondan_journal::TailRead::Rewritten {
+            // Rewritten (compacted): read it again from the start.
+            self.reader.restart();
+            self.reader.read_new(&mut parse);
         }
-        entries
+        records.into_iter().map(|record| self.entry(record)).collect()
     }
 
     fn entry(&mut self, mut record: JsonValue) -> Entry {
@@ -102,16 +88,22 @@ impl Tail {
 fn tails(workspace: &Path) -> Vec<Tail> {
     let mut found = Vec::new();
     let inbox = workspace.join(goondan_ingress::inbox::INBOX_FILE);
-    found.push(Tail { path: inbox, instance: None, offset: 0, routes: Default::default() });
+    found.push(Tail {
+        reader: goondan_journal::Tail::new(&inbox),
+        path: inbox,
+        instance: None,
+        routes: Default::default(),
+    });
     if let Ok(entries) = std::fs::read_dir(workspace.join("instances")) {
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             // Only instance directories (`<agent>@<key>`, encoded as the store encodes them).
             let Some((agent, key)) = goondan_runtime::store::parse_instance_dir_name(&name) else { continue };
+            let path = entry.path().join("events.jsonl");
             found.push(Tail {
-                path: entry.path().join("events.jsonl"),
+                reader: goondan_journal::Tail::new(&path),
+                path,
                 instance: Some(format!("{agent}@{key}")),
-                offset: 0,
                 routes: Default::default(),
             });
         }

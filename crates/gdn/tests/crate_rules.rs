@@ -12,15 +12,20 @@ use serde_json::Value;
 /// dependencies; tests and benches may use more).
 const RULES: &[(&str, &[&str])] = &[
     ("goondan-core", &[]),
+    // The append-only JSON Lines journal: files only, core's fault points.
+    ("goondan-journal", &["goondan-core"]),
     ("goondan-config", &["goondan-core"]),
     // Confinement of commands: no runtime, no config; core's address rule only.
     ("goondan-sandbox", &["goondan-core"]),
     ("goondan-tools", &["goondan-core", "goondan-config", "goondan-sandbox"]),
     ("goondan-base", &["goondan-core", "goondan-config", "goondan-tools", "goondan-sandbox"]),
     ("goondan-llm", &["goondan-core", "goondan-config"]),
-    ("goondan-runtime", &["goondan-core", "goondan-config", "goondan-tools", "goondan-llm", "goondan-sandbox"]),
+    (
+        "goondan-runtime",
+        &["goondan-core", "goondan-journal", "goondan-config", "goondan-tools", "goondan-llm", "goondan-sandbox"],
+    ),
     // Connectors, the inbox and routing: no turn, no process but a connector's own.
-    ("goondan-ingress", &["goondan-core"]),
+    ("goondan-ingress", &["goondan-core", "goondan-journal"]),
     (
         "goondan-script",
         &["goondan-core", "goondan-config", "goondan-tools", "goondan-runtime", "goondan-ingress", "goondan-sandbox"],
@@ -40,6 +45,7 @@ const RULES: &[(&str, &[&str])] = &[
         "gdn",
         &[
             "goondan-core",
+            "goondan-journal",
             "goondan-config",
             "goondan-tools",
             "goondan-base",

@@ -31,7 +31,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fs::{self, File, OpenOptions};
-use std::io::{BufRead as _, BufReader, Seek as _, SeekFrom, Write as _};
+use std::io::Write as _;
 use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc as std_mpsc;
@@ -39,6 +39,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use goondan_core::JsonObject;
+use goondan_journal::{Journal, JournalError, Replayed};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
@@ -433,92 +434,64 @@ fn instance_label(stored: &Stored) -> String {
     format!("{}@{}", stored.entry.agent, stored.entry.instance)
 }
 
-fn read_file(path: &Path) -> Result<Folded, InboxError> {
-    let io = |source| InboxError::Io { path: path.to_owned(), source };
+/// Folds the inbox at `path` (the journal's torn-tail rule: a torn last
+/// record is skipped, a bad one in the middle skipped with a warning).
+fn read_file(path: &Path) -> Result<(Folded, Replayed), InboxError> {
     let mut folded = Folded { next_seq: 1, ..Folded::default() };
-    let file = match File::open(path) {
-        Ok(file) => file,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(folded),
-        Err(error) => return Err(io(error)),
-    };
-    let mut reader = BufReader::new(file);
-    let mut line = Vec::new();
-    let mut good_end: u64 = 0;
-    let mut offset: u64 = 0;
-    loop {
-        line.clear();
-        let read = reader.read_until(b'\n', &mut line).map_err(io)?;
-        if read == 0 {
-            break;
-        }
-        offset += read as u64;
-        if line.last() != Some(&b'\n') {
-            tracing::warn!(path = %path.display(), "inbox: a torn last record (a crash while writing) is cut off");
-            break;
-        }
-        match serde_json::from_slice::<Record>(&line[..line.len() - 1]) {
-            Ok(record) => folded.apply(record),
-            Err(error) => tracing::warn!(path = %path.display(), %error, "inbox: an unreadable record is skipped"),
-        }
-        good_end = offset;
+    let replayed = goondan_journal::replay::<Record>(path, |record| folded.apply(record)).map_err(journal_error)?;
+    for corrupt in &replayed.corrupt {
+        tracing::warn!(path = %path.display(), error = %corrupt, "inbox: an unreadable record is skipped");
     }
-    let length = fs::metadata(path).map_err(io)?.len();
-    if length > good_end {
-        let file = OpenOptions::new().write(true).open(path).map_err(io)?;
-        file.set_len(good_end).map_err(io)?;
-        file.sync_all().map_err(io)?;
-    }
-    Ok(folded)
+    Ok((folded, replayed))
 }
 
-/// Writes the folded state as a new file in place of the old one.
-///
-/// The new file's handle is opened before the rename, so that once the
-/// rename is done every later record goes to the new file (never to the
-/// old one, unlinked). Returns it and its length.
-fn rewrite(path: &Path, folded: &mut Folded) -> std::io::Result<(File, u64)> {
-    let temp = path.with_extension("jsonl.tmp");
-    let mut out = std::io::BufWriter::new(private_file().write(true).create(true).truncate(true).open(&temp)?);
-    serde_json::to_writer(&mut out, &Record::Next { seq: folded.next_seq })?;
-    out.write_all(b"\n")?;
-    let pending_keys: std::collections::HashSet<&str> = folded.pending.values().map(|s| s.key.as_str()).collect();
-    for (at, key) in &folded.order {
-        if !pending_keys.contains(key.as_str()) {
-            serde_json::to_writer(&mut out, &Record::Seen { key: key.clone(), at: *at })?;
-            out.write_all(b"\n")?;
+/// An inbox error of a journal's (its cause, as the inbox always said it).
+fn journal_error(error: JournalError) -> InboxError {
+    match error {
+        JournalError::Io { path, source, .. } => InboxError::Io { path, source },
+        JournalError::Corrupt { ref path, .. } | JournalError::Poisoned { ref path } => {
+            InboxError::Io { path: path.clone(), source: std::io::Error::other(error.to_string()) }
         }
     }
-    let mut records = folded.keys.len().saturating_sub(folded.pending.len());
-    for stored in folded.pending.values() {
-        let accept = Record::Accept {
-            seq: stored.seq,
-            key: stored.key.clone(),
-            at: stored.accepted_at,
-            entry: Box::new(stored.entry.clone()),
-        };
-        serde_json::to_writer(&mut out, &accept)?;
+}
+
+/// Writes the folded state as a new file in place of the old one (the
+/// journal's rewrite: temp file, fsync, rename; later records go to the
+/// new file).
+fn rewrite(journal: &mut Journal, folded: &mut Folded) -> Result<(), JournalError> {
+    let temp = journal.path().with_extension("jsonl.tmp");
+    let mut records = 0;
+    journal.rewrite(&temp, None, |out| {
+        serde_json::to_writer(&mut *out, &Record::Next { seq: folded.next_seq })?;
         out.write_all(b"\n")?;
-        records += 1;
-        for _ in 0..stored.attempts {
-            serde_json::to_writer(&mut out, &Record::Start { seq: stored.seq, at: stored.accepted_at })?;
+        let pending_keys: std::collections::HashSet<&str> = folded.pending.values().map(|s| s.key.as_str()).collect();
+        for (at, key) in &folded.order {
+            if !pending_keys.contains(key.as_str()) {
+                serde_json::to_writer(&mut *out, &Record::Seen { key: key.clone(), at: *at })?;
+                out.write_all(b"\n")?;
+            }
+        }
+        records = folded.keys.len().saturating_sub(folded.pending.len());
+        for stored in folded.pending.values() {
+            let accept = Record::Accept {
+                seq: stored.seq,
+                key: stored.key.clone(),
+                at: stored.accepted_at,
+                entry: Box::new(stored.entry.clone()),
+            };
+            serde_json::to_writer(&mut *out, &accept)?;
             out.write_all(b"\n")?;
             records += 1;
+            for _ in 0..stored.attempts {
+                serde_json::to_writer(&mut *out, &Record::Start { seq: stored.seq, at: stored.accepted_at })?;
+                out.write_all(b"\n")?;
+                records += 1;
+            }
         }
-    }
-    let file = out.into_inner().map_err(|e| e.into_error())?;
-    file.sync_all()?;
-    let length = file.metadata()?.len();
-    drop(file);
-    let mut file = OpenOptions::new().append(true).open(&temp)?;
-    file.seek(SeekFrom::End(0))?;
-    fs::rename(&temp, path)?;
-    if let Some(dir) = path.parent()
-        && let Err(error) = File::open(dir).and_then(|dir| dir.sync_all())
-    {
-        tracing::warn!(path = %path.display(), %error, "inbox: syncing the directory of a rewritten inbox failed");
-    }
+        Ok(())
+    })?;
     folded.records = records;
-    Ok((file, length))
+    Ok(())
 }
 
 enum Op {
@@ -623,35 +596,26 @@ impl Inbox {
         }
         lock.set_len(0).map_err(io)?;
         lock.write_all(format!("pid {}", std::process::id()).as_bytes()).map_err(io)?;
-        let mut folded = read_file(path)?;
+        let (mut folded, replayed) = read_file(path)?;
+        // Created if missing (its directory synced); a torn last record (a
+        // crash in the middle of a write) is cut off.
+        let mut journal = Journal::open::<Record>(path).map_err(journal_error)?;
+        journal.cut_torn_tail(&replayed).map_err(journal_error)?;
         folded.expire(&options, now_ms());
-        let (file, length) = if folded.records > options.compact_min_records.min(1000)
-            && folded.records > folded.live_records() * 3 / 2
-        {
-            rewrite(path, &mut folded).map_err(io)?
-        } else {
-            let existed = path.exists();
-            let file = private_file().create(true).append(true).open(path).map_err(io)?;
-            // A new file's name is durable only once its directory is synced.
-            if !existed && let Some(dir) = path.parent() {
-                File::open(dir).and_then(|dir| dir.sync_all()).map_err(io)?;
-            }
-            let length = file.metadata().map_err(io)?.len();
-            (file, length)
-        };
+        if folded.records > options.compact_min_records.min(1000) && folded.records > folded.live_records() * 3 / 2 {
+            rewrite(&mut journal, &mut folded).map_err(journal_error)?;
+        }
         let recovered: Recovered = folded.pending.values().cloned().collect();
         let status = Arc::new(Mutex::new(InboxStatus::default()));
         let (ops, receiver) = std_mpsc::channel();
         let writer = Writer {
             path: path.to_owned(),
-            file,
+            journal,
             folded,
             options,
             stored,
             status: Arc::clone(&status),
             _lock: lock,
-            length,
-            torn: false,
         };
         writer.publish();
         let (ended_tx, writer_ended) = tokio::sync::watch::channel(false);
@@ -757,36 +721,21 @@ impl Drop for SetOnDrop {
     }
 }
 
+/// Folds the inbox at `path` without writing it (a service may own it).
 fn read_file_readonly(path: &Path) -> Result<Folded, InboxError> {
-    let io = |source| InboxError::Io { path: path.to_owned(), source };
-    let mut folded = Folded { next_seq: 1, ..Folded::default() };
-    let text = match fs::read(path) {
-        Ok(text) => text,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(folded),
-        Err(error) => return Err(io(error)),
-    };
-    for line in text.split_inclusive(|b| *b == b'\n').filter(|l| l.last() == Some(&b'\n')) {
-        if let Ok(record) = serde_json::from_slice::<Record>(&line[..line.len() - 1]) {
-            folded.apply(record);
-        }
-    }
-    Ok(folded)
+    read_file(path).map(|(folded, _)| folded)
 }
 
 struct Writer {
     /// Held (locked) while the writer lives.
     _lock: File,
     path: PathBuf,
-    file: File,
+    /// The file: a failed write is cut back, a torn one cut before the next.
+    journal: Journal,
     folded: Folded,
     options: InboxOptions,
     stored: mpsc::UnboundedSender<Stored>,
     status: Arc<Mutex<InboxStatus>>,
-    /// The file's length after its last durable record: a failed write is
-    /// cut back to it.
-    length: u64,
-    /// A failed write could not be cut off yet.
-    torn: bool,
 }
 
 /// The most requests one group commit takes.
@@ -891,12 +840,11 @@ impl Writer {
             }
         }
         let points = fault_points(&applied);
-        let written = if lines.is_empty() { Ok(()) } else { self.append(&lines, &points) };
+        // One write and one sync for the batch; the fault points are passed
+        // before it and, once it is durable, after it.
+        let written = if lines.is_empty() { Ok(()) } else { self.journal.append(&lines, &points) };
         match written {
             Ok(()) => {
-                for point in &points {
-                    goondan_core::fault::after_write(*point);
-                }
                 for key in new_keys {
                     self.folded.keys.remove(&key);
                 }
@@ -917,43 +865,18 @@ impl Writer {
                 }
             }
             Err(error) => {
+                // The cause alone, as the senders are told it.
+                let error = error.io_source().map_or_else(|| error.to_string(), ToString::to_string);
                 tracing::error!(path = %self.path.display(), %error, "inbox: a write failed; nothing of it was acknowledged");
                 for key in new_keys {
                     self.folded.keys.remove(&key);
                 }
                 for (reply, _) in store_replies {
-                    let _ = reply.send(Err(SinkError::Storage(error.to_string())));
+                    let _ = reply.send(Err(SinkError::Storage(error.clone())));
                 }
                 for reply in done_replies {
-                    let _ = reply.send(Err(SinkError::Storage(error.to_string())));
+                    let _ = reply.send(Err(SinkError::Storage(error.clone())));
                 }
-            }
-        }
-    }
-
-    /// Appends `lines` and syncs them. A write or sync that fails is cut
-    /// off again (what reached the file is not acknowledged, and the next
-    /// record must never follow half a record); while that cut cannot be
-    /// made, every write fails.
-    fn append(&mut self, lines: &[u8], points: &[goondan_core::fault::Point]) -> std::io::Result<()> {
-        if self.torn {
-            self.file.set_len(self.length).and_then(|()| self.file.sync_data())?;
-            self.torn = false;
-        }
-        for point in points {
-            goondan_core::fault::before_write(*point)?;
-        }
-        match self.file.write_all(lines).and_then(|()| self.file.sync_data()) {
-            Ok(()) => {
-                self.length += lines.len() as u64;
-                Ok(())
-            }
-            Err(error) => {
-                if let Err(cut) = self.file.set_len(self.length).and_then(|()| self.file.sync_data()) {
-                    tracing::error!(path = %self.path.display(), error = %cut, "inbox: cutting off a failed write failed; it is tried again before the next write");
-                    self.torn = true;
-                }
-                Err(error)
             }
         }
     }
@@ -966,12 +889,8 @@ impl Writer {
         if self.folded.records <= self.folded.live_records() * 3 / 2 {
             return;
         }
-        match rewrite(&self.path, &mut self.folded) {
-            Ok((file, length)) => {
-                self.file = file;
-                self.length = length;
-                self.torn = false;
-            }
+        match rewrite(&mut self.journal, &mut self.folded) {
+            Ok(()) => {}
             Err(error) => {
                 tracing::warn!(path = %self.path.display(), %error, "inbox: rewriting failed; the log keeps growing")
             }

@@ -16,8 +16,6 @@
 //! - `instances/<agent>@<key>/instance.json` and its `lock` (running or idle).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::io::{BufRead as _, Seek as _, SeekFrom};
-use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -285,8 +283,8 @@ pub struct Task {
 struct Tail {
     path: PathBuf,
     source: Source,
-    offset: u64,
-    inode: u64,
+    /// How far it was read (the journal's incremental reader).
+    reader: goondan_journal::Tail,
 }
 
 #[derive(Debug, Clone)]
@@ -376,7 +374,7 @@ impl Project {
         let mut add = |tails: &mut Vec<Tail>, path: PathBuf, source: Source| {
             if !index.contains_key(&path) {
                 index.insert(path.clone(), tails.len());
-                tails.push(Tail { path, source, offset: 0, inode: 0 });
+                tails.push(Tail { reader: goondan_journal::Tail::new(&path), path, source });
                 found = true;
             }
         };
@@ -438,12 +436,12 @@ impl Project {
         let mut changed = Vec::new();
         for path in paths {
             if let Some(&index) = self.tail_index.get(path) {
-                let before = self.tails[index].offset;
+                let before = self.tails[index].reader.offset();
                 self.read_tail(index, fresh);
                 if self.stale {
                     return Some(false);
                 }
-                if self.tails[index].offset != before
+                if self.tails[index].reader.offset() != before
                     && let Source::Events { agent, key } | Source::Messages { agent, key } = &self.tails[index].source
                 {
                     changed.push((Arc::clone(agent), Arc::clone(key)));
@@ -483,12 +481,12 @@ impl Project {
         self.discover();
         let mut changed = Vec::new();
         for index in 0..self.tails.len() {
-            let before = self.tails[index].offset;
+            let before = self.tails[index].reader.offset();
             self.read_tail(index, fresh);
             if self.stale {
                 return false;
             }
-            if self.tails[index].offset != before
+            if self.tails[index].reader.offset() != before
                 && let Source::Events { agent, key } | Source::Messages { agent, key } = &self.tails[index].source
             {
                 changed.push((Arc::clone(agent), Arc::clone(key)));
@@ -505,40 +503,21 @@ impl Project {
     }
 
     fn read_tail(&mut self, index: usize, fresh: &mut Vec<u32>) {
-        let (path, source, offset, inode) = {
+        let (path, source, mut reader) = {
             let tail = &self.tails[index];
-            (tail.path.clone(), tail.source.clone(), tail.offset, tail.inode)
+            (tail.path.clone(), tail.source.clone(), tail.reader.clone())
         };
-        let Ok(mut file) = std::fs::File::open(&path) else { return };
-        let Ok(meta) = file.metadata() else { return };
-        if offset > 0 && (meta.ino() != inode || meta.len() < offset) {
+        let read = reader.read_new(|line| {
+            if let Ok(record) = serde_json::from_slice::<JsonValue>(line) {
+                self.ingest(&path, &source, record, fresh);
+            }
+        });
+        if read == goondan_journal::TailRead::Rewritten {
             // Rewritten (compaction): what was read may be gone.
             self.stale = true;
             return;
         }
-        if meta.len() == offset || file.seek(SeekFrom::Start(offset)).is_err() {
-            return;
-        }
-        let mut reader = std::io::BufReader::with_capacity(256 * 1024, file);
-        let mut read_to = offset;
-        let mut line = Vec::new();
-        loop {
-            line.clear();
-            match reader.read_until(b'\n', &mut line) {
-                Ok(0) | Err(_) => break,
-                Ok(read) if line.last() == Some(&b'\n') => {
-                    read_to += read as u64;
-                    if let Ok(record) = serde_json::from_slice::<JsonValue>(&line) {
-                        self.ingest(&path, &source, record, fresh);
-                    }
-                }
-                // A line still being written: read it next time.
-                Ok(_) => break,
-            }
-        }
-        let tail = &mut self.tails[index];
-        tail.offset = read_to;
-        tail.inode = meta.ino();
+        self.tails[index].reader = reader;
     }
 
     fn ingest(&mut self, path: &Path, source: &Source, record: JsonValue, fresh: &mut Vec<u32>) {
