@@ -18,9 +18,10 @@
 //!          error answer to the same request) and the channel stays up
 //! ```
 
+use goondan_core::sync::LockUnpoisoned;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use goondan_core::{JsonObject, JsonValue, ToolCall, ToolResult, ToolStatus};
@@ -172,14 +173,14 @@ pub async fn serve(
                     }
                     IpcMessage::Cancel(m) => {
                         let Some(id) = m.correlation_id else { continue };
-                        let running = control.running.lock().unwrap_or_else(PoisonError::into_inner);
+                        let running = control.running.lock_unpoisoned();
                         match running.as_ref() {
                             Some((current, cancel)) if *current == id => {
                                 tracing::info!("{me}: cancelling the turn for {id} ({})", m.payload.reason);
                                 let _ = cancel.send(true);
                             }
                             _ => {
-                                control.cancelled.lock().unwrap_or_else(PoisonError::into_inner).insert(id);
+                                control.cancelled.lock_unpoisoned().insert(id);
                             }
                         }
                     }
@@ -210,7 +211,7 @@ pub async fn serve(
             };
             // Without the orchestrator the running turn is cancelled at once
             // (it commits what it has): nobody would get its answer.
-            if let Some((_, cancel)) = control.running.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
+            if let Some((_, cancel)) = control.running.lock_unpoisoned().as_ref() {
                 let _ = cancel.send(true);
             }
             let _ = stop_tx.send(Some(end));
@@ -307,7 +308,7 @@ pub async fn serve(
             }
         };
         taken += 1;
-        let skipped = control.cancelled.lock().unwrap_or_else(PoisonError::into_inner).remove(&job.correlation_id);
+        let skipped = control.cancelled.lock_unpoisoned().remove(&job.correlation_id);
         if !skipped {
             let worker = Worker {
                 agent: &agent,
@@ -646,8 +647,7 @@ impl Worker<'_> {
             }
         }
         let (cancel_tx, cancel) = watch::channel(false);
-        *control.running.lock().unwrap_or_else(PoisonError::into_inner) =
-            Some((correlation_id.clone(), cancel_tx.clone()));
+        *control.running.lock_unpoisoned() = Some((correlation_id.clone(), cancel_tx.clone()));
         // SIGTERM cancels the turn too.
         let mut terminate = terminate.clone();
         let on_terminate = tokio::spawn(async move {
@@ -692,7 +692,7 @@ impl Worker<'_> {
         let input = turn_input(payload.input, payload.trace_id.clone(), payload.traceparent.as_deref(), metadata, link);
         let outcome = agent.run_turn(conversation, input, &observer, cancel).await;
         on_terminate.abort();
-        *control.running.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        *control.running.lock_unpoisoned() = None;
         runtime.hops.store(0, Ordering::Relaxed);
         // The tasks of the answers the turn took in are ended first: the
         // summary's working tasks are the ones still out.

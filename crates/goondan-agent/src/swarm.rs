@@ -3,9 +3,10 @@
 //! answers come back by correlation id, synchronous ones to the waiting
 //! tool call, asynchronous ones into the inbox (and so the conversation).
 
+use goondan_core::sync::LockUnpoisoned;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use goondan_core::ids::{SpanIdGenerator, new_id};
@@ -108,7 +109,7 @@ impl SwarmRuntime {
     /// recorded as ended.
     pub(crate) async fn tasks_settled(&self) {
         loop {
-            let pending = std::mem::take(&mut *self.finishing.lock().unwrap_or_else(PoisonError::into_inner));
+            let pending = std::mem::take(&mut *self.finishing.lock_unpoisoned());
             if pending.is_empty() {
                 return;
             }
@@ -126,7 +127,7 @@ impl SwarmRuntime {
     /// Takes note of the asynchronous answers `messages` (a loaded
     /// conversation) already hold, so that none of them enters it twice.
     pub fn note_answers_in(&self, messages: &[Message]) {
-        let mut answered = self.answered.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut answered = self.answered.lock_unpoisoned();
         answered.extend(messages.iter().filter_map(answered_request_of));
     }
 
@@ -137,15 +138,15 @@ impl SwarmRuntime {
 
     /// Where this runtime's events (requests sent, answers received) go.
     pub fn set_events(&self, events: Arc<dyn EventSink>) {
-        *self.events.lock().unwrap_or_else(PoisonError::into_inner) = Some(events);
+        *self.events.lock_unpoisoned() = Some(events);
     }
 
     fn waiting(&self) -> std::sync::MutexGuard<'_, HashMap<String, Waiting>> {
-        self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
+        self.waiting.lock_unpoisoned()
     }
 
     pub(crate) fn emit(&self, name: &str, trace_id: &str, turn_id: &str, extra: JsonValue) {
-        let events = self.events.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let events = self.events.lock_unpoisoned().clone();
         if let Some(events) = events.filter(|e| e.enabled()) {
             emit_event(&*events, &self.me, name, trace_id, turn_id, &extra);
         }
@@ -282,7 +283,7 @@ impl SwarmRuntime {
     /// An asynchronous request's answer (or failure) as a message of the
     /// conversation, shaped as the original's `inter_agent_response`.
     fn deliver_async(&self, correlation_id: &str, request: &AsyncRequest, answer: &DelegateResultPayload) {
-        if !self.answered.lock().unwrap_or_else(PoisonError::into_inner).insert(correlation_id.to_owned()) {
+        if !self.answered.lock_unpoisoned().insert(correlation_id.to_owned()) {
             tracing::debug!("the answer to {correlation_id} arrived again; the conversation has it already");
             return;
         }
@@ -305,7 +306,7 @@ impl SwarmRuntime {
                     tracing::debug!("the task of request {handle}: {}", error.message);
                 }
             });
-            let mut finishing = self.finishing.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut finishing = self.finishing.lock_unpoisoned();
             finishing.retain(|finish| !finish.is_finished());
             finishing.push(finish);
         }

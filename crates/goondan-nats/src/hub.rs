@@ -12,10 +12,11 @@
 //! `host_lost`, and the orchestrator starts the instance elsewhere, where
 //! the unacknowledged work is delivered again.
 
+use goondan_core::sync::LockUnpoisoned;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer};
@@ -169,13 +170,13 @@ impl NatsLauncher {
 
     /// The hosts heard within the lease: (id, labels, processes placed).
     pub fn hosts(&self) -> Vec<(String, BTreeMap<String, String>, usize)> {
-        let registry = self.registry.lock().unwrap_or_else(PoisonError::into_inner);
+        let registry = self.registry.lock_unpoisoned();
         registry.hosts.values().map(|h| (h.beat.host.clone(), h.beat.labels.clone(), h.placed)).collect()
     }
 
     /// The agent hosts heard (the hub's own aside).
     pub fn agent_hosts(&self) -> usize {
-        let registry = self.registry.lock().unwrap_or_else(PoisonError::into_inner);
+        let registry = self.registry.lock_unpoisoned();
         registry.hosts.values().filter(|h| !h.beat.hub).count()
     }
 
@@ -213,7 +214,7 @@ impl NatsLauncher {
     /// The host a start of `agent` goes to now.
     fn choose(&self, agent: &str) -> Result<Chosen, ErrorInfo> {
         let wanted = self.placement.host_labels.get(agent);
-        let registry = self.registry.lock().unwrap_or_else(PoisonError::into_inner);
+        let registry = self.registry.lock_unpoisoned();
         let matches = |host: &&KnownHost| {
             wanted.is_none_or(|labels| labels.iter().all(|(k, v)| host.beat.labels.get(k) == Some(v)))
         };
@@ -254,7 +255,7 @@ impl Launch for NatsLauncher {
             let (messages, inbox) = mpsc::unbounded_channel();
             let (end_tx, end_rx) = oneshot::channel();
             let accept = {
-                let mut registry = self.registry.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut registry = self.registry.lock_unpoisoned();
                 registry.processes.insert(key.clone(), RemoteEnds { host: host.clone(), messages, end: Some(end_tx) });
                 if let Some(known) = registry.hosts.get_mut(&host) {
                     known.placed += 1;
@@ -339,7 +340,7 @@ impl Launch for NatsLauncher {
 
 impl NatsLauncher {
     fn forget(&self, key: &(String, String)) {
-        let mut registry = self.registry.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut registry = self.registry.lock_unpoisoned();
         registry.end(key, ProcessEnd::default());
     }
 }
@@ -469,7 +470,7 @@ impl AgentProcess for RemoteProcess {
         let host = self.host.clone();
         tokio::spawn(async move {
             tokio::time::sleep(KILL_UNANSWERED).await;
-            let mut registry = registry.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut registry = registry.lock_unpoisoned();
             if registry.processes.contains_key(&key) {
                 let why = format!("no word from its host {host} within {KILL_UNANSWERED:?} of a kill");
                 tracing::warn!(target: "goondan::nats", instance = %key.0, "{why}");
@@ -494,7 +495,7 @@ async fn say_alive(client: async_nats::Client, subject: String) {
 async fn listen_heartbeats(mut beats: async_nats::Subscriber, registry: Arc<Mutex<Registry>>) {
     while let Some(message) = beats.next().await {
         let Ok(beat) = serde_json::from_slice::<Heartbeat>(&message.payload) else { continue };
-        let mut registry = registry.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut registry = registry.lock_unpoisoned();
         match registry.hosts.get_mut(&beat.host) {
             Some(known) => {
                 known.last_seen = Instant::now();
@@ -525,7 +526,7 @@ async fn watch_hosts(client: async_nats::Client, registry: Arc<Mutex<Registry>>)
         if !connected || connected_since.elapsed() < crate::LEASE {
             continue;
         }
-        let mut registry = registry.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut registry = registry.lock_unpoisoned();
         let lost: Vec<String> = registry
             .hosts
             .values()
@@ -575,7 +576,7 @@ async fn read_hub_messages(consumer: consumer::PullConsumer, registry: Arc<Mutex
                     .unwrap_or(ExitNotice { wait_status: None, host_leaving: false });
                 use std::os::unix::process::ExitStatusExt as _;
                 let status = notice.wait_status.map(std::process::ExitStatus::from_raw);
-                let mut registry = registry.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut registry = registry.lock_unpoisoned();
                 let host_lost = if notice.host_leaving {
                     let host = wire::header(headers, wire::H_HOST).unwrap_or("its host").to_owned();
                     // Gone from placement at once, not after the lease.
@@ -589,7 +590,7 @@ async fn read_hub_messages(consumer: consumer::PullConsumer, registry: Arc<Mutex
             } else {
                 match wire::decode(&message.payload) {
                     Ok(ipc) => {
-                        let registry = registry.lock().unwrap_or_else(PoisonError::into_inner);
+                        let registry = registry.lock_unpoisoned();
                         match registry.processes.get(&key) {
                             Some(ends) => {
                                 let _ = ends.messages.send(ipc);

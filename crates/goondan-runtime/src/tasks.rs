@@ -20,11 +20,12 @@
 //! the blocking pool, and applied in memory only after their line is on
 //! disk: a write that fails changes nothing (`E_TASK_STORAGE`).
 
+use goondan_core::sync::LockUnpoisoned;
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead as _, BufReader, Write as _};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use goondan_core::ToolResult;
@@ -321,34 +322,34 @@ impl TaskBook {
 
     /// Sets what is called with each task that ends from now on.
     pub fn on_end(&self, callback: OnEnd) {
-        *self.on_end.lock().unwrap_or_else(PoisonError::into_inner) = Some(callback);
+        *self.on_end.lock_unpoisoned() = Some(callback);
     }
 
     /// Sets what is called with each task whose end the model receives
     /// through `status` or `wait` (its completion message, if queued, is
     /// then not to be delivered).
     pub fn on_received(&self, callback: OnEnd) {
-        *self.on_received.lock().unwrap_or_else(PoisonError::into_inner) = Some(callback);
+        *self.on_received.lock_unpoisoned() = Some(callback);
     }
 
     /// Whether a task is still working (its work runs in this process).
     pub fn has_working(&self) -> bool {
-        self.tasks.lock().unwrap_or_else(PoisonError::into_inner).by_handle.values().any(|t| !t.state.is_final())
+        self.tasks.lock_unpoisoned().by_handle.values().any(|t| !t.state.is_final())
     }
 
     /// Every task, oldest first.
     pub fn tasks(&self) -> Vec<TaskView> {
-        self.tasks.lock().unwrap_or_else(PoisonError::into_inner).list()
+        self.tasks.lock_unpoisoned().list()
     }
 
     /// Ended tasks whose end the model does not have yet, in the order they ended.
     pub fn undelivered(&self) -> Vec<TaskView> {
-        let tasks = self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
+        let tasks = self.tasks.lock_unpoisoned();
         tasks.ended.iter().filter_map(|handle| tasks.by_handle.get(handle)).filter(|t| !t.received).cloned().collect()
     }
 
     fn get(&self, handle: &str) -> Option<TaskView> {
-        self.tasks.lock().unwrap_or_else(PoisonError::into_inner).by_handle.get(handle).cloned()
+        self.tasks.lock_unpoisoned().by_handle.get(handle).cloned()
     }
 
     /// Writes `record` durably, then applies it; the caller holds `writing`.
@@ -356,7 +357,7 @@ impl TaskBook {
         let line = line_of(&record).map_err(|e| storage(&self.path, &e))?;
         let file = Arc::clone(&self.file);
         let written = tokio::task::spawn_blocking(move || {
-            let file = file.lock().unwrap_or_else(PoisonError::into_inner);
+            let file = file.lock_unpoisoned();
             let length = file.metadata()?.len();
             let written = goondan_core::fault::before_write(goondan_core::fault::Point::TaskUpdate)
                 .and_then(|()| (&*file).write_all(&line))
@@ -373,7 +374,7 @@ impl TaskBook {
         .await
         .unwrap_or_else(|error| Err(io::Error::other(error.to_string())));
         written.map_err(|e| storage(&self.path, &e))?;
-        self.tasks.lock().unwrap_or_else(PoisonError::into_inner).apply(record);
+        self.tasks.lock_unpoisoned().apply(record);
         self.changed.send_modify(|version| *version += 1);
         Ok(())
     }
@@ -398,7 +399,7 @@ impl TaskBook {
             ));
         }
         self.open_as(handle, tool, call_id, turn_id).await?;
-        let early = self.early.lock().unwrap_or_else(PoisonError::into_inner).remove(handle);
+        let early = self.early.lock_unpoisoned().remove(handle);
         if let Some(end) = early {
             self.finish_received(handle, end).await?;
         }
@@ -456,7 +457,7 @@ impl TaskBook {
         };
         self.commit(Record::Open { task }).await?;
         let (cancel, cancelled) = watch::channel(false);
-        self.cancels.lock().unwrap_or_else(PoisonError::into_inner).insert(handle.clone(), cancel);
+        self.cancels.lock_unpoisoned().insert(handle.clone(), cancel);
         Ok(TaskTicket { handle, cancelled })
     }
 
@@ -469,10 +470,10 @@ impl TaskBook {
                 return Err(already_finished(&task));
             }
             self.commit(Record::ended(handle, end, now_millis())).await?;
-            self.cancels.lock().unwrap_or_else(PoisonError::into_inner).remove(handle);
+            self.cancels.lock_unpoisoned().remove(handle);
             self.get(handle).ok_or_else(|| unknown_handle(handle))?
         };
-        if let Some(on_end) = self.on_end.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
+        if let Some(on_end) = self.on_end.lock_unpoisoned().as_ref() {
             on_end(&ended);
         }
         Ok(ended)
@@ -485,7 +486,7 @@ impl TaskBook {
     pub async fn finish_received(&self, handle: &str, end: TaskEnd) -> Result<(), ToolFailure> {
         let _writing = self.writing.lock().await;
         let Some(task) = self.get(handle) else {
-            self.early.lock().unwrap_or_else(PoisonError::into_inner).insert(handle.to_owned(), end);
+            self.early.lock_unpoisoned().insert(handle.to_owned(), end);
             return Ok(());
         };
         if task.state.is_final() {
@@ -494,7 +495,7 @@ impl TaskBook {
         let at = now_millis();
         self.commit(Record::ended(handle, end, at)).await?;
         self.commit(Record::Received { handle: handle.to_owned(), at }).await?;
-        self.cancels.lock().unwrap_or_else(PoisonError::into_inner).remove(handle);
+        self.cancels.lock_unpoisoned().remove(handle);
         Ok(())
     }
 
@@ -517,7 +518,7 @@ impl TaskBook {
         if task.state.is_final() && !task.received {
             self.mark_received(handle).await?;
             let received = self.get(handle).ok_or_else(|| unknown_handle(handle))?;
-            if let Some(on_received) = self.on_received.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
+            if let Some(on_received) = self.on_received.lock_unpoisoned().as_ref() {
                 on_received(&received);
             }
             return Ok(received);
@@ -575,7 +576,7 @@ impl TaskBook {
             return Err(already_finished(&task));
         }
         let listened = {
-            let cancels = self.cancels.lock().unwrap_or_else(PoisonError::into_inner);
+            let cancels = self.cancels.lock_unpoisoned();
             cancels.get(handle).is_some_and(|cancel| cancel.send(true).is_ok())
         };
         if listened {
@@ -654,7 +655,7 @@ impl ToolTasks for TaskBook {
     fn reattach(&self, handle: &str) -> Option<TaskTicket> {
         let task = self.get(handle).filter(|task| !task.state.is_final())?;
         let (cancel, cancelled) = watch::channel(false);
-        self.cancels.lock().unwrap_or_else(PoisonError::into_inner).insert(task.handle.clone(), cancel);
+        self.cancels.lock_unpoisoned().insert(task.handle.clone(), cancel);
         Some(TaskTicket { handle: task.handle, cancelled })
     }
 
@@ -683,9 +684,7 @@ mod tests {
         let book = TaskBook::open(dir.path())?;
         let ended = Arc::new(Mutex::new(Vec::new()));
         let seen = Arc::clone(&ended);
-        book.on_end(Box::new(move |task| {
-            seen.lock().unwrap_or_else(PoisonError::into_inner).push(task.handle.clone())
-        }));
+        book.on_end(Box::new(move |task| seen.lock_unpoisoned().push(task.handle.clone())));
         let ticket = book.open_task("bash__exec", "call-1", "turn-1").await.map_err(|f| f.message)?;
         assert_eq!(book.tasks()[0].state, TaskState::Working);
         let result = ToolResult::ok(json!({"exitCode": 0}));
@@ -696,7 +695,7 @@ mod tests {
         assert_eq!(again.as_ref().err().and_then(code), Some(E_TASK_FINISHED));
         let cancel = book.cancel_task(&ticket.handle).await;
         assert_eq!(cancel.as_ref().err().and_then(code), Some(E_TASK_FINISHED));
-        assert_eq!(*ended.lock().unwrap_or_else(PoisonError::into_inner), std::slice::from_ref(&ticket.handle));
+        assert_eq!(*ended.lock_unpoisoned(), std::slice::from_ref(&ticket.handle));
         assert_eq!(book.undelivered().len(), 1);
         // The model reads it: received, and no longer undelivered.
         assert!(book.status_of(&ticket.handle).await.map_err(|f| f.message)?.received);
@@ -796,7 +795,7 @@ mod tests {
         assert!(worker.await?.is_ok());
         // Work that does not listen: ended here.
         let deaf = book.open_task("t", "c2", "u").await.map_err(|f| f.message)?;
-        drop(book.cancels.lock().unwrap_or_else(PoisonError::into_inner).remove(&deaf.handle));
+        drop(book.cancels.lock_unpoisoned().remove(&deaf.handle));
         let cancelled = book.cancel_task(&deaf.handle).await.map_err(|f| f.message)?;
         assert_eq!(cancelled.state, TaskState::Cancelled);
         Ok(())

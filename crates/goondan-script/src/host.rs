@@ -37,11 +37,12 @@
 //! event loop (`while (true) {}`) and is killed, so later calls do not queue
 //! behind it; calls made meanwhile wait for that verdict first.
 
+use goondan_core::sync::LockUnpoisoned;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use goondan_core::codes::{E_SCRIPT_HOST_EXITED, E_SCRIPT_HOST_START, E_SCRIPT_RUNTIME_MISSING};
@@ -206,11 +207,6 @@ fn backoff(doublings: u32) -> Duration {
         .min(BACKOFF_MAX)
 }
 
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // The guarded maps stay consistent even if a holder panicked.
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 impl ScriptHost {
     /// A host that discovers its runtime (with `env`) at the first call and
     /// starts then. Creating one costs nothing.
@@ -242,13 +238,13 @@ impl ScriptHost {
             return Ok(Vec::new());
         };
         let plan = Arc::new(ExtensionPlan { loads, services, first: Mutex::new(None) });
-        *lock(&self.extensions) = Some(Arc::clone(&plan));
+        *self.extensions.lock_unpoisoned() = Some(Arc::clone(&plan));
         // A host already running has not loaded them: replace it.
         if let Some(current) = self.state.lock().await.current.take() {
             let _ = current.kill.send("replaced by a host that loads the extensions");
         }
         self.connection(&module).await?;
-        let loaded = lock(&plan.first).clone();
+        let loaded = plan.first.lock_unpoisoned().clone();
         loaded.ok_or_else(|| ToolFailure::new("the script host started without loading the extensions"))
     }
 
@@ -300,7 +296,8 @@ impl ScriptHost {
 
     /// The module of `extension`, for messages.
     fn extension_module(&self, extension: &str) -> Arc<Path> {
-        lock(&self.extensions)
+        self.extensions
+            .lock_unpoisoned()
             .as_ref()
             .and_then(|plan| plan.loads.iter().find(|load| load.name == extension).map(|load| Arc::clone(&load.module)))
             .unwrap_or_else(|| Arc::from(Path::new(extension)))
@@ -310,13 +307,13 @@ impl ScriptHost {
     /// `readable` (the directories of the bundle's modules). Set before the
     /// first start.
     pub fn set_sandbox(&self, sandbox: Arc<goondan_sandbox::Sandbox>, readable: Vec<PathBuf>) {
-        *lock(&self.sandbox) = Some((sandbox, readable));
+        *self.sandbox.lock_unpoisoned() = Some((sandbox, readable));
     }
 
     /// The host's sandbox: the agent's, widened to the runtime's directory,
     /// the bundle's and `dir` (the host script; its current directory).
     fn host_sandbox(&self, runtime: &JsRuntime, dir: &Path) -> Option<Arc<goondan_sandbox::Sandbox>> {
-        let (agent, readable) = lock(&self.sandbox).clone()?;
+        let (agent, readable) = self.sandbox.lock_unpoisoned().clone()?;
         if !agent.policy().confines() {
             return None;
         }
@@ -488,7 +485,7 @@ impl ScriptHost {
             }
             state.current = None;
         }
-        let next_start = lock(&self.failures).next_start();
+        let next_start = self.failures.lock_unpoisoned().next_start();
         if let Some(at) = next_start {
             tracing::warn!(target: "goondan::script", "script host keeps dying; waiting {:?} before restarting it", at.saturating_duration_since(Instant::now()));
             tokio::time::sleep_until(at.into()).await;
@@ -499,7 +496,7 @@ impl ScriptHost {
                 Ok(connection)
             }
             Err(failure) => {
-                lock(&self.failures).record();
+                self.failures.lock_unpoisoned().record();
                 Err(failure)
             }
         }
@@ -589,7 +586,7 @@ impl ScriptHost {
         let (kill, kill_rx) = mpsc::unbounded_channel();
         let (reader_done, reader_done_rx) = oneshot::channel();
         tokio::spawn(write_frames(write_half, frames_rx));
-        let plan = lock(&self.extensions).clone();
+        let plan = self.extensions.lock_unpoisoned().clone();
         // Weak: the channel closes when the last caller's handle is gone,
         // whatever the reader holds.
         let answers = Answers { frames: frames.downgrade(), services: plan.as_ref().map(|p| Arc::clone(&p.services)) };
@@ -636,7 +633,7 @@ impl ScriptHost {
                 })?;
             loaded.push(LoadedExtension { name: load.name.clone(), middleware, tools });
         }
-        let mut first = lock(&plan.first);
+        let mut first = plan.first.lock_unpoisoned();
         match first.as_ref() {
             None => *first = Some(loaded),
             Some(before) if *before != loaded => tracing::warn!(
@@ -778,11 +775,11 @@ impl Reply {
 
 impl Shared {
     fn is_open(&self) -> bool {
-        lock(&self.calls).open
+        self.calls.lock_unpoisoned().open
     }
 
     fn insert(&self, id: u64, reply: Reply, tool_call_id: &str, tool: Option<ToolContext>) -> bool {
-        let mut calls = lock(&self.calls);
+        let mut calls = self.calls.lock_unpoisoned();
         if !calls.open {
             return false;
         }
@@ -791,7 +788,7 @@ impl Shared {
     }
 
     fn take(&self, id: u64) -> Option<Pending> {
-        lock(&self.calls).pending.remove(&id)
+        self.calls.lock_unpoisoned().pending.remove(&id)
     }
 
     /// Waits until no cancel is unacknowledged or the host is gone.
@@ -804,7 +801,7 @@ impl Shared {
     /// The host is gone: every waiting call gets `message`.
     fn close(&self, message: &str) {
         let (pending, acks) = {
-            let mut calls = lock(&self.calls);
+            let mut calls = self.calls.lock_unpoisoned();
             calls.open = false;
             (std::mem::take(&mut calls.pending), std::mem::take(&mut calls.cancel_acks))
         };
@@ -836,7 +833,7 @@ impl Drop for CancelOnDrop {
         }
         let (ack, acked) = oneshot::channel();
         {
-            let mut calls = lock(&connection.shared.calls);
+            let mut calls = connection.shared.calls.lock_unpoisoned();
             if !calls.open {
                 return;
             }
@@ -853,7 +850,7 @@ impl Drop for CancelOnDrop {
         let id = self.id;
         runtime.spawn(async move {
             let answered = tokio::time::timeout(CANCEL_GRACE, acked).await;
-            lock(&connection.shared.calls).cancel_acks.remove(&id);
+            connection.shared.calls.lock_unpoisoned().cancel_acks.remove(&id);
             if answered.is_err() && connection.shared.is_open() {
                 tracing::warn!(target: "goondan::script", pid = connection.shared.pid, "script host did not acknowledge the cancel of call {id} within {CANCEL_GRACE:?}; killing it");
                 let _ = connection.kill.send("a cancelled call did not stop: its event loop was blocked");
@@ -905,7 +902,7 @@ async fn read_frames<R: AsyncRead + Unpin>(
                     shared.tasks.returned_async(tool, output);
                 }
                 let result = if ok {
-                    let mut failures = lock(&shared.failures);
+                    let mut failures = shared.failures.lock_unpoisoned();
                     if failures.in_a_row != 0 {
                         failures.in_a_row = 0;
                     }
@@ -934,7 +931,7 @@ async fn read_frames<R: AsyncRead + Unpin>(
                 call.reply.finish(result);
             }
             FromHost::Next { id, ctx } => {
-                let calls = lock(&shared.calls);
+                let calls = shared.calls.lock_unpoisoned();
                 if let Some(Pending { reply: Reply::Session(tx), .. }) = calls.pending.get(&id) {
                     let _ = tx.send(SessionEvent::Next(ctx));
                 }
@@ -996,7 +993,7 @@ async fn read_frames<R: AsyncRead + Unpin>(
                 });
             }
             FromHost::ToolRuntime { rid, call, method, params } => {
-                let tool = lock(&shared.calls).pending.get(&call).and_then(|pending| pending.tool.clone());
+                let tool = shared.calls.lock_unpoisoned().pending.get(&call).and_then(|pending| pending.tool.clone());
                 let frames = frames.clone();
                 tokio::spawn(async move {
                     let answer = match crate::tool::tool_runtime(tool, &method, &params).await {
@@ -1010,7 +1007,8 @@ async fn read_frames<R: AsyncRead + Unpin>(
                 });
             }
             FromHost::Task { rid, op, call, handle, ok, output, error } => {
-                let tool = call.and_then(|call| lock(&shared.calls).pending.get(&call).and_then(|p| p.tool.clone()));
+                let tool = call
+                    .and_then(|call| shared.calls.lock_unpoisoned().pending.get(&call).and_then(|p| p.tool.clone()));
                 let tasks = Arc::clone(&shared.tasks);
                 let frames = frames.clone();
                 tokio::spawn(async move {
@@ -1037,12 +1035,14 @@ async fn read_frames<R: AsyncRead + Unpin>(
                 }
             }
             FromHost::Cancelled { id } => {
-                if let Some(ack) = lock(&shared.calls).cancel_acks.remove(&id) {
+                if let Some(ack) = shared.calls.lock_unpoisoned().cancel_acks.remove(&id) {
                     let _ = ack.send(());
                 }
             }
             FromHost::Log { level, message, id } => {
-                let call = id.and_then(|id| lock(&shared.calls).pending.get(&id).map(|p| Arc::clone(&p.tool_call_id)));
+                let call = id.and_then(|id| {
+                    shared.calls.lock_unpoisoned().pending.get(&id).map(|p| Arc::clone(&p.tool_call_id))
+                });
                 // Extensions log outside any call: no empty field then.
                 let call = call.filter(|call| !call.is_empty());
                 match (level.as_str(), call.as_deref()) {
@@ -1106,7 +1106,7 @@ async fn supervise(
     }
     if wanted {
         tracing::warn!(target: "goondan::script", pid = shared.pid, "{message}");
-        lock(&shared.failures).record();
+        shared.failures.lock_unpoisoned().record();
     }
     shared.close(&format!("{message}; the call was lost (the next call starts a new host)"));
     shared.tasks.host_gone(&message).await;
@@ -1163,7 +1163,7 @@ impl HostProcess {
                 let _ = nix::sys::signal::killpg(target, nix::sys::signal::Signal::SIGKILL);
             }
             let status = {
-                let mut reaped = lock(&gate);
+                let mut reaped = gate.lock_unpoisoned();
                 let status = child.wait();
                 *reaped = true;
                 status
@@ -1195,7 +1195,7 @@ impl HostProcess {
 
     /// SIGKILLs the process unless it has been reaped.
     pub(crate) fn kill(&self) {
-        let reaped = lock(&self.reaped);
+        let reaped = self.reaped.lock_unpoisoned();
         if !*reaped && let Ok(pid) = i32::try_from(self.pid) {
             let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
         }
