@@ -89,7 +89,7 @@ pub async fn prepare(
     let lock = store.lock().map_err(store_failed)?;
     // Under the lock: what an earlier process left working is failed here.
     let tasks = goondan_runtime::tasks::TaskBook::open(store.dir())
-        .map(Arc::new)
+        .map(|book| Arc::new(book.with_hooks(crate::tasks::hooks(runtime.inbox()))))
         .map_err(|e| ErrorInfo::new(ready_codes::STORE_FAILED, format!("{instance}: its tasks: {e}")))?;
     let loaded = store.load().map_err(store_failed)?;
     if loaded.skipped_torn_tail || loaded.skipped_corrupt_lines > 0 {
@@ -122,7 +122,6 @@ pub async fn prepare(
     };
     agent.inbox = Some(Arc::clone(runtime.inbox()));
     let conversation = Conversation::new(loaded.state, Arc::new(InstanceLog::new(store, loaded.events_on_disk)));
-    crate::tasks::wire(&tasks, runtime.inbox());
     runtime.set_tasks(Arc::clone(&tasks));
     Ok(Prepared { agent, conversation, lock, tasks })
 }
