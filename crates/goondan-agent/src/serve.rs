@@ -117,7 +117,6 @@ pub async fn serve(
     // delivered now, unless the conversation has them already.
     crate::tasks::reconcile(&tasks, runtime.inbox(), conversation.messages(), true).await;
     runtime.note_answers_in(conversation.messages());
-    runtime.set_events(Arc::clone(&agent.tooling.events));
     let control = Arc::new(Control::default());
     let (jobs_tx, mut jobs) = mpsc::unbounded_channel::<Job>();
     let (stop_tx, mut stop) = watch::channel(None::<ServeEnd>);
