@@ -91,12 +91,16 @@ pub struct ScriptHost {
     state: tokio::sync::Mutex<State>,
     failures: Arc<Mutex<Failures>>,
     next_id: AtomicU64,
-    /// The extensions every host process loads first, once set.
-    extensions: Mutex<Option<Arc<ExtensionPlan>>>,
+    /// The extensions every host process loads first, once loaded
+    /// ([`load_extensions`](Self::load_extensions), once per host). Not a
+    /// constructor argument: the host exists before the agent's plugin
+    /// knows its extensions (its script tools hold it), and the plan's
+    /// services point back at the host.
+    extensions: std::sync::OnceLock<Arc<ExtensionPlan>>,
     /// The agent's sandbox, which the host process runs in (so a script
     /// tool, and what it spawns, is confined like `bash`), and the paths it
     /// may read besides: the bundle's directories.
-    sandbox: Mutex<Option<(Arc<goondan_sandbox::Sandbox>, Vec<PathBuf>)>>,
+    sandbox: Option<(Arc<goondan_sandbox::Sandbox>, Vec<PathBuf>)>,
     /// That sandbox widened to the runtime and the host's own directory,
     /// made at the first start.
     host_sandbox: std::sync::OnceLock<Arc<goondan_sandbox::Sandbox>>,
@@ -207,20 +211,59 @@ fn backoff(doublings: u32) -> Duration {
         .min(BACKOFF_MAX)
 }
 
+/// How a [`ScriptHost`] is made: where its runtime comes from, and the
+/// sandbox its processes run in. Creating the host costs nothing; it
+/// starts at the first call.
+#[must_use]
+pub struct ScriptHostBuilder {
+    env: EnvLookup,
+    runtime: Option<JsRuntime>,
+    sandbox: Option<(Arc<goondan_sandbox::Sandbox>, Vec<PathBuf>)>,
+}
+
+impl ScriptHostBuilder {
+    /// A host that discovers its runtime with `env` at the first call.
+    pub fn new(env: EnvLookup) -> Self {
+        Self { env, runtime: None, sandbox: None }
+    }
+
+    /// Uses `runtime` instead of discovering one.
+    pub fn runtime(self, runtime: JsRuntime) -> Self {
+        Self { runtime: Some(runtime), ..self }
+    }
+
+    /// Runs the host processes in `sandbox`, also allowed to read
+    /// `readable` (the directories of the bundle's modules).
+    pub fn sandbox(self, sandbox: Arc<goondan_sandbox::Sandbox>, readable: Vec<PathBuf>) -> Self {
+        Self { sandbox: Some((sandbox, readable)), ..self }
+    }
+
+    /// The host.
+    pub fn build(self) -> Arc<ScriptHost> {
+        let Self { env, runtime, sandbox } = self;
+        let discovered = OnceCell::new();
+        if let Some(runtime) = runtime {
+            // A fresh cell is empty, so this cannot fail.
+            let _already = discovered.set(Ok(Arc::new(runtime)));
+        }
+        Arc::new(ScriptHost {
+            env,
+            runtime: discovered,
+            state: tokio::sync::Mutex::new(State::default()),
+            failures: Arc::new(Mutex::new(Failures::default())),
+            next_id: AtomicU64::new(1),
+            extensions: std::sync::OnceLock::new(),
+            sandbox,
+            host_sandbox: std::sync::OnceLock::new(),
+        })
+    }
+}
+
 impl ScriptHost {
     /// A host that discovers its runtime (with `env`) at the first call and
     /// starts then. Creating one costs nothing.
     pub fn new(env: EnvLookup) -> Arc<Self> {
-        Arc::new(Self {
-            env,
-            runtime: OnceCell::new(),
-            state: tokio::sync::Mutex::new(State::default()),
-            failures: Arc::new(Mutex::new(Failures::default())),
-            next_id: AtomicU64::new(1),
-            extensions: Mutex::new(None),
-            sandbox: Mutex::new(None),
-            host_sandbox: std::sync::OnceLock::new(),
-        })
+        ScriptHostBuilder::new(env).build()
     }
 
     /// Makes every host process load `loads` (in order) before anything
@@ -228,7 +271,8 @@ impl ScriptHost {
     /// A module that does not load or has no `register` is an `E_EXT_LOAD`
     /// failure, a `register` that throws `E_EXT_INIT`; the message names
     /// the extension. A host started later (after a crash) loads them
-    /// again; if it then registers something else, that is logged.
+    /// again; if it then registers something else, that is logged. A host
+    /// loads one set of extensions: a second call is refused.
     pub async fn load_extensions(
         &self,
         loads: Vec<ExtensionLoad>,
@@ -238,7 +282,9 @@ impl ScriptHost {
             return Ok(Vec::new());
         };
         let plan = Arc::new(ExtensionPlan { loads, services, first: Mutex::new(None) });
-        *self.extensions.lock_unpoisoned() = Some(Arc::clone(&plan));
+        if self.extensions.set(Arc::clone(&plan)).is_err() {
+            return Err(ToolFailure::new("this script host loads its extensions already (a host loads one set)"));
+        }
         // A host already running has not loaded them: replace it.
         if let Some(current) = self.state.lock().await.current.take() {
             let _ = current.kill.send("replaced by a host that loads the extensions");
@@ -297,29 +343,21 @@ impl ScriptHost {
     /// The module of `extension`, for messages.
     fn extension_module(&self, extension: &str) -> Arc<Path> {
         self.extensions
-            .lock_unpoisoned()
-            .as_ref()
+            .get()
             .and_then(|plan| plan.loads.iter().find(|load| load.name == extension).map(|load| Arc::clone(&load.module)))
             .unwrap_or_else(|| Arc::from(Path::new(extension)))
-    }
-
-    /// Runs the host processes in `sandbox`, also allowed to read
-    /// `readable` (the directories of the bundle's modules). Set before the
-    /// first start.
-    pub fn set_sandbox(&self, sandbox: Arc<goondan_sandbox::Sandbox>, readable: Vec<PathBuf>) {
-        *self.sandbox.lock_unpoisoned() = Some((sandbox, readable));
     }
 
     /// The host's sandbox: the agent's, widened to the runtime's directory,
     /// the bundle's and `dir` (the host script; its current directory).
     fn host_sandbox(&self, runtime: &JsRuntime, dir: &Path) -> Option<Arc<goondan_sandbox::Sandbox>> {
-        let (agent, readable) = self.sandbox.lock_unpoisoned().clone()?;
+        let (agent, readable) = self.sandbox.as_ref()?;
         if !agent.policy().confines() {
             return None;
         }
         Some(Arc::clone(self.host_sandbox.get_or_init(|| {
             let binary = std::fs::canonicalize(&runtime.path).unwrap_or_else(|_| runtime.path.clone());
-            let mut paths = readable;
+            let mut paths = readable.clone();
             paths.extend(binary.parent().map(Path::to_path_buf));
             paths.push(dir.to_path_buf());
             Arc::new(agent.widened(paths))
@@ -333,10 +371,7 @@ impl ScriptHost {
 
     /// A host that uses `runtime` instead of discovering one.
     pub fn with_runtime(runtime: JsRuntime) -> Arc<Self> {
-        let host = Self::new(Arc::new(|_: &str| None));
-        // A fresh cell is empty, so this cannot fail.
-        let _already = host.runtime.set(Ok(Arc::new(runtime)));
-        host
+        ScriptHostBuilder::new(Arc::new(|_: &str| None)).runtime(runtime).build()
     }
 
     /// The runtime, discovered once (off the async threads: it runs
@@ -586,7 +621,7 @@ impl ScriptHost {
         let (kill, kill_rx) = mpsc::unbounded_channel();
         let (reader_done, reader_done_rx) = oneshot::channel();
         tokio::spawn(write_frames(write_half, frames_rx));
-        let plan = self.extensions.lock_unpoisoned().clone();
+        let plan = self.extensions.get().cloned();
         // Weak: the channel closes when the last caller's handle is gone,
         // whatever the reader holds.
         let answers = Answers { frames: frames.downgrade(), services: plan.as_ref().map(|p| Arc::clone(&p.services)) };
