@@ -52,6 +52,8 @@ use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncWriteExt as _, BufReader};
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::process::ChildStdin;
 use tokio::sync::{OnceCell, mpsc, oneshot, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::protocol::{ErrorBody, FromHost, MiddlewareDecl, ToHost};
 use crate::runtime::{DiscoverError, JsRuntime};
@@ -104,6 +106,12 @@ pub struct ScriptHost {
     /// That sandbox widened to the runtime and the host's own directory,
     /// made at the first start.
     host_sandbox: std::sync::OnceLock<Arc<goondan_sandbox::Sandbox>>,
+    /// Every task of its host processes (their readers, writers, output
+    /// forwarders, supervisors, and the answers to their requests).
+    tasks: TaskTracker,
+    /// Cancelled by [`shutdown`](ScriptHost::shutdown): the writers stop
+    /// (a host exits when its channel closes) and requests in flight end.
+    cancel: CancellationToken,
 }
 
 /// An extension module a host loads at start.
@@ -255,6 +263,8 @@ impl ScriptHostBuilder {
             extensions: std::sync::OnceLock::new(),
             sandbox,
             host_sandbox: std::sync::OnceLock::new(),
+            tasks: TaskTracker::new(),
+            cancel: CancellationToken::new(),
         })
     }
 }
@@ -362,6 +372,19 @@ impl ScriptHost {
             paths.push(dir.to_path_buf());
             Arc::new(agent.widened(paths))
         })))
+    }
+
+    /// Stops the running host process (its channel closed, then killed
+    /// if it lingers) and waits until every task of every host process it
+    /// ran has ended. Dropping the last handle instead lets them wind down
+    /// unwaited.
+    pub async fn shutdown(&self) {
+        if let Some(current) = self.state.lock().await.current.take() {
+            let _ = current.kill.send("the script host is shutting down");
+        }
+        self.cancel.cancel();
+        self.tasks.close();
+        self.tasks.wait().await;
     }
 
     /// A host that reads the process environment.
@@ -571,8 +594,8 @@ impl ScriptHost {
         let stream = channel.spawned();
         let pid = child.pid;
         let label = format!("{} {}, pid {pid}", runtime.kind, runtime.version);
-        tokio::spawn(forward_lines(pipes.stdout, pid, false));
-        tokio::spawn(forward_lines(pipes.stderr, pid, true));
+        self.tasks.spawn(forward_lines(pipes.stdout, pid, false));
+        self.tasks.spawn(forward_lines(pipes.stderr, pid, true));
         let stdin = Some(pipes.stdin);
 
         let (read_half, write_half) = stream.into_split();
@@ -617,16 +640,24 @@ impl ScriptHost {
             label,
             tasks: Arc::default(),
         });
+        // Unbounded: frames are sent from synchronous code (a call, a
+        // cancel, a drop); each is a request whose caller waits for its
+        // answer, or the answer to one of the host's own requests.
         let (frames, frames_rx) = mpsc::unbounded_channel();
         let (kill, kill_rx) = mpsc::unbounded_channel();
         let (reader_done, reader_done_rx) = oneshot::channel();
-        tokio::spawn(write_frames(write_half, frames_rx));
+        self.tasks.spawn(self.cancel.clone().run_until_cancelled_owned(write_frames(write_half, frames_rx)));
         let plan = self.extensions.get().cloned();
         // Weak: the channel closes when the last caller's handle is gone,
         // whatever the reader holds.
-        let answers = Answers { frames: frames.downgrade(), services: plan.as_ref().map(|p| Arc::clone(&p.services)) };
-        tokio::spawn(read_frames(reader, Arc::clone(&shared), reader_done, answers));
-        tokio::spawn(supervise(child, stdin, Arc::clone(&shared), kill_rx, reader_done_rx));
+        let answers = Answers {
+            frames: frames.downgrade(),
+            services: plan.as_ref().map(|p| Arc::clone(&p.services)),
+            tasks: self.tasks.clone(),
+            cancel: self.cancel.clone(),
+        };
+        self.tasks.spawn(read_frames(reader, Arc::clone(&shared), reader_done, answers));
+        self.tasks.spawn(supervise(child, stdin, Arc::clone(&shared), kill_rx, reader_done_rx));
         let connection = Arc::new(Connection { shared, frames, kill });
         if let Some(plan) = plan
             && let Err(failure) = self.load_all(&connection, &plan).await
@@ -902,6 +933,9 @@ impl Drop for CancelOnDrop {
 struct Answers {
     frames: mpsc::WeakUnboundedSender<Vec<u8>>,
     services: Option<Arc<dyn HostServices>>,
+    /// Where the answers to the host's requests run, and what ends them.
+    tasks: TaskTracker,
+    cancel: CancellationToken,
 }
 
 async fn write_frames(mut channel: OwnedWriteHalf, mut frames: mpsc::UnboundedReceiver<Vec<u8>>) {
@@ -913,13 +947,19 @@ async fn write_frames(mut channel: OwnedWriteHalf, mut frames: mpsc::UnboundedRe
     // Dropping the write half shuts the channel down; the host exits on that.
 }
 
+/// Runs the answer to one of the host's requests on the host's tracker,
+/// ended by its token.
+fn spawn_answer(tasks: &TaskTracker, cancel: &CancellationToken, answer: impl Future<Output = ()> + Send + 'static) {
+    tasks.spawn(cancel.clone().run_until_cancelled_owned(answer));
+}
+
 async fn read_frames<R: AsyncRead + Unpin>(
     reader: BufReader<R>,
     shared: Arc<Shared>,
     done: oneshot::Sender<()>,
     answers: Answers,
 ) {
-    let Answers { frames, services } = answers;
+    let Answers { frames, services, tasks: tracker, cancel } = answers;
     let mut lines = reader.lines();
     while let Ok(Some(line)) = lines.next_line().await {
         let frame = match serde_json::from_str::<FromHost>(&line) {
@@ -990,7 +1030,7 @@ async fn read_frames<R: AsyncRead + Unpin>(
             FromHost::State { rid, op, extension, value } => {
                 let Some(services) = services.clone() else { continue };
                 let frames = frames.clone();
-                tokio::spawn(async move {
+                spawn_answer(&tracker, &cancel, async move {
                     let answer = match op.as_str() {
                         "get" => match services.state_get(extension).await {
                             Ok(value) => ToHost::StateResult { rid, ok: true, value: Some(value), error: None },
@@ -1016,7 +1056,7 @@ async fn read_frames<R: AsyncRead + Unpin>(
             FromHost::Agents { rid, method, params, turn_id, trace_id } => {
                 let Some(services) = services.clone() else { continue };
                 let frames = frames.clone();
-                tokio::spawn(async move {
+                spawn_answer(&tracker, &cancel, async move {
                     let answer = match services.agents(method, params, turn_id, trace_id).await {
                         Ok(value) => ToHost::StateResult { rid, ok: true, value: Some(value), error: None },
                         Err(error) => ToHost::StateResult { rid, ok: false, value: None, error: Some(error) },
@@ -1030,7 +1070,7 @@ async fn read_frames<R: AsyncRead + Unpin>(
             FromHost::ToolRuntime { rid, call, method, params } => {
                 let tool = shared.calls.lock_unpoisoned().pending.get(&call).and_then(|pending| pending.tool.clone());
                 let frames = frames.clone();
-                tokio::spawn(async move {
+                spawn_answer(&tracker, &cancel, async move {
                     let answer = match crate::tool::tool_runtime(tool, &method, &params).await {
                         Ok(value) => ToHost::StateResult { rid, ok: true, value: Some(value), error: None },
                         Err(error) => ToHost::StateResult { rid, ok: false, value: None, error: Some(error) },
@@ -1046,7 +1086,7 @@ async fn read_frames<R: AsyncRead + Unpin>(
                     .and_then(|call| shared.calls.lock_unpoisoned().pending.get(&call).and_then(|p| p.tool.clone()));
                 let tasks = Arc::clone(&shared.tasks);
                 let frames = frames.clone();
-                tokio::spawn(async move {
+                spawn_answer(&tracker, &cancel, async move {
                     let request = TaskRequest { op, handle, ok, output, error };
                     let answer = match tasks.request(tool, request, frames.clone()).await {
                         Ok(value) => ToHost::TaskResult { rid, ok: true, value: Some(value), error: None, code: None },
