@@ -36,6 +36,8 @@ use goondan_runtime::turn::{Agent, TurnInput, TurnObserver};
 use goondan_runtime::{TurnEnd, TurnOutcome};
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use goondan_ipc::codes::{AGENT_REQUEST_CANCELLED, AGENT_TURN_FAILED, IPC_MESSAGE_TOO_LARGE};
 
@@ -118,27 +120,38 @@ pub async fn serve(
     crate::tasks::reconcile(&tasks, runtime.inbox(), conversation.messages(), true).await;
     runtime.note_answers_in(conversation.messages());
     let control = Arc::new(Control::default());
+    // The reader, the writer and the task cancels they start: all of them
+    // end with `serve` (cancelled, then waited for).
+    let tracker = TaskTracker::new();
+    let cancel = CancellationToken::new();
+    // Unbounded: the reader must never wait on the turn (the answers and
+    // cancels a running turn waits for come through it); what it queues is
+    // bounded by the orchestrator, which hands a process only its own
+    // queue's work.
     let (jobs_tx, mut jobs) = mpsc::unbounded_channel::<Job>();
     let (stop_tx, mut stop) = watch::channel(None::<ServeEnd>);
-    // Frames of the worker (observations, answers) go out in order through one task.
+    // Frames of the worker (observations, answers) go out in order through
+    // one task. Unbounded: they are this process's own (sent from
+    // synchronous code in the turn), not input from outside.
     let (outbox, mut outgoing) = mpsc::unbounded_channel::<IpcMessage>();
     let writer_link = Arc::clone(&link);
-    let writer = tokio::spawn(async move {
+    let writer = tracker.spawn(cancel.clone().run_until_cancelled_owned(async move {
         while let Some(message) = outgoing.recv().await {
             if !send_or_stand_in(&writer_link, message).await {
                 break;
             }
         }
-    });
+    }));
 
-    let reader = {
+    {
         let tasks = Arc::clone(&tasks);
         let control = Arc::clone(&control);
         let runtime = Arc::clone(&runtime);
         let stop_tx = stop_tx.clone();
         let link = Arc::clone(&link);
         let me = me.clone();
-        tokio::spawn(async move {
+        let (tracker, cancel) = (tracker.clone(), cancel.clone());
+        tracker.clone().spawn(cancel.clone().run_until_cancelled_owned(async move {
             let end = loop {
                 let message = match receiver.recv().await {
                     Ok(Some(message)) => message,
@@ -198,12 +211,12 @@ pub async fn serve(
                     }
                     IpcMessage::TaskCancel(m) => {
                         let tasks = Arc::clone(&tasks);
-                        tokio::spawn(async move {
+                        tracker.spawn(cancel.clone().run_until_cancelled_owned(async move {
                             // A person's cancel: the model gets the end as a message.
                             if let Err(error) = tasks.cancel_for_operator(&m.payload.handle).await {
                                 tracing::info!("cancelling task {}: {}", m.payload.handle, error.message);
                             }
-                        });
+                        }));
                     }
                     other => tracing::debug!("{me}: unexpected {} message; ignored", other.kind()),
                 }
@@ -214,8 +227,8 @@ pub async fn serve(
                 let _ = cancel.send(true);
             }
             let _ = stop_tx.send(Some(end));
-        })
-    };
+        }));
+    }
 
     // Jobs taken from the queue (run or skipped as cancelled).
     let mut taken: u64 = 0;
@@ -334,7 +347,9 @@ pub async fn serve(
     let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
     // The last answers are written before the process exits (a restart exits right after one).
     let _ = tokio::time::timeout(Duration::from_secs(2), link.flush()).await;
-    reader.abort();
+    cancel.cancel();
+    tracker.close();
+    tracker.wait().await;
     agent.tooling.events.flushed().await;
     end
 }
