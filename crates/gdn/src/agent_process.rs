@@ -10,7 +10,7 @@
 
 use anyhow::Result;
 use goondan_agent::instance::prepare;
-use goondan_agent::{AgentChannel, LeftRunning, ServeEnd, SwarmRuntime, serve};
+use goondan_agent::{AgentChannel, LeftRunning, ServeEnd, serve};
 use tokio::sync::watch;
 
 use crate::cli::GlobalOptions;
@@ -29,7 +29,6 @@ pub async fn run(_global: &GlobalOptions, session: &crate::Session) -> Result<u8
         }
     };
     let instance = channel.init.instance.clone();
-    let runtime = SwarmRuntime::new(&channel);
     let mut exporter = None;
     let wire = |options: &mut goondan_runtime::agent::AgentOptions| {
         crate::wiring::install(options, &session.tool_processes);
@@ -40,7 +39,7 @@ pub async fn run(_global: &GlobalOptions, session: &crate::Session) -> Result<u8
             crate::telemetry::attach(options, exporter);
         }
     };
-    let prepared = match prepare(&channel, &runtime, wire).await {
+    let prepared = match prepare(&channel, wire).await {
         Ok(prepared) => prepared,
         Err(error) => {
             tracing::debug!("{instance} could not start: {}", error.message);
@@ -55,8 +54,16 @@ pub async fn run(_global: &GlobalOptions, session: &crate::Session) -> Result<u8
     let _lock = prepared.lock;
     let processes = std::sync::Arc::clone(&session.tool_processes);
     let left_running: LeftRunning = std::sync::Arc::new(move || processes.any_left_running());
-    let end =
-        serve(prepared.agent, prepared.conversation, channel, runtime, prepared.tasks, left_running, terminate).await;
+    let end = serve(
+        prepared.agent,
+        prepared.conversation,
+        channel,
+        prepared.runtime,
+        prepared.tasks,
+        left_running,
+        terminate,
+    )
+    .await;
     session.shutdown.turn_ended();
     tracing::debug!("{instance} stops: {end:?}");
     crate::telemetry::flush_at_exit(exporter).await;

@@ -13,12 +13,13 @@ use goondan_config::{load_bundle, resolve_bundle_file};
 use goondan_ipc::ErrorInfo;
 use goondan_runtime::agent::{AgentOptions, EnvLookup, build_agent};
 use goondan_runtime::conversation::{Conversation, InstanceLog};
+use goondan_runtime::inbox::Inbox;
 use goondan_runtime::store::{InstanceLock, InstanceStore, StoreError, Workspace};
 use goondan_runtime::turn::Agent;
 use goondan_tools::{EventSink, FanoutEventSink, JsonLinesEventSink, TracingEventSink};
 
 use crate::channel::AgentChannel;
-use crate::swarm::SwarmRuntime;
+use crate::swarm::{SwarmParts, SwarmRuntime};
 
 /// The `ready` error codes a front end maps to exit statuses.
 pub mod ready_codes {
@@ -45,6 +46,9 @@ pub struct Prepared {
     pub lock: InstanceLock,
     /// Its tasks (pending results that complete later).
     pub tasks: Arc<goondan_runtime::tasks::TaskBook>,
+    /// The swarm client, the `agents` tool's runtime (built here, with the
+    /// agent's inbox, events and tasks).
+    pub runtime: Arc<SwarmRuntime>,
 }
 
 impl std::fmt::Debug for Prepared {
@@ -55,11 +59,7 @@ impl std::fmt::Debug for Prepared {
 
 /// Starts the instance `channel.init` names. `wire` adds the caller's
 /// plugins to the agent's options before it is built.
-pub async fn prepare(
-    channel: &AgentChannel,
-    runtime: &Arc<SwarmRuntime>,
-    wire: impl FnOnce(&mut AgentOptions),
-) -> Result<Prepared, ErrorInfo> {
+pub async fn prepare(channel: &AgentChannel, wire: impl FnOnce(&mut AgentOptions)) -> Result<Prepared, ErrorInfo> {
     let init = &channel.init;
     let instance = &init.instance;
     let build_failed = |message: String| ErrorInfo::new(ready_codes::BUILD_FAILED, message);
@@ -88,8 +88,10 @@ pub async fn prepare(
         InstanceStore::open(&root, &instance.instance_key, &instance.agent, &bundle_file).map_err(store_failed)?;
     let lock = store.lock().map_err(store_failed)?;
     // Under the lock: what an earlier process left working is failed here.
+    // The inbox of the agent: asynchronous replies and tasks' ends enter here.
+    let inbox = Arc::new(Inbox::default());
     let tasks = goondan_runtime::tasks::TaskBook::open(store.dir())
-        .map(Arc::new)
+        .map(|book| Arc::new(book.with_hooks(crate::tasks::hooks(&inbox))))
         .map_err(|e| ErrorInfo::new(ready_codes::STORE_FAILED, format!("{instance}: its tasks: {e}")))?;
     let loaded = store.load().map_err(store_failed)?;
     if loaded.skipped_torn_tail || loaded.skipped_corrupt_lines > 0 {
@@ -110,9 +112,13 @@ pub async fn prepare(
     options.env = env;
     options.call_timeout = init.tool_timeout_ms.filter(|ms| *ms > 0).map(std::time::Duration::from_millis);
     options.extension_state = Some(store.dir().join(goondan_runtime::ExtensionStateStore::DIR_NAME));
-    options.agent_runtime = Some(Arc::clone(runtime) as Arc<dyn goondan_tools::AgentToolRuntime>);
     options.tasks = Some(Arc::clone(&tasks) as Arc<dyn goondan_tools::tasks::ToolTasks>);
     wire(&mut options);
+    // Built once the caller's wiring has its say on the events (telemetry
+    // adds its sink): the runtime's events are the agent's.
+    let parts = SwarmParts { inbox, events: Arc::clone(&options.events), tasks: Some(Arc::clone(&tasks)) };
+    let runtime = SwarmRuntime::new(channel, parts);
+    options.agent_runtime = Some(Arc::clone(&runtime) as Arc<dyn goondan_tools::AgentToolRuntime>);
     let mut agent = match build_agent(bundle, &options).await {
         Ok(agent) => agent,
         Err(error @ goondan_runtime::AgentBuildError::Extension { .. }) => {
@@ -122,7 +128,5 @@ pub async fn prepare(
     };
     agent.inbox = Some(Arc::clone(runtime.inbox()));
     let conversation = Conversation::new(loaded.state, Arc::new(InstanceLog::new(store, loaded.events_on_disk)));
-    crate::tasks::wire(&tasks, runtime.inbox());
-    runtime.set_tasks(Arc::clone(&tasks));
-    Ok(Prepared { agent, conversation, lock, tasks })
+    Ok(Prepared { agent, conversation, lock, tasks, runtime })
 }

@@ -25,4 +25,4 @@ pub mod tasks;
 
 pub use channel::{AgentChannel, AgentProcessError, guard_parent};
 pub use serve::{LeftRunning, ServeEnd, serve};
-pub use swarm::SwarmRuntime;
+pub use swarm::{SwarmParts, SwarmRuntime};

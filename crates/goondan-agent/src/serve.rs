@@ -18,9 +18,10 @@
 //!          error answer to the same request) and the channel stays up
 //! ```
 
+use goondan_core::sync::LockUnpoisoned;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use goondan_core::{JsonObject, JsonValue, ToolCall, ToolResult, ToolStatus};
@@ -35,6 +36,8 @@ use goondan_runtime::turn::{Agent, TurnInput, TurnObserver};
 use goondan_runtime::{TurnEnd, TurnOutcome};
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use goondan_ipc::codes::{AGENT_REQUEST_CANCELLED, AGENT_TURN_FAILED, IPC_MESSAGE_TOO_LARGE};
 
@@ -116,29 +119,39 @@ pub async fn serve(
     // delivered now, unless the conversation has them already.
     crate::tasks::reconcile(&tasks, runtime.inbox(), conversation.messages(), true).await;
     runtime.note_answers_in(conversation.messages());
-    runtime.set_events(Arc::clone(&agent.tooling.events));
     let control = Arc::new(Control::default());
+    // The reader, the writer and the task cancels they start: all of them
+    // end with `serve` (cancelled, then waited for).
+    let tracker = TaskTracker::new();
+    let cancel = CancellationToken::new();
+    // Unbounded: the reader must never wait on the turn (the answers and
+    // cancels a running turn waits for come through it); what it queues is
+    // bounded by the orchestrator, which hands a process only its own
+    // queue's work.
     let (jobs_tx, mut jobs) = mpsc::unbounded_channel::<Job>();
     let (stop_tx, mut stop) = watch::channel(None::<ServeEnd>);
-    // Frames of the worker (observations, answers) go out in order through one task.
+    // Frames of the worker (observations, answers) go out in order through
+    // one task. Unbounded: they are this process's own (sent from
+    // synchronous code in the turn), not input from outside.
     let (outbox, mut outgoing) = mpsc::unbounded_channel::<IpcMessage>();
     let writer_link = Arc::clone(&link);
-    let writer = tokio::spawn(async move {
+    let writer = tracker.spawn(cancel.clone().run_until_cancelled_owned(async move {
         while let Some(message) = outgoing.recv().await {
             if !send_or_stand_in(&writer_link, message).await {
                 break;
             }
         }
-    });
+    }));
 
-    let reader = {
+    {
         let tasks = Arc::clone(&tasks);
         let control = Arc::clone(&control);
         let runtime = Arc::clone(&runtime);
         let stop_tx = stop_tx.clone();
         let link = Arc::clone(&link);
         let me = me.clone();
-        tokio::spawn(async move {
+        let (tracker, cancel) = (tracker.clone(), cancel.clone());
+        tracker.clone().spawn(cancel.clone().run_until_cancelled_owned(async move {
             let end = loop {
                 let message = match receiver.recv().await {
                     Ok(Some(message)) => message,
@@ -172,14 +185,14 @@ pub async fn serve(
                     }
                     IpcMessage::Cancel(m) => {
                         let Some(id) = m.correlation_id else { continue };
-                        let running = control.running.lock().unwrap_or_else(PoisonError::into_inner);
+                        let running = control.running.lock_unpoisoned();
                         match running.as_ref() {
                             Some((current, cancel)) if *current == id => {
                                 tracing::info!("{me}: cancelling the turn for {id} ({})", m.payload.reason);
                                 let _ = cancel.send(true);
                             }
                             _ => {
-                                control.cancelled.lock().unwrap_or_else(PoisonError::into_inner).insert(id);
+                                control.cancelled.lock_unpoisoned().insert(id);
                             }
                         }
                     }
@@ -198,24 +211,24 @@ pub async fn serve(
                     }
                     IpcMessage::TaskCancel(m) => {
                         let tasks = Arc::clone(&tasks);
-                        tokio::spawn(async move {
+                        tracker.spawn(cancel.clone().run_until_cancelled_owned(async move {
                             // A person's cancel: the model gets the end as a message.
                             if let Err(error) = tasks.cancel_for_operator(&m.payload.handle).await {
                                 tracing::info!("cancelling task {}: {}", m.payload.handle, error.message);
                             }
-                        });
+                        }));
                     }
                     other => tracing::debug!("{me}: unexpected {} message; ignored", other.kind()),
                 }
             };
             // Without the orchestrator the running turn is cancelled at once
             // (it commits what it has): nobody would get its answer.
-            if let Some((_, cancel)) = control.running.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
+            if let Some((_, cancel)) = control.running.lock_unpoisoned().as_ref() {
                 let _ = cancel.send(true);
             }
             let _ = stop_tx.send(Some(end));
-        })
-    };
+        }));
+    }
 
     // Jobs taken from the queue (run or skipped as cancelled).
     let mut taken: u64 = 0;
@@ -307,7 +320,7 @@ pub async fn serve(
             }
         };
         taken += 1;
-        let skipped = control.cancelled.lock().unwrap_or_else(PoisonError::into_inner).remove(&job.correlation_id);
+        let skipped = control.cancelled.lock_unpoisoned().remove(&job.correlation_id);
         if !skipped {
             let worker = Worker {
                 agent: &agent,
@@ -334,7 +347,9 @@ pub async fn serve(
     let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
     // The last answers are written before the process exits (a restart exits right after one).
     let _ = tokio::time::timeout(Duration::from_secs(2), link.flush()).await;
-    reader.abort();
+    cancel.cancel();
+    tracker.close();
+    tracker.wait().await;
     agent.tooling.events.flushed().await;
     end
 }
@@ -646,8 +661,7 @@ impl Worker<'_> {
             }
         }
         let (cancel_tx, cancel) = watch::channel(false);
-        *control.running.lock().unwrap_or_else(PoisonError::into_inner) =
-            Some((correlation_id.clone(), cancel_tx.clone()));
+        *control.running.lock_unpoisoned() = Some((correlation_id.clone(), cancel_tx.clone()));
         // SIGTERM cancels the turn too.
         let mut terminate = terminate.clone();
         let on_terminate = tokio::spawn(async move {
@@ -692,7 +706,7 @@ impl Worker<'_> {
         let input = turn_input(payload.input, payload.trace_id.clone(), payload.traceparent.as_deref(), metadata, link);
         let outcome = agent.run_turn(conversation, input, &observer, cancel).await;
         on_terminate.abort();
-        *control.running.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        *control.running.lock_unpoisoned() = None;
         runtime.hops.store(0, Ordering::Relaxed);
         // The tasks of the answers the turn took in are ended first: the
         // summary's working tasks are the ones still out.

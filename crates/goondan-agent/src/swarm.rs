@@ -3,9 +3,10 @@
 //! answers come back by correlation id, synchronous ones to the waiting
 //! tool call, asynchronous ones into the inbox (and so the conversation).
 
+use goondan_core::sync::LockUnpoisoned;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use goondan_core::ids::{SpanIdGenerator, new_id};
@@ -65,9 +66,10 @@ pub struct SwarmRuntime {
     /// The hops of the request the running turn serves.
     pub(crate) hops: AtomicU32,
     inbox: Arc<Inbox>,
-    events: Mutex<Option<Arc<dyn EventSink>>>,
+    /// Where this runtime's events (requests sent, answers received) go.
+    events: Arc<dyn EventSink>,
     /// The instance's tasks: an asynchronous request is one until its answer.
-    tasks: std::sync::OnceLock<Arc<goondan_runtime::tasks::TaskBook>>,
+    tasks: Option<Arc<goondan_runtime::tasks::TaskBook>>,
     /// The asynchronous requests whose answers the conversation has (or
     /// will have: queued in the inbox). A transport that delivers at least
     /// once (NATS: a redelivery, or a host lost before its acknowledgement)
@@ -86,9 +88,22 @@ impl std::fmt::Debug for SwarmRuntime {
     }
 }
 
+/// What a [`SwarmRuntime`] is built with besides its channel.
+pub struct SwarmParts {
+    /// The inbox asynchronous replies go to (the agent's).
+    pub inbox: Arc<Inbox>,
+    /// Where the runtime's events (requests sent, answers received) go:
+    /// the agent's events.
+    pub events: Arc<dyn EventSink>,
+    /// The instance's tasks (every agent process has a book; `None` keeps
+    /// no task for an asynchronous request).
+    pub tasks: Option<Arc<goondan_runtime::tasks::TaskBook>>,
+}
+
 impl SwarmRuntime {
     /// The runtime of the instance `channel` runs.
-    pub fn new(channel: &AgentChannel) -> Arc<Self> {
+    pub fn new(channel: &AgentChannel, parts: SwarmParts) -> Arc<Self> {
+        let SwarmParts { inbox, events, tasks } = parts;
         Arc::new_cyclic(|this| Self {
             this: this.clone(),
             me: channel.init.instance.clone(),
@@ -96,9 +111,9 @@ impl SwarmRuntime {
             link: Arc::clone(&channel.link),
             waiting: Mutex::new(HashMap::new()),
             hops: AtomicU32::new(0),
-            inbox: Arc::new(Inbox::default()),
-            events: Mutex::new(None),
-            tasks: std::sync::OnceLock::new(),
+            inbox,
+            events,
+            tasks,
             answered: Mutex::new(HashSet::new()),
             finishing: Mutex::new(Vec::new()),
         })
@@ -108,7 +123,7 @@ impl SwarmRuntime {
     /// recorded as ended.
     pub(crate) async fn tasks_settled(&self) {
         loop {
-            let pending = std::mem::take(&mut *self.finishing.lock().unwrap_or_else(PoisonError::into_inner));
+            let pending = std::mem::take(&mut *self.finishing.lock_unpoisoned());
             if pending.is_empty() {
                 return;
             }
@@ -118,15 +133,10 @@ impl SwarmRuntime {
         }
     }
 
-    /// The instance's tasks (set once, when the instance is prepared).
-    pub fn set_tasks(&self, tasks: Arc<goondan_runtime::tasks::TaskBook>) {
-        let _ = self.tasks.set(tasks);
-    }
-
     /// Takes note of the asynchronous answers `messages` (a loaded
     /// conversation) already hold, so that none of them enters it twice.
     pub fn note_answers_in(&self, messages: &[Message]) {
-        let mut answered = self.answered.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut answered = self.answered.lock_unpoisoned();
         answered.extend(messages.iter().filter_map(answered_request_of));
     }
 
@@ -135,19 +145,13 @@ impl SwarmRuntime {
         &self.inbox
     }
 
-    /// Where this runtime's events (requests sent, answers received) go.
-    pub fn set_events(&self, events: Arc<dyn EventSink>) {
-        *self.events.lock().unwrap_or_else(PoisonError::into_inner) = Some(events);
-    }
-
     fn waiting(&self) -> std::sync::MutexGuard<'_, HashMap<String, Waiting>> {
-        self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
+        self.waiting.lock_unpoisoned()
     }
 
     pub(crate) fn emit(&self, name: &str, trace_id: &str, turn_id: &str, extra: JsonValue) {
-        let events = self.events.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        if let Some(events) = events.filter(|e| e.enabled()) {
-            emit_event(&*events, &self.me, name, trace_id, turn_id, &extra);
+        if self.events.enabled() {
+            emit_event(&*self.events, &self.me, name, trace_id, turn_id, &extra);
         }
     }
 
@@ -282,13 +286,13 @@ impl SwarmRuntime {
     /// An asynchronous request's answer (or failure) as a message of the
     /// conversation, shaped as the original's `inter_agent_response`.
     fn deliver_async(&self, correlation_id: &str, request: &AsyncRequest, answer: &DelegateResultPayload) {
-        if !self.answered.lock().unwrap_or_else(PoisonError::into_inner).insert(correlation_id.to_owned()) {
+        if !self.answered.lock_unpoisoned().insert(correlation_id.to_owned()) {
             tracing::debug!("the answer to {correlation_id} arrived again; the conversation has it already");
             return;
         }
         // The request's task ends with its answer; the answer's message
         // below is how the conversation gets it (no completion message).
-        if let Some(tasks) = self.tasks.get() {
+        if let Some(tasks) = &self.tasks {
             let end =
                 match (&answer.status, &answer.error) {
                     (ResultStatus::Ok, _) => goondan_tools::tasks::TaskEnd::Completed(goondan_core::ToolResult::ok(
@@ -305,7 +309,7 @@ impl SwarmRuntime {
                     tracing::debug!("the task of request {handle}: {}", error.message);
                 }
             });
-            let mut finishing = self.finishing.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut finishing = self.finishing.lock_unpoisoned();
             finishing.retain(|finish| !finish.is_finished());
             finishing.push(finish);
         }
@@ -440,7 +444,7 @@ impl AgentToolRuntime for SwarmRuntime {
                 };
                 // Its task first (the answer may come at once); its work is
                 // the other agent's, so a restart of this process leaves it working.
-                if let Some(tasks) = self.tasks.get() {
+                if let Some(tasks) = &self.tasks {
                     let traceparent = ctx.traceparent();
                     tasks
                         .open_remote(
@@ -650,7 +654,12 @@ mod tests {
             tool_timeout_ms: None,
             swarm: SwarmInfo { name: "s".into(), entry_agent: "coordinator".into(), agents: vec!["worker".into()] },
         };
-        SwarmRuntime::new(&AgentChannel { link, receiver, init })
+        let parts = SwarmParts {
+            inbox: Arc::new(Inbox::default()),
+            events: Arc::new(goondan_tools::events::NoopEventSink),
+            tasks: None,
+        };
+        SwarmRuntime::new(&AgentChannel { link, receiver, init }, parts)
     }
 
     /// The answer of an asynchronous request made by an earlier process

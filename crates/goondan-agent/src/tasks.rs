@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use goondan_core::{JsonValue, Message, MessageData, MessageSource};
 use goondan_runtime::inbox::Inbox;
-use goondan_runtime::tasks::TaskBook;
+use goondan_runtime::tasks::{OnEnd, TaskBook, TaskHooks};
 use goondan_tools::tasks::TaskView;
 use serde_json::json;
 
@@ -82,19 +82,21 @@ pub fn handle_of(message: &Message) -> Option<&str> {
     direct.or(inbound)?.get("handle")?.as_str()
 }
 
-/// Connects `book` to `inbox`: each end queues its completion message,
-/// each end the model read otherwise takes it back out.
-pub fn wire(book: &TaskBook, inbox: &Arc<Inbox>) {
+/// The hooks that connect a book to `inbox` (given to
+/// [`TaskBook::with_hooks`]): each end queues its completion message, each
+/// end the model read otherwise takes it back out.
+pub fn hooks(inbox: &Arc<Inbox>) -> TaskHooks {
     let queue = Arc::clone(inbox);
-    book.on_end(Box::new(move |task| {
+    let on_end: OnEnd = Box::new(move |task| {
         if !task.received {
             queue.push(completion_message(task));
         }
-    }));
+    });
     let queue = Arc::clone(inbox);
-    book.on_received(Box::new(move |task| {
+    let on_received: OnEnd = Box::new(move |task| {
         queue.retain(|message| handle_of(message) != Some(task.handle.as_str()));
-    }));
+    });
+    TaskHooks { on_end: Some(on_end), on_received: Some(on_received) }
 }
 
 /// Marks received the ended tasks whose completion messages are in

@@ -3,9 +3,10 @@
 //! answers, an axum router server, raw servers that stream endless bodies,
 //! and a port nobody listens on.
 
+use goondan_core::sync::LockUnpoisoned;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
@@ -129,7 +130,7 @@ impl TestServer {
                     body: body.to_vec(),
                 };
                 let answer = respond(&recorded);
-                log.lock().unwrap_or_else(PoisonError::into_inner).push(recorded);
+                log.lock_unpoisoned().push(recorded);
                 let mut response: Response = answer.body.into_response();
                 *response.status_mut() = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::OK);
                 // Only the answer's own headers: no default content type.
@@ -149,7 +150,7 @@ impl TestServer {
 
     /// The requests received so far.
     pub(crate) fn requests(&self) -> Vec<Recorded> {
-        self.requests.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        self.requests.lock_unpoisoned().clone()
     }
 
     /// The only request received.

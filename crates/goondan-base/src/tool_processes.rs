@@ -15,6 +15,7 @@
 //! one that finishes normally keeps its background jobs (as the original),
 //! and they are killed when `gdn` ends ([`ToolProcesses::kill_all`]).
 
+use goondan_core::sync::LockUnpoisoned;
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -52,7 +53,7 @@ impl ToolProcesses {
     /// A fresh marker for one call, remembered until its processes are killed.
     pub fn marker(&self) -> String {
         let marker = format!("{}{}", self.prefix, self.next.fetch_add(1, Ordering::Relaxed));
-        self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(marker.clone());
+        self.live.lock_unpoisoned().insert(marker.clone());
         marker
     }
 
@@ -60,7 +61,7 @@ impl ToolProcesses {
     /// call's group; returns how many were signalled.
     pub fn kill_marked(&self, marker: &str) -> usize {
         let killed = kill_carrying(&[marker]);
-        self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(marker);
+        self.live.lock_unpoisoned().remove(marker);
         killed
     }
 
@@ -73,14 +74,13 @@ impl ToolProcesses {
     /// [`kill_descendants`] still ends it). Reads `/proc`: call it off the
     /// async threads.
     pub fn any_left_running(&self) -> bool {
-        let markers: Vec<String> =
-            self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter().cloned().collect();
+        let markers: Vec<String> = self.live.lock_unpoisoned().iter().cloned().collect();
         if markers.is_empty() {
             return false;
         }
         let needles: Vec<Vec<u8>> = markers.iter().map(|m| format!("{MARKER_ENV}={m}").into_bytes()).collect();
         let found = carrying(&needles);
-        let mut live = self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut live = self.live.lock_unpoisoned();
         for (marker, needle) in markers.iter().zip(&needles) {
             if !found.contains(needle) {
                 live.remove(marker);
@@ -92,10 +92,7 @@ impl ToolProcesses {
     /// Kills what every call of this process left running (background jobs
     /// of calls that finished): `gdn` calls it when it ends.
     pub fn kill_all(&self) -> usize {
-        let markers: Vec<String> =
-            std::mem::take(&mut *self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
-                .into_iter()
-                .collect();
+        let markers: Vec<String> = std::mem::take(&mut *self.live.lock_unpoisoned()).into_iter().collect();
         if markers.is_empty() {
             return 0;
         }

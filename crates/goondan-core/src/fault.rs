@@ -81,6 +81,7 @@ pub use injected::{after_write, before_write};
 
 #[cfg(feature = "fault-injection")]
 mod injected {
+    use crate::sync::LockUnpoisoned;
     use std::sync::Mutex;
     use std::sync::OnceLock;
 
@@ -139,7 +140,7 @@ mod injected {
 
     /// Counts a write at `point` (`after`: a finished one) and returns its number.
     fn count(faults: &Faults, point: Point, after: bool) -> u64 {
-        let mut counts = faults.counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut counts = faults.counts.lock_unpoisoned();
         let count = counts.entry((point.name(), after)).or_insert(0);
         *count += 1;
         *count

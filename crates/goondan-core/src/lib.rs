@@ -16,6 +16,7 @@ pub mod message;
 pub mod naming;
 pub mod object_ref;
 pub mod secret;
+pub mod sync;
 #[cfg(feature = "tls")]
 pub mod tls;
 pub mod tool;

@@ -19,8 +19,9 @@
 //! The layer reads the step's own results (`StepOutcome::tool_calls`,
 //! `tool_results`), so nothing is added to the tool-call path.
 
+use goondan_core::sync::LockUnpoisoned;
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use goondan_core::{Message, MessageData, MessageEvent, MessageSource, ToolStatus};
 use goondan_runtime::context::{StepContext, StepOutcome};
@@ -93,7 +94,7 @@ enum Verdict {
 
 impl Guard {
     fn judge(&self, turn_id: &Arc<str>, outcome: &StepOutcome) -> Verdict {
-        let mut progress = self.turn.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut progress = self.turn.lock_unpoisoned();
         if progress.turn_id.as_ref() != Some(turn_id) {
             *progress = TurnProgress { turn_id: Some(Arc::clone(turn_id)), ..TurnProgress::default() };
         }

@@ -18,7 +18,8 @@
 //! also the step's allow-list: a tool that is not selected cannot be called
 //! (`E_TOOL_NOT_IN_CATALOG`) until a search selects it.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use goondan_core::sync::LockUnpoisoned;
+use std::sync::{Arc, Mutex};
 
 use goondan_core::{JsonObject, JsonValue};
 use goondan_runtime::context::{StepContext, StepOutcome};
@@ -84,7 +85,7 @@ struct Inner {
 
 impl Shared {
     fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+        self.inner.lock_unpoisoned()
     }
 }
 

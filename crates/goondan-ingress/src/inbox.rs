@@ -29,13 +29,14 @@
 //! The inbox holds what users sent, so its files are the user's alone:
 //! created 0600 (directories 0700), whatever the umask.
 
+use goondan_core::sync::LockUnpoisoned;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fs::{self, File, OpenOptions};
 use std::io::Write as _;
 use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc as std_mpsc;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use goondan_core::JsonObject;
@@ -702,7 +703,7 @@ impl Inbox {
 
     /// What waits now.
     pub fn status(&self) -> InboxStatus {
-        self.status.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        self.status.lock_unpoisoned().clone()
     }
 
     /// The pending events of the inbox at `path`, read without opening it
@@ -759,7 +760,7 @@ impl Writer {
 
     fn publish(&self) {
         let pending = self.folded.by_instance.clone();
-        let mut status = self.status.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut status = self.status.lock_unpoisoned();
         *status = InboxStatus { pending, keys: self.folded.keys.len() };
     }
 

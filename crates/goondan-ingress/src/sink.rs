@@ -6,8 +6,9 @@
 //! seen before is [`Accepted::Duplicate`]: acknowledge it again, it runs no
 //! second turn.
 
+use goondan_core::sync::LockUnpoisoned;
 use std::collections::HashSet;
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 
 use async_trait::async_trait;
 
@@ -73,12 +74,12 @@ impl MemorySink {
 
     /// What it stored, in order.
     pub fn stored(&self) -> Vec<Delivery> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner).stored.clone()
+        self.state.lock_unpoisoned().stored.clone()
     }
 
     /// From now on it refuses everything with [`SinkError::Closed`].
     pub fn close(&self) {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner).closed = true;
+        self.state.lock_unpoisoned().closed = true;
     }
 }
 
@@ -88,7 +89,7 @@ impl EventSink for MemorySink {
         for delivery in &deliveries {
             delivery.check()?;
         }
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut state = self.state.lock_unpoisoned();
         if state.closed {
             return Err(SinkError::Closed);
         }

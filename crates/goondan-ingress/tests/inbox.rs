@@ -3,9 +3,10 @@
 //! tail cut off, the log compacted; turns one at a time per instance, in
 //! order, retried, given up, and left pending by a drain.
 
+use goondan_core::sync::LockUnpoisoned;
 use std::collections::{BTreeMap, HashMap};
 use std::error::Error;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -223,24 +224,24 @@ impl TurnRunner for Recorder {
     async fn run(&self, turn: &Stored, mut cancel: watch::Receiver<bool>) -> TurnEnd {
         let instance = turn.entry.instance.clone();
         {
-            let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut running = self.running.lock_unpoisoned();
             assert!(!running.get(&instance).copied().unwrap_or(false), "two turns of {instance} at once");
             running.insert(instance.clone(), true);
-            let mut c = self.concurrent.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut c = self.concurrent.lock_unpoisoned();
             c.0 += 1;
             c.1 = c.1.max(c.0);
         }
         let text = turn.entry.event.message.input_text();
         let end = tokio::select! {
             () = tokio::time::sleep(self.delay) => {
-                let mut plan = self.plan.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut plan = self.plan.lock_unpoisoned();
                 plan.get_mut(&text).and_then(|ends| (!ends.is_empty()).then(|| ends.remove(0))).unwrap_or(TurnEnd::Answered)
             }
             _ = cancel.wait_for(|c| *c) => TurnEnd::Interrupted,
         };
-        self.log.lock().unwrap_or_else(PoisonError::into_inner).push(format!("{text}:{}", turn.attempts));
-        self.running.lock().unwrap_or_else(PoisonError::into_inner).insert(instance, false);
-        self.concurrent.lock().unwrap_or_else(PoisonError::into_inner).0 -= 1;
+        self.log.lock_unpoisoned().push(format!("{text}:{}", turn.attempts));
+        self.running.lock_unpoisoned().insert(instance, false);
+        self.concurrent.lock_unpoisoned().0 -= 1;
         end
     }
 }
@@ -250,15 +251,10 @@ async fn turns_run_in_order_per_instance_and_concurrently_across() -> TestResult
     let dir = tempfile::tempdir()?;
     let (inbox, recovered, stored_rx) = open(dir.path(), InboxOptions::default())?;
     let recorder = Arc::new(Recorder { delay: Duration::from_millis(30), ..Recorder::default() });
+    recorder.plan.lock_unpoisoned().insert("b1".into(), vec![TurnEnd::Retry("crashed".into())]);
     recorder
         .plan
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .insert("b1".into(), vec![TurnEnd::Retry("crashed".into())]);
-    recorder
-        .plan
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
+        .lock_unpoisoned()
         .insert("c1".into(), vec![TurnEnd::Retry("1".into()), TurnEnd::Retry("2".into()), TurnEnd::Retry("3".into())]);
     let options = DispatchOptions { max_concurrent: 8, max_attempts: 3, retry_pause: Duration::from_millis(10) };
     let dispatcher = Dispatcher::start(inbox.clone(), recorder.clone(), recovered, stored_rx, options);
@@ -268,7 +264,7 @@ async fn turns_run_in_order_per_instance_and_concurrently_across() -> TestResult
         }
     }
     tokio::time::timeout(Duration::from_secs(20), dispatcher.idle()).await?;
-    let log = recorder.log.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    let log = recorder.log.lock_unpoisoned().clone();
     for instance in ["a", "b", "c"] {
         let mine: Vec<_> = log.iter().filter(|l| l.starts_with(instance)).cloned().collect();
         let expected: Vec<String> = match instance {
@@ -278,10 +274,7 @@ async fn turns_run_in_order_per_instance_and_concurrently_across() -> TestResult
         };
         assert_eq!(mine, expected);
     }
-    assert!(
-        recorder.concurrent.lock().unwrap_or_else(PoisonError::into_inner).1 >= 2,
-        "instances never ran concurrently"
-    );
+    assert!(recorder.concurrent.lock_unpoisoned().1 >= 2, "instances never ran concurrently");
     // Everything is done (c1 given up after three starts).
     drop(dispatcher);
     drop(inbox);
@@ -392,7 +385,7 @@ struct Attempts {
 impl TurnRunner for Attempts {
     async fn run(&self, turn: &Stored, _cancel: watch::Receiver<bool>) -> TurnEnd {
         let attempt = turn.turn_metadata().get("attempt").cloned().unwrap_or_default();
-        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut seen = self.seen.lock_unpoisoned();
         seen.push(attempt);
         if seen.len() == 1 { TurnEnd::Retry("the agent process died".into()) } else { TurnEnd::Answered }
     }
@@ -408,7 +401,7 @@ async fn a_turn_s_metadata_counts_its_attempts_from_one() -> TestResult {
     inbox.store("conn", vec![(Some("k".into()), entry("once", "x"))]).await?;
     tokio::time::sleep(Duration::from_millis(20)).await;
     tokio::time::timeout(Duration::from_secs(10), dispatcher.idle()).await?;
-    assert_eq!(*runner.seen.lock().unwrap_or_else(PoisonError::into_inner), [json!(1), json!(2)]);
+    assert_eq!(*runner.seen.lock_unpoisoned(), [json!(1), json!(2)]);
     Ok(())
 }
 
@@ -417,11 +410,7 @@ async fn a_held_turn_keeps_its_instances_events_for_the_next_start() -> TestResu
     let dir = tempfile::tempdir()?;
     let (inbox, recovered, stored_rx) = open(dir.path(), InboxOptions::default())?;
     let recorder = Arc::new(Recorder { delay: Duration::from_millis(5), ..Recorder::default() });
-    recorder
-        .plan
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .insert("h1".into(), vec![TurnEnd::Hold("no key".into())]);
+    recorder.plan.lock_unpoisoned().insert("h1".into(), vec![TurnEnd::Hold("no key".into())]);
     let dispatcher =
         Dispatcher::start(inbox.clone(), recorder.clone(), recovered, stored_rx, DispatchOptions::default());
     for (text, instance) in [("h1", "h"), ("h2", "h"), ("o1", "o")] {
@@ -429,7 +418,7 @@ async fn a_held_turn_keeps_its_instances_events_for_the_next_start() -> TestResu
     }
     // Idle counts what was stored before it was asked, held events aside.
     tokio::time::timeout(Duration::from_secs(10), dispatcher.idle()).await?;
-    let log = recorder.log.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    let log = recorder.log.lock_unpoisoned().clone();
     assert!(log.contains(&"o1:1".to_owned()) && log.contains(&"h1:1".to_owned()), "{log:?}");
     assert!(!log.iter().any(|l| l.starts_with("h2")), "a held instance took another turn: {log:?}");
     assert_eq!(
@@ -451,27 +440,23 @@ async fn a_held_instance_runs_again_from_its_held_event_once_released() -> TestR
     let dir = tempfile::tempdir()?;
     let (inbox, recovered, stored_rx) = open(dir.path(), InboxOptions::default())?;
     let recorder = Arc::new(Recorder { delay: Duration::from_millis(5), ..Recorder::default() });
-    recorder
-        .plan
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .insert("h1".into(), vec![TurnEnd::Hold("the bundle is broken".into())]);
+    recorder.plan.lock_unpoisoned().insert("h1".into(), vec![TurnEnd::Hold("the bundle is broken".into())]);
     let dispatcher =
         Dispatcher::start(inbox.clone(), recorder.clone(), recovered, stored_rx, DispatchOptions::default());
     for text in ["h1", "h2"] {
         inbox.store("conn", vec![(None, entry(text, "h"))]).await?;
     }
     tokio::time::timeout(Duration::from_secs(10), dispatcher.idle()).await?;
-    assert_eq!(*recorder.log.lock().unwrap_or_else(PoisonError::into_inner), ["h1:1"]);
+    assert_eq!(*recorder.log.lock_unpoisoned(), ["h1:1"]);
     // Fixed: the held event runs first, then the one behind it, each once.
     dispatcher.release_held();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while recorder.log.lock().unwrap_or_else(PoisonError::into_inner).len() < 3 {
+    while recorder.log.lock_unpoisoned().len() < 3 {
         assert!(tokio::time::Instant::now() < deadline, "the released instance did not run");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     tokio::time::timeout(Duration::from_secs(10), dispatcher.idle()).await?;
-    assert_eq!(*recorder.log.lock().unwrap_or_else(PoisonError::into_inner), ["h1:1", "h1:1", "h2:1"]);
+    assert_eq!(*recorder.log.lock_unpoisoned(), ["h1:1", "h1:1", "h2:1"]);
     assert_eq!(tokio::time::timeout(Duration::from_secs(10), dispatcher.drain(Duration::ZERO)).await?, 0);
     inbox.sync().await?;
     assert!(inbox.status().pending.is_empty(), "{:?}", inbox.status().pending);

@@ -4,9 +4,10 @@
 #[path = "support/fake_telegram.rs"]
 mod fake_telegram;
 
+use goondan_core::sync::LockUnpoisoned;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -156,7 +157,7 @@ impl EventSink for FlakySink {
             return Err(SinkError::Storage("disk full".to_owned()));
         }
         let accepted = self.inner.accept(deliveries).await?;
-        *self.stored_at.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+        *self.stored_at.lock_unpoisoned() = Some(Instant::now());
         Ok(accepted)
     }
 }
@@ -181,7 +182,7 @@ async fn a_failing_inbox_keeps_the_offset_until_the_batch_is_stored() -> TestRes
     assert!(fake.wait_until_confirmed(second, WAIT).await);
     let stored: Vec<Option<String>> = sink.inner.stored().into_iter().map(|d| d.key).collect();
     assert_eq!(stored, [Some(first.to_string()), Some(second.to_string())]);
-    let Some(stored_at) = *sink.stored_at.lock().unwrap_or_else(PoisonError::into_inner) else {
+    let Some(stored_at) = *sink.stored_at.lock_unpoisoned() else {
         panic!("stored without a time");
     };
     let confirming =
@@ -204,7 +205,7 @@ struct RecordingSink {
 impl EventSink for RecordingSink {
     async fn accept(&self, deliveries: Vec<Delivery>) -> Result<Vec<Accepted>, SinkError> {
         let accepted = self.inner.accept(deliveries).await?;
-        self.answers.lock().unwrap_or_else(PoisonError::into_inner).extend(accepted.iter().copied());
+        self.answers.lock_unpoisoned().extend(accepted.iter().copied());
         if let Some(stop) = &self.stop_after_accept {
             stop.cancel();
         }
@@ -226,7 +227,7 @@ async fn an_update_stored_but_not_confirmed_comes_again_as_a_duplicate() -> Test
     });
     let running = start_telegram(&fake, first.clone(), &first_stop, "5").await?;
     tokio::time::timeout(WAIT, running.task).await???;
-    assert_eq!(*first.answers.lock().unwrap_or_else(PoisonError::into_inner), [Accepted::Stored]);
+    assert_eq!(*first.answers.lock_unpoisoned(), [Accepted::Stored]);
     assert_eq!(fake.pending_update_ids(), [id], "stopped before confirming");
 
     // Restarted without a stored offset: Telegram sends it again.
@@ -234,7 +235,7 @@ async fn an_update_stored_but_not_confirmed_comes_again_as_a_duplicate() -> Test
     let second = Arc::new(RecordingSink { inner: inbox.clone(), answers: Mutex::default(), stop_after_accept: None });
     let running = start_telegram(&fake, second.clone(), &second_stop, "5").await?;
     assert!(fake.wait_until_confirmed(id, WAIT).await);
-    assert_eq!(*second.answers.lock().unwrap_or_else(PoisonError::into_inner), [Accepted::Duplicate]);
+    assert_eq!(*second.answers.lock_unpoisoned(), [Accepted::Duplicate]);
     assert_eq!(inbox.stored().len(), 1, "one turn's worth, not two");
     stop_and_join(&second_stop, running).await
 }
@@ -263,7 +264,7 @@ struct Captured(Arc<Mutex<Vec<u8>>>);
 
 impl std::io::Write for Captured {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).extend_from_slice(buf);
+        self.0.lock_unpoisoned().extend_from_slice(buf);
         Ok(buf.len())
     }
 
@@ -274,7 +275,7 @@ impl std::io::Write for Captured {
 
 impl Captured {
     fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(PoisonError::into_inner)).into_owned()
+        String::from_utf8_lossy(&self.0.lock_unpoisoned()).into_owned()
     }
 }
 

@@ -60,9 +60,10 @@
 //! headers, then for each chunk of the stream (default 120; see
 //! [`crate::config`]).
 
+use goondan_core::sync::LockUnpoisoned;
 use std::collections::VecDeque;
 use std::fmt;
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 
 use goondan_core::ids::SpanIdGenerator;
 use goondan_core::{JsonObject, JsonValue, MessageData};
@@ -146,7 +147,7 @@ impl GoogleProvider {
     }
 
     fn remember_signature(&self, call_id: &str, signature: String) {
-        let mut signatures = self.signatures.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut signatures = self.signatures.lock_unpoisoned();
         if signatures.len() >= SIGNATURE_CAPACITY {
             signatures.pop_front();
         }
@@ -154,7 +155,7 @@ impl GoogleProvider {
     }
 
     fn signature_of(&self, call_id: &str) -> Option<String> {
-        let signatures = self.signatures.lock().unwrap_or_else(PoisonError::into_inner);
+        let signatures = self.signatures.lock_unpoisoned();
         signatures.iter().rev().find(|(id, _)| id == call_id).map(|(_, signature)| signature.clone())
     }
 

@@ -22,10 +22,11 @@
 //! so a server may answer a long `tools/call` with a task ([`Answer::Task`]),
 //! which [`follow_task`] polls to its end.
 
+use goondan_core::sync::LockUnpoisoned;
 use std::collections::{HashMap, VecDeque};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex as StdMutex, PoisonError};
+use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use goondan_core::tls::SystemProxy;
@@ -476,7 +477,7 @@ impl Notifications {
     /// Routes progress on `token` to `listener` until the returned guard is
     /// dropped.
     pub fn listen(self: &Arc<Self>, token: ProgressToken, listener: ProgressListener) -> ProgressRoute {
-        let mut routes = self.progress.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut routes = self.progress.lock_unpoisoned();
         // Routes of calls answered longer than the grace ago go here, not
         // on a timer per call.
         let now = std::time::Instant::now();
@@ -512,7 +513,7 @@ impl Notifications {
     /// that call's route is set (see `ProgressRoutes::unrouted`).
     pub fn progress_arrived(&self, params: &ProgressNotificationParam) {
         let listener = {
-            let mut routes = self.progress.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut routes = self.progress.lock_unpoisoned();
             match routes.listeners.get(&params.progress_token) {
                 Some(entry) => {
                     entry.answered.is_none_or(|at| at.elapsed() < PROGRESS_GRACE).then(|| Arc::clone(&entry.listener))
@@ -558,7 +559,7 @@ pub struct ProgressRoute {
 impl Drop for ProgressRoute {
     /// The route stays open for [`PROGRESS_GRACE`] more.
     fn drop(&mut self) {
-        let mut routes = self.notifications.progress.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut routes = self.notifications.progress.lock_unpoisoned();
         let now = std::time::Instant::now();
         if let Some(entry) = routes.listeners.get_mut(&self.token) {
             entry.answered = Some(now);
@@ -742,7 +743,7 @@ async fn connect_stdio(
             if let (Some(_), Some(done)) = (exited, stderr_done) {
                 let _ = tokio::time::timeout(Duration::from_secs(1), done).await;
             }
-            let said: Vec<String> = tail.lock().unwrap_or_else(PoisonError::into_inner).iter().cloned().collect();
+            let said: Vec<String> = tail.lock_unpoisoned().iter().cloned().collect();
             let mut message = match exited {
                 Some(status) => format!("exited during startup ({status}): {error}"),
                 None => error,
@@ -827,7 +828,7 @@ async fn log_stderr(server: String, stderr: ChildStderr, tail: Arc<StdMutex<VecD
     let mut lines = BufReader::new(stderr).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         tracing::debug!(target: "goondan_mcp::server", server = %server, "{line}");
-        let mut tail = tail.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut tail = tail.lock_unpoisoned();
         if tail.len() == STDERR_TAIL_LINES {
             tail.pop_front();
         }
@@ -1247,13 +1248,12 @@ mod tests {
         notifications.progress_arrived(&progress("call-1", 2.0)?);
         let seen = Arc::new(StdMutex::new(Vec::new()));
         let sink = Arc::clone(&seen);
-        let listener: ProgressListener = Arc::new(move |p: &ProgressNotificationParam| {
-            sink.lock().unwrap_or_else(PoisonError::into_inner).push(p.progress)
-        });
+        let listener: ProgressListener =
+            Arc::new(move |p: &ProgressNotificationParam| sink.lock_unpoisoned().push(p.progress));
         let token = progress("call-1", 0.0)?.progress_token;
         let route = notifications.listen(token, listener);
         notifications.progress_arrived(&progress("call-1", 3.0)?);
-        assert_eq!(*seen.lock().unwrap_or_else(PoisonError::into_inner), [1.0, 2.0, 3.0]);
+        assert_eq!(*seen.lock_unpoisoned(), [1.0, 2.0, 3.0]);
         drop(route);
         Ok(())
     }

@@ -27,10 +27,11 @@
 //! stays in their consumers and goes to the process the hub starts
 //! elsewhere.
 
+use goondan_core::sync::LockUnpoisoned;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer};
@@ -167,7 +168,7 @@ impl Host {
 
     /// Agent processes it runs now.
     pub fn running(&self) -> usize {
-        self.inner.running.lock().unwrap_or_else(PoisonError::into_inner).len()
+        self.inner.running.lock_unpoisoned().len()
     }
 
     /// Stops taking starts and heartbeating, kills its processes and waits
@@ -177,7 +178,7 @@ impl Host {
             task.abort();
         }
         let waits: Vec<watch::Receiver<bool>> = {
-            let mut running = self.inner.running.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut running = self.inner.running.lock_unpoisoned();
             running
                 .values_mut()
                 .map(|here| {
@@ -205,7 +206,7 @@ impl Drop for Host {
 /// Notes the hub's heartbeats.
 async fn listen_for_the_hub(inner: Arc<Inner>, mut beats: async_nats::Subscriber) {
     while beats.next().await.is_some() {
-        *inner.hub_heard.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+        *inner.hub_heard.lock_unpoisoned() = Some(Instant::now());
     }
 }
 
@@ -217,12 +218,11 @@ fn stop_orphans(inner: &Inner, connected_since: Instant) {
     if inner.config.hub || connected_since.elapsed() < crate::LEASE {
         return;
     }
-    let silent =
-        inner.hub_heard.lock().unwrap_or_else(PoisonError::into_inner).is_some_and(|at| at.elapsed() > crate::LEASE);
+    let silent = inner.hub_heard.lock_unpoisoned().is_some_and(|at| at.elapsed() > crate::LEASE);
     if !silent {
         return;
     }
-    let mut running = inner.running.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut running = inner.running.lock_unpoisoned();
     let mut stopped = 0;
     for here in running.values_mut() {
         if let Some(kill) = here.kill.take() {
@@ -260,7 +260,7 @@ async fn heartbeats(inner: Arc<Inner>) {
             host: inner.config.host_id.clone(),
             labels: inner.config.labels.clone(),
             hub: inner.config.hub,
-            instances: inner.running.lock().unwrap_or_else(PoisonError::into_inner).len(),
+            instances: inner.running.lock_unpoisoned().len(),
             pid: std::process::id(),
         };
         if let Ok(body) = serde_json::to_vec(&beat)
@@ -298,7 +298,7 @@ async fn take_requests(inner: Arc<Inner>, mut requests: async_nats::Subscriber) 
             }
             "kill" => {
                 let Ok(request) = serde_json::from_slice::<KillRequest>(&message.payload) else { continue };
-                let mut running = inner.running.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut running = inner.running.lock_unpoisoned();
                 match running.get_mut(&request.instance) {
                     Some(here) if here.start == request.start => {
                         if let Some(kill) = here.kill.take() {
@@ -308,7 +308,7 @@ async fn take_requests(inner: Arc<Inner>, mut requests: async_nats::Subscriber) 
                     // Not running (yet): a start the hub gave up on; it
                     // ends as soon as it is ready.
                     _ => {
-                        let mut abandoned = inner.abandoned.lock().unwrap_or_else(PoisonError::into_inner);
+                        let mut abandoned = inner.abandoned.lock_unpoisoned();
                         if abandoned.len() >= 1024 {
                             abandoned.clear();
                         }
@@ -325,7 +325,7 @@ async fn take_requests(inner: Arc<Inner>, mut requests: async_nats::Subscriber) 
 async fn start_here(inner: Arc<Inner>, request: StartRequest) -> StartReply {
     let StartRequest { start, accept, hub_workdir, mut init } = request;
     // A start is the hub speaking.
-    *inner.hub_heard.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+    *inner.hub_heard.lock_unpoisoned() = Some(Instant::now());
     // A place under the hub's working directory is the same place under
     // this host's; any other path of the hub's means nothing here.
     init.workdir = match (init.workdir.as_deref(), hub_workdir.as_deref()) {
@@ -341,7 +341,7 @@ async fn start_here(inner: Arc<Inner>, request: StartRequest) -> StartReply {
         |why: String| StartReply { pid: None, error: Some(ErrorInfo::new(goondan_ipc::codes::AGENT_UNAVAILABLE, why)) };
     // An earlier process of the instance here ends first (the hub moved on from it).
     let previous = {
-        let mut running = inner.running.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut running = inner.running.lock_unpoisoned();
         running.remove(&instance).map(|mut here| {
             if let Some(kill) = here.kill.take() {
                 let _ = kill.send(Stop::Kill);
@@ -379,7 +379,7 @@ async fn start_here(inner: Arc<Inner>, request: StartRequest) -> StartReply {
         Err(error) => return StartReply { pid: None, error: Some(error) },
     };
     let pid = started.pid;
-    if inner.abandoned.lock().unwrap_or_else(PoisonError::into_inner).remove(&start) {
+    if inner.abandoned.lock_unpoisoned().remove(&start) {
         let mut process = started.process;
         process.start_kill();
         let _ = process.wait().await;
@@ -387,11 +387,7 @@ async fn start_here(inner: Arc<Inner>, request: StartRequest) -> StartReply {
     }
     let (kill, killed) = oneshot::channel();
     let (done_tx, done) = watch::channel(false);
-    inner
-        .running
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .insert(instance.clone(), Here { start: start.clone(), kill: Some(kill), done });
+    inner.running.lock_unpoisoned().insert(instance.clone(), Here { start: start.clone(), kill: Some(kill), done });
     tracing::info!(target: "goondan::nats", %instance, pid, token = replica.token(), "started here");
     let bridge = Bridge {
         inner: Arc::clone(&inner),
@@ -638,7 +634,7 @@ impl Bridge {
             let id = format!("{}-exit", self.start);
             publish_stored(&self.inner.js, &self.inner.config.scope.hub(), &headers, &id, body.into()).await;
         }
-        let mut running = self.inner.running.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut running = self.inner.running.lock_unpoisoned();
         if running.get(&self.instance).is_some_and(|here| here.start == self.start) {
             running.remove(&self.instance);
         }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use goondan_core::JsonObject;
 use goondan_ipc::{AgentInstance, CLI, DelegateResultPayload, ErrorInfo, MessageSourceInfo, ObservePayload};
 use tokio::sync::{mpsc, oneshot, watch};
+use tokio_util::task::TaskTracker;
 
 use crate::codes::{AGENT_REQUEST_CANCELLED, AGENT_UNAVAILABLE, IPC_DELIVERY_FAILED};
 use crate::hub::{Hub, HubCommand};
@@ -62,12 +63,24 @@ pub struct NoSwarmObserver;
 
 impl SwarmObserver for NoSwarmObserver {}
 
+/// The hub's queue: what front ends and process readers say waits here
+/// (they wait for room) while the hub is behind. The hub itself never
+/// waits on anyone, so the queue always drains.
+const HUB_QUEUE: usize = 1024;
+
 /// The orchestrator of one swarm. Cheap to clone; the hub stops (and its
-/// processes are killed) when the last clone is dropped.
+/// processes are killed) when the last clone is dropped: the closing of its
+/// queue is the hub's cancellation, and every task it started ends with it
+/// ([`closed`](Self::closed) waits for that).
 #[derive(Clone)]
 pub struct Orchestrator {
-    commands: mpsc::UnboundedSender<HubCommand>,
+    commands: mpsc::Sender<HubCommand>,
     plan: Arc<SwarmPlan>,
+    /// The hub and every task it started.
+    tasks: TaskTracker,
+    /// Whether starts are paused: a value rather than a command, so that
+    /// [`pause_starts`](Self::pause_starts) never waits for room in the queue.
+    paused: Arc<watch::Sender<bool>>,
 }
 
 impl std::fmt::Debug for Orchestrator {
@@ -86,10 +99,22 @@ impl Orchestrator {
     /// [`start`](Self::start) with a shared launcher.
     pub fn start_with(plan: SwarmPlan, launcher: Arc<dyn Launch>, observer: Arc<dyn SwarmObserver>) -> Self {
         let plan = Arc::new(plan);
-        let (commands, receiver) = mpsc::unbounded_channel();
-        let hub = Hub::new(Arc::clone(&plan), launcher, observer, commands.downgrade());
-        tokio::spawn(hub.run(receiver));
-        Self { commands, plan }
+        let (commands, receiver) = mpsc::channel(HUB_QUEUE);
+        let tasks = TaskTracker::new();
+        let hub = Hub::new(Arc::clone(&plan), launcher, observer, commands.downgrade(), tasks.clone());
+        let (paused, paused_rx) = watch::channel(false);
+        tasks.spawn(hub.run(receiver, paused_rx));
+        Self { commands, plan, tasks, paused: Arc::new(paused) }
+    }
+
+    /// Drops this handle and, once every other clone is gone too, waits
+    /// until the hub and every task it started have ended (its processes
+    /// killed and reaped).
+    pub async fn closed(self) {
+        let tasks = self.tasks.clone();
+        drop(self);
+        tasks.close();
+        tasks.wait().await;
     }
 
     /// The plan it runs.
@@ -130,7 +155,7 @@ impl Orchestrator {
             inbound: Box::new(inbound),
             reply,
         };
-        if self.commands.send(ask).is_err() {
+        if self.commands.send(ask).await.is_err() {
             return DelegateResultPayload::failed(Self::gone());
         }
         let mut cancelled = false;
@@ -149,7 +174,8 @@ impl Orchestrator {
                     if changed.is_err() || *cancel.borrow() {
                         cancelled = true;
                         give_up = Some(tokio::time::Instant::now() + confirm_within);
-                        let _ = self.commands.send(HubCommand::CancelAsk { correlation_id: correlation_id.clone() });
+                        let cancel = HubCommand::CancelAsk { correlation_id: correlation_id.clone() };
+                        let _ = self.commands.send(cancel).await;
                     }
                 }
                 () = async {
@@ -173,6 +199,7 @@ impl Orchestrator {
         let (reply, pid) = oneshot::channel();
         self.commands
             .send(HubCommand::StartInstance { instance: instance.clone(), reply })
+            .await
             .map_err(|_| Self::gone())?;
         pid.await.map_err(|_| Self::gone())?
     }
@@ -180,7 +207,7 @@ impl Orchestrator {
     /// The pid of the process running `instance`, if one runs.
     pub async fn pid_of(&self, instance: &AgentInstance) -> Option<u32> {
         let (reply, pid) = oneshot::channel();
-        self.commands.send(HubCommand::PidOf { instance: instance.clone(), reply }).ok()?;
+        self.commands.send(HubCommand::PidOf { instance: instance.clone(), reply }).await.ok()?;
         pid.await.ok().flatten()
     }
 
@@ -195,7 +222,7 @@ impl Orchestrator {
     ) -> crate::RestartReport {
         let (reply, report) = oneshot::channel();
         let command = HubCommand::Restart { selector, while_down, reply };
-        if self.commands.send(command).is_err() {
+        if self.commands.send(command).await.is_err() {
             return crate::RestartReport { error: Some(Self::gone().message), ..Default::default() };
         }
         report
@@ -208,7 +235,7 @@ impl Orchestrator {
     pub async fn cancel_task(&self, instance: &AgentInstance, handle: &str) -> bool {
         let (reply, sent) = oneshot::channel();
         let command = HubCommand::CancelTask { instance: instance.clone(), handle: handle.to_owned(), reply };
-        if self.commands.send(command).is_err() {
+        if self.commands.send(command).await.is_err() {
             return false;
         }
         sent.await.unwrap_or(false)
@@ -218,14 +245,14 @@ impl Orchestrator {
     /// without one wait (the bundle on disk does not validate, and a new
     /// process would not build); running processes go on.
     pub fn pause_starts(&self, paused: bool) {
-        let _ = self.commands.send(HubCommand::PauseStarts { paused });
+        self.paused.send_replace(paused);
     }
 
     /// Stops every agent process: `shutdown`, then after the grace period
     /// SIGKILL for those still running; returns when all have exited.
     pub async fn shutdown(&self, reason: &str) {
         let (done, stopped) = oneshot::channel();
-        if self.commands.send(HubCommand::Shutdown { reason: reason.to_owned(), done }).is_ok() {
+        if self.commands.send(HubCommand::Shutdown { reason: reason.to_owned(), done }).await.is_ok() {
             let _ = stopped.await;
         }
     }

@@ -175,9 +175,13 @@ pub(crate) fn describe_status(status: Option<std::process::ExitStatus>) -> Strin
     }
 }
 
-/// Sends `command` to the hub if it still runs.
-pub(crate) fn report(hub: &mpsc::WeakUnboundedSender<HubCommand>, command: HubCommand) -> bool {
-    hub.upgrade().is_some_and(|hub| hub.send(command).is_ok())
+/// Sends `command` to the hub if it still runs, waiting for room in its
+/// queue (the hub never waits on its reporters, so the wait ends).
+pub(crate) async fn report(hub: &mpsc::WeakSender<HubCommand>, command: HubCommand) -> bool {
+    match hub.upgrade() {
+        Some(hub) => hub.send(command).await.is_ok(),
+        None => false,
+    }
 }
 
 /// Everything a running process says goes to the hub, then its exit: the
@@ -190,7 +194,7 @@ pub(crate) async fn supervise(
     mut child: Box<dyn AgentProcess>,
     mut receiver: Box<dyn LinkReceiver>,
     mut kill: oneshot::Receiver<()>,
-    hub: mpsc::WeakUnboundedSender<HubCommand>,
+    hub: mpsc::WeakSender<HubCommand>,
 ) {
     let from_agent =
         |message: IpcMessage| HubCommand::FromAgent { from: instance.clone(), generation, message: Box::new(message) };
@@ -199,7 +203,7 @@ pub(crate) async fn supervise(
         tokio::select! {
             message = receiver.recv(), if reading => match message {
                 Ok(Some(message)) => {
-                    if !report(&hub, from_agent(message)) {
+                    if !report(&hub, from_agent(message)).await {
                         child.start_kill();
                     }
                 }
@@ -214,10 +218,11 @@ pub(crate) async fn supervise(
             },
             end = child.wait() => {
                 if reading {
-                    drain(receiver.as_mut(), |message| {
-                        report(&hub, from_agent(message));
-                    })
-                    .await;
+                    let mut left = Vec::new();
+                    drain(receiver.as_mut(), |message| left.push(message)).await;
+                    for message in left {
+                        report(&hub, from_agent(message)).await;
+                    }
                 }
                 break end;
             }
@@ -227,7 +232,7 @@ pub(crate) async fn supervise(
             }
         }
     };
-    report(&hub, HubCommand::Exited { instance: instance.clone(), generation, pid, end });
+    report(&hub, HubCommand::Exited { instance: instance.clone(), generation, pid, end }).await;
 }
 
 /// Writes the hub's messages to one process in order. A message that cannot
@@ -237,7 +242,7 @@ pub(crate) async fn forward(
     link: LinkSender,
     mut outbox: mpsc::UnboundedReceiver<IpcMessage>,
     to: AgentInstance,
-    hub: mpsc::WeakUnboundedSender<HubCommand>,
+    hub: mpsc::WeakSender<HubCommand>,
 ) {
     while let Some(message) = outbox.recv().await {
         let correlation_id = correlation_of(&message);
@@ -249,7 +254,7 @@ pub(crate) async fn forward(
                 if let Some(correlation_id) = correlation_id {
                     let error = ErrorInfo::new(IPC_MESSAGE_TOO_LARGE, format!("delivering to {to}: {error}"))
                         .suggest("Send a shorter message; put large content in a file and pass its path.");
-                    report(&hub, HubCommand::Undelivered { correlation_id, error });
+                    report(&hub, HubCommand::Undelivered { correlation_id, error }).await;
                 }
             }
         }

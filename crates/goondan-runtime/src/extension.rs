@@ -261,6 +261,8 @@ pub(crate) async fn install_extensions(
 mod tests {
     use std::path::PathBuf;
 
+    use goondan_core::sync::LockUnpoisoned;
+
     use super::*;
 
     fn extensions_of(yaml: &str) -> Vec<AgentExtension> {
@@ -304,7 +306,7 @@ mod tests {
 
     impl Claiming {
         fn note(&self, what: String) {
-            self.log.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(format!("{}:{what}", self.name));
+            self.log.lock_unpoisoned().push(format!("{}:{what}", self.name));
         }
     }
 
@@ -365,7 +367,7 @@ mod tests {
         ];
         let mut tooling =
             crate::agent::assemble_tooling(&bundle, &options).await.unwrap_or_else(|e| panic!("assemble: {e}"));
-        let seen = std::mem::take(&mut *log.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        let seen = std::mem::take(&mut *log.lock_unpoisoned());
         assert_eq!(seen, ["A:begin", "B:begin", "A:tools", "B:tools", "A:logging", "A:mcp", "A:finish", "B:finish"]);
 
         let local = AgentExtension {

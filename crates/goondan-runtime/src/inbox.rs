@@ -8,7 +8,8 @@
 //! conversation (the agent process does it at once and commits it, so it is
 //! durable and the next turn sees it).
 
-use std::sync::{Mutex, PoisonError};
+use goondan_core::sync::LockUnpoisoned;
+use std::sync::Mutex;
 
 use goondan_core::Message;
 use tokio::sync::Notify;
@@ -24,28 +25,28 @@ pub struct Inbox {
 impl Inbox {
     /// Queues a message and wakes a waiter of [`Inbox::arrived`].
     pub fn push(&self, message: Message) {
-        self.messages.lock().unwrap_or_else(PoisonError::into_inner).push(message);
+        self.messages.lock_unpoisoned().push(message);
         self.arrived.notify_one();
     }
 
     /// Takes every queued message, oldest first.
     pub fn take(&self) -> Vec<Message> {
-        std::mem::take(&mut *self.messages.lock().unwrap_or_else(PoisonError::into_inner))
+        std::mem::take(&mut *self.messages.lock_unpoisoned())
     }
 
     /// Keeps only the queued messages `keep` says yes to.
     pub fn retain(&self, keep: impl FnMut(&Message) -> bool) {
-        self.messages.lock().unwrap_or_else(PoisonError::into_inner).retain(keep);
+        self.messages.lock_unpoisoned().retain(keep);
     }
 
     /// What `look` finds in the queued messages, oldest first (nothing is taken).
     pub fn find_in_queued<T>(&self, look: impl FnMut(&Message) -> Option<T>) -> Vec<T> {
-        self.messages.lock().unwrap_or_else(PoisonError::into_inner).iter().filter_map(look).collect()
+        self.messages.lock_unpoisoned().iter().filter_map(look).collect()
     }
 
     /// Whether nothing is queued.
     pub fn is_empty(&self) -> bool {
-        self.messages.lock().unwrap_or_else(PoisonError::into_inner).is_empty()
+        self.messages.lock_unpoisoned().is_empty()
     }
 
     /// Resolves when a message was pushed since the last time it resolved

@@ -19,12 +19,19 @@
 //! Changes are serialized (one at a time, in the order asked), written on
 //! the blocking pool, and applied in memory only after their line is on
 //! disk: a write that fails changes nothing (`E_TASK_STORAGE`).
+//!
+//! Ownership: the book has one lock over its state (`State`: the tasks,
+//! the cancel senders of working ones, early ends) and one write turn (the
+//! async mutex that owns the file). No lock is held across an `.await`
+//! except the write turn, and the state lock is never taken while waiting
+//! for the turn's write; the hooks are fixed at construction.
 
+use goondan_core::sync::LockUnpoisoned;
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead as _, BufReader, Write as _};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use goondan_core::ToolResult;
@@ -82,23 +89,42 @@ impl Record {
 /// Called with each task that ends (after its end is durable).
 pub type OnEnd = Box<dyn Fn(&TaskView) + Send + Sync>;
 
+/// What the book calls as tasks end and are received; given at
+/// construction ([`TaskBook::with_hooks`]).
+#[derive(Default)]
+pub struct TaskHooks {
+    /// Called with each task that ends from now on.
+    pub on_end: Option<OnEnd>,
+    /// Called with each task whose end the model receives through `status`
+    /// or `wait` (its completion message, if queued, is then not to be
+    /// delivered).
+    pub on_received: Option<OnEnd>,
+}
+
 /// The tasks of one instance.
 pub struct TaskBook {
     path: PathBuf,
-    file: Arc<Mutex<File>>,
-    tasks: Mutex<Tasks>,
-    /// One change at a time, in order.
-    writing: tokio::sync::Mutex<()>,
+    /// The write turn: one change at a time, in the order asked. The file
+    /// is written only by the holder of the turn (shared with the blocking
+    /// pool's write as an `Arc`, which needs no lock of its own).
+    file: tokio::sync::Mutex<Arc<File>>,
+    /// Everything in memory, under one lock.
+    state: Mutex<State>,
     /// Bumped on every change (waiters watch it).
     changed: watch::Sender<u64>,
+    hooks: TaskHooks,
+    expiry: Duration,
+}
+
+/// The book's memory: what the file folds to, and what only this process has.
+#[derive(Default)]
+struct State {
+    tasks: Tasks,
     /// The work of each working task listens here for a cancel.
-    cancels: Mutex<HashMap<String, watch::Sender<bool>>>,
-    on_end: Mutex<Option<OnEnd>>,
-    on_received: Mutex<Option<OnEnd>>,
+    cancels: HashMap<String, watch::Sender<bool>>,
     /// Ends delivered (received) before their task was recorded: an
     /// asynchronous agent reply can beat the pending result's recording.
-    early: Mutex<HashMap<String, TaskEnd>>,
-    expiry: Duration,
+    early: HashMap<String, TaskEnd>,
 }
 
 #[derive(Default)]
@@ -307,56 +333,51 @@ impl TaskBook {
         let (changed, _) = watch::channel(0);
         Ok(Self {
             path,
-            file: Arc::new(Mutex::new(file)),
-            tasks: Mutex::new(tasks),
-            writing: tokio::sync::Mutex::new(()),
+            file: tokio::sync::Mutex::new(Arc::new(file)),
+            state: Mutex::new(State { tasks, ..State::default() }),
             changed,
-            cancels: Mutex::new(HashMap::new()),
-            on_end: Mutex::new(None),
-            on_received: Mutex::new(None),
-            early: Mutex::new(HashMap::new()),
+            hooks: TaskHooks::default(),
             expiry,
         })
     }
 
-    /// Sets what is called with each task that ends from now on.
-    pub fn on_end(&self, callback: OnEnd) {
-        *self.on_end.lock().unwrap_or_else(PoisonError::into_inner) = Some(callback);
+    /// The book with `hooks` called as its tasks end and are received.
+    #[must_use]
+    pub fn with_hooks(self, hooks: TaskHooks) -> Self {
+        Self { hooks, ..self }
     }
 
-    /// Sets what is called with each task whose end the model receives
-    /// through `status` or `wait` (its completion message, if queued, is
-    /// then not to be delivered).
-    pub fn on_received(&self, callback: OnEnd) {
-        *self.on_received.lock().unwrap_or_else(PoisonError::into_inner) = Some(callback);
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock_unpoisoned()
     }
 
     /// Whether a task is still working (its work runs in this process).
     pub fn has_working(&self) -> bool {
-        self.tasks.lock().unwrap_or_else(PoisonError::into_inner).by_handle.values().any(|t| !t.state.is_final())
+        self.state().tasks.by_handle.values().any(|t| !t.state.is_final())
     }
 
     /// Every task, oldest first.
     pub fn tasks(&self) -> Vec<TaskView> {
-        self.tasks.lock().unwrap_or_else(PoisonError::into_inner).list()
+        self.state().tasks.list()
     }
 
     /// Ended tasks whose end the model does not have yet, in the order they ended.
     pub fn undelivered(&self) -> Vec<TaskView> {
-        let tasks = self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
+        let state = self.state();
+        let tasks = &state.tasks;
         tasks.ended.iter().filter_map(|handle| tasks.by_handle.get(handle)).filter(|t| !t.received).cloned().collect()
     }
 
     fn get(&self, handle: &str) -> Option<TaskView> {
-        self.tasks.lock().unwrap_or_else(PoisonError::into_inner).by_handle.get(handle).cloned()
+        self.state().tasks.by_handle.get(handle).cloned()
     }
 
-    /// Writes `record` durably, then applies it; the caller holds `writing`.
-    async fn commit(&self, record: Record) -> Result<(), ToolFailure> {
+    /// Writes `record` durably to `file` (the caller holds the write turn),
+    /// then applies it.
+    async fn commit(&self, file: &Arc<File>, record: Record) -> Result<(), ToolFailure> {
         let line = line_of(&record).map_err(|e| storage(&self.path, &e))?;
-        let file = Arc::clone(&self.file);
+        let file = Arc::clone(file);
         let written = tokio::task::spawn_blocking(move || {
-            let file = file.lock().unwrap_or_else(PoisonError::into_inner);
             let length = file.metadata()?.len();
             let written = goondan_core::fault::before_write(goondan_core::fault::Point::TaskUpdate)
                 .and_then(|()| (&*file).write_all(&line))
@@ -373,7 +394,7 @@ impl TaskBook {
         .await
         .unwrap_or_else(|error| Err(io::Error::other(error.to_string())));
         written.map_err(|e| storage(&self.path, &e))?;
-        self.tasks.lock().unwrap_or_else(PoisonError::into_inner).apply(record);
+        self.state().tasks.apply(record);
         self.changed.send_modify(|version| *version += 1);
         Ok(())
     }
@@ -398,7 +419,7 @@ impl TaskBook {
             ));
         }
         self.open_as(handle, tool, call_id, turn_id).await?;
-        let early = self.early.lock().unwrap_or_else(PoisonError::into_inner).remove(handle);
+        let early = self.state().early.remove(handle);
         if let Some(end) = early {
             self.finish_received(handle, end).await?;
         }
@@ -435,7 +456,7 @@ impl TaskBook {
         opening: Opening,
     ) -> Result<TaskTicket, ToolFailure> {
         let Opening { remote, resume, traceparent } = opening;
-        let _writing = self.writing.lock().await;
+        let file = self.file.lock().await;
         let now = now_millis();
         let handle = handle.to_owned();
         let task = TaskView {
@@ -454,25 +475,26 @@ impl TaskBook {
             resume,
             traceparent,
         };
-        self.commit(Record::Open { task }).await?;
+        self.commit(&file, Record::Open { task }).await?;
         let (cancel, cancelled) = watch::channel(false);
-        self.cancels.lock().unwrap_or_else(PoisonError::into_inner).insert(handle.clone(), cancel);
+        self.state().cancels.insert(handle.clone(), cancel);
         Ok(TaskTicket { handle, cancelled })
     }
 
     /// Ends a working task.
     pub async fn finish_task(&self, handle: &str, end: TaskEnd) -> Result<TaskView, ToolFailure> {
         let ended = {
-            let _writing = self.writing.lock().await;
+            let file = self.file.lock().await;
             let task = self.get(handle).ok_or_else(|| unknown_handle(handle))?;
             if task.state.is_final() {
                 return Err(already_finished(&task));
             }
-            self.commit(Record::ended(handle, end, now_millis())).await?;
-            self.cancels.lock().unwrap_or_else(PoisonError::into_inner).remove(handle);
-            self.get(handle).ok_or_else(|| unknown_handle(handle))?
+            self.commit(&file, Record::ended(handle, end, now_millis())).await?;
+            let mut state = self.state();
+            state.cancels.remove(handle);
+            state.tasks.by_handle.get(handle).cloned().ok_or_else(|| unknown_handle(handle))?
         };
-        if let Some(on_end) = self.on_end.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
+        if let Some(on_end) = &self.hooks.on_end {
             on_end(&ended);
         }
         Ok(ended)
@@ -483,28 +505,28 @@ impl TaskBook {
     /// received, with no completion message. A handle not recorded yet is
     /// kept until [`adopt_task`](Self::adopt_task) records it.
     pub async fn finish_received(&self, handle: &str, end: TaskEnd) -> Result<(), ToolFailure> {
-        let _writing = self.writing.lock().await;
+        let file = self.file.lock().await;
         let Some(task) = self.get(handle) else {
-            self.early.lock().unwrap_or_else(PoisonError::into_inner).insert(handle.to_owned(), end);
+            self.state().early.insert(handle.to_owned(), end);
             return Ok(());
         };
         if task.state.is_final() {
             return Err(already_finished(&task));
         }
         let at = now_millis();
-        self.commit(Record::ended(handle, end, at)).await?;
-        self.commit(Record::Received { handle: handle.to_owned(), at }).await?;
-        self.cancels.lock().unwrap_or_else(PoisonError::into_inner).remove(handle);
+        self.commit(&file, Record::ended(handle, end, at)).await?;
+        self.commit(&file, Record::Received { handle: handle.to_owned(), at }).await?;
+        self.state().cancels.remove(handle);
         Ok(())
     }
 
     /// Records that the model has the end of `handle` (no completion
     /// message follows); nothing for a task not ended or already received.
     pub async fn mark_received(&self, handle: &str) -> Result<(), ToolFailure> {
-        let _writing = self.writing.lock().await;
+        let file = self.file.lock().await;
         match self.get(handle) {
             Some(task) if task.state.is_final() && !task.received => {
-                self.commit(Record::Received { handle: handle.to_owned(), at: now_millis() }).await
+                self.commit(&file, Record::Received { handle: handle.to_owned(), at: now_millis() }).await
             }
             Some(_) => Ok(()),
             None => Err(unknown_handle(handle)),
@@ -517,7 +539,7 @@ impl TaskBook {
         if task.state.is_final() && !task.received {
             self.mark_received(handle).await?;
             let received = self.get(handle).ok_or_else(|| unknown_handle(handle))?;
-            if let Some(on_received) = self.on_received.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
+            if let Some(on_received) = &self.hooks.on_received {
                 on_received(&received);
             }
             return Ok(received);
@@ -574,10 +596,7 @@ impl TaskBook {
         if task.state.is_final() {
             return Err(already_finished(&task));
         }
-        let listened = {
-            let cancels = self.cancels.lock().unwrap_or_else(PoisonError::into_inner);
-            cancels.get(handle).is_some_and(|cancel| cancel.send(true).is_ok())
-        };
+        let listened = self.state().cancels.get(handle).is_some_and(|cancel| cancel.send(true).is_ok());
         if listened {
             // The work ends it; give it a moment to say how.
             if let Ok(ended) = self.wait_ended(handle, Duration::from_secs(5)).await {
@@ -654,7 +673,7 @@ impl ToolTasks for TaskBook {
     fn reattach(&self, handle: &str) -> Option<TaskTicket> {
         let task = self.get(handle).filter(|task| !task.state.is_final())?;
         let (cancel, cancelled) = watch::channel(false);
-        self.cancels.lock().unwrap_or_else(PoisonError::into_inner).insert(task.handle.clone(), cancel);
+        self.state().cancels.insert(task.handle.clone(), cancel);
         Some(TaskTicket { handle: task.handle, cancelled })
     }
 
@@ -680,12 +699,10 @@ mod tests {
     #[tokio::test]
     async fn a_task_opens_ends_once_and_its_end_is_received_once() -> Result<(), Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
-        let book = TaskBook::open(dir.path())?;
         let ended = Arc::new(Mutex::new(Vec::new()));
         let seen = Arc::clone(&ended);
-        book.on_end(Box::new(move |task| {
-            seen.lock().unwrap_or_else(PoisonError::into_inner).push(task.handle.clone())
-        }));
+        let on_end: OnEnd = Box::new(move |task| seen.lock_unpoisoned().push(task.handle.clone()));
+        let book = TaskBook::open(dir.path())?.with_hooks(TaskHooks { on_end: Some(on_end), on_received: None });
         let ticket = book.open_task("bash__exec", "call-1", "turn-1").await.map_err(|f| f.message)?;
         assert_eq!(book.tasks()[0].state, TaskState::Working);
         let result = ToolResult::ok(json!({"exitCode": 0}));
@@ -696,7 +713,7 @@ mod tests {
         assert_eq!(again.as_ref().err().and_then(code), Some(E_TASK_FINISHED));
         let cancel = book.cancel_task(&ticket.handle).await;
         assert_eq!(cancel.as_ref().err().and_then(code), Some(E_TASK_FINISHED));
-        assert_eq!(*ended.lock().unwrap_or_else(PoisonError::into_inner), std::slice::from_ref(&ticket.handle));
+        assert_eq!(*ended.lock_unpoisoned(), std::slice::from_ref(&ticket.handle));
         assert_eq!(book.undelivered().len(), 1);
         // The model reads it: received, and no longer undelivered.
         assert!(book.status_of(&ticket.handle).await.map_err(|f| f.message)?.received);
@@ -796,7 +813,7 @@ mod tests {
         assert!(worker.await?.is_ok());
         // Work that does not listen: ended here.
         let deaf = book.open_task("t", "c2", "u").await.map_err(|f| f.message)?;
-        drop(book.cancels.lock().unwrap_or_else(PoisonError::into_inner).remove(&deaf.handle));
+        drop(book.state().cancels.remove(&deaf.handle));
         let cancelled = book.cancel_task(&deaf.handle).await.map_err(|f| f.message)?;
         assert_eq!(cancelled.state, TaskState::Cancelled);
         Ok(())

@@ -1,13 +1,14 @@
 //! The [`Sandbox`] of one agent, and the setup its commands run between
 //! `fork` and `exec`.
 
+use goondan_core::sync::LockUnpoisoned;
 use std::ffi::{CStr, CString, OsString};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use landlock::{
     ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd, Ruleset, RulesetAttr,
@@ -198,7 +199,7 @@ impl Sandbox {
     }
 
     fn holder(&self) -> Option<Arc<NetworkHolder>> {
-        self.network.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        self.network.lock_unpoisoned().clone()
     }
 
     /// The same sandbox without namespaces: Landlock and seccomp only, the
@@ -393,7 +394,7 @@ impl Sandbox {
         let failed = format!("confining a test command failed ({})", failures.join("; "));
         // A holder nothing can use is not kept.
         if let Some(holder) = holder {
-            let mut slot = self.network.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut slot = self.network.lock_unpoisoned();
             if slot.as_ref().is_some_and(|kept| Arc::ptr_eq(kept, &holder)) {
                 *slot = None;
             }
@@ -407,7 +408,7 @@ impl Sandbox {
     /// The running network holder of this sandbox (or of the one it was
     /// widened from), started now if there is none.
     fn network_holder(&self, allow: &AllowList) -> Result<Arc<NetworkHolder>, String> {
-        let mut slot = self.network.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut slot = self.network.lock_unpoisoned();
         if let Some(holder) = slot.as_ref().filter(|holder| holder.is_running()) {
             return Ok(Arc::clone(holder));
         }

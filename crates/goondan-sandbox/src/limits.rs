@@ -43,6 +43,7 @@
 //! retries those still busy, and dropping the [`Limiter`] kills and removes
 //! all of the agent's.
 
+use goondan_core::sync::LockUnpoisoned;
 use std::ffi::CString;
 use std::fmt;
 use std::io;
@@ -492,13 +493,13 @@ impl CgroupSets {
     /// settings and all (making and removing cgroups costs milliseconds),
     /// else new ones.
     fn take(&self) -> io::Result<CgroupSet> {
-        let reused = self.shared.idle.lock().unwrap_or_else(PoisonError::into_inner).pop();
+        let reused = self.shared.idle.lock_unpoisoned().pop();
         if let Some(idle) = reused {
             if idle.dirs.iter().all(|(dir, _)| members(dir).is_ok_and(|members| members.is_empty())) {
                 return Ok(idle);
             }
             // Something joined it since: removed once empty, like any.
-            let mut live = self.shared.live.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut live = self.shared.live.lock_unpoisoned();
             for cgroup in live.iter_mut().filter(|cgroup| idle.dirs.iter().any(|(dir, _)| *dir == cgroup.dir)) {
                 cgroup.released = true;
             }
@@ -511,7 +512,7 @@ impl CgroupSets {
             let dir = hierarchy.parent.join(&name);
             std::fs::create_dir(&dir)?;
             let live = LiveCgroup { dir: dir.clone(), version: hierarchy.version, released: false };
-            self.shared.live.lock().unwrap_or_else(PoisonError::into_inner).push(live);
+            self.shared.live.lock_unpoisoned().push(live);
             made.dirs.push((dir.clone(), hierarchy.version));
             for (file, value) in self.settings(hierarchy) {
                 match std::fs::write(dir.join(file), &value) {
@@ -564,7 +565,7 @@ impl CgroupSets {
     /// which are empty now (a command made but not spawned yet is empty
     /// too: its handle keeps it).
     fn sweep(&self) {
-        let mut live = self.shared.live.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut live = self.shared.live.lock_unpoisoned();
         live.retain(|cgroup| !cgroup.released || !removed(&cgroup.dir));
     }
 }
@@ -614,7 +615,7 @@ struct SeatState {
 
 impl Seat {
     fn update(&self, change: impl FnOnce(&mut SeatState)) {
-        change(&mut self.state.lock().unwrap_or_else(PoisonError::into_inner));
+        change(&mut self.state.lock_unpoisoned());
         self.changed.notify_all();
     }
 }
@@ -646,7 +647,7 @@ impl PlacedThread {
     /// way is the quickest way in: one the command made itself would wait
     /// for it, then for its own), but at most [`SEAT_WAIT`].
     fn take_set(&self) -> Option<CgroupSet> {
-        let state = self.seat.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let state = self.seat.state.lock_unpoisoned();
         let (mut state, _) = self
             .seat
             .changed
@@ -656,7 +657,7 @@ impl PlacedThread {
     }
 
     fn run(&self, job: SpawnJob) -> Result<(), SpawnJob> {
-        let jobs = self.jobs.lock().unwrap_or_else(PoisonError::into_inner);
+        let jobs = self.jobs.lock_unpoisoned();
         jobs.send(PlacedJob::Spawn(job)).map_err(|std::sync::mpsc::SendError(job)| match job {
             PlacedJob::Spawn(job) => job,
             PlacedJob::Stop => Box::new(|| {}),
@@ -667,7 +668,7 @@ impl PlacedThread {
 impl Drop for PlacedThread {
     /// Stops the thread; it leaves the command cgroups first.
     fn drop(&mut self) {
-        let _ = self.jobs.lock().unwrap_or_else(PoisonError::into_inner).send(PlacedJob::Stop);
+        let _ = self.jobs.lock_unpoisoned().send(PlacedJob::Stop);
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
@@ -686,7 +687,7 @@ fn placed_thread(sets: &CgroupSets, seat: &Seat, queue: &std::sync::mpsc::Receiv
                 Ok(()) => placed = Some(set),
                 Err(error) => {
                     tracing::debug!("sandbox limits: the spawning thread cannot enter a command's cgroups: {error}");
-                    sets.shared.idle.lock().unwrap_or_else(PoisonError::into_inner).push(set);
+                    sets.shared.idle.lock_unpoisoned().push(set);
                 }
             },
             Err(error) => tracing::debug!("sandbox limits: no cgroups for the next command: {error}"),
@@ -702,7 +703,7 @@ fn placed_thread(sets: &CgroupSets, seat: &Seat, queue: &std::sync::mpsc::Receiv
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
         // Only once what it sat in was handed out: a set taken for a
         // command whose spawn is still queued stays where the spawn finds it.
-        if seat.state.lock().unwrap_or_else(PoisonError::into_inner).set.is_none() {
+        if seat.state.lock_unpoisoned().set.is_none() {
             sit();
         }
     }
@@ -712,9 +713,9 @@ fn placed_thread(sets: &CgroupSets, seat: &Seat, queue: &std::sync::mpsc::Receiv
     }
     // Its last set was never handed out: kept for a command (and removed
     // with the limiter).
-    let left = seat.state.lock().unwrap_or_else(PoisonError::into_inner).set.take();
+    let left = seat.state.lock_unpoisoned().set.take();
     if let Some(set) = left {
-        sets.shared.idle.lock().unwrap_or_else(PoisonError::into_inner).push(set);
+        sets.shared.idle.lock_unpoisoned().push(set);
     }
 }
 
@@ -754,7 +755,7 @@ struct LiveCgroup {
 
 impl Shared {
     fn forget(&self, dir: &Path) {
-        self.live.lock().unwrap_or_else(PoisonError::into_inner).retain(|cgroup| cgroup.dir != dir);
+        self.live.lock_unpoisoned().retain(|cgroup| cgroup.dir != dir);
     }
 }
 
@@ -763,7 +764,7 @@ impl Drop for Limiter {
     /// (once its spawning thread has left them).
     fn drop(&mut self) {
         drop(self.placed.take());
-        let live = std::mem::take(&mut *self.sets.shared.live.lock().unwrap_or_else(PoisonError::into_inner));
+        let live = std::mem::take(&mut *self.sets.shared.live.lock_unpoisoned());
         for cgroup in live {
             if let Err(error) = kill_and_remove(&cgroup.dir, cgroup.version) {
                 tracing::warn!("sandbox limits: cannot remove the cgroup {}: {error}", cgroup.dir.display());
@@ -846,10 +847,10 @@ impl Drop for CommandLimits {
                 procs: std::mem::take(&mut self.procs),
                 dirs: std::mem::take(&mut self.dirs),
             };
-            self.shared.idle.lock().unwrap_or_else(PoisonError::into_inner).push(idle);
+            self.shared.idle.lock_unpoisoned().push(idle);
             return;
         }
-        let mut live = self.shared.live.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut live = self.shared.live.lock_unpoisoned();
         live.retain_mut(|cgroup| {
             if !self.dirs.iter().any(|(dir, _)| *dir == cgroup.dir) {
                 return true;

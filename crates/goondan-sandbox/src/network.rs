@@ -16,6 +16,7 @@
 //! `/proc/<pid>/task/<tid>/ns/net`), and make their own user and mount
 //! namespace below it as without a network (see `confine`).
 
+use goondan_core::sync::LockUnpoisoned;
 use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::fs::File;
@@ -203,13 +204,13 @@ impl NetworkHolder {
     /// The holder reports a refusal before it answers the client, so a
     /// command's refusals are there once it has ended.
     pub(crate) fn read_reports(&self) {
-        self.reports.lock().unwrap_or_else(PoisonError::into_inner).read();
+        self.reports.lock_unpoisoned().read();
     }
 
     /// The refusals the proxy reported at or after `since`, oldest first
     /// (the latest [`KEPT_REFUSALS`] are kept).
     pub(crate) fn refusals_since(&self, since: SystemTime) -> Vec<NetworkRefusal> {
-        let mut reports = self.reports.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut reports = self.reports.lock_unpoisoned();
         reports.read();
         // The holder writes whole milliseconds.
         let since_ms = since.duration_since(UNIX_EPOCH).map_or(0, |since| since.as_millis());
@@ -264,7 +265,7 @@ impl NetworkHolder {
 
     /// `; it ended with …` when the holder has ended.
     fn exit_status(&self) -> String {
-        let mut child = self.child.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut child = self.child.lock_unpoisoned();
         match child.try_wait() {
             Ok(Some(status)) => format!("; it ended with {status}"),
             _ => String::new(),
@@ -273,7 +274,7 @@ impl NetworkHolder {
 
     /// Whether the holder still runs.
     pub(crate) fn is_running(&self) -> bool {
-        let mut child = self.child.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut child = self.child.lock_unpoisoned();
         matches!(child.try_wait(), Ok(None))
     }
 
@@ -286,7 +287,7 @@ impl NetworkHolder {
 impl Drop for NetworkHolder {
     fn drop(&mut self) {
         {
-            let mut child = self.child.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut child = self.child.lock_unpoisoned();
             let _ = child.kill();
             let _ = child.wait();
         }

@@ -37,11 +37,12 @@
 //! event loop (`while (true) {}`) and is killed, so later calls do not queue
 //! behind it; calls made meanwhile wait for that verdict first.
 
+use goondan_core::sync::LockUnpoisoned;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use goondan_core::codes::{E_SCRIPT_HOST_EXITED, E_SCRIPT_HOST_START, E_SCRIPT_RUNTIME_MISSING};
@@ -51,6 +52,8 @@ use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncWriteExt as _, BufReader};
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::process::ChildStdin;
 use tokio::sync::{OnceCell, mpsc, oneshot, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::protocol::{ErrorBody, FromHost, MiddlewareDecl, ToHost};
 use crate::runtime::{DiscoverError, JsRuntime};
@@ -90,15 +93,25 @@ pub struct ScriptHost {
     state: tokio::sync::Mutex<State>,
     failures: Arc<Mutex<Failures>>,
     next_id: AtomicU64,
-    /// The extensions every host process loads first, once set.
-    extensions: Mutex<Option<Arc<ExtensionPlan>>>,
+    /// The extensions every host process loads first, once loaded
+    /// ([`load_extensions`](Self::load_extensions), once per host). Not a
+    /// constructor argument: the host exists before the agent's plugin
+    /// knows its extensions (its script tools hold it), and the plan's
+    /// services point back at the host.
+    extensions: std::sync::OnceLock<Arc<ExtensionPlan>>,
     /// The agent's sandbox, which the host process runs in (so a script
     /// tool, and what it spawns, is confined like `bash`), and the paths it
     /// may read besides: the bundle's directories.
-    sandbox: Mutex<Option<(Arc<goondan_sandbox::Sandbox>, Vec<PathBuf>)>>,
+    sandbox: Option<(Arc<goondan_sandbox::Sandbox>, Vec<PathBuf>)>,
     /// That sandbox widened to the runtime and the host's own directory,
     /// made at the first start.
     host_sandbox: std::sync::OnceLock<Arc<goondan_sandbox::Sandbox>>,
+    /// Every task of its host processes (their readers, writers, output
+    /// forwarders, supervisors, and the answers to their requests).
+    tasks: TaskTracker,
+    /// Cancelled by [`shutdown`](ScriptHost::shutdown): the writers stop
+    /// (a host exits when its channel closes) and requests in flight end.
+    cancel: CancellationToken,
 }
 
 /// An extension module a host loads at start.
@@ -206,25 +219,61 @@ fn backoff(doublings: u32) -> Duration {
         .min(BACKOFF_MAX)
 }
 
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // The guarded maps stay consistent even if a holder panicked.
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+/// How a [`ScriptHost`] is made: where its runtime comes from, and the
+/// sandbox its processes run in. Creating the host costs nothing; it
+/// starts at the first call.
+#[must_use]
+pub struct ScriptHostBuilder {
+    env: EnvLookup,
+    runtime: Option<JsRuntime>,
+    sandbox: Option<(Arc<goondan_sandbox::Sandbox>, Vec<PathBuf>)>,
+}
+
+impl ScriptHostBuilder {
+    /// A host that discovers its runtime with `env` at the first call.
+    pub fn new(env: EnvLookup) -> Self {
+        Self { env, runtime: None, sandbox: None }
+    }
+
+    /// Uses `runtime` instead of discovering one.
+    pub fn runtime(self, runtime: JsRuntime) -> Self {
+        Self { runtime: Some(runtime), ..self }
+    }
+
+    /// Runs the host processes in `sandbox`, also allowed to read
+    /// `readable` (the directories of the bundle's modules).
+    pub fn sandbox(self, sandbox: Arc<goondan_sandbox::Sandbox>, readable: Vec<PathBuf>) -> Self {
+        Self { sandbox: Some((sandbox, readable)), ..self }
+    }
+
+    /// The host.
+    pub fn build(self) -> Arc<ScriptHost> {
+        let Self { env, runtime, sandbox } = self;
+        let discovered = OnceCell::new();
+        if let Some(runtime) = runtime {
+            // A fresh cell is empty, so this cannot fail.
+            let _already = discovered.set(Ok(Arc::new(runtime)));
+        }
+        Arc::new(ScriptHost {
+            env,
+            runtime: discovered,
+            state: tokio::sync::Mutex::new(State::default()),
+            failures: Arc::new(Mutex::new(Failures::default())),
+            next_id: AtomicU64::new(1),
+            extensions: std::sync::OnceLock::new(),
+            sandbox,
+            host_sandbox: std::sync::OnceLock::new(),
+            tasks: TaskTracker::new(),
+            cancel: CancellationToken::new(),
+        })
+    }
 }
 
 impl ScriptHost {
     /// A host that discovers its runtime (with `env`) at the first call and
     /// starts then. Creating one costs nothing.
     pub fn new(env: EnvLookup) -> Arc<Self> {
-        Arc::new(Self {
-            env,
-            runtime: OnceCell::new(),
-            state: tokio::sync::Mutex::new(State::default()),
-            failures: Arc::new(Mutex::new(Failures::default())),
-            next_id: AtomicU64::new(1),
-            extensions: Mutex::new(None),
-            sandbox: Mutex::new(None),
-            host_sandbox: std::sync::OnceLock::new(),
-        })
+        ScriptHostBuilder::new(env).build()
     }
 
     /// Makes every host process load `loads` (in order) before anything
@@ -232,7 +281,8 @@ impl ScriptHost {
     /// A module that does not load or has no `register` is an `E_EXT_LOAD`
     /// failure, a `register` that throws `E_EXT_INIT`; the message names
     /// the extension. A host started later (after a crash) loads them
-    /// again; if it then registers something else, that is logged.
+    /// again; if it then registers something else, that is logged. A host
+    /// loads one set of extensions: a second call is refused.
     pub async fn load_extensions(
         &self,
         loads: Vec<ExtensionLoad>,
@@ -242,13 +292,15 @@ impl ScriptHost {
             return Ok(Vec::new());
         };
         let plan = Arc::new(ExtensionPlan { loads, services, first: Mutex::new(None) });
-        *lock(&self.extensions) = Some(Arc::clone(&plan));
+        if self.extensions.set(Arc::clone(&plan)).is_err() {
+            return Err(ToolFailure::new("this script host loads its extensions already (a host loads one set)"));
+        }
         // A host already running has not loaded them: replace it.
         if let Some(current) = self.state.lock().await.current.take() {
             let _ = current.kill.send("replaced by a host that loads the extensions");
         }
         self.connection(&module).await?;
-        let loaded = lock(&plan.first).clone();
+        let loaded = plan.first.lock_unpoisoned().clone();
         loaded.ok_or_else(|| ToolFailure::new("the script host started without loading the extensions"))
     }
 
@@ -300,33 +352,39 @@ impl ScriptHost {
 
     /// The module of `extension`, for messages.
     fn extension_module(&self, extension: &str) -> Arc<Path> {
-        lock(&self.extensions)
-            .as_ref()
+        self.extensions
+            .get()
             .and_then(|plan| plan.loads.iter().find(|load| load.name == extension).map(|load| Arc::clone(&load.module)))
             .unwrap_or_else(|| Arc::from(Path::new(extension)))
-    }
-
-    /// Runs the host processes in `sandbox`, also allowed to read
-    /// `readable` (the directories of the bundle's modules). Set before the
-    /// first start.
-    pub fn set_sandbox(&self, sandbox: Arc<goondan_sandbox::Sandbox>, readable: Vec<PathBuf>) {
-        *lock(&self.sandbox) = Some((sandbox, readable));
     }
 
     /// The host's sandbox: the agent's, widened to the runtime's directory,
     /// the bundle's and `dir` (the host script; its current directory).
     fn host_sandbox(&self, runtime: &JsRuntime, dir: &Path) -> Option<Arc<goondan_sandbox::Sandbox>> {
-        let (agent, readable) = lock(&self.sandbox).clone()?;
+        let (agent, readable) = self.sandbox.as_ref()?;
         if !agent.policy().confines() {
             return None;
         }
         Some(Arc::clone(self.host_sandbox.get_or_init(|| {
             let binary = std::fs::canonicalize(&runtime.path).unwrap_or_else(|_| runtime.path.clone());
-            let mut paths = readable;
+            let mut paths = readable.clone();
             paths.extend(binary.parent().map(Path::to_path_buf));
             paths.push(dir.to_path_buf());
             Arc::new(agent.widened(paths))
         })))
+    }
+
+    /// Stops the running host process (its channel closed, then killed
+    /// if it lingers) and waits until every task of every host process it
+    /// ran has ended. Dropping the last handle instead lets them wind down
+    /// unwaited.
+    pub async fn shutdown(&self) {
+        if let Some(current) = self.state.lock().await.current.take() {
+            let _ = current.kill.send("the script host is shutting down");
+        }
+        self.cancel.cancel();
+        self.tasks.close();
+        self.tasks.wait().await;
     }
 
     /// A host that reads the process environment.
@@ -336,10 +394,7 @@ impl ScriptHost {
 
     /// A host that uses `runtime` instead of discovering one.
     pub fn with_runtime(runtime: JsRuntime) -> Arc<Self> {
-        let host = Self::new(Arc::new(|_: &str| None));
-        // A fresh cell is empty, so this cannot fail.
-        let _already = host.runtime.set(Ok(Arc::new(runtime)));
-        host
+        ScriptHostBuilder::new(Arc::new(|_: &str| None)).runtime(runtime).build()
     }
 
     /// The runtime, discovered once (off the async threads: it runs
@@ -488,7 +543,7 @@ impl ScriptHost {
             }
             state.current = None;
         }
-        let next_start = lock(&self.failures).next_start();
+        let next_start = self.failures.lock_unpoisoned().next_start();
         if let Some(at) = next_start {
             tracing::warn!(target: "goondan::script", "script host keeps dying; waiting {:?} before restarting it", at.saturating_duration_since(Instant::now()));
             tokio::time::sleep_until(at.into()).await;
@@ -499,7 +554,7 @@ impl ScriptHost {
                 Ok(connection)
             }
             Err(failure) => {
-                lock(&self.failures).record();
+                self.failures.lock_unpoisoned().record();
                 Err(failure)
             }
         }
@@ -539,8 +594,8 @@ impl ScriptHost {
         let stream = channel.spawned();
         let pid = child.pid;
         let label = format!("{} {}, pid {pid}", runtime.kind, runtime.version);
-        tokio::spawn(forward_lines(pipes.stdout, pid, false));
-        tokio::spawn(forward_lines(pipes.stderr, pid, true));
+        self.tasks.spawn(forward_lines(pipes.stdout, pid, false));
+        self.tasks.spawn(forward_lines(pipes.stderr, pid, true));
         let stdin = Some(pipes.stdin);
 
         let (read_half, write_half) = stream.into_split();
@@ -585,16 +640,24 @@ impl ScriptHost {
             label,
             tasks: Arc::default(),
         });
+        // Unbounded: frames are sent from synchronous code (a call, a
+        // cancel, a drop); each is a request whose caller waits for its
+        // answer, or the answer to one of the host's own requests.
         let (frames, frames_rx) = mpsc::unbounded_channel();
         let (kill, kill_rx) = mpsc::unbounded_channel();
         let (reader_done, reader_done_rx) = oneshot::channel();
-        tokio::spawn(write_frames(write_half, frames_rx));
-        let plan = lock(&self.extensions).clone();
+        self.tasks.spawn(self.cancel.clone().run_until_cancelled_owned(write_frames(write_half, frames_rx)));
+        let plan = self.extensions.get().cloned();
         // Weak: the channel closes when the last caller's handle is gone,
         // whatever the reader holds.
-        let answers = Answers { frames: frames.downgrade(), services: plan.as_ref().map(|p| Arc::clone(&p.services)) };
-        tokio::spawn(read_frames(reader, Arc::clone(&shared), reader_done, answers));
-        tokio::spawn(supervise(child, stdin, Arc::clone(&shared), kill_rx, reader_done_rx));
+        let answers = Answers {
+            frames: frames.downgrade(),
+            services: plan.as_ref().map(|p| Arc::clone(&p.services)),
+            tasks: self.tasks.clone(),
+            cancel: self.cancel.clone(),
+        };
+        self.tasks.spawn(read_frames(reader, Arc::clone(&shared), reader_done, answers));
+        self.tasks.spawn(supervise(child, stdin, Arc::clone(&shared), kill_rx, reader_done_rx));
         let connection = Arc::new(Connection { shared, frames, kill });
         if let Some(plan) = plan
             && let Err(failure) = self.load_all(&connection, &plan).await
@@ -636,7 +699,7 @@ impl ScriptHost {
                 })?;
             loaded.push(LoadedExtension { name: load.name.clone(), middleware, tools });
         }
-        let mut first = lock(&plan.first);
+        let mut first = plan.first.lock_unpoisoned();
         match first.as_ref() {
             None => *first = Some(loaded),
             Some(before) if *before != loaded => tracing::warn!(
@@ -778,11 +841,11 @@ impl Reply {
 
 impl Shared {
     fn is_open(&self) -> bool {
-        lock(&self.calls).open
+        self.calls.lock_unpoisoned().open
     }
 
     fn insert(&self, id: u64, reply: Reply, tool_call_id: &str, tool: Option<ToolContext>) -> bool {
-        let mut calls = lock(&self.calls);
+        let mut calls = self.calls.lock_unpoisoned();
         if !calls.open {
             return false;
         }
@@ -791,7 +854,7 @@ impl Shared {
     }
 
     fn take(&self, id: u64) -> Option<Pending> {
-        lock(&self.calls).pending.remove(&id)
+        self.calls.lock_unpoisoned().pending.remove(&id)
     }
 
     /// Waits until no cancel is unacknowledged or the host is gone.
@@ -804,7 +867,7 @@ impl Shared {
     /// The host is gone: every waiting call gets `message`.
     fn close(&self, message: &str) {
         let (pending, acks) = {
-            let mut calls = lock(&self.calls);
+            let mut calls = self.calls.lock_unpoisoned();
             calls.open = false;
             (std::mem::take(&mut calls.pending), std::mem::take(&mut calls.cancel_acks))
         };
@@ -836,7 +899,7 @@ impl Drop for CancelOnDrop {
         }
         let (ack, acked) = oneshot::channel();
         {
-            let mut calls = lock(&connection.shared.calls);
+            let mut calls = connection.shared.calls.lock_unpoisoned();
             if !calls.open {
                 return;
             }
@@ -853,7 +916,7 @@ impl Drop for CancelOnDrop {
         let id = self.id;
         runtime.spawn(async move {
             let answered = tokio::time::timeout(CANCEL_GRACE, acked).await;
-            lock(&connection.shared.calls).cancel_acks.remove(&id);
+            connection.shared.calls.lock_unpoisoned().cancel_acks.remove(&id);
             if answered.is_err() && connection.shared.is_open() {
                 tracing::warn!(target: "goondan::script", pid = connection.shared.pid, "script host did not acknowledge the cancel of call {id} within {CANCEL_GRACE:?}; killing it");
                 let _ = connection.kill.send("a cancelled call did not stop: its event loop was blocked");
@@ -870,6 +933,9 @@ impl Drop for CancelOnDrop {
 struct Answers {
     frames: mpsc::WeakUnboundedSender<Vec<u8>>,
     services: Option<Arc<dyn HostServices>>,
+    /// Where the answers to the host's requests run, and what ends them.
+    tasks: TaskTracker,
+    cancel: CancellationToken,
 }
 
 async fn write_frames(mut channel: OwnedWriteHalf, mut frames: mpsc::UnboundedReceiver<Vec<u8>>) {
@@ -881,13 +947,19 @@ async fn write_frames(mut channel: OwnedWriteHalf, mut frames: mpsc::UnboundedRe
     // Dropping the write half shuts the channel down; the host exits on that.
 }
 
+/// Runs the answer to one of the host's requests on the host's tracker,
+/// ended by its token.
+fn spawn_answer(tasks: &TaskTracker, cancel: &CancellationToken, answer: impl Future<Output = ()> + Send + 'static) {
+    tasks.spawn(cancel.clone().run_until_cancelled_owned(answer));
+}
+
 async fn read_frames<R: AsyncRead + Unpin>(
     reader: BufReader<R>,
     shared: Arc<Shared>,
     done: oneshot::Sender<()>,
     answers: Answers,
 ) {
-    let Answers { frames, services } = answers;
+    let Answers { frames, services, tasks: tracker, cancel } = answers;
     let mut lines = reader.lines();
     while let Ok(Some(line)) = lines.next_line().await {
         let frame = match serde_json::from_str::<FromHost>(&line) {
@@ -905,7 +977,7 @@ async fn read_frames<R: AsyncRead + Unpin>(
                     shared.tasks.returned_async(tool, output);
                 }
                 let result = if ok {
-                    let mut failures = lock(&shared.failures);
+                    let mut failures = shared.failures.lock_unpoisoned();
                     if failures.in_a_row != 0 {
                         failures.in_a_row = 0;
                     }
@@ -934,7 +1006,7 @@ async fn read_frames<R: AsyncRead + Unpin>(
                 call.reply.finish(result);
             }
             FromHost::Next { id, ctx } => {
-                let calls = lock(&shared.calls);
+                let calls = shared.calls.lock_unpoisoned();
                 if let Some(Pending { reply: Reply::Session(tx), .. }) = calls.pending.get(&id) {
                     let _ = tx.send(SessionEvent::Next(ctx));
                 }
@@ -958,7 +1030,7 @@ async fn read_frames<R: AsyncRead + Unpin>(
             FromHost::State { rid, op, extension, value } => {
                 let Some(services) = services.clone() else { continue };
                 let frames = frames.clone();
-                tokio::spawn(async move {
+                spawn_answer(&tracker, &cancel, async move {
                     let answer = match op.as_str() {
                         "get" => match services.state_get(extension).await {
                             Ok(value) => ToHost::StateResult { rid, ok: true, value: Some(value), error: None },
@@ -984,7 +1056,7 @@ async fn read_frames<R: AsyncRead + Unpin>(
             FromHost::Agents { rid, method, params, turn_id, trace_id } => {
                 let Some(services) = services.clone() else { continue };
                 let frames = frames.clone();
-                tokio::spawn(async move {
+                spawn_answer(&tracker, &cancel, async move {
                     let answer = match services.agents(method, params, turn_id, trace_id).await {
                         Ok(value) => ToHost::StateResult { rid, ok: true, value: Some(value), error: None },
                         Err(error) => ToHost::StateResult { rid, ok: false, value: None, error: Some(error) },
@@ -996,9 +1068,9 @@ async fn read_frames<R: AsyncRead + Unpin>(
                 });
             }
             FromHost::ToolRuntime { rid, call, method, params } => {
-                let tool = lock(&shared.calls).pending.get(&call).and_then(|pending| pending.tool.clone());
+                let tool = shared.calls.lock_unpoisoned().pending.get(&call).and_then(|pending| pending.tool.clone());
                 let frames = frames.clone();
-                tokio::spawn(async move {
+                spawn_answer(&tracker, &cancel, async move {
                     let answer = match crate::tool::tool_runtime(tool, &method, &params).await {
                         Ok(value) => ToHost::StateResult { rid, ok: true, value: Some(value), error: None },
                         Err(error) => ToHost::StateResult { rid, ok: false, value: None, error: Some(error) },
@@ -1010,10 +1082,11 @@ async fn read_frames<R: AsyncRead + Unpin>(
                 });
             }
             FromHost::Task { rid, op, call, handle, ok, output, error } => {
-                let tool = call.and_then(|call| lock(&shared.calls).pending.get(&call).and_then(|p| p.tool.clone()));
+                let tool = call
+                    .and_then(|call| shared.calls.lock_unpoisoned().pending.get(&call).and_then(|p| p.tool.clone()));
                 let tasks = Arc::clone(&shared.tasks);
                 let frames = frames.clone();
-                tokio::spawn(async move {
+                spawn_answer(&tracker, &cancel, async move {
                     let request = TaskRequest { op, handle, ok, output, error };
                     let answer = match tasks.request(tool, request, frames.clone()).await {
                         Ok(value) => ToHost::TaskResult { rid, ok: true, value: Some(value), error: None, code: None },
@@ -1037,12 +1110,14 @@ async fn read_frames<R: AsyncRead + Unpin>(
                 }
             }
             FromHost::Cancelled { id } => {
-                if let Some(ack) = lock(&shared.calls).cancel_acks.remove(&id) {
+                if let Some(ack) = shared.calls.lock_unpoisoned().cancel_acks.remove(&id) {
                     let _ = ack.send(());
                 }
             }
             FromHost::Log { level, message, id } => {
-                let call = id.and_then(|id| lock(&shared.calls).pending.get(&id).map(|p| Arc::clone(&p.tool_call_id)));
+                let call = id.and_then(|id| {
+                    shared.calls.lock_unpoisoned().pending.get(&id).map(|p| Arc::clone(&p.tool_call_id))
+                });
                 // Extensions log outside any call: no empty field then.
                 let call = call.filter(|call| !call.is_empty());
                 match (level.as_str(), call.as_deref()) {
@@ -1106,7 +1181,7 @@ async fn supervise(
     }
     if wanted {
         tracing::warn!(target: "goondan::script", pid = shared.pid, "{message}");
-        lock(&shared.failures).record();
+        shared.failures.lock_unpoisoned().record();
     }
     shared.close(&format!("{message}; the call was lost (the next call starts a new host)"));
     shared.tasks.host_gone(&message).await;
@@ -1163,7 +1238,7 @@ impl HostProcess {
                 let _ = nix::sys::signal::killpg(target, nix::sys::signal::Signal::SIGKILL);
             }
             let status = {
-                let mut reaped = lock(&gate);
+                let mut reaped = gate.lock_unpoisoned();
                 let status = child.wait();
                 *reaped = true;
                 status
@@ -1195,7 +1270,7 @@ impl HostProcess {
 
     /// SIGKILLs the process unless it has been reaped.
     pub(crate) fn kill(&self) {
-        let reaped = lock(&self.reaped);
+        let reaped = self.reaped.lock_unpoisoned();
         if !*reaped && let Ok(pid) = i32::try_from(self.pid) {
             let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
         }

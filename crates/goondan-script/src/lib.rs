@@ -38,7 +38,7 @@ pub use connector::ScriptConnector;
 pub use extension::{ExtensionToolHandler, install_script_extensions};
 pub use host::{
     CANCEL_GRACE, EnvLookup, ExtensionLoad, FD_ENV, HostServices, LoadedExtension, MiddlewareSession, ScriptHost,
-    SessionEvent,
+    ScriptHostBuilder, SessionEvent,
 };
 pub use plugin::ScriptPlugin;
 pub use runtime::{DiscoverError, JsRuntime, RUNTIME_ENV, RuntimeKind};

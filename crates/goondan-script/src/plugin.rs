@@ -16,7 +16,7 @@ use goondan_runtime::extension::{AgentExtension, AgentPlugin, ExtensionError, Ex
 use goondan_tools::assembly::AgentTools;
 use goondan_tools::{BoxFuture, RegistryError, ToolRegistry};
 
-use crate::host::ScriptHost;
+use crate::host::{ScriptHost, ScriptHostBuilder};
 use crate::runtime::JsRuntime;
 
 /// The plugin of script tools and JavaScript extensions.
@@ -68,14 +68,14 @@ impl ScriptInstall {
         let runtime = &self.runtime;
         let sandbox = &self.sandbox;
         let host = self.host.get_or_insert_with(|| {
-            let host = match runtime {
-                Some(runtime) => ScriptHost::with_runtime(runtime.clone()),
-                None => ScriptHost::new(Arc::clone(env)),
+            let mut builder = match runtime {
+                Some(runtime) => ScriptHostBuilder::new(Arc::new(|_: &str| None)).runtime(runtime.clone()),
+                None => ScriptHostBuilder::new(Arc::clone(env)),
             };
             if let Some((sandbox, readable)) = sandbox {
-                host.set_sandbox(Arc::clone(sandbox), readable.clone());
+                builder = builder.sandbox(Arc::clone(sandbox), readable.clone());
             }
-            host
+            builder.build()
         });
         Arc::clone(host)
     }

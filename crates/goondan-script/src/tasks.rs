@@ -34,8 +34,8 @@ use goondan_tools::tasks::{TaskEnd, ToolTasks};
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use crate::host::lock;
 use crate::protocol::ToHost;
+use goondan_core::sync::LockUnpoisoned;
 
 /// The tasks one host process holds, by handle.
 #[derive(Default)]
@@ -144,7 +144,7 @@ impl HostTasks {
             cancel_requested: AtomicBool::new(false),
             ended: AtomicBool::new(false),
         });
-        lock(&self.tasks).insert(ticket.handle.clone(), Arc::clone(&task));
+        self.tasks.lock_unpoisoned().insert(ticket.handle.clone(), Arc::clone(&task));
         // The book's cancel reaches the JavaScript AbortSignal. The watcher
         // ends when the book drops the flag's sender (the task ended).
         let mut cancelled = ticket.cancelled;
@@ -171,7 +171,7 @@ impl HostTasks {
         output: Option<JsonValue>,
         error: Option<String>,
     ) -> Result<JsonValue, goondan_tools::ToolFailure> {
-        let Some(task) = lock(&self.tasks).get(handle).cloned() else { return Err(not_held(handle)) };
+        let Some(task) = self.tasks.lock_unpoisoned().get(handle).cloned() else { return Err(not_held(handle)) };
         task.adopt(handle).await?;
         let end = if ok {
             TaskEnd::Completed(ToolResult::ok(output.unwrap_or(JsonValue::Null)))
@@ -193,7 +193,7 @@ impl HostTasks {
     pub(crate) fn returned_async(&self, ctx: &ToolContext, output: &JsonValue) {
         let Some(handle) = async_handle(output) else { return };
         let Some(book) = ctx.tasks().cloned() else { return };
-        let mut tasks = lock(&self.tasks);
+        let mut tasks = self.tasks.lock_unpoisoned();
         if tasks.contains_key(handle) {
             return; // Started with ctx.tasks.start(): already held.
         }
@@ -214,7 +214,7 @@ impl HostTasks {
     /// The host process is gone: every task it still holds ends `failed`
     /// with `message` (the ones already ended are left as they are).
     pub(crate) async fn host_gone(&self, message: &str) {
-        let held: Vec<(String, Arc<HostTask>)> = lock(&self.tasks).drain().collect();
+        let held: Vec<(String, Arc<HostTask>)> = self.tasks.lock_unpoisoned().drain().collect();
         let reason = format!("{E_SCRIPT_HOST_EXITED}: {message}; the task's JavaScript work was lost");
         for (handle, task) in held {
             if task.ended.load(Ordering::SeqCst) || task.adopt(&handle).await.is_err() {

@@ -7,10 +7,11 @@
 
 mod common;
 
+use goondan_core::sync::LockUnpoisoned;
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -191,7 +192,7 @@ struct GatedSink {
 #[async_trait]
 impl EventSink for GatedSink {
     async fn accept(&self, deliveries: Vec<Delivery>) -> Result<Vec<Accepted>, SinkError> {
-        *self.arrived.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+        *self.arrived.lock_unpoisoned() += 1;
         self.gate.notified().await;
         self.inner.accept(deliveries).await
     }
@@ -213,7 +214,7 @@ async fn emit_resolves_only_after_the_sink_stored_the_event() -> TestResult {
     let sink = Arc::new(GatedSink::default());
     let (ctx, stop) = context(&[], Arc::clone(&sink) as Arc<dyn EventSink>);
     let running = connector::start(spec(&dir.path(), "awaiting.js", &runtime), ctx).await?;
-    let arrived = || *sink.arrived.lock().unwrap_or_else(PoisonError::into_inner);
+    let arrived = || *sink.arrived.lock_unpoisoned();
     assert!(wait_for(Duration::from_secs(10), || arrived() == 1).await, "the first emit never reached the sink");
     // The second emit waits for the first one's answer.
     tokio::time::sleep(Duration::from_millis(400)).await;
@@ -250,7 +251,7 @@ async fn an_emit_in_flight_when_stopping_still_gets_its_answer() -> TestResult {
     let (ctx, stop) = context(&[("MARKER", marker.display().to_string())], Arc::clone(&sink) as Arc<dyn EventSink>);
     let spec = spec(&dir.path(), "answered.ts", &runtime).with_stop_grace(Duration::from_secs(3));
     let running = connector::start(spec, ctx).await?;
-    let arrived = || *sink.arrived.lock().unwrap_or_else(PoisonError::into_inner);
+    let arrived = || *sink.arrived.lock_unpoisoned();
     assert!(wait_for(Duration::from_secs(10), || arrived() == 1).await, "the emit never reached the sink");
     stop.cancel();
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -291,13 +292,13 @@ struct Captured(Arc<Mutex<Vec<u8>>>);
 
 impl Captured {
     fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(PoisonError::into_inner)).into_owned()
+        String::from_utf8_lossy(&self.0.lock_unpoisoned()).into_owned()
     }
 }
 
 impl std::io::Write for Captured {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).extend_from_slice(buf);
+        self.0.lock_unpoisoned().extend_from_slice(buf);
         Ok(buf.len())
     }
 

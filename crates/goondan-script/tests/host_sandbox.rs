@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use common::{Kit, output, runtime_or_skip};
 use goondan_sandbox::{Policy, Sandbox, SandboxSpec};
-use goondan_script::ScriptHost;
+use goondan_script::ScriptHostBuilder;
 use serde_json::json;
 
 const BUNDLE: &str = r#"apiVersion: goondan.ai/v1
@@ -95,8 +95,10 @@ async fn run_in(layout: &str, landlock_only: bool) {
     let sandbox =
         Sandbox::new(SandboxSpec { policy: Policy::WorkspaceWrite, workdir: real(&workdir), ..SandboxSpec::default() });
     let sandbox = if landlock_only { sandbox.landlock_only() } else { sandbox };
-    let host = ScriptHost::with_runtime(runtime);
-    host.set_sandbox(Arc::new(sandbox), vec![real(&bundle)]);
+    let host = ScriptHostBuilder::new(Arc::new(|_: &str| None))
+        .runtime(runtime)
+        .sandbox(Arc::new(sandbox), vec![real(&bundle)])
+        .build();
     let kit = Kit::for_bundle(&bundle, Arc::clone(&host), None);
 
     let args = json!({

@@ -7,8 +7,9 @@
 
 mod common;
 
+use goondan_core::sync::LockUnpoisoned;
 use std::io::Write;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{Kit, output, runtime_or_skip};
@@ -20,13 +21,13 @@ struct Captured(Arc<Mutex<Vec<u8>>>);
 
 impl Captured {
     fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(PoisonError::into_inner)).into_owned()
+        String::from_utf8_lossy(&self.0.lock_unpoisoned()).into_owned()
     }
 }
 
 impl Write for Captured {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).extend_from_slice(buf);
+        self.0.lock_unpoisoned().extend_from_slice(buf);
         Ok(buf.len())
     }
 

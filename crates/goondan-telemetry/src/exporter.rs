@@ -10,8 +10,9 @@
 //! nothing from the agent's runtime; a slow or absent collector delays
 //! only this thread.
 
+use goondan_core::sync::LockUnpoisoned;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use goondan_core::tls::SystemProxy;
@@ -113,7 +114,7 @@ impl Exporter {
     }
 
     pub(crate) fn offer(&self, item: Item) {
-        let mut items = self.closer.shared.items.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut items = self.closer.shared.items.lock_unpoisoned();
         if items.len() < self.config.max_queue {
             items.push(item);
         } else {
@@ -128,7 +129,7 @@ impl Exporter {
     pub fn flush(&self, limit: Duration) -> bool {
         let (done, wait) = std::sync::mpsc::channel();
         // Past the bound too: a flush is never dropped.
-        self.closer.shared.items.lock().unwrap_or_else(PoisonError::into_inner).push(Item::Flush(done));
+        self.closer.shared.items.lock_unpoisoned().push(Item::Flush(done));
         self.closer.thread.unpark();
         wait.recv_timeout(limit).is_ok()
     }
@@ -166,7 +167,7 @@ fn run(config: &TelemetryConfig, client: &reqwest::Client, shared: &Shared, stat
     let mut taken: Vec<Item> = Vec::new();
     loop {
         let closed = shared.closed.load(Ordering::SeqCst);
-        std::mem::swap(&mut taken, &mut *shared.items.lock().unwrap_or_else(PoisonError::into_inner));
+        std::mem::swap(&mut taken, &mut *shared.items.lock_unpoisoned());
         for item in taken.drain(..) {
             match item {
                 Item::Event(event) => assembler.push(*event, &mut batch),

@@ -3,8 +3,9 @@
 //! "Events"). Events are handed to an [`EventSink`] by reference, so emitting
 //! one copies nothing unless the sink decides to keep it.
 
+use goondan_core::sync::LockUnpoisoned;
 use std::io::{self, Write};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -659,7 +660,7 @@ impl Drop for WriterExit<'_> {
     fn drop(&mut self) {
         let waiters = {
             // A poisoned lock still guards a usable queue for this.
-            let mut state = self.0.state.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut state = self.0.state.lock_unpoisoned();
             state.closed = true;
             std::mem::take(&mut state.flush_waiters)
         };

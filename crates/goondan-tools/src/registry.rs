@@ -22,7 +22,8 @@
 //! pointers, not items, and [`ToolRegistry::get`] hands out a tool that may
 //! outlive the snapshot it came from (a handler running across an `await`).
 
-use std::sync::{Arc, Mutex, PoisonError};
+use goondan_core::sync::LockUnpoisoned;
+use std::sync::{Arc, Mutex};
 
 use arc_swap::{ArcSwap, Guard};
 use goondan_core::naming::parse_tool_name;
@@ -335,7 +336,7 @@ impl ToolRegistry {
         // A panic while another writer held the lock cannot have left a half
         // change behind: snapshots are only ever swapped in whole. So a
         // poisoned lock is as good as a free one.
-        let _writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        let _writer = self.writer.lock_unpoisoned();
         let current = self.current.load();
         let Some(entries) = build(&current)? else {
             return Ok(false);

@@ -4,9 +4,10 @@
 //! Every test asserts exact codes, names, messages and JSON shapes, so a
 //! change of behaviour fails loudly.
 
+use goondan_core::sync::LockUnpoisoned;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use goondan_core::{JsonObject, JsonValue, Message, ToolCall, ToolResult, ToolStatus};
@@ -165,11 +166,11 @@ impl ToolHandler for PanicsAfterAwait {
 type Log = Arc<Mutex<Vec<String>>>;
 
 fn push(log: &Log, entry: impl Into<String>) {
-    log.lock().unwrap_or_else(PoisonError::into_inner).push(entry.into());
+    log.lock_unpoisoned().push(entry.into());
 }
 
 fn entries(log: &Log) -> Vec<String> {
-    log.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    log.lock_unpoisoned().clone()
 }
 
 /// A layer recording `label:pre` / `label:post` around the rest.

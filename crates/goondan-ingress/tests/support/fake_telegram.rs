@@ -19,9 +19,10 @@
 //!   answer 429 (with `retry_after`), 409 or 500.
 #![allow(dead_code)]
 
+use goondan_core::sync::LockUnpoisoned;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
@@ -102,7 +103,7 @@ struct Shared {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+        self.inner.lock_unpoisoned()
     }
 }
 

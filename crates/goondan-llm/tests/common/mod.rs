@@ -7,6 +7,7 @@
 //! (`src/*.rs`) as `crate::test_support`; not every one uses every piece.
 #![allow(dead_code)]
 
+use goondan_core::sync::LockUnpoisoned;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -125,13 +126,13 @@ impl MockServer {
 
     /// The requests so far, oldest first.
     pub fn requests(&self) -> Vec<Recorded> {
-        self.mock.requests.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        self.mock.requests.lock_unpoisoned().clone()
     }
 }
 
 async fn answer(State(mock): State<Arc<Mock>>, method: Method, uri: Uri, headers: HeaderMap, body: String) -> Response {
     let index = {
-        let mut requests = mock.requests.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut requests = mock.requests.lock_unpoisoned();
         requests.push(Recorded { method, uri, headers, body });
         requests.len() - 1
     };
@@ -261,7 +262,7 @@ pub async fn complete(
     request: &ModelRequest,
 ) -> (Result<ModelResponse, ModelError>, Vec<StreamEvent>) {
     let events = Mutex::new(Vec::new());
-    let sink = |event: StreamEvent| events.lock().unwrap_or_else(PoisonError::into_inner).push(event);
+    let sink = |event: StreamEvent| events.lock_unpoisoned().push(event);
     let result = provider.complete(request, &sink).await;
     (result, events.into_inner().unwrap_or_else(PoisonError::into_inner))
 }

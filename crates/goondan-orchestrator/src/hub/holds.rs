@@ -173,14 +173,14 @@ impl Hub {
             let id = hold.id;
             let step = hold.while_down.take();
             let hub = self.me.clone();
-            tokio::spawn(async move {
+            self.tasks.spawn(async move {
                 let result = match step {
                     Some(step) => tokio::task::spawn_blocking(step)
                         .await
                         .unwrap_or_else(|error| Err(format!("the step failed: {error}"))),
                     None => Ok(()),
                 };
-                report(&hub, HubCommand::Released { hold: id, result });
+                report(&hub, HubCommand::Released { hold: id, result }).await;
             });
         }
     }

@@ -36,7 +36,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use goondan_ipc::{AgentInstance, DelegateResultPayload, ErrorInfo, IpcMessage};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_util::task::TaskTracker;
 
 use crate::codes::AGENT_UNAVAILABLE;
 use crate::launcher::{Launch, ProcessEnd, Started};
@@ -119,6 +120,10 @@ enum Retiring {
 
 /// A running agent process.
 struct Running {
+    // Unbounded: the hub is a synchronous actor and must never wait on one
+    // process. What it holds is bounded by the callers: every request in it
+    // has a caller waiting for its answer (or its acceptance), and the rest
+    // (cancels, answers, shutdown) follow those requests one for one.
     outbox: mpsc::UnboundedSender<IpcMessage>,
     pid: u32,
     generation: u64,
@@ -226,7 +231,11 @@ pub(crate) struct Hub {
     launcher: Arc<dyn Launch>,
     observer: Arc<dyn SwarmObserver>,
     /// For the tasks it starts (weak: the hub ends when the front end is gone).
-    me: mpsc::WeakUnboundedSender<HubCommand>,
+    me: mpsc::WeakSender<HubCommand>,
+    /// Every task it starts (and itself): they end with it — a start
+    /// within its timeout, a process's reader once its kill switch drops,
+    /// a writer once its outbox does, a timer at its report.
+    tasks: TaskTracker,
     slots: BTreeMap<AgentInstance, Slot>,
     pending: HashMap<String, Pending>,
     waits: WaitGraph,
@@ -250,13 +259,15 @@ impl Hub {
         plan: Arc<SwarmPlan>,
         launcher: Arc<dyn Launch>,
         observer: Arc<dyn SwarmObserver>,
-        me: mpsc::WeakUnboundedSender<HubCommand>,
+        me: mpsc::WeakSender<HubCommand>,
+        tasks: TaskTracker,
     ) -> Self {
         Self {
             plan,
             launcher,
             observer,
             me,
+            tasks,
             slots: BTreeMap::new(),
             pending: HashMap::new(),
             waits: WaitGraph::default(),
@@ -272,16 +283,27 @@ impl Hub {
 
     /// Takes commands until the front end is gone; dropping the state then
     /// kills every process (their kill switches drop with it).
-    pub(crate) async fn run(mut self, mut commands: mpsc::UnboundedReceiver<HubCommand>) {
+    /// `paused` is [`HubCommand::PauseStarts`] as a value: a change is
+    /// taken before the commands sent after it.
+    pub(crate) async fn run(mut self, mut commands: mpsc::Receiver<HubCommand>, mut paused: watch::Receiver<bool>) {
         let mut tick = tokio::time::interval(self.tick_period());
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut pausing = true;
         loop {
             tokio::select! {
+                biased;
+                changed = paused.changed(), if pausing => match changed {
+                    Ok(()) => {
+                        let paused = *paused.borrow_and_update();
+                        self.handle(HubCommand::PauseStarts { paused });
+                    }
+                    Err(_) => pausing = false,
+                },
+                _ = tick.tick() => self.on_tick(),
                 command = commands.recv() => match command {
                     Some(command) => self.handle(command),
                     None => break,
                 },
-                _ = tick.tick() => self.on_tick(),
             }
         }
     }
@@ -383,11 +405,11 @@ impl Hub {
         }
         let grace = self.plan.shutdown_grace;
         let hub = self.me.clone();
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             tokio::time::sleep(grace).await;
-            if report(&hub, HubCommand::GraceOver) {
+            if report(&hub, HubCommand::GraceOver).await {
                 tokio::time::sleep(KILL_WAIT).await;
-                report(&hub, HubCommand::GiveUp);
+                report(&hub, HubCommand::GiveUp).await;
             }
         });
         self.check_stopped();

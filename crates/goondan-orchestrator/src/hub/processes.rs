@@ -252,10 +252,10 @@ impl Hub {
         let timeout = plan.start_timeout;
         let hub = self.me.clone();
         let instance = instance.clone();
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             let result = launcher.start(init, timeout).await;
             // If the hub is gone, the child is dropped, which kills it.
-            report(&hub, HubCommand::Started { instance, generation, result: Box::new(result) });
+            report(&hub, HubCommand::Started { instance, generation, result: Box::new(result) }).await;
         });
     }
 
@@ -269,7 +269,7 @@ impl Hub {
                 slot.process = Process::Down;
                 let mut process = started.process;
                 process.start_kill();
-                tokio::spawn(async move {
+                self.tasks.spawn(async move {
                     let _ = process.wait().await;
                 });
                 self.fail_waiting(instance, &ErrorInfo::new(AGENT_UNAVAILABLE, "the swarm is shutting down"));
@@ -279,8 +279,8 @@ impl Hub {
                 let Started { link, receiver, process, pid } = started;
                 let (outbox, outgoing) = mpsc::unbounded_channel();
                 let (kill, killed) = oneshot::channel();
-                tokio::spawn(start::forward(link, outgoing, instance.clone(), self.me.clone()));
-                tokio::spawn(start::supervise(
+                self.tasks.spawn(start::forward(link, outgoing, instance.clone(), self.me.clone()));
+                self.tasks.spawn(start::supervise(
                     instance.clone(),
                     generation,
                     pid,
