@@ -326,7 +326,7 @@ fn check_connections(
     env: &dyn Fn(&str) -> Option<String>,
     report: &mut Report,
 ) {
-    let running = crate::run::state_root(global).ok().and_then(|root| {
+    let running = crate::workspace::state_root(global).ok().and_then(|root| {
         let dir = root.workspaces_dir();
         std::fs::read_dir(dir).ok()?.flatten().find_map(|entry| {
             crate::service_status::ServiceStatus::running(&entry.path())
@@ -394,7 +394,7 @@ fn check_connections(
 /// The state root exists (or can be made, 0700) and takes a file; and no
 /// other user can read it (with `fix`: made so).
 fn check_state_root(global: &GlobalOptions, fix: bool, report: &mut Report) {
-    let root = match crate::run::state_root(global) {
+    let root = match crate::workspace::state_root(global) {
         Ok(root) => root,
         Err(error) => {
             report.fail(

@@ -8,9 +8,7 @@ use std::fmt::Display;
 use std::io::Write;
 
 use anyhow::{Result, anyhow};
-use goondan_runtime::store::{
-    ListedInstance, StateRoot, StoreError, Workspace, WorkspaceAccess, delete_instances, find_workspace, list_instances,
-};
+use goondan_runtime::store::{ListedInstance, StateRoot, StoreError, Workspace, delete_instances, list_instances};
 
 use crate::Session;
 use crate::cli::{GlobalOptions, InstanceCommand};
@@ -19,11 +17,11 @@ use crate::output::{self, Output};
 
 /// `gdn instance list|delete`.
 pub fn instance(global: &GlobalOptions, command: &InstanceCommand, session: &Session, out: &mut Output) -> Result<u8> {
-    let root = crate::run::state_root(global)?;
+    let root = crate::workspace::state_root(global)?;
     match command {
         InstanceCommand::List { nats: None } => list(global, &root, None, out),
         InstanceCommand::List { nats: Some(url) } => {
-            let workspace = match crate::restart::workspace_or_exit(global, out)? {
+            let workspace = match crate::workspace::workspace_or_exit(global, out)? {
                 Ok(workspace) => workspace,
                 Err(code) => return Ok(code),
             };
@@ -35,7 +33,7 @@ pub fn instance(global: &GlobalOptions, command: &InstanceCommand, session: &Ses
         }
         InstanceCommand::Restart { key, fresh } => crate::restart::instance_restart(global, key, *fresh, out),
         InstanceCommand::Delete { key, agent, force } => {
-            let workspace = match project_workspace(global, &root) {
+            let workspace = match crate::workspace::project_workspace(global, &root) {
                 Ok(workspace) => workspace,
                 Err(message) => return usage_error(out, message),
             };
@@ -81,50 +79,6 @@ pub fn instance(global: &GlobalOptions, command: &InstanceCommand, session: &Ses
             }
         }
     }
-}
-
-/// The workspace `instance delete` works in: `--workspace`'s as it is
-/// (`None` if there is none), else the bundle's (`-c`), whose old-layout
-/// instances are moved into it first; another bundle's is refused.
-pub(crate) fn project_workspace(
-    global: &GlobalOptions,
-    root: &StateRoot,
-) -> std::result::Result<Option<Workspace>, String> {
-    if let Some(name) = &global.workspace {
-        return find_workspace(root, name).map_err(|e| e.to_string());
-    }
-    let report = goondan_config::load_bundle(&global.config);
-    let Some(bundle) = report.valid_bundle() else {
-        // A bundle being edited (a running service asked to restart with
-        // it) still names its workspace: the one whose workspace.json is
-        // this bundle's.
-        if let Some(workspace) = workspace_of_bundle(root, &crate::workspace::bundle_identity(&global.config)) {
-            return Ok(Some(workspace));
-        }
-        let first = report.diagnostics.iter().find(|d| d.is_error()).map(|d| format!(": {}", d.message));
-        return Err(format!(
-            "cannot tell the project's workspace: the bundle {} does not load{}; pass -c BUNDLE, or --workspace NAME \
-             (gdn instance list shows the workspaces)",
-            goondan_config::resolve_bundle_file(&global.config).display(),
-            first.unwrap_or_default()
-        ));
-    };
-    let agent = bundle.default_agent().map_err(|e| e.to_string())?;
-    // Its callers look at what a workspace holds (logs, a service's status,
-    // instances to delete): none creates one, or announces a bundle's own.
-    crate::workspace::open(global, root, bundle, agent.name(), WorkspaceAccess::Inspect).map(Some)
-}
-
-/// The one workspace of the state root whose workspace.json names the
-/// bundle `identity`, if exactly one does.
-fn workspace_of_bundle(root: &StateRoot, identity: &str) -> Option<Workspace> {
-    let mut found = std::fs::read_dir(root.workspaces_dir()).ok()?.flatten().filter_map(|entry| {
-        let name = entry.file_name().to_str()?.to_owned();
-        let workspace = find_workspace(root, &name).ok()??;
-        (workspace.info()?.bundle == identity).then_some(workspace)
-    });
-    let first = found.next()?;
-    found.next().is_none().then_some(first)
 }
 
 fn usage_error(out: &mut Output, message: impl Display) -> Result<u8> {

@@ -246,8 +246,8 @@ fn print(entries: &[Entry], json: bool, out: &mut Output) -> Result<()> {
 
 /// `gdn logs`.
 pub fn logs(global: &GlobalOptions, args: &LogsArgs, session: &crate::Session, out: &mut Output) -> Result<u8> {
-    let root = crate::run::state_root(global)?;
-    let workspace = match crate::instance::project_workspace(global, &root) {
+    let root = crate::workspace::state_root(global)?;
+    let workspace = match crate::workspace::project_workspace(global, &root) {
         Ok(Some(workspace)) if args.nats.is_some() => {
             return logs_from_broker(global, args, session, &workspace, out);
         }

@@ -190,7 +190,7 @@ pub async fn host(global: &GlobalOptions, args: &HostArgs, session: &crate::Sess
         output::error_line(&mut out.stderr, format!("--workdir {} is not a directory", dir.display()))?;
         return Ok(exit::USAGE);
     }
-    let root = crate::run::state_root(global)?;
+    let root = crate::workspace::state_root(global)?;
     let options = AgentOptions::new(Arc::new(TracingEventSink));
     let (entry, _) = match identity(&bundle, &options) {
         Ok(identity) => identity,

@@ -2,7 +2,7 @@
 //! whose conversation lives in the state root.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result, anyhow};
@@ -18,13 +18,6 @@ use tokio::sync::watch;
 use crate::cli::{GlobalOptions, RunArgs};
 use crate::exit;
 use crate::output::{self, Output};
-
-/// The state root from `--state-root`, `GOONDAN_STATE_ROOT` or `~/.goondan`.
-pub(crate) fn state_root(global: &GlobalOptions) -> Result<StateRoot> {
-    let home = std::env::var_os("HOME").map(PathBuf::from);
-    StateRoot::resolve(global.state_root.clone(), std::env::var("GOONDAN_STATE_ROOT").ok(), home)
-        .map_err(|e| anyhow!("{e}"))
-}
 
 fn usage_error(out: &mut Output, message: &str) -> Result<u8> {
     output::error_line(&mut out.stderr, message)?;
@@ -345,7 +338,7 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
         },
         (None, None) => None,
     };
-    let root = state_root(global)?;
+    let root = crate::workspace::state_root(global)?;
     let mut options = AgentOptions::new(Arc::new(TracingEventSink));
     options.agent.clone_from(&args.agent);
     if let Some(name) = &args.swarm {
@@ -573,7 +566,7 @@ fn servable_check(
     args: &RunArgs,
     session: &crate::Session,
     swarm: &str,
-) -> crate::service::BundleCheck {
+) -> crate::service_control::BundleCheck {
     let config = global.config.clone();
     let swarm = swarm.to_owned();
     let agent = args.agent.clone();

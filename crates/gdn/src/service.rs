@@ -433,11 +433,8 @@ pub struct WatchParts {
     /// Reads secrets and settings (as at the start).
     pub env: goondan_runtime::agent::EnvLookup,
     /// Checks the bundle before a whole restart.
-    pub check_bundle: BundleCheck,
+    pub check_bundle: crate::service_control::BundleCheck,
 }
-
-/// Whether the bundle on disk can be served: its problems if not.
-pub type BundleCheck = Arc<dyn Fn() -> Result<(), Vec<String>> + Send + Sync>;
 
 /// What the control socket needs besides the orchestrator.
 pub struct ControlParts {
@@ -446,7 +443,7 @@ pub struct ControlParts {
     /// The workspace the service runs on.
     pub workspace: goondan_runtime::store::Workspace,
     /// Checks the bundle on disk before a full restart.
-    pub check_bundle: BundleCheck,
+    pub check_bundle: crate::service_control::BundleCheck,
 }
 
 /// How `serve` ended.

@@ -171,8 +171,8 @@ pub fn detach(
 /// `gdn stop`: SIGTERM to the project's service, then wait until it let go
 /// of its inbox (it drains first: running turns get their grace period).
 pub fn stop(global: &GlobalOptions, wait_secs: u64, out: &mut Output) -> Result<u8> {
-    let root = crate::run::state_root(global)?;
-    let workspace = match crate::instance::project_workspace(global, &root) {
+    let root = crate::workspace::state_root(global)?;
+    let workspace = match crate::workspace::project_workspace(global, &root) {
         Ok(Some(workspace)) => workspace,
         Ok(None) => {
             output::error_line(&mut out.stderr, "no such workspace")?;

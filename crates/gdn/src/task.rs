@@ -61,7 +61,7 @@ fn json_of(found: &Found) -> serde_json::Value {
 
 /// `gdn task …`.
 pub fn task(global: &GlobalOptions, command: &TaskCommand, session: &crate::Session, out: &mut Output) -> Result<u8> {
-    let workspace = match crate::restart::workspace_or_exit(global, out)? {
+    let workspace = match crate::workspace::workspace_or_exit(global, out)? {
         Ok(workspace) => workspace,
         Err(code) => return Ok(code),
     };

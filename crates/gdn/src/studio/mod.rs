@@ -67,7 +67,7 @@ pub fn studio(global: &GlobalOptions, args: &StudioArgs, session: &crate::Sessio
             return Ok(exit::USAGE);
         }
     };
-    let root = crate::run::state_root(global)?;
+    let root = crate::workspace::state_root(global)?;
     // The port first: one in use is reported before the logs are read.
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let cannot_listen = |out: &mut Output, error: std::io::Error| {
@@ -105,7 +105,7 @@ pub fn studio(global: &GlobalOptions, args: &StudioArgs, session: &crate::Sessio
     let (shown, copy) = match &args.nats {
         None => (root.path().to_path_buf(), None),
         Some(url) => {
-            let workspace = match crate::restart::workspace_or_exit(global, out)? {
+            let workspace = match crate::workspace::workspace_or_exit(global, out)? {
                 Ok(workspace) => workspace,
                 Err(code) => return Ok(code),
             };
