@@ -36,6 +36,9 @@ const RULES: &[(&str, &[&str])] = &[
     ("goondan-nats", &["goondan-core", "goondan-ipc", "goondan-orchestrator"]),
     // The agent process: it runs turns, and talks only to its hub.
     ("goondan-agent", &["goondan-core", "goondan-config", "goondan-tools", "goondan-runtime", "goondan-ipc"]),
+    // The read-only web page over a state root: it reads the logs, writes nothing,
+    // runs no agent and knows no command line (gdn studio binds and prints).
+    ("goondan-studio", &["goondan-core", "goondan-runtime", "goondan-ingress"]),
     (
         "gdn",
         &[
@@ -55,6 +58,7 @@ const RULES: &[(&str, &[&str])] = &[
             "goondan-sandbox",
             "goondan-telemetry",
             "goondan-nats",
+            "goondan-studio",
         ],
     ),
 ];

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use goondan_core::JsonValue;
 use serde_json::json;
 
-use super::model::{self, Entry, Graph, Project, Store, iso};
+use crate::model::{self, Entry, Graph, Project, Store, iso};
 
 /// The newest entries a timeline holds unless asked otherwise.
 pub const DEFAULT_LIMIT: usize = 400;
