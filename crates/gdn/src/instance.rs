@@ -26,7 +26,7 @@ pub fn instance(global: &GlobalOptions, command: &InstanceCommand, session: &Ses
                 Err(code) => return Ok(code),
             };
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-            match crate::nats::BrokerCopy::take_or_exit(&runtime, url, session, &workspace, out)? {
+            match crate::nats::take_copy_or_exit(&runtime, url, session, &workspace, out)? {
                 Ok(copy) => list(global, &copy.root, Some(&copy.holders), out),
                 Err(code) => Ok(code),
             }
@@ -42,9 +42,9 @@ pub fn instance(global: &GlobalOptions, command: &InstanceCommand, session: &Ses
                     if !*force && !confirmed(&workspace, key, agent.as_deref(), out)? {
                         return Ok(exit::USAGE);
                     }
-                    if *force && let Some(service) = crate::service_status::ServiceStatus::running(workspace.dir()) {
+                    if *force && let Some(service) = goondan_service::status::ServiceStatus::running(workspace.dir()) {
                         // The service stops them (after their running turns), then deletes them.
-                        let request = crate::service_control::ControlRequest::DeleteInstance {
+                        let request = goondan_service::control::ControlRequest::DeleteInstance {
                             key: key.clone(),
                             agent: agent.clone(),
                         };
@@ -142,17 +142,17 @@ fn list(
     // The store's errors already name their cause; anyhow's chain would repeat it.
     let instances = list_instances(root).map_err(|e| anyhow!("{e}"))?;
     // Events stored by a service whose turns have not run: by workspace, then `agent@key`.
-    let mut pending: BTreeMap<String, BTreeMap<String, crate::service::Waiting>> = BTreeMap::new();
+    let mut pending: BTreeMap<String, BTreeMap<String, goondan_service::serve::Waiting>> = BTreeMap::new();
     // Services running on a workspace (their status file, trusted while they hold the inbox).
-    let mut services: BTreeMap<String, crate::service_status::ServiceStatus> = BTreeMap::new();
+    let mut services: BTreeMap<String, goondan_service::status::ServiceStatus> = BTreeMap::new();
     if let Ok(entries) = std::fs::read_dir(root.workspaces_dir()) {
         for entry in entries.flatten() {
             let workspace = entry.file_name().to_string_lossy().into_owned();
-            let waiting = crate::service::pending_by_instance(&entry.path());
+            let waiting = goondan_service::serve::pending_by_instance(&entry.path());
             if !waiting.is_empty() {
                 pending.insert(workspace.clone(), waiting);
             }
-            if let Some(service) = crate::service_status::ServiceStatus::running(&entry.path()) {
+            if let Some(service) = goondan_service::status::ServiceStatus::running(&entry.path()) {
                 services.insert(workspace, service);
             }
         }
@@ -163,7 +163,7 @@ fn list(
             .and_then(|waiting| waiting.remove(&format!("{agent}@{key}")))
             .unwrap_or_default()
     };
-    let counts: Vec<crate::service::Waiting> = instances
+    let counts: Vec<goondan_service::serve::Waiting> = instances
         .iter()
         .map(|instance| pending_of(instance.workspace.as_ref(), &instance.info.agent_name, &instance.info.instance_key))
         .collect();
@@ -273,7 +273,7 @@ fn holder_of<'a>(holders: Option<&'a BTreeMap<String, String>>, instance: &Liste
     holders?.get(&name).map(String::as_str)
 }
 
-fn row(instance: &ListedInstance, pending: &crate::service::Waiting, now: u64) -> [String; 9] {
+fn row(instance: &ListedInstance, pending: &goondan_service::serve::Waiting, now: u64) -> [String; 9] {
     let info = &instance.info;
     let status = match (instance.status.running, instance.status.pid) {
         (true, Some(pid)) => format!("running (pid {pid})"),
@@ -297,7 +297,7 @@ fn row(instance: &ListedInstance, pending: &crate::service::Waiting, now: u64) -
 /// The PENDING cell: the count, and whether a turn waits to be saved
 /// (`2 (retrying: not saved 3×, 4s ago)`) or for an agent host that can
 /// run it (`1 (retrying: no agent host 2×, now)`).
-fn pending_cell(pending: &crate::service::Waiting, now: u64) -> String {
+fn pending_cell(pending: &goondan_service::serve::Waiting, now: u64) -> String {
     match &pending.retrying {
         Some(retrying) => {
             let why = if retrying.reason.starts_with(goondan_ipc::codes::AGENT_NO_HOST) {

@@ -312,13 +312,15 @@ fn logs_from_broker(
 ) -> Result<u8> {
     let url = args.nats.as_deref().unwrap_or_default();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let mut copy = match crate::nats::BrokerCopy::take_or_exit(&runtime, url, session, workspace, out)? {
+    let mut copy = match crate::nats::take_copy_or_exit(&runtime, url, session, workspace, out)? {
         Ok(copy) => copy,
         Err(code) => return Ok(code),
     };
     let dir = copy.workspace.clone();
     // Taken again at most once a second while following.
-    stream(&dir, args, global.json, out, &mut || copy.refresh_every(&runtime, Duration::from_secs(1)))
+    stream(&dir, args, global.json, out, &mut || {
+        copy.refresh_every(&runtime, Duration::from_secs(1)).map_err(|e| e.to_string())
+    })
 }
 
 fn tails_of_new_instances(workspace: &Path, known: &mut BTreeMap<PathBuf, ()>) -> Vec<Tail> {

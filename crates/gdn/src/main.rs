@@ -21,19 +21,15 @@ mod nats;
 mod output;
 mod restart;
 mod run;
-mod secrets;
 mod service;
-mod service_control;
-mod service_status;
-mod shutdown;
 mod studio;
 mod task;
 mod telemetry;
-mod watch;
 mod wiring;
 mod workspace;
 
 use cli::{Cli, Command, McpCommand, ToolCommand};
+use goondan_service::{secrets, shutdown};
 
 /// What every command gets from `main`.
 pub struct Session {
@@ -151,7 +147,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Run(args) => runtime.block_on(run::run(&cli.global, args, &session, &mut out)),
         Command::Instance(command) => instance::instance(&cli.global, command, &session, &mut out),
-        Command::Stop(args) => service_status::stop(&cli.global, args.wait_secs, &mut out),
+        Command::Stop(args) => service::stop(&cli.global, args.wait_secs, &mut out),
         Command::Restart(args) => restart::restart(&cli.global, args, &mut out),
         Command::Task(command) => task::task(&cli.global, command, &session, &mut out),
         Command::Doctor(args) => doctor::doctor(&cli.global, args.fix, &session, &mut out),

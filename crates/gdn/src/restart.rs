@@ -1,6 +1,6 @@
 //! `gdn restart [--agent NAME] [--fresh]` and `gdn instance restart KEY
 //! [--fresh]`: the project's running service is asked through its control
-//! socket (`service_control`); what restarts finishes its running turn
+//! socket (`goondan_service::control`); what restarts finishes its running turn
 //! first.
 
 use std::io::Write as _;
@@ -12,8 +12,8 @@ use goondan_runtime::store::{StoreError, Workspace};
 use crate::cli::{GlobalOptions, RestartArgs};
 use crate::exit;
 use crate::output::{self, Output};
-use crate::service_control::{ControlReply, ControlRequest};
-use crate::service_status::ServiceStatus;
+use goondan_service::control::{ControlReply, ControlRequest};
+use goondan_service::status::ServiceStatus;
 
 /// Sends `request` to the running `service`; the reply, or the exit code
 /// of the error printed.
@@ -33,7 +33,7 @@ pub(crate) fn ask(
         )?;
         return Ok(Err(exit::FAILED));
     };
-    match crate::service_control::request(std::path::Path::new(socket), request, wait) {
+    match goondan_service::control::request(std::path::Path::new(socket), request, wait) {
         Ok(reply) => Ok(Ok(reply)),
         Err(message) => {
             output::error_line(&mut out.stderr, message)?;

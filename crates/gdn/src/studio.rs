@@ -69,7 +69,7 @@ pub fn studio(global: &GlobalOptions, args: &StudioArgs, session: &crate::Sessio
                 Ok(workspace) => workspace,
                 Err(code) => return Ok(code),
             };
-            match crate::nats::BrokerCopy::take_or_exit(&runtime, url, session, &workspace, out)? {
+            match crate::nats::take_copy_or_exit(&runtime, url, session, &workspace, out)? {
                 Ok(copy) => (copy.root.path().to_path_buf(), Some(copy)),
                 Err(code) => return Ok(code),
             }

@@ -2,7 +2,7 @@
 //! complete later) of the project's agent instances, read from their books
 //! (`<instance>/tasks.jsonl`, never written here); a cancel goes through
 //! the running service — or, without one, a running `gdn run` (see
-//! `service_control`) — to the process that runs the task's work.
+//! `goondan_service::control`) — to the process that runs the task's work.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -17,8 +17,8 @@ use goondan_tools::tasks::{TaskState, TaskView};
 use crate::cli::{GlobalOptions, TaskCommand};
 use crate::exit;
 use crate::output::{self, Output};
-use crate::service_control::ControlRequest;
-use crate::service_status::ServiceStatus;
+use goondan_service::control::ControlRequest;
+use goondan_service::status::ServiceStatus;
 
 /// A task and the instance it belongs to.
 struct Found {
@@ -79,7 +79,7 @@ pub fn task(global: &GlobalOptions, command: &TaskCommand, session: &crate::Sess
     };
     // A swarm spread over agent hosts: its instances' books, copied from the broker.
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let mut copy = match crate::nats::BrokerCopy::take_or_exit(&runtime, url, session, &workspace, out)? {
+    let mut copy = match crate::nats::take_copy_or_exit(&runtime, url, session, &workspace, out)? {
         Ok(copy) => copy,
         Err(code) => return Ok(code),
     };
@@ -89,7 +89,7 @@ pub fn task(global: &GlobalOptions, command: &TaskCommand, session: &crate::Sess
         TaskCommand::Cancel { handle, wait_secs, .. } => {
             // The task's end is seen in the copy, taken again (at most
             // every 250 ms) while waiting.
-            let mut refresh = || copy.refresh_every(&runtime, Duration::from_millis(250));
+            let mut refresh = || copy.refresh_every(&runtime, Duration::from_millis(250)).map_err(|e| e.to_string());
             cancel(global, &copied, &workspace, handle, *wait_secs, &mut refresh, out)
         }
         TaskCommand::List { .. } => list(global, &copied, out),
@@ -220,11 +220,11 @@ fn cancel(
     } else {
         // No service: a gdn run without one (a one-shot run waiting for
         // its tasks, the interactive prompt) may run the instance.
-        let runs = crate::service_control::running_runs(served.dir());
+        let runs = goondan_service::control::running_runs(served.dir());
         let mut reached = Vec::new();
         let mut sent = false;
         for run in &runs {
-            match crate::service_control::request(Path::new(&run.control), &request, Duration::from_secs(30)) {
+            match goondan_service::control::request(Path::new(&run.control), &request, Duration::from_secs(30)) {
                 Ok(reply) if reply.cancel_sent => {
                     sent = true;
                     break;

@@ -39,6 +39,24 @@ const RULES: &[(&str, &[&str])] = &[
     // The read-only web page over a state root: it reads the logs, writes nothing,
     // runs no agent and knows no command line (gdn studio binds and prints).
     ("goondan-studio", &["goondan-core", "goondan-runtime", "goondan-ingress"]),
+    // A swarm's service, supervised (connectors, inbox, turns, control socket, status,
+    // watcher, signals, secrets): it knows no command line, prints nothing and picks no exit code.
+    (
+        "goondan-service",
+        &[
+            "goondan-core",
+            "goondan-config",
+            "goondan-base",
+            "goondan-runtime",
+            "goondan-ingress",
+            "goondan-script",
+            "goondan-ipc",
+            "goondan-orchestrator",
+            "goondan-agent",
+            "goondan-telemetry",
+            "goondan-nats",
+        ],
+    ),
     (
         "gdn",
         &[
@@ -59,6 +77,7 @@ const RULES: &[(&str, &[&str])] = &[
             "goondan-telemetry",
             "goondan-nats",
             "goondan-studio",
+            "goondan-service",
         ],
     ),
 ];
