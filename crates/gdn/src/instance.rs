@@ -131,6 +131,13 @@ const RIGHT_ALIGNED: [bool; 9] = [false, false, false, false, true, true, true, 
 /// The WORKSPACE of an instance of the old layouts (not in a workspace yet).
 const OLD_LAYOUT: &str = "(old layout)";
 
+/// Events stored by a service whose turns have not run: by workspace, then `agent@key`.
+type PendingByWorkspace = BTreeMap<String, BTreeMap<String, goondan_service::serve::Waiting>>;
+
+/// An instance with events waiting and no conversation yet: its workspace,
+/// agent, key, and what waits.
+type WaitingOnly = (String, String, String, goondan_service::serve::Waiting);
+
 /// The instances of `root`; `holders` (`agent@key` → host) for a swarm's
 /// copy from the broker, where the host an instance is on is its status.
 fn list(
@@ -141,10 +148,50 @@ fn list(
 ) -> Result<u8> {
     // The store's errors already name their cause; anyhow's chain would repeat it.
     let instances = list_instances(root).map_err(|e| anyhow!("{e}"))?;
-    // Events stored by a service whose turns have not run: by workspace, then `agent@key`.
-    let mut pending: BTreeMap<String, BTreeMap<String, goondan_service::serve::Waiting>> = BTreeMap::new();
-    // Services running on a workspace (their status file, trusted while they hold the inbox).
-    let mut services: BTreeMap<String, goondan_service::status::ServiceStatus> = BTreeMap::new();
+    let (mut pending, services) = workspace_services(root);
+    let mut pending_of = |workspace: Option<&String>, agent: &str, key: &str| {
+        workspace
+            .and_then(|workspace| pending.get_mut(workspace))
+            .and_then(|waiting| waiting.remove(&format!("{agent}@{key}")))
+            .unwrap_or_default()
+    };
+    let counts: Vec<goondan_service::serve::Waiting> = instances
+        .iter()
+        .map(|instance| pending_of(instance.workspace.as_ref(), &instance.info.agent_name, &instance.info.instance_key))
+        .collect();
+    // Instances with events waiting that have no conversation yet.
+    let mut waiting_only: Vec<WaitingOnly> = Vec::new();
+    for (workspace, waiting) in &pending {
+        for (instance, count) in waiting {
+            let (agent, key) = instance.split_once('@').unwrap_or((instance.as_str(), ""));
+            waiting_only.push((workspace.clone(), agent.to_owned(), key.to_owned(), count.clone()));
+        }
+    }
+    if global.json {
+        return list_json(&instances, &counts, &waiting_only, holders, &services, out);
+    }
+    for (workspace, service) in &services {
+        service_line(workspace, service, out)?;
+    }
+    if instances.is_empty() && waiting_only.is_empty() {
+        match holders {
+            // A copy from the broker lives in a temporary root: not a place to name.
+            Some(_) => writeln!(out.stdout, "no instances of this swarm in the NATS server's state stream")?,
+            None => writeln!(out.stdout, "no instances in {}", root.path().display())?,
+        }
+        return Ok(exit::OK);
+    }
+    table(&instances, &counts, waiting_only, holders, out)?;
+    Ok(exit::OK)
+}
+
+/// The events waiting in each workspace's inbox, and the services running
+/// on a workspace (their status file, trusted while they hold the inbox).
+fn workspace_services(
+    root: &StateRoot,
+) -> (PendingByWorkspace, BTreeMap<String, goondan_service::status::ServiceStatus>) {
+    let mut pending = PendingByWorkspace::new();
+    let mut services = BTreeMap::new();
     if let Ok(entries) = std::fs::read_dir(root.workspaces_dir()) {
         for entry in entries.flatten() {
             let workspace = entry.file_name().to_string_lossy().into_owned();
@@ -157,81 +204,78 @@ fn list(
             }
         }
     }
-    let mut pending_of = |workspace: Option<&String>, agent: &str, key: &str| {
-        workspace
-            .and_then(|workspace| pending.get_mut(workspace))
-            .and_then(|waiting| waiting.remove(&format!("{agent}@{key}")))
-            .unwrap_or_default()
-    };
-    let counts: Vec<goondan_service::serve::Waiting> = instances
-        .iter()
-        .map(|instance| pending_of(instance.workspace.as_ref(), &instance.info.agent_name, &instance.info.instance_key))
-        .collect();
-    // Instances with events waiting that have no conversation yet.
-    let mut waiting_only = Vec::new();
-    for (workspace, waiting) in &pending {
-        for (instance, count) in waiting {
-            let (agent, key) = instance.split_once('@').unwrap_or((instance.as_str(), ""));
-            waiting_only.push((workspace.clone(), agent.to_owned(), key.to_owned(), count.clone()));
+    (pending, services)
+}
+
+/// `gdn instance list --json`.
+fn list_json(
+    instances: &[ListedInstance],
+    counts: &[goondan_service::serve::Waiting],
+    waiting_only: &[WaitingOnly],
+    holders: Option<&BTreeMap<String, String>>,
+    services: &BTreeMap<String, goondan_service::status::ServiceStatus>,
+    out: &mut Output,
+) -> Result<u8> {
+    let mut listed = Vec::new();
+    for (instance, count) in instances.iter().zip(counts) {
+        let mut value = serde_json::to_value(instance)?;
+        value["pendingEvents"] = serde_json::json!(count.count);
+        if let Some(retrying) = &count.retrying {
+            value["retrying"] = serde_json::to_value(retrying)?;
         }
-    }
-    if global.json {
-        let mut listed = Vec::new();
-        for (instance, count) in instances.iter().zip(&counts) {
-            let mut value = serde_json::to_value(instance)?;
-            value["pendingEvents"] = serde_json::json!(count.count);
-            if let Some(retrying) = &count.retrying {
-                value["retrying"] = serde_json::to_value(retrying)?;
-            }
-            if let Some(host) = holder_of(holders, instance) {
-                value["host"] = serde_json::json!(host);
-            }
-            if let Some(service) = instance.workspace.as_ref().and_then(|w| services.get(w)) {
-                value["service"] = serde_json::to_value(service)?;
-            }
-            listed.push(value);
+        if let Some(host) = holder_of(holders, instance) {
+            value["host"] = serde_json::json!(host);
         }
-        for (workspace, agent, key, count) in &waiting_only {
-            let mut value = serde_json::json!({
-                "workspace": workspace, "agentName": agent, "instanceKey": key,
-                "running": false, "pendingEvents": count.count,
-            });
-            if let Some(retrying) = &count.retrying {
-                value["retrying"] = serde_json::to_value(retrying)?;
-            }
-            listed.push(value);
+        if let Some(service) = instance.workspace.as_ref().and_then(|w| services.get(w)) {
+            value["service"] = serde_json::to_value(service)?;
         }
-        writeln!(out.stdout, "{}", serde_json::to_string_pretty(&listed)?)?;
-        return Ok(exit::OK);
+        listed.push(value);
     }
-    for (workspace, service) in &services {
-        let since = updated(service.started_at, now_millis());
-        let listening =
-            if service.listening.is_empty() { String::new() } else { format!(", {}", service.listening.join(", ")) };
-        writeln!(
-            out.stdout,
-            "{}service{} {workspace}: pid {}, started {since}, Swarm {}, Connections {}{listening}; logs: {}; bundle {}",
-            output::BOLD,
-            output::BOLD.render_reset(),
-            service.pid,
-            service.swarm,
-            service.connections.join(", "),
-            service.log.as_deref().unwrap_or("its standard error"),
-            service.bundle
-        )?;
-    }
-    if instances.is_empty() && waiting_only.is_empty() {
-        match holders {
-            // A copy from the broker lives in a temporary root: not a place to name.
-            Some(_) => writeln!(out.stdout, "no instances of this swarm in the NATS server's state stream")?,
-            None => writeln!(out.stdout, "no instances in {}", root.path().display())?,
+    for (workspace, agent, key, count) in waiting_only {
+        let mut value = serde_json::json!({
+            "workspace": workspace, "agentName": agent, "instanceKey": key,
+            "running": false, "pendingEvents": count.count,
+        });
+        if let Some(retrying) = &count.retrying {
+            value["retrying"] = serde_json::to_value(retrying)?;
         }
-        return Ok(exit::OK);
+        listed.push(value);
     }
+    writeln!(out.stdout, "{}", serde_json::to_string_pretty(&listed)?)?;
+    Ok(exit::OK)
+}
+
+/// The line of a service running on `workspace`.
+fn service_line(workspace: &str, service: &goondan_service::status::ServiceStatus, out: &mut Output) -> Result<()> {
+    let since = updated(service.started_at, now_millis());
+    let listening =
+        if service.listening.is_empty() { String::new() } else { format!(", {}", service.listening.join(", ")) };
+    writeln!(
+        out.stdout,
+        "{}service{} {workspace}: pid {}, started {since}, Swarm {}, Connections {}{listening}; logs: {}; bundle {}",
+        output::BOLD,
+        output::BOLD.render_reset(),
+        service.pid,
+        service.swarm,
+        service.connections.join(", "),
+        service.log.as_deref().unwrap_or("its standard error"),
+        service.bundle
+    )?;
+    Ok(())
+}
+
+/// The instances' table, columns as wide as their widest cell.
+fn table(
+    instances: &[ListedInstance],
+    counts: &[goondan_service::serve::Waiting],
+    waiting_only: Vec<WaitingOnly>,
+    holders: Option<&BTreeMap<String, String>>,
+    out: &mut Output,
+) -> Result<()> {
     let now = now_millis();
     let mut rows: Vec<[String; 9]> = instances
         .iter()
-        .zip(&counts)
+        .zip(counts)
         .map(|(instance, count)| {
             let mut cells = row(instance, count, now);
             if let Some(host) = holder_of(holders, instance) {
@@ -264,7 +308,7 @@ fn list(
     for row in &rows {
         writeln!(out.stdout, "{}", line(row, &widths))?;
     }
-    Ok(exit::OK)
+    Ok(())
 }
 
 /// The host `instance` is on (or was last), in a copy from the broker.

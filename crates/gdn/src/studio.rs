@@ -30,35 +30,9 @@ pub fn studio(global: &GlobalOptions, args: &StudioArgs, session: &crate::Sessio
     let root = crate::workspace::state_root(global)?;
     // The port first: one in use is reported before the logs are read.
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let cannot_listen = |out: &mut Output, error: std::io::Error| {
-        output::error_line(&mut out.stderr, format_args!("cannot listen on {}:{}: {error}", args.host, args.port))
-    };
-    let addresses: Vec<std::net::SocketAddr> =
-        match runtime.block_on(tokio::net::lookup_host((args.host.as_str(), args.port))) {
-            Ok(addresses) => addresses.collect(),
-            Err(error) => {
-                cannot_listen(out, error)?;
-                return Ok(exit::FAILED);
-            }
-        };
-    if token.is_none() && addresses.iter().any(|address| !address.ip().is_loopback()) {
-        output::error_line(
-            &mut out.stderr,
-            format_args!(
-                "--host {} is not a loopback address: add --auth-token-env NAME (NAME an environment variable \
-                 holding a token every request must carry), since whoever reaches the studio reads every \
-                 conversation of the state root",
-                args.host
-            ),
-        )?;
-        return Ok(exit::USAGE);
-    }
-    let listener = match runtime.block_on(tokio::net::TcpListener::bind(addresses.as_slice())) {
+    let listener = match bind(args, &runtime, token.is_some(), out)? {
         Ok(listener) => listener,
-        Err(error) => {
-            cannot_listen(out, error)?;
-            return Ok(exit::FAILED);
-        }
+        Err(code) => return Ok(code),
     };
     // A swarm spread over agent hosts: a copy from the broker, taken again
     // every second by a thread of its own, is the state root shown.
@@ -77,16 +51,8 @@ pub fn studio(global: &GlobalOptions, args: &StudioArgs, session: &crate::Sessio
     };
     let address = listener.local_addr()?;
     let studio = goondan_studio::Studio::open(&shown, global.workspace.clone(), address.port(), &args.host, token)?;
-    if let Some(mut copy) = copy {
-        let refreshing = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-        std::thread::Builder::new().name("gdn-studio-nats".to_owned()).spawn(move || {
-            loop {
-                std::thread::sleep(Duration::from_secs(1));
-                if let Err(message) = refreshing.block_on(copy.refresh()) {
-                    tracing::warn!("reading the swarm's state: {message}");
-                }
-            }
-        })?;
+    if let Some(copy) = copy {
+        refresh_every_second(copy)?;
     }
     let host = match args.host.as_str() {
         "0.0.0.0" | "::" => "127.0.0.1".to_owned(),
@@ -99,6 +65,80 @@ pub fn studio(global: &GlobalOptions, args: &StudioArgs, session: &crate::Sessio
         Some(query) => format!("http://{host}:{}/?{query}", address.port()),
         None => format!("http://{host}:{}", address.port()),
     };
+    announce(args, &url, address, &root, out)?;
+    out.stdout.flush()?;
+    runtime.block_on(studio.serve(listener, async {
+        let _ = tokio::signal::ctrl_c().await;
+    }))?;
+    writeln!(out.stdout, "Studio stopped.")?;
+    Ok(130)
+}
+
+/// Binds the studio's listener (`--host`, `--port`); a host beyond
+/// loopback needs a token. The inner error is the exit code of the error
+/// printed.
+fn bind(
+    args: &StudioArgs,
+    runtime: &tokio::runtime::Runtime,
+    has_token: bool,
+    out: &mut Output,
+) -> Result<std::result::Result<tokio::net::TcpListener, u8>> {
+    let cannot_listen = |out: &mut Output, error: std::io::Error| {
+        output::error_line(&mut out.stderr, format_args!("cannot listen on {}:{}: {error}", args.host, args.port))
+    };
+    let addresses: Vec<std::net::SocketAddr> =
+        match runtime.block_on(tokio::net::lookup_host((args.host.as_str(), args.port))) {
+            Ok(addresses) => addresses.collect(),
+            Err(error) => {
+                cannot_listen(out, error)?;
+                return Ok(Err(exit::FAILED));
+            }
+        };
+    if !has_token && addresses.iter().any(|address| !address.ip().is_loopback()) {
+        output::error_line(
+            &mut out.stderr,
+            format_args!(
+                "--host {} is not a loopback address: add --auth-token-env NAME (NAME an environment variable \
+                 holding a token every request must carry), since whoever reaches the studio reads every \
+                 conversation of the state root",
+                args.host
+            ),
+        )?;
+        return Ok(Err(exit::USAGE));
+    }
+    match runtime.block_on(tokio::net::TcpListener::bind(addresses.as_slice())) {
+        Ok(listener) => Ok(Ok(listener)),
+        Err(error) => {
+            cannot_listen(out, error)?;
+            Ok(Err(exit::FAILED))
+        }
+    }
+}
+
+/// Takes the copy from the broker again every second, on a thread of its own.
+fn refresh_every_second(mut copy: goondan_service::nats::BrokerCopy) -> Result<()> {
+    let refreshing = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    std::thread::Builder::new().name("gdn-studio-nats".to_owned()).spawn(move || {
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+            if let Err(message) = refreshing.block_on(copy.refresh()) {
+                tracing::warn!("reading the swarm's state: {message}");
+            }
+        }
+    })?;
+    Ok(())
+}
+
+/// Says where the studio is, and opens a browser unless told not to (or
+/// the URL carries the token).
+fn announce(
+    args: &StudioArgs,
+    url: &str,
+    address: std::net::SocketAddr,
+    root: &goondan_runtime::store::StateRoot,
+    out: &mut Output,
+) -> Result<()> {
+    use std::io::Write as _;
     writeln!(out.stdout, "Studio started: {url}")?;
     match &args.nats {
         Some(url) => {
@@ -126,17 +166,12 @@ pub fn studio(global: &GlobalOptions, args: &StudioArgs, session: &crate::Sessio
         writeln!(out.stdout, "Open {url} in a browser (Ctrl-C stops the studio).")?;
     } else if args.no_open {
         writeln!(out.stdout, "Open {url} in a browser (Ctrl-C stops the studio).")?;
-    } else if open_browser(&url) {
+    } else if open_browser(url) {
         writeln!(out.stdout, "Opened a browser (Ctrl-C stops the studio).")?;
     } else {
         writeln!(out.stdout, "Could not open a browser: open {url} (Ctrl-C stops the studio).")?;
     }
-    out.stdout.flush()?;
-    runtime.block_on(studio.serve(listener, async {
-        let _ = tokio::signal::ctrl_c().await;
-    }))?;
-    writeln!(out.stdout, "Studio stopped.")?;
-    Ok(130)
+    Ok(())
 }
 
 fn open_browser(url: &str) -> bool {

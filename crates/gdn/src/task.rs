@@ -217,43 +217,8 @@ fn cancel(
             )?;
             return Ok(exit::FAILED);
         }
-    } else {
-        // No service: a gdn run without one (a one-shot run waiting for
-        // its tasks, the interactive prompt) may run the instance.
-        let runs = goondan_service::control::running_runs(served.dir());
-        let mut reached = Vec::new();
-        let mut sent = false;
-        for run in &runs {
-            match goondan_service::control::request(Path::new(&run.control), &request, Duration::from_secs(30)) {
-                Ok(reply) if reply.cancel_sent => {
-                    sent = true;
-                    break;
-                }
-                Ok(reply) => match reply.error {
-                    Some(error) => tracing::warn!("gdn run (pid {}): {error}", run.pid),
-                    None => reached.push(run.pid.to_string()),
-                },
-                Err(error) => tracing::warn!("gdn run (pid {}): {error}", run.pid),
-            }
-        }
-        if !sent {
-            let what = if reached.is_empty() {
-                "no service and no gdn run of this project runs on this machine".to_owned()
-            } else {
-                format!(
-                    "no service of this project runs, and its gdn run (pid {}) runs no process of {instance}",
-                    reached.join(", ")
-                )
-            };
-            output::error_line(
-                &mut out.stderr,
-                format_args!(
-                    "{what}, so the cancel of task '{handle}' has no process to go to; gdn task show {handle} shows \
-                     what its instance's book says"
-                ),
-            )?;
-            return Ok(exit::FAILED);
-        }
+    } else if let Some(code) = cancel_through_runs(served, &request, instance, handle, out)? {
+        return Ok(code);
     }
     let deadline = Instant::now() + Duration::from_secs(wait_secs);
     loop {
@@ -283,4 +248,45 @@ fn cancel(
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// No service: a gdn run without one (a one-shot run waiting for its
+/// tasks, the interactive prompt) may run the instance. Sends the cancel
+/// to each run of `served` until one takes it; the exit code of the error
+/// printed if none does.
+fn cancel_through_runs(
+    served: &Workspace,
+    request: &ControlRequest,
+    instance: &AgentInstance,
+    handle: &str,
+    out: &mut Output,
+) -> Result<Option<u8>> {
+    let runs = goondan_service::control::running_runs(served.dir());
+    let mut reached = Vec::new();
+    for run in &runs {
+        match goondan_service::control::request(Path::new(&run.control), request, Duration::from_secs(30)) {
+            Ok(reply) if reply.cancel_sent => return Ok(None),
+            Ok(reply) => match reply.error {
+                Some(error) => tracing::warn!("gdn run (pid {}): {error}", run.pid),
+                None => reached.push(run.pid.to_string()),
+            },
+            Err(error) => tracing::warn!("gdn run (pid {}): {error}", run.pid),
+        }
+    }
+    let what = if reached.is_empty() {
+        "no service and no gdn run of this project runs on this machine".to_owned()
+    } else {
+        format!(
+            "no service of this project runs, and its gdn run (pid {}) runs no process of {instance}",
+            reached.join(", ")
+        )
+    };
+    output::error_line(
+        &mut out.stderr,
+        format_args!(
+            "{what}, so the cancel of task '{handle}' has no process to go to; gdn task show {handle} shows \
+             what its instance's book says"
+        ),
+    )?;
+    Ok(Some(exit::FAILED))
 }
