@@ -317,7 +317,7 @@ async fn setup_in(
             return Ok(Err(exit::USAGE));
         }
     };
-    let root = crate::run::state_root(global)?;
+    let root = crate::workspace::state_root(global)?;
     // The instance's own directory in the bundle's workspace (refused if
     // another bundle's), so its extensions see the state `gdn run` left them.
     let dir = crate::workspace::open(global, &root, &bundle, &agent_name, access)

@@ -326,29 +326,30 @@ fn check_connections(
     env: &dyn Fn(&str) -> Option<String>,
     report: &mut Report,
 ) {
-    let running = crate::run::state_root(global).ok().and_then(|root| {
+    let running = crate::workspace::state_root(global).ok().and_then(|root| {
         let dir = root.workspaces_dir();
         std::fs::read_dir(dir).ok()?.flatten().find_map(|entry| {
-            crate::service_status::ServiceStatus::running(&entry.path())
+            goondan_service::status::ServiceStatus::running(&entry.path())
                 .filter(|status| Path::new(&status.bundle) == resolve_bundle_file(&global.config).as_path())
         })
     });
     for swarm in bundle.swarms() {
-        let plans = match crate::service::plan_connections(bundle, swarm.name(), &swarm.spec.entry_agent.name, env) {
-            Ok(plans) => plans,
-            Err(errors) => {
-                for error in errors {
-                    report.fail(
-                        "Connections",
-                        format!("Swarm {}", swarm.name()),
-                        Level::Error,
-                        error,
-                        "Set the variable (export it, or put it in the bundle's .env).",
-                    );
+        let plans =
+            match goondan_service::plan::plan_connections(bundle, swarm.name(), &swarm.spec.entry_agent.name, env) {
+                Ok(plans) => plans,
+                Err(errors) => {
+                    for error in errors {
+                        report.fail(
+                            "Connections",
+                            format!("Swarm {}", swarm.name()),
+                            Level::Error,
+                            error,
+                            "Set the variable (export it, or put it in the bundle's .env).",
+                        );
+                    }
+                    continue;
                 }
-                continue;
-            }
-        };
+            };
         for plan in plans {
             let label = format!("{} ({})", plan.name, plan.connector);
             let Some(address) = goondan_ingress::connectors::listen_address(&plan.connector, &plan.name, &plan.config)
@@ -394,7 +395,7 @@ fn check_connections(
 /// The state root exists (or can be made, 0700) and takes a file; and no
 /// other user can read it (with `fix`: made so).
 fn check_state_root(global: &GlobalOptions, fix: bool, report: &mut Report) {
-    let root = match crate::run::state_root(global) {
+    let root = match crate::workspace::state_root(global) {
         Ok(root) => root,
         Err(error) => {
             report.fail(
@@ -419,7 +420,7 @@ fn check_state_root(global: &GlobalOptions, fix: bool, report: &mut Report) {
                 .flatten()
                 .flatten()
                 .filter_map(|entry| {
-                    crate::service_status::ServiceStatus::running(&entry.path())
+                    goondan_service::status::ServiceStatus::running(&entry.path())
                         .map(|s| (entry.file_name().to_string_lossy().into_owned(), s.pid))
                 })
                 .collect();

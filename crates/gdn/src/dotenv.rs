@@ -10,7 +10,7 @@
 //! double-quoted values.
 //!
 //! Every value is a secret, whatever its name: `main` adds them to
-//! [`crate::secrets::Secrets`], read through the agents' environment lookup
+//! [`goondan_service::secrets::Secrets`], read through the agents' environment lookup
 //! and handed to agent processes over their channel. None enters a process
 //! environment, so a `bash` command or a JavaScript tool never sees one.
 //! Parse errors never quote the line (it may hold a key).

@@ -8,9 +8,7 @@ use std::fmt::Display;
 use std::io::Write;
 
 use anyhow::{Result, anyhow};
-use goondan_runtime::store::{
-    ListedInstance, StateRoot, StoreError, Workspace, WorkspaceAccess, delete_instances, find_workspace, list_instances,
-};
+use goondan_runtime::store::{ListedInstance, StateRoot, StoreError, Workspace, delete_instances, list_instances};
 
 use crate::Session;
 use crate::cli::{GlobalOptions, InstanceCommand};
@@ -19,23 +17,23 @@ use crate::output::{self, Output};
 
 /// `gdn instance list|delete`.
 pub fn instance(global: &GlobalOptions, command: &InstanceCommand, session: &Session, out: &mut Output) -> Result<u8> {
-    let root = crate::run::state_root(global)?;
+    let root = crate::workspace::state_root(global)?;
     match command {
         InstanceCommand::List { nats: None } => list(global, &root, None, out),
         InstanceCommand::List { nats: Some(url) } => {
-            let workspace = match crate::restart::workspace_or_exit(global, out)? {
+            let workspace = match crate::workspace::workspace_or_exit(global, out)? {
                 Ok(workspace) => workspace,
                 Err(code) => return Ok(code),
             };
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-            match crate::nats::BrokerCopy::take_or_exit(&runtime, url, session, &workspace, out)? {
+            match crate::nats::take_copy_or_exit(&runtime, url, session, &workspace, out)? {
                 Ok(copy) => list(global, &copy.root, Some(&copy.holders), out),
                 Err(code) => Ok(code),
             }
         }
         InstanceCommand::Restart { key, fresh } => crate::restart::instance_restart(global, key, *fresh, out),
         InstanceCommand::Delete { key, agent, force } => {
-            let workspace = match project_workspace(global, &root) {
+            let workspace = match crate::workspace::project_workspace(global, &root) {
                 Ok(workspace) => workspace,
                 Err(message) => return usage_error(out, message),
             };
@@ -44,9 +42,9 @@ pub fn instance(global: &GlobalOptions, command: &InstanceCommand, session: &Ses
                     if !*force && !confirmed(&workspace, key, agent.as_deref(), out)? {
                         return Ok(exit::USAGE);
                     }
-                    if *force && let Some(service) = crate::service_status::ServiceStatus::running(workspace.dir()) {
+                    if *force && let Some(service) = goondan_service::status::ServiceStatus::running(workspace.dir()) {
                         // The service stops them (after their running turns), then deletes them.
-                        let request = crate::service_control::ControlRequest::DeleteInstance {
+                        let request = goondan_service::control::ControlRequest::DeleteInstance {
                             key: key.clone(),
                             agent: agent.clone(),
                         };
@@ -81,50 +79,6 @@ pub fn instance(global: &GlobalOptions, command: &InstanceCommand, session: &Ses
             }
         }
     }
-}
-
-/// The workspace `instance delete` works in: `--workspace`'s as it is
-/// (`None` if there is none), else the bundle's (`-c`), whose old-layout
-/// instances are moved into it first; another bundle's is refused.
-pub(crate) fn project_workspace(
-    global: &GlobalOptions,
-    root: &StateRoot,
-) -> std::result::Result<Option<Workspace>, String> {
-    if let Some(name) = &global.workspace {
-        return find_workspace(root, name).map_err(|e| e.to_string());
-    }
-    let report = goondan_config::load_bundle(&global.config);
-    let Some(bundle) = report.valid_bundle() else {
-        // A bundle being edited (a running service asked to restart with
-        // it) still names its workspace: the one whose workspace.json is
-        // this bundle's.
-        if let Some(workspace) = workspace_of_bundle(root, &crate::workspace::bundle_identity(&global.config)) {
-            return Ok(Some(workspace));
-        }
-        let first = report.diagnostics.iter().find(|d| d.is_error()).map(|d| format!(": {}", d.message));
-        return Err(format!(
-            "cannot tell the project's workspace: the bundle {} does not load{}; pass -c BUNDLE, or --workspace NAME \
-             (gdn instance list shows the workspaces)",
-            goondan_config::resolve_bundle_file(&global.config).display(),
-            first.unwrap_or_default()
-        ));
-    };
-    let agent = bundle.default_agent().map_err(|e| e.to_string())?;
-    // Its callers look at what a workspace holds (logs, a service's status,
-    // instances to delete): none creates one, or announces a bundle's own.
-    crate::workspace::open(global, root, bundle, agent.name(), WorkspaceAccess::Inspect).map(Some)
-}
-
-/// The one workspace of the state root whose workspace.json names the
-/// bundle `identity`, if exactly one does.
-fn workspace_of_bundle(root: &StateRoot, identity: &str) -> Option<Workspace> {
-    let mut found = std::fs::read_dir(root.workspaces_dir()).ok()?.flatten().filter_map(|entry| {
-        let name = entry.file_name().to_str()?.to_owned();
-        let workspace = find_workspace(root, &name).ok()??;
-        (workspace.info()?.bundle == identity).then_some(workspace)
-    });
-    let first = found.next()?;
-    found.next().is_none().then_some(first)
 }
 
 fn usage_error(out: &mut Output, message: impl Display) -> Result<u8> {
@@ -177,6 +131,13 @@ const RIGHT_ALIGNED: [bool; 9] = [false, false, false, false, true, true, true, 
 /// The WORKSPACE of an instance of the old layouts (not in a workspace yet).
 const OLD_LAYOUT: &str = "(old layout)";
 
+/// Events stored by a service whose turns have not run: by workspace, then `agent@key`.
+type PendingByWorkspace = BTreeMap<String, BTreeMap<String, goondan_service::serve::Waiting>>;
+
+/// An instance with events waiting and no conversation yet: its workspace,
+/// agent, key, and what waits.
+type WaitingOnly = (String, String, String, goondan_service::serve::Waiting);
+
 /// The instances of `root`; `holders` (`agent@key` → host) for a swarm's
 /// copy from the broker, where the host an instance is on is its status.
 fn list(
@@ -187,34 +148,19 @@ fn list(
 ) -> Result<u8> {
     // The store's errors already name their cause; anyhow's chain would repeat it.
     let instances = list_instances(root).map_err(|e| anyhow!("{e}"))?;
-    // Events stored by a service whose turns have not run: by workspace, then `agent@key`.
-    let mut pending: BTreeMap<String, BTreeMap<String, crate::service::Waiting>> = BTreeMap::new();
-    // Services running on a workspace (their status file, trusted while they hold the inbox).
-    let mut services: BTreeMap<String, crate::service_status::ServiceStatus> = BTreeMap::new();
-    if let Ok(entries) = std::fs::read_dir(root.workspaces_dir()) {
-        for entry in entries.flatten() {
-            let workspace = entry.file_name().to_string_lossy().into_owned();
-            let waiting = crate::service::pending_by_instance(&entry.path());
-            if !waiting.is_empty() {
-                pending.insert(workspace.clone(), waiting);
-            }
-            if let Some(service) = crate::service_status::ServiceStatus::running(&entry.path()) {
-                services.insert(workspace, service);
-            }
-        }
-    }
+    let (mut pending, services) = workspace_services(root);
     let mut pending_of = |workspace: Option<&String>, agent: &str, key: &str| {
         workspace
             .and_then(|workspace| pending.get_mut(workspace))
             .and_then(|waiting| waiting.remove(&format!("{agent}@{key}")))
             .unwrap_or_default()
     };
-    let counts: Vec<crate::service::Waiting> = instances
+    let counts: Vec<goondan_service::serve::Waiting> = instances
         .iter()
         .map(|instance| pending_of(instance.workspace.as_ref(), &instance.info.agent_name, &instance.info.instance_key))
         .collect();
     // Instances with events waiting that have no conversation yet.
-    let mut waiting_only = Vec::new();
+    let mut waiting_only: Vec<WaitingOnly> = Vec::new();
     for (workspace, waiting) in &pending {
         for (instance, count) in waiting {
             let (agent, key) = instance.split_once('@').unwrap_or((instance.as_str(), ""));
@@ -222,49 +168,10 @@ fn list(
         }
     }
     if global.json {
-        let mut listed = Vec::new();
-        for (instance, count) in instances.iter().zip(&counts) {
-            let mut value = serde_json::to_value(instance)?;
-            value["pendingEvents"] = serde_json::json!(count.count);
-            if let Some(retrying) = &count.retrying {
-                value["retrying"] = serde_json::to_value(retrying)?;
-            }
-            if let Some(host) = holder_of(holders, instance) {
-                value["host"] = serde_json::json!(host);
-            }
-            if let Some(service) = instance.workspace.as_ref().and_then(|w| services.get(w)) {
-                value["service"] = serde_json::to_value(service)?;
-            }
-            listed.push(value);
-        }
-        for (workspace, agent, key, count) in &waiting_only {
-            let mut value = serde_json::json!({
-                "workspace": workspace, "agentName": agent, "instanceKey": key,
-                "running": false, "pendingEvents": count.count,
-            });
-            if let Some(retrying) = &count.retrying {
-                value["retrying"] = serde_json::to_value(retrying)?;
-            }
-            listed.push(value);
-        }
-        writeln!(out.stdout, "{}", serde_json::to_string_pretty(&listed)?)?;
-        return Ok(exit::OK);
+        return list_json(&instances, &counts, &waiting_only, holders, &services, out);
     }
     for (workspace, service) in &services {
-        let since = updated(service.started_at, now_millis());
-        let listening =
-            if service.listening.is_empty() { String::new() } else { format!(", {}", service.listening.join(", ")) };
-        writeln!(
-            out.stdout,
-            "{}service{} {workspace}: pid {}, started {since}, Swarm {}, Connections {}{listening}; logs: {}; bundle {}",
-            output::BOLD,
-            output::BOLD.render_reset(),
-            service.pid,
-            service.swarm,
-            service.connections.join(", "),
-            service.log.as_deref().unwrap_or("its standard error"),
-            service.bundle
-        )?;
+        service_line(workspace, service, out)?;
     }
     if instances.is_empty() && waiting_only.is_empty() {
         match holders {
@@ -274,10 +181,101 @@ fn list(
         }
         return Ok(exit::OK);
     }
+    table(&instances, &counts, waiting_only, holders, out)?;
+    Ok(exit::OK)
+}
+
+/// The events waiting in each workspace's inbox, and the services running
+/// on a workspace (their status file, trusted while they hold the inbox).
+fn workspace_services(
+    root: &StateRoot,
+) -> (PendingByWorkspace, BTreeMap<String, goondan_service::status::ServiceStatus>) {
+    let mut pending = PendingByWorkspace::new();
+    let mut services = BTreeMap::new();
+    if let Ok(entries) = std::fs::read_dir(root.workspaces_dir()) {
+        for entry in entries.flatten() {
+            let workspace = entry.file_name().to_string_lossy().into_owned();
+            let waiting = goondan_service::serve::pending_by_instance(&entry.path());
+            if !waiting.is_empty() {
+                pending.insert(workspace.clone(), waiting);
+            }
+            if let Some(service) = goondan_service::status::ServiceStatus::running(&entry.path()) {
+                services.insert(workspace, service);
+            }
+        }
+    }
+    (pending, services)
+}
+
+/// `gdn instance list --json`.
+fn list_json(
+    instances: &[ListedInstance],
+    counts: &[goondan_service::serve::Waiting],
+    waiting_only: &[WaitingOnly],
+    holders: Option<&BTreeMap<String, String>>,
+    services: &BTreeMap<String, goondan_service::status::ServiceStatus>,
+    out: &mut Output,
+) -> Result<u8> {
+    let mut listed = Vec::new();
+    for (instance, count) in instances.iter().zip(counts) {
+        let mut value = serde_json::to_value(instance)?;
+        value["pendingEvents"] = serde_json::json!(count.count);
+        if let Some(retrying) = &count.retrying {
+            value["retrying"] = serde_json::to_value(retrying)?;
+        }
+        if let Some(host) = holder_of(holders, instance) {
+            value["host"] = serde_json::json!(host);
+        }
+        if let Some(service) = instance.workspace.as_ref().and_then(|w| services.get(w)) {
+            value["service"] = serde_json::to_value(service)?;
+        }
+        listed.push(value);
+    }
+    for (workspace, agent, key, count) in waiting_only {
+        let mut value = serde_json::json!({
+            "workspace": workspace, "agentName": agent, "instanceKey": key,
+            "running": false, "pendingEvents": count.count,
+        });
+        if let Some(retrying) = &count.retrying {
+            value["retrying"] = serde_json::to_value(retrying)?;
+        }
+        listed.push(value);
+    }
+    writeln!(out.stdout, "{}", serde_json::to_string_pretty(&listed)?)?;
+    Ok(exit::OK)
+}
+
+/// The line of a service running on `workspace`.
+fn service_line(workspace: &str, service: &goondan_service::status::ServiceStatus, out: &mut Output) -> Result<()> {
+    let since = updated(service.started_at, now_millis());
+    let listening =
+        if service.listening.is_empty() { String::new() } else { format!(", {}", service.listening.join(", ")) };
+    writeln!(
+        out.stdout,
+        "{}service{} {workspace}: pid {}, started {since}, Swarm {}, Connections {}{listening}; logs: {}; bundle {}",
+        output::BOLD,
+        output::BOLD.render_reset(),
+        service.pid,
+        service.swarm,
+        service.connections.join(", "),
+        service.log.as_deref().unwrap_or("its standard error"),
+        service.bundle
+    )?;
+    Ok(())
+}
+
+/// The instances' table, columns as wide as their widest cell.
+fn table(
+    instances: &[ListedInstance],
+    counts: &[goondan_service::serve::Waiting],
+    waiting_only: Vec<WaitingOnly>,
+    holders: Option<&BTreeMap<String, String>>,
+    out: &mut Output,
+) -> Result<()> {
     let now = now_millis();
     let mut rows: Vec<[String; 9]> = instances
         .iter()
-        .zip(&counts)
+        .zip(counts)
         .map(|(instance, count)| {
             let mut cells = row(instance, count, now);
             if let Some(host) = holder_of(holders, instance) {
@@ -310,7 +308,7 @@ fn list(
     for row in &rows {
         writeln!(out.stdout, "{}", line(row, &widths))?;
     }
-    Ok(exit::OK)
+    Ok(())
 }
 
 /// The host `instance` is on (or was last), in a copy from the broker.
@@ -319,7 +317,7 @@ fn holder_of<'a>(holders: Option<&'a BTreeMap<String, String>>, instance: &Liste
     holders?.get(&name).map(String::as_str)
 }
 
-fn row(instance: &ListedInstance, pending: &crate::service::Waiting, now: u64) -> [String; 9] {
+fn row(instance: &ListedInstance, pending: &goondan_service::serve::Waiting, now: u64) -> [String; 9] {
     let info = &instance.info;
     let status = match (instance.status.running, instance.status.pid) {
         (true, Some(pid)) => format!("running (pid {pid})"),
@@ -343,7 +341,7 @@ fn row(instance: &ListedInstance, pending: &crate::service::Waiting, now: u64) -
 /// The PENDING cell: the count, and whether a turn waits to be saved
 /// (`2 (retrying: not saved 3×, 4s ago)`) or for an agent host that can
 /// run it (`1 (retrying: no agent host 2×, now)`).
-fn pending_cell(pending: &crate::service::Waiting, now: u64) -> String {
+fn pending_cell(pending: &goondan_service::serve::Waiting, now: u64) -> String {
     match &pending.retrying {
         Some(retrying) => {
             let why = if retrying.reason.starts_with(goondan_ipc::codes::AGENT_NO_HOST) {

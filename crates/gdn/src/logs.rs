@@ -238,8 +238,8 @@ fn print(entries: &[Entry], json: bool, out: &mut Output) -> Result<()> {
 
 /// `gdn logs`.
 pub fn logs(global: &GlobalOptions, args: &LogsArgs, session: &crate::Session, out: &mut Output) -> Result<u8> {
-    let root = crate::run::state_root(global)?;
-    let workspace = match crate::instance::project_workspace(global, &root) {
+    let root = crate::workspace::state_root(global)?;
+    let workspace = match crate::workspace::project_workspace(global, &root) {
         Ok(Some(workspace)) if args.nats.is_some() => {
             return logs_from_broker(global, args, session, &workspace, out);
         }
@@ -304,13 +304,15 @@ fn logs_from_broker(
 ) -> Result<u8> {
     let url = args.nats.as_deref().unwrap_or_default();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let mut copy = match crate::nats::BrokerCopy::take_or_exit(&runtime, url, session, workspace, out)? {
+    let mut copy = match crate::nats::take_copy_or_exit(&runtime, url, session, workspace, out)? {
         Ok(copy) => copy,
         Err(code) => return Ok(code),
     };
     let dir = copy.workspace.clone();
     // Taken again at most once a second while following.
-    stream(&dir, args, global.json, out, &mut || copy.refresh_every(&runtime, Duration::from_secs(1)))
+    stream(&dir, args, global.json, out, &mut || {
+        copy.refresh_every(&runtime, Duration::from_secs(1)).map_err(|e| e.to_string())
+    })
 }
 
 fn tails_of_new_instances(workspace: &Path, known: &mut BTreeMap<PathBuf, ()>) -> Vec<Tail> {

@@ -21,19 +21,15 @@ mod nats;
 mod output;
 mod restart;
 mod run;
-mod secrets;
 mod service;
-mod service_control;
-mod service_status;
-mod shutdown;
 mod studio;
 mod task;
 mod telemetry;
-mod watch;
 mod wiring;
 mod workspace;
 
 use cli::{Cli, Command, McpCommand, ToolCommand};
+use goondan_service::{secrets, shutdown};
 
 /// What every command gets from `main`.
 pub struct Session {
@@ -83,31 +79,10 @@ fn main() -> ExitCode {
     }
     // Before any thread exists: the secrets leave the process environment
     // (this may re-execute the binary) and live only in `env` from here on.
-    // An agent process's environment has none: the orchestrator took them
-    // out, and hands them over the channel.
-    let isolated = if agent_process { Ok(secrets::Secrets::default()) } else { secrets::isolate(&cli.global.config) };
-    let mut secrets = match isolated {
-        Ok(secrets) => secrets,
-        Err(message) => {
-            let _ = output::error_line(&mut output::Output::new(cli.global.no_color).stderr, message);
-            return ExitCode::from(exit::FAILED);
-        }
+    let (secrets, kept_away, environment_secrets) = match take_secrets(&cli, agent_process) {
+        Ok(taken) => taken,
+        Err(code) => return code,
     };
-    let kept_away = secrets.len();
-    let environment_secrets = secrets.to_map();
-    // The bundle's `.env` files (and `--env-file`) join the secrets: read
-    // through the lookup below, never put into the process environment.
-    if let Some(env_file) = loads_env_files(&cli.command) {
-        let bundle_file = goondan_config::resolve_bundle_file(&cli.global.config);
-        let bundle_dir = bundle_file.parent().filter(|dir| !dir.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        match dotenv::load(bundle_dir, env_file) {
-            Ok(values) => secrets.extend(values),
-            Err(message) => {
-                let _ = output::error_line(&mut output::Output::new(cli.global.no_color).stderr, message);
-                return ExitCode::from(exit::USAGE);
-            }
-        }
-    }
     let secrets = Arc::new(secrets);
     let env_secrets = Arc::clone(&secrets);
     // The files win over the process environment, as in the original.
@@ -148,30 +123,7 @@ fn main() -> ExitCode {
             goondan_base::tool_processes::reap_adopted_orphans();
         }
     });
-    let result = match &cli.command {
-        Command::Run(args) => runtime.block_on(run::run(&cli.global, args, &session, &mut out)),
-        Command::Instance(command) => instance::instance(&cli.global, command, &session, &mut out),
-        Command::Stop(args) => service_status::stop(&cli.global, args.wait_secs, &mut out),
-        Command::Restart(args) => restart::restart(&cli.global, args, &mut out),
-        Command::Task(command) => task::task(&cli.global, command, &session, &mut out),
-        Command::Doctor(args) => doctor::doctor(&cli.global, args.fix, &session, &mut out),
-        Command::Logs(args) => logs::logs(&cli.global, args, &session, &mut out),
-        Command::Studio(args) => studio::studio(&cli.global, args, &session, &mut out),
-        Command::Init(args) => init::init(&cli.global, args, &mut out),
-        Command::Help(args) => help::help(&cli.global, args, &mut out),
-        Command::Validate(args) => runtime.block_on(commands::validate(&cli.global, args, &mut out)),
-        Command::Tool(ToolCommand::List { agent }) => {
-            runtime.block_on(commands::tool_list(&cli.global, agent.as_deref(), &session, &mut out))
-        }
-        Command::Tool(ToolCommand::Call(args)) => {
-            runtime.block_on(commands::tool_call(&cli.global, args, &session, &mut out))
-        }
-        Command::Mcp(McpCommand::Serve(args)) => {
-            runtime.block_on(mcp_serve::serve(&cli.global, args, &session, &mut out))
-        }
-        Command::Agent(_) => runtime.block_on(agent_process::run(&cli.global, &session)),
-        Command::Host(args) => runtime.block_on(nats::host(&cli.global, args, &session, &mut out)),
-    };
+    let result = dispatch(&cli, &runtime, &session, &mut out);
     // Background jobs of tool calls end with us.
     if matches!(cli.command, Command::Mcp(_) | Command::Run(_) | Command::Host(_)) {
         // A read of standard input that never returns (stdin not a pipe, and
@@ -203,6 +155,73 @@ fn main() -> ExitCode {
             let _ = output::error_line(&mut out.stderr, format_args!("{error:#}"));
             ExitCode::from(exit::FAILED)
         }
+    }
+}
+
+/// The secrets, taken out of the process environment before any thread
+/// exists (this may re-execute the binary), joined by the bundle's `.env`
+/// files (and `--env-file`) for the commands that read them: the secrets,
+/// how many the environment held, and those (to give a service started
+/// again). An agent process's environment has none: the orchestrator took
+/// them out, and hands them over the channel.
+fn take_secrets(
+    cli: &Cli,
+    agent_process: bool,
+) -> Result<(secrets::Secrets, usize, std::collections::BTreeMap<String, String>), ExitCode> {
+    let isolated = if agent_process { Ok(secrets::Secrets::default()) } else { secrets::isolate(&cli.global.config) };
+    let mut secrets = match isolated {
+        Ok(secrets) => secrets,
+        Err(message) => {
+            let _ = output::error_line(&mut output::Output::new(cli.global.no_color).stderr, message);
+            return Err(ExitCode::from(exit::FAILED));
+        }
+    };
+    let kept_away = secrets.len();
+    let environment_secrets = secrets.to_map();
+    // The bundle's `.env` files (and `--env-file`) join the secrets: read
+    // through the lookup below, never put into the process environment.
+    if let Some(env_file) = loads_env_files(&cli.command) {
+        let bundle_file = goondan_config::resolve_bundle_file(&cli.global.config);
+        let bundle_dir = bundle_file.parent().filter(|dir| !dir.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        match dotenv::load(bundle_dir, env_file) {
+            Ok(values) => secrets.extend(values),
+            Err(message) => {
+                let _ = output::error_line(&mut output::Output::new(cli.global.no_color).stderr, message);
+                return Err(ExitCode::from(exit::USAGE));
+            }
+        }
+    }
+    Ok((secrets, kept_away, environment_secrets))
+}
+
+/// Runs the command.
+fn dispatch(
+    cli: &Cli,
+    runtime: &tokio::runtime::Runtime,
+    session: &Session,
+    out: &mut output::Output,
+) -> anyhow::Result<u8> {
+    match &cli.command {
+        Command::Run(args) => runtime.block_on(run::run(&cli.global, args, session, out)),
+        Command::Instance(command) => instance::instance(&cli.global, command, session, out),
+        Command::Stop(args) => service::stop(&cli.global, args.wait_secs, out),
+        Command::Restart(args) => restart::restart(&cli.global, args, out),
+        Command::Task(command) => task::task(&cli.global, command, session, out),
+        Command::Doctor(args) => doctor::doctor(&cli.global, args.fix, session, out),
+        Command::Logs(args) => logs::logs(&cli.global, args, session, out),
+        Command::Studio(args) => studio::studio(&cli.global, args, session, out),
+        Command::Init(args) => init::init(&cli.global, args, out),
+        Command::Help(args) => help::help(&cli.global, args, out),
+        Command::Validate(args) => runtime.block_on(commands::validate(&cli.global, args, out)),
+        Command::Tool(ToolCommand::List { agent }) => {
+            runtime.block_on(commands::tool_list(&cli.global, agent.as_deref(), session, out))
+        }
+        Command::Tool(ToolCommand::Call(args)) => {
+            runtime.block_on(commands::tool_call(&cli.global, args, session, out))
+        }
+        Command::Mcp(McpCommand::Serve(args)) => runtime.block_on(mcp_serve::serve(&cli.global, args, session, out)),
+        Command::Agent(_) => runtime.block_on(agent_process::run(&cli.global, session)),
+        Command::Host(args) => runtime.block_on(nats::host(&cli.global, args, session, out)),
     }
 }
 

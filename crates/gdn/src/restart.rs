@@ -1,6 +1,6 @@
 //! `gdn restart [--agent NAME] [--fresh]` and `gdn instance restart KEY
 //! [--fresh]`: the project's running service is asked through its control
-//! socket (`service_control`); what restarts finishes its running turn
+//! socket (`goondan_service::control`); what restarts finishes its running turn
 //! first.
 
 use std::io::Write as _;
@@ -12,24 +12,8 @@ use goondan_runtime::store::{StoreError, Workspace};
 use crate::cli::{GlobalOptions, RestartArgs};
 use crate::exit;
 use crate::output::{self, Output};
-use crate::service_control::{ControlReply, ControlRequest};
-use crate::service_status::ServiceStatus;
-
-/// The project's workspace, or the exit code of the error printed.
-pub(crate) fn workspace_or_exit(global: &GlobalOptions, out: &mut Output) -> Result<Result<Workspace, u8>> {
-    let root = crate::run::state_root(global)?;
-    match crate::instance::project_workspace(global, &root) {
-        Ok(Some(workspace)) => Ok(Ok(workspace)),
-        Ok(None) => {
-            output::error_line(&mut out.stderr, "no such workspace (gdn instance list shows the workspaces)")?;
-            Ok(Err(exit::USAGE))
-        }
-        Err(message) => {
-            output::error_line(&mut out.stderr, message)?;
-            Ok(Err(exit::USAGE))
-        }
-    }
-}
+use goondan_service::control::{ControlReply, ControlRequest};
+use goondan_service::status::ServiceStatus;
 
 /// Sends `request` to the running `service`; the reply, or the exit code
 /// of the error printed.
@@ -49,7 +33,7 @@ pub(crate) fn ask(
         )?;
         return Ok(Err(exit::FAILED));
     };
-    match crate::service_control::request(std::path::Path::new(socket), request, wait) {
+    match goondan_service::control::request(std::path::Path::new(socket), request, wait) {
         Ok(reply) => Ok(Ok(reply)),
         Err(message) => {
             output::error_line(&mut out.stderr, message)?;
@@ -85,7 +69,7 @@ pub(crate) fn report(global: &GlobalOptions, reply: &ControlReply, out: &mut Out
 
 /// `gdn restart`.
 pub fn restart(global: &GlobalOptions, args: &RestartArgs, out: &mut Output) -> Result<u8> {
-    let workspace = match workspace_or_exit(global, out)? {
+    let workspace = match crate::workspace::workspace_or_exit(global, out)? {
         Ok(workspace) => workspace,
         Err(code) => return Ok(code),
     };
@@ -188,7 +172,7 @@ fn process_alive(pid: u32) -> bool {
 
 /// `gdn instance restart KEY [--fresh]`.
 pub fn instance_restart(global: &GlobalOptions, key: &str, fresh: bool, out: &mut Output) -> Result<u8> {
-    let workspace = match workspace_or_exit(global, out)? {
+    let workspace = match crate::workspace::workspace_or_exit(global, out)? {
         Ok(workspace) => workspace,
         Err(code) => return Ok(code),
     };

@@ -2,7 +2,7 @@
 //! whose conversation lives in the state root.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result, anyhow};
@@ -11,20 +11,13 @@ use goondan_ipc::{AgentInstance, DelegateResultPayload, ErrorInfo, ObservePayloa
 use goondan_orchestrator::plan::swarm_of;
 use goondan_orchestrator::{AgentLauncher, Orchestrator, SwarmObserver, SwarmPlan};
 use goondan_runtime::agent::{AgentOptions, identity};
-use goondan_runtime::store::{StateRoot, WorkspaceAccess};
+use goondan_runtime::store::{StateRoot, Workspace, WorkspaceAccess};
 use goondan_tools::TracingEventSink;
 use tokio::sync::watch;
 
 use crate::cli::{GlobalOptions, RunArgs};
 use crate::exit;
 use crate::output::{self, Output};
-
-/// The state root from `--state-root`, `GOONDAN_STATE_ROOT` or `~/.goondan`.
-pub(crate) fn state_root(global: &GlobalOptions) -> Result<StateRoot> {
-    let home = std::env::var_os("HOME").map(PathBuf::from);
-    StateRoot::resolve(global.state_root.clone(), std::env::var("GOONDAN_STATE_ROOT").ok(), home)
-        .map_err(|e| anyhow!("{e}"))
-}
 
 fn usage_error(out: &mut Output, message: &str) -> Result<u8> {
     output::error_line(&mut out.stderr, message)?;
@@ -54,6 +47,21 @@ struct Console {
 }
 
 impl Console {
+    /// The console of a run whose entry agent's instance is `entry`
+    /// (`swarm`: it has more than one agent).
+    fn new(global: &GlobalOptions, entry: AgentInstance, swarm: bool) -> Self {
+        Self {
+            json: global.json,
+            color: !global.no_color,
+            entry,
+            swarm,
+            streamed: Mutex::new(false),
+            after_tools: Mutex::new(false),
+            activity: Mutex::new(Vec::new()),
+            running: Mutex::new(None),
+            tasks_working: tokio::sync::watch::channel(Vec::new()).0,
+        }
+    }
     fn stderr(&self) -> anstream::AutoStream<std::io::Stderr> {
         if self.color { anstream::stderr() } else { anstream::AutoStream::never(std::io::stderr()) }
     }
@@ -334,56 +342,19 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
         return Ok(exit::USAGE);
     }
     let Some(bundle) = report.bundle else { return Ok(exit::USAGE) };
-    if let Some(dir) = args.workdir.as_ref().filter(|dir| !dir.is_dir()) {
-        return usage_error(out, &format!("--workdir {} is not a directory", dir.display()));
-    }
-    let single_input = match (&args.input, &args.input_file) {
-        (Some(text), _) => Some(text.clone()),
-        (None, Some(path)) => match crate::input::read_text(path, "--input-file", crate::input::MAX_INPUT_BYTES) {
-            Ok(text) => Some(text),
-            Err(message) => return usage_error(out, &message),
-        },
-        (None, None) => None,
-    };
-    let root = state_root(global)?;
-    let mut options = AgentOptions::new(Arc::new(TracingEventSink));
-    options.agent.clone_from(&args.agent);
-    if let Some(name) = &args.swarm {
-        let Some(swarm) = bundle.swarms().find(|s| s.name() == name) else {
-            let known: Vec<&str> = bundle.swarms().map(|s| s.name()).collect();
-            return usage_error(out, &format!("no Swarm named '{name}' in the bundle (swarms: {})", known.join(", ")));
-        };
-        if options.agent.is_none() {
-            options.agent = Some(swarm.spec.entry_agent.name.clone());
-        }
-    }
-    options.instance_key.clone_from(&args.instance_key);
-    let (agent_name, instance_key) = match identity(&bundle, &options) {
-        Ok(identity) => identity,
-        Err(error) => return usage_error(out, &error.to_string()),
-    };
-    let absolute = |path: &Path| std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-    let config = absolute(&global.config);
-    // The swarm's workspace: refused if another bundle's; this bundle's
-    // instances of the old layouts are moved in.
-    let workspace = match crate::workspace::open(global, &root, &bundle, &agent_name, WorkspaceAccess::Use) {
-        Ok(workspace) => workspace,
+    let single_input = match single_input(args) {
+        Ok(input) => input,
         Err(message) => return usage_error(out, &message),
     };
-    let workdir = match &args.workdir {
-        Some(dir) => absolute(dir),
-        None => match crate::workspace::default_workdir(&workspace) {
-            Ok(dir) => dir,
-            Err(message) => return usage_error(out, &message),
-        },
+    let root = crate::workspace::state_root(global)?;
+    let Prepared { mut plan, workspace, entry } = match prepare(global, args, &root, &bundle) {
+        Ok(prepared) => prepared,
+        Err(message) => return usage_error(out, &message),
     };
-    // Agent processes get the workspace as their `stateRoot`: they open
-    // their instances in it.
-    let mut plan = SwarmPlan::new(swarm_of(&bundle, &agent_name), config, absolute(workspace.dir()), workdir);
     // With Connections (and no single input) the run is a service.
     let connections = if single_input.is_none() {
         let env = |name: &str| (session.env)(name);
-        match crate::service::plan_connections(&bundle, &plan.swarm.name, &plan.swarm.entry_agent, &env) {
+        match goondan_service::plan::plan_connections(&bundle, &plan.swarm.name, &plan.swarm.entry_agent, &env) {
             Ok(plans) => plans,
             Err(errors) => {
                 for error in errors {
@@ -398,15 +369,8 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
     // The secrets: the process environment's, and the environment files'
     // over them; the variables only Connections read reach their
     // connectors, never an agent process.
-    plan.env = crate::nats::agent_env(&bundle, &session.secrets);
-    // A deadline per call by default; 0 turns it off.
-    plan.tool_timeout_ms = Some(args.tool_timeout_ms.unwrap_or(DEFAULT_TOOL_TIMEOUT_MS));
-    if let Some(bound) = args.max_agent_processes {
-        plan.max_processes = usize::try_from(bound).unwrap_or(usize::MAX);
-    }
-    if let Some(seconds) = args.agent_idle_secs {
-        plan.idle_timeout = (seconds > 0).then(|| std::time::Duration::from_secs(seconds));
-    }
+    plan.env = goondan_service::nats::agent_env(&bundle, &session.secrets);
+    limit(&mut plan, args);
     if args.detach {
         if connections.is_empty() {
             return usage_error(
@@ -414,57 +378,20 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
                 "--detach runs a service: the Swarm has no Connections to serve (or --input was given)",
             );
         }
-        return crate::service_status::detach(
-            workspace.dir(),
-            &session.environment_secrets,
-            &session.started_service,
-            out,
-        );
+        return crate::service::detach(workspace.dir(), &session.environment_secrets, &session.started_service, out);
     }
     let plan_swarm = plan.swarm.name.clone();
-    let program = std::env::current_exe().context("finding the gdn binary to start agent processes")?;
-    let entry = AgentInstance::new(agent_name, instance_key);
-    let console = Arc::new(Console {
-        json: global.json,
-        color: !global.no_color,
-        entry: entry.clone(),
-        swarm: plan.swarm.agents.len() > 1,
-        streamed: Mutex::new(false),
-        after_tools: Mutex::new(false),
-        activity: Mutex::new(Vec::new()),
-        running: Mutex::new(None),
-        tasks_working: tokio::sync::watch::channel(Vec::new()).0,
-    });
-    // Agent processes log as this one does.
-    let launcher = AgentLauncher::new(program, crate::nats::agent_launch_args(global));
-    // With --nats they run on agent hosts; this process runs them only
-    // while no host is connected.
-    let (launcher, _own_host): (Arc<dyn goondan_orchestrator::Launch>, _) = match &args.nats {
-        None => (Arc::new(launcher), None),
-        Some(url) => {
-            let local = crate::nats::LocalRuntime {
-                config: plan.config.clone(),
-                workspace: plan.state_root.clone(),
-                workdir: plan.workdir.clone(),
-                env: plan.env.clone(),
-                launcher,
-            };
-            let env = |name: &str| (session.env)(name);
-            let scope = goondan_nats::Scope::new(workspace.id());
-            let wait_hosts = args.wait_hosts.map(|n| (n, std::time::Duration::from_secs(args.wait_hosts_secs)));
-            match crate::nats::hub(url, &env, &bundle, local, scope, wait_hosts).await {
-                Ok(parts) => (parts.launcher, Some(parts.own_host)),
-                Err(message) => {
-                    output::error_line(&mut out.stderr, format!("--nats: {message}"))?;
-                    return Ok(exit::FAILED);
-                }
-            }
+    let console = Arc::new(Console::new(global, entry.clone(), plan.swarm.agents.len() > 1));
+    let (launcher, _own_host) = match launcher(global, args, session, &plan, &bundle, &workspace).await? {
+        Ok(launcher) => launcher,
+        Err(message) => {
+            output::error_line(&mut out.stderr, format!("--nats: {message}"))?;
+            return Ok(exit::FAILED);
         }
     };
     let orchestrator = Orchestrator::start_with(plan, launcher, Arc::clone(&console) as Arc<dyn SwarmObserver>);
-
     let watcher = if args.watch {
-        match crate::watch::BundleWatcher::start(&global.config, &bundle) {
+        match goondan_service::watch::BundleWatcher::start(&global.config, &bundle) {
             Ok(watcher) => Some(watcher),
             Err(error) => return usage_error(out, &format!("--watch: the bundle's files cannot be watched: {error}")),
         }
@@ -473,72 +400,13 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
     };
     if !connections.is_empty() {
         let check_bundle = servable_check(global, args, session, &plan_swarm);
-        let options = crate::service::ServeOptions {
-            workspace_dir: workspace.dir().to_path_buf(),
-            max_concurrent: orchestrator.plan().max_processes,
-            grace: std::time::Duration::from_secs(args.drain_secs.unwrap_or(30)),
-            json: global.json,
-            bundle: goondan_config::resolve_bundle_file(&orchestrator.plan().config).display().to_string(),
-            swarm: orchestrator.plan().swarm.name.clone(),
-            control: Some(crate::service::ControlParts {
-                root: root.clone(),
-                workspace: workspace.clone(),
-                check_bundle: Arc::clone(&check_bundle),
-            }),
-            watch: watcher.map(|watcher| crate::service::WatchParts {
-                watcher,
-                entry_agent: orchestrator.plan().swarm.entry_agent.clone(),
-                env: Arc::clone(&session.env),
-                check_bundle: Arc::clone(&check_bundle),
-            }),
-            telemetry: crate::telemetry::start(&session.env),
-        };
-        let telemetry = options.telemetry.clone();
-        let served = crate::service::serve(connections, &orchestrator, options, &session.shutdown, out).await?;
-        crate::telemetry::flush_at_exit(telemetry).await;
-        orchestrator.shutdown("the service stopped").await;
-        if let Some(restart) = served.restart {
-            if restart.fresh {
-                match goondan_runtime::store::reset_conversations(&workspace, None, None) {
-                    Ok(reset) => tracing::info!("--fresh: {} conversation(s) cleared", reset.len()),
-                    Err(error) => tracing::error!("--fresh: the conversations could not be cleared: {error}"),
-                }
-            }
-            // `main` starts the service again once everything here has ended.
-            session.reexec.store(true, std::sync::atomic::Ordering::SeqCst);
-        }
-        return Ok(served.code);
+        let service = Service { root: &root, workspace: &workspace, check_bundle, watcher };
+        return serve_connections(global, args, session, connections, &orchestrator, service, out).await;
     }
     // No service: the run's own control socket takes `gdn task cancel` for
     // its swarm's tasks (a one-shot run waits for them) until it ends.
-    let _control = crate::service_control::listen_for_run(workspace.dir(), &orchestrator);
-    // An interactive run follows edits too: the changed agents restart
-    // between turns (there are no connectors to restart).
-    let _watching = watcher.map(|mut watcher| {
-        let orchestrator = orchestrator.clone();
-        tokio::spawn(async move {
-            while let Some(reload) = watcher.next().await {
-                let mut stderr = anstream::stderr();
-                match reload {
-                    crate::watch::Reload::Invalid(errors) => {
-                        orchestrator.pause_starts(true);
-                        let _ =
-                            output::error_line(&mut stderr, "the bundle no longer validates; the running one is kept:");
-                        for error in errors {
-                            let _ = writeln!(stderr, "  {error}");
-                        }
-                    }
-                    crate::watch::Reload::Changed { changes, .. } => {
-                        orchestrator.pause_starts(false);
-                        for line in &changes.described {
-                            let _ = writeln!(stderr, "{}↻ {line}{}", output::DIM, output::DIM.render_reset());
-                        }
-                        crate::watch::restart_agents(&orchestrator, &changes);
-                    }
-                }
-            }
-        })
-    });
+    let _control = goondan_service::control::listen_for_run(workspace.dir(), &orchestrator);
+    let _watching = watcher.map(|watcher| follow_edits(watcher, orchestrator.clone()));
     let chat =
         Chat { global, console: &console, root: &root, shutdown: &session.shutdown, orchestrator: &orchestrator };
     let code = match single_input {
@@ -565,6 +433,200 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
     Ok(code)
 }
 
+/// `--input` or `--input-file` (the text of one turn), if given; a
+/// `--workdir` that is no directory is refused first. The error is the
+/// usage line to print.
+fn single_input(args: &RunArgs) -> std::result::Result<Option<String>, String> {
+    if let Some(dir) = args.workdir.as_ref().filter(|dir| !dir.is_dir()) {
+        return Err(format!("--workdir {} is not a directory", dir.display()));
+    }
+    match (&args.input, &args.input_file) {
+        (Some(text), _) => Ok(Some(text.clone())),
+        (None, Some(path)) => crate::input::read_text(path, "--input-file", crate::input::MAX_INPUT_BYTES).map(Some),
+        (None, None) => Ok(None),
+    }
+}
+
+/// What a run works on: the swarm's plan, its workspace, and the entry
+/// agent's instance.
+struct Prepared {
+    plan: SwarmPlan,
+    workspace: Workspace,
+    entry: AgentInstance,
+}
+
+/// The entry agent (`--agent`, `--swarm`'s entry, or the bundle's default)
+/// and its instance, the swarm's workspace (refused if another bundle's;
+/// this bundle's instances of the old layouts are moved in) and working
+/// directory, and the plan of its swarm. The error is the usage line to
+/// print.
+fn prepare(
+    global: &GlobalOptions,
+    args: &RunArgs,
+    root: &StateRoot,
+    bundle: &goondan_config::Bundle,
+) -> std::result::Result<Prepared, String> {
+    let mut options = AgentOptions::new(Arc::new(TracingEventSink));
+    options.agent.clone_from(&args.agent);
+    if let Some(name) = &args.swarm {
+        let Some(swarm) = bundle.swarms().find(|s| s.name() == name) else {
+            let known: Vec<&str> = bundle.swarms().map(|s| s.name()).collect();
+            return Err(format!("no Swarm named '{name}' in the bundle (swarms: {})", known.join(", ")));
+        };
+        if options.agent.is_none() {
+            options.agent = Some(swarm.spec.entry_agent.name.clone());
+        }
+    }
+    options.instance_key.clone_from(&args.instance_key);
+    let (agent_name, instance_key) = identity(bundle, &options).map_err(|error| error.to_string())?;
+    let absolute = |path: &Path| std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let config = absolute(&global.config);
+    let workspace = crate::workspace::open(global, root, bundle, &agent_name, WorkspaceAccess::Use)?;
+    let workdir = match &args.workdir {
+        Some(dir) => absolute(dir),
+        None => crate::workspace::default_workdir(&workspace)?,
+    };
+    // Agent processes get the workspace as their `stateRoot`: they open
+    // their instances in it.
+    let plan = SwarmPlan::new(swarm_of(bundle, &agent_name), config, absolute(workspace.dir()), workdir);
+    Ok(Prepared { plan, workspace, entry: AgentInstance::new(agent_name, instance_key) })
+}
+
+/// The run's bounds on tool calls and agent processes.
+fn limit(plan: &mut SwarmPlan, args: &RunArgs) {
+    // A deadline per call by default; 0 turns it off.
+    plan.tool_timeout_ms = Some(args.tool_timeout_ms.unwrap_or(DEFAULT_TOOL_TIMEOUT_MS));
+    if let Some(bound) = args.max_agent_processes {
+        plan.max_processes = usize::try_from(bound).unwrap_or(usize::MAX);
+    }
+    if let Some(seconds) = args.agent_idle_secs {
+        plan.idle_timeout = (seconds > 0).then(|| std::time::Duration::from_secs(seconds));
+    }
+}
+
+/// How the swarm's agent processes start: here, or with `--nats` on agent
+/// hosts (this process runs them only while no host is connected; the
+/// host in this process is returned to be kept). The inner error is the
+/// `--nats` failure to print.
+async fn launcher(
+    global: &GlobalOptions,
+    args: &RunArgs,
+    session: &crate::Session,
+    plan: &SwarmPlan,
+    bundle: &goondan_config::Bundle,
+    workspace: &Workspace,
+) -> Result<std::result::Result<(Arc<dyn goondan_orchestrator::Launch>, Option<goondan_nats::Host>), String>> {
+    let program = std::env::current_exe().context("finding the gdn binary to start agent processes")?;
+    // Agent processes log as this one does.
+    let launcher = AgentLauncher::new(program, crate::nats::agent_launch_args(global));
+    let Some(url) = &args.nats else { return Ok(Ok((Arc::new(launcher), None))) };
+    let local = goondan_service::nats::LocalRuntime {
+        config: plan.config.clone(),
+        workspace: plan.state_root.clone(),
+        workdir: plan.workdir.clone(),
+        env: plan.env.clone(),
+        launcher,
+    };
+    let env = |name: &str| (session.env)(name);
+    let scope = goondan_nats::Scope::new(workspace.id());
+    let wait_hosts = args.wait_hosts.map(|n| (n, std::time::Duration::from_secs(args.wait_hosts_secs)));
+    match goondan_service::nats::hub(url, &env, bundle, local, scope, wait_hosts).await {
+        Ok(parts) => Ok(Ok((parts.launcher, Some(parts.own_host)))),
+        Err(error @ goondan_service::nats::HubError::TooFewHosts { .. }) => {
+            Ok(Err(format!("--wait-hosts {}: {error}", args.wait_hosts.unwrap_or_default())))
+        }
+        Err(error) => Ok(Err(error.to_string())),
+    }
+}
+
+/// What a service needs of the run besides its Connections.
+struct Service<'a> {
+    root: &'a StateRoot,
+    workspace: &'a Workspace,
+    check_bundle: goondan_service::control::BundleCheck,
+    watcher: Option<goondan_service::watch::BundleWatcher>,
+}
+
+/// The run as a service: serves the Connections until a stop, then stops
+/// the agents; a restart asked for (with `--fresh`: the conversations
+/// cleared) makes `main` start it again.
+async fn serve_connections(
+    global: &GlobalOptions,
+    args: &RunArgs,
+    session: &crate::Session,
+    connections: Vec<goondan_service::plan::ConnectionPlan>,
+    orchestrator: &Orchestrator,
+    service: Service<'_>,
+    out: &mut Output,
+) -> Result<u8> {
+    let Service { root, workspace, check_bundle, watcher } = service;
+    let options = goondan_service::serve::ServeOptions {
+        workspace_dir: workspace.dir().to_path_buf(),
+        max_concurrent: orchestrator.plan().max_processes,
+        grace: std::time::Duration::from_secs(args.drain_secs.unwrap_or(30)),
+        bundle: goondan_config::resolve_bundle_file(&orchestrator.plan().config).display().to_string(),
+        swarm: orchestrator.plan().swarm.name.clone(),
+        control: Some(goondan_service::serve::ControlParts {
+            root: root.clone(),
+            workspace: workspace.clone(),
+            check_bundle: Arc::clone(&check_bundle),
+        }),
+        watch: watcher.map(|watcher| goondan_service::serve::WatchParts {
+            watcher,
+            entry_agent: orchestrator.plan().swarm.entry_agent.clone(),
+            env: Arc::clone(&session.env),
+            check_bundle: Arc::clone(&check_bundle),
+        }),
+        telemetry: crate::telemetry::start(&session.env),
+        answers: Arc::new(crate::service::AnswerLines { json: global.json }),
+    };
+    let telemetry = options.telemetry.clone();
+    let (code, restart) =
+        crate::service::serve(connections, orchestrator, options, &session.shutdown, global.json, out).await?;
+    crate::telemetry::flush_at_exit(telemetry).await;
+    orchestrator.shutdown("the service stopped").await;
+    if let Some(restart) = restart {
+        if restart.fresh {
+            match goondan_runtime::store::reset_conversations(workspace, None, None) {
+                Ok(reset) => tracing::info!("--fresh: {} conversation(s) cleared", reset.len()),
+                Err(error) => tracing::error!("--fresh: the conversations could not be cleared: {error}"),
+            }
+        }
+        // `main` starts the service again once everything here has ended.
+        session.reexec.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+    Ok(code)
+}
+
+/// An interactive run follows edits too: the changed agents restart
+/// between turns (there are no connectors to restart).
+fn follow_edits(
+    mut watcher: goondan_service::watch::BundleWatcher,
+    orchestrator: Orchestrator,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        while let Some(reload) = watcher.next().await {
+            let mut stderr = anstream::stderr();
+            match reload {
+                goondan_service::watch::Reload::Invalid(errors) => {
+                    orchestrator.pause_starts(true);
+                    let _ = output::error_line(&mut stderr, "the bundle no longer validates; the running one is kept:");
+                    for error in errors {
+                        let _ = writeln!(stderr, "  {error}");
+                    }
+                }
+                goondan_service::watch::Reload::Changed { changes, .. } => {
+                    orchestrator.pause_starts(false);
+                    for line in &changes.described {
+                        let _ = writeln!(stderr, "{}↻ {line}{}", output::DIM, output::DIM.render_reset());
+                    }
+                    goondan_service::watch::restart_agents(&orchestrator, &changes);
+                }
+            }
+        }
+    })
+}
+
 /// Whether the bundle on disk can be served as this run serves it (a full
 /// restart's check): it loads without errors, still has the Swarm, and
 /// its Connections can be planned (their secrets set).
@@ -573,7 +635,7 @@ fn servable_check(
     args: &RunArgs,
     session: &crate::Session,
     swarm: &str,
-) -> crate::service::BundleCheck {
+) -> goondan_service::control::BundleCheck {
     let config = global.config.clone();
     let swarm = swarm.to_owned();
     let agent = args.agent.clone();
@@ -593,7 +655,7 @@ fn servable_check(
         }
         let entry = found.spec.entry_agent.name.clone();
         let lookup = |name: &str| env(name);
-        crate::service::plan_connections(bundle, &swarm, &entry, &lookup).map(|_| ())
+        goondan_service::plan::plan_connections(bundle, &swarm, &entry, &lookup).map(|_| ())
     })
 }
 
@@ -729,7 +791,7 @@ struct Chat<'a> {
     global: &'a GlobalOptions,
     console: &'a Console,
     root: &'a StateRoot,
-    shutdown: &'a crate::shutdown::Shutdown,
+    shutdown: &'a goondan_service::shutdown::Shutdown,
     orchestrator: &'a Orchestrator,
 }
 

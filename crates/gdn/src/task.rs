@@ -2,7 +2,7 @@
 //! complete later) of the project's agent instances, read from their books
 //! (`<instance>/tasks.jsonl`, never written here); a cancel goes through
 //! the running service — or, without one, a running `gdn run` (see
-//! `service_control`) — to the process that runs the task's work.
+//! `goondan_service::control`) — to the process that runs the task's work.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -17,8 +17,8 @@ use goondan_tools::tasks::{TaskState, TaskView};
 use crate::cli::{GlobalOptions, TaskCommand};
 use crate::exit;
 use crate::output::{self, Output};
-use crate::service_control::ControlRequest;
-use crate::service_status::ServiceStatus;
+use goondan_service::control::ControlRequest;
+use goondan_service::status::ServiceStatus;
 
 /// A task and the instance it belongs to.
 struct Found {
@@ -61,7 +61,7 @@ fn json_of(found: &Found) -> serde_json::Value {
 
 /// `gdn task …`.
 pub fn task(global: &GlobalOptions, command: &TaskCommand, session: &crate::Session, out: &mut Output) -> Result<u8> {
-    let workspace = match crate::restart::workspace_or_exit(global, out)? {
+    let workspace = match crate::workspace::workspace_or_exit(global, out)? {
         Ok(workspace) => workspace,
         Err(code) => return Ok(code),
     };
@@ -79,7 +79,7 @@ pub fn task(global: &GlobalOptions, command: &TaskCommand, session: &crate::Sess
     };
     // A swarm spread over agent hosts: its instances' books, copied from the broker.
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let mut copy = match crate::nats::BrokerCopy::take_or_exit(&runtime, url, session, &workspace, out)? {
+    let mut copy = match crate::nats::take_copy_or_exit(&runtime, url, session, &workspace, out)? {
         Ok(copy) => copy,
         Err(code) => return Ok(code),
     };
@@ -89,7 +89,7 @@ pub fn task(global: &GlobalOptions, command: &TaskCommand, session: &crate::Sess
         TaskCommand::Cancel { handle, wait_secs, .. } => {
             // The task's end is seen in the copy, taken again (at most
             // every 250 ms) while waiting.
-            let mut refresh = || copy.refresh_every(&runtime, Duration::from_millis(250));
+            let mut refresh = || copy.refresh_every(&runtime, Duration::from_millis(250)).map_err(|e| e.to_string());
             cancel(global, &copied, &workspace, handle, *wait_secs, &mut refresh, out)
         }
         TaskCommand::List { .. } => list(global, &copied, out),
@@ -217,43 +217,8 @@ fn cancel(
             )?;
             return Ok(exit::FAILED);
         }
-    } else {
-        // No service: a gdn run without one (a one-shot run waiting for
-        // its tasks, the interactive prompt) may run the instance.
-        let runs = crate::service_control::running_runs(served.dir());
-        let mut reached = Vec::new();
-        let mut sent = false;
-        for run in &runs {
-            match crate::service_control::request(Path::new(&run.control), &request, Duration::from_secs(30)) {
-                Ok(reply) if reply.cancel_sent => {
-                    sent = true;
-                    break;
-                }
-                Ok(reply) => match reply.error {
-                    Some(error) => tracing::warn!("gdn run (pid {}): {error}", run.pid),
-                    None => reached.push(run.pid.to_string()),
-                },
-                Err(error) => tracing::warn!("gdn run (pid {}): {error}", run.pid),
-            }
-        }
-        if !sent {
-            let what = if reached.is_empty() {
-                "no service and no gdn run of this project runs on this machine".to_owned()
-            } else {
-                format!(
-                    "no service of this project runs, and its gdn run (pid {}) runs no process of {instance}",
-                    reached.join(", ")
-                )
-            };
-            output::error_line(
-                &mut out.stderr,
-                format_args!(
-                    "{what}, so the cancel of task '{handle}' has no process to go to; gdn task show {handle} shows \
-                     what its instance's book says"
-                ),
-            )?;
-            return Ok(exit::FAILED);
-        }
+    } else if let Some(code) = cancel_through_runs(served, &request, instance, handle, out)? {
+        return Ok(code);
     }
     let deadline = Instant::now() + Duration::from_secs(wait_secs);
     loop {
@@ -283,4 +248,45 @@ fn cancel(
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// No service: a gdn run without one (a one-shot run waiting for its
+/// tasks, the interactive prompt) may run the instance. Sends the cancel
+/// to each run of `served` until one takes it; the exit code of the error
+/// printed if none does.
+fn cancel_through_runs(
+    served: &Workspace,
+    request: &ControlRequest,
+    instance: &AgentInstance,
+    handle: &str,
+    out: &mut Output,
+) -> Result<Option<u8>> {
+    let runs = goondan_service::control::running_runs(served.dir());
+    let mut reached = Vec::new();
+    for run in &runs {
+        match goondan_service::control::request(Path::new(&run.control), request, Duration::from_secs(30)) {
+            Ok(reply) if reply.cancel_sent => return Ok(None),
+            Ok(reply) => match reply.error {
+                Some(error) => tracing::warn!("gdn run (pid {}): {error}", run.pid),
+                None => reached.push(run.pid.to_string()),
+            },
+            Err(error) => tracing::warn!("gdn run (pid {}): {error}", run.pid),
+        }
+    }
+    let what = if reached.is_empty() {
+        "no service and no gdn run of this project runs on this machine".to_owned()
+    } else {
+        format!(
+            "no service of this project runs, and its gdn run (pid {}) runs no process of {instance}",
+            reached.join(", ")
+        )
+    };
+    output::error_line(
+        &mut out.stderr,
+        format_args!(
+            "{what}, so the cancel of task '{handle}' has no process to go to; gdn task show {handle} shows \
+             what its instance's book says"
+        ),
+    )?;
+    Ok(Some(exit::FAILED))
 }

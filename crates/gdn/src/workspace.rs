@@ -12,8 +12,14 @@
 //! refused, with the ways on, when NAME is another bundle's), and a
 //! project that moved takes its old workspace over with
 //! `--adopt-workspace`.
+//!
+//! It also owns where the state root is (`--state-root`,
+//! `GOONDAN_STATE_ROOT`, `~/.goondan`) and which workspace a command that
+//! only looks at state (logs, status, restart, instance delete) means.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Result, anyhow};
 
 use goondan_config::{Bundle, resolve_bundle_file};
 use std::io::Write as _;
@@ -24,6 +30,75 @@ use goondan_runtime::store::{
 };
 
 use crate::cli::GlobalOptions;
+use crate::exit;
+use crate::output::{self, Output};
+
+/// The state root from `--state-root`, `GOONDAN_STATE_ROOT` or `~/.goondan`.
+pub(crate) fn state_root(global: &GlobalOptions) -> Result<StateRoot> {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    StateRoot::resolve(global.state_root.clone(), std::env::var("GOONDAN_STATE_ROOT").ok(), home)
+        .map_err(|e| anyhow!("{e}"))
+}
+
+/// The project's workspace, or the exit code of the error printed.
+pub(crate) fn workspace_or_exit(global: &GlobalOptions, out: &mut Output) -> Result<Result<Workspace, u8>> {
+    let root = crate::workspace::state_root(global)?;
+    match crate::workspace::project_workspace(global, &root) {
+        Ok(Some(workspace)) => Ok(Ok(workspace)),
+        Ok(None) => {
+            output::error_line(&mut out.stderr, "no such workspace (gdn instance list shows the workspaces)")?;
+            Ok(Err(exit::USAGE))
+        }
+        Err(message) => {
+            output::error_line(&mut out.stderr, message)?;
+            Ok(Err(exit::USAGE))
+        }
+    }
+}
+
+/// The workspace `instance delete` works in: `--workspace`'s as it is
+/// (`None` if there is none), else the bundle's (`-c`), whose old-layout
+/// instances are moved into it first; another bundle's is refused.
+pub(crate) fn project_workspace(
+    global: &GlobalOptions,
+    root: &StateRoot,
+) -> std::result::Result<Option<Workspace>, String> {
+    if let Some(name) = &global.workspace {
+        return find_workspace(root, name).map_err(|e| e.to_string());
+    }
+    let report = goondan_config::load_bundle(&global.config);
+    let Some(bundle) = report.valid_bundle() else {
+        // A bundle being edited (a running service asked to restart with
+        // it) still names its workspace: the one whose workspace.json is
+        // this bundle's.
+        if let Some(workspace) = workspace_of_bundle(root, &bundle_identity(&global.config)) {
+            return Ok(Some(workspace));
+        }
+        let first = report.diagnostics.iter().find(|d| d.is_error()).map(|d| format!(": {}", d.message));
+        return Err(format!(
+            "cannot tell the project's workspace: the bundle {} does not load{}; pass -c BUNDLE, or --workspace NAME \
+             (gdn instance list shows the workspaces)",
+            goondan_config::resolve_bundle_file(&global.config).display(),
+            first.unwrap_or_default()
+        ));
+    };
+    let agent = bundle.default_agent().map_err(|e| e.to_string())?;
+    // Its callers look at what a workspace holds (logs, a service's status,
+    // instances to delete): none creates one, or announces a bundle's own.
+    open(global, root, bundle, agent.name(), WorkspaceAccess::Inspect).map(Some)
+}
+
+/// The one workspace of the state root whose workspace.json names the
+/// bundle `identity`, if exactly one does.
+fn workspace_of_bundle(root: &StateRoot, identity: &str) -> Option<Workspace> {
+    let mut found = std::fs::read_dir(root.workspaces_dir()).ok()?.flatten().filter_map(|entry| {
+        let name = entry.file_name().to_str()?.to_owned();
+        let workspace = find_workspace(root, &name).ok()??;
+        (workspace.info()?.bundle == identity).then_some(workspace)
+    });
+    let first = found.next()?;
+    found.next().is_none().then_some(first)
+}
 
 /// The bundle's identity in the state: the canonical path of its file
 /// (`-c` given as a directory or as the file, through links, is one bundle).

@@ -41,6 +41,27 @@ const RULES: &[(&str, &[&str])] = &[
     ("goondan-nats", &["goondan-core", "goondan-ipc", "goondan-orchestrator"]),
     // The agent process: it runs turns, and talks only to its hub.
     ("goondan-agent", &["goondan-core", "goondan-config", "goondan-tools", "goondan-runtime", "goondan-ipc"]),
+    // The read-only web page over a state root: it reads the logs, writes nothing,
+    // runs no agent and knows no command line (gdn studio binds and prints).
+    ("goondan-studio", &["goondan-core", "goondan-runtime", "goondan-ingress"]),
+    // A swarm's service, supervised (connectors, inbox, turns, control socket, status,
+    // watcher, signals, secrets): it knows no command line, prints nothing and picks no exit code.
+    (
+        "goondan-service",
+        &[
+            "goondan-core",
+            "goondan-config",
+            "goondan-base",
+            "goondan-runtime",
+            "goondan-ingress",
+            "goondan-script",
+            "goondan-ipc",
+            "goondan-orchestrator",
+            "goondan-agent",
+            "goondan-telemetry",
+            "goondan-nats",
+        ],
+    ),
     (
         "gdn",
         &[
@@ -61,6 +82,8 @@ const RULES: &[(&str, &[&str])] = &[
             "goondan-sandbox",
             "goondan-telemetry",
             "goondan-nats",
+            "goondan-studio",
+            "goondan-service",
         ],
     ),
 ];

@@ -151,7 +151,7 @@ impl IntoResponse for Refusal {
                  or send Authorization: Bearer <token>",
             ),
         };
-        let mut response = super::json_response(status, json!({"error": error, "message": message}));
+        let mut response = crate::server::json_response(status, json!({"error": error, "message": message}));
         if status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }

@@ -144,6 +144,10 @@ pub struct FullRestart {
     pub fresh: bool,
 }
 
+/// Whether the bundle on disk can be served: its problems if not (asked
+/// before a whole restart, and by the watcher before it restarts).
+pub type BundleCheck = Arc<dyn Fn() -> Result<(), Vec<String>> + Send + Sync>;
+
 /// What the control server acts on.
 pub struct ControlContext {
     /// The swarm's hub.
@@ -156,7 +160,7 @@ pub struct ControlContext {
     pub workspace: Workspace,
     /// Checks that the bundle on disk can be served, before a full restart:
     /// its diagnostics if not.
-    pub check_bundle: crate::service::BundleCheck,
+    pub check_bundle: BundleCheck,
     /// Where a full restart is asked for (the serve loop).
     pub full_restart: mpsc::UnboundedSender<FullRestart>,
 }

@@ -68,6 +68,11 @@ impl Secrets {
         self.values.len()
     }
 
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
     /// Adds values read from environment files; they replace those of the
     /// same name (the files win over the process environment).
     pub fn extend(&mut self, values: impl IntoIterator<Item = (String, String)>) {

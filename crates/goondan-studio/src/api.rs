@@ -11,7 +11,7 @@ use std::sync::Arc;
 use goondan_core::JsonValue;
 use serde_json::json;
 
-use super::model::{self, Entry, Graph, Project, Store, iso};
+use crate::model::{self, Entry, Graph, Project, Store, iso};
 
 /// The newest entries a timeline holds unless asked otherwise.
 pub const DEFAULT_LIMIT: usize = 400;
@@ -255,12 +255,48 @@ impl Span {
 pub fn trace(project: &Project, trace_id: &str) -> Option<JsonValue> {
     let summary = project.traces.get(trace_id)?;
     let entries: Vec<&Entry> = summary.entries.iter().filter_map(|s| project.entries.get(*s as usize)).collect();
-    let mut spans: Vec<Span> = Vec::new();
-    let mut index: HashMap<String, usize> = HashMap::new();
-    let mut first_tool_of_step: HashMap<String, u64> = HashMap::new();
-    let mut call_span: HashMap<(String, String), String> = HashMap::new();
+    let mut built = TraceSpans::default();
     for e in &entries {
-        let Some(span_id) = &e.span_id else { continue };
+        built.record(e);
+    }
+    built.add_model_calls();
+    let roots_extra = built.link_handoffs(project, &entries, trace_id);
+    built.add_tasks(project);
+    let mut spans = built.spans;
+    spans.extend(roots_extra);
+    let (roots, children) = nest(&spans);
+    let started = spans.iter().map(|s| s.start).min().unwrap_or(summary.started);
+    let ended = spans.iter().filter_map(|s| s.end).max().unwrap_or(summary.ended).max(summary.ended);
+    let root_json: Vec<JsonValue> = roots.iter().map(|i| span_json(&spans, &children, *i, 0)).collect();
+    Some(json!({
+        "traceId": trace_id,
+        "rootSpans": root_json,
+        "agentNames": agents_in_order(project, summary),
+        "instanceKeys": summary.keys.iter().map(|a| &**a).collect::<Vec<_>>(),
+        "startedAt": iso(started), "startedAtMs": started,
+        "completedAt": if summary.open_turns > 0 { JsonValue::Null } else { json!(iso(ended)) },
+        "completedAtMs": ended,
+        "totalDuration": ended - started,
+        "nowMs": now_ms(),
+    }))
+}
+
+/// A trace's spans as they are built, and what finds them again.
+#[derive(Default)]
+struct TraceSpans {
+    spans: Vec<Span>,
+    /// Each span's place in `spans`, by id.
+    index: HashMap<String, usize>,
+    /// When each step's first tool call started, by the step's span id.
+    first_tool_of_step: HashMap<String, u64>,
+    /// The span of each tool call, by (agent, call id).
+    call_span: HashMap<(String, String), String>,
+}
+
+impl TraceSpans {
+    /// A turn's, step's or tool call's start opens its span; its end closes it.
+    fn record(&mut self, e: &Entry) {
+        let Some(span_id) = &e.span_id else { return };
         match e.subtype.as_str() {
             "turn.started" | "step.started" | "tool.called" => {
                 let kind = match e.subtype.as_str() {
@@ -275,15 +311,15 @@ pub fn trace(project: &Project, trace_id: &str) -> Option<JsonValue> {
                 if kind == "tool"
                     && let (Some(parent), Some(call)) = (&e.parent_span_id, &e.tool_call_id)
                 {
-                    first_tool_of_step.entry(parent.clone()).or_insert(e.at);
-                    call_span.insert((span.agent.clone(), call.clone()), span_id.clone());
+                    self.first_tool_of_step.entry(parent.clone()).or_insert(e.at);
+                    self.call_span.insert((span.agent.clone(), call.clone()), span_id.clone());
                 }
-                index.insert(span_id.clone(), spans.len());
-                spans.push(span);
+                self.index.insert(span_id.clone(), self.spans.len());
+                self.spans.push(span);
             }
             "turn.completed" | "turn.failed" | "step.completed" | "tool.completed" | "tool.failed" => {
-                let Some(&at) = index.get(span_id) else { continue };
-                let span = &mut spans[at];
+                let Some(&at) = self.index.get(span_id) else { return };
+                let span = &mut self.spans[at];
                 span.end = Some(e.at);
                 span.duration = e.duration.or(Some(e.at.saturating_sub(span.start) as f64));
                 span.status = if e.failed() {
@@ -307,123 +343,146 @@ pub fn trace(project: &Project, trace_id: &str) -> Option<JsonValue> {
             _ => {}
         }
     }
-    // The model call of each step: from the step's start to its first tool
-    // call (the step core asks the model, then runs the calls), or to the
-    // step's end when it made none.
-    let steps: Vec<Span> = spans.iter().filter(|s| s.kind == "step").cloned().collect();
-    for step in steps {
-        let end = first_tool_of_step.get(&step.id).copied().or(step.end);
-        let mut model = step.clone();
-        model.id = format!("{}-model", step.id);
-        model.parent = Some(step.id.clone());
-        model.kind = "model".to_owned();
-        model.end = end;
-        model.duration = end.map(|end| end.saturating_sub(step.start) as f64);
-        model.status = if end.is_some() { "completed" } else { "started" };
-        model.detail = format!("{} model call", step.agent);
-        model.tool_call_id = None;
-        index.insert(model.id.clone(), spans.len());
-        spans.push(model);
+
+    /// The model call of each step: from the step's start to its first tool
+    /// call (the step core asks the model, then runs the calls), or to the
+    /// step's end when it made none.
+    fn add_model_calls(&mut self) {
+        let steps: Vec<Span> = self.spans.iter().filter(|s| s.kind == "step").cloned().collect();
+        for step in steps {
+            let end = self.first_tool_of_step.get(&step.id).copied().or(step.end);
+            let mut model = step.clone();
+            model.id = format!("{}-model", step.id);
+            model.parent = Some(step.id.clone());
+            model.kind = "model".to_owned();
+            model.end = end;
+            model.duration = end.map(|end| end.saturating_sub(step.start) as f64);
+            model.status = if end.is_some() { "completed" } else { "started" };
+            model.detail = format!("{} model call", step.agent);
+            model.tool_call_id = None;
+            self.index.insert(model.id.clone(), self.spans.len());
+            self.spans.push(model);
+        }
     }
-    // Handoffs: another agent's turn goes under the call that asked for it;
-    // a connector's event becomes the root of the turn it started.
-    let mut roots_extra: Vec<Span> = Vec::new();
-    for e in &entries {
-        match e.subtype.as_str() {
-            "agent.request.sent" | "agent.response.received" | "agent.send.sent" => {
-                let agent = e.agent.as_deref().unwrap_or("").to_owned();
-                let call = e.tool_call_id.clone().or_else(|| {
-                    let correlation = e.correlation_id.as_ref()?;
-                    project.request_call.get(correlation).map(|(_, call)| call.clone())
-                });
-                if let Some(call) = call
-                    && let Some(span_id) = call_span.get(&(agent, call))
-                    && let Some(&at) = index.get(span_id)
-                {
-                    spans[at].events.push(json!({"at": iso(e.at), "name": e.subtype, "detail": e.detail}));
-                }
-            }
-            "turn.started" => {
-                let Some(correlation) = &e.correlation_id else { continue };
-                let Some(&at) = e.span_id.as_ref().and_then(|s| index.get(s)) else { continue };
-                if let Some((_, call)) = project.request_call.get(correlation) {
-                    let caller = entries.iter().find(|x| {
-                        x.subtype == "agent.request.sent" && x.correlation_id.as_deref() == Some(correlation)
+
+    /// Handoffs: another agent's turn goes under the call that asked for it;
+    /// a connector's event becomes the root of the turn it started (those
+    /// roots are returned, to be added last).
+    fn link_handoffs(&mut self, project: &Project, entries: &[&Entry], trace_id: &str) -> Vec<Span> {
+        let mut roots_extra: Vec<Span> = Vec::new();
+        for e in entries {
+            match e.subtype.as_str() {
+                "agent.request.sent" | "agent.response.received" | "agent.send.sent" => {
+                    let agent = e.agent.as_deref().unwrap_or("").to_owned();
+                    let call = e.tool_call_id.clone().or_else(|| {
+                        let correlation = e.correlation_id.as_ref()?;
+                        project.request_call.get(correlation).map(|(_, call)| call.clone())
                     });
-                    if let Some(caller) = caller
-                        && let Some(span_id) =
-                            call_span.get(&(caller.agent.as_deref().unwrap_or("").to_owned(), call.clone()))
+                    if let Some(call) = call
+                        && let Some(span_id) = self.call_span.get(&(agent, call))
+                        && let Some(&at) = self.index.get(span_id)
                     {
-                        spans[at].parent = Some(span_id.clone());
+                        self.spans[at].events.push(json!({"at": iso(e.at), "name": e.subtype, "detail": e.detail}));
                     }
-                } else if let Some(accepted) = project.delivery_of_request.get(correlation)
-                    && let Some(accept) = project.entries.get(*accepted as usize)
-                {
-                    let mut root = Span::new(accept, "connector");
-                    root.id = format!("connector-{}", accept.seq);
-                    root.parent = None;
-                    root.trace = trace_id.to_owned();
-                    root.agent = accept.source.trim_start_matches("connector:").to_owned();
-                    root.detail = format!("{} event {}", root.agent, accept.detail);
-                    let done =
-                        project.scope(Some(&accept.key)).iter().filter_map(|s| project.entries.get(*s as usize)).find(
-                            |d| {
-                                d.subtype == "connector.done"
-                                    && d.correlation_id.as_deref() == Some(&accept.seq.to_string())
-                            },
-                        );
-                    if let Some(done) = done {
-                        root.end = Some(done.at);
-                        root.duration = done.duration;
-                        root.status = if done.failed() { "failed" } else { "completed" };
-                    }
-                    spans[at].parent = Some(root.id.clone());
-                    roots_extra.push(root);
                 }
+                "turn.started" => {
+                    let Some(correlation) = &e.correlation_id else { continue };
+                    let Some(&at) = e.span_id.as_ref().and_then(|s| self.index.get(s)) else { continue };
+                    if let Some((_, call)) = project.request_call.get(correlation) {
+                        let caller = entries.iter().find(|x| {
+                            x.subtype == "agent.request.sent" && x.correlation_id.as_deref() == Some(correlation)
+                        });
+                        if let Some(caller) = caller
+                            && let Some(span_id) =
+                                self.call_span.get(&(caller.agent.as_deref().unwrap_or("").to_owned(), call.clone()))
+                        {
+                            self.spans[at].parent = Some(span_id.clone());
+                        }
+                    } else if let Some(accepted) = project.delivery_of_request.get(correlation)
+                        && let Some(accept) = project.entries.get(*accepted as usize)
+                    {
+                        let root = connector_root(project, accept, trace_id);
+                        self.spans[at].parent = Some(root.id.clone());
+                        roots_extra.push(root);
+                    }
+                }
+                _ => {}
             }
-            _ => {}
+        }
+        roots_extra
+    }
+
+    /// Pending results: the task under its call, until it ends.
+    fn add_tasks(&mut self, project: &Project) {
+        let tasks: Vec<&model::Task> = project.tasks.values().collect();
+        for span in self.spans.clone() {
+            if span.kind != "tool" || span.status != "pending" {
+                continue;
+            }
+            let Some(call) = &span.tool_call_id else { continue };
+            let Some(task) = tasks.iter().find(|t| {
+                &t.call_id == call
+                    && *t.agent == *span.agent
+                    && *t.key == *span.key
+                    && span.turn.as_deref().is_none_or(|turn| turn == t.turn_id)
+            }) else {
+                continue;
+            };
+            self.spans.push(task_span(project, &span, task));
         }
     }
-    // Pending results: the task under its call, until it ends.
-    let tasks: Vec<&model::Task> = project.tasks.values().collect();
-    for span in spans.clone() {
-        if span.kind != "tool" || span.status != "pending" {
-            continue;
-        }
-        let Some(call) = &span.tool_call_id else { continue };
-        let Some(task) = tasks.iter().find(|t| {
-            &t.call_id == call
-                && *t.agent == *span.agent
-                && *t.key == *span.key
-                && span.turn.as_deref().is_none_or(|turn| turn == t.turn_id)
-        }) else {
-            continue;
-        };
-        let mut child = span.clone();
-        child.id = format!("task-{}", task.handle);
-        child.parent = Some(span.id.clone());
-        child.kind = "task".to_owned();
-        child.start = task.created;
-        child.detail = format!("{} task {}", task.tool, task.handle);
-        child.events.clear();
-        match &task.ended {
-            Some((at, state)) => {
-                child.end = Some(*at);
-                child.duration = Some(at.saturating_sub(task.created) as f64);
-                child.status = if state == "completed" { "completed" } else { "failed" };
-                child.detail = format!("{} task {state}", task.tool);
-            }
-            None => {
-                child.end = None;
-                child.duration = None;
-                child.status = "working";
-            }
-        }
-        child.link = project.turn_of_request.get(&format!("task:{}", task.handle)).map(|(trace, _)| trace.to_string());
-        spans.push(child);
+}
+
+/// The span of a connector's event (`accept`, its `connector.accepted`
+/// entry): the root of the turn it started, ended by its `connector.done`.
+fn connector_root(project: &Project, accept: &Entry, trace_id: &str) -> Span {
+    let mut root = Span::new(accept, "connector");
+    root.id = format!("connector-{}", accept.seq);
+    root.parent = None;
+    root.trace = trace_id.to_owned();
+    root.agent = accept.source.trim_start_matches("connector:").to_owned();
+    root.detail = format!("{} event {}", root.agent, accept.detail);
+    let done = project
+        .scope(Some(&accept.key))
+        .iter()
+        .filter_map(|s| project.entries.get(*s as usize))
+        .find(|d| d.subtype == "connector.done" && d.correlation_id.as_deref() == Some(&accept.seq.to_string()));
+    if let Some(done) = done {
+        root.end = Some(done.at);
+        root.duration = done.duration;
+        root.status = if done.failed() { "failed" } else { "completed" };
     }
-    spans.extend(roots_extra);
-    // Nest.
+    root
+}
+
+/// The span of the task a pending tool call (`call`) started, until it ends.
+fn task_span(project: &Project, call: &Span, task: &model::Task) -> Span {
+    let mut child = call.clone();
+    child.id = format!("task-{}", task.handle);
+    child.parent = Some(call.id.clone());
+    child.kind = "task".to_owned();
+    child.start = task.created;
+    child.detail = format!("{} task {}", task.tool, task.handle);
+    child.events.clear();
+    match &task.ended {
+        Some((at, state)) => {
+            child.end = Some(*at);
+            child.duration = Some(at.saturating_sub(task.created) as f64);
+            child.status = if state == "completed" { "completed" } else { "failed" };
+            child.detail = format!("{} task {state}", task.tool);
+        }
+        None => {
+            child.end = None;
+            child.duration = None;
+            child.status = "working";
+        }
+    }
+    child.link = project.turn_of_request.get(&format!("task:{}", task.handle)).map(|(trace, _)| trace.to_string());
+    child
+}
+
+/// The spans' tree: the roots, and each span's children, in order of start.
+fn nest(spans: &[Span]) -> (Vec<usize>, HashMap<usize, Vec<usize>>) {
     let ids: HashMap<String, usize> = spans.iter().enumerate().map(|(i, s)| (s.id.clone(), i)).collect();
     let mut children: HashMap<usize, Vec<usize>> = HashMap::new();
     let mut roots = Vec::new();
@@ -438,20 +497,7 @@ pub fn trace(project: &Project, trace_id: &str) -> Option<JsonValue> {
     for list in children.values_mut() {
         by_start(list);
     }
-    let started = spans.iter().map(|s| s.start).min().unwrap_or(summary.started);
-    let ended = spans.iter().filter_map(|s| s.end).max().unwrap_or(summary.ended).max(summary.ended);
-    let root_json: Vec<JsonValue> = roots.iter().map(|i| span_json(&spans, &children, *i, 0)).collect();
-    Some(json!({
-        "traceId": trace_id,
-        "rootSpans": root_json,
-        "agentNames": agents_in_order(project, summary),
-        "instanceKeys": summary.keys.iter().map(|a| &**a).collect::<Vec<_>>(),
-        "startedAt": iso(started), "startedAtMs": started,
-        "completedAt": if summary.open_turns > 0 { JsonValue::Null } else { json!(iso(ended)) },
-        "completedAtMs": ended,
-        "totalDuration": ended - started,
-        "nowMs": now_ms(),
-    }))
+    (roots, children)
 }
 
 fn rank(kind: &str) -> u8 {
