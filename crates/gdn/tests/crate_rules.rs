@@ -43,7 +43,7 @@ const RULES: &[(&str, &[&str])] = &[
     ("goondan-agent", &["goondan-core", "goondan-config", "goondan-tools", "goondan-runtime", "goondan-ipc"]),
     // The read-only web page over a state root: it reads the logs, writes nothing,
     // runs no agent and knows no command line (gdn studio binds and prints).
-    ("goondan-studio", &["goondan-core", "goondan-runtime", "goondan-ingress"]),
+    ("goondan-studio", &["goondan-core", "goondan-journal", "goondan-runtime", "goondan-ingress"]),
     // A swarm's service, supervised (connectors, inbox, turns, control socket, status,
     // watcher, signals, secrets): it knows no command line, prints nothing and picks no exit code.
     (
