@@ -1,9 +1,9 @@
-//! The inbox's accept path (see `docs/BENCHMARKS.md`): how long one
-//! `Inbox::store` takes to be acknowledged (one append and one fsync), and
-//! how long 64 concurrent stores take together (group commit: one append
-//! and one fsync for as many as wait). The state lives in a temp directory
-//! on the file system `TMPDIR` names; the figures are dominated by its
-//! `fdatasync`.
+//! The inbox's accept path: how long one `Inbox::store` takes to be
+//! acknowledged (one append and one fsync), and how long 64 concurrent
+//! stores take together (group commit: one append and one fsync for as many
+//! as wait). The state lives in a temp directory on the file system
+//! `TMPDIR` names: on a disk the figures are its `fdatasync`'s; on tmpfs
+//! (`TMPDIR=/dev/shm`) they are the inbox's own work.
 
 use std::collections::BTreeMap;
 
