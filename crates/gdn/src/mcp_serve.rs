@@ -6,7 +6,7 @@
 //! turn gets. On stdio, standard output carries MCP frames only: logs go to
 //! standard error and nothing here writes to standard output. The server
 //! stops at the end of its input (stdio), at SIGTERM/SIGHUP (through
-//! `gdn::shutdown`, as a turn is cancelled) or at Ctrl-C; `main` then kills
+//! `goondan_service::shutdown`, as a turn is cancelled) or at Ctrl-C; `main` then kills
 //! every process its tool calls left.
 
 use std::io::Write;
