@@ -6,10 +6,8 @@
 //! bound.
 
 use std::io::Write as _;
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -46,25 +44,6 @@ fn gdn(bundle: &Path, state: &Path, env: &[(&str, &str)], args: &[&str]) -> Outp
         command.env(key, value);
     }
     command.output().unwrap_or_else(|e| panic!("spawn gdn: {e}"))
-}
-
-/// An OpenAI-compatible server on 127.0.0.1 recording each request's
-/// Authorization header.
-fn serve_openai() -> (String, Arc<Mutex<Vec<String>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind: {e}"));
-    let address = listener.local_addr().unwrap_or_else(|e| panic!("addr: {e}"));
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let log = Arc::clone(&seen);
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let (headers, _) = common::read_http_request(&stream);
-            for (_, value) in headers.iter().filter(|(key, _)| key.eq_ignore_ascii_case("authorization")) {
-                log.lock().unwrap_or_else(|e| e.into_inner()).push(value.clone());
-            }
-            common::write_openai_stream(&stream, &[json!({"role": "assistant", "content": "hello"})], "stop");
-        }
-    });
-    (format!("http://{address}/v1"), seen)
 }
 
 /// A bundle whose model key is `valueFrom: {env: MODEL_CRED}`, with `bash`
@@ -106,7 +85,8 @@ spec:
 /// Which file's value reaches the model, for each combination of files.
 #[test]
 fn env_file_beats_env_local_beats_env_beats_the_process_environment() {
-    let (endpoint, seen) = serve_openai();
+    let model = must_serve();
+    let endpoint = model.url();
     let bundle = temp();
     write_bundle(bundle.path(), &endpoint);
     let flag_dir = temp();
@@ -137,10 +117,10 @@ fn env_file_beats_env_local_beats_env_beats_the_process_environment() {
         if with_flag {
             args.extend(["--env-file", &flag]);
         }
-        seen.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        model.take_requests();
         let output = gdn(bundle.path(), state.path(), &[("MODEL_CRED", "from-process")], &args);
         assert_eq!(output.status.code(), Some(0), "{expected}: {}", text(&output.stderr));
-        let headers = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let headers = model.headers("authorization");
         assert_eq!(headers, [format!("Bearer {expected}")], "(.env {env}, .env.local {local}, flag {with_flag})");
     }
 }
@@ -150,7 +130,8 @@ fn env_file_beats_env_local_beats_env_beats_the_process_environment() {
 /// reaches the log or the state root.
 #[test]
 fn quoted_values_with_comments_and_several_lines_are_read_as_dotenv_files_are() {
-    let (endpoint, seen) = serve_openai();
+    let model = must_serve();
+    let endpoint = model.url();
     let bundle = temp();
     let state = temp();
     write_bundle(bundle.path(), &endpoint);
@@ -161,7 +142,7 @@ fn quoted_values_with_comments_and_several_lines_are_read_as_dotenv_files_are() 
     let output = gdn(bundle.path(), state.path(), &[], &["-vv", "run", "--input", "hi"]);
     let stderr = text(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{stderr}");
-    assert_eq!(seen.lock().unwrap_or_else(|e| e.into_inner()).clone(), ["Bearer sk-quoted-41"]);
+    assert_eq!(model.headers("authorization"), ["Bearer sk-quoted-41"]);
     for secret in ["sk-quoted-41", "line-two-of-the-cert"] {
         assert!(!stderr.contains(secret), "the log holds {secret}: {stderr}");
         for file in walk(state.path()) {
@@ -350,4 +331,9 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
         }
     }
     files
+}
+
+/// The fake model server, answering "hello".
+fn must_serve() -> goondan_test_support::FakeModel {
+    goondan_test_support::FakeModel::text("hello").unwrap_or_else(|e| panic!("model server: {e}"))
 }

@@ -2,12 +2,10 @@
 //! not through its environment, not through `/proc/<gdn>/environ`, not in
 //! the JavaScript host — while the model and the built-ins still get them.
 
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::sync::{Arc, Mutex};
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 mod common;
 use common::js_runtime_usable;
@@ -92,25 +90,6 @@ spec:
     .unwrap_or_else(|e| panic!("{e}"));
 }
 
-/// An OpenAI-compatible server on 127.0.0.1 that records each request's
-/// Authorization header and streams one short answer.
-fn serve_openai() -> (String, Arc<Mutex<Vec<String>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind: {e}"));
-    let address = listener.local_addr().unwrap_or_else(|e| panic!("addr: {e}"));
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let log = Arc::clone(&seen);
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let (headers, _) = common::read_http_request(&stream);
-            for (_, value) in headers.iter().filter(|(key, _)| key.eq_ignore_ascii_case("authorization")) {
-                log.lock().unwrap_or_else(|e| e.into_inner()).push(value.clone());
-            }
-            common::write_openai_stream(&stream, &[json!({"role": "assistant", "content": "hello"})], "stop");
-        }
-    });
-    (format!("http://{address}/v1"), seen)
-}
-
 fn assert_no_secret(what: &str, haystack: &str) {
     for secret in [MODEL_KEY, ODD_SECRET, TOKEN] {
         assert!(!haystack.contains(secret), "{what} holds a secret ({secret}):\n{haystack}");
@@ -174,7 +153,8 @@ fn the_script_host_sees_no_secret_either() {
 
 #[test]
 fn the_model_still_gets_its_key_and_no_secret_is_saved() {
-    let (endpoint, seen) = serve_openai();
+    let model = must_serve();
+    let endpoint = model.url();
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let state = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     write_bundle(dir.path(), &endpoint);
@@ -184,7 +164,7 @@ fn the_model_still_gets_its_key_and_no_secret_is_saved() {
     assert_eq!(text(&output.stdout).trim(), "hello");
     // ODD_NAME was taken out of the environment (the bundle reads it with
     // valueFrom.env) and still reached the model.
-    let headers = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let headers = model.headers("authorization");
     assert_eq!(headers, [format!("Bearer {ODD_SECRET}")]);
     assert!(stderr.contains("secret variable(s) kept out of the environment of tool processes"), "{stderr}");
     assert_no_secret("the log", &stderr);
@@ -236,4 +216,9 @@ fn by_default_gdns_environment_cannot_be_read_at_all() {
         assert_eq!(result["status"], "error", "{result}");
         assert!(result.to_string().contains("EACCES"), "{result}");
     }
+}
+
+/// The fake model server, answering "hello".
+fn must_serve() -> goondan_test_support::FakeModel {
+    goondan_test_support::FakeModel::text("hello").unwrap_or_else(|e| panic!("model server: {e}"))
 }

@@ -23,7 +23,8 @@ use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message as _;
 
 mod common;
-use common::{instance_path, js_runtime_usable, read_http_request, repo_path};
+use common::{instance_path, js_runtime_usable, repo_path};
+use goondan_test_support::model::read_http_request;
 
 type Spans = Arc<Mutex<Vec<Span>>>;
 

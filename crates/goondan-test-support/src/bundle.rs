@@ -94,6 +94,14 @@ impl Bundle {
         self.resource("Agent", &name, Value::Object(spec))
     }
 
+    /// `agent` alone in the Swarm `swarm` (its entry): the shape of most
+    /// service tests.
+    #[must_use]
+    pub fn one_agent(self, swarm: &str, agent: Agent) -> Self {
+        let name = agent.name.clone();
+        self.agent(agent).swarm(swarm, &name, &[&name])
+    }
+
     /// A Swarm of `agents`, entered at `entry` (names of Agents).
     #[must_use]
     pub fn swarm(self, name: &str, entry: &str, agents: &[&str]) -> Self {
@@ -232,7 +240,7 @@ fn emit(out: &mut String, value: &Value, indent: usize) {
         Value::Object(map) if !map.is_empty() => {
             for (key, value) in map {
                 out.push_str(&pad);
-                out.push_str(&yaml_key(key));
+                out.push_str(&plain_or_quoted(key));
                 out.push(':');
                 value_after_key(out, value, indent);
             }
@@ -255,7 +263,7 @@ fn emit(out: &mut String, value: &Value, indent: usize) {
                     }
                     _ => {
                         out.push(' ');
-                        out.push_str(&item.to_string());
+                        out.push_str(&scalar(item));
                         out.push('\n');
                     }
                 }
@@ -263,21 +271,30 @@ fn emit(out: &mut String, value: &Value, indent: usize) {
         }
         _ => {
             out.push_str(&pad);
-            out.push_str(&value.to_string());
+            out.push_str(&scalar(value));
             out.push('\n');
         }
     }
 }
 
-/// A key bare where YAML cannot read it as anything but that string.
-fn yaml_key(key: &str) -> String {
-    let plain = key.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+/// A string bare where YAML cannot read it as anything but that string
+/// (a key, a name, a reference); JSON-quoted otherwise.
+fn plain_or_quoted(text: &str) -> String {
+    let plain = text.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && text.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '/'))
         && !matches!(
-            key.to_ascii_lowercase().as_str(),
+            text.to_ascii_lowercase().as_str(),
             "true" | "false" | "null" | "yes" | "no" | "on" | "off" | "y" | "n"
         );
-    if plain { key.to_owned() } else { Value::from(key).to_string() }
+    if plain { text.to_owned() } else { Value::from(text).to_string() }
+}
+
+/// A scalar: a string as [`plain_or_quoted`], anything else as JSON.
+fn scalar(value: &Value) -> String {
+    match value {
+        Value::String(text) => plain_or_quoted(text),
+        other => other.to_string(),
+    }
 }
 
 fn value_after_key(out: &mut String, value: &Value, indent: usize) {
@@ -292,7 +309,7 @@ fn value_after_key(out: &mut String, value: &Value, indent: usize) {
         }
         _ => {
             out.push(' ');
-            out.push_str(&value.to_string());
+            out.push_str(&scalar(value));
             out.push('\n');
         }
     }
@@ -308,31 +325,31 @@ mod tests {
             .scripted_model("m", [reply_tools([("bash__exec", json!({"command": "echo 'a\"b'"}))]), reply_text("ok")])
             .agent(Agent::new("a", "m").base_tool("bash").with("requiredTools", json!([])))
             .yaml();
-        let expected = r#"apiVersion: "goondan.ai/v1"
-kind: "Model"
+        let expected = r#"apiVersion: goondan.ai/v1
+kind: Model
 metadata:
-  name: "m"
+  name: m
 spec:
-  provider: "scripted"
-  model: "m"
+  provider: scripted
+  model: m
   options:
     replies:
       - toolCalls:
-          - name: "bash__exec"
+          - name: bash__exec
             args:
               command: "echo 'a\"b'"
-      - text: "ok"
+      - text: ok
 ---
-apiVersion: "goondan.ai/v1"
-kind: "Agent"
+apiVersion: goondan.ai/v1
+kind: Agent
 metadata:
-  name: "a"
+  name: a
 spec:
   modelConfig:
-    modelRef: "Model/m"
+    modelRef: Model/m
   tools:
-    - kind: "Tool"
-      name: "bash"
+    - kind: Tool
+      name: bash
       package: "@goondan/base"
   requiredTools: []
 "#;

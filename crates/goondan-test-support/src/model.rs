@@ -20,8 +20,10 @@ use serde_json::{Value, json};
 pub struct Request {
     /// Its headers, (name, value), in order.
     pub headers: Vec<(String, String)>,
-    /// Its body as JSON (`null` when it was none).
+    /// Its body as JSON (`null` when it was none or not JSON).
     pub body: Value,
+    /// The length of its body in bytes.
+    pub length: usize,
 }
 
 impl Request {
@@ -105,6 +107,11 @@ impl FakeModel {
         self.requests.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
+    /// Every request read so far, taken out (the next call sees only later ones).
+    pub fn take_requests(&self) -> Vec<Request> {
+        std::mem::take(&mut *self.requests.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
     /// The values of header `name` over every request so far.
     pub fn headers(&self, name: &str) -> Vec<String> {
         self.requests().iter().filter_map(|request| request.header(name).map(str::to_owned)).collect()
@@ -148,7 +155,7 @@ pub fn read_http_request(stream: &TcpStream) -> (Vec<(String, String)>, Vec<u8>)
 
 fn read_request(stream: &TcpStream) -> Request {
     let (headers, body) = read_http_request(stream);
-    Request { headers, body: serde_json::from_slice(&body).unwrap_or_default() }
+    Request { headers, body: serde_json::from_slice(&body).unwrap_or_default(), length: body.len() }
 }
 
 /// Answers on `stream` as the OpenAI Chat Completions API streams.

@@ -18,15 +18,10 @@ pub fn js_runtime_usable() -> bool {
 }
 
 /// Adds a skipped test to the log that `scripts/cargo-runner` counts
-/// (`GOONDAN_TEST_SKIP_LOG`), so the run ends saying how many skipped and why.
+/// (the one `record_skip` of `goondan-test-support`).
 #[allow(dead_code)]
 pub fn record_skip(reason: &str) {
-    use std::io::Write;
-    let Some(path) = std::env::var_os("GOONDAN_TEST_SKIP_LOG") else { return };
-    let test = std::thread::current().name().unwrap_or("?").to_owned();
-    if let Ok(mut log) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
-        let _ = writeln!(log, "{test}\t{reason}");
-    }
+    goondan_test_support::record_skip(None, reason);
 }
 
 /// A NATS server with JetStream for the multi-host tests.
@@ -131,58 +126,6 @@ pub fn mcp_time_server() -> Option<std::path::PathBuf> {
         "the MCP server 'mcp-server-time' is not installed at {} (see .ci/run)",
         program.display()
     ))
-}
-
-/// One HTTP/1.1 request read from `stream`, for the local model servers of
-/// the tests: its headers (name, value) and its body.
-#[allow(dead_code)]
-pub fn read_http_request(stream: &std::net::TcpStream) -> (Vec<(String, String)>, Vec<u8>) {
-    use std::io::{BufRead, BufReader, Read};
-    let mut reader = BufReader::new(stream);
-    let mut request_line = String::new();
-    let _ = reader.read_line(&mut request_line);
-    let mut headers = Vec::new();
-    let mut length = 0;
-    loop {
-        let mut header = String::new();
-        if reader.read_line(&mut header).unwrap_or(0) == 0 || header.trim().is_empty() {
-            break;
-        }
-        if let Some((key, value)) = header.trim_end().split_once(':') {
-            if key.eq_ignore_ascii_case("content-length") {
-                length = value.trim().parse().unwrap_or(0);
-            }
-            headers.push((key.to_owned(), value.trim().to_owned()));
-        }
-    }
-    let mut body = vec![0; length];
-    let _ = reader.read_exact(&mut body);
-    (headers, body)
-}
-
-/// Answers on `stream` as the OpenAI Chat Completions API streams: one
-/// chunk per delta, then one with `finish`, then `[DONE]`.
-#[allow(dead_code)]
-pub fn write_openai_stream(stream: &std::net::TcpStream, deltas: &[serde_json::Value], finish: &str) {
-    use std::io::Write;
-    let chunk = |delta: &serde_json::Value, finish: Option<&str>| {
-        let mut choice = serde_json::json!({"index": 0, "delta": delta});
-        if let Some(finish) = finish {
-            choice["finish_reason"] = serde_json::Value::from(finish);
-        }
-        serde_json::json!({"id": "c1", "object": "chat.completion.chunk", "choices": [choice]})
-    };
-    let mut payload = String::new();
-    for delta in deltas {
-        payload.push_str(&format!("data: {}\n\n", chunk(delta, None)));
-    }
-    payload.push_str(&format!("data: {}\n\ndata: [DONE]\n\n", chunk(&serde_json::json!({}), Some(finish))));
-    let mut stream = stream;
-    let _ = write!(
-        stream,
-        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{payload}",
-        payload.len()
-    );
 }
 
 /// The directory of the agent instance `name` (`<agent>@<key>`, encoded)
