@@ -611,8 +611,10 @@ async fn brain_persona_serves_telegram_slack_and_the_terminal() -> TestResult {
     assert!(idle.contains("lastTurnCompletedAt"), "{idle}");
 
     // The end of standard input ends the cli Connection only: Telegram and Slack still serve.
+    // The barrier: the cli connector's end, as its supervisor logs it.
+    // Had that end stopped the service, the stop would say so below.
     service.close_stdin();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    until("the cli connector to end", TURN_TIMEOUT, || service.stderr().contains("the connector ended")).await?;
     assert!(matches!(service.child.try_wait(), Ok(None)), "gdn stopped at the end of standard input");
     // Agent processes and their Bun hosts run under the service ...
     let descendants = descendants_of(service.child.id());
@@ -626,6 +628,7 @@ async fn brain_persona_serves_telegram_slack_and_the_terminal() -> TestResult {
     let status = service.exit(Duration::from_secs(30)).await?;
     let log = service.stderr();
     assert_eq!(status.code(), Some(0), "{log}");
+    assert!(log.contains("stopping the service: terminated"), "gdn stopped at the end of standard input:\n{log}");
     assert_eq!(service.statuses().last().map(|s| s["status"].clone()), Some(json!("stopped")));
     // ... and none outlives it.
     until("the service's processes to end", Duration::from_secs(10), || {
@@ -753,8 +756,9 @@ spec:
         panic!("the new update got no answer; gdn's log:\n{}", service.stderr());
     };
     assert!(telegram.wait_until_confirmed(900_002, Duration::from_secs(10)).await);
-    // Time enough for a wrong second turn of 900001 to show.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Confirmed means stored: a wrong second 900001 is stored before 900002,
+    // and both have run their turns once nothing is pending.
+    instances_until(state.path(), "every stored update's turn", |i| i.pending("bot", "telegram:555") == 0).await?;
     service.terminate()?;
     assert_eq!(service.exit(Duration::from_secs(30)).await?.code(), Some(0), "{}", service.stderr());
     assert_eq!(telegram.calls_to("sendMessage").len(), 2, "update 900001 ran twice");

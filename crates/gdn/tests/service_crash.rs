@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use goondan_test_support::{Agent, Bundle, reply_text, reply_tools};
+use serde_json::{Value, json};
 
 const INSTANCES: usize = 3;
 
@@ -22,44 +23,13 @@ fn free_port() -> u16 {
 fn bundle(dir: &Path, port: u16) {
     // Each turn: a tool call that takes a moment (so kills land inside
     // turns), then the answer.
-    let yaml = format!(
-        r#"apiVersion: goondan.ai/v1
-kind: Model
-metadata: {{name: m}}
-spec:
-  provider: scripted
-  model: s
-  options:
-    replies:
-      - toolCalls:
-          - {{name: bash__exec, args: {{command: "sleep 0.05"}}}}
-      - text: "done"
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {{name: bot}}
-spec:
-  modelConfig: {{modelRef: Model/m}}
-  tools:
-    - {{kind: Tool, name: bash, package: "@goondan/base"}}
----
-apiVersion: goondan.ai/v1
-kind: Swarm
-metadata: {{name: crashy}}
-spec:
-  entryAgent: Agent/bot
-  agents: [Agent/bot]
----
-apiVersion: goondan.ai/v1
-kind: Connection
-metadata: {{name: hook}}
-spec:
-  connectorRef: {{kind: Connector, name: webhook, package: "@goondan/base"}}
-  config:
-    WEBHOOK_PORT: {{value: "{port}"}}
-"#
-    );
-    std::fs::write(dir.join("goondan.yaml"), yaml).unwrap_or_else(|e| panic!("write bundle: {e}"));
+    let replies = [reply_tools([("bash__exec", json!({"command": "sleep 0.05"}))]), reply_text("done")];
+    Bundle::new()
+        .scripted_model_as("m", "s", json!({ "replies": replies }))
+        .one_agent("crashy", Agent::new("bot", "m").base_tool("bash"))
+        .webhook("hook", port, json!([]))
+        .write(dir)
+        .unwrap_or_else(|e| panic!("write bundle: {e}"));
 }
 
 fn start(dir: &Path, state: &Path) -> Child {
