@@ -19,7 +19,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use goondan_test_support::{Agent, Bundle, reply_text, reply_tools};
+use serde_json::{Value, json};
 
 fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind: {e}"));
@@ -30,48 +31,17 @@ fn free_port() -> u16 {
 /// (`background: true`: a task record opens and ends), then answers
 /// "done"; the task's end, delivered later, is answered "noted".
 fn bundle(dir: &Path, port: u16) {
-    let yaml = format!(
-        r#"apiVersion: goondan.ai/v1
-kind: Model
-metadata: {{name: m}}
-spec:
-  provider: scripted
-  model: s
-  options:
-    replies:
-      - text: "noted"
-    when:
-      - inputContains: "event k"
-        replies:
-          - toolCalls:
-              - {{name: bash__exec, args: {{command: "sleep 0.05", background: true}}}}
-          - text: "done"
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {{name: bot}}
-spec:
-  modelConfig: {{modelRef: Model/m}}
-  tools:
-    - {{kind: Tool, name: bash, package: "@goondan/base"}}
----
-apiVersion: goondan.ai/v1
-kind: Swarm
-metadata: {{name: crashy}}
-spec:
-  entryAgent: Agent/bot
-  agents: [Agent/bot]
----
-apiVersion: goondan.ai/v1
-kind: Connection
-metadata: {{name: hook}}
-spec:
-  connectorRef: {{kind: Connector, name: webhook, package: "@goondan/base"}}
-  config:
-    WEBHOOK_PORT: {{value: "{port}"}}
-"#
-    );
-    std::fs::write(dir.join("goondan.yaml"), yaml).unwrap_or_else(|e| panic!("write bundle: {e}"));
+    let task = json!({"command": "sleep 0.05", "background": true});
+    let options = json!({
+        "replies": [reply_text("noted")],
+        "when": [{"inputContains": "event k", "replies": [reply_tools([("bash__exec", task)]), reply_text("done")]}],
+    });
+    Bundle::new()
+        .scripted_model_as("m", "s", options)
+        .one_agent("crashy", Agent::new("bot", "m").base_tool("bash"))
+        .webhook("hook", port, json!([]))
+        .write(dir)
+        .unwrap_or_else(|e| panic!("write bundle: {e}"));
 }
 
 struct Project {
