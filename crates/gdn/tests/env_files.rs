@@ -49,37 +49,8 @@ fn gdn(bundle: &Path, state: &Path, env: &[(&str, &str)], args: &[&str]) -> Outp
 /// A bundle whose model key is `valueFrom: {env: MODEL_CRED}`, with `bash`
 /// and a JavaScript tool that shows its own environment.
 fn write_bundle(dir: &Path, endpoint: &str) {
-    let yaml = format!(
-        r#"apiVersion: goondan.ai/v1
-kind: Model
-metadata: {{name: local}}
-spec:
-  provider: openai
-  model: local-model
-  endpoint: {endpoint}
-  apiKey: {{valueFrom: {{env: MODEL_CRED}}}}
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {{name: a}}
-spec:
-  modelConfig: {{modelRef: Model/local}}
-  tools:
-    - {{ref: {{kind: Tool, name: bash, package: "@goondan/base"}}}}
-    - Tool/peek
----
-apiVersion: goondan.ai/v1
-kind: Tool
-metadata: {{name: peek}}
-spec:
-  entry: ./peek.ts
-  exports:
-    - name: env
-      description: What the script host's environment holds.
-"#
-    );
-    write(&dir.join("goondan.yaml"), &yaml);
-    write(&dir.join("peek.ts"), "export const handlers = { env: () => ({ env: JSON.stringify(process.env) }) };\n");
+    let peek = "export const handlers = { env: () => ({ env: JSON.stringify(process.env) }) };\n";
+    common::peek_bundle(endpoint, "MODEL_CRED", peek, Value::Null).write(dir).unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// Which file's value reaches the model, for each combination of files.

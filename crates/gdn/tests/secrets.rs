@@ -42,52 +42,19 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// The Agent's spec line that gives its commands the user's full rights.
-const FULL: &str = "  sandbox: {policy: full}";
-
-fn write_bundle(dir: &Path, endpoint: &str) {
-    write_bundle_with(dir, endpoint, "");
+/// The Agent's sandbox that gives its commands the user's full rights.
+fn full() -> Value {
+    serde_json::json!({"policy": "full"})
 }
 
-/// The bundle with `sandbox` (a line of the Agent's spec, e.g.
-/// `  sandbox: {{policy: full}}`).
-fn write_bundle_with(dir: &Path, endpoint: &str, sandbox: &str) {
-    let yaml = format!(
-        r#"apiVersion: goondan.ai/v1
-kind: Model
-metadata: {{name: local}}
-spec:
-  provider: openai
-  model: local-model
-  endpoint: {endpoint}
-  apiKey: {{valueFrom: {{env: ODD_NAME}}}}
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {{name: a}}
-spec:
-  modelConfig: {{modelRef: Model/local}}
-  tools:
-    - {{ref: {{kind: Tool, name: bash, package: "@goondan/base"}}}}
-    - Tool/peek
-{sandbox}
----
-apiVersion: goondan.ai/v1
-kind: Tool
-metadata: {{name: peek}}
-spec:
-  entry: ./peek.ts
-  exports:
-    - name: env
-      description: What the script host's environment holds.
-"#
-    );
-    std::fs::write(dir.join("goondan.yaml"), yaml).unwrap_or_else(|e| panic!("{e}"));
-    std::fs::write(
-        dir.join("peek.ts"),
-        "export const handlers = { env: () => ({ env: JSON.stringify(process.env), parent: require('node:fs').readFileSync(`/proc/${process.ppid}/environ`, 'utf8') }) };\n",
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+fn write_bundle(dir: &Path, endpoint: &str) {
+    write_bundle_with(dir, endpoint, Value::Null);
+}
+
+/// The bundle with the Agent's `sandbox` (null: none).
+fn write_bundle_with(dir: &Path, endpoint: &str, sandbox: Value) {
+    let peek = "export const handlers = { env: () => ({ env: JSON.stringify(process.env), parent: require('node:fs').readFileSync(`/proc/${process.ppid}/environ`, 'utf8') }) };\n";
+    common::peek_bundle(endpoint, "ODD_NAME", peek, sandbox).write(dir).unwrap_or_else(|e| panic!("{e}"));
 }
 
 fn assert_no_secret(what: &str, haystack: &str) {
@@ -101,7 +68,7 @@ fn bash_sees_no_secret_in_its_environment_or_in_gdns() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let state = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     // With full rights (`policy: full`) the environment still holds none.
-    write_bundle_with(dir.path(), "http://127.0.0.1:9/v1", FULL);
+    write_bundle_with(dir.path(), "http://127.0.0.1:9/v1", full());
     let command = r#"env; echo ---; tr '\0' '\n' < /proc/$PPID/environ"#;
     let args = serde_json::json!({ "command": command }).to_string();
     let output = gdn(dir.path(), state.path(), &[], &["--json", "tool", "call", "bash__exec", "--args", &args]);
@@ -141,7 +108,7 @@ fn the_script_host_sees_no_secret_either() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let state = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     // With full rights (`policy: full`) the environment still holds none.
-    write_bundle_with(dir.path(), "http://127.0.0.1:9/v1", FULL);
+    write_bundle_with(dir.path(), "http://127.0.0.1:9/v1", full());
     let output = gdn(dir.path(), state.path(), &[], &["--json", "tool", "call", "peek__env"]);
     assert_eq!(output.status.code(), Some(0), "{} {}", text(&output.stdout), text(&output.stderr));
     let result: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}"));

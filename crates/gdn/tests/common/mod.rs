@@ -233,3 +233,29 @@ pub mod service {
         }
     }
 }
+
+/// A bundle whose OpenAI model (`endpoint`) reads its key from the variable
+/// `key_env`, and whose agent `a` has `bash` and the JavaScript tool `peek`
+/// (`peek.ts`, whose `env` shows what the script host's environment holds);
+/// the agent's `sandbox` is `sandbox` unless null.
+#[allow(dead_code)]
+pub fn peek_bundle(
+    endpoint: &str,
+    key_env: &str,
+    peek_ts: &str,
+    sandbox: serde_json::Value,
+) -> goondan_test_support::Bundle {
+    use goondan_test_support::{Agent, Bundle};
+    use serde_json::json;
+    let bash = json!({"ref": {"kind": "Tool", "name": "bash", "package": "@goondan/base"}});
+    let mut agent = Agent::new("a", "local").tool(bash).tool("Tool/peek");
+    if !sandbox.is_null() {
+        agent = agent.with("sandbox", sandbox);
+    }
+    let exports = json!([{"name": "env", "description": "What the script host's environment holds."}]);
+    Bundle::new()
+        .openai_model("local", "local-model", endpoint, key_env)
+        .agent(agent)
+        .resource("Tool", "peek", json!({"entry": "./peek.ts", "exports": exports}))
+        .file("peek.ts", peek_ts)
+}
