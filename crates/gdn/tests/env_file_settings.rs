@@ -7,7 +7,7 @@
 
 use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 mod common;
 
@@ -37,15 +37,8 @@ const CLEARED: [&str; 6] = [
 type Way<'a> = (&'a [(&'a str, &'a str)], &'a [&'a str]);
 
 fn gdn(bundle: &Path, state: &Path, env: &[(&str, &str)], args: &[&str]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_gdn"));
-    command.arg("--state-root").arg(state).arg("-c").arg(bundle).args(args).env("NO_COLOR", "1").stdin(Stdio::null());
-    for name in CLEARED {
-        command.env_remove(name);
-    }
-    for (key, value) in env {
-        command.env(key, value);
-    }
-    command.output().unwrap_or_else(|e| panic!("spawn gdn: {e}"))
+    let gdn = CLEARED.iter().fold(common::gdn_bin().state_arg(state).project(bundle), |gdn, name| gdn.env_remove(name));
+    env.iter().fold(gdn, |gdn, (key, value)| gdn.env(key, value)).run(args)
 }
 
 /// An OpenAI model without `spec.endpoint` (so `OPENAI_BASE_URL` decides

@@ -28,22 +28,8 @@ fn write(path: &Path, content: &str) {
 }
 
 fn gdn(bundle: &Path, state: &Path, env: &[(&str, &str)], args: &[&str]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_gdn"));
-    command
-        .arg("--state-root")
-        .arg(state)
-        .arg("-c")
-        .arg(bundle)
-        .args(args)
-        .env("NO_COLOR", "1")
-        .env_remove("GOONDAN_STATE_ROOT")
-        .env_remove("MODEL_CRED")
-        .env_remove("GOONDAN_LOG")
-        .stdin(Stdio::null());
-    for (key, value) in env {
-        command.env(key, value);
-    }
-    command.output().unwrap_or_else(|e| panic!("spawn gdn: {e}"))
+    let gdn = common::gdn_bin().state_arg(state).project(bundle).env_remove("MODEL_CRED");
+    env.iter().fold(gdn, |gdn, (key, value)| gdn.env(key, value)).run(args)
 }
 
 /// A bundle whose model key is `valueFrom: {env: MODEL_CRED}`, with `bash`

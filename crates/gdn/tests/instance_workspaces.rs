@@ -7,7 +7,7 @@
 //! `--adopt-workspace` takes the name's workspace over.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 use serde_json::Value;
 
@@ -18,17 +18,7 @@ fn must<T, E: std::fmt::Display>(result: Result<T, E>) -> T {
 }
 
 fn gdn(state: &Path, args: &[&str]) -> Output {
-    must(
-        Command::new(env!("CARGO_BIN_EXE_gdn"))
-            .arg("--state-root")
-            .arg(state)
-            .args(args)
-            .env("NO_COLOR", "1")
-            .env("LOCAL_MODEL_KEY", "sk-local")
-            .env_remove("GOONDAN_LOG")
-            .stdin(Stdio::null())
-            .output(),
-    )
+    common::gdn_bin().state_arg(state).env("LOCAL_MODEL_KEY", "sk-local").run(args)
 }
 
 fn text(bytes: &[u8]) -> String {

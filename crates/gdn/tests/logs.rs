@@ -2,6 +2,8 @@
 //! from the durable logs — a handoff seen from both ends, filters, JSON
 //! lines, and `--follow` showing a turn that runs after it started.
 
+mod common;
+
 use std::io::{BufRead as _, BufReader};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -46,15 +48,7 @@ spec: {entryAgent: Agent/lead, agents: [Agent/lead, Agent/helper]}
 "#;
 
 fn gdn(dir: &Path, state: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gdn"))
-        .arg("-c")
-        .arg(dir)
-        .args(args)
-        .env("GOONDAN_STATE_ROOT", state)
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("gdn: {e}"))
+    common::gdn_bin().project(dir).state(state).run(args)
 }
 
 #[test]

@@ -20,7 +20,7 @@ pub mod process;
 
 pub use bundle::{Agent, Bundle, reply_text, reply_tools};
 pub use model::{FakeModel, Reply, Request};
-pub use process::{Gdn, Running, free_port, until};
+pub use process::{Gdn, Running, free_port, json_stdout, stderr, stdout, text, until};
 
 /// What a test returns.
 pub type TestResult = Result<(), Box<dyn std::error::Error>>;

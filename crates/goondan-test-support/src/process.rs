@@ -45,6 +45,7 @@ pub struct Gdn {
     program: PathBuf,
     project: Option<PathBuf>,
     state: Option<PathBuf>,
+    state_arg: Option<PathBuf>,
     set: Vec<(OsString, OsString)>,
     removed: Vec<OsString>,
 }
@@ -57,6 +58,7 @@ impl Gdn {
             program: program.into(),
             project: None,
             state: None,
+            state_arg: None,
             set: vec![("NO_COLOR".into(), "1".into())],
             removed: vec!["GOONDAN_STATE_ROOT".into(), "GOONDAN_LOG".into()],
         }
@@ -73,6 +75,13 @@ impl Gdn {
     #[must_use]
     pub fn state(mut self, state: impl Into<PathBuf>) -> Self {
         self.state = Some(state.into());
+        self
+    }
+
+    /// The state root given as `--state-root DIR` (before the arguments).
+    #[must_use]
+    pub fn state_arg(mut self, state: impl Into<PathBuf>) -> Self {
+        self.state_arg = Some(state.into());
         self
     }
 
@@ -93,6 +102,9 @@ impl Gdn {
     /// The command `gdn [-c DIR] ARGS`, standard input empty.
     pub fn command<S: AsRef<std::ffi::OsStr>>(&self, args: impl IntoIterator<Item = S>) -> Command {
         let mut command = Command::new(&self.program);
+        if let Some(state) = &self.state_arg {
+            command.arg("--state-root").arg(state);
+        }
         if let Some(project) = &self.project {
             command.arg("-c").arg(project);
         }
@@ -112,6 +124,28 @@ impl Gdn {
     /// Runs `gdn ARGS` to its end.
     pub fn output<S: AsRef<std::ffi::OsStr>>(&self, args: impl IntoIterator<Item = S>) -> std::io::Result<Output> {
         self.command(args).output()
+    }
+
+    /// Runs `gdn ARGS` to its end; a test failure if it cannot start.
+    pub fn run<S: AsRef<std::ffi::OsStr>>(&self, args: impl IntoIterator<Item = S>) -> Output {
+        self.output(args).unwrap_or_else(|error| panic!("running gdn: {error}"))
+    }
+
+    /// Runs `gdn ARGS` to its end with `stdin` written to its standard
+    /// input (none: empty); a test failure if it cannot run.
+    pub fn run_with_stdin<S: AsRef<std::ffi::OsStr>>(
+        &self,
+        args: impl IntoIterator<Item = S>,
+        stdin: Option<&str>,
+    ) -> Output {
+        let mut command = self.command(args);
+        command.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+        command.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = command.spawn().unwrap_or_else(|error| panic!("spawning gdn: {error}"));
+        if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
+            pipe.write_all(text.as_bytes()).unwrap_or_else(|error| panic!("gdn's standard input: {error}"));
+        }
+        child.wait_with_output().unwrap_or_else(|error| panic!("waiting for gdn: {error}"))
     }
 
     /// Starts `gdn ARGS`, its output collected; standard input piped when
@@ -283,4 +317,25 @@ fn collect(stream: impl std::io::Read + Send + 'static) -> Arc<Mutex<String>> {
         }
     });
     text
+}
+
+/// Bytes as text (lossy), for messages.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A finished command's standard output as text.
+pub fn stdout(output: &Output) -> String {
+    text(&output.stdout)
+}
+
+/// A finished command's standard error as text.
+pub fn stderr(output: &Output) -> String {
+    text(&output.stderr)
+}
+
+/// A finished command's standard output as JSON; a test failure otherwise.
+pub fn json_stdout(output: &Output) -> serde_json::Value {
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}\nstderr: {}", stdout(output), stderr(output)))
 }

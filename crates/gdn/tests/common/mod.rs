@@ -259,3 +259,9 @@ pub fn peek_bundle(
         .resource("Tool", "peek", json!({"entry": "./peek.ts", "exports": exports}))
         .file("peek.ts", peek_ts)
 }
+
+/// This test binary's `gdn`, through the one process harness.
+#[allow(dead_code)]
+pub fn gdn_bin() -> goondan_test_support::Gdn {
+    goondan_test_support::Gdn::new(env!("CARGO_BIN_EXE_gdn"))
+}
