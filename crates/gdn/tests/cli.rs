@@ -535,18 +535,7 @@ fn tool_call_uses_the_agent_named_with_agent() {
 /// as in `gdn … | head -c 0`.
 fn gdn_into_closed_pipe(bundle: &PathBuf, args: &[&str]) -> Output {
     let state = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gdn"))
-        .env("GOONDAN_STATE_ROOT", state.path())
-        .arg("-c")
-        .arg(bundle)
-        .args(args)
-        .env("NO_COLOR", "1")
-        .env_remove("GOONDAN_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn gdn: {e}"));
+    let mut child = common::gdn_bin().state(state.path()).project(bundle).child(args);
     // Close the only reader before gdn writes anything: its writes fail with EPIPE.
     drop(child.stdout.take());
     child.wait_with_output().unwrap_or_else(|e| panic!("wait gdn: {e}"))

@@ -131,6 +131,14 @@ impl Gdn {
         self.output(args).unwrap_or_else(|error| panic!("running gdn: {error}"))
     }
 
+    /// Starts `gdn ARGS` with its standard output and error piped (input
+    /// empty) for the test to read or wait on; a test failure if it cannot.
+    pub fn child<S: AsRef<std::ffi::OsStr>>(&self, args: impl IntoIterator<Item = S>) -> Child {
+        let mut command = self.command(args);
+        command.stdout(Stdio::piped()).stderr(Stdio::piped());
+        command.spawn().unwrap_or_else(|error| panic!("spawning gdn: {error}"))
+    }
+
     /// Runs `gdn ARGS` to its end with `stdin` written to its standard
     /// input (none: empty); a test failure if it cannot run.
     pub fn run_with_stdin<S: AsRef<std::ffi::OsStr>>(
