@@ -16,6 +16,7 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+use goondan_test_support::bundle::copy_dir;
 use goondan_test_support::{Agent, Bundle, reply_text};
 use serde_json::json;
 
@@ -140,20 +141,6 @@ fn count_files(root: &Path) -> usize {
         }
     }
     count
-}
-
-fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
-        let target = to.join(entry.file_name());
-        if entry.file_type()?.is_dir() {
-            copy_dir(&entry.path(), &target)?;
-        } else {
-            std::fs::copy(entry.path(), &target)?;
-        }
-    }
-    Ok(())
 }
 
 fn chown_all(path: &Path, uid: u32) -> std::io::Result<()> {

@@ -26,6 +26,7 @@ mod common;
 mod fake_telegram;
 
 use fake_telegram::FakeTelegram;
+use goondan_test_support::bundle::copy_dir;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -285,20 +286,6 @@ async fn until(what: &str, timeout: Duration, check: impl Fn() -> bool) -> Resul
 // ---------------------------------------------------------------------------
 // Bundles, ports, HTTP
 // ---------------------------------------------------------------------------
-
-fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
-        let target = to.join(entry.file_name());
-        if entry.file_type()?.is_dir() {
-            copy_dir(&entry.path(), &target)?;
-        } else {
-            std::fs::copy(entry.path(), &target)?;
-        }
-    }
-    Ok(())
-}
 
 /// `text` with `from` replaced by `to`; an error if `from` is not there
 /// (the sample changed and the test would no longer test what it says).

@@ -180,6 +180,21 @@ impl Bundle {
     }
 }
 
+/// Copies the directory `from` (a fixture bundle) into `to`, recursively.
+pub fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
+}
+
 /// An Agent's spec, built up.
 #[derive(Debug, Clone)]
 pub struct Agent {
