@@ -10,13 +10,14 @@
 //! with `GOONDAN_REQUIRE_MCP=1`.
 
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use goondan_test_support::{Agent, Bundle, reply_text, reply_tools};
 use serde_json::{Value, json};
 
 mod common;
+use common::service::jobs::{count, instance_dir, post, texts};
 use common::service::{Stopped, TestResult, free_port, gdn, until};
 use common::{mcp_tasks_python, repo_path};
 
@@ -56,24 +57,6 @@ fn bundle(dir: &Path, port: u16, server: Value, seconds: Value) -> Result<(), st
         .one_agent("jobs", Agent::new("worker", "m").base_tool("tasks").extension(mcp))
         .webhook("hook", port, json!([]))
         .write(dir)
-}
-
-fn post(port: u16, key: &str, input: &str) -> Result<String, std::io::Error> {
-    let body = serde_json::json!({"instanceKey": key, "text": input});
-    common::service::post(port, &body)
-}
-
-fn instance_dir(state: &Path, key: &str) -> PathBuf {
-    state.join("workspaces").join("jobs").join("instances").join(format!("worker@{key}"))
-}
-
-/// The conversation's messages as stored, each as JSON text.
-fn texts(state: &Path, key: &str) -> Vec<String> {
-    common::service::conversation(&instance_dir(state, key))
-}
-
-fn count(state: &Path, key: &str, needle: &str) -> usize {
-    texts(state, key).iter().filter(|text| text.contains(needle)).count()
 }
 
 #[test]

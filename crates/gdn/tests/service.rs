@@ -27,6 +27,7 @@ mod fake_telegram;
 
 use fake_telegram::FakeTelegram;
 use goondan_test_support::bundle::copy_dir;
+use goondan_test_support::{Agent, Bundle, reply_text, reply_tools};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -683,44 +684,22 @@ fn telegram_update(update_id: i64, chat: i64, text: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_telegram_update_delivered_again_after_a_restart_runs_no_second_turn() -> TestResult {
     let telegram = FakeTelegram::start(TELEGRAM_TOKEN).await?;
-    let bundle = bundle_of(&format!(
-        r#"apiVersion: goondan.ai/v1
-kind: Model
-metadata: {{name: bot}}
-spec:
-  provider: scripted
-  model: bot
-  options:
-    replies:
-      - toolCalls: [{{name: telegram__send, args: {{chatId: "555", text: "answered"}}}}]
-      - text: "sent"
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {{name: bot}}
-spec:
-  modelConfig: {{modelRef: Model/bot}}
-  tools: [{{kind: Tool, name: telegram, package: "@goondan/base"}}]
----
-apiVersion: goondan.ai/v1
-kind: Swarm
-metadata: {{name: chat}}
-spec: {{entryAgent: Agent/bot, agents: [Agent/bot]}}
----
-apiVersion: goondan.ai/v1
-kind: Connection
-metadata: {{name: tg}}
-spec:
-  connectorRef: {{kind: Connector, name: telegram-polling, package: "@goondan/base"}}
-  swarmRef: Swarm/chat
-  config:
-    TELEGRAM_API_BASE_URL: {{value: "{base}"}}
-    TELEGRAM_POLL_TIMEOUT_SECONDS: {{value: "1"}}
-  secrets:
-    TELEGRAM_BOT_TOKEN: {{valueFrom: {{env: TELEGRAM_BOT_TOKEN}}}}
-"#,
-        base = telegram.base_url()
-    ))?;
+    let base = telegram.base_url();
+    let send = json!({"chatId": "555", "text": "answered"});
+    let more = json!({
+        "swarmRef": "Swarm/chat",
+        "secrets": {"TELEGRAM_BOT_TOKEN": {"valueFrom": {"env": "TELEGRAM_BOT_TOKEN"}}},
+    });
+    let bundle = Bundle::new()
+        .scripted_model("bot", [reply_tools([("telegram__send", send)]), reply_text("sent")])
+        .one_agent("chat", Agent::new("bot", "bot").base_tool("telegram"))
+        .connection(
+            "tg",
+            "telegram-polling",
+            &[("TELEGRAM_API_BASE_URL", &base), ("TELEGRAM_POLL_TIMEOUT_SECONDS", "1")],
+            more,
+        )
+        .write_temp()?;
     let state = tempfile::tempdir()?;
     let env = [("TELEGRAM_BOT_TOKEN", TELEGRAM_TOKEN.to_owned()), ("TELEGRAM_API_BASE_URL", telegram.base_url())];
 

@@ -3,9 +3,11 @@
 //! again on the same state root. Every event that got a 2xx runs its turn,
 //! and its input is in the agent's conversation exactly once.
 
+mod common;
+
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read as _, Write as _};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -16,8 +18,7 @@ use serde_json::{Value, json};
 const INSTANCES: usize = 3;
 
 fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind: {e}"));
-    listener.local_addr().map(|a| a.port()).unwrap_or_else(|e| panic!("addr: {e}"))
+    goondan_test_support::free_port().unwrap_or_else(|e| panic!("a free port: {e}"))
 }
 
 fn bundle(dir: &Path, port: u16) {
@@ -100,25 +101,7 @@ fn conversations(state: &Path) -> Vec<Value> {
         let mut messages: Vec<Value> = Vec::new();
         for line in text.lines() {
             let Ok(value) = serde_json::from_str::<Value>(line) else { continue };
-            let events = match value.get("events").and_then(Value::as_array) {
-                Some(events) => events.clone(),
-                None => vec![serde_json::json!({"type": "append", "message": value})],
-            };
-            for event in events {
-                match event["type"].as_str() {
-                    Some("append") => messages.push(event["message"].clone()),
-                    Some("remove") => messages.retain(|m| m["id"] != event["targetId"]),
-                    Some("replace") => {
-                        for message in &mut messages {
-                            if message["id"] == event["targetId"] {
-                                *message = event["message"].clone();
-                            }
-                        }
-                    }
-                    Some("truncate") => messages.clear(),
-                    _ => {}
-                }
-            }
+            common::apply_commit(&mut messages, &value);
         }
         all.extend(messages);
     }

@@ -12,8 +12,7 @@ use std::process::Output;
 use std::time::{Duration, Instant};
 
 fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind: {e}"));
-    listener.local_addr().map(|a| a.port()).unwrap_or_else(|e| panic!("addr: {e}"))
+    goondan_test_support::free_port().unwrap_or_else(|e| panic!("a free port: {e}"))
 }
 
 fn bundle(dir: &Path, port: u16) {

@@ -7,7 +7,7 @@
 //! says with which signal; a task whose command died with a `kill -9`ed
 //! service is failed, and that failure delivered, at the next start.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -15,6 +15,7 @@ use goondan_test_support::{Agent, Bundle, reply_text, reply_tools};
 use serde_json::{Value, json};
 
 mod common;
+use common::service::jobs::{count, instance_dir, post, texts};
 use common::service::{Stopped, TestResult, free_port, gdn, until};
 
 /// The project's working directory under `state` (the swarm `jobs`):
@@ -56,23 +57,6 @@ fn bundle(dir: &Path, port: u16, marks: &Path) -> Result<(), std::io::Error> {
         .one_agent("jobs", Agent::new("worker", "m").base_tool("bash").base_tool("tasks"))
         .webhook("hook", port, json!([]))
         .write(dir)
-}
-
-fn post(port: u16, key: &str, input: &str) -> Result<String, std::io::Error> {
-    let body = serde_json::json!({"instanceKey": key, "text": input});
-    common::service::post(port, &body)
-}
-
-fn instance_dir(state: &Path, key: &str) -> PathBuf {
-    state.join("workspaces").join("jobs").join("instances").join(format!("worker@{key}"))
-}
-
-fn texts(state: &Path, key: &str) -> Vec<String> {
-    common::service::conversation(&instance_dir(state, key))
-}
-
-fn count(state: &Path, key: &str, needle: &str) -> usize {
-    texts(state, key).iter().filter(|text| text.contains(needle)).count()
 }
 
 /// The instance's task records, folded by handle.

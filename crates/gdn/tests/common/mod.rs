@@ -68,23 +68,7 @@ pub fn mcp_everything_server() -> Option<std::path::PathBuf> {
 /// which `.ci/run` sets, or the cache's virtualenv), or `None` to skip.
 #[allow(dead_code)]
 pub fn mcp_python() -> Option<std::path::PathBuf> {
-    use std::process::{Command, Stdio};
-    let python = std::env::var_os("GOONDAN_TEST_MCP_PYTHON")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| repo_path(".cache/py/bin/python"));
-    let imports = Command::new(&python)
-        .args(["-c", "import mcp"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success());
-    if imports {
-        return Some(python);
-    }
-    mcp_peer_missing(&format!(
-        "no Python with the MCP SDK at {} (set GOONDAN_TEST_MCP_PYTHON, or see .ci/run)",
-        python.display()
-    ))
+    python_importing("mcp", "the MCP SDK", ".ci/run")
 }
 
 /// A Python with fastmcp and fastmcp-tasks (a client of the MCP tasks
@@ -92,12 +76,20 @@ pub fn mcp_python() -> Option<std::path::PathBuf> {
 /// scripts/test installs them), or `None` to skip.
 #[allow(dead_code)]
 pub fn mcp_tasks_python() -> Option<std::path::PathBuf> {
+    python_importing("fastmcp, fastmcp_tasks", "fastmcp and fastmcp-tasks", "scripts/test")
+}
+
+/// `GOONDAN_TEST_MCP_PYTHON` (or the cache's virtualenv) if it can
+/// `import modules`; `None` to skip (saying what is missing and where
+/// `setup` installs it) otherwise.
+#[allow(dead_code)]
+fn python_importing(modules: &str, what: &str, setup: &str) -> Option<std::path::PathBuf> {
     use std::process::{Command, Stdio};
     let python = std::env::var_os("GOONDAN_TEST_MCP_PYTHON")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| repo_path(".cache/py/bin/python"));
     let imports = Command::new(&python)
-        .args(["-c", "import fastmcp, fastmcp_tasks"])
+        .args(["-c", &format!("import {modules}")])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
@@ -106,7 +98,7 @@ pub fn mcp_tasks_python() -> Option<std::path::PathBuf> {
         return Some(python);
     }
     mcp_peer_missing(&format!(
-        "no Python with fastmcp and fastmcp-tasks at {} (set GOONDAN_TEST_MCP_PYTHON, or see scripts/test)",
+        "no Python with {what} at {} (set GOONDAN_TEST_MCP_PYTHON, or see {setup})",
         python.display()
     ))
 }
@@ -219,6 +211,32 @@ pub mod service {
         all
     }
 
+    /// The one-agent service of the task tests: agent `worker` in the
+    /// Swarm `jobs`, fed by a webhook.
+    pub mod jobs {
+        use std::path::{Path, PathBuf};
+
+        /// POSTs `input` for the instance `key`; the whole response.
+        pub fn post(port: u16, key: &str, input: &str) -> Result<String, std::io::Error> {
+            super::post(port, &serde_json::json!({"instanceKey": key, "text": input}))
+        }
+
+        /// The directory of `worker@key`.
+        pub fn instance_dir(state: &Path, key: &str) -> PathBuf {
+            state.join("workspaces").join("jobs").join("instances").join(format!("worker@{key}"))
+        }
+
+        /// The conversation's messages as stored, each as JSON text.
+        pub fn texts(state: &Path, key: &str) -> Vec<String> {
+            super::conversation(&instance_dir(state, key))
+        }
+
+        /// How many of the conversation's messages hold `needle`.
+        pub fn count(state: &Path, key: &str, needle: &str) -> usize {
+            texts(state, key).iter().filter(|text| text.contains(needle)).count()
+        }
+    }
+
     /// Stops the project's service when dropped, whatever happened.
     pub struct Stopped {
         /// The project.
@@ -264,4 +282,29 @@ pub fn peek_bundle(
 #[allow(dead_code)]
 pub fn gdn_bin() -> goondan_test_support::Gdn {
     goondan_test_support::Gdn::new(env!("CARGO_BIN_EXE_gdn"))
+}
+
+/// Applies one line of a `messages.jsonl` (a commit of message events, or a
+/// bare message) to `messages`, as the conversation store replays it.
+#[allow(dead_code)]
+pub fn apply_commit(messages: &mut Vec<serde_json::Value>, line: &serde_json::Value) {
+    let events = match line.get("events").and_then(serde_json::Value::as_array) {
+        Some(events) => events.clone(),
+        None => vec![serde_json::json!({"type": "append", "message": line})],
+    };
+    for event in events {
+        match event["type"].as_str() {
+            Some("append") => messages.push(event["message"].clone()),
+            Some("remove") => messages.retain(|m| m["id"] != event["targetId"]),
+            Some("replace") => {
+                for message in messages.iter_mut() {
+                    if message["id"] == event["targetId"] {
+                        *message = event["message"].clone();
+                    }
+                }
+            }
+            Some("truncate") => messages.clear(),
+            _ => {}
+        }
+    }
 }
