@@ -14,7 +14,7 @@ mod common;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read as _, Write as _};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -23,8 +23,7 @@ use goondan_test_support::{Agent, Bundle, reply_text, reply_tools};
 use serde_json::{Value, json};
 
 fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind: {e}"));
-    listener.local_addr().map(|a| a.port()).unwrap_or_else(|e| panic!("addr: {e}"))
+    goondan_test_support::free_port().unwrap_or_else(|e| panic!("a free port: {e}"))
 }
 
 /// A webhook service whose turn for an event runs a command as a task
@@ -183,25 +182,7 @@ impl Project {
             for line in text.lines() {
                 let value: Value = serde_json::from_str(line)
                     .unwrap_or_else(|e| panic!("{}: an unreadable line ({e}): {line}", entry.path().display()));
-                let events = match value.get("events").and_then(Value::as_array) {
-                    Some(events) => events.clone(),
-                    None => vec![serde_json::json!({"type": "append", "message": value})],
-                };
-                for event in events {
-                    match event["type"].as_str() {
-                        Some("append") => messages.push(event["message"].clone()),
-                        Some("remove") => messages.retain(|m| m["id"] != event["targetId"]),
-                        Some("replace") => {
-                            for message in &mut messages {
-                                if message["id"] == event["targetId"] {
-                                    *message = event["message"].clone();
-                                }
-                            }
-                        }
-                        Some("truncate") => messages.clear(),
-                        _ => {}
-                    }
-                }
+                common::apply_commit(&mut messages, &value);
             }
             all.push(messages);
         }
