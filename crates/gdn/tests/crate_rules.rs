@@ -12,7 +12,7 @@ use serde_json::Value;
 /// dependencies; tests and benches may use more).
 const RULES: &[(&str, &[&str])] = &[
     ("goondan-core", &[]),
-    ("goondan-test-support", &[]),
+    ("goondan-test-support", &["goondan-llm"]),
     ("goondan-config", &["goondan-core"]),
     // Confinement of commands: no runtime, no config; core's address rule only.
     ("goondan-sandbox", &["goondan-core"]),

@@ -5,22 +5,26 @@
 //!   directory from typed calls, instead of YAML written inline;
 //! - [`model`]: one fake model server on 127.0.0.1 speaking the OpenAI
 //!   Chat Completions streaming wire format, recording each request;
+//! - [`recording`]: the in-process fake model (a script that records
+//!   every request), for turns run without a process;
 //! - [`process`]: `gdn` run with its own state root and environment, its
 //!   output collected, waits with a deadline, and the process killed when
 //!   the test lets go of it;
 //! - [`record_skip`]: the skip log `scripts/cargo-runner` counts.
 //!
-//! Used only as a dev-dependency: nothing here is part of a shipped binary,
-//! and it depends on no workspace crate (it drives `gdn` from outside, as a
-//! user does).
+//! Used only as a dev-dependency: nothing here is part of a shipped binary.
+//! Of the workspace it uses `goondan-llm` only (for [`recording`]); it
+//! drives `gdn` from outside, as a user does.
 
 pub mod bundle;
 pub mod model;
 pub mod process;
+pub mod recording;
 
 pub use bundle::{Agent, Bundle, reply_text, reply_tools};
 pub use model::{FakeModel, Reply, Request};
 pub use process::{Gdn, Running, free_port, json_stdout, stderr, stdout, text, until};
+pub use recording::RecordingModel;
 
 /// What a test returns.
 pub type TestResult = Result<(), Box<dyn std::error::Error>>;
