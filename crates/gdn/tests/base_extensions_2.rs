@@ -6,7 +6,7 @@
 //! each request.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::sync::Mutex;
 
 use serde_json::{Value, json};
@@ -22,19 +22,7 @@ fn temp() -> tempfile::TempDir {
 }
 
 fn gdn(bundle: &Path, state: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gdn"))
-        .arg("-c")
-        .arg(bundle)
-        .arg("--state-root")
-        .arg(state)
-        .args(args)
-        .env("NO_COLOR", "1")
-        .env("TMPDIR", state)
-        .env_remove("GOONDAN_STATE_ROOT")
-        .env_remove("GOONDAN_LOG")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("spawn gdn: {e}"))
+    common::gdn_bin().project(bundle).state_arg(state).env("TMPDIR", state).run(args)
 }
 
 fn text(bytes: &[u8]) -> String {
