@@ -272,15 +272,7 @@ fn emit(out: &mut String, value: &Value, indent: usize) {
                         out.push(' ');
                         out.push_str(nested.trim_start());
                     }
-                    Value::Array(inner) if !inner.is_empty() => {
-                        out.push('\n');
-                        emit(out, item, indent + 2);
-                    }
-                    _ => {
-                        out.push(' ');
-                        out.push_str(&scalar(item));
-                        out.push('\n');
-                    }
+                    _ => value_after_key(out, item, indent),
                 }
             }
         }
@@ -312,6 +304,8 @@ fn scalar(value: &Value) -> String {
     }
 }
 
+/// What follows a key's colon or a list item's dash: a nested block on the
+/// lines below, or a scalar on this line.
 fn value_after_key(out: &mut String, value: &Value, indent: usize) {
     match value {
         Value::Object(map) if !map.is_empty() => {

@@ -131,6 +131,13 @@ impl Drop for FakeModel {
 
 /// One HTTP/1.1 request read from `stream`: its headers and body.
 pub fn read_http_request(stream: &TcpStream) -> (Vec<(String, String)>, Vec<u8>) {
+    let (_, headers, body) = read_http_request_line(stream);
+    (headers, body)
+}
+
+/// One HTTP/1.1 request read from `stream`: its request line (`POST /x
+/// HTTP/1.1`, with its line end), headers and body.
+pub fn read_http_request_line(stream: &TcpStream) -> (String, Vec<(String, String)>, Vec<u8>) {
     let mut reader = BufReader::new(stream);
     let mut request_line = String::new();
     let _ = reader.read_line(&mut request_line);
@@ -150,7 +157,7 @@ pub fn read_http_request(stream: &TcpStream) -> (Vec<(String, String)>, Vec<u8>)
     }
     let mut body = vec![0; length];
     let _ = reader.read_exact(&mut body);
-    (headers, body)
+    (request_line, headers, body)
 }
 
 fn read_request(stream: &TcpStream) -> Request {

@@ -66,36 +66,37 @@ impl Gdn {
 
     /// The project directory (`-c DIR`).
     #[must_use]
-    pub fn project(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.project = Some(dir.into());
-        self
+    pub fn project(self, dir: impl Into<PathBuf>) -> Self {
+        self.with(|gdn| gdn.project = Some(dir.into()))
     }
 
     /// The state root (`GOONDAN_STATE_ROOT`).
     #[must_use]
-    pub fn state(mut self, state: impl Into<PathBuf>) -> Self {
-        self.state = Some(state.into());
-        self
+    pub fn state(self, state: impl Into<PathBuf>) -> Self {
+        self.with(|gdn| gdn.state = Some(state.into()))
     }
 
     /// The state root given as `--state-root DIR` (before the arguments).
     #[must_use]
-    pub fn state_arg(mut self, state: impl Into<PathBuf>) -> Self {
-        self.state_arg = Some(state.into());
-        self
+    pub fn state_arg(self, state: impl Into<PathBuf>) -> Self {
+        self.with(|gdn| gdn.state_arg = Some(state.into()))
     }
 
     /// Sets a variable.
     #[must_use]
-    pub fn env(mut self, name: impl Into<OsString>, value: impl Into<OsString>) -> Self {
-        self.set.push((name.into(), value.into()));
-        self
+    pub fn env(self, name: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+        self.with(|gdn| gdn.set.push((name.into(), value.into())))
     }
 
     /// Removes a variable of the test's own environment.
     #[must_use]
-    pub fn env_remove(mut self, name: impl Into<OsString>) -> Self {
-        self.removed.push(name.into());
+    pub fn env_remove(self, name: impl Into<OsString>) -> Self {
+        self.with(|gdn| gdn.removed.push(name.into()))
+    }
+
+    /// This, changed by `change`.
+    fn with(mut self, change: impl FnOnce(&mut Self)) -> Self {
+        change(&mut self);
         self
     }
 
