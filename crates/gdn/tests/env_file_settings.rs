@@ -10,18 +10,8 @@ use std::path::Path;
 use std::process::Output;
 
 mod common;
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn temp() -> tempfile::TempDir {
-    tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn write(path: &Path, content: &str) {
-    std::fs::write(path, content).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-}
+use common::{temp, write};
+use goondan_test_support::text;
 
 /// Variables of the test's own environment that would change what is tested.
 const CLEARED: [&str; 6] = [

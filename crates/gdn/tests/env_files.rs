@@ -14,18 +14,8 @@ use serde_json::{Value, json};
 
 mod common;
 use common::js_runtime_usable;
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn temp() -> tempfile::TempDir {
-    tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn write(path: &Path, content: &str) {
-    std::fs::write(path, content).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-}
+use common::{temp, write};
+use goondan_test_support::text;
 
 fn gdn(bundle: &Path, state: &Path, env: &[(&str, &str)], args: &[&str]) -> Output {
     let gdn = common::gdn_bin().state_arg(state).project(bundle).env_remove("MODEL_CRED");

@@ -75,21 +75,7 @@ fn workspace_dir(state: &Path) -> PathBuf {
 
 /// The inbox's records: accepted keys by seq, and how often each seq was done.
 fn inbox(state: &Path) -> (BTreeMap<u64, String>, HashMap<u64, usize>) {
-    let text = std::fs::read_to_string(workspace_dir(state).join("ingress/inbox.jsonl")).unwrap_or_default();
-    let mut accepted = BTreeMap::new();
-    let mut done: HashMap<u64, usize> = HashMap::new();
-    for line in text.lines() {
-        let Ok(record) = serde_json::from_str::<Value>(line) else { continue };
-        let seq = record["seq"].as_u64().unwrap_or(0);
-        match record["op"].as_str() {
-            Some("accept") => {
-                accepted.insert(seq, record["key"].as_str().unwrap_or_default().to_owned());
-            }
-            Some("done") => *done.entry(seq).or_default() += 1,
-            _ => {}
-        }
-    }
-    (accepted, done)
+    common::inbox_records(&workspace_dir(state))
 }
 
 /// The conversation of every instance, folded from its message log.

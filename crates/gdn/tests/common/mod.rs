@@ -308,3 +308,38 @@ pub fn apply_commit(messages: &mut Vec<serde_json::Value>, line: &serde_json::Va
         }
     }
 }
+
+/// The records of the inbox of the workspace `workspace`: accepted keys by
+/// seq, and how often each seq was done.
+#[allow(dead_code)]
+pub fn inbox_records(
+    workspace: &std::path::Path,
+) -> (std::collections::BTreeMap<u64, String>, std::collections::HashMap<u64, usize>) {
+    let text = std::fs::read_to_string(workspace.join("ingress/inbox.jsonl")).unwrap_or_default();
+    let mut accepted = std::collections::BTreeMap::new();
+    let mut done: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
+    for line in text.lines() {
+        let Ok(record) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        let seq = record["seq"].as_u64().unwrap_or(0);
+        match record["op"].as_str() {
+            Some("accept") => {
+                accepted.insert(seq, record["key"].as_str().unwrap_or_default().to_owned());
+            }
+            Some("done") => *done.entry(seq).or_default() += 1,
+            _ => {}
+        }
+    }
+    (accepted, done)
+}
+
+/// A new temporary directory; a test failure if there is none.
+#[allow(dead_code)]
+pub fn temp() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Writes `content` to `path`; a test failure if it cannot.
+#[allow(dead_code)]
+pub fn write(path: &std::path::Path, content: &str) {
+    std::fs::write(path, content).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+}
