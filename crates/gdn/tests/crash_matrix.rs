@@ -126,21 +126,7 @@ impl Project {
     /// The inbox's records: accepted keys by seq, how often each seq was
     /// done, and the pending seqs.
     fn inbox(&self) -> (BTreeMap<u64, String>, HashMap<u64, usize>) {
-        let text = std::fs::read_to_string(self.workspace().join("ingress/inbox.jsonl")).unwrap_or_default();
-        let mut accepted = BTreeMap::new();
-        let mut done: HashMap<u64, usize> = HashMap::new();
-        for line in text.lines() {
-            let Ok(record) = serde_json::from_str::<Value>(line) else { continue };
-            let seq = record["seq"].as_u64().unwrap_or(0);
-            match record["op"].as_str() {
-                Some("accept") => {
-                    accepted.insert(seq, record["key"].as_str().unwrap_or_default().to_owned());
-                }
-                Some("done") => *done.entry(seq).or_default() += 1,
-                _ => {}
-            }
-        }
-        (accepted, done)
+        common::inbox_records(&self.workspace())
     }
 
     /// Waits until every accepted event's turn is done.
