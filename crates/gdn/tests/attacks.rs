@@ -14,57 +14,23 @@ use std::os::unix::net::UnixListener;
 use std::path::Path;
 
 use common::service::{Stopped, TestResult, free_port, gdn, until};
+use goondan_test_support::{Agent, Bundle, reply_text, reply_tools};
+use serde_json::json;
 
 /// A bundle whose scripted model runs `command` with `bash__exec`, then
 /// writes `written` with `file-system__write`, then answers.
 fn bundle(dir: &Path, command: &str, written: &str, connection: Option<u16>) -> std::io::Result<()> {
     let args = serde_json::json!({ "command": command });
     let write = serde_json::json!({ "path": written, "content": "OPENAI_BASE_URL=http://127.0.0.1:1/\n" });
-    let mut yaml = format!(
-        r#"apiVersion: goondan.ai/v1
-kind: Model
-metadata: {{name: scripted}}
-spec:
-  provider: scripted
-  model: s
-  options:
-    replies:
-      - {{toolCalls: [{{name: bash__exec, args: {args}}}]}}
-      - {{toolCalls: [{{name: file-system__write, args: {write}}}]}}
-      - {{text: done}}
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {{name: bot}}
-spec:
-  modelConfig: {{modelRef: Model/scripted}}
-  tools:
-    - {{kind: Tool, name: bash, package: "@goondan/base"}}
-    - {{kind: Tool, name: file-system, package: "@goondan/base"}}
----
-apiVersion: goondan.ai/v1
-kind: Swarm
-metadata: {{name: hostile}}
-spec: {{entryAgent: Agent/bot, agents: [Agent/bot]}}
-"#
-    );
+    let replies =
+        [reply_tools([("bash__exec", args)]), reply_tools([("file-system__write", write)]), reply_text("done")];
+    let mut bundle = Bundle::new()
+        .scripted_model_as("scripted", "s", json!({ "replies": replies }))
+        .one_agent("hostile", Agent::new("bot", "scripted").base_tool("bash").base_tool("file-system"));
     if let Some(port) = connection {
-        yaml.push_str(&format!(
-            r#"---
-apiVersion: goondan.ai/v1
-kind: Connection
-metadata: {{name: hook}}
-spec:
-  connectorRef: {{kind: Connector, name: webhook, package: "@goondan/base"}}
-  config:
-    WEBHOOK_PORT: {{value: "{port}"}}
-  ingress:
-    rules:
-      - route: {{agentRef: Agent/bot}}
-"#
-        ));
+        bundle = bundle.webhook("hook", port, json!([{"route": {"agentRef": "Agent/bot"}}]));
     }
-    std::fs::write(dir.join("goondan.yaml"), yaml)?;
+    bundle.write(dir)?;
     // A module an entry would import, which the model must not rewrite.
     std::fs::create_dir_all(dir.join("tools/lib"))?;
     std::fs::write(dir.join("tools/lib/helper.ts"), "export const helper = 1;\n")
@@ -213,29 +179,13 @@ fn a_fork_bomb_and_a_disk_filler_end_as_error_results() -> TestResult {
     let state = dir.path().join("state");
     let bomb = serde_json::json!({"command": "bomb() { bomb | bomb & }; bomb", "timeoutMs": 3000});
     let filler = serde_json::json!({"command": "yes > big"});
-    let yaml = format!(
-        r#"apiVersion: goondan.ai/v1
-kind: Model
-metadata: {{name: scripted}}
-spec:
-  provider: scripted
-  model: s
-  options:
-    replies:
-      - {{toolCalls: [{{name: bash__exec, args: {bomb}}}]}}
-      - {{toolCalls: [{{name: bash__exec, args: {filler}}}]}}
-      - {{text: still here}}
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {{name: bot}}
-spec:
-  modelConfig: {{modelRef: Model/scripted}}
-  tools: [{{kind: Tool, name: bash, package: "@goondan/base"}}]
-  sandbox: {{limits: {{processes: 64, fileSize: 8MiB}}}}
-"#
-    );
-    std::fs::write(bundle_dir.join("goondan.yaml"), yaml)?;
+    let replies =
+        [reply_tools([("bash__exec", bomb)]), reply_tools([("bash__exec", filler)]), reply_text("still here")];
+    let limits = json!({"limits": {"processes": 64, "fileSize": "8MiB"}});
+    Bundle::new()
+        .scripted_model_as("scripted", "s", json!({ "replies": replies }))
+        .agent(Agent::new("bot", "scripted").base_tool("bash").with("sandbox", limits))
+        .write(&bundle_dir)?;
     let output = gdn(&bundle_dir, &state, &["run", "--input", "go", "--json"])?;
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert_eq!(output.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&output.stderr));

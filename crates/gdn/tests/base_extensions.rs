@@ -4,10 +4,8 @@
 //! OpenAI-compatible server that records every request, and checks what the
 //! model received.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 
@@ -20,41 +18,24 @@ fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/base-extensions")
 }
 
-/// The model: an OpenAI-compatible server on 127.0.0.1 that records each
-/// request body and streams a reply chosen by the fixture's rule.
-struct Model {
-    endpoint: String,
-    requests: Arc<Mutex<Vec<Value>>>,
-}
+/// The model: the fake model server, streaming a reply chosen by the
+/// fixture's rule ([`reply_to`]) and recording each request.
+struct Model(goondan_test_support::FakeModel);
 
 impl Model {
     fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind: {e}"));
-        let address = listener.local_addr().unwrap_or_else(|e| panic!("addr: {e}"));
-        let requests = Arc::new(Mutex::new(Vec::new()));
-        let log = Arc::clone(&requests);
-        std::thread::spawn(move || {
-            for stream in listener.incoming().flatten() {
-                let log = Arc::clone(&log);
-                std::thread::spawn(move || serve(&stream, &log));
-            }
+        let model = goondan_test_support::FakeModel::start(|request| {
+            let delta = reply_to(&request.body);
+            let finish = if delta.get("tool_calls").is_some() { "tool_calls" } else { "stop" };
+            goondan_test_support::Reply::deltas(vec![delta], finish)
         });
-        Self { endpoint: format!("http://{address}/v1"), requests }
+        Self(model.unwrap_or_else(|e| panic!("model server: {e}")))
     }
 
     /// The requests so far, taken out.
     fn take(&self) -> Vec<Value> {
-        std::mem::take(&mut *self.requests.lock().unwrap_or_else(|e| e.into_inner()))
+        self.0.take_requests().into_iter().map(|request| request.body).collect()
     }
-}
-
-fn serve(stream: &std::net::TcpStream, log: &Mutex<Vec<Value>>) {
-    let (_, body) = common::read_http_request(stream);
-    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let delta = reply_to(&request);
-    log.lock().unwrap_or_else(|e| e.into_inner()).push(request);
-    let finish = if delta.get("tool_calls").is_some() { "tool_calls" } else { "stop" };
-    common::write_openai_stream(stream, &[delta], finish);
 }
 
 /// The fixture's rule: after a tool result "done"; a user message with CALL
@@ -90,7 +71,7 @@ fn run(model: &Model, state: &Path, agent: &str, input: &str) -> Value {
         .args(["--json", "run", "--agent", agent, "--input", input])
         .env("NO_COLOR", "1")
         .env("OPENAI_API_KEY", "sk-test")
-        .env("OPENAI_BASE_URL", &model.endpoint)
+        .env("OPENAI_BASE_URL", model.0.url())
         .env_remove("GOONDAN_STATE_ROOT")
         .stdin(Stdio::null());
     let output: Output = command.output().unwrap_or_else(|e| panic!("spawn gdn: {e}"));

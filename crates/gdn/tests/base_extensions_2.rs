@@ -5,10 +5,9 @@
 //! catalog), a local server speaking the OpenAI wire format that records
 //! each request.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Output;
+use std::sync::Mutex;
 
 use serde_json::{Value, json};
 
@@ -23,19 +22,7 @@ fn temp() -> tempfile::TempDir {
 }
 
 fn gdn(bundle: &Path, state: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gdn"))
-        .arg("-c")
-        .arg(bundle)
-        .arg("--state-root")
-        .arg(state)
-        .args(args)
-        .env("NO_COLOR", "1")
-        .env("TMPDIR", state)
-        .env_remove("GOONDAN_STATE_ROOT")
-        .env_remove("GOONDAN_LOG")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("spawn gdn: {e}"))
+    common::gdn_bin().project(bundle).state_arg(state).env("TMPDIR", state).run(args)
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -253,29 +240,17 @@ fn an_asynchronous_answer_reaches_the_caller_formatted() {
 
 // ------------------------------------------- tool-search on a 300-tool catalog
 
-/// An OpenAI-compatible server on 127.0.0.1 that answers the requests with
-/// `replies` in turn (each a list of SSE chunks' `delta`s and a finish
-/// reason) and records each request: its body's length and the body.
-/// Requests a server received: each body's length in bytes and the body.
-type Recorded = Arc<Mutex<Vec<(usize, Value)>>>;
-
-fn serve_openai(replies: Vec<(Vec<Value>, &'static str)>) -> (String, Recorded) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind: {e}"));
-    let address = listener.local_addr().unwrap_or_else(|e| panic!("addr: {e}"));
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let log = Arc::clone(&seen);
-    std::thread::spawn(move || {
-        let mut replies = replies.into_iter();
-        for stream in listener.incoming().flatten() {
-            let (_, body) = common::read_http_request(&stream);
-            let request = serde_json::from_slice(&body).unwrap_or(Value::Null);
-            log.lock().unwrap_or_else(|e| e.into_inner()).push((body.len(), request));
-            let (deltas, finish) =
-                replies.next().unwrap_or_else(|| (vec![json!({"content": "out of script"})], "stop"));
-            common::write_openai_stream(&stream, &deltas, finish);
-        }
+/// The fake model server answering the requests with `replies` in turn
+/// (each a list of SSE chunks' `delta`s and a finish reason; "out of
+/// script" after them).
+fn serve_openai(replies: Vec<(Vec<Value>, &'static str)>) -> goondan_test_support::FakeModel {
+    let replies = Mutex::new(replies.into_iter());
+    let model = goondan_test_support::FakeModel::start(move |_| {
+        let next = replies.lock().unwrap_or_else(|e| e.into_inner()).next();
+        let (deltas, finish) = next.unwrap_or_else(|| (vec![json!({"content": "out of script"})], "stop"));
+        goondan_test_support::Reply::deltas(deltas, finish)
     });
-    (format!("http://{address}/v1"), seen)
+    model.unwrap_or_else(|e| panic!("model server: {e}"))
 }
 
 const VERBS: [&str; 10] =
@@ -339,17 +314,19 @@ fn tool_search_cuts_the_first_request_of_a_300_tool_agent() {
         "function": {"name": "tool-search__search", "arguments": "{\"query\":\"invoice\"}"}}]});
 
     let without = temp();
-    let (endpoint, seen_without) = serve_openai(vec![text_reply()]);
-    catalog_of_300(without.path(), &endpoint, false);
+    let seen_without = serve_openai(vec![text_reply()]);
+    catalog_of_300(without.path(), &seen_without.url(), false);
     json_out(&gdn(without.path(), without.path(), &["--json", "run", "--input", "bill the customer"]));
 
     let with = temp();
-    let (endpoint, seen_with) = serve_openai(vec![(vec![search_call], "tool_calls"), text_reply()]);
-    catalog_of_300(with.path(), &endpoint, true);
+    let seen_with = serve_openai(vec![(vec![search_call], "tool_calls"), text_reply()]);
+    catalog_of_300(with.path(), &seen_with.url(), true);
     let run = json_out(&gdn(with.path(), with.path(), &["--json", "run", "--input", "bill the customer"]));
     assert_eq!(run["text"], "ok", "{run}");
 
-    let recorded = |seen: &Recorded| seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let recorded = |seen: &goondan_test_support::FakeModel| -> Vec<(usize, Value)> {
+        seen.requests().into_iter().map(|request| (request.length, request.body)).collect()
+    };
     let (without, with) = (recorded(&seen_without), recorded(&seen_with));
     let (body_without, body_with) = (without[0].0, with[0].0);
     let without: Vec<Value> = without.into_iter().map(|(_, request)| request).collect();

@@ -1,7 +1,7 @@
 //! Every built-in tool of `@goondan/base`, reached through `gdn tool call` on
 //! a bundle that refers to the tools as bundles for the original do.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -72,25 +72,8 @@ fn serve(reply: Value) -> (String, Arc<Mutex<Vec<Seen>>>) {
     let log = Arc::clone(&seen);
     std::thread::spawn(move || {
         for stream in listener.incoming().flatten() {
-            let mut reader = BufReader::new(&stream);
-            let mut request = Seen::default();
-            let _ = reader.read_line(&mut request.request_line);
-            let mut length = 0;
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 || line.trim().is_empty() {
-                    break;
-                }
-                if let Some((key, value)) = line.trim_end().split_once(':') {
-                    if key.eq_ignore_ascii_case("content-length") {
-                        length = value.trim().parse().unwrap_or(0);
-                    }
-                    request.headers.push((key.to_owned(), value.trim().to_owned()));
-                }
-            }
-            let mut body = vec![0; length];
-            let _ = reader.read_exact(&mut body);
-            request.body = String::from_utf8_lossy(&body).into_owned();
+            let (request_line, headers, body) = goondan_test_support::model::read_http_request_line(&stream);
+            let request = Seen { request_line, headers, body: String::from_utf8_lossy(&body).into_owned() };
             if let Ok(mut log) = log.lock() {
                 log.push(request);
             }

@@ -1,7 +1,6 @@
 //! The `gdn` program end to end, over the fixture bundles in `tests/fixtures`
 //! and the offline example in `examples/quickstart`.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
@@ -9,6 +8,7 @@ use serde_json::{Value, json};
 
 mod common;
 use common::js_runtime_usable;
+use goondan_test_support::{json_stdout, stderr, stdout};
 
 fn repo_path(relative: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(relative)
@@ -30,39 +30,11 @@ fn gdn(bundle: &PathBuf, args: &[&str]) -> Output {
 fn gdn_with_stdin(bundle: &PathBuf, args: &[&str], stdin: Option<&str>) -> Output {
     // A state root of the command's own: never the user's ~/.goondan.
     let state = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let mut command = Command::new(env!("CARGO_BIN_EXE_gdn"));
-    command
-        .env("GOONDAN_STATE_ROOT", state.path())
-        .arg("-c")
-        .arg(bundle)
-        .args(args)
-        .env("NO_COLOR", "1")
-        .env_remove("GOONDAN_LOG")
-        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = command.spawn().unwrap_or_else(|e| panic!("spawn gdn: {e}"));
-    if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
-        pipe.write_all(text.as_bytes()).unwrap_or_else(|e| panic!("stdin: {e}"));
-    }
-    child.wait_with_output().unwrap_or_else(|e| panic!("wait gdn: {e}"))
+    common::gdn_bin().state(state.path()).project(bundle).run_with_stdin(args, stdin)
 }
 
 fn code(output: &Output) -> i32 {
     output.status.code().unwrap_or(-1)
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-fn json_stdout(output: &Output) -> Value {
-    serde_json::from_slice(&output.stdout)
-        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}\nstderr: {}", stdout(output), stderr(output)))
 }
 
 fn diagnostic_summary(report: &Value) -> Vec<(String, String)> {
@@ -563,18 +535,7 @@ fn tool_call_uses_the_agent_named_with_agent() {
 /// as in `gdn … | head -c 0`.
 fn gdn_into_closed_pipe(bundle: &PathBuf, args: &[&str]) -> Output {
     let state = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gdn"))
-        .env("GOONDAN_STATE_ROOT", state.path())
-        .arg("-c")
-        .arg(bundle)
-        .args(args)
-        .env("NO_COLOR", "1")
-        .env_remove("GOONDAN_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn gdn: {e}"));
+    let mut child = common::gdn_bin().state(state.path()).project(bundle).child(args);
     // Close the only reader before gdn writes anything: its writes fail with EPIPE.
     drop(child.stdout.take());
     child.wait_with_output().unwrap_or_else(|e| panic!("wait gdn: {e}"))

@@ -14,6 +14,7 @@ const RULES: &[(&str, &[&str])] = &[
     ("goondan-core", &[]),
     // The append-only JSON Lines journal: files only, core's fault points.
     ("goondan-journal", &["goondan-core"]),
+    ("goondan-test-support", &["goondan-llm"]),
     ("goondan-config", &["goondan-core"]),
     // Confinement of commands: no runtime, no config; core's address rule only.
     ("goondan-sandbox", &["goondan-core"]),

@@ -7,24 +7,11 @@
 
 use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
-use std::sync::{Arc, Mutex};
-
-use serde_json::json;
+use std::process::Output;
 
 mod common;
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn temp() -> tempfile::TempDir {
-    tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn write(path: &Path, content: &str) {
-    std::fs::write(path, content).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-}
+use common::{temp, write};
+use goondan_test_support::text;
 
 /// Variables of the test's own environment that would change what is tested.
 const CLEARED: [&str; 6] = [
@@ -40,15 +27,8 @@ const CLEARED: [&str; 6] = [
 type Way<'a> = (&'a [(&'a str, &'a str)], &'a [&'a str]);
 
 fn gdn(bundle: &Path, state: &Path, env: &[(&str, &str)], args: &[&str]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_gdn"));
-    command.arg("--state-root").arg(state).arg("-c").arg(bundle).args(args).env("NO_COLOR", "1").stdin(Stdio::null());
-    for name in CLEARED {
-        command.env_remove(name);
-    }
-    for (key, value) in env {
-        command.env(key, value);
-    }
-    command.output().unwrap_or_else(|e| panic!("spawn gdn: {e}"))
+    let gdn = CLEARED.iter().fold(common::gdn_bin().state_arg(state).project(bundle), |gdn, name| gdn.env_remove(name));
+    env.iter().fold(gdn, |gdn, (key, value)| gdn.env(key, value)).run(args)
 }
 
 /// An OpenAI model without `spec.endpoint` (so `OPENAI_BASE_URL` decides
@@ -68,25 +48,6 @@ spec:
   modelConfig: {modelRef: Model/gpt}
 "#;
     write(&dir.join("goondan.yaml"), yaml);
-}
-
-/// An OpenAI-compatible server on 127.0.0.1 recording each request's
-/// Authorization header.
-fn serve_openai() -> (String, Arc<Mutex<Vec<String>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind: {e}"));
-    let address = listener.local_addr().unwrap_or_else(|e| panic!("addr: {e}"));
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let log = Arc::clone(&seen);
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let (headers, _) = common::read_http_request(&stream);
-            for (_, value) in headers.iter().filter(|(key, _)| key.eq_ignore_ascii_case("authorization")) {
-                log.lock().unwrap_or_else(|e| e.into_inner()).push(value.clone());
-            }
-            common::write_openai_stream(&stream, &[json!({"role": "assistant", "content": "hello"})], "stop");
-        }
-    });
-    (format!("http://{address}/v1"), seen)
 }
 
 /// `OPENAI_BASE_URL` in `.env.local` would send the key of `.env` to
@@ -217,7 +178,8 @@ fn a_gdn_setting_in_env_is_refused_but_read_from_the_environment_and_env_file() 
 /// is still the one sent.
 #[test]
 fn a_base_url_from_the_environment_or_env_file_is_read_and_the_key_in_env_still_is() {
-    let (endpoint, seen) = serve_openai();
+    let model = must_serve();
+    let endpoint = model.url();
     let bundle = temp();
     write_openai_bundle(bundle.path());
     write(&bundle.path().join(".env"), "OPENAI_API_KEY=sk-from-dotenv-31\n");
@@ -230,11 +192,11 @@ fn a_base_url_from_the_environment_or_env_file_is_read_and_the_key_in_env_still_
         (&[], &["run", "--input", "hi", "--env-file", &flag]),
     ];
     for (env, args) in ways {
-        seen.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        model.take_requests();
         let state = temp();
         let output = gdn(bundle.path(), state.path(), env, args);
         assert_eq!(output.status.code(), Some(0), "{args:?}: {}", text(&output.stderr));
-        assert_eq!(seen.lock().unwrap_or_else(|e| e.into_inner()).clone(), ["Bearer sk-from-dotenv-31"], "{args:?}");
+        assert_eq!(model.headers("authorization"), ["Bearer sk-from-dotenv-31"], "{args:?}");
     }
     // validate and doctor accept a .env holding only keys.
     for args in [&["validate"][..], &["doctor"]] {
@@ -242,4 +204,9 @@ fn a_base_url_from_the_environment_or_env_file_is_read_and_the_key_in_env_still_
         let output = gdn(bundle.path(), state.path(), &[("OPENAI_BASE_URL", &endpoint)], args);
         assert!(!text(&output.stderr).contains("cannot be set"), "{args:?}: {}", text(&output.stderr));
     }
+}
+
+/// The fake model server, answering "hello".
+fn must_serve() -> goondan_test_support::FakeModel {
+    goondan_test_support::FakeModel::text("hello").unwrap_or_else(|e| panic!("model server: {e}"))
 }

@@ -6,107 +6,34 @@
 //! bound.
 
 use std::io::Write as _;
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 mod common;
 use common::js_runtime_usable;
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn temp() -> tempfile::TempDir {
-    tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn write(path: &Path, content: &str) {
-    std::fs::write(path, content).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-}
+use common::{temp, write};
+use goondan_test_support::text;
 
 fn gdn(bundle: &Path, state: &Path, env: &[(&str, &str)], args: &[&str]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_gdn"));
-    command
-        .arg("--state-root")
-        .arg(state)
-        .arg("-c")
-        .arg(bundle)
-        .args(args)
-        .env("NO_COLOR", "1")
-        .env_remove("GOONDAN_STATE_ROOT")
-        .env_remove("MODEL_CRED")
-        .env_remove("GOONDAN_LOG")
-        .stdin(Stdio::null());
-    for (key, value) in env {
-        command.env(key, value);
-    }
-    command.output().unwrap_or_else(|e| panic!("spawn gdn: {e}"))
-}
-
-/// An OpenAI-compatible server on 127.0.0.1 recording each request's
-/// Authorization header.
-fn serve_openai() -> (String, Arc<Mutex<Vec<String>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind: {e}"));
-    let address = listener.local_addr().unwrap_or_else(|e| panic!("addr: {e}"));
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let log = Arc::clone(&seen);
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let (headers, _) = common::read_http_request(&stream);
-            for (_, value) in headers.iter().filter(|(key, _)| key.eq_ignore_ascii_case("authorization")) {
-                log.lock().unwrap_or_else(|e| e.into_inner()).push(value.clone());
-            }
-            common::write_openai_stream(&stream, &[json!({"role": "assistant", "content": "hello"})], "stop");
-        }
-    });
-    (format!("http://{address}/v1"), seen)
+    let gdn = common::gdn_bin().state_arg(state).project(bundle).env_remove("MODEL_CRED");
+    env.iter().fold(gdn, |gdn, (key, value)| gdn.env(key, value)).run(args)
 }
 
 /// A bundle whose model key is `valueFrom: {env: MODEL_CRED}`, with `bash`
 /// and a JavaScript tool that shows its own environment.
 fn write_bundle(dir: &Path, endpoint: &str) {
-    let yaml = format!(
-        r#"apiVersion: goondan.ai/v1
-kind: Model
-metadata: {{name: local}}
-spec:
-  provider: openai
-  model: local-model
-  endpoint: {endpoint}
-  apiKey: {{valueFrom: {{env: MODEL_CRED}}}}
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {{name: a}}
-spec:
-  modelConfig: {{modelRef: Model/local}}
-  tools:
-    - {{ref: {{kind: Tool, name: bash, package: "@goondan/base"}}}}
-    - Tool/peek
----
-apiVersion: goondan.ai/v1
-kind: Tool
-metadata: {{name: peek}}
-spec:
-  entry: ./peek.ts
-  exports:
-    - name: env
-      description: What the script host's environment holds.
-"#
-    );
-    write(&dir.join("goondan.yaml"), &yaml);
-    write(&dir.join("peek.ts"), "export const handlers = { env: () => ({ env: JSON.stringify(process.env) }) };\n");
+    let peek = "export const handlers = { env: () => ({ env: JSON.stringify(process.env) }) };\n";
+    common::peek_bundle(endpoint, "MODEL_CRED", peek, Value::Null).write(dir).unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// Which file's value reaches the model, for each combination of files.
 #[test]
 fn env_file_beats_env_local_beats_env_beats_the_process_environment() {
-    let (endpoint, seen) = serve_openai();
+    let model = must_serve();
+    let endpoint = model.url();
     let bundle = temp();
     write_bundle(bundle.path(), &endpoint);
     let flag_dir = temp();
@@ -137,10 +64,10 @@ fn env_file_beats_env_local_beats_env_beats_the_process_environment() {
         if with_flag {
             args.extend(["--env-file", &flag]);
         }
-        seen.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        model.take_requests();
         let output = gdn(bundle.path(), state.path(), &[("MODEL_CRED", "from-process")], &args);
         assert_eq!(output.status.code(), Some(0), "{expected}: {}", text(&output.stderr));
-        let headers = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let headers = model.headers("authorization");
         assert_eq!(headers, [format!("Bearer {expected}")], "(.env {env}, .env.local {local}, flag {with_flag})");
     }
 }
@@ -150,7 +77,8 @@ fn env_file_beats_env_local_beats_env_beats_the_process_environment() {
 /// reaches the log or the state root.
 #[test]
 fn quoted_values_with_comments_and_several_lines_are_read_as_dotenv_files_are() {
-    let (endpoint, seen) = serve_openai();
+    let model = must_serve();
+    let endpoint = model.url();
     let bundle = temp();
     let state = temp();
     write_bundle(bundle.path(), &endpoint);
@@ -161,7 +89,7 @@ fn quoted_values_with_comments_and_several_lines_are_read_as_dotenv_files_are() 
     let output = gdn(bundle.path(), state.path(), &[], &["-vv", "run", "--input", "hi"]);
     let stderr = text(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{stderr}");
-    assert_eq!(seen.lock().unwrap_or_else(|e| e.into_inner()).clone(), ["Bearer sk-quoted-41"]);
+    assert_eq!(model.headers("authorization"), ["Bearer sk-quoted-41"]);
     for secret in ["sk-quoted-41", "line-two-of-the-cert"] {
         assert!(!stderr.contains(secret), "the log holds {secret}: {stderr}");
         for file in walk(state.path()) {
@@ -350,4 +278,9 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
         }
     }
     files
+}
+
+/// The fake model server, answering "hello".
+fn must_serve() -> goondan_test_support::FakeModel {
+    goondan_test_support::FakeModel::text("hello").unwrap_or_else(|e| panic!("model server: {e}"))
 }

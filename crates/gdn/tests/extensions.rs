@@ -4,7 +4,7 @@
 //! `validate` checks their modules.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 use serde_json::Value;
 
@@ -16,17 +16,7 @@ fn repo(relative: &str) -> PathBuf {
 }
 
 fn gdn(state: &Path, bundle: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gdn"))
-        .arg("--state-root")
-        .arg(state)
-        .arg("-c")
-        .arg(repo(bundle))
-        .args(args)
-        .env("NO_COLOR", "1")
-        .env_remove("GOONDAN_STATE_ROOT")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("spawn gdn: {e}"))
+    common::gdn_bin().state_arg(state).project(repo(bundle)).run(args)
 }
 
 fn text(bytes: &[u8]) -> String {

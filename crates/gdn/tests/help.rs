@@ -4,11 +4,12 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 use serde_json::Value;
 
 mod common;
+use goondan_test_support::{json_stdout, stderr, stdout};
 
 const ERRORS_URL: &str = "https://github.com/goondan/goondan-rs/blob/main/docs/ERRORS.md";
 
@@ -102,25 +103,11 @@ fn the_scan_finds_quoted_codes_only() {
 /// Runs `gdn <args…>` with colors and logs off and a state root of its own.
 fn gdn(bundle: Option<&Path>, args: &[&str]) -> Output {
     let state = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let mut command = Command::new(env!("CARGO_BIN_EXE_gdn"));
-    command.env("GOONDAN_STATE_ROOT", state.path()).env("NO_COLOR", "1").env_remove("GOONDAN_LOG");
-    if let Some(bundle) = bundle {
-        command.arg("-c").arg(bundle);
+    let gdn = common::gdn_bin().state(state.path());
+    match bundle {
+        Some(bundle) => gdn.project(bundle).run(args),
+        None => gdn.run(args),
     }
-    command.args(args).stdin(Stdio::null()).output().unwrap_or_else(|e| panic!("run gdn: {e}"))
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-fn json_stdout(output: &Output) -> Value {
-    serde_json::from_slice(&output.stdout)
-        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}\nstderr: {}", stdout(output), stderr(output)))
 }
 
 #[test]

@@ -5,25 +5,14 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
 fn repo(relative: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(relative)
 }
 
 fn gdn(state: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gdn"))
-        .arg("--state-root")
-        .arg(state)
-        .args(args)
-        .env("NO_COLOR", "1")
-        .env_remove("GOONDAN_STATE_ROOT")
-        .env_remove("GOONDAN_TEST_OPENAI_KEY")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap_or_else(|e| panic!("spawn gdn: {e}"))
+    common::gdn_bin().state_arg(state).env_remove("GOONDAN_TEST_OPENAI_KEY").run(args)
 }
 
 fn text(bytes: &[u8]) -> String {

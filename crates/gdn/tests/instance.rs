@@ -2,8 +2,10 @@
 //! workspaces, some instances running, and instances of the old layouts
 //! that `gdn run` moves into their bundle's workspace.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 use goondan_core::{Message, MessageData, MessageSource};
 use goondan_runtime::store::{InstanceStore, StateRoot, Workspace, WorkspaceAccess, open_workspace};
@@ -14,16 +16,7 @@ fn must<T, E: std::fmt::Display>(result: Result<T, E>) -> T {
 }
 
 fn gdn(state: &Path, args: &[&str]) -> Output {
-    must(
-        Command::new(env!("CARGO_BIN_EXE_gdn"))
-            .arg("--state-root")
-            .arg(state)
-            .args(args)
-            .env("NO_COLOR", "1")
-            .env_remove("GOONDAN_LOG")
-            .stdin(Stdio::null())
-            .output(),
-    )
+    common::gdn_bin().state_arg(state).run(args)
 }
 
 fn text(bytes: &[u8]) -> String {

@@ -6,12 +6,10 @@
 //! gets only its own input. `--workspace` still chooses explicitly, and
 //! `--adopt-workspace` takes the name's workspace over.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Output;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 mod common;
 
@@ -20,39 +18,11 @@ fn must<T, E: std::fmt::Display>(result: Result<T, E>) -> T {
 }
 
 fn gdn(state: &Path, args: &[&str]) -> Output {
-    must(
-        Command::new(env!("CARGO_BIN_EXE_gdn"))
-            .arg("--state-root")
-            .arg(state)
-            .args(args)
-            .env("NO_COLOR", "1")
-            .env("LOCAL_MODEL_KEY", "sk-local")
-            .env_remove("GOONDAN_LOG")
-            .stdin(Stdio::null())
-            .output(),
-    )
+    common::gdn_bin().state_arg(state).env("LOCAL_MODEL_KEY", "sk-local").run(args)
 }
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// An OpenAI-compatible server on 127.0.0.1 that records the messages of
-/// each request and answers "fresh".
-fn serve_openai() -> (String, Arc<Mutex<Vec<Value>>>) {
-    let listener = must(TcpListener::bind("127.0.0.1:0"));
-    let address = must(listener.local_addr());
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let log = Arc::clone(&seen);
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let (_, body) = common::read_http_request(&stream);
-            let request: Value = serde_json::from_slice(&body).unwrap_or_default();
-            log.lock().unwrap_or_else(|e| e.into_inner()).push(request["messages"].clone());
-            common::write_openai_stream(&stream, &[json!({"role": "assistant", "content": "fresh"})], "stop");
-        }
-    });
-    (format!("http://{address}/v1"), seen)
 }
 
 /// A bundle whose Swarm (`default`) and agent (`assistant`) have the quick
@@ -121,7 +91,8 @@ fn a_second_bundle_with_the_same_swarm_name_gets_a_workspace_of_its_own() {
     let state = must(tempfile::tempdir());
     let work = must(tempfile::tempdir());
     let other = must(tempfile::tempdir());
-    let (endpoint, seen) = serve_openai();
+    let model = must(goondan_test_support::FakeModel::text("fresh"));
+    let endpoint = model.url();
     write_other_bundle(other.path(), &endpoint);
     let example = quickstart();
     let example_arg = example.to_string_lossy().into_owned();
@@ -157,7 +128,7 @@ fn a_second_bundle_with_the_same_swarm_name_gets_a_workspace_of_its_own() {
     for way in ["--workspace NAME", "--adopt-workspace"] {
         assert!(stderr.contains(way), "{way}: {stderr}");
     }
-    let requests = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let requests: Vec<Value> = model.requests().into_iter().map(|r| r.body["messages"].clone()).collect();
     assert_eq!(requests.len(), 1);
     let messages = requests[0].as_array().cloned().unwrap_or_default();
     let non_system: Vec<&Value> = messages.iter().filter(|m| m["role"] != "system").collect();
@@ -170,7 +141,7 @@ fn a_second_bundle_with_the_same_swarm_name_gets_a_workspace_of_its_own() {
     let stderr = text(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{stderr}");
     assert!(!stderr.contains(&own) && !stderr.contains("another bundle"), "said twice: {stderr}");
-    let requests = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let requests: Vec<Value> = model.requests().into_iter().map(|r| r.body["messages"].clone()).collect();
     let non_system = requests[1].as_array().into_iter().flatten().filter(|m| m["role"] != "system").count();
     assert_eq!(non_system, 3, "hi, fresh, again: {:?}", requests[1]);
     let output = gdn(state.path(), &["-c", &other_arg, "tool", "list"]);

@@ -2,66 +2,40 @@
 //! from the durable logs — a handoff seen from both ends, filters, JSON
 //! lines, and `--follow` showing a turn that runs after it started.
 
+mod common;
+
 use std::io::{BufRead as _, BufReader};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const BUNDLE: &str = r#"apiVersion: goondan.ai/v1
-kind: Model
-metadata: {name: lead-model}
-spec:
-  provider: scripted
-  model: lead
-  options:
-    replies:
-      - toolCalls: [{name: agents__request, args: {target: helper, input: "please"}}]
-      - text: "lead done"
----
-apiVersion: goondan.ai/v1
-kind: Model
-metadata: {name: helper-model}
-spec:
-  provider: scripted
-  model: helper
-  options:
-    replies: [{text: "helped"}]
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {name: lead}
-spec:
-  modelConfig: {modelRef: Model/lead-model}
-  tools: [{kind: Tool, name: agents, package: "@goondan/base"}]
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {name: helper}
-spec: {modelConfig: {modelRef: Model/helper-model}}
----
-apiVersion: goondan.ai/v1
-kind: Swarm
-metadata: {name: pair}
-spec: {entryAgent: Agent/lead, agents: [Agent/lead, Agent/helper]}
-"#;
+use goondan_test_support::{Agent, Bundle, reply_text, reply_tools};
+use serde_json::json;
+
+/// `lead` asks `helper` (with `agents__request`) and answers "lead done".
+fn bundle() -> Bundle {
+    let ask = json!({"target": "helper", "input": "please"});
+    Bundle::new()
+        .scripted_model_as(
+            "lead-model",
+            "lead",
+            json!({"replies": [reply_tools([("agents__request", ask)]), reply_text("lead done")]}),
+        )
+        .scripted_model_as("helper-model", "helper", json!({"replies": [reply_text("helped")]}))
+        .agent(Agent::new("lead", "lead-model").base_tool("agents"))
+        .agent(Agent::new("helper", "helper-model"))
+        .swarm("pair", "lead", &["lead", "helper"])
+}
 
 fn gdn(dir: &Path, state: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gdn"))
-        .arg("-c")
-        .arg(dir)
-        .args(args)
-        .env("GOONDAN_STATE_ROOT", state)
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("gdn: {e}"))
+    common::gdn_bin().project(dir).state(state).run(args)
 }
 
 #[test]
 fn logs_show_a_handoff_from_both_ends_filter_and_follow() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let state = dir.path().join("state");
-    std::fs::write(dir.path().join("goondan.yaml"), BUNDLE).unwrap_or_else(|e| panic!("{e}"));
+    bundle().write(dir.path()).unwrap_or_else(|e| panic!("{e}"));
     let run = gdn(dir.path(), &state, &["run", "--input", "go"]);
     assert_eq!(run.status.code(), Some(0), "{}", String::from_utf8_lossy(&run.stderr));
 

@@ -25,21 +25,12 @@ fn gdn(state: &Path, server: &Path, args: &[&str]) -> Output {
 }
 
 fn gdn_with(state: &Path, server: &Path, env: &[(&str, &str)], args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gdn"))
-        .arg("--state-root")
-        .arg(state)
-        .arg("-c")
-        .arg(repo("tests/fixtures/mcp-everything"))
-        .args(args)
-        .env("NO_COLOR", "1")
+    let gdn = common::gdn_bin()
+        .state_arg(state)
+        .project(repo("tests/fixtures/mcp-everything"))
         .env("GOONDAN_TEST_MCP_EVERYTHING", server)
-        .env("GOONDAN_TEST_MCP_FAKE", repo("crates/goondan-mcp/tests/fake-server.mjs"))
-        .envs(env.iter().copied())
-        .env_remove("GOONDAN_STATE_ROOT")
-        .env_remove("GOONDAN_LOG")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("spawn gdn: {e}"))
+        .env("GOONDAN_TEST_MCP_FAKE", repo("crates/goondan-mcp/tests/fake-server.mjs"));
+    env.iter().fold(gdn, |gdn, (key, value)| gdn.env(key, value)).run(args)
 }
 
 fn text(bytes: &[u8]) -> String {

@@ -110,21 +110,10 @@ impl HttpServer {
     }
 
     fn start_with(state: &Path, bundle: &Path, extra: &[&str], env: &[(&str, &Path)]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_gdn"))
-            .arg("--state-root")
-            .arg(state)
-            .arg("-c")
-            .arg(bundle)
-            .args(["mcp", "serve", "--http", "127.0.0.1:0"])
-            .args(extra)
-            .envs(env.iter().copied())
-            .env("NO_COLOR", "1")
-            .env_remove("GOONDAN_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn gdn: {e}"));
+        let gdn = env.iter().fold(common::gdn_bin().state_arg(state).project(bundle), |gdn, (k, v)| gdn.env(k, v));
+        let mut command = gdn.command(["mcp", "serve", "--http", "127.0.0.1:0"].iter().chain(extra));
+        let spawned = command.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn();
+        let mut child = spawned.unwrap_or_else(|e| panic!("spawn gdn: {e}"));
         let stdout = child.stdout.take().unwrap_or_else(|| panic!("no stdout"));
         let mut line = String::new();
         BufReader::new(stdout).read_line(&mut line).unwrap_or_else(|e| panic!("read the URL: {e}"));

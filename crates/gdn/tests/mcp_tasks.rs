@@ -10,94 +10,53 @@
 //! with `GOONDAN_REQUIRE_MCP=1`.
 
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
-use serde_json::Value;
+use goondan_test_support::{Agent, Bundle, reply_text, reply_tools};
+use serde_json::{Value, json};
 
 mod common;
+use common::service::jobs::{count, instance_dir, post, texts};
 use common::service::{Stopped, TestResult, free_port, gdn, until};
 use common::{mcp_tasks_python, repo_path};
 
-fn bundle(dir: &Path, port: u16, python: &Path, cancelled: &Path) -> Result<(), std::io::Error> {
+/// The MCP server `tasky` run over standard input/output by `python`.
+fn stdio_server(python: &Path, cancelled: &Path) -> Value {
     let script = repo_path("crates/goondan-mcp/tests/tasks-server.py");
-    let yaml = format!(
-        r#"apiVersion: goondan.ai/v1
-kind: Model
-metadata: {{name: m}}
-spec:
-  provider: scripted
-  model: s
-  options:
-    replies: [{{text: "noted"}}]
-    when:
-      - inputContains: tool_task_result
-        replies: [{{text: "the server's task ended"}}]
-      - inputContains: "start work"
-        replies:
-          - toolCalls: [{{name: tasky__slow, args: {{seconds: 1.5, text: "built"}}}}]
-          - text: "started"
-      - inputContains: "cancel it"
-        replies:
-          - toolCalls: [{{name: tasky__slow, args: {{seconds: 60}}}}]
-          - toolCalls: [{{name: tasks__wait, args: {{handle: "{{{{lastHandle}}}}", timeoutMs: 500}}}}]
-          - toolCalls: [{{name: tasks__cancel, args: {{handle: "{{{{lastHandle}}}}"}}}}]
-          - text: "cancelled"
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {{name: worker}}
-spec:
-  modelConfig: {{modelRef: Model/m}}
-  tools:
-    - {{kind: Tool, name: tasks, package: "@goondan/base"}}
-  extensions:
-    - kind: Extension
-      name: mcp
-      package: "@goondan/base"
-      config:
-        servers:
-          tasky:
-            command: "{python}"
-            args: ["{script}"]
-            env: {{TASKS_SERVER_CANCELLED: "{cancelled}"}}
----
-apiVersion: goondan.ai/v1
-kind: Swarm
-metadata: {{name: jobs}}
-spec: {{entryAgent: Agent/worker, agents: [Agent/worker]}}
----
-apiVersion: goondan.ai/v1
-kind: Connection
-metadata: {{name: hook}}
-spec:
-  connectorRef: {{kind: Connector, name: webhook, package: "@goondan/base"}}
-  config:
-    WEBHOOK_PORT: {{value: "{port}"}}
-"#,
-        python = python.display(),
-        script = script.display(),
-        cancelled = cancelled.display(),
-    );
-    std::fs::write(dir.join("goondan.yaml"), yaml)
+    json!({
+        "command": python.display().to_string(),
+        "args": [script.display().to_string()],
+        "env": {"TASKS_SERVER_CANCELLED": cancelled.display().to_string()},
+    })
 }
 
-fn post(port: u16, key: &str, input: &str) -> Result<String, std::io::Error> {
-    let body = serde_json::json!({"instanceKey": key, "text": input});
-    common::service::post(port, &body)
-}
-
-fn instance_dir(state: &Path, key: &str) -> PathBuf {
-    state.join("workspaces").join("jobs").join("instances").join(format!("worker@{key}"))
-}
-
-/// The conversation's messages as stored, each as JSON text.
-fn texts(state: &Path, key: &str) -> Vec<String> {
-    common::service::conversation(&instance_dir(state, key))
-}
-
-fn count(state: &Path, key: &str, needle: &str) -> usize {
-    texts(state, key).iter().filter(|text| text.contains(needle)).count()
+/// A worker whose "start work" has `tasky` (`server`) work `seconds` long.
+fn bundle(dir: &Path, port: u16, server: Value, seconds: Value) -> Result<(), std::io::Error> {
+    let handle = "{{lastHandle}}";
+    let options = json!({
+        "replies": [reply_text("noted")],
+        "when": [
+            {"inputContains": "tool_task_result", "replies": [reply_text("the server's task ended")]},
+            {"inputContains": "start work", "replies": [
+                reply_tools([("tasky__slow", json!({"seconds": seconds, "text": "built"}))]),
+                reply_text("started"),
+            ]},
+            {"inputContains": "cancel it", "replies": [
+                reply_tools([("tasky__slow", json!({"seconds": 60}))]),
+                reply_tools([("tasks__wait", json!({"handle": handle, "timeoutMs": 500}))]),
+                reply_tools([("tasks__cancel", json!({"handle": handle}))]),
+                reply_text("cancelled"),
+            ]},
+        ],
+    });
+    let servers = json!({ "tasky": server });
+    let mcp = json!({"kind": "Extension", "name": "mcp", "package": "@goondan/base", "config": {"servers": servers}});
+    Bundle::new()
+        .scripted_model_as("m", "s", options)
+        .one_agent("jobs", Agent::new("worker", "m").base_tool("tasks").extension(mcp))
+        .webhook("hook", port, json!([]))
+        .write(dir)
 }
 
 #[test]
@@ -107,7 +66,7 @@ fn an_mcp_servers_task_is_pending_its_result_arrives_and_a_cancel_reaches_the_se
     let state = dir.path().join("state");
     let cancelled = dir.path().join("cancelled");
     let port = free_port()?;
-    bundle(dir.path(), port, &python, &cancelled)?;
+    bundle(dir.path(), port, stdio_server(&python, &cancelled), json!(1.5))?;
     let started = gdn(dir.path(), &state, &["run", "--detach"])?;
     assert_eq!(started.status.code(), Some(0), "{}", String::from_utf8_lossy(&started.stderr));
     let _running = Stopped { dir: dir.path().to_path_buf(), state: state.clone() };
@@ -161,14 +120,8 @@ fn a_task_of_a_server_reached_over_http_is_followed_again_after_the_service_rest
             .spawn()?,
     );
     until("the MCP server to listen", || Ok(TcpStream::connect(("127.0.0.1", mcp_port)).is_ok()))?;
-    bundle(dir.path(), port, &python, &dir.path().join("cancelled"))?;
-    let file = dir.path().join("goondan.yaml");
-    let yaml = std::fs::read_to_string(&file)?;
-    let start = yaml.find("            command:").ok_or("no command")?;
-    let end = yaml[start..].find("---").map(|at| start + at).ok_or("no end")?;
-    let yaml = format!("{}            url: \"http://127.0.0.1:{mcp_port}/mcp\"\n{}", &yaml[..start], &yaml[end..])
-        .replace("seconds: 1.5, text: \"built\"", "seconds: 4, text: \"built\"");
-    std::fs::write(&file, yaml)?;
+    // The same server, reached over HTTP; its task outlasts the restart.
+    bundle(dir.path(), port, json!({"url": format!("http://127.0.0.1:{mcp_port}/mcp")}), json!(4))?;
     let started = gdn(dir.path(), &state, &["run", "--detach"])?;
     assert_eq!(started.status.code(), Some(0), "{}", String::from_utf8_lossy(&started.stderr));
     let _running = Stopped { dir: dir.path().to_path_buf(), state: state.clone() };

@@ -16,6 +16,10 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+use goondan_test_support::bundle::copy_dir;
+use goondan_test_support::{Agent, Bundle, reply_text};
+use serde_json::json;
+
 mod common;
 use common::service::{TestResult, free_port, until};
 
@@ -139,20 +143,6 @@ fn count_files(root: &Path) -> usize {
     count
 }
 
-fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
-        let target = to.join(entry.file_name());
-        if entry.file_type()?.is_dir() {
-            copy_dir(&entry.path(), &target)?;
-        } else {
-            std::fs::copy(entry.path(), &target)?;
-        }
-    }
-    Ok(())
-}
-
 fn chown_all(path: &Path, uid: u32) -> std::io::Result<()> {
     std::os::unix::fs::lchown(path, Some(uid), Some(uid))?;
     if std::fs::symlink_metadata(path)?.is_dir() {
@@ -224,40 +214,11 @@ fn so_it_does_for_an_unprivileged_user() -> TestResult {
 
 /// One agent answering `pong`, fed by a webhook on `port`.
 fn service_bundle(dir: &Path, port: u16) -> std::io::Result<()> {
-    let yaml = format!(
-        r#"apiVersion: goondan.ai/v1
-kind: Model
-metadata: {{name: fast}}
-spec:
-  provider: scripted
-  model: fast
-  options:
-    replies: [{{text: "pong"}}]
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {{name: quick}}
-spec:
-  modelConfig: {{modelRef: Model/fast}}
----
-apiVersion: goondan.ai/v1
-kind: Swarm
-metadata: {{name: guarded}}
-spec: {{entryAgent: Agent/quick, agents: [Agent/quick]}}
----
-apiVersion: goondan.ai/v1
-kind: Connection
-metadata: {{name: hook}}
-spec:
-  connectorRef: {{kind: Connector, name: webhook, package: "@goondan/base"}}
-  config:
-    WEBHOOK_PORT: {{value: "{port}"}}
-  ingress:
-    rules:
-      - route: {{agentRef: Agent/quick}}
-"#
-    );
-    std::fs::write(dir.join("goondan.yaml"), yaml)
+    Bundle::new()
+        .scripted_model("fast", [reply_text("pong")])
+        .one_agent("guarded", Agent::new("quick", "fast"))
+        .webhook("hook", port, json!([{"route": {"agentRef": "Agent/quick"}}]))
+        .write(dir)
 }
 
 /// A running service of a project, stopped when dropped.

@@ -19,22 +19,7 @@ fn gdn(state: &Path, args: &[&str]) -> Output {
 }
 
 fn gdn_stdin(state: &Path, args: &[&str], stdin: Option<&str>) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_gdn"));
-    command
-        .arg("--state-root")
-        .arg(state)
-        .args(args)
-        .env("NO_COLOR", "1")
-        .env_remove("GOONDAN_STATE_ROOT")
-        .env_remove("GOONDAN_TEST_OPENAI_KEY")
-        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = command.spawn().unwrap_or_else(|e| panic!("spawn: {e}"));
-    if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
-        pipe.write_all(text.as_bytes()).unwrap_or_else(|e| panic!("stdin: {e}"));
-    }
-    child.wait_with_output().unwrap_or_else(|e| panic!("wait: {e}"))
+    common::gdn_bin().state_arg(state).env_remove("GOONDAN_TEST_OPENAI_KEY").run_with_stdin(args, stdin)
 }
 
 fn text(bytes: &[u8]) -> String {

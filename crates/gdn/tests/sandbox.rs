@@ -9,7 +9,8 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use serde_json::Value;
+use goondan_test_support::{Agent, Bundle, reply_text, reply_tools};
+use serde_json::{Value, json};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -17,7 +18,9 @@ const KEY: &str = "-----BEGIN OPENSSH PRIVATE KEY----- planted";
 
 /// A project with a scripted model whose first reply runs `command`
 /// through `bash__exec`, a script tool that reads a file directly and
-/// through a spawned `cat`, and `sandbox` (an Agent spec line, or "").
+/// through a spawned `cat`, the Agent's `sandbox` (null: none), and, with
+/// `mcp`, the MCP server `files` (`reader.mjs`) with that server's config
+/// beside its command (its `sandbox`, or nothing).
 struct Project {
     dir: tempfile::TempDir,
     home: tempfile::TempDir,
@@ -25,55 +28,39 @@ struct Project {
 }
 
 impl Project {
-    fn new(command: &str, sandbox: &str) -> Result<Self, Box<dyn std::error::Error>> {
+    fn new(command: &str, sandbox: Value) -> Result<Self, Box<dyn std::error::Error>> {
+        Self::with_mcp(command, sandbox, None)
+    }
+
+    fn with_mcp(command: &str, sandbox: Value, mcp: Option<Value>) -> Result<Self, Box<dyn std::error::Error>> {
         let (dir, home, state) = (tempfile::tempdir()?, tempfile::tempdir()?, tempfile::tempdir()?);
         std::fs::create_dir_all(home.path().join(".ssh"))?;
         std::fs::write(home.path().join(".ssh/id_rsa"), KEY)?;
-        let args = serde_json::json!({ "command": command });
-        let yaml = format!(
-            r#"apiVersion: goondan.ai/v1
-kind: Model
-metadata: {{name: scripted}}
-spec:
-  provider: scripted
-  model: s
-  options:
-    replies:
-      - {{toolCalls: [{{name: bash__exec, args: {args}}}]}}
-      - {{text: done}}
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {{name: worker}}
-spec:
-  modelConfig: {{modelRef: Model/scripted}}
-  tools:
-    - {{kind: Tool, name: bash, package: "@goondan/base"}}
-    - Tool/peek
-{sandbox}
----
-apiVersion: goondan.ai/v1
-kind: Tool
-metadata: {{name: peek}}
-spec:
-  entry: ./peek.ts
-  exports:
-    - name: read
-      description: Reads a file, directly and with a spawned cat.
-      parameters: {{type: object, properties: {{path: {{type: string}}}}, required: [path]}}
-    - name: readOrThrow
-      description: Reads a file; a failure is the tool's error.
-      parameters: {{type: object, properties: {{path: {{type: string}}}}, required: [path]}}
----
-apiVersion: goondan.ai/v1
-kind: Swarm
-metadata: {{name: default}}
-spec:
-  entryAgent: Agent/worker
-  agents: [Agent/worker]
-"#
-        );
-        std::fs::write(dir.path().join("goondan.yaml"), yaml)?;
+        let replies = [reply_tools([("bash__exec", json!({ "command": command }))]), reply_text("done")];
+        let mut agent = Agent::new("worker", "scripted").base_tool("bash").tool("Tool/peek");
+        if let Some(server) = mcp {
+            let mut files = json!({"command": "node", "args": ["./reader.mjs"]});
+            if let (Some(files), Value::Object(more)) = (files.as_object_mut(), server) {
+                files.extend(more);
+            }
+            let config = json!({"servers": {"files": files}});
+            agent = agent
+                .extension(json!({"kind": "Extension", "name": "mcp", "package": "@goondan/base", "config": config}));
+        }
+        if !sandbox.is_null() {
+            agent = agent.with("sandbox", sandbox);
+        }
+        let path = json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]});
+        let exports = json!([
+            {"name": "read", "description": "Reads a file, directly and with a spawned cat.", "parameters": path},
+            {"name": "readOrThrow", "description": "Reads a file; a failure is the tool's error.", "parameters": path},
+        ]);
+        Bundle::new()
+            .scripted_model_as("scripted", "s", json!({ "replies": replies }))
+            .agent(agent)
+            .resource("Tool", "peek", json!({"entry": "./peek.ts", "exports": exports}))
+            .swarm("default", "worker", &["worker"])
+            .write(dir.path())?;
         std::fs::write(
             dir.path().join("peek.ts"),
             r#"import { readFileSync } from "node:fs";
@@ -131,7 +118,7 @@ fn text(bytes: &[u8]) -> String {
 
 #[test]
 fn a_refused_command_is_named_in_its_result_and_in_the_event_log() -> TestResult {
-    let project = Project::new(r#"cat "$HOME/.ssh/id_rsa""#, "")?;
+    let project = Project::new(r#"cat "$HOME/.ssh/id_rsa""#, Value::Null)?;
     let output = project.run_turn()?;
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
     let (events, messages) = project.instance_files();
@@ -149,7 +136,7 @@ fn a_refused_command_is_named_in_its_result_and_in_the_event_log() -> TestResult
 
 #[test]
 fn under_full_the_same_command_reads_the_key() -> TestResult {
-    let project = Project::new(r#"cat "$HOME/.ssh/id_rsa""#, "  sandbox: {policy: full}")?;
+    let project = Project::new(r#"cat "$HOME/.ssh/id_rsa""#, json!({"policy": "full"}))?;
     let output = project.run_turn()?;
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
     let (events, messages) = project.instance_files();
@@ -163,7 +150,7 @@ fn a_script_tool_and_what_it_spawns_are_confined_too() -> TestResult {
     if !common::js_runtime_usable() {
         return Ok(());
     }
-    let project = Project::new("true", "")?;
+    let project = Project::new("true", Value::Null)?;
     let key = project.peek(&project.key_path())?;
     let output = &key["output"];
     // Refused, or not there at all in the host's own root.
@@ -200,7 +187,7 @@ fn under_full_a_script_tool_reads_what_it_likes() -> TestResult {
     if !common::js_runtime_usable() {
         return Ok(());
     }
-    let project = Project::new("true", "  sandbox: {policy: full}")?;
+    let project = Project::new("true", json!({"policy": "full"}))?;
     let key = project.peek(&project.key_path())?;
     assert_eq!(key["output"]["direct"], KEY, "{key}");
     assert_eq!(key["output"]["spawned"], KEY, "{key}");
@@ -229,20 +216,11 @@ createInterface({ input: process.stdin }).on('line', (line) => {
 });
 "#;
 
-/// A project whose agent has the MCP server above, with `sandbox` (lines
-/// of the server's config, indented for it, or "").
-fn mcp_project(sandbox: &str) -> Result<Project, Box<dyn std::error::Error>> {
-    let project = Project::new("true", "")?;
+/// A project whose agent has the MCP server above, with `server` (more of
+/// the server's config, such as its `sandbox`; `{}` for none).
+fn mcp_project(server: Value) -> Result<Project, Box<dyn std::error::Error>> {
+    let project = Project::with_mcp("true", Value::Null, Some(server))?;
     std::fs::write(project.dir.path().join("reader.mjs"), READ_SERVER)?;
-    let yaml = std::fs::read_to_string(project.dir.path().join("goondan.yaml"))?;
-    let yaml = yaml.replacen(
-        "    - Tool/peek\n",
-        &format!(
-            "    - Tool/peek\n  extensions:\n    - kind: Extension\n      name: mcp\n      package: \"@goondan/base\"\n      config:\n        servers:\n          files:\n            command: node\n            args: [./reader.mjs]\n{sandbox}"
-        ),
-        1,
-    );
-    std::fs::write(project.dir.path().join("goondan.yaml"), yaml)?;
     Ok(project)
 }
 
@@ -255,7 +233,7 @@ fn mcp_read(project: &Project, path: &Path) -> Result<Value, Box<dyn std::error:
 
 #[test]
 fn a_stdio_mcp_server_runs_under_the_policy_its_config_names() -> TestResult {
-    let confined = mcp_project("            sandbox: {policy: workspace-write}\n")?;
+    let confined = mcp_project(json!({"sandbox": {"policy": "workspace-write"}}))?;
     let refused = mcp_read(&confined, &confined.key_path())?;
     // Refused, or not there at all in the server's own root.
     let said = refused.to_string();
@@ -266,7 +244,7 @@ fn a_stdio_mcp_server_runs_under_the_policy_its_config_names() -> TestResult {
     assert!(own.to_string().contains("readFileSync"), "{own}");
 
     // Without a sandbox in its config, the server runs as the user chose it.
-    let open = mcp_project("")?;
+    let open = mcp_project(json!({}))?;
     let read = mcp_read(&open, &open.key_path())?;
     assert!(read.to_string().contains("planted"), "{read}");
     Ok(())
@@ -274,7 +252,7 @@ fn a_stdio_mcp_server_runs_under_the_policy_its_config_names() -> TestResult {
 
 #[test]
 fn a_misspelt_mcp_server_policy_is_refused_at_start() -> TestResult {
-    let project = mcp_project("            sandbox: {policy: workspace_write}\n")?;
+    let project = mcp_project(json!({"sandbox": {"policy": "workspace_write"}}))?;
     let output = project.gdn(&["--json", "tool", "call", "files__read", "--args", "{}"])?;
     assert_ne!(output.status.code(), Some(0));
     let said = format!("{}{}", text(&output.stdout), text(&output.stderr));

@@ -14,6 +14,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use goondan_sandbox::{NETWORK_HOLDER_ARG, Policy, Sandbox, SandboxSpec};
+use goondan_test_support::{Agent, Bundle, reply_text, reply_tools};
+use serde_json::json;
 
 /// Answers `hello` to every request; returns how many connections came.
 fn serve(listener: TcpListener) -> Arc<AtomicUsize> {
@@ -33,6 +35,11 @@ fn serve(listener: TcpListener) -> Arc<AtomicUsize> {
         }
     });
     hits
+}
+
+/// An agent sandbox whose network allows 127.0.0.1:`port` only.
+fn allow(port: u16) -> serde_json::Value {
+    json!({"network": {"allow": [format!("127.0.0.1:{port}")]}})
 }
 
 #[test]
@@ -82,37 +89,11 @@ fn a_model_command_reaches_only_the_listed_host() -> Result<(), Box<dyn std::err
         "curl -sS --max-time 10 http://127.0.0.1:{listed_port}/ && curl -sS --max-time 10 -p http://127.0.0.1:{unlisted_port}/"
     );
     let args = serde_json::json!({ "command": command });
-    let yaml = format!(
-        r#"apiVersion: goondan.ai/v1
-kind: Model
-metadata: {{name: scripted}}
-spec:
-  provider: scripted
-  model: s
-  options:
-    replies:
-      - {{toolCalls: [{{name: bash__exec, args: {args}}}]}}
-      - {{text: done}}
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {{name: worker}}
-spec:
-  modelConfig: {{modelRef: Model/scripted}}
-  tools:
-    - {{kind: Tool, name: bash, package: "@goondan/base"}}
-  sandbox:
-    network: {{allow: ["127.0.0.1:{listed_port}"]}}
----
-apiVersion: goondan.ai/v1
-kind: Swarm
-metadata: {{name: default}}
-spec:
-  entryAgent: Agent/worker
-  agents: [Agent/worker]
-"#
-    );
-    std::fs::write(dir.path().join("goondan.yaml"), yaml)?;
+    let replies = [reply_tools([("bash__exec", args)]), reply_text("done")];
+    Bundle::new()
+        .scripted_model_as("scripted", "s", json!({ "replies": replies }))
+        .one_agent("default", Agent::new("worker", "scripted").base_tool("bash").with("sandbox", allow(listed_port)))
+        .write(dir.path())?;
     let output = Command::new(env!("CARGO_BIN_EXE_gdn"))
         .current_dir(dir.path())
         .env("NO_COLOR", "1")
@@ -145,43 +126,13 @@ fn a_script_tool_fetches_through_the_proxy() -> Result<(), Box<dyn std::error::E
     let _listed_hits = serve(listed);
     let unlisted_hits = serve(unlisted);
     let (dir, state) = (tempfile::tempdir()?, tempfile::tempdir()?);
-    let yaml = format!(
-        r#"apiVersion: goondan.ai/v1
-kind: Model
-metadata: {{name: scripted}}
-spec:
-  provider: scripted
-  model: s
-  options: {{replies: [{{text: done}}]}}
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {{name: worker}}
-spec:
-  modelConfig: {{modelRef: Model/scripted}}
-  tools: [Tool/web]
-  sandbox:
-    network: {{allow: ["127.0.0.1:{listed_port}"]}}
----
-apiVersion: goondan.ai/v1
-kind: Tool
-metadata: {{name: web}}
-spec:
-  entry: ./web.ts
-  exports:
-    - name: get
-      description: Fetches a URL.
-      parameters: {{type: object, properties: {{url: {{type: string}}}}, required: [url]}}
----
-apiVersion: goondan.ai/v1
-kind: Swarm
-metadata: {{name: default}}
-spec:
-  entryAgent: Agent/worker
-  agents: [Agent/worker]
-"#
-    );
-    std::fs::write(dir.path().join("goondan.yaml"), yaml)?;
+    let url = json!({"type": "object", "properties": {"url": {"type": "string"}}, "required": ["url"]});
+    let exports = json!([{"name": "get", "description": "Fetches a URL.", "parameters": url}]);
+    Bundle::new()
+        .scripted_model_as("scripted", "s", json!({"replies": [reply_text("done")]}))
+        .one_agent("default", Agent::new("worker", "scripted").tool("Tool/web").with("sandbox", allow(listed_port)))
+        .resource("Tool", "web", json!({"entry": "./web.ts", "exports": exports}))
+        .write(dir.path())?;
     std::fs::write(
         dir.path().join("web.ts"),
         r#"export const handlers = {

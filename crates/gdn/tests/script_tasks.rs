@@ -84,9 +84,7 @@ fn bundle(dir: &Path) -> Result<(), std::io::Error> {
 }
 
 fn gdn(dir: &Path, state: &Path) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_gdn"));
-    command.arg("-c").arg(dir).env("GOONDAN_STATE_ROOT", state).env("NO_COLOR", "1").stdin(Stdio::null());
-    command
+    common::gdn_bin().project(dir).state(state).command(std::iter::empty::<&str>())
 }
 
 fn instance_dir(state: &Path) -> PathBuf {

@@ -2,12 +2,10 @@
 //! not through its environment, not through `/proc/<gdn>/environ`, not in
 //! the JavaScript host — while the model and the built-ins still get them.
 
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::sync::{Arc, Mutex};
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 mod common;
 use common::js_runtime_usable;
@@ -44,71 +42,19 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// The Agent's spec line that gives its commands the user's full rights.
-const FULL: &str = "  sandbox: {policy: full}";
+/// The Agent's sandbox that gives its commands the user's full rights.
+fn full() -> Value {
+    serde_json::json!({"policy": "full"})
+}
 
 fn write_bundle(dir: &Path, endpoint: &str) {
-    write_bundle_with(dir, endpoint, "");
+    write_bundle_with(dir, endpoint, Value::Null);
 }
 
-/// The bundle with `sandbox` (a line of the Agent's spec, e.g.
-/// `  sandbox: {{policy: full}}`).
-fn write_bundle_with(dir: &Path, endpoint: &str, sandbox: &str) {
-    let yaml = format!(
-        r#"apiVersion: goondan.ai/v1
-kind: Model
-metadata: {{name: local}}
-spec:
-  provider: openai
-  model: local-model
-  endpoint: {endpoint}
-  apiKey: {{valueFrom: {{env: ODD_NAME}}}}
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {{name: a}}
-spec:
-  modelConfig: {{modelRef: Model/local}}
-  tools:
-    - {{ref: {{kind: Tool, name: bash, package: "@goondan/base"}}}}
-    - Tool/peek
-{sandbox}
----
-apiVersion: goondan.ai/v1
-kind: Tool
-metadata: {{name: peek}}
-spec:
-  entry: ./peek.ts
-  exports:
-    - name: env
-      description: What the script host's environment holds.
-"#
-    );
-    std::fs::write(dir.join("goondan.yaml"), yaml).unwrap_or_else(|e| panic!("{e}"));
-    std::fs::write(
-        dir.join("peek.ts"),
-        "export const handlers = { env: () => ({ env: JSON.stringify(process.env), parent: require('node:fs').readFileSync(`/proc/${process.ppid}/environ`, 'utf8') }) };\n",
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-}
-
-/// An OpenAI-compatible server on 127.0.0.1 that records each request's
-/// Authorization header and streams one short answer.
-fn serve_openai() -> (String, Arc<Mutex<Vec<String>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind: {e}"));
-    let address = listener.local_addr().unwrap_or_else(|e| panic!("addr: {e}"));
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let log = Arc::clone(&seen);
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let (headers, _) = common::read_http_request(&stream);
-            for (_, value) in headers.iter().filter(|(key, _)| key.eq_ignore_ascii_case("authorization")) {
-                log.lock().unwrap_or_else(|e| e.into_inner()).push(value.clone());
-            }
-            common::write_openai_stream(&stream, &[json!({"role": "assistant", "content": "hello"})], "stop");
-        }
-    });
-    (format!("http://{address}/v1"), seen)
+/// The bundle with the Agent's `sandbox` (null: none).
+fn write_bundle_with(dir: &Path, endpoint: &str, sandbox: Value) {
+    let peek = "export const handlers = { env: () => ({ env: JSON.stringify(process.env), parent: require('node:fs').readFileSync(`/proc/${process.ppid}/environ`, 'utf8') }) };\n";
+    common::peek_bundle(endpoint, "ODD_NAME", peek, sandbox).write(dir).unwrap_or_else(|e| panic!("{e}"));
 }
 
 fn assert_no_secret(what: &str, haystack: &str) {
@@ -122,7 +68,7 @@ fn bash_sees_no_secret_in_its_environment_or_in_gdns() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let state = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     // With full rights (`policy: full`) the environment still holds none.
-    write_bundle_with(dir.path(), "http://127.0.0.1:9/v1", FULL);
+    write_bundle_with(dir.path(), "http://127.0.0.1:9/v1", full());
     let command = r#"env; echo ---; tr '\0' '\n' < /proc/$PPID/environ"#;
     let args = serde_json::json!({ "command": command }).to_string();
     let output = gdn(dir.path(), state.path(), &[], &["--json", "tool", "call", "bash__exec", "--args", &args]);
@@ -162,7 +108,7 @@ fn the_script_host_sees_no_secret_either() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let state = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     // With full rights (`policy: full`) the environment still holds none.
-    write_bundle_with(dir.path(), "http://127.0.0.1:9/v1", FULL);
+    write_bundle_with(dir.path(), "http://127.0.0.1:9/v1", full());
     let output = gdn(dir.path(), state.path(), &[], &["--json", "tool", "call", "peek__env"]);
     assert_eq!(output.status.code(), Some(0), "{} {}", text(&output.stdout), text(&output.stderr));
     let result: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}"));
@@ -174,7 +120,8 @@ fn the_script_host_sees_no_secret_either() {
 
 #[test]
 fn the_model_still_gets_its_key_and_no_secret_is_saved() {
-    let (endpoint, seen) = serve_openai();
+    let model = must_serve();
+    let endpoint = model.url();
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let state = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     write_bundle(dir.path(), &endpoint);
@@ -184,7 +131,7 @@ fn the_model_still_gets_its_key_and_no_secret_is_saved() {
     assert_eq!(text(&output.stdout).trim(), "hello");
     // ODD_NAME was taken out of the environment (the bundle reads it with
     // valueFrom.env) and still reached the model.
-    let headers = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let headers = model.headers("authorization");
     assert_eq!(headers, [format!("Bearer {ODD_SECRET}")]);
     assert!(stderr.contains("secret variable(s) kept out of the environment of tool processes"), "{stderr}");
     assert_no_secret("the log", &stderr);
@@ -236,4 +183,9 @@ fn by_default_gdns_environment_cannot_be_read_at_all() {
         assert_eq!(result["status"], "error", "{result}");
         assert!(result.to_string().contains("EACCES"), "{result}");
     }
+}
+
+/// The fake model server, answering "hello".
+fn must_serve() -> goondan_test_support::FakeModel {
+    goondan_test_support::FakeModel::text("hello").unwrap_or_else(|e| panic!("model server: {e}"))
 }

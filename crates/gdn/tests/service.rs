@@ -26,6 +26,8 @@ mod common;
 mod fake_telegram;
 
 use fake_telegram::FakeTelegram;
+use goondan_test_support::bundle::copy_dir;
+use goondan_test_support::{Agent, Bundle, reply_text, reply_tools};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -285,20 +287,6 @@ async fn until(what: &str, timeout: Duration, check: impl Fn() -> bool) -> Resul
 // ---------------------------------------------------------------------------
 // Bundles, ports, HTTP
 // ---------------------------------------------------------------------------
-
-fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
-        let target = to.join(entry.file_name());
-        if entry.file_type()?.is_dir() {
-            copy_dir(&entry.path(), &target)?;
-        } else {
-            std::fs::copy(entry.path(), &target)?;
-        }
-    }
-    Ok(())
-}
 
 /// `text` with `from` replaced by `to`; an error if `from` is not there
 /// (the sample changed and the test would no longer test what it says).
@@ -611,8 +599,10 @@ async fn brain_persona_serves_telegram_slack_and_the_terminal() -> TestResult {
     assert!(idle.contains("lastTurnCompletedAt"), "{idle}");
 
     // The end of standard input ends the cli Connection only: Telegram and Slack still serve.
+    // The barrier: the cli connector's end, as its supervisor logs it.
+    // Had that end stopped the service, the stop would say so below.
     service.close_stdin();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    until("the cli connector to end", TURN_TIMEOUT, || service.stderr().contains("the connector ended")).await?;
     assert!(matches!(service.child.try_wait(), Ok(None)), "gdn stopped at the end of standard input");
     // Agent processes and their Bun hosts run under the service ...
     let descendants = descendants_of(service.child.id());
@@ -626,6 +616,7 @@ async fn brain_persona_serves_telegram_slack_and_the_terminal() -> TestResult {
     let status = service.exit(Duration::from_secs(30)).await?;
     let log = service.stderr();
     assert_eq!(status.code(), Some(0), "{log}");
+    assert!(log.contains("stopping the service: terminated"), "gdn stopped at the end of standard input:\n{log}");
     assert_eq!(service.statuses().last().map(|s| s["status"].clone()), Some(json!("stopped")));
     // ... and none outlives it.
     until("the service's processes to end", Duration::from_secs(10), || {
@@ -693,44 +684,22 @@ fn telegram_update(update_id: i64, chat: i64, text: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_telegram_update_delivered_again_after_a_restart_runs_no_second_turn() -> TestResult {
     let telegram = FakeTelegram::start(TELEGRAM_TOKEN).await?;
-    let bundle = bundle_of(&format!(
-        r#"apiVersion: goondan.ai/v1
-kind: Model
-metadata: {{name: bot}}
-spec:
-  provider: scripted
-  model: bot
-  options:
-    replies:
-      - toolCalls: [{{name: telegram__send, args: {{chatId: "555", text: "answered"}}}}]
-      - text: "sent"
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {{name: bot}}
-spec:
-  modelConfig: {{modelRef: Model/bot}}
-  tools: [{{kind: Tool, name: telegram, package: "@goondan/base"}}]
----
-apiVersion: goondan.ai/v1
-kind: Swarm
-metadata: {{name: chat}}
-spec: {{entryAgent: Agent/bot, agents: [Agent/bot]}}
----
-apiVersion: goondan.ai/v1
-kind: Connection
-metadata: {{name: tg}}
-spec:
-  connectorRef: {{kind: Connector, name: telegram-polling, package: "@goondan/base"}}
-  swarmRef: Swarm/chat
-  config:
-    TELEGRAM_API_BASE_URL: {{value: "{base}"}}
-    TELEGRAM_POLL_TIMEOUT_SECONDS: {{value: "1"}}
-  secrets:
-    TELEGRAM_BOT_TOKEN: {{valueFrom: {{env: TELEGRAM_BOT_TOKEN}}}}
-"#,
-        base = telegram.base_url()
-    ))?;
+    let base = telegram.base_url();
+    let send = json!({"chatId": "555", "text": "answered"});
+    let more = json!({
+        "swarmRef": "Swarm/chat",
+        "secrets": {"TELEGRAM_BOT_TOKEN": {"valueFrom": {"env": "TELEGRAM_BOT_TOKEN"}}},
+    });
+    let bundle = Bundle::new()
+        .scripted_model("bot", [reply_tools([("telegram__send", send)]), reply_text("sent")])
+        .one_agent("chat", Agent::new("bot", "bot").base_tool("telegram"))
+        .connection(
+            "tg",
+            "telegram-polling",
+            &[("TELEGRAM_API_BASE_URL", &base), ("TELEGRAM_POLL_TIMEOUT_SECONDS", "1")],
+            more,
+        )
+        .write_temp()?;
     let state = tempfile::tempdir()?;
     let env = [("TELEGRAM_BOT_TOKEN", TELEGRAM_TOKEN.to_owned()), ("TELEGRAM_API_BASE_URL", telegram.base_url())];
 
@@ -753,8 +722,9 @@ spec:
         panic!("the new update got no answer; gdn's log:\n{}", service.stderr());
     };
     assert!(telegram.wait_until_confirmed(900_002, Duration::from_secs(10)).await);
-    // Time enough for a wrong second turn of 900001 to show.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Confirmed means stored: a wrong second 900001 is stored before 900002,
+    // and both have run their turns once nothing is pending.
+    instances_until(state.path(), "every stored update's turn", |i| i.pending("bot", "telegram:555") == 0).await?;
     service.terminate()?;
     assert_eq!(service.exit(Duration::from_secs(30)).await?.code(), Some(0), "{}", service.stderr());
     assert_eq!(telegram.calls_to("sendMessage").len(), 2, "update 900001 ran twice");

@@ -3,63 +3,34 @@
 //! again on the same state root. Every event that got a 2xx runs its turn,
 //! and its input is in the agent's conversation exactly once.
 
+mod common;
+
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read as _, Write as _};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use goondan_test_support::{Agent, Bundle, reply_text, reply_tools};
+use serde_json::{Value, json};
 
 const INSTANCES: usize = 3;
 
 fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind: {e}"));
-    listener.local_addr().map(|a| a.port()).unwrap_or_else(|e| panic!("addr: {e}"))
+    goondan_test_support::free_port().unwrap_or_else(|e| panic!("a free port: {e}"))
 }
 
 fn bundle(dir: &Path, port: u16) {
     // Each turn: a tool call that takes a moment (so kills land inside
     // turns), then the answer.
-    let yaml = format!(
-        r#"apiVersion: goondan.ai/v1
-kind: Model
-metadata: {{name: m}}
-spec:
-  provider: scripted
-  model: s
-  options:
-    replies:
-      - toolCalls:
-          - {{name: bash__exec, args: {{command: "sleep 0.05"}}}}
-      - text: "done"
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {{name: bot}}
-spec:
-  modelConfig: {{modelRef: Model/m}}
-  tools:
-    - {{kind: Tool, name: bash, package: "@goondan/base"}}
----
-apiVersion: goondan.ai/v1
-kind: Swarm
-metadata: {{name: crashy}}
-spec:
-  entryAgent: Agent/bot
-  agents: [Agent/bot]
----
-apiVersion: goondan.ai/v1
-kind: Connection
-metadata: {{name: hook}}
-spec:
-  connectorRef: {{kind: Connector, name: webhook, package: "@goondan/base"}}
-  config:
-    WEBHOOK_PORT: {{value: "{port}"}}
-"#
-    );
-    std::fs::write(dir.join("goondan.yaml"), yaml).unwrap_or_else(|e| panic!("write bundle: {e}"));
+    let replies = [reply_tools([("bash__exec", json!({"command": "sleep 0.05"}))]), reply_text("done")];
+    Bundle::new()
+        .scripted_model_as("m", "s", json!({ "replies": replies }))
+        .one_agent("crashy", Agent::new("bot", "m").base_tool("bash"))
+        .webhook("hook", port, json!([]))
+        .write(dir)
+        .unwrap_or_else(|e| panic!("write bundle: {e}"));
 }
 
 fn start(dir: &Path, state: &Path) -> Child {
@@ -104,21 +75,7 @@ fn workspace_dir(state: &Path) -> PathBuf {
 
 /// The inbox's records: accepted keys by seq, and how often each seq was done.
 fn inbox(state: &Path) -> (BTreeMap<u64, String>, HashMap<u64, usize>) {
-    let text = std::fs::read_to_string(workspace_dir(state).join("ingress/inbox.jsonl")).unwrap_or_default();
-    let mut accepted = BTreeMap::new();
-    let mut done: HashMap<u64, usize> = HashMap::new();
-    for line in text.lines() {
-        let Ok(record) = serde_json::from_str::<Value>(line) else { continue };
-        let seq = record["seq"].as_u64().unwrap_or(0);
-        match record["op"].as_str() {
-            Some("accept") => {
-                accepted.insert(seq, record["key"].as_str().unwrap_or_default().to_owned());
-            }
-            Some("done") => *done.entry(seq).or_default() += 1,
-            _ => {}
-        }
-    }
-    (accepted, done)
+    common::inbox_records(&workspace_dir(state))
 }
 
 /// The conversation of every instance, folded from its message log.
@@ -130,25 +87,7 @@ fn conversations(state: &Path) -> Vec<Value> {
         let mut messages: Vec<Value> = Vec::new();
         for line in text.lines() {
             let Ok(value) = serde_json::from_str::<Value>(line) else { continue };
-            let events = match value.get("events").and_then(Value::as_array) {
-                Some(events) => events.clone(),
-                None => vec![serde_json::json!({"type": "append", "message": value})],
-            };
-            for event in events {
-                match event["type"].as_str() {
-                    Some("append") => messages.push(event["message"].clone()),
-                    Some("remove") => messages.retain(|m| m["id"] != event["targetId"]),
-                    Some("replace") => {
-                        for message in &mut messages {
-                            if message["id"] == event["targetId"] {
-                                *message = event["message"].clone();
-                            }
-                        }
-                    }
-                    Some("truncate") => messages.clear(),
-                    _ => {}
-                }
-            }
+            common::apply_commit(&mut messages, &value);
         }
         all.extend(messages);
     }

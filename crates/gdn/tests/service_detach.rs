@@ -3,15 +3,16 @@
 //! refused while it runs; `gdn instance list` shows it; `gdn stop` drains
 //! and stops it.
 
+mod common;
+
 use std::io::{Read as _, Write as _};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind: {e}"));
-    listener.local_addr().map(|a| a.port()).unwrap_or_else(|e| panic!("addr: {e}"))
+    goondan_test_support::free_port().unwrap_or_else(|e| panic!("a free port: {e}"))
 }
 
 fn bundle(dir: &Path, port: u16) {
@@ -22,15 +23,7 @@ fn bundle(dir: &Path, port: u16) {
 }
 
 fn gdn(dir: &Path, state: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gdn"))
-        .arg("-c")
-        .arg(dir)
-        .args(args)
-        .env("GOONDAN_STATE_ROOT", state)
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("gdn: {e}"))
+    common::gdn_bin().project(dir).state(state).run(args)
 }
 
 fn post(port: u16, body: &str) -> String {

@@ -9,7 +9,8 @@ use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde_json::Value;
+use goondan_test_support::{Agent, Bundle, reply_text};
+use serde_json::{Value, json};
 
 mod common;
 use common::service::{Stopped, TestResult, free_port, gdn, until};
@@ -345,39 +346,13 @@ const SIGNING_SECRET: &str = "restart-signing-secret-4d7e1f";
 /// variable gdn takes out of its environment): a restarted service that
 /// lost its secrets would refuse to start, or refuse every request.
 fn signed_bundle(dir: &Path, port: u16) -> Result<(), std::io::Error> {
-    let yaml = format!(
-        r#"apiVersion: goondan.ai/v1
-kind: Model
-metadata: {{name: fast}}
-spec:
-  provider: scripted
-  model: fast
-  options:
-    replies: [{{text: "pong"}}]
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {{name: quick}}
-spec:
-  modelConfig: {{modelRef: Model/fast}}
----
-apiVersion: goondan.ai/v1
-kind: Swarm
-metadata: {{name: pair}}
-spec: {{entryAgent: Agent/quick, agents: [Agent/quick]}}
----
-apiVersion: goondan.ai/v1
-kind: Connection
-metadata: {{name: hook}}
-spec:
-  connectorRef: {{kind: Connector, name: webhook, package: "@goondan/base"}}
-  config:
-    WEBHOOK_PORT: {{value: "{port}"}}
-  secrets:
-    WEBHOOK_SECRET: {{valueFrom: {{env: HOOK_SIGNING_SECRET}}}}
-"#
-    );
-    std::fs::write(dir.join("goondan.yaml"), yaml)
+    let port = port.to_string();
+    let secrets = json!({"secrets": {"WEBHOOK_SECRET": {"valueFrom": {"env": "HOOK_SIGNING_SECRET"}}}});
+    Bundle::new()
+        .scripted_model("fast", [reply_text("pong")])
+        .one_agent("pair", Agent::new("quick", "fast"))
+        .connection("hook", "webhook", &[("WEBHOOK_PORT", &port)], secrets)
+        .write(dir)
 }
 
 /// POSTs `input` for instance `key`, signed with `secret` (`X-Signature-256`);

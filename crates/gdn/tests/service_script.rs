@@ -10,59 +10,31 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
+use goondan_test_support::{Agent, Bundle, reply_text, reply_tools};
+use serde_json::{Value, json};
+
 const SECRET: &str = "s3cr3t-value-for-the-connector-only";
 
 fn bundle(dir: &Path) {
-    let yaml = r#"apiVersion: goondan.ai/v1
-kind: Model
-metadata: {name: m}
-spec:
-  provider: scripted
-  model: s
-  options:
-    replies:
-      - toolCalls:
-          - {name: bash__exec, args: {command: "env >> agent-env.txt"}}
-      - text: "done"
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {name: bot}
-spec:
-  modelConfig: {modelRef: Model/m}
-  tools:
-    - {kind: Tool, name: bash, package: "@goondan/base"}
----
-apiVersion: goondan.ai/v1
-kind: Swarm
-metadata: {name: scripted-conn}
-spec:
-  entryAgent: Agent/bot
-  agents: [Agent/bot]
----
-apiVersion: goondan.ai/v1
-kind: Connector
-metadata: {name: mine}
-spec:
-  entry: ./conn.ts
-  events:
-    - name: tick
----
-apiVersion: goondan.ai/v1
-kind: Connection
-metadata: {name: ticks}
-spec:
-  connectorRef: Connector/mine
-  config:
-    PREFIX: {value: "tick"}
-  secrets:
-    TOKEN: {valueFrom: {env: MY_CONNECTOR_TOKEN}}
-  ingress:
-    rules:
-      - match: {event: tick}
-        route: {instanceKeyProperty: n, instanceKeyPrefix: "n:"}
-"#;
-    std::fs::write(dir.join("goondan.yaml"), yaml).unwrap_or_else(|e| panic!("write: {e}"));
+    let replies = [reply_tools([("bash__exec", json!({"command": "env >> agent-env.txt"}))]), reply_text("done")];
+    Bundle::new()
+        .scripted_model_as("m", "s", json!({ "replies": replies }))
+        .one_agent("scripted-conn", Agent::new("bot", "m").base_tool("bash"))
+        .resource("Connector", "mine", json!({"entry": "./conn.ts", "events": [{"name": "tick"}]}))
+        .resource(
+            "Connection",
+            "ticks",
+            json!({
+                "connectorRef": "Connector/mine",
+                "config": {"PREFIX": {"value": "tick"}},
+                "secrets": {"TOKEN": {"valueFrom": {"env": "MY_CONNECTOR_TOKEN"}}},
+                "ingress": {"rules": [
+                    {"match": {"event": "tick"}, "route": {"instanceKeyProperty": "n", "instanceKeyPrefix": "n:"}}
+                ]},
+            }),
+        )
+        .write(dir)
+        .unwrap_or_else(|e| panic!("write: {e}"));
     let connector = r#"export default async function run(ctx) {
   const secretSeen = ctx.secrets.TOKEN && ctx.secrets.TOKEN.length;
   for (const n of [1, 2, 2]) {
@@ -163,52 +135,25 @@ fn a_script_connector_feeds_turns_and_keeps_its_secret() {
 }
 
 /// A bundle whose connector reports what it sees and tries to write into
-/// the bundle directory; its Swarm's `spec.sandbox` is `sandbox` (YAML).
-fn probing_bundle(dir: &Path, sandbox: &str) {
-    let yaml = format!(
-        r#"apiVersion: goondan.ai/v1
-kind: Model
-metadata: {{name: m}}
-spec:
-  provider: scripted
-  model: s
-  options:
-    replies:
-      - text: "noted"
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {{name: bot}}
-spec:
-  modelConfig: {{modelRef: Model/m}}
----
-apiVersion: goondan.ai/v1
-kind: Swarm
-metadata: {{name: probing}}
-spec:
-  entryAgent: Agent/bot
-  agents: [Agent/bot]
-{sandbox}
----
-apiVersion: goondan.ai/v1
-kind: Connector
-metadata: {{name: prober}}
-spec:
-  entry: ./probe.js
-  events:
-    - name: report
----
-apiVersion: goondan.ai/v1
-kind: Connection
-metadata: {{name: probes}}
-spec:
-  connectorRef: Connector/prober
-  config:
-    TARGET: {{value: "{target}"}}
-"#,
-        target = dir.join("written-by-connector").display()
-    );
-    std::fs::write(dir.join("goondan.yaml"), yaml).unwrap_or_else(|e| panic!("write: {e}"));
+/// the bundle directory; its Swarm's `spec.sandbox` is `sandbox` (none: null).
+fn probing_bundle(dir: &Path, sandbox: &Value) {
+    let mut swarm = json!({"entryAgent": "Agent/bot", "agents": ["Agent/bot"]});
+    if !sandbox.is_null() {
+        swarm["sandbox"] = sandbox.clone();
+    }
+    let target = dir.join("written-by-connector").display().to_string();
+    Bundle::new()
+        .scripted_model_as("m", "s", json!({"replies": [reply_text("noted")]}))
+        .agent(Agent::new("bot", "m"))
+        .resource("Swarm", "probing", swarm)
+        .resource("Connector", "prober", json!({"entry": "./probe.js", "events": [{"name": "report"}]}))
+        .resource(
+            "Connection",
+            "probes",
+            json!({"connectorRef": "Connector/prober", "config": {"TARGET": {"value": target}}}),
+        )
+        .write(dir)
+        .unwrap_or_else(|e| panic!("write: {e}"));
     let connector = r#"import { writeFileSync } from 'node:fs';
 export default async function run(ctx) {
   let write = 'written';
@@ -245,13 +190,13 @@ fn a_script_connector_reads_no_bunfig_or_env_and_is_confined_unless_the_swarm_is
     if !common::js_runtime_usable() {
         return;
     }
-    for (sandbox, confined) in [("  sandbox: {policy: full}", false), ("", true)] {
+    for (sandbox, confined) in [(json!({"policy": "full"}), false), (Value::Null, true)] {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
         let (bundle_dir, cwd) = (dir.path().join("bundle"), dir.path().join("cwd"));
         for d in [&bundle_dir, &cwd] {
             std::fs::create_dir(d).unwrap_or_else(|e| panic!("mkdir: {e}"));
         }
-        probing_bundle(&bundle_dir, sandbox);
+        probing_bundle(&bundle_dir, &sandbox);
         let marker = dir.path().join("preload-ran");
         bun_bait(&bundle_dir, &marker);
         bun_bait(&cwd, &marker);

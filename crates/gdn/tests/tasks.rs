@@ -7,13 +7,15 @@
 //! says with which signal; a task whose command died with a `kill -9`ed
 //! service is failed, and that failure delivered, at the next start.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use serde_json::Value;
+use goondan_test_support::{Agent, Bundle, reply_text, reply_tools};
+use serde_json::{Value, json};
 
 mod common;
+use common::service::jobs::{count, instance_dir, post, texts};
 use common::service::{Stopped, TestResult, free_port, gdn, until};
 
 /// The project's working directory under `state` (the swarm `jobs`):
@@ -24,79 +26,37 @@ fn workdir_of(state: &Path) -> std::path::PathBuf {
 
 fn bundle(dir: &Path, port: u16, marks: &Path) -> Result<(), std::io::Error> {
     let m = marks.display();
-    let yaml = format!(
-        r#"apiVersion: goondan.ai/v1
-kind: Model
-metadata: {{name: m}}
-spec:
-  provider: scripted
-  model: s
-  options:
-    replies: [{{text: "noted"}}]
-    when:
-      - inputContains: tool_task_result
-        replies: [{{text: "the command finished"}}]
-      - inputContains: "start work"
-        replies:
-          - toolCalls: [{{name: bash__exec, args: {{command: "sleep 1; echo built; echo warned >&2", background: true}}}}]
-          - text: "started"
-      - inputContains: "wait for it"
-        replies:
-          - toolCalls: [{{name: bash__exec, args: {{command: "sleep 0.5; echo waited", background: true}}}}]
-          - toolCalls: [{{name: tasks__wait, args: {{handle: "{{{{lastHandle}}}}", timeoutMs: 20000}}}}]
-          - text: "waited"
-      - inputContains: "cancel it"
-        replies:
-          - toolCalls: [{{name: bash__exec, args: {{command: "echo $$ > '{m}/cancelled.pid'; exec sleep 60", background: true}}}}]
-          - toolCalls: [{{name: tasks__wait, args: {{handle: "{{{{lastHandle}}}}", timeoutMs: 300}}}}]
-          - toolCalls: [{{name: tasks__cancel, args: {{handle: "{{{{lastHandle}}}}"}}}}]
-          - text: "cancelled"
-      - inputContains: "long one"
-        replies:
-          - toolCalls: [{{name: bash__exec, args: {{command: "echo $$ > '{m}/long.pid'; exec sleep 60", background: true}}}}]
-          - text: "running"
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {{name: worker}}
-spec:
-  modelConfig: {{modelRef: Model/m}}
-  tools:
-    - {{kind: Tool, name: bash, package: "@goondan/base"}}
-    - {{kind: Tool, name: tasks, package: "@goondan/base"}}
----
-apiVersion: goondan.ai/v1
-kind: Swarm
-metadata: {{name: jobs}}
-spec: {{entryAgent: Agent/worker, agents: [Agent/worker]}}
----
-apiVersion: goondan.ai/v1
-kind: Connection
-metadata: {{name: hook}}
-spec:
-  connectorRef: {{kind: Connector, name: webhook, package: "@goondan/base"}}
-  config:
-    WEBHOOK_PORT: {{value: "{port}"}}
-"#
-    );
-    std::fs::write(dir.join("goondan.yaml"), yaml)
-}
-
-fn post(port: u16, key: &str, input: &str) -> Result<String, std::io::Error> {
-    let body = serde_json::json!({"instanceKey": key, "text": input});
-    common::service::post(port, &body)
-}
-
-fn instance_dir(state: &Path, key: &str) -> PathBuf {
-    state.join("workspaces").join("jobs").join("instances").join(format!("worker@{key}"))
-}
-
-fn texts(state: &Path, key: &str) -> Vec<String> {
-    common::service::conversation(&instance_dir(state, key))
-}
-
-fn count(state: &Path, key: &str, needle: &str) -> usize {
-    texts(state, key).iter().filter(|text| text.contains(needle)).count()
+    let handle = "{{lastHandle}}";
+    let options = json!({
+        "replies": [reply_text("noted")],
+        "when": [
+            {"inputContains": "tool_task_result", "replies": [reply_text("the command finished")]},
+            {"inputContains": "start work", "replies": [
+                reply_tools([("bash__exec", json!({"command": "sleep 1; echo built; echo warned >&2", "background": true}))]),
+                reply_text("started"),
+            ]},
+            {"inputContains": "wait for it", "replies": [
+                reply_tools([("bash__exec", json!({"command": "sleep 0.5; echo waited", "background": true}))]),
+                reply_tools([("tasks__wait", json!({"handle": handle, "timeoutMs": 20000}))]),
+                reply_text("waited"),
+            ]},
+            {"inputContains": "cancel it", "replies": [
+                reply_tools([("bash__exec", json!({"command": format!("echo $$ > '{m}/cancelled.pid'; exec sleep 60"), "background": true}))]),
+                reply_tools([("tasks__wait", json!({"handle": handle, "timeoutMs": 300}))]),
+                reply_tools([("tasks__cancel", json!({"handle": handle}))]),
+                reply_text("cancelled"),
+            ]},
+            {"inputContains": "long one", "replies": [
+                reply_tools([("bash__exec", json!({"command": format!("echo $$ > '{m}/long.pid'; exec sleep 60"), "background": true}))]),
+                reply_text("running"),
+            ]},
+        ],
+    });
+    Bundle::new()
+        .scripted_model_as("m", "s", options)
+        .one_agent("jobs", Agent::new("worker", "m").base_tool("bash").base_tool("tasks"))
+        .webhook("hook", port, json!([]))
+        .write(dir)
 }
 
 /// The instance's task records, folded by handle.

@@ -23,7 +23,8 @@ use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message as _;
 
 mod common;
-use common::{instance_path, js_runtime_usable, read_http_request, repo_path};
+use common::{instance_path, js_runtime_usable, repo_path};
+use goondan_test_support::model::read_http_request;
 
 type Spans = Arc<Mutex<Vec<Span>>>;
 
@@ -229,22 +230,15 @@ fn a_connectors_event_is_the_root_span_of_its_turns_trace() {
     let state = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     // The example service's `cli` connector reads lines from standard
     // input; the service ends once it is closed and the turn answered.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gdn"))
-        .arg("-c")
-        .arg(repo_path("examples/service"))
-        .arg("--state-root")
-        .arg(state.path())
-        .arg("run")
-        .env("NO_COLOR", "1")
+    let mut command = common::gdn_bin()
+        .project(repo_path("examples/service"))
+        .state_arg(state.path())
         .env("TMPDIR", state.path())
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", &base)
         .env("OTEL_BSP_SCHEDULE_DELAY", "100")
-        .env_remove("GOONDAN_STATE_ROOT")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn gdn: {e}"));
+        .command(["run"]);
+    let spawned = command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn();
+    let mut child = spawned.unwrap_or_else(|e| panic!("spawn gdn: {e}"));
     if let Some(mut stdin) = child.stdin.take() {
         let _ = stdin.write_all(b"hello\n");
     }

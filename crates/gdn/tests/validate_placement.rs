@@ -5,7 +5,7 @@
 //! `tests/fixtures/placement-invalid`.
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 use serde_json::Value;
 
@@ -16,15 +16,7 @@ use common::repo_path;
 /// its own.
 fn gdn(bundle: &Path, args: &[&str]) -> Result<Output, Box<dyn std::error::Error>> {
     let state = tempfile::tempdir()?;
-    Ok(Command::new(env!("CARGO_BIN_EXE_gdn"))
-        .env("GOONDAN_STATE_ROOT", state.path())
-        .env("NO_COLOR", "1")
-        .env_remove("GOONDAN_LOG")
-        .arg("-c")
-        .arg(bundle)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()?)
+    Ok(common::gdn_bin().state(state.path()).project(bundle).output(args)?)
 }
 
 fn stdout(output: &Output) -> String {

@@ -4,7 +4,7 @@
 //! `tests/fixtures/sandbox-misspelt`.
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 use serde_json::Value;
 
@@ -15,17 +15,7 @@ use common::repo_path;
 /// its own, and `HOME` as given.
 fn gdn_with_home(bundle: &Path, home: &Path, args: &[&str]) -> Output {
     let state = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    Command::new(env!("CARGO_BIN_EXE_gdn"))
-        .env("GOONDAN_STATE_ROOT", state.path())
-        .env("HOME", home)
-        .env("NO_COLOR", "1")
-        .env_remove("GOONDAN_LOG")
-        .arg("-c")
-        .arg(bundle)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("run gdn: {e}"))
+    common::gdn_bin().state(state.path()).env("HOME", home).project(bundle).run(args)
 }
 
 fn gdn(bundle: &Path, args: &[&str]) -> Output {

@@ -15,8 +15,9 @@ use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use goondan_test_support::{Agent, Bundle, reply_text};
 use hmac::{Hmac, KeyInit as _, Mac as _};
-use serde_json::Value;
+use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 
 mod common;
@@ -29,51 +30,18 @@ const STANDARD_KEY: &[u8] = b"replay-test-standard-key-\x00\x01\xfe";
 
 /// Two webhook Connections, one per signing form, each to its own agent.
 fn bundle(dir: &Path, legacy_port: u16, standard_port: u16) -> std::io::Result<()> {
-    let yaml = format!(
-        r#"apiVersion: goondan.ai/v1
-kind: Model
-metadata: {{name: echo}}
-spec:
-  provider: scripted
-  model: echo
-  options:
-    replies: [{{text: "done"}}]
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {{name: teller}}
-spec:
-  modelConfig: {{modelRef: Model/echo}}
----
-apiVersion: goondan.ai/v1
-kind: Swarm
-metadata: {{name: bank}}
-spec: {{entryAgent: Agent/teller, agents: [Agent/teller]}}
----
-apiVersion: goondan.ai/v1
-kind: Connection
-metadata: {{name: legacy}}
-spec:
-  connectorRef: {{kind: Connector, name: webhook, package: "@goondan/base"}}
-  swarmRef: Swarm/bank
-  config:
-    WEBHOOK_PORT: {{value: "{legacy_port}"}}
-  secrets:
-    WEBHOOK_SECRET: {{valueFrom: {{env: LEGACY_HOOK_SECRET}}}}
----
-apiVersion: goondan.ai/v1
-kind: Connection
-metadata: {{name: standard}}
-spec:
-  connectorRef: {{kind: Connector, name: webhook, package: "@goondan/base"}}
-  swarmRef: Swarm/bank
-  config:
-    WEBHOOK_PORT: {{value: "{standard_port}"}}
-  secrets:
-    WEBHOOK_SECRET: {{valueFrom: {{env: STANDARD_HOOK_SECRET}}}}
-"#
-    );
-    std::fs::write(dir.join("goondan.yaml"), yaml)?;
+    let signed = |port: u16, secret: &str| {
+        let more = json!({"swarmRef": "Swarm/bank", "secrets": {"WEBHOOK_SECRET": {"valueFrom": {"env": secret}}}});
+        (port.to_string(), more)
+    };
+    let (legacy, legacy_more) = signed(legacy_port, "LEGACY_HOOK_SECRET");
+    let (standard, standard_more) = signed(standard_port, "STANDARD_HOOK_SECRET");
+    Bundle::new()
+        .scripted_model("echo", [reply_text("done")])
+        .one_agent("bank", Agent::new("teller", "echo"))
+        .connection("legacy", "webhook", &[("WEBHOOK_PORT", &legacy)], legacy_more)
+        .connection("standard", "webhook", &[("WEBHOOK_PORT", &standard)], standard_more)
+        .write(dir)?;
     std::fs::write(
         dir.join(".env"),
         format!("LEGACY_HOOK_SECRET={LEGACY_SECRET}\nSTANDARD_HOOK_SECRET=whsec_{}\n", base64(STANDARD_KEY)),

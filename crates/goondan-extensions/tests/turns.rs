@@ -3,47 +3,17 @@
 //! model receives with and without each extension.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use goondan_core::{MessageData, MessageEvent};
-use goondan_llm::provider::{BoxFuture as ModelFuture, StreamSink};
-use goondan_llm::scripted::{ScriptedProvider, ScriptedReply};
-use goondan_llm::{ModelError, ModelProvider, ModelRequest, ModelResponse};
+use goondan_llm::scripted::ScriptedReply;
 use goondan_runtime::agent::{AgentOptions, build_agent};
 use goondan_runtime::extension::{ExtensionError, ExtensionSetup};
 use goondan_runtime::{Agent, Conversation, NoObserver, StepContext, TurnEnd};
 use goondan_tools::{MemoryEventSink, ToolCatalogItem, ToolOutput, ToolSource, from_fn, sync_handler};
 use serde_json::{Value, json};
 
-/// Plays a script and records every request.
-#[derive(Debug)]
-struct Recording {
-    inner: ScriptedProvider,
-    requests: Mutex<Vec<ModelRequest>>,
-}
-
-impl ModelProvider for Recording {
-    fn complete<'a>(
-        &'a self,
-        request: &'a ModelRequest,
-        on_event: StreamSink<'a>,
-    ) -> ModelFuture<'a, Result<ModelResponse, ModelError>> {
-        if let Ok(mut requests) = self.requests.lock() {
-            requests.push(request.clone());
-        }
-        self.inner.complete(request, on_event)
-    }
-
-    fn name(&self) -> &str {
-        "recording"
-    }
-}
-
-impl Recording {
-    fn requests(&self) -> Vec<ModelRequest> {
-        self.requests.lock().map(|requests| requests.clone()).unwrap_or_default()
-    }
-}
+type Recording = goondan_test_support::RecordingModel;
 
 const PROMPT: &str = "Be brief.";
 
@@ -99,8 +69,7 @@ async fn build(extensions: &str, replies: Value) -> (Agent, Arc<Recording>, Arc<
         .register(echo, sync_handler(|_, _| Ok(ToolOutput::Value(json!("said")))))
         .unwrap_or_else(|e| panic!("{e}"));
     let replies: Vec<ScriptedReply> = serde_json::from_value(replies).unwrap_or_else(|e| panic!("{e}"));
-    let provider =
-        Arc::new(Recording { inner: ScriptedProvider::from_replies(replies), requests: Mutex::new(Vec::new()) });
+    let provider = Arc::new(Recording::new(replies));
     agent.provider = Arc::clone(&provider) as _;
     (agent, provider, events)
 }

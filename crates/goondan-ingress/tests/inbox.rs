@@ -288,11 +288,19 @@ async fn a_drain_leaves_unfinished_events_for_the_next_start() -> TestResult {
     let dir = tempfile::tempdir()?;
     let (inbox, recovered, stored_rx) = open(dir.path(), InboxOptions::default())?;
     let recorder = Arc::new(Recorder { delay: Duration::from_secs(30), ..Recorder::default() });
-    let dispatcher = Dispatcher::start(inbox.clone(), recorder, recovered, stored_rx, DispatchOptions::default());
+    let dispatcher =
+        Dispatcher::start(inbox.clone(), recorder.clone(), recovered, stored_rx, DispatchOptions::default());
     for n in 0..3 {
         inbox.store("conn", vec![(None, entry(&format!("slow{n}"), "x"))]).await?;
     }
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The barrier: slow0's turn is running (the recorder saw it start).
+    let running = || recorder.running.lock().unwrap_or_else(PoisonError::into_inner).get("x").copied() == Some(true);
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !running() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await?;
     let left = tokio::time::timeout(Duration::from_secs(10), dispatcher.drain(Duration::from_millis(200))).await?;
     assert_eq!(left, 2, "two queued behind the running one");
     inbox.close();

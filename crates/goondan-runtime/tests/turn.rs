@@ -8,9 +8,8 @@ use std::time::Duration;
 use goondan_core::{
     ConversationState, JsonObject, Message, MessageData, MessageEvent, ToolCall, ToolResult, ToolStatus,
 };
-use goondan_llm::provider::{BoxFuture as ModelFuture, StreamSink};
-use goondan_llm::scripted::{ScriptedProvider, ScriptedReply};
-use goondan_llm::{ModelError, ModelProvider, ModelRequest, ModelResponse};
+use goondan_llm::scripted::ScriptedReply;
+use goondan_llm::{ModelProvider, ModelRequest};
 use goondan_runtime::conversation::Conversation;
 use goondan_runtime::turn::{Agent, TurnObserver};
 use goondan_runtime::{
@@ -24,33 +23,11 @@ use goondan_tools::{
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-/// Wraps a provider and records every request it gets.
-#[derive(Debug)]
-struct Recording {
-    inner: ScriptedProvider,
-    requests: Mutex<Vec<ModelRequest>>,
-}
-
-impl ModelProvider for Recording {
-    fn complete<'a>(
-        &'a self,
-        request: &'a ModelRequest,
-        on_event: StreamSink<'a>,
-    ) -> ModelFuture<'a, Result<ModelResponse, ModelError>> {
-        if let Ok(mut requests) = self.requests.lock() {
-            requests.push(request.clone());
-        }
-        self.inner.complete(request, on_event)
-    }
-
-    fn name(&self) -> &str {
-        "recording"
-    }
-}
+type Recording = goondan_test_support::RecordingModel;
 
 fn script(replies: Value) -> Arc<Recording> {
     let replies: Vec<ScriptedReply> = serde_json::from_value(replies).unwrap_or_else(|e| panic!("script: {e}"));
-    Arc::new(Recording { inner: ScriptedProvider::from_replies(replies), requests: Mutex::new(Vec::new()) })
+    Arc::new(Recording::new(replies))
 }
 
 /// A handler that counts how many calls run at once and sleeps `ms`.
@@ -241,7 +218,7 @@ async fn a_turn_runs_tool_calls_concurrently_and_answers_in_call_order() {
     assert_eq!(committed.messages(), conversation.messages());
 
     // The model saw the system prompt and, in step 2, the ToolResults themselves.
-    let requests = f.provider.requests.lock().map(|r| r.clone()).unwrap_or_default();
+    let requests = f.provider.requests();
     assert_eq!(requests.len(), 2);
     assert_eq!(requests[0].system.as_deref(), Some("You are a test agent."));
     assert_eq!(
@@ -421,7 +398,7 @@ async fn the_event_log_is_flushed_at_every_step_boundary() {
 }
 
 fn requests_of(f: &Fixture) -> Vec<ModelRequest> {
-    f.provider.requests.lock().map(|r| r.clone()).unwrap_or_default()
+    f.provider.requests()
 }
 
 fn user_text(data: &MessageData) -> Option<&str> {

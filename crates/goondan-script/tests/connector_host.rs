@@ -176,7 +176,9 @@ async fn events_reach_the_sink_with_keys_and_config_and_secrets_reach_ctx_only()
     assert_eq!(facts["first_duplicate"], "false");
     assert_eq!(facts["again_duplicate"], "true");
     assert_eq!(facts["connection"], "my-conn");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The barrier is `finish` above: the connector's task ended, so nothing
+    // can start it again after this count (a restart on return would have
+    // kept the task running, and `finish` would have failed).
     assert_eq!(lines(&starts), 1, "a connector whose run() returned was started again");
     Ok(())
 }
@@ -198,10 +200,24 @@ impl EventSink for GatedSink {
     }
 }
 
+/// Emits `one`, then `two` once `one` settled. Asked (the file `PROBE`
+/// appears) while the test holds the sink, it writes to `ANSWER` whether
+/// `one` had settled by then: the question comes after the sink was
+/// entered, so an answer sent early is in by then (`setImmediate` runs
+/// after the pending I/O of the loop's turn).
 const AWAITING: &str = r#"
+import { existsSync, writeFileSync } from 'node:fs';
 export default async function run(ctx) {
   const event = (text) => ({ name: 'm', message: { type: 'text', text }, instanceKey: 'k' });
-  await ctx.emit(event('one'));
+  let settled = false;
+  const first = ctx.emit(event('one')).then(() => { settled = true; });
+  await new Promise((resolve) => {
+    const poll = setInterval(() => {
+      if (existsSync(ctx.config.PROBE)) { clearInterval(poll); setImmediate(resolve); }
+    }, 5);
+  });
+  writeFileSync(ctx.config.ANSWER, settled ? 'settled' : 'pending');
+  await first;
   await ctx.emit(event('two'));
   await new Promise(() => {});
 }
@@ -211,13 +227,19 @@ export default async function run(ctx) {
 async fn emit_resolves_only_after_the_sink_stored_the_event() -> TestResult {
     let Some(runtime) = runtime_or_skip("connector emit waits") else { return Ok(()) };
     let dir = bundle(&[("awaiting.js", AWAITING)])?;
+    let (probe, answer) = (dir.out("probe"), dir.out("answer"));
     let sink = Arc::new(GatedSink::default());
-    let (ctx, stop) = context(&[], Arc::clone(&sink) as Arc<dyn EventSink>);
+    let config = [("PROBE", probe.display().to_string()), ("ANSWER", answer.display().to_string())];
+    let (ctx, stop) = context(&config, Arc::clone(&sink) as Arc<dyn EventSink>);
     let running = connector::start(spec(&dir.path(), "awaiting.js", &runtime), ctx).await?;
     let arrived = || *sink.arrived.lock_unpoisoned();
     assert!(wait_for(Duration::from_secs(10), || arrived() == 1).await, "the first emit never reached the sink");
-    // The second emit waits for the first one's answer.
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // The second emit waits for the first one's answer: asked now, the
+    // connector says the first is still pending (the barrier: its answer).
+    std::fs::write(&probe, "")?;
+    let answered = || std::fs::read_to_string(&answer).is_ok_and(|said| !said.is_empty());
+    assert!(wait_for(Duration::from_secs(10), answered).await, "the connector never answered the probe");
+    assert_eq!(std::fs::read_to_string(&answer)?, "pending", "the first emit settled before the sink stored it");
     assert_eq!(arrived(), 1);
     assert!(sink.inner.stored().is_empty());
     sink.gate.notify_one();

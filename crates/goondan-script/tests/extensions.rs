@@ -10,9 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use goondan_config::Bundle;
 use goondan_core::{JsonObject, JsonValue, MessageData, ToolResult, ToolStatus};
-use goondan_llm::provider::StreamSink;
-use goondan_llm::scripted::{ScriptedProvider, ScriptedReply};
-use goondan_llm::{ModelError, ModelProvider, ModelRequest, ModelResponse};
+use goondan_llm::{ModelProvider, ModelRequest};
 use goondan_runtime::agent::{AgentOptions, AgentTooling, assemble_tooling};
 use goondan_runtime::conversation::{Conversation, InstanceLog};
 use goondan_runtime::store::{InstanceStore, Workspace};
@@ -46,31 +44,10 @@ fn options(agent: &str, state_dir: Option<PathBuf>) -> AgentOptions {
     options
 }
 
-/// A model that plays the fixture's script and records every request.
-#[derive(Debug)]
-struct Recording {
-    inner: ScriptedProvider,
-    requests: Mutex<Vec<ModelRequest>>,
-}
-
-impl ModelProvider for Recording {
-    fn complete<'a>(
-        &'a self,
-        request: &'a ModelRequest,
-        on_event: StreamSink<'a>,
-    ) -> goondan_llm::provider::BoxFuture<'a, Result<ModelResponse, ModelError>> {
-        self.requests.lock().unwrap_or_else(|e| e.into_inner()).push(request.clone());
-        self.inner.complete(request, on_event)
-    }
-
-    fn name(&self) -> &str {
-        "recording"
-    }
-}
+type Recording = goondan_test_support::RecordingModel;
 
 fn recording(replies: JsonValue) -> Arc<Recording> {
-    let replies: Vec<ScriptedReply> = serde_json::from_value(replies).unwrap_or_else(|e| panic!("script: {e}"));
-    Arc::new(Recording { inner: ScriptedProvider::from_replies(replies), requests: Mutex::new(Vec::new()) })
+    Arc::new(Recording::from_json(replies))
 }
 
 fn extensions_script() -> JsonValue {
@@ -132,7 +109,7 @@ fn js_middleware_edits_what_the_model_receives_and_the_edits_are_durable() {
         assert_eq!(outcome.end, TurnEnd::Answered, "{outcome:?}");
         assert_eq!(outcome.text, "Done.");
 
-        let requests = model.requests.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let requests = model.requests();
         assert_eq!(requests.len(), 2);
         // The step layer hid hidden__peek; notes registered notes__count.
         let offered: Vec<&str> = requests[0].tools.iter().map(|t| t.name.as_str()).collect();
@@ -174,7 +151,7 @@ fn js_middleware_edits_what_the_model_receives_and_the_edits_are_durable() {
         let agent = Agent::new(assemble(&bundle, &options).await, Arc::clone(&model) as Arc<dyn ModelProvider>);
         let outcome = agent.run_turn(&mut conversation, "again".to_owned(), &NoObserver, cancelled).await;
         assert_eq!(outcome.end, TurnEnd::Answered, "{outcome:?}");
-        let requests = model.requests.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let requests = model.requests();
         let systems = texts_of(&requests[0], "system");
         assert!(systems.iter().any(|s| s.starts_with("[notes] turn 1: 0 messages before")), "{systems:?}");
         assert_eq!(systems.iter().filter(|s| s.starts_with("[catalog-editor]")).count(), 2, "{systems:?}");
@@ -305,7 +282,7 @@ fn failing_layers_fail_closed_and_name_themselves() {
             }
             other => panic!("{other:?}"),
         }
-        assert!(model.requests.lock().unwrap_or_else(|e| e.into_inner()).is_empty());
+        assert!(model.requests().is_empty());
 
         // Its host dies before next(): the turn fails with what happened.
         let outcome = agent.run_turn(&mut conversation, "crash".to_owned(), &NoObserver, cancelled.clone()).await;
@@ -341,8 +318,7 @@ fn a_tool_registered_during_a_turn_is_offered_at_once_and_bad_state_is_refused()
         let mut conversation = Conversation::in_memory(Vec::new());
         let outcome = agent.run_turn(&mut conversation, "grow".to_owned(), &NoObserver, cancelled.clone()).await;
         assert_eq!(outcome.end, TurnEnd::Answered, "{outcome:?}");
-        let offered: Vec<String> =
-            model.requests.lock().unwrap_or_else(|e| e.into_inner())[0].tools.iter().map(|t| t.name.clone()).collect();
+        let offered: Vec<String> = model.requests()[0].tools.iter().map(|t| t.name.clone()).collect();
         assert_eq!(offered, ["probe__fail", "probe__pass", "grown__ping"]);
         let pong = agent.tooling.call_tool("grown__ping", JsonObject::new()).await;
         assert_eq!(pong.output, Some(json!({"pong": true})), "{pong:?}");

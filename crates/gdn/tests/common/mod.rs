@@ -18,15 +18,10 @@ pub fn js_runtime_usable() -> bool {
 }
 
 /// Adds a skipped test to the log that `scripts/cargo-runner` counts
-/// (`GOONDAN_TEST_SKIP_LOG`), so the run ends saying how many skipped and why.
+/// (the one `record_skip` of `goondan-test-support`).
 #[allow(dead_code)]
 pub fn record_skip(reason: &str) {
-    use std::io::Write;
-    let Some(path) = std::env::var_os("GOONDAN_TEST_SKIP_LOG") else { return };
-    let test = std::thread::current().name().unwrap_or("?").to_owned();
-    if let Ok(mut log) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
-        let _ = writeln!(log, "{test}\t{reason}");
-    }
+    goondan_test_support::record_skip(None, reason);
 }
 
 /// A NATS server with JetStream for the multi-host tests.
@@ -73,23 +68,7 @@ pub fn mcp_everything_server() -> Option<std::path::PathBuf> {
 /// which `.ci/run` sets, or the cache's virtualenv), or `None` to skip.
 #[allow(dead_code)]
 pub fn mcp_python() -> Option<std::path::PathBuf> {
-    use std::process::{Command, Stdio};
-    let python = std::env::var_os("GOONDAN_TEST_MCP_PYTHON")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| repo_path(".cache/py/bin/python"));
-    let imports = Command::new(&python)
-        .args(["-c", "import mcp"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success());
-    if imports {
-        return Some(python);
-    }
-    mcp_peer_missing(&format!(
-        "no Python with the MCP SDK at {} (set GOONDAN_TEST_MCP_PYTHON, or see .ci/run)",
-        python.display()
-    ))
+    python_importing("mcp", "the MCP SDK", ".ci/run")
 }
 
 /// A Python with fastmcp and fastmcp-tasks (a client of the MCP tasks
@@ -97,12 +76,20 @@ pub fn mcp_python() -> Option<std::path::PathBuf> {
 /// scripts/test installs them), or `None` to skip.
 #[allow(dead_code)]
 pub fn mcp_tasks_python() -> Option<std::path::PathBuf> {
+    python_importing("fastmcp, fastmcp_tasks", "fastmcp and fastmcp-tasks", "scripts/test")
+}
+
+/// `GOONDAN_TEST_MCP_PYTHON` (or the cache's virtualenv) if it can
+/// `import modules`; `None` to skip (saying what is missing and where
+/// `setup` installs it) otherwise.
+#[allow(dead_code)]
+fn python_importing(modules: &str, what: &str, setup: &str) -> Option<std::path::PathBuf> {
     use std::process::{Command, Stdio};
     let python = std::env::var_os("GOONDAN_TEST_MCP_PYTHON")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| repo_path(".cache/py/bin/python"));
     let imports = Command::new(&python)
-        .args(["-c", "import fastmcp, fastmcp_tasks"])
+        .args(["-c", &format!("import {modules}")])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
@@ -111,7 +98,7 @@ pub fn mcp_tasks_python() -> Option<std::path::PathBuf> {
         return Some(python);
     }
     mcp_peer_missing(&format!(
-        "no Python with fastmcp and fastmcp-tasks at {} (set GOONDAN_TEST_MCP_PYTHON, or see scripts/test)",
+        "no Python with {what} at {} (set GOONDAN_TEST_MCP_PYTHON, or see {setup})",
         python.display()
     ))
 }
@@ -131,58 +118,6 @@ pub fn mcp_time_server() -> Option<std::path::PathBuf> {
         "the MCP server 'mcp-server-time' is not installed at {} (see .ci/run)",
         program.display()
     ))
-}
-
-/// One HTTP/1.1 request read from `stream`, for the local model servers of
-/// the tests: its headers (name, value) and its body.
-#[allow(dead_code)]
-pub fn read_http_request(stream: &std::net::TcpStream) -> (Vec<(String, String)>, Vec<u8>) {
-    use std::io::{BufRead, BufReader, Read};
-    let mut reader = BufReader::new(stream);
-    let mut request_line = String::new();
-    let _ = reader.read_line(&mut request_line);
-    let mut headers = Vec::new();
-    let mut length = 0;
-    loop {
-        let mut header = String::new();
-        if reader.read_line(&mut header).unwrap_or(0) == 0 || header.trim().is_empty() {
-            break;
-        }
-        if let Some((key, value)) = header.trim_end().split_once(':') {
-            if key.eq_ignore_ascii_case("content-length") {
-                length = value.trim().parse().unwrap_or(0);
-            }
-            headers.push((key.to_owned(), value.trim().to_owned()));
-        }
-    }
-    let mut body = vec![0; length];
-    let _ = reader.read_exact(&mut body);
-    (headers, body)
-}
-
-/// Answers on `stream` as the OpenAI Chat Completions API streams: one
-/// chunk per delta, then one with `finish`, then `[DONE]`.
-#[allow(dead_code)]
-pub fn write_openai_stream(stream: &std::net::TcpStream, deltas: &[serde_json::Value], finish: &str) {
-    use std::io::Write;
-    let chunk = |delta: &serde_json::Value, finish: Option<&str>| {
-        let mut choice = serde_json::json!({"index": 0, "delta": delta});
-        if let Some(finish) = finish {
-            choice["finish_reason"] = serde_json::Value::from(finish);
-        }
-        serde_json::json!({"id": "c1", "object": "chat.completion.chunk", "choices": [choice]})
-    };
-    let mut payload = String::new();
-    for delta in deltas {
-        payload.push_str(&format!("data: {}\n\n", chunk(delta, None)));
-    }
-    payload.push_str(&format!("data: {}\n\ndata: [DONE]\n\n", chunk(&serde_json::json!({}), Some(finish))));
-    let mut stream = stream;
-    let _ = write!(
-        stream,
-        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{payload}",
-        payload.len()
-    );
 }
 
 /// The directory of the agent instance `name` (`<agent>@<key>`, encoded)
@@ -276,6 +211,32 @@ pub mod service {
         all
     }
 
+    /// The one-agent service of the task tests: agent `worker` in the
+    /// Swarm `jobs`, fed by a webhook.
+    pub mod jobs {
+        use std::path::{Path, PathBuf};
+
+        /// POSTs `input` for the instance `key`; the whole response.
+        pub fn post(port: u16, key: &str, input: &str) -> Result<String, std::io::Error> {
+            super::post(port, &serde_json::json!({"instanceKey": key, "text": input}))
+        }
+
+        /// The directory of `worker@key`.
+        pub fn instance_dir(state: &Path, key: &str) -> PathBuf {
+            state.join("workspaces").join("jobs").join("instances").join(format!("worker@{key}"))
+        }
+
+        /// The conversation's messages as stored, each as JSON text.
+        pub fn texts(state: &Path, key: &str) -> Vec<String> {
+            super::conversation(&instance_dir(state, key))
+        }
+
+        /// How many of the conversation's messages hold `needle`.
+        pub fn count(state: &Path, key: &str, needle: &str) -> usize {
+            texts(state, key).iter().filter(|text| text.contains(needle)).count()
+        }
+    }
+
     /// Stops the project's service when dropped, whatever happened.
     pub struct Stopped {
         /// The project.
@@ -289,4 +250,96 @@ pub mod service {
             let _ = gdn(&self.dir, &self.state, &["stop"]);
         }
     }
+}
+
+/// A bundle whose OpenAI model (`endpoint`) reads its key from the variable
+/// `key_env`, and whose agent `a` has `bash` and the JavaScript tool `peek`
+/// (`peek.ts`, whose `env` shows what the script host's environment holds);
+/// the agent's `sandbox` is `sandbox` unless null.
+#[allow(dead_code)]
+pub fn peek_bundle(
+    endpoint: &str,
+    key_env: &str,
+    peek_ts: &str,
+    sandbox: serde_json::Value,
+) -> goondan_test_support::Bundle {
+    use goondan_test_support::{Agent, Bundle};
+    use serde_json::json;
+    let bash = json!({"ref": {"kind": "Tool", "name": "bash", "package": "@goondan/base"}});
+    let mut agent = Agent::new("a", "local").tool(bash).tool("Tool/peek");
+    if !sandbox.is_null() {
+        agent = agent.with("sandbox", sandbox);
+    }
+    let exports = json!([{"name": "env", "description": "What the script host's environment holds."}]);
+    Bundle::new()
+        .openai_model("local", "local-model", endpoint, key_env)
+        .agent(agent)
+        .resource("Tool", "peek", json!({"entry": "./peek.ts", "exports": exports}))
+        .file("peek.ts", peek_ts)
+}
+
+/// This test binary's `gdn`, through the one process harness.
+#[allow(dead_code)]
+pub fn gdn_bin() -> goondan_test_support::Gdn {
+    goondan_test_support::Gdn::new(env!("CARGO_BIN_EXE_gdn"))
+}
+
+/// Applies one line of a `messages.jsonl` (a commit of message events, or a
+/// bare message) to `messages`, as the conversation store replays it.
+#[allow(dead_code)]
+pub fn apply_commit(messages: &mut Vec<serde_json::Value>, line: &serde_json::Value) {
+    let events = match line.get("events").and_then(serde_json::Value::as_array) {
+        Some(events) => events.clone(),
+        None => vec![serde_json::json!({"type": "append", "message": line})],
+    };
+    for event in events {
+        match event["type"].as_str() {
+            Some("append") => messages.push(event["message"].clone()),
+            Some("remove") => messages.retain(|m| m["id"] != event["targetId"]),
+            Some("replace") => {
+                for message in messages.iter_mut() {
+                    if message["id"] == event["targetId"] {
+                        *message = event["message"].clone();
+                    }
+                }
+            }
+            Some("truncate") => messages.clear(),
+            _ => {}
+        }
+    }
+}
+
+/// The records of the inbox of the workspace `workspace`: accepted keys by
+/// seq, and how often each seq was done.
+#[allow(dead_code)]
+pub fn inbox_records(
+    workspace: &std::path::Path,
+) -> (std::collections::BTreeMap<u64, String>, std::collections::HashMap<u64, usize>) {
+    let text = std::fs::read_to_string(workspace.join("ingress/inbox.jsonl")).unwrap_or_default();
+    let mut accepted = std::collections::BTreeMap::new();
+    let mut done: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
+    for line in text.lines() {
+        let Ok(record) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        let seq = record["seq"].as_u64().unwrap_or(0);
+        match record["op"].as_str() {
+            Some("accept") => {
+                accepted.insert(seq, record["key"].as_str().unwrap_or_default().to_owned());
+            }
+            Some("done") => *done.entry(seq).or_default() += 1,
+            _ => {}
+        }
+    }
+    (accepted, done)
+}
+
+/// A new temporary directory; a test failure if there is none.
+#[allow(dead_code)]
+pub fn temp() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Writes `content` to `path`; a test failure if it cannot.
+#[allow(dead_code)]
+pub fn write(path: &std::path::Path, content: &str) {
+    std::fs::write(path, content).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
 }

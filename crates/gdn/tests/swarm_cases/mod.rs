@@ -798,19 +798,7 @@ spec: {entryAgent: Agent/lead, agents: [Agent/lead, Agent/worker]}
 "#;
     std::fs::write(bundle.path().join("goondan.yaml"), yaml).unwrap_or_else(|e| panic!("{e}"));
     let state = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let child = Command::new(env!("CARGO_BIN_EXE_gdn"))
-        .arg("-c")
-        .arg(bundle.path())
-        .arg("--state-root")
-        .arg(state.path())
-        .args(["run", "--input", "go"])
-        .env("NO_COLOR", "1")
-        .env_remove("GOONDAN_STATE_ROOT")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn: {e}"));
+    let child = common::gdn_bin().project(bundle.path()).state_arg(state.path()).child(["run", "--input", "go"]);
     let output = wait_within(child, Duration::from_secs(120));
     let stderr = text(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{stderr}");

@@ -111,11 +111,7 @@ pub fn error(result: &ToolResult) -> (String, String) {
 }
 
 /// Adds a skipped test to the log that `scripts/cargo-runner` counts
-/// (`GOONDAN_TEST_SKIP_LOG`), so the run ends saying how many skipped and why.
+/// (the one `record_skip` of `goondan-test-support`).
 pub fn record_skip(test: &str, reason: &str) {
-    use std::io::Write;
-    let Some(path) = std::env::var_os("GOONDAN_TEST_SKIP_LOG") else { return };
-    if let Ok(mut log) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
-        let _ = writeln!(log, "{test}\t{reason}");
-    }
+    goondan_test_support::record_skip(Some(test), reason);
 }

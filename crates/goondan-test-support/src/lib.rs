@@ -1,0 +1,44 @@
+//! What the workspace's integration tests share, so that each test says
+//! what it checks and not how to set it up:
+//!
+//! - [`bundle`]: a `goondan.yaml` (and the files beside it) written into a
+//!   directory from typed calls, instead of YAML written inline;
+//! - [`model`]: one fake model server on 127.0.0.1 speaking the OpenAI
+//!   Chat Completions streaming wire format, recording each request;
+//! - [`recording`]: the in-process fake model (a script that records
+//!   every request), for turns run without a process;
+//! - [`process`]: `gdn` run with its own state root and environment, its
+//!   output collected, waits with a deadline, and the process killed when
+//!   the test lets go of it;
+//! - [`record_skip`]: the skip log `scripts/cargo-runner` counts.
+//!
+//! Used only as a dev-dependency: nothing here is part of a shipped binary.
+//! Of the workspace it uses `goondan-llm` only (for [`recording`]); it
+//! drives `gdn` from outside, as a user does.
+
+pub mod bundle;
+pub mod model;
+pub mod process;
+pub mod recording;
+
+pub use bundle::{Agent, Bundle, reply_text, reply_tools};
+pub use model::{FakeModel, Reply, Request};
+pub use process::{Gdn, Running, free_port, json_stdout, stderr, stdout, text, until};
+pub use recording::RecordingModel;
+
+/// What a test returns.
+pub type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+/// Adds a skipped test to the log that `scripts/cargo-runner` counts
+/// (`GOONDAN_TEST_SKIP_LOG`), so the run ends saying how many skipped and
+/// why. The test is named by its thread (the test harness names each
+/// test's thread after it) unless `test` names it.
+pub fn record_skip(test: Option<&str>, reason: &str) {
+    use std::io::Write as _;
+    let Some(path) = std::env::var_os("GOONDAN_TEST_SKIP_LOG") else { return };
+    let thread = std::thread::current();
+    let test = test.or(thread.name()).unwrap_or("?");
+    if let Ok(mut log) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+        let _ = writeln!(log, "{test}\t{reason}");
+    }
+}
