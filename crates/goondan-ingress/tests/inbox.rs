@@ -294,7 +294,7 @@ async fn a_drain_leaves_unfinished_events_for_the_next_start() -> TestResult {
         inbox.store("conn", vec![(None, entry(&format!("slow{n}"), "x"))]).await?;
     }
     // The barrier: slow0's turn is running (the recorder saw it start).
-    let running = || recorder.running.lock().unwrap_or_else(PoisonError::into_inner).get("x").copied() == Some(true);
+    let running = || recorder.running.lock_unpoisoned().get("x").copied() == Some(true);
     tokio::time::timeout(Duration::from_secs(10), async {
         while !running() {
             tokio::time::sleep(Duration::from_millis(5)).await;
