@@ -11,6 +11,8 @@
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 
+use goondan_core::sync::LockUnpoisoned;
+
 use goondan_core::fault::Point;
 
 use crate::{Journal, JournalError};
@@ -65,7 +67,7 @@ impl GroupCommit {
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.state.lock_unpoisoned()
     }
 
     /// Appends `line` (whole lines, ending with a newline) in the next

@@ -9,7 +9,9 @@
 //! commands tools run still receive them.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
+
+use goondan_core::sync::LockUnpoisoned;
 
 use goondan_base::tool_processes::ToolProcesses;
 use nix::sys::signal::{SigSet, Signal};
@@ -67,7 +69,7 @@ impl Shutdown {
 
     fn received(&self, signal: Signal) {
         self.received.store(signal as i32, Ordering::SeqCst);
-        let running = self.turn.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let running = self.turn.lock_unpoisoned().clone();
         match running {
             // The turn ends as after Ctrl-C; the run then exits.
             Some(cancel) => {
@@ -87,10 +89,10 @@ impl Shutdown {
 
     /// A turn starts (or `gdn mcp serve` serves); `cancel` cancels it.
     pub fn turn_started(&self, cancel: watch::Sender<bool>) {
-        *self.turn.lock().unwrap_or_else(PoisonError::into_inner) = Some(cancel);
+        *self.turn.lock_unpoisoned() = Some(cancel);
         // A signal that came just before: cancel at once.
         if self.requested().is_some()
-            && let Some(cancel) = self.turn.lock().unwrap_or_else(PoisonError::into_inner).as_ref()
+            && let Some(cancel) = self.turn.lock_unpoisoned().as_ref()
         {
             let _ = cancel.send(true);
         }
@@ -98,7 +100,7 @@ impl Shutdown {
 
     /// The turn ended.
     pub fn turn_ended(&self) {
-        *self.turn.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        *self.turn.lock_unpoisoned() = None;
     }
 
     /// The command stopped as the received signal asked and chose its own
