@@ -74,8 +74,8 @@ fn sections(map: &str) -> BTreeMap<String, Section> {
 
 /// Each crate's rule, read from `crate_rules.rs`'s `RULES` table.
 fn rules() -> BTreeMap<String, BTreeSet<String>> {
-    let source = std::fs::read_to_string(common::repo_path("crates/gdn/tests/crate_rules.rs"))
-        .unwrap_or_else(|e| panic!("{e}"));
+    let source =
+        std::fs::read_to_string(common::repo_path("crates/gdn/tests/crate_rules.rs")).unwrap_or_else(|e| panic!("{e}"));
     let table_start = source.find("const RULES").unwrap_or_else(|| panic!("no RULES in crate_rules.rs"));
     let table_end = table_start + source[table_start..].find("];").unwrap_or_else(|| panic!("RULES not closed"));
     let table = &source[table_start..table_end];
@@ -218,7 +218,11 @@ fn each_crates_depends_on_line_is_its_rule() {
             wrong.push(format!("{name}: a section but no rule in crate_rules.rs"));
         }
     }
-    assert!(wrong.is_empty(), "docs/ARCHITECTURE.md's dependency lines differ from crate_rules.rs:\n{}", wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "docs/ARCHITECTURE.md's dependency lines differ from crate_rules.rs:\n{}",
+        wrong.join("\n")
+    );
 }
 
 #[test]
@@ -230,5 +234,8 @@ fn the_map_is_read_as_written() {
     assert_eq!(sections.len(), 1);
     let section = &sections["a-b"];
     assert_eq!(section.depends_on.as_ref().map(|s| s.len()), Some(2));
-    assert_eq!(section.modules.as_ref().map(|s| s.iter().cloned().collect::<Vec<_>>()), Some(vec!["x".to_owned(), "y".to_owned()]));
+    assert_eq!(
+        section.modules.as_ref().map(|s| s.iter().cloned().collect::<Vec<_>>()),
+        Some(vec!["x".to_owned(), "y".to_owned()])
+    );
 }
