@@ -15,6 +15,7 @@ pub mod js_message;
 pub mod message;
 pub mod naming;
 pub mod object_ref;
+pub mod path_io;
 pub mod secret;
 pub mod sync;
 #[cfg(feature = "tls")]
@@ -25,6 +26,7 @@ pub use conversation::{ConversationState, MessageEvent, MessageEventError, Repai
 pub use js_message::{JsMessageError, message_event_from_js, message_from_js};
 pub use message::{Message, MessageData, MessageSource};
 pub use object_ref::{ObjectRef, ObjectRefError, json_type_name};
+pub use path_io::PathIoError;
 pub use tool::{ToolCall, ToolError, ToolResult, ToolStatus, truncate_error_message};
 
 /// Any JSON value.

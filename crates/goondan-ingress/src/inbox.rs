@@ -449,7 +449,7 @@ fn read_file(path: &Path) -> Result<(Folded, Replayed), InboxError> {
 /// An inbox error of a journal's (its cause, as the inbox always said it).
 fn journal_error(error: JournalError) -> InboxError {
     match error {
-        JournalError::Io { path, source, .. } => InboxError::Io { path, source },
+        JournalError::Io(failure) => InboxError::Io { path: failure.path, source: failure.source },
         JournalError::Corrupt { ref path, .. } | JournalError::Poisoned { ref path } => {
             InboxError::Io { path: path.clone(), source: std::io::Error::other(error.to_string()) }
         }

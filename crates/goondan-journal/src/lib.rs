@@ -53,6 +53,8 @@ use std::io;
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
+use goondan_core::PathIoError;
+
 pub use group::GroupCommit;
 pub use replay::{CorruptLine, Replayed, TornReason, TornTail, replay};
 pub use tail::{Tail, TailRead};
@@ -76,16 +78,8 @@ fn private_file() -> OpenOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
     /// A file operation failed.
-    #[error("{op} {path}: {source}")]
-    Io {
-        /// What was being done, e.g. `appending to`.
-        op: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] PathIoError),
     /// A line in the middle of the journal does not parse (see
     /// [`Replayed::strict`]).
     #[error("{path}: line {line} cannot be read: {source}")]
@@ -109,13 +103,13 @@ pub enum JournalError {
 
 impl JournalError {
     fn io(op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> Self {
-        move |source| Self::Io { op, path: path.to_path_buf(), source }
+        PathIoError::at(op, path)
     }
 
     /// The I/O error under it, if it is one (callers that report the cause alone).
     pub fn io_source(&self) -> Option<&io::Error> {
         match self {
-            Self::Io { source, .. } => Some(source),
+            Self::Io(failure) => Some(&failure.source),
             _ => None,
         }
     }
@@ -124,14 +118,14 @@ impl JournalError {
     /// (an `io::Error` is not `Clone`: kind and message are kept).
     fn duplicate(&self) -> Self {
         match self {
-            Self::Io { op, path, source } => {
-                Self::Io { op, path: path.clone(), source: io::Error::new(source.kind(), source.to_string()) }
+            Self::Io(PathIoError { op, path, source }) => {
+                Self::Io(PathIoError::new(op, path.clone(), io::Error::new(source.kind(), source.to_string())))
             }
-            Self::Corrupt { path, line, source } => Self::Io {
-                op: "reading",
-                path: path.clone(),
-                source: io::Error::new(io::ErrorKind::InvalidData, format!("line {line}: {source}")),
-            },
+            Self::Corrupt { path, line, source } => Self::Io(PathIoError::new(
+                "reading",
+                path.clone(),
+                io::Error::new(io::ErrorKind::InvalidData, format!("line {line}: {source}")),
+            )),
             Self::Poisoned { path } => Self::Poisoned { path: path.clone() },
         }
     }

@@ -289,8 +289,7 @@ fn a_tail_reads_what_was_appended_and_notices_a_rewrite() {
 
 #[test]
 fn a_failed_batch_fails_each_of_its_appenders_alike() {
-    let error =
-        JournalError::Io { op: "appending to", path: "/x".into(), source: std::io::Error::from_raw_os_error(28) };
+    let error = JournalError::Io(PathIoError::new("appending to", "/x", std::io::Error::from_raw_os_error(28)));
     let again = error.duplicate();
     assert_eq!(again.to_string(), error.to_string());
     assert_eq!(again.io_source().map(std::io::Error::kind), error.io_source().map(std::io::Error::kind));

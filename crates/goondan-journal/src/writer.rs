@@ -236,7 +236,7 @@ impl Journal {
     pub fn write_unsynced(&mut self, bytes: &[u8], point: Point) -> io::Result<usize> {
         if self.end == End::Unchecked {
             self.repair_tail().map_err(|error| match error {
-                JournalError::Io { source, .. } => source,
+                JournalError::Io(failure) => failure.source,
                 other => io::Error::other(other.to_string()),
             })?;
         }

@@ -36,7 +36,7 @@ use std::sync::Arc;
 
 use goondan_core::ids::SpanIdGenerator;
 use goondan_core::message::now_millis;
-use goondan_core::{JsonObject, JsonValue, json_type_name};
+use goondan_core::{JsonObject, JsonValue, PathIoError, json_type_name};
 use tokio::sync::Mutex;
 
 use crate::store::{NameRefusal, encode_name, sync_dir};
@@ -85,17 +85,10 @@ pub enum ExtensionStateError {
         #[source]
         source: serde_json::Error,
     },
-    /// A file operation failed.
-    #[error("{op} {path}: {source}")]
-    Io {
-        /// What was being done, e.g. `reading extension state from`.
-        op: &'static str,
-        /// The file or directory.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: io::Error,
-    },
+    /// A file operation failed (`op` says what, e.g. `reading extension
+    /// state from`).
+    #[error(transparent)]
+    Io(#[from] PathIoError),
     /// The background task that does the file work could not finish.
     #[error("extension state of {extension:?}: the background task failed: {message}")]
     Background {
@@ -108,7 +101,7 @@ pub enum ExtensionStateError {
 
 impl ExtensionStateError {
     fn io(op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> Self {
-        move |source| Self::Io { op, path: path.to_path_buf(), source }
+        PathIoError::at(op, path)
     }
 }
 

@@ -3,6 +3,8 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+use goondan_core::PathIoError;
+
 /// A failure of the store; every variant says what was being done and where.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -25,16 +27,8 @@ pub enum StoreError {
         reason: &'static str,
     },
     /// A file operation failed.
-    #[error("{op} {path}: {source}")]
-    Io {
-        /// What was being done, e.g. `appending to`.
-        op: &'static str,
-        /// The file or directory.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] PathIoError),
     /// Another process is running the instance.
     #[error(
         "instance {} is in use by another process{} (lock {path}); wait for it to finish or use another --instance-key",
@@ -122,16 +116,14 @@ impl StoreError {
     pub(super) fn from_journal(error: goondan_journal::JournalError, op: Option<&'static str>) -> Self {
         use goondan_journal::JournalError;
         match error {
-            JournalError::Io { op: journal_op, path, source } => {
-                Self::Io { op: op.unwrap_or(journal_op), path, source }
-            }
+            JournalError::Io(failure) => Self::Io(PathIoError { op: op.unwrap_or(failure.op), ..failure }),
             JournalError::Corrupt { path, source, .. } => Self::Json { op: op.unwrap_or("reading"), path, source },
             JournalError::Poisoned { .. } => Self::Poisoned,
         }
     }
 
     pub(super) fn io(op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> Self {
-        move |source| Self::Io { op, path: path.to_path_buf(), source }
+        PathIoError::at(op, path)
     }
 
     pub(super) fn json(op: &'static str, path: &Path) -> impl FnOnce(serde_json::Error) -> Self {
