@@ -24,7 +24,7 @@ use goondan_core::message::now_millis;
 use goondan_core::{JsonObject, JsonValue, Message, MessageData, MessageEvent, MessageSource};
 use goondan_runtime::extension::{AgentExtension, ExtensionError, ExtensionSetup};
 use goondan_runtime::{TurnContext, TurnOutcome};
-use goondan_tools::{AgentToolRuntime, BoxFuture, CallScope, Middleware, Next, ToolContext};
+use goondan_tools::{AgentToolRuntime, AsyncMiddleware, CallScope, Next, ToolContext, async_layer};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
@@ -95,7 +95,7 @@ pub fn install(setup: &mut ExtensionSetup<'_>, extension: &AgentExtension) -> Re
     // includeAgentPrompt is false: as in the original, where only
     // context-message puts the agent's prompt before the model.
     tooling.prompt_in_conversation = Some(Arc::from(extension.name.as_str()));
-    tooling.turn_middleware.register(extension.name.as_str(), 0, Arc::new(layer));
+    tooling.turn_middleware.register(extension.name.as_str(), 0, async_layer(layer));
     Ok(())
 }
 
@@ -107,22 +107,15 @@ struct ContextMessage {
     workdir: Arc<std::path::Path>,
 }
 
-impl Middleware<TurnContext, TurnOutcome> for ContextMessage {
-    fn handle<'a>(
-        &'a self,
-        ctx: &'a mut TurnContext,
-        next: Next<'a, TurnContext, TurnOutcome>,
-    ) -> BoxFuture<'a, TurnOutcome> {
-        Box::pin(async move {
-            let catalog = match (&self.runtime, self.config.include_swarm_catalog) {
-                (Some(runtime), true) => self.swarm_catalog(runtime.as_ref(), ctx).await,
-                _ => None,
-            };
-            let sources =
-                Sources { prompt: self.prompt.as_deref(), catalog: catalog.as_ref(), inbound: inbound_of(ctx) };
-            emit_context_message(ctx, &self.config, &sources);
-            next.run(ctx).await
-        })
+impl AsyncMiddleware<TurnContext, TurnOutcome> for ContextMessage {
+    async fn handle<'a>(&'a self, ctx: &'a mut TurnContext, next: Next<'a, TurnContext, TurnOutcome>) -> TurnOutcome {
+        let catalog = match (&self.runtime, self.config.include_swarm_catalog) {
+            (Some(runtime), true) => self.swarm_catalog(runtime.as_ref(), ctx).await,
+            _ => None,
+        };
+        let sources = Sources { prompt: self.prompt.as_deref(), catalog: catalog.as_ref(), inbound: inbound_of(ctx) };
+        emit_context_message(ctx, &self.config, &sources);
+        next.run(ctx).await
     }
 }
 

@@ -28,6 +28,7 @@ use goondan_runtime::context::{StepContext, StepOutcome};
 use goondan_runtime::extension::{AgentExtension, ExtensionError, ExtensionSetup};
 use goondan_tools::{BoxFuture, Middleware, Next};
 
+use crate::emit_all;
 use crate::fields::Fields;
 
 /// The Extension's name.
@@ -58,14 +59,14 @@ impl Middleware<StepContext, StepOutcome> for Formatter {
         ctx: &'a mut StepContext,
         next: Next<'a, StepContext, StepOutcome>,
     ) -> BoxFuture<'a, StepOutcome> {
-        let replacements: Vec<Message> =
-            ctx.conversation.messages().iter().filter_map(|message| self.format(message)).collect();
-        for message in replacements {
-            let target_id = message.id.clone();
-            if let Err(error) = ctx.conversation.emit(MessageEvent::Replace { target_id, message }) {
-                tracing::warn!("{NAME}: {error}");
-            }
-        }
+        let replacements: Vec<MessageEvent> = ctx
+            .conversation
+            .messages()
+            .iter()
+            .filter_map(|message| self.format(message))
+            .map(|message| MessageEvent::Replace { target_id: message.id.clone(), message })
+            .collect();
+        emit_all(NAME, &mut ctx.conversation, replacements);
         next.run(ctx)
     }
 }

@@ -11,8 +11,11 @@
 //! name.
 
 use goondan_config::PackageScope;
+use goondan_core::{ConversationState, JsonObject, MessageEvent};
 use goondan_runtime::extension::{AgentExtension, AgentPlugin, ExtensionError, ExtensionSetup, PluginInstall};
+use goondan_runtime::{TurnContext, TurnOutcome};
 use goondan_tools::BoxFuture;
+use goondan_tools::{AsyncMiddleware, async_layer};
 
 pub mod context_message;
 mod fields;
@@ -66,6 +69,35 @@ impl PluginInstall for BaseExtensions {
         extension: &'a AgentExtension,
     ) -> BoxFuture<'a, Result<(), ExtensionError>> {
         Box::pin(async move { install(setup, extension).await.map(|_| ()) })
+    }
+}
+
+/// Installs the turn layer of an extension whose layer is its config, read
+/// by `parse`, at priority 0 (in the agent's extension order).
+pub(crate) fn install_turn_layer<L>(
+    setup: &mut ExtensionSetup<'_>,
+    extension: &AgentExtension,
+    parse: fn(&str, &JsonObject) -> Result<L, ExtensionError>,
+) -> Result<(), ExtensionError>
+where
+    L: AsyncMiddleware<TurnContext, TurnOutcome> + 'static,
+{
+    let layer = parse(&extension.name, &extension.config)?;
+    setup.tooling.turn_middleware.register(extension.name.as_str(), 0, async_layer(layer));
+    Ok(())
+}
+
+/// Applies `events` to `conversation` in order; one it refuses is logged as
+/// `{extension}: {error}` and skipped, so the rest still apply.
+pub(crate) fn emit_all(
+    extension: &str,
+    conversation: &mut ConversationState,
+    events: impl IntoIterator<Item = MessageEvent>,
+) {
+    for event in events {
+        if let Err(error) = conversation.emit(event) {
+            tracing::warn!("{extension}: {error}");
+        }
     }
 }
 

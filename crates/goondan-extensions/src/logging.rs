@@ -22,7 +22,7 @@ use std::time::Instant;
 use goondan_core::ToolResult;
 use goondan_runtime::context::{StepContext, StepOutcome, TurnContext, TurnOutcome};
 use goondan_runtime::extension::{AgentExtension, ExtensionError, ExtensionSetup};
-use goondan_tools::{BoxFuture, Middleware, Next, ToolCallContext};
+use goondan_tools::{AsyncMiddleware, Next, ToolCallContext, async_layer};
 
 use crate::fields::{self, Fields};
 
@@ -92,156 +92,127 @@ impl Settings {
 pub(crate) fn install(setup: &mut ExtensionSetup<'_>, extension: &AgentExtension) -> Result<(), ExtensionError> {
     let settings = Settings::from_config(extension)?;
     let name = extension.name.as_str();
-    setup.tooling.turn_middleware.register(name, 0, Arc::new(TurnLogger(settings)));
-    setup.tooling.step_middleware.register(name, 0, Arc::new(StepLogger(settings)));
+    setup.tooling.turn_middleware.register(name, 0, async_layer(Logger(settings)));
+    setup.tooling.step_middleware.register(name, 0, async_layer(Logger(settings)));
     if settings.logs(Level::Debug)
-        && !setup.tooling.register_tool_call_middleware(name, 0, Arc::new(ToolCallLogger(settings)))
+        && !setup.tooling.register_tool_call_middleware(name, 0, async_layer(Logger(settings)))
     {
         return Err(ExtensionError::new(name, fields::E_EXT_INIT, "the agent's executor is already shared"));
     }
     Ok(())
 }
 
-struct TurnLogger(Settings);
+/// The layer, in each of the three pipelines.
+struct Logger(Settings);
 
-impl Middleware<TurnContext, TurnOutcome> for TurnLogger {
-    fn handle<'a>(
-        &'a self,
-        ctx: &'a mut TurnContext,
-        next: Next<'a, TurnContext, TurnOutcome>,
-    ) -> BoxFuture<'a, TurnOutcome> {
-        Box::pin(async move {
-            let settings = self.0;
-            let started = Instant::now();
-            if settings.logs(Level::Info) {
-                if settings.include_turn_metadata {
-                    log_at!(
-                        Level::Info,
-                        turnId = %ctx.turn_id,
-                        traceId = %ctx.trace_id,
-                        agent = %ctx.agent_name,
-                        instanceKey = %ctx.instance_key,
-                        "[logging.turn] start"
-                    );
-                } else {
-                    log_at!(Level::Info, "[logging.turn] start turnId={}", ctx.turn_id);
-                }
-            }
-            let outcome = next.run(ctx).await;
-            let duration_ms = started.elapsed().as_millis();
-            if outcome.end.is_failure() {
-                if settings.logs(Level::Error) {
-                    let error = outcome.end.note().unwrap_or_default();
-                    log_at!(Level::Error, turnId = %ctx.turn_id, durationMs = duration_ms, error = %error, "[logging.turn] failed");
-                }
-            } else if settings.logs(Level::Info) {
+impl AsyncMiddleware<TurnContext, TurnOutcome> for Logger {
+    async fn handle<'a>(&'a self, ctx: &'a mut TurnContext, next: Next<'a, TurnContext, TurnOutcome>) -> TurnOutcome {
+        let started = Instant::now();
+        if self.0.logs(Level::Info) {
+            if self.0.include_turn_metadata {
                 log_at!(
                     Level::Info,
                     turnId = %ctx.turn_id,
-                    durationMs = duration_ms,
-                    finishReason = outcome.end.as_str(),
-                    "[logging.turn] complete"
+                    traceId = %ctx.trace_id,
+                    agent = %ctx.agent_name,
+                    instanceKey = %ctx.instance_key,
+                    "[logging.turn] start"
                 );
+            } else {
+                log_at!(Level::Info, "[logging.turn] start turnId={}", ctx.turn_id);
             }
-            outcome
-        })
+        }
+        let outcome = next.run(ctx).await;
+        let duration_ms = started.elapsed().as_millis();
+        if outcome.end.is_failure() {
+            if self.0.logs(Level::Error) {
+                let error = outcome.end.note().unwrap_or_default();
+                log_at!(Level::Error, turnId = %ctx.turn_id, durationMs = duration_ms, error = %error, "[logging.turn] failed");
+            }
+        } else if self.0.logs(Level::Info) {
+            log_at!(
+                Level::Info,
+                turnId = %ctx.turn_id,
+                durationMs = duration_ms,
+                finishReason = outcome.end.as_str(),
+                "[logging.turn] complete"
+            );
+        }
+        outcome
     }
 }
 
-struct StepLogger(Settings);
-
-impl Middleware<StepContext, StepOutcome> for StepLogger {
-    fn handle<'a>(
-        &'a self,
-        ctx: &'a mut StepContext,
-        next: Next<'a, StepContext, StepOutcome>,
-    ) -> BoxFuture<'a, StepOutcome> {
-        Box::pin(async move {
-            let settings = self.0;
-            let started = Instant::now();
-            if settings.logs(Level::Info) {
-                log_at!(
-                    Level::Info,
-                    turnId = %ctx.turn_id,
-                    stepIndex = ctx.step_index,
-                    catalogSize = ctx.tool_catalog.len(),
-                    "[logging.step] start"
-                );
-            }
-            let outcome = next.run(ctx).await;
-            let duration_ms = started.elapsed().as_millis();
-            match &outcome.failure {
-                Some(failure) if settings.logs(Level::Error) => log_at!(
-                    Level::Error,
-                    turnId = %ctx.turn_id,
-                    stepIndex = ctx.step_index,
-                    durationMs = duration_ms,
-                    error = ?failure,
-                    "[logging.step] failed"
-                ),
-                Some(_) => {}
-                None if settings.logs(Level::Info) => log_at!(
-                    Level::Info,
-                    turnId = %ctx.turn_id,
-                    stepIndex = ctx.step_index,
-                    durationMs = duration_ms,
-                    shouldContinue = outcome.should_continue,
-                    "[logging.step] complete"
-                ),
-                None => {}
-            }
-            outcome
-        })
+impl AsyncMiddleware<StepContext, StepOutcome> for Logger {
+    async fn handle<'a>(&'a self, ctx: &'a mut StepContext, next: Next<'a, StepContext, StepOutcome>) -> StepOutcome {
+        let started = Instant::now();
+        if self.0.logs(Level::Info) {
+            log_at!(
+                Level::Info,
+                turnId = %ctx.turn_id,
+                stepIndex = ctx.step_index,
+                catalogSize = ctx.tool_catalog.len(),
+                "[logging.step] start"
+            );
+        }
+        let outcome = next.run(ctx).await;
+        let duration_ms = started.elapsed().as_millis();
+        match &outcome.failure {
+            Some(failure) if self.0.logs(Level::Error) => log_at!(
+                Level::Error,
+                turnId = %ctx.turn_id,
+                stepIndex = ctx.step_index,
+                durationMs = duration_ms,
+                error = ?failure,
+                "[logging.step] failed"
+            ),
+            Some(_) => {}
+            None if self.0.logs(Level::Info) => log_at!(
+                Level::Info,
+                turnId = %ctx.turn_id,
+                stepIndex = ctx.step_index,
+                durationMs = duration_ms,
+                shouldContinue = outcome.should_continue,
+                "[logging.step] complete"
+            ),
+            None => {}
+        }
+        outcome
     }
 }
 
-struct ToolCallLogger(Settings);
-
-impl Middleware<ToolCallContext, ToolResult> for ToolCallLogger {
-    fn handle<'a>(
+impl AsyncMiddleware<ToolCallContext, ToolResult> for Logger {
+    async fn handle<'a>(
         &'a self,
         ctx: &'a mut ToolCallContext,
         next: Next<'a, ToolCallContext, ToolResult>,
-    ) -> BoxFuture<'a, ToolResult> {
-        Box::pin(async move {
-            let started = Instant::now();
-            let scope = Arc::clone(ctx.scope());
-            if self.0.include_tool_args {
-                let args = serde_json::Value::Object(ctx.args.clone());
-                log_at!(
-                    Level::Debug,
-                    turnId = %scope.turn_id,
-                    traceId = %scope.trace_id,
-                    stepIndex = scope.step_index,
-                    toolCallId = ctx.tool_call_id(),
-                    toolName = ctx.tool_name(),
-                    args = %args,
-                    "[logging.toolCall] start"
-                );
-            } else {
-                log_at!(
-                    Level::Debug,
-                    turnId = %scope.turn_id,
-                    traceId = %scope.trace_id,
-                    stepIndex = scope.step_index,
-                    toolCallId = ctx.tool_call_id(),
-                    toolName = ctx.tool_name(),
-                    "[logging.toolCall] start"
-                );
-            }
-            let result = next.run(ctx).await;
-            log_at!(
-                Level::Debug,
-                turnId = %scope.turn_id,
-                stepIndex = scope.step_index,
-                toolCallId = ctx.tool_call_id(),
-                toolName = ctx.tool_name(),
-                durationMs = started.elapsed().as_millis(),
-                status = result.status.as_str(),
-                "[logging.toolCall] complete"
-            );
-            result
-        })
+    ) -> ToolResult {
+        let started = Instant::now();
+        let scope = Arc::clone(ctx.scope());
+        // A `None` field is not recorded: the arguments appear only when asked for.
+        let args =
+            self.0.include_tool_args.then(|| tracing::field::display(serde_json::Value::Object(ctx.args.clone())));
+        log_at!(
+            Level::Debug,
+            turnId = %scope.turn_id,
+            traceId = %scope.trace_id,
+            stepIndex = scope.step_index,
+            toolCallId = ctx.tool_call_id(),
+            toolName = ctx.tool_name(),
+            args = args,
+            "[logging.toolCall] start"
+        );
+        let result = next.run(ctx).await;
+        log_at!(
+            Level::Debug,
+            turnId = %scope.turn_id,
+            stepIndex = scope.step_index,
+            toolCallId = ctx.tool_call_id(),
+            toolName = ctx.tool_name(),
+            durationMs = started.elapsed().as_millis(),
+            status = result.status.as_str(),
+            "[logging.toolCall] complete"
+        );
+        result
     }
 }
 

@@ -17,15 +17,14 @@
 //! `<summaryPrefix> mode=<mode> removed=<count> chars=<characters>`, with the
 //! original's `compaction.*` metadata.
 
-use std::sync::Arc;
-
 use goondan_core::conversation::keep_calls_with_results;
 use goondan_core::{JsonObject, JsonValue, Message, MessageData, MessageEvent, MessageSource};
 use goondan_runtime::extension::{AgentExtension, ExtensionError, ExtensionSetup};
 use goondan_runtime::{TurnContext, TurnOutcome};
-use goondan_tools::{BoxFuture, Middleware, Next};
+use goondan_tools::{AsyncMiddleware, Next};
 use serde_json::json;
 
+use crate::emit_all;
 use crate::fields::Fields;
 
 /// The extension's name in `@goondan/base`.
@@ -88,37 +87,22 @@ impl Config {
 
 /// Installs the turn layer (priority 0, in the agent's extension order).
 pub fn install(setup: &mut ExtensionSetup<'_>, extension: &AgentExtension) -> Result<(), ExtensionError> {
-    let config = Config::parse(&extension.name, &extension.config)?;
-    setup.tooling.turn_middleware.register(extension.name.as_str(), 0, Arc::new(MessageCompaction { config }));
-    Ok(())
+    crate::install_turn_layer(setup, extension, Config::parse)
 }
 
-struct MessageCompaction {
-    config: Config,
-}
-
-impl Middleware<TurnContext, TurnOutcome> for MessageCompaction {
-    fn handle<'a>(
-        &'a self,
-        ctx: &'a mut TurnContext,
-        next: Next<'a, TurnContext, TurnOutcome>,
-    ) -> BoxFuture<'a, TurnOutcome> {
-        Box::pin(async move {
-            if let Some(compaction) = compact(ctx.conversation.messages(), &self.config) {
-                tracing::debug!(
-                    "{NAME}: mode={} removed={} chars={}",
-                    compaction.mode.as_str(),
-                    compaction.removed_count,
-                    compaction.removed_characters
-                );
-                for event in compaction.events {
-                    if let Err(error) = ctx.conversation.emit(event) {
-                        tracing::warn!("{NAME}: {error}");
-                    }
-                }
-            }
-            next.run(ctx).await
-        })
+/// The turn layer: the config is all it keeps.
+impl AsyncMiddleware<TurnContext, TurnOutcome> for Config {
+    async fn handle<'a>(&'a self, ctx: &'a mut TurnContext, next: Next<'a, TurnContext, TurnOutcome>) -> TurnOutcome {
+        if let Some(compaction) = compact(ctx.conversation.messages(), self) {
+            tracing::debug!(
+                "{NAME}: mode={} removed={} chars={}",
+                compaction.mode.as_str(),
+                compaction.removed_count,
+                compaction.removed_characters
+            );
+            emit_all(NAME, &mut ctx.conversation, compaction.events);
+        }
+        next.run(ctx).await
     }
 }
 

@@ -19,11 +19,9 @@
 //! extension names the repair where it happens, for bundles that list it
 //! (the original had it as the helper its window and compaction share).
 
-use std::sync::Arc;
-
 use goondan_runtime::extension::{AgentExtension, ExtensionError, ExtensionSetup};
 use goondan_runtime::{StepContext, StepOutcome};
-use goondan_tools::{BoxFuture, Middleware, Next};
+use goondan_tools::{AsyncMiddleware, Next, async_layer};
 use serde_json::json;
 
 /// The extension's name in `@goondan/base`.
@@ -39,34 +37,28 @@ pub fn install(setup: &mut ExtensionSetup<'_>, extension: &AgentExtension) -> Re
         let keys: Vec<&str> = extension.config.keys().map(String::as_str).collect();
         tracing::warn!("{NAME}: takes no config; ignoring {}", keys.join(", "));
     }
-    setup.tooling.step_middleware.register(extension.name.as_str(), PRIORITY, Arc::new(MessageIntegrity));
+    setup.tooling.step_middleware.register(extension.name.as_str(), PRIORITY, async_layer(MessageIntegrity));
     Ok(())
 }
 
 struct MessageIntegrity;
 
-impl Middleware<StepContext, StepOutcome> for MessageIntegrity {
-    fn handle<'a>(
-        &'a self,
-        ctx: &'a mut StepContext,
-        next: Next<'a, StepContext, StepOutcome>,
-    ) -> BoxFuture<'a, StepOutcome> {
-        Box::pin(async move {
-            let report = ctx.conversation.repair();
-            if !report.is_empty() {
-                tracing::warn!("{NAME}: repaired the conversation before step {}: {report}", ctx.step_index);
-                let payload = json!({
-                    "resultsRemoved": report.results_removed,
-                    "callsInterrupted": report.calls_interrupted,
-                    "callsDropped": report.calls_dropped,
-                    "messagesRemoved": report.messages_removed,
-                    "stepIndex": ctx.step_index,
-                });
-                if let Err(error) = ctx.events.emit(REPAIRED_EVENT, &payload) {
-                    tracing::warn!("{NAME}: {error}");
-                }
+impl AsyncMiddleware<StepContext, StepOutcome> for MessageIntegrity {
+    async fn handle<'a>(&'a self, ctx: &'a mut StepContext, next: Next<'a, StepContext, StepOutcome>) -> StepOutcome {
+        let report = ctx.conversation.repair();
+        if !report.is_empty() {
+            tracing::warn!("{NAME}: repaired the conversation before step {}: {report}", ctx.step_index);
+            let payload = json!({
+                "resultsRemoved": report.results_removed,
+                "callsInterrupted": report.calls_interrupted,
+                "callsDropped": report.calls_dropped,
+                "messagesRemoved": report.messages_removed,
+                "stepIndex": ctx.step_index,
+            });
+            if let Err(error) = ctx.events.emit(REPAIRED_EVENT, &payload) {
+                tracing::warn!("{NAME}: {error}");
             }
-            next.run(ctx).await
-        })
+        }
+        next.run(ctx).await
     }
 }

@@ -8,14 +8,13 @@
 //! ([`goondan_core::conversation::keep_calls_with_results`]), so no call is
 //! left without its result and no result without its call.
 
-use std::sync::Arc;
-
 use goondan_core::conversation::keep_calls_with_results;
 use goondan_core::{JsonObject, Message, MessageEvent};
 use goondan_runtime::extension::{AgentExtension, ExtensionError, ExtensionSetup};
 use goondan_runtime::{TurnContext, TurnOutcome};
-use goondan_tools::{BoxFuture, Middleware, Next};
+use goondan_tools::{AsyncMiddleware, Next};
 
+use crate::emit_all;
 use crate::fields::Fields;
 
 /// The extension's name in `@goondan/base`.
@@ -37,37 +36,18 @@ impl Config {
 
 /// Installs the turn layer (priority 0, in the agent's extension order).
 pub fn install(setup: &mut ExtensionSetup<'_>, extension: &AgentExtension) -> Result<(), ExtensionError> {
-    let config = Config::parse(&extension.name, &extension.config)?;
-    setup.tooling.turn_middleware.register(extension.name.as_str(), 0, Arc::new(MessageWindow { config }));
-    Ok(())
+    crate::install_turn_layer(setup, extension, Config::parse)
 }
 
-struct MessageWindow {
-    config: Config,
-}
-
-impl Middleware<TurnContext, TurnOutcome> for MessageWindow {
-    fn handle<'a>(
-        &'a self,
-        ctx: &'a mut TurnContext,
-        next: Next<'a, TurnContext, TurnOutcome>,
-    ) -> BoxFuture<'a, TurnOutcome> {
-        Box::pin(async move {
-            let removals = window_removals(ctx.conversation.messages(), self.config.max_messages);
-            if !removals.is_empty() {
-                tracing::debug!(
-                    "{NAME}: removing {} message(s) beyond the last {}",
-                    removals.len(),
-                    self.config.max_messages
-                );
-            }
-            for event in removals {
-                if let Err(error) = ctx.conversation.emit(event) {
-                    tracing::warn!("{NAME}: {error}");
-                }
-            }
-            next.run(ctx).await
-        })
+/// The turn layer: the config is all it keeps.
+impl AsyncMiddleware<TurnContext, TurnOutcome> for Config {
+    async fn handle<'a>(&'a self, ctx: &'a mut TurnContext, next: Next<'a, TurnContext, TurnOutcome>) -> TurnOutcome {
+        let removals = window_removals(ctx.conversation.messages(), self.max_messages);
+        if !removals.is_empty() {
+            tracing::debug!("{NAME}: removing {} message(s) beyond the last {}", removals.len(), self.max_messages);
+        }
+        emit_all(NAME, &mut ctx.conversation, removals);
+        next.run(ctx).await
     }
 }
 

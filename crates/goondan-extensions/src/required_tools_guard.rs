@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use goondan_core::{Message, MessageData, MessageEvent, MessageSource, ToolStatus};
 use goondan_runtime::context::{StepContext, StepOutcome};
 use goondan_runtime::extension::{AgentExtension, ExtensionError, ExtensionSetup};
-use goondan_tools::{BoxFuture, Middleware, Next};
+use goondan_tools::{AsyncMiddleware, Next, async_layer};
 
 use crate::fields::Fields;
 
@@ -65,7 +65,7 @@ pub(crate) fn install(setup: &mut ExtensionSetup<'_>, extension: &AgentExtension
         return Ok(());
     }
     let layer = Guard { extension: extension.name.clone(), settings, turn: Mutex::new(TurnProgress::default()) };
-    setup.tooling.step_middleware.register(extension.name.as_str(), 0, Arc::new(layer));
+    setup.tooling.step_middleware.register(extension.name.as_str(), 0, async_layer(layer));
     Ok(())
 }
 
@@ -114,44 +114,38 @@ impl Guard {
     }
 }
 
-impl Middleware<StepContext, StepOutcome> for Guard {
-    fn handle<'a>(
-        &'a self,
-        ctx: &'a mut StepContext,
-        next: Next<'a, StepContext, StepOutcome>,
-    ) -> BoxFuture<'a, StepOutcome> {
-        Box::pin(async move {
-            let mut outcome = next.run(ctx).await;
-            match self.judge(&ctx.turn_id, &outcome) {
-                Verdict::Done => {}
-                Verdict::Remind => {
-                    let message = Message::new(
-                        MessageData::User { content: self.settings.error_message.clone() },
-                        MessageSource::Extension { extension_name: self.extension.clone() },
-                    );
-                    match ctx.conversation.emit(MessageEvent::Append { message }) {
-                        Ok(()) => outcome.should_continue = true,
-                        Err(error) => tracing::warn!("{NAME}: the reminder could not be added: {error}"),
-                    }
-                }
-                Verdict::GiveUp(reminders) => {
-                    tracing::warn!(
-                        "agent '{}': turn {} ends without a successful call of {} after {reminders} reminder(s)",
-                        ctx.agent_name,
-                        ctx.turn_id,
-                        self.settings.required_tools.join(", ")
-                    );
-                    let payload = serde_json::json!({
-                        "requiredTools": self.settings.required_tools,
-                        "reminders": reminders,
-                    });
-                    if let Err(error) = ctx.events.emit(UNSATISFIED_EVENT, &payload) {
-                        tracing::warn!("{NAME}: {error}");
-                    }
+impl AsyncMiddleware<StepContext, StepOutcome> for Guard {
+    async fn handle<'a>(&'a self, ctx: &'a mut StepContext, next: Next<'a, StepContext, StepOutcome>) -> StepOutcome {
+        let mut outcome = next.run(ctx).await;
+        match self.judge(&ctx.turn_id, &outcome) {
+            Verdict::Done => {}
+            Verdict::Remind => {
+                let message = Message::new(
+                    MessageData::User { content: self.settings.error_message.clone() },
+                    MessageSource::Extension { extension_name: self.extension.clone() },
+                );
+                match ctx.conversation.emit(MessageEvent::Append { message }) {
+                    Ok(()) => outcome.should_continue = true,
+                    Err(error) => tracing::warn!("{NAME}: the reminder could not be added: {error}"),
                 }
             }
-            outcome
-        })
+            Verdict::GiveUp(reminders) => {
+                tracing::warn!(
+                    "agent '{}': turn {} ends without a successful call of {} after {reminders} reminder(s)",
+                    ctx.agent_name,
+                    ctx.turn_id,
+                    self.settings.required_tools.join(", ")
+                );
+                let payload = serde_json::json!({
+                    "requiredTools": self.settings.required_tools,
+                    "reminders": reminders,
+                });
+                if let Err(error) = ctx.events.emit(UNSATISFIED_EVENT, &payload) {
+                    tracing::warn!("{NAME}: {error}");
+                }
+            }
+        }
+        outcome
     }
 }
 

@@ -27,7 +27,9 @@ use std::sync::Arc;
 use goondan_core::ids::SpanIdGenerator;
 use goondan_runtime::context::{StepContext, StepOutcome};
 use goondan_runtime::extension::{AgentExtension, AgentPlugin, ExtensionError, ExtensionSetup, PluginInstall};
-use goondan_tools::{BoxFuture, EventSink, Middleware, Next, ToolCatalogItem, ToolHandler, ToolRegistry, ToolSource};
+use goondan_tools::{
+    AsyncMiddleware, BoxFuture, EventSink, Next, ToolCatalogItem, ToolHandler, ToolRegistry, ToolSource, async_layer,
+};
 use rmcp::model::Tool;
 use tokio::task::JoinSet;
 
@@ -190,7 +192,7 @@ pub async fn install(
         setup.tooling.step_middleware.register(
             format!("{}:refresh", extension.name),
             REFRESH_LAYER_PRIORITY,
-            Arc::new(layer),
+            async_layer(layer),
         );
     }
     Ok(report)
@@ -347,19 +349,13 @@ impl RefreshLayer {
     }
 }
 
-impl Middleware<StepContext, StepOutcome> for RefreshLayer {
-    fn handle<'a>(
-        &'a self,
-        ctx: &'a mut StepContext,
-        next: Next<'a, StepContext, StepOutcome>,
-    ) -> BoxFuture<'a, StepOutcome> {
-        Box::pin(async move {
-            for server in &self.servers {
-                if server.may_have_changed() {
-                    self.refresh(server, ctx).await;
-                }
+impl AsyncMiddleware<StepContext, StepOutcome> for RefreshLayer {
+    async fn handle<'a>(&'a self, ctx: &'a mut StepContext, next: Next<'a, StepContext, StepOutcome>) -> StepOutcome {
+        for server in &self.servers {
+            if server.may_have_changed() {
+                self.refresh(server, ctx).await;
             }
-            next.run(ctx).await
-        })
+        }
+        next.run(ctx).await
     }
 }

@@ -40,6 +40,7 @@ pub use events::{
 pub use executor::{ExecutorPolicy, ToolCallContext, ToolCallMiddleware, ToolExecutor};
 pub use handler::{HandlerResult, ToolFailure, ToolHandler, ToolOutput, sync_handler};
 pub use pipeline::{
-    BoxFuture, CatchUnwind, Core, Middleware, MiddlewareChain, Next, PanicHandler, from_fn, panic_message,
+    AsyncMiddleware, BoxFuture, CatchUnwind, Core, Middleware, MiddlewareChain, Next, PanicHandler, async_layer,
+    from_fn, panic_message,
 };
 pub use registry::{RegisteredTool, RegistryError, RegistrySnapshot, ToolRegistry};

@@ -26,6 +26,40 @@ pub trait Middleware<C, R>: Send + Sync {
     fn handle<'a>(&'a self, ctx: &'a mut C, next: Next<'a, C, R>) -> BoxFuture<'a, R>;
 }
 
+/// A [`Middleware`] written as an `async fn`; [`async_layer`] makes it a
+/// layer of a chain, its future boxed there once rather than in each layer.
+///
+/// ```ignore
+/// impl AsyncMiddleware<StepContext, StepOutcome> for Layer {
+///     async fn handle<'a>(&'a self, ctx: &'a mut StepContext, next: Next<'a, StepContext, StepOutcome>) -> StepOutcome {
+///         next.run(ctx).await
+///     }
+/// }
+/// chain.register("layer", 0, async_layer(Layer));
+/// ```
+pub trait AsyncMiddleware<C, R>: Send + Sync {
+    /// Handles the context; call `next.run(ctx)` to go inward.
+    fn handle<'a>(&'a self, ctx: &'a mut C, next: Next<'a, C, R>) -> impl Future<Output = R> + Send + 'a;
+}
+
+/// `middleware` as a layer of a chain.
+pub fn async_layer<C, R, M>(middleware: M) -> Arc<dyn Middleware<C, R>>
+where
+    C: 'static,
+    R: 'static,
+    M: AsyncMiddleware<C, R> + 'static,
+{
+    Arc::new(AsyncLayer(middleware))
+}
+
+struct AsyncLayer<M>(M);
+
+impl<C, R, M: AsyncMiddleware<C, R>> Middleware<C, R> for AsyncLayer<M> {
+    fn handle<'a>(&'a self, ctx: &'a mut C, next: Next<'a, C, R>) -> BoxFuture<'a, R> {
+        Box::pin(self.0.handle(ctx, next))
+    }
+}
+
 /// The innermost step of a pipeline.
 pub trait Core<C, R>: Send + Sync {
     /// Produces the result for the (possibly changed) context.
