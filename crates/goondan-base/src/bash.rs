@@ -96,23 +96,9 @@ impl ToolHandler for Exec {
             let timeout = read_timeout(input)?;
             let env = read_env(input)?;
             let cwd = resolve_cwd(ctx.workdir(), &self.settings, args::optional_string(input, "cwd")?).await?;
-            let run = Run {
-                program: EXEC_SHELL.to_owned(),
-                args: vec!["-lc".to_owned(), command.to_owned()],
-                shown: command.to_owned(),
-                leading_fields: JsonObject::new(),
-                cwd,
-                timeout,
-                env,
-                max_output_bytes: self.settings.bash_max_output_bytes,
-                processes: Arc::clone(&self.settings.tool_processes),
-                sandbox: self.settings.sandbox.clone(),
-            };
-            if read_background(input)? {
-                let timeout = explicit_timeout(input)?;
-                return crate::bash_background::start(Run { timeout, ..run }, ctx).await;
-            }
-            run.execute(ctx).await.map(Into::into)
+            let argv = vec!["-lc".to_owned(), command.to_owned()];
+            let run = Run::new(&self.settings, EXEC_SHELL.to_owned(), argv, command.to_owned(), cwd, timeout, env);
+            run.start(input, ctx).await
         })
     }
 }
@@ -168,23 +154,8 @@ impl ToolHandler for Script {
             leading_fields.insert("path".to_owned(), json!(script.to_string_lossy()));
             leading_fields.insert("shell".to_owned(), json!(shell));
             leading_fields.insert("args".to_owned(), json!(script_args));
-            let run = Run {
-                program: shell.to_owned(),
-                args: argv,
-                shown,
-                leading_fields,
-                cwd,
-                timeout,
-                env,
-                max_output_bytes: self.settings.bash_max_output_bytes,
-                processes: Arc::clone(&self.settings.tool_processes),
-                sandbox: self.settings.sandbox.clone(),
-            };
-            if read_background(input)? {
-                let timeout = explicit_timeout(input)?;
-                return crate::bash_background::start(Run { timeout, ..run }, ctx).await;
-            }
-            run.execute(ctx).await.map(Into::into)
+            let run = Run::new(&self.settings, shell.to_owned(), argv, shown, cwd, timeout, env);
+            Run { leading_fields, ..run }.start(input, ctx).await
         })
     }
 }
@@ -333,6 +304,59 @@ pub(crate) struct Run {
 }
 
 impl Run {
+    /// A run of `program` under the settings' output cap, process registry
+    /// and sandbox, with no leading output fields.
+    fn new(
+        settings: &BaseSettings,
+        program: String,
+        args: Vec<String>,
+        shown: String,
+        cwd: PathBuf,
+        timeout: Option<Duration>,
+        env: Vec<(String, String)>,
+    ) -> Self {
+        Self {
+            program,
+            args,
+            shown,
+            leading_fields: JsonObject::new(),
+            cwd,
+            timeout,
+            env,
+            max_output_bytes: settings.bash_max_output_bytes,
+            processes: Arc::clone(&settings.tool_processes),
+            sandbox: settings.sandbox.clone(),
+        }
+    }
+
+    /// Runs it to its end, or as a task when `input` asks for `background`
+    /// (whose timeout is only the one `input` gives).
+    async fn start(self, input: &JsonObject, ctx: &ToolContext) -> HandlerResult {
+        if read_background(input)? {
+            let timeout = explicit_timeout(input)?;
+            return crate::bash_background::start(Run { timeout, ..self }, ctx).await;
+        }
+        self.execute(ctx).await.map(Into::into)
+    }
+
+    /// The command to spawn, not yet confined: the program in its cwd with
+    /// its environment and `marker`, no stdin, piped output, and a process
+    /// group of its own so that one signal reaches every descendant.
+    pub(crate) fn command(&self, marker: &str) -> Command {
+        let mut command = Command::new(&self.program);
+        command
+            .args(&self.args)
+            .current_dir(&self.cwd)
+            .envs(self.env.iter().map(|(key, value)| (key.as_str(), value.as_str())))
+            .env(MARKER_ENV, marker)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        command
+    }
+
     /// Confines `command` in the run's sandbox; a policy this machine
     /// cannot enforce refuses the command (never runs it unconfined).
     pub(crate) fn confine(&self, command: &mut Command) -> Result<(), ToolFailure> {
@@ -423,18 +447,7 @@ impl Run {
         let started = Instant::now();
         let started_at = std::time::SystemTime::now();
         let marker = self.processes.marker();
-        let mut command = Command::new(&self.program);
-        command
-            .args(&self.args)
-            .current_dir(&self.cwd)
-            .envs(self.env.iter().map(|(key, value)| (key.as_str(), value.as_str())))
-            .env(MARKER_ENV, &marker)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // Its own group, so that one signal reaches every descendant.
-            .process_group(0)
-            .kill_on_drop(true);
+        let mut command = self.command(&marker);
         self.confine(&mut command)?;
         ctx.logger.debug(format_args!("bash: running {} in {}", self.shown, self.cwd.display()));
         let (_command, mut child) = self.spawn(command).await.map_err(|error| {
@@ -945,17 +958,20 @@ mod tests {
         assert_gone(read_pid(&dir.path.join("grandchild.pid")).await).await;
     }
 
+    /// Runs `command`, which writes a pid to `pid_file` and outlives
+    /// `timeout_ms`: the call times out and that process is gone.
+    async fn assert_the_timeout_kills(command: &str, timeout_ms: u64, pid_file: &str) {
+        let dir = workdir();
+        let out = ok(exec(&dir.path, json!({"command": command, "timeoutMs": timeout_ms})).await);
+        assert_eq!(out["timedOut"], json!(true));
+        assert_gone(read_pid(&dir.path.join(pid_file)).await).await;
+    }
+
     #[tokio::test]
     async fn a_grandchild_that_ignores_sigterm_gets_sigkill() {
-        let dir = workdir();
         // Ignored signals stay ignored across exec, so `sleep` ignores TERM.
-        let input = json!({
-            "command": "(trap '' TERM; exec sleep 30) > /dev/null 2>&1 & echo $! > stubborn.pid; wait",
-            "timeoutMs": 200
-        });
-        let out = ok(exec(&dir.path, input).await);
-        assert_eq!(out["timedOut"], json!(true));
-        assert_gone(read_pid(&dir.path.join("stubborn.pid")).await).await;
+        let command = "(trap '' TERM; exec sleep 30) > /dev/null 2>&1 & echo $! > stubborn.pid; wait";
+        assert_the_timeout_kills(command, 200, "stubborn.pid").await;
     }
 
     #[tokio::test]
@@ -988,15 +1004,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_process_that_left_the_group_dies_at_the_timeout_too() {
-        let dir = workdir();
         // `setsid` puts sleep in a session and group of its own: killpg misses it.
-        let input = json!({
-            "command": "setsid sleep 30 > /dev/null 2>&1 < /dev/null & echo $! > escaped.pid; wait",
-            "timeoutMs": 300
-        });
-        let out = ok(exec(&dir.path, input).await);
-        assert_eq!(out["timedOut"], json!(true));
-        assert_gone(read_pid(&dir.path.join("escaped.pid")).await).await;
+        let command = "setsid sleep 30 > /dev/null 2>&1 < /dev/null & echo $! > escaped.pid; wait";
+        assert_the_timeout_kills(command, 300, "escaped.pid").await;
     }
 
     #[tokio::test]
@@ -1035,20 +1045,21 @@ mod tests {
         assert_gone(pid).await;
     }
 
-    #[tokio::test]
-    async fn dropping_the_call_kills_the_process_group() {
+    /// Starts `command` without a timeout and drops the call once the
+    /// process whose pid it writes to `pid_file` runs: that process is gone.
+    async fn assert_dropping_the_call_kills(command: &str, pid_file: &str) {
         let dir = workdir();
         let Some(handler) = handler("exec", &settings()) else { panic!("no bash.exec handler") };
         let ctx = context_in("bash__exec", &dir.path);
-        let input = object(json!({"command": "sleep 30 & echo $! > dropped.pid; wait", "timeoutMs": 0}));
-        let pid_file = dir.path.join("dropped.pid");
+        let input = object(json!({"command": command, "timeoutMs": 0}));
+        let pid_file = dir.path.join(pid_file);
         let mut call = handler.call(&ctx, &input);
         // `select!` drops the futures it owns before running a branch, so it
         // gets the call by reference: the call must still be running here.
         tokio::select! {
             result = &mut call => panic!("the call finished: {result:?}"),
             pid = read_pid(&pid_file) => {
-                assert!(alive(pid), "the grandchild should run until the call is dropped");
+                assert!(alive(pid), "the process should run until the call is dropped");
             }
         }
         drop(call);
@@ -1056,20 +1067,14 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn dropping_the_call_kills_the_process_group() {
+        assert_dropping_the_call_kills("sleep 30 & echo $! > dropped.pid; wait", "dropped.pid").await;
+    }
+
+    #[tokio::test]
     async fn dropping_the_call_kills_what_left_the_group() {
-        let dir = workdir();
-        let Some(handler) = handler("exec", &settings()) else { panic!("no bash.exec handler") };
-        let ctx = context_in("bash__exec", &dir.path);
         let command = "setsid sleep 30 > /dev/null 2>&1 < /dev/null & echo $! > left.pid; sleep 30";
-        let input = object(json!({"command": command, "timeoutMs": 0}));
-        let pid_file = dir.path.join("left.pid");
-        let mut call = handler.call(&ctx, &input);
-        tokio::select! {
-            result = &mut call => panic!("the call finished: {result:?}"),
-            pid = read_pid(&pid_file) => assert!(alive(pid)),
-        }
-        drop(call);
-        assert_gone(read_pid(&pid_file).await).await;
+        assert_dropping_the_call_kills(command, "left.pid").await;
     }
 
     // ---- output caps -----------------------------------------------------

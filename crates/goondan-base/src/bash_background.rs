@@ -22,7 +22,6 @@
 //! (`goondan_runtime::tasks`).
 
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::Arc;
 
 use goondan_core::ToolResult;
@@ -33,11 +32,9 @@ use goondan_tools::{HandlerResult, ToolContext, ToolFailure, ToolOutput};
 use nix::sys::signal::Signal;
 use serde_json::json;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::process::Command;
 use tokio::time::Instant;
 
 use crate::bash::{GroupGuard, Run, TERM_GRACE, signal_name};
-use crate::tool_processes::MARKER_ENV;
 
 /// The most of a background command's output kept in its file.
 pub const BACKGROUND_MAX_OUTPUT_BYTES: u64 = 16 << 20;
@@ -77,17 +74,7 @@ pub(crate) async fn start(run: Run, ctx: &ToolContext) -> HandlerResult {
         None => None,
     };
     let marker = run.processes.marker();
-    let mut command = Command::new(&run.program);
-    command
-        .args(&run.args)
-        .current_dir(&run.cwd)
-        .envs(run.env.iter().map(|(key, value)| (key.as_str(), value.as_str())))
-        .env(MARKER_ENV, &marker)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
+    let mut command = run.command(&marker);
     if let Err(failure) = run.confine(&mut command) {
         let _ = tasks.finish(&ticket.handle, TaskEnd::Failed(failure.message.clone())).await;
         return Err(failure);

@@ -20,7 +20,7 @@
 //! which root it lies in and where below it.
 
 use std::ffi::OsString;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use goondan_core::codes::{E_PATH_OUTSIDE_WORKDIR, E_PATH_UNRESOLVABLE};
 use goondan_tools::ToolFailure;
@@ -125,19 +125,7 @@ fn locate<'r>(path: &Path, roots: &'r [Root]) -> Option<(&'r PathBuf, PathBuf)> 
 }
 
 /// Removes `.` and resolves `..` lexically (a `..` at the root stays at the root).
-pub(crate) fn normalize(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for component in path.components() {
-        match component {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                out.pop();
-            }
-            other => out.push(other.as_os_str()),
-        }
-    }
-    out
-}
+pub(crate) use goondan_config::sandbox::normalize;
 
 /// The outcome of walking a path below a root.
 enum Step {

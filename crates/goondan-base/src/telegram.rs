@@ -1049,20 +1049,23 @@ mod tests {
         assert_eq!(std::fs::read(&saved).ok(), Some(vec![0xFF; 4]));
     }
 
+    /// `downloadFile` of `AgAD` to `save_path`, in `workdir`, expected to fail.
+    async fn download_failure(
+        settings: &Arc<BaseSettings>,
+        workdir: &std::path::Path,
+        save_path: &str,
+    ) -> goondan_tools::ToolFailure {
+        let input = json!({"fileId": "AgAD", "savePath": save_path});
+        err(run_in("telegram", "downloadFile", settings, workdir, input).await)
+    }
+
     #[tokio::test]
     async fn download_file_checks_its_inputs_and_get_file_reply() {
         let server = file_server(4).await;
         let settings = settings_with(&[("TELEGRAM_API_BASE_URL", &server.base), ("TELEGRAM_BOT_TOKEN", ENV_TOKEN)]);
         let dir = crate::test_support::workdir();
         for path in ["../escape.jpg", "/etc/passwd"] {
-            let failure = err(run_in(
-                "telegram",
-                "downloadFile",
-                &settings,
-                &dir.path,
-                json!({"fileId": "AgAD", "savePath": path}),
-            )
-            .await);
+            let failure = download_failure(&settings, &dir.path, path).await;
             assert_eq!(failure.code.as_deref(), Some(E_PATH_OUTSIDE_WORKDIR), "{path}");
         }
         let failure = err(run("telegram", "downloadFile", &settings, json!({"fileId": "  "})).await);
@@ -1070,14 +1073,7 @@ mod tests {
         assert!(server.requests().is_empty());
 
         for path in [".", "sub/.."] {
-            let failure = err(run_in(
-                "telegram",
-                "downloadFile",
-                &settings,
-                &dir.path,
-                json!({"fileId": "AgAD", "savePath": path}),
-            )
-            .await);
+            let failure = download_failure(&settings, &dir.path, path).await;
             assert_eq!(failure.code.as_deref(), Some(E_TOOL_INVALID_ARGS), "{path}");
             assert!(failure.message.ends_with("is a directory"), "{}", failure.message);
         }
@@ -1087,14 +1083,8 @@ mod tests {
         if std::path::Path::new("/proc/self").exists() {
             let mut proc_settings = (*settings).clone();
             proc_settings.extra_fs_roots = vec!["/proc".into()];
-            let failure = err(run_in(
-                "telegram",
-                "downloadFile",
-                &Arc::new(proc_settings),
-                &dir.path,
-                json!({"fileId": "AgAD", "savePath": "/proc/goondan-download-test.jpg"}),
-            )
-            .await);
+            let failure =
+                download_failure(&Arc::new(proc_settings), &dir.path, "/proc/goondan-download-test.jpg").await;
             assert_eq!(failure.code.as_deref(), Some("E_FILE_WRITE"));
             assert!(failure.message.starts_with("could not save the downloaded file to /proc/"), "{}", failure.message);
         }

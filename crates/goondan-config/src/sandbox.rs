@@ -124,8 +124,9 @@ pub fn resolve_sandbox_path(entry: &str, root: &Path, home: Option<&Path>) -> Re
     Ok(normalize(&joined))
 }
 
-/// `.` and `..` folded out of an absolute path, without looking at the disk.
-pub(crate) fn normalize(path: &Path) -> PathBuf {
+/// `.` and `..` folded out of an absolute path, without looking at the disk
+/// (the built-in tools confine paths with it too).
+pub fn normalize(path: &Path) -> PathBuf {
     let mut out = PathBuf::new();
     for component in path.components() {
         match component {
