@@ -61,7 +61,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::ModelSettings;
 use crate::error::ModelError;
 use crate::http::{self, RetryPolicy, SseEvent, Transport};
-use crate::provider::{BoxFuture, ModelProvider, StreamSink};
+use crate::provider::{Completion, ModelProvider, StreamSink};
 use crate::types::{ModelRequest, ModelResponse, RawToolCall, StopReason, StreamEvent, TokenUsage};
 use crate::wire;
 
@@ -150,11 +150,7 @@ impl AnthropicProvider {
 }
 
 impl ModelProvider for AnthropicProvider {
-    fn complete<'a>(
-        &'a self,
-        request: &'a ModelRequest,
-        on_event: StreamSink<'a>,
-    ) -> BoxFuture<'a, Result<ModelResponse, ModelError>> {
+    fn complete<'a>(&'a self, request: &'a ModelRequest, on_event: StreamSink<'a>) -> Completion<'a> {
         Box::pin(async move { self.call(request, on_event).await.map_err(|error| self.http.redact(error)) })
     }
 
@@ -489,125 +485,22 @@ mod tests {
 
     const KEY: &str = "sk-ant-test-SECRET-0123456789";
 
+    // The streams are files under `src/testdata/anthropic`: the bytes the
+    // API sends, kept as data rather than as string literals in the code.
+
     /// The streaming example of Anthropic's docs (text, then a tool call whose
     /// input arrives in fragments), with a second, parallel call without
     /// arguments, as the API sends them.
-    const TOOL_STREAM: &str = r##"event: message_start
-data: {"type":"message_start","message":{"id":"msg_014p7gG3wDgGV9EUtLvnow3U","type":"message","role":"assistant","model":"claude-sonnet-4-5","stop_sequence":null,"usage":{"input_tokens":472,"output_tokens":2},"content":[],"stop_reason":null}}
-
-event: content_block_start
-data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}
-
-event: ping
-data: {"type": "ping"}
-
-event: content_block_delta
-data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Okay"}}
-
-event: content_block_delta
-data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":", let's check the weather"}}
-
-event: content_block_delta
-data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":" for San Francisco, CA:"}}
-
-event: content_block_stop
-data: {"type":"content_block_stop","index":0}
-
-event: content_block_start
-data: {"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_01T1x1fJ34qAmk2tNTrN7Up6","name":"weather__get","input":{}}}
-
-event: content_block_delta
-data: {"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":""}}
-
-event: content_block_delta
-data: {"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"location\":"}}
-
-event: content_block_delta
-data: {"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":" \"San"}}
-
-event: content_block_delta
-data: {"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":" Francisc"}}
-
-event: content_block_delta
-data: {"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"o, CA\""}}
-
-event: content_block_delta
-data: {"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":", \"unit\": \"fah"}}
-
-event: content_block_delta
-data: {"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"renheit\"}"}}
-
-event: content_block_stop
-data: {"type":"content_block_stop","index":1}
-
-event: content_block_start
-data: {"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"toolu_01Lp8Gh3RuZDYNy2bQxmN5sV","name":"clock__now","input":{}}}
-
-event: content_block_delta
-data: {"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":""}}
-
-event: content_block_stop
-data: {"type":"content_block_stop","index":2}
-
-event: message_delta
-data: {"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":89}}
-
-event: message_stop
-data: {"type":"message_stop"}
-
-"##;
+    const TOOL_STREAM: &str = include_str!("testdata/anthropic/tool_stream.sse");
 
     /// A plain text reply, with prompt caching counts as the API reports them.
-    const TEXT_STREAM: &str = r##"event: message_start
-data: {"type": "message_start", "message": {"id": "msg_1nZdL29xx5MUA1yADyHTEsnR8uuvGzszyY", "type": "message", "role": "assistant", "content": [], "model": "claude-opus-4-1", "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 25, "cache_creation_input_tokens": 10, "cache_read_input_tokens": 5, "output_tokens": 1}}}
+    const TEXT_STREAM: &str = include_str!("testdata/anthropic/text_stream.sse");
 
-event: content_block_start
-data: {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
+    /// A reply cut short by an `overloaded_error` event.
+    const OVERLOADED_STREAM: &str = include_str!("testdata/anthropic/overloaded_stream.sse");
 
-event: ping
-data: {"type": "ping"}
-
-event: content_block_delta
-data: {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hello"}}
-
-event: content_block_delta
-data: {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "!"}}
-
-event: content_block_stop
-data: {"type": "content_block_stop", "index": 0}
-
-event: message_delta
-data: {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence":null}, "usage": {"output_tokens": 15}}
-
-event: message_stop
-data: {"type": "message_stop"}
-
-"##;
-
-    const OVERLOADED_STREAM: &str = r##"event: message_start
-data: {"type": "message_start", "message": {"id": "msg_01", "type": "message", "role": "assistant", "content": [], "model": "claude-opus-4-1", "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 25, "output_tokens": 1}}}
-
-event: content_block_start
-data: {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
-
-event: content_block_delta
-data: {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hel"}}
-
-event: error
-data: {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
-
-"##;
-
-    const MALFORMED_STREAM: &str = r##"event: message_start
-data: {"type": "message_start", "message": {"id": "msg_01", "type": "message", "role": "assistant", "content": [], "model": "claude-opus-4-1", "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 25, "output_tokens": 1}}}
-
-event: content_block_delta
-data: {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hel
-
-event: message_stop
-data: {"type": "message_stop"}
-
-"##;
+    /// An event whose JSON is cut in the middle.
+    const MALFORMED_STREAM: &str = include_str!("testdata/anthropic/malformed_stream.sse");
 
     /// An event stream as Anthropic sends it.
     fn sse(body: &str) -> Canned {

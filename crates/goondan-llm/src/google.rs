@@ -74,7 +74,7 @@ use serde_json::json;
 use crate::config::ModelSettings;
 use crate::error::ModelError;
 use crate::http::{self, RetryPolicy, SseEvent, Transport};
-use crate::provider::{BoxFuture, ModelProvider, StreamSink};
+use crate::provider::{Completion, ModelProvider, StreamSink};
 use crate::types::{ModelParams, ModelRequest, ModelResponse, RawToolCall, StopReason, StreamEvent, TokenUsage};
 use crate::wire;
 
@@ -258,11 +258,7 @@ fn status_error(provider: &str, status: u16, body: &str) -> ModelError {
 }
 
 impl ModelProvider for GoogleProvider {
-    fn complete<'a>(
-        &'a self,
-        request: &'a ModelRequest,
-        on_event: StreamSink<'a>,
-    ) -> BoxFuture<'a, Result<ModelResponse, ModelError>> {
+    fn complete<'a>(&'a self, request: &'a ModelRequest, on_event: StreamSink<'a>) -> Completion<'a> {
         Box::pin(async move { self.call(request, on_event).await.map_err(|error| self.http.redact(error)) })
     }
 

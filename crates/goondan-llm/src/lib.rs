@@ -24,7 +24,7 @@ pub mod openai;
 
 pub use config::{ModelSettings, ProviderKind, Secret, build_provider};
 pub use error::ModelError;
-pub use provider::ModelProvider;
+pub use provider::{Completion, ModelProvider};
 pub use types::{
     ModelParams, ModelRequest, ModelResponse, RawToolCall, StopReason, StreamEvent, TokenUsage, ToolDefinition,
 };

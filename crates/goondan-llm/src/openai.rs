@@ -79,7 +79,7 @@ use serde_json::json;
 use crate::config::ModelSettings;
 use crate::error::ModelError;
 use crate::http::{self, RetryPolicy, SseEvent, Transport};
-use crate::provider::{BoxFuture, ModelProvider, StreamSink};
+use crate::provider::{Completion, ModelProvider, StreamSink};
 use crate::types::{
     ModelParams, ModelRequest, ModelResponse, RawToolCall, StopReason, StreamEvent, TokenUsage, ToolDefinition,
 };
@@ -334,11 +334,7 @@ impl OpenAiProvider {
 }
 
 impl ModelProvider for OpenAiProvider {
-    fn complete<'a>(
-        &'a self,
-        request: &'a ModelRequest,
-        on_event: StreamSink<'a>,
-    ) -> BoxFuture<'a, Result<ModelResponse, ModelError>> {
+    fn complete<'a>(&'a self, request: &'a ModelRequest, on_event: StreamSink<'a>) -> Completion<'a> {
         Box::pin(async move {
             let result = match self.api {
                 Api::ChatCompletions => self.chat(request, on_event).await,

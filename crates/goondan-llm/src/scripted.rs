@@ -31,7 +31,7 @@ use serde::Deserialize;
 
 use crate::config::ModelSettings;
 use crate::error::ModelError;
-use crate::provider::{BoxFuture, ModelProvider, StreamSink};
+use crate::provider::{Completion, ModelProvider, StreamSink};
 use crate::types::{ModelRequest, ModelResponse, RawToolCall, StopReason, StreamEvent, TokenUsage};
 
 /// In a scripted tool call's arguments: the handle of the latest pending result.
@@ -185,11 +185,7 @@ impl ScriptedProvider {
 }
 
 impl ModelProvider for ScriptedProvider {
-    fn complete<'a>(
-        &'a self,
-        request: &'a ModelRequest,
-        on_event: StreamSink<'a>,
-    ) -> BoxFuture<'a, Result<ModelResponse, ModelError>> {
+    fn complete<'a>(&'a self, request: &'a ModelRequest, on_event: StreamSink<'a>) -> Completion<'a> {
         Box::pin(async move {
             let response = self.reply(request)?;
             if let Some(text) = &response.text {
