@@ -247,23 +247,16 @@ fn summary(config: &Config, compaction: &Compaction) -> Message {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_messages::{assistant, ids_after, result, user};
+    use crate::test_messages::{assistant, calls_then_reply, ids_after, user};
 
     fn config(value: JsonValue) -> Config {
         Config::parse(NAME, value.as_object().unwrap_or(&JsonObject::new())).unwrap_or_else(|e| panic!("{e}"))
     }
 
     fn conversation() -> Vec<Message> {
-        vec![
-            user("u1"),
-            assistant("a1", &["c1", "c2"]),
-            result("r1", "c1"),
-            result("r2", "c2"),
-            user("u2"),
-            assistant("a2", &[]),
-            user("u3"),
-            assistant("a3", &[]),
-        ]
+        let mut messages = calls_then_reply();
+        messages.extend([user("u3"), assistant("a3", &[])]);
+        messages
     }
 
     #[test]

@@ -71,19 +71,12 @@ pub fn window_removals(messages: &[Message], max: usize) -> Vec<MessageEvent> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_messages::{assistant, ids_after, result, user};
+    use crate::test_messages::{calls_then_reply, ids_after};
     use serde_json::json;
 
     #[test]
     fn keeps_the_last_messages_and_never_splits_calls_from_results() {
-        let messages = vec![
-            user("u1"),
-            assistant("a1", &["c1", "c2"]),
-            result("r1", "c1"),
-            result("r2", "c2"),
-            user("u2"),
-            assistant("a2", &[]),
-        ];
+        let messages = calls_then_reply();
         assert!(window_removals(&messages, 6).is_empty());
         assert_eq!(ids_after(&messages, &window_removals(&messages, 5)), ["a1", "r1", "r2", "u2", "a2"]);
         // The cut at 3 would keep r2 without its call: the pair goes.

@@ -28,6 +28,19 @@ pub(crate) fn result(id: &str, call: &str) -> Message {
     message
 }
 
+/// A user message, an assistant message with two calls and their results,
+/// then a user message and a reply without calls.
+pub(crate) fn calls_then_reply() -> Vec<Message> {
+    vec![
+        user("u1"),
+        assistant("a1", &["c1", "c2"]),
+        result("r1", "c1"),
+        result("r2", "c2"),
+        user("u2"),
+        assistant("a2", &[]),
+    ]
+}
+
 /// The ids left after applying `events` to `messages`.
 pub(crate) fn ids_after(messages: &[Message], events: &[MessageEvent]) -> Vec<String> {
     let mut state = goondan_core::ConversationState::new(messages.to_vec());
