@@ -355,6 +355,19 @@ mod tests {
         (StatusCode::CREATED, reply, report.to_string())
     }
 
+    /// A server answering `body` to every request, and the count of the
+    /// requests it received.
+    async fn counting_server(body: &'static str) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+        let hits = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&hits);
+        let addr = serve(Router::new().fallback(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async move { body }
+        }))
+        .await;
+        (addr, hits)
+    }
+
     fn echo_server() -> Router {
         Router::new()
             .route("/echo", any(echo))
@@ -563,13 +576,7 @@ mod tests {
 
     #[tokio::test]
     async fn ssrf_targets_are_refused_before_connecting() {
-        let hits = Arc::new(AtomicUsize::new(0));
-        let counter = Arc::clone(&hits);
-        let addr = serve(Router::new().fallback(move || {
-            counter.fetch_add(1, Ordering::SeqCst);
-            async { "should not be reached" }
-        }))
-        .await;
+        let (addr, hits) = counting_server("should not be reached").await;
         let port = addr.port();
         for url in [
             format!("http://127.0.0.1:{port}/"),
@@ -616,13 +623,7 @@ mod tests {
 
     #[tokio::test]
     async fn redirects_are_checked_on_every_hop() {
-        let hits = Arc::new(AtomicUsize::new(0));
-        let counter = Arc::clone(&hits);
-        let internal = serve(Router::new().fallback(move || {
-            counter.fetch_add(1, Ordering::SeqCst);
-            async { "internal secret" }
-        }))
-        .await;
+        let (internal, hits) = counting_server("internal secret").await;
         let to_internal = format!("http://127.0.0.1:{}/secret", internal.port());
         let (listener, public) = listener().await;
         let same_host = format!("http://localhost:{}/echo", public.port());
