@@ -469,6 +469,17 @@ spec:
         names.iter().map(|name| (*name).to_owned()).collect()
     }
 
+    /// The changes that restart `agents` and `connections` only, described
+    /// by the one line `described`.
+    fn restarts(agents: &[&str], connections: &[&str], described: &str) -> BundleChanges {
+        BundleChanges {
+            everything: false,
+            agents: set(agents),
+            connections: set(connections),
+            described: vec![described.to_owned()],
+        }
+    }
+
     type TestResult = Result<(), Box<dyn std::error::Error>>;
 
     #[test]
@@ -481,21 +492,23 @@ spec:
     #[test]
     fn an_agents_prompt_restarts_only_that_agent() -> TestResult {
         let changed = after_edit(|root| replace_in_yaml(root, "system: You write.", "system: You write tersely."))?;
-        assert!(!changed.everything);
-        assert_eq!(changed.agents, set(&["writer"]));
-        assert!(changed.connections.is_empty());
-        assert_eq!(changed.described, ["Agent/writer changed: spec.prompt.system → restarts Agent/writer"]);
+        assert_eq!(
+            changed,
+            restarts(&["writer"], &[], "Agent/writer changed: spec.prompt.system → restarts Agent/writer")
+        );
         Ok(())
     }
 
     #[test]
     fn an_agents_prompt_file_restarts_that_agent() -> TestResult {
         let changed = after_edit(|root| std::fs::write(root.join("prompts/reviewer.md"), "You review closely.\n"))?;
-        assert!(!changed.everything);
-        assert_eq!(changed.agents, set(&["reviewer"]));
         assert_eq!(
-            changed.described,
-            ["Agent/reviewer changed: prompt file ./prompts/reviewer.md → restarts Agent/reviewer"]
+            changed,
+            restarts(
+                &["reviewer"],
+                &[],
+                "Agent/reviewer changed: prompt file ./prompts/reviewer.md → restarts Agent/reviewer"
+            )
         );
         Ok(())
     }
@@ -503,10 +516,14 @@ spec:
     #[test]
     fn a_model_both_agents_use_restarts_both() -> TestResult {
         let changed = after_edit(|root| replace_in_yaml(root, "model: script}", "model: script-2}"))?;
-        assert!(!changed.everything);
-        assert_eq!(changed.agents, set(&["reviewer", "writer"]));
-        assert!(changed.connections.is_empty());
-        assert_eq!(changed.described, ["Model/shared changed: spec.model → restarts Agent/reviewer, Agent/writer"]);
+        assert_eq!(
+            changed,
+            restarts(
+                &["reviewer", "writer"],
+                &[],
+                "Model/shared changed: spec.model → restarts Agent/reviewer, Agent/writer"
+            )
+        );
         Ok(())
     }
 
@@ -514,10 +531,10 @@ spec:
     fn a_tools_entry_file_restarts_the_agents_that_list_it() -> TestResult {
         let changed =
             after_edit(|root| std::fs::write(root.join("tools/notes.js"), TOOL_JS.replace("({})", "({ ok: true })")))?;
-        assert!(!changed.everything);
-        assert_eq!(changed.agents, set(&["writer"]));
-        assert!(changed.connections.is_empty());
-        assert_eq!(changed.described, ["Tool/notes changed: entry file ./tools/notes.js → restarts Agent/writer"]);
+        assert_eq!(
+            changed,
+            restarts(&["writer"], &[], "Tool/notes changed: entry file ./tools/notes.js → restarts Agent/writer")
+        );
         Ok(())
     }
 
@@ -538,22 +555,23 @@ spec:
         let changed = after_edit(|root| {
             replace_in_yaml(root, "route: {agentRef: Agent/reviewer}", "route: {agentRef: Agent/writer}")
         })?;
-        assert!(!changed.everything);
-        assert!(changed.agents.is_empty());
-        assert_eq!(changed.connections, set(&["feed-in"]));
-        assert_eq!(changed.described, ["Connection/feed-in changed: spec.ingress.rules → restarts Connection/feed-in"]);
+        assert_eq!(
+            changed,
+            restarts(&[], &["feed-in"], "Connection/feed-in changed: spec.ingress.rules → restarts Connection/feed-in")
+        );
         Ok(())
     }
 
     #[test]
     fn a_connectors_entry_file_restarts_its_connections() -> TestResult {
         let changed = after_edit(|root| std::fs::write(root.join("connectors/feed.js"), "export default 1;\n"))?;
-        assert!(!changed.everything);
-        assert!(changed.agents.is_empty());
-        assert_eq!(changed.connections, set(&["feed-in"]));
         assert_eq!(
-            changed.described,
-            ["Connector/feed changed: entry file ./connectors/feed.js → restarts Connection/feed-in"]
+            changed,
+            restarts(
+                &[],
+                &["feed-in"],
+                "Connector/feed changed: entry file ./connectors/feed.js → restarts Connection/feed-in"
+            )
         );
         Ok(())
     }
