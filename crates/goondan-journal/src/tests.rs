@@ -36,6 +36,14 @@ fn read_all(path: &Path) -> (Vec<Rec>, Replayed) {
     (records, replayed)
 }
 
+/// A temporary directory and the path of a journal in it, not yet created
+/// (the directory goes when the first is dropped).
+fn journal_file() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = must(tempfile::tempdir());
+    let path = dir.path().join("log.jsonl");
+    (dir, path)
+}
+
 fn must<T, E: std::fmt::Display>(result: Result<T, E>) -> T {
     result.unwrap_or_else(|e| panic!("{e}"))
 }
@@ -43,8 +51,7 @@ fn must<T, E: std::fmt::Display>(result: Result<T, E>) -> T {
 #[test]
 fn a_missing_journal_is_empty_and_opening_creates_it_private() {
     use std::os::unix::fs::PermissionsExt as _;
-    let dir = must(tempfile::tempdir());
-    let path = dir.path().join("log.jsonl");
+    let (_dir, path) = journal_file();
     let (records, replayed) = read_all(&path);
     assert!(records.is_empty() && replayed.torn.is_none() && replayed.end == 0);
     let mut journal = must(Journal::open::<Rec>(&path));
@@ -55,8 +62,7 @@ fn a_missing_journal_is_empty_and_opening_creates_it_private() {
 
 #[test]
 fn a_torn_tail_without_a_newline_is_skipped_then_cut_before_the_next_append() {
-    let dir = must(tempfile::tempdir());
-    let path = dir.path().join("log.jsonl");
+    let (_dir, path) = journal_file();
     let mut text = lines(&[rec(1), rec(2)]);
     let half = line(&rec(3));
     text.extend_from_slice(&half[..half.len() / 2]);
@@ -78,8 +84,7 @@ fn a_torn_tail_without_a_newline_is_skipped_then_cut_before_the_next_append() {
 
 #[test]
 fn an_unparsable_last_line_is_a_torn_tail_and_is_cut_on_repair() {
-    let dir = must(tempfile::tempdir());
-    let path = dir.path().join("log.jsonl");
+    let (_dir, path) = journal_file();
     let mut text = lines(&[rec(1)]);
     text.extend_from_slice(b"\0\0\0\0\n");
     must(fs::write(&path, &text));
@@ -103,8 +108,7 @@ fn an_unparsable_last_line_is_a_torn_tail_and_is_cut_on_repair() {
 
 #[test]
 fn a_long_torn_tail_is_found_across_read_chunks() {
-    let dir = must(tempfile::tempdir());
-    let path = dir.path().join("log.jsonl");
+    let (_dir, path) = journal_file();
     let long = Rec { n: 2, text: "x".repeat(40_000) };
     let mut text = lines(&[rec(1), long.clone()]);
     must(fs::write(&path, &text));
@@ -119,8 +123,7 @@ fn a_long_torn_tail_is_found_across_read_chunks() {
 
 #[test]
 fn a_bad_line_in_the_middle_is_a_corrupt_line_with_its_number() {
-    let dir = must(tempfile::tempdir());
-    let path = dir.path().join("log.jsonl");
+    let (_dir, path) = journal_file();
     let mut text = lines(&[rec(1)]);
     text.extend_from_slice(b"not json\n\n");
     text.extend_from_slice(&lines(&[rec(2)]));
@@ -143,8 +146,7 @@ fn a_bad_line_in_the_middle_is_a_corrupt_line_with_its_number() {
 
 #[test]
 fn an_unparsable_line_before_a_torn_one_is_corrupt_and_only_the_torn_one_is_cut() {
-    let dir = must(tempfile::tempdir());
-    let path = dir.path().join("log.jsonl");
+    let (_dir, path) = journal_file();
     let mut text = lines(&[rec(1)]);
     text.extend_from_slice(b"garbage\n{\"n\":");
     must(fs::write(&path, &text));
@@ -158,8 +160,7 @@ fn an_unparsable_line_before_a_torn_one_is_corrupt_and_only_the_torn_one_is_cut(
 
 #[test]
 fn a_rewrite_replaces_the_journal_and_later_appends_go_to_the_new_file() {
-    let dir = must(tempfile::tempdir());
-    let path = dir.path().join("log.jsonl");
+    let (dir, path) = journal_file();
     let mut journal = must(Journal::open::<Rec>(&path));
     must(journal.append(&lines(&[rec(1), rec(2), rec(3)]), &[]));
     let temp = dir.path().join("log.jsonl.tmp");
@@ -185,8 +186,7 @@ fn unsynced_writes_are_synced_on_flush() {
 
 #[test]
 fn concurrent_appenders_each_return_once_their_line_is_durable() {
-    let dir = must(tempfile::tempdir());
-    let path = dir.path().join("log.jsonl");
+    let (_dir, path) = journal_file();
     let group = Arc::new(GroupCommit::new(must(Journal::open::<Rec>(&path))));
     let threads: Vec<_> = (0..8_u32)
         .map(|t| {
@@ -218,8 +218,7 @@ fn concurrent_appenders_each_return_once_their_line_is_durable() {
 
 #[test]
 fn appenders_that_wait_for_a_write_share_the_next_batch() {
-    let dir = must(tempfile::tempdir());
-    let path = dir.path().join("log.jsonl");
+    let (_dir, path) = journal_file();
     let group = Arc::new(GroupCommit::new(must(Journal::open::<Rec>(&path))));
     // A write under way: the journal is with a leader.
     let journal = group.lock().journal.take();
@@ -253,8 +252,7 @@ fn appenders_that_wait_for_a_write_share_the_next_batch() {
 
 #[test]
 fn a_tail_reads_what_was_appended_and_notices_a_rewrite() {
-    let dir = must(tempfile::tempdir());
-    let path = dir.path().join("log.jsonl");
+    let (dir, path) = journal_file();
     let mut tail = Tail::new(&path);
     let mut seen: Vec<Rec> = Vec::new();
     let read = |tail: &mut Tail, seen: &mut Vec<Rec>| {
