@@ -19,6 +19,7 @@ mod logs;
 mod mcp_serve;
 mod nats;
 mod output;
+mod registry;
 mod restart;
 mod run;
 mod service;
@@ -28,7 +29,7 @@ mod telemetry;
 mod wiring;
 mod workspace;
 
-use cli::{Cli, Command, McpCommand, ToolCommand};
+use cli::{Cli, Command, McpCommand, RegistryCommand, ToolCommand};
 use goondan_service::{secrets, shutdown};
 
 /// What every command gets from `main`.
@@ -222,6 +223,9 @@ fn dispatch(
         Command::Mcp(McpCommand::Serve(args)) => runtime.block_on(mcp_serve::serve(&cli.global, args, session, out)),
         Command::Agent(_) => runtime.block_on(agent_process::run(&cli.global, session)),
         Command::Host(args) => runtime.block_on(nats::host(&cli.global, args, session, out)),
+        Command::Registry(RegistryCommand::Serve(args)) => {
+            runtime.block_on(registry::serve(&cli.global, args, session, out))
+        }
     }
 }
 
@@ -258,6 +262,7 @@ fn loads_env_files(command: &Command) -> Option<Option<&Path>> {
         | Command::Task(_)
         | Command::Logs(_)
         | Command::Studio(_)
+        | Command::Registry(_)
         | Command::Instance(_)
         | Command::Init(_)
         | Command::Help(_)
