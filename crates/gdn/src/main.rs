@@ -58,6 +58,8 @@ pub mod exit {
     pub const OK: u8 = 0;
     pub const FAILED: u8 = 1;
     pub const USAGE: u8 = 2;
+    /// A server stopped by Ctrl-C (as `gdn run`'s cancelled turn).
+    pub const INTERRUPTED: u8 = 130;
 }
 
 fn main() -> ExitCode {

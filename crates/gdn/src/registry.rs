@@ -5,12 +5,10 @@
 //! `goondan-registry`'s.
 
 use std::io::Write as _;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 
 use anyhow::Result;
 use goondan_registry::server::{self, RegistryConfig};
-use tokio::sync::watch;
 
 use crate::cli::{GlobalOptions, RegistryServeArgs};
 use crate::exit;
@@ -18,9 +16,6 @@ use crate::output::{self, Output};
 
 /// The variable holding the tokens that may publish (comma-separated).
 const TOKENS_ENV: &str = "GOONDAN_REGISTRY_TOKENS";
-
-/// The exit status after Ctrl-C.
-const INTERRUPTED: u8 = 130;
 
 /// `gdn registry serve`.
 pub async fn serve(
@@ -70,17 +65,7 @@ pub async fn serve(
 
     let mut config = RegistryConfig::new(&args.storage, tokens);
     config.base_url.clone_from(&args.base_url);
-    // SIGTERM/SIGHUP stop the server the way they cancel a running turn.
-    let (cancel, mut cancelled) = watch::channel(false);
-    session.shutdown.turn_started(cancel);
-    let interrupted = Arc::new(AtomicBool::new(false));
-    let on_interrupt = Arc::clone(&interrupted);
-    let stop = async move {
-        tokio::select! {
-            _ = cancelled.wait_for(|cancelled| *cancelled) => {}
-            Ok(()) = tokio::signal::ctrl_c() => on_interrupt.store(true, Ordering::SeqCst),
-        }
-    };
+    let (stop, interrupted) = crate::commands::stop_on_signals(session);
     let served = server::serve(listener, config, stop).await;
     session.shutdown.turn_ended();
     if let Err(error) = served {
@@ -91,5 +76,5 @@ pub async fn serve(
     if session.shutdown.requested().is_some() {
         session.shutdown.handled();
     }
-    Ok(if interrupted.load(Ordering::SeqCst) { INTERRUPTED } else { exit::OK })
+    Ok(if interrupted.load(Ordering::SeqCst) { exit::INTERRUPTED } else { exit::OK })
 }
