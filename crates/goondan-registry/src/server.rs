@@ -351,7 +351,13 @@ async fn handle(
     }
     let body = || match &body {
         Ok(bytes) => parse_json(&headers, bytes),
-        Err(rejection) => Err(refusal(rejection.status(), "PKG_INVALID_REQUEST_BODY", rejection.body_text())),
+        Err(rejection) => {
+            let code = match rejection.status() {
+                StatusCode::PAYLOAD_TOO_LARGE => "PKG_PAYLOAD_TOO_LARGE",
+                _ => "PKG_INVALID_REQUEST_BODY",
+            };
+            Err(refusal(rejection.status(), code, rejection.body_text()))
+        }
     };
     match (route, method) {
         (Route::Package, Method::GET) => get_package(&shared, &package, is_authorized).await,

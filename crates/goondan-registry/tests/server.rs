@@ -17,6 +17,9 @@ type TestResult = Result<(), Box<dyn std::error::Error>>;
 /// A status and the body's bytes.
 type Answer = (StatusCode, Vec<u8>);
 
+/// A bad request: method, path, content type and body, the status and code expected.
+type Garbage<'a> = (&'a str, &'a str, Option<(&'a str, &'a [u8])>, StatusCode, &'a str);
+
 const TOKEN: &str = "test-token";
 
 struct Registry {
@@ -294,79 +297,76 @@ async fn tokens_are_required_where_the_original_requires_them() -> TestResult {
 #[tokio::test]
 async fn garbage_gets_structured_errors() -> TestResult {
     let registry = Registry::start().await?;
-    let put = |content_type: &'static str, body: &[u8]| {
-        let body = body.to_vec();
-        let registry = &registry;
-        async move { registry.send(reqwest::Method::PUT, "/@goondan/base", Some(TOKEN), Some((content_type, body))).await }
-    };
-    let cases: Vec<(StatusCode, &str, Answer)> = vec![
-        (StatusCode::UNSUPPORTED_MEDIA_TYPE, "PKG_UNSUPPORTED_MEDIA_TYPE", put("text/plain", b"{}").await?),
-        (StatusCode::BAD_REQUEST, "PKG_EMPTY_REQUEST_BODY", put("application/json", b"").await?),
-        (StatusCode::BAD_REQUEST, "PKG_INVALID_JSON", put("application/json", b"{not json").await?),
-        (StatusCode::BAD_REQUEST, "PKG_INVALID_PUBLISH_PAYLOAD", put("application/json", b"[1, 2]").await?),
+    const JSON: &str = "application/json";
+    let too_large = vec![b' '; 2 << 20];
+    let cases: &[Garbage<'_>] = &[
         (
+            "PUT",
+            "/@goondan/base",
+            Some(("text/plain", b"{}")),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "PKG_UNSUPPORTED_MEDIA_TYPE",
+        ),
+        ("PUT", "/@goondan/base", Some((JSON, b"")), StatusCode::BAD_REQUEST, "PKG_EMPTY_REQUEST_BODY"),
+        ("PUT", "/@goondan/base", Some((JSON, b"{not json")), StatusCode::BAD_REQUEST, "PKG_INVALID_JSON"),
+        ("PUT", "/@goondan/base", Some((JSON, b"[1, 2]")), StatusCode::BAD_REQUEST, "PKG_INVALID_PUBLISH_PAYLOAD"),
+        (
+            "PUT",
+            "/@goondan/base",
+            Some((JSON, br#"{"access":"everyone"}"#)),
             StatusCode::BAD_REQUEST,
             "PKG_INVALID_PUBLISH_PAYLOAD",
-            put("application/json", br#"{"access":"everyone"}"#).await?,
         ),
-        (StatusCode::BAD_REQUEST, "PKG_INVALID_VERSION", put("application/json", br#"{"version":"one"}"#).await?),
         (
+            "PUT",
+            "/@goondan/base",
+            Some((JSON, br#"{"version":"one"}"#)),
             StatusCode::BAD_REQUEST,
             "PKG_INVALID_VERSION",
-            put("application/json", br#"{"name":"@goondan/base"}"#).await?,
         ),
         (
+            "PUT",
+            "/@goondan/base",
+            Some((JSON, br#"{"name":"@goondan/base"}"#)),
+            StatusCode::BAD_REQUEST,
+            "PKG_INVALID_VERSION",
+        ),
+        (
+            "PUT",
+            "/@goondan/base",
+            Some((JSON, br#"{"name":"@goondan/other","version":"1.0.0"}"#)),
             StatusCode::BAD_REQUEST,
             "PKG_NAME_MISMATCH",
-            put("application/json", br#"{"name":"@goondan/other","version":"1.0.0"}"#).await?,
         ),
-        (StatusCode::BAD_REQUEST, "PKG_INVALID_ATTACHMENT", put("application/json", br#"{"version":"1.0.0"}"#).await?),
         (
+            "PUT",
+            "/@goondan/base",
+            Some((JSON, br#"{"version":"1.0.0"}"#)),
             StatusCode::BAD_REQUEST,
             "PKG_INVALID_ATTACHMENT",
-            put("application/json", br#"{"version":"1.0.0","_attachments":{"a.tgz":{"data":"!!not base64!!"}}}"#)
-                .await?,
         ),
         (
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "PKG_INVALID_REQUEST_BODY",
-            put("application/json", &vec![b' '; 2 << 20]).await?,
-        ),
-        (StatusCode::NOT_FOUND, "PKG_NOT_FOUND", registry.send(reqwest::Method::GET, "/unknown", None, None).await?),
-        (
-            StatusCode::NOT_FOUND,
-            "PKG_NOT_FOUND",
-            registry.send(reqwest::Method::GET, "/goondan/base", None, None).await?,
-        ),
-        (
-            StatusCode::NOT_FOUND,
-            "PKG_NOT_FOUND",
-            registry.send(reqwest::Method::GET, "/@goondan/%ff%fe", None, None).await?,
-        ),
-        (
+            "PUT",
+            "/@goondan/base",
+            Some((JSON, br#"{"version":"1.0.0","_attachments":{"a.tgz":{"data":"!!not base64!!"}}}"#)),
             StatusCode::BAD_REQUEST,
-            "PKG_INVALID_NAME",
-            registry.send(reqwest::Method::GET, "/@goondan/.hidden", None, None).await?,
+            "PKG_INVALID_ATTACHMENT",
         ),
-        (
-            StatusCode::BAD_REQUEST,
-            "PKG_INVALID_NAME",
-            registry.send(reqwest::Method::GET, "/@Goondan/Base", None, None).await?,
-        ),
-        (
-            StatusCode::METHOD_NOT_ALLOWED,
-            "PKG_METHOD_NOT_ALLOWED",
-            registry.send(reqwest::Method::POST, "/@goondan/base", Some(TOKEN), None).await?,
-        ),
-        (
-            StatusCode::METHOD_NOT_ALLOWED,
-            "PKG_METHOD_NOT_ALLOWED",
-            registry.send(reqwest::Method::DELETE, "/@goondan/base/-/base-1.0.0.tgz", Some(TOKEN), None).await?,
-        ),
+        ("PUT", "/@goondan/base", Some((JSON, &too_large)), StatusCode::PAYLOAD_TOO_LARGE, "PKG_PAYLOAD_TOO_LARGE"),
+        ("GET", "/unknown", None, StatusCode::NOT_FOUND, "PKG_NOT_FOUND"),
+        ("GET", "/goondan/base", None, StatusCode::NOT_FOUND, "PKG_NOT_FOUND"),
+        ("GET", "/@goondan/%ff%fe", None, StatusCode::NOT_FOUND, "PKG_NOT_FOUND"),
+        ("GET", "/@goondan/.hidden", None, StatusCode::BAD_REQUEST, "PKG_INVALID_NAME"),
+        ("GET", "/@Goondan/Base", None, StatusCode::BAD_REQUEST, "PKG_INVALID_NAME"),
+        ("POST", "/@goondan/base", None, StatusCode::METHOD_NOT_ALLOWED, "PKG_METHOD_NOT_ALLOWED"),
+        ("DELETE", "/@goondan/base/-/base-1.0.0.tgz", None, StatusCode::METHOD_NOT_ALLOWED, "PKG_METHOD_NOT_ALLOWED"),
     ];
-    for (status, error, (got_status, body)) in cases {
-        let body: Value = serde_json::from_slice(&body).map_err(|e| format!("{error}: not JSON: {e}"))?;
-        assert_eq!((got_status, code(&body)), (status, error), "{body}");
+    for (method, path, body, status, error) in cases {
+        let method = reqwest::Method::from_bytes(method.as_bytes())?;
+        let body = body.map(|(kind, bytes)| (kind, bytes.to_vec()));
+        let (got, bytes) = registry.send(method, path, Some(TOKEN), body).await?;
+        let body: Value = serde_json::from_slice(&bytes).map_err(|e| format!("{error}: not JSON: {e}"))?;
+        assert_eq!((got, code(&body)), (*status, *error), "{path}: {body}");
         assert!(body["message"].is_string(), "{body}");
     }
     assert!(!registry.storage.path().join("packages").exists(), "nothing written");
