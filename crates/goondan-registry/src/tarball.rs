@@ -10,8 +10,9 @@
 //! in, whatever the lists say.
 //!
 //! [`unpack`] checks the `sha512-…` integrity before reading anything,
-//! refuses absolute paths, `..`, links leading out of the package, writes
-//! through links, and device files (naming the entry), strips the first
+//! refuses absolute paths, `..`, links leading out of the package (followed
+//! through the archive's other links, once all are there), writes through
+//! links, and device files (naming the entry), strips the first
 //! path component (`package/`, as `tar --strip-components=1` in the
 //! original), and unpacks into a temporary directory beside the
 //! destination that is renamed into place: two installs of one package at
@@ -384,6 +385,9 @@ pub(crate) fn sync_dir(dir: &Path) {
 fn unpack_into(bytes: &[u8], root: &Path) -> Result<(), TarballError> {
     let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(bytes));
     let mut written: u64 = 0;
+    // Each symbolic link made (entry name, path, target), checked again at
+    // the end: a later link can change where an earlier one leads.
+    let mut links: Vec<(String, Vec<String>, String)> = Vec::new();
     for entry in archive.entries().map_err(TarballError::Corrupt)? {
         let mut entry = entry.map_err(TarballError::Corrupt)?;
         let name = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
@@ -427,6 +431,7 @@ fn unpack_into(bytes: &[u8], root: &Path) -> Result<(), TarballError> {
                 }
                 make_parent(&dest)?;
                 make_symlink(&target, &dest)?;
+                links.push((name.clone(), relative, target));
             }
             tar::EntryType::Link => {
                 // A hard link's name is an archive path (`package/…`).
@@ -453,7 +458,40 @@ fn unpack_into(bytes: &[u8], root: &Path) -> Result<(), TarballError> {
             other => return Err(refuse(UnsafeReason::Unsupported { kind: format!("{other:?}") })),
         }
     }
+    for (entry, relative, target) in links {
+        let dir = relative[..relative.len().saturating_sub(1)].to_vec();
+        if follow_link(root, dir, &target, 0).is_none() {
+            return Err(TarballError::UnsafeEntry { entry, reason: UnsafeReason::LinkOutside { target } });
+        }
+    }
     Ok(())
+}
+
+/// Where `target`, a link's target in directory `dir`, leads through the
+/// unpacked tree, following the links on its way (as the kernel would);
+/// `None` when it leaves the package or loops.
+fn follow_link(root: &Path, dir: Vec<String>, target: &str, depth: usize) -> Option<Vec<String>> {
+    const MAX_LINKS: usize = 40;
+    if depth > MAX_LINKS || target.starts_with('/') {
+        return None;
+    }
+    let mut current = dir;
+    for part in target.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                current.pop()?;
+            }
+            part => {
+                current.push(part.to_owned());
+                if let Ok(next) = std::fs::read_link(root.join(current.join("/"))) {
+                    current.pop();
+                    current = follow_link(root, current, next.to_str()?, depth + 1)?;
+                }
+            }
+        }
+    }
+    Some(current)
 }
 
 /// The entry's path below the first component (`package/`), as names;

@@ -235,6 +235,25 @@ fn refuses_links_leaving_the_package_and_writes_through_links() -> TestResult {
         file(b, "package/here/x", b"x")
     })?;
     assert_eq!(refused(&bytes), Some(("package/here/x".to_owned(), UnsafeReason::ThroughLink)));
+    // Lexically inside, but through another link it leaves: `here` is the
+    // root, so `here/..` is above it.
+    let bytes = archive(|b| {
+        link(b, tar::EntryType::Symlink, "package/here", ".")?;
+        link(b, tar::EntryType::Symlink, "package/up", "here/..")
+    })?;
+    assert_eq!(refused(&bytes).map(|r| r.0), Some("package/up".to_owned()));
+    // The same with the link it goes through coming later in the archive.
+    let bytes = archive(|b| {
+        link(b, tar::EntryType::Symlink, "package/up", "later/..")?;
+        link(b, tar::EntryType::Symlink, "package/later", ".")
+    })?;
+    assert_eq!(refused(&bytes).map(|r| r.0), Some("package/up".to_owned()));
+    // A loop of links.
+    let bytes = archive(|b| {
+        link(b, tar::EntryType::Symlink, "package/a", "b")?;
+        link(b, tar::EntryType::Symlink, "package/b", "a")
+    })?;
+    assert_eq!(refused(&bytes).map(|r| r.0), Some("package/a".to_owned()));
     Ok(())
 }
 
