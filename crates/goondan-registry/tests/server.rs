@@ -395,3 +395,44 @@ async fn concurrent_publishes_of_one_package_all_land() -> TestResult {
     let registry = std::sync::Arc::into_inner(registry).ok_or("registry still shared")?;
     registry.stop().await
 }
+
+/// A storage directory the original registry wrote (its layout, its
+/// `JSON.stringify(metadata, null, 2)`) is served as it is.
+#[tokio::test]
+async fn serves_a_storage_the_original_wrote() -> TestResult {
+    let registry = Registry::start().await?;
+    let tarball = b"original tarball".to_vec();
+    let metadata = json!({
+        "name": "@goondan/old",
+        "description": "written by the TypeScript registry",
+        "access": "public",
+        "versions": {
+            "0.9.0": {
+                "version": "0.9.0",
+                "dependencies": {},
+                "deprecated": "",
+                "access": "public",
+                "dist": {
+                    "tarball": "https://registry.example/%40goondan/old/-/old-0.9.0.tgz",
+                    "shasum": "0000000000000000000000000000000000000000",
+                    "integrity": tarball::integrity(&tarball),
+                },
+            }
+        },
+        "dist-tags": {"latest": "0.9.0"},
+    });
+    let dir = registry.storage.path().join("packages/%40goondan/old");
+    std::fs::create_dir_all(dir.join("tarballs"))?;
+    std::fs::write(dir.join("metadata.json"), serde_json::to_string_pretty(&metadata)?)?;
+    std::fs::write(dir.join("tarballs/0.9.0.tgz"), &tarball)?;
+
+    assert_eq!(registry.get("/@goondan/old", None).await?, (StatusCode::OK, metadata));
+    let (status, bytes) = registry.send(reqwest::Method::GET, "/@goondan/old/-/old-0.9.0.tgz", None, None).await?;
+    assert_eq!((status, bytes), (StatusCode::OK, tarball));
+
+    // A packument that is not one: a structured 500, not a crash.
+    std::fs::write(dir.join("metadata.json"), "{\"name\": 1}")?;
+    let (status, body) = registry.get("/@goondan/old", None).await?;
+    assert_eq!((status, code(&body)), (StatusCode::INTERNAL_SERVER_ERROR, "PKG_STORAGE_ERROR"));
+    registry.stop().await
+}
