@@ -82,6 +82,9 @@ pub enum Command {
     Mcp(McpCommand),
     /// Explain an error code (E_TOOL_NOT_IN_CATALOG, AGENT_CRASHED, E_CONFIG_…), or list every code.
     Help(HelpArgs),
+    /// Goondan's package registry.
+    #[command(subcommand)]
+    Registry(RegistryCommand),
     /// Run this machine's share of a swarm spread over NATS: agent processes the hub (`gdn run --nats`) places here.
     Host(HostArgs),
     /// An agent process of a running swarm (started by `gdn run`, not by hand).
@@ -112,6 +115,33 @@ pub struct HostArgs {
     /// (default 60 000; the tests shorten it to see redeliveries).
     #[arg(long, value_name = "MS", hide = true)]
     pub ack_wait_ms: Option<u64>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RegistryCommand {
+    /// Serve a package registry over a storage directory (the original
+    /// registry's protocol: packuments, tarballs, publish, deprecate,
+    /// unpublish). Publishing needs a token of GOONDAN_REGISTRY_TOKENS
+    /// (comma-separated); without any the registry is read-only.
+    Serve(RegistryServeArgs),
+}
+
+/// `gdn registry serve`.
+#[derive(Debug, Args)]
+pub struct RegistryServeArgs {
+    /// The address to listen on.
+    #[arg(long, default_value = "127.0.0.1", value_name = "HOST")]
+    pub host: String,
+    /// The port to listen on (0: any free port; the address is printed).
+    #[arg(long, default_value_t = 4873, value_name = "N")]
+    pub port: u16,
+    /// Where packuments and tarballs are kept (made if missing).
+    #[arg(long, value_name = "DIR")]
+    pub storage: PathBuf,
+    /// The base of the tarball URLs written at publish (default: the
+    /// request's Host), for a registry behind a proxy.
+    #[arg(long, value_name = "URL")]
+    pub base_url: Option<String>,
 }
 
 /// `gdn help`.

@@ -346,6 +346,28 @@ async fn setup_in(
     }
 }
 
+/// What stops a server (`gdn mcp serve`, `gdn registry serve`):
+/// SIGTERM/SIGHUP, through `session.shutdown` as they cancel a running
+/// turn, or Ctrl-C. The future completes at either; the flag tells whether
+/// Ctrl-C came. The caller ends with `session.shutdown.turn_ended()` once
+/// the server stopped.
+pub fn stop_on_signals(
+    session: &crate::Session,
+) -> (impl std::future::Future<Output = ()> + Send + 'static, std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let (cancel, mut cancelled) = tokio::sync::watch::channel(false);
+    session.shutdown.turn_started(cancel);
+    let interrupted = std::sync::Arc::new(AtomicBool::new(false));
+    let on_interrupt = std::sync::Arc::clone(&interrupted);
+    let stop = async move {
+        tokio::select! {
+            _ = cancelled.wait_for(|cancelled| *cancelled) => {}
+            Ok(()) = tokio::signal::ctrl_c() => on_interrupt.store(true, Ordering::SeqCst),
+        }
+    };
+    (stop, interrupted)
+}
+
 /// The token named by `--auth-token-env NAME` (`gdn mcp serve`, `gdn
 /// studio`), read once from the session's environment; `Err` is the line to
 /// print (exit 2) when the variable is unset or blank.

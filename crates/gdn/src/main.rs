@@ -19,6 +19,7 @@ mod logs;
 mod mcp_serve;
 mod nats;
 mod output;
+mod registry;
 mod restart;
 mod run;
 mod service;
@@ -28,7 +29,7 @@ mod telemetry;
 mod wiring;
 mod workspace;
 
-use cli::{Cli, Command, McpCommand, ToolCommand};
+use cli::{Cli, Command, McpCommand, RegistryCommand, ToolCommand};
 use goondan_service::{secrets, shutdown};
 
 /// What every command gets from `main`.
@@ -57,6 +58,8 @@ pub mod exit {
     pub const OK: u8 = 0;
     pub const FAILED: u8 = 1;
     pub const USAGE: u8 = 2;
+    /// A server stopped by Ctrl-C (as `gdn run`'s cancelled turn).
+    pub const INTERRUPTED: u8 = 130;
 }
 
 fn main() -> ExitCode {
@@ -222,6 +225,9 @@ fn dispatch(
         Command::Mcp(McpCommand::Serve(args)) => runtime.block_on(mcp_serve::serve(&cli.global, args, session, out)),
         Command::Agent(_) => runtime.block_on(agent_process::run(&cli.global, session)),
         Command::Host(args) => runtime.block_on(nats::host(&cli.global, args, session, out)),
+        Command::Registry(RegistryCommand::Serve(args)) => {
+            runtime.block_on(registry::serve(&cli.global, args, session, out))
+        }
     }
 }
 
@@ -258,6 +264,7 @@ fn loads_env_files(command: &Command) -> Option<Option<&Path>> {
         | Command::Task(_)
         | Command::Logs(_)
         | Command::Studio(_)
+        | Command::Registry(_)
         | Command::Instance(_)
         | Command::Init(_)
         | Command::Help(_)

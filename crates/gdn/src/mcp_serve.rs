@@ -11,19 +11,15 @@
 
 use std::io::Write;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 
 use anyhow::Result;
 use goondan_mcp::server::{self, ToolServer};
 use goondan_runtime::agent::AgentOptions;
-use tokio::sync::watch;
 
 use crate::cli::{GlobalOptions, McpServeArgs};
 use crate::exit;
 use crate::output::{self, Output};
-
-/// The exit status after Ctrl-C (as `gdn run`'s cancelled turn).
-const INTERRUPTED: u8 = 130;
 
 /// `gdn mcp serve`.
 pub async fn serve(
@@ -76,16 +72,7 @@ pub async fn serve(
     let server = ToolServer::new(Arc::new(tooling), "gdn", env!("CARGO_PKG_VERSION"));
 
     // SIGTERM/SIGHUP cancel the server the way they cancel a running turn.
-    let (cancel, mut cancelled) = watch::channel(false);
-    session.shutdown.turn_started(cancel);
-    let interrupted = Arc::new(AtomicBool::new(false));
-    let on_interrupt = Arc::clone(&interrupted);
-    let stop = async move {
-        tokio::select! {
-            _ = cancelled.wait_for(|cancelled| *cancelled) => {}
-            Ok(()) = tokio::signal::ctrl_c() => on_interrupt.store(true, Ordering::SeqCst),
-        }
-    };
+    let (stop, interrupted) = crate::commands::stop_on_signals(session);
     let served = match listener {
         None => {
             tracing::info!("serving the tools of agent '{agent}' over MCP on standard input/output");
@@ -115,5 +102,5 @@ pub async fn serve(
         output::error_line(&mut out.stderr, error)?;
         return Ok(exit::FAILED);
     }
-    Ok(if interrupted.load(Ordering::SeqCst) { INTERRUPTED } else { exit::OK })
+    Ok(if interrupted.load(Ordering::SeqCst) { exit::INTERRUPTED } else { exit::OK })
 }

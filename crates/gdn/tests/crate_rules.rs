@@ -12,6 +12,8 @@ use serde_json::Value;
 /// dependencies; tests and benches may use more).
 const RULES: &[(&str, &[&str])] = &[
     ("goondan-core", &[]),
+    // Packages: tarballs, version ranges, the registry's server; no runtime, no command line.
+    ("goondan-registry", &[]),
     // The append-only JSON Lines journal: files only, core's fault points.
     ("goondan-journal", &["goondan-core"]),
     ("goondan-test-support", &["goondan-llm"]),
@@ -85,6 +87,7 @@ const RULES: &[(&str, &[&str])] = &[
             "goondan-nats",
             "goondan-studio",
             "goondan-service",
+            "goondan-registry",
         ],
     ),
 ];
