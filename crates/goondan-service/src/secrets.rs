@@ -88,6 +88,8 @@ pub fn is_secret_name(name: &str) -> bool {
         || upper.ends_with("API_KEY")
         || upper.ends_with("APIKEY")
         || upper.ends_with("_TOKEN")
+        // A list of tokens (`GOONDAN_REGISTRY_TOKENS`) is as secret as one.
+        || upper.ends_with("_TOKENS")
         || upper == "TOKEN"
         || upper.ends_with("_KEY")
             && (upper.contains("PRIVATE") || upper.contains("ACCESS") || upper.contains("SECRET"))
