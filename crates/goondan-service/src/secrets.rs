@@ -257,6 +257,7 @@ mod tests {
             "CLIENT_SECRET",
             "SSH_PRIVATE_KEY",
             "GOOGLE_APPLICATION_CREDENTIALS",
+            "GOONDAN_REGISTRY_TOKENS",
         ] {
             assert!(is_secret_name(name), "{name}");
         }
