@@ -238,6 +238,18 @@ pub async fn serve(
     // When to look again whether the background jobs that kept it from
     // idling have ended.
     let mut recheck: Option<tokio::time::Instant> = None;
+    // The worker watches its own receiver of `terminate`: the loop waits
+    // for changes on the one it has (a clone sees the same value).
+    let worker_terminate = terminate.clone();
+    let worker = Worker {
+        agent: &agent,
+        runtime: &runtime,
+        control: &control,
+        outbox: &outbox,
+        me: &me,
+        terminate: &worker_terminate,
+        tasks: &tasks,
+    };
     let end = loop {
         if *terminate.borrow() {
             break ServeEnd::Shutdown;
@@ -257,15 +269,6 @@ pub async fn serve(
         // Tasks that ended while no turn ran: a turn each, in the order they
         // ended (not while stopping: they stay undelivered for the next start).
         if (!completions.is_empty() || reply_turn.is_some()) && stopping.is_none() {
-            let worker = Worker {
-                agent: &agent,
-                runtime: &runtime,
-                control: &control,
-                outbox: &outbox,
-                me: &me,
-                terminate: &terminate,
-                tasks: &tasks,
-            };
             let mut restart = false;
             for message in &completions {
                 restart |= worker.run_job(&mut conversation, completion_job(message, &me)).await;
@@ -322,15 +325,6 @@ pub async fn serve(
         taken += 1;
         let skipped = control.cancelled.lock_unpoisoned().remove(&job.correlation_id);
         if !skipped {
-            let worker = Worker {
-                agent: &agent,
-                runtime: &runtime,
-                control: &control,
-                outbox: &outbox,
-                me: &me,
-                terminate: &terminate,
-                tasks: &tasks,
-            };
             let restart = worker.run_job(&mut conversation, job).await;
             // Completions the turn's steps took in are delivered now.
             crate::tasks::reconcile(&tasks, runtime.inbox(), conversation.messages(), false).await;
