@@ -443,6 +443,11 @@ fn read_args(args: &ToolCallArgs) -> std::result::Result<JsonObject, String> {
     }
 }
 
+/// Why `--workdir` cannot be used (it is no directory), if it cannot.
+pub(crate) fn workdir_error(workdir: Option<&Path>) -> Option<String> {
+    workdir.filter(|dir| !dir.is_dir()).map(|dir| format!("--workdir {} is not a directory", dir.display()))
+}
+
 /// `gdn tool call`.
 pub async fn tool_call(
     global: &GlobalOptions,
@@ -454,8 +459,8 @@ pub async fn tool_call(
         Ok(map) => map,
         Err(message) => return out.fail(exit::USAGE, message),
     };
-    if let Some(dir) = args.workdir.as_ref().filter(|dir| !dir.is_dir()) {
-        return out.fail(exit::USAGE, format_args!("--workdir {} is not a directory", dir.display()));
+    if let Some(message) = crate::commands::workdir_error(args.workdir.as_deref()) {
+        return out.fail(exit::USAGE, message);
     }
     let configure = |options: &mut AgentOptions| {
         options.agent.clone_from(&args.agent);

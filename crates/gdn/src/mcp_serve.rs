@@ -32,8 +32,8 @@ pub async fn serve(
     session: &crate::Session,
     out: &mut Output,
 ) -> Result<u8> {
-    if let Some(dir) = args.workdir.as_ref().filter(|dir| !dir.is_dir()) {
-        return out.fail(exit::USAGE, format_args!("--workdir {} is not a directory", dir.display()));
+    if let Some(message) = crate::commands::workdir_error(args.workdir.as_deref()) {
+        return out.fail(exit::USAGE, message);
     }
     // The token is read once, here, and lives only in the server's check.
     let token = match crate::commands::auth_token(args.auth_token_env.as_deref(), session) {

@@ -49,8 +49,8 @@ pub async fn host(global: &GlobalOptions, args: &HostArgs, session: &crate::Sess
             Err(error) => return out.fail(exit::USAGE, format!("--label {label}: {error}")),
         }
     }
-    if let Some(dir) = args.workdir.as_ref().filter(|dir| !dir.is_dir()) {
-        return out.fail(exit::USAGE, format!("--workdir {} is not a directory", dir.display()));
+    if let Some(message) = crate::commands::workdir_error(args.workdir.as_deref()) {
+        return out.fail(exit::USAGE, message);
     }
     let root = crate::workspace::state_root(global)?;
     let options = AgentOptions::new(Arc::new(TracingEventSink));

@@ -429,8 +429,8 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
 /// `--workdir` that is no directory is refused first. The error is the
 /// usage line to print.
 fn single_input(args: &RunArgs) -> std::result::Result<Option<String>, String> {
-    if let Some(dir) = args.workdir.as_ref().filter(|dir| !dir.is_dir()) {
-        return Err(format!("--workdir {} is not a directory", dir.display()));
+    if let Some(message) = crate::commands::workdir_error(args.workdir.as_deref()) {
+        return Err(message);
     }
     match (&args.input, &args.input_file) {
         (Some(text), _) => Ok(Some(text.clone())),

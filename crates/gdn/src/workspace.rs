@@ -121,11 +121,7 @@ pub fn bundle_identity(config: &Path) -> String {
 /// entry agent it is, else the first that lists it; its `instanceKey`,
 /// else its name. An agent in no Swarm runs alone: its own name.
 pub fn swarm_key(bundle: &Bundle, agent: &str) -> String {
-    let swarm = bundle
-        .swarms()
-        .find(|swarm| swarm.spec.entry_agent.name == agent)
-        .or_else(|| bundle.swarms().find(|swarm| swarm.spec.agents.iter().any(|a| a.name == agent)));
-    match swarm {
+    match bundle.swarm_of_agent(agent) {
         Some(swarm) => swarm.spec.instance_key.clone().unwrap_or_else(|| swarm.name().to_owned()),
         None => agent.to_owned(),
     }

@@ -886,23 +886,12 @@ mod tests {
         assert!(input.trace_id.is_none(), "a trace of its own");
         assert_eq!(input.link.map(|(_, span)| span).as_deref(), Some("00f067aa0ba902b7"));
         // A delegate's traceparent parents the turn in its trace.
-        let input = turn_input(
-            "x".into(),
-            Some("0123456789abcdef0123456789abcdef".into()),
-            Some(traceparent),
-            JsonObject::new(),
-            None,
-        );
+        let delegated_in =
+            |trace: &str| turn_input("x".into(), Some(trace.into()), Some(traceparent), JsonObject::new(), None);
+        let input = delegated_in("0123456789abcdef0123456789abcdef");
         assert_eq!(input.parent_span_id.as_deref(), Some("00f067aa0ba902b7"));
         // One naming another trace does not.
-        let input = turn_input(
-            "x".into(),
-            Some("ffffffffffffffffffffffffffffffff".into()),
-            Some(traceparent),
-            JsonObject::new(),
-            None,
-        );
-        assert!(input.parent_span_id.is_none());
+        assert!(delegated_in("ffffffffffffffffffffffffffffffff").parent_span_id.is_none());
     }
 
     #[test]

@@ -122,9 +122,9 @@ impl ConnectorEvent {
     }
 }
 
-/// A property's value as events carry it: a string as it is, a number or
-/// a boolean written out; `None` for anything else.
-fn property_text(value: &JsonValue) -> Option<String> {
+/// A property's value as events carry it (and routes match it): a string
+/// as it is, a number or a boolean written out; `None` for anything else.
+pub(crate) fn property_text(value: &JsonValue) -> Option<String> {
     match value {
         JsonValue::String(s) => Some(s.clone()),
         JsonValue::Number(n) => Some(n.to_string()),
