@@ -732,8 +732,6 @@ mod tests {
     use super::*;
     use std::path::Path;
 
-    use goondan_core::Message;
-
     #[derive(Clone, Default)]
     struct SharedBuffer(Arc<Mutex<Vec<u8>>>);
 
@@ -758,18 +756,12 @@ mod tests {
     }
 
     fn scope() -> Arc<CallScope> {
+        let trace_id = Arc::from("4bf92f3577b34da6a3ce929d0e0e4736");
+        let workdir = Arc::from(Path::new("/tmp"));
         Arc::new(CallScope {
-            agent_name: Arc::from("agent"),
-            instance_key: Arc::from("key"),
-            turn_id: Arc::from("turn"),
             step_id: Arc::from("step"),
-            step_index: 0,
-            message: Arc::new(Message::assistant_tool_calls("step", Vec::new())),
-            workdir: Arc::from(Path::new("/tmp")),
-            trace_id: Arc::from("4bf92f3577b34da6a3ce929d0e0e4736"),
             step_span_id: Arc::from("00f067aa0ba902b7"),
-            runtime: None,
-            tasks: None,
+            ..CallScope::outside_step(Arc::from("agent"), Arc::from("key"), Arc::from("turn"), trace_id, workdir)
         })
     }
 
