@@ -294,15 +294,11 @@ async fn setup_in(
     access: WorkspaceAccess,
     out: &mut Output,
 ) -> Result<std::result::Result<AgentTooling, u8>> {
-    let report = load_bundle(&global.config);
-    if report.has_errors() {
-        report_config_errors(global, &report, out)?;
-        return Ok(Err(exit::USAGE));
-    }
-    let Some(bundle) = report.bundle else {
-        return Ok(Err(exit::USAGE));
+    let (bundle, warnings) = match valid_bundle_or_exit(global, out)? {
+        Ok(loaded) => loaded,
+        Err(code) => return Ok(Err(code)),
     };
-    for warning in &report.diagnostics {
+    for warning in &warnings {
         tracing::warn!("{warning}");
     }
     let mut options = AgentOptions::new(Arc::new(TracingEventSink));
@@ -377,6 +373,20 @@ pub fn auth_token(name: Option<&str>, session: &crate::Session) -> std::result::
         Some(token) => Ok(Some(token)),
         None => Err(format!("--auth-token-env {name}: the variable is not set or empty")),
     }
+}
+
+/// The bundle of `-c` and its warnings, or (its errors reported) the exit
+/// code when it does not load.
+pub fn valid_bundle_or_exit(
+    global: &GlobalOptions,
+    out: &mut Output,
+) -> Result<std::result::Result<(Bundle, Vec<Diagnostic>), u8>> {
+    let report = load_bundle(&global.config);
+    if report.has_errors() {
+        report_config_errors(global, &report, out)?;
+        return Ok(Err(exit::USAGE));
+    }
+    Ok(report.bundle.map(|bundle| (bundle, report.diagnostics)).ok_or(exit::USAGE))
 }
 
 pub fn report_config_errors(global: &GlobalOptions, report: &LoadReport, out: &mut Output) -> Result<()> {
@@ -455,6 +465,11 @@ fn read_args(args: &ToolCallArgs) -> std::result::Result<JsonObject, String> {
     }
 }
 
+/// Why `--workdir` cannot be used (it is no directory), if it cannot.
+pub(crate) fn workdir_error(workdir: Option<&Path>) -> Option<String> {
+    workdir.filter(|dir| !dir.is_dir()).map(|dir| format!("--workdir {} is not a directory", dir.display()))
+}
+
 /// `gdn tool call`.
 pub async fn tool_call(
     global: &GlobalOptions,
@@ -464,14 +479,10 @@ pub async fn tool_call(
 ) -> Result<u8> {
     let call_args = match read_args(args) {
         Ok(map) => map,
-        Err(message) => {
-            output::error_line(&mut out.stderr, message)?;
-            return Ok(exit::USAGE);
-        }
+        Err(message) => return out.fail(exit::USAGE, message),
     };
-    if let Some(dir) = args.workdir.as_ref().filter(|dir| !dir.is_dir()) {
-        output::error_line(&mut out.stderr, format_args!("--workdir {} is not a directory", dir.display()))?;
-        return Ok(exit::USAGE);
+    if let Some(message) = crate::commands::workdir_error(args.workdir.as_deref()) {
+        return out.fail(exit::USAGE, message);
     }
     let configure = |options: &mut AgentOptions| {
         options.agent.clone_from(&args.agent);

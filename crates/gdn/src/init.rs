@@ -88,11 +88,10 @@ pub fn init(global: &GlobalOptions, args: &InitArgs, out: &mut Output) -> Result
     if !args.force {
         let existing: Vec<&str> = files.iter().map(|(path, _)| *path).filter(|path| dir.join(path).exists()).collect();
         if !existing.is_empty() {
-            output::error_line(
-                &mut out.stderr,
+            return out.fail(
+                exit::USAGE,
                 format_args!("{} already has {}; use --force to overwrite", dir.display(), existing.join(", ")),
-            )?;
-            return Ok(exit::USAGE);
+            );
         }
     }
     for (path, content) in &files {

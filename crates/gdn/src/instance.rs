@@ -4,7 +4,6 @@
 
 use goondan_core::message::now_millis;
 use std::collections::BTreeMap;
-use std::fmt::Display;
 use std::io::Write;
 
 use anyhow::{Result, anyhow};
@@ -35,7 +34,7 @@ pub fn instance(global: &GlobalOptions, command: &InstanceCommand, session: &Ses
         InstanceCommand::Delete { key, agent, force } => {
             let workspace = match crate::workspace::project_workspace(global, &root) {
                 Ok(workspace) => workspace,
-                Err(message) => return usage_error(out, message),
+                Err(message) => return out.fail(exit::USAGE, message),
             };
             match workspace {
                 Some(workspace) => {
@@ -54,8 +53,8 @@ pub fn instance(global: &GlobalOptions, command: &InstanceCommand, session: &Ses
                                 Err(code) => return Ok(code),
                             };
                         if reply.ok && reply.deleted.is_empty() {
-                            return usage_error(
-                                out,
+                            return out.fail(
+                                exit::USAGE,
                                 format_args!(
                                     "no instance {} in workspace '{}' ({})",
                                     describe(key, agent.as_deref()),
@@ -68,8 +67,8 @@ pub fn instance(global: &GlobalOptions, command: &InstanceCommand, session: &Ses
                     }
                     delete(global, &root, &workspace, key, agent.as_deref(), out)
                 }
-                None => usage_error(
-                    out,
+                None => out.fail(
+                    exit::USAGE,
                     format_args!(
                         "no workspace {:?} in {}",
                         global.workspace.as_deref().unwrap_or_default(),
@@ -79,11 +78,6 @@ pub fn instance(global: &GlobalOptions, command: &InstanceCommand, session: &Ses
             }
         }
     }
-}
-
-fn usage_error(out: &mut Output, message: impl Display) -> Result<u8> {
-    output::error_line(&mut out.stderr, message)?;
-    Ok(exit::USAGE)
 }
 
 /// Asks on the terminal before a delete without `--force`; without a
@@ -418,8 +412,8 @@ fn delete(
         Ok(deleted) => deleted,
         Err(StoreError::Busy { agent, pid, .. }) => {
             let pid = pid.map(|pid| format!(" (pid {pid})")).unwrap_or_default();
-            return usage_error(
-                out,
+            return out.fail(
+                exit::USAGE,
                 format_args!(
                     "instance {} is running{pid}; stop it first, or with a service running pass --force (nothing was deleted)",
                     describe(key, Some(&agent))
@@ -427,13 +421,13 @@ fn delete(
             );
         }
         Err(error @ (StoreError::InvalidKey { .. } | StoreError::KeyMismatch { .. })) => {
-            return usage_error(out, format_args!("{error} (nothing was deleted)"));
+            return out.fail(exit::USAGE, format_args!("{error} (nothing was deleted)"));
         }
         Err(error) => return Err(anyhow!("{error}")),
     };
     if deleted.is_empty() {
-        return usage_error(
-            out,
+        return out.fail(
+            exit::USAGE,
             format_args!(
                 "no instance {} in workspace '{}' ({})",
                 describe(key, agent),

@@ -238,22 +238,14 @@ fn print(entries: &[Entry], json: bool, out: &mut Output) -> Result<()> {
 
 /// `gdn logs`.
 pub fn logs(global: &GlobalOptions, args: &LogsArgs, session: &crate::Session, out: &mut Output) -> Result<u8> {
-    let root = crate::workspace::state_root(global)?;
-    let workspace = match crate::workspace::project_workspace(global, &root) {
-        Ok(Some(workspace)) if args.nats.is_some() => {
-            return logs_from_broker(global, args, session, &workspace, out);
-        }
-        Ok(Some(workspace)) => workspace.dir().to_path_buf(),
-        Ok(None) => {
-            output::error_line(&mut out.stderr, "no such workspace")?;
-            return Ok(exit::USAGE);
-        }
-        Err(message) => {
-            output::error_line(&mut out.stderr, message)?;
-            return Ok(exit::USAGE);
-        }
+    let workspace = match crate::workspace::workspace_or_exit_saying(global, out, "no such workspace")? {
+        Ok(workspace) => workspace,
+        Err(code) => return Ok(code),
     };
-    stream(&workspace, args, global.json, out, &mut || Ok(()))
+    if args.nats.is_some() {
+        return logs_from_broker(global, args, session, &workspace, out);
+    }
+    stream(workspace.dir(), args, global.json, out, &mut || Ok(()))
 }
 
 /// The stream over `workspace`'s logs; with `--follow`, `refresh` runs

@@ -19,7 +19,7 @@ use goondan_runtime::agent::AgentOptions;
 
 use crate::cli::{GlobalOptions, McpServeArgs};
 use crate::exit;
-use crate::output::{self, Output};
+use crate::output::Output;
 
 /// `gdn mcp serve`.
 pub async fn serve(
@@ -28,33 +28,25 @@ pub async fn serve(
     session: &crate::Session,
     out: &mut Output,
 ) -> Result<u8> {
-    if let Some(dir) = args.workdir.as_ref().filter(|dir| !dir.is_dir()) {
-        output::error_line(&mut out.stderr, format_args!("--workdir {} is not a directory", dir.display()))?;
-        return Ok(exit::USAGE);
+    if let Some(message) = crate::commands::workdir_error(args.workdir.as_deref()) {
+        return out.fail(exit::USAGE, message);
     }
     // The token is read once, here, and lives only in the server's check.
     let token = match crate::commands::auth_token(args.auth_token_env.as_deref(), session) {
         Ok(token) => token.map(server::BearerToken::new),
-        Err(message) => {
-            output::error_line(&mut out.stderr, message)?;
-            return Ok(exit::USAGE);
-        }
+        Err(message) => return out.fail(exit::USAGE, message),
     };
     if args.allow_remote && token.is_none() {
-        output::error_line(
-            &mut out.stderr,
+        return out.fail(
+            exit::USAGE,
             "--allow-remote needs --auth-token-env NAME: a server other machines can reach must ask for a token",
-        )?;
-        return Ok(exit::USAGE);
+        );
     }
     // The address first: a refused bind needs no agent.
     let listener = match &args.http {
         Some(address) => match server::bind_http(address, args.allow_remote).await {
             Ok(listener) => Some(listener),
-            Err(error) => {
-                output::error_line(&mut out.stderr, error)?;
-                return Ok(exit::USAGE);
-            }
+            Err(error) => return out.fail(exit::USAGE, error),
         },
         None => None,
     };
@@ -99,8 +91,7 @@ pub async fn serve(
     };
     session.shutdown.turn_ended();
     if let Err(error) = served {
-        output::error_line(&mut out.stderr, error)?;
-        return Ok(exit::FAILED);
+        return out.fail(exit::FAILED, error);
     }
     Ok(if interrupted.load(Ordering::SeqCst) { exit::INTERRUPTED } else { exit::OK })
 }

@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
-use goondan_config::load_bundle;
 use goondan_nats::{Host, Scope};
 use goondan_orchestrator::AgentLauncher;
 use goondan_runtime::agent::{AgentOptions, identity};
@@ -37,53 +36,38 @@ pub(crate) fn agent_launch_args(global: &GlobalOptions) -> Vec<String> {
 
 /// `gdn host`.
 pub async fn host(global: &GlobalOptions, args: &HostArgs, session: &crate::Session, out: &mut Output) -> Result<u8> {
-    let report = load_bundle(&global.config);
-    if report.has_errors() {
-        crate::commands::report_config_errors(global, &report, out)?;
-        return Ok(exit::USAGE);
-    }
-    let Some(bundle) = report.bundle else { return Ok(exit::USAGE) };
+    let bundle = match crate::commands::valid_bundle_or_exit(global, out)? {
+        Ok((bundle, _)) => bundle,
+        Err(code) => return Ok(code),
+    };
     let mut labels = BTreeMap::new();
     for label in &args.labels {
         match goondan_config::parse_host_label(label) {
             Ok((key, value)) => {
                 labels.insert(key, value);
             }
-            Err(error) => {
-                output::error_line(&mut out.stderr, format!("--label {label}: {error}"))?;
-                return Ok(exit::USAGE);
-            }
+            Err(error) => return out.fail(exit::USAGE, format!("--label {label}: {error}")),
         }
     }
-    if let Some(dir) = args.workdir.as_ref().filter(|dir| !dir.is_dir()) {
-        output::error_line(&mut out.stderr, format!("--workdir {} is not a directory", dir.display()))?;
-        return Ok(exit::USAGE);
+    if let Some(message) = crate::commands::workdir_error(args.workdir.as_deref()) {
+        return out.fail(exit::USAGE, message);
     }
     let root = crate::workspace::state_root(global)?;
     let options = AgentOptions::new(Arc::new(TracingEventSink));
     let (entry, _) = match identity(&bundle, &options) {
         Ok(identity) => identity,
-        Err(error) => {
-            output::error_line(&mut out.stderr, error.to_string())?;
-            return Ok(exit::USAGE);
-        }
+        Err(error) => return out.fail(exit::USAGE, error.to_string()),
     };
     let workspace = match crate::workspace::open(global, &root, &bundle, &entry, WorkspaceAccess::Use) {
         Ok(workspace) => workspace,
-        Err(message) => {
-            output::error_line(&mut out.stderr, &message)?;
-            return Ok(exit::USAGE);
-        }
+        Err(message) => return out.fail(exit::USAGE, &message),
     };
     let absolute = |path: &Path| std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
     let workdir = match &args.workdir {
         Some(dir) => absolute(dir),
         None => match crate::workspace::default_workdir(&workspace) {
             Ok(dir) => dir,
-            Err(message) => {
-                output::error_line(&mut out.stderr, &message)?;
-                return Ok(exit::USAGE);
-            }
+            Err(message) => return out.fail(exit::USAGE, &message),
         },
     };
     let program = std::env::current_exe()?;
@@ -97,10 +81,7 @@ pub async fn host(global: &GlobalOptions, args: &HostArgs, session: &crate::Sess
     let env = |name: &str| (session.env)(name);
     let client = match goondan_nats::connect(&args.nats, "gdn host", FIRST_CONNECT, &env).await {
         Ok(client) => client,
-        Err(error) => {
-            output::error_line(&mut out.stderr, error.to_string())?;
-            return Ok(exit::FAILED);
-        }
+        Err(error) => return out.fail(exit::FAILED, error.to_string()),
     };
     let host_id = args.host_id.clone().unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id()));
     let scope = Scope::new(workspace.id());
@@ -110,10 +91,7 @@ pub async fn host(global: &GlobalOptions, args: &HostArgs, session: &crate::Sess
             .await
         {
             Ok(host) => host,
-            Err(error) => {
-                output::error_line(&mut out.stderr, error.to_string())?;
-                return Ok(exit::FAILED);
-            }
+            Err(error) => return out.fail(exit::FAILED, error.to_string()),
         };
     writeln!(
         out.stderr,

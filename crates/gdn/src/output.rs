@@ -20,6 +20,13 @@ impl Output {
         let choice = if no_color { ColorChoice::Never } else { ColorChoice::Auto };
         Self { stdout: AutoStream::new(std::io::stdout(), choice), stderr: AutoStream::new(std::io::stderr(), choice) }
     }
+
+    /// Writes `error: MESSAGE` to stderr ([`error_line`]) and gives `code`:
+    /// how a command ends on an error it reports.
+    pub fn fail(&mut self, code: u8, message: impl Display) -> anyhow::Result<u8> {
+        error_line(&mut self.stderr, message)?;
+        Ok(code)
+    }
 }
 
 pub const ERROR: Style = AnsiColor::Red.on_default().bold();

@@ -74,11 +74,10 @@ pub fn restart(global: &GlobalOptions, args: &RestartArgs, out: &mut Output) -> 
         Err(code) => return Ok(code),
     };
     let Some(service) = ServiceStatus::running(workspace.dir()) else {
-        output::error_line(
-            &mut out.stderr,
+        return out.fail(
+            exit::FAILED,
             format_args!("no service of this project is running ({}); gdn run starts one", workspace.dir().display()),
-        )?;
-        return Ok(exit::FAILED);
+        );
     };
     let wait = Duration::from_secs(args.wait_secs);
     let request = ControlRequest::Restart { agent: args.agent.clone(), fresh: args.fresh };
@@ -146,11 +145,8 @@ pub fn restart(global: &GlobalOptions, args: &RestartArgs, out: &mut Output) -> 
             let why =
                 if alive { format!("is not serving again after {} s", wait.as_secs()) } else { "ended".to_owned() };
             let log = service.log.as_deref().map(|log| format!("; log: {log}")).unwrap_or_default();
-            output::error_line(
-                &mut out.stderr,
-                format_args!("the service (pid {}) {why} while restarting{log}", service.pid),
-            )?;
-            return Ok(exit::FAILED);
+            return out
+                .fail(exit::FAILED, format_args!("the service (pid {}) {why} while restarting{log}", service.pid));
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -219,13 +215,12 @@ pub fn instance_restart(global: &GlobalOptions, key: &str, fresh: bool, out: &mu
         }
         Err(StoreError::Busy { agent, pid, .. }) => {
             let pid = pid.map(|pid| format!(" (pid {pid})")).unwrap_or_default();
-            output::error_line(
-                &mut out.stderr,
+            out.fail(
+                exit::FAILED,
                 format_args!(
                     "instance '{key}' of agent '{agent}' runs in a gdn run that is not a service{pid}; end that run first (nothing was cleared)"
                 ),
-            )?;
-            Ok(exit::FAILED)
+            )
         }
         Err(error) => Err(anyhow::anyhow!("{error}")),
     }
@@ -237,9 +232,8 @@ fn instance_exists(workspace: &Workspace, key: &str) -> bool {
 }
 
 fn unknown_key(workspace: &Workspace, key: &str, out: &mut Output) -> Result<u8> {
-    output::error_line(
-        &mut out.stderr,
+    out.fail(
+        exit::USAGE,
         format_args!("no instance '{key}' in workspace '{}' (gdn instance list shows the keys)", workspace.id()),
-    )?;
-    Ok(exit::USAGE)
+    )
 }

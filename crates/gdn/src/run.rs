@@ -19,11 +19,6 @@ use crate::cli::{GlobalOptions, RunArgs};
 use crate::exit;
 use crate::output::{self, Output};
 
-fn usage_error(out: &mut Output, message: &str) -> Result<u8> {
-    output::error_line(&mut out.stderr, message)?;
-    Ok(exit::USAGE)
-}
-
 /// Prints the swarm's turns as they happen (the agent processes save them):
 /// the entry agent's streamed text, and a compact line per tool call and per
 /// turn of another agent, naming the agent that acts.
@@ -336,20 +331,18 @@ impl Reported {
 /// `gdn run`: the orchestrator of the bundle's swarm. The entry agent and
 /// every other agent instance run in processes of their own.
 pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Session, out: &mut Output) -> Result<u8> {
-    let report = load_bundle(&global.config);
-    if report.has_errors() {
-        crate::commands::report_config_errors(global, &report, out)?;
-        return Ok(exit::USAGE);
-    }
-    let Some(bundle) = report.bundle else { return Ok(exit::USAGE) };
+    let bundle = match crate::commands::valid_bundle_or_exit(global, out)? {
+        Ok((bundle, _)) => bundle,
+        Err(code) => return Ok(code),
+    };
     let single_input = match single_input(args) {
         Ok(input) => input,
-        Err(message) => return usage_error(out, &message),
+        Err(message) => return out.fail(exit::USAGE, &message),
     };
     let root = crate::workspace::state_root(global)?;
     let Prepared { mut plan, workspace, entry } = match prepare(global, args, &root, &bundle) {
         Ok(prepared) => prepared,
-        Err(message) => return usage_error(out, &message),
+        Err(message) => return out.fail(exit::USAGE, &message),
     };
     // With Connections (and no single input) the run is a service.
     let connections = if single_input.is_none() {
@@ -373,8 +366,8 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
     limit(&mut plan, args);
     if args.detach {
         if connections.is_empty() {
-            return usage_error(
-                out,
+            return out.fail(
+                exit::USAGE,
                 "--detach runs a service: the Swarm has no Connections to serve (or --input was given)",
             );
         }
@@ -384,16 +377,15 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
     let console = Arc::new(Console::new(global, entry.clone(), plan.swarm.agents.len() > 1));
     let (launcher, _own_host) = match launcher(global, args, session, &plan, &bundle, &workspace).await? {
         Ok(launcher) => launcher,
-        Err(message) => {
-            output::error_line(&mut out.stderr, format!("--nats: {message}"))?;
-            return Ok(exit::FAILED);
-        }
+        Err(message) => return out.fail(exit::FAILED, format!("--nats: {message}")),
     };
     let orchestrator = Orchestrator::start_with(plan, launcher, Arc::clone(&console) as Arc<dyn SwarmObserver>);
     let watcher = if args.watch {
         match goondan_service::watch::BundleWatcher::start(&global.config, &bundle) {
             Ok(watcher) => Some(watcher),
-            Err(error) => return usage_error(out, &format!("--watch: the bundle's files cannot be watched: {error}")),
+            Err(error) => {
+                return out.fail(exit::USAGE, format!("--watch: the bundle's files cannot be watched: {error}"));
+            }
         }
     } else {
         None
@@ -437,8 +429,8 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
 /// `--workdir` that is no directory is refused first. The error is the
 /// usage line to print.
 fn single_input(args: &RunArgs) -> std::result::Result<Option<String>, String> {
-    if let Some(dir) = args.workdir.as_ref().filter(|dir| !dir.is_dir()) {
-        return Err(format!("--workdir {} is not a directory", dir.display()));
+    if let Some(message) = crate::commands::workdir_error(args.workdir.as_deref()) {
+        return Err(message);
     }
     match (&args.input, &args.input_file) {
         (Some(text), _) => Ok(Some(text.clone())),

@@ -167,11 +167,10 @@ pub fn detach(
     out: &mut Output,
 ) -> Result<u8> {
     if let Some(running) = ServiceStatus::running(workspace_dir) {
-        output::error_line(
-            &mut out.stderr,
+        return out.fail(
+            exit::USAGE,
             format_args!("a service of this project already runs (pid {}); gdn stop stops it", running.pid),
-        )?;
-        return Ok(exit::USAGE);
+        );
     }
     let logs = workspace_dir.join("logs");
     create_private_dir_all(&logs)?;
@@ -218,15 +217,14 @@ pub fn detach(
             return Ok(u8::try_from(ended.code().unwrap_or(1)).unwrap_or(1).max(1));
         }
         if std::time::Instant::now() > deadline {
-            output::error_line(
-                &mut out.stderr,
+            return out.fail(
+                exit::FAILED,
                 format_args!(
                     "the service (pid {}) is not serving after 120 s; log: {}",
                     child.id(),
                     log_path.display()
                 ),
-            )?;
-            return Ok(exit::FAILED);
+            );
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -235,17 +233,9 @@ pub fn detach(
 /// `gdn stop`: SIGTERM to the project's service, then wait until it let go
 /// of its inbox (it drains first: running turns get their grace period).
 pub fn stop(global: &GlobalOptions, wait_secs: u64, out: &mut Output) -> Result<u8> {
-    let root = crate::workspace::state_root(global)?;
-    let workspace = match crate::workspace::project_workspace(global, &root) {
-        Ok(Some(workspace)) => workspace,
-        Ok(None) => {
-            output::error_line(&mut out.stderr, "no such workspace")?;
-            return Ok(exit::USAGE);
-        }
-        Err(message) => {
-            output::error_line(&mut out.stderr, message)?;
-            return Ok(exit::USAGE);
-        }
+    let workspace = match crate::workspace::workspace_or_exit_saying(global, out, "no such workspace")? {
+        Ok(workspace) => workspace,
+        Err(code) => return Ok(code),
     };
     let dir: PathBuf = workspace.dir().to_path_buf();
     // A service whose status file could not be written (a full disk) is
@@ -259,18 +249,16 @@ pub fn stop(global: &GlobalOptions, wait_secs: u64, out: &mut Output) -> Result<
     };
     let pid = nix::unistd::Pid::from_raw(i32::try_from(service_pid).unwrap_or(i32::MAX));
     if let Err(error) = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM) {
-        output::error_line(&mut out.stderr, format_args!("cannot signal the service (pid {service_pid}): {error}"))?;
-        return Ok(exit::FAILED);
+        return out.fail(exit::FAILED, format_args!("cannot signal the service (pid {service_pid}): {error}"));
     }
     writeln!(out.stderr, "stopping the service (pid {service_pid}): running turns finish first …")?;
     let deadline = std::time::Instant::now() + Duration::from_secs(wait_secs);
     while inbox_locked(&dir) {
         if std::time::Instant::now() > deadline {
-            output::error_line(
-                &mut out.stderr,
+            return out.fail(
+                exit::FAILED,
                 format_args!("the service (pid {service_pid}) is still stopping after {wait_secs} s"),
-            )?;
-            return Ok(exit::FAILED);
+            );
         }
         std::thread::sleep(Duration::from_millis(100));
     }

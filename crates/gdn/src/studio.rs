@@ -16,16 +16,12 @@ use crate::output::{self, Output};
 pub fn studio(global: &GlobalOptions, args: &StudioArgs, session: &crate::Session, out: &mut Output) -> Result<u8> {
     use std::io::Write as _;
     if args.open && args.no_open {
-        output::error_line(&mut out.stderr, "--open and --no-open cannot be used together")?;
-        return Ok(exit::USAGE);
+        return out.fail(exit::USAGE, "--open and --no-open cannot be used together");
     }
     // The token is read once, here, and lives only in the guard.
     let token = match crate::commands::auth_token(args.auth_token_env.as_deref(), session) {
         Ok(token) => token,
-        Err(message) => {
-            output::error_line(&mut out.stderr, message)?;
-            return Ok(exit::USAGE);
-        }
+        Err(message) => return out.fail(exit::USAGE, message),
     };
     let root = crate::workspace::state_root(global)?;
     // The port first: one in use is reported before the logs are read.

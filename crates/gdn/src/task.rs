@@ -45,11 +45,10 @@ fn find(workspace: &Workspace, handle: &str) -> Option<Found> {
 }
 
 fn unknown(workspace: &Workspace, handle: &str, out: &mut Output) -> Result<u8> {
-    output::error_line(
-        &mut out.stderr,
+    out.fail(
+        exit::USAGE,
         format_args!("no task '{handle}' in workspace '{}' (gdn task list shows the handles)", workspace.id()),
-    )?;
-    Ok(exit::USAGE)
+    )
 }
 
 fn json_of(found: &Found) -> serde_json::Value {
@@ -189,11 +188,10 @@ fn cancel(
 ) -> Result<u8> {
     let Some(found) = find(workspace, handle) else { return unknown(workspace, handle, out) };
     if found.task.state.is_final() {
-        output::error_line(
-            &mut out.stderr,
+        return out.fail(
+            exit::FAILED,
             format_args!("task '{handle}' has already ended ({}); nothing was changed", found.task.state),
-        )?;
-        return Ok(exit::FAILED);
+        );
     }
     let request = ControlRequest::CancelTask {
         agent: found.instance.agent.clone(),
@@ -207,15 +205,14 @@ fn cancel(
             Err(code) => return Ok(code),
         };
         if !reply.cancel_sent {
-            output::error_line(
-                &mut out.stderr,
+            return out.fail(
+                exit::FAILED,
                 format_args!(
                     "the service (pid {}) runs no process of {instance}, so the cancel of task '{handle}' has no \
                      process to go to; gdn task show {handle} shows what its instance's book says",
                     service.pid
                 ),
-            )?;
-            return Ok(exit::FAILED);
+            );
         }
     } else if let Some(code) = cancel_through_runs(served, &request, instance, handle, out)? {
         return Ok(code);
@@ -240,11 +237,8 @@ fn cancel(
             return Ok(code);
         }
         if Instant::now() > deadline {
-            output::error_line(
-                &mut out.stderr,
-                format_args!("task '{handle}' is still working {wait_secs} s after its cancel"),
-            )?;
-            return Ok(exit::FAILED);
+            return out
+                .fail(exit::FAILED, format_args!("task '{handle}' is still working {wait_secs} s after its cancel"));
         }
         std::thread::sleep(Duration::from_millis(50));
     }

@@ -42,11 +42,21 @@ pub(crate) fn state_root(global: &GlobalOptions) -> Result<StateRoot> {
 
 /// The project's workspace, or the exit code of the error printed.
 pub(crate) fn workspace_or_exit(global: &GlobalOptions, out: &mut Output) -> Result<Result<Workspace, u8>> {
+    workspace_or_exit_saying(global, out, "no such workspace (gdn instance list shows the workspaces)")
+}
+
+/// The project's workspace, or the exit code of the error printed:
+/// `missing` when `--workspace` names none.
+pub(crate) fn workspace_or_exit_saying(
+    global: &GlobalOptions,
+    out: &mut Output,
+    missing: &str,
+) -> Result<Result<Workspace, u8>> {
     let root = crate::workspace::state_root(global)?;
     match crate::workspace::project_workspace(global, &root) {
         Ok(Some(workspace)) => Ok(Ok(workspace)),
         Ok(None) => {
-            output::error_line(&mut out.stderr, "no such workspace (gdn instance list shows the workspaces)")?;
+            output::error_line(&mut out.stderr, missing)?;
             Ok(Err(exit::USAGE))
         }
         Err(message) => {
@@ -111,11 +121,7 @@ pub fn bundle_identity(config: &Path) -> String {
 /// entry agent it is, else the first that lists it; its `instanceKey`,
 /// else its name. An agent in no Swarm runs alone: its own name.
 pub fn swarm_key(bundle: &Bundle, agent: &str) -> String {
-    let swarm = bundle
-        .swarms()
-        .find(|swarm| swarm.spec.entry_agent.name == agent)
-        .or_else(|| bundle.swarms().find(|swarm| swarm.spec.agents.iter().any(|a| a.name == agent)));
-    match swarm {
+    match bundle.swarm_of_agent(agent) {
         Some(swarm) => swarm.spec.instance_key.clone().unwrap_or_else(|| swarm.name().to_owned()),
         None => agent.to_owned(),
     }

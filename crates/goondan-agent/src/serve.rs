@@ -238,6 +238,18 @@ pub async fn serve(
     // When to look again whether the background jobs that kept it from
     // idling have ended.
     let mut recheck: Option<tokio::time::Instant> = None;
+    // The worker watches its own receiver of `terminate`: the loop waits
+    // for changes on the one it has (a clone sees the same value).
+    let worker_terminate = terminate.clone();
+    let worker = Worker {
+        agent: &agent,
+        runtime: &runtime,
+        control: &control,
+        outbox: &outbox,
+        me: &me,
+        terminate: &worker_terminate,
+        tasks: &tasks,
+    };
     let end = loop {
         if *terminate.borrow() {
             break ServeEnd::Shutdown;
@@ -257,15 +269,6 @@ pub async fn serve(
         // Tasks that ended while no turn ran: a turn each, in the order they
         // ended (not while stopping: they stay undelivered for the next start).
         if (!completions.is_empty() || reply_turn.is_some()) && stopping.is_none() {
-            let worker = Worker {
-                agent: &agent,
-                runtime: &runtime,
-                control: &control,
-                outbox: &outbox,
-                me: &me,
-                terminate: &terminate,
-                tasks: &tasks,
-            };
             let mut restart = false;
             for message in &completions {
                 restart |= worker.run_job(&mut conversation, completion_job(message, &me)).await;
@@ -322,15 +325,6 @@ pub async fn serve(
         taken += 1;
         let skipped = control.cancelled.lock_unpoisoned().remove(&job.correlation_id);
         if !skipped {
-            let worker = Worker {
-                agent: &agent,
-                runtime: &runtime,
-                control: &control,
-                outbox: &outbox,
-                me: &me,
-                terminate: &terminate,
-                tasks: &tasks,
-            };
             let restart = worker.run_job(&mut conversation, job).await;
             // Completions the turn's steps took in are delivered now.
             crate::tasks::reconcile(&tasks, runtime.inbox(), conversation.messages(), false).await;
@@ -892,23 +886,12 @@ mod tests {
         assert!(input.trace_id.is_none(), "a trace of its own");
         assert_eq!(input.link.map(|(_, span)| span).as_deref(), Some("00f067aa0ba902b7"));
         // A delegate's traceparent parents the turn in its trace.
-        let input = turn_input(
-            "x".into(),
-            Some("0123456789abcdef0123456789abcdef".into()),
-            Some(traceparent),
-            JsonObject::new(),
-            None,
-        );
+        let delegated_in =
+            |trace: &str| turn_input("x".into(), Some(trace.into()), Some(traceparent), JsonObject::new(), None);
+        let input = delegated_in("0123456789abcdef0123456789abcdef");
         assert_eq!(input.parent_span_id.as_deref(), Some("00f067aa0ba902b7"));
         // One naming another trace does not.
-        let input = turn_input(
-            "x".into(),
-            Some("ffffffffffffffffffffffffffffffff".into()),
-            Some(traceparent),
-            JsonObject::new(),
-            None,
-        );
-        assert!(input.parent_span_id.is_none());
+        assert!(delegated_in("ffffffffffffffffffffffffffffffff").parent_span_id.is_none());
     }
 
     #[test]

@@ -171,13 +171,15 @@ impl SwarmRuntime {
         .suggest("Call agents__catalog for the agents you can reach."))
     }
 
+    /// The payload of `request`, to an agent of the swarm (else the error).
     fn delegate_payload(
         &self,
         ctx: &ToolContext,
         request: &AgentMessageRequest,
         asynchronous: bool,
-    ) -> DelegatePayload {
-        DelegatePayload {
+    ) -> Result<DelegatePayload, ToolFailure> {
+        self.check_target(&request.target)?;
+        Ok(DelegatePayload {
             event_id: new_id(),
             event_type: request.event_type.clone().unwrap_or_else(|| "agent.request".to_owned()),
             instance_key: request.instance_key.clone().unwrap_or_else(|| ctx.instance_key().to_owned()),
@@ -193,7 +195,7 @@ impl SwarmRuntime {
                 instance_key: Some(self.me.instance_key.clone()),
             },
             tool_call_id: Some(ctx.tool_call_id().to_owned()),
-        }
+        })
     }
 
     async fn send_message(&self, message: IpcMessage, correlation_id: &str) -> Result<(), ToolFailure> {
@@ -209,20 +211,48 @@ impl SwarmRuntime {
         })
     }
 
+    /// Sends `message` (correlated by `correlation_id`, whose waiting
+    /// entry hands its answer to `answer`) and waits up to `timeout` for
+    /// the answer: `None` when none came in time. The entry is forgotten
+    /// when this ends or is dropped, the orchestrator told if `cancel`.
+    async fn exchange<T>(
+        &self,
+        message: IpcMessage,
+        correlation_id: &str,
+        answer: oneshot::Receiver<T>,
+        cancel: bool,
+        timeout: Duration,
+    ) -> Result<Option<T>, ToolFailure> {
+        self.send_message(message, correlation_id).await?;
+        let _forget = Forget { runtime: self, correlation_id, cancel };
+        match tokio::time::timeout(timeout, answer).await {
+            Ok(Ok(answer)) => Ok(Some(answer)),
+            Ok(Err(_)) => Err(ToolFailure::with_code("the orchestrator went away", IPC_DELIVERY_FAILED)),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// Sends `message`, whose answer is the orchestrator's
+    /// [`CallResultPayload`], and waits up to [`CALL_TIMEOUT`] for it.
+    async fn exchange_call(
+        &self,
+        message: IpcMessage,
+        correlation_id: &str,
+    ) -> Result<Option<CallResultPayload>, ToolFailure> {
+        let (tx, rx) = oneshot::channel();
+        self.waiting().insert(correlation_id.to_owned(), Waiting::Call(tx));
+        self.exchange(message, correlation_id, rx, false, CALL_TIMEOUT).await
+    }
+
     async fn call(&self, payload: CallPayload) -> Result<JsonValue, ToolFailure> {
         let correlation_id = format!("call-{}", new_id());
-        let (tx, rx) = oneshot::channel();
-        self.waiting().insert(correlation_id.clone(), Waiting::Call(tx));
         let message = IpcMessage::Call(
             Routed::new(self.me.to_string(), ORCHESTRATOR, payload).correlated(correlation_id.clone()),
         );
-        self.send_message(message, &correlation_id).await?;
-        let _forget = Forget { runtime: self, correlation_id: &correlation_id, cancel: false };
-        match tokio::time::timeout(CALL_TIMEOUT, rx).await {
-            Ok(Ok(CallResultPayload { error: Some(error), .. })) => Err(failure(error)),
-            Ok(Ok(CallResultPayload { output, .. })) => Ok(output),
-            Ok(Err(_)) => Err(ToolFailure::with_code("the orchestrator went away", IPC_DELIVERY_FAILED)),
-            Err(_) => Err(ToolFailure::with_code(
+        match self.exchange_call(message, &correlation_id).await? {
+            Some(CallResultPayload { error: Some(error), .. }) => Err(failure(error)),
+            Some(CallResultPayload { output, .. }) => Ok(output),
+            None => Err(ToolFailure::with_code(
                 format!("the orchestrator did not answer within {CALL_TIMEOUT:?}"),
                 IPC_DELIVERY_FAILED,
             )),
@@ -264,21 +294,11 @@ impl SwarmRuntime {
             Some(Waiting::Call(tx)) => {
                 let _ = tx.send(answer);
             }
+            // A call's answer to a request: the request was not delivered.
             Some(Waiting::Answer(tx)) => {
-                let _ = tx.send(DelegateResultPayload::failed(
-                    answer
-                        .error
-                        .unwrap_or_else(|| ErrorInfo::new(IPC_DELIVERY_FAILED, "the message was not delivered")),
-                ));
+                let _ = tx.send(undelivered(answer));
             }
-            Some(Waiting::Async(request)) => {
-                let answer = DelegateResultPayload::failed(
-                    answer
-                        .error
-                        .unwrap_or_else(|| ErrorInfo::new(IPC_DELIVERY_FAILED, "the message was not delivered")),
-                );
-                self.deliver_async(correlation_id, &request, &answer);
-            }
+            Some(Waiting::Async(request)) => self.deliver_async(correlation_id, &request, &undelivered(answer)),
             None => {}
         }
     }
@@ -313,11 +333,7 @@ impl SwarmRuntime {
             finishing.retain(|finish| !finish.is_finished());
             finishing.push(finish);
         }
-        let status = match answer.status {
-            ResultStatus::Ok => "ok",
-            ResultStatus::Error => "error",
-            ResultStatus::Timeout => "timeout",
-        };
+        let status = status_name(&answer.status);
         let mut content = json!({
             "type": "inter_agent_response",
             "requestId": correlation_id,
@@ -403,6 +419,23 @@ impl Drop for Forget<'_> {
     }
 }
 
+/// The failed answer of a request the orchestrator answered with a call's
+/// result (it could not deliver the request).
+fn undelivered(answer: CallResultPayload) -> DelegateResultPayload {
+    DelegateResultPayload::failed(
+        answer.error.unwrap_or_else(|| ErrorInfo::new(IPC_DELIVERY_FAILED, "the message was not delivered")),
+    )
+}
+
+/// The name of an answer's status in the swarm's events and messages.
+fn status_name(status: &ResultStatus) -> &'static str {
+    match status {
+        ResultStatus::Ok => "ok",
+        ResultStatus::Error => "error",
+        ResultStatus::Timeout => "timeout",
+    }
+}
+
 fn failure(error: ErrorInfo) -> ToolFailure {
     let mut failure = ToolFailure::with_code(error.message, error.code);
     failure.suggestion = error.suggestion;
@@ -417,8 +450,7 @@ impl AgentToolRuntime for SwarmRuntime {
         request: AgentMessageRequest,
     ) -> BoxFuture<'a, Result<AgentAnswer, ToolFailure>> {
         Box::pin(async move {
-            self.check_target(&request.target)?;
-            let payload = self.delegate_payload(ctx, &request, request.asynchronous);
+            let payload = self.delegate_payload(ctx, &request, request.asynchronous)?;
             let correlation_id = format!("corr-{}", new_id());
             let event_id = payload.event_id.clone();
             let trace_id = ctx.scope().trace_id.to_string();
@@ -470,12 +502,9 @@ impl AgentToolRuntime for SwarmRuntime {
             }
             let (tx, rx) = oneshot::channel();
             self.waiting().insert(correlation_id.clone(), Waiting::Answer(tx));
-            self.send_message(message, &correlation_id).await?;
-            let _forget = Forget { runtime: self, correlation_id: &correlation_id, cancel: true };
-            let answer = match tokio::time::timeout(timeout, rx).await {
-                Ok(Ok(answer)) => answer,
-                Ok(Err(_)) => return Err(ToolFailure::with_code("the orchestrator went away", IPC_DELIVERY_FAILED)),
-                Err(_) => {
+            let answer = match self.exchange(message, &correlation_id, rx, true, timeout).await? {
+                Some(answer) => answer,
+                None => {
                     self.emit(
                         "agent.response.received",
                         &trace_id,
@@ -490,11 +519,7 @@ impl AgentToolRuntime for SwarmRuntime {
                     .suggest("Give a larger timeoutMs, or use async: true and carry on."));
                 }
             };
-            let status = match answer.status {
-                ResultStatus::Ok => "ok",
-                ResultStatus::Error => "error",
-                ResultStatus::Timeout => "timeout",
-            };
+            let status = status_name(&answer.status);
             self.emit(
                 "agent.response.received",
                 &trace_id,
@@ -523,22 +548,16 @@ impl AgentToolRuntime for SwarmRuntime {
         request: AgentMessageRequest,
     ) -> BoxFuture<'a, Result<AgentSendReceipt, ToolFailure>> {
         Box::pin(async move {
-            self.check_target(&request.target)?;
-            let payload = self.delegate_payload(ctx, &request, false);
+            let payload = self.delegate_payload(ctx, &request, false)?;
             let event_id = payload.event_id.clone();
             let correlation_id = format!("event-{}", new_id());
-            let (tx, rx) = oneshot::channel();
-            self.waiting().insert(correlation_id.clone(), Waiting::Call(tx));
             let message = IpcMessage::Event(
                 Routed::new(self.me.to_string(), request.target.clone(), payload).correlated(correlation_id.clone()),
             );
-            self.send_message(message, &correlation_id).await?;
-            let _forget = Forget { runtime: self, correlation_id: &correlation_id, cancel: false };
-            match tokio::time::timeout(CALL_TIMEOUT, rx).await {
-                Ok(Ok(CallResultPayload { error: Some(error), .. })) => Err(failure(error)),
-                Ok(Ok(_)) => Ok(AgentSendReceipt { target: request.target, event_id, accepted: true }),
-                Ok(Err(_)) => Err(ToolFailure::with_code("the orchestrator went away", IPC_DELIVERY_FAILED)),
-                Err(_) => {
+            match self.exchange_call(message, &correlation_id).await? {
+                Some(CallResultPayload { error: Some(error), .. }) => Err(failure(error)),
+                Some(_) => Ok(AgentSendReceipt { target: request.target, event_id, accepted: true }),
+                None => {
                     Err(ToolFailure::with_code("the orchestrator did not confirm the delivery", IPC_DELIVERY_FAILED))
                 }
             }

@@ -112,12 +112,7 @@ impl ConnectorEvent {
             None | Some(JsonValue::Null) => {}
             Some(JsonValue::Object(map)) => {
                 for (key, value) in map {
-                    let value = match value {
-                        JsonValue::String(s) => s.clone(),
-                        JsonValue::Number(n) => n.to_string(),
-                        JsonValue::Bool(b) => b.to_string(),
-                        _ => return Err(EventError::BadProperty(key.clone())),
-                    };
+                    let value = property_text(value).ok_or_else(|| EventError::BadProperty(key.clone()))?;
                     properties.insert(key.clone(), value);
                 }
             }
@@ -125,6 +120,26 @@ impl ConnectorEvent {
         }
         Ok(Self { name, message, properties, instance_key })
     }
+}
+
+/// A property's value as events carry it (and routes match it): a string
+/// as it is, a number or a boolean written out; `None` for anything else.
+pub(crate) fn property_text(value: &JsonValue) -> Option<String> {
+    match value {
+        JsonValue::String(s) => Some(s.clone()),
+        JsonValue::Number(n) => Some(n.to_string()),
+        JsonValue::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+/// The string, number and boolean entries of `properties` (a payload's
+/// `properties`, if it is an object) as an event's properties. As the
+/// original's connectors: other values, and a `properties` that is no
+/// object, are left out.
+pub(crate) fn lenient_properties(properties: Option<&JsonValue>) -> BTreeMap<String, String> {
+    let Some(JsonValue::Object(map)) = properties else { return BTreeMap::new() };
+    map.iter().filter_map(|(key, value)| Some((key.clone(), property_text(value)?))).collect()
 }
 
 /// An event on its way into the inbox, with the key that tells a

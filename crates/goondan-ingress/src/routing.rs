@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use goondan_core::{JsonValue, ObjectRef};
 
-use crate::event::ConnectorEvent;
+use crate::event::{ConnectorEvent, property_text};
 
 /// Where an event's turn runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,15 +55,6 @@ pub struct Router {
     rules: Option<Vec<IngressRule>>,
 }
 
-fn scalar(value: &JsonValue) -> Option<String> {
-    match value {
-        JsonValue::String(s) => Some(s.clone()),
-        JsonValue::Number(n) => Some(n.to_string()),
-        JsonValue::Bool(b) => Some(b.to_string()),
-        _ => None,
-    }
-}
-
 fn text(value: Option<&JsonValue>) -> Option<String> {
     value.and_then(JsonValue::as_str).map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned)
 }
@@ -88,7 +79,7 @@ impl Router {
                         out.event = text(matcher.get("event"));
                         if let Some(properties) = matcher.get("properties").and_then(JsonValue::as_object) {
                             for (key, value) in properties {
-                                let value = scalar(value).ok_or_else(|| {
+                                let value = property_text(value).ok_or_else(|| {
                                     error(
                                         at(&format!(".match.properties.{key}")),
                                         "must be a string, number or boolean",

@@ -115,11 +115,7 @@ impl SwarmPlan {
 /// Swarm whose entry it is, else one that lists it (its name, declared entry
 /// and agents, `entry_agent` among them), or a swarm of that agent alone.
 pub fn swarm_of(bundle: &Bundle, entry_agent: &str) -> SwarmInfo {
-    let swarm = bundle
-        .swarms()
-        .find(|s| s.spec.entry_agent.name == entry_agent)
-        .or_else(|| bundle.swarms().find(|s| s.spec.agents.iter().any(|a| a.name == entry_agent)));
-    match swarm {
+    match bundle.swarm_of_agent(entry_agent) {
         Some(swarm) => {
             let mut agents: Vec<String> = swarm
                 .spec

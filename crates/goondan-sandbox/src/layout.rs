@@ -240,19 +240,25 @@ mod tests {
         Ok(dir)
     }
 
-    #[test]
-    fn without_namespaces_only_unprotected_entries_are_writable() -> std::io::Result<()> {
-        let dir = tree()?;
+    /// The workspace-write spec of the tree in `dir` (its canonical path,
+    /// returned too), protecting the defaults and `protected` in it.
+    fn workspace_write(dir: &tempfile::TempDir, protected: &[&str]) -> std::io::Result<(PathBuf, SandboxSpec)> {
         let workdir = std::fs::canonicalize(dir.path())?;
-        let mut protected = default_protected(&workdir);
-        protected.push(workdir.join("goondan.yaml"));
-        protected.push(workdir.join("tools/echo.ts"));
+        let mut all = default_protected(&workdir);
+        all.extend(protected.iter().map(|path| workdir.join(path)));
         let spec = SandboxSpec {
             policy: Policy::WorkspaceWrite,
             workdir: workdir.clone(),
-            protected,
+            protected: all,
             ..SandboxSpec::default()
         };
+        Ok((workdir, spec))
+    }
+
+    #[test]
+    fn without_namespaces_only_unprotected_entries_are_writable() -> std::io::Result<()> {
+        let dir = tree()?;
+        let (workdir, spec) = workspace_write(&dir, &["goondan.yaml", "tools/echo.ts"])?;
         let tmp = workdir.join("tmp-not-used");
         let all = grants(&spec, &tmp, Mode::LandlockOnly);
         let granted = |wanted: Grant| -> HashSet<PathBuf> {
@@ -272,17 +278,7 @@ mod tests {
     #[test]
     fn with_namespaces_the_workdir_is_writable_and_protected_paths_are_mounted() -> std::io::Result<()> {
         let dir = tree()?;
-        let workdir = std::fs::canonicalize(dir.path())?;
-        let mut protected = default_protected(&workdir);
-        protected.push(workdir.join("goondan.yaml"));
-        protected.push(workdir.join("goondan.lock.yaml"));
-        protected.push(workdir.join("link"));
-        let spec = SandboxSpec {
-            policy: Policy::WorkspaceWrite,
-            workdir: workdir.clone(),
-            protected,
-            ..SandboxSpec::default()
-        };
+        let (workdir, spec) = workspace_write(&dir, &["goondan.yaml", "goondan.lock.yaml", "link"])?;
         assert!(grants(&spec, Path::new("/nonexistent"), Mode::Namespaces).contains(&(workdir.clone(), Grant::Write)));
         let mounts: HashSet<(PathBuf, Cover)> = protected_mounts(&spec).into_iter().collect();
         // What does not exist and what is a link is not mounted over.

@@ -163,22 +163,15 @@ struct AgentsOrigin {
 impl AgentsOrigin {
     /// The context a request of a layer in `turn_id` is made from.
     fn context(&self, turn_id: &str, trace_id: &str) -> ToolContext {
-        let message = goondan_core::Message::new(
-            goondan_core::MessageData::Assistant { content: None, tool_calls: Vec::new() },
-            goondan_core::MessageSource::Assistant { step_id: String::new() },
-        );
         let scope = goondan_tools::CallScope {
-            agent_name: Arc::clone(&self.agent_name),
-            instance_key: Arc::clone(&self.instance_key),
-            turn_id: Arc::from(turn_id),
-            step_id: Arc::from(""),
-            step_index: 0,
-            message: Arc::new(message),
-            workdir: Arc::clone(&self.workdir),
-            trace_id: Arc::from(trace_id),
-            step_span_id: Arc::from(""),
             runtime: Some(Arc::clone(&self.runtime)),
-            tasks: None,
+            ..goondan_tools::CallScope::outside_step(
+                Arc::clone(&self.agent_name),
+                Arc::clone(&self.instance_key),
+                Arc::from(turn_id),
+                Arc::from(trace_id),
+                Arc::clone(&self.workdir),
+            )
         };
         ToolContext::new(Arc::new(scope), Arc::from("ctx.agents"), format!("ctx-agents-{}", new_ordered_id()))
     }

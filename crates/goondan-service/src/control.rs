@@ -485,16 +485,8 @@ async fn act(request: ControlRequest, context: &ControlContext, orchestrator: &O
                     agents.join(", ")
                 ));
             }
-            let reset = Arc::new(Mutex::new(Vec::new()));
-            let step = fresh.then(|| reset_step(&context.workspace, None, Some(agent.clone()), Arc::clone(&reset)));
-            let report = orchestrator.restart(InstanceSelector::Agent(agent), step).await;
-            ControlReply {
-                ok: report.error.is_none(),
-                error: report.error.clone(),
-                stopped: stopped(&report),
-                reset: taken(&reset),
-                ..ControlReply::default()
-            }
+            let selector = InstanceSelector::Agent(agent.clone());
+            restart_resetting(context, orchestrator, selector, None, Some(agent), fresh).await
         }
         ControlRequest::Restart { agent: None, fresh } => {
             if context.full_restart.send(FullRestart { fresh }).is_err() {
@@ -503,16 +495,8 @@ async fn act(request: ControlRequest, context: &ControlContext, orchestrator: &O
             ControlReply { ok: true, restarting: true, ..ControlReply::default() }
         }
         ControlRequest::RestartInstance { key, fresh } => {
-            let reset = Arc::new(Mutex::new(Vec::new()));
-            let step = fresh.then(|| reset_step(&context.workspace, Some(key.clone()), None, Arc::clone(&reset)));
-            let report = orchestrator.restart(InstanceSelector::Key(key), step).await;
-            ControlReply {
-                ok: report.error.is_none(),
-                error: report.error.clone(),
-                stopped: stopped(&report),
-                reset: taken(&reset),
-                ..ControlReply::default()
-            }
+            let selector = InstanceSelector::Key(key.clone());
+            restart_resetting(context, orchestrator, selector, Some(key), None, fresh).await
         }
         ControlRequest::CancelTask { agent, key, handle } => {
             let sent = orchestrator.cancel_task(&AgentInstance::new(agent, key), &handle).await;
@@ -537,14 +521,35 @@ async fn act(request: ControlRequest, context: &ControlContext, orchestrator: &O
                 })
             };
             let report = orchestrator.restart(selector, Some(step)).await;
-            ControlReply {
-                ok: report.error.is_none(),
-                error: report.error.clone(),
-                stopped: stopped(&report),
-                deleted: taken(&deleted),
-                ..ControlReply::default()
-            }
+            ControlReply { deleted: taken(&deleted), ..restarted(&report) }
         }
+    }
+}
+
+/// Restarts the instances of `selector`; when `fresh`, their conversations
+/// (of the instance `key` or of the agent `agent`) are reset while they are
+/// down.
+async fn restart_resetting(
+    context: &ControlContext,
+    orchestrator: &Orchestrator,
+    selector: InstanceSelector,
+    key: Option<String>,
+    agent: Option<String>,
+    fresh: bool,
+) -> ControlReply {
+    let reset = Arc::new(Mutex::new(Vec::new()));
+    let step = fresh.then(|| reset_step(&context.workspace, key, agent, Arc::clone(&reset)));
+    let report = orchestrator.restart(selector, step).await;
+    ControlReply { reset: taken(&reset), ..restarted(&report) }
+}
+
+/// The reply to a restart that ended with `report`.
+fn restarted(report: &RestartReport) -> ControlReply {
+    ControlReply {
+        ok: report.error.is_none(),
+        error: report.error.clone(),
+        stopped: stopped(report),
+        ..ControlReply::default()
     }
 }
 

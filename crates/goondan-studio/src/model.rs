@@ -847,20 +847,18 @@ impl Project {
     fn ingest_task(&mut self, agent: &Arc<str>, key: &Arc<str>, r: &JsonValue, fresh: &mut Vec<u32>) {
         let s = |value: &JsonValue, name: &str| value.get(name).and_then(JsonValue::as_str).unwrap_or("").to_owned();
         let me = format!("agent:{agent}");
+        // A task's entries are its instance's, between the agent and the task.
+        let task_entry = |model: &Self, at: u64, subtype: &str, source: String, target: String| {
+            let mut entry = model.blank(at, Kind::Task, Arc::clone(key), Some(Arc::clone(agent)), subtype, source);
+            entry.target = Some(target);
+            entry
+        };
         match r.get("op").and_then(JsonValue::as_str) {
             Some("open") => {
                 let task = r.get("task").unwrap_or(&JsonValue::Null);
                 let handle = s(task, "handle");
                 let created = task.get("createdAt").and_then(JsonValue::as_u64).unwrap_or(0);
-                let mut entry = self.blank(
-                    created,
-                    Kind::Task,
-                    Arc::clone(key),
-                    Some(Arc::clone(agent)),
-                    "task.opened",
-                    me.clone(),
-                );
-                entry.target = Some(format!("task:{handle}"));
+                let mut entry = task_entry(self, created, "task.opened", me.clone(), format!("task:{handle}"));
                 entry.detail = format!("{} pending ({handle})", s(task, "tool"));
                 entry.tool_call_id = Some(s(task, "callId"));
                 entry.turn_id = Some(s(task, "turnId"));
@@ -885,15 +883,7 @@ impl Project {
                 let handle = s(r, "handle");
                 let state = s(r, "state");
                 let at = r.get("at").and_then(JsonValue::as_u64).unwrap_or(0);
-                let mut entry = self.blank(
-                    at,
-                    Kind::Task,
-                    Arc::clone(key),
-                    Some(Arc::clone(agent)),
-                    &format!("task.{state}"),
-                    format!("task:{handle}"),
-                );
-                entry.target = Some(me);
+                let mut entry = task_entry(self, at, &format!("task.{state}"), format!("task:{handle}"), me);
                 entry.correlation_id = Some(handle.clone());
                 entry.status = Some(if state == "completed" { "ok" } else { "error" }.to_owned());
                 if let Some(task) = self.tasks.get_mut(&handle) {

@@ -42,6 +42,33 @@ pub struct CallScope {
     pub tasks: Option<Arc<dyn crate::tasks::ToolTasks>>,
 }
 
+impl CallScope {
+    /// The scope of calls made outside a model's step (an extension
+    /// layer's `ctx.agents`, a test): an empty assistant message, no step
+    /// id or step span, neither the agent-to-agent runtime nor tasks.
+    pub fn outside_step(
+        agent_name: Arc<str>,
+        instance_key: Arc<str>,
+        turn_id: Arc<str>,
+        trace_id: Arc<str>,
+        workdir: Arc<Path>,
+    ) -> Self {
+        Self {
+            agent_name,
+            instance_key,
+            turn_id,
+            step_id: Arc::from(""),
+            step_index: 0,
+            message: Arc::new(Message::assistant_tool_calls("", Vec::new())),
+            workdir,
+            trace_id,
+            step_span_id: Arc::from(""),
+            runtime: None,
+            tasks: None,
+        }
+    }
+}
+
 /// The context handed to a tool handler.
 #[derive(Clone)]
 pub struct ToolContext {

@@ -160,20 +160,7 @@ impl<'a> RuntimeEvent<'a> {
         timestamp_ms: u64,
         data: ToolEventData<'a>,
     ) -> Self {
-        Self {
-            kind,
-            trace_id: &scope.trace_id,
-            span_id,
-            parent_span_id: Some(&scope.step_span_id),
-            timestamp_ms,
-            agent_name: &scope.agent_name,
-            instance_key: &scope.instance_key,
-            turn_id: &scope.turn_id,
-            step_id: Some(&scope.step_id),
-            tool: Some(data),
-            extra: None,
-            call_scope: Some(scope),
-        }
+        Self { tool: Some(data), ..Self::in_step(kind, scope, span_id, timestamp_ms) }
     }
 
     /// An extension's event `name` with `payload`, emitted while the calls of
@@ -188,8 +175,14 @@ impl<'a> RuntimeEvent<'a> {
         span_id: u64,
         timestamp_ms: u64,
     ) -> Self {
+        Self { extra: Some(payload), ..Self::in_step(EventKind::Custom(name), scope, span_id, timestamp_ms) }
+    }
+
+    /// An event of `kind` in the step of `scope`, with neither tool data
+    /// nor a payload.
+    fn in_step(kind: EventKind<'a>, scope: &'a Arc<CallScope>, span_id: u64, timestamp_ms: u64) -> Self {
         Self {
-            kind: EventKind::Custom(name),
+            kind,
             trace_id: &scope.trace_id,
             span_id,
             parent_span_id: Some(&scope.step_span_id),
@@ -199,7 +192,7 @@ impl<'a> RuntimeEvent<'a> {
             turn_id: &scope.turn_id,
             step_id: Some(&scope.step_id),
             tool: None,
-            extra: Some(payload),
+            extra: None,
             call_scope: Some(scope),
         }
     }
@@ -739,8 +732,6 @@ mod tests {
     use super::*;
     use std::path::Path;
 
-    use goondan_core::Message;
-
     #[derive(Clone, Default)]
     struct SharedBuffer(Arc<Mutex<Vec<u8>>>);
 
@@ -765,18 +756,12 @@ mod tests {
     }
 
     fn scope() -> Arc<CallScope> {
+        let trace_id = Arc::from("4bf92f3577b34da6a3ce929d0e0e4736");
+        let workdir = Arc::from(Path::new("/tmp"));
         Arc::new(CallScope {
-            agent_name: Arc::from("agent"),
-            instance_key: Arc::from("key"),
-            turn_id: Arc::from("turn"),
             step_id: Arc::from("step"),
-            step_index: 0,
-            message: Arc::new(Message::assistant_tool_calls("step", Vec::new())),
-            workdir: Arc::from(Path::new("/tmp")),
-            trace_id: Arc::from("4bf92f3577b34da6a3ce929d0e0e4736"),
             step_span_id: Arc::from("00f067aa0ba902b7"),
-            runtime: None,
-            tasks: None,
+            ..CallScope::outside_step(Arc::from("agent"), Arc::from("key"), Arc::from("turn"), trace_id, workdir)
         })
     }
 
@@ -785,27 +770,16 @@ mod tests {
         let name: Arc<str> = Arc::from("wait__seconds");
         for i in 0..count {
             let id: Arc<str> = Arc::from(format!("call-{i}"));
-            sink.emit(&RuntimeEvent {
-                kind: EventKind::ToolCompleted,
-                trace_id: &scope.trace_id,
-                span_id: u64::try_from(i).unwrap_or(0) + 1,
-                parent_span_id: Some(&scope.step_span_id),
-                timestamp_ms: 1,
-                agent_name: &scope.agent_name,
-                instance_key: &scope.instance_key,
-                turn_id: &scope.turn_id,
-                step_id: Some(&scope.step_id),
-                tool: Some(ToolEventData {
-                    tool_call_id: &id,
-                    tool_name: &name,
-                    status: Some(ToolStatus::Ok),
-                    error_code: None,
-                    duration: Some(Duration::from_micros(5)),
-                    sandbox_refused: None,
-                }),
-                extra: None,
-                call_scope: Some(&scope),
-            });
+            let data = ToolEventData {
+                tool_call_id: &id,
+                tool_name: &name,
+                status: Some(ToolStatus::Ok),
+                error_code: None,
+                duration: Some(Duration::from_micros(5)),
+                sandbox_refused: None,
+            };
+            let span_id = u64::try_from(i).unwrap_or(0) + 1;
+            sink.emit(&RuntimeEvent::tool(EventKind::ToolCompleted, &scope, span_id, 1, data));
         }
     }
 

@@ -13,7 +13,7 @@ use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio_util::sync::CancellationToken;
 
 use crate::connector::{ConnectorContext, InputStream, RunningConnector, StartFuture};
-use crate::event::{ConnectorEvent, Delivery, EventMessage};
+use crate::event::{ConnectorEvent, Delivery, EventMessage, lenient_properties};
 use crate::sink::{EventSink, SinkError};
 
 /// The Connector's name.
@@ -138,23 +138,10 @@ pub fn normalize_cli_line(line: &str, index: u64) -> Option<ConnectorEvent> {
     let pick = |keys: &[&str]| {
         keys.iter().find_map(|key| object.get(*key).and_then(JsonValue::as_str).filter(|s| !s.is_empty()))
     };
-    let mut properties = BTreeMap::new();
-    if let Some(JsonValue::Object(map)) = object.get("properties") {
-        for (key, value) in map {
-            let value = match value {
-                JsonValue::String(s) => s.clone(),
-                JsonValue::Number(n) => n.to_string(),
-                JsonValue::Bool(b) => b.to_string(),
-                // The original drops the rest.
-                _ => continue,
-            };
-            properties.insert(key.clone(), value);
-        }
-    }
     Some(ConnectorEvent {
         name: pick(&["name", "event"]).unwrap_or(EVENT).to_owned(),
         message: EventMessage::text(pick(&["text", "message"]).unwrap_or(line)),
-        properties,
+        properties: lenient_properties(object.get("properties")),
         instance_key: pick(&["instanceKey"]).map_or_else(fallback_instance, str::to_owned),
     })
 }

@@ -144,13 +144,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-
-    fn body(value: JsonValue) -> Map<String, JsonValue> {
-        match value {
-            JsonValue::Object(map) => map,
-            _ => Map::new(),
-        }
-    }
+    use crate::connectors::test_support::object as body;
 
     #[test]
     fn the_four_events_read_as_the_original() {

@@ -49,3 +49,32 @@ pub fn listen_address(
     };
     Some(http::Listen::from_values(connection, config, &keys, default_port).map(|listen| (listen.host, listen.port)))
 }
+
+/// What the connectors' tests build their inputs with.
+#[cfg(test)]
+mod test_support {
+    use goondan_core::JsonValue;
+    use serde_json::Map;
+
+    use super::http::Incoming;
+
+    /// The object `value` is (empty for anything else).
+    pub(crate) fn object(value: JsonValue) -> Map<String, JsonValue> {
+        match value {
+            JsonValue::Object(map) => map,
+            _ => Map::new(),
+        }
+    }
+
+    /// A request with `headers` (those whose value is no header value are
+    /// left out) and `body`.
+    pub(crate) fn request(headers: &[(&'static str, String)], body: &str) -> Incoming {
+        let mut map = axum::http::HeaderMap::new();
+        for (name, value) in headers {
+            if let Ok(value) = axum::http::HeaderValue::from_str(value) {
+                map.insert(*name, value);
+            }
+        }
+        Incoming { headers: map, body: body.as_bytes().to_vec().into() }
+    }
+}

@@ -262,30 +262,15 @@ fn parse_event(body: &Map<String, JsonValue>, mode: MessageMode) -> Option<Conne
 
 #[cfg(test)]
 mod tests {
-    use axum::http::{HeaderMap, HeaderValue};
-
     use super::*;
-
-    fn object(value: JsonValue) -> Map<String, JsonValue> {
-        match value {
-            JsonValue::Object(map) => map,
-            _ => Map::new(),
-        }
-    }
+    use crate::connectors::test_support::{object, request};
 
     fn signed(secret: &str, timestamp: &str, body: &str) -> Incoming {
         let signature = format!(
             "v0={}",
             http::hmac_sha256_hex(secret.as_bytes(), &[b"v0:", timestamp.as_bytes(), b":", body.as_bytes()])
         );
-        let mut headers = HeaderMap::new();
-        if let Ok(value) = HeaderValue::from_str(&signature) {
-            headers.insert("x-slack-signature", value);
-        }
-        if let Ok(value) = HeaderValue::from_str(timestamp) {
-            headers.insert("x-slack-request-timestamp", value);
-        }
-        Incoming { headers, body: body.as_bytes().to_vec().into() }
+        request(&[("x-slack-signature", signature), ("x-slack-request-timestamp", timestamp.to_owned())], body)
     }
 
     #[test]

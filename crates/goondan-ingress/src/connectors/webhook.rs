@@ -24,14 +24,12 @@
 //! `X-Delivery-Id` or `Idempotency-Key` is the key, else the body's digest.
 //! A body that is a JSON array is several events, each its own turn.
 
-use std::collections::BTreeMap;
-
 use goondan_core::JsonValue;
 use serde_json::{Map, json};
 
 use super::http::{self, Endpoint, Incoming, Keys, Listen, Outcome};
 use crate::connector::{ConnectorContext, ConnectorError, StartFuture};
-use crate::event::{ConnectorEvent, Delivery, EventMessage, MAX_KEY_CHARS, digest_key};
+use crate::event::{ConnectorEvent, Delivery, EventMessage, MAX_KEY_CHARS, digest_key, lenient_properties};
 
 pub(crate) const KEYS: Keys =
     Keys { port: "WEBHOOK_PORT", path: "WEBHOOK_PATH", host: "WEBHOOK_HOST", max_body: "WEBHOOK_MAX_BODY_BYTES" };
@@ -245,39 +243,18 @@ fn event_of(payload: &Map<String, JsonValue>) -> ConnectorEvent {
     let name = str_field(payload, "event").or_else(|| str_field(payload, "name")).unwrap_or("webhook_message");
     let instance_key = str_field(payload, "instanceKey").unwrap_or("webhook:default");
     let text = str_field(payload, "text").or_else(|| str_field(payload, "message")).unwrap_or_default();
-    let mut properties = BTreeMap::new();
-    if let Some(JsonValue::Object(given)) = payload.get("properties") {
-        for (key, value) in given {
-            let value = match value {
-                JsonValue::String(s) => s.clone(),
-                JsonValue::Number(n) => n.to_string(),
-                JsonValue::Bool(b) => b.to_string(),
-                // As the original: other values are left out.
-                _ => continue,
-            };
-            properties.insert(key.clone(), value);
-        }
-    }
     ConnectorEvent {
         name: name.to_owned(),
         message: EventMessage::text(text),
-        properties,
+        properties: lenient_properties(payload.get("properties")),
         instance_key: instance_key.to_owned(),
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use axum::http::{HeaderMap, HeaderValue};
-
     use super::*;
-
-    fn object(value: JsonValue) -> Map<String, JsonValue> {
-        match value {
-            JsonValue::Object(map) => map,
-            _ => Map::new(),
-        }
-    }
+    use crate::connectors::test_support::{object, request};
 
     #[test]
     fn payloads_read_as_the_original() {
@@ -295,16 +272,6 @@ mod tests {
         assert_eq!(defaults.instance_key, "webhook:default");
         assert_eq!(defaults.message.input_text(), "hello");
         assert_eq!(event_of(&object(json!({"name": "n"}))).name, "n");
-    }
-
-    fn request(headers: &[(&'static str, String)], body: &str) -> Incoming {
-        let mut map = HeaderMap::new();
-        for (name, value) in headers {
-            if let Ok(value) = HeaderValue::from_str(value) {
-                map.insert(*name, value);
-            }
-        }
-        Incoming { headers: map, body: body.as_bytes().to_vec().into() }
     }
 
     fn secret(text: &str) -> Secret {
