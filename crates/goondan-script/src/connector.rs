@@ -59,6 +59,7 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::process::ChildStdin;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::host::{
     Channel, EnvLookup, HostProcess, TRANSPORT_NAME, describe_status, host_command, private_dir, write_host_script,
@@ -257,8 +258,16 @@ pub async fn start(spec: ScriptConnector, ctx: ConnectorContext) -> Result<Runni
         secrets: secrets.expose(),
     })
     .map_err(|e| failed(format!("cannot encode the start frame: {e}")))?;
-    let mut launcher =
-        Launcher { runtime, dir, sandbox, connection: Arc::from(connection.as_str()), start_frame, sink, redactor };
+    let mut launcher = Launcher {
+        runtime,
+        dir,
+        sandbox,
+        connection: Arc::from(connection.as_str()),
+        start_frame,
+        sink,
+        redactor,
+        tasks: HostTasks::default(),
+    };
     let host = launcher.launch().await.map_err(|why| failed(format!("Connector '{connector}': {why}")))?;
     tracing::info!(target: "goondan::connector", connection = %connection, pid = host.process.pid, "connector '{connector}' started ({})", entry.display());
     let task = tokio::spawn(supervise(launcher, host, spec, stop));
@@ -419,6 +428,35 @@ struct Launcher {
     start_frame: Vec<u8>,
     sink: Arc<dyn EventSink>,
     redactor: Arc<Redactor>,
+    /// What reads and writes the hosts' pipes and channels, and answers
+    /// their emits: done before the connector's task ends.
+    tasks: HostTasks,
+}
+
+/// The tasks of a connector's hosts (see [`supervise`]).
+#[derive(Clone, Default)]
+struct HostTasks {
+    tracker: TaskTracker,
+    /// Cancelled when they outlive their host by [`EXIT_GRACE`].
+    abandon: CancellationToken,
+}
+
+impl HostTasks {
+    fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        self.tracker.spawn(self.abandon.clone().run_until_cancelled_owned(task));
+    }
+
+    /// Waits until every task is done: they end by themselves once their
+    /// host is gone (its pipes and channel close, its emits are answered);
+    /// those still running after [`EXIT_GRACE`] (a pipe a stray process
+    /// holds open, a store that hangs) are dropped.
+    async fn finish(&self) {
+        self.tracker.close();
+        if tokio::time::timeout(EXIT_GRACE, self.tracker.wait()).await.is_err() {
+            self.abandon.cancel();
+            self.tracker.wait().await;
+        }
+    }
 }
 
 /// One running host process.
@@ -464,7 +502,13 @@ impl Launcher {
             (Box::new(pipes.stdout) as Box<dyn AsyncRead + Send + Unpin>, "stdout"),
             (Box::new(pipes.stderr), "stderr"),
         ] {
-            tokio::spawn(forward_output(stream, name, Arc::clone(&self.connection), Arc::clone(&self.redactor), pid));
+            self.tasks.spawn(forward_output(
+                stream,
+                name,
+                Arc::clone(&self.connection),
+                Arc::clone(&self.redactor),
+                pid,
+            ));
         }
         let (read_half, write_half) = stream.into_split();
         let mut reader = BufReader::new(read_half);
@@ -494,8 +538,8 @@ impl Launcher {
         }
         let (frames, frames_rx) = mpsc::unbounded_channel();
         let (lifecycle_tx, lifecycle) = mpsc::unbounded_channel();
-        tokio::spawn(write_frames(write_half, frames_rx));
-        tokio::spawn(read_frames(
+        self.tasks.spawn(write_frames(write_half, frames_rx));
+        self.tasks.spawn(read_frames(
             reader,
             Reader {
                 frames: frames.clone(),
@@ -503,6 +547,7 @@ impl Launcher {
                 sink: Arc::clone(&self.sink),
                 connection: Arc::clone(&self.connection),
                 redactor: Arc::clone(&self.redactor),
+                tasks: self.tasks.clone(),
             },
         ));
         let mut host = Host { process, _stdin: pipes.stdin, frames, lifecycle, label };
@@ -550,6 +595,8 @@ struct Reader {
     sink: Arc<dyn EventSink>,
     connection: Arc<str>,
     redactor: Arc<Redactor>,
+    /// Where the emits' answers run.
+    tasks: HostTasks,
 }
 
 async fn write_frames(mut channel: OwnedWriteHalf, mut frames: mpsc::UnboundedReceiver<Vec<u8>>) {
@@ -577,7 +624,7 @@ async fn read_frames(reader: BufReader<OwnedReadHalf>, ctx: Reader) {
                 let frames = ctx.frames.clone();
                 // Each emit is answered on its own: a slow store holds up
                 // only the emits that wait for it.
-                tokio::spawn(async move {
+                ctx.tasks.spawn(async move {
                     let answer = match accept(sink.as_ref(), &event, delivery_key).await {
                         Ok(accepted) => ToHost::EmitResult {
                             rid,
@@ -666,11 +713,26 @@ enum Ended {
     Died(String),
 }
 
+/// Runs the connector's hosts one after another (see [`run_hosts`]); its
+/// task ends once the last host's tasks are done too.
 async fn supervise(
     mut launcher: Launcher,
-    mut host: Host,
+    host: Host,
     spec: ScriptConnector,
     stop: CancellationToken,
+) -> Result<(), ConnectorError> {
+    let ended = run_hosts(&mut launcher, host, &spec, &stop).await;
+    launcher.tasks.finish().await;
+    ended
+}
+
+/// Follows `host`, and starts it again when it fails, until it returns or
+/// the connector is stopped.
+async fn run_hosts(
+    launcher: &mut Launcher,
+    mut host: Host,
+    spec: &ScriptConnector,
+    stop: &CancellationToken,
 ) -> Result<(), ConnectorError> {
     let connection = Arc::clone(&launcher.connection);
     let new_backoff = || {
@@ -686,7 +748,7 @@ async fn supervise(
     let mut backoff = new_backoff();
     loop {
         let began = Instant::now();
-        let why = match watch(&mut host, &stop, spec.stop_grace).await {
+        let why = match watch(&mut host, stop, spec.stop_grace).await {
             Ended::Stopped => {
                 tracing::info!(target: "goondan::connector", connection = %connection, "connector stopped");
                 return Ok(());

@@ -914,6 +914,7 @@ impl Drop for CancelOnDrop {
             return;
         };
         let id = self.id;
+        // Fire and forget: a drop cannot wait; it ends within CANCEL_GRACE.
         runtime.spawn(async move {
             let answered = tokio::time::timeout(CANCEL_GRACE, acked).await;
             connection.shared.calls.lock_unpoisoned().cancel_acks.remove(&id);

@@ -219,6 +219,7 @@ pub fn listen<H: ControlHandler>(
                 Ok((stream, _)) => {
                     let context = Arc::clone(&context);
                     let own = Arc::clone(&own);
+                    // Not cut by `stop`: a request runs to its answer, a stop's own included.
                     tokio::spawn(async move {
                         let refused = own.refusal(&stream);
                         if let Some(refused) = &refused {

@@ -146,6 +146,7 @@ pub fn restart_agents(orchestrator: &goondan_orchestrator::Orchestrator, changes
     };
     for selector in selectors {
         let orchestrator = orchestrator.clone();
+        // Fire and forget: a restart runs to its end (the orchestrator's shutdown ends it).
         tokio::spawn(async move {
             let report = orchestrator.restart(selector.clone(), None).await;
             match report.error {
