@@ -121,6 +121,8 @@ impl Dispatcher {
         stored: mpsc::UnboundedReceiver<Stored>,
         options: DispatchOptions,
     ) -> Self {
+        // Unbounded: the commands are the service's own (a drain, an idle
+        // wait, a release), a few at a time, never input from outside.
         let (commands, command_rx) = mpsc::unbounded_channel();
         let (waiting_tx, waiting) = watch::channel(0);
         let (cancel, _) = watch::channel(false);

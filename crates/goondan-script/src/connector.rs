@@ -92,6 +92,14 @@ const LAST_FRAMES: Duration = Duration::from_millis(500);
 /// A run at least this long was healthy: the next failure starts the
 /// backoff from its first delay again.
 const STABLE_RUN: Duration = Duration::from_secs(60);
+/// The frames queued for a host, at most: its emits' answers wait for
+/// room (the host reads its channel as it goes).
+const FRAMES_QUEUED: usize = 256;
+/// The emits of a host being stored at once, at most: past it the host's
+/// channel is not read until one is answered (its `ctx.emit` waits).
+const EMITS_IN_FLIGHT: usize = 64;
+/// What the host said of its `run()` and not yet taken in, at most.
+const LIFECYCLE_QUEUED: usize = 16;
 /// What replaces a secret value in logs and errors.
 const REDACTED: &str = "[redacted]";
 
@@ -464,16 +472,19 @@ struct Host {
     process: HostProcess,
     /// Held: on Node the host also exits when its stdin closes.
     _stdin: ChildStdin,
-    frames: mpsc::UnboundedSender<Vec<u8>>,
-    lifecycle: mpsc::UnboundedReceiver<Lifecycle>,
+    frames: mpsc::Sender<Vec<u8>>,
+    lifecycle: mpsc::Receiver<Lifecycle>,
     label: String,
 }
 
 impl Host {
+    /// Queues `frame` without waiting: a host whose queue is full is not
+    /// reading, and the caller (a stop) kills it after its grace anyway.
     fn send(&self, frame: &ToHost<'_>) {
-        if let Ok(mut line) = serde_json::to_vec(frame) {
-            line.push(b'\n');
-            let _ = self.frames.send(line);
+        let Ok(mut line) = serde_json::to_vec(frame) else { return };
+        line.push(b'\n');
+        if self.frames.try_send(line).is_err() {
+            tracing::debug!(target: "goondan::connector", pid = self.process.pid, "a frame to the connector host was dropped: it reads nothing");
         }
     }
 }
@@ -536,8 +547,8 @@ impl Launcher {
         if !matches!(serde_json::from_str::<FromHost>(first.trim_end()), Ok(FromHost::Ready {})) {
             return Err(format!("the host's first frame was not `ready` ({label})"));
         }
-        let (frames, frames_rx) = mpsc::unbounded_channel();
-        let (lifecycle_tx, lifecycle) = mpsc::unbounded_channel();
+        let (frames, frames_rx) = mpsc::channel(FRAMES_QUEUED);
+        let (lifecycle_tx, lifecycle) = mpsc::channel(LIFECYCLE_QUEUED);
         self.tasks.spawn(write_frames(write_half, frames_rx));
         self.tasks.spawn(read_frames(
             reader,
@@ -548,12 +559,13 @@ impl Launcher {
                 connection: Arc::clone(&self.connection),
                 redactor: Arc::clone(&self.redactor),
                 tasks: self.tasks.clone(),
+                emits: Arc::new(tokio::sync::Semaphore::new(EMITS_IN_FLIGHT)),
             },
         ));
         let mut host = Host { process, _stdin: pipes.stdin, frames, lifecycle, label };
         let mut line = self.start_frame.clone();
         line.push(b'\n');
-        let _ = host.frames.send(line);
+        let _ = host.frames.try_send(line);
         let outcome = tokio::time::timeout(START_TIMEOUT, async {
             loop {
                 tokio::select! {
@@ -590,16 +602,18 @@ impl Launcher {
 
 /// What the reader of one host needs.
 struct Reader {
-    frames: mpsc::UnboundedSender<Vec<u8>>,
-    lifecycle: mpsc::UnboundedSender<Lifecycle>,
+    frames: mpsc::Sender<Vec<u8>>,
+    lifecycle: mpsc::Sender<Lifecycle>,
     sink: Arc<dyn EventSink>,
     connection: Arc<str>,
     redactor: Arc<Redactor>,
     /// Where the emits' answers run.
     tasks: HostTasks,
+    /// Room for the emits being stored (see [`EMITS_IN_FLIGHT`]).
+    emits: Arc<tokio::sync::Semaphore>,
 }
 
-async fn write_frames(mut channel: OwnedWriteHalf, mut frames: mpsc::UnboundedReceiver<Vec<u8>>) {
+async fn write_frames(mut channel: OwnedWriteHalf, mut frames: mpsc::Receiver<Vec<u8>>) {
     while let Some(line) = frames.recv().await {
         if channel.write_all(&line).await.is_err() {
             break;
@@ -622,9 +636,13 @@ async fn read_frames(reader: BufReader<OwnedReadHalf>, ctx: Reader) {
             FromHost::Emit { rid, event, delivery_key } => {
                 let sink = Arc::clone(&ctx.sink);
                 let frames = ctx.frames.clone();
+                // Back-pressure: with too many emits being stored, the
+                // host's channel waits (a closed semaphore never happens).
+                let Ok(room) = Arc::clone(&ctx.emits).acquire_owned().await else { break };
                 // Each emit is answered on its own: a slow store holds up
                 // only the emits that wait for it.
                 ctx.tasks.spawn(async move {
+                    let _room = room;
                     let answer = match accept(sink.as_ref(), &event, delivery_key).await {
                         Ok(accepted) => ToHost::EmitResult {
                             rid,
@@ -636,7 +654,7 @@ async fn read_frames(reader: BufReader<OwnedReadHalf>, ctx: Reader) {
                     };
                     if let Ok(mut line) = serde_json::to_vec(&answer) {
                         line.push(b'\n');
-                        let _ = frames.send(line);
+                        let _ = frames.send(line).await;
                     }
                 });
                 continue;
@@ -656,7 +674,7 @@ async fn read_frames(reader: BufReader<OwnedReadHalf>, ctx: Reader) {
                 Lifecycle::Failed(message)
             }
         };
-        let _ = ctx.lifecycle.send(to_supervisor);
+        let _ = ctx.lifecycle.send(to_supervisor).await;
     }
 }
 
