@@ -442,8 +442,10 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
 }
 
 /// How long the end of a run waits for the orchestrator's tasks (and its
-/// processes) to be done after its shutdown, before it goes on regardless.
-const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+/// processes) and the `--nats` hub's side to be done after its shutdown,
+/// before it goes on regardless (a hub cut off from its broker, a client of
+/// the control socket still connected).
+const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// The end of a run, once the orchestrator has shut its processes down:
 /// what holds the orchestrator lets go of it (the control socket, the edit
@@ -460,13 +462,14 @@ async fn end_run(
         watching.abort();
         let _ = watching.await;
     }
-    // A client of the control socket still connected holds a handle; the
-    // wait is bounded so that it cannot keep the run from ending.
-    if tokio::time::timeout(CLOSE_WAIT, orchestrator.closed()).await.is_err() {
-        tracing::warn!("the orchestrator's tasks did not end within {CLOSE_WAIT:?} of its shutdown");
-    }
-    if let Some(hub) = hub {
-        hub.shutdown().await;
+    let ended = tokio::time::timeout(CLOSE_WAIT, async {
+        orchestrator.closed().await;
+        if let Some(hub) = hub {
+            hub.shutdown().await;
+        }
+    });
+    if ended.await.is_err() {
+        tracing::warn!("the swarm's tasks did not end within {CLOSE_WAIT:?} of its shutdown; the run ends regardless");
     }
 }
 
