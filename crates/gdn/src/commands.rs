@@ -270,6 +270,10 @@ async fn check_script_modules(bundle: &goondan_config::Bundle, runtime: goondan_
             }
         }
     }
+    if let Some(host) = host {
+        // Its process stopped and its tasks done before the check reports.
+        host.shutdown().await;
+    }
     diagnostics
 }
 

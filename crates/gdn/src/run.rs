@@ -375,7 +375,7 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
     }
     let plan_swarm = plan.swarm.name.clone();
     let console = Arc::new(Console::new(global, entry.clone(), plan.swarm.agents.len() > 1));
-    let (launcher, _own_host) = match launcher(global, args, session, &plan, &bundle, &workspace).await? {
+    let (launcher, hub) = match launcher(global, args, session, &plan, &bundle, &workspace).await? {
         Ok(launcher) => launcher,
         Err(message) => return out.fail(exit::FAILED, format!("--nats: {message}")),
     };
@@ -384,7 +384,9 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
         match goondan_service::watch::BundleWatcher::start(&global.config, &bundle) {
             Ok(watcher) => Some(watcher),
             Err(error) => {
-                return out.fail(exit::USAGE, format!("--watch: the bundle's files cannot be watched: {error}"));
+                let code = out.fail(exit::USAGE, format!("--watch: the bundle's files cannot be watched: {error}"));
+                end_run(orchestrator, None, None, hub).await;
+                return code;
             }
         }
     } else {
@@ -393,12 +395,14 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
     if !connections.is_empty() {
         let check_bundle = servable_check(global, args, session, &plan_swarm);
         let service = Service { root: &root, workspace: &workspace, check_bundle, watcher };
-        return serve_connections(global, args, session, connections, &orchestrator, service, out).await;
+        let code = serve_connections(global, args, session, connections, &orchestrator, service, out).await;
+        end_run(orchestrator, None, None, hub).await;
+        return code;
     }
     // No service: the run's own control socket takes `gdn task cancel` for
     // its swarm's tasks (a one-shot run waits for them) until it ends.
-    let _control = goondan_service::control::listen_for_run(workspace.dir(), &orchestrator);
-    let _watching = watcher.map(|watcher| follow_edits(watcher, orchestrator.clone()));
+    let control = goondan_service::control::listen_for_run(workspace.dir(), &orchestrator);
+    let watching = watcher.map(|watcher| follow_edits(watcher, orchestrator.clone()));
     let chat =
         Chat { global, console: &console, root: &root, shutdown: &session.shutdown, orchestrator: &orchestrator };
     let code = match single_input {
@@ -416,13 +420,47 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
                 let reported = Reported::of(DelegateResultPayload::failed(error));
                 report_outcome(&chat, &reported, out)?;
                 orchestrator.shutdown("the entry agent could not start").await;
+                end_run(orchestrator, control, watching, hub).await;
                 return Ok(reported.code());
             }
             interactive(&chat, out).await?
         }
     };
     orchestrator.shutdown("the run ended").await;
+    end_run(orchestrator, control, watching, hub).await;
     Ok(code)
+}
+
+/// How long the end of a run waits for the orchestrator's tasks (and its
+/// processes) and the `--nats` hub's side to be done after its shutdown,
+/// before it goes on regardless (a hub cut off from its broker, a client of
+/// the control socket still connected).
+const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// The end of a run, once the orchestrator has shut its processes down:
+/// what holds the orchestrator lets go of it (the control socket, the edit
+/// follower), then its hub and every task it started are waited for, then
+/// the `--nats` hub's side stops.
+async fn end_run(
+    orchestrator: Orchestrator,
+    control: Option<goondan_service::control::RunListener>,
+    watching: Option<tokio::task::JoinHandle<()>>,
+    hub: Option<goondan_service::nats::HubParts>,
+) {
+    drop(control);
+    if let Some(watching) = watching {
+        watching.abort();
+        let _ = watching.await;
+    }
+    let ended = tokio::time::timeout(CLOSE_WAIT, async {
+        orchestrator.closed().await;
+        if let Some(hub) = hub {
+            hub.shutdown().await;
+        }
+    });
+    if ended.await.is_err() {
+        tracing::warn!("the swarm's tasks did not end within {CLOSE_WAIT:?} of its shutdown; the run ends regardless");
+    }
 }
 
 /// `--input` or `--input-file` (the text of one turn), if given; a
@@ -498,7 +536,7 @@ fn limit(plan: &mut SwarmPlan, args: &RunArgs) {
 
 /// How the swarm's agent processes start: here, or with `--nats` on agent
 /// hosts (this process runs them only while no host is connected; the
-/// host in this process is returned to be kept). The inner error is the
+/// hub's side in this process is returned, to be stopped at the end). The inner error is the
 /// `--nats` failure to print.
 async fn launcher(
     global: &GlobalOptions,
@@ -507,7 +545,8 @@ async fn launcher(
     plan: &SwarmPlan,
     bundle: &goondan_config::Bundle,
     workspace: &Workspace,
-) -> Result<std::result::Result<(Arc<dyn goondan_orchestrator::Launch>, Option<goondan_nats::Host>), String>> {
+) -> Result<std::result::Result<(Arc<dyn goondan_orchestrator::Launch>, Option<goondan_service::nats::HubParts>), String>>
+{
     let program = std::env::current_exe().context("finding the gdn binary to start agent processes")?;
     // Agent processes log as this one does.
     let launcher = AgentLauncher::new(program, crate::nats::agent_launch_args(global));
@@ -523,7 +562,7 @@ async fn launcher(
     let scope = goondan_nats::Scope::new(workspace.id());
     let wait_hosts = args.wait_hosts.map(|n| (n, std::time::Duration::from_secs(args.wait_hosts_secs)));
     match goondan_service::nats::hub(url, &env, bundle, local, scope, wait_hosts).await {
-        Ok(parts) => Ok(Ok((parts.launcher, Some(parts.own_host)))),
+        Ok(parts) => Ok(Ok((Arc::clone(&parts.launcher) as Arc<dyn goondan_orchestrator::Launch>, Some(parts)))),
         Err(error @ goondan_service::nats::HubError::TooFewHosts { .. }) => {
             Ok(Err(format!("--wait-hosts {}: {error}", args.wait_hosts.unwrap_or_default())))
         }

@@ -114,6 +114,7 @@ fn bind(
 /// Takes the copy from the broker again every second, on a thread of its own.
 fn refresh_every_second(mut copy: goondan_service::nats::BrokerCopy) -> Result<()> {
     let refreshing = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    // Detached by design: it refreshes for as long as the studio (the process) runs.
     std::thread::Builder::new().name("gdn-studio-nats".to_owned()).spawn(move || {
         loop {
             std::thread::sleep(Duration::from_secs(1));

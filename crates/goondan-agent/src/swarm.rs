@@ -23,6 +23,8 @@ use goondan_tools::events::{EventKind, EventSink, RuntimeEvent};
 use goondan_tools::{AgentToolRuntime, BoxFuture, ToolContext, ToolFailure};
 use serde_json::json;
 use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use goondan_ipc::codes::{
     AGENT_NOT_FOUND, AGENT_REQUEST_TIMEOUT, AGENT_TURN_FAILED, IPC_DELIVERY_FAILED, IPC_MESSAGE_TOO_LARGE,
@@ -79,7 +81,19 @@ pub struct SwarmRuntime {
     /// a turn's summary waits for them, so that a request whose answer the
     /// turn took in is never reported as still working.
     finishing: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// The timers of asynchronous requests' timeouts: they hold the
+    /// runtime weakly, and are cancelled when it is dropped.
+    timers: TaskTracker,
+    /// Cancelled when the runtime is dropped.
+    dropped: CancellationToken,
     this: std::sync::Weak<SwarmRuntime>,
+}
+
+impl Drop for SwarmRuntime {
+    fn drop(&mut self) {
+        self.dropped.cancel();
+        self.timers.close();
+    }
 }
 
 impl std::fmt::Debug for SwarmRuntime {
@@ -116,6 +130,8 @@ impl SwarmRuntime {
             tasks,
             answered: Mutex::new(HashSet::new()),
             finishing: Mutex::new(Vec::new()),
+            timers: TaskTracker::new(),
+            dropped: CancellationToken::new(),
         })
     }
 
@@ -410,6 +426,7 @@ impl Drop for Forget<'_> {
                 .correlated(self.correlation_id),
             );
             let link = Arc::clone(&self.runtime.link);
+            // Fire and forget: a drop cannot wait, and the cancel is one send on the link.
             if let Ok(handle) = tokio::runtime::Handle::try_current() {
                 handle.spawn(async move {
                     let _ = link.send(cancel).await;
@@ -594,9 +611,11 @@ impl SwarmRuntime {
     /// An asynchronous request not answered within its timeout gets a
     /// timeout reply in the inbox, and the orchestrator is told.
     fn expire_async(&self, correlation_id: String, timeout: Duration) {
-        let Some(runtime) = self.strong() else { return };
-        tokio::spawn(async move {
+        let this = self.this.clone();
+        self.timers.spawn(self.dropped.clone().run_until_cancelled_owned(async move {
             tokio::time::sleep(timeout).await;
+            // Gone meanwhile: nobody is left to tell.
+            let Some(runtime) = this.upgrade() else { return };
             let expired = match runtime.waiting().remove(&correlation_id) {
                 Some(Waiting::Async(request)) => request,
                 Some(other) => {
@@ -618,11 +637,7 @@ impl SwarmRuntime {
                     .correlated(correlation_id),
             );
             let _ = runtime.link.send(cancel).await;
-        });
-    }
-
-    fn strong(&self) -> Option<Arc<Self>> {
-        self.this.upgrade()
+        }));
     }
 }
 

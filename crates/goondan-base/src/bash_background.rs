@@ -103,6 +103,7 @@ pub(crate) async fn start(run: Run, ctx: &ToolContext) -> HandlerResult {
     let stderr = child.stderr.take();
     let handle = ticket.handle.clone();
     let mut cancelled = ticket.cancelled.clone();
+    // Detached by design: the command's reaper outlives the call that started it (the task book ends it).
     tokio::spawn(async move {
         let started = Instant::now();
         let mut guard = guard;

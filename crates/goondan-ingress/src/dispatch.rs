@@ -23,6 +23,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
+use tokio_util::task::TaskTracker;
 
 use crate::inbox::{Inbox, Outcome, Stored};
 
@@ -99,8 +100,10 @@ enum Command {
 pub struct Dispatcher {
     commands: mpsc::UnboundedSender<Command>,
     waiting: watch::Receiver<usize>,
-    /// Turns true when the dispatching task ended (after a drain, or a panic).
-    ended: watch::Receiver<bool>,
+    /// Holds the dispatching task (closed at once: it is the only one);
+    /// its wait ends when the task has ended (after a drain, once every
+    /// handle is dropped, or a panic) and dropped its turns.
+    task: TaskTracker,
 }
 
 impl std::fmt::Debug for Dispatcher {
@@ -118,6 +121,8 @@ impl Dispatcher {
         stored: mpsc::UnboundedReceiver<Stored>,
         options: DispatchOptions,
     ) -> Self {
+        // Unbounded: the commands are the service's own (a drain, an idle
+        // wait, a release), a few at a time, never input from outside.
         let (commands, command_rx) = mpsc::unbounded_channel();
         let (waiting_tx, waiting) = watch::channel(0);
         let (cancel, _) = watch::channel(false);
@@ -138,20 +143,17 @@ impl Dispatcher {
         for event in recovered {
             state.push(event);
         }
-        let (ended_tx, ended) = watch::channel(false);
-        tokio::spawn(async move {
-            // Set however the task ends, a panic's unwinding included.
-            let _ended = SetOnDrop(ended_tx);
-            state.run(stored, command_rx).await;
-        });
-        Self { commands, waiting, ended }
+        let task = TaskTracker::new();
+        task.spawn(state.run(stored, command_rx));
+        task.close();
+        Self { commands, waiting, task }
     }
 
-    /// Returns when the dispatching task has ended: no more turns run.
-    /// Before a drain only a panic ends it, so a service takes this as fatal.
+    /// Returns when the dispatching task has ended (a panic's unwinding
+    /// included): no more turns run. Before a drain only a panic ends it,
+    /// so a service takes this as fatal.
     pub async fn ended(&self) {
-        let mut ended = self.ended.clone();
-        let _ = ended.wait_for(|ended| *ended).await;
+        self.task.wait().await;
     }
 
     /// Events queued or in a turn.
@@ -176,22 +178,13 @@ impl Dispatcher {
 
     /// Starts no more turns; lets running ones finish within `grace`, then
     /// cancels them. Returns how many queued events were never started (they
-    /// stay stored for the next start, as do cut-off and held ones).
+    /// stay stored for the next start, as do cut-off and held ones), once
+    /// the dispatching task has ended.
     pub async fn drain(&self, grace: Duration) -> usize {
         let (done, left) = oneshot::channel();
-        if self.commands.send(Command::Drain { grace, done }).is_err() {
-            return 0;
-        }
-        left.await.unwrap_or(0)
-    }
-}
-
-/// Sends `true` when dropped.
-struct SetOnDrop(watch::Sender<bool>);
-
-impl Drop for SetOnDrop {
-    fn drop(&mut self) {
-        self.0.send_replace(true);
+        let left = if self.commands.send(Command::Drain { grace, done }).is_ok() { left.await.unwrap_or(0) } else { 0 };
+        self.ended().await;
+        left
     }
 }
 

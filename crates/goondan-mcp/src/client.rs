@@ -597,6 +597,18 @@ pub struct Connection {
     peer: Peer<RoleClient>,
     /// The stdio server's process; `None` for an HTTP server.
     child: Option<GroupChild>,
+    /// The subscription to the server's tool list changes, if one is open:
+    /// it lives as long as the connection.
+    tool_changes: Option<AbortOnDrop>,
+}
+
+/// A task that lives as long as its owner: aborted when this is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// The server process; dropping it kills its whole process group
@@ -643,7 +655,7 @@ impl Connection {
     /// `notifications/tools/list_changed` only on a subscription: when the
     /// server says its list changes, one is opened for the connection's
     /// life, so a changed list is noted as over `initialize`.
-    fn listen_for_tool_changes(&self, notifications: Arc<Notifications>) {
+    fn listen_for_tool_changes(&mut self, notifications: Arc<Notifications>) {
         let Some(info) = self.peer.peer_info() else { return };
         let modern = info.protocol_version == ProtocolVersion::V_2026_07_28;
         let changes = info.capabilities.tools.as_ref().and_then(|tools| tools.list_changed) == Some(true);
@@ -651,7 +663,7 @@ impl Connection {
             return;
         }
         let peer = self.peer.clone();
-        tokio::spawn(async move {
+        self.tool_changes = Some(AbortOnDrop(tokio::spawn(async move {
             let mut subscription = match peer.listen(SubscriptionFilter::builder().tools_list_changed().build()).await {
                 Ok(subscription) => subscription,
                 Err(error) => {
@@ -664,7 +676,7 @@ impl Connection {
                     notifications.mark_tools_changed();
                 }
             }
-        });
+        })));
     }
 }
 
@@ -720,6 +732,8 @@ async fn connect_stdio(
         command.spawn().map_err(|e| ClientError::Spawn { command: spec.command.clone(), message: e.to_string() })?,
     );
     let tail = Arc::new(StdMutex::new(VecDeque::with_capacity(STDERR_TAIL_LINES)));
+    // Kept only to read the last lines of a failed start: the reader ends
+    // by itself at the end of stderr, when the server's group is killed.
     let stderr_done =
         child.0.stderr.take().map(|stderr| tokio::spawn(log_stderr(server.to_owned(), stderr, Arc::clone(&tail))));
     let notifications = Arc::clone(&client.notifications);
@@ -729,7 +743,7 @@ async fn connect_stdio(
     match handshake(client.serve_with_lifecycle((client_stream(stdout), stdin), lifecycle())).await {
         Ok((service, tools)) => {
             let peer = service.peer().clone();
-            let connection = Connection { service, peer, child: Some(child) };
+            let mut connection = Connection { service, peer, child: Some(child), tool_changes: None };
             connection.listen_for_tool_changes(Arc::clone(&notifications));
             Ok((connection, tools))
         }
@@ -788,7 +802,7 @@ async fn connect_http(spec: &HttpServer, client: ClientSide) -> Result<(Connecti
         Err(other) => return Err(other),
     };
     let peer = service.peer().clone();
-    let connection = Connection { service, peer, child: None };
+    let mut connection = Connection { service, peer, child: None, tool_changes: None };
     connection.listen_for_tool_changes(notifications);
     Ok((connection, tools))
 }
@@ -1052,6 +1066,8 @@ impl Drop for TaskCancelOnDrop {
     fn drop(&mut self) {
         let Some(task_id) = self.task_id.take() else { return };
         let peer = self.peer.clone();
+        // Fire and forget: a drop cannot wait, and the notice is one send
+        // on a connection that ends with its server.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move { cancel_task(&peer, task_id).await });
         }
@@ -1078,6 +1094,7 @@ impl Drop for CancelOnDrop {
         let Some(id) = self.id.take() else { return };
         let peer = self.peer.clone();
         let reason = "the caller stopped waiting (the tool call timed out or its turn was cancelled)".to_owned();
+        // Fire and forget, as for `TaskCancelOnDrop`.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
                 if let Err(error) = peer.notify_cancelled(CancelledNotificationParam::new(Some(id), Some(reason))).await

@@ -148,6 +148,7 @@ impl McpToolHandler {
             Err(failure) => {
                 // Nobody will follow it: the server may stop it.
                 let peer = connection.peer().clone();
+                // Fire and forget: the call fails now; the cancel is a courtesy to the server.
                 tokio::spawn(async move {
                     let _ = peer.cancel_task(rmcp::model::CancelTaskParams::new(task.task_id)).await;
                 });
@@ -300,6 +301,7 @@ pub(crate) fn follow_in_background(
 ) {
     let handle = ticket.handle.clone();
     let mut cancelled = ticket.cancelled;
+    // Detached by design: its owner is the agent's task book, whose cancel ends it.
     tokio::spawn(async move {
         let cancel = async move {
             // A dropped sender is no cancel: the task is not cancelled then.

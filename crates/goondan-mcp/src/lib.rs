@@ -250,6 +250,7 @@ fn resume_tasks(server: &Arc<client::Server>, tasks: &Arc<dyn goondan_tools::tas
         };
         let tool = resume.get("tool").and_then(serde_json::Value::as_str).unwrap_or_default().to_owned();
         let (server, tasks) = (Arc::clone(server), Arc::clone(tasks));
+        // Detached by design: it hands over to `follow_in_background`, owned by the task book.
         tokio::spawn(async move {
             let handle = ticket.handle.clone();
             let found = match server.connection().await {

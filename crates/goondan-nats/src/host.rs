@@ -40,6 +40,8 @@ use goondan_ipc::{AgentInstance, ErrorInfo, InitPayload, IpcMessage, ObservePayl
 use goondan_orchestrator::{AgentLauncher, Launch as _, Started};
 use serde_json::Value as JsonValue;
 use tokio::sync::{mpsc, oneshot, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::connect::NatsError;
 use crate::replica::{Replica, ReplicaError};
@@ -125,6 +127,12 @@ struct Inner {
     /// reconnected, or was held up): each bridge checks it still holds its
     /// instance.
     recheck: watch::Sender<u64>,
+    /// The starts under way and the bridges of the processes: [`Host::stop`]
+    /// waits for them.
+    work: TaskTracker,
+    /// Cancelled when the host stops: a start that gets this far after it
+    /// kills its process instead of running it.
+    stopping: CancellationToken,
 }
 
 /// A running agent host.
@@ -156,6 +164,8 @@ impl Host {
             hub_heard: Mutex::new(None),
             recheck: watch::channel(0).0,
             abandoned: Mutex::new(std::collections::HashSet::new()),
+            work: TaskTracker::new(),
+            stopping: CancellationToken::new(),
         });
         let tasks = vec![
             tokio::spawn(heartbeats(Arc::clone(&inner))),
@@ -172,8 +182,12 @@ impl Host {
     }
 
     /// Stops taking starts and heartbeating, kills its processes and waits
-    /// until their bridges are through (their work then goes elsewhere).
+    /// until their bridges are through (their work then goes elsewhere),
+    /// and the starts that were under way with them.
     pub async fn stop(&mut self) {
+        // Before the processes are collected: a start not yet among them
+        // sees it and does not run its process.
+        self.inner.stopping.cancel();
         for task in self.tasks.drain(..) {
             task.abort();
         }
@@ -191,6 +205,10 @@ impl Host {
         };
         for mut done in waits {
             let _ = tokio::time::timeout(Duration::from_secs(10), done.wait_for(|d| *d)).await;
+        }
+        self.inner.work.close();
+        if tokio::time::timeout(Duration::from_secs(10), self.inner.work.wait()).await.is_err() {
+            tracing::warn!(target: "goondan::nats", "starts or bridges of this host did not end within 10 s of its stop");
         }
     }
 }
@@ -276,8 +294,9 @@ async fn take_requests(inner: Arc<Inner>, mut requests: async_nats::Subscriber) 
         let verb = message.subject.rsplit('.').next().unwrap_or_default().to_owned();
         match verb.as_str() {
             "start" => {
-                let inner = Arc::clone(&inner);
-                tokio::spawn(async move {
+                let work = Arc::clone(&inner);
+                inner.work.spawn(async move {
+                    let inner = work;
                     let reply_to = message.reply.clone();
                     let reply = match serde_json::from_slice::<StartRequest>(&message.payload) {
                         Ok(request) => start_here(Arc::clone(&inner), request).await,
@@ -387,7 +406,21 @@ async fn start_here(inner: Arc<Inner>, request: StartRequest) -> StartReply {
     }
     let (kill, killed) = oneshot::channel();
     let (done_tx, done) = watch::channel(false);
-    inner.running.lock_unpoisoned().insert(instance.clone(), Here { start: start.clone(), kill: Some(kill), done });
+    // Checked under the lock `Host::stop` collects the processes with.
+    let stopping = {
+        let mut running = inner.running.lock_unpoisoned();
+        let stopping = inner.stopping.is_cancelled();
+        if !stopping {
+            running.insert(instance.clone(), Here { start: start.clone(), kill: Some(kill), done });
+        }
+        stopping
+    };
+    if stopping {
+        let mut process = started.process;
+        process.start_kill();
+        let _ = process.wait().await;
+        return failed(format!("host {} is stopping", config.host_id));
+    }
     tracing::info!(target: "goondan::nats", %instance, pid, token = replica.token(), "started here");
     let bridge = Bridge {
         inner: Arc::clone(&inner),
@@ -399,7 +432,7 @@ async fn start_here(inner: Arc<Inner>, request: StartRequest) -> StartReply {
         given_requests: 0,
         given_answers: 0,
     };
-    tokio::spawn(async move {
+    inner.work.spawn(async move {
         bridge.run(started, consumer, killed).await;
         let _ = done_tx.send(true);
     });

@@ -165,6 +165,7 @@ pub async fn publish_unwaited(
         async_nats::jetstream::message::PublishMessage::build().payload(payload).headers(headers).message_id(id);
     match js.send_publish(subject, publish).await {
         Ok(ack) => {
+            // Fire and forget by design ("unwaited"): the ack only says whether to log.
             tokio::spawn(async move {
                 if let Err(error) = ack.await {
                     tracing::debug!(target: "goondan::nats", "progress not stored: {error}");

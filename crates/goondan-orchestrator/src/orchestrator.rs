@@ -335,4 +335,38 @@ exit 1"#,
         assert!(error.message.contains("crashed 6 times in a row"), "{}", error.message);
         assert!(orchestrator.pid_of(&instance).await.is_none());
     }
+
+    #[tokio::test]
+    async fn closed_ends_once_every_handle_is_gone_and_every_task_of_the_hub_has_ended() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::time::Duration;
+        let orchestrator = Orchestrator::start(
+            plan(),
+            AgentLauncher::new("/bin/false", Vec::<String>::new()),
+            Arc::new(NoSwarmObserver),
+        );
+        // A start leaves the hub's tasks for its process behind.
+        assert!(orchestrator.start_instance(&AgentInstance::new("a", "k")).await.is_err());
+        // A task of the hub's tracker that outlives every handle for a while.
+        let ended = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&ended);
+        orchestrator.tasks.spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            flag.store(true, Ordering::SeqCst);
+        });
+        // Another handle, let go of later: the hub runs until then.
+        let other = orchestrator.clone();
+        let released = Arc::new(AtomicBool::new(false));
+        let release = Arc::clone(&released);
+        let holder = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            release.store(true, Ordering::SeqCst);
+            drop(other);
+        });
+        let closed = tokio::time::timeout(Duration::from_secs(10), orchestrator.closed()).await;
+        assert!(closed.is_ok(), "closed() did not end");
+        assert!(released.load(Ordering::SeqCst), "closed() ended while another handle was alive");
+        assert!(ended.load(Ordering::SeqCst), "closed() ended before a task of its tracker did");
+        assert!(holder.await.is_ok());
+    }
 }

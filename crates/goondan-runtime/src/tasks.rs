@@ -8,7 +8,9 @@
 //!   {"op":"received","handle","at"}                       the model has its end
 //! ```
 //!
-//! Opening the book folds the lines (a torn last line is skipped and cut).
+//! The file is a `goondan_journal` journal: opening the book folds it by
+//! the journal's rule (a torn last line is skipped and cut, a corrupt line
+//! in the middle skipped, with a warning, and dropped by a rewrite).
 //! A task still `working` then belonged to work that ended with an earlier
 //! process (the agent process that ran a background command, say): it is
 //! ended `failed` with that reason at once, so no task is left working
@@ -22,14 +24,13 @@
 //!
 //! Ownership: the book has one lock over its state (`State`: the tasks,
 //! the cancel senders of working ones, early ends) and one write turn (the
-//! async mutex that owns the file). No lock is held across an `.await`
+//! async mutex that owns the journal). No lock is held across an `.await`
 //! except the write turn, and the state lock is never taken while waiting
 //! for the turn's write; the hooks are fixed at construction.
 
 use goondan_core::sync::LockUnpoisoned;
 use std::collections::{BTreeMap, HashMap};
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufRead as _, BufReader, Write as _};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -37,6 +38,7 @@ use std::time::Duration;
 use goondan_core::ToolResult;
 use goondan_core::codes::{E_TASK_STORAGE, E_TASK_WAIT_TIMEOUT};
 use goondan_core::message::now_millis;
+use goondan_journal::{Journal, JournalError, Replayed};
 use goondan_tools::pipeline::BoxFuture;
 use goondan_tools::tasks::{TaskEnd, TaskState, TaskTicket, TaskView, ToolTasks, already_finished, unknown_handle};
 use goondan_tools::{ToolContext, ToolFailure};
@@ -104,10 +106,11 @@ pub struct TaskHooks {
 /// The tasks of one instance.
 pub struct TaskBook {
     path: PathBuf,
-    /// The write turn: one change at a time, in the order asked. The file
-    /// is written only by the holder of the turn (shared with the blocking
-    /// pool's write as an `Arc`, which needs no lock of its own).
-    file: tokio::sync::Mutex<Arc<File>>,
+    /// The write turn: one change at a time, in the order asked. The
+    /// journal is written only by the holder of the turn; its own lock is
+    /// there only to lend it to the blocking pool's write, so it is never
+    /// contended.
+    file: tokio::sync::Mutex<Arc<Mutex<Journal>>>,
     /// Everything in memory, under one lock.
     state: Mutex<State>,
     /// Bumped on every change (waiters watch it).
@@ -176,7 +179,7 @@ impl std::fmt::Debug for TaskBook {
     }
 }
 
-fn storage(path: &Path, error: &io::Error) -> ToolFailure {
+fn storage(path: &Path, error: &dyn std::fmt::Display) -> ToolFailure {
     ToolFailure::with_code(
         format!("the task record could not be written to {}: {error}", path.display()),
         E_TASK_STORAGE,
@@ -184,35 +187,25 @@ fn storage(path: &Path, error: &io::Error) -> ToolFailure {
     .suggest("Free disk space or fix the state root's permissions (gdn doctor checks it); nothing was changed.")
 }
 
-/// Reads the book's lines; a line that does not parse ends the reading
-/// (it can only be a torn last line). Returns the records and the length
-/// of the good part.
-fn read_records(path: &Path) -> io::Result<(Vec<Record>, u64)> {
-    let file = match File::open(path) {
-        Ok(file) => file,
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok((Vec::new(), 0)),
-        Err(error) => return Err(error),
-    };
-    let mut reader = BufReader::new(file);
-    let mut records = Vec::new();
-    let mut good = 0u64;
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        let read = reader.read_until(b'\n', &mut line)?;
-        if read == 0 || line.last() != Some(&b'\n') {
-            break;
-        }
-        match serde_json::from_slice::<Record>(&line) {
-            Ok(record) => records.push(record),
-            Err(error) => {
-                tracing::warn!("{}: a line that is not a task record ends the book here: {error}", path.display());
-                break;
-            }
-        }
-        good += read as u64;
+/// Folds the book at `path` into `tasks` (nothing is written): the
+/// journal's rule skips a torn last line and corrupt lines in the middle,
+/// each with a warning. Returns what the replay read.
+fn fold(path: &Path, tasks: &mut Tasks) -> io::Result<Replayed> {
+    let replayed = goondan_journal::replay::<Record>(path, |record| tasks.apply(record)).map_err(io_error)?;
+    for corrupt in &replayed.corrupt {
+        tracing::warn!("{}: skipping a line that is not a task record ({corrupt})", path.display());
     }
-    Ok((records, good))
+    if let Some(torn) = &replayed.torn {
+        tracing::warn!("{}: skipping the torn last line ({torn}), left by an interrupted write", path.display());
+    }
+    Ok(replayed)
+}
+
+/// A journal failure as the `io::Error` the book's openers return (its
+/// message names the operation and the file).
+fn io_error(error: JournalError) -> io::Error {
+    let kind = error.io_source().map_or(io::ErrorKind::InvalidData, io::Error::kind);
+    io::Error::new(kind, error.to_string())
 }
 
 /// The tasks recorded in the instance directory `dir`, as its book folds
@@ -220,11 +213,8 @@ fn read_records(path: &Path) -> io::Result<(Vec<Record>, u64)> {
 /// A task shown `working` may belong to work that has ended with an
 /// earlier process; its book fails it when the instance next starts.
 pub fn read_tasks(dir: &Path) -> io::Result<Vec<TaskView>> {
-    let (records, _) = read_records(&dir.join(TASKS_FILE))?;
     let mut tasks = Tasks::default();
-    for record in records {
-        tasks.apply(record);
-    }
+    fold(&dir.join(TASKS_FILE), &mut tasks)?;
     Ok(tasks.list())
 }
 
@@ -252,12 +242,9 @@ impl TaskBook {
     /// As [`open`](Self::open), with the expiry of new tasks.
     pub fn open_with(dir: &Path, expiry: Duration) -> io::Result<Self> {
         let path = dir.join(TASKS_FILE);
-        let (records, good) = read_records(&path)?;
-        let line_count = records.len();
         let mut tasks = Tasks::default();
-        for record in records {
-            tasks.apply(record);
-        }
+        let replayed = fold(&path, &mut tasks)?;
+        let line_count = replayed.records;
         let now = now_millis();
         // What an earlier process left working has no work any more (the
         // work of a remote task goes on elsewhere, and its end comes here).
@@ -287,53 +274,53 @@ impl TaskBook {
         let Tasks { by_handle, order, ended } = &mut tasks;
         order.retain(|handle| by_handle.contains_key(handle));
         ended.retain(|handle| by_handle.contains_key(handle));
-        let rewrite = !expired.is_empty() || !orphaned.is_empty() || line_count > 2 * tasks.by_handle.len() + 64;
-        let file = if rewrite {
+        // A corrupt line is dropped by the rewrite, so it is warned about once.
+        let rewrite = !expired.is_empty()
+            || !orphaned.is_empty()
+            || !replayed.corrupt.is_empty()
+            || line_count > 2 * tasks.by_handle.len() + 64;
+        let mut journal = Journal::open::<Record>(&path).map_err(io_error)?;
+        if rewrite {
             // The folded state, as fresh lines: temp file, synced, renamed over.
             let temp = dir.join(format!(".{TASKS_FILE}.{}.tmp", std::process::id()));
-            {
-                // Opens in the order opened, then ends in the order ended
-                // (the order completions are delivered in), then receipts.
-                let mut out = io::BufWriter::new(
-                    crate::store::private_file().write(true).create(true).truncate(true).open(&temp)?,
-                );
-                for task in tasks.list() {
-                    let mut opened = task.clone();
-                    opened.state = TaskState::Working;
-                    opened.result = None;
-                    opened.reason = None;
-                    opened.received = false;
-                    out.write_all(&line_of(&Record::Open { task: opened })?)?;
-                }
-                for task in tasks.ended.iter().filter_map(|handle| tasks.by_handle.get(handle)) {
-                    out.write_all(&line_of(&Record::End {
-                        handle: task.handle.clone(),
-                        state: task.state,
-                        result: task.result.clone(),
-                        reason: task.reason.clone(),
-                        at: task.updated_at,
-                    })?)?;
-                }
-                for task in tasks.list().into_iter().filter(|task| task.received) {
-                    out.write_all(&line_of(&Record::Received { handle: task.handle.clone(), at: task.updated_at })?)?;
-                }
-                out.into_inner().map_err(io::IntoInnerError::into_error)?.sync_all()?;
-            }
-            fs::rename(&temp, &path)?;
-            crate::store::sync_dir(dir);
-            OpenOptions::new().append(true).open(&path)?
+            journal
+                .rewrite(&temp, None, |out| {
+                    // Opens in the order opened, then ends in the order ended
+                    // (the order completions are delivered in), then receipts.
+                    for task in tasks.list() {
+                        let mut opened = task.clone();
+                        opened.state = TaskState::Working;
+                        opened.result = None;
+                        opened.reason = None;
+                        opened.received = false;
+                        out.write_all(&line_of(&Record::Open { task: opened })?)?;
+                    }
+                    for task in tasks.ended.iter().filter_map(|handle| tasks.by_handle.get(handle)) {
+                        out.write_all(&line_of(&Record::End {
+                            handle: task.handle.clone(),
+                            state: task.state,
+                            result: task.result.clone(),
+                            reason: task.reason.clone(),
+                            at: task.updated_at,
+                        })?)?;
+                    }
+                    for task in tasks.list().into_iter().filter(|task| task.received) {
+                        out.write_all(&line_of(&Record::Received {
+                            handle: task.handle.clone(),
+                            at: task.updated_at,
+                        })?)?;
+                    }
+                    Ok(())
+                })
+                .map_err(io_error)?;
         } else {
-            let file = crate::store::private_file().create(true).append(true).open(&path)?;
             // A torn last line is cut, so new lines never glue onto it.
-            if file.metadata()?.len() > good {
-                file.set_len(good)?;
-            }
-            file
-        };
+            journal.cut_torn_tail(&replayed).map_err(io_error)?;
+        }
         let (changed, _) = watch::channel(0);
         Ok(Self {
             path,
-            file: tokio::sync::Mutex::new(Arc::new(file)),
+            file: tokio::sync::Mutex::new(Arc::new(Mutex::new(journal))),
             state: Mutex::new(State { tasks, ..State::default() }),
             changed,
             hooks: TaskHooks::default(),
@@ -374,26 +361,26 @@ impl TaskBook {
 
     /// Writes `record` durably to `file` (the caller holds the write turn),
     /// then applies it.
-    async fn commit(&self, file: &Arc<File>, record: Record) -> Result<(), ToolFailure> {
+    async fn commit(&self, journal: &Arc<Mutex<Journal>>, record: Record) -> Result<(), ToolFailure> {
         let line = line_of(&record).map_err(|e| storage(&self.path, &e))?;
-        let file = Arc::clone(file);
+        let journal = Arc::clone(journal);
+        // The journal cuts off a write that fails, so the next record
+        // never follows half of this one.
         let written = tokio::task::spawn_blocking(move || {
-            let length = file.metadata()?.len();
-            let written = goondan_core::fault::before_write(goondan_core::fault::Point::TaskUpdate)
-                .and_then(|()| (&*file).write_all(&line))
-                .and_then(|()| file.sync_data());
-            if written.is_err() {
-                // What reached the file is cut off again: the next record
-                // must not follow half of this one.
-                let _ = file.set_len(length).and_then(|()| file.sync_data());
-            } else {
-                goondan_core::fault::after_write(goondan_core::fault::Point::TaskUpdate);
-            }
-            written
+            journal.lock_unpoisoned().append(&line, &[goondan_core::fault::Point::TaskUpdate])
         })
-        .await
-        .unwrap_or_else(|error| Err(io::Error::other(error.to_string())));
-        written.map_err(|e| storage(&self.path, &e))?;
+        .await;
+        match written {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                let cause: &dyn std::fmt::Display = match error.io_source() {
+                    Some(source) => source,
+                    None => &error,
+                };
+                return Err(storage(&self.path, cause));
+            }
+            Err(error) => return Err(storage(&self.path, &error)),
+        }
         self.state().tasks.apply(record);
         self.changed.send_modify(|version| *version += 1);
         Ok(())
@@ -689,6 +676,7 @@ impl ToolTasks for TaskBook {
 mod tests {
     use goondan_core::codes::{E_TASK_FINISHED, E_TASK_NOT_FOUND};
     use serde_json::json;
+    use std::io::Write as _;
 
     use super::*;
 
@@ -738,7 +726,7 @@ mod tests {
         };
         // A torn last line, as a crash mid-write leaves it.
         let path = dir.path().join(TASKS_FILE);
-        fs::OpenOptions::new().append(true).open(&path)?.write_all(b"{\"op\":\"end\",\"hand")?;
+        std::fs::OpenOptions::new().append(true).open(&path)?.write_all(b"{\"op\":\"end\",\"hand")?;
         let book = TaskBook::open(dir.path())?;
         let tasks: BTreeMap<String, TaskView> = book.tasks().into_iter().map(|t| (t.handle.clone(), t)).collect();
         assert_eq!((tasks[&done].state, tasks[&done].received), (TaskState::Completed, true));
@@ -755,6 +743,32 @@ mod tests {
         drop(book);
         let book = TaskBook::open(dir.path())?;
         assert_eq!(book.undelivered().len(), 1);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_corrupt_line_in_the_middle_is_skipped_and_the_lines_after_it_kept()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let handle = {
+            let book = TaskBook::open(dir.path())?;
+            let handle = book.open_task("t", "c1", "u").await.map_err(|f| f.message)?.handle;
+            book.finish_task(&handle, TaskEnd::Completed(ToolResult::ok(json!(1)))).await.map_err(|f| f.message)?;
+            handle
+        };
+        // A line that is no record, then a good one after it.
+        let path = dir.path().join(TASKS_FILE);
+        let mut file = std::fs::OpenOptions::new().append(true).open(&path)?;
+        file.write_all(b"{\"op\":\"nonsense\"}\n")?;
+        file.write_all(&line_of(&Record::Received { handle: handle.clone(), at: 1 })?)?;
+        drop(file);
+        assert!(read_tasks(dir.path())?[0].received, "read past the corrupt line");
+        let book = TaskBook::open(dir.path())?;
+        let task = &book.tasks()[0];
+        assert_eq!((task.state, task.received), (TaskState::Completed, true));
+        // Opening rewrote the book without it.
+        let text = std::fs::read_to_string(&path)?;
+        assert!(!text.contains("nonsense"), "{text}");
         Ok(())
     }
 

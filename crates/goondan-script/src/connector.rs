@@ -59,6 +59,7 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::process::ChildStdin;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::host::{
     Channel, EnvLookup, HostProcess, TRANSPORT_NAME, describe_status, host_command, private_dir, write_host_script,
@@ -91,6 +92,14 @@ const LAST_FRAMES: Duration = Duration::from_millis(500);
 /// A run at least this long was healthy: the next failure starts the
 /// backoff from its first delay again.
 const STABLE_RUN: Duration = Duration::from_secs(60);
+/// The frames queued for a host, at most: its emits' answers wait for
+/// room (the host reads its channel as it goes).
+const FRAMES_QUEUED: usize = 256;
+/// The emits of a host being stored at once, at most: past it the host's
+/// channel is not read until one is answered (its `ctx.emit` waits).
+const EMITS_IN_FLIGHT: usize = 64;
+/// What the host said of its `run()` and not yet taken in, at most.
+const LIFECYCLE_QUEUED: usize = 16;
 /// What replaces a secret value in logs and errors.
 const REDACTED: &str = "[redacted]";
 
@@ -257,8 +266,16 @@ pub async fn start(spec: ScriptConnector, ctx: ConnectorContext) -> Result<Runni
         secrets: secrets.expose(),
     })
     .map_err(|e| failed(format!("cannot encode the start frame: {e}")))?;
-    let mut launcher =
-        Launcher { runtime, dir, sandbox, connection: Arc::from(connection.as_str()), start_frame, sink, redactor };
+    let mut launcher = Launcher {
+        runtime,
+        dir,
+        sandbox,
+        connection: Arc::from(connection.as_str()),
+        start_frame,
+        sink,
+        redactor,
+        tasks: HostTasks::default(),
+    };
     let host = launcher.launch().await.map_err(|why| failed(format!("Connector '{connector}': {why}")))?;
     tracing::info!(target: "goondan::connector", connection = %connection, pid = host.process.pid, "connector '{connector}' started ({})", entry.display());
     let task = tokio::spawn(supervise(launcher, host, spec, stop));
@@ -419,6 +436,35 @@ struct Launcher {
     start_frame: Vec<u8>,
     sink: Arc<dyn EventSink>,
     redactor: Arc<Redactor>,
+    /// What reads and writes the hosts' pipes and channels, and answers
+    /// their emits: done before the connector's task ends.
+    tasks: HostTasks,
+}
+
+/// The tasks of a connector's hosts (see [`supervise`]).
+#[derive(Clone, Default)]
+struct HostTasks {
+    tracker: TaskTracker,
+    /// Cancelled when they outlive their host by [`EXIT_GRACE`].
+    abandon: CancellationToken,
+}
+
+impl HostTasks {
+    fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        self.tracker.spawn(self.abandon.clone().run_until_cancelled_owned(task));
+    }
+
+    /// Waits until every task is done: they end by themselves once their
+    /// host is gone (its pipes and channel close, its emits are answered);
+    /// those still running after [`EXIT_GRACE`] (a pipe a stray process
+    /// holds open, a store that hangs) are dropped.
+    async fn finish(&self) {
+        self.tracker.close();
+        if tokio::time::timeout(EXIT_GRACE, self.tracker.wait()).await.is_err() {
+            self.abandon.cancel();
+            self.tracker.wait().await;
+        }
+    }
 }
 
 /// One running host process.
@@ -426,16 +472,19 @@ struct Host {
     process: HostProcess,
     /// Held: on Node the host also exits when its stdin closes.
     _stdin: ChildStdin,
-    frames: mpsc::UnboundedSender<Vec<u8>>,
-    lifecycle: mpsc::UnboundedReceiver<Lifecycle>,
+    frames: mpsc::Sender<Vec<u8>>,
+    lifecycle: mpsc::Receiver<Lifecycle>,
     label: String,
 }
 
 impl Host {
+    /// Queues `frame` without waiting: a host whose queue is full is not
+    /// reading, and the caller (a stop) kills it after its grace anyway.
     fn send(&self, frame: &ToHost<'_>) {
-        if let Ok(mut line) = serde_json::to_vec(frame) {
-            line.push(b'\n');
-            let _ = self.frames.send(line);
+        let Ok(mut line) = serde_json::to_vec(frame) else { return };
+        line.push(b'\n');
+        if self.frames.try_send(line).is_err() {
+            tracing::debug!(target: "goondan::connector", pid = self.process.pid, "a frame to the connector host was dropped: it reads nothing");
         }
     }
 }
@@ -464,7 +513,13 @@ impl Launcher {
             (Box::new(pipes.stdout) as Box<dyn AsyncRead + Send + Unpin>, "stdout"),
             (Box::new(pipes.stderr), "stderr"),
         ] {
-            tokio::spawn(forward_output(stream, name, Arc::clone(&self.connection), Arc::clone(&self.redactor), pid));
+            self.tasks.spawn(forward_output(
+                stream,
+                name,
+                Arc::clone(&self.connection),
+                Arc::clone(&self.redactor),
+                pid,
+            ));
         }
         let (read_half, write_half) = stream.into_split();
         let mut reader = BufReader::new(read_half);
@@ -492,10 +547,10 @@ impl Launcher {
         if !matches!(serde_json::from_str::<FromHost>(first.trim_end()), Ok(FromHost::Ready {})) {
             return Err(format!("the host's first frame was not `ready` ({label})"));
         }
-        let (frames, frames_rx) = mpsc::unbounded_channel();
-        let (lifecycle_tx, lifecycle) = mpsc::unbounded_channel();
-        tokio::spawn(write_frames(write_half, frames_rx));
-        tokio::spawn(read_frames(
+        let (frames, frames_rx) = mpsc::channel(FRAMES_QUEUED);
+        let (lifecycle_tx, lifecycle) = mpsc::channel(LIFECYCLE_QUEUED);
+        self.tasks.spawn(write_frames(write_half, frames_rx));
+        self.tasks.spawn(read_frames(
             reader,
             Reader {
                 frames: frames.clone(),
@@ -503,12 +558,14 @@ impl Launcher {
                 sink: Arc::clone(&self.sink),
                 connection: Arc::clone(&self.connection),
                 redactor: Arc::clone(&self.redactor),
+                tasks: self.tasks.clone(),
+                emits: Arc::new(tokio::sync::Semaphore::new(EMITS_IN_FLIGHT)),
             },
         ));
         let mut host = Host { process, _stdin: pipes.stdin, frames, lifecycle, label };
         let mut line = self.start_frame.clone();
         line.push(b'\n');
-        let _ = host.frames.send(line);
+        let _ = host.frames.try_send(line);
         let outcome = tokio::time::timeout(START_TIMEOUT, async {
             loop {
                 tokio::select! {
@@ -545,14 +602,18 @@ impl Launcher {
 
 /// What the reader of one host needs.
 struct Reader {
-    frames: mpsc::UnboundedSender<Vec<u8>>,
-    lifecycle: mpsc::UnboundedSender<Lifecycle>,
+    frames: mpsc::Sender<Vec<u8>>,
+    lifecycle: mpsc::Sender<Lifecycle>,
     sink: Arc<dyn EventSink>,
     connection: Arc<str>,
     redactor: Arc<Redactor>,
+    /// Where the emits' answers run.
+    tasks: HostTasks,
+    /// Room for the emits being stored (see [`EMITS_IN_FLIGHT`]).
+    emits: Arc<tokio::sync::Semaphore>,
 }
 
-async fn write_frames(mut channel: OwnedWriteHalf, mut frames: mpsc::UnboundedReceiver<Vec<u8>>) {
+async fn write_frames(mut channel: OwnedWriteHalf, mut frames: mpsc::Receiver<Vec<u8>>) {
     while let Some(line) = frames.recv().await {
         if channel.write_all(&line).await.is_err() {
             break;
@@ -575,9 +636,13 @@ async fn read_frames(reader: BufReader<OwnedReadHalf>, ctx: Reader) {
             FromHost::Emit { rid, event, delivery_key } => {
                 let sink = Arc::clone(&ctx.sink);
                 let frames = ctx.frames.clone();
+                // Back-pressure: with too many emits being stored, the
+                // host's channel waits (a closed semaphore never happens).
+                let Ok(room) = Arc::clone(&ctx.emits).acquire_owned().await else { break };
                 // Each emit is answered on its own: a slow store holds up
                 // only the emits that wait for it.
-                tokio::spawn(async move {
+                ctx.tasks.spawn(async move {
+                    let _room = room;
                     let answer = match accept(sink.as_ref(), &event, delivery_key).await {
                         Ok(accepted) => ToHost::EmitResult {
                             rid,
@@ -589,7 +654,7 @@ async fn read_frames(reader: BufReader<OwnedReadHalf>, ctx: Reader) {
                     };
                     if let Ok(mut line) = serde_json::to_vec(&answer) {
                         line.push(b'\n');
-                        let _ = frames.send(line);
+                        let _ = frames.send(line).await;
                     }
                 });
                 continue;
@@ -609,7 +674,7 @@ async fn read_frames(reader: BufReader<OwnedReadHalf>, ctx: Reader) {
                 Lifecycle::Failed(message)
             }
         };
-        let _ = ctx.lifecycle.send(to_supervisor);
+        let _ = ctx.lifecycle.send(to_supervisor).await;
     }
 }
 
@@ -666,11 +731,26 @@ enum Ended {
     Died(String),
 }
 
+/// Runs the connector's hosts one after another (see [`run_hosts`]); its
+/// task ends once the last host's tasks are done too.
 async fn supervise(
     mut launcher: Launcher,
-    mut host: Host,
+    host: Host,
     spec: ScriptConnector,
     stop: CancellationToken,
+) -> Result<(), ConnectorError> {
+    let ended = run_hosts(&mut launcher, host, &spec, &stop).await;
+    launcher.tasks.finish().await;
+    ended
+}
+
+/// Follows `host`, and starts it again when it fails, until it returns or
+/// the connector is stopped.
+async fn run_hosts(
+    launcher: &mut Launcher,
+    mut host: Host,
+    spec: &ScriptConnector,
+    stop: &CancellationToken,
 ) -> Result<(), ConnectorError> {
     let connection = Arc::clone(&launcher.connection);
     let new_backoff = || {
@@ -686,7 +766,7 @@ async fn supervise(
     let mut backoff = new_backoff();
     loop {
         let began = Instant::now();
-        let why = match watch(&mut host, &stop, spec.stop_grace).await {
+        let why = match watch(&mut host, stop, spec.stop_grace).await {
             Ended::Stopped => {
                 tracing::info!(target: "goondan::connector", connection = %connection, "connector stopped");
                 return Ok(());

@@ -318,6 +318,8 @@ impl ScriptHost {
         for _attempt in 0..2 {
             let connection = self.connection(&module).await?;
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            // Unbounded: the reader sends under the calls' lock and must not
+            // wait on one session; the protocol has one `next` in flight each.
             let (tx, rx) = mpsc::unbounded_channel();
             if !connection.shared.insert(id, Reply::Session(tx), "", None) {
                 continue;
@@ -914,6 +916,7 @@ impl Drop for CancelOnDrop {
             return;
         };
         let id = self.id;
+        // Fire and forget: a drop cannot wait; it ends within CANCEL_GRACE.
         runtime.spawn(async move {
             let answered = tokio::time::timeout(CANCEL_GRACE, acked).await;
             connection.shared.calls.lock_unpoisoned().cancel_acks.remove(&id);

@@ -161,8 +161,9 @@ pub struct ControlContext {
     /// Checks that the bundle on disk can be served, before a full restart:
     /// its diagnostics if not.
     pub check_bundle: BundleCheck,
-    /// Where a full restart is asked for (the serve loop).
-    pub full_restart: mpsc::UnboundedSender<FullRestart>,
+    /// Where a full restart is asked for (the serve loop): one at a time,
+    /// since the first ends the loop.
+    pub full_restart: mpsc::Sender<FullRestart>,
 }
 
 /// Where a workspace's control socket goes: in the workspace, or (when
@@ -219,6 +220,7 @@ pub fn listen<H: ControlHandler>(
                 Ok((stream, _)) => {
                     let context = Arc::clone(&context);
                     let own = Arc::clone(&own);
+                    // Not cut by `stop`: a request runs to its answer, a stop's own included.
                     tokio::spawn(async move {
                         let refused = own.refusal(&stream);
                         if let Some(refused) = &refused {
@@ -489,7 +491,8 @@ async fn act(request: ControlRequest, context: &ControlContext, orchestrator: &O
             restart_resetting(context, orchestrator, selector, None, Some(agent), fresh).await
         }
         ControlRequest::Restart { agent: None, fresh } => {
-            if context.full_restart.send(FullRestart { fresh }).is_err() {
+            // Full: a restart is asked for already, and this one is the same.
+            if let Err(mpsc::error::TrySendError::Closed(_)) = context.full_restart.try_send(FullRestart { fresh }) {
                 return ControlReply::failed("the service is stopping");
             }
             ControlReply { ok: true, restarting: true, ..ControlReply::default() }

@@ -22,7 +22,7 @@ use std::time::Duration;
 use goondan_config::Bundle;
 use goondan_ipc::{AgentInstance, InitPayload};
 use goondan_nats::{Host, HostConfig, NatsError, NatsLauncher, Placement, Scope};
-use goondan_orchestrator::{AgentLauncher, Launch};
+use goondan_orchestrator::AgentLauncher;
 use goondan_runtime::store::Workspace;
 
 /// How long the first connection may take.
@@ -73,9 +73,19 @@ pub enum CopyError {
 /// in its own process that runs agents only while no other host is there.
 pub struct HubParts {
     /// Starts agent processes on the hosts.
-    pub launcher: Arc<dyn Launch>,
+    pub launcher: Arc<NatsLauncher>,
     /// The host in the hub's own process.
     pub own_host: Host,
+}
+
+impl HubParts {
+    /// Stops the hub's side once the orchestrator is done with it: its own
+    /// host (its processes killed, their bridges through), then the
+    /// launcher's tasks.
+    pub async fn shutdown(mut self) {
+        self.own_host.stop().await;
+        self.launcher.shutdown().await;
+    }
 }
 
 /// What a host needs to run agent processes as `gdn run` would.

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use goondan_config::{AnyResource, Bundle, ValueSource};
-use goondan_core::{JsonObject, JsonValue, ObjectRef};
+use goondan_core::{JsonObject, ObjectRef};
 use goondan_ingress::routing::Router;
 use goondan_ingress::{SecretMap, StartConnector};
 
@@ -47,7 +47,7 @@ pub fn connection_secret_variables(bundle: &Bundle) -> BTreeSet<String> {
             _ => None,
         })
         .flat_map(|connection| connection.spec.secrets.values())
-        .filter_map(|value| value.pointer("/valueFrom/env").and_then(JsonValue::as_str).map(str::to_owned))
+        .filter_map(|value| ValueSource::env_variable_of(value).map(str::to_owned))
         .collect()
 }
 

@@ -25,7 +25,7 @@ use goondan_ingress::service::ConnectionSink;
 use goondan_ingress::{ConnectorContext, ConnectorError, EventSink};
 use goondan_ipc::{AgentInstance, DelegateResultPayload, MessageSourceInfo};
 use goondan_orchestrator::{Inbound, Orchestrator};
-use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::mpsc::Receiver;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -487,6 +487,9 @@ pub async fn serve(
     report: &mut dyn Report,
 ) -> Result<Served, ServeError> {
     let inbox_path = options.workspace_dir.join(INBOX_FILE);
+    // Unbounded: what goes through it is stored already (the inbox's writer
+    // thread sends it, and the connectors waited for the store), and the
+    // dispatcher takes each at once into its per-instance queues.
     let (stored_tx, stored_rx) = tokio::sync::mpsc::unbounded_channel();
     let (inbox, recovered) = match Inbox::open(&inbox_path, InboxOptions::default(), stored_tx) {
         Ok(opened) => opened,
@@ -637,8 +640,9 @@ impl Service<'_> {
     fn open_control(
         &self,
         parts: Option<ControlParts>,
-    ) -> (Option<(PathBuf, tokio::task::JoinHandle<()>)>, UnboundedReceiver<crate::control::FullRestart>) {
-        let (full_restart, restart_asked) = tokio::sync::mpsc::unbounded_channel();
+    ) -> (Option<(PathBuf, tokio::task::JoinHandle<()>)>, Receiver<crate::control::FullRestart>) {
+        // Asked for through the control socket; the first ends the serve loop.
+        let (full_restart, restart_asked) = tokio::sync::mpsc::channel(1);
         let Some(parts) = parts else { return (None, restart_asked) };
         let path = crate::control::socket_path(&self.workspace_dir);
         let context = Arc::new(crate::control::ControlContext {
@@ -685,7 +689,7 @@ impl Service<'_> {
         &mut self,
         mut watch: Option<WatchParts>,
         mut stop_rx: watch::Receiver<bool>,
-        mut restart_asked: UnboundedReceiver<crate::control::FullRestart>,
+        mut restart_asked: Receiver<crate::control::FullRestart>,
         status: &mut crate::status::ServiceStatus,
         report: &mut dyn Report,
     ) -> Ended {
@@ -723,7 +727,7 @@ impl Service<'_> {
         &self,
         watch: &mut Option<WatchParts>,
         stop_rx: &mut watch::Receiver<bool>,
-        restart_asked: &mut UnboundedReceiver<crate::control::FullRestart>,
+        restart_asked: &mut Receiver<crate::control::FullRestart>,
     ) -> Wake {
         // Until a signal, or every connector ended and nothing is left to run.
         let all_ended = async {

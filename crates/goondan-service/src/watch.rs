@@ -28,6 +28,8 @@ use tokio::sync::mpsc;
 
 /// How long an edit must be quiet before the bundle is loaded again.
 const SETTLE: Duration = Duration::from_millis(300);
+/// The paths of edits not yet taken in, at most.
+const TOUCHED_QUEUED: usize = 256;
 
 /// What a settled edit turned out to be.
 pub enum Reload {
@@ -44,7 +46,7 @@ pub struct BundleWatcher {
     /// The files that count (shared with the watcher's thread).
     files: Arc<Mutex<BTreeSet<PathBuf>>>,
     dirs: BTreeSet<PathBuf>,
-    touched: mpsc::UnboundedReceiver<PathBuf>,
+    touched: mpsc::Receiver<PathBuf>,
     /// The last valid bundle's snapshot.
     fingerprint: BundleFingerprint,
 }
@@ -53,7 +55,10 @@ impl BundleWatcher {
     /// Starts watching the files of `bundle` (loaded from `config`).
     pub fn start(config: &Path, bundle: &Bundle) -> notify::Result<Self> {
         let files = Arc::new(Mutex::new(BTreeSet::new()));
-        let (sender, touched) = mpsc::unbounded_channel();
+        // Bounded: the file system can say more than is read. What does not
+        // fit is dropped: a reload reads the whole bundle again, and the
+        // paths only name the edit in the log.
+        let (sender, touched) = mpsc::channel(TOUCHED_QUEUED);
         let watched = Arc::clone(&files);
         let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
             let Ok(event) = event else { return };
@@ -63,7 +68,7 @@ impl BundleWatcher {
             let Ok(files) = watched.lock() else { return };
             for path in event.paths {
                 if files.contains(&path) {
-                    let _ = sender.send(path);
+                    let _ = sender.try_send(path);
                 }
             }
         })?;
@@ -146,6 +151,7 @@ pub fn restart_agents(orchestrator: &goondan_orchestrator::Orchestrator, changes
     };
     for selector in selectors {
         let orchestrator = orchestrator.clone();
+        // Fire and forget: a restart runs to its end (the orchestrator's shutdown ends it).
         tokio::spawn(async move {
             let report = orchestrator.restart(selector.clone(), None).await;
             match report.error {

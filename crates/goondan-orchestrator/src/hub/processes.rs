@@ -277,6 +277,8 @@ impl Hub {
             }
             Ok(started) => {
                 let Started { link, receiver, process, pid } = started;
+                // Unbounded: the hub never waits on one process (see `HUB_QUEUE`);
+                // what it queues here came through its own bounded queue.
                 let (outbox, outgoing) = mpsc::unbounded_channel();
                 let (kill, killed) = oneshot::channel();
                 self.tasks.spawn(start::forward(link, outgoing, instance.clone(), self.me.clone()));
