@@ -20,6 +20,7 @@ use goondan_ingress::{
     Accepted, ConnectorContext, ConnectorError, Delivery, EventSink, MemorySink, RunningConnector, SecretMap, SinkError,
 };
 use goondan_script::{JsRuntime, ScriptConnector, connector};
+use goondan_test_support::Captured;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -308,26 +309,6 @@ export default async function run(ctx) {
   await new Promise((resolve) => setTimeout(resolve, 100));
 }
 "#;
-
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock_unpoisoned()).into_owned()
-    }
-}
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock_unpoisoned().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 // Current-thread: the test's own subscriber sees every task's events.
 #[tokio::test]
