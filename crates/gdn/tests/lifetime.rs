@@ -6,38 +6,17 @@ mod common;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-fn is_gone(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/status")) {
-        Err(_) => true,
-        Ok(status) => status.lines().any(|line| line.starts_with("State:") && line.contains('Z')),
-    }
-}
-
 fn wait_gone(pid: u32, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !is_gone(pid) {
-        if Instant::now() > deadline {
-            let _ = kill(Pid::from_raw(i32::try_from(pid).unwrap_or(0)), Signal::SIGKILL);
-            panic!("{what} ({pid}) outlived gdn");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::procs::wait_gone(pid, what, "gdn");
 }
 
 fn read_pid(path: &Path) -> u32 {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(pid) = std::fs::read_to_string(path).ok().and_then(|text| text.trim().parse().ok()) {
-            return pid;
-        }
-        assert!(Instant::now() < deadline, "{} never appeared", path.display());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::procs::read_pid(path, Duration::from_secs(20))
 }
 
 /// A bundle whose model runs one long bash command that starts a child in

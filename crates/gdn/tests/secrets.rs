@@ -142,16 +142,7 @@ fn the_model_still_gets_its_key_and_no_secret_is_saved() {
 }
 
 fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            files.extend(walk(&path));
-        } else {
-            files.push(path);
-        }
-    }
-    files
+    common::files_under(dir)
 }
 
 /// Under the default sandbox a command cannot even open `gdn`'s (nor the

@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::io::{Read as _, Write as _};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::Output;
@@ -27,15 +26,8 @@ fn gdn(dir: &Path, state: &Path, args: &[&str]) -> Output {
 }
 
 fn post(port: u16, body: &str) -> String {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap_or_else(|e| panic!("connect: {e}"));
-    let request = format!(
-        "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).unwrap_or_else(|e| panic!("write: {e}"));
-    let mut response = String::new();
-    let _ = stream.read_to_string(&mut response);
-    response
+    let json = [("content-type", "application/json")];
+    goondan_test_support::http::post(port, &json, body.as_bytes()).unwrap_or_else(|e| panic!("post: {e}"))
 }
 
 #[test]
