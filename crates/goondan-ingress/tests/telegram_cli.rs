@@ -261,13 +261,7 @@ async fn rate_limits_wait_as_long_as_telegram_says() -> TestResult {
 #[tokio::test]
 async fn conflicts_errors_and_bad_tokens_are_logged_clearly_and_never_with_the_token() -> TestResult {
     let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let _guard = tracing::subscriber::set_default(captured.subscriber("trace"));
 
     // 409 then a 500 quoting the request path: both retried.
     let fake = FakeTelegram::start(TOKEN).await?;

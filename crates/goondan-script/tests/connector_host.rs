@@ -315,13 +315,7 @@ export default async function run(ctx) {
 async fn a_bad_event_rejects_with_a_readable_error_and_logs_hide_secrets() -> TestResult {
     let Some(runtime) = runtime_or_skip("connector bad events") else { return Ok(()) };
     let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .with_env_filter("goondan::connector=debug")
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let _guard = tracing::subscriber::set_default(captured.subscriber("goondan::connector=debug"));
     let dir = bundle(&[("bad.ts", BAD_EVENTS)])?;
     let sink = Arc::new(MemorySink::new());
     let (ctx, _stop) = context(&[], Arc::clone(&sink) as Arc<dyn EventSink>);

@@ -18,12 +18,7 @@ use serde_json::json;
 async fn logger_lines_and_printed_output_reach_tracing() {
     let Some(runtime) = runtime_or_skip("logging") else { return };
     let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .with_env_filter("goondan::script=debug")
-        .finish();
+    let subscriber = captured.subscriber("goondan::script=debug");
     tracing::subscriber::set_global_default(subscriber).unwrap_or_else(|e| panic!("{e}"));
 
     let kit = Kit::new(ScriptHost::with_runtime(runtime), None);
