@@ -13,6 +13,7 @@ use goondan_test_support::{Agent, Bundle};
 use serde_json::Value;
 
 mod common;
+use goondan_test_support::text;
 
 fn must<T, E: std::fmt::Display>(result: Result<T, E>) -> T {
     result.unwrap_or_else(|error| panic!("{error}"))
@@ -20,10 +21,6 @@ fn must<T, E: std::fmt::Display>(result: Result<T, E>) -> T {
 
 fn gdn(state: &Path, args: &[&str]) -> Output {
     common::gdn_bin().state_arg(state).env("LOCAL_MODEL_KEY", "sk-local").run(args)
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// A bundle whose Swarm (`default`) and agent (`assistant`) have the quick

@@ -25,6 +25,7 @@ use nix::unistd::Pid;
 use serde_json::{Value, json};
 
 mod common;
+use common::temp;
 use common::{
     js_runtime_usable, mcp_everything_server as everything_server, mcp_python as python, mcp_tasks_python,
     repo_path as repo,
@@ -32,10 +33,6 @@ use common::{
 
 fn fixture() -> PathBuf {
     repo("tests/fixtures/base-tools")
-}
-
-fn temp() -> tempfile::TempDir {
-    tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Runs the Python client with `server` (a command to start, or a URL) and

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 
 mod common;
 use common::service::{Stopped, TestResult, detach, free_port, gdn, instance, turns, until};
+use goondan_test_support::text;
 
 /// Two agents fed by one webhook: `slow` runs `command` in bash and
 /// answers, `quick` answers `reply` at once; the Swarm's `policy` unless
@@ -54,10 +55,6 @@ fn started() -> Result<(tempfile::TempDir, PathBuf, u16, Stopped), Box<dyn std::
     bundle(dir.path(), port, "true", "pong")?;
     let running = detach(dir.path(), &state)?;
     Ok((dir, state, port, running))
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 fn post(port: u16, event: &str, key: &str, input: &str) -> Result<String, std::io::Error> {

@@ -20,6 +20,7 @@ use sha2::{Digest as _, Sha256};
 
 mod common;
 use common::service::{Stopped, TestResult, free_port, gdn, until};
+use goondan_test_support::text;
 
 /// The legacy form's secret.
 const LEGACY_SECRET: &str = "replay-test-legacy-secret-5c1e";
@@ -96,10 +97,6 @@ fn accepted(state: &Path) -> BTreeMap<String, usize> {
 
 fn turns(dir: &Path, state: &Path, key: &str) -> Result<u64, std::io::Error> {
     common::service::turns(dir, state, "teller", key)
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 fn start(dir: &Path, state: &Path) -> TestResult {
