@@ -16,10 +16,6 @@ use serde_json::{Value, json};
 
 const INSTANCES: usize = 3;
 
-fn free_port() -> u16 {
-    goondan_test_support::free_port().unwrap_or_else(|e| panic!("a free port: {e}"))
-}
-
 fn bundle(dir: &Path, port: u16) {
     // Each turn: a tool call that takes a moment (so kills land inside
     // turns), then the answer.
@@ -85,10 +81,7 @@ fn conversations(state: &Path) -> Vec<Value> {
 
 #[test]
 fn acknowledged_events_run_exactly_once_across_two_kill_9s() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
-    let state = dir.path().join("state");
-    let port = free_port();
-    bundle(dir.path(), port);
+    let (dir, state, port) = common::project_on_a_free_port(bundle);
 
     let mut gdn = start(dir.path(), &state);
     wait_listening(port);

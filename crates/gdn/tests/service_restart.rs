@@ -281,7 +281,7 @@ const SIGNING_SECRET: &str = "restart-signing-secret-4d7e1f";
 /// with [`SIGNING_SECRET`] (`WEBHOOK_SECRET` from `HOOK_SIGNING_SECRET`, a
 /// variable gdn takes out of its environment): a restarted service that
 /// lost its secrets would refuse to start, or refuse every request.
-fn signed_bundle(dir: &Path, port: u16) -> Result<(), std::io::Error> {
+fn signed_bundle(dir: &Path, port: u16) {
     let port = port.to_string();
     let secrets = json!({"secrets": {"WEBHOOK_SECRET": {"valueFrom": {"env": "HOOK_SIGNING_SECRET"}}}});
     Bundle::new()
@@ -289,6 +289,7 @@ fn signed_bundle(dir: &Path, port: u16) -> Result<(), std::io::Error> {
         .one_agent("pair", Agent::new("quick", "fast"))
         .connection("hook", "webhook", &[("WEBHOOK_PORT", &port)], secrets)
         .write(dir)
+        .unwrap_or_else(|e| panic!("write the bundle: {e}"));
 }
 
 /// POSTs `input` for instance `key`, signed with `secret` (`X-Signature-256`);
@@ -365,10 +366,7 @@ fn restart_three_times_then_fresh(dir: &Path, state: &Path, port: u16, pid: u32)
 
 #[test]
 fn a_detached_service_with_secrets_restarts_again_and_again_in_its_process() -> TestResult {
-    let dir = tempfile::tempdir()?;
-    let state = dir.path().join("state");
-    let port = free_port()?;
-    signed_bundle(dir.path(), port)?;
+    let (dir, state, port) = common::project_on_a_free_port(signed_bundle);
     let started = gdn_with_secrets(dir.path(), &state).args(["run", "--detach"]).output()?;
     assert_eq!(started.status.code(), Some(0), "{}", text(&started.stderr));
     let _running = Stopped { dir: dir.path().to_path_buf(), state: state.clone() };
@@ -378,10 +376,7 @@ fn a_detached_service_with_secrets_restarts_again_and_again_in_its_process() -> 
 
 #[test]
 fn an_attached_service_with_secrets_restarts_again_and_again_in_its_process() -> TestResult {
-    let dir = tempfile::tempdir()?;
-    let state = dir.path().join("state");
-    let port = free_port()?;
-    signed_bundle(dir.path(), port)?;
+    let (dir, state, port) = common::project_on_a_free_port(signed_bundle);
     let log = std::fs::File::create(dir.path().join("attached.log"))?;
     let mut service = gdn_with_secrets(dir.path(), &state).arg("run").stdout(log.try_clone()?).stderr(log).spawn()?;
     let _running = Stopped { dir: dir.path().to_path_buf(), state: state.clone() };

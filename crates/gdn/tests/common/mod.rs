@@ -469,3 +469,17 @@ pub fn tasks_by_handle(instance_dir: &std::path::Path) -> Vec<serde_json::Value>
     }
     by_handle
 }
+
+/// A new project whose bundle `write` writes for a port free now: the
+/// project, its state root (`state` inside it) and the port; a test
+/// failure if there is no directory or port.
+#[allow(dead_code)]
+pub fn project_on_a_free_port(
+    write: impl FnOnce(&std::path::Path, u16),
+) -> (tempfile::TempDir, std::path::PathBuf, u16) {
+    let dir = temp();
+    let state = dir.path().join("state");
+    let port = goondan_test_support::free_port().unwrap_or_else(|e| panic!("a free port: {e}"));
+    write(dir.path(), port);
+    (dir, state, port)
+}
