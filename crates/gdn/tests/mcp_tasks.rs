@@ -13,7 +13,7 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use goondan_test_support::{Agent, Bundle, reply_text, reply_tools};
+use goondan_test_support::{Agent, Bundle, reply_text, reply_tools, when_input};
 use serde_json::{Value, json};
 
 mod common;
@@ -37,17 +37,17 @@ fn bundle(dir: &Path, port: u16, server: Value, seconds: Value) -> Result<(), st
     let options = json!({
         "replies": [reply_text("noted")],
         "when": [
-            {"inputContains": "tool_task_result", "replies": [reply_text("the server's task ended")]},
-            {"inputContains": "start work", "replies": [
+            when_input("tool_task_result", [reply_text("the server's task ended")]),
+            when_input("start work", [
                 reply_tools([("tasky__slow", json!({"seconds": seconds, "text": "built"}))]),
                 reply_text("started"),
-            ]},
-            {"inputContains": "cancel it", "replies": [
+            ]),
+            when_input("cancel it", [
                 reply_tools([("tasky__slow", json!({"seconds": 60}))]),
                 reply_tools([("tasks__wait", json!({"handle": handle, "timeoutMs": 500}))]),
                 reply_tools([("tasks__cancel", json!({"handle": handle}))]),
                 reply_text("cancelled"),
-            ]},
+            ]),
         ],
     });
     let servers = json!({ "tasky": server });

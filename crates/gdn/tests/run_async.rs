@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use goondan_test_support::{Agent, Bundle, reply_text, reply_tools};
+use goondan_test_support::{Agent, Bundle, reply_text, reply_tools, when_input};
 use serde_json::{Value, json};
 
 mod common;
@@ -34,24 +34,23 @@ fn bundle(dir: &Path, marks: &Path) -> std::io::Result<()> {
             .collect();
         reply_tools(calls)
     };
-    let case = |input: &str, replies: Vec<Value>| json!({"inputContains": input, "replies": replies});
     let coordinator = json!({
         "replies": [reply_text("nothing to do")],
         "when": [
-            case("tool_task_result", vec![reply_text("the task ended")]),
-            case("inter_agent_response", vec![reply_text("got an answer")]),
-            case("CASE:three", vec![requests(&mut (1..=3).map(|n| format!("w{n}")), "CASE:slow"), reply_text("fanned out")]),
-            case("CASE:sixty", vec![requests(&mut (1..=60).map(|n| format!("k{n}")), "CASE:quick"), reply_text("fanned out")]),
-            case("CASE:hang", vec![requests(&mut std::iter::once("h1".to_owned()), "CASE:hang"), reply_text("asked the worker")]),
+            when_input("tool_task_result", [reply_text("the task ended")]),
+            when_input("inter_agent_response", [reply_text("got an answer")]),
+            when_input("CASE:three", [requests(&mut (1..=3).map(|n| format!("w{n}")), "CASE:slow"), reply_text("fanned out")]),
+            when_input("CASE:sixty", [requests(&mut (1..=60).map(|n| format!("k{n}")), "CASE:quick"), reply_text("fanned out")]),
+            when_input("CASE:hang", [requests(&mut std::iter::once("h1".to_owned()), "CASE:hang"), reply_text("asked the worker")]),
         ],
     });
     let shell = format!("echo $$ > '{}/worker-shell.pid'; exec sleep 300", marks.display());
     let worker = json!({
         "replies": [reply_text("worker: nothing to do")],
         "when": [
-            case("CASE:quick", vec![reply_text("quick answer")]),
-            case("CASE:slow", vec![reply_tools([("wait__seconds", json!({"seconds": 1}))]), reply_text("slow answer")]),
-            case("CASE:hang", vec![reply_tools([("bash__exec", json!({"command": shell, "timeoutMs": 0}))]), reply_text("woke up")]),
+            when_input("CASE:quick", [reply_text("quick answer")]),
+            when_input("CASE:slow", [reply_tools([("wait__seconds", json!({"seconds": 1}))]), reply_text("slow answer")]),
+            when_input("CASE:hang", [reply_tools([("bash__exec", json!({"command": shell, "timeoutMs": 0}))]), reply_text("woke up")]),
         ],
     });
     let agent_ref = |name: &str| json!({"kind": "Agent", "name": name});

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use goondan_test_support::{Agent, Bundle, reply_text, reply_tools};
+use goondan_test_support::{Agent, Bundle, reply_text, reply_tools, when_input};
 use serde_json::{Value, json};
 
 mod common;
@@ -30,26 +30,26 @@ fn bundle(dir: &Path, port: u16, marks: &Path) -> Result<(), std::io::Error> {
     let options = json!({
         "replies": [reply_text("noted")],
         "when": [
-            {"inputContains": "tool_task_result", "replies": [reply_text("the command finished")]},
-            {"inputContains": "start work", "replies": [
+            when_input("tool_task_result", [reply_text("the command finished")]),
+            when_input("start work", [
                 reply_tools([("bash__exec", json!({"command": "sleep 1; echo built; echo warned >&2", "background": true}))]),
                 reply_text("started"),
-            ]},
-            {"inputContains": "wait for it", "replies": [
+            ]),
+            when_input("wait for it", [
                 reply_tools([("bash__exec", json!({"command": "sleep 0.5; echo waited", "background": true}))]),
                 reply_tools([("tasks__wait", json!({"handle": handle, "timeoutMs": 20000}))]),
                 reply_text("waited"),
-            ]},
-            {"inputContains": "cancel it", "replies": [
+            ]),
+            when_input("cancel it", [
                 reply_tools([("bash__exec", json!({"command": format!("echo $$ > '{m}/cancelled.pid'; exec sleep 60"), "background": true}))]),
                 reply_tools([("tasks__wait", json!({"handle": handle, "timeoutMs": 300}))]),
                 reply_tools([("tasks__cancel", json!({"handle": handle}))]),
                 reply_text("cancelled"),
-            ]},
-            {"inputContains": "long one", "replies": [
+            ]),
+            when_input("long one", [
                 reply_tools([("bash__exec", json!({"command": format!("echo $$ > '{m}/long.pid'; exec sleep 60"), "background": true}))]),
                 reply_text("running"),
-            ]},
+            ]),
         ],
     });
     Bundle::new()

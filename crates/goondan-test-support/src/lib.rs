@@ -31,7 +31,7 @@ pub mod process;
 pub mod recording;
 pub mod runtime;
 
-pub use bundle::{Agent, Bundle, reply_text, reply_tools};
+pub use bundle::{Agent, Bundle, reply_text, reply_tools, when_input};
 pub use captured::Captured;
 pub use context::{call_scope, tool_context};
 pub use model::{FakeModel, Reply, Request};
