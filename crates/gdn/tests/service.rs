@@ -39,18 +39,10 @@ const TURN_TIMEOUT: Duration = Duration::from_secs(90);
 // ---------------------------------------------------------------------------
 
 /// Variables of the test's own environment that would change what the
-/// bundles under test do.
+/// bundles under test do, besides those the built-in tools read
+/// (`goondan_base::settings::ENV_VARS`, also cleared).
 const CLEARED_VARS: &[&str] = &[
     "GOONDAN_STATE_ROOT",
-    "TELEGRAM_BOT_TOKEN",
-    "BOT_TOKEN",
-    "TELEGRAM_TOKEN",
-    "BRAIN_TELEGRAM_BOT_TOKEN",
-    "TELEGRAM_API_BASE_URL",
-    "SLACK_BOT_TOKEN",
-    "SLACK_TOKEN",
-    "BRAIN_SLACK_BOT_TOKEN",
-    "SLACK_API_BASE_URL",
     "SLACK_SIGNING_SECRET",
     "ANTHROPIC_API_KEY",
     "GOONDAN_MAX_AGENT_PROCESSES",
@@ -62,7 +54,7 @@ const CLEARED_VARS: &[&str] = &[
 fn gdn_command(state: &Path, bundle: &Path, env: &[(&str, String)]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_gdn"));
     command.arg("--state-root").arg(state).arg("-c").arg(bundle).env("NO_COLOR", "1");
-    for name in CLEARED_VARS {
+    for name in CLEARED_VARS.iter().chain(goondan_base::settings::ENV_VARS) {
         command.env_remove(name);
     }
     for (name, value) in env {
