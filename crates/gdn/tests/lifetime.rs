@@ -8,8 +8,10 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use goondan_test_support::{Agent, Bundle, reply_text, reply_tools};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use serde_json::json;
 
 fn wait_gone(pid: u32, what: &str) {
     common::procs::wait_gone(pid, what, "gdn");
@@ -22,30 +24,14 @@ fn read_pid(path: &Path) -> u32 {
 /// A bundle whose model runs one long bash command that starts a child in
 /// the command's group and one that leaves it (`setsid`).
 fn write_bundle(dir: &Path) {
-    let yaml = r#"apiVersion: goondan.ai/v1
-kind: Model
-metadata: {name: scripted}
-spec:
-  provider: scripted
-  model: long
-  options:
-    replies:
-      - toolCalls:
-          - name: bash__exec
-            args:
-              command: "setsid sleep 300 > /dev/null 2>&1 < /dev/null & echo $! > escaped.pid; sleep 300 & echo $! > child.pid; wait"
-              timeoutMs: 0
-      - text: "finished"
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {name: runner}
-spec:
-  modelConfig: {modelRef: Model/scripted}
-  tools:
-    - {kind: Tool, name: bash, package: "@goondan/base"}
-"#;
-    std::fs::write(dir.join("goondan.yaml"), yaml).unwrap_or_else(|e| panic!("{e}"));
+    let command =
+        "setsid sleep 300 > /dev/null 2>&1 < /dev/null & echo $! > escaped.pid; sleep 300 & echo $! > child.pid; wait";
+    let replies = [reply_tools([("bash__exec", json!({"command": command, "timeoutMs": 0}))]), reply_text("finished")];
+    Bundle::new()
+        .scripted_model_as("scripted", "long", json!({ "replies": replies }))
+        .agent(Agent::new("runner", "scripted").base_tool("bash"))
+        .write(dir)
+        .unwrap_or_else(|e| panic!("{e}"));
 }
 
 fn start_run(bundle: &Path, state: &Path, work: &Path) -> Child {
