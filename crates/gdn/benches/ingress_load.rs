@@ -55,6 +55,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use goondan_test_support::{Agent, Bundle, reply_text};
 use hmac::{Hmac, KeyInit as _, Mac as _};
 use http_body_util::BodyExt as _;
 use hyper::client::conn::http1::SendRequest;
@@ -532,50 +533,24 @@ async fn futures_join<F: std::future::Future<Output = Option<u16>>>(futures: Vec
 // ---------------------------------------------------------------- gdn
 
 fn bundle(dir: &Path, port: u16) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    std::fs::write(
-        dir.join("goondan.yaml"),
-        format!(
-            r#"apiVersion: goondan.ai/v1
-kind: Model
-metadata: {{name: instant}}
-spec:
-  provider: scripted
-  model: instant
-  options:
-    replies:
-      - text: "noted"
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {{name: bot}}
-spec:
-  modelConfig: {{modelRef: Model/instant}}
----
-apiVersion: goondan.ai/v1
-kind: Swarm
-metadata: {{name: bench}}
-spec:
-  entryAgent: Agent/bot
-  agents: [Agent/bot]
----
-apiVersion: goondan.ai/v1
-kind: Connection
-metadata: {{name: {CONNECTION}}}
-spec:
-  connectorRef: {{kind: Connector, name: slack, package: "@goondan/base"}}
-  config:
-    SLACK_WEBHOOK_PORT: {{value: "{port}"}}
-    SLACK_WEBHOOK_PATH: {{value: "/slack/events"}}
-  secrets:
-    SLACK_SIGNING_SECRET: {{valueFrom: {{env: BENCH_SLACK_SIGNING_SECRET}}}}
-  ingress:
-    rules:
-      - match: {{event: message_im}}
-        route: {{instanceKeyProperty: channel_id, instanceKeyPrefix: "slack:"}}
-"#
-        ),
-    )
+    let port = port.to_string();
+    let more = serde_json::json!({
+        "secrets": {"SLACK_SIGNING_SECRET": {"valueFrom": {"env": "BENCH_SLACK_SIGNING_SECRET"}}},
+        "ingress": {"rules": [{
+            "match": {"event": "message_im"},
+            "route": {"instanceKeyProperty": "channel_id", "instanceKeyPrefix": "slack:"},
+        }]},
+    });
+    Bundle::new()
+        .scripted_model("instant", [reply_text("noted")])
+        .one_agent("bench", Agent::new("bot", "instant"))
+        .connection(
+            CONNECTION,
+            "slack",
+            &[("SLACK_WEBHOOK_PORT", &port), ("SLACK_WEBHOOK_PATH", "/slack/events")],
+            more,
+        )
+        .write(dir)
 }
 
 fn free_port() -> u16 {

@@ -16,43 +16,27 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-const BUNDLE: &str = r#"apiVersion: goondan.ai/v1
-kind: Model
-metadata: {name: m}
-spec:
-  provider: scripted
-  model: s
-  options:
-    replies: [{text: "done"}]
-    when:
-      - inputContains: tool_task_result
-        replies: [{text: "delivered"}]
-      - inputContains: go
-        replies:
-          - toolCalls: [{name: agents__request, args: {target: worker, input: "ping"}}]
-          - toolCalls: [{name: bash__exec, args: {command: "true", background: true}}]
-          - text: "started"
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {name: lead}
-spec:
-  modelConfig: {modelRef: Model/m}
-  tools:
-    - {kind: Tool, name: bash, package: "@goondan/base"}
-    - {kind: Tool, name: agents, package: "@goondan/base"}
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {name: worker}
-spec:
-  modelConfig: {modelRef: Model/m}
----
-apiVersion: goondan.ai/v1
-kind: Swarm
-metadata: {name: bench}
-spec: {entryAgent: Agent/lead, agents: [Agent/lead, Agent/worker]}
-"#;
+use goondan_test_support::{Agent, Bundle, reply_text, reply_tools, when_input};
+use serde_json::json;
+
+/// A lead that asks the worker (`agents__request`) and starts a background
+/// `true`, then answers the task's end; the worker answers at once.
+fn bundle() -> Bundle {
+    let go = [
+        reply_tools([("agents__request", json!({"target": "worker", "input": "ping"}))]),
+        reply_tools([("bash__exec", json!({"command": "true", "background": true}))]),
+        reply_text("started"),
+    ];
+    let options = json!({
+        "replies": [reply_text("done")],
+        "when": [when_input("tool_task_result", [reply_text("delivered")]), when_input("go", go)],
+    });
+    Bundle::new()
+        .scripted_model_as("m", "s", options)
+        .agent(Agent::new("lead", "m").base_tool("bash").base_tool("agents"))
+        .agent(Agent::new("worker", "m"))
+        .swarm("bench", "lead", &["lead", "worker"])
+}
 
 fn lines(path: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path).unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
@@ -68,7 +52,7 @@ fn main() {
     let runs: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(20);
     let gdn = env!("CARGO_BIN_EXE_gdn");
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    std::fs::write(dir.path().join("goondan.yaml"), BUNDLE).unwrap_or_else(|e| panic!("{e}"));
+    bundle().write(dir.path()).unwrap_or_else(|e| panic!("{e}"));
     let mut delivery = Vec::new();
     let mut round_trip = Vec::new();
     for run in 0..runs {

@@ -21,6 +21,7 @@ use goondan_llm::scripted::ScriptedProvider;
 use goondan_runtime::agent::{AgentOptions, AgentTooling, assemble_tooling};
 use goondan_runtime::conversation::Conversation;
 use goondan_runtime::{Agent, NoObserver, TurnEnd};
+use goondan_test_support::block_on;
 use goondan_tools::agents::{AgentAnswer, AgentMessageRequest, AgentSendReceipt, AgentSpawnRequest, AgentToolRuntime};
 use goondan_tools::{BoxFuture, CallScope, ToolContext, ToolFailure, ToolOutput};
 use serde_json::json;
@@ -252,15 +253,6 @@ async fn assemble(bundle: &Bundle, runtime: &Arc<Recording>) -> AgentTooling {
     options.agent_runtime = Some(Arc::clone(runtime) as Arc<dyn AgentToolRuntime>);
     options.plugins = vec![Arc::new(goondan_script::ScriptPlugin::new())];
     assemble_tooling(bundle, &options).await.unwrap_or_else(|e| panic!("assemble: {e}"))
-}
-
-fn block_on<F: std::future::Future>(future: F) -> F::Output {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap_or_else(|e| panic!("runtime: {e}"))
-        .block_on(future)
 }
 
 /// What one way gave for every row, and the outputs of those it accepted.

@@ -13,7 +13,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::Path;
 
-use common::service::{Stopped, TestResult, free_port, gdn, until};
+use common::service::{TestResult, detach, free_port, gdn, until};
 use goondan_test_support::{Agent, Bundle, reply_text, reply_tools};
 use serde_json::json;
 
@@ -145,9 +145,7 @@ print(s.recv(1000))
         control.display()
     );
     bundle(&bundle_dir, &command, "notes.md", Some(port))?;
-    let started = gdn(&bundle_dir, &state, &["run", "--detach"])?;
-    assert_eq!(started.status.code(), Some(0), "{}", String::from_utf8_lossy(&started.stderr));
-    let _running = Stopped { dir: bundle_dir.clone(), state: state.clone() };
+    let _running = detach(&bundle_dir, &state)?;
     assert!(control.exists(), "no control socket at {}", control.display());
     let event = serde_json::json!({"event": "chat", "instanceKey": "k1", "text": "go"});
     assert!(common::service::post(port, &event)?.starts_with("HTTP/1.1 200"));

@@ -12,21 +12,15 @@ use std::sync::Mutex;
 use serde_json::{Value, json};
 
 mod common;
+use common::temp;
+use goondan_test_support::text;
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/base-extensions-2").join(name)
 }
 
-fn temp() -> tempfile::TempDir {
-    tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"))
-}
-
 fn gdn(bundle: &Path, state: &Path, args: &[&str]) -> Output {
     common::gdn_bin().project(bundle).state_arg(state).env("TMPDIR", state).run(args)
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 fn json_out(output: &Output) -> Value {

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 mod common;
 use common::js_runtime_usable;
-use goondan_test_support::{json_stdout, stderr, stdout};
+use goondan_test_support::{Agent, Bundle, json_stdout, reply_text, reply_tools, stderr, stdout};
 
 fn repo_path(relative: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(relative)
@@ -581,17 +581,16 @@ fn validate_speaks_github_annotations_and_strict_fails_on_warnings() {
     assert_eq!((body["valid"].as_bool(), body["strict"].as_bool()), (Some(false), Some(true)), "{body}");
 }
 
-/// On a terminal, a tool call that takes a while shows what runs and for
-/// how long (after a second), and the line is cleared when it ends. Runs
-/// gdn under `script` (util-linux), which gives it a pseudo-terminal.
-#[test]
-fn a_running_tool_shows_its_elapsed_time_on_a_terminal() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    std::fs::write(
-        dir.path().join("goondan.yaml"),
-        "apiVersion: goondan.ai/v1\nkind: Model\nmetadata: {name: m}\nspec:\n  provider: scripted\n  model: s\n  options:\n    replies:\n      - toolCalls:\n          - {name: bash__exec, args: {command: \"sleep 2.3\"}}\n      - text: slept\n---\napiVersion: goondan.ai/v1\nkind: Agent\nmetadata: {name: a}\nspec:\n  modelConfig: {modelRef: Model/m}\n  tools:\n    - {kind: Tool, name: bash, package: \"@goondan/base\"}\n",
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+/// Runs `gdn run --input go` with the agent `a` (bash) on a scripted
+/// Model answering `replies`, under `script` (util-linux), which gives it
+/// a pseudo-terminal: the bundle's directory and what the terminal got.
+fn run_on_a_terminal(replies: impl IntoIterator<Item = Value>) -> (tempfile::TempDir, Output) {
+    let replies: Vec<Value> = replies.into_iter().collect();
+    let dir = Bundle::new()
+        .scripted_model_as("m", "s", json!({"replies": replies}))
+        .agent(Agent::new("a", "m").base_tool("bash"))
+        .write_temp()
+        .unwrap_or_else(|e| panic!("{e}"));
     let command = format!("{} -c {} --no-color run --input go", env!("CARGO_BIN_EXE_gdn"), dir.path().display());
     let output = Command::new("script")
         .args(["-q", "-e", "-c", &command, "/dev/null"])
@@ -599,6 +598,16 @@ fn a_running_tool_shows_its_elapsed_time_on_a_terminal() {
         .stdin(Stdio::null())
         .output()
         .unwrap_or_else(|e| panic!("script (util-linux) is needed for this test: {e}"));
+    (dir, output)
+}
+
+/// On a terminal, a tool call that takes a while shows what runs and for
+/// how long (after a second), and the line is cleared when it ends. Runs
+/// gdn under `script` (util-linux), which gives it a pseudo-terminal.
+#[test]
+fn a_running_tool_shows_its_elapsed_time_on_a_terminal() {
+    let sleep = reply_tools([("bash__exec", json!({"command": "sleep 2.3"}))]);
+    let (dir, output) = run_on_a_terminal([sleep, reply_text("slept")]);
     let seen = String::from_utf8_lossy(&output.stdout);
     assert_eq!(output.status.code(), Some(0), "{seen}");
     assert!(seen.contains("⚙ bash__exec … 1s") && seen.contains("⚙ bash__exec … 2s"), "{seen:?}");
@@ -660,19 +669,9 @@ fn rendered(bytes: &[u8]) -> Vec<String> {
 /// of a running tool neither erases it nor joins the next step's.
 #[test]
 fn each_steps_text_keeps_its_own_line_on_a_terminal() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    std::fs::write(
-        dir.path().join("goondan.yaml"),
-        "apiVersion: goondan.ai/v1\nkind: Model\nmetadata: {name: m}\nspec:\n  provider: scripted\n  model: s\n  options:\n    replies:\n      - text: Let me check.\n        toolCalls: [{name: bash__exec, args: {command: \"sleep 1.4\"}}]\n      - text: Still checking.\n        toolCalls: [{name: bash__exec, args: {command: \"true\"}}]\n      - text: Done.\n---\napiVersion: goondan.ai/v1\nkind: Agent\nmetadata: {name: a}\nspec:\n  modelConfig: {modelRef: Model/m}\n  tools:\n    - {kind: Tool, name: bash, package: \"@goondan/base\"}\n",
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    let command = format!("{} -c {} --no-color run --input go", env!("CARGO_BIN_EXE_gdn"), dir.path().display());
-    let output = Command::new("script")
-        .args(["-q", "-e", "-c", &command, "/dev/null"])
-        .env("GOONDAN_STATE_ROOT", dir.path().join("state"))
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("script (util-linux) is needed for this test: {e}"));
+    let step = |text: &str, command: &str| json!({"text": text, "toolCalls": [{"name": "bash__exec", "args": {"command": command}}]});
+    let (_dir, output) =
+        run_on_a_terminal([step("Let me check.", "sleep 1.4"), step("Still checking.", "true"), reply_text("Done.")]);
     assert_eq!(output.status.code(), Some(0), "{:?}", String::from_utf8_lossy(&output.stdout));
     let shown = rendered(&output.stdout);
     let lines: Vec<&str> = shown.iter().map(String::as_str).filter(|line| !line.is_empty()).collect();

@@ -13,13 +13,13 @@
 mod common;
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::{Read as _, Write as _};
+use std::io::Read as _;
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use goondan_test_support::{Agent, Bundle, reply_text, reply_tools};
+use goondan_test_support::{Agent, Bundle, http, reply_text, reply_tools};
 use serde_json::{Value, json};
 
 fn free_port() -> u16 {
@@ -67,6 +67,19 @@ impl Project {
         self.start_with(faults, Stdio::piped())
     }
 
+    /// `gdn run` listening, with the fault `fault` (a full disk) striking
+    /// while the project's file `disk-full` exists (created first when
+    /// `full`): the flag file and the process.
+    fn start_full_when_flagged(&self, fault: &str, full: bool) -> (PathBuf, Child) {
+        let flag = self.dir.path().join("disk-full");
+        if full {
+            std::fs::write(&flag, "").unwrap_or_else(|e| panic!("flag: {e}"));
+        }
+        let mut gdn = self.start(&[("GOONDAN_FAULT", fault), ("GOONDAN_FAULT_FULL", &*flag.to_string_lossy())]);
+        self.wait_listening(&mut gdn);
+        (flag, gdn)
+    }
+
     /// [`Project::start`], its log (info and up) going to `stderr`.
     fn start_with(&self, faults: &[(&str, &str)], stderr: Stdio) -> Child {
         let mut command = Command::new(env!("CARGO_BIN_EXE_gdn"));
@@ -96,20 +109,17 @@ impl Project {
 
     /// One webhook POST of event `n`; the response's status (0: none).
     fn post(&self, n: usize) -> u16 {
-        let body = format!(r#"{{"text":"event k{n}","instanceKey":"room:{}"}}"#, n % 2);
-        let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port)) else { return 0 };
-        let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-        let request = format!(
-            "POST / HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\nx-delivery-id: k{n}\r\n\
-             content-length: {}\r\nconnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        if stream.write_all(request.as_bytes()).is_err() {
-            return 0;
-        }
-        let mut response = String::new();
-        let _ = stream.read_to_string(&mut response);
-        response.get(9..12).and_then(|code| code.parse().ok()).unwrap_or(0)
+        self.post_padded(n, "")
+    }
+
+    /// One webhook POST of event `n`, its text followed by `padding`; the
+    /// response's status (0: none).
+    fn post_padded(&self, n: usize, padding: &str) -> u16 {
+        let body = format!(r#"{{"text":"event k{n}{padding}","instanceKey":"room:{}"}}"#, n % 2);
+        let key = format!("k{n}");
+        let headers = [("content-type", "application/json"), ("x-delivery-id", key.as_str())];
+        let response = http::post_within(self.port, &headers, body.as_bytes(), Duration::from_secs(10));
+        response.map_or(0, |response| http::status(&response))
     }
 
     fn wait_listening(&self, gdn: &mut Child) {
@@ -438,11 +448,7 @@ fn wait_retrying(project: &Project, room: &str, pending: u64) -> Value {
 #[test]
 fn a_full_disk_keeps_acknowledged_events_pending_and_runs_them_once_it_has_room() {
     let project = Project::new();
-    let flag = project.dir.path().join("disk-full");
-    let faults = [("GOONDAN_FAULT", FULL_DISK), ("GOONDAN_FAULT_FULL", &*flag.to_string_lossy())];
-    let faults: Vec<(&str, &str)> = faults.iter().map(|(name, value)| (*name, *value)).collect();
-    let mut gdn = project.start(&faults);
-    project.wait_listening(&mut gdn);
+    let (flag, gdn) = project.start_full_when_flagged(FULL_DISK, false);
     // room:0 and room:1 exist; then the disk fills.
     assert_eq!(project.post(0), 200);
     assert_eq!(project.post(1), 200);
@@ -502,11 +508,7 @@ fn a_panicking_inbox_writer_ends_the_service_and_frees_its_port() {
 #[test]
 fn sigterm_on_a_full_disk_drains_and_exits_and_the_next_start_runs_what_waits() {
     let project = Project::new();
-    let flag = project.dir.path().join("disk-full");
-    let faults = [("GOONDAN_FAULT", FULL_DISK), ("GOONDAN_FAULT_FULL", &*flag.to_string_lossy())];
-    let faults: Vec<(&str, &str)> = faults.iter().map(|(name, value)| (*name, *value)).collect();
-    let mut gdn = project.start(&faults);
-    project.wait_listening(&mut gdn);
+    let (flag, gdn) = project.start_full_when_flagged(FULL_DISK, false);
     assert_eq!(project.post(1), 200);
     project.wait_all_done(1);
     std::fs::write(&flag, "").unwrap_or_else(|e| panic!("flag: {e}"));
@@ -528,12 +530,7 @@ fn sigterm_on_a_full_disk_drains_and_exits_and_the_next_start_runs_what_waits() 
 #[test]
 fn the_inbox_failing_to_record_a_turn_end_leaves_the_event_pending_until_it_can() {
     let project = Project::new();
-    let flag = project.dir.path().join("disk-full");
-    let faults = [("GOONDAN_FAULT", "inbox.done:full"), ("GOONDAN_FAULT_FULL", &*flag.to_string_lossy())];
-    let faults: Vec<(&str, &str)> = faults.iter().map(|(name, value)| (*name, *value)).collect();
-    std::fs::write(&flag, "").unwrap_or_else(|e| panic!("flag: {e}"));
-    let mut gdn = project.start(&faults);
-    project.wait_listening(&mut gdn);
+    let (flag, gdn) = project.start_full_when_flagged("inbox.done:full", true);
     for n in 0..EVENTS {
         assert_eq!(project.post(n), 200);
     }
@@ -596,23 +593,9 @@ fn a_real_full_tmpfs_loses_no_acknowledged_event() {
     let log = std::fs::File::create(project.state.join("service.log")).unwrap_or_else(|e| panic!("log: {e}"));
     let mut gdn = project.start_with(&[], Stdio::from(log));
     project.wait_listening(&mut gdn);
-    let padding = "x".repeat(60_000);
-    let post_big = |n: usize| -> u16 {
-        let body = format!(r#"{{"text":"event k{n} {padding}","instanceKey":"room:{}"}}"#, n % 2);
-        let Ok(mut stream) = TcpStream::connect(("127.0.0.1", project.port)) else { return 0 };
-        let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-        let request = format!(
-            "POST / HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\nx-delivery-id: k{n}\r\n\
-             content-length: {}\r\nconnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        if stream.write_all(request.as_bytes()).is_err() {
-            return 0;
-        }
-        let mut response = String::new();
-        let _ = stream.read_to_string(&mut response);
-        response.get(9..12).and_then(|code| code.parse().ok()).unwrap_or(0)
-    };
+    // A space, then the padding: the text of each event as before, padded.
+    let padding = format!(" {}", "x".repeat(60_000));
+    let post_big = |n: usize| project.post_padded(n, &padding);
     let mut acked = Vec::new();
     let mut refused = 0;
     for n in 0..40 {

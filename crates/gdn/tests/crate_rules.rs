@@ -16,7 +16,9 @@ const RULES: &[(&str, &[&str])] = &[
     ("goondan-registry", &[]),
     // The append-only JSON Lines journal: files only, core's fault points.
     ("goondan-journal", &["goondan-core"]),
-    ("goondan-test-support", &["goondan-llm"]),
+    // A dev-dependency only: the recording model (llm), a tool call's
+    // context for handler tests (tools, core).
+    ("goondan-test-support", &["goondan-llm", "goondan-tools", "goondan-core"]),
     ("goondan-config", &["goondan-core"]),
     // Confinement of commands: no runtime, no config; core's address rule only.
     ("goondan-sandbox", &["goondan-core"]),

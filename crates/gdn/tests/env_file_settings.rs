@@ -11,7 +11,8 @@ use std::process::Output;
 
 mod common;
 use common::{temp, write};
-use goondan_test_support::text;
+use goondan_test_support::{Agent, Bundle, reply_text, reply_tools, text};
+use serde_json::json;
 
 /// Variables of the test's own environment that would change what is tested.
 const CLEARED: [&str; 6] = [
@@ -34,20 +35,8 @@ fn gdn(bundle: &Path, state: &Path, env: &[(&str, &str)], args: &[&str]) -> Outp
 /// An OpenAI model without `spec.endpoint` (so `OPENAI_BASE_URL` decides
 /// where its key goes) and an agent without tools.
 fn write_openai_bundle(dir: &Path) {
-    let yaml = r#"apiVersion: goondan.ai/v1
-kind: Model
-metadata: {name: gpt}
-spec:
-  provider: openai
-  model: gpt-test
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {name: a}
-spec:
-  modelConfig: {modelRef: Model/gpt}
-"#;
-    write(&dir.join("goondan.yaml"), yaml);
+    let model = json!({"provider": "openai", "model": "gpt-test"});
+    must(Bundle::new().resource("Model", "gpt", model).agent(Agent::new("a", "gpt")).write(dir));
 }
 
 /// `OPENAI_BASE_URL` in `.env.local` would send the key of `.env` to
@@ -89,29 +78,17 @@ fn a_base_url_in_env_local_is_refused_and_nothing_is_sent() {
 
 /// A scripted agent with `file-system` that reads `path`.
 fn write_reader_bundle(dir: &Path, path: &Path) {
-    let yaml = format!(
-        r#"apiVersion: goondan.ai/v1
-kind: Model
-metadata: {{name: script}}
-spec:
-  provider: scripted
-  model: s
-  options:
-    replies:
-      - {{toolCalls: [{{name: file-system__read, args: {{path: "{}"}}}}]}}
-      - {{text: done}}
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {{name: reader}}
-spec:
-  modelConfig: {{modelRef: Model/script}}
-  tools:
-    - {{ref: {{kind: Tool, name: file-system, package: "@goondan/base"}}}}
-"#,
-        path.display()
-    );
-    write(&dir.join("goondan.yaml"), &yaml);
+    let read = reply_tools([("file-system__read", json!({"path": path}))]);
+    let tool = json!({"ref": {"kind": "Tool", "name": "file-system", "package": "@goondan/base"}});
+    let bundle = Bundle::new()
+        .scripted_model_as("script", "s", json!({"replies": [read, reply_text("done")]}))
+        .agent(Agent::new("reader", "script").tool(tool));
+    must(bundle.write(dir));
+}
+
+/// `result`'s value; a test failure with its error otherwise.
+fn must<T, E: std::fmt::Display>(result: Result<T, E>) -> T {
+    result.unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// What the agent's conversation holds after a run.

@@ -268,16 +268,7 @@ fn standard_input_is_bounded_too() {
 }
 
 fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            files.extend(walk(&path));
-        } else {
-            files.push(path);
-        }
-    }
-    files
+    common::files_under(dir)
 }
 
 /// The fake model server, answering "hello".

@@ -10,6 +10,9 @@ use serde_json::Value;
 
 mod common;
 use common::js_runtime_usable;
+use common::temp;
+use goondan_test_support::json_stdout as json;
+use goondan_test_support::text;
 
 fn repo(relative: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(relative)
@@ -17,18 +20,6 @@ fn repo(relative: &str) -> PathBuf {
 
 fn gdn(state: &Path, bundle: &str, args: &[&str]) -> Output {
     common::gdn_bin().state_arg(state).project(repo(bundle)).run(args)
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn json(output: &Output) -> Value {
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&output.stdout)))
-}
-
-fn temp() -> tempfile::TempDir {
-    tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]

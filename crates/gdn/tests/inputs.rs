@@ -3,6 +3,8 @@
 //! a conversation that failing model requests must not pile up.
 
 mod common;
+use common::temp;
+use goondan_test_support::text;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -13,14 +15,6 @@ fn repo(relative: &str) -> PathBuf {
 
 fn gdn(state: &Path, args: &[&str]) -> Output {
     common::gdn_bin().state_arg(state).env_remove("GOONDAN_TEST_OPENAI_KEY").run(args)
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn temp() -> tempfile::TempDir {
-    tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// `-c /dev/zero` used to read forever (growing to gigabytes) and `-c` on a

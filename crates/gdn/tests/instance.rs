@@ -3,6 +3,7 @@
 //! that `gdn run` moves into their bundle's workspace.
 
 mod common;
+use goondan_test_support::text;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -17,10 +18,6 @@ fn must<T, E: std::fmt::Display>(result: Result<T, E>) -> T {
 
 fn gdn(state: &Path, args: &[&str]) -> Output {
     common::gdn_bin().state_arg(state).run(args)
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 fn user(text: &str) -> Message {

@@ -9,9 +9,11 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
+use goondan_test_support::{Agent, Bundle};
 use serde_json::Value;
 
 mod common;
+use goondan_test_support::text;
 
 fn must<T, E: std::fmt::Display>(result: Result<T, E>) -> T {
     result.unwrap_or_else(|error| panic!("{error}"))
@@ -21,38 +23,13 @@ fn gdn(state: &Path, args: &[&str]) -> Output {
     common::gdn_bin().state_arg(state).env("LOCAL_MODEL_KEY", "sk-local").run(args)
 }
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
 /// A bundle whose Swarm (`default`) and agent (`assistant`) have the quick
 /// start's names, with a model on the local server.
 fn write_other_bundle(dir: &Path, endpoint: &str) {
-    let yaml = format!(
-        r#"apiVersion: goondan.ai/v1
-kind: Model
-metadata: {{name: local}}
-spec:
-  provider: openai
-  model: local-model
-  endpoint: {endpoint}
-  apiKey: {{valueFrom: {{env: LOCAL_MODEL_KEY}}}}
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {{name: assistant}}
-spec:
-  modelConfig: {{modelRef: Model/local}}
----
-apiVersion: goondan.ai/v1
-kind: Swarm
-metadata: {{name: default}}
-spec:
-  entryAgent: Agent/assistant
-  agents: [Agent/assistant]
-"#
-    );
-    must(std::fs::write(dir.join("goondan.yaml"), yaml));
+    let bundle = Bundle::new()
+        .openai_model("local", "local-model", endpoint, "LOCAL_MODEL_KEY")
+        .one_agent("default", Agent::new("assistant", "local"));
+    must(bundle.write(dir));
 }
 
 fn quickstart() -> PathBuf {

@@ -6,67 +6,32 @@ mod common;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use goondan_test_support::{Agent, Bundle, reply_text, reply_tools};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-
-fn is_gone(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/status")) {
-        Err(_) => true,
-        Ok(status) => status.lines().any(|line| line.starts_with("State:") && line.contains('Z')),
-    }
-}
+use serde_json::json;
 
 fn wait_gone(pid: u32, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !is_gone(pid) {
-        if Instant::now() > deadline {
-            let _ = kill(Pid::from_raw(i32::try_from(pid).unwrap_or(0)), Signal::SIGKILL);
-            panic!("{what} ({pid}) outlived gdn");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::procs::wait_gone(pid, what, "gdn");
 }
 
 fn read_pid(path: &Path) -> u32 {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(pid) = std::fs::read_to_string(path).ok().and_then(|text| text.trim().parse().ok()) {
-            return pid;
-        }
-        assert!(Instant::now() < deadline, "{} never appeared", path.display());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::procs::read_pid(path, Duration::from_secs(20))
 }
 
 /// A bundle whose model runs one long bash command that starts a child in
 /// the command's group and one that leaves it (`setsid`).
 fn write_bundle(dir: &Path) {
-    let yaml = r#"apiVersion: goondan.ai/v1
-kind: Model
-metadata: {name: scripted}
-spec:
-  provider: scripted
-  model: long
-  options:
-    replies:
-      - toolCalls:
-          - name: bash__exec
-            args:
-              command: "setsid sleep 300 > /dev/null 2>&1 < /dev/null & echo $! > escaped.pid; sleep 300 & echo $! > child.pid; wait"
-              timeoutMs: 0
-      - text: "finished"
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {name: runner}
-spec:
-  modelConfig: {modelRef: Model/scripted}
-  tools:
-    - {kind: Tool, name: bash, package: "@goondan/base"}
-"#;
-    std::fs::write(dir.join("goondan.yaml"), yaml).unwrap_or_else(|e| panic!("{e}"));
+    let command =
+        "setsid sleep 300 > /dev/null 2>&1 < /dev/null & echo $! > escaped.pid; sleep 300 & echo $! > child.pid; wait";
+    let replies = [reply_tools([("bash__exec", json!({"command": command, "timeoutMs": 0}))]), reply_text("finished")];
+    Bundle::new()
+        .scripted_model_as("scripted", "long", json!({ "replies": replies }))
+        .agent(Agent::new("runner", "scripted").base_tool("bash"))
+        .write(dir)
+        .unwrap_or_else(|e| panic!("{e}"));
 }
 
 fn start_run(bundle: &Path, state: &Path, work: &Path) -> Child {

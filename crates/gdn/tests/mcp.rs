@@ -13,12 +13,15 @@
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 mod common;
+use common::temp;
 use common::{
     mcp_everything_server as everything_server, mcp_python as python, mcp_time_server as time_server, repo_path as repo,
 };
+use goondan_test_support::json_stdout as json_out;
+use goondan_test_support::text;
 
 fn gdn(state: &Path, server: &Path, args: &[&str]) -> Output {
     gdn_with(state, server, &[], args)
@@ -31,18 +34,6 @@ fn gdn_with(state: &Path, server: &Path, env: &[(&str, &str)], args: &[&str]) ->
         .env("GOONDAN_TEST_MCP_EVERYTHING", server)
         .env("GOONDAN_TEST_MCP_FAKE", repo("crates/goondan-mcp/tests/fake-server.mjs"));
     env.iter().fold(gdn, |gdn, (key, value)| gdn.env(key, value)).run(args)
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn json_out(output: &Output) -> Value {
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&output.stdout)))
-}
-
-fn temp() -> tempfile::TempDir {
-    tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]

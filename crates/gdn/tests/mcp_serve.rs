@@ -25,6 +25,7 @@ use nix::unistd::Pid;
 use serde_json::{Value, json};
 
 mod common;
+use common::temp;
 use common::{
     js_runtime_usable, mcp_everything_server as everything_server, mcp_python as python, mcp_tasks_python,
     repo_path as repo,
@@ -34,42 +35,30 @@ fn fixture() -> PathBuf {
     repo("tests/fixtures/base-tools")
 }
 
-fn temp() -> tempfile::TempDir {
-    tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"))
-}
-
 /// Runs the Python client with `server` (a command to start, or a URL) and
 /// `ops`; one JSON value per operation.
 fn client(python: &Path, server: Value, ops: Value) -> Vec<Value> {
-    let spec = json!({"server": server, "ops": ops});
-    let output = Command::new(python)
-        .arg(repo("crates/gdn/tests/mcp_serve/client.py"))
-        .arg(spec.to_string())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("run the MCP client: {e}"));
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "the MCP client failed: {stderr}");
-    let lines: Vec<Value> = String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}\n{stderr}")))
-        .collect();
-    assert_eq!(lines.len(), ops.as_array().map_or(0, Vec::len), "{lines:?}\n{stderr}");
-    lines
+    run_client(python, "client.py", "the MCP client", server, ops)
 }
 
 /// Runs the tasks-extension client (`tests/mcp_serve/tasks_client.py`)
 /// with `server` and `ops`; one JSON value per operation.
 fn tasks_client(python: &Path, server: Value, ops: Value) -> Vec<Value> {
+    run_client(python, "tasks_client.py", "the MCP tasks client", server, ops)
+}
+
+/// Runs `script` of `tests/mcp_serve` (`what`, for messages) with
+/// `server` and `ops`; one JSON value per operation.
+fn run_client(python: &Path, script: &str, what: &str, server: Value, ops: Value) -> Vec<Value> {
     let spec = json!({"server": server, "ops": ops});
     let output = Command::new(python)
-        .arg(repo("crates/gdn/tests/mcp_serve/tasks_client.py"))
+        .arg(repo(&format!("crates/gdn/tests/mcp_serve/{script}")))
         .arg(spec.to_string())
         .stdin(Stdio::null())
         .output()
-        .unwrap_or_else(|e| panic!("run the MCP tasks client: {e}"));
+        .unwrap_or_else(|e| panic!("run {what}: {e}"));
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "the MCP tasks client failed: {stderr}");
+    assert!(output.status.success(), "{what} failed: {stderr}");
     let lines: Vec<Value> = String::from_utf8_lossy(&output.stdout)
         .lines()
         .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}\n{stderr}")))
@@ -447,22 +436,10 @@ fn remote_clients_need_a_token_and_the_token_a_value() {
     assert_eq!(code, Some(2), "a token means nothing over stdio: {stderr}");
 }
 
-fn is_gone(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/status")) {
-        Err(_) => true,
-        Ok(status) => status.lines().any(|line| line.starts_with("State:") && line.contains('Z')),
-    }
-}
+use common::procs::is_gone;
 
 fn assert_gone(pid: u32, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !is_gone(pid) {
-        if Instant::now() > deadline {
-            let _ = kill(Pid::from_raw(i32::try_from(pid).unwrap_or(0)), Signal::SIGKILL);
-            panic!("{what} ({pid}) outlived gdn mcp serve");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::procs::wait_gone(pid, what, "gdn mcp serve");
 }
 
 /// A call that leaves a background job running, and its pid.
@@ -519,7 +496,14 @@ fn receive_frame(stdout: &mut impl BufRead) -> Value {
 
 /// `gdn mcp serve` over stdio on the fixture, its standard error discarded.
 fn spawn_stdio_server(state: &Path) -> std::process::Child {
+    stdio_child(state, &[], Stdio::null())
+}
+
+/// `gdn FLAGS mcp serve` over stdio on the fixture, its standard error to
+/// `stderr`.
+fn stdio_child(state: &Path, flags: &[&str], stderr: Stdio) -> std::process::Child {
     Command::new(env!("CARGO_BIN_EXE_gdn"))
+        .args(flags)
         .arg("--state-root")
         .arg(state)
         .arg("-c")
@@ -528,7 +512,7 @@ fn spawn_stdio_server(state: &Path) -> std::process::Child {
         .env("NO_COLOR", "1")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(stderr)
         .spawn()
         .unwrap_or_else(|e| panic!("spawn gdn: {e}"))
 }
@@ -550,19 +534,7 @@ fn initialized(child: &mut std::process::Child) -> (std::process::ChildStdin, Bu
 #[test]
 fn over_stdio_only_frames_reach_stdout_and_end_of_input_ends_the_server() {
     let state = temp();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gdn"))
-        .arg("-vv")
-        .arg("--state-root")
-        .arg(state.path())
-        .arg("-c")
-        .arg(fixture())
-        .args(["mcp", "serve"])
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn gdn: {e}"));
+    let mut child = stdio_child(state.path(), &["-vv"], Stdio::piped());
     let mut stdin = child.stdin.take().unwrap_or_else(|| panic!("no stdin"));
     let mut stdout = BufReader::new(child.stdout.take().unwrap_or_else(|| panic!("no stdout")));
     let mut send = |message: Value| send_frame(&mut stdin, &message);

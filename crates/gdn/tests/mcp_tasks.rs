@@ -13,12 +13,12 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use goondan_test_support::{Agent, Bundle, reply_text, reply_tools};
+use goondan_test_support::{Agent, Bundle, reply_text, reply_tools, when_input};
 use serde_json::{Value, json};
 
 mod common;
 use common::service::jobs::{count, instance_dir, post, texts};
-use common::service::{Stopped, TestResult, free_port, gdn, until};
+use common::service::{TestResult, detach, free_port, gdn, until};
 use common::{mcp_tasks_python, repo_path};
 
 /// The MCP server `tasky` run over standard input/output by `python`.
@@ -37,17 +37,17 @@ fn bundle(dir: &Path, port: u16, server: Value, seconds: Value) -> Result<(), st
     let options = json!({
         "replies": [reply_text("noted")],
         "when": [
-            {"inputContains": "tool_task_result", "replies": [reply_text("the server's task ended")]},
-            {"inputContains": "start work", "replies": [
+            when_input("tool_task_result", [reply_text("the server's task ended")]),
+            when_input("start work", [
                 reply_tools([("tasky__slow", json!({"seconds": seconds, "text": "built"}))]),
                 reply_text("started"),
-            ]},
-            {"inputContains": "cancel it", "replies": [
+            ]),
+            when_input("cancel it", [
                 reply_tools([("tasky__slow", json!({"seconds": 60}))]),
                 reply_tools([("tasks__wait", json!({"handle": handle, "timeoutMs": 500}))]),
                 reply_tools([("tasks__cancel", json!({"handle": handle}))]),
                 reply_text("cancelled"),
-            ]},
+            ]),
         ],
     });
     let servers = json!({ "tasky": server });
@@ -67,9 +67,7 @@ fn an_mcp_servers_task_is_pending_its_result_arrives_and_a_cancel_reaches_the_se
     let cancelled = dir.path().join("cancelled");
     let port = free_port()?;
     bundle(dir.path(), port, stdio_server(&python, &cancelled), json!(1.5))?;
-    let started = gdn(dir.path(), &state, &["run", "--detach"])?;
-    assert_eq!(started.status.code(), Some(0), "{}", String::from_utf8_lossy(&started.stderr));
-    let _running = Stopped { dir: dir.path().to_path_buf(), state: state.clone() };
+    let _running = detach(dir.path(), &state)?;
 
     assert!(post(port, "a", "start work")?.starts_with("HTTP/1.1 200"));
     until("the completion turn's answer", || Ok(count(&state, "a", "the server's task ended") == 1))?;
@@ -122,9 +120,7 @@ fn a_task_of_a_server_reached_over_http_is_followed_again_after_the_service_rest
     until("the MCP server to listen", || Ok(TcpStream::connect(("127.0.0.1", mcp_port)).is_ok()))?;
     // The same server, reached over HTTP; its task outlasts the restart.
     bundle(dir.path(), port, json!({"url": format!("http://127.0.0.1:{mcp_port}/mcp")}), json!(4))?;
-    let started = gdn(dir.path(), &state, &["run", "--detach"])?;
-    assert_eq!(started.status.code(), Some(0), "{}", String::from_utf8_lossy(&started.stderr));
-    let _running = Stopped { dir: dir.path().to_path_buf(), state: state.clone() };
+    let _running = detach(dir.path(), &state)?;
 
     assert!(post(port, "r", "start work")?.starts_with("HTTP/1.1 200"));
     until("the pending result", || Ok(count(&state, "r", "\"status\":\"pending\"") == 1))?;
@@ -132,12 +128,8 @@ fn a_task_of_a_server_reached_over_http_is_followed_again_after_the_service_rest
     let restarted = gdn(dir.path(), &state, &["restart"])?;
     assert_eq!(restarted.status.code(), Some(0), "{}", String::from_utf8_lossy(&restarted.stderr));
     until("the completion turn's answer", || Ok(count(&state, "r", "the server's task ended") == 1))?;
-    let book = std::fs::read_to_string(instance_dir(&state, "r").join("tasks.jsonl"))?;
-    let ends: Vec<Value> = book
-        .lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .filter(|line| line["op"] == "end")
-        .collect();
+    let (book, records) = common::task_book(&instance_dir(&state, "r"));
+    let ends = common::task_ops(&records, "end");
     assert_eq!(ends.len(), 1, "{book}");
     assert_eq!(ends[0]["state"], "completed", "{book}");
     assert!(ends[0]["result"].to_string().contains("built after 4"), "{book}");

@@ -260,17 +260,8 @@ impl Cluster {
 /// Posts an event with `text` for instance key `k` to the `nats-service`
 /// fixture's webhook on `port`; the HTTP response.
 fn post_event(port: u16, text: &str) -> Result<String, Box<dyn std::error::Error>> {
-    use std::io::{Read as _, Write as _};
-    let body = serde_json::json!({"instanceKey": "k", "text": text}).to_string();
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
-    write!(
-        stream,
-        "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    )?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    Ok(response)
+    let body = serde_json::json!({"instanceKey": "k", "text": text});
+    Ok(goondan_test_support::http::post_json(port, &[], &body)?)
 }
 
 struct InteractiveHub {

@@ -22,13 +22,10 @@ use serde_json::json;
 
 mod common;
 use common::service::{TestResult, free_port, until};
+use goondan_test_support::text;
 
 /// The unprivileged user the tests switch to.
 const NOBODY: u32 = 65534;
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
 
 /// Whether processes can be run as [`NOBODY`] here (root, and setpriv).
 fn can_switch_user() -> bool {

@@ -8,6 +8,8 @@ use serde_json::Value;
 
 mod common;
 use common::js_runtime_usable;
+use common::temp;
+use goondan_test_support::text;
 
 fn repo(relative: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(relative)
@@ -20,10 +22,6 @@ fn gdn(state: &Path, args: &[&str]) -> Output {
 
 fn gdn_stdin(state: &Path, args: &[&str], stdin: Option<&str>) -> Output {
     common::gdn_bin().state_arg(state).env_remove("GOONDAN_TEST_OPENAI_KEY").run_with_stdin(args, stdin)
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 fn lines(path: &Path) -> Vec<Value> {
@@ -39,10 +37,6 @@ fn folded(path: &Path) -> Vec<Value> {
     let loaded = goondan_runtime::store::read_message_log(path).unwrap_or_else(|e| panic!("{e}"));
     assert!(!loaded.skipped_torn_tail && loaded.skipped_corrupt_lines == 0, "{} has unreadable lines", path.display());
     loaded.state.messages().iter().map(|m| serde_json::to_value(m).unwrap_or_default()).collect()
-}
-
-fn temp() -> tempfile::TempDir {
-    tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use goondan_test_support::{Agent, Bundle, reply_text, reply_tools, when_input};
+use serde_json::{Value, json};
 
 mod common;
 use common::service::{TestResult, gdn, until};
@@ -25,99 +26,54 @@ const RUN_LIMIT: Duration = Duration::from_secs(90);
 /// (one the worker never answers); an answer's turn says "got an answer",
 /// a task's end "the task ended".
 fn bundle(dir: &Path, marks: &Path) -> std::io::Result<()> {
-    let request = |key: &str, input: &str| {
-        format!(
-            "              - {{name: agents__request, args: {{target: worker, instanceKey: {key}, input: \"{input}\", async: true}}}}\n"
-        )
+    let requests = |keys: &mut dyn Iterator<Item = String>, input: &str| {
+        let calls: Vec<(&str, Value)> = keys
+            .map(|key| {
+                ("agents__request", json!({"target": "worker", "instanceKey": key, "input": input, "async": true}))
+            })
+            .collect();
+        reply_tools(calls)
     };
-    let three: String = (1..=3).map(|n| request(&format!("w{n}"), "CASE:slow")).collect();
-    let sixty: String = (1..=60).map(|n| request(&format!("k{n}"), "CASE:quick")).collect();
-    let hang = request("h1", "CASE:hang");
-    let marks = marks.display();
-    let yaml = format!(
-        r#"apiVersion: goondan.ai/v1
-kind: Model
-metadata: {{name: coordinator-model}}
-spec:
-  provider: scripted
-  model: coordinator
-  options:
-    replies:
-      - text: "nothing to do"
-    when:
-      - inputContains: "tool_task_result"
-        replies:
-          - text: "the task ended"
-      - inputContains: "inter_agent_response"
-        replies:
-          - text: "got an answer"
-      - inputContains: "CASE:three"
-        replies:
-          - toolCalls:
-{three}          - text: "fanned out"
-      - inputContains: "CASE:sixty"
-        replies:
-          - toolCalls:
-{sixty}          - text: "fanned out"
-      - inputContains: "CASE:hang"
-        replies:
-          - toolCalls:
-{hang}          - text: "asked the worker"
----
-apiVersion: goondan.ai/v1
-kind: Model
-metadata: {{name: worker-model}}
-spec:
-  provider: scripted
-  model: worker
-  options:
-    replies:
-      - text: "worker: nothing to do"
-    when:
-      - inputContains: "CASE:quick"
-        replies:
-          - text: "quick answer"
-      - inputContains: "CASE:slow"
-        replies:
-          - toolCalls:
-              - {{name: wait__seconds, args: {{seconds: 1}}}}
-          - text: "slow answer"
-      - inputContains: "CASE:hang"
-        replies:
-          - toolCalls:
-              - {{name: bash__exec, args: {{command: "echo $$ > '{marks}/worker-shell.pid'; exec sleep 300", timeoutMs: 0}}}}
-          - text: "woke up"
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {{name: coordinator}}
-spec:
-  modelConfig: {{modelRef: Model/coordinator-model}}
-  prompt: {{system: Coordinate.}}
-  tools:
-    - {{kind: Tool, name: agents, package: "@goondan/base"}}
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {{name: worker}}
-spec:
-  modelConfig: {{modelRef: Model/worker-model}}
-  prompt: {{system: Work.}}
-  tools:
-    - {{kind: Tool, name: bash, package: "@goondan/base"}}
-    - {{kind: Tool, name: wait, package: "@goondan/base"}}
----
-apiVersion: goondan.ai/v1
-kind: Swarm
-metadata: {{name: asyncrun}}
-spec:
-  entryAgent: {{kind: Agent, name: coordinator}}
-  agents:
-    - {{kind: Agent, name: coordinator}}
-    - {{kind: Agent, name: worker}}
-"#
-    );
-    std::fs::write(dir.join("goondan.yaml"), yaml)
+    let coordinator = json!({
+        "replies": [reply_text("nothing to do")],
+        "when": [
+            when_input("tool_task_result", [reply_text("the task ended")]),
+            when_input("inter_agent_response", [reply_text("got an answer")]),
+            when_input("CASE:three", [requests(&mut (1..=3).map(|n| format!("w{n}")), "CASE:slow"), reply_text("fanned out")]),
+            when_input("CASE:sixty", [requests(&mut (1..=60).map(|n| format!("k{n}")), "CASE:quick"), reply_text("fanned out")]),
+            when_input("CASE:hang", [requests(&mut std::iter::once("h1".to_owned()), "CASE:hang"), reply_text("asked the worker")]),
+        ],
+    });
+    let shell = format!("echo $$ > '{}/worker-shell.pid'; exec sleep 300", marks.display());
+    let worker = json!({
+        "replies": [reply_text("worker: nothing to do")],
+        "when": [
+            when_input("CASE:quick", [reply_text("quick answer")]),
+            when_input("CASE:slow", [reply_tools([("wait__seconds", json!({"seconds": 1}))]), reply_text("slow answer")]),
+            when_input("CASE:hang", [reply_tools([("bash__exec", json!({"command": shell, "timeoutMs": 0}))]), reply_text("woke up")]),
+        ],
+    });
+    let agent_ref = |name: &str| json!({"kind": "Agent", "name": name});
+    Bundle::new()
+        .scripted_model_as("coordinator-model", "coordinator", coordinator)
+        .scripted_model_as("worker-model", "worker", worker)
+        .agent(
+            Agent::new("coordinator", "coordinator-model")
+                .with("prompt", json!({"system": "Coordinate."}))
+                .base_tool("agents"),
+        )
+        .agent(
+            Agent::new("worker", "worker-model")
+                .with("prompt", json!({"system": "Work."}))
+                .base_tool("bash")
+                .base_tool("wait"),
+        )
+        .resource(
+            "Swarm",
+            "asyncrun",
+            json!({"entryAgent": agent_ref("coordinator"), "agents": [agent_ref("coordinator"), agent_ref("worker")]}),
+        )
+        .write(dir)
 }
 
 /// A project: its bundle, state root, and where the worker leaves marks.

@@ -5,6 +5,7 @@
 //! `policy: full` the same calls succeed.
 
 mod common;
+use goondan_test_support::text;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -110,10 +111,6 @@ export const handlers = {
         let output = self.gdn(&["--json", "tool", "call", "peek__read", "--args", &args])?;
         Ok(serde_json::from_slice(&output.stdout)?)
     }
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 #[test]

@@ -12,56 +12,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use goondan_test_support::{Agent, Bundle, reply_text, reply_tools};
+use serde_json::{Value, json};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
-
-const BUNDLE: &str = r#"apiVersion: goondan.ai/v1
-kind: Model
-metadata: {name: m}
-spec:
-  provider: scripted
-  model: s
-  options:
-    replies: [{text: "noted"}]
-    when:
-      - inputContains: tool_task_result
-        replies: [{text: "the js job ended"}]
-      - inputContains: "start js work"
-        replies:
-          - toolCalls: [{name: jobs__build, args: {ms: 300}}]
-          - text: "started"
-      - inputContains: "hold js work"
-        replies:
-          - toolCalls: [{name: jobs__hold, args: {}}]
-          - text: "holding"
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {name: worker}
-spec:
-  modelConfig: {modelRef: Model/m}
-  tools:
-    - {kind: Tool, name: jobs}
----
-apiVersion: goondan.ai/v1
-kind: Tool
-metadata: {name: jobs}
-spec:
-  entry: ./tools/jobs.ts
-  exports:
-    - name: build
-      description: Builds in the background.
-      parameters: {type: object, properties: {ms: {type: integer}}}
-    - name: hold
-      description: Works until cancelled.
-      parameters: {type: object, properties: {}}
----
-apiVersion: goondan.ai/v1
-kind: Swarm
-metadata: {name: jobs}
-spec: {entryAgent: Agent/worker, agents: [Agent/worker]}
-"#;
 
 const TOOL: &str = r#"export const handlers = {
   build: async (ctx: any, input: { ms?: number }) => {
@@ -77,10 +31,30 @@ const TOOL: &str = r#"export const handlers = {
 };
 "#;
 
+/// Agent `worker` (Swarm `jobs`) with the JavaScript tool `jobs`
+/// ([`TOOL`]), whose `build` and `hold` start tasks.
 fn bundle(dir: &Path) -> Result<(), std::io::Error> {
-    std::fs::create_dir_all(dir.join("tools"))?;
-    std::fs::write(dir.join("goondan.yaml"), BUNDLE)?;
-    std::fs::write(dir.join("tools/jobs.ts"), TOOL)
+    let calls = |input: &str, tool: &str, args: Value, answer: &str| json!({"inputContains": input, "replies": [reply_tools([(tool, args)]), reply_text(answer)]});
+    let options = json!({
+        "replies": [reply_text("noted")],
+        "when": [
+            {"inputContains": "tool_task_result", "replies": [reply_text("the js job ended")]},
+            calls("start js work", "jobs__build", json!({"ms": 300}), "started"),
+            calls("hold js work", "jobs__hold", json!({}), "holding"),
+        ],
+    });
+    let exports = json!([
+        {"name": "build", "description": "Builds in the background.",
+         "parameters": {"type": "object", "properties": {"ms": {"type": "integer"}}}},
+        {"name": "hold", "description": "Works until cancelled.", "parameters": {"type": "object", "properties": {}}},
+    ]);
+    Bundle::new()
+        .scripted_model_as("m", "s", options)
+        .agent(Agent::new("worker", "m").tool(json!({"kind": "Tool", "name": "jobs"})))
+        .resource("Tool", "jobs", json!({"entry": "./tools/jobs.ts", "exports": exports}))
+        .swarm("jobs", "worker", &["worker"])
+        .file("tools/jobs.ts", TOOL)
+        .write(dir)
 }
 
 fn gdn(dir: &Path, state: &Path) -> Command {
@@ -93,23 +67,7 @@ fn instance_dir(state: &Path) -> PathBuf {
 
 /// The instance's task records, folded by handle.
 fn tasks(state: &Path) -> Vec<Value> {
-    let text = std::fs::read_to_string(instance_dir(state).join("tasks.jsonl")).unwrap_or_default();
-    let mut by_handle: Vec<Value> = Vec::new();
-    for line in text.lines() {
-        let Ok(record) = serde_json::from_str::<Value>(line) else { continue };
-        match record["op"].as_str() {
-            Some("open") => by_handle.push(record["task"].clone()),
-            Some("end") => {
-                if let Some(task) = by_handle.iter_mut().find(|t| t["handle"] == record["handle"]) {
-                    task["state"] = record["state"].clone();
-                    task["result"] = record["result"].clone();
-                    task["reason"] = record["reason"].clone();
-                }
-            }
-            _ => {}
-        }
-    }
-    by_handle
+    common::tasks_by_handle(&instance_dir(state))
 }
 
 #[test]

@@ -9,6 +9,7 @@ use serde_json::Value;
 
 mod common;
 use common::js_runtime_usable;
+use goondan_test_support::text;
 
 const MODEL_KEY: &str = "sk-model-key-9f3b2c";
 const ODD_SECRET: &str = "odd-name-secret-5e1a";
@@ -36,10 +37,6 @@ fn gdn(bundle: &Path, state: &Path, extra_env: &[(&str, &str)], args: &[&str]) -
         command.env(key, value);
     }
     command.output().unwrap_or_else(|e| panic!("spawn gdn: {e}"))
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// The Agent's sandbox that gives its commands the user's full rights.
@@ -142,16 +139,7 @@ fn the_model_still_gets_its_key_and_no_secret_is_saved() {
 }
 
 fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            files.extend(walk(&path));
-        } else {
-            files.push(path);
-        }
-    }
-    files
+    common::files_under(dir)
 }
 
 /// Under the default sandbox a command cannot even open `gdn`'s (nor the

@@ -8,7 +8,7 @@
 //! Models are `provider: scripted`; which agent instances got turns is read
 //! back with `gdn instance list --json`.
 
-use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::io::{BufRead as _, BufReader, Write as _};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
@@ -27,7 +27,7 @@ mod fake_telegram;
 
 use fake_telegram::FakeTelegram;
 use goondan_test_support::bundle::copy_dir;
-use goondan_test_support::{Agent, Bundle, reply_text, reply_tools};
+use goondan_test_support::{Agent, Bundle, http, reply_text, reply_tools};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -39,18 +39,10 @@ const TURN_TIMEOUT: Duration = Duration::from_secs(90);
 // ---------------------------------------------------------------------------
 
 /// Variables of the test's own environment that would change what the
-/// bundles under test do.
+/// bundles under test do, besides those the built-in tools read
+/// (`goondan_base::settings::ENV_VARS`, also cleared).
 const CLEARED_VARS: &[&str] = &[
     "GOONDAN_STATE_ROOT",
-    "TELEGRAM_BOT_TOKEN",
-    "BOT_TOKEN",
-    "TELEGRAM_TOKEN",
-    "BRAIN_TELEGRAM_BOT_TOKEN",
-    "TELEGRAM_API_BASE_URL",
-    "SLACK_BOT_TOKEN",
-    "SLACK_TOKEN",
-    "BRAIN_SLACK_BOT_TOKEN",
-    "SLACK_API_BASE_URL",
     "SLACK_SIGNING_SECRET",
     "ANTHROPIC_API_KEY",
     "GOONDAN_MAX_AGENT_PROCESSES",
@@ -62,7 +54,7 @@ const CLEARED_VARS: &[&str] = &[
 fn gdn_command(state: &Path, bundle: &Path, env: &[(&str, String)]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_gdn"));
     command.arg("--state-root").arg(state).arg("-c").arg(bundle).env("NO_COLOR", "1");
-    for name in CLEARED_VARS {
+    for name in CLEARED_VARS.iter().chain(goondan_base::settings::ENV_VARS) {
         command.env_remove(name);
     }
     for (name, value) in env {
@@ -294,34 +286,15 @@ fn edit(text: &str, from: &str, to: &str) -> Result<String, String> {
     if text.contains(from) { Ok(text.replacen(from, to, 1)) } else { Err(format!("not in the bundle: {from:?}")) }
 }
 
-/// A bundle directory holding `yaml` as its goondan.yaml.
-fn bundle_of(yaml: &str) -> Result<tempfile::TempDir, std::io::Error> {
-    let dir = tempfile::tempdir()?;
-    std::fs::write(dir.path().join("goondan.yaml"), yaml)?;
-    Ok(dir)
-}
-
 fn free_port() -> Result<u16, std::io::Error> {
     Ok(TcpListener::bind(("127.0.0.1", 0))?.local_addr()?.port())
 }
 
 /// One HTTP/1.1 POST on its own connection: the status and the body.
 fn post(addr: SocketAddr, headers: &[(&str, String)], body: &[u8]) -> Result<(u16, String), std::io::Error> {
-    let mut stream = TcpStream::connect(addr)?;
-    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-    let mut head =
-        format!("POST / HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
-    for (name, value) in headers {
-        head.push_str(&format!("{name}: {value}\r\n"));
-    }
-    head.push_str("\r\n");
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(body)?;
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw)?;
-    let status = raw.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let body = raw.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default();
-    Ok((status, body))
+    let headers: Vec<(&str, &str)> = headers.iter().map(|(name, value)| (*name, value.as_str())).collect();
+    let response = http::post(addr.port(), &headers, body)?;
+    Ok((http::status(&response), http::body(&response).to_owned()))
 }
 
 fn unix_now() -> u64 {
@@ -737,79 +710,39 @@ async fn a_telegram_update_delivered_again_after_a_restart_runs_no_second_turn()
 // 2. Routing through a real process
 // ---------------------------------------------------------------------------
 
-const AGENTS: &str = r#"
-apiVersion: goondan.ai/v1
-kind: Model
-metadata: {name: quick}
-spec:
-  provider: scripted
-  model: quick
-  options:
-    replies: [{text: "ok"}]
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {name: front}
-spec: {modelConfig: {modelRef: Model/quick}}
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {name: clerk}
-spec: {modelConfig: {modelRef: Model/quick}}
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {name: urgent}
-spec: {modelConfig: {modelRef: Model/quick}}
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {name: never}
-spec: {modelConfig: {modelRef: Model/quick}}
----
-apiVersion: goondan.ai/v1
-kind: Swarm
-metadata: {name: desk}
-spec:
-  entryAgent: Agent/front
-  agents: [Agent/front, Agent/clerk, Agent/urgent, Agent/never]
-"#;
+/// A cli Connection of the Swarm `swarm`, with `ingress.rules` (null: none).
+fn cli(bundle: Bundle, name: &str, swarm: &str, rules: Value) -> Bundle {
+    let mut more = json!({"swarmRef": format!("Swarm/{swarm}")});
+    if !rules.is_null() {
+        more["ingress"] = json!({"rules": rules});
+    }
+    bundle.connection(name, "cli", &[], more)
+}
 
 fn routing_bundle(webhook_port: u16) -> Result<tempfile::TempDir, std::io::Error> {
-    bundle_of(&format!(
-        r#"{AGENTS}---
-apiVersion: goondan.ai/v1
-kind: Connection
-metadata: {{name: desk-cli}}
-spec:
-  connectorRef: {{kind: Connector, name: cli, package: "@goondan/base"}}
-  swarmRef: Swarm/desk
-  ingress:
-    rules:
-      - match: {{event: order, properties: {{priority: high}}}}
-        route: {{agentRef: Agent/urgent, instanceKeyProperty: customer, instanceKeyPrefix: "vip-"}}
-      - match: {{event: order}}
-        route: {{agentRef: Agent/clerk, instanceKey: orders}}
-      - match: {{event: order, properties: {{priority: low}}}}
-        route: {{agentRef: Agent/never, instanceKey: shadowed}}
-      - match: {{properties: {{lang: ko}}}}
-        route: {{agentRef: Agent/clerk}}
-      - route: {{}}
----
-apiVersion: goondan.ai/v1
-kind: Connection
-metadata: {{name: hooks}}
-spec:
-  connectorRef: {{kind: Connector, name: webhook, package: "@goondan/base"}}
-  swarmRef: Swarm/desk
-  config:
-    WEBHOOK_PORT: {{value: "{webhook_port}"}}
-  ingress:
-    rules:
-      - match: {{event: deploy}}
-        route: {{agentRef: Agent/urgent, instanceKey: deploys}}
-"#
-    ))
+    let agents = ["front", "clerk", "urgent", "never"];
+    let mut bundle = Bundle::new().scripted_model("quick", [reply_text("ok")]);
+    for agent in agents {
+        bundle = bundle.agent(Agent::new(agent, "quick"));
+    }
+    let bundle = bundle.swarm("desk", "front", &agents);
+    let rules = json!([
+        {"match": {"event": "order", "properties": {"priority": "high"}},
+         "route": {"agentRef": "Agent/urgent", "instanceKeyProperty": "customer", "instanceKeyPrefix": "vip-"}},
+        {"match": {"event": "order"}, "route": {"agentRef": "Agent/clerk", "instanceKey": "orders"}},
+        {"match": {"event": "order", "properties": {"priority": "low"}},
+         "route": {"agentRef": "Agent/never", "instanceKey": "shadowed"}},
+        {"match": {"properties": {"lang": "ko"}}, "route": {"agentRef": "Agent/clerk"}},
+        {"route": {}},
+    ]);
+    let port = webhook_port.to_string();
+    let hooks = json!({
+        "swarmRef": "Swarm/desk",
+        "ingress": {"rules": [{"match": {"event": "deploy"}, "route": {"agentRef": "Agent/urgent", "instanceKey": "deploys"}}]},
+    });
+    cli(bundle, "desk-cli", "desk", rules)
+        .connection("hooks", "webhook", &[("WEBHOOK_PORT", &port)], hooks)
+        .write_temp()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -871,48 +804,27 @@ async fn events_are_routed_by_the_first_matching_rule() -> TestResult {
 // 3. Life cycle
 // ---------------------------------------------------------------------------
 
+/// A cli service (Connection `terminal`, Swarm `shop`) whose agent
+/// `worker` has bash and the scripted Model `shell` of `options`; its
+/// commands may write `marks` (the test's own directory, outside the
+/// workdir: the sandbox's `writable`).
+fn shop(options: Value, marks: &Path) -> Result<tempfile::TempDir, std::io::Error> {
+    let swarm = json!({"entryAgent": "Agent/worker", "agents": ["Agent/worker"], "sandbox": {"writable": [marks]}});
+    let bundle = Bundle::new()
+        .scripted_model_as("shell", "shell", options)
+        .agent(Agent::new("worker", "shell").base_tool("bash"))
+        .resource("Swarm", "shop", swarm);
+    cli(bundle, "terminal", "shop", Value::Null).write_temp()
+}
+
 /// A cli service whose agent runs `command` with bash on a line containing
-/// "slow" and answers anything else at once.
-/// A bundle whose `slow` input runs `command`, which may write `marks` (the
-/// test's own directory, outside the workdir: the sandbox's `writable`).
+/// "slow" and answers anything else at once; `command` may write `marks`.
 fn bash_bundle(command: &str, marks: &Path) -> Result<tempfile::TempDir, std::io::Error> {
-    let command = serde_json::to_string(command).unwrap_or_default();
-    let marks = serde_json::to_string(&marks.display().to_string()).unwrap_or_default();
-    bundle_of(&format!(
-        r#"apiVersion: goondan.ai/v1
-kind: Model
-metadata: {{name: shell}}
-spec:
-  provider: scripted
-  model: shell
-  options:
-    replies: [{{text: "quick answer"}}]
-    when:
-      - inputContains: slow
-        replies:
-          - toolCalls: [{{name: bash__exec, args: {{command: {command}}}}}]
-          - text: "slow answer"
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {{name: worker}}
-spec:
-  modelConfig: {{modelRef: Model/shell}}
-  tools: [{{kind: Tool, name: bash, package: "@goondan/base"}}]
----
-apiVersion: goondan.ai/v1
-kind: Swarm
-metadata: {{name: shop}}
-spec: {{entryAgent: Agent/worker, agents: [Agent/worker], sandbox: {{writable: [{marks}]}}}}
----
-apiVersion: goondan.ai/v1
-kind: Connection
-metadata: {{name: terminal}}
-spec:
-  connectorRef: {{kind: Connector, name: cli, package: "@goondan/base"}}
-  swarmRef: Swarm/shop
-"#
-    ))
+    let slow = json!({"inputContains": "slow", "replies": [
+        reply_tools([("bash__exec", json!({"command": command}))]),
+        reply_text("slow answer"),
+    ]});
+    shop(json!({"replies": [reply_text("quick answer")], "when": [slow]}), marks)
 }
 
 fn line_for(instance: &str, text: &str) -> String {
@@ -1021,47 +933,14 @@ async fn turns_of_one_instance_queue_and_other_instances_run_at_once() -> TestRe
         format!("echo start {name} >> '{log}'; sleep 3; echo end {name} >> '{log}'")
     };
     let case = |name: &str| {
-        let command = serde_json::to_string(&command(name)).unwrap_or_default();
-        format!(
-            "      - inputContains: \"event-{name}\"\n        replies:\n          - toolCalls: [{{name: bash__exec, args: {{command: {command}}}}}]\n          - text: \"done\"\n"
-        )
+        json!({"inputContains": format!("event-{name}"), "replies": [
+            reply_tools([("bash__exec", json!({"command": command(name)}))]),
+            reply_text("done"),
+        ]})
     };
     // The commands write the test's log, outside the workdir: the sandbox's `writable`.
-    let marks_dir = serde_json::to_string(&marks.path().display().to_string()).unwrap_or_default();
-    let bundle = bundle_of(&format!(
-        r#"apiVersion: goondan.ai/v1
-kind: Model
-metadata: {{name: shell}}
-spec:
-  provider: scripted
-  model: shell
-  options:
-    replies: [{{text: "unexpected"}}]
-    when:
-{p1}{p2}{q1}---
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {{name: worker}}
-spec:
-  modelConfig: {{modelRef: Model/shell}}
-  tools: [{{kind: Tool, name: bash, package: "@goondan/base"}}]
----
-apiVersion: goondan.ai/v1
-kind: Swarm
-metadata: {{name: shop}}
-spec: {{entryAgent: Agent/worker, agents: [Agent/worker], sandbox: {{writable: [{marks_dir}]}}}}
----
-apiVersion: goondan.ai/v1
-kind: Connection
-metadata: {{name: terminal}}
-spec:
-  connectorRef: {{kind: Connector, name: cli, package: "@goondan/base"}}
-  swarmRef: Swarm/shop
-"#,
-        p1 = case("p1"),
-        p2 = case("p2"),
-        q1 = case("q1"),
-    ))?;
+    let options = json!({"replies": [reply_text("unexpected")], "when": [case("p1"), case("p2"), case("q1")]});
+    let bundle = shop(options, marks.path())?;
     let state = tempfile::tempdir()?;
     let mut service = Service::start(state.path(), bundle.path(), &[], &[], true)?;
     service.serving().await?;
@@ -1124,33 +1003,10 @@ async fn a_cli_service_exits_0_once_its_input_ended_and_everything_ran() -> Test
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_the_bundle_cannot_build_holds_its_event_for_the_next_start() -> TestResult {
-    let bundle = bundle_of(
-        r#"apiVersion: goondan.ai/v1
-kind: Model
-metadata: {name: real}
-spec:
-  provider: openai
-  model: gpt-test
-  apiKey: {valueFrom: {env: GOONDAN_TEST_UNSET_MODEL_KEY}}
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {name: front}
-spec: {modelConfig: {modelRef: Model/real}}
----
-apiVersion: goondan.ai/v1
-kind: Swarm
-metadata: {name: desk}
-spec: {entryAgent: Agent/front, agents: [Agent/front]}
----
-apiVersion: goondan.ai/v1
-kind: Connection
-metadata: {name: term}
-spec:
-  connectorRef: {kind: Connector, name: cli, package: "@goondan/base"}
-  swarmRef: Swarm/desk
-"#,
-    )?;
+    let model = json!({"provider": "openai", "model": "gpt-test",
+        "apiKey": {"valueFrom": {"env": "GOONDAN_TEST_UNSET_MODEL_KEY"}}});
+    let bundle = Bundle::new().resource("Model", "real", model).one_agent("desk", Agent::new("front", "real"));
+    let bundle = cli(bundle, "term", "desk", Value::Null).write_temp()?;
     let state = tempfile::tempdir()?;
     let mut service = Service::start(state.path(), bundle.path(), &[], &[], true)?;
     service.write_line("hello")?;
@@ -1181,53 +1037,24 @@ async fn a_connection_secret_reaches_no_agent_tool_state_or_log() -> TestResult 
     let hook_secret = "dotenv-hook-key-9d2c41";
     let port = free_port()?;
     let hook_port = free_port()?;
-    let bundle = bundle_of(&format!(
-        r#"apiVersion: goondan.ai/v1
-kind: Model
-metadata: {{name: shell}}
-spec:
-  provider: scripted
-  model: shell
-  options:
-    replies:
-      - toolCalls: [{{name: bash__exec, args: {{command: "env"}}}}]
-      - text: "printed"
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {{name: helper}}
-spec:
-  modelConfig: {{modelRef: Model/shell}}
-  tools: [{{kind: Tool, name: bash, package: "@goondan/base"}}]
----
-apiVersion: goondan.ai/v1
-kind: Swarm
-metadata: {{name: help}}
-spec: {{entryAgent: Agent/helper, agents: [Agent/helper]}}
----
-apiVersion: goondan.ai/v1
-kind: Connection
-metadata: {{name: slack-in}}
-spec:
-  connectorRef: {{kind: Connector, name: slack, package: "@goondan/base"}}
-  swarmRef: Swarm/help
-  config:
-    SLACK_WEBHOOK_PORT: {{value: "{port}"}}
-  secrets:
-    SLACK_SIGNING_SECRET: {{valueFrom: {{env: SLACK_SIGNING_SECRET}}}}
----
-apiVersion: goondan.ai/v1
-kind: Connection
-metadata: {{name: hook-in}}
-spec:
-  connectorRef: {{kind: Connector, name: webhook, package: "@goondan/base"}}
-  swarmRef: Swarm/help
-  config:
-    WEBHOOK_PORT: {{value: "{hook_port}"}}
-  secrets:
-    WEBHOOK_SECRET: {{valueFrom: {{env: HOOK_SIGNING_KEY}}}}
-"#
-    ))?;
+    let secret_of =
+        |name: &str, env: &str| json!({"swarmRef": "Swarm/help", "secrets": {name: {"valueFrom": {"env": env}}}});
+    let bundle = Bundle::new()
+        .scripted_model("shell", [reply_tools([("bash__exec", json!({"command": "env"}))]), reply_text("printed")])
+        .one_agent("help", Agent::new("helper", "shell").base_tool("bash"))
+        .connection(
+            "slack-in",
+            "slack",
+            &[("SLACK_WEBHOOK_PORT", &port.to_string())],
+            secret_of("SLACK_SIGNING_SECRET", "SLACK_SIGNING_SECRET"),
+        )
+        .connection(
+            "hook-in",
+            "webhook",
+            &[("WEBHOOK_PORT", &hook_port.to_string())],
+            secret_of("WEBHOOK_SECRET", "HOOK_SIGNING_KEY"),
+        )
+        .write_temp()?;
     // The webhook's key comes from the bundle's .env file, not the environment.
     std::fs::write(bundle.path().join(".env"), format!("HOOK_SIGNING_KEY={hook_secret}\n"))?;
     let state = tempfile::tempdir()?;

@@ -6,7 +6,6 @@
 mod common;
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -16,10 +15,6 @@ use goondan_test_support::{Agent, Bundle, reply_text, reply_tools};
 use serde_json::{Value, json};
 
 const INSTANCES: usize = 3;
-
-fn free_port() -> u16 {
-    goondan_test_support::free_port().unwrap_or_else(|e| panic!("a free port: {e}"))
-}
 
 fn bundle(dir: &Path, port: u16) {
     // Each turn: a tool call that takes a moment (so kills land inside
@@ -46,19 +41,9 @@ fn start(dir: &Path, state: &Path) -> Child {
 
 /// One webhook POST; whether it was acknowledged (2xx).
 fn post(port: u16, key: &str, body: &str) -> bool {
-    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else { return false };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-    let request = format!(
-        "POST / HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\nx-delivery-id: {key}\r\n\
-         content-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    if stream.write_all(request.as_bytes()).is_err() {
-        return false;
-    }
-    let mut response = String::new();
-    let _ = stream.read_to_string(&mut response);
-    response.starts_with("HTTP/1.1 2")
+    let headers = [("content-type", "application/json"), ("x-delivery-id", key)];
+    let response = goondan_test_support::http::post_within(port, &headers, body.as_bytes(), Duration::from_secs(5));
+    response.is_ok_and(|response| response.starts_with("HTTP/1.1 2"))
 }
 
 fn wait_listening(port: u16) {
@@ -96,10 +81,7 @@ fn conversations(state: &Path) -> Vec<Value> {
 
 #[test]
 fn acknowledged_events_run_exactly_once_across_two_kill_9s() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
-    let state = dir.path().join("state");
-    let port = free_port();
-    bundle(dir.path(), port);
+    let (dir, state, port) = common::project_on_a_free_port(bundle);
 
     let mut gdn = start(dir.path(), &state);
     wait_listening(port);

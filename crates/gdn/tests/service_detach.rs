@@ -5,21 +5,21 @@
 
 mod common;
 
-use std::io::{Read as _, Write as _};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-fn free_port() -> u16 {
-    goondan_test_support::free_port().unwrap_or_else(|e| panic!("a free port: {e}"))
-}
+use goondan_test_support::{Agent, Bundle, reply_text};
+use serde_json::json;
 
 fn bundle(dir: &Path, port: u16) {
-    let yaml = format!(
-        "apiVersion: goondan.ai/v1\nkind: Model\nmetadata: {{name: m}}\nspec:\n  provider: scripted\n  model: s\n  options:\n    replies:\n      - text: pong\n---\napiVersion: goondan.ai/v1\nkind: Agent\nmetadata: {{name: bot}}\nspec:\n  modelConfig: {{modelRef: Model/m}}\n---\napiVersion: goondan.ai/v1\nkind: Swarm\nmetadata: {{name: bg}}\nspec:\n  entryAgent: Agent/bot\n  agents: [Agent/bot]\n---\napiVersion: goondan.ai/v1\nkind: Connection\nmetadata: {{name: inbound}}\nspec:\n  connectorRef: {{kind: Connector, name: webhook, package: \"@goondan/base\"}}\n  config:\n    WEBHOOK_PORT: {{value: \"{port}\"}}\n"
-    );
-    std::fs::write(dir.join("goondan.yaml"), yaml).unwrap_or_else(|e| panic!("write: {e}"));
+    Bundle::new()
+        .scripted_model_as("m", "s", json!({"replies": [reply_text("pong")]}))
+        .one_agent("bg", Agent::new("bot", "m"))
+        .webhook("inbound", port, json!([]))
+        .write(dir)
+        .unwrap_or_else(|e| panic!("write: {e}"));
 }
 
 fn gdn(dir: &Path, state: &Path, args: &[&str]) -> Output {
@@ -27,23 +27,13 @@ fn gdn(dir: &Path, state: &Path, args: &[&str]) -> Output {
 }
 
 fn post(port: u16, body: &str) -> String {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap_or_else(|e| panic!("connect: {e}"));
-    let request = format!(
-        "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).unwrap_or_else(|e| panic!("write: {e}"));
-    let mut response = String::new();
-    let _ = stream.read_to_string(&mut response);
-    response
+    let json = [("content-type", "application/json")];
+    goondan_test_support::http::post(port, &json, body.as_bytes()).unwrap_or_else(|e| panic!("post: {e}"))
 }
 
 #[test]
 fn a_detached_service_is_found_refused_twice_and_stopped() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let state = dir.path().join("state");
-    let port = free_port();
-    bundle(dir.path(), port);
+    let (dir, state, port) = common::project_on_a_free_port(bundle);
 
     let started = gdn(dir.path(), &state, &["run", "--detach"]);
     let said = String::from_utf8_lossy(&started.stderr).into_owned();

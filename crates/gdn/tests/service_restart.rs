@@ -9,95 +9,57 @@ use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use goondan_test_support::{Agent, Bundle, reply_text};
+use goondan_test_support::{Agent, Bundle, reply_text, reply_tools};
 use serde_json::{Value, json};
 
 mod common;
-use common::service::{Stopped, TestResult, free_port, gdn, until};
+use common::service::{Stopped, TestResult, detach, free_port, gdn, instance, turns, until};
+use goondan_test_support::text;
 
 /// Two agents fed by one webhook: `slow` runs `command` in bash and
-/// answers, `quick` answers `reply` at once.
-fn bundle(dir: &Path, port: u16, command: &str, reply: &str) -> Result<(), std::io::Error> {
-    let command = serde_json::to_string(command).unwrap_or_default();
-    let yaml = format!(
-        r#"apiVersion: goondan.ai/v1
-kind: Model
-metadata: {{name: shell}}
-spec:
-  provider: scripted
-  model: shell
-  options:
-    replies:
-      - toolCalls: [{{name: bash__exec, args: {{command: {command}}}}}]
-      - text: "slow answer"
----
-apiVersion: goondan.ai/v1
-kind: Model
-metadata: {{name: fast}}
-spec:
-  provider: scripted
-  model: fast
-  options:
-    replies: [{{text: "{reply}"}}]
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {{name: slow}}
-spec:
-  modelConfig: {{modelRef: Model/shell}}
-  tools: [{{kind: Tool, name: bash, package: "@goondan/base"}}]
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {{name: quick}}
-spec:
-  modelConfig: {{modelRef: Model/fast}}
----
-apiVersion: goondan.ai/v1
-kind: Swarm
-metadata: {{name: pair}}
-spec: {{entryAgent: Agent/quick, agents: [Agent/quick, Agent/slow]}}
----
-apiVersion: goondan.ai/v1
-kind: Connection
-metadata: {{name: hook}}
-spec:
-  connectorRef: {{kind: Connector, name: webhook, package: "@goondan/base"}}
-  config:
-    WEBHOOK_PORT: {{value: "{port}"}}
-  ingress:
-    rules:
-      - match: {{event: slow}}
-        route: {{agentRef: Agent/slow}}
-      - route: {{agentRef: Agent/quick}}
-"#
-    );
-    std::fs::write(dir.join("goondan.yaml"), yaml)
+/// answers, `quick` answers `reply` at once; the Swarm's `policy` unless
+/// null.
+fn pair(port: u16, command: &str, reply: &str, policy: Value) -> Bundle {
+    let mut swarm = json!({"entryAgent": "Agent/quick", "agents": ["Agent/quick", "Agent/slow"]});
+    if !policy.is_null() {
+        swarm["policy"] = policy;
+    }
+    let rules = json!([
+        {"match": {"event": "slow"}, "route": {"agentRef": "Agent/slow"}},
+        {"route": {"agentRef": "Agent/quick"}},
+    ]);
+    Bundle::new()
+        .scripted_model(
+            "shell",
+            [reply_tools([("bash__exec", json!({"command": command}))]), reply_text("slow answer")],
+        )
+        .scripted_model("fast", [reply_text(reply)])
+        .agent(Agent::new("slow", "shell").base_tool("bash"))
+        .agent(Agent::new("quick", "fast"))
+        .resource("Swarm", "pair", swarm)
+        .webhook("hook", port, rules)
 }
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
+/// [`pair`] without a policy, written into `dir`.
+fn bundle(dir: &Path, port: u16, command: &str, reply: &str) -> Result<(), std::io::Error> {
+    pair(port, command, reply, Value::Null).write(dir)
+}
+
+/// `gdn run --detach` of [`bundle`] (`slow` running `true`, `quick`
+/// answering "pong") in a new project: the project, its state root, the
+/// webhook's port and the guard that stops the service.
+fn started() -> Result<(tempfile::TempDir, PathBuf, u16, Stopped), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let state = dir.path().join("state");
+    let port = free_port()?;
+    bundle(dir.path(), port, "true", "pong")?;
+    let running = detach(dir.path(), &state)?;
+    Ok((dir, state, port, running))
 }
 
 fn post(port: u16, event: &str, key: &str, input: &str) -> Result<String, std::io::Error> {
     let body = serde_json::json!({"event": event, "instanceKey": key, "text": input});
     common::service::post(port, &body)
-}
-
-/// `gdn instance list --json`, as (agent, key) → the row.
-fn instance(dir: &Path, state: &Path, agent: &str, key: &str) -> Result<Option<Value>, std::io::Error> {
-    let listed = gdn(dir, state, &["instance", "list", "--json"])?;
-    let rows: Value = serde_json::from_slice(&listed.stdout).unwrap_or_default();
-    Ok(rows
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|row| row["agentName"] == agent && row["instanceKey"] == key)
-        .cloned())
-}
-
-fn turns(dir: &Path, state: &Path, agent: &str, key: &str) -> Result<u64, std::io::Error> {
-    Ok(instance(dir, state, agent, key)?.and_then(|row| row["turns"].as_u64()).unwrap_or(0))
 }
 
 fn service_status(state: &Path) -> Result<Value, Box<dyn std::error::Error>> {
@@ -118,9 +80,7 @@ fn restarting_one_agent_cuts_no_turn_of_it_or_of_another() -> TestResult {
     let port = free_port()?;
     let command = format!("echo start >> '{m}'; sleep 3; echo end >> '{m}'", m = marks.display());
     bundle(dir.path(), port, &command, "pong")?;
-    let started = gdn(dir.path(), &state, &["run", "--detach"])?;
-    assert_eq!(started.status.code(), Some(0), "{}", text(&started.stderr));
-    let _running = Stopped { dir: dir.path().to_path_buf(), state: state.clone() };
+    let _running = detach(dir.path(), &state)?;
 
     // quick answers once; its process is up.
     assert!(post(port, "chat", "q1", "hi")?.starts_with("HTTP/1.1 200"));
@@ -162,13 +122,7 @@ fn restarting_one_agent_cuts_no_turn_of_it_or_of_another() -> TestResult {
 
 #[test]
 fn a_whole_restart_keeps_the_running_service_for_a_broken_bundle_and_reloads_a_fixed_one() -> TestResult {
-    let dir = tempfile::tempdir()?;
-    let state = dir.path().join("state");
-    let port = free_port()?;
-    bundle(dir.path(), port, "true", "pong")?;
-    let started = gdn(dir.path(), &state, &["run", "--detach"])?;
-    assert_eq!(started.status.code(), Some(0), "{}", text(&started.stderr));
-    let _running = Stopped { dir: dir.path().to_path_buf(), state: state.clone() };
+    let (dir, state, port, _running) = started()?;
     let before = service_status(&state)?;
     assert!(post(port, "chat", "q1", "hi")?.starts_with("HTTP/1.1 200"));
     until("the first turn", || Ok(turns(dir.path(), &state, "quick", "q1")? == 1))?;
@@ -189,7 +143,7 @@ fn a_whole_restart_keeps_the_running_service_for_a_broken_bundle_and_reloads_a_f
     until("a turn after the refusal", || Ok(turns(dir.path(), &state, "quick", "q1")? == 2))?;
 
     // Fixed, with a new answer: the same process serves again, with the new bundle.
-    std::fs::write(&file, good.replace("text: \"pong\"", "text: \"pong two\""))?;
+    bundle(dir.path(), port, "true", "pong two")?;
     let restarted = gdn(dir.path(), &state, &["restart"])?;
     assert_eq!(restarted.status.code(), Some(0), "{}", text(&restarted.stderr));
     assert!(text(&restarted.stdout).contains("service restarted (pid "), "{}", text(&restarted.stdout));
@@ -211,13 +165,7 @@ fn a_whole_restart_keeps_the_running_service_for_a_broken_bundle_and_reloads_a_f
 
 #[test]
 fn instances_are_restarted_fresh_and_deleted_through_the_running_service() -> TestResult {
-    let dir = tempfile::tempdir()?;
-    let state = dir.path().join("state");
-    let port = free_port()?;
-    bundle(dir.path(), port, "true", "pong")?;
-    let started = gdn(dir.path(), &state, &["run", "--detach"])?;
-    assert_eq!(started.status.code(), Some(0), "{}", text(&started.stderr));
-    let _running = Stopped { dir: dir.path().to_path_buf(), state: state.clone() };
+    let (dir, state, port, _running) = started()?;
     for key in ["a", "b"] {
         assert!(post(port, "chat", key, "hi")?.starts_with("HTTP/1.1 200"));
         until("the turn", || Ok(turns(dir.path(), &state, "quick", key)? == 1))?;
@@ -276,7 +224,7 @@ fn a_watched_service_restarts_only_what_an_edit_changes_and_keeps_running_throug
         .ok_or("slow runs no process")?;
 
     // quick's Model changes: quick restarts, slow does not.
-    std::fs::write(&file, original.replace("text: \"pong\"", "text: \"pong two\""))?;
+    bundle(dir.path(), port, "true", "pong two")?;
     until("quick's process to stop", || {
         Ok(instance(dir.path(), &state, "quick", "q1")?.is_some_and(|row| row["running"] == false))
     })?;
@@ -302,12 +250,7 @@ fn a_watched_service_restarts_only_what_an_edit_changes_and_keeps_running_throug
 
     // Back to valid, with the Connection moved to another port: the connector restarts there.
     let new_port = free_port()?;
-    std::fs::write(
-        &file,
-        original
-            .replace("text: \"pong\"", "text: \"pong three\"")
-            .replace(&format!("\"{port}\""), &format!("\"{new_port}\"")),
-    )?;
+    bundle(dir.path(), new_port, "true", "pong three")?;
     until("the connector on its new port", || Ok(TcpStream::connect(("127.0.0.1", new_port)).is_ok()))?;
     assert!(post(new_port, "chat", "q1", "moved")?.starts_with("HTTP/1.1 200"));
     until("the third answer", || Ok(log_text(&state).is_ok_and(|log| log.contains("quick@q1 › pong three"))))?;
@@ -321,14 +264,7 @@ fn a_watched_service_restarts_only_what_an_edit_changes_and_keeps_running_throug
     assert!(status["listening"].to_string().contains(&new_port.to_string()), "{status}");
 
     // The Swarm changes: the whole service restarts, in its process, still watching.
-    let edited = std::fs::read_to_string(&file)?;
-    std::fs::write(
-        &file,
-        edited.replace(
-            "agents: [Agent/quick, Agent/slow]}",
-            "agents: [Agent/quick, Agent/slow], policy: {maxStepsPerTurn: 7}}",
-        ),
-    )?;
+    pair(new_port, "true", "pong three", json!({"maxStepsPerTurn": 7})).write(dir.path())?;
     until("the whole service to start again", || {
         Ok(service_status(&state).is_ok_and(|now| now["startedAt"].as_u64() > status["startedAt"].as_u64()))
     })?;
@@ -345,7 +281,7 @@ const SIGNING_SECRET: &str = "restart-signing-secret-4d7e1f";
 /// with [`SIGNING_SECRET`] (`WEBHOOK_SECRET` from `HOOK_SIGNING_SECRET`, a
 /// variable gdn takes out of its environment): a restarted service that
 /// lost its secrets would refuse to start, or refuse every request.
-fn signed_bundle(dir: &Path, port: u16) -> Result<(), std::io::Error> {
+fn signed_bundle(dir: &Path, port: u16) {
     let port = port.to_string();
     let secrets = json!({"secrets": {"WEBHOOK_SECRET": {"valueFrom": {"env": "HOOK_SIGNING_SECRET"}}}});
     Bundle::new()
@@ -353,28 +289,19 @@ fn signed_bundle(dir: &Path, port: u16) -> Result<(), std::io::Error> {
         .one_agent("pair", Agent::new("quick", "fast"))
         .connection("hook", "webhook", &[("WEBHOOK_PORT", &port)], secrets)
         .write(dir)
+        .unwrap_or_else(|e| panic!("write the bundle: {e}"));
 }
 
 /// POSTs `input` for instance `key`, signed with `secret` (`X-Signature-256`);
 /// the status line's code.
 fn post_signed(port: u16, key: &str, input: &str, secret: &str) -> Result<u16, Box<dyn std::error::Error>> {
     use hmac::{KeyInit as _, Mac as _};
-    use std::io::{Read as _, Write as _};
-    let body = serde_json::json!({"instanceKey": key, "text": input}).to_string();
+    let body = serde_json::json!({"instanceKey": key, "text": input});
     let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes())?;
-    mac.update(body.as_bytes());
-    let signature = hex::encode(mac.finalize().into_bytes());
-    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
-    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-    write!(
-        stream,
-        "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
-         x-signature-256: sha256={signature}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    )?;
-    let mut reply = String::new();
-    stream.read_to_string(&mut reply)?;
-    Ok(reply.split_whitespace().nth(1).and_then(|code| code.parse().ok()).unwrap_or(0))
+    mac.update(body.to_string().as_bytes());
+    let signature = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
+    let response = goondan_test_support::http::post_json(port, &[("x-signature-256", &signature)], &body)?;
+    Ok(goondan_test_support::http::status(&response))
 }
 
 /// `gdn` with the signing secret (and a model key) in its environment.
@@ -439,10 +366,7 @@ fn restart_three_times_then_fresh(dir: &Path, state: &Path, port: u16, pid: u32)
 
 #[test]
 fn a_detached_service_with_secrets_restarts_again_and_again_in_its_process() -> TestResult {
-    let dir = tempfile::tempdir()?;
-    let state = dir.path().join("state");
-    let port = free_port()?;
-    signed_bundle(dir.path(), port)?;
+    let (dir, state, port) = common::project_on_a_free_port(signed_bundle);
     let started = gdn_with_secrets(dir.path(), &state).args(["run", "--detach"]).output()?;
     assert_eq!(started.status.code(), Some(0), "{}", text(&started.stderr));
     let _running = Stopped { dir: dir.path().to_path_buf(), state: state.clone() };
@@ -452,10 +376,7 @@ fn a_detached_service_with_secrets_restarts_again_and_again_in_its_process() -> 
 
 #[test]
 fn an_attached_service_with_secrets_restarts_again_and_again_in_its_process() -> TestResult {
-    let dir = tempfile::tempdir()?;
-    let state = dir.path().join("state");
-    let port = free_port()?;
-    signed_bundle(dir.path(), port)?;
+    let (dir, state, port) = common::project_on_a_free_port(signed_bundle);
     let log = std::fs::File::create(dir.path().join("attached.log"))?;
     let mut service = gdn_with_secrets(dir.path(), &state).arg("run").stdout(log.try_clone()?).stderr(log).spawn()?;
     let _running = Stopped { dir: dir.path().to_path_buf(), state: state.clone() };

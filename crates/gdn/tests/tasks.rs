@@ -7,20 +7,20 @@
 //! says with which signal; a task whose command died with a `kill -9`ed
 //! service is failed, and that failure delivered, at the next start.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use goondan_test_support::{Agent, Bundle, reply_text, reply_tools};
+use goondan_test_support::{Agent, Bundle, reply_text, reply_tools, when_input};
 use serde_json::{Value, json};
 
 mod common;
 use common::service::jobs::{count, instance_dir, post, texts};
-use common::service::{Stopped, TestResult, free_port, gdn, until};
+use common::service::{TestResult, detach, free_port, gdn, until};
 
 /// The project's working directory under `state` (the swarm `jobs`):
 /// where its commands may write.
-fn workdir_of(state: &Path) -> std::path::PathBuf {
+fn workdir_of(state: &Path) -> PathBuf {
     state.join("workspaces/jobs/workdir")
 }
 
@@ -30,26 +30,26 @@ fn bundle(dir: &Path, port: u16, marks: &Path) -> Result<(), std::io::Error> {
     let options = json!({
         "replies": [reply_text("noted")],
         "when": [
-            {"inputContains": "tool_task_result", "replies": [reply_text("the command finished")]},
-            {"inputContains": "start work", "replies": [
+            when_input("tool_task_result", [reply_text("the command finished")]),
+            when_input("start work", [
                 reply_tools([("bash__exec", json!({"command": "sleep 1; echo built; echo warned >&2", "background": true}))]),
                 reply_text("started"),
-            ]},
-            {"inputContains": "wait for it", "replies": [
+            ]),
+            when_input("wait for it", [
                 reply_tools([("bash__exec", json!({"command": "sleep 0.5; echo waited", "background": true}))]),
                 reply_tools([("tasks__wait", json!({"handle": handle, "timeoutMs": 20000}))]),
                 reply_text("waited"),
-            ]},
-            {"inputContains": "cancel it", "replies": [
+            ]),
+            when_input("cancel it", [
                 reply_tools([("bash__exec", json!({"command": format!("echo $$ > '{m}/cancelled.pid'; exec sleep 60"), "background": true}))]),
                 reply_tools([("tasks__wait", json!({"handle": handle, "timeoutMs": 300}))]),
                 reply_tools([("tasks__cancel", json!({"handle": handle}))]),
                 reply_text("cancelled"),
-            ]},
-            {"inputContains": "long one", "replies": [
+            ]),
+            when_input("long one", [
                 reply_tools([("bash__exec", json!({"command": format!("echo $$ > '{m}/long.pid'; exec sleep 60"), "background": true}))]),
                 reply_text("running"),
-            ]},
+            ]),
         ],
     });
     Bundle::new()
@@ -59,29 +59,24 @@ fn bundle(dir: &Path, port: u16, marks: &Path) -> Result<(), std::io::Error> {
         .write(dir)
 }
 
+/// A project in a new directory, its state root and the directory its
+/// commands write marks to (created): the bundle fed by the webhook on
+/// `port`, or with none (`gdn run --input` runs one turn).
+fn project(port: Option<u16>) -> Result<(tempfile::TempDir, PathBuf, PathBuf), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let state = dir.path().join("state");
+    let marks = workdir_of(&state).join("marks");
+    std::fs::create_dir_all(&marks)?;
+    match port {
+        Some(port) => bundle(dir.path(), port, &marks)?,
+        None => one_shot_bundle(dir.path(), &marks)?,
+    }
+    Ok((dir, state, marks))
+}
+
 /// The instance's task records, folded by handle.
 fn tasks(state: &Path, key: &str) -> Vec<Value> {
-    let text = std::fs::read_to_string(instance_dir(state, key).join("tasks.jsonl")).unwrap_or_default();
-    let mut by_handle: Vec<Value> = Vec::new();
-    for line in text.lines() {
-        let Ok(record) = serde_json::from_str::<Value>(line) else { continue };
-        match record["op"].as_str() {
-            Some("open") => by_handle.push(record["task"].clone()),
-            Some(op) => {
-                if let Some(task) = by_handle.iter_mut().find(|t| t["handle"] == record["handle"]) {
-                    if op == "end" {
-                        task["state"] = record["state"].clone();
-                        task["result"] = record["result"].clone();
-                        task["reason"] = record["reason"].clone();
-                    } else {
-                        task["received"] = Value::Bool(true);
-                    }
-                }
-            }
-            None => {}
-        }
-    }
-    by_handle
+    common::tasks_by_handle(&instance_dir(state, key))
 }
 
 fn alive(pid: i32) -> bool {
@@ -91,15 +86,9 @@ fn alive(pid: i32) -> bool {
 
 #[test]
 fn a_background_command_answers_pending_and_its_end_arrives_once_as_a_turn_of_its_own() -> TestResult {
-    let dir = tempfile::tempdir()?;
-    let state = dir.path().join("state");
-    let marks = workdir_of(&state).join("marks");
-    std::fs::create_dir_all(&marks)?;
     let port = free_port()?;
-    bundle(dir.path(), port, &marks)?;
-    let started = gdn(dir.path(), &state, &["run", "--detach"])?;
-    assert_eq!(started.status.code(), Some(0), "{}", String::from_utf8_lossy(&started.stderr));
-    let _running = Stopped { dir: dir.path().to_path_buf(), state: state.clone() };
+    let (dir, state, _) = project(Some(port))?;
+    let _running = detach(dir.path(), &state)?;
 
     assert!(post(port, "a", "start work")?.starts_with("HTTP/1.1 200"));
     until("the completion turn's answer", || Ok(count(&state, "a", "the command finished") == 1))?;
@@ -136,15 +125,9 @@ fn a_background_command_answers_pending_and_its_end_arrives_once_as_a_turn_of_it
 
 #[test]
 fn a_wait_takes_the_result_and_a_cancel_ends_the_command_with_its_signal() -> TestResult {
-    let dir = tempfile::tempdir()?;
-    let state = dir.path().join("state");
-    let marks = workdir_of(&state).join("marks");
-    std::fs::create_dir_all(&marks)?;
     let port = free_port()?;
-    bundle(dir.path(), port, &marks)?;
-    let started = gdn(dir.path(), &state, &["run", "--detach"])?;
-    assert_eq!(started.status.code(), Some(0), "{}", String::from_utf8_lossy(&started.stderr));
-    let _running = Stopped { dir: dir.path().to_path_buf(), state: state.clone() };
+    let (dir, state, marks) = project(Some(port))?;
+    let _running = detach(dir.path(), &state)?;
 
     assert!(post(port, "w", "wait for it")?.starts_with("HTTP/1.1 200"));
     until("the waited turn's answer", || Ok(count(&state, "w", "\"waited\"") >= 1))?;
@@ -172,15 +155,9 @@ fn a_wait_takes_the_result_and_a_cancel_ends_the_command_with_its_signal() -> Te
 
 #[test]
 fn a_command_killed_with_its_service_is_failed_and_delivered_at_the_next_start() -> TestResult {
-    let dir = tempfile::tempdir()?;
-    let state = dir.path().join("state");
-    let marks = workdir_of(&state).join("marks");
-    std::fs::create_dir_all(&marks)?;
     let port = free_port()?;
-    bundle(dir.path(), port, &marks)?;
-    let started = gdn(dir.path(), &state, &["run", "--detach"])?;
-    assert_eq!(started.status.code(), Some(0), "{}", String::from_utf8_lossy(&started.stderr));
-    let _running = Stopped { dir: dir.path().to_path_buf(), state: state.clone() };
+    let (dir, state, marks) = project(Some(port))?;
+    let _running = detach(dir.path(), &state)?;
     assert!(post(port, "k", "long one")?.starts_with("HTTP/1.1 200"));
     until("the long command to start", || Ok(marks.join("long.pid").exists()))?;
     until("the turn to answer", || Ok(count(&state, "k", "\"running\"") >= 1))?;
@@ -194,8 +171,7 @@ fn a_command_killed_with_its_service_is_failed_and_delivered_at_the_next_start()
     assert_eq!(tasks(&state, "k")[0]["state"], "working", "nobody was left to record its end");
 
     // The next start fails the task, and delivers that failure as a turn.
-    let started = gdn(dir.path(), &state, &["run", "--detach"])?;
-    assert_eq!(started.status.code(), Some(0), "{}", String::from_utf8_lossy(&started.stderr));
+    let _restarted = detach(dir.path(), &state)?;
     until("the failure's turn", || Ok(count(&state, "k", "the command finished") == 1))?;
     let task = tasks(&state, "k").into_iter().next().ok_or("no task")?;
     assert_eq!(task["state"], "failed", "{task}");
@@ -207,15 +183,9 @@ fn a_command_killed_with_its_service_is_failed_and_delivered_at_the_next_start()
 
 #[test]
 fn people_list_show_and_cancel_tasks_through_the_cli() -> TestResult {
-    let dir = tempfile::tempdir()?;
-    let state = dir.path().join("state");
-    let marks = workdir_of(&state).join("marks");
-    std::fs::create_dir_all(&marks)?;
     let port = free_port()?;
-    bundle(dir.path(), port, &marks)?;
-    let started = gdn(dir.path(), &state, &["run", "--detach"])?;
-    assert_eq!(started.status.code(), Some(0), "{}", String::from_utf8_lossy(&started.stderr));
-    let _running = Stopped { dir: dir.path().to_path_buf(), state: state.clone() };
+    let (dir, state, marks) = project(Some(port))?;
+    let _running = detach(dir.path(), &state)?;
     assert!(post(port, "p", "long one")?.starts_with("HTTP/1.1 200"));
     until("the long command to start", || Ok(marks.join("long.pid").exists()))?;
     let handle = tasks(&state, "p").first().and_then(|t| t["handle"].as_str().map(str::to_owned)).ok_or("no task")?;
@@ -259,11 +229,7 @@ fn one_shot_bundle(dir: &Path, marks: &Path) -> Result<(), Box<dyn std::error::E
 
 #[test]
 fn a_one_shot_run_waits_for_its_tasks_and_runs_their_turns_before_it_exits() -> TestResult {
-    let dir = tempfile::tempdir()?;
-    let state = dir.path().join("state");
-    let marks = workdir_of(&state).join("marks");
-    std::fs::create_dir_all(&marks)?;
-    one_shot_bundle(dir.path(), &marks)?;
+    let (dir, state, _) = project(None)?;
     let output = gdn(dir.path(), &state, &["run", "--input", "start work"])?;
     let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
     assert_eq!(output.status.code(), Some(0), "{stdout}{stderr}");
@@ -276,11 +242,7 @@ fn a_one_shot_run_waits_for_its_tasks_and_runs_their_turns_before_it_exits() -> 
 
 #[test]
 fn ctrl_c_while_a_one_shot_run_waits_cancels_its_tasks_and_says_so() -> TestResult {
-    let dir = tempfile::tempdir()?;
-    let state = dir.path().join("state");
-    let marks = workdir_of(&state).join("marks");
-    std::fs::create_dir_all(&marks)?;
-    one_shot_bundle(dir.path(), &marks)?;
+    let (dir, state, marks) = project(None)?;
     let child = Command::new(env!("CARGO_BIN_EXE_gdn"))
         .arg("-c")
         .arg(dir.path())

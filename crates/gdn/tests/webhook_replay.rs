@@ -10,18 +10,17 @@
 //!   timestamp runs once; a stale timestamp is refused.
 
 use std::collections::BTreeMap;
-use std::io::{Read as _, Write as _};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use goondan_test_support::{Agent, Bundle, reply_text};
+use goondan_test_support::{Agent, Bundle, base64, http, reply_text};
 use hmac::{Hmac, KeyInit as _, Mac as _};
 use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 
 mod common;
 use common::service::{Stopped, TestResult, free_port, gdn, until};
+use goondan_test_support::text;
 
 /// The legacy form's secret.
 const LEGACY_SECRET: &str = "replay-test-legacy-secret-5c1e";
@@ -48,19 +47,6 @@ fn bundle(dir: &Path, legacy_port: u16, standard_port: u16) -> std::io::Result<(
     )
 }
 
-/// Standard base64 (RFC 4648, padded).
-fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
-        for i in 0..4 {
-            out.push(if i <= chunk.len() { char::from(ALPHABET[(n >> (18 - 6 * i) & 63) as usize]) } else { '=' });
-        }
-    }
-    out
-}
-
 fn hmac(key: &[u8], parts: &[&[u8]]) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
     let mut mac = Hmac::<Sha256>::new_from_slice(key)?;
     for part in parts {
@@ -75,21 +61,9 @@ fn now() -> u64 {
 
 /// One POST on its own connection: the status line's code.
 fn post(port: u16, headers: &[(&str, String)], body: &[u8]) -> Result<u16, std::io::Error> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
-    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-    let mut head = format!(
-        "POST / HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (name, value) in headers {
-        head.push_str(&format!("{name}: {value}\r\n"));
-    }
-    head.push_str("\r\n");
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(body)?;
-    let mut reply = String::new();
-    stream.read_to_string(&mut reply)?;
-    Ok(reply.split_whitespace().nth(1).and_then(|code| code.parse().ok()).unwrap_or(0))
+    let mut all = vec![("content-type", "application/json")];
+    all.extend(headers.iter().map(|(name, value)| (*name, value.as_str())));
+    Ok(http::status(&http::post(port, &all, body)?))
 }
 
 fn legacy_headers(body: &[u8], delivery_id: &str) -> Result<Vec<(&'static str, String)>, Box<dyn std::error::Error>> {
@@ -122,19 +96,7 @@ fn accepted(state: &Path) -> BTreeMap<String, usize> {
 }
 
 fn turns(dir: &Path, state: &Path, key: &str) -> Result<u64, std::io::Error> {
-    let listed = gdn(dir, state, &["instance", "list", "--json"])?;
-    let rows: Value = serde_json::from_slice(&listed.stdout).unwrap_or_default();
-    Ok(rows
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|row| row["agentName"] == "teller" && row["instanceKey"] == key)
-        .and_then(|row| row["turns"].as_u64())
-        .unwrap_or(0))
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
+    common::service::turns(dir, state, "teller", key)
 }
 
 fn start(dir: &Path, state: &Path) -> TestResult {

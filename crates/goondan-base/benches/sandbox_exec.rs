@@ -9,9 +9,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use goondan_base::BaseSettings;
-use goondan_core::{JsonObject, Message};
+use goondan_core::JsonObject;
 use goondan_sandbox::{Policy, Sandbox, SandboxSpec};
-use goondan_tools::{CallScope, ToolContext, ToolOutput};
+use goondan_test_support::{call_scope, tool_context};
+use goondan_tools::{ToolContext, ToolOutput};
 
 fn main() {
     divan::main();
@@ -26,21 +27,7 @@ struct Fixture {
 
 fn fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let workdir: Arc<Path> = Arc::from(dir.path());
-    let scope = CallScope {
-        agent_name: Arc::from("bench"),
-        instance_key: Arc::from("bench"),
-        turn_id: Arc::from("turn-1"),
-        step_id: Arc::from("step-1"),
-        step_index: 0,
-        message: Arc::new(Message::assistant_tool_calls("step-1", vec![])),
-        workdir,
-        trace_id: Arc::from("0".repeat(32)),
-        step_span_id: Arc::from("0".repeat(16)),
-        runtime: None,
-        tasks: None,
-    };
-    let ctx = ToolContext::new(Arc::new(scope), Arc::from("bash__exec"), "call-1".to_owned());
+    let ctx = tool_context(call_scope("bench", "bench", dir.path()), "bash__exec");
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap_or_else(|e| panic!("{e}"));
     let mut input = JsonObject::new();
     input.insert("command".to_owned(), "true".into());
@@ -50,8 +37,12 @@ fn fixture() -> Fixture {
     Fixture { _dir: dir, ctx, runtime, input }
 }
 
+fn spec(policy: Policy, workdir: &Path) -> SandboxSpec {
+    SandboxSpec { policy, workdir: workdir.to_path_buf(), ..SandboxSpec::default() }
+}
+
 fn sandbox(policy: Policy, workdir: &Path) -> Arc<Sandbox> {
-    Arc::new(Sandbox::new(SandboxSpec { policy, workdir: workdir.to_path_buf(), ..SandboxSpec::default() }))
+    Arc::new(Sandbox::new(spec(policy, workdir)))
 }
 
 fn exec_true(bencher: divan::Bencher, policy: Policy) {
@@ -186,12 +177,8 @@ fn spawn_workspace_write(bencher: divan::Bencher) {
 #[divan::bench(sample_count = 200)]
 fn spawn_workspace_write_unbounded(bencher: divan::Bencher) {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let sandbox = Sandbox::new(SandboxSpec {
-        policy: Policy::WorkspaceWrite,
-        workdir: dir.path().to_path_buf(),
-        limits: goondan_sandbox::Limits { processes: None, file_size: None, memory: None },
-        ..SandboxSpec::default()
-    });
+    let limits = goondan_sandbox::Limits { processes: None, file_size: None, memory: None };
+    let sandbox = Sandbox::new(SandboxSpec { limits, ..spec(Policy::WorkspaceWrite, dir.path()) });
     spawn_true(bencher, Some(&sandbox));
 }
 
@@ -199,12 +186,7 @@ fn spawn_workspace_write_unbounded(bencher: divan::Bencher) {
 #[divan::bench(sample_count = 200)]
 fn spawn_landlock_only(bencher: divan::Bencher) {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let sandbox = Sandbox::new(SandboxSpec {
-        policy: Policy::WorkspaceWrite,
-        workdir: dir.path().to_path_buf(),
-        ..SandboxSpec::default()
-    })
-    .landlock_only();
+    let sandbox = Sandbox::new(spec(Policy::WorkspaceWrite, dir.path())).landlock_only();
     spawn_true(bencher, Some(&sandbox));
 }
 
@@ -220,38 +202,36 @@ fn agent_sized_heap(mib: usize) -> Vec<u8> {
     heap
 }
 
+/// A bare spawn of `/bin/true` from a process with `mib` MiB of heap,
+/// under `workspace-write` when `confined`, else unconfined.
+fn spawn_with_heap(bencher: divan::Bencher, mib: usize, confined: bool) {
+    let heap = agent_sized_heap(mib);
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let sandbox = confined.then(|| sandbox(Policy::WorkspaceWrite, dir.path()));
+    spawn_true(bencher, sandbox.as_deref());
+    drop(heap);
+}
+
 /// A bare spawn of `/bin/true`, unconfined, from a process with 16 MiB of heap.
 #[divan::bench(sample_count = 200)]
 fn spawn_unconfined_16_mib_heap(bencher: divan::Bencher) {
-    let heap = agent_sized_heap(16);
-    spawn_true(bencher, None);
-    drop(heap);
+    spawn_with_heap(bencher, 16, false);
 }
 
 /// The same under `workspace-write`.
 #[divan::bench(sample_count = 200)]
 fn spawn_workspace_write_16_mib_heap(bencher: divan::Bencher) {
-    let heap = agent_sized_heap(16);
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let sandbox = sandbox(Policy::WorkspaceWrite, dir.path());
-    spawn_true(bencher, Some(&sandbox));
-    drop(heap);
+    spawn_with_heap(bencher, 16, true);
 }
 
 /// Unconfined, from a process with 64 MiB of heap.
 #[divan::bench(sample_count = 100)]
 fn spawn_unconfined_64_mib_heap(bencher: divan::Bencher) {
-    let heap = agent_sized_heap(64);
-    spawn_true(bencher, None);
-    drop(heap);
+    spawn_with_heap(bencher, 64, false);
 }
 
 /// Under `workspace-write`, from a process with 64 MiB of heap.
 #[divan::bench(sample_count = 100)]
 fn spawn_workspace_write_64_mib_heap(bencher: divan::Bencher) {
-    let heap = agent_sized_heap(64);
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let sandbox = sandbox(Policy::WorkspaceWrite, dir.path());
-    spawn_true(bencher, Some(&sandbox));
-    drop(heap);
+    spawn_with_heap(bencher, 64, true);
 }

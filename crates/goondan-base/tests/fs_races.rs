@@ -12,8 +12,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use goondan_base::BaseSettings;
-use goondan_core::{JsonObject, JsonValue, Message};
-use goondan_tools::{CallScope, HandlerResult, ToolContext, ToolOutput};
+use goondan_core::{JsonObject, JsonValue};
+use goondan_test_support::{call_scope, tool_context};
+use goondan_tools::{HandlerResult, ToolContext, ToolOutput};
 use nix::fcntl::{RenameFlags, renameat2};
 use serde_json::json;
 
@@ -21,20 +22,7 @@ use serde_json::json;
 const ROUNDS: usize = 300;
 
 fn context(workdir: &Path, tool: &str) -> ToolContext {
-    let scope = CallScope {
-        agent_name: Arc::from("racer"),
-        instance_key: Arc::from("race"),
-        turn_id: Arc::from("turn-1"),
-        step_id: Arc::from("step-1"),
-        step_index: 0,
-        message: Arc::new(Message::assistant_tool_calls("step-1", vec![])),
-        workdir: Arc::from(workdir),
-        trace_id: Arc::from("0".repeat(32)),
-        step_span_id: Arc::from("0".repeat(16)),
-        runtime: None,
-        tasks: None,
-    };
-    ToolContext::new(Arc::new(scope), Arc::from(tool), "call-1".to_owned())
+    tool_context(call_scope("racer", "race", workdir), tool)
 }
 
 async fn call(workdir: &Path, export: &str, input: JsonValue) -> HandlerResult {

@@ -8,9 +8,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use goondan_base::BaseSettings;
-use goondan_core::{JsonValue, Message};
+use goondan_core::JsonValue;
+use goondan_test_support::{call_scope, tool_context};
 use goondan_tools::assembly::AgentTools;
-use goondan_tools::{CallScope, HandlerResult, ToolContext, ToolRegistry};
+use goondan_tools::{HandlerResult, ToolRegistry};
 use serde_json::json;
 
 const BUNDLE: &str = r#"
@@ -60,20 +61,7 @@ async fn call(root: &Path, agent: &str, export: &str, input: JsonValue) -> Handl
         .unwrap_or_else(|e| panic!("{e}"));
     let name = format!("file-system__{export}");
     let Some(tool) = registry.get(&name) else { panic!("{name} not registered") };
-    let scope = CallScope {
-        agent_name: Arc::from("guarded"),
-        instance_key: Arc::from("i"),
-        turn_id: Arc::from("t"),
-        step_id: Arc::from("s"),
-        step_index: 0,
-        message: Arc::new(Message::assistant_tool_calls("s", vec![])),
-        workdir: Arc::from(root),
-        trace_id: Arc::from("0".repeat(32)),
-        step_span_id: Arc::from("0".repeat(16)),
-        runtime: None,
-        tasks: None,
-    };
-    let ctx = ToolContext::new(Arc::new(scope), Arc::from(name.as_str()), "call-1".to_owned());
+    let ctx = tool_context(call_scope("guarded", "i", root), &name);
     let JsonValue::Object(input) = input else { panic!("input must be an object") };
     tool.handler.call(&ctx, &input).await
 }

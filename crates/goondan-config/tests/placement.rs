@@ -2,9 +2,10 @@
 //! parsing (unquoted booleans and integers as their text), what
 //! `Bundle::placement_for` gives, and every validation rule.
 
-use std::path::PathBuf;
+use goondan_config::{Diagnostic, HostLabels, Severity, labels_match};
 
-use goondan_config::{Bundle, Diagnostic, HostLabels, LoadReport, Severity, labels_match, load_from_str};
+mod common;
+use common::{load, summary, valid};
 
 const MODEL: &str =
     "apiVersion: goondan.ai/v1\nkind: Model\nmetadata: {name: m}\nspec: {provider: openai, model: gpt-4o}\n";
@@ -17,24 +18,8 @@ fn agent(name: &str, extra: &str) -> String {
     )
 }
 
-fn load(text: &str) -> LoadReport {
-    load_from_str(text, "goondan.yaml", None, PathBuf::from("goondan.yaml"))
-}
-
-fn valid(text: &str) -> Bundle {
-    let report = load(text);
-    assert!(report.diagnostics.is_empty(), "{:#?}", report.diagnostics);
-    let Some(bundle) = report.bundle else { panic!("no bundle") };
-    bundle
-}
-
 fn labels(pairs: &[(&str, &str)]) -> HostLabels {
     pairs.iter().map(|(name, value)| ((*name).to_owned(), (*value).to_owned())).collect()
-}
-
-/// (code, path, severity) of each diagnostic.
-fn summary(diagnostics: &[Diagnostic]) -> Vec<(&'static str, String, Severity)> {
-    diagnostics.iter().map(|d| (d.code.as_str(), d.path.clone(), d.severity)).collect()
 }
 
 /// The diagnostics of a bundle whose one Agent has `placement`.

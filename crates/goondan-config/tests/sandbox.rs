@@ -4,9 +4,12 @@
 use std::path::{Path, PathBuf};
 
 use goondan_config::{
-    Bundle, Diagnostic, DiagnosticCode, LimitBound, LoadReport, SandboxConfig, SandboxLimits, SandboxNetwork,
-    SandboxPolicy, SandboxSource, Severity, load_bundle, load_from_str,
+    Diagnostic, DiagnosticCode, LimitBound, SandboxConfig, SandboxLimits, SandboxNetwork, SandboxPolicy, SandboxSource,
+    Severity, load_bundle,
 };
+
+mod common;
+use common::{load, summary, valid};
 
 const MODEL: &str =
     "apiVersion: goondan.ai/v1\nkind: Model\nmetadata: {name: m}\nspec: {provider: openai, model: gpt-4o}\n";
@@ -30,21 +33,6 @@ fn swarm(name: &str, entry: &str, agents: &[&str], sandbox: &str) -> String {
 /// `sandbox` (YAML under `spec`), indented by two spaces.
 fn indent(sandbox: &str) -> String {
     sandbox.lines().map(|line| format!("  {line}\n")).collect()
-}
-
-fn load(text: &str) -> LoadReport {
-    load_from_str(text, "goondan.yaml", None, PathBuf::from("goondan.yaml"))
-}
-
-fn valid(text: &str) -> Bundle {
-    let report = load(text);
-    assert!(report.diagnostics.is_empty(), "{:#?}", report.diagnostics);
-    let Some(bundle) = report.bundle else { panic!("no bundle") };
-    bundle
-}
-
-fn summary(diagnostics: &[Diagnostic]) -> Vec<(&'static str, String, Severity)> {
-    diagnostics.iter().map(|d| (d.code.as_str(), d.path.clone(), d.severity)).collect()
 }
 
 /// The diagnostics of a bundle holding one Agent with `sandbox`.

@@ -7,41 +7,14 @@ use std::sync::Arc;
 
 use goondan_config::PackageScope;
 use goondan_runtime::agent::{AgentBuildError, AgentOptions, AgentTooling, EnvLookup, assemble_tooling};
-use goondan_runtime::extension::{ExtensionError, ExtensionSetup, agent_extensions};
+use goondan_runtime::extension::{ExtensionSetup, agent_extensions};
 use goondan_runtime::extension_state::ExtensionStateStore;
 use goondan_tools::assembly::AgentTools;
 use goondan_tools::events::NoopEventSink;
 use goondan_tools::{ToolExecutor, ToolRegistry};
 
-/// Claims every extension [`goondan_extensions::BaseExtensions`] left and
-/// refuses it, so an extension this crate does not install fails the
-/// assembly instead of being skipped with a warning.
-struct Strict;
-
-impl goondan_runtime::extension::AgentPlugin for Strict {
-    fn begin(&self) -> Box<dyn goondan_runtime::extension::PluginInstall> {
-        Box::new(Strict)
-    }
-}
-
-impl goondan_runtime::extension::PluginInstall for Strict {
-    fn claims(&self, _: &goondan_runtime::extension::AgentExtension) -> bool {
-        true
-    }
-
-    fn install_extension<'a>(
-        &'a mut self,
-        _: &'a mut ExtensionSetup<'_>,
-        extension: &'a goondan_runtime::extension::AgentExtension,
-    ) -> goondan_tools::BoxFuture<'a, Result<(), ExtensionError>> {
-        Box::pin(std::future::ready(Err(ExtensionError::new(&extension.name, "E_TEST", "not installed"))))
-    }
-}
-
-/// Only this crate's extensions, strictly.
-fn plugins() -> Vec<Arc<dyn goondan_runtime::extension::AgentPlugin>> {
-    vec![Arc::new(goondan_extensions::BaseExtensions), Arc::new(Strict)]
-}
+mod common;
+use common::plugins;
 
 fn bundle(extensions: &str) -> goondan_config::Bundle {
     let text = format!(

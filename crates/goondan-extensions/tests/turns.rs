@@ -8,7 +8,6 @@ use std::sync::Arc;
 use goondan_core::{MessageData, MessageEvent};
 use goondan_llm::scripted::ScriptedReply;
 use goondan_runtime::agent::{AgentOptions, build_agent};
-use goondan_runtime::extension::{ExtensionError, ExtensionSetup};
 use goondan_runtime::{Agent, Conversation, NoObserver, StepContext, TurnEnd};
 use goondan_tools::{MemoryEventSink, ToolCatalogItem, ToolOutput, ToolSource, from_fn, sync_handler};
 use serde_json::{Value, json};
@@ -17,35 +16,8 @@ type Recording = goondan_test_support::RecordingModel;
 
 const PROMPT: &str = "Be brief.";
 
-/// Claims every extension [`goondan_extensions::BaseExtensions`] left and
-/// refuses it, so an extension this crate does not install fails the
-/// assembly instead of being skipped with a warning.
-struct Strict;
-
-impl goondan_runtime::extension::AgentPlugin for Strict {
-    fn begin(&self) -> Box<dyn goondan_runtime::extension::PluginInstall> {
-        Box::new(Strict)
-    }
-}
-
-impl goondan_runtime::extension::PluginInstall for Strict {
-    fn claims(&self, _: &goondan_runtime::extension::AgentExtension) -> bool {
-        true
-    }
-
-    fn install_extension<'a>(
-        &'a mut self,
-        _: &'a mut ExtensionSetup<'_>,
-        extension: &'a goondan_runtime::extension::AgentExtension,
-    ) -> goondan_tools::BoxFuture<'a, Result<(), ExtensionError>> {
-        Box::pin(std::future::ready(Err(ExtensionError::new(&extension.name, "E_TEST", "not installed"))))
-    }
-}
-
-/// Only this crate's extensions, strictly.
-fn plugins() -> Vec<Arc<dyn goondan_runtime::extension::AgentPlugin>> {
-    vec![Arc::new(goondan_extensions::BaseExtensions), Arc::new(Strict)]
-}
+mod common;
+use common::plugins;
 
 /// Agent `a` with `extensions` (YAML list items), every one installed by
 /// this crate, an `echo__say` tool, and a recording model playing `replies`.

@@ -14,6 +14,7 @@ use goondan_ingress::connectors;
 use goondan_ingress::{
     Accepted, ConnectorContext, ConnectorError, Delivery, EventSink, MemorySink, RunningConnector, SecretMap, SinkError,
 };
+use goondan_test_support::base64;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -682,24 +683,6 @@ async fn an_ipv6_loopback_host_is_written_as_in_a_url_or_bare() -> TestResult {
 // A captured request posted again must run no second turn. What is outside
 // a signature (`X-Delivery-Id`, `X-GitHub-Delivery`) can be changed by
 // whoever replays it, so only what is signed makes the delivery key.
-
-/// Standard base64 (RFC 4648, with padding), written out so that the
-/// tests do not sign with the code they test.
-fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(char::from(ALPHABET[(n >> (18 - 6 * i) & 63) as usize]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
 
 fn hmac_base64(key: &[u8], parts: &[&[u8]]) -> Result<String, Box<dyn std::error::Error>> {
     let mut mac = Hmac::<Sha256>::new_from_slice(key)?;

@@ -17,6 +17,7 @@ use goondan_ingress::{
     Accepted, ConnectorContext, ConnectorError, Delivery, EventMessage, EventSink, MemorySink, RunningConnector,
     SecretMap, SinkError, connectors,
 };
+use goondan_test_support::Captured;
 use serde_json::json;
 use tokio::io::AsyncWriteExt as _;
 use tokio_util::sync::CancellationToken;
@@ -257,38 +258,10 @@ async fn rate_limits_wait_as_long_as_telegram_says() -> TestResult {
     stop_and_join(&stop, running).await
 }
 
-/// Captures what is logged on this thread (a current-thread runtime runs
-/// the connectors and the fake here too).
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock_unpoisoned().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock_unpoisoned()).into_owned()
-    }
-}
-
 #[tokio::test]
 async fn conflicts_errors_and_bad_tokens_are_logged_clearly_and_never_with_the_token() -> TestResult {
     let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let _guard = tracing::subscriber::set_default(captured.subscriber("trace"));
 
     // 409 then a 500 quoting the request path: both retried.
     let fake = FakeTelegram::start(TOKEN).await?;

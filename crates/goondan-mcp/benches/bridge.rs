@@ -22,10 +22,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use divan::Bencher;
 use goondan_core::ids::SpanIdGenerator;
-use goondan_core::{JsonObject, Message, ToolCall};
+use goondan_core::{JsonObject, ToolCall};
 use goondan_mcp::client::Server;
 use goondan_mcp::config::{ServerConfig, StdioServer};
 use goondan_mcp::handler::McpToolHandler;
+use goondan_test_support::call_scope;
 use goondan_tools::events::RuntimeEvent;
 use goondan_tools::{CallScope, EventSink, ToolCatalog, ToolCatalogItem, ToolExecutor, ToolRegistry, ToolSource};
 use rmcp::model::CallToolRequestParams;
@@ -168,19 +169,7 @@ fn fixture_with(sink: Arc<dyn EventSink>) -> Fixture {
     registry.register(item.clone(), Arc::new(handler)).unwrap_or_else(|e| panic!("{e}"));
     let executor = ToolExecutor::new(registry).with_events(sink);
     let catalog = Arc::new(std::iter::once(item).collect::<ToolCatalog>());
-    let scope = Arc::new(CallScope {
-        agent_name: Arc::from("agent"),
-        instance_key: Arc::from("key"),
-        turn_id: Arc::from("turn"),
-        step_id: Arc::from("step"),
-        step_index: 0,
-        message: Arc::new(Message::assistant_tool_calls("step", Vec::new())),
-        workdir: Arc::from(Path::new("/tmp")),
-        trace_id: Arc::from("4bf92f3577b34da6a3ce929d0e0e4736"),
-        step_span_id: Arc::from("00f067aa0ba902b7"),
-        runtime: None,
-        tasks: None,
-    });
+    let scope = Arc::new(call_scope("agent", "key", Path::new("/tmp")));
     let args = match json!({"text": "hello"}) {
         serde_json::Value::Object(map) => map,
         _ => JsonObject::new(),

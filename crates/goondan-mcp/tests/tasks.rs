@@ -18,11 +18,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use goondan_core::codes::E_TOOL_TIMEOUT;
-use goondan_core::{JsonObject, Message, ToolCall, ToolResult, ToolStatus};
+use goondan_core::{JsonObject, ToolCall, ToolResult, ToolStatus};
 use goondan_mcp::client::Server;
 use goondan_mcp::config::{ServerConfig, StdioServer};
 use goondan_mcp::handler::{E_MCP_REQUEST, E_MCP_TOOL_ERROR, McpToolHandler};
 use goondan_runtime::tasks::TaskBook;
+use goondan_test_support::call_scope;
 use goondan_tools::tasks::{TaskState, TaskView, ToolTasks};
 use goondan_tools::{CallScope, ExecutorPolicy, ToolCatalog, ToolCatalogItem, ToolExecutor, ToolRegistry, ToolSource};
 use serde_json::{Value, json};
@@ -75,19 +76,7 @@ async fn start(python: &Path, cancelled: &Path) -> Arc<Server> {
 }
 
 fn scope(tasks: Option<Arc<dyn ToolTasks>>) -> Arc<CallScope> {
-    Arc::new(CallScope {
-        agent_name: Arc::from("agent"),
-        instance_key: Arc::from("key"),
-        turn_id: Arc::from("turn"),
-        step_id: Arc::from("step"),
-        step_index: 0,
-        message: Arc::new(Message::assistant_tool_calls("step", Vec::new())),
-        workdir: Arc::from(Path::new("/tmp")),
-        trace_id: Arc::from("4bf92f3577b34da6a3ce929d0e0e4736"),
-        step_span_id: Arc::from("00f067aa0ba902b7"),
-        runtime: None,
-        tasks,
-    })
+    Arc::new(CallScope { tasks, ..call_scope("agent", "key", Path::new("/tmp")) })
 }
 
 /// Calls `tool` of `server` with `args` through an executor of `timeout`.

@@ -20,6 +20,7 @@ use goondan_ingress::{
     Accepted, ConnectorContext, ConnectorError, Delivery, EventSink, MemorySink, RunningConnector, SecretMap, SinkError,
 };
 use goondan_script::{JsRuntime, ScriptConnector, connector};
+use goondan_test_support::Captured;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -309,38 +310,12 @@ export default async function run(ctx) {
 }
 "#;
 
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock_unpoisoned()).into_owned()
-    }
-}
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock_unpoisoned().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 // Current-thread: the test's own subscriber sees every task's events.
 #[tokio::test]
 async fn a_bad_event_rejects_with_a_readable_error_and_logs_hide_secrets() -> TestResult {
     let Some(runtime) = runtime_or_skip("connector bad events") else { return Ok(()) };
     let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .with_env_filter("goondan::connector=debug")
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let _guard = tracing::subscriber::set_default(captured.subscriber("goondan::connector=debug"));
     let dir = bundle(&[("bad.ts", BAD_EVENTS)])?;
     let sink = Arc::new(MemorySink::new());
     let (ctx, _stop) = context(&[], Arc::clone(&sink) as Arc<dyn EventSink>);

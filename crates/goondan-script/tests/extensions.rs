@@ -16,6 +16,7 @@ use goondan_runtime::conversation::{Conversation, InstanceLog};
 use goondan_runtime::store::{InstanceStore, Workspace};
 use goondan_runtime::{Agent, ExtensionStateStore, NoObserver, StepContext, StepOutcome, TurnEnd};
 use goondan_script::{ExtensionLoad, HostServices, ScriptHost};
+use goondan_test_support::block_on;
 use goondan_tools::executor::ToolCallContext;
 use goondan_tools::{BoxFuture, from_fn};
 use serde_json::json;
@@ -55,15 +56,6 @@ fn extensions_script() -> JsonValue {
         {"toolCalls": [{"name": "echo__say", "args": {"text": "hello"}}, {"name": "notes__count", "args": {}}]},
         {"text": "Done."}
     ])
-}
-
-fn block_on<F: std::future::Future>(future: F) -> F::Output {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap_or_else(|e| panic!("runtime: {e}"))
-        .block_on(future)
 }
 
 fn texts_of(request: &ModelRequest, role: &str) -> Vec<String> {

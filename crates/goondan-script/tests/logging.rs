@@ -7,45 +7,18 @@
 
 mod common;
 
-use goondan_core::sync::LockUnpoisoned;
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{Kit, output, runtime_or_skip};
 use goondan_script::ScriptHost;
+use goondan_test_support::Captured;
 use serde_json::json;
-
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock_unpoisoned()).into_owned()
-    }
-}
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock_unpoisoned().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 #[tokio::test]
 async fn logger_lines_and_printed_output_reach_tracing() {
     let Some(runtime) = runtime_or_skip("logging") else { return };
     let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .with_env_filter("goondan::script=debug")
-        .finish();
+    let subscriber = captured.subscriber("goondan::script=debug");
     tracing::subscriber::set_global_default(subscriber).unwrap_or_else(|e| panic!("{e}"));
 
     let kit = Kit::new(ScriptHost::with_runtime(runtime), None);

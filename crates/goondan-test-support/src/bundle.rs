@@ -31,6 +31,13 @@ pub fn reply_tools<'a>(calls: impl IntoIterator<Item = (&'a str, Value)>) -> Val
     json!({"toolCalls": calls})
 }
 
+/// A case of a scripted model's `when`: on an input containing `input`,
+/// answer `replies` in turn.
+pub fn when_input(input: &str, replies: impl IntoIterator<Item = Value>) -> Value {
+    let replies: Vec<Value> = replies.into_iter().collect();
+    json!({"inputContains": input, "replies": replies})
+}
+
 impl Bundle {
     /// An empty bundle.
     pub fn new() -> Self {

@@ -3,28 +3,41 @@
 //!
 //! - [`bundle`]: a `goondan.yaml` (and the files beside it) written into a
 //!   directory from typed calls, instead of YAML written inline;
+//! - [`http`]: one HTTP POST to a service on 127.0.0.1, its response read back;
 //! - [`model`]: one fake model server on 127.0.0.1 speaking the OpenAI
 //!   Chat Completions streaming wire format, recording each request;
+//! - [`captured`]: what a test's `tracing` subscriber wrote, in memory;
+//! - [`context`]: a tool call's scope and context, for tests that call a
+//!   tool handler without an agent;
 //! - [`recording`]: the in-process fake model (a script that records
 //!   every request), for turns run without a process;
 //! - [`process`]: `gdn` run with its own state root and environment, its
 //!   output collected, waits with a deadline, and the process killed when
 //!   the test lets go of it;
+//! - [`runtime`]: a runtime to block on, and base64 written out by hand;
 //! - [`record_skip`]: the skip log `scripts/cargo-runner` counts.
 //!
 //! Used only as a dev-dependency: nothing here is part of a shipped binary.
-//! Of the workspace it uses `goondan-llm` only (for [`recording`]); it
-//! drives `gdn` from outside, as a user does.
+//! Of the workspace it uses `goondan-llm` (for [`recording`]) and
+//! `goondan-tools` with `goondan-core` (for [`context`], [`captured`]); it drives `gdn`
+//! from outside, as a user does.
 
 pub mod bundle;
+pub mod captured;
+pub mod context;
+pub mod http;
 pub mod model;
 pub mod process;
 pub mod recording;
+pub mod runtime;
 
-pub use bundle::{Agent, Bundle, reply_text, reply_tools};
+pub use bundle::{Agent, Bundle, reply_text, reply_tools, when_input};
+pub use captured::Captured;
+pub use context::{call_scope, tool_context};
 pub use model::{FakeModel, Reply, Request};
 pub use process::{Gdn, Running, free_port, json_stdout, stderr, stdout, text, until};
 pub use recording::RecordingModel;
+pub use runtime::{base64, block_on};
 
 /// What a test returns.
 pub type TestResult = Result<(), Box<dyn std::error::Error>>;

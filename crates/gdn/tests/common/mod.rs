@@ -141,8 +141,7 @@ pub fn instance_path(state: &std::path::Path, name: &str) -> std::path::PathBuf 
 /// and the service stopped when the test ends.
 #[allow(dead_code)]
 pub mod service {
-    use std::io::{Read as _, Write as _};
-    use std::net::{TcpListener, TcpStream};
+    use std::net::TcpListener;
     use std::path::{Path, PathBuf};
     use std::process::{Command, Output, Stdio};
     use std::time::{Duration, Instant};
@@ -172,16 +171,7 @@ pub mod service {
 
     /// POSTs `body` to the webhook on `port`; the whole response.
     pub fn post(port: u16, body: &serde_json::Value) -> Result<String, std::io::Error> {
-        let body = body.to_string();
-        let mut stream = TcpStream::connect(("127.0.0.1", port))?;
-        let request = format!(
-            "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        stream.write_all(request.as_bytes())?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response)?;
-        Ok(response)
+        goondan_test_support::http::post_json(port, &[], body)
     }
 
     /// Polls `done` every 50 ms until it holds, for at most [`WAIT`].
@@ -235,6 +225,40 @@ pub mod service {
         pub fn count(state: &Path, key: &str, needle: &str) -> usize {
             texts(state, key).iter().filter(|text| text.contains(needle)).count()
         }
+    }
+
+    /// `gdn run --detach` in the project `dir` with the state root `state`:
+    /// an error (with what `gdn` said) unless it started; the service
+    /// stopped when the result is dropped.
+    pub fn detach(dir: &Path, state: &Path) -> Result<Stopped, Box<dyn std::error::Error>> {
+        let started = gdn(dir, state, &["run", "--detach"])?;
+        if started.status.code() != Some(0) {
+            let said = String::from_utf8_lossy(&started.stderr);
+            return Err(format!("gdn run --detach ended {}: {said}", started.status).into());
+        }
+        Ok(Stopped { dir: dir.to_path_buf(), state: state.to_path_buf() })
+    }
+
+    /// The row of `agent@key` in `gdn instance list --json`, if any.
+    pub fn instance(
+        dir: &Path,
+        state: &Path,
+        agent: &str,
+        key: &str,
+    ) -> Result<Option<serde_json::Value>, std::io::Error> {
+        let listed = gdn(dir, state, &["instance", "list", "--json"])?;
+        let rows: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap_or_default();
+        Ok(rows
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|row| row["agentName"] == agent && row["instanceKey"] == key)
+            .cloned())
+    }
+
+    /// How many turns `agent@key` ran (0: none, or no such instance).
+    pub fn turns(dir: &Path, state: &Path, agent: &str, key: &str) -> Result<u64, std::io::Error> {
+        Ok(instance(dir, state, agent, key)?.and_then(|row| row["turns"].as_u64()).unwrap_or(0))
     }
 
     /// Stops the project's service when dropped, whatever happened.
@@ -342,4 +366,120 @@ pub fn temp() -> tempfile::TempDir {
 #[allow(dead_code)]
 pub fn write(path: &std::path::Path, content: &str) {
     std::fs::write(path, content).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+}
+
+/// Processes as the tests watch them: by pid, through `/proc`.
+#[allow(dead_code)]
+pub mod procs {
+    use std::path::Path;
+    use std::time::{Duration, Instant};
+
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+
+    /// Whether `pid` has ended (gone, or a zombie).
+    pub fn is_gone(pid: u32) -> bool {
+        match std::fs::read_to_string(format!("/proc/{pid}/status")) {
+            Err(_) => true,
+            Ok(status) => status.lines().any(|line| line.starts_with("State:") && line.contains('Z')),
+        }
+    }
+
+    /// Waits up to 10 s for `pid` (`what`) to end; else kills it and fails
+    /// the test, saying it outlived `owner`.
+    pub fn wait_gone(pid: u32, what: &str, owner: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !is_gone(pid) {
+            if Instant::now() > deadline {
+                let _ = kill(Pid::from_raw(i32::try_from(pid).unwrap_or(0)), Signal::SIGKILL);
+                panic!("{what} ({pid}) outlived {owner}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The pid written into `path`, waiting up to `timeout` for it; a test
+    /// failure if it never appears.
+    pub fn read_pid(path: &Path, timeout: Duration) -> u32 {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(pid) = std::fs::read_to_string(path).ok().and_then(|text| text.trim().parse().ok()) {
+                return pid;
+            }
+            assert!(Instant::now() < deadline, "{} never appeared", path.display());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// The task book of the instance in `instance_dir` (`tasks.jsonl`): its
+/// text (empty when missing), for messages, and its records (unreadable
+/// lines skipped).
+#[allow(dead_code)]
+pub fn task_book(instance_dir: &std::path::Path) -> (String, Vec<serde_json::Value>) {
+    let text = std::fs::read_to_string(instance_dir.join("tasks.jsonl")).unwrap_or_default();
+    let records = text.lines().filter_map(|line| serde_json::from_str(line).ok()).collect();
+    (text, records)
+}
+
+/// The records of `book` with `op` (`open`, `end`, `received`).
+#[allow(dead_code)]
+pub fn task_ops<'a>(book: &'a [serde_json::Value], op: &str) -> Vec<&'a serde_json::Value> {
+    book.iter().filter(|record| record["op"] == op).collect()
+}
+
+/// Every file below `dir`, at any depth (none when it cannot be read).
+#[allow(dead_code)]
+pub fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(files_under(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}
+
+/// The tasks of the instance in `instance_dir`, each its `open` record's
+/// task folded with its `end` (`state`, `result`, `reason`) and its
+/// delivery (`received: true`), in the order they opened.
+#[allow(dead_code)]
+pub fn tasks_by_handle(instance_dir: &std::path::Path) -> Vec<serde_json::Value> {
+    let (_, records) = task_book(instance_dir);
+    let mut by_handle: Vec<serde_json::Value> = Vec::new();
+    for record in records {
+        match record["op"].as_str() {
+            Some("open") => by_handle.push(record["task"].clone()),
+            Some(op) => {
+                if let Some(task) = by_handle.iter_mut().find(|t| t["handle"] == record["handle"]) {
+                    if op == "end" {
+                        task["state"] = record["state"].clone();
+                        task["result"] = record["result"].clone();
+                        task["reason"] = record["reason"].clone();
+                    } else {
+                        task["received"] = serde_json::Value::Bool(true);
+                    }
+                }
+            }
+            None => {}
+        }
+    }
+    by_handle
+}
+
+/// A new project whose bundle `write` writes for a port free now: the
+/// project, its state root (`state` inside it) and the port; a test
+/// failure if there is no directory or port.
+#[allow(dead_code)]
+pub fn project_on_a_free_port(
+    write: impl FnOnce(&std::path::Path, u16),
+) -> (tempfile::TempDir, std::path::PathBuf, u16) {
+    let dir = temp();
+    let state = dir.path().join("state");
+    let port = goondan_test_support::free_port().unwrap_or_else(|e| panic!("a free port: {e}"));
+    write(dir.path(), port);
+    (dir, state, port)
 }

@@ -13,48 +13,11 @@ import sys
 import time
 import urllib.request
 
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
+from browser_support import browser, fail, report, until
+
 URL, WEBHOOK_PORT, SHOTS = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-
-
-def report(check, **details):
-    print(json.dumps({"check": check, **details}), flush=True)
-
-
-def fail(message):
-    print(message, file=sys.stderr, flush=True)
-    sys.exit(1)
-
-
-def until(what, check, timeout=15.0):
-    deadline = time.time() + timeout
-    last = None
-    while time.time() < deadline:
-        try:
-            value = check()
-            if value:
-                return value
-        except Exception as error:  # a stale element while the page re-renders
-            last = error
-        time.sleep(0.05)
-    fail(f"timed out waiting for {what} (last error: {last})")
-
-
-def browser():
-    options = webdriver.ChromeOptions()
-    options.binary_location = "/usr/bin/chromium"
-    for flag in [
-        "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        "--disable-dev-shm-usage", "--window-size=1500,900",
-    ]:
-        options.add_argument(flag)
-    import tempfile
-    options.add_argument("--user-data-dir=" + tempfile.mkdtemp(prefix="studio-chromium-"))
-    return webdriver.Chrome(service=Service(executable_path="/usr/bin/chromedriver"), options=options)
 
 
 def texts(driver, selector):
@@ -84,7 +47,7 @@ def post(key, text):
 
 
 def main():
-    driver = browser()
+    driver = browser("1500,900")
     try:
         run(driver)
     finally:

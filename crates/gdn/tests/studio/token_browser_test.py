@@ -10,53 +10,14 @@ instance key the page must list. Prints one JSON object per check; exits 1
 on the first failure (its message on stderr).
 """
 
-import json
 import sys
-import tempfile
-import time
 
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+
+from browser_support import browser, fail, report, until
 
 URL, KEY = sys.argv[1], sys.argv[2]
 BASE = URL.split("/?token=")[0]
-
-
-def report(check, **details):
-    print(json.dumps({"check": check, **details}), flush=True)
-
-
-def fail(message):
-    print(message, file=sys.stderr, flush=True)
-    sys.exit(1)
-
-
-def until(what, check, timeout=15.0):
-    deadline = time.time() + timeout
-    last = None
-    while time.time() < deadline:
-        try:
-            value = check()
-            if value:
-                return value
-        except Exception as error:  # a stale element while the page re-renders
-            last = error
-        time.sleep(0.05)
-    fail(f"timed out waiting for {what} (last error: {last})")
-
-
-def browser():
-    options = webdriver.ChromeOptions()
-    options.binary_location = "/usr/bin/chromium"
-    for flag in [
-        "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        "--disable-dev-shm-usage", "--window-size=1200,800",
-    ]:
-        options.add_argument(flag)
-    options.add_argument("--user-data-dir=" + tempfile.mkdtemp(prefix="studio-chromium-"))
-    return webdriver.Chrome(service=Service(executable_path="/usr/bin/chromedriver"), options=options)
 
 
 def shows_the_studio(driver, what):
@@ -69,7 +30,7 @@ def shows_the_studio(driver, what):
 
 
 def main():
-    driver = browser()
+    driver = browser("1200,800")
     try:
         driver.get(URL)
         items = shows_the_studio(driver, "the printed URL")
@@ -89,7 +50,7 @@ def main():
         driver.quit()
 
     # Another browser, without the cookie: refused.
-    other = browser()
+    other = browser("1200,800")
     try:
         other.get(BASE + "/")
         text = until("the refusal", lambda: other.find_element(By.TAG_NAME, "body").text)

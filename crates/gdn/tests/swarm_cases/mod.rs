@@ -117,6 +117,21 @@ impl Run {
             .unwrap_or_else(|e| panic!("spawn: {e}"))
     }
 
+    /// `gdn run` with its standard input piped and `line` written as its
+    /// first line: the process and its input (dropping it ends the input).
+    fn interactive(&self, line: &str) -> (Child, std::process::ChildStdin) {
+        use std::io::Write as _;
+        let workdir = self.work.path().display().to_string();
+        let mut child = self
+            .command(&["run", "--workdir", &workdir])
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn: {e}"));
+        let mut stdin = child.stdin.take().unwrap_or_else(|| panic!("stdin"));
+        writeln!(stdin, "{line}").unwrap_or_else(|e| panic!("{e}"));
+        (child, stdin)
+    }
+
     fn start(&self, input: &str) -> Child {
         let workdir = self.work.path().display().to_string();
         self.command(&["run", "--workdir", &workdir, "--input", input]).spawn().unwrap_or_else(|e| panic!("spawn: {e}"))
@@ -138,6 +153,15 @@ impl Run {
             .collect()
     }
 
+    /// How many messages of `agent@default`'s conversation deliver a task's
+    /// end (`tool_task_result`).
+    fn completions(&self, agent: &str) -> usize {
+        self.messages(agent, "default")
+            .into_iter()
+            .filter(|m| m["data"]["content"].as_str().is_some_and(|c| c.contains("tool_task_result")))
+            .count()
+    }
+
     fn events(&self, agent: &str, key: &str) -> Vec<Value> {
         let path = common::instance_path(self.state.path(), &format!("{agent}@{key}")).join("events.jsonl");
         std::fs::read_to_string(path)
@@ -157,22 +181,10 @@ fn answer(output: &Output) -> Value {
     serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&output.stdout)))
 }
 
-pub(crate) fn is_gone(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/status")) {
-        Err(_) => true,
-        Ok(status) => status.lines().any(|line| line.starts_with("State:") && line.contains('Z')),
-    }
-}
+pub(crate) use common::procs::is_gone;
 
 pub(crate) fn read_pid(path: &Path) -> u32 {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(pid) = std::fs::read_to_string(path).ok().and_then(|text| text.trim().parse().ok()) {
-            return pid;
-        }
-        assert!(Instant::now() < deadline, "{} never appeared", path.display());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::procs::read_pid(path, Duration::from_secs(30))
 }
 
 /// The parent of `pid` (from `/proc/<pid>/stat`, readable even for a
@@ -380,14 +392,13 @@ fn an_asynchronous_reply_enters_the_callers_conversation_before_its_next_request
     let dir = common::instance_path(run.state.path(), "coordinator@default");
     // (The reply's task is ended beside the reply's delivery: give it a moment.)
     let deadline = Instant::now() + Duration::from_secs(10);
-    let book = loop {
-        let book = std::fs::read_to_string(dir.join("tasks.jsonl")).unwrap_or_default();
+    let (book, lines) = loop {
+        let (book, lines) = common::task_book(&dir);
         if book.lines().count() >= 3 || Instant::now() > deadline {
-            break book;
+            break (book, lines);
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    let lines: Vec<Value> = book.lines().filter_map(|line| serde_json::from_str(line).ok()).collect();
     let ops: Vec<&str> = lines.iter().filter_map(|line| line["op"].as_str()).collect();
     assert_eq!(ops, ["open", "end", "received"], "{book}");
     assert_eq!(lines[0]["task"]["handle"], results[0]["handle"]);
@@ -395,23 +406,13 @@ fn an_asynchronous_reply_enters_the_callers_conversation_before_its_next_request
         (lines[1]["state"].as_str(), lines[0]["task"]["tool"].as_str()),
         (Some("completed"), Some("agents__request"))
     );
-    let completions = run
-        .messages("coordinator", "default")
-        .into_iter()
-        .filter(|m| m["data"]["content"].as_str().is_some_and(|c| c.contains("tool_task_result")))
-        .count();
-    assert_eq!(completions, 0);
+    assert_eq!(run.completions("coordinator"), 0);
 }
 
 #[test]
 fn a_chain_of_requests_longer_than_the_hop_limit_is_cut() {
-    use std::io::Write as _;
     let run = Run::new();
-    let workdir = run.work.path().display().to_string();
-    let mut child =
-        run.command(&["run", "--workdir", &workdir]).stdin(Stdio::piped()).spawn().unwrap_or_else(|e| panic!("{e}"));
-    let mut stdin = child.stdin.take().unwrap_or_else(|| panic!("stdin"));
-    stdin.write_all(b"CASE:pingpong\n").unwrap_or_else(|e| panic!("{e}"));
+    let (child, stdin) = run.interactive("CASE:pingpong");
     // worker and reviewer send each other messages until the chain is 8 hops
     // long; the ninth is refused, as an error result of the sender's call.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -442,13 +443,8 @@ fn a_chain_of_requests_longer_than_the_hop_limit_is_cut() {
 
 #[test]
 fn an_asynchronous_reply_reaches_a_caller_whose_process_died_meanwhile() {
-    use std::io::Write as _;
     let run = Run::new();
-    let workdir = run.work.path().display().to_string();
-    let mut child =
-        run.command(&["run", "--workdir", &workdir]).stdin(Stdio::piped()).spawn().unwrap_or_else(|e| panic!("{e}"));
-    let mut stdin = child.stdin.take().unwrap_or_else(|| panic!("stdin"));
-    stdin.write_all(b"CASE:orphanreply\n").unwrap_or_else(|e| panic!("{e}"));
+    let (mut child, stdin) = run.interactive("CASE:orphanreply");
     // The coordinator asked the worker (2 s of work) asynchronously, then
     // dies while the worker is still at it.
     let coordinator = read_pid(&run.work.path().join("coordinator.pid"));
@@ -475,22 +471,11 @@ fn an_asynchronous_reply_reaches_a_caller_whose_process_died_meanwhile() {
     // The request's task outlived the caller's process (its work was the
     // worker's) and ended with the reply: not failed by the restart, and
     // no completion message besides the reply.
-    let book =
-        std::fs::read_to_string(common::instance_path(run.state.path(), "coordinator@default").join("tasks.jsonl"))
-            .unwrap_or_default();
-    let ends: Vec<Value> = book
-        .lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .filter(|line| line["op"] == "end")
-        .collect();
+    let (book, records) = common::task_book(&common::instance_path(run.state.path(), "coordinator@default"));
+    let ends = common::task_ops(&records, "end");
     assert_eq!(ends.len(), 1, "{book}");
     assert_eq!(ends[0]["state"], "completed", "{book}");
-    let completions = run
-        .messages("coordinator", "default")
-        .into_iter()
-        .filter(|m| m["data"]["content"].as_str().is_some_and(|c| c.contains("tool_task_result")))
-        .count();
-    assert_eq!(completions, 0);
+    assert_eq!(run.completions("coordinator"), 0);
 }
 
 #[test]
@@ -551,16 +536,8 @@ fn catalog_spawn_list_and_send() {
 
 #[test]
 fn agents_keep_working_through_the_orchestrator_while_the_prompt_waits() {
-    use std::io::Write as _;
     let run = Run::new();
-    let workdir = run.work.path().display().to_string();
-    let mut child = run
-        .command(&["run", "--workdir", &workdir])
-        .stdin(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn: {e}"));
-    let mut stdin = child.stdin.take().unwrap_or_else(|| panic!("stdin"));
-    stdin.write_all(b"CASE:relay\n").unwrap_or_else(|e| panic!("{e}"));
+    let (child, stdin) = run.interactive("CASE:relay");
     // The coordinator's turn ends at once; the reviewer's request to the
     // worker is routed while the session waits for the next line.
     let relayed = run.work.path().join("relay.txt");
@@ -688,11 +665,7 @@ spec: {modelConfig: {modelRef: Model/m}}
 #[test]
 fn a_hostile_process_finds_no_way_into_an_agents_channel() {
     let run = Run::new();
-    let workdir = run.work.path().display().to_string();
-    let mut child = run
-        .command(&["run", "--workdir", &workdir, "--input", "CASE:hang"])
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn: {e}"));
+    let mut child = run.start("CASE:hang");
     let orchestrator = child.id();
     let worker = read_pid(&run.work.path().join("worker.pid"));
     let shell = read_pid(&run.work.path().join("worker-shell.pid"));
