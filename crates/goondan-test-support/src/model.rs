@@ -7,10 +7,11 @@
 //! logic beyond the test's own answer function; each connection carries one
 //! request and is closed after its answer.
 
+use goondan_core::sync::LockUnpoisoned;
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use serde_json::{Value, json};
@@ -83,7 +84,7 @@ impl FakeModel {
                     let Ok(stream) = stream else { continue };
                     let request = read_request(&stream);
                     let reply = answer(&request);
-                    requests.lock().unwrap_or_else(PoisonError::into_inner).push(request);
+                    requests.lock_unpoisoned().push(request);
                     write_stream(&stream, &reply);
                 }
             })
@@ -104,12 +105,12 @@ impl FakeModel {
 
     /// Every request read so far.
     pub fn requests(&self) -> Vec<Request> {
-        self.requests.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        self.requests.lock_unpoisoned().clone()
     }
 
     /// Every request read so far, taken out (the next call sees only later ones).
     pub fn take_requests(&self) -> Vec<Request> {
-        std::mem::take(&mut *self.requests.lock().unwrap_or_else(PoisonError::into_inner))
+        std::mem::take(&mut *self.requests.lock_unpoisoned())
     }
 
     /// The values of header `name` over every request so far.

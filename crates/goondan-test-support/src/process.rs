@@ -7,12 +7,13 @@
 //! What is deliberately absent: sleeping for a fixed time. Every wait here
 //! ends as soon as what it waits for holds, and fails at its deadline.
 
+use goondan_core::sync::LockUnpoisoned;
 use std::ffi::OsString;
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Output, Stdio};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
@@ -205,12 +206,12 @@ impl Running {
 
     /// Its standard output so far.
     pub fn stdout(&self) -> String {
-        self.stdout.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        self.stdout.lock_unpoisoned().clone()
     }
 
     /// Its standard error so far.
     pub fn stderr(&self) -> String {
-        self.stderr.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        self.stderr.lock_unpoisoned().clone()
     }
 
     /// Waits until the text of `stream` so far satisfies `check`; the text.
@@ -225,7 +226,7 @@ impl Running {
             Stream::Stdout => Arc::clone(&self.stdout),
             Stream::Stderr => Arc::clone(&self.stderr),
         };
-        let read = || text.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let read = || text.lock_unpoisoned().clone();
         let deadline = Instant::now() + timeout;
         loop {
             let now = read();
@@ -321,7 +322,7 @@ fn collect(stream: impl std::io::Read + Send + 'static) -> Arc<Mutex<String>> {
         let mut reader = BufReader::new(stream);
         let mut line = Vec::new();
         while reader.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
-            sink.lock().unwrap_or_else(PoisonError::into_inner).push_str(&String::from_utf8_lossy(&line));
+            sink.lock_unpoisoned().push_str(&String::from_utf8_lossy(&line));
             line.clear();
         }
     });

@@ -5,7 +5,8 @@
 //! What is deliberately absent: any answer logic of its own; the script
 //! decides, this only watches.
 
-use std::sync::{Mutex, PoisonError};
+use goondan_core::sync::LockUnpoisoned;
+use std::sync::Mutex;
 
 use goondan_llm::provider::{BoxFuture, StreamSink};
 use goondan_llm::scripted::{ScriptedProvider, ScriptedReply};
@@ -33,7 +34,7 @@ impl RecordingModel {
 
     /// Every request so far.
     pub fn requests(&self) -> Vec<ModelRequest> {
-        self.requests.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        self.requests.lock_unpoisoned().clone()
     }
 }
 
@@ -43,7 +44,7 @@ impl ModelProvider for RecordingModel {
         request: &'a ModelRequest,
         on_event: StreamSink<'a>,
     ) -> BoxFuture<'a, Result<ModelResponse, ModelError>> {
-        self.requests.lock().unwrap_or_else(PoisonError::into_inner).push(request.clone());
+        self.requests.lock_unpoisoned().push(request.clone());
         self.inner.complete(request, on_event)
     }
 
