@@ -17,14 +17,14 @@
 /// ```
 /// mod codes {
 ///     goondan_core::error_codes! {
-///         /// Something was not found.
-///         E_NOT_FOUND;
+///         /// The tool is not in the catalog.
+///         E_TOOL_NOT_FOUND;
 ///         /// Named apart from its wire value.
 ///         HOP_LIMIT = "HOP_LIMIT_EXCEEDED";
 ///     }
 /// }
-/// assert_eq!(codes::E_NOT_FOUND, "E_NOT_FOUND");
-/// assert_eq!(codes::ALL, ["E_NOT_FOUND", "HOP_LIMIT_EXCEEDED"]);
+/// assert_eq!(codes::E_TOOL_NOT_FOUND, "E_TOOL_NOT_FOUND");
+/// assert_eq!(codes::ALL, ["E_TOOL_NOT_FOUND", "HOP_LIMIT_EXCEEDED"]);
 /// ```
 #[macro_export]
 macro_rules! error_codes {

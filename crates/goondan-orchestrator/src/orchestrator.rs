@@ -336,6 +336,25 @@ exit 1"#,
         assert!(orchestrator.pid_of(&instance).await.is_none());
     }
 
+    /// A shutdown starts the grace timer; once the swarm has stopped and
+    /// every handle is gone, `closed()` must not sleep out that grace (a
+    /// `gdn run` waited for it, 3 s, after every answer).
+    #[tokio::test]
+    async fn closed_after_a_shutdown_does_not_wait_out_the_grace() {
+        use std::time::Duration;
+        let mut plan = plan();
+        plan.shutdown_grace = Duration::from_secs(120);
+        let orchestrator = Orchestrator::start(
+            plan,
+            AgentLauncher::new("/bin/false", Vec::<String>::new()),
+            Arc::new(NoSwarmObserver),
+        );
+        assert!(orchestrator.start_instance(&AgentInstance::new("a", "k")).await.is_err());
+        orchestrator.shutdown("the test ended").await;
+        let closed = tokio::time::timeout(Duration::from_secs(60), orchestrator.closed()).await;
+        assert!(closed.is_ok(), "closed() waited for the shutdown's grace timer");
+    }
+
     #[tokio::test]
     async fn closed_ends_once_every_handle_is_gone_and_every_task_of_the_hub_has_ended() {
         use std::sync::atomic::{AtomicBool, Ordering};

@@ -382,7 +382,7 @@ impl ScriptHost {
     /// unwaited.
     pub async fn shutdown(&self) {
         if let Some(current) = self.state.lock().await.current.take() {
-            let _ = current.kill.send("the script host is shutting down");
+            let _ = current.kill.send(SHUTTING_DOWN);
         }
         self.cancel.cancel();
         self.tasks.close();
@@ -1144,6 +1144,10 @@ async fn read_frames<R: AsyncRead + Unpin>(
     let _ = done.send(());
 }
 
+/// Why [`ScriptHost::shutdown`] stops the host: an end that was asked for,
+/// not logged as a failure.
+const SHUTTING_DOWN: &str = "the script host is shutting down";
+
 async fn supervise(
     mut child: HostProcess,
     stdin: Option<ChildStdin>,
@@ -1158,8 +1162,9 @@ async fn supervise(
     let status = tokio::select! {
         status = child.wait() => status,
         why = kill.recv() => {
-            // `None`: every handle is gone (the ScriptHost was dropped).
-            wanted = why.is_some();
+            // `None`: every handle is gone (the ScriptHost was dropped); a
+            // shutdown is asked for too: neither is a failure to report.
+            wanted = why.is_some_and(|why| why != SHUTTING_DOWN);
             reason = why;
             child.kill();
             child.wait().await

@@ -37,6 +37,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use goondan_ipc::{AgentInstance, DelegateResultPayload, ErrorInfo, IpcMessage};
 use tokio::sync::{mpsc, oneshot, watch};
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::codes::AGENT_UNAVAILABLE;
@@ -234,8 +235,11 @@ pub(crate) struct Hub {
     me: mpsc::WeakSender<HubCommand>,
     /// Every task it starts (and itself): they end with it — a start
     /// within its timeout, a process's reader once its kill switch drops,
-    /// a writer once its outbox does, a timer at its report.
+    /// a writer once its outbox does, a timer at its report or at `ended`.
     tasks: TaskTracker,
+    /// Cancelled when the hub's task ends, so that its timers end with it
+    /// instead of sleeping out a grace no one waits for any more.
+    ended: CancellationToken,
     slots: BTreeMap<AgentInstance, Slot>,
     pending: HashMap<String, Pending>,
     waits: WaitGraph,
@@ -268,6 +272,7 @@ impl Hub {
             observer,
             me,
             tasks,
+            ended: CancellationToken::new(),
             slots: BTreeMap::new(),
             pending: HashMap::new(),
             waits: WaitGraph::default(),
@@ -286,6 +291,7 @@ impl Hub {
     /// `paused` is [`HubCommand::PauseStarts`] as a value: a change is
     /// taken before the commands sent after it.
     pub(crate) async fn run(mut self, mut commands: mpsc::Receiver<HubCommand>, mut paused: watch::Receiver<bool>) {
+        let _ended = self.ended.clone().drop_guard();
         let mut tick = tokio::time::interval(self.tick_period());
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut pausing = true;
@@ -405,11 +411,18 @@ impl Hub {
         }
         let grace = self.plan.shutdown_grace;
         let hub = self.me.clone();
+        let ended = self.ended.clone();
         self.tasks.spawn(async move {
-            tokio::time::sleep(grace).await;
-            if report(&hub, HubCommand::GraceOver).await {
-                tokio::time::sleep(KILL_WAIT).await;
-                report(&hub, HubCommand::GiveUp).await;
+            let timer = async {
+                tokio::time::sleep(grace).await;
+                if report(&hub, HubCommand::GraceOver).await {
+                    tokio::time::sleep(KILL_WAIT).await;
+                    report(&hub, HubCommand::GiveUp).await;
+                }
+            };
+            tokio::select! {
+                () = ended.cancelled() => {}
+                () = timer => {}
             }
         });
         self.check_stopped();
