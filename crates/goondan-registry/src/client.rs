@@ -84,7 +84,7 @@ pub enum PackageError {
     #[error("dependency cycle: {}", .path.join(" -> "))]
     Cycle { path: Vec<String> },
     #[error("version conflict on {name}: {first} (picked {picked}), but {second}")]
-    Conflict { name: String, first: Requirement, picked: String, second: Requirement },
+    Conflict { name: String, first: Box<Requirement>, picked: String, second: Box<Requirement> },
     #[error("{}:{line}: {message}", path.display())]
     Lockfile { path: PathBuf, line: usize, message: String },
     #[error("--frozen-lockfile: {} does not match goondan.yaml: {detail}", path.display())]

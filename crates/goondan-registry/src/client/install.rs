@@ -117,9 +117,9 @@ impl<'a> Registry<'a> {
                 if version::resolve([version.as_str()], &packument.dist_tags, &wanted.range).is_err() {
                     return Err(PackageError::Conflict {
                         name,
-                        first: first.clone(),
+                        first: Box::new(first.clone()),
                         picked: version.clone(),
-                        second: wanted,
+                        second: Box::new(wanted),
                     });
                 }
                 continue;
