@@ -60,7 +60,8 @@ pub async fn package(
             // As the original: a bundle `gdn validate` refuses is not published.
             let report_ = goondan_config::load_bundle(&global.config);
             if report_.has_errors() {
-                output::write_report(&mut out.stdout, &report_.diagnostics, &manifest.display().to_string())?;
+                // On standard error: with --json, standard output is the one JSON answer.
+                output::write_report(&mut out.stderr, &report_.diagnostics, &manifest.display().to_string())?;
                 let error = PackageError::Manifest {
                     path: manifest.clone(),
                     message: "the bundle does not validate (gdn validate shows why); nothing was published".to_owned(),

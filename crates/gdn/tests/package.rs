@@ -156,6 +156,29 @@ fn publish_add_frozen_install_and_update() -> TestResult {
     );
     assert_eq!(std::fs::read_to_string(&lock_path)?, lock);
 
+    // The text output, as the original prints it.
+    let text = common::gdn_bin().project(app.path()).state(state.path()).run([
+        "package",
+        "install",
+        "--registry",
+        &registry.url,
+    ]);
+    let stdout = String::from_utf8_lossy(&text.stdout);
+    assert!(stdout.contains("Installed dependencies: 2 (2 already in place)\n"), "{stdout}");
+    assert!(stdout.contains("Lockfile: "), "{stdout}");
+    let text = common::gdn_bin().project(app.path()).state(state.path()).run([
+        "package",
+        "add",
+        "@acme/nope",
+        "--registry",
+        &registry.url,
+    ]);
+    let stderr = String::from_utf8_lossy(&text.stderr);
+    assert!(
+        stderr.contains("package @acme/nope is not in the registry") && stderr.contains("[PKG_NOT_FOUND]"),
+        "{stderr}"
+    );
+
     // A fresh state root reproduces the install from the lockfile alone.
     let fresh = common::temp();
     let (status, json, _) =
@@ -299,6 +322,38 @@ fn every_refusal_is_structured_and_changes_nothing() -> TestResult {
     let (status, json, _) = package(lib.path(), state.path(), None, &["publish", "--registry", url]);
     assert_eq!((status, code(&json)), (1, "PKG_UNAUTHORIZED"), "{json}");
     assert!(json["error"]["message"].as_str().unwrap_or_default().contains("GOONDAN_REGISTRY_TOKEN"), "{json}");
+    assert_eq!(registry_versions(&registry, "@acme/lib")?, ["1.0.0", "1.1.0"]);
+    // The token of <state root>/config.json's registries[url] (`${VAR}` read from the environment).
+    let config = json!({"registries": {url: {"token": "${MY_REGISTRY_TOKEN}"}}});
+    common::write(&state.path().join("config.json"), &config.to_string());
+    let with_var = common::gdn_bin()
+        .project(lib.path())
+        .state(state.path())
+        .env_remove("GOONDAN_REGISTRY_TOKEN")
+        .env("MY_REGISTRY_TOKEN", TOKEN)
+        .run(["package", "publish", "--registry", url, "--json"]);
+    assert!(with_var.status.success(), "{}", String::from_utf8_lossy(&with_var.stdout));
+    assert_eq!(registry_versions(&registry, "@acme/lib")?, ["1.0.0", "1.1.0", "3.0.0"]);
+
+    // A bundle that does not validate is not published.
+    let broken = common::temp();
+    bundle(broken.path(), "@acme/broken", "1.0.0", &[]);
+    let text = std::fs::read_to_string(broken.path().join("goondan.yaml"))?;
+    common::write(
+        &broken.path().join("goondan.yaml"),
+        &format!(
+            "{text}---
+kind: Agent
+metadata:
+  name: a
+spec: 42
+"
+        ),
+    );
+    let (status, json, output) = package(broken.path(), state.path(), Some(TOKEN), &["publish", "--registry", url]);
+    assert_eq!((status, code(&json)), (1, "PKG_MANIFEST_INVALID"), "{json}");
+    assert!(!String::from_utf8_lossy(&output.stderr).is_empty());
+    assert!(registry_versions(&registry, "@acme/broken").is_err());
 
     // A lockfile that does not parse: its line; one whose integrity lies: refused before unpacking.
     let other = common::temp();
@@ -322,5 +377,31 @@ fn every_refusal_is_structured_and_changes_nothing() -> TestResult {
     assert_eq!((status, code(&json)), (1, "PKG_INTEGRITY_MISMATCH"), "{json}");
     assert!(!installed(empty.path(), "@acme/lib", "1.1.0").exists());
     assert_eq!(std::fs::read_to_string(&lock_path)?, lying);
+
+    // An install whose recorded integrity is not the locked one is replaced.
+    let dir = installed(state.path(), "@acme/lib", "1.1.0");
+    common::write(&dir.join(".goondan-integrity"), "sha512-other");
+    common::write(&dir.join("goondan.yaml"), "tampered\n");
+    common::write(&lock_path, &lock);
+    let (status, json, _) =
+        package(other.path(), state.path(), None, &["install", "--frozen-lockfile", "--registry", url]);
+    assert_eq!(status, 0, "{json}");
+    assert_eq!(json["installed"][0]["reused"], false, "{json}");
+    assert_ne!(std::fs::read_to_string(dir.join("goondan.yaml"))?, "tampered\n");
     Ok(())
+}
+
+/// The versions the registry lists for `name` (an error when it has none).
+fn registry_versions(registry: &Registry, name: &str) -> Result<Vec<String>, Box<dyn std::error::Error>> {
+    let address = registry.url.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(address)?;
+    write!(stream, "GET /{name} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n")?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    let (head, body) = answer.split_once("\r\n\r\n").ok_or("no end of headers")?;
+    if !head.starts_with("HTTP/1.1 200") {
+        return Err(head.to_owned().into());
+    }
+    let packument: Value = serde_json::from_str(body)?;
+    Ok(packument["versions"].as_object().map(|v| v.keys().cloned().collect()).unwrap_or_default())
 }
