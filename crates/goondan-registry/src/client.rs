@@ -328,7 +328,7 @@ impl Http {
 
     /// The packument of `name` at `registry`.
     pub async fn packument(&self, registry: &str, name: &str, token: Option<&str>) -> Result<Packument, PackageError> {
-        let url = format!("{registry}/{name}");
+        let url = format!("{registry}/{}", url_name(name));
         let response = self.send(self.client.get(&url), &url, registry, token).await?;
         let status = response.status().as_u16();
         if status == 404 {
@@ -379,13 +379,22 @@ impl Http {
         payload: &Value,
         token: Option<&str>,
     ) -> Result<(), PackageError> {
-        let url = format!("{registry}/{name}");
+        let url = format!("{registry}/{}", url_name(name));
         let body = serde_json::to_vec(payload).map_err(|e| PackageError::Client(e.to_string()))?;
         let request = self.client.put(&url).header(reqwest::header::CONTENT_TYPE, "application/json").body(body);
         let response = self.send(request, &url, registry, token).await?;
         let status = response.status().as_u16();
         let body = response.bytes().await.unwrap_or_default();
         if (200..300).contains(&status) { Ok(()) } else { Err(refused(&url, status, &body)) }
+    }
+}
+
+/// A checked name in a URL as the original writes it (`encodeURIComponent`
+/// of scope and name: `%40scope/name`); only the `@` needs it.
+fn url_name(name: &str) -> String {
+    match name.strip_prefix('@') {
+        Some(rest) => format!("%40{rest}"),
+        None => name.to_owned(),
     }
 }
 
