@@ -357,7 +357,8 @@ spec: 42
 
     // A lockfile that does not parse: its line; one whose integrity lies: refused before unpacking.
     let other = common::temp();
-    bundle(other.path(), "@acme/other", "0.1.0", &[("@acme/lib", "^1.0.0")]);
+    // `@goondan/base` is built in: never asked of the registry (which has none), locked or installed.
+    bundle(other.path(), "@acme/other", "0.1.0", &[("@goondan/base", "^0.0.3-alpha17"), ("@acme/lib", "^1.0.0")]);
     let lock_path = other.path().join("goondan.lock.yaml");
     common::write(&lock_path, "lockfileVersion: 1\npackages:\n  \"@acme/lib@1.1.0\": [unclosed\n");
     let (status, json, _) = package(other.path(), state.path(), None, &["install", "--registry", url]);
@@ -367,6 +368,8 @@ spec: 42
     let (status, json, _) = package(other.path(), state.path(), None, &["install", "--registry", url]);
     assert_eq!(status, 0, "{json}");
     let lock = std::fs::read_to_string(&lock_path)?;
+    assert!(!lock.contains("@goondan/base"), "{lock}");
+    assert!(!state.path().join("packages/@goondan").exists());
     let start = lock.find("sha512-").ok_or("no integrity")? + "sha512-".len();
     let mut lying = lock.clone();
     lying.replace_range(start..start + 4, if &lock[start..start + 4] == "AAAA" { "BBBB" } else { "AAAA" });

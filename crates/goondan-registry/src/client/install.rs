@@ -11,6 +11,9 @@
 //! An install already there whose recorded integrity (its
 //! [`INTEGRITY_MARKER`]) is the locked one is reused; any other is replaced.
 //!
+//! `@goondan/base` ([`BUILT_IN`]) is part of gdn: a dependency on it is
+//! met without the registry.
+//!
 //! Every step that can fail runs before `goondan.yaml` and the lockfile
 //! are written: a failed command leaves the bundle as it was.
 
@@ -31,6 +34,15 @@ pub const INTEGRITY_MARKER: &str = ".goondan-integrity";
 
 /// The requester of the bundle's own dependencies.
 const ROOT: &str = "goondan.yaml";
+
+/// Packages built into gdn (the original's samples depend on
+/// `@goondan/base`): never fetched, locked or installed; the loader uses
+/// its own copy.
+pub const BUILT_IN: &[&str] = &["@goondan/base"];
+
+fn built_in(name: &str) -> bool {
+    BUILT_IN.contains(&name)
+}
 
 /// One package in place.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -112,6 +124,9 @@ impl<'a> Registry<'a> {
         let mut lock = Lockfile::default();
         while let Some((name, wanted)) = queue.pop_front() {
             check_name(&name)?;
+            if built_in(&name) {
+                continue;
+            }
             if let Some((version, first)) = picked.get(&name) {
                 let packument = self.packument(&name).await?;
                 if version::resolve([version.as_str()], &packument.dist_tags, &wanted.range).is_err() {
@@ -207,6 +222,9 @@ pub fn check_lock(lock: &Lockfile, dependencies: &[Dependency], path: &Path) -> 
         dependencies.iter().map(|d| (d.name.clone(), d.range.clone(), ROOT.to_owned())).collect();
     let mut reached: BTreeSet<String> = BTreeSet::new();
     while let Some((name, range, requester)) = queue.pop_front() {
+        if built_in(&name) {
+            continue;
+        }
         let Some((key, entry)) = lock.find(&name) else {
             return Err(mismatch(format!("{requester} needs {name} {range:?}, which is not locked")));
         };
@@ -219,7 +237,9 @@ pub fn check_lock(lock: &Lockfile, dependencies: &[Dependency], path: &Path) -> 
             }
         }
     }
-    if let Some(extra) = lock.packages.keys().find(|key| !reached.contains(*key)) {
+    // A lock entry for a built-in package (the original's samples have one) is no extra.
+    let extra = lock.packages.iter().find(|(key, entry)| !reached.contains(*key) && !built_in(name_of(key, entry)));
+    if let Some((extra, _)) = extra {
         return Err(mismatch(format!("{extra} is locked but nothing needs it")));
     }
     Ok(())
@@ -230,7 +250,7 @@ pub async fn install_locked(settings: &Settings<'_>, lock: &Lockfile) -> Result<
     let http = Http::new(settings)?;
     let limit = Arc::new(tokio::sync::Semaphore::new(PARALLEL_DOWNLOADS));
     let mut tasks = tokio::task::JoinSet::new();
-    for (key, entry) in &lock.packages {
+    for (key, entry) in lock.packages.iter().filter(|(key, entry)| !built_in(name_of(key, entry))) {
         let name = name_of(key, entry).to_owned();
         let registry = settings.registry_url(&name);
         let token = settings.token(&registry);
@@ -502,6 +522,9 @@ mod tests {
             check_lock(&locked, &wants("^2.0.0"), Path::new("l")),
             Err(PackageError::FrozenMismatch { .. })
         ));
+        let with_base =
+            lock(&[("@s/a", &[("@s/b", "^1.0.0"), ("@goondan/base", "^1")]), ("@s/b", &[]), ("@goondan/base", &[])]);
+        assert!(check_lock(&with_base, &wants("^1.0.0"), Path::new("l")).is_ok());
         let extra = lock(&[("@s/a", &[("@s/b", "^1.0.0")]), ("@s/b", &[]), ("@s/z", &[])]);
         assert!(matches!(
             check_lock(&extra, &wants("^1.0.0"), Path::new("l")),
