@@ -213,6 +213,24 @@ fn publish_add_frozen_install_and_update() -> TestResult {
     assert!(lock.contains("\"@acme/lib@1.2.0\""), "{lock}");
     assert!(!lock.contains("\"@acme/lib@1.1.0\""), "{lock}");
     assert!(installed(state.path(), "@acme/lib", "1.2.0").join("goondan.yaml").is_file());
+
+    // update NAME: only a dependency of the bundle.
+    let before = std::fs::read_to_string(app.path().join("goondan.yaml"))?;
+    let (status, json, _) =
+        package(app.path(), state.path(), None, &["update", "@acme/util", "--registry", &registry.url]);
+    assert_eq!((status, code(&json)), (1, "PKG_MANIFEST_INVALID"), "{json}");
+    assert_eq!(std::fs::read_to_string(app.path().join("goondan.yaml"))?, before);
+
+    // add -E writes the exact version picked.
+    publish(&registry, "@acme/solo", "1.0.0", &[])?;
+    let (status, json, _) =
+        package(app.path(), state.path(), None, &["add", "-E", "@acme/solo", "--registry", &registry.url]);
+    assert_eq!(status, 0, "{json}");
+    assert_eq!(json["dependency"], json!({"name": "@acme/solo", "range": "1.0.0"}));
+    assert!(
+        std::fs::read_to_string(app.path().join("goondan.yaml"))?
+            .contains("    - name: \"@acme/solo\"\n      version: \"1.0.0\"\n---\n")
+    );
     Ok(())
 }
 
