@@ -360,7 +360,10 @@ async fn settle(
         write_file(&manifest.path, text)?;
     }
     let rendered = lock.render();
-    if std::fs::read_to_string(&lock_path).ok().as_deref() != Some(rendered.as_str()) {
+    let current = std::fs::read_to_string(&lock_path).ok();
+    // As the original: a bundle without dependencies gets no lockfile.
+    let nothing_to_lock = lock.packages.is_empty() && current.is_none();
+    if !nothing_to_lock && current.as_deref() != Some(rendered.as_str()) {
         write_file(&lock_path, &rendered)?;
     }
     Ok((installed, lock_path))
