@@ -85,6 +85,10 @@ pub enum Command {
     /// Goondan's package registry.
     #[command(subcommand)]
     Registry(RegistryCommand),
+    /// The bundle's packages: add, install, update, publish (goondan.yaml's
+    /// Package document and goondan.lock.yaml).
+    #[command(subcommand)]
+    Package(PackageCommand),
     /// Run this machine's share of a swarm spread over NATS: agent processes the hub (`gdn run --nats`) places here.
     Host(HostArgs),
     /// An agent process of a running swarm (started by `gdn run`, not by hand).
@@ -124,6 +128,88 @@ pub enum RegistryCommand {
     /// unpublish). Publishing needs a token of GOONDAN_REGISTRY_TOKENS
     /// (comma-separated); without any the registry is read-only.
     Serve(RegistryServeArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PackageCommand {
+    /// Add a dependency to the Package document (the range given, else
+    /// `^<latest>`), then install everything and write goondan.lock.yaml.
+    Add(PackageAddArgs),
+    /// Install the Package document's dependencies under the state root
+    /// (`packages/<scope>/<name>/<version>/`) and write goondan.lock.yaml.
+    Install(PackageInstallArgs),
+    /// Move dependencies (all, or those named) to the registry's latest
+    /// version, keeping `^`/`~`, then install.
+    Update(PackageUpdateArgs),
+    /// Validate the bundle, pack it and publish it to the registry (with
+    /// GOONDAN_REGISTRY_TOKEN or the config file's token).
+    Publish(PackagePublishArgs),
+}
+
+/// The registry of every `gdn package` command.
+#[derive(Debug, Args)]
+pub struct RegistryOption {
+    /// The registry (default: GOONDAN_REGISTRY, the scope's registry of
+    /// <state root>/config.json, its `registry`, else the original's).
+    #[arg(long, value_name = "URL")]
+    pub registry: Option<String>,
+}
+
+/// `gdn package add`.
+#[derive(Debug, Args)]
+pub struct PackageAddArgs {
+    /// The package, with a version range or dist-tag: `@scope/name@^1.2.0`.
+    #[arg(value_name = "NAME[@VERSION]")]
+    pub reference: String,
+    /// Accepted as the original does; Package documents have one
+    /// dependency list.
+    #[arg(short = 'D', long)]
+    pub dev: bool,
+    /// Write the exact version picked rather than `^<version>`.
+    #[arg(short = 'E', long)]
+    pub exact: bool,
+    #[command(flatten)]
+    pub registry: RegistryOption,
+}
+
+/// `gdn package install`.
+#[derive(Debug, Args)]
+pub struct PackageInstallArgs {
+    /// Install exactly goondan.lock.yaml, and fail (changing nothing) when
+    /// it does not match the Package document.
+    #[arg(long)]
+    pub frozen_lockfile: bool,
+    #[command(flatten)]
+    pub registry: RegistryOption,
+}
+
+/// `gdn package update`.
+#[derive(Debug, Args)]
+pub struct PackageUpdateArgs {
+    /// The dependencies to update (default: all).
+    #[arg(value_name = "NAME")]
+    pub names: Vec<String>,
+    /// Write exact versions rather than ranges.
+    #[arg(short = 'E', long)]
+    pub exact: bool,
+    #[command(flatten)]
+    pub registry: RegistryOption,
+}
+
+/// `gdn package publish`.
+#[derive(Debug, Args)]
+pub struct PackagePublishArgs {
+    /// The dist-tag pointed at the version.
+    #[arg(long, default_value = "latest", value_name = "TAG")]
+    pub tag: String,
+    /// Who may read the package (default: spec.access, else public).
+    #[arg(long, value_parser = ["public", "restricted"])]
+    pub access: Option<String>,
+    /// Pack and print what would be sent; send nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[command(flatten)]
+    pub registry: RegistryOption,
 }
 
 /// `gdn registry serve`.

@@ -19,6 +19,7 @@ mod logs;
 mod mcp_serve;
 mod nats;
 mod output;
+mod package;
 mod registry;
 mod restart;
 mod run;
@@ -228,6 +229,7 @@ fn dispatch(
         Command::Registry(RegistryCommand::Serve(args)) => {
             runtime.block_on(registry::serve(&cli.global, args, session, out))
         }
+        Command::Package(command) => runtime.block_on(package::package(&cli.global, command, session, out)),
     }
 }
 
@@ -265,6 +267,7 @@ fn loads_env_files(command: &Command) -> Option<Option<&Path>> {
         | Command::Logs(_)
         | Command::Studio(_)
         | Command::Registry(_)
+        | Command::Package(_)
         | Command::Instance(_)
         | Command::Init(_)
         | Command::Help(_)

@@ -12,8 +12,9 @@ use serde_json::Value;
 /// dependencies; tests and benches may use more).
 const RULES: &[(&str, &[&str])] = &[
     ("goondan-core", &[]),
-    // Packages: tarballs, version ranges, the registry's server; no runtime, no command line.
-    ("goondan-registry", &[]),
+    // Packages: tarballs, version ranges, the registry's server and the
+    // package client; core's HTTPS setup only, no runtime, no command line.
+    ("goondan-registry", &["goondan-core"]),
     // The append-only JSON Lines journal: files only, core's fault points.
     ("goondan-journal", &["goondan-core"]),
     // A dev-dependency only: the recording model (llm), a tool call's

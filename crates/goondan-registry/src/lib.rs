@@ -8,11 +8,15 @@
 //!   `~1.2`, `>=1.0.0 <2`, `1.2.3`) or a dist-tag (`latest`) allows;
 //! - [`server`]: the registry's HTTP server (packuments, versions, tarballs,
 //!   publish, deprecate, unpublish) over a storage directory, with the
-//!   original registry's paths, status codes and JSON.
+//!   original registry's paths, status codes and JSON;
+//! - [`client`]: `gdn package`'s side: the manifest's dependencies, the
+//!   lockfile, resolution, installs under the state root, and publishing.
 //!
-//! The library reads no environment and prints nothing: tokens and the
-//! storage directory come from the caller (`gdn registry serve`).
+//! The library reads no environment and prints nothing: tokens, the
+//! environment lookup and the storage directory come from the caller
+//! (`gdn registry serve`, `gdn package`).
 
+pub mod client;
 pub mod server;
 pub mod tarball;
 pub mod version;
