@@ -892,6 +892,9 @@ impl CrossChecks<'_> {
             Ok(_) => {}
             Err(ResolveError::NotFound)
                 if reference.package.is_none() && declared.contains(&(expected, reference.name.clone())) => {}
+            // Declared in the dependency but with errors of its own, which
+            // are reported under the package's manifest.
+            Err(ResolveError::NotFound) if dependency_declares(bundle, reference, expected) => {}
             Err(ResolveError::NotFound) => {
                 let in_base = reference.package.is_none() && base_package().get(expected, &reference.name).is_some();
                 let suggestion = if in_base {
@@ -983,6 +986,17 @@ impl CrossChecks<'_> {
             }
         }
     }
+}
+
+fn dependency_declares(bundle: &Bundle, reference: &ObjectRef, expected: Kind) -> bool {
+    let Some(package) = reference.package.as_deref() else { return false };
+    let Some(dependency) = bundle.dependencies.iter().find(|d| d.package_name.as_deref() == Some(package)) else {
+        return false;
+    };
+    dependency.documents.iter().any(|document| {
+        document.get("kind").and_then(serde_json::Value::as_str) == Some(expected.as_str())
+            && document.pointer("/metadata/name").and_then(serde_json::Value::as_str) == Some(reference.name.as_str())
+    })
 }
 
 fn declared_name(document: &YamlDocument) -> Option<(Kind, String)> {
