@@ -176,9 +176,7 @@ pub fn load_bundle_with(path: &Path, packages_dir: Option<&Path>) -> LoadReport 
 /// `file` relative to `root` with `/` separators, else its full path.
 fn relative_label(root: &Path, file: &Path) -> String {
     match file.strip_prefix(root) {
-        Ok(relative) => {
-            relative.components().map(|c| c.as_os_str().to_string_lossy()).collect::<Vec<_>>().join("/")
-        }
+        Ok(relative) => relative.components().map(|c| c.as_os_str().to_string_lossy()).collect::<Vec<_>>().join("/"),
         Err(_) => file.display().to_string(),
     }
 }
@@ -404,7 +402,11 @@ impl Bundle {
         }
         Bundle {
             root: root.to_path_buf(),
-            files: vec![SourceFile { path: file.clone(), label: crate::base_snapshot::BASE_LABEL.to_owned(), first_doc: 0 }],
+            files: vec![SourceFile {
+                path: file.clone(),
+                label: crate::base_snapshot::BASE_LABEL.to_owned(),
+                first_doc: 0,
+            }],
             file,
             package_name,
             resources,
@@ -478,7 +480,12 @@ impl Bundle {
             return None;
         }
         let root = self.package(scope)?.root();
-        Some(crate::packages::entry_candidates(root, entry).into_iter().find(|p| p.is_file()).unwrap_or_else(|| root.join(entry)))
+        Some(
+            crate::packages::entry_candidates(root, entry)
+                .into_iter()
+                .find(|p| p.is_file())
+                .unwrap_or_else(|| root.join(entry)),
+        )
     }
 
     /// The bundle's own package name (from its Package document).
@@ -688,8 +695,12 @@ impl CrossChecks<'_> {
         suggestion: Option<String>,
     ) {
         let Some(at) = self.docs.get(doc) else { return };
-        let mut reporter =
-            DocReporter { file_label: at.label, index: at.local, document: at.document, diagnostics: &mut *self.diagnostics };
+        let mut reporter = DocReporter {
+            file_label: at.label,
+            index: at.local,
+            document: at.document,
+            diagnostics: &mut *self.diagnostics,
+        };
         match severity {
             Severity::Error => reporter.error(code, path, message, suggestion),
             Severity::Warning => reporter.warning(code, path, message, suggestion),
@@ -777,7 +788,8 @@ impl CrossChecks<'_> {
     fn check_references(&mut self, bundle: &Bundle) {
         // Names declared by any document, valid or not: a reference to a
         // resource that exists but has its own errors is not reported again.
-        let declared: HashSet<(Kind, String)> = self.docs.iter().map(|d| d.document).filter_map(declared_name).collect();
+        let declared: HashSet<(Kind, String)> =
+            self.docs.iter().map(|d| d.document).filter_map(declared_name).collect();
         for (doc, document) in self.docs.iter().map(|d| d.document).enumerate() {
             let Some((kind, _)) = declared_name(document) else { continue };
             for found in document_refs(kind, &document.value) {

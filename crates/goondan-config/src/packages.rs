@@ -307,10 +307,7 @@ pub(crate) fn load_dependencies(
                 Diagnostic::error(
                     DiagnosticCode::PackageLockMissing,
                     LOCK_FILE.to_owned(),
-                    format!(
-                        "{LOCK_FILE} pins no version of the dependency {}@{}",
-                        dependency.name, dependency.version
-                    ),
+                    format!("{LOCK_FILE} pins no version of the dependency {}@{}", dependency.name, dependency.version),
                 )
                 .suggest("Run `gdn package install` to install the dependencies and write the lock file."),
             );
@@ -361,7 +358,8 @@ pub(crate) fn load_dependencies(
     // Leaves first: a package is loaded with those loaded before it.
     let mut loaded: Vec<Arc<Bundle>> = Vec::new();
     for package in found.into_iter().rev() {
-        let parsed = vec![ParsedFile { path: package.manifest.clone(), label: package.label, documents: package.documents }];
+        let parsed =
+            vec![ParsedFile { path: package.manifest.clone(), label: package.label, documents: package.documents }];
         let report = assemble(parsed, Some(&package.root), package.manifest, home, loaded.clone());
         diagnostics.extend(report.diagnostics);
         if let Some(mut bundle) = report.bundle {

@@ -166,7 +166,7 @@ pub fn plan_connections(
                     bundle.package(scope).map_or(bundle.root(), goondan_config::Bundle::root),
                     &connector.spec.entry,
                 )
-                    .confined(!unconfined),
+                .confined(!unconfined),
             )
         };
         let config = resolve_values(name, "config", &connection.spec.config, env, false, &mut errors);
