@@ -95,3 +95,22 @@ fn a_dependency_that_is_not_installed_says_how_to_install_it() {
     let suggestion = body["diagnostics"][0]["suggestion"].as_str().unwrap_or_default();
     assert!(suggestion.contains("gdn package install"), "{suggestion}");
 }
+
+#[test]
+fn gdn_run_calls_an_installed_dependency_s_tool_from_the_agent_process() {
+    if !js_runtime_usable() {
+        return;
+    }
+    let state = common::temp();
+    copy_dir(&fixture("packages/greeter-1.0.0"), &state.path().join("packages/acme/greeter/1.0.0"));
+    let bundle = fixture("packages/with-dependency");
+    let output = gdn(&bundle, state.path(), &["run", "--input", "greet Ada"]);
+    assert_eq!(output.status.code(), Some(0), "{}\n{}", text(&output.stderr), text(&output.stdout));
+    assert!(text(&output.stdout).contains("done"), "{}", text(&output.stdout));
+    // The tool's result is in the conversation the agent process kept.
+    let logged = common::files_under(state.path())
+        .into_iter()
+        .filter(|f| f.ends_with("messages.jsonl"))
+        .any(|f| fs::read_to_string(f).unwrap_or_default().contains("Hello, Ada!"));
+    assert!(logged, "no messages.jsonl under {} holds the greeting", state.path().display());
+}
