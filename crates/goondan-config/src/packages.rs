@@ -54,17 +54,32 @@ pub const BUNDLE_FILE_NAMES: [&str; 16] = [
 /// Directories never searched for bundle files.
 const SKIPPED_DIRS: [&str; 3] = ["dist", "node_modules", ".git"];
 
-/// How deep the search goes: a bound against a directory loop through
-/// links (the original follows none: neither does this, see below).
+/// How deep the search goes (links are not followed, so there is no loop:
+/// this and [`MAX_DIRS`] bound the work in a very large tree).
 const MAX_DEPTH: usize = 32;
+
+/// The most directories searched.
+pub const MAX_DIRS: usize = 10_000;
 
 /// The bundle files under `dir`, sorted by path as the original sorts them
 /// (`localeCompare`, approximated as case-insensitive then bytewise).
 /// Symbolic links are not followed (the original's `readdir` entries of a
 /// link are neither files nor directories).
+///
+/// The search starts only when `dir` itself holds a bundle file (a
+/// `goondan.yaml`, usually): `gdn` run in a directory that is no bundle
+/// (the home directory) must not walk its whole tree to say so. It visits
+/// at most [`MAX_DIRS`] directories.
 pub fn collect_bundle_files(dir: &Path) -> Vec<PathBuf> {
+    let mut top = Vec::new();
+    let mut budget = 1;
+    walk(dir, MAX_DEPTH, &mut budget, &mut top);
+    if top.is_empty() {
+        return top;
+    }
     let mut found = Vec::new();
-    walk(dir, 0, &mut found);
+    let mut budget = MAX_DIRS;
+    walk(dir, 0, &mut budget, &mut found);
     found.sort_by(|a, b| {
         let (a, b) = (a.to_string_lossy(), b.to_string_lossy());
         a.to_lowercase().cmp(&b.to_lowercase()).then_with(|| a.cmp(&b))
@@ -72,17 +87,18 @@ pub fn collect_bundle_files(dir: &Path) -> Vec<PathBuf> {
     found
 }
 
-fn walk(dir: &Path, depth: usize, found: &mut Vec<PathBuf>) {
-    if depth > MAX_DEPTH {
+fn walk(dir: &Path, depth: usize, budget: &mut usize, found: &mut Vec<PathBuf>) {
+    if *budget == 0 {
         return;
     }
+    *budget -= 1;
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     for entry in entries.flatten() {
         let Ok(file_type) = entry.file_type() else { continue };
         let name = entry.file_name().to_string_lossy().to_lowercase();
         if file_type.is_dir() {
-            if !SKIPPED_DIRS.contains(&name.as_str()) {
-                walk(&entry.path(), depth + 1, found);
+            if depth < MAX_DEPTH && !SKIPPED_DIRS.contains(&name.as_str()) {
+                walk(&entry.path(), depth + 1, budget, found);
             }
             continue;
         }
