@@ -382,7 +382,7 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
     let orchestrator = Orchestrator::start_with(plan, launcher, Arc::clone(&console) as Arc<dyn SwarmObserver>);
     let watcher = if args.watch {
         match goondan_service::watch::BundleWatcher::start(&global.config, &bundle) {
-            Ok(watcher) => Some(watcher),
+            Ok(watcher) => Some(watcher.with_packages_dir(crate::workspace::packages_dir(global))),
             Err(error) => {
                 let code = out.fail(exit::USAGE, format!("--watch: the bundle's files cannot be watched: {error}"));
                 end_run(orchestrator, None, None, hub).await;
