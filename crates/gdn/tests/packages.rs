@@ -31,15 +31,8 @@ fn names(listed: &Value) -> Vec<String> {
 }
 
 fn copy_dir(from: &Path, to: &Path) {
-    fs::create_dir_all(to).unwrap_or_else(|e| panic!("{}: {e}", to.display()));
-    for entry in fs::read_dir(from).unwrap_or_else(|e| panic!("{}: {e}", from.display())).flatten() {
-        let target = to.join(entry.file_name());
-        if entry.path().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            fs::copy(entry.path(), &target).unwrap_or_else(|e| panic!("{}: {e}", target.display()));
-        }
-    }
+    goondan_test_support::bundle::copy_dir(from, to)
+        .unwrap_or_else(|e| panic!("{} → {}: {e}", from.display(), to.display()));
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Bundles of several files and bundles with installed dependencies, with
 //! the fixtures of `tests/fixtures/packages` and the original runtime's
-//! samples (`tests/fixtures/samples`, copied from goondan/goondan).
+//! samples (`samples/` of goondan/goondan: smoke-test here, brain-persona in
+//! the repository's `tests/fixtures`).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -85,10 +86,12 @@ fn a_name_defined_in_two_files_is_reported_naming_both() {
 #[test]
 fn the_original_samples_load_with_their_lock_file_for_the_built_in_package() {
     let (_state, packages) = packages_with_greeter();
-    for sample in ["samples/smoke-test", "samples/brain-persona"] {
-        let report = load_bundle_with(&fixture(sample), Some(&packages));
-        assert!(report.diagnostics.is_empty(), "{sample}: {:#?}", report.diagnostics);
-        assert!(report.bundle.is_some_and(|b| b.agents().count() > 0), "{sample}");
+    // brain-persona is the repository's copy (tests/fixtures), smoke-test this crate's.
+    let brain_persona = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/brain-persona");
+    for sample in [fixture("samples/smoke-test"), brain_persona] {
+        let report = load_bundle_with(&sample, Some(&packages));
+        assert!(report.diagnostics.is_empty(), "{}: {:#?}", sample.display(), report.diagnostics);
+        assert!(report.bundle.is_some_and(|b| b.agents().count() > 0), "{}", sample.display());
     }
 }
 
