@@ -53,7 +53,9 @@ pub async fn validate(global: &GlobalOptions, args: &crate::cli::ValidateArgs, o
         }
         ValidateFormat::Github => {
             for diagnostic in &report.diagnostics {
-                writeln!(out.stdout, "{}", output::github_annotation(diagnostic, &subject))?;
+                let file =
+                    report.bundle.as_ref().and_then(|b| file_of(b, diagnostic)).unwrap_or_else(|| subject.clone());
+                writeln!(out.stdout, "{}", output::github_annotation(diagnostic, &file))?;
             }
         }
         ValidateFormat::Text => {
@@ -161,6 +163,15 @@ fn is_script(resource: &goondan_config::AnyResource) -> bool {
 /// Whether the bundle has Tool or Extension modules of its own.
 fn has_scripts(bundle: &goondan_config::Bundle) -> bool {
     bundle.resources().iter().any(|r| is_script(&r.resource))
+}
+
+/// The file a diagnostic names (`tools/tools.yaml#0.spec.entry`): one of
+/// the bundle's files or of its installed packages'; `None` for a path
+/// that names none (a diagnostic about the bundle as a whole).
+fn file_of(bundle: &Bundle, diagnostic: &Diagnostic) -> Option<String> {
+    let label = diagnostic.path.split('#').next()?;
+    let packages = std::iter::once(bundle).chain(bundle.dependencies().iter().map(|d| &**d));
+    packages.flat_map(Bundle::files).find(|f| f.label == label).map(|f| f.path.display().to_string())
 }
 
 /// A warning when the bundle has script tools or extensions and no

@@ -107,3 +107,14 @@ fn gdn_run_calls_an_installed_dependency_s_tool_from_the_agent_process() {
         .any(|f| fs::read_to_string(f).unwrap_or_default().contains("Hello, Ada!"));
     assert!(logged, "no messages.jsonl under {} holds the greeting", state.path().display());
 }
+
+#[test]
+fn github_annotations_of_a_split_bundle_name_the_file_of_each_diagnostic() {
+    let state = common::temp();
+    let bundle = fixture("packages/duplicate-across-files");
+    let output = gdn(&bundle, state.path(), &["validate", "--format", "github"]);
+    let printed = text(&output.stdout);
+    let expected = format!("file={}", bundle.join("more/models.yaml").display());
+    assert!(printed.contains(&expected), "{printed}");
+    assert!(printed.contains("line=4"), "{printed}");
+}
