@@ -1,8 +1,14 @@
 //! Loading a bundle: file limits, parsing, per-document validation, and the
 //! checks across documents (Package position, duplicate names, references).
 //!
+//! A bundle directory may split its documents over several files (see
+//! [`crate::packages::collect_bundle_files`]); diagnostics name each
+//! document as `<file>#<index in that file>`.
+//!
 //! References without `package` resolve in the referring resource's own
-//! package; `package: "@goondan/base"` reaches the compiled-in package.
+//! package; `package: "@goondan/base"` reaches the compiled-in package, and
+//! the name of an installed dependency that package (see
+//! [`crate::packages`]). Names are unique within a package.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};

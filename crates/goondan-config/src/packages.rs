@@ -414,6 +414,20 @@ mod tests {
     }
 
     #[test]
+    fn only_a_directory_holding_a_bundle_file_is_searched() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let nested = dir.path().join("project");
+        std::fs::create_dir_all(nested.join("node_modules/x")).unwrap_or_else(|e| panic!("{e}"));
+        for file in ["goondan.yaml", "Agents.YML", "node_modules/x/tools.yaml", "other.yaml"] {
+            std::fs::write(nested.join(file), "").unwrap_or_else(|e| panic!("{e}"));
+        }
+        // The parent holds no bundle file of its own: not searched.
+        assert!(collect_bundle_files(dir.path()).is_empty());
+        let found = collect_bundle_files(&nested);
+        assert_eq!(found, [nested.join("Agents.YML"), nested.join("goondan.yaml")]);
+    }
+
+    #[test]
     fn entries_fall_back_to_compiled_code() {
         let root = Path::new("/p");
         assert_eq!(
