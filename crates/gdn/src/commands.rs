@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use goondan_config::{
-    Bundle, Diagnostic, DiagnosticCode, EffectiveSandbox, LoadReport, SandboxSource, load_bundle, resolve_bundle_file,
+    Bundle, Diagnostic, DiagnosticCode, EffectiveSandbox, LoadReport, SandboxSource, resolve_bundle_file,
 };
 use goondan_core::{ConversationState, JsonObject, JsonValue, ToolStatus};
 use goondan_runtime::agent::{AgentBuildError, AgentOptions, AgentTooling, assemble_tooling, identity};
@@ -20,7 +20,7 @@ use crate::output::{self, Output};
 
 /// `gdn validate`.
 pub async fn validate(global: &GlobalOptions, args: &crate::cli::ValidateArgs, out: &mut Output) -> Result<u8> {
-    let mut report = load_bundle(&global.config);
+    let mut report = crate::workspace::load_config(global);
     // Only a bundle with Tools or Extensions needs a runtime (discovery runs `--version`).
     if let Some(bundle) = report.bundle.as_ref().filter(|bundle| has_scripts(bundle)) {
         match goondan_script::JsRuntime::discover(&|name: &str| std::env::var(name).ok()) {
@@ -53,7 +53,9 @@ pub async fn validate(global: &GlobalOptions, args: &crate::cli::ValidateArgs, o
         }
         ValidateFormat::Github => {
             for diagnostic in &report.diagnostics {
-                writeln!(out.stdout, "{}", output::github_annotation(diagnostic, &subject))?;
+                let file =
+                    report.bundle.as_ref().and_then(|b| file_of(b, diagnostic)).unwrap_or_else(|| subject.clone());
+                writeln!(out.stdout, "{}", output::github_annotation(diagnostic, &file))?;
             }
         }
         ValidateFormat::Text => {
@@ -163,6 +165,15 @@ fn has_scripts(bundle: &goondan_config::Bundle) -> bool {
     bundle.resources().iter().any(|r| is_script(&r.resource))
 }
 
+/// The file a diagnostic names (`tools/tools.yaml#0.spec.entry`): one of
+/// the bundle's files or of its installed packages'; `None` for a path
+/// that names none (a diagnostic about the bundle as a whole).
+fn file_of(bundle: &Bundle, diagnostic: &Diagnostic) -> Option<String> {
+    let label = diagnostic.path.split('#').next()?;
+    let packages = std::iter::once(bundle).chain(bundle.dependencies().iter().map(|d| &**d));
+    packages.flat_map(Bundle::files).find(|f| f.label == label).map(|f| f.path.display().to_string())
+}
+
 /// A warning when the bundle has script tools or extensions and no
 /// JavaScript runtime is usable.
 fn script_runtime_warning(
@@ -172,7 +183,7 @@ fn script_runtime_warning(
     let doc = bundle.resources().iter().find(|r| is_script(&r.resource))?;
     let mut warning = Diagnostic::warning(
         DiagnosticCode::ScriptRuntimeMissing,
-        format!("goondan.yaml#{}.spec.entry", doc.doc_index),
+        format!("{}.spec.entry", bundle.document_label(doc.doc_index)),
         format!("the bundle's script tools and extensions cannot run: no usable JavaScript runtime ({error})"),
     );
     warning.suggestion =
@@ -196,7 +207,7 @@ async fn check_script_modules(bundle: &goondan_config::Bundle, runtime: goondan_
             }
             let host = host.get_or_insert_with(|| goondan_script::ScriptHost::with_runtime(runtime.clone()));
             let file = &extension.spec.entry;
-            let at = format!("goondan.yaml#{}.spec.entry", doc.doc_index);
+            let at = format!("{}.spec.entry", bundle.document_label(doc.doc_index));
             match host.inspect_extension(&module).await {
                 Ok(true) => {}
                 Ok(false) => {
@@ -243,7 +254,7 @@ async fn check_script_modules(bundle: &goondan_config::Bundle, runtime: goondan_
             Err(why) => {
                 let mut error = Diagnostic::error(
                     DiagnosticCode::ScriptModule,
-                    format!("goondan.yaml#{}.spec.entry", doc.doc_index),
+                    format!("{}.spec.entry", bundle.document_label(doc.doc_index)),
                     format!("Tool '{}': the JavaScript runtime cannot load its module '{file}': {why}", tool.name()),
                 );
                 error.suggestion = Some(format!("Fix {} so that it loads.", module.display()));
@@ -257,7 +268,7 @@ async fn check_script_modules(bundle: &goondan_config::Bundle, runtime: goondan_
                     let offered = if names.is_empty() { "none".to_owned() } else { names.join(", ") };
                     let mut error = Diagnostic::error(
                         DiagnosticCode::ScriptExportMissing,
-                        format!("goondan.yaml#{}.spec.exports[{i}].name", doc.doc_index),
+                        format!("{}.spec.exports[{i}].name", bundle.document_label(doc.doc_index)),
                         format!(
                             "Tool '{}' declares export '{}', but its module '{file}' has no handler for it (its handlers are: {offered})",
                             tool.name(),
@@ -385,7 +396,7 @@ pub fn valid_bundle_or_exit(
     global: &GlobalOptions,
     out: &mut Output,
 ) -> Result<std::result::Result<(Bundle, Vec<Diagnostic>), u8>> {
-    let report = load_bundle(&global.config);
+    let report = crate::workspace::load_config(global);
     if report.has_errors() {
         report_config_errors(global, &report, out)?;
         return Ok(Err(exit::USAGE));

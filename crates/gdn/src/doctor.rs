@@ -15,7 +15,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
-use goondan_config::{AnyResource, Bundle, PackageScope, load_bundle, resolve_bundle_file};
+use goondan_config::{AnyResource, Bundle, PackageScope, resolve_bundle_file};
 use serde::Serialize;
 
 use crate::cli::GlobalOptions;
@@ -84,7 +84,7 @@ pub fn doctor(global: &GlobalOptions, fix: bool, session: &crate::Session, out: 
             "Create one with `gdn init`, or name it with -c PATH.",
         );
     } else {
-        let loaded = load_bundle(&global.config);
+        let loaded = crate::workspace::load_config(global);
         let errors = loaded.diagnostics.iter().filter(|d| d.is_error()).count();
         let warnings = loaded.diagnostics.len() - errors;
         if errors > 0 {

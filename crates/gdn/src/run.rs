@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result, anyhow};
-use goondan_config::load_bundle;
+use goondan_config::load_bundle_with;
 use goondan_ipc::{AgentInstance, DelegateResultPayload, ErrorInfo, ObservePayload};
 use goondan_orchestrator::plan::swarm_of;
 use goondan_orchestrator::{AgentLauncher, Orchestrator, SwarmObserver, SwarmPlan};
@@ -382,7 +382,7 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
     let orchestrator = Orchestrator::start_with(plan, launcher, Arc::clone(&console) as Arc<dyn SwarmObserver>);
     let watcher = if args.watch {
         match goondan_service::watch::BundleWatcher::start(&global.config, &bundle) {
-            Ok(watcher) => Some(watcher),
+            Ok(watcher) => Some(watcher.with_packages_dir(crate::workspace::packages_dir(global))),
             Err(error) => {
                 let code = out.fail(exit::USAGE, format!("--watch: the bundle's files cannot be watched: {error}"));
                 end_run(orchestrator, None, None, hub).await;
@@ -668,11 +668,12 @@ fn servable_check(
     swarm: &str,
 ) -> goondan_service::control::BundleCheck {
     let config = global.config.clone();
+    let packages_dir = crate::workspace::packages_dir(global);
     let swarm = swarm.to_owned();
     let agent = args.agent.clone();
     let env = Arc::clone(&session.env);
     Arc::new(move || {
-        let report = load_bundle(&config);
+        let report = load_bundle_with(&config, packages_dir.as_deref());
         let Some(bundle) = report.valid_bundle() else {
             return Err(report.diagnostics.iter().filter(|d| d.is_error()).map(ToString::to_string).collect());
         };

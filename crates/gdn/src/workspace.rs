@@ -40,6 +40,18 @@ pub(crate) fn state_root(global: &GlobalOptions) -> Result<StateRoot> {
         .map_err(|e| anyhow!("{e}"))
 }
 
+/// The state root's `packages/` directory, where `gdn package install`
+/// puts a bundle's dependencies; `None` when there is no state root
+/// (no HOME and no GOONDAN_STATE_ROOT): dependencies are then not loaded.
+pub(crate) fn packages_dir(global: &GlobalOptions) -> Option<PathBuf> {
+    state_root(global).ok().map(|root| root.path().join("packages"))
+}
+
+/// The bundle of `-c`, with its dependencies from [`packages_dir`].
+pub(crate) fn load_config(global: &GlobalOptions) -> goondan_config::LoadReport {
+    goondan_config::load_bundle_with(&global.config, packages_dir(global).as_deref())
+}
+
 /// The project's workspace, or the exit code of the error printed.
 pub(crate) fn workspace_or_exit(global: &GlobalOptions, out: &mut Output) -> Result<Result<Workspace, u8>> {
     workspace_or_exit_saying(global, out, "no such workspace (gdn instance list shows the workspaces)")
@@ -76,7 +88,7 @@ pub(crate) fn project_workspace(
     if let Some(name) = &global.workspace {
         return find_workspace(root, name).map_err(|e| e.to_string());
     }
-    let report = goondan_config::load_bundle(&global.config);
+    let report = load_config(global);
     let Some(bundle) = report.valid_bundle() else {
         // A bundle being edited (a running service asked to restart with
         // it) still names its workspace: the one whose workspace.json is

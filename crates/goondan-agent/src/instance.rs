@@ -6,15 +6,15 @@
 //! `ready`, coded so that the front end can map it to an exit status.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use goondan_config::{load_bundle, resolve_bundle_file};
+use goondan_config::{load_bundle_with, resolve_bundle_file};
 use goondan_ipc::ErrorInfo;
 use goondan_runtime::agent::{AgentOptions, EnvLookup, build_agent};
 use goondan_runtime::conversation::{Conversation, InstanceLog};
 use goondan_runtime::inbox::Inbox;
-use goondan_runtime::store::{InstanceLock, InstanceStore, StoreError, Workspace};
+use goondan_runtime::store::{InstanceLock, InstanceStore, StateRoot, StoreError, Workspace};
 use goondan_runtime::turn::Agent;
 use goondan_tools::{EventSink, FanoutEventSink, JsonLinesEventSink, TracingEventSink};
 
@@ -57,6 +57,14 @@ impl std::fmt::Debug for Prepared {
     }
 }
 
+/// The state root's `packages/` directory (the bundle's installed
+/// dependencies), from the workspace directory the hub hands over,
+/// `<state root>/workspaces/<id>`; `None` for a workspace elsewhere.
+fn packages_dir(workspace: &Path) -> Option<PathBuf> {
+    let workspaces = workspace.parent().filter(|p| p.file_name() == Some(StateRoot::WORKSPACES_DIR_NAME.as_ref()))?;
+    workspaces.parent().map(|root| root.join("packages"))
+}
+
 /// Starts the instance `channel.init` names. `wire` adds the caller's
 /// plugins to the agent's options before it is built.
 pub async fn prepare(channel: &AgentChannel, wire: impl FnOnce(&mut AgentOptions)) -> Result<Prepared, ErrorInfo> {
@@ -64,7 +72,7 @@ pub async fn prepare(channel: &AgentChannel, wire: impl FnOnce(&mut AgentOptions
     let instance = &init.instance;
     let build_failed = |message: String| ErrorInfo::new(ready_codes::BUILD_FAILED, message);
     let config = PathBuf::from(&init.config);
-    let report = load_bundle(&config);
+    let report = load_bundle_with(&config, packages_dir(Path::new(&init.state_root)).as_deref());
     let Some(bundle) = report.valid_bundle() else {
         let first = report.diagnostics.iter().find(|d| d.is_error()).map(|d| format!("{}: {}", d.code, d.message));
         return Err(build_failed(format!(

@@ -1,12 +1,18 @@
 //! Loading a bundle: file limits, parsing, per-document validation, and the
 //! checks across documents (Package position, duplicate names, references).
 //!
+//! A bundle directory may split its documents over several files (see
+//! [`crate::packages::collect_bundle_files`]); diagnostics name each
+//! document as `<file>#<index in that file>`.
+//!
 //! References without `package` resolve in the referring resource's own
-//! package; `package: "@goondan/base"` reaches the compiled-in package.
+//! package; `package: "@goondan/base"` reaches the compiled-in package, and
+//! the name of an installed dependency that package (see
+//! [`crate::packages`]). Names are unique within a package.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use goondan_core::ObjectRef;
 
@@ -36,15 +42,33 @@ pub enum PackageScope {
     Local,
     /// The compiled-in `@goondan/base`.
     Base,
+    /// An installed dependency: the index in [`Bundle::dependencies`] of
+    /// the bundle the reference was resolved from (the same index names the
+    /// same package in every package of one load: see [`crate::packages`]).
+    Dependency(usize),
 }
 
 /// A resource of a bundle with the index of its document.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BundleResource {
-    /// 0-based index among the file's non-empty documents.
+    /// 0-based index among the bundle's non-empty documents, counted across
+    /// its files in load order ([`Bundle::source_of`] gives the file).
     pub doc_index: usize,
     /// The resource.
     pub resource: AnyResource,
+}
+
+/// One YAML file of a bundle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceFile {
+    /// Where it is.
+    pub path: PathBuf,
+    /// How diagnostics name it: its path relative to the bundle directory
+    /// (`goondan.yaml`, `tools/tools.yaml`), or `<package>/goondan.yaml`
+    /// for an installed package.
+    pub label: String,
+    /// The bundle-wide index of its first document.
+    pub first_doc: usize,
 }
 
 /// A loaded bundle.
@@ -58,6 +82,10 @@ pub struct Bundle {
     /// The JSON of every non-empty document by index (empty for the
     /// compiled-in package, which is built from its snapshot).
     documents: Vec<serde_json::Value>,
+    /// The YAML files, in load order (one for a single-file bundle).
+    files: Vec<SourceFile>,
+    /// The installed packages this one can refer to with `package:`.
+    dependencies: Vec<Arc<Bundle>>,
 }
 
 /// The outcome of loading: the bundle (unless it could not be read or
@@ -80,6 +108,10 @@ impl LoadReport {
     pub fn valid_bundle(&self) -> Option<&Bundle> {
         if self.has_errors() { None } else { self.bundle.as_ref() }
     }
+
+    fn failed(diagnostics: Vec<Diagnostic>) -> LoadReport {
+        LoadReport { bundle: None, diagnostics }
+    }
 }
 
 /// Finds the YAML file for `path`: the file itself, or `goondan.yaml` in a directory.
@@ -87,56 +119,113 @@ pub fn resolve_bundle_file(path: &Path) -> PathBuf {
     if path.is_dir() { path.join(BUNDLE_FILE) } else { path.to_path_buf() }
 }
 
-/// Loads a bundle from a directory holding `goondan.yaml` or from a YAML file.
+/// Loads a bundle from a directory or from a YAML file, without installed
+/// packages: a `package:` reference to anything but `@goondan/base` is
+/// reported as not available. See [`load_bundle_with`].
 pub fn load_bundle(path: &Path) -> LoadReport {
+    load_bundle_with(path, None)
+}
+
+/// Loads a bundle from a directory or from a YAML file.
+///
+/// A directory is read as the original runtime reads it: every
+/// `goondan|model(s)|agent(s)|tool(s)|extension(s)|connector(s)|connection(s)|swarm(s)|resources`
+/// `.yaml`/`.yml` file under it, recursively, skipping `dist`,
+/// `node_modules` and `.git` (see [`crate::packages::collect_bundle_files`]).
+/// A file is loaded alone.
+///
+/// `packages_dir` is the state root's `packages/` directory: the
+/// dependencies of the bundle's Package (other than the built-in
+/// `@goondan/base`) are loaded from it at the versions `goondan.lock.yaml`
+/// pins. `None` loads no dependencies.
+pub fn load_bundle_with(path: &Path, packages_dir: Option<&Path>) -> LoadReport {
     let file = resolve_bundle_file(path);
-    let label = file.file_name().map_or_else(|| BUNDLE_FILE.to_owned(), |n| n.to_string_lossy().into_owned());
-    let fail = |code: DiagnosticCode, message: String, suggestion: Option<&str>| {
-        let mut diagnostic = Diagnostic::error(code, label.clone(), message);
-        diagnostic.suggestion = suggestion.map(str::to_owned);
-        LoadReport { bundle: None, diagnostics: vec![diagnostic] }
+    let root = file.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    let root = if root.as_os_str().is_empty() { PathBuf::from(".") } else { root };
+    let found = if path.is_dir() { crate::packages::collect_bundle_files(path) } else { Vec::new() };
+    let split = found.iter().any(|f| *f != file);
+    let mut parsed = Vec::new();
+    if split {
+        let mut diagnostics = Vec::new();
+        for path_of_file in found {
+            let label = relative_label(&root, &path_of_file);
+            match read_text(&path_of_file, &label).and_then(|text| parse_file(&text, &label)) {
+                Ok(documents) => parsed.push(ParsedFile { path: path_of_file, label, documents }),
+                Err(diagnostic) => diagnostics.push(diagnostic),
+            }
+        }
+        if !diagnostics.is_empty() {
+            return LoadReport::failed(diagnostics);
+        }
+    } else {
+        let label = file.file_name().map_or_else(|| BUNDLE_FILE.to_owned(), |n| n.to_string_lossy().into_owned());
+        match read_text(&file, &label).and_then(|text| parse_file(&text, &label)) {
+            Ok(documents) => parsed.push(ParsedFile { path: file.clone(), label, documents }),
+            Err(diagnostic) => return LoadReport::failed(vec![diagnostic]),
+        }
+    }
+    let home = crate::sandbox::home_dir();
+    let (dependencies, mut diagnostics) = match packages_dir {
+        Some(packages_dir) => {
+            // The Package document is the first document of goondan.yaml
+            // (or of the one file given).
+            let package = parsed.iter().find(|f| f.path == file).and_then(|f| f.documents.first());
+            crate::packages::load_dependencies(&root, package.map(|d| &d.value), packages_dir, home.as_deref())
+        }
+        None => (Vec::new(), Vec::new()),
+    };
+    let report = assemble(parsed, Some(&root), file, home.as_deref(), dependencies);
+    diagnostics.extend(report.diagnostics);
+    LoadReport { bundle: report.bundle, diagnostics }
+}
+
+/// `file` relative to `root` with `/` separators, else its full path.
+fn relative_label(root: &Path, file: &Path) -> String {
+    match file.strip_prefix(root) {
+        Ok(relative) => relative.components().map(|c| c.as_os_str().to_string_lossy()).collect::<Vec<_>>().join("/"),
+        Err(_) => file.display().to_string(),
+    }
+}
+
+/// Reads a bundle file as UTF-8 text, or the diagnostic that says why not.
+pub(crate) fn read_text(file: &Path, label: &str) -> Result<String, Diagnostic> {
+    let fail = |code: DiagnosticCode, message: String, suggestion: &str| {
+        Err(Diagnostic::error(code, label.to_owned(), message).suggest(suggestion))
     };
     // Bounded and type-checked: `-c /dev/zero` must not read forever and
     // `-c` on a FIFO must not block (see crate::files).
-    let bytes = match read_regular_file(&file, MAX_FILE_BYTES) {
+    let bytes = match read_regular_file(file, MAX_FILE_BYTES) {
         Ok(bytes) => bytes,
         Err(error @ (FileReadError::NotFound { .. } | FileReadError::Io { .. })) => {
             return fail(
                 DiagnosticCode::FileNotFound,
                 error.to_string(),
-                Some(
-                    "Pass a bundle directory or YAML file with -c/--config, or run in a directory holding goondan.yaml.",
-                ),
+                "Pass a bundle directory or YAML file with -c/--config, or run in a directory holding goondan.yaml.",
             );
         }
         Err(error @ FileReadError::NotRegular { .. }) => {
             return fail(
                 DiagnosticCode::NotAFile,
                 format!("{error}; a bundle is a directory holding goondan.yaml or a YAML file"),
-                Some("Pass a bundle directory or a regular YAML file with -c/--config."),
+                "Pass a bundle directory or a regular YAML file with -c/--config.",
             );
         }
         Err(FileReadError::TooLarge { .. }) => {
             return fail(
                 DiagnosticCode::FileTooLarge,
                 format!("{} is larger than the limit of {MAX_FILE_BYTES} bytes (1 MiB)", file.display()),
-                Some("Split the bundle or move large text (prompts) into files referenced with systemRef."),
+                "Split the bundle or move large text (prompts) into files referenced with systemRef.",
             );
         }
     };
-    let text = match String::from_utf8(bytes) {
-        Ok(text) => text,
-        Err(error) => {
-            return fail(
-                DiagnosticCode::ParseError,
-                format!("{} is not UTF-8 text: {error}", file.display()),
-                Some("Save the file as UTF-8."),
-            );
-        }
-    };
-    let root = file.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf);
-    let root = if root.as_os_str().is_empty() { PathBuf::from(".") } else { root };
-    load_from_str(&text, &label, Some(&root), file.clone())
+    match String::from_utf8(bytes) {
+        Ok(text) => Ok(text),
+        Err(error) => fail(
+            DiagnosticCode::ParseError,
+            format!("{} is not UTF-8 text: {error}", file.display()),
+            "Save the file as UTF-8.",
+        ),
+    }
 }
 
 /// Loads a bundle from YAML text. `root` is where entry files are looked up
@@ -156,6 +245,24 @@ pub(crate) fn load_text(
     file: PathBuf,
     home: Option<&Path>,
 ) -> LoadReport {
+    match parse_file(text, label) {
+        Ok(documents) => {
+            let parsed = vec![ParsedFile { path: file.clone(), label: label.to_owned(), documents }];
+            assemble(parsed, root, file, home, Vec::new())
+        }
+        Err(diagnostic) => LoadReport::failed(vec![diagnostic]),
+    }
+}
+
+/// One file's documents, parsed.
+pub(crate) struct ParsedFile {
+    pub path: PathBuf,
+    pub label: String,
+    pub documents: Vec<YamlDocument>,
+}
+
+/// Parses one file's text into documents, within [`MAX_DOCUMENTS`].
+pub(crate) fn parse_file(text: &str, label: &str) -> Result<Vec<YamlDocument>, Diagnostic> {
     let documents = match parse_documents(text) {
         Ok(documents) => documents,
         Err(error) => {
@@ -168,28 +275,44 @@ pub(crate) fn load_text(
             if let Some(position) = error.position {
                 diagnostic = diagnostic.at(position.line, position.column);
             }
-            return LoadReport { bundle: None, diagnostics: vec![diagnostic] };
+            return Err(diagnostic);
         }
     };
     if documents.len() > MAX_DOCUMENTS {
-        return LoadReport {
-            bundle: None,
-            diagnostics: vec![
-                Diagnostic::error(
-                    DiagnosticCode::TooManyDocuments,
-                    label.to_owned(),
-                    format!("the file has {} documents; the limit is {MAX_DOCUMENTS}", documents.len()),
-                )
-                .suggest("Split the bundle into packages."),
-            ],
-        };
+        return Err(Diagnostic::error(
+            DiagnosticCode::TooManyDocuments,
+            label.to_owned(),
+            format!("the file has {} documents; the limit is {MAX_DOCUMENTS}", documents.len()),
+        )
+        .suggest("Split the bundle into packages."));
     }
+    Ok(documents)
+}
+
+/// Validates the documents of `parsed` (in order) as one package and runs
+/// the checks across them. `dependencies` are the packages reachable with
+/// `package:`.
+pub(crate) fn assemble(
+    parsed: Vec<ParsedFile>,
+    root: Option<&Path>,
+    file: PathBuf,
+    home: Option<&Path>,
+    dependencies: Vec<Arc<Bundle>>,
+) -> LoadReport {
     let mut diagnostics = Vec::new();
     let mut resources = Vec::new();
-    for (doc_index, document) in documents.iter().enumerate() {
-        let mut reporter = DocReporter { file_label: label, index: doc_index, document, diagnostics: &mut diagnostics };
-        if let Some(resource) = validate_document(&mut reporter, root, home) {
-            resources.push(BundleResource { doc_index, resource });
+    let mut files = Vec::new();
+    let mut docs = Vec::new();
+    for source in &parsed {
+        files.push(SourceFile { path: source.path.clone(), label: source.label.clone(), first_doc: docs.len() });
+        for (local, document) in source.documents.iter().enumerate() {
+            let doc_index = docs.len();
+            let mut reporter =
+                DocReporter { file_label: &source.label, index: local, document, diagnostics: &mut diagnostics };
+            if let Some(resource) = validate_document(&mut reporter, root, home) {
+                resources.push(BundleResource { doc_index, resource });
+            }
+            docs.push(DocAt { label: &source.label, local, document });
         }
     }
     let mut bundle = Bundle {
@@ -198,10 +321,31 @@ pub(crate) fn load_text(
         package_name: None,
         resources,
         index: HashMap::new(),
-        documents: documents.iter().map(|document| document.value.clone()).collect(),
+        documents: docs.iter().map(|doc| doc.document.value.clone()).collect(),
+        files,
+        dependencies,
     };
-    CrossChecks { label, documents: &documents, diagnostics: &mut diagnostics }.run(&mut bundle);
+    CrossChecks { docs: &docs, diagnostics: &mut diagnostics }.run(&mut bundle);
     LoadReport { bundle: Some(bundle), diagnostics }
+}
+
+/// A document with the file it is in and its index there.
+struct DocAt<'a> {
+    label: &'a str,
+    local: usize,
+    document: &'a YamlDocument,
+}
+
+impl DocAt<'_> {
+    /// How a suggestion names this document from `other`: `document #N`
+    /// in the same file, `<file>#N` in another.
+    fn named_from(&self, other: &DocAt<'_>) -> String {
+        if self.label == other.label {
+            format!("document #{}", self.local)
+        } else {
+            format!("{}#{}", self.label, self.local)
+        }
+    }
 }
 
 /// The compiled-in `@goondan/base` package.
@@ -226,6 +370,8 @@ pub(crate) fn load_base_yaml() -> Bundle {
         resources: Vec::new(),
         index: HashMap::new(),
         documents: Vec::new(),
+        files: Vec::new(),
+        dependencies: Vec::new(),
     })
 }
 
@@ -260,7 +406,28 @@ impl Bundle {
         for (position, entry) in resources.iter().enumerate() {
             index.entry((entry.resource.kind(), entry.resource.name().to_owned())).or_insert(position);
         }
-        Bundle { root: root.to_path_buf(), file, package_name, resources, index, documents: Vec::new() }
+        Bundle {
+            root: root.to_path_buf(),
+            files: vec![SourceFile {
+                path: file.clone(),
+                label: crate::base_snapshot::BASE_LABEL.to_owned(),
+                first_doc: 0,
+            }],
+            file,
+            package_name,
+            resources,
+            index,
+            documents: Vec::new(),
+            dependencies: Vec::new(),
+        }
+    }
+
+    /// Names an installed package whose manifest has no Package document
+    /// after the name it is installed under.
+    pub(crate) fn set_package_name_if_missing(&mut self, name: &str) {
+        if self.package_name.is_none() {
+            self.package_name = Some(name.to_owned());
+        }
     }
 
     /// The directory that holds the bundle's files.
@@ -268,9 +435,63 @@ impl Bundle {
         &self.root
     }
 
-    /// The YAML file.
+    /// The YAML file: `goondan.yaml` of a directory (whether or not it
+    /// exists: a split bundle may have none), or the file loaded.
     pub fn file(&self) -> &Path {
         &self.file
+    }
+
+    /// Every YAML file the bundle was loaded from, in load order.
+    pub fn files(&self) -> &[SourceFile] {
+        &self.files
+    }
+
+    /// The file of the document at `doc_index` and its index in that file.
+    pub fn source_of(&self, doc_index: usize) -> Option<(&SourceFile, usize)> {
+        let file = self.files.iter().rev().find(|f| f.first_doc <= doc_index)?;
+        Some((file, doc_index - file.first_doc))
+    }
+
+    /// Where `doc_index` is, as diagnostics write it: `<file>#<index>`.
+    pub fn document_label(&self, doc_index: usize) -> String {
+        match self.source_of(doc_index) {
+            Some((file, local)) => format!("{}#{local}", file.label),
+            None => format!("{BUNDLE_FILE}#{doc_index}"),
+        }
+    }
+
+    /// The installed packages this bundle was loaded with, in the order
+    /// [`PackageScope::Dependency`] indexes.
+    pub fn dependencies(&self) -> &[Arc<Bundle>] {
+        &self.dependencies
+    }
+
+    /// The package a resolved resource's scope names: this bundle, the
+    /// built-in package, or a dependency.
+    pub fn package(&self, scope: PackageScope) -> Option<&Bundle> {
+        match scope {
+            PackageScope::Local => Some(self),
+            PackageScope::Base => Some(base_package()),
+            PackageScope::Dependency(index) => self.dependencies.get(index).map(|d| &**d),
+        }
+    }
+
+    /// The file a Tool, Extension or Connector `entry` of the package
+    /// `scope` names: relative to that package's root, with the original's
+    /// fallback for an entry `src/x.ts` that is not there: `dist/src/x.js`,
+    /// then `src/x.js` (a published package ships compiled code). `None`
+    /// for the built-in package, whose code is compiled in.
+    pub fn entry_file(&self, scope: PackageScope, entry: &str) -> Option<PathBuf> {
+        if scope == PackageScope::Base {
+            return None;
+        }
+        let root = self.package(scope)?.root();
+        Some(
+            crate::packages::entry_candidates(root, entry)
+                .into_iter()
+                .find(|p| p.is_file())
+                .unwrap_or_else(|| root.join(entry)),
+        )
     }
 
     /// The bundle's own package name (from its Package document).
@@ -301,7 +522,10 @@ impl Bundle {
             None => (PackageScope::Local, self),
             Some(name) if Some(name) == self.package_name.as_deref() => (PackageScope::Local, self),
             Some(BASE_PACKAGE) => (PackageScope::Base, base_package()),
-            Some(other) => return Err(ResolveError::UnknownPackage(other.to_owned())),
+            Some(other) => match self.dependencies.iter().position(|d| d.package_name.as_deref() == Some(other)) {
+                Some(index) => (PackageScope::Dependency(index), &*self.dependencies[index]),
+                None => return Err(ResolveError::UnknownPackage(other.to_owned())),
+            },
         };
         // Inside the base package itself, "local" is the base package.
         let scope = if std::ptr::eq(package, base_package()) { PackageScope::Base } else { scope };
@@ -428,6 +652,10 @@ impl Bundle {
     /// the bundle's root; nothing is resolved on disk.
     pub fn loaded_files(&self) -> Vec<PathBuf> {
         let mut files = vec![self.file.clone(), self.root.join(LOCK_FILE)];
+        files.extend(self.files.iter().filter(|f| f.path != self.file).map(|f| f.path.clone()));
+        for dependency in &self.dependencies {
+            files.extend(dependency.loaded_files().into_iter().filter(|f| !f.ends_with(LOCK_FILE)));
+        }
         for BundleResource { resource, .. } in &self.resources {
             let file = match resource {
                 AnyResource::Agent(agent) => agent.spec.prompt.as_ref().and_then(|p| p.system_ref.as_deref()),
@@ -458,8 +686,7 @@ impl Bundle {
 }
 
 struct CrossChecks<'a> {
-    label: &'a str,
-    documents: &'a [YamlDocument],
+    docs: &'a [DocAt<'a>],
     diagnostics: &'a mut Vec<Diagnostic>,
 }
 
@@ -473,9 +700,13 @@ impl CrossChecks<'_> {
         message: String,
         suggestion: Option<String>,
     ) {
-        let Some(document) = self.documents.get(doc) else { return };
-        let mut reporter =
-            DocReporter { file_label: self.label, index: doc, document, diagnostics: &mut *self.diagnostics };
+        let Some(at) = self.docs.get(doc) else { return };
+        let mut reporter = DocReporter {
+            file_label: at.label,
+            index: at.local,
+            document: at.document,
+            diagnostics: &mut *self.diagnostics,
+        };
         match severity {
             Severity::Error => reporter.error(code, path, message, suggestion),
             Severity::Warning => reporter.warning(code, path, message, suggestion),
@@ -496,22 +727,27 @@ impl CrossChecks<'_> {
         // Package position is judged on the raw documents so that a Package
         // with other errors still counts.
         let package_docs: Vec<usize> = self
-            .documents
+            .docs
             .iter()
             .enumerate()
-            .filter(|(_, d)| d.value.get("kind").and_then(|k| k.as_str()) == Some("Package"))
+            .filter(|(_, d)| d.document.value.get("kind").and_then(|k| k.as_str()) == Some("Package"))
             .map(|(i, _)| i)
             .collect();
         for (nth, doc) in package_docs.iter().enumerate() {
+            let local = self.docs.get(*doc).map_or(*doc, |at| at.local);
             if nth > 0 {
+                let first = match (self.docs.get(package_docs[0]), self.docs.get(*doc)) {
+                    (Some(first), Some(this)) => first.named_from(this),
+                    _ => format!("document #{}", package_docs[0]),
+                };
                 self.error(
                     DiagnosticCode::PackageDocDuplicated,
                     *doc,
                     "kind",
                     "a bundle may hold at most one Package document".to_owned(),
-                    Some(format!("Remove this Package; the first one is document #{}.", package_docs[0])),
+                    Some(format!("Remove this Package; the first one is {first}.")),
                 );
-            } else if *doc != 0 {
+            } else if local != 0 {
                 self.error(
                     DiagnosticCode::PackageDocPosition,
                     *doc,
@@ -537,12 +773,16 @@ impl CrossChecks<'_> {
                     continue;
                 }
                 let first_doc = bundle.resources[*first].doc_index;
+                let first = match (self.docs.get(first_doc), self.docs.get(entry.doc_index)) {
+                    (Some(first), Some(this)) => first.named_from(this),
+                    _ => format!("document #{first_doc}"),
+                };
                 self.error(
                     DiagnosticCode::DuplicateName,
                     entry.doc_index,
                     "metadata.name",
                     format!("{} '{}' is defined more than once", key.0.as_str(), key.1),
-                    Some(format!("Rename it or remove it; it is first defined in document #{first_doc}.")),
+                    Some(format!("Rename it or remove it; it is first defined in {first}.")),
                 );
             } else {
                 first_seen.insert(key, position);
@@ -554,8 +794,9 @@ impl CrossChecks<'_> {
     fn check_references(&mut self, bundle: &Bundle) {
         // Names declared by any document, valid or not: a reference to a
         // resource that exists but has its own errors is not reported again.
-        let declared: HashSet<(Kind, String)> = self.documents.iter().filter_map(declared_name).collect();
-        for (doc, document) in self.documents.iter().enumerate() {
+        let declared: HashSet<(Kind, String)> =
+            self.docs.iter().map(|d| d.document).filter_map(declared_name).collect();
+        for (doc, document) in self.docs.iter().map(|d| d.document).enumerate() {
             let Some((kind, _)) = declared_name(document) else { continue };
             for found in document_refs(kind, &document.value) {
                 if let Ok(reference) = &found.parsed {
@@ -669,6 +910,9 @@ impl CrossChecks<'_> {
             Ok(_) => {}
             Err(ResolveError::NotFound)
                 if reference.package.is_none() && declared.contains(&(expected, reference.name.clone())) => {}
+            // Declared in the dependency but with errors of its own, which
+            // are reported under the package's manifest.
+            Err(ResolveError::NotFound) if dependency_declares(bundle, reference, expected) => {}
             Err(ResolveError::NotFound) => {
                 let in_base = reference.package.is_none() && base_package().get(expected, &reference.name).is_some();
                 let suggestion = if in_base {
@@ -683,7 +927,12 @@ impl CrossChecks<'_> {
                     // Where the reference looks: the package it names, else the bundle.
                     let package = match reference.package.as_deref() {
                         Some(BASE_PACKAGE) => base_package(),
-                        _ => bundle,
+                        Some(other) => bundle
+                            .dependencies
+                            .iter()
+                            .find(|d| d.package_name.as_deref() == Some(other))
+                            .map_or(bundle, |d| &**d),
+                        None => bundle,
                     };
                     let known: Vec<&str> = package
                         .resources
@@ -723,7 +972,8 @@ impl CrossChecks<'_> {
                     path,
                     format!("{reference}: package '{package}' is not available"),
                     Some(format!(
-                        "Only the bundle's own resources and the built-in package \"{BASE_PACKAGE}\" can be referenced; installing other packages is not supported yet."
+                        "Add \"{package}\" to the dependencies of the bundle's Package and run `gdn package install`; \
+                         only the bundle's own resources, the built-in package \"{BASE_PACKAGE}\" and installed dependencies can be referenced."
                     )),
                 );
             }
@@ -754,6 +1004,17 @@ impl CrossChecks<'_> {
             }
         }
     }
+}
+
+fn dependency_declares(bundle: &Bundle, reference: &ObjectRef, expected: Kind) -> bool {
+    let Some(package) = reference.package.as_deref() else { return false };
+    let Some(dependency) = bundle.dependencies.iter().find(|d| d.package_name.as_deref() == Some(package)) else {
+        return false;
+    };
+    dependency.documents.iter().any(|document| {
+        document.get("kind").and_then(serde_json::Value::as_str) == Some(expected.as_str())
+            && document.pointer("/metadata/name").and_then(serde_json::Value::as_str) == Some(reference.name.as_str())
+    })
 }
 
 fn declared_name(document: &YamlDocument) -> Option<(Kind, String)> {

@@ -34,6 +34,18 @@ pub enum DiagnosticCode {
     PackageDocDuplicated,
     #[serde(rename = "E_CONFIG_FILE_TOO_LARGE")]
     FileTooLarge,
+    /// A dependency of the bundle's Package whose version
+    /// `goondan.lock.yaml` does not pin (or no lock file for a range).
+    #[serde(rename = "E_CONFIG_PACKAGE_LOCK_MISSING")]
+    PackageLockMissing,
+    /// A pinned dependency that is not installed under the state root's
+    /// `packages/` directory.
+    #[serde(rename = "E_CONFIG_PACKAGE_NOT_INSTALLED")]
+    PackageNotInstalled,
+    /// An installed package with neither `dist/goondan.yaml` nor
+    /// `goondan.yaml`.
+    #[serde(rename = "E_CONFIG_PACKAGE_MANIFEST_MISSING")]
+    PackageManifestMissing,
     #[serde(rename = "E_CONFIG_TOO_MANY_DOCUMENTS")]
     TooManyDocuments,
     #[serde(rename = "E_CONFIG_FILE_NOT_FOUND")]
@@ -99,7 +111,7 @@ pub enum DiagnosticCode {
 
 impl DiagnosticCode {
     /// Every code, in the order of the enum.
-    pub const ALL: [DiagnosticCode; 28] = [
+    pub const ALL: [DiagnosticCode; 31] = [
         Self::ParseError,
         Self::UnsupportedApiVersion,
         Self::UnknownKind,
@@ -112,6 +124,9 @@ impl DiagnosticCode {
         Self::PackageDocPosition,
         Self::PackageDocDuplicated,
         Self::FileTooLarge,
+        Self::PackageLockMissing,
+        Self::PackageNotInstalled,
+        Self::PackageManifestMissing,
         Self::TooManyDocuments,
         Self::FileNotFound,
         Self::NotAFile,
@@ -145,6 +160,9 @@ impl DiagnosticCode {
             Self::PackageDocPosition => "E_CONFIG_PACKAGE_DOC_POSITION",
             Self::PackageDocDuplicated => "E_CONFIG_PACKAGE_DOC_DUPLICATED",
             Self::FileTooLarge => "E_CONFIG_FILE_TOO_LARGE",
+            Self::PackageLockMissing => "E_CONFIG_PACKAGE_LOCK_MISSING",
+            Self::PackageNotInstalled => "E_CONFIG_PACKAGE_NOT_INSTALLED",
+            Self::PackageManifestMissing => "E_CONFIG_PACKAGE_MANIFEST_MISSING",
             Self::TooManyDocuments => "E_CONFIG_TOO_MANY_DOCUMENTS",
             Self::FileNotFound => "E_CONFIG_FILE_NOT_FOUND",
             Self::NotAFile => "E_CONFIG_NOT_A_FILE",

@@ -5,6 +5,7 @@
 //! - [`schema`]: the structural schema of each kind's `spec`.
 //! - [`validate`]: per-document rules (names, Tool exports, files).
 //! - [`bundle`]: loading, cross-document rules, reference resolution.
+//! - [`packages`]: which files of a bundle directory are read; installed dependencies.
 //! - [`changes`]: what an edit to a bundle's files changes (`gdn run --watch`).
 //! - [`resources`]: the typed resources.
 //! - [`sandbox`]: `spec.sandbox` resolved: an agent's sandbox, its paths, its `network.allow` entries, its `limits`.
@@ -16,6 +17,7 @@ pub mod bundle;
 pub mod changes;
 pub mod diagnostic;
 pub mod files;
+pub mod packages;
 pub mod placement;
 mod plain_schema;
 pub mod resources;
@@ -25,8 +27,8 @@ pub mod validate;
 pub mod yaml;
 
 pub use bundle::{
-    BASE_PACKAGE, Bundle, BundleResource, LOCK_FILE, LoadReport, PackageScope, ResolveError, Resolved, base_package,
-    load_bundle, load_from_str, resolve_bundle_file,
+    BASE_PACKAGE, Bundle, BundleResource, LOCK_FILE, LoadReport, PackageScope, ResolveError, Resolved, SourceFile,
+    base_package, load_bundle, load_bundle_with, load_from_str, resolve_bundle_file,
 };
 pub use changes::{BundleChanges, BundleFingerprint, ResourceKey, changes, watched_files};
 pub use diagnostic::{Diagnostic, DiagnosticCode, Severity};

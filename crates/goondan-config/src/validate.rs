@@ -606,6 +606,18 @@ fn check_entry_file(reporter: &mut DocReporter<'_>, bundle_root: Option<&Path>) 
         return;
     };
     let entry = entry.to_owned();
+    // A published package ships compiled code: `src/x.ts` may be there as
+    // `dist/src/x.js` or `src/x.js` (see crate::packages::entry_candidates).
+    let compiled = crate::packages::entry_candidates(root, &entry).into_iter().skip(1).any(|candidate| {
+        candidate
+            .strip_prefix(root)
+            .ok()
+            .and_then(|relative| relative.to_str())
+            .is_some_and(|relative| crate::files::resolve_inside(root, relative).is_ok_and(|full| full.is_file()))
+    });
+    if compiled && !root.join(&entry).is_file() {
+        return;
+    }
     check_bundle_file(reporter, root, &entry, "spec.entry", "entry file", DiagnosticCode::EntryNotFound);
 }
 

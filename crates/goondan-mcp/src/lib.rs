@@ -56,7 +56,7 @@ impl AgentPlugin for McpPlugin {
 
 impl PluginInstall for McpPlugin {
     fn claims(&self, extension: &AgentExtension) -> bool {
-        extension.scope != goondan_config::PackageScope::Local && extension.name == EXTENSION_NAME
+        extension.scope == goondan_config::PackageScope::Base && extension.name == EXTENSION_NAME
     }
 
     fn install_extension<'a>(

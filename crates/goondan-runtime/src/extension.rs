@@ -71,7 +71,9 @@ fn referenced_extensions(bundle: &Bundle, agent: &Resource<AgentSpec>) -> Vec<Ag
         };
         let entry = match scope {
             PackageScope::Local => goondan_tools::assembly::entry_path(bundle.root(), &extension.spec.entry),
-            _ => Arc::from(Path::new(&extension.spec.entry)),
+            PackageScope::Dependency(_) => goondan_tools::assembly::package_entry(bundle, scope, &extension.spec.entry)
+                .unwrap_or_else(|| Arc::from(Path::new(&extension.spec.entry))),
+            PackageScope::Base => Arc::from(Path::new(&extension.spec.entry)),
         };
         let mut config = extension.spec.config.clone();
         if let Some(overrides) = &reference.config {

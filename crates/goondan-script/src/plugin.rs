@@ -102,7 +102,9 @@ impl PluginInstall for ScriptInstall {
     }
 
     fn claims(&self, extension: &AgentExtension) -> bool {
-        extension.scope == PackageScope::Local
+        // A bundle's own extensions and those of installed packages are
+        // scripts; the built-in package's are native.
+        matches!(extension.scope, PackageScope::Local | PackageScope::Dependency(_))
     }
 
     fn install_extension<'a>(

@@ -161,8 +161,12 @@ pub fn plan_connections(
             let unconfined =
                 bundle.sandbox_for(entry_agent, Some(swarm)).config.policy == goondan_config::SandboxPolicy::Full;
             ConnectorKind::Script(
-                goondan_script::connector::ScriptConnector::new(bundle.root(), &connector.spec.entry)
-                    .confined(!unconfined),
+                // A dependency's connector lives in its package's directory.
+                goondan_script::connector::ScriptConnector::new(
+                    bundle.package(scope).map_or(bundle.root(), goondan_config::Bundle::root),
+                    &connector.spec.entry,
+                )
+                .confined(!unconfined),
             )
         };
         let config = resolve_values(name, "config", &connection.spec.config, env, false, &mut errors);

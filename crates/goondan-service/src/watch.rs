@@ -42,6 +42,9 @@ pub enum Reload {
 /// Watches a bundle's files and tells what an edit changes.
 pub struct BundleWatcher {
     config: PathBuf,
+    /// Where the bundle's installed packages are (see
+    /// [`goondan_config::load_bundle_with`]).
+    packages_dir: Option<PathBuf>,
     watcher: notify::RecommendedWatcher,
     /// The files that count (shared with the watcher's thread).
     files: Arc<Mutex<BTreeSet<PathBuf>>>,
@@ -74,6 +77,7 @@ impl BundleWatcher {
         })?;
         let mut this = Self {
             config: config.to_path_buf(),
+            packages_dir: None,
             watcher,
             files,
             dirs: BTreeSet::new(),
@@ -102,6 +106,13 @@ impl BundleWatcher {
         Ok(())
     }
 
+    /// Reloads the bundle with its installed packages from `packages_dir`
+    /// (the state root's `packages/`), as it was loaded at the start.
+    pub fn with_packages_dir(mut self, packages_dir: Option<PathBuf>) -> Self {
+        self.packages_dir = packages_dir;
+        self
+    }
+
     /// Waits for the next settled edit and says what it changes; `None`
     /// once the watcher has stopped.
     pub async fn next(&mut self) -> Option<Reload> {
@@ -120,7 +131,7 @@ impl BundleWatcher {
             "watch: {} changed",
             touched.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
         );
-        let report = goondan_config::load_bundle(&self.config);
+        let report = goondan_config::load_bundle_with(&self.config, self.packages_dir.as_deref());
         let Some(bundle) = report.valid_bundle() else {
             let errors = report.diagnostics.iter().filter(|d| d.is_error()).map(ToString::to_string).collect();
             return Some(Reload::Invalid(errors));

@@ -60,6 +60,15 @@ pub fn entry_path(root: &Path, entry: &str) -> Arc<Path> {
     Arc::from(normalize(&absolute))
 }
 
+/// The module of an `entry` of a package's Tool, Extension or Connector:
+/// [`Bundle::entry_file`] made absolute and normalised as [`entry_path`]
+/// makes a bundle's own; `None` for the built-in package.
+pub fn package_entry(bundle: &Bundle, scope: PackageScope, entry: &str) -> Option<Arc<Path>> {
+    let file = bundle.entry_file(scope, entry)?;
+    let absolute = std::path::absolute(&file).unwrap_or(file);
+    Some(Arc::from(normalize(&absolute)))
+}
+
 /// Drops `.` components and folds `..` lexically (the loader already checked
 /// that the file exists; symbolic links are left to the runtime).
 fn normalize(path: &Path) -> PathBuf {
@@ -87,8 +96,11 @@ fn config_tools<'a>(
     config: Option<Arc<JsonObject>>,
 ) -> impl Iterator<Item = ConfigTool> + 'a {
     let tool_name: Arc<str> = Arc::from(tool.name());
+    // A dependency's entry is relative to its package's root (with the
+    // compiled-code fallback); the built-in package has none.
     let entry = match scope {
         PackageScope::Local => Some(entry_path(bundle.root(), &tool.spec.entry)),
+        PackageScope::Dependency(_) => package_entry(bundle, scope, &tool.spec.entry),
         PackageScope::Base => None,
     };
     tool.spec.exports.iter().map(move |export| ConfigTool {
