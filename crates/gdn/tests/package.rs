@@ -88,7 +88,8 @@ fn publish(registry: &Registry, name: &str, version: &str, deps: &[(&str, &str)]
 
 fn installed(state: &Path, name: &str, version: &str) -> PathBuf {
     let (scope, bare) = name.split_once('/').unwrap_or(("", name));
-    state.join("packages").join(scope).join(bare).join(version)
+    // The original's layout: `@acme/lib` under `packages/acme/lib/`.
+    state.join("packages").join(scope.trim_start_matches('@')).join(bare).join(version)
 }
 
 const APP: &str = "# the app\napiVersion: goondan.ai/v1\nkind: Package\nmetadata:\n  name: \"@acme/app\"\nspec:\n  version: \"0.1.0\"   # ours\n---\n# another document, kept as it is\nkind: Model\nmetadata:\n  name: m\nspec:\n  provider: openai\n  model: gpt-x\n";
@@ -387,6 +388,7 @@ spec: 42
     assert_eq!(status, 0, "{json}");
     let lock = std::fs::read_to_string(&lock_path)?;
     assert!(!lock.contains("@goondan/base"), "{lock}");
+    assert!(!state.path().join("packages/goondan").exists());
     assert!(!state.path().join("packages/@goondan").exists());
     let start = lock.find("sha512-").ok_or("no integrity")? + "sha512-".len();
     let mut lying = lock.clone();

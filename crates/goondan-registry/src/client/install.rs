@@ -76,7 +76,9 @@ pub struct Outcome {
 pub fn install_path(state_root: &Path, name: &str, version: &str) -> PathBuf {
     let mut path = state_root.join("packages");
     match name.split_once('/') {
-        Some((scope, bare)) => path.extend([scope, bare, version]),
+        // `@acme/tools` installs to `packages/acme/tools/<version>`, as the
+        // original's installer and loader have it (the `@` dropped).
+        Some((scope, bare)) => path.extend([scope.strip_prefix('@').unwrap_or(scope), bare, version]),
         None => path.extend([name, version]),
     }
     path
@@ -542,7 +544,7 @@ mod tests {
 
     #[test]
     fn installs_go_under_the_scope() {
-        assert_eq!(install_path(Path::new("/s"), "@a/b", "1.0.0"), Path::new("/s/packages/@a/b/1.0.0"));
+        assert_eq!(install_path(Path::new("/s"), "@a/b", "1.0.0"), Path::new("/s/packages/a/b/1.0.0"));
         assert_eq!(install_path(Path::new("/s"), "b", "1.0.0"), Path::new("/s/packages/b/1.0.0"));
     }
 }
