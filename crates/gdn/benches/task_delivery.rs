@@ -8,8 +8,10 @@
 //! waits for the task, whose end comes back as a turn of its own. From the
 //! instance's logs: the request's round trip is its `tool.completed`
 //! `duration`; the delivery is the time from the task's end (its `end`
-//! record in `tasks.jsonl`) to the start of the turn that delivers it
-//! (`turn.started` in `events.jsonl`), both in milliseconds since the epoch.
+//! record in `tasks.jsonl`) to its `tool_task_result` message in the
+//! conversation (`createdAt` in `messages.jsonl`: the running turn's next
+//! step, or a turn of its own when none runs), both in milliseconds since
+//! the epoch.
 //!
 //! `cargo bench -p gdn --bench task_delivery` (add `-- 40` for 40 runs).
 
@@ -40,6 +42,19 @@ fn bundle() -> Bundle {
 
 fn lines(path: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path).unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+}
+
+/// The messages of an instance's `messages.jsonl`: a line is a message or
+/// `{"events": [...]}` whose `append`s carry one.
+fn conversation(instance: &Path) -> Vec<serde_json::Value> {
+    let mut messages = Vec::new();
+    for line in lines(&instance.join("messages.jsonl")) {
+        match line["events"].as_array() {
+            Some(events) => messages.extend(events.iter().filter_map(|e| e.get("message").cloned())),
+            None => messages.push(line),
+        }
+    }
+    messages
 }
 
 fn percentile(values: &mut [f64], p: f64) -> f64 {
@@ -74,13 +89,15 @@ fn main() {
             .and_then(|r| r["at"].as_f64())
             .unwrap_or_else(|| panic!("run {run}: the task did not end"));
         let events = lines(&instance.join("events.jsonl"));
-        let started = events
-            .iter()
-            .filter(|e| e["type"] == "turn.started")
-            .filter_map(|e| e["timestamp"].as_f64())
-            .find(|at| *at >= ended)
-            .unwrap_or_else(|| panic!("run {run}: no turn delivered the task"));
-        delivery.push(started - ended);
+        // The end reaches the conversation as a `tool_task_result` user
+        // message: at the running turn's next step when the task ends
+        // during it (as here, usually), else as the input of a turn of its own.
+        let delivered = conversation(&instance)
+            .into_iter()
+            .find(|m| m["data"]["content"].as_str().is_some_and(|c| c.contains("\"tool_task_result\"")))
+            .and_then(|m| m["createdAt"].as_f64())
+            .unwrap_or_else(|| panic!("run {run}: the task's end never reached the conversation"));
+        delivery.push(delivered - ended);
         let rtt = events
             .iter()
             .find(|e| e["type"] == "tool.completed" && e["toolName"] == "agents__request")
@@ -98,6 +115,6 @@ fn main() {
         );
         let _ = std::io::Write::write_all(&mut std::io::stdout(), line.as_bytes());
     };
-    report("task end -> its turn starts (ms resolution)", &mut delivery);
+    report("task end -> in the conversation (ms resolution)", &mut delivery);
     report("agents__request round trip (tool duration)", &mut round_trip);
 }
