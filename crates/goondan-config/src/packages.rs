@@ -333,13 +333,6 @@ pub(crate) fn load_dependencies(
             continue;
         }
         let package_root = installed_package_root(packages_dir, &dependency.name, &version);
-        // The original's layout drops the scope's `@`; a directory that
-        // keeps it (`packages/@acme/x/1.0.0`) is read too.
-        let package_root =
-            match dependency.name.strip_prefix('@').map(|_| packages_dir.join(&dependency.name).join(&version)) {
-                Some(with_at) if !package_root.exists() && with_at.is_dir() => with_at,
-                _ => package_root,
-            };
         if !package_root.exists() {
             diagnostics.push(
                 Diagnostic::error(

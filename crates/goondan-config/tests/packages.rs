@@ -215,12 +215,3 @@ fn a_ref_into_a_dependency_by_a_wrong_name_suggests_its_names() {
     assert_eq!(found[0].code.as_str(), "E_CONFIG_REF_NOT_FOUND");
     assert!(found[0].suggestion.as_deref().unwrap_or("").contains("'greet'"), "{:?}", found[0].suggestion);
 }
-
-#[test]
-fn a_package_installed_under_its_scope_with_the_at_sign_is_found_too() {
-    let state = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let packages = state.path().join("packages");
-    copy_dir(&fixture("packages/greeter-1.0.0"), &packages.join("@acme/greeter/1.0.0"));
-    let report = load_bundle_with(&fixture("packages/with-dependency"), Some(&packages));
-    assert!(report.diagnostics.is_empty(), "{:#?}", report.diagnostics);
-}
