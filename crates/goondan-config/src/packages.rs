@@ -274,15 +274,10 @@ fn compare_versions(a: &str, b: &str) -> Ordering {
     })
 }
 
-/// Where `name`@`version` is installed under `packages_dir`.
+/// Where `name`@`version` is installed under `packages_dir` (the layout the
+/// installer writes: [`goondan_core::package_dir`]).
 pub fn installed_package_root(packages_dir: &Path, name: &str, version: &str) -> PathBuf {
-    if let Some((scope, bare)) = name.strip_prefix('@').and_then(|n| n.split_once('/'))
-        && !scope.is_empty()
-        && !bare.is_empty()
-    {
-        return packages_dir.join(scope).join(bare).join(version);
-    }
-    packages_dir.join(name).join(version)
+    goondan_core::package_dir::installed_root(packages_dir, name, version)
 }
 
 /// A package's manifest: `dist/goondan.yaml`, else `goondan.yaml`.

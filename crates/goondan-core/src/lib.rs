@@ -15,6 +15,7 @@ pub mod js_message;
 pub mod message;
 pub mod naming;
 pub mod object_ref;
+pub mod package_dir;
 pub mod path_io;
 pub mod secret;
 pub mod sync;

@@ -74,14 +74,8 @@ pub struct Outcome {
 
 /// Where `name@version` is installed under the state root.
 pub fn install_path(state_root: &Path, name: &str, version: &str) -> PathBuf {
-    let mut path = state_root.join("packages");
-    match name.split_once('/') {
-        // `@acme/tools` installs to `packages/acme/tools/<version>`, as the
-        // original's installer and loader have it (the `@` dropped).
-        Some((scope, bare)) => path.extend([scope.strip_prefix('@').unwrap_or(scope), bare, version]),
-        None => path.extend([name, version]),
-    }
-    path
+    // One layout for the installer and the loader (goondan-config).
+    goondan_core::package_dir::installed_root(&state_root.join("packages"), name, version)
 }
 
 /// Caches packuments for one command.
