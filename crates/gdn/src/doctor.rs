@@ -186,7 +186,8 @@ fn check_script_runtime(bundle: &Bundle, report: &mut Report) {
 /// or in the stricter Landlock-only layout).
 fn check_sandbox(bundle: &Bundle, report: &mut Report) {
     let confined: Vec<String> = bundle
-        .agents()
+        .runnable_agents()
+        .into_iter()
         .filter(|agent| bundle.sandbox_for(agent.name(), None).config.policy != goondan_config::SandboxPolicy::Full)
         .map(|agent| agent.name().to_owned())
         .collect();
@@ -269,10 +270,13 @@ fn check_models(bundle: &Bundle, env: &dyn Fn(&str) -> Option<String>, report: &
 
 /// The programs of stdio MCP servers.
 fn check_mcp_servers(bundle: &Bundle, env: &dyn Fn(&str) -> Option<String>, report: &mut Report) {
-    for agent in bundle.agents() {
-        for extension in &agent.spec.extensions {
+    for agent in bundle.runnable_agents() {
+        for extension in &agent.resource.spec.extensions {
             if extension.reference.name != goondan_mcp::EXTENSION_NAME
-                || !matches!(bundle.resolve(&extension.reference).map(|r| r.scope), Ok(PackageScope::Base))
+                || !matches!(
+                    bundle.resolve_from(agent.scope, &extension.reference).map(|r| r.scope),
+                    Ok(PackageScope::Base)
+                )
             {
                 continue;
             }
@@ -333,7 +337,7 @@ fn check_connections(
                 .filter(|status| Path::new(&status.bundle) == resolve_bundle_file(&global.config).as_path())
         })
     });
-    for swarm in bundle.swarms() {
+    for swarm in bundle.all_swarms() {
         let plans =
             match goondan_service::plan::plan_connections(bundle, swarm.name(), &swarm.spec.entry_agent.name, env) {
                 Ok(plans) => plans,

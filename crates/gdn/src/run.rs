@@ -499,13 +499,21 @@ fn prepare(
     let mut options = AgentOptions::new(Arc::new(TracingEventSink));
     options.agent.clone_from(&args.agent);
     if let Some(name) = &args.swarm {
-        let Some(swarm) = bundle.swarms().find(|s| s.name() == name) else {
-            let known: Vec<&str> = bundle.swarms().map(|s| s.name()).collect();
+        let Some(swarm) = bundle.swarm(name) else {
+            let known: Vec<String> = bundle.all_swarms().iter().map(|s| s.name().to_owned()).collect();
             return Err(format!("no Swarm named '{name}' in the bundle (swarms: {})", known.join(", ")));
         };
         if options.agent.is_none() {
             options.agent = Some(swarm.spec.entry_agent.name.clone());
         }
+        options.swarm = Some(swarm.name().to_owned());
+    }
+    if options.agent.is_none()
+        && options.swarm.is_none()
+        && let Ok(Some(swarm)) = bundle.default_swarm()
+    {
+        // The default Swarm may be a dependency's: its agents are found in it.
+        options.swarm = Some(swarm.name().to_owned());
     }
     options.instance_key.clone_from(&args.instance_key);
     let (agent_name, instance_key) = identity(bundle, &options).map_err(|error| error.to_string())?;
@@ -518,7 +526,16 @@ fn prepare(
     };
     // Agent processes get the workspace as their `stateRoot`: they open
     // their instances in it.
-    let plan = SwarmPlan::new(swarm_of(bundle, &agent_name), config, absolute(workspace.dir()), workdir);
+    // The Swarm named (or the default) when it runs this agent, else the
+    // one the agent belongs to.
+    let named = options.swarm.as_deref().and_then(|name| bundle.swarm(name)).filter(|swarm| {
+        swarm.spec.entry_agent.name == agent_name || swarm.spec.agents.iter().any(|a| a.name == agent_name)
+    });
+    let info = match named {
+        Some(swarm) => goondan_orchestrator::plan::swarm_info(&swarm, &agent_name),
+        None => swarm_of(bundle, &agent_name),
+    };
+    let plan = SwarmPlan::new(info, config, absolute(workspace.dir()), workdir);
     Ok(Prepared { plan, workspace, entry: AgentInstance::new(agent_name, instance_key) })
 }
 
@@ -677,11 +694,11 @@ fn servable_check(
         let Some(bundle) = report.valid_bundle() else {
             return Err(report.diagnostics.iter().filter(|d| d.is_error()).map(ToString::to_string).collect());
         };
-        let Some(found) = bundle.swarms().find(|s| s.name() == swarm) else {
+        let Some(found) = bundle.swarm(&swarm) else {
             return Err(vec![format!("the bundle has no Swarm '{swarm}' any more")]);
         };
         if let Some(agent) = &agent
-            && bundle.agent(agent).is_none()
+            && bundle.find_agent(agent, Some(&swarm)).is_none()
         {
             return Err(vec![format!("the bundle has no Agent '{agent}' any more")]);
         }

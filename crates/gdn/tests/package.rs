@@ -428,3 +428,58 @@ fn registry_versions(registry: &Registry, name: &str) -> Result<Vec<String>, Box
     let packument: Value = serde_json::from_str(body)?;
     Ok(packument["versions"].as_object().map(|v| v.keys().cloned().collect()).unwrap_or_default())
 }
+
+/// The Tool module of `@acme/shouter`, published as TypeScript.
+const SHOUTER_TOOL: &str = "export const handlers = {\n  it: async (_ctx: unknown, input: { text: string }) => ({ shouted: `${input.text.toUpperCase()}!` }),\n};\n";
+
+/// The documents of `@acme/shouter` after its Package: a Tool whose entry
+/// is `src/tool.ts`.
+const SHOUTER_TOOL_DOC: &str = "---\napiVersion: goondan.ai/v1\nkind: Tool\nmetadata:\n  name: shout\nspec:\n  entry: ./src/tool.ts\n  exports:\n    - name: it\n      parameters:\n        type: object\n        properties:\n          text: {type: string}\n        required: [text]\n";
+
+/// What the app adds once the package is in: a scripted model that calls
+/// the package's tool, and an agent that declares it.
+const APP_AGENT_DOCS: &str = "---\napiVersion: goondan.ai/v1\nkind: Model\nmetadata:\n  name: m\nspec:\n  provider: scripted\n  model: app\n  options:\n    replies:\n      - toolCalls:\n          - name: shout__it\n            args: {text: through the registry}\n      - text: app done\n---\napiVersion: goondan.ai/v1\nkind: Agent\nmetadata:\n  name: app\nspec:\n  modelConfig:\n    modelRef: Model/m\n  tools:\n    - {kind: Tool, name: shout, package: \"@acme/shouter\"}\n";
+
+#[test]
+fn a_published_package_s_ts_tool_runs_in_the_bundle_that_added_it() -> TestResult {
+    if !common::js_runtime_usable() {
+        return Ok(());
+    }
+    let registry = registry()?;
+    let shouter = common::temp();
+    bundle(shouter.path(), "@acme/shouter", "1.0.0", &[]);
+    let manifest = std::fs::read_to_string(shouter.path().join("goondan.yaml"))? + SHOUTER_TOOL_DOC;
+    common::write(&shouter.path().join("goondan.yaml"), &manifest);
+    std::fs::create_dir_all(shouter.path().join("src"))?;
+    common::write(&shouter.path().join("src/tool.ts"), SHOUTER_TOOL);
+    let publisher_state = common::temp();
+    let (status, json, output) =
+        package(shouter.path(), publisher_state.path(), Some(TOKEN), &["publish", "--registry", &registry.url]);
+    assert_eq!(status, 0, "{json} {}", String::from_utf8_lossy(&output.stderr));
+
+    let app = common::temp();
+    let state = common::temp();
+    bundle(app.path(), "@acme/app", "0.1.0", &[]);
+    let (status, json, output) =
+        package(app.path(), state.path(), None, &["add", "@acme/shouter", "--registry", &registry.url]);
+    assert_eq!(status, 0, "{json} {}", String::from_utf8_lossy(&output.stderr));
+    assert!(installed(state.path(), "@acme/shouter", "1.0.0").join("src/tool.ts").is_file());
+    let manifest = std::fs::read_to_string(app.path().join("goondan.yaml"))? + APP_AGENT_DOCS;
+    common::write(&app.path().join("goondan.yaml"), &manifest);
+
+    let run = common::gdn_bin().project(app.path()).state(state.path()).run(["run", "--input", "go"]);
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert_eq!(run.status.code(), Some(0), "{}\n{stdout}", String::from_utf8_lossy(&run.stderr));
+    assert!(stdout.contains("app done"), "{stdout}");
+    // The installed tool's result is in the conversation.
+    let conversation = common::files_under(state.path())
+        .into_iter()
+        .filter(|f| f.ends_with("messages.jsonl"))
+        .map(|f| std::fs::read_to_string(f).unwrap_or_default())
+        .collect::<String>();
+    assert!(
+        conversation.contains("THROUGH THE REGISTRY!"),
+        "the tool's result is not in the conversation: {conversation}"
+    );
+    Ok(())
+}

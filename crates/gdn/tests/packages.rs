@@ -118,3 +118,64 @@ fn github_annotations_of_a_split_bundle_name_the_file_of_each_diagnostic() {
     assert!(printed.contains(&expected), "{printed}");
     assert!(printed.contains("line=4"), "{printed}");
 }
+
+/// Every messages.jsonl under `state`, concatenated.
+fn conversations(state: &Path) -> String {
+    common::files_under(state)
+        .into_iter()
+        .filter(|f| f.ends_with("messages.jsonl"))
+        .map(|f| fs::read_to_string(f).unwrap_or_default())
+        .collect()
+}
+
+#[test]
+fn gdn_run_runs_a_dependency_s_agent_with_its_package_s_tool_model_and_prompt() {
+    if !js_runtime_usable() {
+        return;
+    }
+    let state = common::temp();
+    copy_dir(&fixture("packages/crew-1.0.0"), &state.path().join("packages/acme/crew/1.0.0"));
+    let bundle = fixture("packages/with-crew");
+    let validated = json_out(&gdn(&bundle, state.path(), &["--json", "validate"]));
+    assert_eq!(validated["valid"], true, "{validated}");
+    // The bundle's lead asks the package's helper, whose scripted model
+    // (the package's) calls the package's TypeScript tool.
+    let output = gdn(&bundle, state.path(), &["run", "--input", "go"]);
+    assert_eq!(output.status.code(), Some(0), "{}\n{}", text(&output.stderr), text(&output.stdout));
+    assert!(text(&output.stdout).contains("lead done"), "{}", text(&output.stdout));
+    let kept = conversations(state.path());
+    assert!(kept.contains("HELLO FROM THE CREW!"), "the package tool's result: {kept}");
+    assert!(kept.contains("helper done"), "the helper's answer reached the lead: {kept}");
+}
+
+#[test]
+fn gdn_run_swarm_selects_a_dependency_s_swarm() {
+    if !js_runtime_usable() {
+        return;
+    }
+    let state = common::temp();
+    copy_dir(&fixture("packages/crew-1.0.0"), &state.path().join("packages/acme/crew/1.0.0"));
+    let bundle = fixture("packages/with-crew");
+    let output = gdn(&bundle, state.path(), &["run", "--swarm", "crew", "--input", "go"]);
+    assert_eq!(output.status.code(), Some(0), "{}\n{}", text(&output.stderr), text(&output.stdout));
+    assert!(text(&output.stdout).contains("helper done"), "{}", text(&output.stdout));
+    assert!(conversations(state.path()).contains("HELLO FROM THE CREW!"));
+    let unknown = gdn(&bundle, state.path(), &["run", "--swarm", "nope", "--input", "go"]);
+    assert_ne!(unknown.status.code(), Some(0));
+    assert!(text(&unknown.stderr).contains("crew"), "the known swarms are listed: {}", text(&unknown.stderr));
+}
+
+#[test]
+fn gdn_validate_names_a_dependency_s_missing_entry_file_and_its_package() {
+    let state = common::temp();
+    let installed = state.path().join("packages/acme/crew/1.0.0");
+    copy_dir(&fixture("packages/crew-1.0.0"), &installed);
+    fs::remove_file(installed.join("src/shout.ts")).unwrap_or_else(|e| panic!("{e}"));
+    let output = gdn(&fixture("packages/with-crew"), state.path(), &["--json", "validate"]);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    let body: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let first = &body["diagnostics"][0];
+    assert_eq!(first["code"], "E_CONFIG_ENTRY_NOT_FOUND", "{body}");
+    assert_eq!(first["path"], "@acme/crew/goondan.yaml#1.spec.entry", "{body}");
+    assert!(first["message"].as_str().unwrap_or_default().contains("./src/shout.ts"), "{body}");
+}

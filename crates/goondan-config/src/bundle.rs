@@ -48,6 +48,45 @@ pub enum PackageScope {
     Dependency(usize),
 }
 
+impl PackageScope {
+    /// This scope, as the package `within` (given in the root bundle's
+    /// terms) resolved it, in the root bundle's terms: the package's own
+    /// resources are `within`; the built-in package and its dependencies
+    /// are named alike in every package of one load (see
+    /// [`crate::packages`]).
+    pub fn seen_from(self, within: PackageScope) -> PackageScope {
+        match self {
+            PackageScope::Local => within,
+            other => other,
+        }
+    }
+}
+
+/// A resource with the package it lives in, in the root bundle's terms;
+/// it derefs to the resource.
+#[derive(Debug)]
+pub struct Scoped<'a, T> {
+    /// Where it lives.
+    pub scope: PackageScope,
+    /// The resource.
+    pub resource: &'a Resource<T>,
+}
+
+impl<T> Clone for Scoped<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Scoped<'_, T> {}
+
+impl<T> std::ops::Deref for Scoped<'_, T> {
+    type Target = Resource<T>;
+    fn deref(&self) -> &Self::Target {
+        self.resource
+    }
+}
+
 /// A resource of a bundle with the index of its document.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BundleResource {
@@ -564,22 +603,162 @@ impl Bundle {
         }
     }
 
+    /// Resolves a reference made from inside the package `within` (given
+    /// in this bundle's terms, e.g. the scope an Agent was found in), with
+    /// the result's scope in this bundle's terms as well: the one lookup by
+    /// which a dependency's resource refers to its own package, the
+    /// built-in one and its dependencies.
+    pub fn resolve_from(&self, within: PackageScope, reference: &ObjectRef) -> Result<Resolved<'_>, ResolveError> {
+        let package = self.package(within).ok_or(ResolveError::NotFound)?;
+        let resolved = package.resolve(reference)?;
+        Ok(Resolved { scope: resolved.scope.seen_from(within), resource: resolved.resource })
+    }
+
+    /// How messages name the package `scope`: `the bundle`, or the
+    /// package's name.
+    pub fn package_label(&self, scope: PackageScope) -> String {
+        match scope {
+            PackageScope::Local => match &self.package_name {
+                Some(name) => format!("the bundle ({name})"),
+                None => "the bundle".to_owned(),
+            },
+            PackageScope::Base => BASE_PACKAGE.to_owned(),
+            PackageScope::Dependency(index) => self
+                .dependencies
+                .get(index)
+                .and_then(|d| d.package_name.clone())
+                .unwrap_or_else(|| format!("dependency #{index}")),
+        }
+    }
+
+    /// Every Swarm a run may select: the bundle's own, then those of its
+    /// installed dependencies in load order (the original loads a
+    /// dependency's resources beside the bundle's).
+    pub fn all_swarms(&self) -> Vec<Scoped<'_, SwarmSpec>> {
+        let local = self.swarms().map(|resource| Scoped { scope: PackageScope::Local, resource });
+        let dependencies = self.dependencies.iter().enumerate().flat_map(|(index, dependency)| {
+            dependency.swarms().map(move |resource| Scoped { scope: PackageScope::Dependency(index), resource })
+        });
+        local.chain(dependencies).collect()
+    }
+
+    /// The Swarm named `name` (`gdn run --swarm`): the bundle's own, else
+    /// the first of its dependencies' (see [`Bundle::all_swarms`]).
+    pub fn swarm(&self, name: &str) -> Option<Scoped<'_, SwarmSpec>> {
+        self.all_swarms().into_iter().find(|swarm| swarm.name() == name)
+    }
+
+    /// The Swarm run when none is named: the one named `default` (the
+    /// bundle's own first), else the bundle's only Swarm, else — when the
+    /// bundle has none of its own — its dependencies' only Swarm.
+    /// `Ok(None)`: there is no Swarm at all. The error lists the
+    /// candidates.
+    pub fn default_swarm(&self) -> Result<Option<Scoped<'_, SwarmSpec>>, String> {
+        let all = self.all_swarms();
+        if let Some(default) = all.iter().find(|s| s.name() == "default") {
+            return Ok(Some(*default));
+        }
+        let local: Vec<_> = all.iter().filter(|s| s.scope == PackageScope::Local).collect();
+        let candidates: Vec<_> = if local.is_empty() { all.iter().collect() } else { local };
+        match candidates.as_slice() {
+            [] => Ok(None),
+            [only] => Ok(Some(**only)),
+            many => Err(format!(
+                "the bundle has {} Swarms and none is named 'default'; name one with --swarm ({})",
+                many.len(),
+                many.iter().map(|s| s.name()).collect::<Vec<_>>().join(", ")
+            )),
+        }
+    }
+
+    /// The Agents of `swarm` (its `spec.agents`, then its `entryAgent` if
+    /// not listed), each resolved in the Swarm's own package, without
+    /// repeats; references that do not resolve are skipped (validation
+    /// reports them). Two agents of one name from different packages are
+    /// refused: the runtime addresses agents by name.
+    pub fn swarm_agents<'a>(&'a self, swarm: Scoped<'a, SwarmSpec>) -> Result<Vec<Scoped<'a, AgentSpec>>, String> {
+        let mut agents: Vec<Scoped<'a, AgentSpec>> = Vec::new();
+        let refs = swarm.spec.agents.iter().chain(std::iter::once(&swarm.spec.entry_agent));
+        for reference in refs.filter(|r| r.kind == "Agent") {
+            let Ok(Resolved { scope, resource: AnyResource::Agent(agent) }) = self.resolve_from(swarm.scope, reference)
+            else {
+                continue;
+            };
+            match agents.iter().find(|a| a.name() == agent.name()) {
+                Some(known) if known.scope == scope && std::ptr::eq(known.resource, agent) => {}
+                Some(known) => {
+                    return Err(format!(
+                        "Swarm '{}' has two agents named '{}': one of {}, one of {}; agents of one swarm are \
+                         addressed by name",
+                        swarm.name(),
+                        agent.name(),
+                        self.package_label(known.scope),
+                        self.package_label(scope)
+                    ));
+                }
+                None => agents.push(Scoped { scope, resource: agent }),
+            }
+        }
+        Ok(agents)
+    }
+
+    /// The Agent named `name` as a run finds it: among the agents of the
+    /// Swarm named `swarm` when given (an agent process knows its Swarm),
+    /// else the bundle's own Agent of that name, else the first agent of
+    /// that name any Swarm (see [`Bundle::all_swarms`]) lists. The one
+    /// lookup by name of every command and process that runs agents.
+    pub fn find_agent<'a>(&'a self, name: &str, swarm: Option<&str>) -> Option<Scoped<'a, AgentSpec>> {
+        let among = |swarm: Scoped<'a, SwarmSpec>| -> Option<Scoped<'a, AgentSpec>> {
+            let agents = self.swarm_agents(swarm).unwrap_or_default();
+            agents.into_iter().find(|agent| agent.name() == name)
+        };
+        if let Some(found) = swarm.and_then(|swarm| self.swarm(swarm)).and_then(among) {
+            return Some(found);
+        }
+        if let Some(resource) = self.agent(name) {
+            return Some(Scoped { scope: PackageScope::Local, resource });
+        }
+        self.all_swarms().into_iter().find_map(among)
+    }
+
+    /// Every Agent a run of this bundle may start: the bundle's own, then
+    /// the dependencies' agents any Swarm ([`Bundle::all_swarms`]) lists,
+    /// each once.
+    pub fn runnable_agents(&self) -> Vec<Scoped<'_, AgentSpec>> {
+        let mut agents: Vec<Scoped<'_, AgentSpec>> =
+            self.agents().map(|resource| Scoped { scope: PackageScope::Local, resource }).collect();
+        for swarm in self.all_swarms() {
+            for agent in self.swarm_agents(swarm).unwrap_or_default() {
+                if !agents.iter().any(|a| a.scope == agent.scope && std::ptr::eq(a.resource, agent.resource)) {
+                    agents.push(agent);
+                }
+            }
+        }
+        agents
+    }
+
     /// The Swarm `agent` runs in when no Swarm is named: the first Swarm
-    /// (in file order) whose `entryAgent` it is, else the first that lists
-    /// it in `spec.agents`; `None` when no Swarm lists it (it runs alone).
+    /// (the bundle's own, then its dependencies': [`Bundle::all_swarms`])
+    /// whose `entryAgent` it is, else the first that lists it in
+    /// `spec.agents`; `None` when no Swarm lists it (it runs alone).
     ///
     /// The rule of `gdn run --agent` (`goondan_orchestrator::plan::swarm_of`,
     /// whose Swarm's name every agent process of the run is given) and of
     /// the workspace's name (`gdn::workspace::swarm_key`).
-    pub fn swarm_of_agent(&self, agent: &str) -> Option<&Resource<SwarmSpec>> {
+    pub fn swarm_of_agent(&self, agent: &str) -> Option<Scoped<'_, SwarmSpec>> {
+        let all = self.all_swarms();
         let lists =
-            |swarm: &&Resource<SwarmSpec>| swarm.spec.agents.iter().any(|a| a.kind == "Agent" && a.name == agent);
-        self.swarms().find(|swarm| swarm.spec.entry_agent.name == agent).or_else(|| self.swarms().find(lists))
+            |swarm: &Scoped<'_, SwarmSpec>| swarm.spec.agents.iter().any(|a| a.kind == "Agent" && a.name == agent);
+        all.iter().find(|swarm| swarm.spec.entry_agent.name == agent).or_else(|| all.iter().find(|s| lists(s))).copied()
     }
 
-    /// Every Swarm that lists `agent` in `spec.agents`, in file order.
-    pub fn swarms_listing(&self, agent: &str) -> Vec<&Resource<SwarmSpec>> {
-        self.swarms().filter(|swarm| swarm.spec.agents.iter().any(|a| a.kind == "Agent" && a.name == agent)).collect()
+    /// Every Swarm that lists `agent` in `spec.agents`, in the order of
+    /// [`Bundle::all_swarms`].
+    pub fn swarms_listing(&self, agent: &str) -> Vec<Scoped<'_, SwarmSpec>> {
+        self.all_swarms()
+            .into_iter()
+            .filter(|swarm| swarm.spec.agents.iter().any(|a| a.kind == "Agent" && a.name == agent))
+            .collect()
     }
 
     /// The sandbox the commands of `agent`'s model run in: the Agent's own
@@ -588,18 +767,19 @@ impl Bundle {
     /// `swarm` when given and the bundle has a Swarm of that name (an
     /// agent process knows its Swarm's name), else
     /// [`Bundle::swarm_of_agent`]; else the default,
-    /// [`SandboxConfig::default`] (`workspace-write`).
+    /// [`SandboxConfig::default`] (`workspace-write`). The Agent is found
+    /// with [`Bundle::find_agent`] (it may be a dependency's).
     ///
     /// A `swarm` the bundle has no Swarm of (an agent that runs alone is
     /// given its own name as its Swarm's) counts as none named. An agent
     /// the bundle does not define gets its Swarm's or the default.
     pub fn sandbox_for(&self, agent: &str, swarm: Option<&str>) -> EffectiveSandbox {
-        if let Some(config) = self.agent(agent).and_then(|a| a.spec.sandbox.as_ref()) {
+        if let Some(config) = self.find_agent(agent, swarm).and_then(|a| a.resource.spec.sandbox.as_ref()) {
             return EffectiveSandbox { config: config.clone(), source: SandboxSource::Agent };
         }
-        let named = swarm.and_then(|name| self.swarms().find(|s| s.name() == name));
+        let named = swarm.and_then(|name| self.swarm(name));
         let swarm = named.or_else(|| self.swarm_of_agent(agent));
-        match swarm.and_then(|s| s.spec.sandbox.as_ref().map(|config| (s.name(), config))) {
+        match swarm.and_then(|s| s.resource.spec.sandbox.as_ref().map(|config| (s.resource.name(), config))) {
             Some((name, config)) => {
                 EffectiveSandbox { config: config.clone(), source: SandboxSource::Swarm(name.to_owned()) }
             }
@@ -610,35 +790,39 @@ impl Bundle {
     /// The labels a host must carry for `agent`'s instances to be placed
     /// on it: the Agent's `spec.placement.hostLabels` (values as strings:
     /// `gpu: true` is `"true"`). `None` when the Agent sets none (or an
-    /// empty mapping) or the bundle has no Agent of that name: any host.
+    /// empty mapping) or the bundle has no Agent of that name
+    /// ([`Bundle::find_agent`]): any host.
     /// Match a host's labels with [`crate::placement::labels_match`].
     pub fn placement_for(&self, agent: &str) -> Option<&HostLabels> {
-        let placement = self.agent(agent)?.spec.placement.as_ref()?;
+        let placement = self.find_agent(agent, None)?.resource.spec.placement.as_ref()?;
         (!placement.host_labels.is_empty()).then_some(&placement.host_labels)
     }
 
     /// The agent a command uses when none is named: the entry agent of the
-    /// Swarm named `default` (or of the only Swarm), else the only Agent.
-    pub fn default_agent(&self) -> Result<&Resource<AgentSpec>, String> {
-        let swarms: Vec<_> = self.swarms().collect();
-        let swarm = swarms
-            .iter()
-            .find(|s| s.name() == "default")
-            .or_else(|| if swarms.len() == 1 { swarms.first() } else { None });
+    /// Swarm [`Bundle::default_swarm`] picks (resolved in the Swarm's
+    /// package), else the bundle's only Agent.
+    pub fn default_agent(&self) -> Result<Scoped<'_, AgentSpec>, String> {
+        let swarm = match self.default_swarm() {
+            Ok(swarm) => swarm,
+            // Several Swarms and none the default: the only Agent still is.
+            Err(message) => match self.agents().collect::<Vec<_>>().as_slice() {
+                [only] => return Ok(Scoped { scope: PackageScope::Local, resource: only }),
+                _ => return Err(message),
+            },
+        };
         if let Some(swarm) = swarm {
             let entry = &swarm.spec.entry_agent;
-            return match self.resolve(entry) {
-                Ok(Resolved { resource: AnyResource::Agent(agent), .. }) => Ok(agent),
+            return match self.resolve_from(swarm.scope, entry) {
+                Ok(Resolved { scope, resource: AnyResource::Agent(agent) }) => Ok(Scoped { scope, resource: agent }),
                 _ => Err(format!("the entry agent {entry} of Swarm '{}' is not defined", swarm.name())),
             };
         }
         let agents: Vec<_> = self.agents().collect();
         match agents.as_slice() {
-            [only] => Ok(only),
+            [only] => Ok(Scoped { scope: PackageScope::Local, resource: only }),
             [] => Err("the bundle defines no Agent".to_owned()),
             many => Err(format!(
-                "the bundle has {} Swarms and {} Agents and none is the default; name one with --agent ({})",
-                swarms.len(),
+                "the bundle has {} Agents and no Swarm; name one with --agent ({})",
                 many.len(),
                 many.iter().map(|a| a.name()).collect::<Vec<_>>().join(", ")
             )),
@@ -669,13 +853,25 @@ impl Bundle {
         files
     }
 
-    /// The Tools an agent's `spec.tools` names, resolved, in order, without
-    /// repeats. References that do not resolve are skipped (validation
-    /// reports them).
+    /// The Tools a bundle's own agent's `spec.tools` names, resolved, in
+    /// order, without repeats ([`Bundle::agent_tools_in`] for an agent of
+    /// the bundle's own package).
     pub fn agent_tools<'a>(&'a self, agent: &'a Resource<AgentSpec>) -> Vec<(PackageScope, &'a Resource<ToolSpec>)> {
+        self.agent_tools_in(PackageScope::Local, agent)
+    }
+
+    /// The Tools an agent of the package `within` names in `spec.tools`,
+    /// resolved in that package ([`Bundle::resolve_from`]), in order,
+    /// without repeats. References that do not resolve are skipped
+    /// (validation reports them).
+    pub fn agent_tools_in<'a>(
+        &'a self,
+        within: PackageScope,
+        agent: &'a Resource<AgentSpec>,
+    ) -> Vec<(PackageScope, &'a Resource<ToolSpec>)> {
         let mut tools: Vec<(PackageScope, &Resource<ToolSpec>)> = Vec::new();
         for reference in &agent.spec.tools {
-            if let Ok(Resolved { scope, resource: AnyResource::Tool(tool) }) = self.resolve(reference)
+            if let Ok(Resolved { scope, resource: AnyResource::Tool(tool) }) = self.resolve_from(within, reference)
                 && !tools.iter().any(|(s, t)| *s == scope && std::ptr::eq(*t, tool))
             {
                 tools.push((scope, tool));
@@ -811,6 +1007,17 @@ impl CrossChecks<'_> {
             match &entry.resource {
                 AnyResource::Agent(agent) => self.check_required_tools(bundle, entry.doc_index, agent),
                 AnyResource::Connection(connection) => self.check_connection(bundle, entry.doc_index, connection),
+                AnyResource::Swarm(swarm) => {
+                    if let Err(message) = bundle.swarm_agents(Scoped { scope: PackageScope::Local, resource: swarm }) {
+                        self.error(
+                            DiagnosticCode::DuplicateName,
+                            entry.doc_index,
+                            "spec.agents",
+                            message,
+                            Some("Run one of them in another Swarm, or rename one of the agents.".to_owned()),
+                        );
+                    }
+                }
                 _ => {}
             }
         }
@@ -826,8 +1033,8 @@ impl CrossChecks<'_> {
             _ => None,
         };
         let swarm = match &connection.spec.swarm_ref {
-            Some(reference) => bundle.swarms().find(|s| s.name() == reference.name),
-            None => bundle.swarms().next(),
+            Some(reference) => bundle.swarm(&reference.name),
+            None => bundle.all_swarms().into_iter().next(),
         };
         for (index, rule) in rules.iter().enumerate() {
             if let (Some(connector), Some(event)) =

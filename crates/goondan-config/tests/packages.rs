@@ -215,3 +215,118 @@ fn a_ref_into_a_dependency_by_a_wrong_name_suggests_its_names() {
     assert_eq!(found[0].code.as_str(), "E_CONFIG_REF_NOT_FOUND");
     assert!(found[0].suggestion.as_deref().unwrap_or("").contains("'greet'"), "{:?}", found[0].suggestion);
 }
+
+/// A state root's `packages/` with @acme/crew 1.0.0 installed by hand.
+fn packages_with_crew() -> (tempfile::TempDir, PathBuf) {
+    let state = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let packages = state.path().join("packages");
+    copy_dir(&fixture("packages/crew-1.0.0"), &packages.join("acme/crew/1.0.0"));
+    (state, packages)
+}
+
+/// The with-crew bundle copied to a temp directory, its goondan.yaml
+/// edited by `edit`.
+fn edited_crew(edit: impl FnOnce(String) -> String) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    copy_dir(&fixture("packages/with-crew"), dir.path());
+    let path = dir.path().join("goondan.yaml");
+    let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{e}"));
+    fs::write(&path, edit(text)).unwrap_or_else(|e| panic!("{e}"));
+    dir
+}
+
+#[test]
+fn a_swarm_runs_a_dependency_s_agent_resolved_in_its_own_package() {
+    let (_state, packages) = packages_with_crew();
+    let report = load_bundle_with(&fixture("packages/with-crew"), Some(&packages));
+    assert!(report.diagnostics.is_empty(), "{:#?}", report.diagnostics);
+    let Some(bundle) = report.bundle else { panic!("no bundle") };
+    let crew = PackageScope::Dependency(0);
+
+    // The default Swarm is the bundle's; its agents come from two packages.
+    let Ok(Some(swarm)) = bundle.default_swarm() else { panic!("no default swarm") };
+    assert_eq!((swarm.scope, swarm.name()), (PackageScope::Local, "default"));
+    let agents = bundle.swarm_agents(swarm).unwrap_or_else(|e| panic!("{e}"));
+    let found: Vec<(PackageScope, &str)> = agents.iter().map(|a| (a.scope, a.name())).collect();
+    assert_eq!(found, [(PackageScope::Local, "lead"), (crew, "helper")]);
+
+    // The one lookup by name finds it, in the Swarm and without one.
+    let Some(helper) = bundle.find_agent("helper", Some("default")) else { panic!("helper not found") };
+    assert_eq!(helper.scope, crew);
+    assert_eq!(bundle.find_agent("helper", None).map(|a| a.scope), Some(crew));
+    assert!(bundle.agent("helper").is_none(), "the bundle's own index holds only its own");
+    // Run alone, it runs in the Swarm whose entry it is: the package's.
+    assert_eq!(bundle.swarm_of_agent("helper").map(|s| s.resource.name()), Some("crew"));
+    assert_eq!(bundle.swarm_of_agent("lead").map(|s| s.resource.name()), Some("default"));
+
+    // Its references resolve in its package: Tool and Model, scoped in the
+    // bundle's terms, the entry the package's file.
+    let tools: Vec<(PackageScope, &str)> =
+        bundle.agent_tools_in(helper.scope, helper.resource).iter().map(|(s, t)| (*s, t.name())).collect();
+    assert_eq!(tools, [(crew, "shout")]);
+    let model = bundle.resolve_from(helper.scope, &helper.spec.model_config.model_ref).map(|r| r.scope);
+    assert_eq!(model, Ok(crew));
+    // Resolved from the bundle itself, the same reference names nothing.
+    assert!(bundle.resolve(&helper.spec.model_config.model_ref).is_err());
+    assert_eq!(bundle.entry_file(crew, "./src/shout.ts"), Some(packages.join("acme/crew/1.0.0/./src/shout.ts")));
+    let home = bundle.package(crew).map(|p| p.root().to_path_buf());
+    assert_eq!(home, Some(packages.join("acme/crew/1.0.0")), "where its prompt file is read");
+    // Scopes inside the package map onto the bundle's.
+    assert_eq!(PackageScope::Local.seen_from(crew), crew);
+    assert_eq!(PackageScope::Base.seen_from(crew), PackageScope::Base);
+    assert_eq!(PackageScope::Dependency(3).seen_from(crew), PackageScope::Dependency(3));
+}
+
+#[test]
+fn a_dependency_s_swarm_is_selectable_and_the_default_when_the_bundle_has_none() {
+    let (_state, packages) = packages_with_crew();
+    let report = load_bundle_with(&fixture("packages/with-crew"), Some(&packages));
+    let Some(bundle) = report.valid_bundle() else { panic!("{:#?}", report.diagnostics) };
+    let Some(crew) = bundle.swarm("crew") else { panic!("the package's swarm") };
+    assert_eq!(crew.scope, PackageScope::Dependency(0));
+    assert_eq!(bundle.find_agent("helper", Some("crew")).map(|a| a.scope), Some(PackageScope::Dependency(0)));
+    let names: Vec<&str> = bundle.all_swarms().iter().map(|s| s.resource.name()).collect();
+    assert_eq!(names, ["default", "crew"], "the bundle's own first");
+    // The bundle's own Swarm is still the default.
+    assert_eq!(bundle.default_agent().map(|a| a.name().to_owned()), Ok("lead".to_owned()));
+
+    // Without a Swarm (and an Agent) of its own, the package's only one runs.
+    let bare = edited_crew(|text| text.split("\n---\n").next().unwrap_or_default().to_owned());
+    let report = load_bundle_with(bare.path(), Some(&packages));
+    let Some(bundle) = report.valid_bundle() else { panic!("{:#?}", report.diagnostics) };
+    let Ok(Some(swarm)) = bundle.default_swarm() else { panic!("no default swarm") };
+    assert_eq!((swarm.scope, swarm.name()), (PackageScope::Dependency(0), "crew"));
+    let agent = bundle.default_agent().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((agent.scope, agent.name()), (PackageScope::Dependency(0), "helper"));
+}
+
+#[test]
+fn two_agents_of_one_name_in_one_swarm_are_refused_naming_both_packages() {
+    let (_state, packages) = packages_with_crew();
+    let dir = edited_crew(|text| {
+        text.replace("    - Agent/lead\n", "    - Agent/lead\n    - Agent/helper\n")
+            + "---\napiVersion: goondan.ai/v1\nkind: Agent\nmetadata:\n  name: helper\nspec:\n  modelConfig:\n    modelRef: Model/lead-model\n"
+    });
+    let report = load_bundle_with(dir.path(), Some(&packages));
+    let found = errors(&report);
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert_eq!(
+        (found[0].code.as_str(), found[0].path.as_str()),
+        ("E_CONFIG_DUPLICATE_NAME", "goondan.yaml#3.spec.agents")
+    );
+    let message = &found[0].message;
+    assert!(
+        message.contains("'helper'") && message.contains("@test/with-crew") && message.contains("@acme/crew"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_dependency_agent_s_missing_prompt_file_names_its_package() {
+    let (_state, packages) = packages_with_crew();
+    fs::remove_file(packages.join("acme/crew/1.0.0/prompts/helper.md")).unwrap_or_else(|e| panic!("{e}"));
+    let report = load_bundle_with(&fixture("packages/with-crew"), Some(&packages));
+    let found = errors(&report);
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert!(found[0].path.starts_with("@acme/crew/goondan.yaml#3"), "{}", found[0].path);
+}

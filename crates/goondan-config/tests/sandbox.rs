@@ -154,7 +154,7 @@ fn an_agent_in_several_swarms_gets_the_one_named_else_the_one_it_would_run_in() 
     );
     // An agent that is nobody's entry: the first Swarm listing it.
     assert_eq!(bundle.sandbox_for("lead", None).source, SandboxSource::Swarm("first".to_owned()));
-    let listing: Vec<&str> = bundle.swarms_listing("helper").iter().map(|s| s.name()).collect();
+    let listing: Vec<&str> = bundle.swarms_listing("helper").iter().map(|s| s.resource.name()).collect();
     assert_eq!(listing, ["first", "second"]);
     // A Swarm name the bundle lacks (an agent running alone is given its
     // own name) counts as none named; an agent in no Swarm: the default.

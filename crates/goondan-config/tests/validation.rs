@@ -69,7 +69,7 @@ apiVersion: goondan.ai/v1\nkind: Swarm\nmetadata: {{name: default}}\nspec:\n  en
     let bundle = report.bundle.unwrap_or_else(|| panic!("bundle"));
     let agent = bundle.default_agent().unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(agent.name(), "helper");
-    let tools: Vec<&str> = bundle.agent_tools(agent).iter().map(|(_, t)| t.name()).collect();
+    let tools: Vec<&str> = bundle.agent_tools(agent.resource).iter().map(|(_, t)| t.name()).collect();
     assert_eq!(tools, ["json-query", "local"]);
 }
 

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use goondan_config::Bundle;
+use goondan_config::{Bundle, Resource, SwarmSpec};
 use goondan_ipc::SwarmInfo;
 
 /// The default hop limit: a chain of requests longer than this is refused.
@@ -114,27 +114,32 @@ impl SwarmPlan {
 /// The swarm that `entry_agent` (the agent `gdn run` talks to) runs in: the
 /// Swarm whose entry it is, else one that lists it (its name, declared entry
 /// and agents, `entry_agent` among them), or a swarm of that agent alone.
+/// A dependency's Swarm counts too ([`Bundle::swarm_of_agent`]).
 pub fn swarm_of(bundle: &Bundle, entry_agent: &str) -> SwarmInfo {
     match bundle.swarm_of_agent(entry_agent) {
-        Some(swarm) => {
-            let mut agents: Vec<String> = swarm
-                .spec
-                .agents
-                .iter()
-                .filter(|a| a.kind == "Agent")
-                .map(|a| a.name.clone())
-                .chain(std::iter::once(entry_agent.to_owned()))
-                .collect();
-            agents.sort();
-            agents.dedup();
-            SwarmInfo { name: swarm.name().to_owned(), entry_agent: swarm.spec.entry_agent.name.clone(), agents }
-        }
+        Some(swarm) => swarm_info(&swarm, entry_agent),
         None => SwarmInfo {
             name: entry_agent.to_owned(),
             entry_agent: entry_agent.to_owned(),
             agents: vec![entry_agent.to_owned()],
         },
     }
+}
+
+/// The swarm `swarm` run with `entry_agent` as the agent `gdn run` talks
+/// to: its name, declared entry and agents, `entry_agent` among them.
+pub fn swarm_info(swarm: &Resource<SwarmSpec>, entry_agent: &str) -> SwarmInfo {
+    let mut agents: Vec<String> = swarm
+        .spec
+        .agents
+        .iter()
+        .filter(|a| a.kind == "Agent")
+        .map(|a| a.name.clone())
+        .chain(std::iter::once(entry_agent.to_owned()))
+        .collect();
+    agents.sort();
+    agents.dedup();
+    SwarmInfo { name: swarm.name().to_owned(), entry_agent: swarm.spec.entry_agent.name.clone(), agents }
 }
 
 #[cfg(test)]

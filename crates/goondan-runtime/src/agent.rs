@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use goondan_config::{AgentSpec, AnyResource, Bundle, Resolved, Resource, ToolCallScope};
+use goondan_config::{AgentSpec, AnyResource, Bundle, Resolved, Resource, Scoped, SwarmSpec, ToolCallScope};
 use goondan_core::ids::{SpanIdGenerator, new_id, new_ordered_id, new_trace_id};
 use goondan_core::{ConversationState, JsonObject, Message, ToolCall, ToolResult};
 use goondan_llm::{ModelError, ModelParams, ModelSettings, build_provider};
@@ -31,7 +31,7 @@ use goondan_tools::{
 
 use crate::context::{EmitterTurn, EventEmitter, StepContext, StepOutcome, TurnContext, TurnOutcome};
 use crate::extension::{
-    AgentPlugin, ExtensionError, ExtensionSetup, PluginInstall, agent_extensions, install_extensions,
+    AgentPlugin, ExtensionError, ExtensionSetup, PluginInstall, agent_extensions_in, install_extensions,
 };
 use crate::extension_state::ExtensionStateStore;
 use crate::turn::Agent;
@@ -370,22 +370,21 @@ pub fn identity(bundle: &Bundle, options: &AgentOptions) -> Result<(String, Stri
     Ok((agent.name().to_owned(), key))
 }
 
-fn resolve<'a>(
-    bundle: &'a Bundle,
-    options: &AgentOptions,
-) -> Result<(&'a Resource<AgentSpec>, String), AgentBuildError> {
+fn resolve<'a>(bundle: &'a Bundle, options: &AgentOptions) -> Result<(Scoped<'a, AgentSpec>, String), AgentBuildError> {
     let agent = select_agent(bundle, options)?;
     let key = options
         .instance_key
         .clone()
-        .or_else(|| swarm_of(bundle, agent.name()).and_then(|s| s.spec.instance_key.clone()))
+        .or_else(|| swarm_of(bundle, options, agent.name()).and_then(|s| s.resource.spec.instance_key.clone()))
         .unwrap_or_else(|| "default".to_owned());
     Ok((agent, key))
 }
 
-fn select_agent<'a>(bundle: &'a Bundle, options: &AgentOptions) -> Result<&'a Resource<AgentSpec>, AgentBuildError> {
+/// The named agent (among its Swarm's agents when the Swarm is known: it
+/// may be a dependency's; see [`Bundle::find_agent`]) or the default.
+fn select_agent<'a>(bundle: &'a Bundle, options: &AgentOptions) -> Result<Scoped<'a, AgentSpec>, AgentBuildError> {
     match &options.agent {
-        Some(name) => bundle.agent(name).ok_or_else(|| {
+        Some(name) => bundle.find_agent(name, options.swarm.as_deref()).ok_or_else(|| {
             let known: Vec<&str> = bundle.agents().map(|a| a.name()).collect();
             AgentBuildError::Agent(format!("no Agent named '{name}' in the bundle (agents: {})", known.join(", ")))
         }),
@@ -393,8 +392,10 @@ fn select_agent<'a>(bundle: &'a Bundle, options: &AgentOptions) -> Result<&'a Re
     }
 }
 
-fn swarm_of<'a>(bundle: &'a Bundle, agent: &str) -> Option<&'a Resource<goondan_config::SwarmSpec>> {
-    bundle.swarms().find(|s| s.spec.agents.iter().any(|a| a.kind == "Agent" && a.name == agent))
+/// The Swarm the agent runs in: the one its process was given, else the
+/// one [`Bundle::swarm_of_agent`] picks.
+fn swarm_of<'a>(bundle: &'a Bundle, options: &AgentOptions, agent: &str) -> Option<Scoped<'a, SwarmSpec>> {
+    options.swarm.as_deref().and_then(|name| bundle.swarm(name)).or_else(|| bundle.swarm_of_agent(agent))
 }
 
 /// Assembles the tooling of the agent `options` select: its declared tools
@@ -413,12 +414,16 @@ pub async fn assemble_tooling(bundle: &Bundle, options: &AgentOptions) -> Result
 /// path (an agent that runs turns; not a one-off `tool list` or `call`).
 async fn tooling_of(
     bundle: &Bundle,
-    agent: &Resource<AgentSpec>,
+    scoped: Scoped<'_, AgentSpec>,
     instance_key: &str,
     options: &AgentOptions,
     warm_sandbox: bool,
 ) -> Result<AgentTooling, AgentBuildError> {
-    let mut tools = AgentTools::for_agent(bundle, agent);
+    let agent = scoped.resource;
+    // A dependency's agent resolves its references in its own package and
+    // reads its prompt file from that package's directory.
+    let home = bundle.package(scoped.scope).unwrap_or(bundle);
+    let mut tools = AgentTools::for_agent_in(bundle, scoped.scope, agent);
     let workdir = options.workdir.clone().unwrap_or_else(|| bundle.root().to_path_buf());
     let workdir = std::fs::canonicalize(&workdir).unwrap_or(workdir);
     let sandbox =
@@ -455,8 +460,8 @@ async fn tooling_of(
     tooling.tasks.clone_from(&options.tasks);
     // Read before the extensions install: context-message builds its
     // system message from it.
-    tooling.system_prompt = system_prompt(bundle.root(), agent)?.map(Arc::from);
-    let extensions = agent_extensions(bundle, agent);
+    tooling.system_prompt = system_prompt(home.root(), agent)?.map(Arc::from);
+    let extensions = agent_extensions_in(bundle, scoped.scope, agent);
     if !extensions.is_empty() {
         let state = Arc::new(match &options.extension_state {
             Some(dir) => ExtensionStateStore::at(dir.clone()),
@@ -476,8 +481,8 @@ pub async fn build_agent(bundle: &Bundle, options: &AgentOptions) -> Result<Agen
     let name = agent.name().to_owned();
     let model_error = |source| AgentBuildError::Model { agent: name.clone(), source };
 
-    let model = match bundle.resolve(&agent.spec.model_config.model_ref) {
-        Ok(Resolved { resource: AnyResource::Model(model), .. }) => model,
+    let (model_scope, model) = match bundle.resolve_from(agent.scope, &agent.spec.model_config.model_ref) {
+        Ok(Resolved { scope, resource: AnyResource::Model(model) }) => (scope, model),
         _ => {
             return Err(model_error(ModelError::Config(format!(
                 "its model {} is not defined",
@@ -486,12 +491,13 @@ pub async fn build_agent(bundle: &Bundle, options: &AgentOptions) -> Result<Agen
         }
     };
     let lookup = |variable: &str| (options.env)(variable);
-    let settings = ModelSettings::from_spec(&model.spec, &lookup, bundle.root()).map_err(model_error)?;
+    let model_root = bundle.package(model_scope).map_or_else(|| bundle.root(), Bundle::root);
+    let settings = ModelSettings::from_spec(&model.spec, &lookup, model_root).map_err(model_error)?;
     let provider = build_provider(&settings).map_err(model_error)?;
     let params: ModelParams = serde_json::from_value(serde_json::Value::Object(agent.spec.model_config.params.clone()))
         .map_err(|e| model_error(ModelError::Config(format!("modelConfig.params: {e}"))))?;
-    let max_steps_per_turn = swarm_of(bundle, &name)
-        .and_then(|s| s.spec.policy.max_steps_per_turn)
+    let max_steps_per_turn = swarm_of(bundle, options, &name)
+        .and_then(|s| s.resource.spec.policy.max_steps_per_turn)
         .unwrap_or(Agent::DEFAULT_MAX_STEPS_PER_TURN);
 
     let tooling = tooling_of(bundle, agent, &instance_key, options, true).await?;

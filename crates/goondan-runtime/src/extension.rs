@@ -55,17 +55,25 @@ pub const REQUIRED_TOOLS_GUARD: &str = "required-tools-guard";
 /// reference, or, when it has none, `@goondan/base`'s
 /// `Extension/required-tools-guard` is appended with them.
 pub fn agent_extensions(bundle: &Bundle, agent: &Resource<AgentSpec>) -> Vec<AgentExtension> {
-    let mut found = referenced_extensions(bundle, agent);
+    agent_extensions_in(bundle, PackageScope::Local, agent)
+}
+
+/// [`agent_extensions`] of an agent of the package `within` (in `bundle`'s
+/// terms): its references resolve in its own package
+/// ([`Bundle::resolve_from`]), their scopes in `bundle`'s terms.
+pub fn agent_extensions_in(bundle: &Bundle, within: PackageScope, agent: &Resource<AgentSpec>) -> Vec<AgentExtension> {
+    let mut found = referenced_extensions(bundle, within, agent);
     if !agent.spec.required_tools.is_empty() {
         add_required_tools(bundle, &agent.spec.required_tools, &mut found);
     }
     found
 }
 
-fn referenced_extensions(bundle: &Bundle, agent: &Resource<AgentSpec>) -> Vec<AgentExtension> {
+fn referenced_extensions(bundle: &Bundle, within: PackageScope, agent: &Resource<AgentSpec>) -> Vec<AgentExtension> {
     let mut found = Vec::with_capacity(agent.spec.extensions.len());
     for reference in &agent.spec.extensions {
-        let Ok(Resolved { scope, resource: AnyResource::Extension(extension) }) = bundle.resolve(&reference.reference)
+        let Ok(Resolved { scope, resource: AnyResource::Extension(extension) }) =
+            bundle.resolve_from(within, &reference.reference)
         else {
             continue;
         };

@@ -105,7 +105,7 @@ pub struct LocalRuntime {
 /// The placement of the bundle's agents (`spec.placement.hostLabels`).
 pub fn placement(bundle: &Bundle) -> Placement {
     let mut placement = Placement::default();
-    for agent in bundle.agents() {
+    for agent in bundle.runnable_agents() {
         if let Some(labels) = bundle.placement_for(agent.name()) {
             placement.host_labels.insert(agent.name().to_owned(), labels.clone());
         }

@@ -67,7 +67,7 @@ pub fn agent_withheld_variables(bundle: &Bundle) -> BTreeSet<String> {
 fn swarm_of_connection(bundle: &Bundle, swarm_ref: Option<&ObjectRef>) -> Option<String> {
     match swarm_ref {
         Some(reference) => Some(reference.name.clone()),
-        None => bundle.swarms().next().map(|s| s.name().to_owned()),
+        None => bundle.all_swarms().first().map(|s| s.name().to_owned()),
     }
 }
 

@@ -116,20 +116,26 @@ fn config_tools<'a>(
 /// The registry-only entries of an agent (see [`AgentTools::undeclared`]).
 fn undeclared_tools(
     bundle: &Bundle,
+    within: PackageScope,
     declared: &[(PackageScope, &Resource<ToolSpec>)],
     tools: &[ConfigTool],
 ) -> Vec<ConfigTool> {
     let is_declared = |scope: PackageScope, tool: &Resource<ToolSpec>| {
         declared.iter().any(|(s, t)| *s == scope && std::ptr::eq(*t, tool))
     };
+    // The agent's own package's Tools: a dependency's agent gets its
+    // package's, not the bundle's.
+    let home = bundle.package(within).unwrap_or(bundle);
     let mut others: Vec<(PackageScope, &Resource<ToolSpec>)> = Vec::new();
-    for tool in bundle.tools() {
-        if !is_declared(PackageScope::Local, tool) {
-            others.push((PackageScope::Local, tool));
+    for tool in home.tools() {
+        if !is_declared(within, tool) {
+            others.push((within, tool));
         }
     }
-    for agent in bundle.agents() {
-        for (scope, tool) in bundle.agent_tools(agent) {
+    let agents = bundle.agents().map(|agent| (PackageScope::Local, agent));
+    let home_agents = home.agents().map(|agent| (within, agent)).filter(|_| within != PackageScope::Local);
+    for (agent_scope, agent) in agents.chain(home_agents) {
+        for (scope, tool) in bundle.agent_tools_in(agent_scope, agent) {
             let seen = |(s, t): &(PackageScope, &Resource<ToolSpec>)| *s == scope && std::ptr::eq(*t, tool);
             if scope == PackageScope::Base && !is_declared(scope, tool) && !others.iter().any(seen) {
                 others.push((scope, tool));
@@ -174,7 +180,16 @@ impl AgentTools {
     /// Resolves `agent.spec.tools` in `bundle` into one entry per export,
     /// and the bundle's other Tools (see [`AgentTools::undeclared`]).
     pub fn for_agent(bundle: &Bundle, agent: &Resource<AgentSpec>) -> Self {
-        let declared = bundle.agent_tools(agent);
+        Self::for_agent_in(bundle, PackageScope::Local, agent)
+    }
+
+    /// [`AgentTools::for_agent`] for an agent of the package `within` (in
+    /// `bundle`'s terms, as [`Bundle::find_agent`] gives it): its
+    /// `spec.tools` resolve in its own package ([`Bundle::resolve_from`]),
+    /// the scopes of the entries are `bundle`'s, and its registry's
+    /// undeclared Tools are its own package's.
+    pub fn for_agent_in(bundle: &Bundle, within: PackageScope, agent: &Resource<AgentSpec>) -> Self {
+        let declared = bundle.agent_tools_in(within, agent);
         let mut tools = Vec::new();
         for &(scope, tool) in &declared {
             // The first `spec.tools` item that names this Tool carries its config.
@@ -184,14 +199,14 @@ impl AgentTools {
                 .iter()
                 .zip(&agent.spec.tool_configs)
                 .find(|(reference, _)| {
-                    bundle.resolve(reference).is_ok_and(
+                    bundle.resolve_from(within, reference).is_ok_and(
                         |resolved| matches!(resolved.resource, AnyResource::Tool(found) if std::ptr::eq(found, tool)),
                     )
                 })
                 .and_then(|(_, config)| config.clone().map(Arc::new));
             tools.extend(config_tools(bundle, scope, tool, config));
         }
-        let undeclared = undeclared_tools(bundle, &declared, &tools);
+        let undeclared = undeclared_tools(bundle, within, &declared, &tools);
         Self {
             tools,
             undeclared,
