@@ -179,3 +179,22 @@ fn gdn_validate_names_a_dependency_s_missing_entry_file_and_its_package() {
     assert_eq!(first["path"], "@acme/crew/goondan.yaml#1.spec.entry", "{body}");
     assert!(first["message"].as_str().unwrap_or_default().contains("./src/shout.ts"), "{body}");
 }
+
+#[test]
+fn gdn_run_of_a_bundle_that_only_depends_on_a_package_runs_the_package_s_swarm() {
+    if !js_runtime_usable() {
+        return;
+    }
+    let state = common::temp();
+    copy_dir(&fixture("packages/crew-1.0.0"), &state.path().join("packages/acme/crew/1.0.0"));
+    let bundle = common::temp();
+    copy_dir(&fixture("packages/with-crew"), bundle.path());
+    let manifest = bundle.path().join("goondan.yaml");
+    let yaml = fs::read_to_string(&manifest).unwrap_or_else(|e| panic!("{e}"));
+    // Only the Package document: no Swarm and no Agent of its own.
+    common::write(&manifest, yaml.split("\n---\n").next().unwrap_or_default());
+    let output = gdn(bundle.path(), state.path(), &["run", "--input", "go"]);
+    assert_eq!(output.status.code(), Some(0), "{}\n{}", text(&output.stderr), text(&output.stdout));
+    assert!(text(&output.stdout).contains("helper done"), "{}", text(&output.stdout));
+    assert!(conversations(state.path()).contains("HELLO FROM THE CREW!"));
+}

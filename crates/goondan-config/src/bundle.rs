@@ -648,25 +648,34 @@ impl Bundle {
         self.all_swarms().into_iter().find(|swarm| swarm.name() == name)
     }
 
-    /// The Swarm run when none is named: the one named `default` (the
-    /// bundle's own first), else the bundle's only Swarm, else — when the
-    /// bundle has none of its own — its dependencies' only Swarm.
-    /// `Ok(None)`: there is no Swarm at all. The error lists the
-    /// candidates.
+    /// The Swarm run when none is named: the bundle's Swarm named
+    /// `default`, else its only one; when it has no Swarm and no Agent of
+    /// its own (a bundle that only depends on a package), its
+    /// dependencies' Swarm named `default`, else their only one.
+    /// `Ok(None)`: no Swarm is the default (a bundle without Swarms runs
+    /// its only Agent). The error lists the candidates.
+    ///
+    /// A dependency's Swarm never becomes the default of a bundle that has
+    /// Swarms or Agents of its own: adding a dependency does not change
+    /// what `gdn run` runs.
     pub fn default_swarm(&self) -> Result<Option<Scoped<'_, SwarmSpec>>, String> {
         let all = self.all_swarms();
-        if let Some(default) = all.iter().find(|s| s.name() == "default") {
-            return Ok(Some(*default));
-        }
         let local: Vec<_> = all.iter().filter(|s| s.scope == PackageScope::Local).collect();
-        let candidates: Vec<_> = if local.is_empty() { all.iter().collect() } else { local };
+        let candidates: Vec<_> = match (local.is_empty(), self.agents().next().is_none()) {
+            (false, _) => local,
+            (true, true) => all.iter().collect(),
+            (true, false) => return Ok(None),
+        };
+        if let Some(default) = candidates.iter().find(|s| s.resource.name() == "default") {
+            return Ok(Some(**default));
+        }
         match candidates.as_slice() {
             [] => Ok(None),
             [only] => Ok(Some(**only)),
             many => Err(format!(
                 "the bundle has {} Swarms and none is named 'default'; name one with --swarm ({})",
                 many.len(),
-                many.iter().map(|s| s.name()).collect::<Vec<_>>().join(", ")
+                many.iter().map(|s| s.resource.name()).collect::<Vec<_>>().join(", ")
             )),
         }
     }

@@ -298,6 +298,16 @@ fn a_dependency_s_swarm_is_selectable_and_the_default_when_the_bundle_has_none()
     assert_eq!((swarm.scope, swarm.name()), (PackageScope::Dependency(0), "crew"));
     let agent = bundle.default_agent().unwrap_or_else(|e| panic!("{e}"));
     assert_eq!((agent.scope, agent.name()), (PackageScope::Dependency(0), "helper"));
+
+    // A bundle with an Agent of its own but no Swarm still runs its Agent:
+    // adding a dependency does not change what runs.
+    let own_agent = edited_crew(|text| text.split("\n---\n").take(3).collect::<Vec<_>>().join("\n---\n"));
+    let report = load_bundle_with(own_agent.path(), Some(&packages));
+    let Some(bundle) = report.valid_bundle() else { panic!("{:#?}", report.diagnostics) };
+    assert_eq!(bundle.default_swarm().map(|s| s.is_none()), Ok(true));
+    let agent = bundle.default_agent().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((agent.scope, agent.name()), (PackageScope::Local, "lead"));
+    assert_eq!(bundle.swarm("crew").map(|s| s.scope), Some(PackageScope::Dependency(0)), "still selectable");
 }
 
 #[test]
