@@ -136,11 +136,13 @@ impl AgentSandbox {
     }
 }
 
-/// Every Agent of the bundle with its sandbox (see [`Bundle::sandbox_for`])
-/// and its placement labels.
+/// Every Agent a run of the bundle may start (its own, and the installed
+/// packages' its Swarms list: [`Bundle::runnable_agents`]) with its sandbox
+/// (see [`Bundle::sandbox_for`]) and its placement labels.
 fn agent_sandboxes(bundle: &Bundle) -> Vec<AgentSandbox> {
     bundle
-        .agents()
+        .runnable_agents()
+        .into_iter()
         .map(|agent| {
             let name = agent.name();
             let sandbox = bundle.sandbox_for(name, None);

@@ -138,6 +138,9 @@ fn gdn_run_runs_a_dependency_s_agent_with_its_package_s_tool_model_and_prompt() 
     let bundle = fixture("packages/with-crew");
     let validated = json_out(&gdn(&bundle, state.path(), &["--json", "validate"]));
     assert_eq!(validated["valid"], true, "{validated}");
+    // The package's agent is one of the bundle's runs, with its sandbox.
+    let agents: Vec<&String> = validated["agents"].as_object().map(|a| a.keys().collect()).unwrap_or_default();
+    assert_eq!(agents, ["lead", "helper"], "{validated}");
     // The bundle's lead asks the package's helper, whose scripted model
     // (the package's) calls the package's TypeScript tool.
     let output = gdn(&bundle, state.path(), &["run", "--input", "go"]);
