@@ -180,7 +180,9 @@ fn gdn_validate_names_a_dependency_s_missing_entry_file_and_its_package() {
     let first = &body["diagnostics"][0];
     assert_eq!(first["code"], "E_CONFIG_ENTRY_NOT_FOUND", "{body}");
     assert_eq!(first["path"], "@acme/crew/goondan.yaml#1.spec.entry", "{body}");
-    assert!(first["message"].as_str().unwrap_or_default().contains("./src/shout.ts"), "{body}");
+    let message = first["message"].as_str().unwrap_or_default();
+    assert!(message.contains("./src/shout.ts") && message.contains("@acme/crew@1.0.0"), "{body}");
+    assert!(first["suggestion"].as_str().unwrap_or_default().contains("gdn package install"), "{body}");
 }
 
 #[test]

@@ -87,6 +87,26 @@ impl<T> std::ops::Deref for Scoped<'_, T> {
     }
 }
 
+/// Two agents of one name, from different packages, in one Swarm: refused,
+/// as the runtime addresses the agents of a swarm by name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "Swarm '{swarm}' has two agents named '{agent}': one of {first}, one of {second}; agents of one swarm are \
+     addressed by name"
+)]
+pub struct AgentNameClash {
+    /// The Swarm's name.
+    pub swarm: String,
+    /// The name both agents have.
+    pub agent: String,
+    /// The package of the one listed first ([`Bundle::package_label`]).
+    pub first: String,
+    /// The package of the other.
+    pub second: String,
+    /// Where the Swarm names the other: `spec.agents[i]` or `spec.entryAgent`.
+    pub path: String,
+}
+
 /// A resource of a bundle with the index of its document.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BundleResource {
@@ -685,10 +705,14 @@ impl Bundle {
     /// repeats; references that do not resolve are skipped (validation
     /// reports them). Two agents of one name from different packages are
     /// refused: the runtime addresses agents by name.
-    pub fn swarm_agents<'a>(&'a self, swarm: Scoped<'a, SwarmSpec>) -> Result<Vec<Scoped<'a, AgentSpec>>, String> {
+    pub fn swarm_agents<'a>(
+        &'a self,
+        swarm: Scoped<'a, SwarmSpec>,
+    ) -> Result<Vec<Scoped<'a, AgentSpec>>, AgentNameClash> {
         let mut agents: Vec<Scoped<'a, AgentSpec>> = Vec::new();
-        let refs = swarm.spec.agents.iter().chain(std::iter::once(&swarm.spec.entry_agent));
-        for reference in refs.filter(|r| r.kind == "Agent") {
+        let listed = swarm.spec.agents.iter().enumerate().map(|(i, r)| (format!("spec.agents[{i}]"), r));
+        let refs = listed.chain(std::iter::once(("spec.entryAgent".to_owned(), &swarm.spec.entry_agent)));
+        for (path, reference) in refs.filter(|(_, r)| r.kind == "Agent") {
             let Ok(Resolved { scope, resource: AnyResource::Agent(agent) }) = self.resolve_from(swarm.scope, reference)
             else {
                 continue;
@@ -696,14 +720,13 @@ impl Bundle {
             match agents.iter().find(|a| a.name() == agent.name()) {
                 Some(known) if known.scope == scope && std::ptr::eq(known.resource, agent) => {}
                 Some(known) => {
-                    return Err(format!(
-                        "Swarm '{}' has two agents named '{}': one of {}, one of {}; agents of one swarm are \
-                         addressed by name",
-                        swarm.name(),
-                        agent.name(),
-                        self.package_label(known.scope),
-                        self.package_label(scope)
-                    ));
+                    return Err(AgentNameClash {
+                        swarm: swarm.resource.name().to_owned(),
+                        agent: agent.name().to_owned(),
+                        first: self.package_label(known.scope),
+                        second: self.package_label(scope),
+                        path,
+                    });
                 }
                 None => agents.push(Scoped { scope, resource: agent }),
             }
@@ -1017,12 +1040,12 @@ impl CrossChecks<'_> {
                 AnyResource::Agent(agent) => self.check_required_tools(bundle, entry.doc_index, agent),
                 AnyResource::Connection(connection) => self.check_connection(bundle, entry.doc_index, connection),
                 AnyResource::Swarm(swarm) => {
-                    if let Err(message) = bundle.swarm_agents(Scoped { scope: PackageScope::Local, resource: swarm }) {
+                    if let Err(clash) = bundle.swarm_agents(Scoped { scope: PackageScope::Local, resource: swarm }) {
                         self.error(
                             DiagnosticCode::DuplicateName,
                             entry.doc_index,
-                            "spec.agents",
-                            message,
+                            &clash.path,
+                            clash.to_string(),
                             Some("Run one of them in another Swarm, or rename one of the agents.".to_owned()),
                         );
                     }

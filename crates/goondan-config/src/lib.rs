@@ -27,8 +27,8 @@ pub mod validate;
 pub mod yaml;
 
 pub use bundle::{
-    BASE_PACKAGE, Bundle, BundleResource, LOCK_FILE, LoadReport, PackageScope, ResolveError, Resolved, Scoped,
-    SourceFile, base_package, load_bundle, load_bundle_with, load_from_str, resolve_bundle_file,
+    AgentNameClash, BASE_PACKAGE, Bundle, BundleResource, LOCK_FILE, LoadReport, PackageScope, ResolveError, Resolved,
+    Scoped, SourceFile, base_package, load_bundle, load_bundle_with, load_from_str, resolve_bundle_file,
 };
 pub use changes::{BundleChanges, BundleFingerprint, ResourceKey, changes, watched_files};
 pub use diagnostic::{Diagnostic, DiagnosticCode, Severity};

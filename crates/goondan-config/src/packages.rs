@@ -288,10 +288,26 @@ fn manifest_of(package_root: &Path) -> Option<PathBuf> {
 /// A dependency found on disk, not yet loaded.
 struct Found {
     name: String,
+    version: String,
     root: PathBuf,
     manifest: PathBuf,
     label: String,
     documents: Vec<crate::yaml::YamlDocument>,
+}
+
+/// A diagnostic of an installed package's own documents: a missing
+/// `entry` (the package was published without its code) says which
+/// package, and that it is fixed by a good copy of the package, not by an
+/// edit of the bundle.
+fn in_package(mut diagnostic: Diagnostic, name: &str, version: &str) -> Diagnostic {
+    if diagnostic.code == DiagnosticCode::EntryNotFound {
+        diagnostic.message = format!("{} in the installed package {name}@{version}", diagnostic.message);
+        diagnostic.suggestion = Some(format!(
+            "The package lacks the file (and its compiled fallback under dist/): reinstall it with `gdn package \
+             install`; if it stays missing, {name}@{version} was published without it and needs a fixed version."
+        ));
+    }
+    diagnostic
 }
 
 /// Loads the dependencies of the Package document `package` of the bundle
@@ -364,7 +380,7 @@ pub(crate) fn load_dependencies(
         };
         let children = dependencies_of(documents.first().map(|d| &d.value));
         queue.extend(children.into_iter().filter(|d| d.name != BASE_PACKAGE));
-        found.push(Found { name: dependency.name, root: package_root, manifest, label, documents });
+        found.push(Found { name: dependency.name, version, root: package_root, manifest, label, documents });
     }
     // Leaves first: a package is loaded with those loaded before it.
     let mut loaded: Vec<Arc<Bundle>> = Vec::new();
@@ -372,7 +388,7 @@ pub(crate) fn load_dependencies(
         let parsed =
             vec![ParsedFile { path: package.manifest.clone(), label: package.label, documents: package.documents }];
         let report = assemble(parsed, Some(&package.root), package.manifest, home, loaded.clone());
-        diagnostics.extend(report.diagnostics);
+        diagnostics.extend(report.diagnostics.into_iter().map(|d| in_package(d, &package.name, &package.version)));
         if let Some(mut bundle) = report.bundle {
             bundle.set_package_name_if_missing(&package.name);
             loaded.push(Arc::new(bundle));

@@ -322,7 +322,7 @@ fn two_agents_of_one_name_in_one_swarm_are_refused_naming_both_packages() {
     assert_eq!(found.len(), 1, "{found:#?}");
     assert_eq!(
         (found[0].code.as_str(), found[0].path.as_str()),
-        ("E_CONFIG_DUPLICATE_NAME", "goondan.yaml#3.spec.agents")
+        ("E_CONFIG_DUPLICATE_NAME", "goondan.yaml#3.spec.agents[2]")
     );
     let message = &found[0].message;
     assert!(
