@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use goondan_config::{
-    Bundle, Diagnostic, DiagnosticCode, EffectiveSandbox, LoadReport, SandboxSource, resolve_bundle_file,
+    Bundle, Diagnostic, DiagnosticCode, EffectiveSandbox, LoadReport, PackageScope, SandboxSource, resolve_bundle_file,
 };
 use goondan_core::{ConversationState, JsonObject, JsonValue, ToolStatus};
 use goondan_runtime::agent::{AgentBuildError, AgentOptions, AgentTooling, assemble_tooling, identity};
@@ -162,9 +162,10 @@ fn is_script(resource: &goondan_config::AnyResource) -> bool {
     matches!(resource, goondan_config::AnyResource::Tool(_) | goondan_config::AnyResource::Extension(_))
 }
 
-/// Whether the bundle has Tool or Extension modules of its own.
+/// Whether the bundle or one of its installed packages has Tool or
+/// Extension modules.
 fn has_scripts(bundle: &goondan_config::Bundle) -> bool {
-    bundle.resources().iter().any(|r| is_script(&r.resource))
+    script_packages(bundle).any(|(_, package)| package.resources().iter().any(|r| is_script(&r.resource)))
 }
 
 /// The file a diagnostic names (`tools/tools.yaml#0.spec.entry`): one of
@@ -182,10 +183,12 @@ fn script_runtime_warning(
     bundle: &goondan_config::Bundle,
     error: &goondan_script::DiscoverError,
 ) -> Option<Diagnostic> {
-    let doc = bundle.resources().iter().find(|r| is_script(&r.resource))?;
+    let (package, doc) = script_packages(bundle).find_map(|(_, package)| {
+        package.resources().iter().find(|r| is_script(&r.resource)).map(|doc| (package, doc))
+    })?;
     let mut warning = Diagnostic::warning(
         DiagnosticCode::ScriptRuntimeMissing,
-        format!("{}.spec.entry", bundle.document_label(doc.doc_index)),
+        format!("{}.spec.entry", package.document_label(doc.doc_index)),
         format!("the bundle's script tools and extensions cannot run: no usable JavaScript runtime ({error})"),
     );
     warning.suggestion =
@@ -193,30 +196,52 @@ fn script_runtime_warning(
     Some(warning)
 }
 
-/// Loads each Tool and Extension module (`spec.entry`) of the bundle once in
-/// one script host and reports a module that does not load, a declared
-/// export its `handlers` lack, or an Extension without `register`. Starts no
-/// host when the bundle has neither.
+/// Every package of the bundle whose modules `gdn validate` loads: the
+/// bundle itself, then its installed dependencies.
+fn script_packages(bundle: &Bundle) -> impl Iterator<Item = (PackageScope, &Bundle)> {
+    let dependencies = bundle.dependencies().iter().enumerate().map(|(i, d)| (PackageScope::Dependency(i), &**d));
+    std::iter::once((PackageScope::Local, bundle)).chain(dependencies)
+}
+
+/// Loads each Tool and Extension module (`spec.entry`) of the bundle and of
+/// its installed packages once in one script host and reports a module
+/// that does not load, a declared export its `handlers` lack, or an
+/// Extension without `register` (a package's naming the package). Starts
+/// no host when there are none.
 async fn check_script_modules(bundle: &goondan_config::Bundle, runtime: goondan_script::JsRuntime) -> Vec<Diagnostic> {
     let mut diagnostics = Vec::new();
     let mut host = None;
     let mut inspected: HashMap<Arc<Path>, Result<Vec<String>, String>> = HashMap::new();
-    for doc in bundle.resources() {
+    for (scope, package, doc) in script_packages(bundle)
+        .flat_map(|(scope, package)| package.resources().iter().map(move |doc| (scope, package, doc)))
+    {
+        // A package's entry is against its own root (with its compiled-code fallback).
+        let module_of = |entry: &str| match scope {
+            PackageScope::Local => Some(goondan_tools::assembly::entry_path(bundle.root(), entry)),
+            _ => goondan_tools::assembly::package_entry(bundle, scope, entry),
+        };
+        let of = match scope {
+            PackageScope::Local => String::new(),
+            _ => format!(" of the installed package {}", bundle.package_label(scope)),
+        };
         if let goondan_config::AnyResource::Extension(extension) = &doc.resource {
-            let module = goondan_tools::assembly::entry_path(bundle.root(), &extension.spec.entry);
+            let Some(module) = module_of(&extension.spec.entry) else { continue };
             if !module.is_file() {
                 continue;
             }
             let host = host.get_or_insert_with(|| goondan_script::ScriptHost::with_runtime(runtime.clone()));
             let file = &extension.spec.entry;
-            let at = format!("{}.spec.entry", bundle.document_label(doc.doc_index));
+            let at = format!("{}.spec.entry", package.document_label(doc.doc_index));
             match host.inspect_extension(&module).await {
                 Ok(true) => {}
                 Ok(false) => {
                     let mut error = Diagnostic::error(
                         DiagnosticCode::ExtensionRegisterMissing,
                         at,
-                        format!("Extension '{}': its module '{file}' exports no register function", extension.name()),
+                        format!(
+                            "Extension '{}'{of}: its module '{file}' exports no register function",
+                            extension.name()
+                        ),
                     );
                     error.suggestion = Some("export function register(api, config) { ... } from the module".to_owned());
                     diagnostics.push(error);
@@ -226,7 +251,7 @@ async fn check_script_modules(bundle: &goondan_config::Bundle, runtime: goondan_
                         DiagnosticCode::ScriptModule,
                         at,
                         format!(
-                            "Extension '{}': the JavaScript runtime cannot load its module '{file}': {}",
+                            "Extension '{}'{of}: the JavaScript runtime cannot load its module '{file}': {}",
                             extension.name(),
                             failure.message
                         ),
@@ -238,7 +263,7 @@ async fn check_script_modules(bundle: &goondan_config::Bundle, runtime: goondan_
             continue;
         }
         let goondan_config::AnyResource::Tool(tool) = &doc.resource else { continue };
-        let module = goondan_tools::assembly::entry_path(bundle.root(), &tool.spec.entry);
+        let Some(module) = module_of(&tool.spec.entry) else { continue };
         if !module.is_file() {
             continue; // The loader reports a missing entry (E_CONFIG_ENTRY_NOT_FOUND).
         }
@@ -256,8 +281,11 @@ async fn check_script_modules(bundle: &goondan_config::Bundle, runtime: goondan_
             Err(why) => {
                 let mut error = Diagnostic::error(
                     DiagnosticCode::ScriptModule,
-                    format!("{}.spec.entry", bundle.document_label(doc.doc_index)),
-                    format!("Tool '{}': the JavaScript runtime cannot load its module '{file}': {why}", tool.name()),
+                    format!("{}.spec.entry", package.document_label(doc.doc_index)),
+                    format!(
+                        "Tool '{}'{of}: the JavaScript runtime cannot load its module '{file}': {why}",
+                        tool.name()
+                    ),
                 );
                 error.suggestion = Some(format!("Fix {} so that it loads.", module.display()));
                 diagnostics.push(error);
@@ -270,9 +298,9 @@ async fn check_script_modules(bundle: &goondan_config::Bundle, runtime: goondan_
                     let offered = if names.is_empty() { "none".to_owned() } else { names.join(", ") };
                     let mut error = Diagnostic::error(
                         DiagnosticCode::ScriptExportMissing,
-                        format!("{}.spec.exports[{i}].name", bundle.document_label(doc.doc_index)),
+                        format!("{}.spec.exports[{i}].name", package.document_label(doc.doc_index)),
                         format!(
-                            "Tool '{}' declares export '{}', but its module '{file}' has no handler for it (its handlers are: {offered})",
+                            "Tool '{}'{of} declares export '{}', but its module '{file}' has no handler for it (its handlers are: {offered})",
                             tool.name(),
                             export.name
                         ),

@@ -203,3 +203,24 @@ fn gdn_run_of_a_bundle_that_only_depends_on_a_package_runs_the_package_s_swarm()
     assert!(text(&output.stdout).contains("helper done"), "{}", text(&output.stdout));
     assert!(conversations(state.path()).contains("HELLO FROM THE CREW!"));
 }
+
+#[test]
+fn gdn_validate_loads_a_dependency_s_script_module_and_names_its_package() {
+    if !js_runtime_usable() {
+        return;
+    }
+    let state = common::temp();
+    let installed = state.path().join("packages/acme/crew/1.0.0");
+    copy_dir(&fixture("packages/crew-1.0.0"), &installed);
+    let module = installed.join("src/shout.ts");
+    let source = fs::read_to_string(&module).unwrap_or_else(|e| panic!("{e}"));
+    common::write(&module, &source.replace("  it: async", "  other: async"));
+    let output = gdn(&fixture("packages/with-crew"), state.path(), &["--json", "validate"]);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    let body: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let first = &body["diagnostics"][0];
+    assert_eq!(first["code"], "E_CONFIG_SCRIPT_EXPORT_MISSING", "{body}");
+    assert_eq!(first["path"], "@acme/crew/goondan.yaml#1.spec.exports[0].name", "{body}");
+    let message = first["message"].as_str().unwrap_or_default();
+    assert!(message.contains("of the installed package @acme/crew") && message.contains("other"), "{body}");
+}
