@@ -9,7 +9,6 @@ use rmcp::model::CallToolRequestParams;
 
 /// `node` with the fake server, or `None` (after saying why) to skip; with
 /// `GOONDAN_REQUIRE_MCP=1` (CI) a missing Node fails.
-#[allow(clippy::print_stderr)]
 fn fake_server() -> Option<StdioServer> {
     let node = std::process::Command::new("node")
         .arg("--version")
@@ -17,12 +16,12 @@ fn fake_server() -> Option<StdioServer> {
         .status()
         .is_ok_and(|s| s.success());
     if !node {
-        assert!(
-            std::env::var("GOONDAN_REQUIRE_MCP").as_deref() != Ok("1"),
-            "GOONDAN_REQUIRE_MCP=1 but no 'node' on PATH"
+        return goondan_test_support::skip_unless_required(
+            "GOONDAN_REQUIRE_MCP",
+            None,
+            "no 'node' on PATH to run the fake MCP server",
+            "no 'node' on PATH for the fake MCP server",
         );
-        eprintln!("skipping: no 'node' on PATH to run the fake MCP server");
-        return None;
     }
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake-server.mjs");
     Some(StdioServer { command: "node".into(), args: vec![script.into()], env: Vec::new(), cwd: None, sandbox: None })
