@@ -33,8 +33,7 @@ use goondan_core::tls::SystemProxy;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelTaskParams, CancelledNotificationParam,
     ClientCapabilities, ClientConfig, ClientRequest, GetTaskParams, Implementation, ProgressNotificationParam,
-    ProgressToken, ProtocolVersion, RequestId, ServerNotification, ServerResult, SubscriptionFilter, Task, TaskPayload,
-    Tool,
+    ProgressToken, ProtocolVersion, ServerNotification, ServerResult, SubscriptionFilter, Task, TaskPayload, Tool,
 };
 use rmcp::service::{
     ClientLifecycleMode, ClientServiceExt, NotificationContext, PeerRequestOptions, RoleClient, RunningService,
@@ -909,9 +908,17 @@ pub async fn call_tool_answer(
         Err(error) => return (Err(request_error(connection, &error)), None),
     };
     let route = progress.map(|listener| notifications.listen(handle.progress_token.clone(), listener));
-    let mut abandoned = CancelOnDrop { peer: connection.peer.clone(), id: Some(handle.id.clone()) };
+    let abandoned = {
+        let (peer, id) = (connection.peer.clone(), handle.id.clone());
+        let reason = "the caller stopped waiting (the tool call timed out or its turn was cancelled)".to_owned();
+        NoticeOnDrop::armed(async move {
+            if let Err(error) = peer.notify_cancelled(CancelledNotificationParam::new(Some(id), Some(reason))).await {
+                tracing::debug!("cannot send notifications/cancelled: {error}");
+            }
+        })
+    };
     let answered = handle.await_response().await;
-    abandoned.id = None;
+    abandoned.disarm();
     let result = match answered {
         Ok(ServerResult::CallToolResult(result)) => Ok(Answer::Complete(result)),
         Ok(ServerResult::CreateTaskResult(created)) => Ok(Answer::Task(created.task)),
@@ -983,7 +990,12 @@ pub async fn follow_task(connection: &Connection, task: Task, cancelled: impl Fu
     tokio::pin!(cancelled);
     let task_id = task.task_id.clone();
     let seen = Instant::now();
-    let mut guard = TaskCancelOnDrop { peer: connection.peer.clone(), task_id: Some(task_id.clone()) };
+    // `tasks/cancel` if the follower stops before the task's end (the
+    // executor's deadline, a cancelled turn).
+    let guard = {
+        let (peer, task_id) = (connection.peer.clone(), task_id.clone());
+        NoticeOnDrop::armed(async move { cancel_task(&peer, task_id).await })
+    };
     let mut ttl = task.ttl_ms;
     let mut wait = if task.status.is_terminal() { Duration::ZERO } else { task_poll_interval(task.poll_interval_ms) };
     let outcome = loop {
@@ -1025,9 +1037,9 @@ pub async fn follow_task(connection: &Connection, task: Task, cancelled: impl Fu
     };
     match outcome {
         // The task has ended, or the connection with it.
-        TaskOutcome::Completed(_) | TaskOutcome::Cancelled | TaskOutcome::Exited => guard.task_id = None,
+        TaskOutcome::Completed(_) | TaskOutcome::Cancelled | TaskOutcome::Exited => guard.disarm(),
         TaskOutcome::Failed(_) | TaskOutcome::InputRequired | TaskOutcome::CancelledHere => {
-            guard.task_id = None;
+            guard.disarm();
             cancel_task(&connection.peer, task_id).await;
         }
     }
@@ -1055,21 +1067,31 @@ async fn cancel_task(peer: &Peer<RoleClient>, task_id: String) {
     }
 }
 
-/// Sends `tasks/cancel` when the follower of a task stops before its end
-/// (the executor's deadline, a cancelled turn).
-struct TaskCancelOnDrop {
-    peer: Peer<RoleClient>,
-    task_id: Option<String>,
+/// Tells the server what the caller abandoned (a request it stopped
+/// waiting for, a task it stopped following) if dropped before
+/// [`disarm`](Self::disarm): the notice runs on the current runtime, fire
+/// and forget — a drop cannot wait, and the notice is one send on a
+/// connection that ends with its server.
+struct NoticeOnDrop<F: Future<Output = ()> + Send + 'static> {
+    notice: Option<F>,
 }
 
-impl Drop for TaskCancelOnDrop {
+impl<F: Future<Output = ()> + Send + 'static> NoticeOnDrop<F> {
+    fn armed(notice: F) -> Self {
+        Self { notice: Some(notice) }
+    }
+
+    /// The caller saw the end: nothing to tell.
+    fn disarm(mut self) {
+        self.notice = None;
+    }
+}
+
+impl<F: Future<Output = ()> + Send + 'static> Drop for NoticeOnDrop<F> {
     fn drop(&mut self) {
-        let Some(task_id) = self.task_id.take() else { return };
-        let peer = self.peer.clone();
-        // Fire and forget: a drop cannot wait, and the notice is one send
-        // on a connection that ends with its server.
+        let Some(notice) = self.notice.take() else { return };
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move { cancel_task(&peer, task_id).await });
+            runtime.spawn(notice);
         }
     }
 }
@@ -1079,30 +1101,6 @@ fn request_error(connection: &Connection, error: &ServiceError) -> ClientError {
         ClientError::Exited
     } else {
         ClientError::Request(error.to_string())
-    }
-}
-
-/// Tells the server a request is abandoned when the caller stops waiting
-/// for it (a call timeout, a cancelled turn).
-struct CancelOnDrop {
-    peer: Peer<RoleClient>,
-    id: Option<RequestId>,
-}
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        let Some(id) = self.id.take() else { return };
-        let peer = self.peer.clone();
-        let reason = "the caller stopped waiting (the tool call timed out or its turn was cancelled)".to_owned();
-        // Fire and forget, as for `TaskCancelOnDrop`.
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                if let Err(error) = peer.notify_cancelled(CancelledNotificationParam::new(Some(id), Some(reason))).await
-                {
-                    tracing::debug!("cannot send notifications/cancelled: {error}");
-                }
-            });
-        }
     }
 }
 
