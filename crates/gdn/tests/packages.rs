@@ -133,7 +133,10 @@ fn the_default_config_and_a_named_goondan_yaml_are_the_whole_split_bundle() {
     // its directory is the bundle, as the original loads its manifest's directory.
     let file = bundle.join("goondan.yaml");
     let named = file.to_str().unwrap_or_default();
-    for output in [gdn_in(&bundle, state.path(), &["--json", "tool", "list"]), gdn(Path::new(named), state.path(), &["--json", "tool", "list"])] {
+    for output in [
+        gdn_in(&bundle, state.path(), &["--json", "tool", "list"]),
+        gdn(Path::new(named), state.path(), &["--json", "tool", "list"]),
+    ] {
         let names = names(&json_out(&output));
         assert!(names.iter().any(|n| n == "word-count__count"), "{names:?}");
     }
@@ -141,7 +144,8 @@ fn the_default_config_and_a_named_goondan_yaml_are_the_whole_split_bundle() {
     let alone = common::temp();
     fs::copy(bundle.join("agents.yaml"), alone.path().join("only.yaml")).unwrap_or_else(|e| panic!("{e}"));
     let output = gdn(&alone.path().join("only.yaml"), state.path(), &["--json", "validate"]);
-    let body: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&output.stdout)));
+    let body: Value =
+        serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&output.stdout)));
     assert_eq!(body["diagnostics"][0]["code"], "E_CONFIG_REF_NOT_FOUND", "{body}");
 }
 
@@ -222,7 +226,8 @@ fn quickstart_outputs(bundle: &Path) -> (Value, Value, String, Vec<String>, usiz
     let workdir = work.path().to_str().unwrap_or_default();
     let ran = gdn(project.path(), state.path(), &["run", "--input", "Take some notes", "--workdir", workdir]);
     assert_eq!(ran.status.code(), Some(0), "{}", text(&ran.stderr));
-    let tools: Vec<String> = text(&ran.stderr).lines().filter(|l| l.contains('⚙')).map(|l| l.trim().to_owned()).collect();
+    let tools: Vec<String> =
+        text(&ran.stderr).lines().filter(|l| l.contains('⚙')).map(|l| l.trim().to_owned()).collect();
     let instance = common::instance_path(state.path(), "assistant@default");
     let messages = fs::read_to_string(instance.join("messages.jsonl")).unwrap_or_default().lines().count();
     assert!(work.path().join("workspace/notes.md").is_file(), "the tools worked in --workdir");
@@ -243,4 +248,66 @@ fn the_quickstart_split_into_files_validates_lists_and_runs_as_the_quickstart() 
     assert_eq!(split.2, single.2, "gdn run's answer");
     assert_eq!(split.3, single.3, "the tool calls gdn run shows");
     assert_eq!(split.4, single.4, "the messages kept");
+}
+
+/// A bundle split over `agents.yaml` and `models.yaml`, without a goondan.yaml.
+fn split_without_goondan_yaml() -> tempfile::TempDir {
+    use goondan_test_support::{Agent, Bundle, reply_text};
+    let dir = common::temp();
+    Bundle::new()
+        .scripted_model("m", [reply_text("hi")])
+        .agent(Agent::new("a", "m"))
+        .write(dir.path())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let files = common::split_by_kind(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(files, ["agents.yaml", "models.yaml"]);
+    dir
+}
+
+#[test]
+fn doctor_and_validate_take_a_split_bundle_without_goondan_yaml_as_a_bundle() {
+    let state = common::temp();
+    let dir = split_without_goondan_yaml();
+    let output = gdn(dir.path(), state.path(), &["--json", "doctor"]);
+    let body: Value =
+        serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&output.stdout)));
+    let checks = body["checks"].as_array().cloned().unwrap_or_default();
+    let check = |name: &str| checks.iter().find(|c| c["name"] == name).cloned();
+    assert!(check("bundle").is_none(), "the bundle was said to be missing: {body}");
+    let validation = check("validation").unwrap_or_else(|| panic!("no validation check: {body}"));
+    assert_eq!(validation["level"], "ok", "{validation}");
+    // The report names the directory, not a goondan.yaml that is not there.
+    let validated = gdn(dir.path(), state.path(), &["validate"]);
+    assert_eq!(validated.status.code(), Some(0), "{}", text(&validated.stderr));
+    let said = text(&validated.stdout);
+    assert!(said.contains(&format!("{} is valid", dir.path().display())), "{said}");
+    assert!(!said.contains("goondan.yaml"), "{said}");
+}
+
+#[test]
+fn init_refuses_a_directory_that_holds_a_split_bundle() {
+    let dir = split_without_goondan_yaml();
+    let path = dir.path().to_str().unwrap_or_default();
+    let output = common::gdn_bin().run(["init", path]);
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output.stdout));
+    let said = text(&output.stderr);
+    assert!(said.contains("agents.yaml") && said.contains("models.yaml") && said.contains("--force"), "{said}");
+    assert!(!dir.path().join("goondan.yaml").exists(), "init wrote into the bundle");
+}
+
+#[test]
+fn a_split_bundle_without_goondan_yaml_keeps_one_workspace_however_it_is_named() {
+    let state = common::temp();
+    let dir = split_without_goondan_yaml();
+    // By its absolute path, then from inside it as `.`, then as `./`.
+    let first = gdn(dir.path(), state.path(), &["run", "--input", "one"]);
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
+    for config in [".", "./"] {
+        let again = gdn_in(dir.path(), state.path(), &["-c", config, "run", "--input", "again"]);
+        assert_eq!(again.status.code(), Some(0), "{}", text(&again.stderr));
+    }
+    let listed = json_out(&gdn(dir.path(), state.path(), &["--json", "instance", "list"]));
+    let rows = listed.as_array().cloned().unwrap_or_default();
+    assert_eq!(rows.len(), 1, "one bundle, one instance: {listed}");
+    assert_eq!(rows[0]["turns"], 3, "{listed}");
 }

@@ -444,9 +444,7 @@ fn a_watched_split_bundle_follows_every_file_new_and_removed_ones_the_lock_file_
 
     // The file removed: its Connection stops, the first one still serves.
     std::fs::remove_file(dir.path().join("more/connections.yaml"))?;
-    until("the removed Connection's connector to stop", || {
-        Ok(TcpStream::connect(("127.0.0.1", new_port)).is_err())
-    })?;
+    until("the removed Connection's connector to stop", || Ok(TcpStream::connect(("127.0.0.1", new_port)).is_err()))?;
     assert!(post(port, "chat", "q1", "still")?.starts_with("HTTP/1.1 200"));
     until("a turn after the removal", || Ok(turns(dir.path(), state, "quick", "q1")? == 3))?;
 
