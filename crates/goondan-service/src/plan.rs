@@ -59,7 +59,7 @@ pub fn connection_secret_variables(bundle: &Bundle) -> BTreeSet<String> {
 pub fn agent_withheld_variables(bundle: &Bundle) -> BTreeSet<String> {
     let mut used_by_agents: BTreeSet<String> =
         goondan_base::settings::ENV_VARS.iter().map(|name| (*name).to_owned()).collect();
-    used_by_agents.extend(crate::secrets::names_read_outside_connections(bundle.file()));
+    used_by_agents.extend(crate::secrets::names_read_outside_connections(bundle));
     connection_secret_variables(bundle).into_iter().filter(|name| !used_by_agents.contains(name)).collect()
 }
 

@@ -482,3 +482,35 @@ pub fn project_on_a_free_port(
     write(dir.path(), port);
     (dir, state, port)
 }
+
+/// Splits `dir`'s goondan.yaml (as `goondan_test_support::Bundle` writes
+/// it) into the files the original runtime reads, one per kind:
+/// `models.yaml`, `agents.yaml`, `tools.yaml`, `swarm.yaml`,
+/// `connections.yaml`, … (the Package stays in goondan.yaml, which is
+/// removed when nothing stays). The names of the files written, sorted.
+#[allow(dead_code)]
+pub fn split_by_kind(dir: &std::path::Path) -> std::io::Result<Vec<String>> {
+    use std::collections::BTreeMap;
+    let text = std::fs::read_to_string(dir.join("goondan.yaml"))?;
+    let mut files: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for document in text.split("\n---\n") {
+        let kind = document.lines().find_map(|line| line.strip_prefix("kind: ")).unwrap_or("Resource").trim();
+        let file = match kind.trim_matches('"') {
+            "Package" => "goondan.yaml",
+            "Model" => "models.yaml",
+            "Agent" => "agents.yaml",
+            "Tool" => "tools.yaml",
+            "Extension" => "extensions.yaml",
+            "Connector" => "connectors.yaml",
+            "Connection" => "connections.yaml",
+            "Swarm" => "swarm.yaml",
+            _ => "resources.yaml",
+        };
+        files.entry(file.to_owned()).or_default().push(document.trim_end().to_owned());
+    }
+    std::fs::remove_file(dir.join("goondan.yaml"))?;
+    for (file, documents) in &files {
+        std::fs::write(dir.join(file), documents.join("\n---\n") + "\n")?;
+    }
+    Ok(files.into_keys().collect())
+}
