@@ -412,6 +412,12 @@ pub enum ClientError {
     /// The MCP handshake or the tool listing failed.
     #[error("{0}")]
     Protocol(String),
+    /// A stdio server answered `server/discover` after the SDK had given up
+    /// on it (10 s) and sent `initialize` on the same stream: a server slow
+    /// to start (an interpreter's first start on a loaded machine), which a
+    /// fresh start usually gets past.
+    #[error("{0} (the server answered server/discover after 10 s)")]
+    LateDiscoverAnswer(String),
     /// The server did not finish starting in time.
     #[error("did not answer initialize and tools/list within {}s", STARTUP_TIMEOUT.as_secs())]
     Timeout,
@@ -697,7 +703,26 @@ async fn connect_in(
 ) -> Result<(Connection, Vec<Tool>), ClientError> {
     let client = ClientSide { notifications: Arc::clone(notifications) };
     match spec {
-        ServerConfig::Stdio(spec) => connect_stdio(server, spec, client, sandbox).await,
+        ServerConfig::Stdio(spec) => match connect_stdio(server, spec, client.clone(), sandbox, lifecycle()).await {
+            // A server that answered `server/discover` only after the SDK's
+            // 10 s: started again, waiting for that answer as long as the
+            // start may take; one that then says it does not know
+            // `server/discover` (an older revision) once more with
+            // `initialize`.
+            Err(ClientError::LateDiscoverAnswer(why)) => {
+                tracing::warn!(server, "MCP server slow to start ({why}); starting it again");
+                let discover =
+                    ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] };
+                match connect_stdio(server, spec, client.clone(), sandbox, discover).await {
+                    Err(ClientError::Protocol(why)) => {
+                        tracing::info!(server, "server/discover refused ({why}); starting it with initialize");
+                        connect_stdio(server, spec, client, sandbox, ClientLifecycleMode::Initialize).await
+                    }
+                    done => done,
+                }
+            }
+            done => done,
+        },
         ServerConfig::Http(spec) => connect_http(spec, client).await,
     }
 }
@@ -709,6 +734,7 @@ async fn connect_stdio(
     spec: &StdioServer,
     client: ClientSide,
     sandbox: Option<&goondan_sandbox::Sandbox>,
+    lifecycle: ClientLifecycleMode,
 ) -> Result<(Connection, Vec<Tool>), ClientError> {
     let mut command = Command::new(&spec.command);
     command
@@ -739,7 +765,19 @@ async fn connect_stdio(
     let (Some(stdout), Some(stdin)) = (child.0.stdout.take(), child.0.stdin.take()) else {
         return Err(ClientError::Protocol("the child's standard streams are not available".to_owned()));
     };
-    match handshake(client.serve_with_lifecycle((client_stream(stdout), stdin), lifecycle())).await {
+    let serving = async move {
+        client.serve_with_lifecycle((client_stream(stdout), stdin), lifecycle).await.map_err(|error| match error {
+            // The late answer to `server/discover` (id 0) where the answer
+            // to `initialize` was awaited: a result, or an older
+            // revision's error.
+            rmcp::service::ClientInitializeError::ConflictInitResponseId(..)
+            | rmcp::service::ClientInitializeError::UncorrelatedErrorResponse { .. } => {
+                ClientError::LateDiscoverAnswer(error.to_string())
+            }
+            other => ClientError::Protocol(other.to_string()),
+        })
+    };
+    match handshake(serving).await {
         Ok((service, tools)) => {
             let peer = service.peer().clone();
             let mut connection = Connection { service, peer, child: Some(child), tool_changes: None };
@@ -816,16 +854,32 @@ fn lifecycle() -> ClientLifecycleMode {
 
 /// Runs the handshake `serving` does, then lists the tools, within
 /// [`STARTUP_TIMEOUT`].
-async fn handshake<E: std::fmt::Display>(
+async fn handshake<E: Into<HandshakeError>>(
     serving: impl Future<Output = Result<RunningService<RoleClient, ClientSide>, E>>,
 ) -> Result<(RunningService<RoleClient, ClientSide>, Vec<Tool>), ClientError> {
     let started = tokio::time::timeout(STARTUP_TIMEOUT, async {
-        let service = serving.await.map_err(|e| ClientError::Protocol(e.to_string()))?;
+        let service = serving.await.map_err(|e| e.into().0)?;
         let tools = service.peer().list_all_tools().await.map_err(|e| ClientError::Protocol(e.to_string()))?;
         Ok::<_, ClientError>((service, tools))
     })
     .await;
     started.unwrap_or(Err(ClientError::Timeout))
+}
+
+/// A failed handshake as a [`ClientError`]: the SDK's errors as their
+/// text, ours as they are.
+struct HandshakeError(ClientError);
+
+impl From<ClientError> for HandshakeError {
+    fn from(error: ClientError) -> Self {
+        Self(error)
+    }
+}
+
+impl From<rmcp::service::ClientInitializeError> for HandshakeError {
+    fn from(error: rmcp::service::ClientInitializeError) -> Self {
+        Self(ClientError::Protocol(error.to_string()))
+    }
 }
 
 /// An HTTPS client ([`goondan_core::tls`]); no system proxy.

@@ -84,3 +84,25 @@ fn a_dropped_server_is_reaped_even_without_a_runtime() {
     let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
     assert!(state.is_none(), "the server {pid} is not reaped: {state:?}");
 }
+
+/// A server slow to start the first time (the SDK's `server/discover`
+/// wait of 10 s runs out and its late answer meets `initialize`) is
+/// started again and connects, instead of failing with "conflict
+/// initialized response id" — what a Python server on a loaded machine
+/// did.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_answers_discover_late_is_started_again_and_connects() {
+    let Some(mut spec) = fake_server() else { return };
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let flag = dir.path().join("starts");
+    spec.args = vec![
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/slow-start-server.mjs").into(),
+        flag.to_string_lossy().into_owned(),
+    ];
+    let (_server, tools) = Server::start("slow", ServerConfig::Stdio(spec)).await.unwrap_or_else(|e| panic!("{e}"));
+    let names: Vec<String> = tools.iter().map(|tool| tool.name.to_string()).collect();
+    assert_eq!(names, ["ping"]);
+    let starts = std::fs::read_to_string(&flag).unwrap_or_default();
+    // Slow, then `server/discover` refused by the older revision, then `initialize`.
+    assert_eq!(starts.lines().collect::<Vec<_>>(), ["slow", "fast", "fast"]);
+}
