@@ -33,7 +33,7 @@ pub async fn validate(global: &GlobalOptions, args: &crate::cli::ValidateArgs, o
     }
     let warnings = report.diagnostics.iter().filter(|d| !d.is_error()).count();
     let valid = !(report.has_errors() || (args.strict && warnings > 0));
-    let subject = resolve_bundle_file(&global.config).display().to_string();
+    let subject = bundle_subject(&global.config);
     let format = args.format.unwrap_or(if global.json { ValidateFormat::Json } else { ValidateFormat::Text });
     // What each agent's commands run in, once the bundle has no errors (a
     // document with errors is left out of the bundle, so what is left
@@ -171,6 +171,16 @@ fn has_scripts(bundle: &goondan_config::Bundle) -> bool {
 /// The file a diagnostic names (`tools/tools.yaml#0.spec.entry`): one of
 /// the bundle's files or of its installed packages'; `None` for a path
 /// that names none (a diagnostic about the bundle as a whole).
+/// How reports name the bundle `-c` gives: its one YAML file, or the
+/// directory of a bundle split over several.
+pub(crate) fn bundle_subject(config: &std::path::Path) -> String {
+    match (goondan_config::bundle_source_files(config).as_slice(), goondan_config::bundle_dir(config)) {
+        ([one], _) => one.display().to_string(),
+        (_, Some(dir)) => dir.display().to_string(),
+        (_, None) => resolve_bundle_file(config).display().to_string(),
+    }
+}
+
 fn file_of(bundle: &Bundle, diagnostic: &Diagnostic) -> Option<String> {
     let label = diagnostic.path.split('#').next()?;
     let packages = std::iter::once(bundle).chain(bundle.dependencies().iter().map(|d| &**d));
@@ -439,7 +449,7 @@ pub fn report_config_errors(global: &GlobalOptions, report: &LoadReport, out: &m
         let body = serde_json::json!({"valid": false, "diagnostics": report.diagnostics});
         writeln!(out.stderr, "{}", serde_json::to_string_pretty(&body)?)?;
     } else {
-        let subject = resolve_bundle_file(&global.config).display().to_string();
+        let subject = bundle_subject(&global.config);
         output::write_report(&mut out.stderr, &report.diagnostics, &subject)?;
     }
     Ok(())

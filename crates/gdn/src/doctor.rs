@@ -73,14 +73,14 @@ pub fn doctor(global: &GlobalOptions, fix: bool, session: &crate::Session, out: 
     let mut report = Report::default();
     report.push("System", "gdn", Level::Ok, format!("gdn {}", env!("CARGO_PKG_VERSION")));
 
-    let file = resolve_bundle_file(&global.config);
+    let file = crate::commands::bundle_subject(&global.config);
     let env = |name: &str| (session.env)(name);
-    if !file.is_file() {
+    if !goondan_config::bundle_source_files(&global.config).iter().any(|f| f.is_file()) {
         report.fail(
             "Bundle",
             "bundle",
             Level::Error,
-            format!("missing: {}", file.display()),
+            format!("missing: {file}"),
             "Create one with `gdn init`, or name it with -c PATH.",
         );
     } else {
@@ -92,16 +92,11 @@ pub fn doctor(global: &GlobalOptions, fix: bool, session: &crate::Session, out: 
                 "Bundle",
                 "validation",
                 Level::Error,
-                format!("{}: {errors} error(s), {warnings} warning(s)", file.display()),
+                format!("{file}: {errors} error(s), {warnings} warning(s)"),
                 "Run `gdn validate` for each problem and its fix.",
             );
         } else {
-            report.push(
-                "Bundle",
-                "validation",
-                Level::Ok,
-                format!("{}: valid ({warnings} warning(s))", file.display()),
-            );
+            report.push("Bundle", "validation", Level::Ok, format!("{file}: valid ({warnings} warning(s))"));
         }
         if let Some(bundle) = loaded.bundle.as_ref() {
             check_script_runtime(bundle, &mut report);

@@ -86,7 +86,16 @@ pub fn init(global: &GlobalOptions, args: &InitArgs, out: &mut Output) -> Result
     let name = project_name(&dir);
     let files = files(args.template, &name);
     if !args.force {
-        let existing: Vec<&str> = files.iter().map(|(path, _)| *path).filter(|path| dir.join(path).exists()).collect();
+        let mut existing: Vec<String> =
+            files.iter().map(|(path, _)| *path).filter(|path| dir.join(path).exists()).map(str::to_owned).collect();
+        // A bundle split over files (agents.yaml, …) is a bundle already:
+        // a new goondan.yaml would join it.
+        for found in goondan_config::packages::collect_bundle_files(&dir) {
+            let relative = found.strip_prefix(&dir).unwrap_or(&found).display().to_string();
+            if !existing.contains(&relative) {
+                existing.push(relative);
+            }
+        }
         if !existing.is_empty() {
             return out.fail(
                 exit::USAGE,

@@ -172,7 +172,11 @@ fn take_secrets(
     cli: &Cli,
     agent_process: bool,
 ) -> Result<(secrets::Secrets, usize, std::collections::BTreeMap<String, String>), ExitCode> {
-    let isolated = if agent_process { Ok(secrets::Secrets::default()) } else { secrets::isolate(&cli.global.config) };
+    let isolated = if agent_process {
+        Ok(secrets::Secrets::default())
+    } else {
+        secrets::isolate(&cli.global.config, workspace::packages_dir(&cli.global).as_deref())
+    };
     let mut secrets = match isolated {
         Ok(secrets) => secrets,
         Err(message) => {

@@ -1,7 +1,7 @@
 //! What `gdn` plugs into the runtime: the native `@goondan/base` tools, the
 //! base package's MCP client (`Extension/mcp`), the native base extensions,
 //! and the JavaScript host for the bundle's own script tools and
-//! extensions — each an [`AgentPlugin`] that installs itself into every
+//! extensions — each an [`AgentPlugin`](goondan_runtime::extension::AgentPlugin) that installs itself into every
 //! agent being assembled.
 
 use std::sync::Arc;
@@ -9,7 +9,7 @@ use std::sync::Arc;
 use goondan_base::BaseSettings;
 use goondan_base::tool_processes::ToolProcesses;
 use goondan_runtime::agent::{AgentOptions, EnvLookup};
-use goondan_runtime::extension::{AgentPlugin, PluginInstall};
+use goondan_runtime::extension::PluginInstall;
 use goondan_tools::assembly::AgentTools;
 use goondan_tools::{RegistryError, ToolRegistry};
 
@@ -36,12 +36,6 @@ pub fn install(options: &mut AgentOptions, tool_processes: &Arc<ToolProcesses>) 
 #[derive(Debug, Clone)]
 struct NativeTools {
     tool_processes: Arc<ToolProcesses>,
-}
-
-impl AgentPlugin for NativeTools {
-    fn begin(&self) -> Box<dyn PluginInstall> {
-        Box::new(self.clone())
-    }
 }
 
 impl PluginInstall for NativeTools {

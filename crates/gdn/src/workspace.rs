@@ -124,9 +124,15 @@ fn workspace_of_bundle(root: &StateRoot, identity: &str) -> Option<Workspace> {
 
 /// The bundle's identity in the state: the canonical path of its file
 /// (`-c` given as a directory or as the file, through links, is one bundle).
+/// A bundle split over files without a goondan.yaml is named by the
+/// goondan.yaml its canonical directory would hold.
 pub fn bundle_identity(config: &Path) -> String {
     let file = resolve_bundle_file(config);
-    std::fs::canonicalize(&file).unwrap_or(file).display().to_string()
+    let canonical = std::fs::canonicalize(&file).or_else(|_| {
+        let dir = file.parent().filter(|dir| !dir.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        std::fs::canonicalize(dir).map(|dir| dir.join(file.file_name().unwrap_or_default()))
+    });
+    canonical.unwrap_or(file).display().to_string()
 }
 
 /// The name the workspace of `agent`'s Swarm is made from: the Swarm whose

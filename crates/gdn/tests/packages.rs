@@ -224,3 +224,196 @@ fn gdn_validate_loads_a_dependency_s_script_module_and_names_its_package() {
     let message = first["message"].as_str().unwrap_or_default();
     assert!(message.contains("of the installed package @acme/crew") && message.contains("other"), "{body}");
 }
+
+/// `gdn ARGS` in `cwd` without `-c`: the default `./goondan.yaml`.
+fn gdn_in(cwd: &Path, state: &Path, args: &[&str]) -> Output {
+    let mut command = common::gdn_bin().state(state).command(args);
+    command.current_dir(cwd).output().unwrap_or_else(|e| panic!("running gdn: {e}"))
+}
+
+#[test]
+fn the_default_config_and_a_named_goondan_yaml_are_the_whole_split_bundle() {
+    let state = common::temp();
+    let bundle = fixture("packages/split-quickstart");
+    // Without -c (`./goondan.yaml`), as the README runs it, and with -c naming the file:
+    // its directory is the bundle, as the original loads its manifest's directory.
+    let file = bundle.join("goondan.yaml");
+    let named = file.to_str().unwrap_or_default();
+    for output in [
+        gdn_in(&bundle, state.path(), &["--json", "tool", "list"]),
+        gdn(Path::new(named), state.path(), &["--json", "tool", "list"]),
+    ] {
+        let names = names(&json_out(&output));
+        assert!(names.iter().any(|n| n == "word-count__count"), "{names:?}");
+    }
+    // Another file is still loaded alone.
+    let alone = common::temp();
+    fs::copy(bundle.join("agents.yaml"), alone.path().join("only.yaml")).unwrap_or_else(|e| panic!("{e}"));
+    let output = gdn(&alone.path().join("only.yaml"), state.path(), &["--json", "validate"]);
+    let body: Value =
+        serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&output.stdout)));
+    assert_eq!(body["diagnostics"][0]["code"], "E_CONFIG_REF_NOT_FOUND", "{body}");
+}
+
+const ODD_SECRET: &str = "odd-name-secret-split-31c9";
+const DEPENDENCY_SECRET: &str = "dependency-read-secret-77ab";
+
+/// `env` through `bash__exec`, with variables that only the bundle's
+/// `valueFrom.env` makes secrets: the output.
+fn bash_env(bundle: &Path, state: &Path) -> String {
+    let args = serde_json::json!({"command": "env"}).to_string();
+    let output = common::gdn_bin()
+        .state(state)
+        .project(bundle)
+        .env("ODD_NAME", ODD_SECRET)
+        .env("DEP_READ_NAME", DEPENDENCY_SECRET)
+        .env("PLAIN_SETTING", "plain-value")
+        .run(["--json", "tool", "call", "bash__exec", "--args", &args]);
+    let result = json_out(&output);
+    result["output"]["stdout"].as_str().unwrap_or_default().to_owned()
+}
+
+#[test]
+fn variables_read_in_any_split_file_or_a_dependency_are_kept_from_tool_processes() {
+    use goondan_test_support::{Agent, Bundle};
+    let state = common::temp();
+    let dir = common::temp();
+    let full = serde_json::json!({"policy": "full"});
+    Bundle::new()
+        .openai_model("local", "m", "http://127.0.0.1:9/v1", "ODD_NAME")
+        .agent(Agent::new("a", "local").base_tool("bash").with("sandbox", full))
+        .write(dir.path())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let files = common::split_by_kind(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(files, ["agents.yaml", "models.yaml"]);
+    // The Model (which reads ODD_NAME) is in models.yaml: still a secret.
+    let env = bash_env(dir.path(), state.path());
+    assert!(env.contains("PLAIN_SETTING=plain-value"), "{env}");
+    assert!(!env.contains(ODD_SECRET), "a variable models.yaml reads reached bash:\n{env}");
+    assert!(env.contains(DEPENDENCY_SECRET), "nothing reads DEP_READ_NAME yet:\n{env}");
+
+    // An installed dependency whose Model reads DEP_READ_NAME.
+    let package = state.path().join("packages/acme/keyed/1.0.0");
+    fs::create_dir_all(&package).unwrap_or_else(|e| panic!("{e}"));
+    fs::write(
+        package.join("goondan.yaml"),
+        "apiVersion: goondan.ai/v1\nkind: Package\nmetadata: {name: \"@acme/keyed\"}\nspec: {version: 1.0.0}\n---\n\
+         apiVersion: goondan.ai/v1\nkind: Model\nmetadata: {name: keyed}\n\
+         spec: {provider: openai, model: m, apiKey: {valueFrom: {env: DEP_READ_NAME}}}\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    fs::write(
+        dir.path().join("goondan.yaml"),
+        "apiVersion: goondan.ai/v1\nkind: Package\nmetadata: {name: \"@test/keyed-user\"}\n\
+         spec: {version: 0.1.0, dependencies: [{name: \"@acme/keyed\", version: \"^1.0.0\"}]}\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    fs::write(
+        dir.path().join("goondan.lock.yaml"),
+        "lockfileVersion: 1\npackages:\n  \"@acme/keyed@1.0.0\":\n    version: \"1.0.0\"\n    dependencies: {}\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let env = bash_env(dir.path(), state.path());
+    assert!(env.contains("PLAIN_SETTING=plain-value"), "{env}");
+    assert!(!env.contains(ODD_SECRET), "{env}");
+    assert!(!env.contains(DEPENDENCY_SECRET), "a variable a dependency reads reached bash:\n{env}");
+}
+
+/// What `validate`, `tool list` and `run` (the README's first command, in
+/// a work directory of its own) say for the bundle at `bundle` (copied
+/// into a fresh directory, with a fresh state root).
+fn quickstart_outputs(bundle: &Path) -> (Value, Value, String, Vec<String>, usize) {
+    let project = common::temp();
+    copy_dir(bundle, project.path());
+    let state = common::temp();
+    let work = common::temp();
+    let validated = json_out(&gdn(project.path(), state.path(), &["--json", "validate"]));
+    let listed = json_out(&gdn(project.path(), state.path(), &["--json", "tool", "list"]));
+    let workdir = work.path().to_str().unwrap_or_default();
+    let ran = gdn(project.path(), state.path(), &["run", "--input", "Take some notes", "--workdir", workdir]);
+    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran.stderr));
+    let tools: Vec<String> =
+        text(&ran.stderr).lines().filter(|l| l.contains('⚙')).map(|l| l.trim().to_owned()).collect();
+    let instance = common::instance_path(state.path(), "assistant@default");
+    let messages = fs::read_to_string(instance.join("messages.jsonl")).unwrap_or_default().lines().count();
+    assert!(work.path().join("workspace/notes.md").is_file(), "the tools worked in --workdir");
+    (validated, listed, text(&ran.stdout), tools, messages)
+}
+
+#[test]
+fn the_quickstart_split_into_files_validates_lists_and_runs_as_the_quickstart() {
+    if !js_runtime_usable() {
+        return;
+    }
+    let single = quickstart_outputs(&common::repo_path("examples/quickstart"));
+    let split = quickstart_outputs(&fixture("packages/split-quickstart"));
+    assert_eq!(single.0["valid"], true, "{}", single.0);
+    assert_eq!(split.0, single.0, "gdn validate --json");
+    assert_eq!(split.1, single.1, "gdn tool list --json");
+    assert!(single.2.contains("the second team member is grace. DONE."), "{}", single.2);
+    assert_eq!(split.2, single.2, "gdn run's answer");
+    assert_eq!(split.3, single.3, "the tool calls gdn run shows");
+    assert_eq!(split.4, single.4, "the messages kept");
+}
+
+/// A bundle split over `agents.yaml` and `models.yaml`, without a goondan.yaml.
+fn split_without_goondan_yaml() -> tempfile::TempDir {
+    use goondan_test_support::{Agent, Bundle, reply_text};
+    let dir = common::temp();
+    Bundle::new()
+        .scripted_model("m", [reply_text("hi")])
+        .agent(Agent::new("a", "m"))
+        .write(dir.path())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let files = common::split_by_kind(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(files, ["agents.yaml", "models.yaml"]);
+    dir
+}
+
+#[test]
+fn doctor_and_validate_take_a_split_bundle_without_goondan_yaml_as_a_bundle() {
+    let state = common::temp();
+    let dir = split_without_goondan_yaml();
+    let output = gdn(dir.path(), state.path(), &["--json", "doctor"]);
+    let body: Value =
+        serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&output.stdout)));
+    let checks = body["checks"].as_array().cloned().unwrap_or_default();
+    let check = |name: &str| checks.iter().find(|c| c["name"] == name).cloned();
+    assert!(check("bundle").is_none(), "the bundle was said to be missing: {body}");
+    let validation = check("validation").unwrap_or_else(|| panic!("no validation check: {body}"));
+    assert_eq!(validation["level"], "ok", "{validation}");
+    // The report names the directory, not a goondan.yaml that is not there.
+    let validated = gdn(dir.path(), state.path(), &["validate"]);
+    assert_eq!(validated.status.code(), Some(0), "{}", text(&validated.stderr));
+    let said = text(&validated.stdout);
+    assert!(said.contains(&format!("{} is valid", dir.path().display())), "{said}");
+    assert!(!said.contains("goondan.yaml"), "{said}");
+}
+
+#[test]
+fn init_refuses_a_directory_that_holds_a_split_bundle() {
+    let dir = split_without_goondan_yaml();
+    let path = dir.path().to_str().unwrap_or_default();
+    let output = common::gdn_bin().run(["init", path]);
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output.stdout));
+    let said = text(&output.stderr);
+    assert!(said.contains("agents.yaml") && said.contains("models.yaml") && said.contains("--force"), "{said}");
+    assert!(!dir.path().join("goondan.yaml").exists(), "init wrote into the bundle");
+}
+
+#[test]
+fn a_split_bundle_without_goondan_yaml_keeps_one_workspace_however_it_is_named() {
+    let state = common::temp();
+    let dir = split_without_goondan_yaml();
+    // By its absolute path, then from inside it as `.`, then as `./`.
+    let first = gdn(dir.path(), state.path(), &["run", "--input", "one"]);
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
+    for config in [".", "./"] {
+        let again = gdn_in(dir.path(), state.path(), &["-c", config, "run", "--input", "again"]);
+        assert_eq!(again.status.code(), Some(0), "{}", text(&again.stderr));
+    }
+    let listed = json_out(&gdn(dir.path(), state.path(), &["--json", "instance", "list"]));
+    let rows = listed.as_array().cloned().unwrap_or_default();
+    assert_eq!(rows.len(), 1, "one bundle, one instance: {listed}");
+    assert_eq!(rows[0]["turns"], 3, "{listed}");
+}

@@ -392,3 +392,80 @@ fn an_attached_service_with_secrets_restarts_again_and_again_in_its_process() ->
     assert_eq!(ended.code(), Some(0), "{said}");
     Ok(())
 }
+
+/// A webhook Connection `name` on `port` feeding `quick`, as a document of
+/// its own.
+fn connection_yaml(name: &str, port: u16) -> String {
+    format!(
+        "apiVersion: goondan.ai/v1\nkind: Connection\nmetadata:\n  name: {name}\nspec:\n  connectorRef: {{kind: Connector, name: webhook, package: \"@goondan/base\"}}\n  swarmRef: Swarm/pair\n  config:\n    WEBHOOK_PORT: {{value: \"{port}\"}}\n  ingress:\n    rules:\n      - route: {{agentRef: Agent/quick}}\n"
+    )
+}
+
+#[test]
+fn a_watched_split_bundle_follows_every_file_new_and_removed_ones_the_lock_file_and_its_dependencies() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let state = tempfile::tempdir()?;
+    let state = state.path();
+    let port = free_port()?;
+    bundle(dir.path(), port, "true", "pong")?;
+    let files = common::split_by_kind(dir.path())?;
+    assert_eq!(files, ["agents.yaml", "connections.yaml", "models.yaml", "swarm.yaml"]);
+    // A Package that depends on an installed package, pinned by the lock file.
+    let fixtures = common::repo_path("crates/goondan-config/tests/fixtures/packages");
+    let installed = state.join("packages/acme/greeter/1.0.0");
+    goondan_test_support::bundle::copy_dir(&fixtures.join("greeter-1.0.0"), &installed)?;
+    std::fs::copy(fixtures.join("with-dependency/goondan.lock.yaml"), dir.path().join("goondan.lock.yaml"))?;
+    std::fs::write(
+        dir.path().join("goondan.yaml"),
+        "apiVersion: goondan.ai/v1\nkind: Package\nmetadata: {name: \"@test/split-watch\"}\nspec:\n  version: 0.1.0\n  dependencies: [{name: \"@acme/greeter\", version: \"^1.0.0\"}]\n",
+    )?;
+    let started = gdn(dir.path(), state, &["run", "--detach", "--watch"])?;
+    assert_eq!(started.status.code(), Some(0), "{}", text(&started.stderr));
+    let _running = Stopped { dir: dir.path().to_path_buf(), state: state.to_path_buf() };
+    assert!(post(port, "chat", "q1", "hi")?.starts_with("HTTP/1.1 200"));
+    until("the first turn", || Ok(turns(dir.path(), state, "quick", "q1")? == 1))?;
+
+    // An edit of one split file: quick's Model.
+    let models = dir.path().join("models.yaml");
+    std::fs::write(&models, std::fs::read_to_string(&models)?.replacen("pong", "pong two", 1))?;
+    until("quick's process to stop", || {
+        Ok(instance(dir.path(), state, "quick", "q1")?.is_some_and(|row| row["running"] == false))
+    })?;
+    assert!(post(port, "chat", "q1", "again")?.starts_with("HTTP/1.1 200"));
+    until("the edited answer", || Ok(log_text(state).is_ok_and(|log| log.contains("quick@q1 › pong two"))))?;
+
+    // A split file in a new directory: its Connection starts.
+    let new_port = free_port()?;
+    std::fs::create_dir(dir.path().join("more"))?;
+    std::fs::write(dir.path().join("more/connections.yaml"), connection_yaml("hook-two", new_port))?;
+    until("the new Connection's connector", || Ok(TcpStream::connect(("127.0.0.1", new_port)).is_ok()))?;
+    assert!(post(new_port, "chat", "q2", "through the new file")?.starts_with("HTTP/1.1 200"));
+    until("a turn through the new Connection", || Ok(turns(dir.path(), state, "quick", "q2")? == 1))?;
+
+    // The file removed: its Connection stops, the first one still serves.
+    std::fs::remove_file(dir.path().join("more/connections.yaml"))?;
+    until("the removed Connection's connector to stop", || Ok(TcpStream::connect(("127.0.0.1", new_port)).is_err()))?;
+    assert!(post(port, "chat", "q1", "still")?.starts_with("HTTP/1.1 200"));
+    until("a turn after the removal", || Ok(turns(dir.path(), state, "quick", "q1")? == 3))?;
+
+    // The installed dependency changes: everything restarts, in the service's process.
+    let before = service_status(state)?;
+    let tool = installed.join("src/greet.ts");
+    std::fs::write(&tool, std::fs::read_to_string(&tool)?.replace("Hello", "Hi"))?;
+    until("the whole service to start again after the dependency changed", || {
+        Ok(service_status(state).is_ok_and(|now| now["startedAt"].as_u64() > before["startedAt"].as_u64()))
+    })?;
+    assert!(log_text(state)?.contains("package @acme/greeter changed"), "{}", log_text(state)?);
+    assert_eq!(service_status(state)?["pid"], before["pid"]);
+
+    // The lock file changes: everything restarts again.
+    let before = service_status(state)?;
+    let lock = dir.path().join("goondan.lock.yaml");
+    std::fs::write(&lock, format!("# relocked\n{}", std::fs::read_to_string(&lock)?))?;
+    until("the whole service to start again after the lock file changed", || {
+        Ok(service_status(state).is_ok_and(|now| now["startedAt"].as_u64() > before["startedAt"].as_u64()))
+    })?;
+    assert!(post(port, "chat", "q1", "after")?.starts_with("HTTP/1.1 200"));
+    until("a turn after the whole restarts", || Ok(turns(dir.path(), state, "quick", "q1")? == 4))?;
+    Ok(())
+}

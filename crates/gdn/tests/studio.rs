@@ -24,7 +24,6 @@ use common::service::{Stopped, TestResult, free_port, until};
 /// A Python with Selenium (`GOONDAN_TEST_BROWSER_PYTHON`, which scripts/test
 /// sets, or the cache's virtual environment) and Debian's Chromium with its
 /// driver, or `None` (skipped; with `GOONDAN_REQUIRE_BROWSER=1`, a failure).
-#[allow(clippy::print_stderr)]
 fn browser() -> Option<PathBuf> {
     let python = std::env::var_os("GOONDAN_TEST_BROWSER_PYTHON")
         .map(PathBuf::from)
@@ -43,12 +42,12 @@ fn browser() -> Option<PathBuf> {
             "no /usr/bin/chromium and /usr/bin/chromedriver (apt-get install chromium chromium-driver)".to_owned()
         }
     };
-    if std::env::var("GOONDAN_REQUIRE_BROWSER").as_deref() == Ok("1") {
-        panic!("GOONDAN_REQUIRE_BROWSER=1 but {problem}");
-    }
-    eprintln!("skipping the browser test: {problem}");
-    common::record_skip("no headless Chromium with Selenium (see scripts/test)");
-    None
+    goondan_test_support::skip_unless_required(
+        "GOONDAN_REQUIRE_BROWSER",
+        None,
+        &problem,
+        "no headless Chromium with Selenium (see scripts/test)",
+    )
 }
 
 /// The project: the fixture copied into a temporary directory.

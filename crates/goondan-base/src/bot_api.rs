@@ -141,6 +141,11 @@ pub(crate) fn optional_trimmed(input: &JsonObject, key: &str) -> Result<Option<S
     Ok(args::optional_string(input, key)?.map(str::trim).filter(|text| !text.is_empty()).map(str::to_owned))
 }
 
+/// An optional boolean property as a request body value.
+pub(crate) fn bool_value(input: &JsonObject, key: &str) -> Result<Option<JsonValue>, ToolFailure> {
+    Ok(args::optional_bool(input, key)?.map(JsonValue::from))
+}
+
 /// `HTTP 404 Not Found`.
 pub(crate) fn http_description(status: StatusCode) -> String {
     match status.canonical_reason() {

@@ -29,8 +29,8 @@ use serde_json::json;
 use crate::BaseSettings;
 use crate::args;
 use crate::bot_api::{
-    self, Api, DownloadOptions, ExportFn, Service, http_description, invalid, optional_trimmed, positive_whole, put,
-    required_text, required_trimmed, trimmed_str,
+    self, Api, DownloadOptions, ExportFn, Service, bool_value, http_description, invalid, optional_trimmed,
+    positive_whole, put, required_text, required_trimmed, trimmed_str,
 };
 
 /// How the Web API is reached and how its failures are reported.
@@ -76,10 +76,6 @@ fn channel_id(input: &JsonObject) -> Result<String, ToolFailure> {
 
 fn message_ts(input: &JsonObject) -> Result<String, ToolFailure> {
     required_trimmed(input, "messageTs", "Pass the message's ts, e.g. \"1735200000.001000\".")
-}
-
-fn bool_value(input: &JsonObject, key: &str) -> Result<Option<JsonValue>, ToolFailure> {
-    Ok(args::optional_bool(input, key)?.map(JsonValue::from))
 }
 
 async fn send(settings: &BaseSettings, input: &JsonObject) -> Result<JsonValue, ToolFailure> {

@@ -28,7 +28,7 @@ use serde_json::json;
 
 use crate::BaseSettings;
 use crate::args;
-use crate::bot_api::{self, Api, DownloadOptions, ExportFn, Service, invalid, put, required_text};
+use crate::bot_api::{self, Api, DownloadOptions, ExportFn, Service, bool_value, invalid, put, required_text};
 
 /// How the Bot API is reached and how its failures are reported.
 const SERVICE: Service = Service {
@@ -90,18 +90,10 @@ async fn send(settings: &BaseSettings, input: &JsonObject) -> Result<JsonValue, 
     put(&mut payload, "chat_id", Some(json!(chat_id)));
     put(&mut payload, "text", Some(json!(text)));
     put(&mut payload, "parse_mode", parse_mode(input)?.map(JsonValue::from));
-    put(&mut payload, "disable_notification", args::optional_bool(input, "disableNotification")?.map(JsonValue::from));
-    put(
-        &mut payload,
-        "disable_web_page_preview",
-        args::optional_bool(input, "disableWebPagePreview")?.map(JsonValue::from),
-    );
+    put(&mut payload, "disable_notification", bool_value(input, "disableNotification")?);
+    put(&mut payload, "disable_web_page_preview", bool_value(input, "disableWebPagePreview")?);
     put(&mut payload, "reply_to_message_id", optional_message_id(input, "replyToMessageId")?.map(JsonValue::from));
-    put(
-        &mut payload,
-        "allow_sending_without_reply",
-        args::optional_bool(input, "allowSendingWithoutReply")?.map(JsonValue::from),
-    );
+    put(&mut payload, "allow_sending_without_reply", bool_value(input, "allowSendingWithoutReply")?);
     let api = Api::new(&SERVICE, settings, input)?;
     let result = call_method(&api, "sendMessage", &payload).await?;
     Ok(json!({
@@ -122,11 +114,7 @@ async fn edit(settings: &BaseSettings, input: &JsonObject) -> Result<JsonValue, 
     put(&mut payload, "message_id", Some(json!(message_id)));
     put(&mut payload, "text", Some(json!(text)));
     put(&mut payload, "parse_mode", parse_mode(input)?.map(JsonValue::from));
-    put(
-        &mut payload,
-        "disable_web_page_preview",
-        args::optional_bool(input, "disableWebPagePreview")?.map(JsonValue::from),
-    );
+    put(&mut payload, "disable_web_page_preview", bool_value(input, "disableWebPagePreview")?);
     let api = Api::new(&SERVICE, settings, input)?;
     let result = call_method(&api, "editMessageText", &payload).await?;
     // Edits of inline messages return `true` instead of the message.

@@ -116,9 +116,7 @@ pub fn kill_left_by(owner: u32) -> usize {
 /// Only at exit: it spares nothing.
 pub fn kill_descendants() -> usize {
     let own = std::process::id();
-    let mut signalled = BTreeSet::new();
-    for _pass in 0..KILL_PASSES {
-        let mut found = 0;
+    kill_in_passes(|kill_one| {
         let mut parents = vec![own];
         while let Some(parent) = parents.pop() {
             let Ok(tasks) = std::fs::read_dir(format!("/proc/{parent}/task")) else { continue };
@@ -130,17 +128,32 @@ pub fn kill_descendants() -> usize {
                         continue;
                     }
                     parents.push(child);
-                    if let Ok(raw) = i32::try_from(child) {
-                        let _ = kill(Pid::from_raw(raw), Signal::SIGKILL);
-                    }
-                    signalled.insert(child);
-                    found += 1;
+                    kill_one(child);
                 }
             }
         }
+    })
+}
+
+/// SIGKILLs each process `scan` passes to its callback, and scans again
+/// until a scan finds none (a process may fork between a scan and its
+/// kill), at most [`KILL_PASSES`] times. Returns how many were signalled,
+/// each counted once though it is seen again until the kill lands.
+fn kill_in_passes(mut scan: impl FnMut(&mut dyn FnMut(u32))) -> usize {
+    let mut signalled = BTreeSet::new();
+    for _pass in 0..KILL_PASSES {
+        let mut found = 0;
+        scan(&mut |pid| {
+            if let Ok(raw) = i32::try_from(pid) {
+                let _ = kill(Pid::from_raw(raw), Signal::SIGKILL);
+            }
+            signalled.insert(pid);
+            found += 1;
+        });
         if found == 0 {
             break;
         }
+        // Let the kernel deliver the kills before looking again.
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     signalled.len()
@@ -259,11 +272,8 @@ fn kill_carrying(markers: &[&str]) -> usize {
 /// `exact` or starting with one of `prefixes`, rescanning until none is left.
 fn kill_matching(exact: &[Vec<u8>], prefixes: &[Vec<u8>]) -> usize {
     let own = std::process::id();
-    // Counted once each, though a process is seen again until the kill lands.
-    let mut signalled = BTreeSet::new();
-    for _pass in 0..KILL_PASSES {
-        let mut found = 0;
-        let Ok(entries) = std::fs::read_dir("/proc") else { break };
+    kill_in_passes(|kill_one| {
+        let Ok(entries) = std::fs::read_dir("/proc") else { return };
         for entry in entries.flatten() {
             let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<u32>().ok()) else { continue };
             if pid == own {
@@ -276,20 +286,10 @@ fn kill_matching(exact: &[Vec<u8>], prefixes: &[Vec<u8>]) -> usize {
                     || prefixes.iter().any(|prefix| var.starts_with(prefix))
             };
             if environ.split(|byte| *byte == 0).any(matches) {
-                if let Ok(raw) = i32::try_from(pid) {
-                    let _ = kill(Pid::from_raw(raw), Signal::SIGKILL);
-                }
-                signalled.insert(pid);
-                found += 1;
+                kill_one(pid);
             }
         }
-        if found == 0 {
-            break;
-        }
-        // Let the kernel deliver the kills before looking again.
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
-    signalled.len()
+    })
 }
 
 #[cfg(test)]

@@ -178,6 +178,36 @@ pub fn resolve_bundle_file(path: &Path) -> PathBuf {
     if path.is_dir() { path.join(BUNDLE_FILE) } else { path.to_path_buf() }
 }
 
+/// The directory whose files make the bundle `path` names: `path` when it
+/// is a directory, the directory of a file named `goondan.yaml` (as the
+/// original loads the directory of its manifest: `-c dir/goondan.yaml`,
+/// and the default `-c ./goondan.yaml`, are the whole bundle); `None` for
+/// a YAML file of another name, which is loaded alone.
+pub fn bundle_dir(path: &Path) -> Option<PathBuf> {
+    if path.is_dir() {
+        return Some(path.to_path_buf());
+    }
+    let named_bundle_file = path.file_name().is_some_and(|name| name.eq_ignore_ascii_case(BUNDLE_FILE));
+    if !named_bundle_file {
+        return None;
+    }
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => Some(parent.to_path_buf()),
+        _ => Some(PathBuf::from(".")),
+    }
+}
+
+/// The YAML files a bundle is loaded from — the one answer to "which files
+/// make this bundle", for the loader and everything that watches or scans
+/// them: the bundle files of [`bundle_dir`] (see
+/// [`crate::packages::collect_bundle_files`]) when there are any, else
+/// [`resolve_bundle_file`] alone (which may not exist: loading it says so).
+pub fn bundle_source_files(path: &Path) -> Vec<PathBuf> {
+    let file = resolve_bundle_file(path);
+    let found = bundle_dir(path).map(|dir| crate::packages::collect_bundle_files(&dir)).unwrap_or_default();
+    if found.is_empty() { vec![file] } else { found }
+}
+
 /// Loads a bundle from a directory or from a YAML file, without installed
 /// packages: a `package:` reference to anything but `@goondan/base` is
 /// reported as not available. See [`load_bundle_with`].
@@ -191,7 +221,8 @@ pub fn load_bundle(path: &Path) -> LoadReport {
 /// `goondan|model(s)|agent(s)|tool(s)|extension(s)|connector(s)|connection(s)|swarm(s)|resources`
 /// `.yaml`/`.yml` file under it, recursively, skipping `dist`,
 /// `node_modules` and `.git` (see [`crate::packages::collect_bundle_files`]).
-/// A file is loaded alone.
+/// A file named `goondan.yaml` stands for its directory; a file of another
+/// name is loaded alone ([`bundle_source_files`]).
 ///
 /// `packages_dir` is the state root's `packages/` directory: the
 /// dependencies of the bundle's Package (other than the built-in
@@ -201,8 +232,8 @@ pub fn load_bundle_with(path: &Path, packages_dir: Option<&Path>) -> LoadReport 
     let file = resolve_bundle_file(path);
     let root = file.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf);
     let root = if root.as_os_str().is_empty() { PathBuf::from(".") } else { root };
-    let found = if path.is_dir() { crate::packages::collect_bundle_files(path) } else { Vec::new() };
-    let split = found.iter().any(|f| *f != file);
+    let found = bundle_source_files(path);
+    let split = found.iter().any(|f| !same_path(f, &file));
     let mut parsed = Vec::new();
     if split {
         let mut diagnostics = Vec::new();
@@ -228,7 +259,7 @@ pub fn load_bundle_with(path: &Path, packages_dir: Option<&Path>) -> LoadReport 
         Some(packages_dir) => {
             // The Package document is the first document of goondan.yaml
             // (or of the one file given).
-            let package = parsed.iter().find(|f| f.path == file).and_then(|f| f.documents.first());
+            let package = parsed.iter().find(|f| same_path(&f.path, &file)).and_then(|f| f.documents.first());
             crate::packages::load_dependencies(&root, package.map(|d| &d.value), packages_dir, home.as_deref())
         }
         None => (Vec::new(), Vec::new()),
@@ -236,6 +267,13 @@ pub fn load_bundle_with(path: &Path, packages_dir: Option<&Path>) -> LoadReport 
     let report = assemble(parsed, Some(&root), file, home.as_deref(), dependencies);
     diagnostics.extend(report.diagnostics);
     LoadReport { bundle: report.bundle, diagnostics }
+}
+
+/// Whether two paths name the same file as written (`./goondan.yaml` and
+/// `goondan.yaml` do: a search of `.` finds the one, `-c` names the other).
+fn same_path(a: &Path, b: &Path) -> bool {
+    let written = |p| Path::components(p).filter(|c| !matches!(c, std::path::Component::CurDir));
+    written(a).eq(written(b))
 }
 
 /// `file` relative to `root` with `/` separators, else its full path.
@@ -863,9 +901,11 @@ impl Bundle {
 
     /// The files the runtime loads from this bundle as configuration or code
     /// (whether they exist or not): the bundle file, its lock file
-    /// ([`LOCK_FILE`]), every Agent's `prompt.systemRef`, and every Tool,
-    /// Extension and Connector `spec.entry`. Relative paths are joined to
-    /// the bundle's root; nothing is resolved on disk.
+    /// ([`LOCK_FILE`]), its other YAML files, those of its dependencies,
+    /// every Agent's `prompt.systemRef`, and every Tool, Extension and
+    /// Connector `spec.entry` (the file it falls back to when the one named
+    /// is not there: [`Bundle::entry_file`]). Relative paths are joined to
+    /// the bundle's root.
     pub fn loaded_files(&self) -> Vec<PathBuf> {
         let mut files = vec![self.file.clone(), self.root.join(LOCK_FILE)];
         files.extend(self.files.iter().filter(|f| f.path != self.file).map(|f| f.path.clone()));
@@ -873,16 +913,31 @@ impl Bundle {
             files.extend(dependency.loaded_files().into_iter().filter(|f| !f.ends_with(LOCK_FILE)));
         }
         for BundleResource { resource, .. } in &self.resources {
-            let file = match resource {
-                AnyResource::Agent(agent) => agent.spec.prompt.as_ref().and_then(|p| p.system_ref.as_deref()),
-                AnyResource::Tool(tool) => Some(tool.spec.entry.as_str()),
-                AnyResource::Extension(extension) => Some(extension.spec.entry.as_str()),
-                AnyResource::Connector(connector) => Some(connector.spec.entry.as_str()),
-                _ => None,
+            let entry = match resource {
+                AnyResource::Agent(agent) => {
+                    files.extend(
+                        agent.spec.prompt.as_ref().and_then(|p| p.system_ref.as_deref()).map(|f| self.root.join(f)),
+                    );
+                    continue;
+                }
+                AnyResource::Tool(tool) => &tool.spec.entry,
+                AnyResource::Extension(extension) => &extension.spec.entry,
+                AnyResource::Connector(connector) => &connector.spec.entry,
+                _ => continue,
             };
-            files.extend(file.map(|file| self.root.join(file)));
+            // The file an entry loads (an installed package's `dist/src/x.js`
+            // for `src/x.ts`: see `entry_file`), else the one it names.
+            let candidates = crate::packages::entry_candidates(&self.root, entry);
+            files.push(candidates.iter().find(|p| p.is_file()).cloned().unwrap_or_else(|| self.root.join(entry)));
         }
         files
+    }
+
+    /// The JSON of every document of the bundle's own files, by
+    /// [`BundleResource::doc_index`] (those that did not validate too);
+    /// empty for the compiled-in package.
+    pub fn documents(&self) -> &[serde_json::Value] {
+        &self.documents
     }
 
     /// The Tools a bundle's own agent's `spec.tools` names, resolved, in

@@ -8,8 +8,15 @@
 //! is charged to what uses the resource: a Model, Tool or Extension to the
 //! Agents that reference it, a Connector to its Connections. A Swarm, the
 //! Package or the lock file restarts everything; a resource nothing uses
-//! restarts nothing. The compiled-in `@goondan/base` cannot change while the
-//! program runs and is not part of a snapshot.
+//! restarts nothing. An installed dependency is compared whole (its
+//! documents and the files it loads): any change to it restarts everything.
+//! The compiled-in `@goondan/base` cannot change while the program runs and
+//! is not part of a snapshot.
+//!
+//! What is watched ([`WatchList`]) comes from the loader's own answer to
+//! which files make the bundle ([`crate::bundle_source_files`] and
+//! [`Bundle::loaded_files`]) plus the directories its search looked in, so
+//! that a split file created, removed or renamed there counts as an edit.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
@@ -35,14 +42,65 @@ const MAX_LISTED_FIELDS: usize = 6;
 pub fn watched_files(bundle: &Bundle) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = Vec::new();
     for file in bundle.loaded_files() {
-        // `absolute` only fails when the current directory is gone; the
-        // relative path is then still the best name for the file.
-        let file = std::path::absolute(&file).unwrap_or(file);
+        let file = absolute(file);
         if !files.contains(&file) {
             files.push(file);
         }
     }
     files
+}
+
+/// What `gdn run --watch` follows for a bundle: the files it loads
+/// ([`watched_files`]) and, for a bundle directory, every directory the
+/// search for its YAML files looked in
+/// ([`crate::packages::search_bundle_dir`]), where a bundle file (or a
+/// directory that may hold one) appearing or going away changes the bundle.
+/// Paths are absolute, as a file system watcher reports them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WatchList {
+    files: BTreeSet<PathBuf>,
+    searched: BTreeSet<PathBuf>,
+}
+
+impl WatchList {
+    /// The list for `bundle`, loaded from `config` (the `-c` path).
+    pub fn of(config: &Path, bundle: &Bundle) -> Self {
+        let files = watched_files(bundle).into_iter().collect();
+        let searched = crate::bundle::bundle_dir(config)
+            .map(|dir| crate::packages::search_bundle_dir(&dir).dirs)
+            .unwrap_or_default()
+            .into_iter()
+            .map(absolute)
+            .collect();
+        Self { files, searched }
+    }
+
+    /// The directories to watch, each without its subdirectories: those
+    /// of the files (that exist) and those searched.
+    pub fn dirs(&self) -> BTreeSet<PathBuf> {
+        let parents = self.files.iter().filter_map(|file| file.parent()).filter(|dir| dir.is_dir());
+        parents.map(Path::to_path_buf).chain(self.searched.iter().cloned()).collect()
+    }
+
+    /// Whether a change the watcher reports at `path` can change the
+    /// bundle: a file it loads; a searched directory (removed or renamed);
+    /// in a searched directory, a file with a bundle file's name or a new
+    /// directory that would be searched.
+    pub fn counts(&self, path: &Path) -> bool {
+        if self.files.contains(path) || self.searched.contains(path) {
+            return true;
+        }
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else { return false };
+        self.searched.contains(parent)
+            && (crate::packages::is_bundle_file_name(name)
+                || (crate::packages::is_searched_dir_name(name) && path.is_dir()))
+    }
+}
+
+fn absolute(path: PathBuf) -> PathBuf {
+    // `absolute` only fails when the current directory is gone; the
+    // relative path is then still the best name for the file.
+    std::path::absolute(&path).unwrap_or(path)
 }
 
 /// A resource's kind and name.
@@ -131,6 +189,23 @@ struct ResourcePrint {
     file: Option<LoadedFile>,
 }
 
+/// An installed dependency, whole.
+#[derive(Debug, Clone, PartialEq)]
+struct PackagePrint {
+    documents: Vec<JsonValue>,
+    files: Vec<(PathBuf, FileState)>,
+}
+
+impl PackagePrint {
+    fn of(package: &Bundle) -> Self {
+        let files = package.loaded_files().into_iter().map(|file| {
+            let state = FileState::of(&file);
+            (file, state)
+        });
+        Self { documents: package.documents().to_vec(), files: files.collect() }
+    }
+}
+
 /// A snapshot of what each resource of a bundle is — its parsed document
 /// and the hash of the file it loads — and of which resources each Agent and
 /// Connection uses. Two snapshots are compared with [`changes`].
@@ -138,6 +213,9 @@ struct ResourcePrint {
 pub struct BundleFingerprint {
     resources: BTreeMap<ResourceKey, ResourcePrint>,
     lock: FileState,
+    /// Each installed dependency by name: its documents and the state of
+    /// every file it loads.
+    packages: BTreeMap<String, PackagePrint>,
     /// Agent name → the bundle's own Model, Tools and Extensions it references.
     agent_uses: BTreeMap<String, BTreeSet<ResourceKey>>,
     /// Connection name → the bundle's own Connector it references.
@@ -200,7 +278,15 @@ impl BundleFingerprint {
                 _ => {}
             }
         }
-        Self { resources, lock: FileState::of(&root.join(LOCK_FILE)), agent_uses, connection_uses }
+        let packages = bundle
+            .dependencies()
+            .iter()
+            .map(|package| {
+                let name = package.package_name().map_or_else(|| package.root().display().to_string(), str::to_owned);
+                (name, PackagePrint::of(package))
+            })
+            .collect();
+        Self { resources, lock: FileState::of(&root.join(LOCK_FILE)), packages, agent_uses, connection_uses }
     }
 }
 
@@ -208,7 +294,8 @@ impl BundleFingerprint {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BundleChanges {
     /// The swarm-level shape changed — a Swarm (its agents, entry agent,
-    /// policy), the Package, or the lock file — so everything restarts.
+    /// policy), the Package, the lock file or an installed dependency — so
+    /// everything restarts.
     /// [`agents`](Self::agents) and [`connections`](Self::connections) still
     /// list what the other changes touch.
     pub everything: bool,
@@ -276,6 +363,17 @@ pub fn changes(old: &BundleFingerprint, new: &BundleFingerprint) -> BundleChange
     if old.lock != new.lock {
         out.everything = true;
         out.described.push(format!("{LOCK_FILE} changed → everything restarts"));
+    }
+    let packages: BTreeSet<&String> = old.packages.keys().chain(new.packages.keys()).collect();
+    for name in packages {
+        let what = match (old.packages.get(name), new.packages.get(name)) {
+            (Some(_), None) => "removed",
+            (None, Some(_)) => "added",
+            (Some(before), Some(after)) if before != after => "changed",
+            _ => continue,
+        };
+        out.everything = true;
+        out.described.push(format!("package {name} {what} → everything restarts"));
     }
     out
 }
@@ -649,6 +747,76 @@ spec:
         })?;
         assert_eq!(changed.agents, set(&["writer"]));
         assert_eq!(changed.described.len(), 2, "{:?}", changed.described);
+        Ok(())
+    }
+
+    #[test]
+    fn split_files_and_directories_appearing_where_the_loader_searches_count() -> TestResult {
+        let dir = bundle_dir()?;
+        let root = std::path::absolute(dir.path())?;
+        std::fs::create_dir_all(root.join("node_modules/x"))?;
+        let bundle = load_valid(&root)?;
+        for config in [root.clone(), root.join("goondan.yaml")] {
+            let list = WatchList::of(&config, &bundle);
+            assert!(list.dirs().contains(&root) && list.dirs().contains(&root.join("tools")));
+            assert!(!list.dirs().contains(&root.join("node_modules")), "{:?}", list.dirs());
+            // Loaded files, and bundle files not there yet, in any searched directory.
+            for path in ["goondan.yaml", "tools/notes.js", "agents.yaml", "Tools.YML", "prompts/models.yml"] {
+                assert!(list.counts(&root.join(path)), "{path}");
+            }
+            for path in ["notes.txt", "tools/other.js", "node_modules/x/agents.yaml", "dist"] {
+                assert!(!list.counts(&root.join(path)), "{path}");
+            }
+            // A directory made where the loader searches (its files are found at the reload).
+            std::fs::create_dir_all(root.join("more"))?;
+            std::fs::create_dir_all(root.join("dist"))?;
+            assert!(list.counts(&root.join("more")));
+            assert!(!list.counts(&root.join("dist")), "dist is never searched");
+            // A searched directory going away.
+            assert!(list.counts(&root.join("prompts")));
+            std::fs::remove_dir(root.join("more"))?;
+        }
+        // A YAML file of another name is the bundle alone: nothing else counts.
+        std::fs::copy(root.join("goondan.yaml"), root.join("alone.yaml"))?;
+        let alone = load_valid(&root.join("alone.yaml"))?;
+        let list = WatchList::of(&root.join("alone.yaml"), &alone);
+        assert!(list.counts(&root.join("alone.yaml")));
+        assert!(!list.counts(&root.join("agents.yaml")));
+        Ok(())
+    }
+
+    #[test]
+    fn an_installed_dependency_changing_restarts_everything() -> TestResult {
+        let dir = bundle_dir()?;
+        let packages = tempfile::tempdir()?;
+        let package = packages.path().join("acme/dep/1.0.0");
+        std::fs::create_dir_all(package.join("src"))?;
+        std::fs::write(
+            package.join("goondan.yaml"),
+            "apiVersion: goondan.ai/v1\nkind: Package\nmetadata: {name: '@acme/dep'}\nspec: {version: 1.0.0}\n---\n\
+             apiVersion: goondan.ai/v1\nkind: Tool\nmetadata: {name: t}\n\
+             spec: {entry: ./src/t.ts, exports: [{name: go, description: Goes.}]}\n",
+        )?;
+        // Installed compiled, as a published package ships it.
+        std::fs::create_dir_all(package.join("dist/src"))?;
+        std::fs::write(package.join("dist/src/t.js"), TOOL_JS)?;
+        let text = std::fs::read_to_string(dir.path().join("goondan.yaml"))?;
+        let package_doc = "apiVersion: goondan.ai/v1\nkind: Package\nmetadata: {name: user}\n\
+             spec: {version: 0.1.0, dependencies: [{name: '@acme/dep', version: 1.0.0}]}\n---\n";
+        std::fs::write(dir.path().join("goondan.yaml"), format!("{package_doc}{text}"))?;
+        let load = |root: &Path| -> Result<BundleFingerprint, String> {
+            let report = crate::bundle::load_bundle_with(root, Some(packages.path()));
+            report.valid_bundle().map(BundleFingerprint::of).ok_or_else(|| format!("{:#?}", report.diagnostics))
+        };
+        let before = load(dir.path())?;
+        assert!(changes(&before, &load(dir.path())?).restarts_nothing());
+        // The file the entry falls back to is the one loaded, and watched.
+        let bundle = crate::bundle::load_bundle_with(dir.path(), Some(packages.path())).bundle.ok_or("no bundle")?;
+        assert!(watched_files(&bundle).contains(&std::path::absolute(package.join("dist/src/t.js"))?));
+        std::fs::write(package.join("dist/src/t.js"), "// changed\n")?;
+        let changed = changes(&before, &load(dir.path())?);
+        assert!(changed.everything);
+        assert_eq!(changed.described, ["package @acme/dep changed → everything restarts"]);
         Ok(())
     }
 

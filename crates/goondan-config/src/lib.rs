@@ -28,9 +28,10 @@ pub mod yaml;
 
 pub use bundle::{
     AgentNameClash, BASE_PACKAGE, Bundle, BundleResource, LOCK_FILE, LoadReport, PackageScope, ResolveError, Resolved,
-    Scoped, SourceFile, base_package, load_bundle, load_bundle_with, load_from_str, resolve_bundle_file,
+    Scoped, SourceFile, base_package, bundle_dir, bundle_source_files, load_bundle, load_bundle_with, load_from_str,
+    resolve_bundle_file,
 };
-pub use changes::{BundleChanges, BundleFingerprint, ResourceKey, changes, watched_files};
+pub use changes::{BundleChanges, BundleFingerprint, ResourceKey, WatchList, changes, watched_files};
 pub use diagnostic::{Diagnostic, DiagnosticCode, Severity};
 pub use placement::{
     AgentPlacement, HostLabels, LabelError, MAX_LABEL_LEN, check_label_name, check_label_value, labels_match,

@@ -61,6 +61,32 @@ const MAX_DEPTH: usize = 32;
 /// The most directories searched.
 pub const MAX_DIRS: usize = 10_000;
 
+/// Whether `name` (a file's name, without its directory) is one of the
+/// names a bundle directory's files have ([`BUNDLE_FILE_NAMES`] with
+/// `.yaml` or `.yml`, any case).
+pub fn is_bundle_file_name(name: &std::ffi::OsStr) -> bool {
+    let name = name.to_string_lossy().to_lowercase();
+    let stem = name.strip_suffix(".yaml").or_else(|| name.strip_suffix(".yml"));
+    stem.is_some_and(|stem| BUNDLE_FILE_NAMES.contains(&stem))
+}
+
+/// Whether a directory of this name is searched for bundle files (not
+/// `dist`, `node_modules`, `.git`).
+pub fn is_searched_dir_name(name: &std::ffi::OsStr) -> bool {
+    !SKIPPED_DIRS.contains(&name.to_string_lossy().to_lowercase().as_str())
+}
+
+/// What a search of a bundle directory found: its bundle files (see
+/// [`collect_bundle_files`]) and every directory it looked in (where a new
+/// bundle file would be found: what `gdn run --watch` watches).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BundleSearch {
+    /// The bundle files, in load order.
+    pub files: Vec<PathBuf>,
+    /// The directories searched, `dir` first.
+    pub dirs: Vec<PathBuf>,
+}
+
 /// The bundle files under `dir`, sorted by path as the original sorts them
 /// (`localeCompare`, approximated as case-insensitive then bytewise).
 /// Symbolic links are not followed (the original's `readdir` entries of a
@@ -71,43 +97,45 @@ pub const MAX_DIRS: usize = 10_000;
 /// (the home directory) must not walk its whole tree to say so. It visits
 /// at most [`MAX_DIRS`] directories.
 pub fn collect_bundle_files(dir: &Path) -> Vec<PathBuf> {
-    let mut top = Vec::new();
+    search_bundle_dir(dir).files
+}
+
+/// [`collect_bundle_files`] with the directories it searched.
+pub fn search_bundle_dir(dir: &Path) -> BundleSearch {
+    let mut top = BundleSearch::default();
     let mut budget = 1;
     walk(dir, MAX_DEPTH, &mut budget, &mut top);
-    if top.is_empty() {
-        return top;
+    if top.files.is_empty() {
+        return BundleSearch::default();
     }
-    let mut found = Vec::new();
+    let mut found = BundleSearch::default();
     let mut budget = MAX_DIRS;
     walk(dir, 0, &mut budget, &mut found);
-    found.sort_by(|a, b| {
+    found.files.sort_by(|a, b| {
         let (a, b) = (a.to_string_lossy(), b.to_string_lossy());
         a.to_lowercase().cmp(&b.to_lowercase()).then_with(|| a.cmp(&b))
     });
     found
 }
 
-fn walk(dir: &Path, depth: usize, budget: &mut usize, found: &mut Vec<PathBuf>) {
+fn walk(dir: &Path, depth: usize, budget: &mut usize, found: &mut BundleSearch) {
     if *budget == 0 {
         return;
     }
     *budget -= 1;
     let Ok(entries) = std::fs::read_dir(dir) else { return };
+    found.dirs.push(dir.to_path_buf());
     for entry in entries.flatten() {
         let Ok(file_type) = entry.file_type() else { continue };
-        let name = entry.file_name().to_string_lossy().to_lowercase();
+        let name = entry.file_name();
         if file_type.is_dir() {
-            if depth < MAX_DEPTH && !SKIPPED_DIRS.contains(&name.as_str()) {
+            if depth < MAX_DEPTH && is_searched_dir_name(&name) {
                 walk(&entry.path(), depth + 1, budget, found);
             }
             continue;
         }
-        if !file_type.is_file() {
-            continue;
-        }
-        let stem = name.strip_suffix(".yaml").or_else(|| name.strip_suffix(".yml"));
-        if stem.is_some_and(|stem| BUNDLE_FILE_NAMES.contains(&stem)) {
-            found.push(entry.path());
+        if file_type.is_file() && is_bundle_file_name(&name) {
+            found.files.push(entry.path());
         }
     }
 }

@@ -200,7 +200,8 @@ pub struct ModelSpec {
 }
 
 /// A secret or setting given inline or through the environment:
-/// `{value: "..."}` or `{valueFrom: {env: NAME}}`.
+/// `{value: "..."}`, `{valueFrom: {env: NAME}}` or, as the original,
+/// `{valueFrom: {secretRef: {ref: "Secret/<name>", key: KEY}}}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ValueSource {
@@ -212,11 +213,80 @@ pub struct ValueSource {
     pub value_from: Option<ValueFrom>,
 }
 
-/// The environment variable of a [`ValueSource`].
+/// Where a [`ValueSource`] that is not inline reads its value.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ValueFrom {
-    /// The variable's name.
-    pub env: String,
+#[serde(rename_all = "camelCase")]
+pub enum ValueFrom {
+    /// `{env: NAME}`: the environment variable `NAME`.
+    Env(String),
+    /// `{secretRef: {ref: "Secret/<name>", key: KEY}}`: a named secret,
+    /// read from the environment as the original reads it (see
+    /// [`SecretRef::variables`]).
+    SecretRef(SecretRef),
+}
+
+/// `valueFrom.secretRef`: a key of a named secret.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecretRef {
+    /// `Secret/<name>`.
+    #[serde(rename = "ref")]
+    pub reference: String,
+    /// The key within the secret (the original's default: the name of the
+    /// field that holds the reference).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+impl SecretRef {
+    /// The secret's name: what follows `Secret/` (`None` when `ref` is not
+    /// of that form, which validation reports).
+    pub fn secret_name(&self) -> Option<&str> {
+        let name = self.reference.trim().strip_prefix("Secret/")?.trim();
+        (!name.is_empty() && !name.contains('/')).then_some(name)
+    }
+
+    /// The environment variables that may hold the secret, in the order
+    /// the original tries them: `GOONDAN_SECRET_<NAME>_<KEY>`,
+    /// `GOONDAN_SECRET_<NAME>_<FIELD>`, `GOONDAN_SECRET_<NAME>`, then the
+    /// same with `SECRET_` (each part upper-cased, every run of other
+    /// characters than letters and digits made one `_`). `field` is the
+    /// name of the field holding the reference (`apiKey`, a Connection's
+    /// secret's key), the key's default.
+    pub fn variables(&self, field: &str) -> Vec<String> {
+        let Some(name) = self.secret_name() else { return Vec::new() };
+        let secret = env_token(name);
+        let field = env_token(field);
+        let key = self.key.as_deref().map(env_token).unwrap_or_else(|| field.clone());
+        let mut names = Vec::with_capacity(6);
+        for prefix in ["GOONDAN_SECRET_", "SECRET_"] {
+            for suffix in [key.as_str(), field.as_str(), ""] {
+                let name =
+                    if suffix.is_empty() { format!("{prefix}{secret}") } else { format!("{prefix}{secret}_{suffix}") };
+                if !names.contains(&name) {
+                    names.push(name);
+                }
+            }
+        }
+        names
+    }
+}
+
+/// A name as one part of an environment variable's name: upper case,
+/// every run of characters other than ASCII letters and digits one `_`,
+/// none at either end.
+fn env_token(text: &str) -> String {
+    let mut token = String::with_capacity(text.len());
+    for c in text.trim().chars() {
+        if c.is_ascii_alphanumeric() {
+            token.push(c.to_ascii_uppercase());
+        } else if !token.is_empty() && !token.ends_with('_') {
+            token.push('_');
+        }
+    }
+    while token.ends_with('_') {
+        token.pop();
+    }
+    token
 }
 
 /// Why a [`ValueSource`] gives no value.
@@ -228,9 +298,37 @@ pub enum ValueSourceError {
         /// The variable.
         variable: String,
     },
+    /// `valueFrom.secretRef` names a secret none of whose variables is set.
+    #[error("the secret {reference} (valueFrom.secretRef) is not set: set one of {}", variables.join(", "))]
+    SecretUnset {
+        /// `Secret/<name>`.
+        reference: String,
+        /// The variables tried, in order.
+        variables: Vec<String>,
+    },
+    /// `valueFrom.secretRef.ref` is not `Secret/<name>`.
+    #[error("valueFrom.secretRef.ref must be Secret/<name>, got '{reference}'")]
+    SecretRefShape {
+        /// What it is.
+        reference: String,
+    },
     /// Neither form: not `{value: "..."}` nor `{valueFrom: {env: NAME}}`.
-    #[error("must be {{value: \"...\"}} or {{valueFrom: {{env: NAME}}}}")]
+    #[error(
+        "must be {{value: \"...\"}}, {{valueFrom: {{env: NAME}}}} or {{valueFrom: {{secretRef: {{ref: Secret/NAME, key: KEY}}}}}}"
+    )]
     Shape,
+}
+
+impl ValueSourceError {
+    /// The variable to set for the value (the first tried), if that is
+    /// what is wrong.
+    pub fn unset_variable(&self) -> Option<&str> {
+        match self {
+            Self::Unset { variable } => Some(variable),
+            Self::SecretUnset { variables, .. } => variables.first().map(String::as_str),
+            Self::SecretRefShape { .. } | Self::Shape => None,
+        }
+    }
 }
 
 impl ValueSource {
@@ -241,13 +339,14 @@ impl ValueSource {
 
     /// A reference to the environment variable `variable`.
     pub fn env(variable: impl Into<String>) -> Self {
-        Self { value: None, value_from: Some(ValueFrom { env: variable.into() }) }
+        Self { value: None, value_from: Some(ValueFrom::Env(variable.into())) }
     }
 
     /// Reads a value source from configuration that no schema checked (an
     /// extension's config, a Connection's `secrets`): exactly
-    /// `{value: "..."}` or `{valueFrom: {env: NAME}}`, no other key, else
-    /// `None`.
+    /// `{value: "..."}`, `{valueFrom: {env: NAME}}` or
+    /// `{valueFrom: {secretRef: {ref, key?}}}` with string fields, no other
+    /// key, else `None`.
     pub fn from_json(value: &JsonValue) -> Option<Self> {
         let JsonValue::Object(map) = value else { return None };
         if map.len() != 1 {
@@ -255,8 +354,21 @@ impl ValueSource {
         }
         match map.iter().next() {
             Some((key, JsonValue::String(text))) if key == "value" => Some(Self::inline(text.clone())),
-            Some((key, JsonValue::Object(from))) if key == "valueFrom" && from.len() == 1 => match from.get("env") {
-                Some(JsonValue::String(variable)) => Some(Self::env(variable.clone())),
+            Some((key, JsonValue::Object(from))) if key == "valueFrom" && from.len() == 1 => match from.iter().next() {
+                Some((key, JsonValue::String(variable))) if key == "env" => Some(Self::env(variable.clone())),
+                Some((key, JsonValue::Object(secret))) if key == "secretRef" => {
+                    let only_known = secret.keys().all(|k| k == "ref" || k == "key");
+                    let reference = secret.get("ref")?.as_str()?.to_owned();
+                    let key = match secret.get("key") {
+                        None => None,
+                        Some(JsonValue::String(key)) => Some(key.clone()),
+                        Some(_) => return None,
+                    };
+                    only_known.then_some(Self {
+                        value: None,
+                        value_from: Some(ValueFrom::SecretRef(SecretRef { reference, key })),
+                    })
+                }
                 _ => None,
             },
             _ => None,
@@ -264,39 +376,63 @@ impl ValueSource {
     }
 
     /// The value: the inline one, else the variable's through `env` (the
-    /// caller's lookup decides what counts as set).
-    pub fn resolve(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<String, ValueSourceError> {
+    /// caller's lookup decides what counts as set). `field` names the field
+    /// that holds this source (`apiKey`, a Connection's secret's key): the
+    /// default key of a `secretRef`.
+    pub fn resolve(&self, field: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, ValueSourceError> {
         match (&self.value, &self.value_from) {
             (Some(value), _) => Ok(value.clone()),
-            (None, Some(from)) => env(&from.env).ok_or_else(|| ValueSourceError::Unset { variable: from.env.clone() }),
+            (None, Some(ValueFrom::Env(variable))) => {
+                env(variable).ok_or_else(|| ValueSourceError::Unset { variable: variable.clone() })
+            }
+            (None, Some(ValueFrom::SecretRef(secret))) => {
+                let variables = secret.variables(field);
+                if variables.is_empty() {
+                    return Err(ValueSourceError::SecretRefShape { reference: secret.reference.clone() });
+                }
+                variables.iter().find_map(|variable| env(variable)).ok_or_else(|| ValueSourceError::SecretUnset {
+                    reference: secret.reference.trim().to_owned(),
+                    variables,
+                })
+            }
             (None, None) => Err(ValueSourceError::Shape),
         }
     }
 
-    /// The variable `value` reads through `valueFrom.env`, whatever else it
-    /// holds: what a scan for the secrets a bundle reads looks for (reading
-    /// more than is valid is the safe side there).
-    pub fn env_variable_of(value: &JsonValue) -> Option<&str> {
-        value.pointer("/valueFrom/env").and_then(JsonValue::as_str)
+    /// The variables `value` may read through `valueFrom` (`env`, or each
+    /// candidate of a `secretRef`, `field` being the name of the field that
+    /// holds it), whatever else it holds: what a scan for the secrets a
+    /// bundle reads looks for (reading more than is valid is the safe side
+    /// there).
+    pub fn env_variables_of(value: &JsonValue, field: &str) -> Vec<String> {
+        if let Some(name) = value.pointer("/valueFrom/env").and_then(JsonValue::as_str) {
+            return vec![name.to_owned()];
+        }
+        let Some(secret) = value.pointer("/valueFrom/secretRef") else { return Vec::new() };
+        let (Some(reference), key) =
+            (secret.get("ref").and_then(JsonValue::as_str), secret.get("key").and_then(JsonValue::as_str))
+        else {
+            return Vec::new();
+        };
+        SecretRef { reference: reference.to_owned(), key: key.map(str::to_owned) }.variables(field)
     }
 
-    /// Every variable read through `valueFrom.env` anywhere within `value`
-    /// ([`env_variable_of`](Self::env_variable_of) at every depth).
+    /// Every variable read through `valueFrom` anywhere within `value`
+    /// ([`env_variables_of`](Self::env_variables_of) at every depth, the
+    /// field being the key that holds each).
     pub fn env_variables_within(value: &JsonValue) -> BTreeSet<String> {
-        fn collect(value: &JsonValue, names: &mut BTreeSet<String>) {
+        fn collect(field: &str, value: &JsonValue, names: &mut BTreeSet<String>) {
             match value {
                 JsonValue::Object(map) => {
-                    if let Some(name) = ValueSource::env_variable_of(value) {
-                        names.insert(name.to_owned());
-                    }
-                    map.values().for_each(|nested| collect(nested, names));
+                    names.extend(ValueSource::env_variables_of(value, field));
+                    map.iter().for_each(|(key, nested)| collect(key, nested, names));
                 }
-                JsonValue::Array(items) => items.iter().for_each(|nested| collect(nested, names)),
+                JsonValue::Array(items) => items.iter().for_each(|nested| collect(field, nested, names)),
                 _ => {}
             }
         }
         let mut names = BTreeSet::new();
-        collect(value, &mut names);
+        collect("", value, &mut names);
         names
     }
 }
@@ -728,26 +864,90 @@ mod tests {
 
     #[test]
     fn a_value_source_resolves_inline_or_from_the_environment() {
-        assert_eq!(ValueSource::inline("x").resolve(&lookup), Ok("x".to_owned()));
-        assert_eq!(ValueSource::env("SET").resolve(&lookup), Ok("from-env".to_owned()));
-        let unset = ValueSource::env("UNSET").resolve(&lookup);
+        assert_eq!(ValueSource::inline("x").resolve("f", &lookup), Ok("x".to_owned()));
+        assert_eq!(ValueSource::env("SET").resolve("f", &lookup), Ok("from-env".to_owned()));
+        let unset = ValueSource::env("UNSET").resolve("f", &lookup);
         assert_eq!(unset, Err(ValueSourceError::Unset { variable: "UNSET".to_owned() }));
         assert_eq!(
             unset.map_err(|error| error.to_string()),
             Err("the environment variable 'UNSET' (valueFrom.env) is not set".to_owned())
         );
-        let neither = ValueSource { value: None, value_from: None }.resolve(&lookup);
+        let neither = ValueSource { value: None, value_from: None }.resolve("f", &lookup);
         assert_eq!(
             neither.map_err(|error| error.to_string()),
-            Err("must be {value: \"...\"} or {valueFrom: {env: NAME}}".to_owned())
+            Err("must be {value: \"...\"}, {valueFrom: {env: NAME}} or {valueFrom: {secretRef: {ref: Secret/NAME, \
+                 key: KEY}}}"
+                .to_owned())
         );
+    }
+
+    fn secret(reference: &str, key: Option<&str>) -> ValueSource {
+        let secret = SecretRef { reference: reference.to_owned(), key: key.map(str::to_owned) };
+        ValueSource { value: None, value_from: Some(ValueFrom::SecretRef(secret)) }
+    }
+
+    #[test]
+    fn a_secret_ref_reads_the_variables_the_original_tries_in_its_order() {
+        let source = secret("Secret/slack-oauth", Some("client_secret"));
+        let Some(ValueFrom::SecretRef(reference)) = &source.value_from else { panic!("a secretRef") };
+        assert_eq!(
+            reference.variables("clientSecret"),
+            [
+                "GOONDAN_SECRET_SLACK_OAUTH_CLIENT_SECRET",
+                "GOONDAN_SECRET_SLACK_OAUTH_CLIENTSECRET",
+                "GOONDAN_SECRET_SLACK_OAUTH",
+                "SECRET_SLACK_OAUTH_CLIENT_SECRET",
+                "SECRET_SLACK_OAUTH_CLIENTSECRET",
+                "SECRET_SLACK_OAUTH",
+            ]
+        );
+        // Without a key, the field is the key; the duplicate is tried once.
+        let Some(ValueFrom::SecretRef(keyless)) = secret(" Secret/db ", None).value_from else { panic!() };
+        assert_eq!(
+            keyless.variables("--pass word--"),
+            ["GOONDAN_SECRET_DB_PASS_WORD", "GOONDAN_SECRET_DB", "SECRET_DB_PASS_WORD", "SECRET_DB"]
+        );
+        // The first set one wins, a later candidate included.
+        let env = |name: &str| match name {
+            "SECRET_SLACK_OAUTH" => Some("general".to_owned()),
+            "GOONDAN_SECRET_SLACK_OAUTH" => Some("goondan".to_owned()),
+            _ => None,
+        };
+        assert_eq!(source.resolve("clientSecret", &env), Ok("goondan".to_owned()));
+        let unset = secret("Secret/other", Some("k")).resolve("f", &env);
+        assert_eq!(
+            unset.clone().map_err(|e| e.to_string()),
+            Err("the secret Secret/other (valueFrom.secretRef) is not set: set one of GOONDAN_SECRET_OTHER_K, \
+                 GOONDAN_SECRET_OTHER_F, GOONDAN_SECRET_OTHER, SECRET_OTHER_K, SECRET_OTHER_F, SECRET_OTHER"
+                .to_owned())
+        );
+        assert_eq!(unset.err().as_ref().and_then(ValueSourceError::unset_variable), Some("GOONDAN_SECRET_OTHER_K"));
+        for bad in ["slack", "Secret/", "Secret/a/b", "Vault/x"] {
+            assert_eq!(
+                secret(bad, None).resolve("f", &env),
+                Err(ValueSourceError::SecretRefShape { reference: bad.to_owned() }),
+                "{bad}"
+            );
+        }
     }
 
     #[test]
     fn only_the_two_forms_read_from_json() {
         assert_eq!(ValueSource::from_json(&json!({"value": "x"})), Some(ValueSource::inline("x")));
         assert_eq!(ValueSource::from_json(&json!({"valueFrom": {"env": "K"}})), Some(ValueSource::env("K")));
+        assert_eq!(
+            ValueSource::from_json(&json!({"valueFrom": {"secretRef": {"ref": "Secret/s", "key": "k"}}})),
+            Some(secret("Secret/s", Some("k")))
+        );
+        assert_eq!(
+            ValueSource::from_json(&json!({"valueFrom": {"secretRef": {"ref": "Secret/s"}}})),
+            Some(secret("Secret/s", None))
+        );
         for other in [
+            json!({"valueFrom": {"secretRef": {"ref": "Secret/s", "key": 1}}}),
+            json!({"valueFrom": {"secretRef": {"key": "k"}}}),
+            json!({"valueFrom": {"secretRef": {"ref": "Secret/s", "name": "n"}}}),
+            json!({"valueFrom": {"env": "K", "secretRef": {"ref": "Secret/s"}}}),
             json!("plain"),
             json!({}),
             json!({"value": 1}),
@@ -763,14 +963,27 @@ mod tests {
 
     #[test]
     fn a_scan_finds_every_variable_read_at_any_depth() {
-        assert_eq!(ValueSource::env_variable_of(&json!({"valueFrom": {"env": "K", "extra": 1}})), Some("K"));
-        assert_eq!(ValueSource::env_variable_of(&json!({"value": "K"})), None);
+        assert_eq!(ValueSource::env_variables_of(&json!({"valueFrom": {"env": "K", "extra": 1}}), "f"), ["K"]);
+        assert!(ValueSource::env_variables_of(&json!({"value": "K"}), "f").is_empty());
         let tree = json!({
             "spec": {"apiKey": {"valueFrom": {"env": "ONE"}}, "list": [{"valueFrom": {"env": "TWO"}}, "x"]},
+            "secrets": {"token": {"valueFrom": {"secretRef": {"ref": "Secret/bot"}}}},
             "nested": {"valueFrom": {"env": "THREE"}, "inner": {"valueFrom": {"env": "FOUR"}}},
             "number": {"valueFrom": {"env": 5}},
         });
         let found: Vec<String> = ValueSource::env_variables_within(&tree).into_iter().collect();
-        assert_eq!(found, ["FOUR", "ONE", "THREE", "TWO"]);
+        assert_eq!(
+            found,
+            [
+                "FOUR",
+                "GOONDAN_SECRET_BOT",
+                "GOONDAN_SECRET_BOT_TOKEN",
+                "ONE",
+                "SECRET_BOT",
+                "SECRET_BOT_TOKEN",
+                "THREE",
+                "TWO"
+            ]
+        );
     }
 }

@@ -33,8 +33,18 @@ fn value_source() -> JsonValue {
             "value": {"type": "string"},
             "valueFrom": {
                 "type": "object",
-                "required": ["env"],
-                "properties": {"env": {"type": "string", "minLength": 1}}
+                "properties": {
+                    "env": {"type": "string", "minLength": 1},
+                    "secretRef": {
+                        "type": "object",
+                        "required": ["ref"],
+                        "properties": {
+                            "ref": {"type": "string", "pattern": "^\\s*Secret/[^/]*[^/\\s][^/]*$"},
+                            "key": {"type": "string", "minLength": 1}
+                        }
+                    }
+                },
+                "oneOf": [{"required": ["env"]}, {"required": ["secretRef"]}]
             }
         },
         "oneOf": [{"required": ["value"]}, {"required": ["valueFrom"]}]
@@ -498,8 +508,14 @@ pub fn check_spec(kind: Kind, spec: &JsonValue) -> Vec<SchemaProblem> {
                 let message = format!("{path} must be one of {}, got {}", allowed.join(", "), error.instance());
                 (path, message)
             }
+            ValidationErrorKind::Pattern { .. } if path.ends_with("secretRef.ref") => {
+                let message = format!("{path} must be Secret/<name>, got {}", error.instance());
+                (path, message)
+            }
             ValidationErrorKind::OneOfNotValid { .. } | ValidationErrorKind::OneOfMultipleValid { .. } => {
-                let message = format!("{path} must have exactly one of 'value' or 'valueFrom'");
+                let (one, other) =
+                    if path.ends_with("valueFrom") { ("env", "secretRef") } else { ("value", "valueFrom") };
+                let message = format!("{path} must have exactly one of '{one}' or '{other}'");
                 (path, message)
             }
             _ => {
@@ -714,10 +730,21 @@ mod tests {
         let base = |key: JsonValue| json!({"provider": "openai", "model": "gpt", "apiKey": key});
         assert!(messages(Kind::Model, base(json!({"value": "k"}))).is_empty());
         assert!(messages(Kind::Model, base(json!({"valueFrom": {"env": "OPENAI_API_KEY"}}))).is_empty());
+        let secret = |reference: &str| json!({"valueFrom": {"secretRef": {"ref": reference, "key": "api_key"}}});
+        assert!(messages(Kind::Model, base(secret("Secret/openai"))).is_empty());
         assert_eq!(
             messages(Kind::Model, base(json!({}))),
             ["spec.apiKey | spec.apiKey must have exactly one of 'value' or 'valueFrom'"]
         );
+        assert_eq!(
+            messages(Kind::Model, base(json!({"valueFrom": {"env": "K", "secretRef": {"ref": "Secret/s"}}}))),
+            ["spec.apiKey.valueFrom | spec.apiKey.valueFrom must have exactly one of 'env' or 'secretRef'"]
+        );
+        for bad in ["openai", "Secret/", "Secret/a/b", "Secret/ "] {
+            let found = messages(Kind::Model, base(secret(bad)));
+            assert_eq!(found.len(), 1, "{bad}: {found:?}");
+            assert!(found[0].starts_with("spec.apiKey.valueFrom.secretRef.ref |"), "{bad}: {found:?}");
+        }
     }
 
     #[test]

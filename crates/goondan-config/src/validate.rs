@@ -955,20 +955,43 @@ fn check_sandbox_paths(reporter: &mut DocReporter<'_>, map: &JsonObject, field: 
     good
 }
 
+/// `spec.sandbox.<key>` if it is there: a mapping, its keys other than
+/// `known` reported; one that is not a mapping is reported (with
+/// `suggestion`) and gives `None`, like an absent one.
+fn sandbox_section<'m>(
+    reporter: &mut DocReporter<'_>,
+    map: &'m JsonObject,
+    key: &str,
+    known: &[&str],
+    suggestion: &str,
+) -> Option<&'m JsonObject> {
+    let value = map.get(key)?;
+    let path = format!("spec.sandbox.{key}");
+    let Some(section) = value.as_object() else {
+        reporter.error(
+            DiagnosticCode::SandboxInvalid,
+            &path,
+            format!("{path} must be a mapping, got {}", goondan_core::json_type_name(value)),
+            Some(suggestion.to_owned()),
+        );
+        return None;
+    };
+    check_closed_keys(reporter, section, &path, known);
+    Some(section)
+}
+
 /// `spec.sandbox.network`: a mapping with only `allow`, a list of
 /// `host:port` entries. Returns how many entries it has.
 fn check_sandbox_network(reporter: &mut DocReporter<'_>, map: &JsonObject) -> usize {
-    let Some(network) = map.get("network") else { return 0 };
-    let Some(network) = network.as_object() else {
-        reporter.error(
-            DiagnosticCode::SandboxInvalid,
-            "spec.sandbox.network",
-            format!("spec.sandbox.network must be a mapping, got {}", goondan_core::json_type_name(network)),
-            Some("Write `network: {allow: [\"host:port\", …]}`.".to_owned()),
-        );
+    let Some(network) = sandbox_section(
+        reporter,
+        map,
+        "network",
+        &SANDBOX_NETWORK_KEYS,
+        "Write `network: {allow: [\"host:port\", …]}`.",
+    ) else {
         return 0;
     };
-    check_closed_keys(reporter, network, "spec.sandbox.network", &SANDBOX_NETWORK_KEYS);
     let Some(allow) = network.get("allow") else { return 0 };
     let Some(entries) = allow.as_array() else {
         let suggestion = match allow.as_str() {
@@ -1009,17 +1032,15 @@ fn check_sandbox_network(reporter: &mut DocReporter<'_>, map: &JsonObject) -> us
 /// `unlimited`), each checked by the parser the sandbox is built with.
 /// Returns how many bounds it sets.
 fn check_sandbox_limits(reporter: &mut DocReporter<'_>, map: &JsonObject) -> usize {
-    let Some(limits) = map.get("limits") else { return 0 };
-    let Some(limits) = limits.as_object() else {
-        reporter.error(
-            DiagnosticCode::SandboxInvalid,
-            "spec.sandbox.limits",
-            format!("spec.sandbox.limits must be a mapping, got {}", goondan_core::json_type_name(limits)),
-            Some("Write e.g. `limits: {processes: 512, fileSize: 1GiB, memory: 8GiB}`.".to_owned()),
-        );
+    let Some(limits) = sandbox_section(
+        reporter,
+        map,
+        "limits",
+        &SANDBOX_LIMITS_KEYS,
+        "Write e.g. `limits: {processes: 512, fileSize: 1GiB, memory: 8GiB}`.",
+    ) else {
         return 0;
     };
-    check_closed_keys(reporter, limits, "spec.sandbox.limits", &SANDBOX_LIMITS_KEYS);
     type Parse = fn(&JsonValue) -> Result<crate::sandbox::LimitBound, crate::sandbox::LimitError>;
     let fields: [(&str, Parse, &str); 3] = [
         (

@@ -12,7 +12,7 @@
 
 use goondan_config::PackageScope;
 use goondan_core::{ConversationState, JsonObject, MessageEvent};
-use goondan_runtime::extension::{AgentExtension, AgentPlugin, ExtensionError, ExtensionSetup, PluginInstall};
+use goondan_runtime::extension::{AgentExtension, ExtensionError, ExtensionSetup, PluginInstall};
 use goondan_runtime::{TurnContext, TurnOutcome};
 use goondan_tools::BoxFuture;
 use goondan_tools::{AsyncMiddleware, async_layer};
@@ -51,12 +51,6 @@ pub fn implements(extension: &AgentExtension) -> bool {
 /// [`implements`] and installs them.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct BaseExtensions;
-
-impl AgentPlugin for BaseExtensions {
-    fn begin(&self) -> Box<dyn PluginInstall> {
-        Box::new(BaseExtensions)
-    }
-}
 
 impl PluginInstall for BaseExtensions {
     fn claims(&self, extension: &AgentExtension) -> bool {

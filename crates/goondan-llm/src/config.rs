@@ -1,7 +1,7 @@
 //! From a `kind: Model` resource to a provider: which API, which endpoint,
 //! which key.
 //!
-//! The key comes from `apiKey` (`{value}` or `{valueFrom: {env}}`) or the
+//! The key comes from `apiKey` (`{value}`, `{valueFrom: {env}}` or `{valueFrom: {secretRef}}`) or the
 //! provider's usual environment variable; the endpoint from `spec.endpoint`
 //! (the base URL as the official SDKs take it, e.g.
 //! `https://api.openai.com/v1`), else `OPENAI_BASE_URL` /
@@ -165,11 +165,13 @@ impl ModelSettings {
         let set = |name: &str| lookup(name).filter(|value| !value.trim().is_empty());
         let api_key = match (&spec.api_key, kind) {
             (_, ProviderKind::Scripted) => None,
-            (Some(source), _) => Some(Secret::new(source.resolve(&set).map_err(|error| match error {
-                ValueSourceError::Unset { variable } => {
-                    ModelError::MissingKey { provider: kind.name().to_owned(), variable }
+            (Some(source), _) => Some(Secret::new(source.resolve("apiKey", &set).map_err(|error| {
+                match (&error, error.unset_variable()) {
+                    (ValueSourceError::Unset { .. }, Some(variable)) => {
+                        ModelError::MissingKey { provider: kind.name().to_owned(), variable: variable.to_owned() }
+                    }
+                    _ => ModelError::Config(format!("{}: spec.apiKey: {error}", kind.name())),
                 }
-                ValueSourceError::Shape => ModelError::Config(format!("{}: spec.apiKey {error}", kind.name())),
             })?)),
             (None, _) => {
                 let found = kind.key_variables().iter().find_map(|name| set(name));
@@ -267,7 +269,7 @@ mod tests {
 
     #[test]
     fn keys_come_from_the_value_source_or_the_usual_variable() {
-        let from_env = ValueSource { value: None, value_from: Some(ValueFrom { env: "MY_KEY".into() }) };
+        let from_env = ValueSource { value: None, value_from: Some(ValueFrom::Env("MY_KEY".into())) };
         let settings = ModelSettings::from_spec(
             &spec("openai", Some(from_env.clone()), None),
             &env(&[("MY_KEY", "k1")]),
@@ -294,10 +296,29 @@ mod tests {
         assert_eq!(
             settings.err().map(|e| e.to_string()),
             Some(
-                ModelError::Config("openai: spec.apiKey must be {value: \"...\"} or {valueFrom: {env: NAME}}".into())
-                    .to_string()
+                ModelError::Config(
+                    "openai: spec.apiKey: must be {value: \"...\"}, {valueFrom: {env: NAME}} or {valueFrom: \
+                     {secretRef: {ref: Secret/NAME, key: KEY}}}"
+                        .into()
+                )
+                .to_string()
             )
         );
+    }
+
+    #[test]
+    fn a_key_from_a_secret_ref_is_read_as_the_original_reads_it() {
+        let secret = ValueSource::from_json(&serde_json::json!({"valueFrom": {"secretRef": {"ref": "Secret/openai"}}}));
+        let secret = secret.unwrap_or_else(|| panic!("a secretRef"));
+        let found = ModelSettings::from_spec(
+            &spec("openai", Some(secret.clone()), None),
+            &env(&[("GOONDAN_SECRET_OPENAI_APIKEY", "k2")]),
+            Path::new("."),
+        );
+        assert_eq!(found.map(|s| s.api_key), Ok(Some(Secret::new("k2"))));
+        let missing = ModelSettings::from_spec(&spec("openai", Some(secret), None), &env(&[]), Path::new("."));
+        let message = missing.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(message.contains("Secret/openai") && message.contains("GOONDAN_SECRET_OPENAI_APIKEY"), "{message}");
     }
 
     #[test]

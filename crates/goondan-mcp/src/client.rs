@@ -33,8 +33,7 @@ use goondan_core::tls::SystemProxy;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelTaskParams, CancelledNotificationParam,
     ClientCapabilities, ClientConfig, ClientRequest, GetTaskParams, Implementation, ProgressNotificationParam,
-    ProgressToken, ProtocolVersion, RequestId, ServerNotification, ServerResult, SubscriptionFilter, Task, TaskPayload,
-    Tool,
+    ProgressToken, ProtocolVersion, ServerNotification, ServerResult, SubscriptionFilter, Task, TaskPayload, Tool,
 };
 use rmcp::service::{
     ClientLifecycleMode, ClientServiceExt, NotificationContext, PeerRequestOptions, RoleClient, RunningService,
@@ -413,6 +412,12 @@ pub enum ClientError {
     /// The MCP handshake or the tool listing failed.
     #[error("{0}")]
     Protocol(String),
+    /// A stdio server answered `server/discover` after the SDK had given up
+    /// on it (10 s) and sent `initialize` on the same stream: a server slow
+    /// to start (an interpreter's first start on a loaded machine), which a
+    /// fresh start usually gets past.
+    #[error("{0} (the server answered server/discover after 10 s)")]
+    LateDiscoverAnswer(String),
     /// The server did not finish starting in time.
     #[error("did not answer initialize and tools/list within {}s", STARTUP_TIMEOUT.as_secs())]
     Timeout,
@@ -698,7 +703,26 @@ async fn connect_in(
 ) -> Result<(Connection, Vec<Tool>), ClientError> {
     let client = ClientSide { notifications: Arc::clone(notifications) };
     match spec {
-        ServerConfig::Stdio(spec) => connect_stdio(server, spec, client, sandbox).await,
+        ServerConfig::Stdio(spec) => match connect_stdio(server, spec, client.clone(), sandbox, lifecycle()).await {
+            // A server that answered `server/discover` only after the SDK's
+            // 10 s: started again, waiting for that answer as long as the
+            // start may take; one that then says it does not know
+            // `server/discover` (an older revision) once more with
+            // `initialize`.
+            Err(ClientError::LateDiscoverAnswer(why)) => {
+                tracing::warn!(server, "MCP server slow to start ({why}); starting it again");
+                let discover =
+                    ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] };
+                match connect_stdio(server, spec, client.clone(), sandbox, discover).await {
+                    Err(ClientError::Protocol(why)) => {
+                        tracing::info!(server, "server/discover refused ({why}); starting it with initialize");
+                        connect_stdio(server, spec, client, sandbox, ClientLifecycleMode::Initialize).await
+                    }
+                    done => done,
+                }
+            }
+            done => done,
+        },
         ServerConfig::Http(spec) => connect_http(spec, client).await,
     }
 }
@@ -710,6 +734,7 @@ async fn connect_stdio(
     spec: &StdioServer,
     client: ClientSide,
     sandbox: Option<&goondan_sandbox::Sandbox>,
+    lifecycle: ClientLifecycleMode,
 ) -> Result<(Connection, Vec<Tool>), ClientError> {
     let mut command = Command::new(&spec.command);
     command
@@ -740,7 +765,19 @@ async fn connect_stdio(
     let (Some(stdout), Some(stdin)) = (child.0.stdout.take(), child.0.stdin.take()) else {
         return Err(ClientError::Protocol("the child's standard streams are not available".to_owned()));
     };
-    match handshake(client.serve_with_lifecycle((client_stream(stdout), stdin), lifecycle())).await {
+    let serving = async move {
+        client.serve_with_lifecycle((client_stream(stdout), stdin), lifecycle).await.map_err(|error| match error {
+            // The late answer to `server/discover` (id 0) where the answer
+            // to `initialize` was awaited: a result, or an older
+            // revision's error.
+            rmcp::service::ClientInitializeError::ConflictInitResponseId(..)
+            | rmcp::service::ClientInitializeError::UncorrelatedErrorResponse { .. } => {
+                ClientError::LateDiscoverAnswer(error.to_string())
+            }
+            other => ClientError::Protocol(other.to_string()),
+        })
+    };
+    match handshake(serving).await {
         Ok((service, tools)) => {
             let peer = service.peer().clone();
             let mut connection = Connection { service, peer, child: Some(child), tool_changes: None };
@@ -817,16 +854,32 @@ fn lifecycle() -> ClientLifecycleMode {
 
 /// Runs the handshake `serving` does, then lists the tools, within
 /// [`STARTUP_TIMEOUT`].
-async fn handshake<E: std::fmt::Display>(
+async fn handshake<E: Into<HandshakeError>>(
     serving: impl Future<Output = Result<RunningService<RoleClient, ClientSide>, E>>,
 ) -> Result<(RunningService<RoleClient, ClientSide>, Vec<Tool>), ClientError> {
     let started = tokio::time::timeout(STARTUP_TIMEOUT, async {
-        let service = serving.await.map_err(|e| ClientError::Protocol(e.to_string()))?;
+        let service = serving.await.map_err(|e| e.into().0)?;
         let tools = service.peer().list_all_tools().await.map_err(|e| ClientError::Protocol(e.to_string()))?;
         Ok::<_, ClientError>((service, tools))
     })
     .await;
     started.unwrap_or(Err(ClientError::Timeout))
+}
+
+/// A failed handshake as a [`ClientError`]: the SDK's errors as their
+/// text, ours as they are.
+struct HandshakeError(ClientError);
+
+impl From<ClientError> for HandshakeError {
+    fn from(error: ClientError) -> Self {
+        Self(error)
+    }
+}
+
+impl From<rmcp::service::ClientInitializeError> for HandshakeError {
+    fn from(error: rmcp::service::ClientInitializeError) -> Self {
+        Self(ClientError::Protocol(error.to_string()))
+    }
 }
 
 /// An HTTPS client ([`goondan_core::tls`]); no system proxy.
@@ -909,9 +962,17 @@ pub async fn call_tool_answer(
         Err(error) => return (Err(request_error(connection, &error)), None),
     };
     let route = progress.map(|listener| notifications.listen(handle.progress_token.clone(), listener));
-    let mut abandoned = CancelOnDrop { peer: connection.peer.clone(), id: Some(handle.id.clone()) };
+    let abandoned = {
+        let (peer, id) = (connection.peer.clone(), handle.id.clone());
+        let reason = "the caller stopped waiting (the tool call timed out or its turn was cancelled)".to_owned();
+        NoticeOnDrop::armed(async move {
+            if let Err(error) = peer.notify_cancelled(CancelledNotificationParam::new(Some(id), Some(reason))).await {
+                tracing::debug!("cannot send notifications/cancelled: {error}");
+            }
+        })
+    };
     let answered = handle.await_response().await;
-    abandoned.id = None;
+    abandoned.disarm();
     let result = match answered {
         Ok(ServerResult::CallToolResult(result)) => Ok(Answer::Complete(result)),
         Ok(ServerResult::CreateTaskResult(created)) => Ok(Answer::Task(created.task)),
@@ -983,7 +1044,12 @@ pub async fn follow_task(connection: &Connection, task: Task, cancelled: impl Fu
     tokio::pin!(cancelled);
     let task_id = task.task_id.clone();
     let seen = Instant::now();
-    let mut guard = TaskCancelOnDrop { peer: connection.peer.clone(), task_id: Some(task_id.clone()) };
+    // `tasks/cancel` if the follower stops before the task's end (the
+    // executor's deadline, a cancelled turn).
+    let guard = {
+        let (peer, task_id) = (connection.peer.clone(), task_id.clone());
+        NoticeOnDrop::armed(async move { cancel_task(&peer, task_id).await })
+    };
     let mut ttl = task.ttl_ms;
     let mut wait = if task.status.is_terminal() { Duration::ZERO } else { task_poll_interval(task.poll_interval_ms) };
     let outcome = loop {
@@ -1025,9 +1091,9 @@ pub async fn follow_task(connection: &Connection, task: Task, cancelled: impl Fu
     };
     match outcome {
         // The task has ended, or the connection with it.
-        TaskOutcome::Completed(_) | TaskOutcome::Cancelled | TaskOutcome::Exited => guard.task_id = None,
+        TaskOutcome::Completed(_) | TaskOutcome::Cancelled | TaskOutcome::Exited => guard.disarm(),
         TaskOutcome::Failed(_) | TaskOutcome::InputRequired | TaskOutcome::CancelledHere => {
-            guard.task_id = None;
+            guard.disarm();
             cancel_task(&connection.peer, task_id).await;
         }
     }
@@ -1055,21 +1121,31 @@ async fn cancel_task(peer: &Peer<RoleClient>, task_id: String) {
     }
 }
 
-/// Sends `tasks/cancel` when the follower of a task stops before its end
-/// (the executor's deadline, a cancelled turn).
-struct TaskCancelOnDrop {
-    peer: Peer<RoleClient>,
-    task_id: Option<String>,
+/// Tells the server what the caller abandoned (a request it stopped
+/// waiting for, a task it stopped following) if dropped before
+/// [`disarm`](Self::disarm): the notice runs on the current runtime, fire
+/// and forget — a drop cannot wait, and the notice is one send on a
+/// connection that ends with its server.
+struct NoticeOnDrop<F: Future<Output = ()> + Send + 'static> {
+    notice: Option<F>,
 }
 
-impl Drop for TaskCancelOnDrop {
+impl<F: Future<Output = ()> + Send + 'static> NoticeOnDrop<F> {
+    fn armed(notice: F) -> Self {
+        Self { notice: Some(notice) }
+    }
+
+    /// The caller saw the end: nothing to tell.
+    fn disarm(mut self) {
+        self.notice = None;
+    }
+}
+
+impl<F: Future<Output = ()> + Send + 'static> Drop for NoticeOnDrop<F> {
     fn drop(&mut self) {
-        let Some(task_id) = self.task_id.take() else { return };
-        let peer = self.peer.clone();
-        // Fire and forget: a drop cannot wait, and the notice is one send
-        // on a connection that ends with its server.
+        let Some(notice) = self.notice.take() else { return };
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move { cancel_task(&peer, task_id).await });
+            runtime.spawn(notice);
         }
     }
 }
@@ -1079,30 +1155,6 @@ fn request_error(connection: &Connection, error: &ServiceError) -> ClientError {
         ClientError::Exited
     } else {
         ClientError::Request(error.to_string())
-    }
-}
-
-/// Tells the server a request is abandoned when the caller stops waiting
-/// for it (a call timeout, a cancelled turn).
-struct CancelOnDrop {
-    peer: Peer<RoleClient>,
-    id: Option<RequestId>,
-}
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        let Some(id) = self.id.take() else { return };
-        let peer = self.peer.clone();
-        let reason = "the caller stopped waiting (the tool call timed out or its turn was cancelled)".to_owned();
-        // Fire and forget, as for `TaskCancelOnDrop`.
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                if let Err(error) = peer.notify_cancelled(CancelledNotificationParam::new(Some(id), Some(reason))).await
-                {
-                    tracing::debug!("cannot send notifications/cancelled: {error}");
-                }
-            });
-        }
     }
 }
 

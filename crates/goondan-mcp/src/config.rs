@@ -183,7 +183,7 @@ fn string_map(
     }
 }
 
-/// A literal string, `{value: "..."}` or `{valueFrom: {env: NAME}}`.
+/// A literal string, `{value: "..."}`, `{valueFrom: {env: NAME}}` or `{valueFrom: {secretRef: …}}`.
 fn resolve(
     server: &str,
     field: &str,
@@ -200,10 +200,13 @@ fn resolve(
                 return Err(field_error(
                     server,
                     field,
-                    "must be a string, {value: \"...\"} or {valueFrom: {env: NAME}}",
+                    "must be a string, {value: \"...\"}, {valueFrom: {env: NAME}} or {valueFrom: {secretRef: {ref: \
+                     Secret/NAME, key: KEY}}}",
                 ));
             };
-            source.resolve(env).map_err(|error| field_error(server, field, error.to_string()))
+            source
+                .resolve(field.rsplit('.').next().unwrap_or(field), env)
+                .map_err(|error| field_error(server, field, error.to_string()))
         }
         other => Err(field_error(server, field, format!("must be a string, got {}", json_type_name(other)))),
     }

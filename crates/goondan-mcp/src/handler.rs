@@ -421,7 +421,6 @@ mod tests {
 
     /// `node` to run `tests/fake-server.mjs`, or `None` (after saying why)
     /// to skip; with `GOONDAN_REQUIRE_MCP=1` (CI) a missing Node fails.
-    #[allow(clippy::print_stderr)]
     fn fake_server() -> Option<crate::config::StdioServer> {
         let node = std::process::Command::new("node")
             .arg("--version")
@@ -429,20 +428,12 @@ mod tests {
             .status()
             .is_ok_and(|s| s.success());
         if !node {
-            assert!(
-                std::env::var("GOONDAN_REQUIRE_MCP").as_deref() != Ok("1"),
-                "GOONDAN_REQUIRE_MCP=1 but no 'node' on PATH"
+            return goondan_test_support::skip_unless_required(
+                "GOONDAN_REQUIRE_MCP",
+                None,
+                "no 'node' on PATH to run the fake MCP server",
+                "no 'node' on PATH for the fake MCP server",
             );
-            eprintln!("skipping: no 'node' on PATH to run the fake MCP server");
-            // Counted by scripts/cargo-runner, which prints the total.
-            if let Some(path) = std::env::var_os("GOONDAN_TEST_SKIP_LOG")
-                && let Ok(mut log) = std::fs::OpenOptions::new().create(true).append(true).open(path)
-            {
-                use std::io::Write;
-                let test = std::thread::current().name().unwrap_or("?").to_owned();
-                let _ = writeln!(log, "{test}\tno 'node' on PATH for the fake MCP server");
-            }
-            return None;
         }
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake-server.mjs");
         Some(crate::config::StdioServer {

@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use goondan_core::ids::SpanIdGenerator;
 use goondan_runtime::context::{StepContext, StepOutcome};
-use goondan_runtime::extension::{AgentExtension, AgentPlugin, ExtensionError, ExtensionSetup, PluginInstall};
+use goondan_runtime::extension::{AgentExtension, ExtensionError, ExtensionSetup, PluginInstall};
 use goondan_tools::{
     AsyncMiddleware, BoxFuture, EventSink, Next, ToolCatalogItem, ToolHandler, ToolRegistry, ToolSource, async_layer,
 };
@@ -47,12 +47,6 @@ pub const REFRESH_LAYER_PRIORITY: i32 = i32::MIN;
 /// named [`EXTENSION_NAME`] and [`install`]s it.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct McpPlugin;
-
-impl AgentPlugin for McpPlugin {
-    fn begin(&self) -> Box<dyn PluginInstall> {
-        Box::new(McpPlugin)
-    }
-}
 
 impl PluginInstall for McpPlugin {
     fn claims(&self, extension: &AgentExtension) -> bool {

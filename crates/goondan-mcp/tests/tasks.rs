@@ -30,7 +30,6 @@ use serde_json::{Value, json};
 
 /// The Python with fastmcp and fastmcp-tasks, or `None` (after saying why)
 /// to skip.
-#[allow(clippy::print_stderr)]
 fn python() -> Option<PathBuf> {
     let python = std::env::var_os("GOONDAN_TEST_MCP_PYTHON")
         .map(PathBuf::from)
@@ -45,16 +44,7 @@ fn python() -> Option<PathBuf> {
         return Some(python);
     }
     let why = format!("no Python with fastmcp and fastmcp-tasks at {} (see scripts/test)", python.display());
-    assert!(std::env::var("GOONDAN_REQUIRE_MCP").as_deref() != Ok("1"), "GOONDAN_REQUIRE_MCP=1 but {why}");
-    eprintln!("skipping: {why}");
-    if let Some(path) = std::env::var_os("GOONDAN_TEST_SKIP_LOG")
-        && let Ok(mut log) = std::fs::OpenOptions::new().create(true).append(true).open(path)
-    {
-        use std::io::Write;
-        let test = std::thread::current().name().unwrap_or("?").to_owned();
-        let _ = writeln!(log, "{test}\t{why}");
-    }
-    None
+    goondan_test_support::skip_unless_required("GOONDAN_REQUIRE_MCP", None, &why, &why)
 }
 
 /// The fixture server, started; `cancelled` is the file it writes when a

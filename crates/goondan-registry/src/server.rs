@@ -646,10 +646,7 @@ fn updated_metadata(
 }
 
 fn newer_than(version: &str, other: &str) -> bool {
-    match (semver::Version::parse(version), semver::Version::parse(other)) {
-        (Ok(version), Ok(other)) => version > other,
-        _ => version > other,
-    }
+    compare_versions(version, other).is_gt()
 }
 
 async fn unpublish(shared: &Arc<Shared>, package: &PackageName, version: &str) -> Response {
@@ -684,9 +681,11 @@ async fn unpublish(shared: &Arc<Shared>, package: &PackageName, version: &str) -
     }
 }
 
+/// SemVer precedence, as the original's `compareSemver`: build metadata
+/// does not count (`Ord` of `semver::Version` would order `+a` before `+b`).
 fn compare_versions(a: &str, b: &str) -> std::cmp::Ordering {
     match (semver::Version::parse(a), semver::Version::parse(b)) {
-        (Ok(a), Ok(b)) => a.cmp(&b),
+        (Ok(a), Ok(b)) => a.cmp_precedence(&b),
         _ => a.cmp(b),
     }
 }

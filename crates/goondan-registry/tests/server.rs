@@ -32,10 +32,15 @@ struct Registry {
 
 impl Registry {
     async fn start() -> Result<Self, Box<dyn std::error::Error>> {
+        Self::start_with(vec![TOKEN.to_owned(), "second-token".to_owned()]).await
+    }
+
+    /// A registry that accepts `tokens` (none: read-only).
+    async fn start_with(tokens: Vec<String>) -> Result<Self, Box<dyn std::error::Error>> {
         let storage = tempfile::tempdir()?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let url = format!("http://{}", listener.local_addr()?);
-        let mut config = RegistryConfig::new(storage.path(), vec![TOKEN.to_owned(), "second-token".to_owned()]);
+        let mut config = RegistryConfig::new(storage.path(), tokens);
         config.max_body_bytes = 1 << 20;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let served = tokio::spawn(server::serve(listener, config, async {
@@ -434,5 +439,99 @@ async fn serves_a_storage_the_original_wrote() -> TestResult {
     std::fs::write(dir.join("metadata.json"), "{\"name\": 1}")?;
     let (status, body) = registry.get("/@goondan/old", None).await?;
     assert_eq!((status, code(&body)), (StatusCode::INTERNAL_SERVER_ERROR, "PKG_STORAGE_ERROR"));
+    registry.stop().await
+}
+
+/// The original registry routes scoped names only (`parseScopedPackageName`):
+/// an unscoped name is no route, for every method and with a token too —
+/// 404 `PKG_NOT_FOUND` before any check of the token, nothing written. The
+/// name as one encoded segment (`@scope%2fname`, which npm clients send
+/// and the original does not route) works for every route here.
+#[tokio::test]
+async fn unscoped_names_are_no_route_and_the_encoded_scoped_name_is_every_route() -> TestResult {
+    let registry = Registry::start().await?;
+    let bytes = b"an unscoped try".to_vec();
+    for (method, path) in [
+        (reqwest::Method::GET, "/base"),
+        (reqwest::Method::PUT, "/base"),
+        (reqwest::Method::DELETE, "/base"),
+        (reqwest::Method::GET, "/base/1.0.0"),
+        (reqwest::Method::DELETE, "/base/1.0.0"),
+        (reqwest::Method::GET, "/base/-/base-1.0.0.tgz"),
+        (reqwest::Method::PUT, "/base/1.0.0/deprecate"),
+        (reqwest::Method::GET, "/%40goondan"),
+        (reqwest::Method::GET, "/@goondan/base%2fextra"),
+    ] {
+        for token in [None, Some(TOKEN)] {
+            let payload = publish_payload("base", "1.0.0", &bytes, "public", None);
+            let body = Some(("application/json", serde_json::to_vec(&payload)?));
+            let (status, answer) = registry.send(method.clone(), path, token, body).await?;
+            let answer: Value = serde_json::from_slice(&answer)?;
+            assert_eq!((status, code(&answer)), (StatusCode::NOT_FOUND, "PKG_NOT_FOUND"), "{method} {path} {token:?}");
+            assert_eq!(answer["message"], "Package route not found", "{method} {path}");
+        }
+    }
+    assert!(!registry.storage.path().join("packages").exists(), "nothing written");
+
+    // Every route through `@goondan%2Fbase`: publish, read, download, deprecate, unpublish, delete.
+    let payload = publish_payload("@goondan/base", "1.0.0", &bytes, "public", None);
+    assert_eq!(registry.put_json("/@goondan%2Fbase", Some(TOKEN), &payload).await?.0, StatusCode::CREATED);
+    let payload = publish_payload("@goondan/base", "1.1.0", &bytes, "public", None);
+    assert_eq!(registry.put_json("/%40goondan%2fbase", Some(TOKEN), &payload).await?.0, StatusCode::CREATED);
+    assert_eq!(registry.get("/@goondan%2fbase/1.0.0", None).await?.1["version"], "1.0.0");
+    let tarball = registry.send(reqwest::Method::GET, "/@goondan%2fbase/-/base-1.0.0.tgz", None, None).await?;
+    assert_eq!(tarball, (StatusCode::OK, bytes.clone()));
+    let deprecated =
+        registry.put_json("/@goondan%2fbase/1.0.0/deprecate", Some(TOKEN), &json!({"message": "old"})).await?;
+    assert_eq!(deprecated.1["id"], "@goondan/base");
+    assert_eq!(registry.get("/@goondan/base/1.0.0", None).await?.1["deprecated"], "old");
+    let removed = registry.send(reqwest::Method::DELETE, "/@goondan%2fbase/1.1.0", Some(TOKEN), None).await?;
+    assert_eq!(removed.0, StatusCode::OK);
+    assert_eq!(registry.get("/@goondan/base", None).await?.1["dist-tags"], json!({"latest": "1.0.0"}));
+    let deleted = registry.send(reqwest::Method::DELETE, "/@goondan%2fbase", Some(TOKEN), None).await?;
+    assert_eq!(deleted.0, StatusCode::OK);
+    assert_eq!(registry.get("/@goondan/base", None).await?.0, StatusCode::NOT_FOUND);
+    registry.stop().await
+}
+
+/// The original answers 401 `PKG_AUTH_REQUIRED` (never 403) to a change
+/// without a valid token, also on a registry that has no token at all
+/// (read-only): nothing can change it.
+#[tokio::test]
+async fn a_registry_without_tokens_is_read_only_with_401() -> TestResult {
+    let registry = Registry::start_with(Vec::new()).await?;
+    let payload = serde_json::to_vec(&publish_payload("@goondan/base", "1.0.0", b"x", "public", None))?;
+    for (method, path) in [
+        (reqwest::Method::PUT, "/@goondan/base"),
+        (reqwest::Method::DELETE, "/@goondan/base"),
+        (reqwest::Method::DELETE, "/@goondan/base/1.0.0"),
+        (reqwest::Method::PUT, "/@goondan/base/1.0.0/deprecate"),
+    ] {
+        for token in [None, Some(""), Some("anything"), Some(TOKEN)] {
+            let body = Some(("application/json", payload.clone()));
+            let (status, answer) = registry.send(method.clone(), path, token, body).await?;
+            let answer: Value = serde_json::from_slice(&answer)?;
+            assert_eq!((status, code(&answer)), (StatusCode::UNAUTHORIZED, "PKG_AUTH_REQUIRED"), "{method} {path}");
+        }
+    }
+    assert!(!registry.storage.path().join("packages").exists());
+    registry.stop().await
+}
+
+/// `latest` moves only to a version of higher precedence, as the original's
+/// `compareSemver` orders them: build metadata does not count (`1.0.0+b`
+/// is not newer than `1.0.0+a`), and an unpublish that removes `latest`
+/// falls back to the highest by precedence.
+#[tokio::test]
+async fn latest_follows_precedence_without_build_metadata() -> TestResult {
+    let registry = Registry::start().await?;
+    for version in ["1.0.0+a", "1.0.0+b", "0.9.0"] {
+        let payload = publish_payload("@goondan/built", version, version.as_bytes(), "public", None);
+        assert_eq!(registry.put_json("/@goondan/built", Some(TOKEN), &payload).await?.0, StatusCode::CREATED);
+    }
+    assert_eq!(registry.get("/@goondan/built", None).await?.1["dist-tags"], json!({"latest": "1.0.0+a"}));
+    let removed = registry.send(reqwest::Method::DELETE, "/@goondan/built/1.0.0+a", Some(TOKEN), None).await?;
+    assert_eq!(removed.0, StatusCode::OK);
+    assert_eq!(registry.get("/@goondan/built", None).await?.1["dist-tags"], json!({"latest": "1.0.0+b"}));
     registry.stop().await
 }

@@ -192,6 +192,15 @@ pub trait AgentPlugin: Send + Sync {
     fn begin(&self) -> Box<dyn PluginInstall>;
 }
 
+/// A plugin whose install into one agent needs nothing but a copy of the
+/// plugin (native tools and extensions that keep no per-agent state) is
+/// its own [`PluginInstall`]: each agent's install begins as a clone.
+impl<T: PluginInstall + Clone + Sync + 'static> AgentPlugin for T {
+    fn begin(&self) -> Box<dyn PluginInstall> {
+        Box::new(self.clone())
+    }
+}
+
 /// One plugin's install into one agent being assembled. The assembly calls
 /// [`install_tools`](Self::install_tools) first (every plugin, in order),
 /// then for each of the agent's extensions, in the agent's order, the first

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use goondan_config::Bundle;
 use goondan_core::{JsonObject, Message, ToolCall};
 use goondan_runtime::agent::{AgentOptions, AgentTooling, EnvLookup, ScopeIds, assemble_tooling};
-use goondan_runtime::extension::{AgentPlugin, PluginInstall};
+use goondan_runtime::extension::PluginInstall;
 use goondan_script::{JsRuntime, ScriptPlugin};
 use goondan_tools::{
     CallScope, NoopEventSink, ToolCatalog, ToolCatalogItem, ToolOutput, ToolRegistry, ToolSource, sync_handler,
@@ -86,13 +86,8 @@ fn options(agent: &str, runtime: &JsRuntime) -> AgentOptions {
 }
 
 /// The native no-op tool, installed as a plugin like gdn's native tools.
+#[derive(Clone)]
 struct NativeNoop;
-
-impl AgentPlugin for NativeNoop {
-    fn begin(&self) -> Box<dyn PluginInstall> {
-        Box::new(NativeNoop)
-    }
-}
 
 impl PluginInstall for NativeNoop {
     fn install_tools(

@@ -950,6 +950,15 @@ async fn write_frames(mut channel: OwnedWriteHalf, mut frames: mpsc::UnboundedRe
     // Dropping the write half shuts the channel down; the host exits on that.
 }
 
+/// Queues `frame` for the host, one line, unless the host is gone (then
+/// nobody waits for it).
+pub(crate) fn send_frame(frames: &mpsc::WeakUnboundedSender<Vec<u8>>, frame: &ToHost<'_>) {
+    if let (Ok(mut line), Some(frames)) = (serde_json::to_vec(frame), frames.upgrade()) {
+        line.push(b'\n');
+        let _ = frames.send(line);
+    }
+}
+
 /// Runs the answer to one of the host's requests on the host's tracker,
 /// ended by its token.
 fn spawn_answer(tasks: &TaskTracker, cancel: &CancellationToken, answer: impl Future<Output = ()> + Send + 'static) {
@@ -1035,53 +1044,32 @@ async fn read_frames<R: AsyncRead + Unpin>(
                 let frames = frames.clone();
                 spawn_answer(&tracker, &cancel, async move {
                     let answer = match op.as_str() {
-                        "get" => match services.state_get(extension).await {
-                            Ok(value) => ToHost::StateResult { rid, ok: true, value: Some(value), error: None },
-                            Err(error) => ToHost::StateResult { rid, ok: false, value: None, error: Some(error) },
-                        },
-                        "set" => match services.state_set(extension, value.unwrap_or_default()).await {
-                            Ok(()) => ToHost::StateResult { rid, ok: true, value: None, error: None },
-                            Err(error) => ToHost::StateResult { rid, ok: false, value: None, error: Some(error) },
-                        },
-                        other => ToHost::StateResult {
+                        "get" => ToHost::state_result(rid, services.state_get(extension).await.map(Some)),
+                        "set" => ToHost::state_result(
                             rid,
-                            ok: false,
-                            value: None,
-                            error: Some(format!("unknown state operation '{other}'")),
-                        },
+                            services.state_set(extension, value.unwrap_or_default()).await.map(|()| None),
+                        ),
+                        other => ToHost::state_result(rid, Err(format!("unknown state operation '{other}'"))),
                     };
-                    if let (Ok(mut line), Some(frames)) = (serde_json::to_vec(&answer), frames.upgrade()) {
-                        line.push(b'\n');
-                        let _ = frames.send(line);
-                    }
+                    send_frame(&frames, &answer);
                 });
             }
             FromHost::Agents { rid, method, params, turn_id, trace_id } => {
                 let Some(services) = services.clone() else { continue };
                 let frames = frames.clone();
                 spawn_answer(&tracker, &cancel, async move {
-                    let answer = match services.agents(method, params, turn_id, trace_id).await {
-                        Ok(value) => ToHost::StateResult { rid, ok: true, value: Some(value), error: None },
-                        Err(error) => ToHost::StateResult { rid, ok: false, value: None, error: Some(error) },
-                    };
-                    if let (Ok(mut line), Some(frames)) = (serde_json::to_vec(&answer), frames.upgrade()) {
-                        line.push(b'\n');
-                        let _ = frames.send(line);
-                    }
+                    let answer =
+                        ToHost::state_result(rid, services.agents(method, params, turn_id, trace_id).await.map(Some));
+                    send_frame(&frames, &answer);
                 });
             }
             FromHost::ToolRuntime { rid, call, method, params } => {
                 let tool = shared.calls.lock_unpoisoned().pending.get(&call).and_then(|pending| pending.tool.clone());
                 let frames = frames.clone();
                 spawn_answer(&tracker, &cancel, async move {
-                    let answer = match crate::tool::tool_runtime(tool, &method, &params).await {
-                        Ok(value) => ToHost::StateResult { rid, ok: true, value: Some(value), error: None },
-                        Err(error) => ToHost::StateResult { rid, ok: false, value: None, error: Some(error) },
-                    };
-                    if let (Ok(mut line), Some(frames)) = (serde_json::to_vec(&answer), frames.upgrade()) {
-                        line.push(b'\n');
-                        let _ = frames.send(line);
-                    }
+                    let answer =
+                        ToHost::state_result(rid, crate::tool::tool_runtime(tool, &method, &params).await.map(Some));
+                    send_frame(&frames, &answer);
                 });
             }
             FromHost::Task { rid, op, call, handle, ok, output, error } => {
@@ -1101,10 +1089,7 @@ async fn read_frames<R: AsyncRead + Unpin>(
                             code: refusal.code,
                         },
                     };
-                    if let (Ok(mut line), Some(frames)) = (serde_json::to_vec(&answer), frames.upgrade()) {
-                        line.push(b'\n');
-                        let _ = frames.send(line);
-                    }
+                    send_frame(&frames, &answer);
                 });
             }
             FromHost::RegisterTool { extension, item } => {

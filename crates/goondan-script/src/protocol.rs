@@ -135,6 +135,17 @@ pub enum ToHost<'a> {
     },
 }
 
+impl ToHost<'_> {
+    /// The `stateResult` answer to request `rid`: its value (none for a
+    /// `set`), or why it failed.
+    pub fn state_result(rid: u64, result: Result<Option<JsonValue>, String>) -> Self {
+        match result {
+            Ok(value) => ToHost::StateResult { rid, ok: true, value, error: None },
+            Err(error) => ToHost::StateResult { rid, ok: false, value: None, error: Some(error) },
+        }
+    }
+}
+
 /// A frame from the host.
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type", rename_all = "camelCase")]

@@ -154,12 +154,7 @@ impl HostTasks {
                 return;
             }
             task.cancel_requested.store(true, Ordering::SeqCst);
-            if let (Ok(mut line), Some(frames)) =
-                (serde_json::to_vec(&ToHost::TaskCancel { handle: &handle }), frames.upgrade())
-            {
-                line.push(b'\n');
-                let _ = frames.send(line);
-            }
+            crate::host::send_frame(&frames, &ToHost::TaskCancel { handle: &handle });
         });
         Ok(json!({"handle": ticket.handle}))
     }

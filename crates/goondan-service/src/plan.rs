@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use goondan_config::{AnyResource, Bundle, ValueSource};
+use goondan_config::{AnyResource, Bundle, ValueSource, ValueSourceError};
 use goondan_core::{JsonObject, ObjectRef};
 use goondan_ingress::routing::Router;
 use goondan_ingress::{SecretMap, StartConnector};
@@ -46,8 +46,8 @@ pub fn connection_secret_variables(bundle: &Bundle) -> BTreeSet<String> {
             AnyResource::Connection(connection) => Some(connection),
             _ => None,
         })
-        .flat_map(|connection| connection.spec.secrets.values())
-        .filter_map(|value| ValueSource::env_variable_of(value).map(str::to_owned))
+        .flat_map(|connection| connection.spec.secrets.iter())
+        .flat_map(|(key, value)| ValueSource::env_variables_of(value, key))
         .collect()
 }
 
@@ -59,7 +59,7 @@ pub fn connection_secret_variables(bundle: &Bundle) -> BTreeSet<String> {
 pub fn agent_withheld_variables(bundle: &Bundle) -> BTreeSet<String> {
     let mut used_by_agents: BTreeSet<String> =
         goondan_base::settings::ENV_VARS.iter().map(|name| (*name).to_owned()).collect();
-    used_by_agents.extend(crate::secrets::names_read_outside_connections(bundle.file()));
+    used_by_agents.extend(crate::secrets::names_read_outside_connections(bundle));
     connection_secret_variables(bundle).into_iter().filter(|name| !used_by_agents.contains(name)).collect()
 }
 
@@ -82,24 +82,20 @@ fn resolve_values(
     let mut resolved = BTreeMap::new();
     for (key, value) in values {
         let source: Option<ValueSource> = serde_json::from_value(value.clone()).ok();
-        match source {
-            Some(ValueSource { value: Some(value), value_from: None }) => {
+        match source.as_ref().map(|source| source.resolve(key, env)) {
+            Some(Ok(value)) => {
                 resolved.insert(key.clone(), value);
             }
-            Some(ValueSource { value: None, value_from: Some(from) }) => match env(&from.env) {
-                Some(value) => {
-                    resolved.insert(key.clone(), value);
-                }
-                None if required => errors.push(format!(
-                    "Connection '{connection}': spec.{field}.{key} reads the environment variable {}, which is not set",
-                    from.env
-                )),
-                None => tracing::info!(
-                    connection,
-                    "spec.{field}.{key}: the environment variable {} is not set; the key is left out",
-                    from.env
-                ),
-            },
+            Some(Err(ValueSourceError::Unset { variable })) if required => errors.push(format!(
+                "Connection '{connection}': spec.{field}.{key} reads the environment variable {variable}, which is not set"
+            )),
+            Some(Err(error @ ValueSourceError::SecretUnset { .. })) if required => {
+                errors.push(format!("Connection '{connection}': spec.{field}.{key}: {error}"))
+            }
+            Some(Err(error @ (ValueSourceError::Unset { .. } | ValueSourceError::SecretUnset { .. }))) => {
+                tracing::info!(connection, "spec.{field}.{key}: {error}; the key is left out")
+            }
+            Some(Err(error)) => errors.push(format!("Connection '{connection}': spec.{field}.{key}: {error}")),
             // A plain string is taken as the value (the loader's schema has
             // already reported anything else).
             _ => match value.as_str() {
@@ -107,7 +103,8 @@ fn resolve_values(
                     resolved.insert(key.clone(), text.to_owned());
                 }
                 None => errors.push(format!(
-                    "Connection '{connection}': spec.{field}.{key} must be {{value: ...}} or {{valueFrom: {{env: NAME}}}}"
+                    "Connection '{connection}': spec.{field}.{key} {}",
+                    ValueSourceError::Shape
                 )),
             },
         }
@@ -250,6 +247,59 @@ spec:
         assert_eq!(all, ["CONNECTION_ONLY", "MODEL_KEY", "SHARED_KEY", "TELEGRAM_BOT_TOKEN"]);
         let withheld: Vec<String> = agent_withheld_variables(&bundle).into_iter().collect();
         assert_eq!(withheld, ["CONNECTION_ONLY"]);
+        Ok(())
+    }
+
+    #[test]
+    fn connection_secrets_from_a_secret_ref_are_read_and_withheld_like_env_ones() -> Result<(), String> {
+        let (_dir, bundle) = bundle(
+            r#"apiVersion: goondan.ai/v1
+kind: Model
+metadata: {name: m}
+spec: {provider: openai, model: x, apiKey: {value: k}}
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: a}
+spec:
+  modelConfig: {modelRef: Model/m}
+---
+apiVersion: goondan.ai/v1
+kind: Swarm
+metadata: {name: s}
+spec: {entryAgent: Agent/a, agents: [Agent/a]}
+---
+apiVersion: goondan.ai/v1
+kind: Connection
+metadata: {name: c}
+spec:
+  connectorRef: {kind: Connector, name: cli, package: "@goondan/base"}
+  swarmRef: Swarm/s
+  config:
+    MODE: {valueFrom: {secretRef: {ref: Secret/bot, key: mode}}}
+  secrets:
+    BOT_TOKEN: {valueFrom: {secretRef: {ref: Secret/bot}}}
+"#,
+        )?;
+        let withheld: Vec<String> = agent_withheld_variables(&bundle).into_iter().collect();
+        assert_eq!(
+            withheld,
+            ["GOONDAN_SECRET_BOT", "GOONDAN_SECRET_BOT_BOT_TOKEN", "SECRET_BOT", "SECRET_BOT_BOT_TOKEN"]
+        );
+        let env = |name: &str| match name {
+            "SECRET_BOT_BOT_TOKEN" => Some("t-1".to_owned()),
+            "GOONDAN_SECRET_BOT_MODE" => Some("polling".to_owned()),
+            _ => None,
+        };
+        let plans = plan_connections(&bundle, "s", "a", &env).map_err(|e| e.join("; "))?;
+        assert_eq!(plans[0].config.get("MODE").map(String::as_str), Some("polling"));
+        assert_eq!(plans[0].secrets.get("BOT_TOKEN"), Some("t-1"));
+        let errors = plan_connections(&bundle, "s", "a", &|_: &str| None).err().unwrap_or_default();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].starts_with("Connection 'c': spec.secrets.BOT_TOKEN: the secret Secret/bot (valueFrom.secretRef) is not set: set one of GOONDAN_SECRET_BOT_BOT_TOKEN"),
+            "{errors:?}"
+        );
         Ok(())
     }
 }

@@ -28,7 +28,7 @@ use std::os::fd::AsRawFd as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 
-use goondan_config::ValueSource;
+use goondan_config::{Bundle, ValueSource};
 use goondan_core::JsonValue;
 
 /// Names the inherited descriptor (`<pid>:<fd>`) in the re-executed image.
@@ -104,8 +104,10 @@ pub fn is_secret_name(name: &str) -> bool {
 /// Takes the secrets out of the process environment, or reads back the ones
 /// a previous image took out. Call it first in `main`, before any thread
 /// exists. On success in the first image it does not return: the process
-/// continues as the re-executed image. `bundle` is the `-c` path.
-pub fn isolate(bundle: &Path) -> Result<Secrets, String> {
+/// continues as the re-executed image. `bundle` is the `-c` path, and
+/// `packages_dir` where its installed dependencies are (the variables
+/// their documents read are secrets too).
+pub fn isolate(bundle: &Path, packages_dir: Option<&Path>) -> Result<Secrets, String> {
     if let Some(carried) = std::env::var_os(SECRETS_FD_ENV) {
         // A variable that names another process's descriptor (a `gdn` run
         // by a tool of this one inherits it) is not ours: ignore it.
@@ -120,7 +122,7 @@ pub fn isolate(bundle: &Path) -> Result<Secrets, String> {
         .filter(|name| !name.is_empty())
         .map(str::to_owned)
         .collect();
-    let from_bundle = bundle_secret_names(bundle);
+    let from_bundle = bundle_secret_names(bundle, packages_dir);
     let mut taken = BTreeMap::new();
     let mut kept: Vec<(OsString, OsString)> = Vec::new();
     for (name, value) in std::env::vars_os() {
@@ -212,32 +214,30 @@ pub fn exec_carrying(mut command: std::process::Command, secrets: &BTreeMap<Stri
     format!("re-executing {}: {error}", Path::new(command.get_program()).display())
 }
 
-/// The names the bundle reads with `valueFrom: {env: NAME}`, anywhere.
-fn bundle_secret_names(bundle: &Path) -> BTreeSet<String> {
-    env_refs(bundle, |_| true)
+/// The names the bundle reads with `valueFrom: {env: NAME}`, anywhere in
+/// any of its files or its dependencies' (a bundle that does not load
+/// names none: no command runs it).
+fn bundle_secret_names(bundle: &Path, packages_dir: Option<&Path>) -> BTreeSet<String> {
+    match goondan_config::load_bundle_with(bundle, packages_dir).bundle {
+        Some(bundle) => env_refs(&bundle, |_| true),
+        None => BTreeSet::new(),
+    }
 }
 
 /// The names the bundle's resources other than Connections read with
 /// `valueFrom: {env: NAME}`: what agents need (Model keys, MCP servers'
-/// `env` and `headers`, tool and extension config).
-pub fn names_read_outside_connections(bundle: &Path) -> BTreeSet<String> {
+/// `env` and `headers`, tool and extension config), in its own files and
+/// its dependencies'.
+pub fn names_read_outside_connections(bundle: &Bundle) -> BTreeSet<String> {
     env_refs(bundle, |document| document.get("kind").and_then(JsonValue::as_str) != Some("Connection"))
 }
 
-fn env_refs(bundle: &Path, wanted: impl Fn(&JsonValue) -> bool) -> BTreeSet<String> {
-    let file = goondan_config::resolve_bundle_file(bundle);
-    let mut names = BTreeSet::new();
-    // Read as the loader reads it (a regular file, capped); it reports the rest.
-    let Ok(bytes) = goondan_config::files::read_regular_file(&file, goondan_config::bundle::MAX_FILE_BYTES) else {
-        return names;
-    };
-    let Ok(text) = String::from_utf8(bytes) else { return names };
-    if let Ok(documents) = goondan_config::yaml::parse_documents(&text) {
-        for document in documents.iter().filter(|document| wanted(&document.value)) {
-            names.extend(ValueSource::env_variables_within(&document.value));
-        }
-    }
-    names
+/// Every document as written (those that did not validate too), of the
+/// bundle and of its dependencies (all of them: see
+/// `goondan_config::packages`).
+fn env_refs(bundle: &Bundle, wanted: impl Fn(&JsonValue) -> bool) -> BTreeSet<String> {
+    let documents = bundle.documents().iter().chain(bundle.dependencies().iter().flat_map(|d| d.documents()));
+    documents.filter(|document| wanted(document)).flat_map(ValueSource::env_variables_within).collect()
 }
 
 #[cfg(test)]
@@ -274,9 +274,10 @@ mod tests {
             "kind: Model\nspec:\n  apiKey:\n    valueFrom:\n      env: MY_MODEL_CRED\n---\nkind: Connection\nspec:\n  secrets:\n    X:\n      valueFrom: {env: BOT_THING}\n---\nkind: Tool\nspec:\n  list:\n    - valueFrom: {env: THIRD}\n",
         )
         .unwrap_or_else(|e| panic!("{e}"));
-        let all = bundle_secret_names(dir.path());
+        let all = bundle_secret_names(dir.path(), None);
         assert_eq!(all.into_iter().collect::<Vec<_>>(), ["BOT_THING", "MY_MODEL_CRED", "THIRD"]);
-        let outside = names_read_outside_connections(dir.path());
+        let bundle = goondan_config::load_bundle(dir.path()).bundle.unwrap_or_else(|| panic!("no bundle"));
+        let outside = names_read_outside_connections(&bundle);
         assert_eq!(outside.into_iter().collect::<Vec<_>>(), ["MY_MODEL_CRED", "THIRD"]);
     }
 

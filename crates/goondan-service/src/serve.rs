@@ -818,7 +818,13 @@ impl Service<'_> {
             }
         }
         self.listening.remove(name);
-        for (plan, which) in [(new_plan, "the edited"), (old_plan.as_ref(), "the previous")] {
+        // A removed Connection stays stopped: the previous connector is only
+        // the fallback of an edited one that does not start.
+        let Some(new_plan) = new_plan else {
+            report.note(format_args!("↻ Connection '{name}' removed"));
+            return;
+        };
+        for (plan, which) in [(Some(new_plan), "the edited"), (old_plan.as_ref(), "the previous")] {
             let Some(plan) = plan else { continue };
             match self.start_one(plan, None).await {
                 Ok(()) => {
@@ -830,9 +836,6 @@ impl Service<'_> {
                     report.error(format_args!("Connection '{name}': {which} connector did not start: {error}"))
                 }
             }
-        }
-        if new_plan.is_none() {
-            report.note(format_args!("↻ Connection '{name}' removed"));
         }
     }
 

