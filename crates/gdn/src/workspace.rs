@@ -243,6 +243,12 @@ pub fn default_workdir(workspace: &Workspace) -> Result<std::path::PathBuf, Stri
     let dir = workspace.dir().join(WORKDIR);
     goondan_runtime::store::create_private_dir_all(&dir)
         .map_err(|error| format!("cannot make the project's working directory {}: {error}", dir.display()))?;
+    // What a model writes there must never be found as one of the bundle's
+    // files when the state root is kept inside the project.
+    if let Some(root) = workspace.dir().parent().and_then(std::path::Path::parent) {
+        goondan_core::package_dir::mark_state_root(root)
+            .map_err(|error| format!("cannot mark the state root {}: {error}", root.display()))?;
+    }
     Ok(std::fs::canonicalize(&dir).unwrap_or(dir))
 }
 

@@ -417,3 +417,39 @@ fn a_split_bundle_without_goondan_yaml_keeps_one_workspace_however_it_is_named()
     assert_eq!(rows.len(), 1, "one bundle, one instance: {listed}");
     assert_eq!(rows[0]["turns"], 3, "{listed}");
 }
+
+/// The attack: a state root kept inside the project (`--state-root
+/// ./.state`), and the model writes `tools.yaml` into its working
+/// directory (which lies in that state root). The next load must not take
+/// it as one of the bundle's files — nor an installed package's manifest
+/// under the state root's `packages/`.
+#[test]
+fn what_a_model_writes_under_a_state_root_inside_the_project_is_never_a_bundle_file() {
+    let project = common::temp();
+    let bundle = project.path().join("bundle");
+    copy_dir(&fixture("packages/split-quickstart"), &bundle);
+    let state = bundle.join(".state");
+    let ran = gdn(&bundle, &state, &["run", "--input", "Take some notes"]);
+    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran.stderr));
+    let workdirs: Vec<PathBuf> = fs::read_dir(state.join("workspaces"))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .flatten()
+        .map(|entry| entry.path().join("workdir"))
+        .filter(|dir| dir.is_dir())
+        .collect();
+    assert_eq!(workdirs.len(), 1, "{workdirs:?}");
+    // What a `bash__exec` of the model can write there.
+    let injected = "apiVersion: goondan.ai/v1\nkind: Tool\nmetadata:\n  name: injected\nspec: {}\n";
+    fs::write(workdirs[0].join("tools.yaml"), injected).unwrap_or_else(|e| panic!("{e}"));
+    fs::create_dir_all(workdirs[0].join("deeper")).unwrap_or_else(|e| panic!("{e}"));
+    fs::write(workdirs[0].join("deeper/agents.yaml"), injected).unwrap_or_else(|e| panic!("{e}"));
+    // An installed package's manifest is its own, not the bundle's.
+    let install = state.join("packages/acme/x/1.0.0");
+    fs::create_dir_all(&install).unwrap_or_else(|e| panic!("{e}"));
+    fs::write(install.join("goondan.yaml"), injected).unwrap_or_else(|e| panic!("{e}"));
+    fs::write(install.join(".goondan-integrity"), "sha512-x").unwrap_or_else(|e| panic!("{e}"));
+    let validated = json_out(&gdn(&bundle, &state, &["--json", "validate"]));
+    assert_eq!(validated["valid"], true, "{validated}");
+    let listed = json_out(&gdn(&bundle, &state, &["--json", "tool", "list"]));
+    assert!(!names(&listed).iter().any(|n| n.starts_with("injected")), "{listed}");
+}

@@ -129,8 +129,14 @@ fn walk(dir: &Path, depth: usize, budget: &mut usize, found: &mut BundleSearch) 
         let Ok(file_type) = entry.file_type() else { continue };
         let name = entry.file_name();
         if file_type.is_dir() {
-            if depth < MAX_DEPTH && is_searched_dir_name(&name) {
-                walk(&entry.path(), depth + 1, budget, found);
+            let path = entry.path();
+            // A state root kept in the project (its workdirs hold what a
+            // model wrote) and installed packages are never the bundle's.
+            if depth < MAX_DEPTH
+                && is_searched_dir_name(&name)
+                && !goondan_core::package_dir::is_state_or_install(&path)
+            {
+                walk(&path, depth + 1, budget, found);
             }
             continue;
         }

@@ -30,7 +30,7 @@ use crate::version;
 pub const PARALLEL_DOWNLOADS: usize = 4;
 
 /// The file in an install recording the integrity it was made from.
-pub const INTEGRITY_MARKER: &str = ".goondan-integrity";
+pub const INTEGRITY_MARKER: &str = goondan_core::package_dir::INSTALL_MARKER;
 
 /// The requester of the bundle's own dependencies.
 const ROOT: &str = "goondan.yaml";
