@@ -82,6 +82,9 @@ pub enum Command {
     Mcp(McpCommand),
     /// Explain an error code (E_TOOL_NOT_IN_CATALOG, AGENT_CRASHED, E_CONFIG_…), or list every code.
     Help(HelpArgs),
+    /// Print the JSON Schema of a bundle's documents, for editors
+    /// (`# yaml-language-server: $schema=…`), or of one kind's spec.
+    Schema(SchemaArgs),
     /// Goondan's package registry.
     #[command(subcommand)]
     Registry(RegistryCommand),
@@ -236,6 +239,15 @@ pub struct HelpArgs {
     /// The code, in any case (without it: every code with its meaning).
     #[arg(value_name = "CODE")]
     pub code: Option<String>,
+}
+
+/// `gdn schema`.
+#[derive(Debug, Args)]
+pub struct SchemaArgs {
+    /// Only this kind's `spec` (Package, Model, Agent, Swarm, Tool,
+    /// Extension, Connector, Connection).
+    #[arg(long, value_name = "KIND")]
+    pub kind: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -1,12 +1,14 @@
 //! `gdn init`: a starter project, from the original's templates `default`
-//! (one assistant) and `multi-agent` (planner, coder, reviewer).
+//! (one assistant) and `multi-agent` (planner, coder, reviewer), with the
+//! JSON Schema of its documents beside it for editors; and `gdn schema`,
+//! which prints that schema.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use crate::cli::{GlobalOptions, InitArgs, Template};
+use crate::cli::{GlobalOptions, InitArgs, SchemaArgs, Template};
 use crate::exit;
 use crate::output::{self, Output};
 
@@ -42,18 +44,20 @@ fn files(template: Template, name: &str) -> Vec<(&'static str, String)> {
         "# API keys and settings, read by `gdn run` (.env.local, then this file, win over the environment).\n# ANTHROPIC_API_KEY=sk-ant-...\n"
             .to_owned();
     let gitignore = ".env\n.env.local\n".to_owned();
+    let documents = |documents: Vec<String>| format!("{SCHEMA_LINE}\n{}", documents.join("---\n"));
+    let schema = document_schema_text();
     match template {
         Template::Default => vec![
             (
                 "goondan.yaml",
-                [
+                documents(vec![
                     package,
                     model.to_owned(),
                     agent("assistant", "default.system.md", &["file-system", "bash", "http-fetch"]),
                     swarm(&["assistant"], "assistant"),
-                ]
-                .join("---\n"),
+                ]),
             ),
+            (SCHEMA_FILE, schema),
             ("prompts/default.system.md", "You are a helpful assistant.\n".to_owned()),
             (".env", env),
             (".gitignore", gitignore),
@@ -61,16 +65,16 @@ fn files(template: Template, name: &str) -> Vec<(&'static str, String)> {
         Template::MultiAgent => vec![
             (
                 "goondan.yaml",
-                [
+                documents(vec![
                     package,
                     model.to_owned(),
                     agent("planner", "planner.system.md", &["agents"]),
                     agent("coder", "coder.system.md", &["file-system", "bash"]),
                     agent("reviewer", "reviewer.system.md", &["file-system"]),
                     swarm(&["planner", "coder", "reviewer"], "planner"),
-                ]
-                .join("---\n"),
+                ]),
             ),
+            (SCHEMA_FILE, schema),
             ("prompts/planner.system.md", "You are a planning agent. Break tasks into steps.\n".to_owned()),
             ("prompts/coder.system.md", "You are a coding agent. Implement the plan.\n".to_owned()),
             ("prompts/reviewer.system.md", "You are a code reviewer. Review code for correctness.\n".to_owned()),
@@ -78,6 +82,40 @@ fn files(template: Template, name: &str) -> Vec<(&'static str, String)> {
             (".gitignore", gitignore),
         ],
     }
+}
+
+/// The schema file `gdn init` writes beside goondan.yaml.
+const SCHEMA_FILE: &str = "goondan.schema.json";
+
+/// goondan.yaml's first line: editors with the YAML language server check
+/// and complete every document against [`SCHEMA_FILE`].
+const SCHEMA_LINE: &str = "# yaml-language-server: $schema=./goondan.schema.json";
+
+fn document_schema_text() -> String {
+    let schema = goondan_config::schema::document_schema();
+    let mut text = serde_json::to_string_pretty(&schema).unwrap_or_else(|_| schema.to_string());
+    text.push('\n');
+    text
+}
+
+/// `gdn schema [--kind KIND]`.
+pub fn schema(args: &SchemaArgs, out: &mut Output) -> Result<u8> {
+    let text = match &args.kind {
+        None => document_schema_text(),
+        Some(name) => {
+            let Some(kind) = goondan_config::Kind::ALL.iter().find(|kind| kind.as_str().eq_ignore_ascii_case(name))
+            else {
+                let kinds: Vec<&str> = goondan_config::Kind::ALL.iter().map(|kind| kind.as_str()).collect();
+                return out.fail(exit::USAGE, format_args!("no kind '{name}': one of {}", kinds.join(", ")));
+            };
+            let schema = goondan_config::schema::kind_spec_schema(*kind);
+            let mut text = serde_json::to_string_pretty(&schema)?;
+            text.push('\n');
+            text
+        }
+    };
+    out.stdout.write_all(text.as_bytes())?;
+    Ok(exit::OK)
 }
 
 /// `gdn init [PATH]`.

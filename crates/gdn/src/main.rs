@@ -220,6 +220,7 @@ fn dispatch(
         Command::Studio(args) => studio::studio(&cli.global, args, session, out),
         Command::Init(args) => init::init(&cli.global, args, out),
         Command::Help(args) => help::help(&cli.global, args, out),
+        Command::Schema(args) => init::schema(args, out),
         Command::Validate(args) => runtime.block_on(commands::validate(&cli.global, args, out)),
         Command::Tool(ToolCommand::List { agent }) => {
             runtime.block_on(commands::tool_list(&cli.global, agent.as_deref(), session, out))
@@ -275,6 +276,7 @@ fn loads_env_files(command: &Command) -> Option<Option<&Path>> {
         | Command::Instance(_)
         | Command::Init(_)
         | Command::Help(_)
+        | Command::Schema(_)
         | Command::Agent(_) => None,
     }
 }

@@ -83,3 +83,31 @@ fn a_secret_ref_that_is_not_secret_slash_name_is_a_validation_error() {
     let out = text(&output.stdout) + &text(&output.stderr);
     assert!(out.contains("spec.apiKey.valueFrom.secretRef.ref must be Secret/<name>"), "{out}");
 }
+
+#[test]
+fn gdn_schema_prints_the_editor_schema_and_init_points_goondan_yaml_at_it() {
+    let state = temp();
+    let here = temp();
+    let printed = gdn(here.path(), state.path(), &[], &["schema"]);
+    assert_eq!(printed.status.code(), Some(0), "{}", text(&printed.stderr));
+    let schema: serde_json::Value = serde_json::from_slice(&printed.stdout).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(schema["$schema"], "http://json-schema.org/draft-07/schema#");
+    assert_eq!(schema["properties"]["kind"]["enum"].as_array().map(Vec::len), Some(8));
+    let model = gdn(here.path(), state.path(), &[], &["schema", "--kind", "model"]);
+    let model: serde_json::Value = serde_json::from_slice(&model.stdout).unwrap_or_else(|e| panic!("{e}"));
+    assert!(model["required"].as_array().is_some_and(|r| r.contains(&json!("provider"))), "{model}");
+    let unknown = gdn(here.path(), state.path(), &[], &["schema", "--kind", "robot"]);
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(text(&unknown.stderr).contains("one of Package, Model"), "{}", text(&unknown.stderr));
+    // `gdn init` writes the schema beside goondan.yaml and the line that points editors at it.
+    let project = here.path().join("proj");
+    let project_arg = project.to_string_lossy().into_owned();
+    let init = gdn(here.path(), state.path(), &[], &["init", &project_arg]);
+    assert_eq!(init.status.code(), Some(0), "{}", text(&init.stderr));
+    let yaml = std::fs::read_to_string(project.join("goondan.yaml")).unwrap_or_default();
+    assert!(yaml.starts_with("# yaml-language-server: $schema=./goondan.schema.json\n"), "{yaml}");
+    let written = std::fs::read(project.join("goondan.schema.json")).unwrap_or_default();
+    assert_eq!(written, printed.stdout, "the schema gdn init writes is the one gdn schema prints");
+    let validated = gdn(&project, state.path(), &[], &["validate"]);
+    assert_eq!(validated.status.code(), Some(0), "{}", text(&validated.stdout));
+}

@@ -233,6 +233,50 @@ fn spec_schema(kind: Kind) -> JsonValue {
     }
 }
 
+/// The JSON Schema of `kind`'s `spec`, as the loader checks it.
+pub fn kind_spec_schema(kind: Kind) -> JsonValue {
+    spec_schema(kind)
+}
+
+/// The JSON Schema (draft 7) of one document of a bundle, every kind's
+/// `spec` checked by its `kind`: what `gdn schema` prints for editors
+/// (`# yaml-language-server: $schema=…`, which applies it to each document
+/// of a file). Names and references are checked further by the loader.
+pub fn document_schema() -> JsonValue {
+    let kinds: Vec<&str> = Kind::ALL.iter().map(|kind| kind.as_str()).collect();
+    let by_kind: Vec<JsonValue> = Kind::ALL
+        .iter()
+        .map(|kind| {
+            json!({
+                "if": {"properties": {"kind": {"const": kind.as_str()}}, "required": ["kind"]},
+                "then": {"properties": {"spec": spec_schema(*kind)}}
+            })
+        })
+        .collect();
+    json!({
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "$id": "https://goondan.ai/schemas/v1/resource.json",
+        "title": "A Goondan resource (goondan.yaml)",
+        "type": "object",
+        "required": ["apiVersion", "kind", "metadata"],
+        "properties": {
+            "apiVersion": {"const": goondan_core::API_VERSION, "description": "The resource API version."},
+            "kind": {"enum": kinds, "description": "The resource's kind."},
+            "metadata": {
+                "type": "object",
+                "required": ["name"],
+                "properties": {
+                    "name": {"type": "string", "minLength": 1},
+                    "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "annotations": {"type": "object"}
+                }
+            },
+            "spec": {"type": "object"}
+        },
+        "allOf": by_kind
+    })
+}
+
 /// Compiles `kind`'s spec schema under draft 7.
 ///
 /// `jsonschema` checks every schema against its draft's meta-schema before
@@ -241,7 +285,7 @@ fn spec_schema(kind: Kind) -> JsonValue {
 /// (seven vocabulary documents, dynamic references), ~1.7 million for
 /// draft 7. These schemas are ours and use only `type`, `required`,
 /// `properties`, `items`, `minLength`, `minItems`, `minimum`, `maximum`,
-/// `enum` and `oneOf`, which mean the same in both drafts and report the same errors
+/// `enum`, `oneOf` and `pattern`, which mean the same in both drafts and report the same errors
 /// (`spec_errors_are_the_same_under_draft_2020_12` checks). Tool parameter
 /// schemas, which are the user's, are still checked under 2020-12.
 ///
@@ -753,5 +797,34 @@ mod tests {
             messages(Kind::Swarm, json!({"entryAgent": 5, "agents": ["Agent/a"]})),
             ["spec.entryAgent | spec.entryAgent must be a string or an object, got integer"]
         );
+    }
+
+    #[test]
+    fn the_document_schema_accepts_the_examples_and_refuses_what_the_loader_refuses() {
+        let schema = document_schema();
+        let validator = jsonschema::draft7::new(&schema).unwrap_or_else(|e| panic!("{e}"));
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples");
+        let mut checked = 0;
+        for example in std::fs::read_dir(root).unwrap_or_else(|e| panic!("{e}")).flatten() {
+            let Ok(text) = std::fs::read_to_string(example.path().join("goondan.yaml")) else { continue };
+            let documents = crate::yaml::parse_documents(&text).unwrap_or_else(|e| panic!("{e:?}"));
+            for document in documents {
+                let errors: Vec<String> = validator.iter_errors(&document.value).map(|e| e.to_string()).collect();
+                assert!(errors.is_empty(), "{}: {errors:?}", example.path().display());
+                checked += 1;
+            }
+        }
+        assert!(checked > 5, "the examples were read: {checked}");
+        let model = |spec: JsonValue| json!({"apiVersion": "goondan.ai/v1", "kind": "Model", "metadata": {"name": "m"}, "spec": spec});
+        assert!(validator.is_valid(&model(json!({"provider": "openai", "model": "gpt"}))));
+        for bad in [
+            model(json!({"model": "gpt"})),
+            model(json!({"provider": "openai", "model": "gpt", "apiKey": {}})),
+            json!({"apiVersion": "goondan.ai/v2", "kind": "Model", "metadata": {"name": "m"}}),
+            json!({"apiVersion": "goondan.ai/v1", "kind": "Robot", "metadata": {"name": "m"}}),
+            json!({"apiVersion": "goondan.ai/v1", "kind": "Tool", "metadata": {}}),
+        ] {
+            assert!(!validator.is_valid(&bad), "{bad}");
+        }
     }
 }
