@@ -1092,7 +1092,10 @@ impl CrossChecks<'_> {
         }
         for entry in &bundle.resources {
             match &entry.resource {
-                AnyResource::Agent(agent) => self.check_required_tools(bundle, entry.doc_index, agent),
+                AnyResource::Agent(agent) => {
+                    self.check_required_tools(bundle, entry.doc_index, agent);
+                    self.check_model_capabilities(bundle, entry.doc_index, agent);
+                }
                 AnyResource::Connection(connection) => self.check_connection(bundle, entry.doc_index, connection),
                 AnyResource::Swarm(swarm) => {
                     if let Err(clash) = bundle.swarm_agents(Scoped { scope: PackageScope::Local, resource: swarm }) {
@@ -1297,6 +1300,41 @@ impl CrossChecks<'_> {
                 );
             }
         }
+    }
+}
+
+impl CrossChecks<'_> {
+    /// The original's spec (resources §7.1): an Agent that needs a
+    /// capability its Model does not declare is refused at load. A Model
+    /// that declares no `capabilities` at all is taken to have what its
+    /// provider offers (the original's samples declare none); one that
+    /// declares some has exactly those.
+    fn check_model_capabilities(&mut self, bundle: &Bundle, doc: usize, agent: &Resource<AgentSpec>) {
+        if agent.spec.tools.is_empty() {
+            return;
+        }
+        let Ok(Resolved { resource: AnyResource::Model(model), .. }) =
+            bundle.resolve(&agent.spec.model_config.model_ref)
+        else {
+            return;
+        };
+        let declared = &model.spec.capabilities;
+        if declared.is_empty() || declared.get("toolCalling").and_then(serde_json::Value::as_bool) == Some(true) {
+            return;
+        }
+        self.error(
+            DiagnosticCode::ModelCapability,
+            doc,
+            "spec.tools",
+            format!(
+                "the agent has tools, and its Model '{}' does not declare toolCalling: true in spec.capabilities",
+                model.name()
+            ),
+            Some(format!(
+                "Set capabilities.toolCalling: true on Model '{}' if it calls tools, or use a Model that does.",
+                model.name()
+            )),
+        );
     }
 }
 

@@ -87,6 +87,12 @@ pub enum DiagnosticCode {
     /// `A-Z a-z 0-9 . _ -`.
     #[serde(rename = "E_CONFIG_PLACEMENT_INVALID")]
     PlacementInvalid,
+    /// An Agent needs a capability its Model's `spec.capabilities` does not
+    /// declare (the original's spec, resources §7.1: refused at load): an
+    /// agent with tools on a Model whose capabilities leave out
+    /// `toolCalling: true`.
+    #[serde(rename = "E_CONFIG_MODEL_CAPABILITY")]
+    ModelCapability,
     /// A warning: the bundle has script tools or extensions and no JavaScript
     /// runtime is usable.
     #[serde(rename = "W_SCRIPT_RUNTIME_MISSING")]
@@ -111,7 +117,7 @@ pub enum DiagnosticCode {
 
 impl DiagnosticCode {
     /// Every code, in the order of the enum.
-    pub const ALL: [DiagnosticCode; 31] = [
+    pub const ALL: [DiagnosticCode; 32] = [
         Self::ParseError,
         Self::UnsupportedApiVersion,
         Self::UnknownKind,
@@ -138,6 +144,7 @@ impl DiagnosticCode {
         Self::SandboxInvalid,
         Self::SandboxNetwork,
         Self::PlacementInvalid,
+        Self::ModelCapability,
         Self::ScriptRuntimeMissing,
         Self::IngressMismatch,
         Self::UnknownKey,
@@ -174,6 +181,7 @@ impl DiagnosticCode {
             Self::SandboxInvalid => "E_CONFIG_SANDBOX_INVALID",
             Self::SandboxNetwork => "E_CONFIG_SANDBOX_NETWORK",
             Self::PlacementInvalid => "E_CONFIG_PLACEMENT_INVALID",
+            Self::ModelCapability => "E_CONFIG_MODEL_CAPABILITY",
             Self::ScriptRuntimeMissing => "W_SCRIPT_RUNTIME_MISSING",
             Self::IngressMismatch => "W_CONFIG_INGRESS_MISMATCH",
             Self::UnknownKey => "W_CONFIG_UNKNOWN_KEY",

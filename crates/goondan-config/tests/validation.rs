@@ -529,3 +529,33 @@ fn agent_tool_call_scope_policy() {
         [("W_CONFIG_UNKNOWN_KEY", "goondan.yaml#1.spec.policy.toolCallScop".to_owned(), Severity::Warning)]
     );
 }
+
+/// The original's spec (resources §7.1): an Agent that needs a capability
+/// its Model does not declare is refused at load.
+#[test]
+fn a_tool_using_agent_on_a_model_that_declares_no_tool_calling_is_refused() {
+    let bundle = |capabilities: &str, tools: &str| {
+        format!(
+            "apiVersion: goondan.ai/v1\nkind: Model\nmetadata: {{name: m}}\nspec: {{provider: openai, model: x{capabilities}}}\n---\n\
+             apiVersion: goondan.ai/v1\nkind: Agent\nmetadata: {{name: a}}\nspec:\n  modelConfig: {{modelRef: Model/m}}\n{tools}"
+        )
+    };
+    let tools = "  tools:\n    - {kind: Tool, name: bash, package: \"@goondan/base\"}\n";
+    let refused = load(&bundle(", capabilities: {streaming: true}", tools));
+    let found: Vec<_> = refused.iter().filter(|d| d.code == DiagnosticCode::ModelCapability).collect();
+    assert_eq!(found.len(), 1, "{refused:?}");
+    assert_eq!(found[0].path, "goondan.yaml#1.spec.tools");
+    assert!(found[0].message.contains("Model 'm' does not declare toolCalling: true"), "{}", found[0].message);
+    assert!(found[0].is_error());
+    let refused = load(&bundle(", capabilities: {toolCalling: false}", tools));
+    assert!(refused.iter().any(|d| d.code == DiagnosticCode::ModelCapability), "{refused:?}");
+    // Declared, no capabilities at all (the original's samples), or no tools: accepted.
+    for accepted in [
+        bundle(", capabilities: {toolCalling: true, streaming: true}", tools),
+        bundle("", tools),
+        bundle(", capabilities: {streaming: true}", ""),
+    ] {
+        let diagnostics = load(&accepted);
+        assert!(!diagnostics.iter().any(|d| d.code == DiagnosticCode::ModelCapability), "{accepted}: {diagnostics:?}");
+    }
+}
