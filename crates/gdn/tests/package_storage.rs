@@ -280,3 +280,20 @@ fn downloads_show_progress_on_a_terminal_and_nowhere_else() -> TestResult {
     assert!(installed(other.path(), "@acme/lib", "1.0.0").join("data.bin").is_file());
     Ok(())
 }
+
+#[test]
+fn a_second_registry_on_one_storage_is_refused_before_it_listens() -> TestResult {
+    let storage = common::temp();
+    let first = Registry::start(storage.path(), &[])?;
+    let mut command = common::gdn_bin().command(["registry", "serve", "--port", "0", "--storage"]);
+    command.arg(storage.path());
+    let output = command.stdin(Stdio::null()).output()?;
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "", "it announced an address");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("is in use by another registry process"), "{stderr}");
+    // The first one goes on serving.
+    let (status, json) = publish(&first.url, "@acme/lib", "1.0.0", &[], 0);
+    assert_eq!(status, Some(0), "{json}");
+    Ok(())
+}

@@ -77,14 +77,40 @@ impl RegistryConfig {
 pub enum RegistryError {
     #[error("registry storage {}: {source}", path.display())]
     Storage { path: PathBuf, source: std::io::Error },
+    #[error(
+        "registry storage {} is in use by another registry process (it holds {}): one registry per storage directory",
+        path.display(), path.join(STORAGE_LOCK).display()
+    )]
+    InUse { path: PathBuf },
     #[error("serving the registry: {0}")]
     Serve(std::io::Error),
 }
 
-/// The registry as an axum router (its storage directory made).
+/// The file a registry holds locked while it serves a storage directory.
+pub const STORAGE_LOCK: &str = ".registry.lock";
+
+/// Takes the storage directory for this registry alone: its changes are
+/// serialised in one process, and the sweep at start must not take a
+/// file another registry is writing.
+fn lock_storage(storage: &Path) -> Result<std::fs::File, RegistryError> {
+    let path = storage.join(STORAGE_LOCK);
+    let storage_error = |source| RegistryError::Storage { path: path.clone(), source };
+    let file =
+        std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).map_err(storage_error)?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(RegistryError::InUse { path: storage.to_path_buf() }),
+        Err(std::fs::TryLockError::Error(source)) => Err(storage_error(source)),
+    }
+}
+
+/// The registry as an axum router: its storage directory made, locked
+/// for this registry alone ([`RegistryError::InUse`] when another holds
+/// it; released when the router is dropped) and swept of what a crash left.
 pub fn router(config: RegistryConfig) -> Result<axum::Router, RegistryError> {
     std::fs::create_dir_all(&config.storage)
         .map_err(|source| RegistryError::Storage { path: config.storage.clone(), source })?;
+    let lock = lock_storage(&config.storage)?;
     sweep(&config.storage);
     let limit = config.max_body_bytes;
     let tokens = config.tokens.iter().map(|t| t.trim()).filter(|t| !t.is_empty()).map(token_digest).collect();
@@ -93,6 +119,7 @@ pub fn router(config: RegistryConfig) -> Result<axum::Router, RegistryError> {
         tokens,
         base_url: config.base_url,
         writes: tokio::sync::Mutex::new(()),
+        _lock: lock,
     });
     Ok(axum::Router::new().fallback(handle).layer(DefaultBodyLimit::max(limit)).with_state(shared))
 }
@@ -104,7 +131,16 @@ pub async fn serve(
     config: RegistryConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RegistryError> {
-    let app = router(config)?;
+    serve_router(listener, router(config)?, shutdown).await
+}
+
+/// Serves a [`router`] made beforehand (its storage checked before the
+/// caller says where it listens) on `listener` until `shutdown` completes.
+pub async fn serve_router(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), RegistryError> {
     axum::serve(listener, app).with_graceful_shutdown(shutdown).await.map_err(RegistryError::Serve)
 }
 
@@ -115,6 +151,8 @@ struct Shared {
     base_url: Option<String>,
     /// Held through every change (read, modify, write of a packument).
     writes: tokio::sync::Mutex<()>,
+    /// The storage's lock ([`STORAGE_LOCK`]), held while the router lives.
+    _lock: std::fs::File,
 }
 
 fn token_digest(token: &str) -> [u8; 32] {
