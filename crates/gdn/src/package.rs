@@ -3,11 +3,17 @@
 //! The work is goondan-registry's `client`. A failure prints
 //! `error: <message> [<code>]` (`--json`: `{"error": {code, message}}`)
 //! and exits 1, 2 for a bad name or version.
+//!
+//! On a terminal (standard error, without `--json`) downloads show as they
+//! go: a line per package once it is in (`Downloaded @acme/lib@1.0.0
+//! (12.3 kB)`), and meanwhile one status line redrawn in place
+//! (`Downloading 3 packages: 1.2 MB / 4.5 MB`). Anywhere else nothing of
+//! it is written.
 
 use std::io::Write as _;
 
 use anyhow::Result;
-use goondan_registry::client::install::{self, Outcome};
+use goondan_registry::client::install::{self, Outcome, ProgressSink};
 use goondan_registry::client::publish::{self, PublishOptions};
 use goondan_registry::client::{CliConfig, PackageError, Settings};
 
@@ -24,15 +30,19 @@ pub async fn package(
 ) -> Result<u8> {
     let manifest = goondan_config::resolve_bundle_file(&global.config);
     let state_root = crate::workspace::state_root(global)?.path().to_path_buf();
+    // Progress only for a person watching: a terminal, and not --json.
+    let display = (!global.json && std::io::IsTerminal::is_terminal(&std::io::stderr())).then(Progress::new);
     let settings = |registry: &RegistryOption| Settings {
         registry_flag: registry.registry.clone(),
         env: &*session.env,
         config: CliConfig::read(&state_root),
         state_root: state_root.clone(),
+        progress: display.clone().map(Progress::sink),
     };
     match command {
         PackageCommand::Add(args) => {
             let done = install::add(&settings(&args.registry), &manifest, &args.reference, args.exact).await;
+            Progress::finish(display.as_ref());
             report(global, out, done, |out, done| {
                 let dependency =
                     done.dependency.as_ref().map(|d| format!("{}@{}", d.name, d.range)).unwrap_or_default();
@@ -44,10 +54,12 @@ pub async fn package(
         }
         PackageCommand::Install(args) => {
             let done = install::install(&settings(&args.registry), &manifest, args.frozen_lockfile).await;
+            Progress::finish(display.as_ref());
             report(global, out, done, installed_lines)
         }
         PackageCommand::Update(args) => {
             let done = install::update(&settings(&args.registry), &manifest, &args.names, args.exact).await;
+            Progress::finish(display.as_ref());
             report(global, out, done, |out, done| {
                 writeln!(out, "Updated dependencies: {}", done.changes.len())?;
                 for (name, (before, after)) in &done.changes {
@@ -126,5 +138,96 @@ fn report<T: serde::Serialize>(
             }
             Ok(if error.is_usage() { exit::USAGE } else { exit::FAILED })
         }
+    }
+}
+
+/// The download display on a terminal's standard error (see the module docs).
+#[derive(Clone)]
+struct Progress(std::sync::Arc<std::sync::Mutex<Shown>>);
+
+#[derive(Default)]
+struct Shown {
+    /// The downloads under way: bytes in, and of how many.
+    under_way: std::collections::BTreeMap<String, (u64, Option<u64>)>,
+    /// When the status line was last drawn (redrawn at most every 100 ms).
+    drawn_at: Option<std::time::Instant>,
+    /// A status line is on the screen.
+    status_shown: bool,
+}
+
+/// `12.3 kB`, `4.5 MB`.
+fn size(bytes: u64) -> String {
+    match bytes {
+        0..1_000 => format!("{bytes} B"),
+        1_000..1_000_000 => format!("{:.1} kB", bytes as f64 / 1e3),
+        _ => format!("{:.1} MB", bytes as f64 / 1e6),
+    }
+}
+
+impl Progress {
+    fn new() -> Self {
+        Self(std::sync::Arc::default())
+    }
+
+    fn sink(self) -> ProgressSink {
+        std::sync::Arc::new(move |event: &install::Progress| self.show(event))
+    }
+
+    fn show(&self, event: &install::Progress) {
+        use goondan_core::sync::LockUnpoisoned as _;
+        let mut shown = self.0.lock_unpoisoned();
+        let mut stderr = std::io::stderr().lock();
+        // What the terminal does not take is not worth failing an install for.
+        let _ = match event {
+            install::Progress::Downloading { name, version, received, total } => {
+                shown.under_way.insert(format!("{name}@{version}"), (*received, *total));
+                let due = shown.drawn_at.is_none_or(|at| at.elapsed() >= std::time::Duration::from_millis(100));
+                if due { shown.draw(&mut stderr) } else { Ok(()) }
+            }
+            install::Progress::Installed { reused: true, .. } => Ok(()),
+            install::Progress::Installed { name, version, bytes, reused: false } => {
+                shown.under_way.remove(&format!("{name}@{version}"));
+                shown.clear(&mut stderr).and_then(|()| {
+                    writeln!(stderr, "Downloaded {name}@{version} ({})", size(*bytes))?;
+                    if shown.under_way.is_empty() { Ok(()) } else { shown.draw(&mut stderr) }
+                })
+            }
+        };
+        let _ = stderr.flush();
+    }
+
+    /// Takes the status line off the screen before the command's output.
+    fn finish(display: Option<&Self>) {
+        use goondan_core::sync::LockUnpoisoned as _;
+        if let Some(display) = display {
+            let mut shown = display.0.lock_unpoisoned();
+            shown.under_way.clear();
+            let mut stderr = std::io::stderr().lock();
+            let _ = shown.clear(&mut stderr).and_then(|()| stderr.flush());
+        }
+    }
+}
+
+impl Shown {
+    fn clear(&mut self, out: &mut impl std::io::Write) -> std::io::Result<()> {
+        if std::mem::take(&mut self.status_shown) {
+            write!(out, "\r\x1b[2K")?;
+        }
+        Ok(())
+    }
+
+    fn draw(&mut self, out: &mut impl std::io::Write) -> std::io::Result<()> {
+        self.clear(out)?;
+        let received: u64 = self.under_way.values().map(|(received, _)| received).sum();
+        let totals: Option<u64> = self.under_way.values().map(|(_, total)| *total).sum();
+        let of = totals.map(|total| format!(" / {}", size(total))).unwrap_or_default();
+        match (self.under_way.len(), self.under_way.keys().next()) {
+            (0, _) | (_, None) => return Ok(()),
+            (1, Some(one)) => write!(out, "Downloading {one}: {}{of}", size(received))?,
+            (many, _) => write!(out, "Downloading {many} packages: {}{of}", size(received))?,
+        }
+        self.status_shown = true;
+        self.drawn_at = Some(std::time::Instant::now());
+        Ok(())
     }
 }

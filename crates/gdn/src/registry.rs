@@ -33,12 +33,21 @@ pub async fn serve(
             format_args!("{TOKENS_ENV} is not set: the registry is read-only (publishing answers 401)"),
         )?;
     }
-    // The storage first: a directory that cannot be made is reported before
-    // the address is announced.
+    // The storage first: a directory that cannot be made, or that another
+    // registry serves, is reported before the address is announced.
     if let Err(error) = std::fs::create_dir_all(&args.storage) {
         output::error_line(&mut out.stderr, format_args!("--storage {}: {error}", args.storage.display()))?;
         return Ok(exit::FAILED);
     }
+    let mut config = RegistryConfig::new(&args.storage, tokens.clone());
+    config.base_url.clone_from(&args.base_url);
+    let app = match server::router(config) {
+        Ok(app) => app,
+        Err(error) => {
+            output::error_line(&mut out.stderr, error)?;
+            return Ok(exit::FAILED);
+        }
+    };
     let listener = match tokio::net::TcpListener::bind((args.host.as_str(), args.port)).await {
         Ok(listener) => listener,
         Err(error) => {
@@ -63,10 +72,8 @@ pub async fn serve(
     }
     out.stdout.flush()?;
 
-    let mut config = RegistryConfig::new(&args.storage, tokens);
-    config.base_url.clone_from(&args.base_url);
     let (stop, interrupted) = crate::commands::stop_on_signals(session);
-    let served = server::serve(listener, config, stop).await;
+    let served = server::serve_router(listener, app, stop).await;
     session.shutdown.turn_ended();
     if let Err(error) = served {
         output::error_line(&mut out.stderr, error)?;

@@ -8,7 +8,9 @@
 //! ```text
 //! GOONDAN_FAULT=<point>:<action>[:<nth>][,…]
 //!   point   inbox.accept | inbox.start | inbox.done | conversation.commit | instance.info
-//!           | task.update | service.status | service.log | events.log | * (every point)
+//!           | task.update | service.status | service.log | events.log
+//!           | registry.tarball | registry.metadata | package.unpack | package.install
+//!           | package.lockfile | * (every point)
 //!   action  crash   right after the nth write at the point succeeded: SIGKILL to the
 //!                   service (GOONDAN_ORCHESTRATOR_PID, when this is an agent process)
 //!                   and to this process — what `kill -9` leaves on disk
@@ -44,6 +46,17 @@ pub enum Point {
     ServiceLog,
     /// An instance's runtime event log.
     EventsLog,
+    /// The registry stores a published tarball.
+    RegistryTarball,
+    /// The registry stores a packument.
+    RegistryMetadata,
+    /// An installer has unpacked a package beside its place (not yet in it).
+    PackageUnpack,
+    /// An installer has renamed a package into its place.
+    PackageInstall,
+    /// A package command has renamed the lockfile into place (the
+    /// manifest not yet).
+    PackageLockfile,
 }
 
 impl Point {
@@ -59,6 +72,11 @@ impl Point {
             Self::ServiceStatus => "service.status",
             Self::ServiceLog => "service.log",
             Self::EventsLog => "events.log",
+            Self::RegistryTarball => "registry.tarball",
+            Self::RegistryMetadata => "registry.metadata",
+            Self::PackageUnpack => "package.unpack",
+            Self::PackageInstall => "package.install",
+            Self::PackageLockfile => "package.lockfile",
         }
     }
 }

@@ -93,6 +93,11 @@ pub enum PackageError {
     Manifest { path: PathBuf, message: String },
     #[error("{}: {source}", path.display())]
     Io { path: PathBuf, source: std::io::Error },
+    #[error(
+        "{}: {source}: the disk is full; goondan.yaml and goondan.lock.yaml were left as they were (free some space and run the command again)",
+        path.display()
+    )]
+    DiskFull { path: PathBuf, source: std::io::Error },
     #[error("HTTP client setup failed: {0}")]
     Client(String),
 }
@@ -118,6 +123,7 @@ impl PackageError {
             Self::FrozenMismatch { .. } => "PKG_LOCKFILE_MISMATCH",
             Self::Manifest { .. } => "PKG_MANIFEST_INVALID",
             Self::Io { .. } => "PKG_IO",
+            Self::DiskFull { .. } => "PKG_DISK_FULL",
             Self::Client(_) => "PKG_CLIENT",
         }
     }
@@ -216,6 +222,8 @@ pub struct Settings<'a> {
     pub env: Env<'a>,
     pub config: CliConfig,
     pub state_root: PathBuf,
+    /// Told each install's progress (a terminal's display), if given.
+    pub progress: Option<install::ProgressSink>,
 }
 
 impl Settings<'_> {
@@ -359,16 +367,34 @@ impl Http {
 
     /// The bytes at `url` (a tarball).
     pub async fn download(&self, registry: &str, url: &str, token: Option<&str>) -> Result<Vec<u8>, PackageError> {
-        let response = self.send(self.client.get(url), url, registry, token).await?;
+        self.download_with(registry, url, token, &mut |_, _| {}).await
+    }
+
+    /// The bytes at `url`, telling `on_chunk` how many are in (and of how
+    /// many, when the answer says) as they come.
+    pub async fn download_with(
+        &self,
+        registry: &str,
+        url: &str,
+        token: Option<&str>,
+        on_chunk: &mut (dyn FnMut(u64, Option<u64>) + Send),
+    ) -> Result<Vec<u8>, PackageError> {
+        let mut response = self.send(self.client.get(url), url, registry, token).await?;
         let status = response.status().as_u16();
-        let body = response
-            .bytes()
-            .await
-            .map_err(|e| PackageError::Unreachable { url: url.to_owned(), detail: error_chain(&e) })?;
+        let total = response.content_length();
+        let unreachable =
+            |e: reqwest::Error| PackageError::Unreachable { url: url.to_owned(), detail: error_chain(&e) };
+        let mut body = Vec::with_capacity(total.unwrap_or(0).min(64 << 20) as usize);
+        while let Some(chunk) = response.chunk().await.map_err(unreachable)? {
+            body.extend_from_slice(&chunk);
+            if status == 200 {
+                on_chunk(body.len() as u64, total);
+            }
+        }
         if status != 200 {
             return Err(refused(url, status, &body));
         }
-        Ok(body.to_vec())
+        Ok(body)
     }
 
     /// `PUT <registry>/<name>` with a publish payload.
@@ -446,8 +472,13 @@ mod tests {
         let mut config = CliConfig { registry: Some("http://config".into()), ..CliConfig::default() };
         config.scoped_registries.insert("@s".into(), "http://scoped/".into());
         let env = env_with(Some("http://env"));
-        let mut settings =
-            Settings { registry_flag: Some("http://flag".into()), env: &env, config, state_root: PathBuf::new() };
+        let mut settings = Settings {
+            registry_flag: Some("http://flag".into()),
+            env: &env,
+            config,
+            state_root: PathBuf::new(),
+            progress: None,
+        };
         assert_eq!(settings.registry_url("@s/x"), "http://flag");
         settings.registry_flag = None;
         assert_eq!(settings.registry_url("@s/x"), "http://env");
@@ -468,7 +499,7 @@ mod tests {
         let mut config = CliConfig::default();
         config.tokens.insert("http://r".into(), "${MY_TOKEN}".into());
         config.tokens.insert("http://plain".into(), "\"abc\"".into());
-        let settings = Settings { registry_flag: None, env: &env, config, state_root: PathBuf::new() };
+        let settings = Settings { registry_flag: None, env: &env, config, state_root: PathBuf::new(), progress: None };
         assert_eq!(settings.token("http://r").as_deref(), Some("from-var"));
         assert_eq!(settings.token("http://plain").as_deref(), Some("abc"));
         assert_eq!(settings.token("http://other"), None);

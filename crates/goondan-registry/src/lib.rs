@@ -20,3 +20,9 @@ pub mod client;
 pub mod server;
 pub mod tarball;
 pub mod version;
+
+/// Whether an I/O error says the disk (or the quota) is full.
+pub fn is_disk_full(error: &std::io::Error) -> bool {
+    // ENOSPC, EDQUOT (Linux)
+    error.kind() == std::io::ErrorKind::StorageFull || matches!(error.raw_os_error(), Some(28 | 122))
+}

@@ -28,6 +28,7 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
+use goondan_core::fault::Point;
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -76,14 +77,41 @@ impl RegistryConfig {
 pub enum RegistryError {
     #[error("registry storage {}: {source}", path.display())]
     Storage { path: PathBuf, source: std::io::Error },
+    #[error(
+        "registry storage {} is in use by another registry process (it holds {}): one registry per storage directory",
+        path.display(), path.join(STORAGE_LOCK).display()
+    )]
+    InUse { path: PathBuf },
     #[error("serving the registry: {0}")]
     Serve(std::io::Error),
 }
 
-/// The registry as an axum router (its storage directory made).
+/// The file a registry holds locked while it serves a storage directory.
+pub const STORAGE_LOCK: &str = ".registry.lock";
+
+/// Takes the storage directory for this registry alone: its changes are
+/// serialised in one process, and the sweep at start must not take a
+/// file another registry is writing.
+fn lock_storage(storage: &Path) -> Result<std::fs::File, RegistryError> {
+    let path = storage.join(STORAGE_LOCK);
+    let storage_error = |source| RegistryError::Storage { path: path.clone(), source };
+    let file =
+        std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).map_err(storage_error)?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(RegistryError::InUse { path: storage.to_path_buf() }),
+        Err(std::fs::TryLockError::Error(source)) => Err(storage_error(source)),
+    }
+}
+
+/// The registry as an axum router: its storage directory made, locked
+/// for this registry alone ([`RegistryError::InUse`] when another holds
+/// it; released when the router is dropped) and swept of what a crash left.
 pub fn router(config: RegistryConfig) -> Result<axum::Router, RegistryError> {
     std::fs::create_dir_all(&config.storage)
         .map_err(|source| RegistryError::Storage { path: config.storage.clone(), source })?;
+    let lock = lock_storage(&config.storage)?;
+    sweep(&config.storage);
     let limit = config.max_body_bytes;
     let tokens = config.tokens.iter().map(|t| t.trim()).filter(|t| !t.is_empty()).map(token_digest).collect();
     let shared = Arc::new(Shared {
@@ -91,6 +119,7 @@ pub fn router(config: RegistryConfig) -> Result<axum::Router, RegistryError> {
         tokens,
         base_url: config.base_url,
         writes: tokio::sync::Mutex::new(()),
+        _lock: lock,
     });
     Ok(axum::Router::new().fallback(handle).layer(DefaultBodyLimit::max(limit)).with_state(shared))
 }
@@ -102,7 +131,16 @@ pub async fn serve(
     config: RegistryConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RegistryError> {
-    let app = router(config)?;
+    serve_router(listener, router(config)?, shutdown).await
+}
+
+/// Serves a [`router`] made beforehand (its storage checked before the
+/// caller says where it listens) on `listener` until `shutdown` completes.
+pub async fn serve_router(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), RegistryError> {
     axum::serve(listener, app).with_graceful_shutdown(shutdown).await.map_err(RegistryError::Serve)
 }
 
@@ -113,6 +151,8 @@ struct Shared {
     base_url: Option<String>,
     /// Held through every change (read, modify, write of a packument).
     writes: tokio::sync::Mutex<()>,
+    /// The storage's lock ([`STORAGE_LOCK`]), held while the router lives.
+    _lock: std::fs::File,
 }
 
 fn token_digest(token: &str) -> [u8; 32] {
@@ -307,6 +347,15 @@ fn version_not_found() -> Response {
 
 fn storage_failed(problem: &StoreError) -> Response {
     tracing::error!("registry storage: {problem}");
+    if problem.is_full() {
+        // 507, so a client can tell "try again when there is room" from a
+        // broken registry; nothing of the request was kept.
+        return error(
+            StatusCode::INSUFFICIENT_STORAGE,
+            "PKG_STORAGE_FULL",
+            "The registry's storage is full: nothing was stored",
+        );
+    }
     error(StatusCode::INTERNAL_SERVER_ERROR, "PKG_STORAGE_ERROR", "The registry's storage failed")
 }
 
@@ -588,8 +637,14 @@ async fn publish(shared: &Arc<Shared>, package: &PackageName, payload: &Value, h
     let metadata = updated_metadata(existing, package, &payload, &version, &tarball, &base_url);
     let (store, name, published) = (shared.store.clone(), package.clone(), version.clone());
     let saved = blocking(move || {
+        // The tarball first: a packument never names a version whose
+        // tarball is not stored. A packument that could not be stored takes
+        // the new tarball back with it (a crash in between leaves it for
+        // the sweep at start).
         store.save_tarball(&name, &published, &tarball)?;
-        store.save_metadata(&name, &metadata)
+        store.save_metadata(&name, &metadata).inspect_err(|_| {
+            let _ = store.remove_tarball(&name, &published);
+        })
     })
     .await;
     match saved {
@@ -740,6 +795,13 @@ enum StoreError {
     Task(String),
 }
 
+impl StoreError {
+    /// The storage has no room (or the quota is spent).
+    fn is_full(&self) -> bool {
+        matches!(self, Self::Io { source, .. } if crate::is_disk_full(source))
+    }
+}
+
 fn io_at(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
     move |source| StoreError::Io { path: path.to_path_buf(), source }
 }
@@ -773,11 +835,11 @@ impl Store {
         let path = self.package_dir(package).join("metadata.json");
         let bytes =
             serde_json::to_vec_pretty(metadata).map_err(|source| StoreError::Corrupt { path: path.clone(), source })?;
-        write_atomically(&path, &bytes)
+        write_atomically(&path, &bytes, Point::RegistryMetadata)
     }
 
     fn save_tarball(&self, package: &PackageName, version: &str, bytes: &[u8]) -> Result<(), StoreError> {
-        write_atomically(&self.tarball_path(package, version), bytes)
+        write_atomically(&self.tarball_path(package, version), bytes, Point::RegistryTarball)
     }
 
     fn tarball(&self, package: &PackageName, version: &str) -> Result<Option<Vec<u8>>, StoreError> {
@@ -819,16 +881,101 @@ impl Store {
 /// Writes `bytes` to a temporary file beside `path`, syncs it, renames it
 /// over `path` and syncs the directory: readers see the old file or the
 /// new one, never a part.
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+fn write_atomically(path: &Path, bytes: &[u8], point: Point) -> Result<(), StoreError> {
     use std::io::Write as _;
     let parent = path.parent().unwrap_or(Path::new("."));
+    goondan_core::fault::before_write(point).map_err(io_at(path))?;
     std::fs::create_dir_all(parent).map_err(io_at(parent))?;
-    let mut file = tempfile::NamedTempFile::new_in(parent).map_err(io_at(parent))?;
+    // A failed write removes its temporary file (dropped); one a crash
+    // left is swept at the next start (`sweep`).
+    let mut file = tempfile::Builder::new().prefix(WRITING_PREFIX).tempfile_in(parent).map_err(io_at(parent))?;
     file.write_all(bytes).map_err(io_at(path))?;
     file.as_file().sync_all().map_err(io_at(path))?;
     file.persist(path).map_err(|persist| StoreError::Io { path: path.to_path_buf(), source: persist.error })?;
     crate::tarball::sync_dir(parent);
+    goondan_core::fault::after_write(point);
     Ok(())
+}
+
+/// The name every temporary file of the storage starts with.
+const WRITING_PREFIX: &str = ".writing-";
+
+/// What a registry killed mid-change leaves, removed before it serves:
+/// temporary files, packages half removed (`.removing-*`), and tarballs
+/// no packument names (a publish killed between its two writes). A
+/// packument that cannot be read is left alone (and reported).
+fn sweep(root: &Path) {
+    let packages = root.join("packages");
+    let Ok(scopes) = std::fs::read_dir(&packages) else { return };
+    for scope in scopes.flatten() {
+        let scope_dir = scope.path();
+        let Ok(names) = std::fs::read_dir(&scope_dir) else { continue };
+        for name in names.flatten() {
+            let dir = name.path();
+            let file_name = name.file_name();
+            let file_name = file_name.to_string_lossy();
+            if file_name.starts_with(".removing-") {
+                remove_leftover(&dir);
+                continue;
+            }
+            if file_name.starts_with('.') || !dir.is_dir() {
+                continue;
+            }
+            sweep_package(&dir);
+        }
+    }
+}
+
+fn sweep_package(dir: &Path) {
+    remove_temporaries(dir);
+    let tarballs = dir.join("tarballs");
+    remove_temporaries(&tarballs);
+    let listed: Option<std::collections::BTreeSet<String>> = match std::fs::read(dir.join("metadata.json")) {
+        Ok(bytes) => match serde_json::from_slice::<PackageMetadata>(&bytes) {
+            Ok(metadata) => Some(metadata.versions.keys().map(|v| format!("{}.tgz", percent_encode(v))).collect()),
+            Err(problem) => {
+                tracing::error!(
+                    "registry storage: {}: not a packument: {problem}",
+                    dir.join("metadata.json").display()
+                );
+                return;
+            }
+        },
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
+        Err(problem) => {
+            tracing::error!("registry storage: {}: {problem}", dir.display());
+            return;
+        }
+    };
+    let Ok(files) = std::fs::read_dir(&tarballs) else { return };
+    for file in files.flatten() {
+        let name = file.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".tgz") && !listed.as_ref().is_some_and(|listed| listed.contains(&name)) {
+            tracing::warn!("registry storage: removing {}, which no packument names", file.path().display());
+            remove_leftover(&file.path());
+        }
+    }
+    if listed.is_none() {
+        // Only what a first publish killed early left: nothing is served from it.
+        let _ = std::fs::remove_dir(&tarballs);
+        let _ = std::fs::remove_dir(dir);
+    }
+}
+
+fn remove_temporaries(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        if entry.file_name().to_string_lossy().starts_with(WRITING_PREFIX) {
+            remove_leftover(&entry.path());
+        }
+    }
+}
+
+fn remove_leftover(path: &Path) {
+    let removed = if path.is_dir() { std::fs::remove_dir_all(path) } else { std::fs::remove_file(path) };
+    if let Err(problem) = removed {
+        tracing::warn!("registry storage: cannot remove the leftover {}: {problem}", path.display());
+    }
 }
 
 #[cfg(test)]

@@ -15,8 +15,10 @@
 //! links, and device files (naming the entry), strips the first
 //! path component (`package/`, as `tar --strip-components=1` in the
 //! original), and unpacks into a temporary directory beside the
-//! destination that is renamed into place: two installs of one package at
-//! once never see each other's half-written files.
+//! destination that is renamed into place with its [`INTEGRITY_MARKER`]
+//! already inside: a destination that exists is a whole install, and two
+//! installs of one package at once never see each other's half-written
+//! files.
 
 use std::collections::BTreeSet;
 use std::io::{Read as _, Write as _};
@@ -56,9 +58,12 @@ pub struct PackOptions {
 pub enum Unpacked {
     /// The destination was made from this tarball.
     Created,
-    /// The destination already existed (another install got there first);
-    /// it was left as it was.
+    /// The destination already recorded this integrity (an earlier
+    /// install, or another one that got there first): left as it was.
     AlreadyPresent,
+    /// The destination held something else (another integrity, or no
+    /// marker): replaced by this tarball's files.
+    Replaced,
 }
 
 /// Why an entry was refused.
@@ -343,12 +348,37 @@ fn glob_segment(pattern: &str, name: &str) -> bool {
     pattern[p..].iter().all(|c| *c == '*')
 }
 
-/// Checks `bytes` against `expected_integrity`, then unpacks it into
-/// `dest` (which must not exist yet; its parent is made): into a temporary
-/// directory beside it first, renamed into place once complete.
+/// The file in an unpacked package recording the integrity it was made
+/// from: written inside the tree before the tree is renamed into place, so
+/// a destination that exists is a whole install, marker included.
+pub const INTEGRITY_MARKER: &str = goondan_core::package_dir::INSTALL_MARKER;
+
+/// The integrity an unpacked package at `dest` records (`None`: no
+/// package there, or not one [`unpack`] made).
+pub fn recorded_integrity(dest: &Path) -> Option<String> {
+    std::fs::read_to_string(dest.join(INTEGRITY_MARKER)).ok().map(|text| text.trim().to_owned())
+}
+
+/// Checks `bytes` against `expected_integrity`, then makes `dest` hold
+/// exactly this tarball's files and an [`INTEGRITY_MARKER`]. The contract:
+///
+/// - `dest` already recording this integrity is left as it is
+///   ([`Unpacked::AlreadyPresent`]);
+/// - anything else at `dest` (another integrity, no marker) is replaced
+///   ([`Unpacked::Replaced`]): the new tree is made first, then the old
+///   one moved aside and the new one renamed in;
+/// - the tree is unpacked into a temporary directory beside `dest`
+///   (`.<name>.unpacking-*`), synced with its marker, and renamed into
+///   place in one step: `dest` is never seen half made, and a failure
+///   (a full disk) or a crash leaves `dest` as it was.
+///
+/// Two unpacks of one tarball at once both end with it in place. What a
+/// crash leaves beside `dest` is removed by [`remove_leftovers`].
 pub fn unpack(bytes: &[u8], expected_integrity: &str, dest: &Path) -> Result<Unpacked, TarballError> {
     verify_integrity(bytes, expected_integrity)?;
-    if dest.exists() {
+    let expected = expected_integrity.trim();
+    let already = |dest: &Path| recorded_integrity(dest).is_some_and(|recorded| recorded == expected);
+    if already(dest) {
         return Ok(Unpacked::AlreadyPresent);
     }
     let parent = match dest.parent() {
@@ -360,17 +390,76 @@ pub fn unpack(bytes: &[u8], expected_integrity: &str, dest: &Path) -> Result<Unp
     let temp =
         tempfile::Builder::new().prefix(&format!(".{name}.unpacking-")).tempdir_in(parent).map_err(io_at(parent))?;
     unpack_into(bytes, temp.path())?;
+    let marker = temp.path().join(INTEGRITY_MARKER);
+    // The archive may hold a file of that name: the marker is ours.
+    let _ = std::fs::remove_file(&marker);
+    let mut file = create_file(&marker, false)?;
+    file.write_all(expected.as_bytes()).map_err(io_at(&marker))?;
+    file.sync_all().map_err(io_at(&marker))?;
+    drop(file);
+    sync_dir(temp.path());
+    goondan_core::fault::after_write(goondan_core::fault::Point::PackageUnpack);
+    let replaced = match std::fs::symlink_metadata(dest) {
+        Ok(_) => {
+            let aside = tempfile::Builder::new()
+                .prefix(&format!(".{name}.stale-"))
+                .tempdir_in(parent)
+                .map_err(io_at(parent))?;
+            match std::fs::rename(dest, aside.path().join("old")) {
+                // Dropping `aside` (below, once the new tree is in) removes the old one.
+                Ok(()) => Some(aside),
+                // Another unpack moved it first.
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
+                Err(source) => return Err(TarballError::Io { path: dest.to_path_buf(), source }),
+            }
+        }
+        Err(_) => None,
+    };
     match std::fs::rename(temp.path(), dest) {
         Ok(()) => {
             // The directory is the destination now: nothing to remove.
             let _ = temp.keep();
             sync_dir(parent);
-            Ok(Unpacked::Created)
+            goondan_core::fault::after_write(goondan_core::fault::Point::PackageInstall);
+            Ok(if replaced.is_some() { Unpacked::Replaced } else { Unpacked::Created })
         }
-        // Another install renamed its copy first: the same bytes, kept.
-        Err(_) if dest.exists() => Ok(Unpacked::AlreadyPresent),
-        Err(source) => Err(TarballError::Io { path: dest.to_path_buf(), source }),
+        // Another unpack of the same tarball renamed its copy first: kept.
+        Err(_) if already(dest) => Ok(Unpacked::AlreadyPresent),
+        Err(source) => {
+            // The old tree goes back where it was rather than with `aside`.
+            if let Some(aside) = &replaced {
+                let _ = std::fs::rename(aside.path().join("old"), dest);
+            }
+            Err(TarballError::Io { path: dest.to_path_buf(), source })
+        }
     }
+}
+
+/// Removes what unpacks into `dest` killed midway left beside it
+/// (`.<name>.unpacking-*`, `.<name>.stale-*`). Only for a caller that
+/// knows no other unpack into `dest` is running (it holds a lock): one
+/// running would lose its temporary directory.
+pub fn remove_leftovers(dest: &Path) -> Result<usize, TarballError> {
+    let (Some(parent), Some(name)) = (dest.parent(), dest.file_name().and_then(|n| n.to_str())) else {
+        return Ok(0);
+    };
+    let entries = match std::fs::read_dir(parent) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(source) => return Err(TarballError::Io { path: parent.to_path_buf(), source }),
+    };
+    let (unpacking, stale) = (format!(".{name}.unpacking-"), format!(".{name}.stale-"));
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let file_name = file_name.to_string_lossy();
+        if file_name.starts_with(&unpacking) || file_name.starts_with(&stale) {
+            let path = entry.path();
+            std::fs::remove_dir_all(&path).map_err(io_at(&path))?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
 }
 
 /// Makes a rename in `dir` durable (best effort: not every file system
@@ -410,8 +499,14 @@ fn unpack_into(bytes: &[u8], root: &Path) -> Result<(), TarballError> {
                 let executable = entry.header().mode().is_ok_and(|mode| mode & 0o111 != 0);
                 let mut file = create_file(&dest, executable)?;
                 let budget = MAX_UNPACKED_BYTES - written;
-                let copied =
-                    std::io::copy(&mut (&mut entry).take(budget + 1), &mut file).map_err(TarballError::Corrupt)?;
+                let copied = std::io::copy(&mut (&mut entry).take(budget + 1), &mut file).map_err(|error| {
+                    // The disk filling is the writer's failure, not the archive's.
+                    if crate::is_disk_full(&error) {
+                        TarballError::Io { path: dest.clone(), source: error }
+                    } else {
+                        TarballError::Corrupt(error)
+                    }
+                })?;
                 if copied > budget {
                     return Err(TarballError::TooLarge { limit: MAX_UNPACKED_BYTES });
                 }

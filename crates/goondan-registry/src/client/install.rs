@@ -23,14 +23,14 @@ use std::sync::Arc;
 
 use super::lockfile::{FILE_NAME, Locked, Lockfile};
 use super::manifest::{Dependency, Manifest};
-use super::{Http, PackageError, Packument, Requirement, Settings, check_name, io_at, parse_ref};
+use super::{Http, PackageError, Packument, Requirement, Settings, check_name, parse_ref};
 use crate::version;
 
 /// How many tarballs download at once.
 pub const PARALLEL_DOWNLOADS: usize = 4;
 
 /// The file in an install recording the integrity it was made from.
-pub const INTEGRITY_MARKER: &str = goondan_core::package_dir::INSTALL_MARKER;
+pub use crate::tarball::INTEGRITY_MARKER;
 
 /// The requester of the bundle's own dependencies.
 const ROOT: &str = "goondan.yaml";
@@ -241,6 +241,20 @@ pub fn check_lock(lock: &Lockfile, dependencies: &[Dependency], path: &Path) -> 
     Ok(())
 }
 
+/// What an install reports as it goes, for a progress display (the
+/// caller's [`Settings::progress`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Progress {
+    /// `received` bytes of `name@version`'s tarball are in, of `total`
+    /// when the registry said.
+    Downloading { name: String, version: String, received: u64, total: Option<u64> },
+    /// `name@version` is in place: downloaded (`bytes`) or `reused`.
+    Installed { name: String, version: String, bytes: u64, reused: bool },
+}
+
+/// Where [`Progress`] goes.
+pub type ProgressSink = Arc<dyn Fn(&Progress) + Send + Sync>;
+
 /// Downloads and installs what `lock` names (in parallel, bounded).
 pub async fn install_locked(settings: &Settings<'_>, lock: &Lockfile) -> Result<Vec<Installed>, PackageError> {
     let http = Http::new(settings)?;
@@ -251,10 +265,11 @@ pub async fn install_locked(settings: &Settings<'_>, lock: &Lockfile) -> Result<
         let registry = settings.registry_url(&name);
         let token = settings.token(&registry);
         let dest = install_path(&settings.state_root, &name, &entry.version);
-        let (http, limit, entry) = (http.clone(), limit.clone(), entry.clone());
+        let (http, limit, entry, progress) = (http.clone(), limit.clone(), entry.clone(), settings.progress.clone());
         tasks.spawn(async move {
             let _permit = limit.acquire_owned().await;
-            install_one(&http, &registry, token.as_deref(), &name, &entry, dest).await
+            let one = One { http: &http, registry: &registry, token: token.as_deref(), name: &name, entry: &entry };
+            one.install(dest, progress.as_ref()).await
         });
     }
     let mut installed = Vec::new();
@@ -277,59 +292,170 @@ pub async fn install_locked(settings: &Settings<'_>, lock: &Lockfile) -> Result<
     Ok(installed)
 }
 
-async fn install_one(
-    http: &Http,
-    registry: &str,
-    token: Option<&str>,
-    name: &str,
-    entry: &Locked,
-    dest: PathBuf,
-) -> Result<Installed, PackageError> {
-    let version = entry.version.clone();
-    let done = |reused| Installed { name: name.to_owned(), version: version.clone(), path: dest.clone(), reused };
-    let marker = dest.join(INTEGRITY_MARKER);
-    if dest.exists() {
-        if std::fs::read_to_string(&marker).is_ok_and(|recorded| recorded.trim() == entry.integrity) {
+/// One locked package to put in place.
+struct One<'a> {
+    http: &'a Http,
+    registry: &'a str,
+    token: Option<&'a str>,
+    name: &'a str,
+    entry: &'a Locked,
+}
+
+impl One<'_> {
+    /// Installs the package at `dest` unless it is there with the locked
+    /// integrity. One installer per version at a time, across processes
+    /// (a lock file beside it, `.<version>.lock`): a second one waits, then
+    /// finds the first one's install and reuses it. Under the lock, what
+    /// an installer killed midway left is removed first.
+    async fn install(&self, dest: PathBuf, progress: Option<&ProgressSink>) -> Result<Installed, PackageError> {
+        let (name, version) = (self.name, self.entry.version.clone());
+        let done = |reused| Installed { name: name.to_owned(), version: version.clone(), path: dest.clone(), reused };
+        let tarball_error = |source| tarball_failed(name, &version, source);
+        let _lock = lock_install(&dest).await?;
+        let leftovers = dest.clone();
+        tokio::task::spawn_blocking(move || crate::tarball::remove_leftovers(&leftovers))
+            .await
+            .map_err(|e| PackageError::Client(format!("an install task failed: {e}")))?
+            .map_err(tarball_error)?;
+        let report = |event: Progress| {
+            if let Some(sink) = progress {
+                sink(&event);
+            }
+        };
+        if crate::tarball::recorded_integrity(&dest).is_some_and(|recorded| recorded == self.entry.integrity.trim()) {
+            report(Progress::Installed { name: name.to_owned(), version: version.clone(), bytes: 0, reused: true });
             return Ok(done(true));
         }
-        // Another integrity (or a half-made install): replaced, moved
-        // aside first so no reader sees it half removed.
-        tracing::info!(package = name, version, "replacing an install of another integrity");
-        let aside = dest.with_file_name(format!(".{version}.stale-{}", std::process::id()));
-        std::fs::rename(&dest, &aside).map_err(io_at(&dest))?;
-        std::fs::remove_dir_all(&aside).map_err(io_at(&aside))?;
+        let mut on_chunk = |received, total| {
+            report(Progress::Downloading { name: name.to_owned(), version: version.clone(), received, total });
+        };
+        let bytes = self.http.download_with(self.registry, &self.entry.resolved, self.token, &mut on_chunk).await?;
+        crate::tarball::verify_integrity(&bytes, &self.entry.integrity).map_err(tarball_error)?;
+        let paths = crate::tarball::entry_paths(&bytes).map_err(tarball_error)?;
+        if !paths.contains("goondan.yaml") && !paths.contains("dist/goondan.yaml") {
+            return Err(PackageError::NoManifestInTarball { name: name.to_owned(), version });
+        }
+        let size = bytes.len() as u64;
+        let (integrity, target) = (self.entry.integrity.clone(), dest.clone());
+        let unpacked = tokio::task::spawn_blocking(move || crate::tarball::unpack(&bytes, &integrity, &target))
+            .await
+            .map_err(|e| PackageError::Client(format!("unpacking failed: {e}")))?
+            .map_err(tarball_error)?;
+        if unpacked == crate::tarball::Unpacked::Replaced {
+            tracing::info!(package = name, version, "replaced an install of another integrity");
+        }
+        report(Progress::Installed { name: name.to_owned(), version: version.clone(), bytes: size, reused: false });
+        Ok(done(false))
     }
-    let bytes = http.download(registry, &entry.resolved, token).await?;
-    let tarball_error = |source| PackageError::Tarball { name: name.to_owned(), version: version.clone(), source };
-    crate::tarball::verify_integrity(&bytes, &entry.integrity).map_err(tarball_error)?;
-    let paths = crate::tarball::entry_paths(&bytes).map_err(tarball_error)?;
-    if !paths.contains("goondan.yaml") && !paths.contains("dist/goondan.yaml") {
-        return Err(PackageError::NoManifestInTarball { name: name.to_owned(), version });
+}
+
+/// A tarball step failed: a full disk is told apart from a bad tarball.
+fn tarball_failed(name: &str, version: &str, source: crate::tarball::TarballError) -> PackageError {
+    match source {
+        crate::tarball::TarballError::Io { path, source } if crate::is_disk_full(&source) => {
+            PackageError::DiskFull { path, source }
+        }
+        source => PackageError::Tarball { name: name.to_owned(), version: version.to_owned(), source },
     }
-    let integrity = entry.integrity.clone();
-    let target = dest.clone();
+}
+
+/// Takes the lock of the install at `dest` (waiting for another process
+/// holding it); released when the file is dropped.
+async fn lock_install(dest: &Path) -> Result<std::fs::File, PackageError> {
+    let parent = dest.parent().unwrap_or(Path::new(".")).to_path_buf();
+    let version = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     tokio::task::spawn_blocking(move || {
-        crate::tarball::unpack(&bytes, &integrity, &target)?;
-        write_atomically(&target.join(INTEGRITY_MARKER), integrity.as_bytes())
+        std::fs::create_dir_all(&parent).map_err(|source| io_error(&parent, source))?;
+        let path = parent.join(format!(".{version}.lock"));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|source| io_error(&path, source))?;
+        file.lock().map_err(|source| io_error(&path, source))?;
+        Ok(file)
     })
     .await
-    .map_err(|e| PackageError::Client(format!("unpacking failed: {e}")))?
-    .map_err(tarball_error)?;
-    Ok(done(false))
+    .map_err(|e| PackageError::Client(format!("an install task failed: {e}")))?
 }
 
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), crate::tarball::TarballError> {
-    let io = |source| crate::tarball::TarballError::Io { path: path.to_path_buf(), source };
-    let temp = path.with_extension(format!("tmp-{}", std::process::id()));
-    std::fs::write(&temp, bytes).map_err(io)?;
-    std::fs::rename(&temp, path).map_err(io)
+/// An I/O error at `path`; a full disk says so.
+fn io_error(path: &Path, source: std::io::Error) -> PackageError {
+    if crate::is_disk_full(&source) {
+        PackageError::DiskFull { path: path.to_path_buf(), source }
+    } else {
+        PackageError::Io { path: path.to_path_buf(), source }
+    }
 }
 
-fn write_file(path: &Path, text: &str) -> Result<(), PackageError> {
-    write_atomically(path, text.as_bytes()).map_err(|e| match e {
-        crate::tarball::TarballError::Io { path, source } => PackageError::Io { path, source },
-        other => PackageError::Client(other.to_string()),
-    })
+/// A file's new text, written and synced beside it but not yet in place
+/// ([`Staged::commit`] renames it in). Every file a command changes is
+/// staged before any is renamed: a full disk fails the staging and
+/// changes nothing.
+struct Staged {
+    file: tempfile::NamedTempFile,
+    path: PathBuf,
+}
+
+/// The start of a staged file's name: `.<file>.<pid>.writing-…`.
+fn staged_prefix(path: &Path, pid: u32) -> String {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    format!(".{name}.{pid}.writing-")
+}
+
+impl Staged {
+    fn new(path: &Path, text: &str) -> Result<Self, PackageError> {
+        use std::io::Write as _;
+        let parent = match path.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent,
+            _ => Path::new("."),
+        };
+        remove_dead_staged(parent, path);
+        let mut file = tempfile::Builder::new()
+            .prefix(&staged_prefix(path, std::process::id()))
+            .tempfile_in(parent)
+            .map_err(|source| io_error(parent, source))?;
+        // The file keeps its mode (a new one gets the usual 0644, not the temporary file's 0600).
+        let permissions = std::fs::metadata(path).map(|m| m.permissions()).unwrap_or_else(|_| {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::Permissions::from_mode(0o644)
+        });
+        let written = file
+            .write_all(text.as_bytes())
+            .and_then(|()| file.as_file().set_permissions(permissions))
+            .and_then(|()| file.as_file().sync_all());
+        written.map_err(|source| io_error(path, source))?;
+        Ok(Self { file, path: path.to_path_buf() })
+    }
+
+    fn commit(self) -> Result<(), PackageError> {
+        let Self { file, path } = self;
+        file.persist(&path).map_err(|persist| io_error(&path, persist.error))?;
+        crate::tarball::sync_dir(path.parent().unwrap_or(Path::new(".")));
+        Ok(())
+    }
+}
+
+/// Removes the staged copies of `path` whose process is gone (killed
+/// between staging and renaming): a live one's are left to it.
+fn remove_dead_staged(dir: &Path, path: &Path) {
+    let Some(name) = path.file_name().map(|n| n.to_string_lossy().into_owned()) else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let start = format!(".{name}.");
+    for entry in entries.flatten() {
+        let file_name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = file_name
+            .strip_prefix(&start)
+            .and_then(|rest| rest.split_once(".writing-"))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
 }
 
 fn lockfile_path(manifest: &Path) -> PathBuf {
@@ -351,16 +477,26 @@ async fn settle(
         Some(lock) if check_lock(&lock, dependencies, &lock_path).is_ok() => lock,
         _ => Registry::new(settings)?.resolve(dependencies).await?,
     };
+    // Installed first: the lockfile and the manifest name only what is
+    // in place.
     let installed = install_locked(settings, &lock).await?;
-    if let Some(text) = new_text {
-        write_file(&manifest.path, text)?;
-    }
     let rendered = lock.render();
     let current = std::fs::read_to_string(&lock_path).ok();
     // As the original: a bundle without dependencies gets no lockfile.
     let nothing_to_lock = lock.packages.is_empty() && current.is_none();
-    if !nothing_to_lock && current.as_deref() != Some(rendered.as_str()) {
-        write_file(&lock_path, &rendered)?;
+    let lock_changes = !nothing_to_lock && current.as_deref() != Some(rendered.as_str());
+    // Both staged before either is renamed in. The lockfile goes first: a
+    // crash between the two leaves a lockfile the manifest does not
+    // match, which the next `install` resolves again (`--frozen-lockfile`
+    // refuses it), never a manifest naming a package nothing locked.
+    let staged_lock = lock_changes.then(|| Staged::new(&lock_path, &rendered)).transpose()?;
+    let staged_manifest = new_text.map(|text| Staged::new(&manifest.path, text)).transpose()?;
+    if let Some(staged) = staged_lock {
+        staged.commit()?;
+        goondan_core::fault::after_write(goondan_core::fault::Point::PackageLockfile);
+    }
+    if let Some(staged) = staged_manifest {
+        staged.commit()?;
     }
     Ok((installed, lock_path))
 }

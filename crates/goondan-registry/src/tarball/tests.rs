@@ -289,3 +289,43 @@ fn garbage_is_a_corrupt_archive() -> TestResult {
     assert!(!out.path().join("pkg").exists());
     Ok(())
 }
+
+#[test]
+fn an_unpack_replaces_what_does_not_record_its_integrity_and_keeps_what_does() -> TestResult {
+    let dir = package()?;
+    let bytes = pack(dir.path(), &options(None))?;
+    let sum = integrity(&bytes);
+    let out = tempfile::tempdir()?;
+    let dest = out.path().join("1.0.0");
+    // A directory without a marker (a half install of an older gdn, or
+    // anything else) is no install: replaced.
+    std::fs::create_dir_all(dest.join("stray"))?;
+    assert_eq!(unpack(&bytes, &sum, &dest)?, Unpacked::Replaced);
+    assert!(!dest.join("stray").exists());
+    assert_eq!(recorded_integrity(&dest).as_deref(), Some(sum.as_str()));
+    // Another integrity recorded: replaced too.
+    std::fs::write(dest.join(INTEGRITY_MARKER), "sha512-other")?;
+    assert_eq!(unpack(&bytes, &sum, &dest)?, Unpacked::Replaced);
+    assert_eq!(recorded_integrity(&dest).as_deref(), Some(sum.as_str()));
+    // Its own: left as it is.
+    std::fs::write(dest.join("added-later"), "x")?;
+    assert_eq!(unpack(&bytes, &sum, &dest)?, Unpacked::AlreadyPresent);
+    assert!(dest.join("added-later").exists());
+    assert_eq!(std::fs::read_dir(out.path())?.count(), 1, "nothing left beside it");
+    Ok(())
+}
+
+#[test]
+fn leftovers_of_killed_unpacks_are_removed_and_nothing_else() -> TestResult {
+    let out = tempfile::tempdir()?;
+    let dest = out.path().join("1.0.0");
+    for left in [".1.0.0.unpacking-abc", ".1.0.0.stale-def/old", ".2.0.0.unpacking-ghi", "1.0.0/goondan.yaml"] {
+        std::fs::create_dir_all(out.path().join(left))?;
+    }
+    assert_eq!(remove_leftovers(&dest)?, 2);
+    let mut left: Vec<String> =
+        std::fs::read_dir(out.path())?.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    left.sort();
+    assert_eq!(left, [".2.0.0.unpacking-ghi", "1.0.0"]);
+    Ok(())
+}
