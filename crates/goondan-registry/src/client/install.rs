@@ -258,6 +258,14 @@ pub type ProgressSink = Arc<dyn Fn(&Progress) + Send + Sync>;
 /// Downloads and installs what `lock` names (in parallel, bounded).
 pub async fn install_locked(settings: &Settings<'_>, lock: &Lockfile) -> Result<Vec<Installed>, PackageError> {
     let http = Http::new(settings)?;
+    // A state root kept in a project must never be searched for the
+    // bundle's files (the packages under it are their own).
+    if lock.packages.iter().any(|(key, entry)| !built_in(name_of(key, entry))) {
+        let packages = settings.state_root.join("packages");
+        std::fs::create_dir_all(&packages).map_err(|source| io_error(&packages, source))?;
+        goondan_core::package_dir::mark_state_root(&settings.state_root)
+            .map_err(|source| io_error(&settings.state_root, source))?;
+    }
     let limit = Arc::new(tokio::sync::Semaphore::new(PARALLEL_DOWNLOADS));
     let mut tasks = tokio::task::JoinSet::new();
     for (key, entry) in lock.packages.iter().filter(|(key, entry)| !built_in(name_of(key, entry))) {
