@@ -21,7 +21,12 @@ pub const STATE_ROOT_MARKER: &str = ".goondan-state-root";
 /// is not yet.
 pub fn mark_state_root(root: &Path) -> std::io::Result<()> {
     let marker = root.join(STATE_ROOT_MARKER);
-    match std::fs::OpenOptions::new().write(true).create_new(true).open(&marker) {
+    // Private like every file of the state root (0600).
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    match options.open(&marker) {
         Ok(mut file) => {
             use std::io::Write as _;
             file.write_all(b"A goondan state root: no bundle file under it is part of a bundle.\n")
