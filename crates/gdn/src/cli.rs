@@ -17,13 +17,15 @@ pub struct Cli {
 }
 
 impl Cli {
-    /// `gdn run BUNDLE_PATH` and `gdn validate PATH` (the original's forms)
+    /// `gdn run BUNDLE_PATH`, `gdn validate PATH` and `gdn package publish
+    /// PATH` (the original's forms)
     /// name the bundle as -c does, and win over it as in the original: every
     /// command reads the bundle from `global.config` alone.
     pub fn take_positional_bundle(&mut self) {
         let positional = match &mut self.command {
             Command::Run(args) => args.bundle_path.take(),
             Command::Validate(args) => args.path.take(),
+            Command::Package(PackageCommand::Publish(args)) => args.path.take(),
             _ => None,
         };
         if let Some(path) = positional {
@@ -218,6 +220,9 @@ pub struct PackageUpdateArgs {
 /// `gdn package publish`.
 #[derive(Debug, Args)]
 pub struct PackagePublishArgs {
+    /// The bundle directory or YAML file to publish (the original's positional form; wins over -c).
+    #[arg(value_name = "PATH")]
+    pub path: Option<PathBuf>,
     /// The dist-tag pointed at the version.
     #[arg(long, default_value = "latest", value_name = "TAG")]
     pub tag: String,

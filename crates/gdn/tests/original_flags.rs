@@ -3,7 +3,8 @@
 //! BUNDLE_PATH`, `-s`, `--foreground`, `--interactive`, `--no-install`;
 //! `validate PATH`, `--fix`; `init -t/-n/-f/--git/--no-git` and the
 //! `package` and `minimal` templates; `instance list -a/-n/--all`; `logs
-//! -i/-a/-l/-p/--stream`; `restart -a`; `instance delete -f`.
+//! -i/-a/-l/-p/--stream`; `restart -a`; `instance delete -f`; `package
+//! publish PATH`.
 
 mod common;
 
@@ -172,6 +173,12 @@ fn init_takes_the_original_templates_name_force_and_git() {
     ok(&gdn_in(dir.path(), &state, &["init", path(&package), "-t", "package", "--no-git"]));
     assert_eq!(files(&package), [".env", ".gitignore", "goondan.schema.json", "goondan.yaml"]);
     assert!(std::fs::read_to_string(package.join(".gitignore")).unwrap_or_default().contains("dist/"));
+    // `package publish PATH` (the original's form) publishes that bundle; it wins over -c.
+    let missing = dir.path().join("missing");
+    let registry = "http://127.0.0.1:9";
+    let args = ["-c", path(&missing), "package", "publish", path(&package), "--dry-run", "--registry", registry];
+    let out = ok(&gdn_in(dir.path(), &state, &args));
+    assert!(out.contains("Dry-run publish checked package@0.1.0"), "{out}");
     // --git after --no-git: the last one counts.
     let both = dir.path().join("both");
     ok(&gdn_in(dir.path(), &state, &["init", path(&both), "--no-git", "--git"]));
