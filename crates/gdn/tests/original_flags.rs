@@ -273,3 +273,144 @@ fn instance_list_logs_restart_and_delete_take_the_original_short_flags() {
     let left = listed(&project, &state, &[]);
     assert!(left.iter().all(|(_, key)| key != "k2") && left.len() == 2, "{left:?}");
 }
+
+/// A row of docs/COMPATIBILITY.md's `## Command-line flags` table: the
+/// command's words (none for the global options) and our spelling (`None`:
+/// ours has no such flag).
+struct Row {
+    command: Vec<String>,
+    ours: Option<String>,
+    line: String,
+}
+
+/// The cells of a Markdown table row (`\|` is a `|` inside a cell).
+fn cells(line: &str) -> Vec<String> {
+    let mut cells = Vec::new();
+    let mut cell = String::new();
+    let mut chars = line.trim().trim_start_matches('|').chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' if chars.peek() == Some(&'|') => {
+                cell.push('|');
+                chars.next();
+            }
+            '|' => cells.push(std::mem::take(&mut cell).trim().to_owned()),
+            _ => cell.push(c),
+        }
+    }
+    cells
+}
+
+/// The first `…` span of a cell.
+fn code(cell: &str) -> Option<String> {
+    let rest = cell.split_once('`')?.1;
+    Some(rest.split_once('`')?.0.to_owned())
+}
+
+fn flags_table() -> Vec<Row> {
+    let doc = std::fs::read_to_string(common::repo_path("docs/COMPATIBILITY.md")).unwrap_or_default();
+    let section = doc
+        .split("\n## ")
+        .find(|section| section.starts_with("Command-line flags"))
+        .unwrap_or_else(|| panic!("docs/COMPATIBILITY.md has no `## Command-line flags` section"));
+    let mut rows = Vec::new();
+    for line in section.lines().filter(|line| line.starts_with("| `")) {
+        let cells = cells(line);
+        assert_eq!(cells.len(), 4, "four cells: {line}");
+        let first = code(&cells[0]).unwrap_or_else(|| panic!("no command: {line}"));
+        let command: Vec<String> = first
+            .split_whitespace()
+            .take_while(|word| !word.starts_with(['-', '(']) && word.chars().any(|c| c.is_ascii_lowercase()))
+            .map(str::to_owned)
+            .collect();
+        let ours = if cells[2].starts_with('—') { None } else { code(&cells[2]) };
+        rows.push(Row { command, ours, line: line.to_owned() });
+    }
+    assert!(rows.len() > 50, "the table's rows: {}", rows.len());
+    rows
+}
+
+/// The long flags of a `--help` text's option lines (indented at most six
+/// spaces: deeper lines continue a description).
+fn long_flags(help: &str) -> Vec<String> {
+    let options = help.split_once("Options:").map(|(_, rest)| rest).unwrap_or_default();
+    options
+        .lines()
+        .filter(|line| line.len() - line.trim_start().len() <= 6)
+        .filter_map(|line| {
+            let line = line.trim_start();
+            let line = if line.starts_with('-') && line.as_bytes().get(2) == Some(&b',') { &line[3..] } else { line };
+            let flag = line.trim_start().strip_prefix("--")?;
+            let name: String = flag.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '-').collect();
+            (!name.is_empty()).then(|| format!("--{name}"))
+        })
+        .collect()
+}
+
+/// The command names of a `--help` text's Commands section.
+fn subcommands(help: &str) -> Vec<String> {
+    help.split_once("Commands:")
+        .map(|(_, rest)| rest)
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .take_while(|line| !line.trim().is_empty())
+        // Deeper lines continue a description.
+        .filter(|line| line.len() - line.trim_start().len() == 2)
+        .filter_map(|line| line.split_whitespace().next().map(str::to_owned))
+        .collect()
+}
+
+#[test]
+fn the_flags_table_matches_our_help() {
+    let rows = flags_table();
+    let help_of = |command: &[String]| -> String {
+        let mut args: Vec<&str> = command.iter().map(String::as_str).collect();
+        args.push("--help");
+        ok(&common::gdn_bin().run(&args))
+    };
+    let mut helps: std::collections::BTreeMap<Vec<String>, String> = std::collections::BTreeMap::new();
+    // Each spelling the table gives for ours is in that command's help, verbatim.
+    for row in &rows {
+        let help = helps.entry(row.command.clone()).or_insert_with(|| help_of(&row.command));
+        if let Some(ours) = &row.ours {
+            assert!(
+                help.contains(ours.as_str()),
+                "`gdn {} --help` has no `{ours}`: {}",
+                row.command.join(" "),
+                row.line
+            );
+        }
+    }
+    // Each flag of ours is in the table (the global ones once).
+    let listed = |command: &[String]| -> Vec<String> {
+        rows.iter().filter(|row| row.command == command).filter_map(|row| row.ours.clone()).collect()
+    };
+    let global: Vec<String> = long_flags(&help_of(&[]));
+    for (command, help) in &helps {
+        let ours = listed(command);
+        for flag in long_flags(help) {
+            if flag == "--help" || flag == "--version" || (!command.is_empty() && global.contains(&flag)) {
+                continue;
+            }
+            let found = ours.iter().any(|spelling| spelling.split([' ', ',']).any(|word| word == flag));
+            assert!(found, "`gdn {} {flag}` is missing from the table", command.join(" "));
+        }
+    }
+    // Each command of ours is in the table.
+    let mut commands = vec![Vec::new()];
+    while let Some(command) = commands.pop() {
+        let help = help_of(&command);
+        for name in subcommands(&help) {
+            let mut sub = command.clone();
+            sub.push(name);
+            let flags =
+                long_flags(&help_of(&sub)).into_iter().filter(|flag| !global.contains(flag) && flag != "--help");
+            let has_own = flags.count() > 0 || help_of(&sub).contains("Arguments:");
+            if has_own {
+                assert!(helps.contains_key(&sub), "`gdn {}` is missing from the table", sub.join(" "));
+            }
+            commands.push(sub);
+        }
+    }
+}
