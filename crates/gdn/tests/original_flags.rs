@@ -98,6 +98,7 @@ fn validate_takes_a_path_and_fix_adds_the_missing_api_version() {
     ok(&gdn_in(dir.path(), &state, &["validate", path(&good)]));
     let checked = gdn_in(dir.path(), &state, &["-c", path(&good), "validate", path(&bad)]);
     assert_eq!(checked.status.code(), Some(1), "{}", stdout(&checked));
+    assert!(stdout(&checked).contains("`gdn validate --fix` adds it"), "{}", stdout(&checked));
     assert_eq!(std::fs::read_to_string(bad.join("goondan.yaml")).unwrap_or_default(), before, "no --fix: unchanged");
 
     let fixed = gdn_in(dir.path(), &state, &["validate", path(&bad), "--fix"]);
