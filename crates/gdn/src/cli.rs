@@ -426,9 +426,9 @@ pub enum InstanceCommand {
         #[arg(long, short = 'a', value_name = "NAME")]
         agent: Option<String>,
         /// At most this many rows, most recently used first (default: all).
-        #[arg(long, short = 'n', value_name = "N", value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "all")]
+        #[arg(long, short = 'n', value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
         limit: Option<u64>,
-        /// Every instance (the default; the original's default was 20).
+        /// Every instance, whatever --limit says (the default without --limit; the original's was 20).
         #[arg(long)]
         all: bool,
         /// A swarm spread over agent hosts: list its instances as the NATS server's state

@@ -18,11 +18,11 @@ use crate::output::{self, Output};
 pub fn instance(global: &GlobalOptions, command: &InstanceCommand, session: &Session, out: &mut Output) -> Result<u8> {
     let root = crate::workspace::state_root(global)?;
     match command {
-        InstanceCommand::List { nats: None, agent, limit, all: _ } => {
-            list(global, &root, None, &Selection { agent: agent.as_deref(), limit: *limit }, out)
+        InstanceCommand::List { nats: None, agent, limit, all } => {
+            list(global, &root, None, &Selection { agent: agent.as_deref(), limit: limit.filter(|_| !all) }, out)
         }
-        InstanceCommand::List { nats: Some(url), agent, limit, all: _ } => {
-            let selection = Selection { agent: agent.as_deref(), limit: *limit };
+        InstanceCommand::List { nats: Some(url), agent, limit, all } => {
+            let selection = Selection { agent: agent.as_deref(), limit: limit.filter(|_| !all) };
             let workspace = match crate::workspace::workspace_or_exit(global, out)? {
                 Ok(workspace) => workspace,
                 Err(code) => return Ok(code),

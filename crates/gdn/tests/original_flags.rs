@@ -241,6 +241,8 @@ fn instance_list_logs_restart_and_delete_take_the_original_short_flags() {
     // -n keeps the most recently used first.
     assert_eq!(listed(&project, &state, &["-n", "2"]), all[..2]);
     assert_eq!(listed(&project, &state, &["--agent", "lead", "--limit", "1"]), leads[..1]);
+    // --all wins over -n, as in the original.
+    assert_eq!(listed(&project, &state, &["-n", "1", "--all"]), all);
     let zero = gdn.run(["instance", "list", "-n", "0"]);
     assert_eq!(zero.status.code(), Some(2), "{}", stderr(&zero));
 
