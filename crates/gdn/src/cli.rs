@@ -16,6 +16,24 @@ pub struct Cli {
     pub command: Command,
 }
 
+impl Cli {
+    /// `gdn run BUNDLE_PATH`, `gdn validate PATH` and `gdn package publish
+    /// PATH` (the original's forms)
+    /// name the bundle as -c does, and win over it as in the original: every
+    /// command reads the bundle from `global.config` alone.
+    pub fn take_positional_bundle(&mut self) {
+        let positional = match &mut self.command {
+            Command::Run(args) => args.bundle_path.take(),
+            Command::Validate(args) => args.path.take(),
+            Command::Package(PackageCommand::Publish(args)) => args.path.take(),
+            _ => None,
+        };
+        if let Some(path) = positional {
+            self.global.config = path;
+        }
+    }
+}
+
 /// Options every command takes.
 #[derive(Debug, Args)]
 pub struct GlobalOptions {
@@ -202,6 +220,9 @@ pub struct PackageUpdateArgs {
 /// `gdn package publish`.
 #[derive(Debug, Args)]
 pub struct PackagePublishArgs {
+    /// The bundle directory or YAML file to publish (the original's positional form; wins over -c).
+    #[arg(value_name = "PATH")]
+    pub path: Option<PathBuf>,
     /// The dist-tag pointed at the version.
     #[arg(long, default_value = "latest", value_name = "TAG")]
     pub tag: String,
@@ -327,6 +348,9 @@ pub struct ToolCallArgs {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
+    /// The bundle directory or YAML file (the original's positional form of -c; wins over -c).
+    #[arg(value_name = "BUNDLE_PATH")]
+    pub bundle_path: Option<PathBuf>,
     /// The input of one turn; without it (and without --input-file) gdn starts an interactive session.
     #[arg(long, value_name = "TEXT", conflicts_with = "input_file")]
     pub input: Option<String>,
@@ -358,7 +382,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECONDS", env = "GOONDAN_AGENT_IDLE_SECS")]
     pub agent_idle_secs: Option<u64>,
     /// Run this Swarm (default: the Swarm of --agent, else the bundle's first); its Connections start.
-    #[arg(long)]
+    #[arg(long, short = 's')]
     pub swarm: Option<String>,
     /// With Connections: how long running turns may take to finish when the service stops (default 30).
     #[arg(long, value_name = "SECONDS")]
@@ -380,14 +404,33 @@ pub struct RunArgs {
     pub watch: bool,
     /// With Connections: run the service in the background (logs to the workspace's logs/service.log);
     /// returns once it serves, or with its start-up error.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "foreground")]
     pub detach: bool,
+    /// Run attached to the terminal (the default; accepted as the original's tutorial writes it).
+    #[arg(long)]
+    pub foreground: bool,
+    /// Accepted as the original does (where it had no effect either): without --input gdn is interactive.
+    #[arg(long)]
+    pub interactive: bool,
+    /// Accepted as the original does (where it had no effect either): `gdn run` installs nothing;
+    /// `gdn package install` does.
+    #[arg(long)]
+    pub no_install: bool,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum InstanceCommand {
     /// List agent instances, most recently used first, and whether a process runs them.
     List {
+        /// Only this agent's instances (any case).
+        #[arg(long, short = 'a', value_name = "NAME")]
+        agent: Option<String>,
+        /// At most this many rows, most recently used first (default: all).
+        #[arg(long, short = 'n', value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+        limit: Option<u64>,
+        /// Every instance, whatever --limit says (the default without --limit; the original's was 20).
+        #[arg(long)]
+        all: bool,
         /// A swarm spread over agent hosts: list its instances as the NATS server's state
         /// stream has them, with the host each one is on (credentials from NATS_CREDS,
         /// NATS_TOKEN or NATS_USER/NATS_PASSWORD).
@@ -471,10 +514,19 @@ pub struct InitArgs {
     /// The directory to create the project in (default: the current directory).
     pub path: Option<PathBuf>,
     /// The template.
-    #[arg(long, value_enum, default_value = "default")]
+    #[arg(long, short = 't', value_enum, default_value = "default")]
     pub template: Template,
+    /// The Package document's name (default: the directory's name).
+    #[arg(long, short = 'n', value_name = "NAME")]
+    pub name: Option<String>,
+    /// Make the directory a git repository (the default, as the original; not inside one already).
+    #[arg(long, overrides_with = "no_git")]
+    pub git: bool,
+    /// Do not run `git init`.
+    #[arg(long, overrides_with = "git")]
+    pub no_git: bool,
     /// Overwrite files that exist.
-    #[arg(long)]
+    #[arg(long, short = 'f')]
     pub force: bool,
 }
 
@@ -482,13 +534,24 @@ pub struct InitArgs {
 pub enum Template {
     /// One agent with the built-in tools.
     Default,
-    /// A coordinator and a worker agent.
+    /// A planner, a coder and a reviewer agent.
     MultiAgent,
+    /// One agent, laid out to be published as a package (`gdn package publish`).
+    Package,
+    /// goondan.yaml alone: one agent, no tools, no other files.
+    Minimal,
 }
 
 /// `gdn validate`.
 #[derive(Debug, Args, Default)]
 pub struct ValidateArgs {
+    /// The bundle directory or YAML file (the original's positional form of -c; wins over -c).
+    #[arg(value_name = "PATH")]
+    pub path: Option<PathBuf>,
+    /// Add `apiVersion: goondan.ai/v1` to documents with a kind and no apiVersion (a line
+    /// inserted, nothing else changed), say what changed, then check.
+    #[arg(long)]
+    pub fix: bool,
     /// Warnings fail the check too (exit 1).
     #[arg(long)]
     pub strict: bool,
@@ -520,17 +583,25 @@ pub struct StopArgs {
 #[derive(Debug, Args)]
 pub struct LogsArgs {
     /// Only this instance key.
-    #[arg(long)]
+    #[arg(long, short = 'i', value_name = "KEY")]
     pub instance_key: Option<String>,
     /// Only this agent.
-    #[arg(long)]
+    #[arg(long, short = 'a', value_name = "NAME")]
     pub agent: Option<String>,
     /// Only this trace (a turn and the turns it led to).
     #[arg(long)]
     pub trace: Option<String>,
     /// How many of the latest lines to show first.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, short = 'l', default_value_t = 200)]
     pub lines: usize,
+    /// The original's process log to read: `orchestrator` (the default) is every process
+    /// here; an agent's name is the same as --agent.
+    #[arg(long, short = 'p', value_name = "NAME")]
+    pub process: Option<String>,
+    /// Accepted as the original's (stdout, stderr, both): our log is one stream of
+    /// records, not a process's output, so every choice shows it all.
+    #[arg(long, value_parser = ["stdout", "stderr", "both"], default_value = "both")]
+    pub stream: String,
     /// Keep printing new lines as they are written (Ctrl-C ends).
     #[arg(long, short = 'f')]
     pub follow: bool,

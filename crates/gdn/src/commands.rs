@@ -20,6 +20,7 @@ use crate::output::{self, Output};
 
 /// `gdn validate`.
 pub async fn validate(global: &GlobalOptions, args: &crate::cli::ValidateArgs, out: &mut Output) -> Result<u8> {
+    let fixes = if args.fix { Some(crate::fix::fix_bundle(&global.config)?) } else { None };
     let mut report = crate::workspace::load_config(global);
     // Only a bundle with Tools or Extensions needs a runtime (discovery runs `--version`).
     if let Some(bundle) = report.bundle.as_ref().filter(|bundle| has_scripts(bundle)) {
@@ -43,6 +44,9 @@ pub async fn validate(global: &GlobalOptions, args: &crate::cli::ValidateArgs, o
         ValidateFormat::Json => {
             let mut body =
                 serde_json::json!({"valid": valid, "strict": args.strict, "diagnostics": report.diagnostics});
+            if let (Some(fixes), Some(body)) = (&fixes, body.as_object_mut()) {
+                body.insert("fix".to_owned(), serde_json::to_value(fixes)?);
+            }
             if !report.has_errors()
                 && let Some(body) = body.as_object_mut()
             {
@@ -52,6 +56,9 @@ pub async fn validate(global: &GlobalOptions, args: &crate::cli::ValidateArgs, o
             writeln!(out.stdout, "{}", serde_json::to_string_pretty(&body)?)?;
         }
         ValidateFormat::Github => {
+            if let Some(fixes) = &fixes {
+                write_fixes(fixes, &mut out.stderr)?;
+            }
             for diagnostic in &report.diagnostics {
                 let file =
                     report.bundle.as_ref().and_then(|b| file_of(b, diagnostic)).unwrap_or_else(|| subject.clone());
@@ -59,6 +66,9 @@ pub async fn validate(global: &GlobalOptions, args: &crate::cli::ValidateArgs, o
             }
         }
         ValidateFormat::Text => {
+            if let Some(fixes) = &fixes {
+                write_fixes(fixes, &mut out.stdout)?;
+            }
             let notes: Vec<String> = sandboxes.iter().map(AgentSandbox::line).collect();
             output::write_report_with_notes(&mut out.stdout, &report.diagnostics, &subject, &notes)?;
             if args.strict && warnings > 0 && !report.has_errors() {
@@ -67,6 +77,27 @@ pub async fn validate(global: &GlobalOptions, args: &crate::cli::ValidateArgs, o
         }
     }
     Ok(if valid { exit::OK } else { exit::FAILED })
+}
+
+/// What `validate --fix` changed, a line each, and what it could not.
+fn write_fixes(fixes: &crate::fix::FixReport, to: &mut dyn std::io::Write) -> Result<()> {
+    for fixed in &fixes.fixed {
+        let name = fixed.name.as_deref().map(|name| format!("/{name}")).unwrap_or_default();
+        writeln!(
+            to,
+            "fixed {}:{}: added `apiVersion: goondan.ai/v1` to {}{name}",
+            fixed.file.display(),
+            fixed.line,
+            fixed.kind
+        )?;
+    }
+    for unfixable in &fixes.unfixable {
+        writeln!(to, "not fixed {}:{}: {}", unfixable.file.display(), unfixable.line, unfixable.reason)?;
+    }
+    if fixes.fixed.is_empty() && fixes.unfixable.is_empty() {
+        writeln!(to, "--fix: nothing to fix")?;
+    }
+    Ok(())
 }
 
 /// The sandbox an agent of the bundle gets, and the labels a host must

@@ -1,5 +1,7 @@
 //! `gdn init`: a starter project, from the original's templates `default`
-//! (one assistant) and `multi-agent` (planner, coder, reviewer), with the
+//! (one assistant), `multi-agent` (planner, coder, reviewer), `package` and
+//! `minimal` (goondan.yaml alone), made a git repository as the original
+//! does (unless --no-git), with the
 //! JSON Schema of its documents beside it for editors; and `gdn schema`,
 //! which prints that schema.
 
@@ -7,6 +9,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+
+use clap::ValueEnum as _;
 
 use crate::cli::{GlobalOptions, InitArgs, SchemaArgs, Template};
 use crate::exit;
@@ -81,7 +85,44 @@ fn files(template: Template, name: &str) -> Vec<(&'static str, String)> {
             (".env", env),
             (".gitignore", gitignore),
         ],
+        // The original's `package`: the default's documents, no prompts
+        // directory (the prompt inline), and dist/ ignored.
+        Template::Package => vec![
+            (
+                "goondan.yaml",
+                documents(vec![
+                    package,
+                    model.to_owned(),
+                    inline_agent("assistant", &["file-system", "bash", "http-fetch"]),
+                    swarm(&["assistant"], "assistant"),
+                ]),
+            ),
+            (SCHEMA_FILE, schema),
+            (".env", env),
+            (".gitignore", format!("{gitignore}dist/\n")),
+        ],
+        // The original's `minimal`: goondan.yaml and nothing else (so no
+        // schema line naming a file that is not there).
+        Template::Minimal => vec![(
+            "goondan.yaml",
+            [package, model.to_owned(), inline_agent("assistant", &[]), swarm(&["assistant"], "assistant")]
+                .join("---\n"),
+        )],
     }
+}
+
+/// An Agent whose system prompt is in the document (templates without a prompts directory).
+fn inline_agent(agent: &str, tools: &[&str]) -> String {
+    let mut text = format!(
+        "apiVersion: goondan.ai/v1\nkind: Agent\nmetadata:\n  name: {agent}\nspec:\n  modelConfig:\n    modelRef: \"Model/claude\"\n  prompt:\n    system: |\n      You are a helpful assistant.\n"
+    );
+    if !tools.is_empty() {
+        text.push_str("  tools:\n");
+        for tool in tools {
+            text.push_str(&format!("    - ref: {{kind: Tool, name: {tool}, package: \"@goondan/base\"}}\n"));
+        }
+    }
+    text
 }
 
 /// The schema file `gdn init` writes beside goondan.yaml.
@@ -121,7 +162,16 @@ pub fn schema(args: &SchemaArgs, out: &mut Output) -> Result<u8> {
 /// `gdn init [PATH]`.
 pub fn init(global: &GlobalOptions, args: &InitArgs, out: &mut Output) -> Result<u8> {
     let dir: PathBuf = args.path.clone().unwrap_or_else(|| PathBuf::from("."));
-    let name = project_name(&dir);
+    let name = match &args.name {
+        Some(name) if !name.trim().is_empty() && !name.contains(['"', '\\', '\n', '\r']) => name.clone(),
+        Some(name) => {
+            return out.fail(
+                exit::USAGE,
+                format_args!("--name {name:?}: a package name, without quotes, backslashes or line breaks"),
+            );
+        }
+        None => project_name(&dir),
+    };
     let files = files(args.template, &name);
     if !args.force {
         let mut existing: Vec<String> =
@@ -148,9 +198,14 @@ pub fn init(global: &GlobalOptions, args: &InitArgs, out: &mut Output) -> Result
         }
         std::fs::write(&full, content).with_context(|| format!("writing {}", full.display()))?;
     }
+    // As the original: `git init` unless --no-git, and a missing git is no
+    // failure. Not inside a repository already: a nested one would hide the
+    // project from it.
+    let git = if args.no_git { GitInit::NotAsked } else { git_init(&dir) };
     if global.json {
         let created: Vec<&str> = files.iter().map(|(path, _)| *path).collect();
-        let body = serde_json::json!({"projectDir": dir, "template": format!("{:?}", args.template).to_lowercase(), "filesCreated": created});
+        let template = args.template.to_possible_value().map(|value| value.get_name().to_owned()).unwrap_or_default();
+        let body = serde_json::json!({"projectDir": dir, "template": template, "filesCreated": created, "gitInitialized": git == GitInit::Done});
         writeln!(out.stdout, "{body}")?;
     } else {
         writeln!(
@@ -164,9 +219,44 @@ pub fn init(global: &GlobalOptions, args: &InitArgs, out: &mut Output) -> Result
         for (path, _) in &files {
             writeln!(out.stdout, "  {path}")?;
         }
+        match git {
+            GitInit::Done => writeln!(out.stdout, "Git repository initialized")?,
+            GitInit::InsideRepository => writeln!(out.stdout, "git init skipped: already inside a git repository")?,
+            GitInit::Failed(why) => writeln!(out.stdout, "git init skipped: {why}")?,
+            GitInit::NotAsked => {}
+        }
         writeln!(out.stdout, "Next: set ANTHROPIC_API_KEY (or edit the Model), then `gdn -c {} run`.", dir.display())?;
     }
     Ok(exit::OK)
+}
+
+/// What became of `git init`.
+#[derive(Debug, PartialEq, Eq)]
+enum GitInit {
+    Done,
+    NotAsked,
+    InsideRepository,
+    /// git is missing or failed: why.
+    Failed(String),
+}
+
+fn git_init(dir: &Path) -> GitInit {
+    let inside = std::process::Command::new("git")
+        .args(["rev-parse", "--is-inside-work-tree"])
+        .current_dir(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status();
+    match inside {
+        Err(error) => return GitInit::Failed(format!("git: {error}")),
+        Ok(status) if status.success() => return GitInit::InsideRepository,
+        Ok(_) => {}
+    }
+    match std::process::Command::new("git").arg("init").arg("--quiet").current_dir(dir).output() {
+        Ok(output) if output.status.success() => GitInit::Done,
+        Ok(output) => GitInit::Failed(String::from_utf8_lossy(&output.stderr).trim().to_owned()),
+        Err(error) => GitInit::Failed(format!("git: {error}")),
+    }
 }
 
 /// A package name from the directory's name (lowercase, npm-safe).
@@ -191,7 +281,7 @@ mod tests {
 
     #[test]
     fn every_template_is_a_valid_bundle() {
-        for template in [Template::Default, Template::MultiAgent] {
+        for template in [Template::Default, Template::MultiAgent, Template::Package, Template::Minimal] {
             let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
             for (path, content) in files(template, "demo") {
                 let full = dir.path().join(path);

@@ -18,15 +18,18 @@ use crate::output::{self, Output};
 pub fn instance(global: &GlobalOptions, command: &InstanceCommand, session: &Session, out: &mut Output) -> Result<u8> {
     let root = crate::workspace::state_root(global)?;
     match command {
-        InstanceCommand::List { nats: None } => list(global, &root, None, out),
-        InstanceCommand::List { nats: Some(url) } => {
+        InstanceCommand::List { nats: None, agent, limit, all } => {
+            list(global, &root, None, &Selection { agent: agent.as_deref(), limit: limit.filter(|_| !all) }, out)
+        }
+        InstanceCommand::List { nats: Some(url), agent, limit, all } => {
+            let selection = Selection { agent: agent.as_deref(), limit: limit.filter(|_| !all) };
             let workspace = match crate::workspace::workspace_or_exit(global, out)? {
                 Ok(workspace) => workspace,
                 Err(code) => return Ok(code),
             };
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             match crate::nats::take_copy_or_exit(&runtime, url, session, &workspace, out)? {
-                Ok(copy) => list(global, &copy.root, Some(&copy.holders), out),
+                Ok(copy) => list(global, &copy.root, Some(&copy.holders), &selection, out),
                 Err(code) => Ok(code),
             }
         }
@@ -132,16 +135,29 @@ type PendingByWorkspace = BTreeMap<String, BTreeMap<String, goondan_service::ser
 /// agent, key, and what waits.
 type WaitingOnly = (String, String, String, goondan_service::serve::Waiting);
 
+/// `gdn instance list --agent/--limit` (the original's `-a`, `-n`).
+struct Selection<'a> {
+    /// Only this agent's rows (any case, as the original).
+    agent: Option<&'a str>,
+    /// At most this many rows (none: all).
+    limit: Option<u64>,
+}
+
 /// The instances of `root`; `holders` (`agent@key` → host) for a swarm's
 /// copy from the broker, where the host an instance is on is its status.
 fn list(
     global: &GlobalOptions,
     root: &StateRoot,
     holders: Option<&BTreeMap<String, String>>,
+    selection: &Selection<'_>,
     out: &mut Output,
 ) -> Result<u8> {
     // The store's errors already name their cause; anyhow's chain would repeat it.
-    let instances = list_instances(root).map_err(|e| anyhow!("{e}"))?;
+    let mut instances = list_instances(root).map_err(|e| anyhow!("{e}"))?;
+    let wanted = |agent: &str| selection.agent.is_none_or(|want| want.eq_ignore_ascii_case(agent));
+    instances.retain(|instance| wanted(&instance.info.agent_name));
+    let limit = selection.limit.map_or(usize::MAX, |limit| usize::try_from(limit).unwrap_or(usize::MAX));
+    instances.truncate(limit);
     let (mut pending, services) = workspace_services(root);
     let mut pending_of = |workspace: Option<&String>, agent: &str, key: &str| {
         workspace
@@ -158,9 +174,12 @@ fn list(
     for (workspace, waiting) in &pending {
         for (instance, count) in waiting {
             let (agent, key) = instance.split_once('@').unwrap_or((instance.as_str(), ""));
-            waiting_only.push((workspace.clone(), agent.to_owned(), key.to_owned(), count.clone()));
+            if wanted(agent) {
+                waiting_only.push((workspace.clone(), agent.to_owned(), key.to_owned(), count.clone()));
+            }
         }
     }
+    waiting_only.truncate(limit.saturating_sub(instances.len()));
     if global.json {
         return list_json(&instances, &counts, &waiting_only, holders, &services, out);
     }

@@ -118,13 +118,20 @@ fn order(entry: &Entry) -> (u64, bool) {
     (entry.timestamp, kind.ends_with(".received"))
 }
 
+/// The original's name of the orchestrator's process (`gdn logs --process`).
+const ORCHESTRATOR: &str = "orchestrator";
+
 fn matches(entry: &Entry, args: &LogsArgs) -> bool {
     let field = |name: &str| entry.record.get(name).and_then(JsonValue::as_str);
     let (agent, key) = match field("agentName") {
         Some(agent) => (Some(agent.to_owned()), field("instanceKey").map(str::to_owned)),
         None => (field("agent").map(str::to_owned), field("instance").map(str::to_owned)),
     };
+    // The original's `--process NAME` read one process's output: here an
+    // agent's records, or (`orchestrator`, its default) everything.
+    let process_agent = args.process.as_ref().filter(|name| name.as_str() != ORCHESTRATOR);
     args.agent.as_ref().is_none_or(|want| agent.as_deref() == Some(want.as_str()))
+        && process_agent.is_none_or(|want| agent.as_deref() == Some(want.as_str()))
         && args.instance_key.as_ref().is_none_or(|want| key.as_deref() == Some(want.as_str()))
         && args.trace.as_ref().is_none_or(|want| field("traceId") == Some(want.as_str()))
 }

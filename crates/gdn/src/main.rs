@@ -11,6 +11,7 @@ mod cli;
 mod commands;
 mod doctor;
 mod dotenv;
+mod fix;
 mod help;
 mod init;
 mod input;
@@ -75,7 +76,8 @@ fn main() -> ExitCode {
     if std::env::args_os().nth(1).is_some_and(|arg| arg == goondan_sandbox::NETWORK_HOLDER_ARG) {
         goondan_sandbox::run_network_holder();
     }
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    cli.take_positional_bundle();
     let agent_process = matches!(cli.command, Command::Agent(_));
     // An agent process ends with its orchestrator (asked before any thread exists).
     if agent_process && !goondan_agent::guard_parent() {

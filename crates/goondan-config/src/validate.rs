@@ -100,7 +100,7 @@ pub(crate) fn validate_document(
             DiagnosticCode::UnsupportedApiVersion,
             "",
             "apiVersion is required",
-            Some(format!("Add apiVersion: {API_VERSION}.")),
+            Some(format!("Add apiVersion: {API_VERSION} (`gdn validate --fix` adds it).")),
         ),
     }
 
