@@ -230,8 +230,18 @@ pub fn detach(
     }
 }
 
+/// Whether process `pid` runs: it exists and is not a zombie.
+fn process_running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command's closing parenthesis.
+        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
 /// `gdn stop`: SIGTERM to the project's service, then wait until it let go
-/// of its inbox (it drains first: running turns get their grace period).
+/// of its inbox (it drains first: running turns get their grace period)
+/// and its process has ended.
 pub fn stop(global: &GlobalOptions, wait_secs: u64, out: &mut Output) -> Result<u8> {
     let workspace = match crate::workspace::workspace_or_exit_saying(global, out, "no such workspace")? {
         Ok(workspace) => workspace,
@@ -253,7 +263,11 @@ pub fn stop(global: &GlobalOptions, wait_secs: u64, out: &mut Output) -> Result<
     }
     writeln!(out.stderr, "stopping the service (pid {service_pid}): running turns finish first …")?;
     let deadline = std::time::Instant::now() + Duration::from_secs(wait_secs);
-    while inbox_locked(&dir) {
+    // Its inbox is released before its agent processes have ended and
+    // released their instances: stopped means the service's process is
+    // gone (or a zombie its parent has not reaped), so that nothing of it
+    // still writes to the state root once this returns.
+    while inbox_locked(&dir) || process_running(service_pid) {
         if std::time::Instant::now() > deadline {
             return out.fail(
                 exit::FAILED,
