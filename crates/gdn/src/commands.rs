@@ -551,9 +551,31 @@ fn read_args(args: &ToolCallArgs) -> std::result::Result<JsonObject, String> {
     }
 }
 
-/// Why `--workdir` cannot be used (it is no directory), if it cannot.
-pub(crate) fn workdir_error(workdir: Option<&Path>) -> Option<String> {
-    workdir.filter(|dir| !dir.is_dir()).map(|dir| format!("--workdir {} is not a directory", dir.display()))
+/// Why `--workdir` cannot be used, if it cannot: it is no directory, or it
+/// lies inside the bundle `config` names (neither the bundle's directory
+/// itself, which commands see read-only, nor a place in a state root kept
+/// there): commands may write their workdir, and what a model writes there
+/// would be found among the bundle's files and read as configuration.
+pub(crate) fn workdir_error(workdir: Option<&Path>, config: &Path) -> Option<String> {
+    let dir = workdir?;
+    if !dir.is_dir() {
+        return Some(format!("--workdir {} is not a directory", dir.display()));
+    }
+    let bundle = goondan_config::bundle_dir(config).and_then(|bundle| std::fs::canonicalize(bundle).ok())?;
+    let work = std::fs::canonicalize(dir).ok()?;
+    let in_state_root = work
+        .ancestors()
+        .take_while(|place| *place != bundle)
+        .any(|place| place.join(goondan_core::package_dir::STATE_ROOT_MARKER).exists());
+    (work != bundle && work.starts_with(&bundle) && !in_state_root).then(|| {
+        format!(
+            "--workdir {} is inside the bundle {}: what the model writes there could be read as the bundle's \
+             files; choose a directory outside it (the default is the workspace's own), or the bundle's directory \
+             itself, which commands see read-only",
+            dir.display(),
+            bundle.display()
+        )
+    })
 }
 
 /// `gdn tool call`.
@@ -567,7 +589,7 @@ pub async fn tool_call(
         Ok(map) => map,
         Err(message) => return out.fail(exit::USAGE, message),
     };
-    if let Some(message) = crate::commands::workdir_error(args.workdir.as_deref()) {
+    if let Some(message) = crate::commands::workdir_error(args.workdir.as_deref(), &global.config) {
         return out.fail(exit::USAGE, message);
     }
     let configure = |options: &mut AgentOptions| {

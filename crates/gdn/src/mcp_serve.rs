@@ -28,7 +28,7 @@ pub async fn serve(
     session: &crate::Session,
     out: &mut Output,
 ) -> Result<u8> {
-    if let Some(message) = crate::commands::workdir_error(args.workdir.as_deref()) {
+    if let Some(message) = crate::commands::workdir_error(args.workdir.as_deref(), &global.config) {
         return out.fail(exit::USAGE, message);
     }
     // The token is read once, here, and lives only in the server's check.

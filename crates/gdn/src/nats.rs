@@ -49,7 +49,7 @@ pub async fn host(global: &GlobalOptions, args: &HostArgs, session: &crate::Sess
             Err(error) => return out.fail(exit::USAGE, format!("--label {label}: {error}")),
         }
     }
-    if let Some(message) = crate::commands::workdir_error(args.workdir.as_deref()) {
+    if let Some(message) = crate::commands::workdir_error(args.workdir.as_deref(), &global.config) {
         return out.fail(exit::USAGE, message);
     }
     let root = crate::workspace::state_root(global)?;

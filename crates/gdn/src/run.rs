@@ -335,7 +335,7 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
         Ok((bundle, _)) => bundle,
         Err(code) => return Ok(code),
     };
-    let single_input = match single_input(args) {
+    let single_input = match single_input(args, &global.config) {
         Ok(input) => input,
         Err(message) => return out.fail(exit::USAGE, &message),
     };
@@ -464,10 +464,11 @@ async fn end_run(
 }
 
 /// `--input` or `--input-file` (the text of one turn), if given; a
-/// `--workdir` that is no directory is refused first. The error is the
+/// `--workdir` that is no directory or lies inside the bundle is refused
+/// first. The error is the
 /// usage line to print.
-fn single_input(args: &RunArgs) -> std::result::Result<Option<String>, String> {
-    if let Some(message) = crate::commands::workdir_error(args.workdir.as_deref()) {
+fn single_input(args: &RunArgs, config: &Path) -> std::result::Result<Option<String>, String> {
+    if let Some(message) = crate::commands::workdir_error(args.workdir.as_deref(), config) {
         return Err(message);
     }
     match (&args.input, &args.input_file) {

@@ -453,3 +453,29 @@ fn what_a_model_writes_under_a_state_root_inside_the_project_is_never_a_bundle_f
     let listed = json_out(&gdn(&bundle, &state, &["--json", "tool", "list"]));
     assert!(!names(&listed).iter().any(|n| n.starts_with("injected")), "{listed}");
 }
+
+/// The same attack through an explicit `--workdir` inside the bundle
+/// (commands may write their workdir): it is refused before anything runs;
+/// the bundle's directory itself stays allowed, read-only to commands.
+#[test]
+fn a_workdir_inside_the_bundle_is_refused_before_anything_runs() {
+    let project = common::temp();
+    let bundle = project.path().join("bundle");
+    copy_dir(&fixture("packages/split-quickstart"), &bundle);
+    let scratch = bundle.join("scratch");
+    fs::create_dir_all(&scratch).unwrap_or_else(|e| panic!("{e}"));
+    let state = project.path().join("state");
+    let scratch_arg = scratch.to_string_lossy().into_owned();
+    for args in [
+        vec!["run", "--input", "Take some notes", "--workdir", &scratch_arg],
+        vec!["tool", "call", "wait__seconds", "--args", "{\"seconds\": 0}", "--workdir", &scratch_arg],
+    ] {
+        let refused = gdn(&bundle, &state, &args);
+        assert_eq!(refused.status.code(), Some(2), "{args:?}: {}", text(&refused.stderr));
+        assert!(text(&refused.stderr).contains("is inside the bundle"), "{}", text(&refused.stderr));
+    }
+    assert!(!state.join("workspaces").exists(), "nothing ran");
+    let bundle_arg = bundle.to_string_lossy().into_owned();
+    let allowed = gdn(&bundle, &state, &["run", "--input", "Take some notes", "--workdir", &bundle_arg]);
+    assert_eq!(allowed.status.code(), Some(0), "{}", text(&allowed.stderr));
+}
