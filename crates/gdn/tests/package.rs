@@ -5,7 +5,7 @@
 //! every refusal leaving the bundle as it was.
 
 use std::io::{Read as _, Write as _};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
 
@@ -13,6 +13,8 @@ use goondan_test_support::process::{Running, Stream};
 use serde_json::{Value, json};
 
 mod common;
+mod package_support;
+use package_support::{code, installed};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -58,22 +60,9 @@ fn package(dir: &Path, state: &Path, token: Option<&str>, args: &[&str]) -> (i32
     (output.status.code().unwrap_or(-1), json, output)
 }
 
-fn code(json: &Value) -> &str {
-    json["error"]["code"].as_str().unwrap_or("<no error code>")
-}
-
-/// A bundle that is one Package document (and whatever `extra` adds).
+/// A bundle that is one Package document.
 fn bundle(dir: &Path, name: &str, version: &str, deps: &[(&str, &str)]) {
-    let mut text = format!(
-        "apiVersion: goondan.ai/v1\nkind: Package\nmetadata:\n  name: \"{name}\"\nspec:\n  version: \"{version}\"\n"
-    );
-    if !deps.is_empty() {
-        text.push_str("  dependencies:\n");
-        for (dep, range) in deps {
-            text.push_str(&format!("    - name: \"{dep}\"\n      version: \"{range}\"\n"));
-        }
-    }
-    common::write(&dir.join("goondan.yaml"), &text);
+    package_support::bundle(dir, name, version, deps, 0);
 }
 
 fn publish(registry: &Registry, name: &str, version: &str, deps: &[(&str, &str)]) -> TestResult {
@@ -84,12 +73,6 @@ fn publish(registry: &Registry, name: &str, version: &str, deps: &[(&str, &str)]
         package(dir.path(), state.path(), Some(TOKEN), &["publish", "--registry", &registry.url]);
     assert_eq!(status, 0, "{json} {}", String::from_utf8_lossy(&output.stderr));
     Ok(())
-}
-
-fn installed(state: &Path, name: &str, version: &str) -> PathBuf {
-    let (scope, bare) = name.split_once('/').unwrap_or(("", name));
-    // The original's layout: `@acme/lib` under `packages/acme/lib/`.
-    state.join("packages").join(scope.trim_start_matches('@')).join(bare).join(version)
 }
 
 const APP: &str = "# the app\napiVersion: goondan.ai/v1\nkind: Package\nmetadata:\n  name: \"@acme/app\"\nspec:\n  version: \"0.1.0\"   # ours\n---\n# another document, kept as it is\nkind: Model\nmetadata:\n  name: m\nspec:\n  provider: openai\n  model: gpt-x\n";
