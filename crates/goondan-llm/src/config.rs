@@ -165,13 +165,11 @@ impl ModelSettings {
         let set = |name: &str| lookup(name).filter(|value| !value.trim().is_empty());
         let api_key = match (&spec.api_key, kind) {
             (_, ProviderKind::Scripted) => None,
-            (Some(source), _) => Some(Secret::new(source.resolve("apiKey", &set).map_err(|error| {
-                match (&error, error.unset_variable()) {
-                    (ValueSourceError::Unset { .. }, Some(variable)) => {
-                        ModelError::MissingKey { provider: kind.name().to_owned(), variable: variable.to_owned() }
-                    }
-                    _ => ModelError::Config(format!("{}: spec.apiKey: {error}", kind.name())),
+            (Some(source), _) => Some(Secret::new(source.resolve("apiKey", &set).map_err(|error| match error {
+                ValueSourceError::Unset { variable } => {
+                    ModelError::MissingKey { provider: kind.name().to_owned(), variable }
                 }
+                other => ModelError::Config(format!("{}: spec.apiKey: {other}", kind.name())),
             })?)),
             (None, _) => {
                 let found = kind.key_variables().iter().find_map(|name| set(name));

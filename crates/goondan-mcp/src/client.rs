@@ -774,7 +774,7 @@ async fn connect_stdio(
             | rmcp::service::ClientInitializeError::UncorrelatedErrorResponse { .. } => {
                 ClientError::LateDiscoverAnswer(error.to_string())
             }
-            other => ClientError::Protocol(other.to_string()),
+            other => other.into(),
         })
     };
     match handshake(serving).await {
@@ -854,11 +854,11 @@ fn lifecycle() -> ClientLifecycleMode {
 
 /// Runs the handshake `serving` does, then lists the tools, within
 /// [`STARTUP_TIMEOUT`].
-async fn handshake<E: Into<HandshakeError>>(
+async fn handshake<E: Into<ClientError>>(
     serving: impl Future<Output = Result<RunningService<RoleClient, ClientSide>, E>>,
 ) -> Result<(RunningService<RoleClient, ClientSide>, Vec<Tool>), ClientError> {
     let started = tokio::time::timeout(STARTUP_TIMEOUT, async {
-        let service = serving.await.map_err(|e| e.into().0)?;
+        let service = serving.await.map_err(Into::into)?;
         let tools = service.peer().list_all_tools().await.map_err(|e| ClientError::Protocol(e.to_string()))?;
         Ok::<_, ClientError>((service, tools))
     })
@@ -866,19 +866,10 @@ async fn handshake<E: Into<HandshakeError>>(
     started.unwrap_or(Err(ClientError::Timeout))
 }
 
-/// A failed handshake as a [`ClientError`]: the SDK's errors as their
-/// text, ours as they are.
-struct HandshakeError(ClientError);
-
-impl From<ClientError> for HandshakeError {
-    fn from(error: ClientError) -> Self {
-        Self(error)
-    }
-}
-
-impl From<rmcp::service::ClientInitializeError> for HandshakeError {
+/// The SDK's handshake errors, as their text.
+impl From<rmcp::service::ClientInitializeError> for ClientError {
     fn from(error: rmcp::service::ClientInitializeError) -> Self {
-        Self(ClientError::Protocol(error.to_string()))
+        Self::Protocol(error.to_string())
     }
 }
 
