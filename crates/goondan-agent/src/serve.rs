@@ -620,6 +620,7 @@ impl Worker<'_> {
                         steps: 0,
                         usage: JsonValue::Null,
                         restart_requested: false,
+                        model_error_kind: None,
                     };
                     if wants_answer {
                         let answer = DelegateResultPayload {
@@ -798,6 +799,7 @@ fn summary(outcome: &TurnOutcome, tasks: &TaskBook) -> TurnSummary {
         steps: outcome.steps,
         usage: serde_json::to_value(outcome.usage).unwrap_or(JsonValue::Null),
         restart_requested: outcome.restart_requested,
+        model_error_kind: outcome.end.model_error_kind().map(str::to_owned),
     }
 }
 

@@ -370,6 +370,10 @@ pub struct TurnSummary {
     /// The turn asked for the agent to be restarted.
     #[serde(default)]
     pub restart_requested: bool,
+    /// For `modelFailed`: the kind of failure (`network`, `unauthorized`,
+    /// `missing_key`, …), which decides `gdn run`'s exit code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_error_kind: Option<String>,
     /// The handles of the instance's tasks still working when the turn
     /// ended (their ends come as turns of their own).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

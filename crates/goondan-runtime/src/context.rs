@@ -221,6 +221,9 @@ pub enum TurnEnd {
     Cancelled,
     /// The model could not be called.
     ModelFailed {
+        /// The kind of failure (`network`, `unauthorized`, `missing_key`,
+        /// … : `ModelError::kind`), which decides `gdn run`'s exit code.
+        kind: &'static str,
         /// The provider's error.
         message: String,
     },
@@ -249,6 +252,14 @@ impl TurnEnd {
         }
     }
 
+    /// The kind of a model failure (`ModelError::kind`), for no other end.
+    pub fn model_error_kind(&self) -> Option<&'static str> {
+        match self {
+            Self::ModelFailed { kind, .. } => Some(kind),
+            _ => None,
+        }
+    }
+
     /// True for the ends that are failures (`turn.failed`).
     pub fn is_failure(&self) -> bool {
         matches!(self, Self::ModelFailed { .. } | Self::CommitFailed { .. } | Self::LayerFailed(_))
@@ -265,7 +276,7 @@ impl TurnEnd {
                 Some(format!("stopped: the model's tool calls had unreadable arguments {in_a_row} times in a row"))
             }
             Self::Cancelled => Some("cancelled".to_owned()),
-            Self::ModelFailed { message } | Self::CommitFailed { message } => Some(message.clone()),
+            Self::ModelFailed { message, .. } | Self::CommitFailed { message } => Some(message.clone()),
             Self::LayerFailed(failure) => Some(failure.to_string()),
         }
     }
@@ -344,8 +355,13 @@ impl StepOutcome {
 /// Why a step could not complete.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StepFailure {
-    /// The model call failed.
-    Model(String),
+    /// The model call failed: its kind (`ModelError::kind`) and message.
+    Model {
+        /// `network`, `unauthorized`, `missing_key`, …
+        kind: &'static str,
+        /// The provider's error.
+        message: String,
+    },
     /// The turn was cancelled.
     Cancelled,
     /// The conversation could not be saved.

@@ -450,8 +450,8 @@ impl TurnCore<'_> {
                     outcome.end = TurnEnd::Cancelled;
                     break;
                 }
-                Some(StepFailure::Model(message)) => {
-                    outcome.end = TurnEnd::ModelFailed { message };
+                Some(StepFailure::Model { kind, message }) => {
+                    outcome.end = TurnEnd::ModelFailed { kind, message };
                     break;
                 }
                 Some(StepFailure::Commit(message)) => {
@@ -683,7 +683,7 @@ impl StepCore<'_> {
                 return outcome;
             }
             Err(error) => {
-                outcome.failure = Some(StepFailure::Model(error.to_string()));
+                outcome.failure = Some(StepFailure::Model { kind: error.kind(), message: error.to_string() });
                 return outcome;
             }
         };
