@@ -76,7 +76,7 @@ pub async fn validate(global: &GlobalOptions, args: &crate::cli::ValidateArgs, o
             }
         }
     }
-    Ok(if valid { exit::OK } else { exit::FAILED })
+    Ok(if valid { exit::OK } else { exit::VALIDATION })
 }
 
 /// What `validate --fix` changed, a line each, and what it could not.
@@ -396,7 +396,7 @@ async fn setup_in(
         Ok(identity) => identity,
         Err(error) => {
             output::error_line(&mut out.stderr, error)?;
-            return Ok(Err(exit::USAGE));
+            return Ok(Err(exit::CONFIG));
         }
     };
     let root = crate::workspace::state_root(global)?;
@@ -415,14 +415,14 @@ async fn setup_in(
         Ok(tooling) => Ok(Ok(tooling)),
         Err(AgentBuildError::Agent(message)) => {
             output::error_line(&mut out.stderr, message)?;
-            Ok(Err(exit::USAGE))
+            Ok(Err(exit::CONFIG))
         }
         // An extension that cannot be installed (its module does not load, no
         // JavaScript runtime) is the bundle's or the machine's setup: a
         // configuration error, as the README's exit codes say.
         Err(error @ AgentBuildError::Extension { .. }) => {
             output::error_line(&mut out.stderr, error)?;
-            Ok(Err(exit::USAGE))
+            Ok(Err(exit::CONFIG))
         }
         Err(error) => Err(anyhow::Error::new(error).context("registering built-in tools")),
     }
@@ -470,9 +470,9 @@ pub fn valid_bundle_or_exit(
     let report = crate::workspace::load_config(global);
     if report.has_errors() {
         report_config_errors(global, &report, out)?;
-        return Ok(Err(exit::USAGE));
+        return Ok(Err(exit::CONFIG));
     }
-    Ok(report.bundle.map(|bundle| (bundle, report.diagnostics)).ok_or(exit::USAGE))
+    Ok(report.bundle.map(|bundle| (bundle, report.diagnostics)).ok_or(exit::CONFIG))
 }
 
 pub fn report_config_errors(global: &GlobalOptions, report: &LoadReport, out: &mut Output) -> Result<()> {

@@ -186,7 +186,7 @@ pub fn init(global: &GlobalOptions, args: &InitArgs, out: &mut Output) -> Result
         }
         if !existing.is_empty() {
             return out.fail(
-                exit::USAGE,
+                exit::CONFIG,
                 format_args!("{} already has {}; use --force to overwrite", dir.display(), existing.join(", ")),
             );
         }

@@ -54,13 +54,28 @@ pub struct Session {
     pub reexec: std::sync::atomic::AtomicBool,
 }
 
-/// Exit codes: 0 success, 1 a failed result (invalid bundle, error
-/// ToolResult), 2 usage or configuration errors.
+/// Exit codes, the original's classes (its `packages/cli/src/errors.ts`)
+/// plus the signal codes: the README's table lists them.
 pub mod exit {
+    /// Success.
     pub const OK: u8 = 0;
+    /// A failure at run time (the original's "internal"): a turn that could
+    /// not be saved, an error ToolResult, a service that did not stop.
     pub const FAILED: u8 = 1;
+    /// Bad command-line usage: a flag or argument that cannot be used.
     pub const USAGE: u8 = 2;
-    /// A server stopped by Ctrl-C (as `gdn run`'s cancelled turn).
+    /// The bundle or the environment it needs: a bundle that does not
+    /// load, an unset key or secret, a refused `.env` line, an agent or
+    /// extension that cannot be built, a Connection's port in use.
+    pub const CONFIG: u8 = 3;
+    /// A check failed: `gdn validate`'s errors, a package's integrity, a
+    /// lockfile that no longer meets the manifest.
+    pub const VALIDATION: u8 = 4;
+    /// A server could not be reached: the model's API, the registry, NATS.
+    pub const NETWORK: u8 = 5;
+    /// A server refused the credentials: the model's API key, a registry token.
+    pub const AUTH: u8 = 6;
+    /// Cancelled by Ctrl-C (a turn, or a server stopped by it).
     pub const INTERRUPTED: u8 = 130;
 }
 
@@ -197,7 +212,7 @@ fn take_secrets(
             Ok(values) => secrets.extend(values),
             Err(message) => {
                 let _ = output::error_line(&mut output::Output::new(cli.global.no_color).stderr, message);
-                return Err(ExitCode::from(exit::USAGE));
+                return Err(ExitCode::from(exit::CONFIG));
             }
         }
     }

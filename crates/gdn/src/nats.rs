@@ -56,7 +56,7 @@ pub async fn host(global: &GlobalOptions, args: &HostArgs, session: &crate::Sess
     let options = AgentOptions::new(Arc::new(TracingEventSink));
     let (entry, _) = match identity(&bundle, &options) {
         Ok(identity) => identity,
-        Err(error) => return out.fail(exit::USAGE, error.to_string()),
+        Err(error) => return out.fail(exit::CONFIG, error.to_string()),
     };
     let workspace = match crate::workspace::open(global, &root, &bundle, &entry, WorkspaceAccess::Use) {
         Ok(workspace) => workspace,
@@ -81,7 +81,7 @@ pub async fn host(global: &GlobalOptions, args: &HostArgs, session: &crate::Sess
     let env = |name: &str| (session.env)(name);
     let client = match goondan_nats::connect(&args.nats, "gdn host", FIRST_CONNECT, &env).await {
         Ok(client) => client,
-        Err(error) => return out.fail(exit::FAILED, error.to_string()),
+        Err(error) => return out.fail(nats_exit_code(&error), error.to_string()),
     };
     let host_id = args.host_id.clone().unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id()));
     let scope = Scope::new(workspace.id());
@@ -123,9 +123,24 @@ pub(crate) fn take_copy_or_exit(
     let env = |name: &str| (session.env)(name);
     match runtime.block_on(BrokerCopy::take(url, &env, workspace)) {
         Ok(copy) => Ok(Ok(copy)),
-        Err(message) => {
-            output::error_line(&mut out.stderr, format!("--nats {url}: {message}"))?;
-            Ok(Err(exit::FAILED))
+        Err(error) => {
+            output::error_line(&mut out.stderr, format!("--nats {url}: {error}"))?;
+            let code = match &error {
+                goondan_service::nats::CopyError::Nats(error) => nats_exit_code(error),
+                _ => exit::FAILED,
+            };
+            Ok(Err(code))
         }
+    }
+}
+
+/// The exit code of a broker that cannot be used: unreachable (or refusing
+/// the connection) is a network error, unreadable credentials a
+/// configuration error, a JetStream failure a failure.
+pub(crate) fn nats_exit_code(error: &goondan_nats::NatsError) -> u8 {
+    match error {
+        goondan_nats::NatsError::Connect { .. } => exit::NETWORK,
+        goondan_nats::NatsError::Credentials { .. } => exit::CONFIG,
+        goondan_nats::NatsError::JetStream(_) => exit::FAILED,
     }
 }

@@ -78,7 +78,8 @@ pub async fn package(
                     path: manifest.clone(),
                     message: "the bundle does not validate (gdn validate shows why); nothing was published".to_owned(),
                 };
-                return report(global, out, Err::<(), _>(error), |_, ()| Ok(()));
+                report(global, out, Err::<(), _>(error), |_, ()| Ok(()))?;
+                return Ok(exit::VALIDATION);
             }
             let options = PublishOptions { tag: args.tag.clone(), access: args.access.clone(), dry_run: args.dry_run };
             let done = publish::publish(&settings(&args.registry), &manifest, &options).await;
@@ -136,8 +137,35 @@ fn report<T: serde::Serialize>(
             } else {
                 output::error_line(&mut out.stderr, format_args!("{error} [{}]", error.code()))?;
             }
-            Ok(if error.is_usage() { exit::USAGE } else { exit::FAILED })
+            Ok(exit_code(&error))
         }
+    }
+}
+
+/// The exit code of a package command's error, by the original's classes:
+/// what the user typed (2), the bundle's dependencies (3), a check that
+/// failed — integrity, the tarball's contents, a frozen lockfile (4) —,
+/// the registry unreachable or answering an error (5), refused
+/// credentials (6), the machine (1).
+fn exit_code(error: &PackageError) -> u8 {
+    match error {
+        PackageError::InvalidName { .. } | PackageError::InvalidVersion { .. } => exit::USAGE,
+        // A package or version the registry does not have is the manifest's
+        // to fix; retrying (what a script does on 5) would not help.
+        PackageError::NotFound { .. }
+        | PackageError::NoVersion { .. }
+        | PackageError::Cycle { .. }
+        | PackageError::Conflict { .. }
+        | PackageError::Lockfile { .. }
+        | PackageError::Manifest { .. } => exit::CONFIG,
+        PackageError::Tarball { .. }
+        | PackageError::NoManifestInTarball { .. }
+        | PackageError::FrozenMismatch { .. } => exit::VALIDATION,
+        PackageError::Unreachable { .. } | PackageError::BadAnswer { .. } | PackageError::Refused { .. } => {
+            exit::NETWORK
+        }
+        PackageError::Unauthorized { .. } => exit::AUTH,
+        PackageError::Io { .. } | PackageError::DiskFull { .. } | PackageError::Client(_) => exit::FAILED,
     }
 }
 

@@ -42,18 +42,21 @@ pub(crate) fn ask(
     }
 }
 
-/// Prints what a restart (or delete) did; the exit code.
+/// Prints what a restart (or delete) did; the exit code: a refusal for a
+/// bundle on disk that does not load is a configuration error (3, as the
+/// original's restart of an invalid bundle), other refusals 1.
 pub(crate) fn report(global: &GlobalOptions, reply: &ControlReply, out: &mut Output) -> Result<u8> {
+    let refused = if reply.diagnostics.is_empty() { exit::FAILED } else { exit::CONFIG };
     if global.json {
         writeln!(out.stdout, "{}", serde_json::to_string_pretty(reply)?)?;
-        return Ok(if reply.ok { exit::OK } else { exit::FAILED });
+        return Ok(if reply.ok { exit::OK } else { refused });
     }
     if let Some(error) = &reply.error {
         output::error_line(&mut out.stderr, error)?;
         for diagnostic in &reply.diagnostics {
             writeln!(out.stderr, "  {diagnostic}")?;
         }
-        return Ok(exit::FAILED);
+        return Ok(refused);
     }
     for stopped in &reply.stopped {
         writeln!(out.stdout, "stopped {} (pid {}) after its running turn", stopped.instance, stopped.pid)?;
@@ -73,9 +76,10 @@ pub fn restart(global: &GlobalOptions, args: &RestartArgs, out: &mut Output) -> 
         Ok(workspace) => workspace,
         Err(code) => return Ok(code),
     };
+    // No service to restart: the original's class for it is configuration.
     let Some(service) = ServiceStatus::running(workspace.dir()) else {
         return out.fail(
-            exit::FAILED,
+            exit::CONFIG,
             format_args!("no service of this project is running ({}); gdn run starts one", workspace.dir().display()),
         );
     };

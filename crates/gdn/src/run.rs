@@ -274,8 +274,23 @@ struct Reported {
     steps: u32,
     usage: serde_json::Value,
     restart_requested: bool,
+    /// For `modelFailed`: the kind of the model's failure.
+    error_kind: Option<String>,
     /// The agent process could not start: (code, message).
     start_error: Option<(String, String)>,
+}
+
+/// The exit code of a turn the model failed, by the kind of failure
+/// (`ModelError::kind`): the original's classes, network (5) for an API
+/// that cannot be reached, auth (6) for refused credentials, config (3)
+/// for a key that is not set or a Model that cannot be used, else 1.
+fn model_failure_code(kind: Option<&str>) -> u8 {
+    match kind {
+        Some("network") => exit::NETWORK,
+        Some("unauthorized") => exit::AUTH,
+        Some("missing_key" | "config") => exit::CONFIG,
+        _ => exit::FAILED,
+    }
 }
 
 impl Reported {
@@ -288,6 +303,7 @@ impl Reported {
                 steps: turn.steps,
                 usage: turn.usage,
                 restart_requested: turn.restart_requested,
+                error_kind: turn.model_error_kind,
                 start_error: None,
             },
             None => {
@@ -302,6 +318,7 @@ impl Reported {
                     steps: 0,
                     usage: serde_json::Value::Null,
                     restart_requested: false,
+                    error_kind: None,
                     start_error: (!crashed).then_some((error.code, error.message)),
                 }
             }
@@ -311,18 +328,20 @@ impl Reported {
     fn code(&self) -> u8 {
         if let Some((code, _)) = &self.start_error {
             // The bundle's problem (an agent it cannot build, an extension
-            // that does not load) or another run of the instance: exit 2,
-            // as `gdn tool list`, `tool call` and `mcp serve` do.
+            // that does not load) is a configuration error, as for `gdn tool
+            // list`, `tool call` and `mcp serve`; another run holding the
+            // instance refuses this invocation (2).
             return match code.as_str() {
                 crate::agent_process::ready_codes::BUILD_FAILED
-                | crate::agent_process::ready_codes::EXTENSION_FAILED
-                | crate::agent_process::ready_codes::INSTANCE_BUSY => exit::USAGE,
+                | crate::agent_process::ready_codes::EXTENSION_FAILED => exit::CONFIG,
+                crate::agent_process::ready_codes::INSTANCE_BUSY => exit::USAGE,
                 _ => exit::FAILED,
             };
         }
         match self.end.as_str() {
             "answered" | "stepLimit" => exit::OK,
-            "cancelled" => 130,
+            "cancelled" => exit::INTERRUPTED,
+            "modelFailed" => model_failure_code(self.error_kind.as_deref()),
             _ => exit::FAILED,
         }
     }
@@ -342,7 +361,7 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
     let root = crate::workspace::state_root(global)?;
     let Prepared { mut plan, workspace, entry } = match prepare(global, args, &root, &bundle) {
         Ok(prepared) => prepared,
-        Err(message) => return out.fail(exit::USAGE, &message),
+        Err((code, message)) => return out.fail(code, &message),
     };
     // With Connections (and no single input) the run is a service.
     let connections = if single_input.is_none() {
@@ -353,7 +372,7 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
                 for error in errors {
                     output::error_line(&mut out.stderr, &error)?;
                 }
-                return Ok(exit::USAGE);
+                return Ok(exit::CONFIG);
             }
         }
     } else {
@@ -377,7 +396,7 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
     let console = Arc::new(Console::new(global, entry.clone(), plan.swarm.agents.len() > 1));
     let (launcher, hub) = match launcher(global, args, session, &plan, &bundle, &workspace).await? {
         Ok(launcher) => launcher,
-        Err(message) => return out.fail(exit::FAILED, format!("--nats: {message}")),
+        Err((code, message)) => return out.fail(code, format!("--nats: {message}")),
     };
     let orchestrator = Orchestrator::start_with(plan, launcher, Arc::clone(&console) as Arc<dyn SwarmObserver>);
     let watcher = if args.watch {
@@ -489,20 +508,25 @@ struct Prepared {
 /// The entry agent (`--agent`, `--swarm`'s entry, or the bundle's default)
 /// and its instance, the swarm's workspace (refused if another bundle's;
 /// this bundle's instances of the old layouts are moved in) and working
-/// directory, and the plan of its swarm. The error is the usage line to
-/// print.
+/// directory, and the plan of its swarm. The error is the exit code and
+/// the line to print: a Swarm or Agent the bundle lacks is a configuration
+/// error (as in the original), a workspace `--workspace` cannot use a usage
+/// error.
 fn prepare(
     global: &GlobalOptions,
     args: &RunArgs,
     root: &StateRoot,
     bundle: &goondan_config::Bundle,
-) -> std::result::Result<Prepared, String> {
+) -> std::result::Result<Prepared, (u8, String)> {
     let mut options = AgentOptions::new(Arc::new(TracingEventSink));
     options.agent.clone_from(&args.agent);
     if let Some(name) = &args.swarm {
         let Some(swarm) = bundle.swarm(name) else {
             let known: Vec<String> = bundle.all_swarms().iter().map(|s| s.name().to_owned()).collect();
-            return Err(format!("no Swarm named '{name}' in the bundle (swarms: {})", known.join(", ")));
+            return Err((
+                exit::CONFIG,
+                format!("no Swarm named '{name}' in the bundle (swarms: {})", known.join(", ")),
+            ));
         };
         if options.agent.is_none() {
             options.agent = Some(swarm.spec.entry_agent.name.clone());
@@ -517,13 +541,14 @@ fn prepare(
         options.swarm = Some(swarm.name().to_owned());
     }
     options.instance_key.clone_from(&args.instance_key);
-    let (agent_name, instance_key) = identity(bundle, &options).map_err(|error| error.to_string())?;
+    let (agent_name, instance_key) = identity(bundle, &options).map_err(|error| (exit::CONFIG, error.to_string()))?;
     let absolute = |path: &Path| std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
     let config = absolute(&global.config);
-    let workspace = crate::workspace::open(global, root, bundle, &agent_name, WorkspaceAccess::Use)?;
+    let workspace = crate::workspace::open(global, root, bundle, &agent_name, WorkspaceAccess::Use)
+        .map_err(|message| (exit::USAGE, message))?;
     let workdir = match &args.workdir {
         Some(dir) => absolute(dir),
-        None => crate::workspace::default_workdir(&workspace)?,
+        None => crate::workspace::default_workdir(&workspace).map_err(|message| (exit::FAILED, message))?,
     };
     // Agent processes get the workspace as their `stateRoot`: they open
     // their instances in it.
@@ -563,8 +588,9 @@ async fn launcher(
     plan: &SwarmPlan,
     bundle: &goondan_config::Bundle,
     workspace: &Workspace,
-) -> Result<std::result::Result<(Arc<dyn goondan_orchestrator::Launch>, Option<goondan_service::nats::HubParts>), String>>
-{
+) -> Result<
+    std::result::Result<(Arc<dyn goondan_orchestrator::Launch>, Option<goondan_service::nats::HubParts>), (u8, String)>,
+> {
     let program = std::env::current_exe().context("finding the gdn binary to start agent processes")?;
     // Agent processes log as this one does.
     let launcher = AgentLauncher::new(program, crate::nats::agent_launch_args(global));
@@ -582,9 +608,11 @@ async fn launcher(
     match goondan_service::nats::hub(url, &env, bundle, local, scope, wait_hosts).await {
         Ok(parts) => Ok(Ok((Arc::clone(&parts.launcher) as Arc<dyn goondan_orchestrator::Launch>, Some(parts)))),
         Err(error @ goondan_service::nats::HubError::TooFewHosts { .. }) => {
-            Ok(Err(format!("--wait-hosts {}: {error}", args.wait_hosts.unwrap_or_default())))
+            Ok(Err((exit::FAILED, format!("--wait-hosts {}: {error}", args.wait_hosts.unwrap_or_default()))))
         }
-        Err(error) => Ok(Err(error.to_string())),
+        Err(goondan_service::nats::HubError::Nats(error)) => {
+            Ok(Err((crate::nats::nats_exit_code(&error), error.to_string())))
+        }
     }
 }
 

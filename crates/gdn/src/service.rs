@@ -37,7 +37,8 @@ pub async fn serve(
         Err(error) => {
             output::error_line(&mut out.stderr, &error)?;
             let code = match error {
-                ServeError::InboxBusy(_) | ServeError::Connector(_) => exit::USAGE,
+                ServeError::InboxBusy(_) => exit::USAGE,
+                ServeError::Connector(_) => exit::CONFIG,
                 ServeError::Inbox(_) => exit::FAILED,
             };
             Ok((code, None))

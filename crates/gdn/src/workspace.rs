@@ -67,9 +67,10 @@ pub(crate) fn workspace_or_exit_saying(
     let root = crate::workspace::state_root(global)?;
     match crate::workspace::project_workspace(global, &root) {
         Ok(Some(workspace)) => Ok(Ok(workspace)),
+        // No such project: the original's class for it is configuration.
         Ok(None) => {
             output::error_line(&mut out.stderr, missing)?;
-            Ok(Err(exit::USAGE))
+            Ok(Err(exit::CONFIG))
         }
         Err(message) => {
             output::error_line(&mut out.stderr, message)?;

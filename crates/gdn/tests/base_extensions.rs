@@ -318,8 +318,8 @@ fn bad_config_is_refused_naming_the_field() {
         .output()
         .unwrap_or_else(|e| panic!("spawn gdn: {e}"));
     let stderr = String::from_utf8_lossy(&output.stderr);
-    // Exit 2, as for any extension that fails to install (a configuration error).
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    // Exit 3, as for any extension that fails to install (a configuration error).
+    assert_eq!(output.status.code(), Some(3), "{stderr}");
     assert!(
         stderr.contains(
             "extension 'message-window': config.maxMessages must be a whole number of at least 1, got \"two\""

@@ -198,7 +198,7 @@ fn bad_extension_config_fails_the_agent_naming_the_field() {
         .unwrap_or_else(|e| panic!("{e}"));
     let output = gdn(dir.path(), dir.path(), &["tool", "list", "--agent", "loud"]);
     let error = text(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{error}");
+    assert_eq!(output.status.code(), Some(3), "{error}");
     assert!(
         error.contains("extension 'logging': config.level: 'loudest' is not one of debug, info, warn, error"),
         "{error}"

@@ -76,7 +76,7 @@ fn validate_accepts_a_yaml_file_path() {
 #[test]
 fn validate_reports_broken_references_with_codes_paths_and_positions() {
     let output = gdn(&fixture("broken-refs"), &["validate", "--json"]);
-    assert_eq!(code(&output), 1);
+    assert_eq!(code(&output), 4);
     let report = json_stdout(&output);
     assert_eq!(report["valid"], false);
     assert_eq!(
@@ -101,7 +101,7 @@ fn validate_reports_broken_references_with_codes_paths_and_positions() {
 #[test]
 fn validate_reports_every_tool_rule_in_one_pass() {
     let output = gdn(&fixture("broken-tools"), &["validate", "--json"]);
-    assert_eq!(code(&output), 1);
+    assert_eq!(code(&output), 4);
     let report = json_stdout(&output);
     let summary = diagnostic_summary(&report);
     let expected = [
@@ -130,13 +130,13 @@ fn validate_reports_every_tool_rule_in_one_pass() {
 #[test]
 fn validate_reports_malformed_yaml_with_its_position() {
     let output = gdn(&fixture("malformed"), &["validate", "--json"]);
-    assert_eq!(code(&output), 1);
+    assert_eq!(code(&output), 4);
     let report = json_stdout(&output);
     assert_eq!(diagnostic_summary(&report), [("E_CONFIG_PARSE_ERROR".to_owned(), "goondan.yaml".to_owned())]);
     assert_eq!(report["diagnostics"][0]["line"], 7);
 
     let human = gdn(&fixture("malformed"), &["validate"]);
-    assert_eq!(code(&human), 1);
+    assert_eq!(code(&human), 4);
     let text = stdout(&human);
     assert!(text.contains("error[E_CONFIG_PARSE_ERROR] goondan.yaml (line 7, column 9)"), "{text}");
     assert!(text.contains("1 error"), "{text}");
@@ -145,14 +145,14 @@ fn validate_reports_malformed_yaml_with_its_position() {
 #[test]
 fn validate_rejects_a_document_that_is_not_a_mapping() {
     let output = gdn(&fixture("not-a-mapping"), &["validate", "--json"]);
-    assert_eq!(code(&output), 1);
+    assert_eq!(code(&output), 4);
     assert_eq!(diagnostic_summary(&json_stdout(&output))[0].0, "E_CONFIG_SCHEMA_INVALID");
 }
 
 #[test]
 fn validate_reports_a_missing_bundle() {
     let output = gdn(&repo_path("tests/fixtures/does-not-exist"), &["validate", "--json"]);
-    assert_eq!(code(&output), 1);
+    assert_eq!(code(&output), 4);
     assert_eq!(diagnostic_summary(&json_stdout(&output))[0].0, "E_CONFIG_FILE_NOT_FOUND");
 }
 
@@ -208,16 +208,16 @@ fn tool_list_for_a_named_agent_includes_local_tools() {
 }
 
 #[test]
-fn tool_list_with_an_unknown_agent_is_a_usage_error() {
+fn tool_list_with_an_unknown_agent_is_a_config_error() {
     let output = gdn(&fixture("multi-agent"), &["tool", "list", "--agent", "nobody"]);
-    assert_eq!(code(&output), 2);
+    assert_eq!(code(&output), 3);
     assert!(stderr(&output).contains("no Agent named 'nobody'"), "{}", stderr(&output));
 }
 
 #[test]
-fn tool_list_on_a_broken_bundle_exits_2_with_diagnostics_on_stderr() {
+fn tool_list_on_a_broken_bundle_exits_3_with_diagnostics_on_stderr() {
     let output = gdn(&fixture("broken-refs"), &["tool", "list"]);
-    assert_eq!(code(&output), 2);
+    assert_eq!(code(&output), 3);
     assert!(stdout(&output).is_empty());
     assert!(stderr(&output).contains("E_CONFIG_REF_NOT_FOUND"), "{}", stderr(&output));
 }
@@ -325,7 +325,7 @@ fn validate_reports_script_exports_the_module_lacks_and_modules_that_do_not_load
         assert_eq!(codes, ["W_SCRIPT_RUNTIME_MISSING"], "{report}");
         return;
     }
-    assert_eq!(code(&output), 1, "{}", stderr(&output));
+    assert_eq!(code(&output), 4, "{}", stderr(&output));
     assert_eq!(report["valid"], false);
     assert_eq!(
         diagnostic_summary(&report),
@@ -497,7 +497,6 @@ fn tool_call_usage_errors_exit_2() {
         (vec!["tool", "call", "wait__seconds", "--args", "[1, 2]"], "must be a JSON object, got array"),
         (vec!["tool", "call", "wait__seconds", "--args-file", "/no/such/file.json"], "cannot read --args-file"),
         (vec!["tool", "call", "wait__seconds", "--workdir", "/no/such/dir"], "is not a directory"),
-        (vec!["tool", "call", "wait__seconds", "--agent", "ghost"], "no Agent named 'ghost'"),
     ] {
         let output = gdn(&quickstart(), &args);
         assert_eq!(code(&output), 2, "{args:?}: {}", stderr(&output));
@@ -507,12 +506,16 @@ fn tool_call_usage_errors_exit_2() {
     // clap's own usage errors also exit 2.
     let output = gdn(&quickstart(), &["tool", "call", "x__y", "--args", "{}", "--args-file", "f"]);
     assert_eq!(code(&output), 2);
+    // An Agent the bundle lacks is the original's configuration class.
+    let output = gdn(&quickstart(), &["tool", "call", "wait__seconds", "--agent", "ghost"]);
+    assert_eq!(code(&output), 3, "{}", stderr(&output));
+    assert!(stderr(&output).contains("no Agent named 'ghost'"), "{}", stderr(&output));
 }
 
 #[test]
-fn tool_call_on_a_broken_bundle_exits_2() {
+fn tool_call_on_a_broken_bundle_exits_3() {
     let output = gdn(&fixture("broken-tools"), &["tool", "call", "x__y"]);
-    assert_eq!(code(&output), 2);
+    assert_eq!(code(&output), 3);
     assert!(stderr(&output).contains("E_CONFIG_UNKNOWN_KIND"), "{}", stderr(&output));
 }
 
@@ -574,7 +577,7 @@ fn validate_speaks_github_annotations_and_strict_fails_on_warnings() {
     assert!(line.contains(",line=7,col=10,title=W_CONFIG_UNKNOWN_KEY::goondan.yaml#0.spec.modle: "), "{stdout}");
     assert!(line.contains("%0ADid you mean `model`?"), "{stdout}");
     let strict = gdn(&bundle, &["validate", "--strict"]);
-    assert_eq!(strict.status.code(), Some(1));
+    assert_eq!(strict.status.code(), Some(4));
     assert!(String::from_utf8_lossy(&strict.stderr).contains("--strict"), "{strict:?}");
     let json = gdn(&bundle, &["validate", "--strict", "--format", "json"]);
     let body: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap_or_default();
@@ -741,10 +744,10 @@ fn doctor_finds_a_missing_key_a_missing_program_and_a_busy_port() {
 }
 
 /// An extension whose module does not load is the bundle's problem, a
-/// configuration error: every command that builds the agent exits 2 with
-/// the extension named (`gdn run` used to exit 1 where `tool list` exits 2).
+/// configuration error: every command that builds the agent exits 3 with
+/// the extension named (`gdn run` used to exit 1 where `tool list` exited 2; both 3 now, the original's class).
 #[test]
-fn an_extension_that_does_not_load_is_exit_2_for_every_command() {
+fn an_extension_that_does_not_load_is_exit_3_for_every_command() {
     if !js_runtime_usable() {
         return;
     }
@@ -769,7 +772,7 @@ fn an_extension_that_does_not_load_is_exit_2_for_every_command() {
         let output = gdn(&bundle, args);
         // With --json the reason is in the printed object.
         let said = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-        assert_eq!(output.status.code(), Some(2), "{args:?}: {said}");
+        assert_eq!(output.status.code(), Some(3), "{args:?}: {said}");
         assert!(said.contains("extension 'broken'") && said.contains("does not load"), "{args:?}: {said}");
     }
 }

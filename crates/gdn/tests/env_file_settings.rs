@@ -57,7 +57,7 @@ fn a_base_url_in_env_local_is_refused_and_nothing_is_sent() {
         let state = temp();
         let output = gdn(bundle.path(), state.path(), &[], args);
         let stderr = text(&output.stderr);
-        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(output.status.code(), Some(3), "{args:?}: {stderr}");
         assert!(
             stderr.contains(&format!(
                 "{local}, line 2: OPENAI_BASE_URL cannot be set in the bundle directory's .env files"
@@ -120,7 +120,7 @@ fn a_gdn_setting_in_env_is_refused_but_read_from_the_environment_and_env_file() 
     let state = temp();
     let output = gdn(bundle.path(), state.path(), &[], &["run", "--input", "go"]);
     let stderr = text(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert_eq!(output.status.code(), Some(3), "{stderr}");
     let env = bundle.path().join(".env").display().to_string();
     assert!(
         stderr.contains(&format!(

@@ -101,7 +101,7 @@ fn quoted_values_with_comments_and_several_lines_are_read_as_dotenv_files_are() 
     write(&bundle.path().join(".env.local"), "OK=1\nsk-broken-77 not an assignment\n");
     let output = gdn(bundle.path(), state.path(), &[], &["run", "--input", "hi"]);
     let stderr = text(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert_eq!(output.status.code(), Some(3), "{stderr}");
     assert!(stderr.contains(".env.local: line 2 is not NAME=VALUE"), "{stderr}");
     assert!(!stderr.contains("sk-broken-77"), "{stderr}");
 }
@@ -192,15 +192,17 @@ fn input_args_and_env_files_are_bounded() {
     let state = temp();
     let bundle = temp();
     write_bundle(bundle.path(), "http://127.0.0.1:9/v1");
-    let cases: [(&[&str], &str); 3] = [
-        (&["run", "--input-file", "/dev/zero"], "--input-file /dev/zero is a character device, not a file"),
-        (&["tool", "call", "bash__exec", "--args-file", "/dev/zero"], "--args-file /dev/zero is a character device"),
-        (&["run", "--input", "hi", "--env-file", "/dev/zero"], "--env-file /dev/zero is a character device"),
+    // An input or arguments file is usage (2); an environment file is
+    // configuration (3), as the original's unreadable --env-file.
+    let cases: [(&[&str], &str, i32); 3] = [
+        (&["run", "--input-file", "/dev/zero"], "--input-file /dev/zero is a character device, not a file", 2),
+        (&["tool", "call", "bash__exec", "--args-file", "/dev/zero"], "--args-file /dev/zero is a character device", 2),
+        (&["run", "--input", "hi", "--env-file", "/dev/zero"], "--env-file /dev/zero is a character device", 3),
     ];
-    for (args, expected) in cases {
+    for (args, expected, code) in cases {
         let started = Instant::now();
         let output = gdn(bundle.path(), state.path(), &[], args);
-        assert_eq!(output.status.code(), Some(2), "{args:?}: {}", text(&output.stderr));
+        assert_eq!(output.status.code(), Some(code), "{args:?}: {}", text(&output.stderr));
         assert!(text(&output.stderr).contains(expected), "{args:?}: {}", text(&output.stderr));
         assert!(started.elapsed() < Duration::from_secs(10), "{args:?} took {:?}", started.elapsed());
     }
@@ -213,14 +215,14 @@ fn input_args_and_env_files_are_bounded() {
     let input = oversized("input.txt", (8 << 20) + 1);
     let args_file = oversized("args.json", (16 << 20) + 1);
     let env_file = oversized("big.env", (1 << 20) + 1);
-    let cases: [(Vec<&str>, &str); 3] = [
-        (vec!["run", "--input-file", &input], "is larger than 8 MiB (the limit)"),
-        (vec!["tool", "call", "bash__exec", "--args-file", &args_file], "is larger than 16 MiB (the limit)"),
-        (vec!["run", "--input", "hi", "--env-file", &env_file], "is larger than 1 MiB (the limit)"),
+    let cases: [(Vec<&str>, &str, i32); 3] = [
+        (vec!["run", "--input-file", &input], "is larger than 8 MiB (the limit)", 2),
+        (vec!["tool", "call", "bash__exec", "--args-file", &args_file], "is larger than 16 MiB (the limit)", 2),
+        (vec!["run", "--input", "hi", "--env-file", &env_file], "is larger than 1 MiB (the limit)", 3),
     ];
-    for (args, expected) in cases {
+    for (args, expected, code) in cases {
         let output = gdn(bundle.path(), state.path(), &[], &args);
-        assert_eq!(output.status.code(), Some(2), "{args:?}: {}", text(&output.stderr));
+        assert_eq!(output.status.code(), Some(code), "{args:?}: {}", text(&output.stderr));
         assert!(text(&output.stderr).contains(expected), "{args:?}: {}", text(&output.stderr));
     }
     // A file just under the limit is read (and then refused as JSON, not for its size).

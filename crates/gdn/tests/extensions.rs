@@ -107,8 +107,8 @@ fn an_extension_that_does_not_load_stops_the_agent_with_its_name_and_code() {
     let output =
         gdn(state.path(), "tests/fixtures/script-extension-faults", &["run", "--agent", "no-register", "--input", "x"]);
     let stderr = text(&output.stderr);
-    // The bundle's problem: a configuration error, exit 2 as for `tool list`.
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    // The bundle's problem: a configuration error, exit 3 as for `tool list`.
+    assert_eq!(output.status.code(), Some(3), "{stderr}");
     assert!(stderr.contains("extension 'without-register'"), "{stderr}");
     assert!(stderr.contains("does not export a register function"), "{stderr}");
 }
@@ -120,7 +120,7 @@ fn validate_checks_extension_modules() {
     }
     let state = temp();
     let output = gdn(state.path(), "tests/fixtures/script-extension-faults", &["--json", "validate"]);
-    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    assert_eq!(output.status.code(), Some(4), "{}", text(&output.stderr));
     let report = json(&output);
     let found: Vec<(String, String)> = report["diagnostics"]
         .as_array()

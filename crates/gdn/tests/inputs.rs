@@ -32,11 +32,11 @@ fn a_config_that_is_a_fifo_or_a_device_is_refused_without_reading_it() {
     let in_dir = dir.path().to_string_lossy().into_owned();
     for config in ["/dev/zero", fifo.as_str(), in_dir.as_str()] {
         let output = gdn(state.path(), &["-c", config, "--json", "validate"]);
-        assert_eq!(output.status.code(), Some(1), "{config}: {}", text(&output.stderr));
+        assert_eq!(output.status.code(), Some(4), "{config}: {}", text(&output.stderr));
         let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap_or_default();
         assert_eq!(report["diagnostics"][0]["code"], "E_CONFIG_NOT_A_FILE", "{config}: {report}");
         let output = gdn(state.path(), &["-c", config, "run", "--input", "hi"]);
-        assert_eq!(output.status.code(), Some(2), "{config}");
+        assert_eq!(output.status.code(), Some(3), "{config}");
         assert!(text(&output.stderr).contains("E_CONFIG_NOT_A_FILE"), "{config}: {}", text(&output.stderr));
     }
 }
@@ -55,12 +55,12 @@ fn a_system_prompt_outside_the_bundle_is_refused_by_validate_and_run() {
     std::fs::write(bundle.join("goondan.yaml"), yaml).unwrap_or_else(|e| panic!("{e}"));
     let config = bundle.to_string_lossy().into_owned();
     let output = gdn(state.path(), &["-c", &config, "--json", "validate"]);
-    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(output.status.code(), Some(4));
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap_or_default();
     assert_eq!(report["diagnostics"][0]["code"], "E_CONFIG_PATH_OUTSIDE_BUNDLE", "{report}");
     assert_eq!(report["diagnostics"][0]["path"], "goondan.yaml#1.spec.prompt.systemRef", "{report}");
     let output = gdn(state.path(), &["-c", &config, "run", "--input", "hi"]);
-    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(output.status.code(), Some(3));
     let stderr = text(&output.stderr);
     assert!(stderr.contains("E_CONFIG_PATH_OUTSIDE_BUNDLE"), "{stderr}");
     assert!(!stderr.contains("TOP SECRET"), "{stderr}");
@@ -81,7 +81,7 @@ fn failed_runs_leave_no_unanswered_user_messages() {
     let config = bundle.to_string_lossy().into_owned();
     for attempt in ["first try", "second try"] {
         let output = gdn(state.path(), &["-c", &config, "run", "--input", attempt, "--env-file", &env_arg]);
-        assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+        assert_eq!(output.status.code(), Some(5), "{}", text(&output.stderr));
     }
     let log = common::instance_path(state.path(), "a@default").join("messages.jsonl");
     assert!(std::fs::metadata(&log).is_ok_and(|m| m.len() > 0), "each run saved its input, then took it back");

@@ -97,7 +97,7 @@ fn validate_takes_a_path_and_fix_adds_the_missing_api_version() {
     // PATH as -c; it wins over -c.
     ok(&gdn_in(dir.path(), &state, &["validate", path(&good)]));
     let checked = gdn_in(dir.path(), &state, &["-c", path(&good), "validate", path(&bad)]);
-    assert_eq!(checked.status.code(), Some(1), "{}", stdout(&checked));
+    assert_eq!(checked.status.code(), Some(4), "{}", stdout(&checked));
     assert!(stdout(&checked).contains("`gdn validate --fix` adds it"), "{}", stdout(&checked));
     assert_eq!(std::fs::read_to_string(bad.join("goondan.yaml")).unwrap_or_default(), before, "no --fix: unchanged");
 
@@ -192,7 +192,7 @@ fn init_takes_the_original_templates_name_force_and_git() {
 
     // -f overwrites; without it nothing changes.
     let again = gdn_in(dir.path(), &state, &["init", path(&package), "-t", "minimal", "--no-git"]);
-    assert_eq!(again.status.code(), Some(2), "{}", stderr(&again));
+    assert_eq!(again.status.code(), Some(3), "{}", stderr(&again));
     ok(&gdn_in(dir.path(), &state, &["init", path(&package), "-t", "minimal", "--no-git", "-f", "-n", "renamed"]));
     let yaml = std::fs::read_to_string(package.join("goondan.yaml")).unwrap_or_default();
     assert!(yaml.contains("name: \"renamed\"") && !yaml.contains("file-system"), "{yaml}");

@@ -98,7 +98,7 @@ fn publish_add_frozen_install_and_update() -> TestResult {
     let app = common::temp();
     common::write(&app.path().join("goondan.yaml"), APP);
     let (status, json, _) = package(app.path(), state.path(), None, &["add", "@acme/lib", "--registry", &registry.url]);
-    assert_eq!((status, code(&json)), (1, "PKG_NOT_FOUND"), "a dry run published nothing: {json}");
+    assert_eq!((status, code(&json)), (3, "PKG_NOT_FOUND"), "a dry run published nothing: {json}");
 
     let (status, json, _) = package(lib.path(), state.path(), Some(TOKEN), &["publish", "--registry", &registry.url]);
     assert_eq!(status, 0, "{json}");
@@ -181,7 +181,7 @@ fn publish_add_frozen_install_and_update() -> TestResult {
     let empty = common::temp();
     let (status, json, _) =
         package(app.path(), empty.path(), None, &["install", "--frozen-lockfile", "--registry", &registry.url]);
-    assert_eq!((status, code(&json)), (1, "PKG_LOCKFILE_MISMATCH"), "{json}");
+    assert_eq!((status, code(&json)), (4, "PKG_LOCKFILE_MISMATCH"), "{json}");
     assert!(json["error"]["message"].as_str().unwrap_or_default().contains("goondan.yaml needs @acme/lib"), "{json}");
     assert!(!empty.path().join("packages").exists());
     assert_eq!(std::fs::read_to_string(&lock_path)?, lock);
@@ -202,7 +202,7 @@ fn publish_add_frozen_install_and_update() -> TestResult {
     let before = std::fs::read_to_string(app.path().join("goondan.yaml"))?;
     let (status, json, _) =
         package(app.path(), state.path(), None, &["update", "@acme/util", "--registry", &registry.url]);
-    assert_eq!((status, code(&json)), (1, "PKG_MANIFEST_INVALID"), "{json}");
+    assert_eq!((status, code(&json)), (3, "PKG_MANIFEST_INVALID"), "{json}");
     assert_eq!(std::fs::read_to_string(app.path().join("goondan.yaml"))?, before);
 
     // add -E writes the exact version picked.
@@ -279,12 +279,12 @@ fn every_refusal_is_structured_and_changes_nothing() -> TestResult {
     };
 
     let cases: Vec<(Vec<&str>, i32, &str, &str)> = vec![
-        (vec!["add", "@acme/nothing"], 1, "PKG_NOT_FOUND", "@acme/nothing"),
-        (vec!["add", "@acme/lib@^9.0.0"], 1, "PKG_VERSION_NOT_FOUND", "published: 1.0.0, 1.1.0"),
+        (vec!["add", "@acme/nothing"], 3, "PKG_NOT_FOUND", "@acme/nothing"),
+        (vec!["add", "@acme/lib@^9.0.0"], 3, "PKG_VERSION_NOT_FOUND", "published: 1.0.0, 1.1.0"),
         (vec!["add", "Bad Name"], 2, "PKG_INVALID_NAME", "Bad Name"),
         (vec!["add", "@acme/lib@not a range!"], 2, "PKG_INVALID_VERSION", "not a range!"),
-        (vec!["add", "@acme/empty"], 1, "PKG_NO_MANIFEST", "goondan.yaml"),
-        (vec!["add", "@acme/c1"], 1, "PKG_DEPENDENCY_CYCLE", "-> "),
+        (vec!["add", "@acme/empty"], 4, "PKG_NO_MANIFEST", "goondan.yaml"),
+        (vec!["add", "@acme/c1"], 3, "PKG_DEPENDENCY_CYCLE", "-> "),
     ];
     for (args, status, expected, needle) in cases {
         let mut full = args.clone();
@@ -299,10 +299,10 @@ fn every_refusal_is_structured_and_changes_nothing() -> TestResult {
     // The registry down, and something that is no registry.
     let down = format!("http://127.0.0.1:{}", goondan_test_support::process::free_port()?);
     let (status, json, _) = package(app.path(), state.path(), None, &["add", "@acme/lib", "--registry", &down]);
-    assert_eq!((status, code(&json)), (1, "PKG_REGISTRY_UNREACHABLE"), "{json}");
+    assert_eq!((status, code(&json)), (5, "PKG_REGISTRY_UNREACHABLE"), "{json}");
     let garbage = garbage_server("HTTP/1.1 200 OK\r\nContent-Length: 9\r\nConnection: close\r\n\r\nnot json!")?;
     let (status, json, _) = package(app.path(), state.path(), None, &["add", "@acme/lib", "--registry", &garbage]);
-    assert_eq!((status, code(&json)), (1, "PKG_REGISTRY_BAD_ANSWER"), "{json}");
+    assert_eq!((status, code(&json)), (5, "PKG_REGISTRY_BAD_ANSWER"), "{json}");
     unchanged();
 
     // pinned alone installs (lib 1.0.0); lib ^1.1.0 beside it conflicts.
@@ -311,7 +311,7 @@ fn every_refusal_is_structured_and_changes_nothing() -> TestResult {
     let with_pinned = std::fs::read_to_string(&manifest)?;
     let lock = std::fs::read_to_string(app.path().join("goondan.lock.yaml"))?;
     let (got, json, _) = package(app.path(), state.path(), None, &["add", "@acme/lib@^1.1.0", "--registry", url]);
-    assert_eq!((got, code(&json)), (1, "PKG_VERSION_CONFLICT"), "{json}");
+    assert_eq!((got, code(&json)), (3, "PKG_VERSION_CONFLICT"), "{json}");
     let message = json["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("@acme/pinned@1.0.0 wants \"1.0.0\""), "{message}");
     assert!(message.contains("goondan.yaml wants \"^1.1.0\""), "{message}");
@@ -322,7 +322,7 @@ fn every_refusal_is_structured_and_changes_nothing() -> TestResult {
     let lib = common::temp();
     bundle(lib.path(), "@acme/lib", "3.0.0", &[]);
     let (status, json, _) = package(lib.path(), state.path(), None, &["publish", "--registry", url]);
-    assert_eq!((status, code(&json)), (1, "PKG_UNAUTHORIZED"), "{json}");
+    assert_eq!((status, code(&json)), (6, "PKG_UNAUTHORIZED"), "{json}");
     assert!(json["error"]["message"].as_str().unwrap_or_default().contains("GOONDAN_REGISTRY_TOKEN"), "{json}");
     assert_eq!(registry_versions(&registry, "@acme/lib")?, ["1.0.0", "1.1.0"]);
     // The token of <state root>/config.json's registries[url] (`${VAR}` read from the environment).
@@ -353,7 +353,7 @@ spec: 42
         ),
     );
     let (status, json, output) = package(broken.path(), state.path(), Some(TOKEN), &["publish", "--registry", url]);
-    assert_eq!((status, code(&json)), (1, "PKG_MANIFEST_INVALID"), "{json}");
+    assert_eq!((status, code(&json)), (4, "PKG_MANIFEST_INVALID"), "{json}");
     assert!(!String::from_utf8_lossy(&output.stderr).is_empty());
     assert!(registry_versions(&registry, "@acme/broken").is_err());
 
@@ -364,7 +364,7 @@ spec: 42
     let lock_path = other.path().join("goondan.lock.yaml");
     common::write(&lock_path, "lockfileVersion: 1\npackages:\n  \"@acme/lib@1.1.0\": [unclosed\n");
     let (status, json, _) = package(other.path(), state.path(), None, &["install", "--registry", url]);
-    assert_eq!((status, code(&json)), (1, "PKG_LOCKFILE_INVALID"), "{json}");
+    assert_eq!((status, code(&json)), (3, "PKG_LOCKFILE_INVALID"), "{json}");
     assert!(json["error"]["message"].as_str().unwrap_or_default().contains("goondan.lock.yaml:"), "{json}");
     std::fs::remove_file(&lock_path)?;
     let (status, json, _) = package(other.path(), state.path(), None, &["install", "--registry", url]);
@@ -380,7 +380,7 @@ spec: 42
     let empty = common::temp();
     let (status, json, _) =
         package(other.path(), empty.path(), None, &["install", "--frozen-lockfile", "--registry", url]);
-    assert_eq!((status, code(&json)), (1, "PKG_INTEGRITY_MISMATCH"), "{json}");
+    assert_eq!((status, code(&json)), (4, "PKG_INTEGRITY_MISMATCH"), "{json}");
     assert!(!installed(empty.path(), "@acme/lib", "1.1.0").exists());
     assert_eq!(std::fs::read_to_string(&lock_path)?, lying);
 

@@ -30,7 +30,7 @@ fn a_full_registry_answers_507_keeps_serving_and_takes_the_publish_once_there_is
 
     // 1.1.0 carries 2 MB of noise: the tarball does not fit.
     let (status, json) = small("1.1.0", 2 << 20);
-    assert_eq!(status, Some(1), "{json}");
+    assert_eq!(status, Some(5), "{json}");
     assert_eq!(code(&json), "PKG_REGISTRY_REFUSED", "{json}");
     let message = json["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("507") && message.contains("storage is full"), "{message}");
@@ -40,7 +40,7 @@ fn a_full_registry_answers_507_keeps_serving_and_takes_the_publish_once_there_is
     assert_eq!(registry.consistent_versions("@acme/lib")?, ["1.0.0"]);
     // A new package that does not fit leaves no packument either.
     let (status, json) = publish(&registry.url, "@acme/big", "1.0.0", &[], 2 << 20);
-    assert_eq!((status, code(&json)), (Some(1), "PKG_REGISTRY_REFUSED"), "{json}");
+    assert_eq!((status, code(&json)), (Some(5), "PKG_REGISTRY_REFUSED"), "{json}");
     assert_eq!(registry.packument("@acme/big")?, None);
     assert_eq!(registry.get("/@acme/big/-/big-1.0.0.tgz")?.0, 404);
     assert_eq!(leftovers(&storage), Vec::<std::path::PathBuf>::new());

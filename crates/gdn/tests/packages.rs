@@ -53,7 +53,7 @@ fn a_split_bundle_s_errors_name_their_file() {
     let state = common::temp();
     let bundle = fixture("packages/duplicate-across-files");
     let output = gdn(&bundle, state.path(), &["--json", "validate"]);
-    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    assert_eq!(output.status.code(), Some(4), "{}", text(&output.stderr));
     let body: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(body["diagnostics"][0]["code"], "E_CONFIG_DUPLICATE_NAME");
     assert_eq!(body["diagnostics"][0]["path"], "more/models.yaml#0.metadata.name");
@@ -82,7 +82,7 @@ fn an_installed_dependency_s_tool_is_listed_and_called() {
 fn a_dependency_that_is_not_installed_says_how_to_install_it() {
     let state = common::temp();
     let output = gdn(&fixture("packages/with-dependency"), state.path(), &["--json", "validate"]);
-    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    assert_eq!(output.status.code(), Some(4), "{}", text(&output.stderr));
     let body: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(body["diagnostics"][0]["code"], "E_CONFIG_PACKAGE_NOT_INSTALLED", "{body}");
     let suggestion = body["diagnostics"][0]["suggestion"].as_str().unwrap_or_default();
@@ -175,7 +175,7 @@ fn gdn_validate_names_a_dependency_s_missing_entry_file_and_its_package() {
     copy_dir(&fixture("packages/crew-1.0.0"), &installed);
     fs::remove_file(installed.join("src/shout.ts")).unwrap_or_else(|e| panic!("{e}"));
     let output = gdn(&fixture("packages/with-crew"), state.path(), &["--json", "validate"]);
-    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    assert_eq!(output.status.code(), Some(4), "{}", text(&output.stderr));
     let body: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}"));
     let first = &body["diagnostics"][0];
     assert_eq!(first["code"], "E_CONFIG_ENTRY_NOT_FOUND", "{body}");
@@ -216,7 +216,7 @@ fn gdn_validate_loads_a_dependency_s_script_module_and_names_its_package() {
     let source = fs::read_to_string(&module).unwrap_or_else(|e| panic!("{e}"));
     common::write(&module, &source.replace("  it: async", "  other: async"));
     let output = gdn(&fixture("packages/with-crew"), state.path(), &["--json", "validate"]);
-    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    assert_eq!(output.status.code(), Some(4), "{}", text(&output.stderr));
     let body: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}"));
     let first = &body["diagnostics"][0];
     assert_eq!(first["code"], "E_CONFIG_SCRIPT_EXPORT_MISSING", "{body}");
@@ -395,7 +395,7 @@ fn init_refuses_a_directory_that_holds_a_split_bundle() {
     let dir = split_without_goondan_yaml();
     let path = dir.path().to_str().unwrap_or_default();
     let output = common::gdn_bin().run(["init", path]);
-    assert_eq!(output.status.code(), Some(2), "{}", text(&output.stdout));
+    assert_eq!(output.status.code(), Some(3), "{}", text(&output.stdout));
     let said = text(&output.stderr);
     assert!(said.contains("agents.yaml") && said.contains("models.yaml") && said.contains("--force"), "{said}");
     assert!(!dir.path().join("goondan.yaml").exists(), "init wrote into the bundle");

@@ -169,7 +169,7 @@ fn a_missing_api_key_names_the_variable_to_set() {
     let state = temp();
     let bundle = repo("tests/fixtures/needs-key");
     let output = gdn(state.path(), &["-c", bundle.to_str().unwrap_or_default(), "run", "--input", "hi"]);
-    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(output.status.code(), Some(3));
     assert!(text(&output.stderr).contains("set GOONDAN_TEST_OPENAI_KEY"), "{}", text(&output.stderr));
     // An --env-file can provide it (the model call then fails: nothing listens there).
     let env_dir = temp();
@@ -196,7 +196,7 @@ fn init_writes_valid_starter_projects() {
         let check = gdn(state.path(), &["-c", &target_arg, "validate"]);
         assert_eq!(check.status.code(), Some(0), "{template}: {}", text(&check.stdout));
         let again = gdn(state.path(), &["init", &target_arg]);
-        assert_eq!(again.status.code(), Some(2), "refuses to overwrite without --force");
+        assert_eq!(again.status.code(), Some(3), "refuses to overwrite without --force");
         let forced = gdn(state.path(), &["init", &target_arg, "--force"]);
         assert_eq!(forced.status.code(), Some(0));
     }

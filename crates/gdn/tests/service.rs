@@ -613,7 +613,7 @@ async fn brain_persona_start_up_errors_name_the_connection() -> TestResult {
     let mut service = Service::start(state.path(), bundle.path(), &[], &env, true)?;
     let status = service.exit(TURN_TIMEOUT).await?;
     let log = service.stderr();
-    assert_eq!(status.code(), Some(2), "{log}");
+    assert_eq!(status.code(), Some(3), "{log}");
     assert!(log.contains("slack-to-brain") && log.contains(&port.to_string()), "{log}");
     assert!(!service.statuses().iter().any(|s| s["status"] == "serving"), "{}", service.stdout());
     drop(taken);
@@ -627,7 +627,7 @@ async fn brain_persona_start_up_errors_name_the_connection() -> TestResult {
     let mut service = Service::start(state.path(), bundle.path(), &[], &env, true)?;
     let status = service.exit(TURN_TIMEOUT).await?;
     let log = service.stderr();
-    assert_eq!(status.code(), Some(2), "{log}");
+    assert_eq!(status.code(), Some(3), "{log}");
     assert!(
         log.contains(
             "Connection 'slack-to-brain': spec.secrets.SLACK_SIGNING_SECRET reads the environment variable \

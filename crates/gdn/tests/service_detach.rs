@@ -76,7 +76,7 @@ fn a_detached_start_that_fails_says_why() {
     bundle(dir.path(), port);
     let started = gdn(dir.path(), &state, &["run", "--detach"]);
     let said = String::from_utf8_lossy(&started.stderr).into_owned();
-    assert_eq!(started.status.code(), Some(2), "{said}");
+    assert_eq!(started.status.code(), Some(3), "{said}");
     assert!(
         said.contains("Connection 'inbound': cannot listen on 127.0.0.1:") && said.contains("did not start"),
         "{said}"

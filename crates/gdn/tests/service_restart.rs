@@ -133,11 +133,11 @@ fn a_whole_restart_keeps_the_running_service_for_a_broken_bundle_and_reloads_a_f
     std::fs::write(&file, good.replacen("provider: scripted", "provder: scripted", 1))?;
     let refused = gdn(dir.path(), &state, &["restart"])?;
     let said = text(&refused.stderr);
-    assert_eq!(refused.status.code(), Some(1), "{said}");
+    assert_eq!(refused.status.code(), Some(3), "{said}");
     assert!(said.contains("does not validate") && said.contains("provider"), "{said}");
     // An agent's restart would start it from the broken file too: refused alike.
     let refused = gdn(dir.path(), &state, &["restart", "--agent", "quick"])?;
-    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused.stderr));
+    assert_eq!(refused.status.code(), Some(3), "{}", text(&refused.stderr));
     assert!(text(&refused.stderr).contains("does not validate"), "{}", text(&refused.stderr));
     assert!(post(port, "chat", "q1", "still there")?.starts_with("HTTP/1.1 200"));
     until("a turn after the refusal", || Ok(turns(dir.path(), &state, "quick", "q1")? == 2))?;

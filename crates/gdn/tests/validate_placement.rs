@@ -54,7 +54,7 @@ fn labels_no_host_could_carry_fail_validation_at_their_line() -> Result<(), Box<
     let bundle = repo_path("tests/fixtures/placement-invalid");
     let output = gdn(&bundle, &["validate"])?;
     let text = stdout(&output);
-    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert_eq!(output.status.code(), Some(4), "{text}");
     for expected in [
         "warning[W_CONFIG_UNKNOWN_KEY] goondan.yaml#1.spec.placement.hostLabel (line 20, column 16)",
         "help: Did you mean `hostLabels`?",
@@ -71,7 +71,7 @@ fn labels_no_host_could_carry_fail_validation_at_their_line() -> Result<(), Box<
     assert!(!text.contains("agent coder:"), "no agent lines for a bundle with errors: {text}");
 
     let output = gdn(&bundle, &["validate", "--format", "json"])?;
-    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(output.status.code(), Some(4));
     let report: Value = serde_json::from_slice(&output.stdout)?;
     assert_eq!(report["valid"], false, "{report}");
     let Some(diagnostics) = report["diagnostics"].as_array() else { panic!("no diagnostics: {report}") };

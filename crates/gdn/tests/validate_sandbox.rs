@@ -34,7 +34,7 @@ fn json(output: &Output) -> Value {
 fn a_misspelt_policy_fails_validation_naming_the_policies() {
     let bundle = repo_path("tests/fixtures/sandbox-misspelt");
     let output = gdn(&bundle, &["validate"]);
-    assert_eq!(output.status.code(), Some(1), "{}", stdout(&output));
+    assert_eq!(output.status.code(), Some(4), "{}", stdout(&output));
     let text = stdout(&output);
     assert!(
         text.contains("error[E_CONFIG_SANDBOX_POLICY] goondan.yaml#2.spec.sandbox.policy (line 26, column 13)"),
@@ -46,7 +46,7 @@ fn a_misspelt_policy_fails_validation_naming_the_policies() {
     assert!(!text.contains("agent coder:"), "no sandbox lines for a bundle with errors: {text}");
 
     let output = gdn(&bundle, &["validate", "--format", "json"]);
-    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(output.status.code(), Some(4));
     let report = json(&output);
     assert_eq!(report["valid"], false, "{report}");
     let diagnostic = &report["diagnostics"][0];
@@ -56,7 +56,7 @@ fn a_misspelt_policy_fails_validation_naming_the_policies() {
     assert!(report.get("agents").is_none(), "{report}");
 
     let output = gdn(&bundle, &["validate", "--format", "github"]);
-    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(output.status.code(), Some(4));
     let line = stdout(&output);
     assert!(line.starts_with("::error file="), "{line}");
     assert!(line.contains(",line=26,col=13,title=E_CONFIG_SANDBOX_POLICY::"), "{line}");
@@ -159,7 +159,7 @@ fn a_writable_home_directory_is_a_warning() -> std::io::Result<()> {
     assert_eq!(json(&output)["diagnostics"], serde_json::json!([]));
 
     let strict = gdn_with_home(&bundle, &home, &["validate", "--strict"]);
-    assert_eq!(strict.status.code(), Some(1), "{}", stdout(&strict));
+    assert_eq!(strict.status.code(), Some(4), "{}", stdout(&strict));
     assert!(stdout(&strict).contains("warning[W_CONFIG_SANDBOX_WIDE]"), "{}", stdout(&strict));
     assert!(
         stdout(&strict).contains("agent coder: sandbox workspace-write (from Swarm default)"),

@@ -652,7 +652,7 @@ spec: {modelConfig: {modelRef: Model/m}}
         let stderr = text(&output.stderr);
         assert!(stderr.contains("GDN_TEST_KEY_THAT_IS_NOT_SET"), "run {run}: {stderr}");
         assert!(!stderr.contains("ended at start"), "run {run}: {stderr}");
-        assert_eq!(output.status.code(), Some(2), "run {run}: {stderr}");
+        assert_eq!(output.status.code(), Some(3), "run {run}: {stderr}");
     }
 }
 
