@@ -54,10 +54,13 @@ pub fn bare(global: &GlobalOptions, session: &Session, out: &mut Output) -> Resu
         writeln!(out.stdout, "No instances.")?;
         return Ok(exit::OK);
     }
-    let mut list = List { global, session, root, rows, cursor: 0, question: None, status: None };
+    // As the rest of gdn: --no-color or NO_COLOR keeps bold, dim and the
+    // cursor's reverse video, and leaves out colors.
+    let color = !global.no_color && std::env::var_os("NO_COLOR").is_none();
+    let mut list = List { global, session, root, rows, cursor: 0, question: None, status: None, color };
     let ending = {
         let screen = Screen::enter()?;
-        let ending = list.run(&mut screen.terminal()?);
+        let ending = new_terminal().map_err(anyhow::Error::from).and_then(|mut terminal| list.run(&mut terminal));
         drop(screen);
         ending?
     };
@@ -91,10 +94,11 @@ impl Screen {
         crossterm::execute!(std::io::stdout(), crossterm::terminal::EnterAlternateScreen, crossterm::cursor::Hide)?;
         Ok(screen)
     }
+}
 
-    fn terminal(&self) -> std::io::Result<DefaultTerminal> {
-        Terminal::new(ratatui::backend::CrosstermBackend::new(std::io::stdout()))
-    }
+/// A ratatui terminal on standard output (in the [`Screen`]).
+fn new_terminal() -> std::io::Result<DefaultTerminal> {
+    Terminal::new(ratatui::backend::CrosstermBackend::new(std::io::stdout()))
 }
 
 impl Drop for Screen {
@@ -173,6 +177,8 @@ struct List<'a> {
     /// The instance Delete asks about (y deletes it).
     question: Option<Target>,
     status: Option<Status>,
+    /// Whether to color the status cells and the status line.
+    color: bool,
 }
 
 impl List<'_> {
@@ -202,6 +208,13 @@ impl List<'_> {
             let status = if restart { self.restart(&target) } else { self.delete(&target) };
             let deleted = !restart && !status.error;
             self.status = Some(status);
+            // Whatever the action let through to the terminal (a log line)
+            // is wiped: the screen cleared, and a new terminal (whose last
+            // frame is that blank screen) draws the next frame whole.
+            // (`Terminal::clear` would ask the terminal where its cursor is,
+            // which not every terminal answers.)
+            crossterm::execute!(std::io::stdout(), crossterm::terminal::Clear(crossterm::terminal::ClearType::All))?;
+            *terminal = new_terminal()?;
             self.refresh();
             next_refresh = Instant::now() + REFRESH;
             if deleted && self.rows.is_empty() {
@@ -298,6 +311,11 @@ impl List<'_> {
         outcome(result, &stdout, &stderr)
     }
 
+    /// `color` as the foreground, if colors are on.
+    fn colored(&self, color: Color) -> Style {
+        if self.color { Style::new().fg(color) } else { Style::new() }
+    }
+
     fn draw(&self, frame: &mut Frame<'_>) {
         let [header, _, table, status, footer] = Layout::vertical([
             Constraint::Length(1),
@@ -327,8 +345,8 @@ impl List<'_> {
             .iter()
             .map(|cells| {
                 let status = match cells[3].as_str() {
-                    running if running.starts_with("running") => Style::new().fg(Color::Green),
-                    "idle" => Style::new().fg(Color::Yellow),
+                    running if running.starts_with("running") => self.colored(Color::Green),
+                    "idle" => self.colored(Color::Yellow),
                     _ => Style::new(),
                 };
                 Row::new(cells.iter().enumerate().map(|(index, cell)| {
@@ -349,8 +367,11 @@ impl List<'_> {
             &mut state,
         );
         if let Some(line) = &self.status {
-            let style = if line.error { Style::new().fg(Color::Red) } else { Style::new().fg(Color::Green) };
-            let style = if self.question.is_some() { Style::new().fg(Color::Yellow) } else { style };
+            let style = match (self.question.is_some(), line.error) {
+                (true, _) => self.colored(Color::Yellow),
+                (false, true) => self.colored(Color::Red),
+                (false, false) => self.colored(Color::Green),
+            };
             frame.render_widget(Line::styled(line.text.as_str(), style), status);
         }
         frame.render_widget(Line::styled(format!("{} instance(s)", self.rows.len()), dim), footer);
