@@ -266,6 +266,7 @@ impl List<'_> {
     /// listed (the order is by last use, which an action changes).
     fn refresh(&mut self) {
         let selected = self.rows.get(self.cursor).map(Target::of);
+        let was_empty = self.rows.is_empty();
         match table_rows(&self.root) {
             Ok(rows) => {
                 self.rows = rows;
@@ -275,6 +276,8 @@ impl List<'_> {
                         .iter()
                         .position(|row| Target::of(row) == selected)
                         .unwrap_or_else(|| self.cursor.min(self.rows.len().saturating_sub(1))),
+                    // Rows again after none: the first one, as on opening.
+                    None if was_empty => 0,
                     None => self.rows.len(),
                 };
             }

@@ -264,6 +264,18 @@ fn the_list_refreshes_on_its_own_and_ends_on_esc_enter_on_quit_and_ctrl_c() -> T
     // An instance made while the list is open shows up without a key pressed.
     drop(instance(state.path(), "crew", "reader", "gamma")?);
     tui.wait_for("gamma, from the refresh", |screen| line_of(screen, "gamma").is_some() && counted(screen, 2))?;
+    // A state root that cannot be read is said in the status line; the list goes on.
+    let workspaces = state.path().join("workspaces");
+    let aside = state.path().join("aside");
+    std::fs::rename(&workspaces, &aside)?;
+    std::fs::write(&workspaces, "not a directory")?;
+    tui.wait_for("the refresh's error", |screen| screen.contains("cannot read the instances"))?;
+    std::fs::remove_file(&workspaces)?;
+    std::fs::rename(&aside, &workspaces)?;
+    tui.wait_for("the list read again", |screen| counted(screen, 2) && line_of(screen, "alpha").is_some())?;
+    // Keys still work: from any row, three times down is the final "quit" row.
+    tui.press(b"jjj")?;
+    tui.wait_for("the cursor on quit", |screen| screen.lines().any(|line| line.trim_end() == "> quit"))?;
     tui.press(CTRL_C)?;
     assert_eq!(tui.exit()?.code(), Some(130), "{}", tui.screen());
     restored(&tui)?;
