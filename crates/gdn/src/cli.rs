@@ -35,7 +35,7 @@ impl Cli {
 }
 
 /// Options every command takes.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct GlobalOptions {
     /// Bundle directory or YAML file.
     #[arg(short = 'c', long = "config", global = true, value_name = "PATH", default_value = "./goondan.yaml")]
@@ -75,8 +75,11 @@ pub enum Command {
     /// Check a bundle and report every problem.
     Validate(ValidateArgs),
     /// Manage agent instances (their conversations and event logs).
-    #[command(subcommand)]
-    Instance(InstanceCommand),
+    ///
+    /// Without a subcommand, on a terminal: an interactive list (↑/↓ or k/j move, r restarts,
+    /// Del deletes after asking, q or Esc quits); elsewhere, or with --json, the 20 most
+    /// recently used instances, as `gdn instance list -n 20`.
+    Instance(InstanceArgs),
     /// Show what the project's agents and service did: turns, steps, tool calls, handoffs, connector events.
     Logs(LogsArgs),
     /// Open a read-only web page over the state root: instances, the agent graph, the flow of messages and tool calls, traces.
@@ -416,6 +419,13 @@ pub struct RunArgs {
     /// `gdn package install` does.
     #[arg(long)]
     pub no_install: bool,
+}
+
+/// `gdn instance [COMMAND]`: a subcommand, or none (crate::instance_tui).
+#[derive(Debug, Args)]
+pub struct InstanceArgs {
+    #[command(subcommand)]
+    pub command: Option<InstanceCommand>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -121,12 +121,12 @@ fn describe(key: &str, agent: Option<&str>) -> String {
     }
 }
 
-const HEADERS: [&str; 9] =
+pub(crate) const HEADERS: [&str; 9] =
     ["WORKSPACE", "AGENT", "INSTANCE", "STATUS", "TURNS", "MESSAGES", "PENDING", "UPDATED", "BUNDLE"];
 /// The columns printed flush right (numbers).
 const RIGHT_ALIGNED: [bool; 9] = [false, false, false, false, true, true, true, false, false];
 /// The WORKSPACE of an instance of the old layouts (not in a workspace yet).
-const OLD_LAYOUT: &str = "(old layout)";
+pub(crate) const OLD_LAYOUT: &str = "(old layout)";
 
 /// Events stored by a service whose turns have not run: by workspace, then `agent@key`.
 type PendingByWorkspace = BTreeMap<String, BTreeMap<String, goondan_service::serve::Waiting>>;
@@ -143,15 +143,18 @@ struct Selection<'a> {
     limit: Option<u64>,
 }
 
-/// The instances of `root`; `holders` (`agent@key` → host) for a swarm's
-/// copy from the broker, where the host an instance is on is its status.
-fn list(
-    global: &GlobalOptions,
-    root: &StateRoot,
-    holders: Option<&BTreeMap<String, String>>,
-    selection: &Selection<'_>,
-    out: &mut Output,
-) -> Result<u8> {
+/// What `gdn instance list` shows of a state root: its instances, the
+/// events waiting for each, the instances with events waiting and no
+/// conversation yet, and the services running on its workspaces.
+struct Listing {
+    instances: Vec<ListedInstance>,
+    counts: Vec<goondan_service::serve::Waiting>,
+    waiting_only: Vec<WaitingOnly>,
+    services: BTreeMap<String, goondan_service::status::ServiceStatus>,
+}
+
+/// The [`Listing`] of `root`, as `selection` narrows it.
+fn listing(root: &StateRoot, selection: &Selection<'_>) -> Result<Listing> {
     // The store's errors already name their cause; anyhow's chain would repeat it.
     let mut instances = list_instances(root).map_err(|e| anyhow!("{e}"))?;
     let wanted = |agent: &str| selection.agent.is_none_or(|want| want.eq_ignore_ascii_case(agent));
@@ -180,6 +183,26 @@ fn list(
         }
     }
     waiting_only.truncate(limit.saturating_sub(instances.len()));
+    Ok(Listing { instances, counts, waiting_only, services })
+}
+
+/// The rows `gdn instance list` prints for every instance of `root`
+/// (cells as [`HEADERS`] names them), for the interactive list.
+pub(crate) fn table_rows(root: &StateRoot) -> Result<Vec<[String; 9]>> {
+    let listing = listing(root, &Selection { agent: None, limit: None })?;
+    Ok(rows(&listing.instances, &listing.counts, listing.waiting_only, None))
+}
+
+/// The instances of `root`; `holders` (`agent@key` → host) for a swarm's
+/// copy from the broker, where the host an instance is on is its status.
+fn list(
+    global: &GlobalOptions,
+    root: &StateRoot,
+    holders: Option<&BTreeMap<String, String>>,
+    selection: &Selection<'_>,
+    out: &mut Output,
+) -> Result<u8> {
+    let Listing { instances, counts, waiting_only, services } = listing(root, selection)?;
     if global.json {
         return list_json(&instances, &counts, &waiting_only, holders, &services, out);
     }
@@ -285,6 +308,28 @@ fn table(
     holders: Option<&BTreeMap<String, String>>,
     out: &mut Output,
 ) -> Result<()> {
+    let rows = rows(instances, counts, waiting_only, holders);
+    let mut widths = HEADERS.map(|header| header.chars().count());
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let header = HEADERS.map(str::to_owned);
+    writeln!(out.stdout, "{}{}{}", output::BOLD, line(&header, &widths), output::BOLD.render_reset())?;
+    for row in &rows {
+        writeln!(out.stdout, "{}", line(row, &widths))?;
+    }
+    Ok(())
+}
+
+/// The table's rows: the instances', then those with events waiting and no conversation yet.
+fn rows(
+    instances: &[ListedInstance],
+    counts: &[goondan_service::serve::Waiting],
+    waiting_only: Vec<WaitingOnly>,
+    holders: Option<&BTreeMap<String, String>>,
+) -> Vec<[String; 9]> {
     let now = now_millis();
     let mut rows: Vec<[String; 9]> = instances
         .iter()
@@ -310,18 +355,7 @@ fn table(
             String::new(),
         ]);
     }
-    let mut widths = HEADERS.map(|header| header.chars().count());
-    for row in &rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
-        }
-    }
-    let header = HEADERS.map(str::to_owned);
-    writeln!(out.stdout, "{}{}{}", output::BOLD, line(&header, &widths), output::BOLD.render_reset())?;
-    for row in &rows {
-        writeln!(out.stdout, "{}", line(row, &widths))?;
-    }
-    Ok(())
+    rows
 }
 
 /// The host `instance` is on (or was last), in a copy from the broker.

@@ -16,6 +16,7 @@ mod help;
 mod init;
 mod input;
 mod instance;
+mod instance_tui;
 mod logs;
 mod mcp_serve;
 mod nats;
@@ -228,7 +229,10 @@ fn dispatch(
 ) -> anyhow::Result<u8> {
     match &cli.command {
         Command::Run(args) => runtime.block_on(run::run(&cli.global, args, session, out)),
-        Command::Instance(command) => instance::instance(&cli.global, command, session, out),
+        Command::Instance(cli::InstanceArgs { command: Some(command) }) => {
+            instance::instance(&cli.global, command, session, out)
+        }
+        Command::Instance(cli::InstanceArgs { command: None }) => instance_tui::bare(&cli.global, session, out),
         Command::Stop(args) => service::stop(&cli.global, args.wait_secs, out),
         Command::Restart(args) => restart::restart(&cli.global, args, out),
         Command::Task(command) => task::task(&cli.global, command, session, out),

@@ -9,16 +9,38 @@ use anstream::{AutoStream, ColorChoice};
 use anstyle::{AnsiColor, Style};
 use goondan_config::{Diagnostic, Severity};
 
+/// Where a command writes: standard output and error, boxed so that
+/// [`Output::captured`] can put memory in their place.
+type Stream = AutoStream<Box<dyn Write + Send>>;
+
 /// Standard output and error with the chosen color mode.
 pub struct Output {
-    pub stdout: AutoStream<std::io::Stdout>,
-    pub stderr: AutoStream<std::io::Stderr>,
+    pub stdout: Stream,
+    pub stderr: Stream,
 }
 
 impl Output {
     pub fn new(no_color: bool) -> Self {
-        let choice = if no_color { ColorChoice::Never } else { ColorChoice::Auto };
-        Self { stdout: AutoStream::new(std::io::stdout(), choice), stderr: AutoStream::new(std::io::stderr(), choice) }
+        // Chosen for the real streams: behind a box anstream sees no terminal.
+        let stdout_choice = if no_color { ColorChoice::Never } else { AutoStream::choice(&std::io::stdout()) };
+        let stderr_choice = if no_color { ColorChoice::Never } else { AutoStream::choice(&std::io::stderr()) };
+        Self {
+            stdout: AutoStream::new(Box::new(std::io::stdout()), stdout_choice),
+            stderr: AutoStream::new(Box::new(std::io::stderr()), stderr_choice),
+        }
+    }
+
+    /// An output into memory, without colors, and what was written to it
+    /// (standard output's, standard error's): a command run for a caller
+    /// that shows its outcome elsewhere (`gdn instance`'s interactive list
+    /// shows it in its status line).
+    pub fn captured() -> (Self, Captured, Captured) {
+        let (stdout, stderr) = (Captured::default(), Captured::default());
+        let output = Self {
+            stdout: AutoStream::never(Box::new(stdout.clone())),
+            stderr: AutoStream::never(Box::new(stderr.clone())),
+        };
+        (output, stdout, stderr)
     }
 
     /// Writes `error: MESSAGE` to stderr ([`error_line`]) and gives `code`:
@@ -26,6 +48,30 @@ impl Output {
     pub fn fail(&mut self, code: u8, message: impl Display) -> anyhow::Result<u8> {
         error_line(&mut self.stderr, message)?;
         Ok(code)
+    }
+}
+
+/// What a [`Output::captured`] stream got (shared with it).
+#[derive(Clone, Default)]
+pub struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Captured {
+    /// The text written so far.
+    pub fn text(&self) -> String {
+        // A writer that panicked mid-write still left its bytes.
+        let bytes = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+impl Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
     }
 }
 
