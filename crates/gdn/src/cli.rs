@@ -384,7 +384,8 @@ pub struct RunArgs {
     /// Run this Swarm (default: the Swarm of --agent, else the bundle's first); its Connections start.
     #[arg(long, short = 's')]
     pub swarm: Option<String>,
-    /// With Connections: how long running turns may take to finish when the service stops (default 30).
+    /// With Connections: how long running turns may take to finish when the service stops (default: the
+    /// Swarm's policy.shutdown.gracePeriodSeconds, else 30).
     #[arg(long, value_name = "SECONDS")]
     pub drain_secs: Option<u64>,
     /// Spread the swarm over NATS (JetStream): agent processes run on agent hosts (`gdn host
