@@ -575,9 +575,10 @@ pub enum ValidateFormat {
 /// `gdn stop`.
 #[derive(Debug, Args)]
 pub struct StopArgs {
-    /// How long to wait for the service to finish its running turns and exit.
-    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
-    pub wait_secs: u64,
+    /// How long to wait for the service to finish its running turns and exit (default: as long as its
+    /// stop may take, the Swarm's policy.shutdown.gracePeriodSeconds included; at least 60).
+    #[arg(long, value_name = "SECONDS")]
+    pub wait_secs: Option<u64>,
 }
 
 /// `gdn logs`.

@@ -206,6 +206,10 @@ fn the_swarms_grace_period_is_the_drain_and_drain_secs_wins_over_it() -> TestRes
 
     // No --drain-secs: the 8 s turn is cut at the Swarm's 2 s (not at the default 30 s).
     let running = detach(dir.path(), &state)?;
+    // What `gdn stop` waits for by default follows: drain and process grace of 2 s, not 30 s and 5 s.
+    let status: Value = serde_json::from_str(&std::fs::read_to_string(workspace(&state).join("service.json"))?)?;
+    let stop_within = status["stopWithinSecs"].as_u64().ok_or(format!("{status}"))?;
+    assert!((4..30).contains(&stop_within), "{status}");
     assert!(post(port, "slow", "s1", "go")?.starts_with("HTTP/1.1 200"));
     until("the command to start", || Ok(lines(&marks) == ["start"]))?;
     let took = stop(dir.path(), &state)?;

@@ -556,7 +556,12 @@ pub async fn serve(
         service.sweeper = Some(sweeper.spawn(service.stop.child_token()));
     }
     let (control_socket, restart_asked) = service.open_control(options.control);
-    let mut status = service.write_status(&options.bundle, control_socket.as_ref().map(|(path, _)| path));
+    // The drain, cancelled turns' time to end, the agent processes' grace,
+    // and the few seconds the hub waits for killed ones.
+    let stop_within =
+        options.grace + goondan_ingress::dispatch::AFTER_CANCEL + orchestrator.plan().shutdown_grace + KILL_MARGIN;
+    let control = control_socket.as_ref().map(|(path, _)| path);
+    let mut status = service.write_status(&options.bundle, control, stop_within);
     report.serving(&Serving { connections: &status.connections, listening: &status.listening, resumed });
 
     let waits = Waits { stop_rx, restart_asked, notes: &mut notes };
@@ -577,6 +582,10 @@ pub async fn serve(
     });
     Ok(Served { failed: ended.failed, restart: ended.restart })
 }
+
+/// What a stop takes besides the drain and the grace periods: killed
+/// agent processes' end, the inbox's last sync.
+const KILL_MARGIN: Duration = Duration::from_secs(5);
 
 /// Why the wait for a stop woke up.
 enum Wake {
@@ -708,7 +717,12 @@ impl Service<'_> {
     }
 
     /// Writes the status file as the service starts to serve.
-    fn write_status(&self, bundle: &str, control: Option<&PathBuf>) -> crate::status::ServiceStatus {
+    fn write_status(
+        &self,
+        bundle: &str,
+        control: Option<&PathBuf>,
+        stop_within: Duration,
+    ) -> crate::status::ServiceStatus {
         let status = crate::status::ServiceStatus {
             pid: std::process::id(),
             started_at: goondan_core::message::now_millis(),
@@ -718,6 +732,7 @@ impl Service<'_> {
             listening: self.listening.values().flatten().cloned().collect(),
             log: std::env::var(crate::status::LOG_ENV).ok(),
             control: control.map(|path| path.display().to_string()),
+            stop_within_secs: Some(stop_within.as_secs()),
         };
         if let Err(error) = status.write(&self.workspace_dir) {
             tracing::warn!("the service's status file could not be written: {error}");
