@@ -387,7 +387,8 @@ pub struct RunArgs {
     /// Run this Swarm (default: the Swarm of --agent, else the bundle's first); its Connections start.
     #[arg(long, short = 's')]
     pub swarm: Option<String>,
-    /// With Connections: how long running turns may take to finish when the service stops (default 30).
+    /// With Connections: how long running turns may take to finish when the service stops (default: the
+    /// Swarm's policy.shutdown.gracePeriodSeconds, else 30).
     #[arg(long, value_name = "SECONDS")]
     pub drain_secs: Option<u64>,
     /// Spread the swarm over NATS (JetStream): agent processes run on agent hosts (`gdn host
@@ -584,9 +585,10 @@ pub enum ValidateFormat {
 /// `gdn stop`.
 #[derive(Debug, Args)]
 pub struct StopArgs {
-    /// How long to wait for the service to finish its running turns and exit.
-    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
-    pub wait_secs: u64,
+    /// How long to wait for the service to finish its running turns and exit (default: as long as its
+    /// stop may take, the Swarm's policy.shutdown.gracePeriodSeconds included; at least 60).
+    #[arg(long, value_name = "SECONDS")]
+    pub wait_secs: Option<u64>,
 }
 
 /// `gdn logs`.

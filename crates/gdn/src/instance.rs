@@ -369,7 +369,12 @@ fn row(instance: &ListedInstance, pending: &goondan_service::serve::Waiting, now
     let status = match (instance.status.running, instance.status.pid) {
         (true, Some(pid)) => format!("running (pid {pid})"),
         (true, None) => "running".to_owned(),
-        (false, _) => "idle".to_owned(),
+        (false, _) => match (info.expired_at, info.collect_at) {
+            // Its service expired it (Swarm policy.lifecycle): what goes, and when.
+            (Some(_), Some(at)) if at > now => format!("expired (collected in {}s)", (at - now).div_ceil(1000)),
+            (Some(_), _) => "expired (collected at the service's next sweep)".to_owned(),
+            (None, _) => "idle".to_owned(),
+        },
     };
     [
         instance.workspace.clone().unwrap_or_else(|| OLD_LAYOUT.to_owned()),

@@ -383,6 +383,11 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
     // connectors, never an agent process.
     plan.env = goondan_service::nats::agent_env(&bundle, &session.secrets);
     limit(&mut plan, args);
+    // The Swarm's `policy.shutdown` and `policy.lifecycle`.
+    let policy = goondan_service::lifecycle::Policy::of(&bundle, &plan.swarm.name);
+    if let Some(grace) = policy.shutdown_grace {
+        plan.shutdown_grace = grace;
+    }
     if args.detach {
         if connections.is_empty() {
             return out.fail(
@@ -413,7 +418,7 @@ pub async fn run(global: &GlobalOptions, args: &RunArgs, session: &crate::Sessio
     };
     if !connections.is_empty() {
         let check_bundle = servable_check(global, args, session, &plan_swarm);
-        let service = Service { root: &root, workspace: &workspace, check_bundle, watcher };
+        let service = Service { root: &root, workspace: &workspace, check_bundle, watcher, policy };
         let code = serve_connections(global, args, session, connections, &orchestrator, service, out).await;
         end_run(orchestrator, None, None, hub).await;
         return code;
@@ -622,6 +627,7 @@ struct Service<'a> {
     workspace: &'a Workspace,
     check_bundle: goondan_service::control::BundleCheck,
     watcher: Option<goondan_service::watch::BundleWatcher>,
+    policy: goondan_service::lifecycle::Policy,
 }
 
 /// The run as a service: serves the Connections until a stop, then stops
@@ -636,11 +642,17 @@ async fn serve_connections(
     service: Service<'_>,
     out: &mut Output,
 ) -> Result<u8> {
-    let Service { root, workspace, check_bundle, watcher } = service;
+    let Service { root, workspace, check_bundle, watcher, policy } = service;
+    // Across hosts the instances' state lives with the agent hosts, not in
+    // this workspace: nothing here can tell them idle or collect them.
+    let lifecycle = policy.lifecycle.filter(|_| args.nats.is_none());
+    if policy.lifecycle.is_some() && lifecycle.is_none() {
+        tracing::warn!("--nats: the Swarm's policy.lifecycle is not applied across hosts; no instance expires");
+    }
     let options = goondan_service::serve::ServeOptions {
         workspace_dir: workspace.dir().to_path_buf(),
         max_concurrent: orchestrator.plan().max_processes,
-        grace: std::time::Duration::from_secs(args.drain_secs.unwrap_or(30)),
+        grace: policy.drain(args.drain_secs),
         bundle: goondan_config::resolve_bundle_file(&orchestrator.plan().config).display().to_string(),
         swarm: orchestrator.plan().swarm.name.clone(),
         control: Some(goondan_service::serve::ControlParts {
@@ -656,6 +668,7 @@ async fn serve_connections(
         }),
         telemetry: crate::telemetry::start(&session.env),
         answers: Arc::new(crate::service::AnswerLines { json: global.json }),
+        lifecycle,
     };
     let telemetry = options.telemetry.clone();
     let (code, restart) =

@@ -231,6 +231,12 @@ pub fn detach(
     }
 }
 
+/// How long `gdn stop` waits by default: as long as the service says its
+/// stop may take (a Swarm's long grace period), and at least 60 s.
+fn default_stop_wait(status: Option<&ServiceStatus>) -> u64 {
+    status.and_then(|status| status.stop_within_secs).map_or(60, |secs| secs.saturating_add(5).max(60))
+}
+
 /// Whether process `pid` runs: it exists and is not a zombie.
 fn process_running(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
@@ -243,7 +249,7 @@ fn process_running(pid: u32) -> bool {
 /// `gdn stop`: SIGTERM to the project's service, then wait until it let go
 /// of its inbox (it drains first: running turns get their grace period)
 /// and its process has ended.
-pub fn stop(global: &GlobalOptions, wait_secs: u64, out: &mut Output) -> Result<u8> {
+pub fn stop(global: &GlobalOptions, wait_secs: Option<u64>, out: &mut Output) -> Result<u8> {
     let workspace = match crate::workspace::workspace_or_exit_saying(global, out, "no such workspace")? {
         Ok(workspace) => workspace,
         Err(code) => return Ok(code),
@@ -251,7 +257,9 @@ pub fn stop(global: &GlobalOptions, wait_secs: u64, out: &mut Output) -> Result<
     let dir: PathBuf = workspace.dir().to_path_buf();
     // A service whose status file could not be written (a full disk) is
     // found by its inbox's lock, which names its pid.
-    let running = ServiceStatus::running(&dir)
+    let status = ServiceStatus::running(&dir);
+    let wait_secs = wait_secs.unwrap_or_else(|| default_stop_wait(status.as_ref()));
+    let running = status
         .map(|status| status.pid)
         .or_else(|| goondan_ingress::inbox::holder_pid(&dir.join(goondan_ingress::inbox::INBOX_FILE)));
     let Some(service_pid) = running else {
@@ -279,4 +287,29 @@ pub fn stop(global: &GlobalOptions, wait_secs: u64, out: &mut Output) -> Result<
     }
     writeln!(out.stderr, "stopped")?;
     Ok(exit::OK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gdn_stop_waits_as_long_as_the_services_stop_may_take_and_at_least_a_minute() {
+        let status = |stop_within_secs| ServiceStatus {
+            pid: 1,
+            started_at: 0,
+            bundle: String::new(),
+            swarm: String::new(),
+            connections: Vec::new(),
+            listening: Vec::new(),
+            log: None,
+            control: None,
+            stop_within_secs,
+        };
+        assert_eq!(default_stop_wait(None), 60);
+        assert_eq!(default_stop_wait(Some(&status(None))), 60, "a service of an earlier version");
+        assert_eq!(default_stop_wait(Some(&status(Some(45)))), 60);
+        // gracePeriodSeconds: 300 drains for 300 s, then gives its processes 300 s.
+        assert_eq!(default_stop_wait(Some(&status(Some(615)))), 620);
+    }
 }

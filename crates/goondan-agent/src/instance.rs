@@ -92,9 +92,15 @@ pub async fn prepare(channel: &AgentChannel, wire: impl FnOnce(&mut AgentOptions
         StoreError::Busy { .. } => ErrorInfo::new(ready_codes::INSTANCE_BUSY, error.to_string()),
         other => ErrorInfo::new(ready_codes::STORE_FAILED, format!("{instance}: {other}")),
     };
-    let store =
+    let mut store =
         InstanceStore::open(&root, &instance.instance_key, &instance.agent, &bundle_file).map_err(store_failed)?;
     let lock = store.lock().map_err(store_failed)?;
+    // An instance its service expired (Swarm `policy.lifecycle`) and has
+    // not collected yet lives again: its mark goes before any turn, or the
+    // service would collect a live conversation. Not cleared, not run.
+    if let Some(expired_at) = store.revive().map_err(store_failed)? {
+        tracing::info!("{instance}: expired at {expired_at} (ms), taken back by new work");
+    }
     // Under the lock: what an earlier process left working is failed here.
     // The inbox of the agent: asynchronous replies and tasks' ends enter here.
     let inbox = Arc::new(Inbox::default());

@@ -714,10 +714,12 @@ pub struct SwarmPolicy {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SwarmLifecycle {
-    /// Idle time before an instance is collected.
+    /// How long an agent instance may idle (no turn since its last one
+    /// ended) before the service expires it; at least 1 (schema).
     #[serde(default)]
     pub ttl_seconds: Option<u64>,
-    /// Extra time before collection.
+    /// How long an expired instance is kept (and taken back by a late
+    /// event) before the service collects it: deletes it (default 0).
     #[serde(default)]
     pub gc_grace_seconds: Option<u64>,
 }
@@ -726,7 +728,9 @@ pub struct SwarmLifecycle {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SwarmShutdown {
-    /// How long an agent gets to stop cleanly.
+    /// How long running turns get to end when the service stops (its
+    /// drain, unless `gdn run --drain-secs` says), and agent processes to
+    /// exit after their `shutdown` before they are killed.
     #[serde(default)]
     pub grace_period_seconds: Option<u64>,
 }

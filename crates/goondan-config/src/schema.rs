@@ -165,7 +165,9 @@ fn spec_schema(kind: Kind) -> JsonValue {
                         "lifecycle": {
                             "type": "object",
                             "properties": {
-                                "ttlSeconds": {"type": "integer", "minimum": 0},
+                                // Positive, as the original's spec says: 0 would
+                                // expire every instance the moment it idles.
+                                "ttlSeconds": {"type": "integer", "minimum": 1},
                                 "gcGraceSeconds": {"type": "integer", "minimum": 0}
                             }
                         },

@@ -559,3 +559,28 @@ fn a_tool_using_agent_on_a_model_that_declares_no_tool_calling_is_refused() {
         assert!(!diagnostics.iter().any(|d| d.code == DiagnosticCode::ModelCapability), "{accepted}: {diagnostics:?}");
     }
 }
+
+#[test]
+fn a_swarm_lifecycle_ttl_is_a_positive_number_of_seconds_and_its_grace_any() {
+    let swarm = |policy: &str| {
+        format!(
+            "apiVersion: goondan.ai/v1\nkind: Agent\nmetadata: {{name: a}}\nspec: {{modelConfig: {{modelRef: Model/m}}}}\n---\n\
+             apiVersion: goondan.ai/v1\nkind: Swarm\nmetadata: {{name: s}}\nspec: {{entryAgent: Agent/a, agents: [Agent/a], policy: {policy}}}\n---\n{MODEL}"
+        )
+    };
+    // 0 would expire every instance the moment its turn ends: never meant.
+    let refused = load(&swarm("{lifecycle: {ttlSeconds: 0}}"));
+    let refused: Vec<_> = refused.iter().filter(|d| d.is_error()).collect();
+    assert_eq!(refused.len(), 1, "{refused:#?}");
+    assert_eq!(refused[0].code.as_str(), "E_CONFIG_SCHEMA_INVALID");
+    assert_eq!(refused[0].path, "goondan.yaml#1.spec.policy.lifecycle.ttlSeconds");
+    assert!(refused[0].message.contains('1'), "{}", refused[0].message);
+    for bad in ["-1", "1.5", "'60'"] {
+        let errors = errors(&swarm(&format!("{{lifecycle: {{ttlSeconds: {bad}}}}}")));
+        assert_eq!(errors.len(), 1, "{bad}: {errors:?}");
+    }
+    assert!(
+        errors(&swarm("{lifecycle: {ttlSeconds: 1, gcGraceSeconds: 0}, shutdown: {gracePeriodSeconds: 0}}")).is_empty()
+    );
+    assert_eq!(errors(&swarm("{lifecycle: {gcGraceSeconds: -1}}")).len(), 1);
+}

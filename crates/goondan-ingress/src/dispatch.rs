@@ -190,7 +190,7 @@ impl Dispatcher {
 
 /// How long turns may take to end after their cancellation, at a drain's
 /// end, before they are dropped (their events stay stored): a stop is bounded.
-const AFTER_CANCEL: Duration = Duration::from_secs(10);
+pub const AFTER_CANCEL: Duration = Duration::from_secs(10);
 
 struct State {
     inbox: Inbox,

@@ -220,8 +220,33 @@ impl Orchestrator {
         selector: crate::InstanceSelector,
         while_down: Option<crate::WhileDown>,
     ) -> crate::RestartReport {
+        self.restart_with(selector, while_down, false).await
+    }
+
+    /// [`restart`](Self::restart), only if every instance `selector` takes
+    /// is idle now: no turn or request runs in it or waits for it, and it
+    /// waits for no answer (a process that reported itself idle, or none).
+    /// If one is busy nothing is done and the report says `busy`: nothing
+    /// running is ever waited for, let alone cut. The check and the hold
+    /// are one step of the hub, so no work reaches them in between; work
+    /// that arrives while they are held waits, and starts them again once
+    /// `while_down` is through. (The service expires idle instances so.)
+    pub async fn restart_if_idle(
+        &self,
+        selector: crate::InstanceSelector,
+        while_down: crate::WhileDown,
+    ) -> crate::RestartReport {
+        self.restart_with(selector, Some(while_down), true).await
+    }
+
+    async fn restart_with(
+        &self,
+        selector: crate::InstanceSelector,
+        while_down: Option<crate::WhileDown>,
+        if_idle: bool,
+    ) -> crate::RestartReport {
         let (reply, report) = oneshot::channel();
-        let command = HubCommand::Restart { selector, while_down, reply };
+        let command = HubCommand::Restart { selector, while_down, if_idle, reply };
         if self.commands.send(command).await.is_err() {
             return crate::RestartReport { error: Some(Self::gone().message), ..Default::default() };
         }

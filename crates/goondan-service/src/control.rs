@@ -506,26 +506,64 @@ async fn act(request: ControlRequest, context: &ControlContext, orchestrator: &O
             ControlReply { ok: true, cancel_sent: sent, ..ControlReply::default() }
         }
         ControlRequest::DeleteInstance { key, agent } => {
-            let selector = match &agent {
-                Some(agent) => InstanceSelector::One(AgentInstance::new(agent, &key)),
-                None => InstanceSelector::Key(key.clone()),
-            };
-            let deleted = Arc::new(Mutex::new(Vec::new()));
-            let step: goondan_orchestrator::WhileDown = {
-                let (root, workspace, deleted) =
-                    (context.root.clone(), context.workspace.clone(), Arc::clone(&deleted));
-                Box::new(move || {
-                    let gone = goondan_runtime::store::delete_instances(&root, &workspace, &key, agent.as_deref())
-                        .map_err(|error| format!("{error} (nothing was deleted)"))?;
-                    if let Ok(mut deleted) = deleted.lock() {
-                        deleted.extend(gone.iter().map(|g| AgentInstance::new(&g.agent_name, &key).to_string()));
-                    }
-                    Ok(())
-                })
-            };
-            let report = orchestrator.restart(selector, Some(step)).await;
-            ControlReply { deleted: taken(&deleted), ..restarted(&report) }
+            let deleting = Deleting { root: &context.root, workspace: &context.workspace, key, agent };
+            let (report, deleted) = deleting.run(orchestrator, Deletion::Operator).await;
+            ControlReply { deleted, ..restarted(&report) }
         }
+    }
+}
+
+/// Instances to delete through the hub: `gdn instance delete --force`,
+/// and the service's collection of expired instances (`crate::lifecycle`)
+/// — one deleter for both.
+pub(crate) struct Deleting<'a> {
+    pub(crate) root: &'a StateRoot,
+    pub(crate) workspace: &'a Workspace,
+    /// The instance key.
+    pub(crate) key: String,
+    /// Only this agent's instance of the key (`None`: every agent's).
+    pub(crate) agent: Option<String>,
+}
+
+/// Who deletes, and so on what terms.
+pub(crate) enum Deletion {
+    /// The operator: the instances stop after their running turns, then go.
+    Operator,
+    /// The service's collection: only if the instances are idle (nothing is
+    /// waited for), and only those `wanted` accepts once their locks are
+    /// held (their instance.json, if readable).
+    Collect(Wanted),
+}
+
+/// Which of the instances found a collection deletes (their instance.json, if readable).
+pub(crate) type Wanted = Box<dyn Fn(Option<&goondan_runtime::store::InstanceInfo>) -> bool + Send>;
+
+impl Deleting<'_> {
+    /// Holds the instances down (their processes stopped), deletes them,
+    /// releases them; the hub's report, and what was deleted (`agent@key`).
+    pub(crate) async fn run(self, orchestrator: &Orchestrator, deletion: Deletion) -> (RestartReport, Vec<String>) {
+        let Self { root, workspace, key, agent } = self;
+        let selector = match &agent {
+            Some(agent) => InstanceSelector::One(AgentInstance::new(agent, &key)),
+            None => InstanceSelector::Key(key.clone()),
+        };
+        let deleted = Arc::new(Mutex::new(Vec::new()));
+        let (root, workspace, gone) = (root.clone(), workspace.clone(), Arc::clone(&deleted));
+        let delete = move |wanted: &dyn Fn(Option<&goondan_runtime::store::InstanceInfo>) -> bool| {
+            let found = goondan_runtime::store::delete_instances_if(&root, &workspace, &key, agent.as_deref(), wanted)
+                .map_err(|error| format!("{error} (nothing was deleted)"))?;
+            if let Ok(mut gone) = gone.lock() {
+                gone.extend(found.iter().map(|g| AgentInstance::new(&g.agent_name, &key).to_string()));
+            }
+            Ok(())
+        };
+        let report = match deletion {
+            Deletion::Operator => orchestrator.restart(selector, Some(Box::new(move || delete(&|_| true)))).await,
+            Deletion::Collect(wanted) => {
+                orchestrator.restart_if_idle(selector, Box::new(move || delete(&*wanted))).await
+            }
+        };
+        (report, taken(&deleted))
     }
 }
 

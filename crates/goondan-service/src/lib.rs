@@ -3,8 +3,10 @@
 //! restart`, `gdn instance` and `gdn task` reach ([`control`]), the status
 //! file ([`status`]), the bundle's watcher ([`watch`]), the signals that
 //! stop it ([`shutdown`]), the secrets kept out of every process
-//! environment ([`secrets`]), and the glue to goondan-nats for a swarm
-//! across machines ([`nats`]).
+//! environment ([`secrets`]), the glue to goondan-nats for a swarm
+//! across machines ([`nats`]), and the Swarm's `policy.lifecycle` and
+//! `policy.shutdown` ([`lifecycle`]: idle instances expire and are
+//! collected).
 //!
 //! It knows no command line: `gdn` parses the arguments, hands typed
 //! options in, prints what [`serve::Report`] and [`serve::Answers`] receive
@@ -14,6 +16,7 @@
 //! [`control::request`] for a client of a running service.
 
 pub mod control;
+pub mod lifecycle;
 pub mod nats;
 pub mod plan;
 pub mod secrets;

@@ -213,6 +213,9 @@ pub struct ServeOptions {
     pub telemetry: Option<goondan_telemetry::Exporter>,
     /// Where each event turn's answer goes (the `cli` connector's user reads it).
     pub answers: Arc<dyn Answers>,
+    /// The Swarm's `policy.lifecycle`: idle instances expire and are
+    /// collected (`None`: never).
+    pub lifecycle: Option<crate::lifecycle::Lifecycle>,
 }
 
 /// What `--watch` needs in a service.
@@ -523,17 +526,46 @@ pub async fn serve(
         listening: BTreeMap::new(),
         workspace_dir: options.workspace_dir.clone(),
         swarm: options.swarm.clone(),
+        sweeper: None,
     };
     if let Err(error) = service.start_connectors(plans).await {
         service.abandon().await;
         shutdown.turn_ended();
         return Err(ServeError::Connector(error));
     }
+    let (notes_tx, mut notes) = tokio::sync::mpsc::unbounded_channel();
+    if let Some(lifecycle) = options.lifecycle {
+        let (root, workspace) = match &options.control {
+            Some(parts) => (parts.root.clone(), parts.workspace.clone()),
+            // `<root>/workspaces/<id>`.
+            None => (
+                goondan_runtime::store::StateRoot::new(
+                    options.workspace_dir.parent().and_then(std::path::Path::parent).unwrap_or(&options.workspace_dir),
+                ),
+                goondan_runtime::store::Workspace::at(&options.workspace_dir),
+            ),
+        };
+        let sweeper = crate::lifecycle::Sweeper {
+            lifecycle,
+            orchestrator: orchestrator.clone(),
+            inbox: service.inbox.clone(),
+            root,
+            workspace,
+            notes: notes_tx,
+        };
+        service.sweeper = Some(sweeper.spawn(service.stop.child_token()));
+    }
     let (control_socket, restart_asked) = service.open_control(options.control);
-    let mut status = service.write_status(&options.bundle, control_socket.as_ref().map(|(path, _)| path));
+    // The drain, cancelled turns' time to end, the agent processes' grace,
+    // and the few seconds the hub waits for killed ones.
+    let stop_within =
+        options.grace + goondan_ingress::dispatch::AFTER_CANCEL + orchestrator.plan().shutdown_grace + KILL_MARGIN;
+    let control = control_socket.as_ref().map(|(path, _)| path);
+    let mut status = service.write_status(&options.bundle, control, stop_within);
     report.serving(&Serving { connections: &status.connections, listening: &status.listening, resumed });
 
-    let ended = service.run_until_stop(options.watch, stop_rx, restart_asked, &mut status, report).await;
+    let waits = Waits { stop_rx, restart_asked, notes: &mut notes };
+    let ended = service.run_until_stop(options.watch, waits, &mut status, report).await;
     tracing::info!("stopping the service: {}", ended.reason);
     if ended.reason == "terminated" {
         // Draining is how a service answers SIGTERM (or SIGHUP): it exits
@@ -551,6 +583,10 @@ pub async fn serve(
     Ok(Served { failed: ended.failed, restart: ended.restart })
 }
 
+/// What a stop takes besides the drain and the grace periods: killed
+/// agent processes' end, the inbox's last sync.
+const KILL_MARGIN: Duration = Duration::from_secs(5);
+
 /// Why the wait for a stop woke up.
 enum Wake {
     Stop(&'static str),
@@ -559,6 +595,16 @@ enum Wake {
     Fatal(&'static str),
     Restart(crate::control::FullRestart),
     Edited(Option<crate::watch::Reload>),
+    /// A line for the service's log (an instance expired or collected).
+    Note(String),
+}
+
+/// What the serving loop waits on besides its parts.
+struct Waits<'a> {
+    stop_rx: watch::Receiver<bool>,
+    restart_asked: Receiver<crate::control::FullRestart>,
+    /// The lifecycle sweep's lines.
+    notes: &'a mut tokio::sync::mpsc::UnboundedReceiver<String>,
 }
 
 /// How the serving loop ended.
@@ -589,6 +635,8 @@ struct Service<'a> {
     listening: BTreeMap<String, Vec<String>>,
     workspace_dir: PathBuf,
     swarm: String,
+    /// The lifecycle sweep (`policy.lifecycle`), if the Swarm has one.
+    sweeper: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Service<'_> {
@@ -628,6 +676,9 @@ impl Service<'_> {
     /// Start-up failed: what started stops, and nothing runs.
     async fn abandon(self) {
         self.stop.cancel();
+        if let Some(sweeper) = self.sweeper {
+            let _ = sweeper.await;
+        }
         for connector in self.supervised {
             let _ = connector.task.await;
         }
@@ -666,7 +717,12 @@ impl Service<'_> {
     }
 
     /// Writes the status file as the service starts to serve.
-    fn write_status(&self, bundle: &str, control: Option<&PathBuf>) -> crate::status::ServiceStatus {
+    fn write_status(
+        &self,
+        bundle: &str,
+        control: Option<&PathBuf>,
+        stop_within: Duration,
+    ) -> crate::status::ServiceStatus {
         let status = crate::status::ServiceStatus {
             pid: std::process::id(),
             started_at: goondan_core::message::now_millis(),
@@ -676,6 +732,7 @@ impl Service<'_> {
             listening: self.listening.values().flatten().cloned().collect(),
             log: std::env::var(crate::status::LOG_ENV).ok(),
             control: control.map(|path| path.display().to_string()),
+            stop_within_secs: Some(stop_within.as_secs()),
         };
         if let Err(error) = status.write(&self.workspace_dir) {
             tracing::warn!("the service's status file could not be written: {error}");
@@ -688,13 +745,13 @@ impl Service<'_> {
     async fn run_until_stop(
         &mut self,
         mut watch: Option<WatchParts>,
-        mut stop_rx: watch::Receiver<bool>,
-        mut restart_asked: Receiver<crate::control::FullRestart>,
+        mut waits: Waits<'_>,
         status: &mut crate::status::ServiceStatus,
         report: &mut dyn Report,
     ) -> Ended {
         loop {
-            match self.wait(&mut watch, &mut stop_rx, &mut restart_asked).await {
+            match self.wait(&mut watch, &mut waits).await {
+                Wake::Note(line) => report.note(format_args!("{line}")),
                 Wake::Stop(reason) => return Ended { reason, failed: false, restart: None },
                 Wake::Fatal(reason) => {
                     tracing::error!("the service cannot go on: {reason}; it stops");
@@ -723,12 +780,8 @@ impl Service<'_> {
     }
 
     /// Waits for the next reason to act.
-    async fn wait(
-        &self,
-        watch: &mut Option<WatchParts>,
-        stop_rx: &mut watch::Receiver<bool>,
-        restart_asked: &mut Receiver<crate::control::FullRestart>,
-    ) -> Wake {
+    async fn wait(&self, watch: &mut Option<WatchParts>, waits: &mut Waits<'_>) -> Wake {
+        let Waits { stop_rx, restart_asked, notes } = waits;
         // Until a signal, or every connector ended and nothing is left to run.
         let all_ended = async {
             for connector in &self.supervised {
@@ -750,6 +803,7 @@ impl Service<'_> {
             () = self.inbox.writer_ended() => Wake::Fatal("the inbox's writer ended"),
             () = self.dispatcher.ended() => Wake::Fatal("the dispatcher of turns ended"),
             reload = edited => Wake::Edited(reload),
+            Some(line) = notes.recv() => Wake::Note(line),
         }
     }
 
@@ -843,6 +897,11 @@ impl Service<'_> {
     /// gives running turns `grace` to end; what did not run stays stored.
     async fn stop(self, control_socket: Option<(PathBuf, tokio::task::JoinHandle<()>)>, grace: Duration) -> Drained {
         self.stop.cancel();
+        // Nothing expires while the service stops (a sweep under way ends
+        // at its next step; a hold it asked for completes in the hub).
+        if let Some(sweeper) = self.sweeper {
+            let _ = sweeper.await;
+        }
         for connector in self.supervised {
             // A connector that already ended needs no waiting.
             if connector.task.is_finished() {

@@ -37,6 +37,12 @@ pub struct ServiceStatus {
     /// Its control socket (see [`crate::control`]).
     #[serde(default)]
     pub control: Option<String>,
+    /// How long a stop of it may take, in seconds: its drain, the time
+    /// cancelled turns get to end, and its agent processes' grace (a
+    /// Swarm's `policy.shutdown.gracePeriodSeconds` may make it minutes):
+    /// `gdn stop` waits that long by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_within_secs: Option<u64>,
 }
 
 impl ServiceStatus {

@@ -59,6 +59,10 @@ pub struct RestartReport {
     /// Why it did not complete: the step run while down failed, or the
     /// swarm stopped first.
     pub error: Option<String>,
+    /// Asked only if idle ([`Orchestrator::restart_if_idle`](crate::Orchestrator::restart_if_idle)),
+    /// it was not done: a selected instance was busy (nothing was stopped,
+    /// the step did not run).
+    pub busy: bool,
 }
 
 /// A restart in progress.
@@ -85,11 +89,18 @@ impl Hub {
         &mut self,
         selector: InstanceSelector,
         while_down: Option<WhileDown>,
+        if_idle: bool,
         reply: oneshot::Sender<RestartReport>,
     ) {
         if self.stopping.is_some() {
             let _ = reply
                 .send(RestartReport { error: Some("the swarm is shutting down".to_owned()), ..Default::default() });
+            return;
+        }
+        // Decided here, in the hub's one task: no work can reach a selected
+        // instance between this check and its hold.
+        if if_idle && self.slots.keys().any(|instance| selector.matches(instance) && self.busy(instance)) {
+            let _ = reply.send(RestartReport { busy: true, ..Default::default() });
             return;
         }
         self.next_hold += 1;
@@ -132,6 +143,29 @@ impl Hub {
         );
         self.holds.push(hold);
         self.check_holds();
+    }
+
+    /// Whether `instance` has anything under way: a process starting, a
+    /// turn or request running in it or waiting for it, answers it waits
+    /// for, or a restart holding it. A process that reported itself idle
+    /// (or is leaving for idling) is not busy.
+    fn busy(&self, instance: &AgentInstance) -> bool {
+        let Some(slot) = self.slots.get(instance) else { return false };
+        let process_busy = match &slot.process {
+            Process::Down => false,
+            Process::Starting(_) => true,
+            Process::Up(running) => match running.retiring {
+                None => running.idle_since.is_none(),
+                Some(Retiring::Idle) => false,
+                Some(_) => true,
+            },
+        };
+        process_busy
+            || !slot.waiting.is_empty()
+            || slot.queued_since.is_some()
+            || self.is_held(instance)
+            || self.has_open_requests(instance)
+            || self.pending.values().any(|pending| pending.target == *instance)
     }
 
     /// A selected process started while its restart was in progress: it

@@ -76,6 +76,9 @@ pub(crate) enum HubCommand {
     Restart {
         selector: holds::InstanceSelector,
         while_down: Option<holds::WhileDown>,
+        /// Only if every selected instance is idle (else nothing is done
+        /// and the report says `busy`).
+        if_idle: bool,
         reply: oneshot::Sender<holds::RestartReport>,
     },
 
@@ -333,7 +336,9 @@ impl Hub {
                 let _ = reply.send(self.slots.get(&instance).and_then(|s| s.running().map(|r| r.pid)));
             }
             HubCommand::Shutdown { reason, done } => self.shutdown(&reason, done),
-            HubCommand::Restart { selector, while_down, reply } => self.restart(selector, while_down, reply),
+            HubCommand::Restart { selector, while_down, if_idle, reply } => {
+                self.restart(selector, while_down, if_idle, reply);
+            }
             HubCommand::Released { hold, result } => self.released(hold, result),
             HubCommand::CancelTask { instance, handle, reply } => {
                 let running = self.slots.get(&instance).and_then(Slot::running).is_some();

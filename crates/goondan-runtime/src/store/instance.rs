@@ -35,6 +35,16 @@ pub struct InstanceInfo {
     /// Messages appended. Informational: after a crash it may differ from the
     /// log by the step that was being written.
     pub messages: u64,
+    /// When a service expired the instance (its Swarm's
+    /// `policy.lifecycle.ttlSeconds` of idleness passed), milliseconds since
+    /// the Unix epoch; `None` while it lives. Cleared when the instance runs
+    /// again ([`InstanceStore::revive`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expired_at: Option<u64>,
+    /// When an expired instance is collected (deleted) by the service:
+    /// `expiredAt` plus the `gcGraceSeconds` in force when it expired.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collect_at: Option<u64>,
 }
 
 /// One instance's directory: its message log, event log and metadata.
@@ -166,6 +176,29 @@ impl InstanceStore {
         self.write_info()
     }
 
+    /// Takes an expired instance back (see [`mark_expired`]): called by the
+    /// process that runs it, holding its lock, before its first turn. The
+    /// mark is read from disk (a service may have set it after this store
+    /// was opened) and, if set, cleared in instance.json with an
+    /// `instance.revived` record in the event log; the conversation was
+    /// never touched. Returns when it had expired, if it had.
+    pub fn revive(&mut self) -> Result<Option<u64>, StoreError> {
+        let on_disk = read_info(&self.info_path)?.and_then(|info| info.expired_at);
+        let Some(expired_at) = on_disk.or(self.info.expired_at) else { return Ok(None) };
+        self.info.expired_at = None;
+        self.info.collect_at = None;
+        self.write_info()?;
+        let record = serde_json::json!({
+            "type": "instance.revived",
+            "timestamp": now_millis(),
+            "agentName": self.info.agent_name,
+            "instanceKey": self.info.instance_key,
+            "expiredAt": expired_at,
+        });
+        append_event_record(&self.events_path, &record)?;
+        Ok(Some(expired_at))
+    }
+
     pub(super) fn write_info(&self) -> Result<(), StoreError> {
         goondan_core::fault::before_write(goondan_core::fault::Point::InstanceInfo)
             .map_err(StoreError::io("writing", &self.info_path))?;
@@ -186,7 +219,86 @@ pub(super) fn new_info(instance_key: &str, agent_name: &str, bundle: String) -> 
         updated_at: now,
         turns: 0,
         messages: 0,
+        expired_at: None,
+        collect_at: None,
     }
+}
+
+/// Appends one record to the event log at `path` and syncs it (the caller
+/// holds the instance's lock: one writer at a time).
+pub(super) fn append_event_record(path: &Path, record: &serde_json::Value) -> Result<(), StoreError> {
+    let mut line = serde_json::to_vec(record).map_err(StoreError::json("serializing an event for", path))?;
+    line.push(b'\n');
+    let mut journal = Journal::open::<serde::de::IgnoredAny>(path)
+        .map_err(|error| StoreError::from_journal(error, Some("opening the event log")))?;
+    journal
+        .append(&line, &[goondan_core::fault::Point::EventsLog])
+        .map_err(|error| StoreError::from_journal(error, None))
+}
+
+/// What [`mark_expired`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expiry {
+    /// Marked expired now; collected at `collect_at`.
+    Expired {
+        /// When it is collected (ms since the epoch).
+        collect_at: u64,
+    },
+    /// It is active again (a turn since the caller looked), expired
+    /// already, or gone: nothing was written.
+    Kept,
+}
+
+/// Marks the instance in `dir` (of `agent` and `key`) expired, durably,
+/// if it still has been idle for `ttl_ms` at `now` (its instance.json's
+/// `updatedAt`) and is not expired yet: `expiredAt` and `collectAt`
+/// (`now + grace_ms`) in instance.json (replaced atomically) and an
+/// `instance.expired` record in its event log. The decision is taken under
+/// the instance's lock, so a process that runs it (and would be updating
+/// it) makes this [`StoreError::Busy`] instead.
+pub fn mark_expired(
+    dir: &Path,
+    agent: &str,
+    key: &str,
+    ttl_ms: u64,
+    grace_ms: u64,
+    now: u64,
+) -> Result<Expiry, StoreError> {
+    let _held = super::lock::hold_lock(dir, agent, key)?;
+    let info_path = dir.join(InstanceStore::INFO_FILE);
+    let Some(mut info) = read_info(&info_path)? else { return Ok(Expiry::Kept) };
+    if info.agent_name != agent || info.instance_key != key {
+        return Err(StoreError::KeyMismatch {
+            path: info_path,
+            expected_agent: agent.to_owned(),
+            expected_key: key.to_owned(),
+            found_agent: info.agent_name,
+            found_key: info.instance_key,
+        });
+    }
+    if info.expired_at.is_some() || now.saturating_sub(info.updated_at) < ttl_ms {
+        return Ok(Expiry::Kept);
+    }
+    let collect_at = now.saturating_add(grace_ms);
+    info.expired_at = Some(now);
+    info.collect_at = Some(collect_at);
+    write_info_atomically(dir, &info_path, &info)?;
+    let record = serde_json::json!({
+        "type": "instance.expired",
+        "timestamp": now,
+        "agentName": agent,
+        "instanceKey": key,
+        "idleSince": info.updated_at,
+        "collectAt": collect_at,
+    });
+    append_event_record(&dir.join(InstanceStore::EVENTS_FILE), &record)?;
+    Ok(Expiry::Expired { collect_at })
+}
+
+/// The instance.json of the instance directory `dir`, or `None` if it has
+/// none (read without a lock: a process may be replacing it, atomically).
+pub fn read_instance_info(dir: &Path) -> Result<Option<InstanceInfo>, StoreError> {
+    read_info(&dir.join(InstanceStore::INFO_FILE))
 }
 
 /// instance.json, or `None` if it does not exist.

@@ -176,6 +176,21 @@ pub fn delete_instances(
     key: &str,
     agent: Option<&str>,
 ) -> Result<Vec<DeletedInstance>, StoreError> {
+    delete_instances_if(root, workspace, key, agent, |_| true)
+}
+
+/// [`delete_instances`], deleting only the instances whose instance.json
+/// (`None`: missing or unreadable) `wanted` accepts, asked once their locks
+/// are held: a condition checked there cannot be undone by a process
+/// taking the instance in between (the service collects an expired
+/// instance only if it is still expired).
+pub fn delete_instances_if(
+    root: &StateRoot,
+    workspace: &Workspace,
+    key: &str,
+    agent: Option<&str>,
+    wanted: impl Fn(Option<&InstanceInfo>) -> bool,
+) -> Result<Vec<DeletedInstance>, StoreError> {
     let instances = workspace.instances_dir();
     let mut found = Vec::new();
     match agent {
@@ -241,6 +256,7 @@ pub fn delete_instances(
     for instance in &found {
         held.push(hold_lock(&instance.dir, &instance.agent_name, key)?);
     }
+    found.retain(|instance| wanted(read_info(&instance.dir.join(InstanceStore::INFO_FILE)).ok().flatten().as_ref()));
     for instance in &found {
         fs::remove_dir_all(&instance.dir).map_err(StoreError::io("deleting the instance directory", &instance.dir))?;
     }
@@ -311,6 +327,9 @@ pub fn reset_conversations(
             info.turns = 0;
             info.messages = 0;
             info.updated_at = now_millis();
+            // A conversation started over is a live one.
+            info.expired_at = None;
+            info.collect_at = None;
             write_info_atomically(&instance.dir, &info_path, &info)?;
         }
         sync_dir(&instance.dir);

@@ -120,11 +120,11 @@ pub use error::StoreError;
 pub use event_log::EventLogWriter;
 pub(crate) use files::sync_dir;
 pub use files::{PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, create_private_dir_all, private_file};
-pub use instance::{InstanceInfo, InstanceStore};
+pub use instance::{Expiry, InstanceInfo, InstanceStore, mark_expired, read_instance_info};
 pub use lock::{InstanceLock, LockStatus, lock_status};
 pub use manage::{
-    DeletedInstance, ListedInstance, ResetInstance, delete_instance, delete_instances, list_instances,
-    reset_conversations,
+    DeletedInstance, ListedInstance, ResetInstance, delete_instance, delete_instances, delete_instances_if,
+    list_instances, reset_conversations,
 };
 pub use messages::{LoadedConversation, LoadedMessages, read_message_log};
 pub(crate) use names::{NameRefusal, encode_name};
@@ -202,6 +202,54 @@ mod tests {
             assert!(store.dir().join(file).is_file(), "{file}");
         }
         assert!(workspace.dir().join(Workspace::INFO_FILE).is_file());
+        Ok(())
+    }
+
+    #[test]
+    fn an_idle_instance_is_marked_expired_under_its_lock_and_its_next_process_takes_it_back()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let temp = tempfile::tempdir()?;
+        let root = StateRoot::new(temp.path().join("state"));
+        let workspace = open_workspace(&root, "demo", "/p/goondan.yaml", WorkspaceAccess::Use)?;
+        let bundle = Path::new("/p/goondan.yaml");
+        let mut store = InstanceStore::open(&workspace, "user:1", "assistant", bundle)?;
+        store.append(&[user("hi")])?;
+        let dir = store.dir().to_path_buf();
+        let idle_since = store.info().updated_at;
+        let expire = |now| mark_expired(&dir, "assistant", "user:1", 10_000, 5_000, now);
+
+        assert_eq!(expire(idle_since + 9_999)?, Expiry::Kept, "not idle for the ttl yet");
+        {
+            // A process runs it: never marked under it.
+            let _running = store.lock()?;
+            assert!(matches!(expire(idle_since + 10_000), Err(StoreError::Busy { .. })));
+        }
+        assert_eq!(expire(idle_since + 10_000)?, Expiry::Expired { collect_at: idle_since + 15_000 });
+        let info = read_instance_info(&dir)?.ok_or("no instance.json")?;
+        assert_eq!((info.expired_at, info.collect_at), (Some(idle_since + 10_000), Some(idle_since + 15_000)));
+        assert_eq!((info.turns, info.messages), (0, 1), "the rest of instance.json is kept");
+        assert_eq!(expire(idle_since + 20_000)?, Expiry::Kept, "expired once");
+
+        // The collector's condition is asked under the locks: refused, nothing goes.
+        let kept = delete_instances_if(&root, &workspace, "user:1", Some("assistant"), |info| {
+            info.is_some_and(|info| info.expired_at.is_none())
+        })?;
+        assert!(kept.is_empty() && dir.is_dir());
+
+        // The next process of the instance takes it back before its first turn.
+        let mut next = InstanceStore::open(&workspace, "user:1", "assistant", bundle)?;
+        let _lock = next.lock()?;
+        assert_eq!(next.revive()?, Some(idle_since + 10_000));
+        assert_eq!(next.revive()?, None);
+        let info = read_instance_info(&dir)?.ok_or("no instance.json")?;
+        assert_eq!((info.expired_at, info.collect_at), (None, None));
+        assert_eq!(next.load()?.state.messages().len(), 1, "the conversation is untouched");
+        let events = fs::read_to_string(dir.join(InstanceStore::EVENTS_FILE))?;
+        let kinds: Vec<String> = events
+            .lines()
+            .map(|line| serde_json::from_str::<serde_json::Value>(line).map(|v| v["type"].to_string()))
+            .collect::<Result<_, _>>()?;
+        assert_eq!(kinds, ["\"instance.expired\"", "\"instance.revived\""]);
         Ok(())
     }
 
