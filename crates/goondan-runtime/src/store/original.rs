@@ -28,7 +28,7 @@ use std::fs::{self, File};
 use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
 use std::path::PathBuf;
 
-use goondan_core::js_message::format_rfc3339_millis;
+use goondan_core::js_message::Rfc3339Millis;
 use goondan_core::{JsonValue, Message, MessageData, ToolCall, ToolResult, ToolStatus};
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
@@ -128,7 +128,7 @@ impl Serialize for OriginalMessage<'_> {
         map.serialize_entry("id", &message.id)?;
         map.serialize_entry("data", &Data(&message.data))?;
         map.serialize_entry("metadata", &message.metadata)?;
-        map.serialize_entry("createdAt", &format_rfc3339_millis(message.created_at))?;
+        map.serialize_entry("createdAt", &Rfc3339Millis(message.created_at))?;
         map.serialize_entry("source", &message.source)?;
         map.end()
     }

@@ -32,7 +32,7 @@
 
 use std::io::{self, Write};
 
-use goondan_core::js_message::format_rfc3339_millis;
+use goondan_core::js_message::Rfc3339Millis;
 use goondan_core::{JsonValue, ToolStatus};
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
@@ -159,7 +159,7 @@ impl Serialize for Record<'_, '_> {
         let event = self.event;
         let mut map = serializer.serialize_map(None)?;
         map.serialize_entry("type", self.kind.as_str())?;
-        map.serialize_entry("timestamp", &format_rfc3339_millis(event.timestamp_ms))?;
+        map.serialize_entry("timestamp", &Rfc3339Millis(event.timestamp_ms))?;
         map.serialize_entry("agentName", event.agent_name)?;
         map.serialize_entry("instanceKey", event.instance_key)?;
         map.serialize_entry("traceId", event.trace_id)?;
