@@ -31,7 +31,9 @@ pub async fn serve(
     json: bool,
     out: &mut Output,
 ) -> Result<(u8, Option<FullRestart>)> {
-    let served = goondan_service::serve::serve(plans, orchestrator, options, shutdown, &mut Lines { json, out }).await;
+    let swarm = options.swarm.clone();
+    let mut lines = Lines { json, out, swarm: &swarm };
+    let served = goondan_service::serve::serve(plans, orchestrator, options, shutdown, &mut lines).await;
     match served {
         Ok(served) => Ok((if served.failed { exit::FAILED } else { exit::OK }, served.restart)),
         Err(error) => {
@@ -87,11 +89,17 @@ impl Answers for AnswerLines {
 struct Lines<'a> {
     json: bool,
     out: &'a mut Output,
+    swarm: &'a str,
 }
 
 impl Report for Lines<'_> {
     fn serving(&mut self, serving: &Serving<'_>) {
         let Serving { connections, listening, resumed } = *serving;
+        // The original's runner prints this once it serves; tools that drive
+        // `gdn run` wait for it (its eval harness). On standard error, in
+        // both modes, so that `--json`'s standard output stays JSON.
+        let _ =
+            writeln!(self.out.stderr, "[goondan-orchestrator] started pid={} swarm={}", std::process::id(), self.swarm);
         if self.json {
             let line = serde_json::json!({
                 "status": "serving",

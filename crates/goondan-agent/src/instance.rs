@@ -114,8 +114,13 @@ pub async fn prepare(channel: &AgentChannel, wire: impl FnOnce(&mut AgentOptions
             loaded.skipped_corrupt_lines + usize::from(loaded.skipped_torn_tail)
         );
     }
-    let event_log = JsonLinesEventSink::new(store.event_writer().map_err(store_failed)?)
-        .map_err(|e| ErrorInfo::new(ready_codes::STORE_FAILED, format!("starting the event writer: {e}")))?;
+    // The event log, and beside it (written by the same thread, never
+    // synced) the original's runtime-event records for its tools.
+    let event_log = JsonLinesEventSink::with_export(
+        store.event_writer().map_err(store_failed)?,
+        store.runtime_events_export().map_err(store_failed)?,
+    )
+    .map_err(|e| ErrorInfo::new(ready_codes::STORE_FAILED, format!("starting the event writer: {e}")))?;
     let events: Arc<dyn EventSink> =
         Arc::new(FanoutEventSink::new(vec![Arc::new(event_log) as Arc<dyn EventSink>, Arc::new(TracingEventSink)]));
     let mut options = AgentOptions::new(Arc::clone(&events));

@@ -96,6 +96,57 @@ const CREATED_AT: &str = "milliseconds since the Unix epoch or an ISO-8601 date 
 /// Milliseconds since the Unix epoch as JavaScript's `Date.toJSON` writes
 /// them (`2026-11-24T05:04:05.123Z`); the inverse of [`parse_rfc3339_millis`].
 pub fn format_rfc3339_millis(millis: u64) -> String {
+    let (year, month, day, rest) = civil_from_millis(millis);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60,
+        millis % 1000
+    )
+}
+
+/// [`format_rfc3339_millis`] as a `Display` that writes the date without
+/// allocating (serializers write it with `collect_str`): the runtime-event
+/// export stamps every record with one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rfc3339Millis(pub u64);
+
+impl fmt::Display for Rfc3339Millis {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (year, month, day, rest) = civil_from_millis(self.0);
+        let Ok(year) = u64::try_from(year) else { return f.write_str(&format_rfc3339_millis(self.0)) };
+        if year > 9999 {
+            return f.write_str(&format_rfc3339_millis(self.0));
+        }
+        let mut text = *b"0000-00-00T00:00:00.000Z";
+        let mut put = |at: usize, width: usize, mut value: u64| {
+            for index in (at..at + width).rev() {
+                text[index] = b'0' + (value % 10) as u8;
+                value /= 10;
+            }
+        };
+        let rest = u64::try_from(rest).unwrap_or(0);
+        put(0, 4, year);
+        put(5, 2, u64::try_from(month).unwrap_or(0));
+        put(8, 2, u64::try_from(day).unwrap_or(0));
+        put(11, 2, rest / 3600);
+        put(14, 2, rest % 3600 / 60);
+        put(17, 2, rest % 60);
+        put(20, 3, self.0 % 1000);
+        f.write_str(std::str::from_utf8(&text).map_err(|_| fmt::Error)?)
+    }
+}
+
+impl serde::Serialize for Rfc3339Millis {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+/// The civil date (proleptic Gregorian year, month, day) of `millis` since
+/// the Unix epoch, and the seconds into that day.
+fn civil_from_millis(millis: u64) -> (i64, i64, i64, i64) {
     let total_seconds = i64::try_from(millis / 1000).unwrap_or(i64::MAX);
     let days = total_seconds / 86_400;
     let rest = total_seconds % 86_400;
@@ -109,13 +160,7 @@ pub fn format_rfc3339_millis(millis: u64) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60,
-        millis % 1000
-    )
+    (year, month, day, rest)
 }
 
 /// Parses an RFC 3339 / ISO-8601 date-time, `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`
@@ -917,6 +962,13 @@ mod tests {
         #[test]
         fn formatted_dates_parse_back(millis in 0u64..253_402_300_800_000) {
             prop_assert_eq!(parse_rfc3339_millis(&format_rfc3339(millis)), Some(millis));
+        }
+
+        /// The allocation-free form writes what the formatter writes, in
+        /// range (four-digit years) and beyond it.
+        #[test]
+        fn the_display_form_is_the_formatted_date(millis in prop_oneof![0u64..253_402_300_800_000, any::<u64>()]) {
+            prop_assert_eq!(super::Rfc3339Millis(millis).to_string(), format_rfc3339(millis));
         }
 
         /// Arbitrary text never panics the parser.

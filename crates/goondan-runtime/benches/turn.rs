@@ -42,6 +42,15 @@ fn main() {
     // `TURN_SPACED=N` times N turns 2 ms apart with tracing off, then on
     // (the exporter keeps up between turns, as with a real model's
     // latency), and prints each's median and 90th percentile.
+    // `TURN_STORE=TURNS` runs TURNS turns of one conversation saved to an
+    // instance store in a temporary directory, with the agent process's
+    // event log, for counting what a turn's files cost (callgrind without
+    // `--toggle-collect`: the writer thread and the blocking pool count
+    // too; the difference between two TURNS counts is the extra turns').
+    if let Ok(count) = std::env::var("TURN_STORE") {
+        stored_turns(count.parse().unwrap_or(1));
+        return;
+    }
     if let Ok(count) = std::env::var("TURN_SPACED") {
         spaced_turns(count.parse().unwrap_or(500));
         return;
@@ -109,6 +118,31 @@ fn counted_turns(prior: usize, turns: usize, traced: bool) {
         assert!(exporter.flush(std::time::Duration::from_secs(10)), "the spans were sent");
         let stats = exporter.stats();
         assert!(stats.exported.load(std::sync::atomic::Ordering::Relaxed) > 0);
+    }
+}
+
+/// `turns` turns of one conversation in an instance store, events in its
+/// event log and the original's runtime-event records beside it, as an
+/// agent process writes them.
+fn stored_turns(turns: usize) {
+    use goondan_runtime::InstanceLog;
+    use goondan_runtime::store::{InstanceStore, Workspace};
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let root = Workspace::at(dir.path());
+    let store = InstanceStore::open(&root, "bench", "bench", Path::new("/bench/goondan.yaml"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let loaded = store.load().unwrap_or_else(|e| panic!("{e}"));
+    let log = store.event_writer().unwrap_or_else(|e| panic!("{e}"));
+    let export = store.runtime_events_export().unwrap_or_else(|e| panic!("{e}"));
+    let events: Arc<dyn EventSink> =
+        Arc::new(goondan_tools::JsonLinesEventSink::with_export(log, export).unwrap_or_else(|e| panic!("{e}")));
+    let agent = agent_with_events(events);
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap_or_else(|e| panic!("{e}"));
+    let (_cancel, cancelled) = watch::channel(false);
+    let mut conversation = Conversation::new(loaded.state, Arc::new(InstanceLog::new(store, loaded.events_on_disk)));
+    for _ in 0..turns {
+        let outcome = runtime.block_on(agent.run_turn(&mut conversation, "go", &Quiet, cancelled.clone()));
+        assert_eq!(outcome.steps, 2);
     }
 }
 
@@ -186,11 +220,6 @@ impl TurnObserver for Quiet {}
 
 /// The bench's agent; its events also feed `exporter`'s spans when given.
 fn agent_with(exporter: Option<&goondan_telemetry::Exporter>) -> Agent {
-    let registry = ToolRegistry::new();
-    let item = ToolCatalogItem::new("noop__run", ToolSource::extension("bench")).with_parameters(json!({
-        "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"], "additionalProperties": false
-    }));
-    registry.register(item, sync_handler(|_, _| Ok(ToolOutput::Value(Value::Null)))).unwrap_or_else(|e| panic!("{e}"));
     let events: Arc<dyn EventSink> = match exporter {
         Some(exporter) => Arc::new(goondan_tools::FanoutEventSink::new(vec![
             Arc::new(Subscriber),
@@ -198,6 +227,16 @@ fn agent_with(exporter: Option<&goondan_telemetry::Exporter>) -> Agent {
         ])),
         None => Arc::new(Subscriber),
     };
+    agent_with_events(events)
+}
+
+/// The bench's agent, its events going to `events`.
+fn agent_with_events(events: Arc<dyn EventSink>) -> Agent {
+    let registry = ToolRegistry::new();
+    let item = ToolCatalogItem::new("noop__run", ToolSource::extension("bench")).with_parameters(json!({
+        "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"], "additionalProperties": false
+    }));
+    registry.register(item, sync_handler(|_, _| Ok(ToolOutput::Value(Value::Null)))).unwrap_or_else(|e| panic!("{e}"));
     let provider = Instant {
         call: ModelResponse {
             text: None,

@@ -369,3 +369,14 @@ pub enum StepFailure {
     /// A step layer failed.
     Layer(LayerFailure),
 }
+
+/// The failure as the turn's note says it (`step.completed`'s `error`).
+impl fmt::Display for StepFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Model(message) | Self::Commit(message) => f.write_str(message),
+            Self::Cancelled => f.write_str("cancelled"),
+            Self::Layer(failure) => failure.fmt(f),
+        }
+    }
+}

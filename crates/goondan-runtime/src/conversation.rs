@@ -12,10 +12,11 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use goondan_core::sync::LockUnpoisoned as _;
 use goondan_core::{ConversationState, Message, MessageEvent};
 use goondan_tools::BoxFuture;
 
-use crate::store::{InstanceStore, StoreError};
+use crate::store::{InstanceStore, StoreError, base_export_lines};
 
 /// Where committed message events go.
 pub trait ConversationStore: Send + Sync {
@@ -24,8 +25,9 @@ pub trait ConversationStore: Send + Sync {
     fn commit(&self, batch: Vec<MessageEvent>, state: &ConversationState)
     -> BoxFuture<'static, Result<(), StoreError>>;
 
-    /// Records that a turn ended (counters, timestamps).
-    fn turn_ended(&self) -> BoxFuture<'static, Result<(), StoreError>> {
+    /// Records that a turn ended (counters, timestamps); `state` is the
+    /// conversation at the end, for stores that export it.
+    fn turn_ended(&self, _state: &ConversationState) -> BoxFuture<'static, Result<(), StoreError>> {
         Box::pin(std::future::ready(Ok(())))
     }
 
@@ -150,11 +152,28 @@ pub(crate) async fn commit(
 /// more than a slack ([`InstanceLog::COMPACT_SLACK`]) plus their own count — edits by
 /// extensions (windows, compaction) leave dead records behind — the log is
 /// rewritten from the state instead, atomically (temp file, fsync, rename).
+///
+/// At the end of each turn it also exports the conversation for the
+/// original's tools (`messages/base.jsonl`, see `store::original`), as the
+/// original folds its base: the messages added since the last export
+/// appended when the conversation only grew, the whole of it rewritten
+/// otherwise (the first turn of a process, an edit, a reload).
 pub struct InstanceLog {
     store: Arc<Mutex<InstanceStore>>,
     /// Events recorded in the file (appends, edits, folded or not).
     events_on_disk: AtomicUsize,
     slack: usize,
+    base_export: Arc<Mutex<BaseExport>>,
+}
+
+/// What `messages/base.jsonl` holds, as far as this process knows.
+#[derive(Debug, Default)]
+struct BaseExport {
+    /// The file holds the first `exported` messages of the conversation as
+    /// they still are (`false` until the first export of the process: the
+    /// file may be another process's, or gone).
+    in_sync: bool,
+    exported: usize,
 }
 
 impl std::fmt::Debug for InstanceLog {
@@ -173,6 +192,7 @@ impl InstanceLog {
             store: Arc::new(Mutex::new(store)),
             events_on_disk: AtomicUsize::new(events_on_disk),
             slack: Self::COMPACT_SLACK,
+            base_export: Arc::default(),
         }
     }
 
@@ -211,6 +231,10 @@ impl ConversationStore for InstanceLog {
         let live = state.messages().len();
         let on_disk = self.events_on_disk.load(Ordering::Relaxed) + batch.len();
         let edits = batch.iter().any(|event| !matches!(event, MessageEvent::Append { .. }));
+        if edits {
+            // A message the export holds may have changed or gone.
+            self.base_export.lock_unpoisoned().in_sync = false;
+        }
         if edits && on_disk > 2 * live + self.slack || matches!(batch.last(), Some(MessageEvent::Truncate)) {
             self.events_on_disk.store(live, Ordering::Relaxed);
             let messages = state.messages().to_vec();
@@ -222,11 +246,38 @@ impl ConversationStore for InstanceLog {
         }
     }
 
-    fn turn_ended(&self) -> BoxFuture<'static, Result<(), StoreError>> {
-        self.blocking(InstanceStore::record_turn)
+    fn turn_ended(&self, state: &ConversationState) -> BoxFuture<'static, Result<(), StoreError>> {
+        let messages = state.messages();
+        // Serialized here, from the state, so that nothing is copied; written
+        // on the blocking pool with the turn's count.
+        let (lines, append) = {
+            let mut export = self.base_export.lock_unpoisoned();
+            // Events not committed yet were seen by no commit: they may edit
+            // what the file holds.
+            let append = export.in_sync && !state.has_uncommitted() && export.exported <= messages.len();
+            let mut lines = Vec::new();
+            base_export_lines(&messages[if append { export.exported } else { 0 }..], &mut lines);
+            *export = BaseExport { in_sync: true, exported: messages.len() };
+            (lines, append)
+        };
+        let export = Arc::clone(&self.base_export);
+        self.blocking(move |store| {
+            let recorded = store.record_turn();
+            if (!append || !lines.is_empty())
+                && let Err(error) = store.write_base_export(&lines, append)
+            {
+                // An export only: the turn and its journal are unaffected.
+                tracing::warn!("the conversation export (messages/base.jsonl) was not written: {error}");
+                export.lock_unpoisoned().in_sync = false;
+            }
+            recorded
+        })
     }
 
     fn reload(&self) -> BoxFuture<'static, Result<Option<ConversationState>, StoreError>> {
+        // The state is replaced by the store's (an abandoned turn, a failed
+        // commit): the next export starts over.
+        self.base_export.lock_unpoisoned().in_sync = false;
         self.blocking(|store| store.load().map(|loaded| Some(loaded.state)))
     }
 }

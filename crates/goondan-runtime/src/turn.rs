@@ -316,7 +316,7 @@ impl Agent {
             }
         };
         if let Some(store) = &store
-            && let Err(error) = store.turn_ended().await
+            && let Err(error) = store.turn_ended(&conversation.state).await
         {
             tracing::warn!("cannot record the end of the turn: {error}");
         }
@@ -515,7 +515,9 @@ impl TurnCore<'_> {
         let step_id: Arc<str> = Arc::from(new_ordered_id());
         let step_span = self.span_ids.next_raw();
         let parent = Some(&*self.trace.turn_span_hex);
-        agent.emit(EventKind::StepStarted, self.trace, step_span, parent, Some(&step_id), None);
+        let step_started = Instant::now();
+        let started_extra = serde_json::json!({"stepIndex": step_index});
+        agent.emit(EventKind::StepStarted, self.trace, step_span, parent, Some(&step_id), Some(&started_extra));
 
         let step_span_hex: Arc<str> = Arc::from(format_span_id(step_span));
         // Replies that arrived since the last step go in before the step
@@ -565,10 +567,20 @@ impl TurnCore<'_> {
         {
             step.failure = Some(StepFailure::Commit(error.to_string()));
         }
-        let mut extra = serde_json::json!({"stepIndex": step_index, "toolCalls": step.tool_calls.len()});
+        let mut extra = serde_json::json!({
+            "stepIndex": step_index,
+            "toolCalls": step.tool_calls.len(),
+            "duration": step_started.elapsed().as_secs_f64() * 1000.0,
+        });
         let model_call = core.model_call.lock().map(|mut call| call.take()).unwrap_or_default();
-        if let (Some(call), Some(map)) = (model_call, extra.as_object_mut()) {
-            map.insert("model".to_owned(), call.to_json(&agent.model));
+        if let Some(map) = extra.as_object_mut() {
+            if let Some(call) = model_call {
+                map.insert("model".to_owned(), call.to_json(&agent.model));
+            }
+            // A step that did not finish says why (the original's `step.failed`).
+            if let Some(failure) = &step.failure {
+                map.insert("error".to_owned(), JsonValue::String(failure.to_string()));
+            }
         }
         agent.emit(EventKind::StepCompleted, self.trace, step_span, parent, Some(&step_id), Some(&extra));
         // The step's messages were synced by the commit; make its events

@@ -14,6 +14,9 @@
 //! - a complete line that turns unreadable (not only a torn tail) loses what
 //!   it held, but the loaded conversation still keeps the rule;
 //! - the conversation goes on from there;
+//! - at the end of every turn, the export for the original's tools
+//!   (`messages/base.jsonl`) holds the conversation's messages, in order,
+//!   whether it was appended to or rewritten;
 //! - a log made of any mix of lines — messages and commits in any order,
 //!   edits of missing messages, garbage, a torn tail — loads into a
 //!   conversation that keeps the rule (loading repairs).
@@ -48,6 +51,8 @@ enum Op {
     /// Crash, and a complete line before the last (the n-th, modulo) turns
     /// unreadable: a disk error, a hand edit.
     CorruptLine(usize),
+    /// The turn ends (after its last commit) and the next begins.
+    TurnEnd,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -61,6 +66,7 @@ fn op() -> impl Strategy<Value = Op> {
         4 => Just(Op::Commit),
         1 => (0usize..200).prop_map(Op::Crash),
         1 => (0usize..64).prop_map(Op::CorruptLine),
+        2 => Just(Op::TurnEnd),
     ]
 }
 
@@ -109,6 +115,35 @@ fn open(root: &Workspace) -> (InstanceStore, goondan_runtime::store::LoadedConve
     let store = InstanceStore::open(root, "prop", "agent", Path::new("/bundle")).unwrap_or_else(|e| panic!("{e}"));
     let loaded = store.load().unwrap_or_else(|e| panic!("{e}"));
     (store, loaded)
+}
+
+/// (id, role) of each line of the instance's `messages/base.jsonl`.
+fn exported(messages_path: &Path) -> Vec<(String, String)> {
+    let path = messages_path.with_file_name(InstanceStore::EXPORT_DIR).join(InstanceStore::BASE_EXPORT_FILE);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.lines()
+        .map(|line| {
+            let value: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}"));
+            let field = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+            (field(&value["id"]), field(&value["data"]["role"]))
+        })
+        .collect()
+}
+
+/// (id, role) of `messages`, as the export should list them.
+fn listed(messages: &[Message]) -> Vec<(String, String)> {
+    messages
+        .iter()
+        .map(|m| {
+            let role = match m.data {
+                MessageData::System { .. } => "system",
+                MessageData::User { .. } => "user",
+                MessageData::Assistant { .. } => "assistant",
+                MessageData::Tool { .. } => "tool",
+            };
+            (m.id.clone(), role.to_owned())
+        })
+        .collect()
 }
 
 fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
@@ -184,6 +219,15 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 }
                 log = InstanceLog::new(store, loaded.events_on_disk).with_compaction_slack(0);
                 state = loaded.state;
+            }
+            Op::TurnEnd => {
+                if state.commit() {
+                    runtime.block_on(log.commit(state.last_batch(), &state)).unwrap_or_else(|e| panic!("{e}"));
+                }
+                durable = state.clone();
+                runtime.block_on(log.turn_ended(&state)).unwrap_or_else(|e| panic!("{e}"));
+                prop_assert_eq!(exported(&messages_path), listed(state.messages()), "base.jsonl after the turn");
+                state.begin_turn();
             }
             Op::CorruptLine(n) => {
                 drop(log);

@@ -1057,7 +1057,15 @@ fn a_fresh_start_clears_the_conversations_it_selects_and_keeps_the_rest() {
     for store in [&mut assistant, &mut planner, &mut other] {
         must(store.append(&[user("hello")]));
         must(store.record_turn());
+        // The exports for the original's tools, as a turn leaves them.
+        must(store.write_base_export(b"{}\n", false));
+        must(must(store.runtime_events_export()).write_all(b"{}\n"));
     }
+    let exports = |dir: &Path| {
+        [InstanceStore::BASE_EXPORT_FILE, InstanceStore::RUNTIME_EVENTS_FILE]
+            .map(|file| dir.join(InstanceStore::EXPORT_DIR).join(file).exists())
+    };
+    assert_eq!(exports(assistant.dir()), [true, true]);
     let state_file = assistant.dir().join("extensions").join("memory.json");
     must(fs::create_dir_all(assistant.dir().join("extensions")));
     must(fs::write(&state_file, "{\"kept\": true}"));
@@ -1075,6 +1083,7 @@ fn a_fresh_start_clears_the_conversations_it_selects_and_keeps_the_rest() {
     assert_eq!(names, [("assistant", "shared"), ("planner", "shared")]);
     for dir in [assistant.dir(), planner.dir()] {
         assert!(!dir.join("messages.jsonl").exists() && !dir.join("events.jsonl").exists());
+        assert_eq!(exports(dir), [false, false], "the original's --fresh clears runtime-events.jsonl and base.jsonl");
         let reopened = must(InstanceStore::open(
             &root,
             "shared",
@@ -1086,9 +1095,11 @@ fn a_fresh_start_clears_the_conversations_it_selects_and_keeps_the_rest() {
     }
     assert!(state_file.is_file(), "extension state is not conversation");
     assert_eq!(must(other.messages()).messages.len(), 1, "another key is not selected");
+    assert_eq!(exports(other.dir()), [true, true]);
 
     // By agent, across keys.
     let reset = must(reset_conversations(&root, None, Some("assistant")));
     assert_eq!(reset.len(), 2);
     assert!(must(other.messages()).messages.is_empty());
+    assert_eq!(exports(other.dir()), [false, false]);
 }

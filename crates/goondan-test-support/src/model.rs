@@ -41,17 +41,26 @@ pub struct Reply {
     pub deltas: Vec<Value>,
     /// The last chunk's `finish_reason`.
     pub finish: String,
+    /// `usage` (`prompt_tokens`, `completion_tokens`), sent as a chunk of
+    /// its own after the last, as OpenAI does with `include_usage`.
+    pub usage: Option<(u64, u64)>,
 }
 
 impl Reply {
     /// An assistant answer `text`, finished with `stop`.
     pub fn text(text: &str) -> Self {
-        Self { deltas: vec![json!({"role": "assistant", "content": text})], finish: "stop".into() }
+        Self { deltas: vec![json!({"role": "assistant", "content": text})], finish: "stop".into(), usage: None }
     }
 
     /// Any deltas and finish reason.
     pub fn deltas(deltas: Vec<Value>, finish: &str) -> Self {
-        Self { deltas, finish: finish.to_owned() }
+        Self { deltas, finish: finish.to_owned(), usage: None }
+    }
+
+    /// This reply, then a usage chunk of `prompt` and `completion` tokens.
+    #[must_use]
+    pub fn with_usage(self, prompt: u64, completion: u64) -> Self {
+        Self { usage: Some((prompt, completion)), ..self }
     }
 }
 
@@ -179,7 +188,13 @@ pub fn write_stream(stream: &TcpStream, reply: &Reply) {
     for delta in &reply.deltas {
         payload.push_str(&format!("data: {}\n\n", chunk(delta, None)));
     }
-    payload.push_str(&format!("data: {}\n\ndata: [DONE]\n\n", chunk(&json!({}), Some(&reply.finish))));
+    payload.push_str(&format!("data: {}\n\n", chunk(&json!({}), Some(&reply.finish))));
+    if let Some((prompt, completion)) = reply.usage {
+        let usage = json!({"id": "c1", "object": "chat.completion.chunk", "choices": [],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}});
+        payload.push_str(&format!("data: {usage}\n\n"));
+    }
+    payload.push_str("data: [DONE]\n\n");
     let mut stream = stream;
     let _ = write!(
         stream,

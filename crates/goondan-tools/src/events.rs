@@ -17,6 +17,8 @@ use tokio::sync::oneshot;
 use crate::context::CallScope;
 use crate::pipeline::BoxFuture;
 
+pub mod original;
+
 /// The name of an event: one of the runtime's kinds, or an extension's own.
 ///
 /// The built-in kinds carry no data, so emitting one stays a copy of a small
@@ -427,6 +429,9 @@ pub struct JsonLinesEventSink {
     shared: Arc<Shared>,
     writer: Option<JoinHandle<()>>,
     capacity_bytes: usize,
+    /// The writer also writes each event as the original's record
+    /// ([`original`]) to a second output.
+    exporting: bool,
 }
 
 impl std::fmt::Debug for JsonLinesEventSink {
@@ -464,8 +469,9 @@ struct Queue {
 enum Queued {
     /// A `tool.*` event of a call, serialized by the writer.
     Tool(ToolRecord),
-    /// Any other event, already serialized.
-    Line(String),
+    /// Any other event, already serialized; with its record for the
+    /// export, when the sink exports and the original has one.
+    Line(String, Option<String>),
 }
 
 /// An owned `tool.*` event: what [`RuntimeEvent::tool`] needs to rebuild it.
@@ -488,12 +494,14 @@ impl Queued {
         std::mem::size_of::<Self>()
             + match self {
                 Self::Tool(record) => record.error_code.as_ref().map_or(0, String::len),
-                Self::Line(line) => line.len(),
+                Self::Line(line, export) => line.len() + export.as_ref().map_or(0, String::len),
             }
     }
 
-    /// Writes the event as one JSON line.
-    fn write(&self, out: &mut impl Write) -> io::Result<()> {
+    /// Writes the event as one JSON line to `out`, and its record to
+    /// `export` (when there is one; its errors are returned apart, since
+    /// the export must never stop the event log).
+    fn write(&self, out: &mut impl Write, export: Option<&mut impl Write>) -> (io::Result<()>, io::Result<()>) {
         match self {
             Self::Tool(record) => {
                 let data = ToolEventData {
@@ -505,11 +513,23 @@ impl Queued {
                     sandbox_refused: record.sandbox_refused,
                 };
                 let event = RuntimeEvent::tool(record.kind, &record.scope, record.span_id, record.timestamp_ms, data);
-                serde_json::to_writer(&mut *out, &event).map_err(io::Error::from)?;
+                let written = serde_json::to_writer(&mut *out, &event)
+                    .map_err(io::Error::from)
+                    .and_then(|()| out.write_all(b"\n"));
+                let exported = export.map_or(Ok(()), |export| original::write_record(&event, export).map(drop));
+                (written, exported)
             }
-            Self::Line(line) => out.write_all(line.as_bytes())?,
+            Self::Line(line, record) => {
+                let written = out.write_all(line.as_bytes()).and_then(|()| out.write_all(b"\n"));
+                let exported = match (export, record) {
+                    (Some(export), Some(record)) => {
+                        export.write_all(record.as_bytes()).and_then(|()| export.write_all(b"\n"))
+                    }
+                    _ => Ok(()),
+                };
+                (written, exported)
+            }
         }
-        out.write_all(b"\n")
     }
 }
 
@@ -529,16 +549,36 @@ impl JsonLinesEventSink {
     /// Like [`JsonLinesEventSink::new`], with `capacity_bytes` of queue
     /// before `emit` waits for the writer.
     pub fn with_capacity(out: impl Write + Send + 'static, capacity_bytes: usize) -> io::Result<Self> {
+        Self::start(out, None, capacity_bytes)
+    }
+
+    /// Like [`JsonLinesEventSink::new`], and each event the original Goondan
+    /// has a record for is also written to `export` as that record
+    /// ([`original`]: its `messages/runtime-events.jsonl`), by the same
+    /// thread, in the same order. The export is flushed with the events
+    /// (its own `flush`: nothing is synced to disk for it); an error
+    /// writing it is logged once, ends the export, and never stops the
+    /// event log.
+    pub fn with_export(out: impl Write + Send + 'static, export: impl Write + Send + 'static) -> io::Result<Self> {
+        Self::start(out, Some(Box::new(export)), Self::CAPACITY_BYTES)
+    }
+
+    fn start(
+        out: impl Write + Send + 'static,
+        export: Option<Box<dyn Write + Send>>,
+        capacity_bytes: usize,
+    ) -> io::Result<Self> {
         let shared = Arc::new(Shared {
             state: Mutex::new(Queue::default()),
             wake_writer: Condvar::new(),
             progress: Condvar::new(),
         });
         let writer_shared = Arc::clone(&shared);
-        let writer = std::thread::Builder::new()
-            .name("goondan-events".to_owned())
-            .spawn(move || run_writer(&writer_shared, io::BufWriter::new(out)))?;
-        Ok(Self { shared, writer: Some(writer), capacity_bytes })
+        let exporting = export.is_some();
+        let writer = std::thread::Builder::new().name("goondan-events".to_owned()).spawn(move || {
+            run_writer(&writer_shared, io::BufWriter::new(out), export.map(io::BufWriter::new));
+        })?;
+        Ok(Self { shared, writer: Some(writer), capacity_bytes, exporting })
     }
 
     /// Waits until every event emitted so far is written and flushed (and,
@@ -610,7 +650,7 @@ impl EventSink for JsonLinesEventSink {
                 sandbox_refused: tool.sandbox_refused,
             }),
             _ => match serde_json::to_string(event) {
-                Ok(line) => Queued::Line(line),
+                Ok(line) => Queued::Line(line, if self.exporting { original::record_line(event) } else { None }),
                 Err(error) => {
                     tracing::warn!(target: "goondan::events", "cannot serialize an event: {error}");
                     return;
@@ -663,7 +703,7 @@ impl Drop for WriterExit<'_> {
     }
 }
 
-fn run_writer(shared: &Shared, mut out: io::BufWriter<impl Write>) {
+fn run_writer(shared: &Shared, mut out: io::BufWriter<impl Write>, mut export: Option<io::BufWriter<impl Write>>) {
     let _exit = WriterExit(shared);
     let mut failed = false;
     let mut events = Vec::new();
@@ -696,8 +736,24 @@ fn run_writer(shared: &Shared, mut out: io::BufWriter<impl Write>) {
         // Room was made: let waiting producers go on.
         shared.progress.notify_all();
         let mut result = Ok(());
+        let mut exported = Ok(());
         for event in &events {
-            result = result.and(event.write(&mut out));
+            let (written, export_written) = event.write(&mut out, export.as_mut().filter(|_| exported.is_ok()));
+            result = result.and(written);
+            exported = exported.and(export_written);
+        }
+        // The export is derived, not the journal: flushed to the file
+        // (readers see each batch), never synced.
+        if let Some(file) = export.as_mut() {
+            exported = exported.and_then(|()| file.flush());
+        }
+        if let Err(error) = exported {
+            tracing::warn!(target: "goondan::events", "writing the runtime-events export failed; it ends here: {error}");
+            // Dropped without a flush of what is buffered: a half-written
+            // record may already be in the file, and nothing follows it.
+            if let Some(file) = export.take() {
+                let _ = file.into_parts();
+            }
         }
         result = result.and_then(|()| out.flush());
         if let Err(error) = result
@@ -1170,5 +1226,76 @@ mod tests {
         }
         assert_eq!(buffer.lines().len(), 1);
         drop(sink);
+    }
+
+    /// An output whose writes fail.
+    struct Fails;
+
+    impl Write for Fails {
+        fn write(&mut self, _bytes: &[u8]) -> io::Result<usize> {
+            Err(io::Error::other("disk full"))
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Err(io::Error::other("disk full"))
+        }
+    }
+
+    #[test]
+    fn the_export_gets_the_originals_record_of_each_event_in_order() {
+        let log = SharedBuffer::default();
+        let export = SharedBuffer::default();
+        let Ok(sink) = JsonLinesEventSink::with_export(log.clone(), export.clone()) else { panic!("writer thread") };
+        let scope = scope();
+        let started = serde_json::json!({"stepIndex": 0});
+        let mut step = RuntimeEvent {
+            kind: EventKind::StepStarted,
+            trace_id: &scope.trace_id,
+            span_id: 0x00f0_67aa_0ba9_02b7,
+            parent_span_id: None,
+            timestamp_ms: 0,
+            agent_name: "agent",
+            instance_key: "key",
+            turn_id: "turn",
+            step_id: Some("step"),
+            tool: None,
+            extra: Some(&started),
+            call_scope: None,
+        };
+        sink.emit(&step);
+        emit_tool_events(&sink, 2);
+        emit_custom(&sink, &scope);
+        let ended = serde_json::json!({"stepIndex": 0, "toolCalls": 2, "duration": 1.5});
+        step.kind = EventKind::StepCompleted;
+        step.extra = Some(&ended);
+        sink.emit(&step);
+        sink.flush_and_wait();
+
+        let ours: Vec<JsonValue> = log.lines().iter().map(|line| line["type"].clone()).collect();
+        assert_eq!(ours, ["step.started", "tool.completed", "tool.completed", "my.thing", "step.completed"]);
+        let records = export.lines();
+        let kinds: Vec<&str> = records.iter().filter_map(|record| record["type"].as_str()).collect();
+        assert_eq!(
+            kinds,
+            ["step.started", "tool.completed", "tool.completed", "step.completed"],
+            "no record of an extension's event"
+        );
+        assert_eq!(records[0]["timestamp"], "1970-01-01T00:00:00.000Z");
+        assert_eq!(records[1]["toolCallId"], "call-0");
+        assert_eq!(records[1]["status"], "ok");
+        assert_eq!(records[2]["spanId"], "0000000000000002");
+        assert_eq!(records[3]["toolCallCount"], 2);
+        assert!(records.iter().all(|record| record["traceId"] == log.lines()[0]["traceId"]));
+    }
+
+    #[test]
+    fn a_failing_export_never_stops_the_event_log() {
+        let log = SharedBuffer::default();
+        let Ok(sink) = JsonLinesEventSink::with_export(log.clone(), Fails) else { panic!("writer thread") };
+        emit_tool_events(&sink, 2);
+        sink.flush_and_wait();
+        emit_tool_events(&sink, 3);
+        sink.flush_and_wait();
+        assert_eq!(log.lines().len(), 5);
     }
 }

@@ -281,10 +281,12 @@ pub struct ResetInstance {
 }
 
 /// Clears the conversations of the instances in `workspace` that match
-/// `key` and `agent` (each `None`: any): their message logs and event logs
-/// go, their instance.json counts from zero again, and what else the
-/// directory holds (extension state) stays, as the original's `--fresh`
-/// clears the persisted message history only. The next turn starts an
+/// `key` and `agent` (each `None`: any): their message logs, event logs
+/// and the exports of both for the original's tools (`messages/base.jsonl`,
+/// `messages/runtime-events.jsonl`) go, their instance.json counts from
+/// zero again, and what else the directory holds (extension state) stays,
+/// as the original's `--fresh` clears its `base.jsonl`, `events.jsonl` and
+/// `runtime-events.jsonl` only. The next turn starts an
 /// empty conversation.
 ///
 /// All or nothing: every lock is taken first; one held (a process runs
@@ -314,8 +316,13 @@ pub fn reset_conversations(
         held.push(hold_lock(&instance.dir, &instance.agent_name, &instance.instance_key)?);
     }
     for instance in &found {
-        for file in [InstanceStore::MESSAGES_FILE, InstanceStore::EVENTS_FILE] {
-            let path = instance.dir.join(file);
+        let exports = instance.dir.join(InstanceStore::EXPORT_DIR);
+        for path in [
+            instance.dir.join(InstanceStore::MESSAGES_FILE),
+            instance.dir.join(InstanceStore::EVENTS_FILE),
+            exports.join(InstanceStore::BASE_EXPORT_FILE),
+            exports.join(InstanceStore::RUNTIME_EVENTS_FILE),
+        ] {
             match fs::remove_file(&path) {
                 Ok(()) => {}
                 Err(error) if error.kind() == io::ErrorKind::NotFound => {}

@@ -13,6 +13,9 @@
 //!           messages.jsonl          the conversation as a log of message events, one commit per line
 //!           events.jsonl            the event log: one runtime event per line, append-only
 //!           lock                    locked by the process running the instance; holds its pid
+//!           messages/               exports for the original's tools, never read back (see `original`):
+//!             base.jsonl            the conversation in the original's message shape, at each turn end
+//!             runtime-events.jsonl  the original's runtime-event records, beside events.jsonl
 //!           extensions/<name>.json  each extension's state (see crate::extension_state)
 //!   instances/                      the old layouts (<agent>@<key>, and before that <key>): moved on use
 //! ```
@@ -101,8 +104,9 @@
 //! migration), `names` (instance directory names), `instance` (the
 //! [`InstanceStore`] and its instance.json), `lock` (one process per
 //! instance), `messages` (the conversation log), `event_log` (the event-log
-//! writer), `manage` (list, delete, reset), `files` (private modes, atomic
-//! JSON files) and `error` ([`StoreError`]). The two logs are
+//! writer), `original` (the exports the original's tools read), `manage`
+//! (list, delete, reset), `files` (private modes, atomic JSON files) and
+//! `error` ([`StoreError`]). The two logs are
 //! `goondan_journal` journals; this module adds what they hold.
 
 mod error;
@@ -113,6 +117,7 @@ mod lock;
 mod manage;
 mod messages;
 mod names;
+mod original;
 mod root;
 mod workspace;
 
@@ -129,6 +134,7 @@ pub use manage::{
 pub use messages::{LoadedConversation, LoadedMessages, read_message_log};
 pub(crate) use names::{NameRefusal, encode_name};
 pub use names::{instance_dir_name, parse_instance_dir_name};
+pub use original::base_export_lines;
 pub use root::StateRoot;
 pub use workspace::{
     Workspace, WorkspaceAccess, WorkspaceInfo, find_workspace, migrate_legacy_instances, old_layout_instances,
@@ -185,6 +191,9 @@ mod tests {
         let mut events = store.event_writer()?;
         events.write_all(b"{}\n")?;
         events.flush()?;
+        store.runtime_events_export()?.write_all(b"{}\n")?;
+        store.write_base_export(b"{}\n", false)?;
+        store.write_base_export(b"{}\n", true)?;
         crate::tasks::TaskBook::open(store.dir())?;
         let runtime = tokio::runtime::Builder::new_current_thread().build()?;
         let extensions = crate::extension_state::ExtensionStateStore::at(
@@ -200,6 +209,9 @@ mod tests {
         // Each kind of file was written.
         for file in [InstanceStore::INFO_FILE, InstanceStore::MESSAGES_FILE, InstanceStore::EVENTS_FILE, "lock"] {
             assert!(store.dir().join(file).is_file(), "{file}");
+        }
+        for file in [InstanceStore::BASE_EXPORT_FILE, InstanceStore::RUNTIME_EVENTS_FILE] {
+            assert!(store.dir().join(InstanceStore::EXPORT_DIR).join(file).is_file(), "{file}");
         }
         assert!(workspace.dir().join(Workspace::INFO_FILE).is_file());
         Ok(())
