@@ -374,7 +374,7 @@ pub enum StepFailure {
 impl fmt::Display for StepFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Model(message) | Self::Commit(message) => f.write_str(message),
+            Self::Model { message, .. } | Self::Commit(message) => f.write_str(message),
             Self::Cancelled => f.write_str("cancelled"),
             Self::Layer(failure) => failure.fmt(f),
         }
