@@ -333,6 +333,9 @@ impl Agent {
                 "inputTokens": outcome.usage.input_tokens,
                 "outputTokens": outcome.usage.output_tokens,
                 "totalTokens": outcome.usage.total(),
+                "cacheReadTokens": outcome.usage.cache_read_tokens,
+                "cacheWriteTokens": outcome.usage.cache_write_tokens,
+                "reasoningTokens": outcome.usage.reasoning_tokens,
             },
             "end": outcome.end.as_str(),
         });
@@ -569,6 +572,9 @@ impl TurnCore<'_> {
         let model_call = core.model_call.lock().map(|mut call| call.take()).unwrap_or_default();
         if let (Some(call), Some(map)) = (model_call, extra.as_object_mut()) {
             map.insert("model".to_owned(), call.to_json(&agent.model));
+            // The step's usage, durable with the step (this event is synced
+            // below, before the next step): `gdn usage` and budgets sum these.
+            map.insert("tokenUsage".to_owned(), call.usage.to_record());
         }
         agent.emit(EventKind::StepCompleted, self.trace, step_span, parent, Some(&step_id), Some(&extra));
         // The step's messages were synced by the commit; make its events
