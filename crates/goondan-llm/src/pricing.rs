@@ -50,6 +50,18 @@ impl Prices {
     }
 }
 
+impl From<&goondan_config::ModelPricing> for Prices {
+    fn from(pricing: &goondan_config::ModelPricing) -> Self {
+        Self {
+            input: pricing.input,
+            output: pricing.output,
+            cache_read: pricing.cache_read,
+            cache_write: pricing.cache_write,
+            reasoning: pricing.reasoning,
+        }
+    }
+}
+
 /// When the default table's prices were taken from the providers' pages.
 pub const DEFAULT_PRICES_AS_OF: &str = "2025-11-30";
 
