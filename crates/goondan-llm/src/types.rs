@@ -122,16 +122,32 @@ impl TokenUsage {
 
     /// The counts under the original's names (`promptTokens`,
     /// `completionTokens`, `totalTokens`) and ours for the kinds it has no
-    /// name for: the durable record of a step's and a turn's usage.
+    /// name for (`cacheReadTokens`, `cacheWriteTokens`, `reasoningTokens`,
+    /// written only when not 0: each key costs a hashed insert on every
+    /// step): the durable record of a step's usage.
     pub fn to_record(&self) -> goondan_core::JsonValue {
-        serde_json::json!({
+        let mut record = serde_json::json!({
             "promptTokens": self.input_tokens,
             "completionTokens": self.output_tokens,
             "totalTokens": self.total(),
-            "cacheReadTokens": self.cache_read_tokens,
-            "cacheWriteTokens": self.cache_write_tokens,
-            "reasoningTokens": self.reasoning_tokens,
-        })
+        });
+        self.add_kinds_to(&mut record);
+        record
+    }
+
+    /// Adds the kinds that are not 0 beyond input and output to `record`
+    /// (a JSON object).
+    pub fn add_kinds_to(&self, record: &mut goondan_core::JsonValue) {
+        let Some(map) = record.as_object_mut() else { return };
+        for (name, count) in [
+            ("cacheReadTokens", self.cache_read_tokens),
+            ("cacheWriteTokens", self.cache_write_tokens),
+            ("reasoningTokens", self.reasoning_tokens),
+        ] {
+            if count != 0 {
+                map.insert(name.to_owned(), count.into());
+            }
+        }
     }
 
     /// Reads a record written by [`TokenUsage::to_record`] (missing counts

@@ -333,12 +333,12 @@ impl Agent {
                 "inputTokens": outcome.usage.input_tokens,
                 "outputTokens": outcome.usage.output_tokens,
                 "totalTokens": outcome.usage.total(),
-                "cacheReadTokens": outcome.usage.cache_read_tokens,
-                "cacheWriteTokens": outcome.usage.cache_write_tokens,
-                "reasoningTokens": outcome.usage.reasoning_tokens,
             },
             "end": outcome.end.as_str(),
         });
+        if let Some(usage) = extra.get_mut("tokenUsage") {
+            outcome.usage.add_kinds_to(usage);
+        }
         if outcome.end.is_failure()
             && let (Some(note), Some(map)) = (outcome.end.note(), extra.as_object_mut())
         {
