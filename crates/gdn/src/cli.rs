@@ -82,6 +82,8 @@ pub enum Command {
     Instance(InstanceArgs),
     /// Show what the project's agents and service did: turns, steps, tool calls, handoffs, connector events.
     Logs(LogsArgs),
+    /// Tokens and cost of the project's model calls: every kind of token, priced by each Model's spec.pricing or the default table.
+    Usage(UsageArgs),
     /// Open a read-only web page over the state root: instances, the agent graph, the flow of messages and tool calls, traces.
     Studio(StudioArgs),
     /// Check that this machine can run the bundle: runtimes, keys, MCP server programs, connector ports, state.
@@ -621,6 +623,37 @@ pub struct LogsArgs {
     /// server's state stream (credentials as for `gdn host`).
     #[arg(long, value_name = "URL")]
     pub nats: Option<String>,
+}
+
+/// `gdn usage`.
+#[derive(Debug, Args)]
+pub struct UsageArgs {
+    /// Only steps of the last DURATION: a whole number of s, m, h or d (90m, 24h, 7d).
+    #[arg(long, value_name = "DURATION", value_parser = crate::usage::parse_since)]
+    pub since: Option<std::time::Duration>,
+    /// One row per agent, instance, model or UTC day (and the total).
+    #[arg(long, value_enum)]
+    pub by: Option<UsageBy>,
+}
+
+/// `gdn usage --by`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum UsageBy {
+    Agent,
+    Instance,
+    Model,
+    Day,
+}
+
+impl UsageBy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Agent => "agent",
+            Self::Instance => "instance",
+            Self::Model => "model",
+            Self::Day => "day",
+        }
+    }
 }
 
 /// `gdn doctor`.

@@ -29,6 +29,7 @@ mod service;
 mod studio;
 mod task;
 mod telemetry;
+mod usage;
 mod wiring;
 mod workspace;
 
@@ -238,6 +239,7 @@ fn dispatch(
         Command::Task(command) => task::task(&cli.global, command, session, out),
         Command::Doctor(args) => doctor::doctor(&cli.global, args.fix, session, out),
         Command::Logs(args) => logs::logs(&cli.global, args, session, out),
+        Command::Usage(args) => usage::usage(&cli.global, args, out),
         Command::Studio(args) => studio::studio(&cli.global, args, session, out),
         Command::Init(args) => init::init(&cli.global, args, out),
         Command::Help(args) => help::help(&cli.global, args, out),
@@ -291,6 +293,7 @@ fn loads_env_files(command: &Command) -> Option<Option<&Path>> {
         | Command::Restart(_)
         | Command::Task(_)
         | Command::Logs(_)
+        | Command::Usage(_)
         | Command::Studio(_)
         | Command::Registry(_)
         | Command::Package(_)

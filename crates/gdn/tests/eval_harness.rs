@@ -24,12 +24,12 @@ fn model() -> std::io::Result<FakeModel> {
     FakeModel::start(|request| {
         let messages = request.body["messages"].as_array().cloned().unwrap_or_default();
         if messages.last().is_some_and(|last| last["role"] == "tool") {
-            return Reply::text(ANSWER).with_usage(30, 5);
+            return Reply::text(ANSWER).with_usage(30, 5, 0, 0);
         }
         let arguments = json!({"text": "abc", "to": "upper"}).to_string();
         let call = json!({"role": "assistant", "tool_calls": [{"index": 0, "id": "call_1", "type": "function",
             "function": {"name": "text-transform__case", "arguments": arguments}}]});
-        Reply::deltas(vec![call], "tool_calls").with_usage(20, 7)
+        Reply::deltas(vec![call], "tool_calls").with_usage(20, 7, 0, 0)
     })
 }
 

@@ -38,8 +38,8 @@ pub use placement::{
     parse_host_label,
 };
 pub use resources::{
-    AgentPolicy, AgentSpec, AnyResource, ExtensionSpec, Kind, ModelSpec, Resource, SandboxConfig, SandboxNetwork,
-    SandboxPolicy, SwarmSpec, ToolCallScope, ToolExport, ToolSpec, ValueSource, ValueSourceError,
+    AgentPolicy, AgentSpec, AnyResource, ExtensionSpec, Kind, ModelPricing, ModelSpec, Resource, SandboxConfig,
+    SandboxNetwork, SandboxPolicy, SwarmSpec, ToolCallScope, ToolExport, ToolSpec, ValueSource, ValueSourceError,
 };
 pub use sandbox::{
     EffectiveSandbox, LimitBound, LimitError, SandboxLimits, SandboxPathError, SandboxSource, resolve_sandbox_path,

@@ -197,6 +197,31 @@ pub struct ModelSpec {
     /// Declared capabilities.
     #[serde(default)]
     pub capabilities: JsonObject,
+    /// What its tokens cost (overrides the default table of `gdn usage`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pricing: Option<ModelPricing>,
+}
+
+/// `Model.spec.pricing`: USD per million tokens of each kind. Cache reads
+/// and writes without a price of their own cost the input price; reasoning
+/// tokens, billed as output by every major provider, cost the output price
+/// unless `reasoning` says otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelPricing {
+    /// Prompt tokens.
+    pub input: f64,
+    /// Generated tokens.
+    pub output: f64,
+    /// Prompt tokens read from the provider's cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_read: Option<f64>,
+    /// Prompt tokens written to the provider's cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write: Option<f64>,
+    /// Reasoning tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<f64>,
 }
 
 /// A secret or setting given inline or through the environment:

@@ -91,6 +91,22 @@ fn placement() -> JsonValue {
     })
 }
 
+/// `spec.pricing` of a Model: USD per million tokens of each kind.
+fn pricing() -> JsonValue {
+    let price = json!({"type": "number", "minimum": 0});
+    json!({
+        "type": "object",
+        "required": ["input", "output"],
+        "properties": {
+            "input": price,
+            "output": price,
+            "cacheRead": price,
+            "cacheWrite": price,
+            "reasoning": price
+        }
+    })
+}
+
 fn spec_schema(kind: Kind) -> JsonValue {
     match kind {
         Kind::Package => json!({
@@ -118,7 +134,8 @@ fn spec_schema(kind: Kind) -> JsonValue {
                 "apiKey": value_source(),
                 "endpoint": {"type": "string", "minLength": 1},
                 "options": {"type": "object"},
-                "capabilities": {"type": "object"}
+                "capabilities": {"type": "object"},
+                "pricing": pricing()
             }
         }),
         Kind::Agent => json!({
@@ -438,11 +455,22 @@ fn has_type(instance: &JsonValue, name: &str) -> Option<bool> {
 }
 
 /// `holds(instance, limit)` for integers; numbers only (other types pass
-/// `minimum`/`maximum`), floats left undecided.
+/// `minimum`/`maximum`). A float (a price) is decided against an integer
+/// limit that a float holds exactly (|limit| ≤ 2^53), where comparing as
+/// floats is exact; other floats are left undecided.
 fn compare(instance: &JsonValue, limit: &JsonValue, holds: fn(i128, i128) -> bool) -> Option<bool> {
     let as_int = |n: &serde_json::Number| n.as_i64().map(i128::from).or_else(|| n.as_u64().map(i128::from));
     match (instance, limit) {
-        (JsonValue::Number(n), JsonValue::Number(limit)) => Some(holds(as_int(n)?, as_int(limit)?)),
+        (JsonValue::Number(n), JsonValue::Number(limit)) => match (as_int(n), as_int(limit)) {
+            (Some(n), Some(limit)) => Some(holds(n, limit)),
+            (None, Some(limit)) if limit.unsigned_abs() <= 1 << 53 => {
+                let n = n.as_f64()?;
+                // The float's side of the limit, as the integers' `holds` sees it.
+                let ordering = n.partial_cmp(&(limit as f64))?;
+                Some(holds(ordering as i128, 0))
+            }
+            _ => None,
+        },
         (JsonValue::Number(_), _) => None,
         _ => Some(true),
     }
@@ -791,6 +819,28 @@ mod tests {
             assert_eq!(found.len(), 1, "{bad}: {found:?}");
             assert!(found[0].starts_with("spec.apiKey.valueFrom.secretRef.ref |"), "{bad}: {found:?}");
         }
+    }
+
+    #[test]
+    fn prices_are_non_negative_numbers_with_input_and_output() {
+        let model = |pricing: JsonValue| json!({"provider": "openai", "model": "gpt", "pricing": pricing});
+        assert!(messages(Kind::Model, model(json!({"input": 2, "output": 8.5, "cacheRead": 0.5}))).is_empty());
+        assert_eq!(
+            messages(Kind::Model, model(json!({"input": "2$", "output": -1}))),
+            [
+                "spec.pricing.input | spec.pricing.input must be a number, got string",
+                "spec.pricing.output | spec.pricing.output must be at least 0",
+            ]
+        );
+        assert_eq!(
+            messages(Kind::Model, model(json!({"output": 1}))),
+            ["spec.pricing.input | spec.pricing.input is required"]
+        );
+        let found: Vec<String> = unknown_keys(Kind::Model, &model(json!({"input": 1, "output": 1, "cached": 1})))
+            .into_iter()
+            .map(|u| u.path)
+            .collect();
+        assert_eq!(found, ["spec.pricing.cached"]);
     }
 
     #[test]

@@ -455,6 +455,10 @@ impl Reply {
                 // together they are the prompt.
                 input_tokens: self.input_tokens + self.cache_creation_tokens + self.cache_read_tokens,
                 output_tokens: self.output_tokens,
+                cache_read_tokens: self.cache_read_tokens,
+                cache_write_tokens: self.cache_creation_tokens,
+                // Extended thinking is billed as output and not counted apart.
+                reasoning_tokens: 0,
             },
         })
     }
@@ -603,7 +607,7 @@ mod tests {
             ]
         );
         assert_eq!(response.stop_reason, Some(StopReason::ToolUse));
-        assert_eq!(response.usage, TokenUsage { input_tokens: 472, output_tokens: 89 });
+        assert_eq!(response.usage, TokenUsage { input_tokens: 472, output_tokens: 89, ..TokenUsage::default() });
         assert_eq!(
             events,
             [
@@ -694,7 +698,17 @@ mod tests {
         assert_eq!(response.text.as_deref(), Some("Hello!"));
         assert!(response.tool_calls.is_empty());
         assert_eq!(response.stop_reason, Some(StopReason::EndTurn));
-        assert_eq!(response.usage, TokenUsage { input_tokens: 40, output_tokens: 15 });
+        assert_eq!(
+            response.usage,
+            TokenUsage {
+                // 25 uncached + 10 written to the cache + 5 read from it.
+                input_tokens: 40,
+                output_tokens: 15,
+                cache_read_tokens: 5,
+                cache_write_tokens: 10,
+                reasoning_tokens: 0,
+            }
+        );
         assert_eq!(events, [StreamEvent::TextDelta("Hello".into()), StreamEvent::TextDelta("!".into())]);
 
         let seen = server.requests();
@@ -920,6 +934,6 @@ mod tests {
         let response = reply.finish().unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(response.text, None);
         assert_eq!(response.tool_calls[0].arguments, r#"{"k":1}"#);
-        assert_eq!(response.usage, TokenUsage { input_tokens: 7, output_tokens: 3 });
+        assert_eq!(response.usage, TokenUsage { input_tokens: 7, output_tokens: 3, ..TokenUsage::default() });
     }
 }

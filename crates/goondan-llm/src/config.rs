@@ -258,6 +258,7 @@ mod tests {
             endpoint: endpoint.map(str::to_owned),
             options: JsonObject::new(),
             capabilities: JsonObject::new(),
+            pricing: None,
         }
     }
 

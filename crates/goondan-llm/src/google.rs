@@ -618,6 +618,24 @@ struct UsageMetadata {
     candidates_token_count: u64,
     #[serde(default)]
     thoughts_token_count: u64,
+    #[serde(default)]
+    cached_content_token_count: u64,
+}
+
+impl UsageMetadata {
+    /// The counts as [`TokenUsage`] has them: the cached content is a part
+    /// of `promptTokenCount`; thoughts are generated (and billed as output)
+    /// but counted apart from `candidatesTokenCount`.
+    fn normalised(&self) -> TokenUsage {
+        TokenUsage {
+            input_tokens: self.prompt_token_count,
+            output_tokens: self.candidates_token_count.saturating_add(self.thoughts_token_count),
+            cache_read_tokens: self.cached_content_token_count,
+            // Explicit caches are made by a separate API call, not by a generation.
+            cache_write_tokens: 0,
+            reasoning_tokens: self.thoughts_token_count,
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -661,10 +679,7 @@ impl Reply {
         }
         self.chunks += 1;
         if let Some(usage) = chunk.usage_metadata {
-            self.usage = TokenUsage {
-                input_tokens: usage.prompt_token_count,
-                output_tokens: usage.candidates_token_count + usage.thoughts_token_count,
-            };
+            self.usage = usage.normalised();
         }
         if let Some(reason) = chunk.prompt_feedback.and_then(|feedback| feedback.block_reason) {
             self.blocked = Some(reason);
@@ -795,6 +810,28 @@ mod tests {
 
     /// Gemini frames events with CRLF; the same stream with bare `\r` line
     /// ends (which the SSE format allows) reads the same.
+    /// A cached, thinking Gemini 2.5 reply's `usageMetadata` (the shape
+    /// the API returns with an explicit cache).
+    #[test]
+    fn usage_metadata_maps_cached_content_and_thoughts() {
+        let metadata = r#"{"promptTokenCount": 2152, "candidatesTokenCount": 12, "totalTokenCount": 2606,
+            "cachedContentTokenCount": 2048, "thoughtsTokenCount": 442,
+            "promptTokensDetails": [{"modality": "TEXT", "tokenCount": 2152}],
+            "cacheTokensDetails": [{"modality": "TEXT", "tokenCount": 2048}]}"#;
+        let metadata: UsageMetadata = serde_json::from_str(metadata).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            metadata.normalised(),
+            TokenUsage {
+                input_tokens: 2152,
+                output_tokens: 454,
+                cache_read_tokens: 2048,
+                cache_write_tokens: 0,
+                reasoning_tokens: 442
+            }
+        );
+        assert_eq!(metadata.normalised().total(), 2606, "the API's own total");
+    }
+
     #[tokio::test]
     async fn a_stream_whose_lines_end_with_a_bare_cr_reads_as_with_crlf() {
         let stream = sse(&[TEXT_1, TEXT_2, TEXT_3, PARALLEL_CALLS]);
@@ -890,7 +927,16 @@ mod tests {
         // The reply.
         assert_eq!(response.text.as_deref(), Some("I found two files; reading both."));
         assert_eq!(response.stop_reason, Some(StopReason::ToolUse));
-        assert_eq!(response.usage, TokenUsage { input_tokens: 120, output_tokens: 70 });
+        assert_eq!(
+            response.usage,
+            TokenUsage {
+                input_tokens: 120,
+                output_tokens: 70,
+                // thoughtsTokenCount: a part of the output.
+                reasoning_tokens: 40,
+                ..TokenUsage::default()
+            }
+        );
         let calls = &response.tool_calls;
         assert_eq!(calls.len(), 2);
         assert_eq!((calls[0].name.as_str(), calls[0].arguments.as_str()), ("fs__read", r#"{"path":"README.md"}"#));
@@ -983,7 +1029,7 @@ mod tests {
         let first = first.unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(first.text, None);
         assert_eq!(first.stop_reason, Some(StopReason::ToolUse));
-        assert_eq!(first.usage, TokenUsage { input_tokens: 30, output_tokens: 12 });
+        assert_eq!(first.usage, TokenUsage { input_tokens: 30, output_tokens: 12, ..TokenUsage::default() });
         let arguments: Vec<&str> = first.tool_calls.iter().map(|c| c.arguments.as_str()).collect();
         assert_eq!(arguments, [r#"{"command":"date"}"#, "{}"]);
         assert_eq!(events.len(), 2);

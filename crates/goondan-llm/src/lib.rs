@@ -13,6 +13,7 @@
 pub mod config;
 pub mod error;
 pub mod http;
+pub mod pricing;
 pub mod provider;
 pub mod scripted;
 pub mod types;

@@ -514,6 +514,45 @@ struct ChatUsage {
     prompt_tokens: Option<u64>,
     #[serde(default)]
     completion_tokens: Option<u64>,
+    #[serde(default)]
+    prompt_tokens_details: Option<CachedDetails>,
+    #[serde(default)]
+    completion_tokens_details: Option<ReasoningDetails>,
+}
+
+/// `prompt_tokens_details` (Chat Completions) and `input_tokens_details`
+/// (Responses): the cached part of the prompt. Compatible servers send
+/// `null` counts or leave them out.
+#[derive(Deserialize)]
+struct CachedDetails {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
+}
+
+/// `completion_tokens_details` and `output_tokens_details`: the reasoning
+/// part of the output.
+#[derive(Deserialize)]
+struct ReasoningDetails {
+    #[serde(default)]
+    reasoning_tokens: Option<u64>,
+}
+
+/// The usage of either API: the cached count is a part of the prompt and
+/// the reasoning count a part of the output, as [`TokenUsage`] counts them.
+fn usage_of(
+    input: Option<u64>,
+    output: Option<u64>,
+    cached: Option<CachedDetails>,
+    reasoning: Option<ReasoningDetails>,
+) -> TokenUsage {
+    TokenUsage {
+        input_tokens: input.unwrap_or(0),
+        output_tokens: output.unwrap_or(0),
+        cache_read_tokens: cached.and_then(|d| d.cached_tokens).unwrap_or(0),
+        // OpenAI caches prompts on its own and charges nothing to write them.
+        cache_write_tokens: 0,
+        reasoning_tokens: reasoning.and_then(|d| d.reasoning_tokens).unwrap_or(0),
+    }
 }
 
 #[derive(Debug, Default)]
@@ -540,10 +579,12 @@ impl ChatStream {
             return Err(http::stream_error(PROVIDER, &error));
         }
         if let Some(usage) = chunk.usage {
-            self.usage = TokenUsage {
-                input_tokens: usage.prompt_tokens.unwrap_or(0),
-                output_tokens: usage.completion_tokens.unwrap_or(0),
-            };
+            self.usage = usage_of(
+                usage.prompt_tokens,
+                usage.completion_tokens,
+                usage.prompt_tokens_details,
+                usage.completion_tokens_details,
+            );
         }
         // Only one choice is asked for (no `n`).
         for choice in chunk.choices.into_iter().filter(|choice| choice.index == 0) {
@@ -679,6 +720,10 @@ struct ResponsesUsage {
     input_tokens: Option<u64>,
     #[serde(default)]
     output_tokens: Option<u64>,
+    #[serde(default)]
+    input_tokens_details: Option<CachedDetails>,
+    #[serde(default)]
+    output_tokens_details: Option<ReasoningDetails>,
 }
 
 #[derive(Deserialize)]
@@ -741,10 +786,12 @@ impl ResponsesStream {
                 let FinalEvent { response } = from_event(value)?;
                 self.finished = true;
                 if let Some(usage) = response.usage {
-                    self.usage = TokenUsage {
-                        input_tokens: usage.input_tokens.unwrap_or(0),
-                        output_tokens: usage.output_tokens.unwrap_or(0),
-                    };
+                    self.usage = usage_of(
+                        usage.input_tokens,
+                        usage.output_tokens,
+                        usage.input_tokens_details,
+                        usage.output_tokens_details,
+                    );
                 }
                 self.stop = Some(if kind == "response.completed" {
                     StopReason::EndTurn
@@ -843,4 +890,57 @@ impl ResponsesStream {
 fn from_event<T: serde::de::DeserializeOwned>(value: JsonValue) -> Result<T, ModelError> {
     let kind = value.get("type").and_then(JsonValue::as_str).unwrap_or("event").to_owned();
     serde_json::from_value(value).map_err(|e| protocol(format!("cannot read a {kind} stream event: {e}")))
+}
+
+#[cfg(test)]
+mod usage_tests {
+    use super::*;
+
+    /// The last chunk of a Chat Completions stream with
+    /// `stream_options.include_usage` (an o4-mini reply whose prompt hit
+    /// the cache).
+    #[test]
+    fn chat_usage_maps_cached_and_reasoning_tokens() {
+        let chunk = r#"{"id":"chatcmpl-C1","object":"chat.completion.chunk","created":1741570283,"model":"o4-mini-2025-04-16","choices":[],"usage":{"prompt_tokens":1117,"completion_tokens":846,"total_tokens":1963,"prompt_tokens_details":{"cached_tokens":1024,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":768,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}}"#;
+        let mut stream = ChatStream::default();
+        let event = SseEvent { data: chunk.to_owned(), ..SseEvent::default() };
+        stream.event(&event, &|_| {}).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            stream.usage,
+            TokenUsage {
+                input_tokens: 1117,
+                output_tokens: 846,
+                cache_read_tokens: 1024,
+                cache_write_tokens: 0,
+                reasoning_tokens: 768
+            }
+        );
+        assert_eq!(stream.usage.total(), 1963);
+        // Compatible servers send null details, or none.
+        let bare = r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2,"prompt_tokens_details":null}}"#;
+        let mut stream = ChatStream::default();
+        let event = SseEvent { data: bare.to_owned(), ..SseEvent::default() };
+        stream.event(&event, &|_| {}).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(stream.usage, TokenUsage { input_tokens: 5, output_tokens: 2, ..TokenUsage::default() });
+    }
+
+    /// `response.completed`'s usage (Responses API, a reasoning model with a
+    /// cached prompt).
+    #[test]
+    fn responses_usage_maps_cached_and_reasoning_tokens() {
+        let usage = r#"{"input_tokens":2006,"input_tokens_details":{"cached_tokens":1920},"output_tokens":1091,"output_tokens_details":{"reasoning_tokens":960},"total_tokens":3097}"#;
+        let usage: ResponsesUsage = serde_json::from_str(usage).unwrap_or_else(|e| panic!("{e}"));
+        let usage =
+            usage_of(usage.input_tokens, usage.output_tokens, usage.input_tokens_details, usage.output_tokens_details);
+        assert_eq!(
+            usage,
+            TokenUsage {
+                input_tokens: 2006,
+                output_tokens: 1091,
+                cache_read_tokens: 1920,
+                cache_write_tokens: 0,
+                reasoning_tokens: 960
+            }
+        );
+    }
 }

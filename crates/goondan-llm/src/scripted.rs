@@ -179,6 +179,7 @@ impl ScriptedProvider {
             usage: TokenUsage {
                 input_tokens: u64::try_from(request.messages.len()).unwrap_or(u64::MAX),
                 output_tokens: u64::try_from(output_tokens).unwrap_or(u64::MAX),
+                ..TokenUsage::default()
             },
         })
     }

@@ -174,7 +174,7 @@ async fn chat_streams_text_and_parallel_tool_calls_and_sends_the_whole_conversat
         ]
     );
     assert_eq!(response.stop_reason, Some(StopReason::ToolUse));
-    assert_eq!(response.usage, TokenUsage { input_tokens: 182, output_tokens: 47 });
+    assert_eq!(response.usage, TokenUsage { input_tokens: 182, output_tokens: 47, ..TokenUsage::default() });
     assert_eq!(
         events,
         [
@@ -240,7 +240,7 @@ async fn chat_options_choose_the_token_field_and_extra_body() {
     let Ok(response) = result else { panic!("{result:?}") };
     assert_eq!(response.text.as_deref(), Some("Hello"));
     assert_eq!(response.stop_reason, Some(StopReason::EndTurn));
-    assert_eq!(response.usage, TokenUsage { input_tokens: 5, output_tokens: 1 });
+    assert_eq!(response.usage, TokenUsage { input_tokens: 5, output_tokens: 1, ..TokenUsage::default() });
     assert_eq!(events, [StreamEvent::TextDelta("Hello".into())]);
     let requests = mock.requests();
     assert_eq!(
@@ -279,7 +279,7 @@ data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":{"promp
     let Ok(response) = result else { panic!("{result:?}") };
     assert_eq!(response.text, None);
     assert_eq!(response.stop_reason, Some(StopReason::ToolUse));
-    assert_eq!(response.usage, TokenUsage { input_tokens: 10, output_tokens: 3 });
+    assert_eq!(response.usage, TokenUsage { input_tokens: 10, output_tokens: 3, ..TokenUsage::default() });
     let calls: Vec<(&str, &str)> =
         response.tool_calls.iter().map(|call| (call.name.as_str(), call.arguments.as_str())).collect();
     assert_eq!(
@@ -550,7 +550,7 @@ async fn responses_streams_text_and_function_calls_and_sends_the_whole_conversat
         ]
     );
     assert_eq!(response.stop_reason, Some(StopReason::ToolUse));
-    assert_eq!(response.usage, TokenUsage { input_tokens: 182, output_tokens: 47 });
+    assert_eq!(response.usage, TokenUsage { input_tokens: 182, output_tokens: 47, ..TokenUsage::default() });
     assert_eq!(
         events,
         [
@@ -612,7 +612,7 @@ data: {"type":"response.incomplete","sequence_number":5,"response":{"id":"resp_1
     let Ok(response) = result else { panic!("{result:?}") };
     assert_eq!(response.text.as_deref(), Some("Once upon"));
     assert_eq!(response.stop_reason, Some(StopReason::MaxTokens));
-    assert_eq!(response.usage, TokenUsage { input_tokens: 9, output_tokens: 16 });
+    assert_eq!(response.usage, TokenUsage { input_tokens: 9, output_tokens: 16, ..TokenUsage::default() });
 
     // A server that sends only the final event still yields its reply.
     let stream = r#"data: {"type":"response.completed","response":{"status":"completed","output":[{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Hi there"}]},{"type":"function_call","id":"fc_1","call_id":"call_1","name":"bash__exec","arguments":"{\"command\":\"pwd\"}"}],"usage":{"input_tokens":3,"output_tokens":4}}}

@@ -336,6 +336,9 @@ impl Agent {
             },
             "end": outcome.end.as_str(),
         });
+        if let Some(usage) = extra.get_mut("tokenUsage") {
+            outcome.usage.add_kinds_to(usage);
+        }
         if outcome.end.is_failure()
             && let (Some(note), Some(map)) = (outcome.end.note(), extra.as_object_mut())
         {
@@ -576,6 +579,9 @@ impl TurnCore<'_> {
         if let Some(map) = extra.as_object_mut() {
             if let Some(call) = model_call {
                 map.insert("model".to_owned(), call.to_json(&agent.model));
+                // The step's usage, durable with the step (this event is synced
+                // below, before the next step): `gdn usage` and budgets sum these.
+                map.insert("tokenUsage".to_owned(), call.usage.to_record());
             }
             // A step that did not finish says why (the original's `step.failed`).
             if let Some(failure) = &step.failure {

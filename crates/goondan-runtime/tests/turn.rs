@@ -333,6 +333,11 @@ async fn a_restart_request_is_reported_and_events_trace_the_turn() {
     assert_eq!(done["stepCount"], 2);
     assert!(done["duration"].is_number());
     assert!(done["tokenUsage"]["totalTokens"].as_u64().is_some_and(|n| n > 0));
+    // Each step records its own usage (the original's names); the turn's is their sum.
+    let steps: Vec<&serde_json::Value> = events.iter().filter(|e| e["type"] == "step.completed").collect();
+    let summed: u64 = steps.iter().map(|s| s["tokenUsage"]["totalTokens"].as_u64().unwrap_or(0)).sum();
+    assert!(steps.iter().all(|s| s["tokenUsage"]["promptTokens"].as_u64().is_some_and(|n| n > 0)), "{steps:?}");
+    assert_eq!(Some(summed), done["tokenUsage"]["totalTokens"].as_u64());
 }
 
 #[tokio::test]

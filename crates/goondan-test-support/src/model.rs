@@ -1,6 +1,8 @@
 //! One fake model server: a real HTTP/1.1 server on 127.0.0.1 that answers
 //! every request as the OpenAI Chat Completions API streams (one chunk per
-//! delta, a chunk with the finish reason, then `[DONE]`), and records each
+//! delta, a chunk with the finish reason, with a reply's `usage` the last
+//! chunk with no choices as `stream_options.include_usage` asks, then
+//! `[DONE]`), and records each
 //! request's headers and JSON body for the test to read back.
 //!
 //! What is deliberately absent: routing by path, keep-alive, and any model
@@ -41,9 +43,8 @@ pub struct Reply {
     pub deltas: Vec<Value>,
     /// The last chunk's `finish_reason`.
     pub finish: String,
-    /// `usage` (`prompt_tokens`, `completion_tokens`), sent as a chunk of
-    /// its own after the last, as OpenAI does with `include_usage`.
-    pub usage: Option<(u64, u64)>,
+    /// The `usage` of a final chunk with no choices (none when `None`).
+    pub usage: Option<Value>,
 }
 
 impl Reply {
@@ -57,10 +58,20 @@ impl Reply {
         Self { deltas, finish: finish.to_owned(), usage: None }
     }
 
-    /// This reply, then a usage chunk of `prompt` and `completion` tokens.
+    /// The same reply ending with a usage chunk: `prompt` and `completion`
+    /// tokens, `cached` of the prompt and `reasoning` of the completion, in
+    /// OpenAI's shape (`prompt_tokens_details`, `completion_tokens_details`).
     #[must_use]
-    pub fn with_usage(self, prompt: u64, completion: u64) -> Self {
-        Self { usage: Some((prompt, completion)), ..self }
+    pub fn with_usage(mut self, prompt: u64, completion: u64, cached: u64, reasoning: u64) -> Self {
+        self.usage = Some(json!({
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": reasoning, "audio_tokens": 0,
+                "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}
+        }));
+        self
     }
 }
 
@@ -189,10 +200,9 @@ pub fn write_stream(stream: &TcpStream, reply: &Reply) {
         payload.push_str(&format!("data: {}\n\n", chunk(delta, None)));
     }
     payload.push_str(&format!("data: {}\n\n", chunk(&json!({}), Some(&reply.finish))));
-    if let Some((prompt, completion)) = reply.usage {
-        let usage = json!({"id": "c1", "object": "chat.completion.chunk", "choices": [],
-            "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}});
-        payload.push_str(&format!("data: {usage}\n\n"));
+    if let Some(usage) = &reply.usage {
+        let last = json!({"id": "c1", "object": "chat.completion.chunk", "choices": [], "usage": usage});
+        payload.push_str(&format!("data: {last}\n\n"));
     }
     payload.push_str("data: [DONE]\n\n");
     let mut stream = stream;
