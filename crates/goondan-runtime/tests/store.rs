@@ -1103,3 +1103,30 @@ fn a_fresh_start_clears_the_conversations_it_selects_and_keeps_the_rest() {
     assert!(must(other.messages()).messages.is_empty());
     assert_eq!(exports(other.dir()), [false, false]);
 }
+
+/// A process killed while it replaced a file atomically leaves its temp file
+/// (`.<name>.<pid>.tmp`), in the instance's directory or in its exports'
+/// `messages/` (base.jsonl's rewrite); the next process to lock the instance
+/// removes both (found by the crash matrix: a kill mid-export left one).
+#[test]
+fn the_next_lock_removes_temp_files_a_killed_writer_left_in_the_instance_and_its_exports() {
+    let (_temp, root) = temp_root();
+    let store = open(&root, "stale");
+    // A pid that no longer runs: a child that has exited and been reaped.
+    let mut child = must(std::process::Command::new("true").spawn());
+    let dead = child.id();
+    must(child.wait());
+    let exports = store.dir().join(InstanceStore::EXPORT_DIR);
+    must(fs::create_dir_all(&exports));
+    let left = [
+        store.dir().join(format!(".{}.{dead}.tmp", InstanceStore::MESSAGES_FILE)),
+        exports.join(format!(".{}.{dead}.tmp", InstanceStore::BASE_EXPORT_FILE)),
+    ];
+    for path in &left {
+        must(fs::write(path, "half a file"));
+    }
+    let _held = must(store.lock());
+    for path in &left {
+        assert!(!path.exists(), "{} was left behind", path.display());
+    }
+}

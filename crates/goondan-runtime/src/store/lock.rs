@@ -84,6 +84,9 @@ impl InstanceStore {
             tracing::warn!(target: LOG_TARGET, "writing the pid into {}: {error}", path.display());
         }
         remove_stale_temps(&self.dir);
+        // The exports' rewrite (`messages/base.jsonl`) leaves its temp file
+        // there when killed mid-write.
+        remove_stale_temps(&self.dir.join(InstanceStore::EXPORT_DIR));
         Ok(InstanceLock { file })
     }
 }
