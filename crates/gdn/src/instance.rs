@@ -449,7 +449,7 @@ pub(crate) fn updated(updated_at: u64, now: u64) -> String {
 }
 
 /// `YYYY-MM-DD` (UTC) of a time in milliseconds since the Unix epoch.
-fn iso_date(millis: u64) -> String {
+pub(crate) fn iso_date(millis: u64) -> String {
     let mut date = goondan_core::js_message::format_rfc3339_millis(millis);
     date.truncate(10);
     date
