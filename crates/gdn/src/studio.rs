@@ -67,7 +67,7 @@ pub fn studio(global: &GlobalOptions, args: &StudioArgs, session: &crate::Sessio
         let _ = tokio::signal::ctrl_c().await;
     }))?;
     writeln!(out.stdout, "Studio stopped.")?;
-    Ok(130)
+    Ok(exit::INTERRUPTED)
 }
 
 /// Binds the studio's listener (`--host`, `--port`); a host beyond

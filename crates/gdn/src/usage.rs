@@ -13,7 +13,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write as _;
-use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -105,13 +104,10 @@ pub fn parse_since(text: &str) -> std::result::Result<Duration, String> {
 }
 
 /// Every step record of the workspace's event logs.
-fn read_steps(workspace: &Path) -> Vec<StepUsage> {
+fn read_steps(workspace: &goondan_runtime::store::Workspace) -> Vec<StepUsage> {
     let mut steps = Vec::new();
-    let Ok(entries) = std::fs::read_dir(workspace.join("instances")) else { return steps };
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some((agent, key)) = goondan_runtime::store::parse_instance_dir_name(&name) else { continue };
-        let mut tail = goondan_journal::Tail::new(entry.path().join("events.jsonl"));
+    for (agent, key, dir) in workspace.instance_dirs() {
+        let mut tail = goondan_journal::Tail::new(dir.join(goondan_runtime::store::InstanceStore::EVENTS_FILE));
         // A torn last line (a crash mid-write) is not a complete line: not read.
         tail.read_new(|line| {
             let Ok(record) = serde_json::from_slice::<JsonValue>(line) else { return };
@@ -123,8 +119,8 @@ fn read_steps(workspace: &Path) -> Vec<StepUsage> {
             let model = record.get("model");
             steps.push(StepUsage {
                 timestamp_ms: record.get("timestamp").and_then(JsonValue::as_u64).unwrap_or(0),
-                agent: agent.to_string(),
-                instance: key.to_string(),
+                agent: agent.clone(),
+                instance: key.clone(),
                 turn: text(record.get("turnId")),
                 provider: text(model.and_then(|m| m.get("provider"))),
                 model: text(model.and_then(|m| m.get("name"))),
@@ -191,7 +187,7 @@ pub fn usage(global: &GlobalOptions, args: &UsageArgs, out: &mut Output) -> Resu
         args.since.map(|since| now_ms().saturating_sub(u64::try_from(since.as_millis()).unwrap_or(u64::MAX)));
     let mut total = Sum::default();
     let mut rows: BTreeMap<String, Sum> = BTreeMap::new();
-    for step in read_steps(workspace.dir()) {
+    for step in read_steps(&workspace) {
         if since_ms.is_some_and(|since| step.timestamp_ms < since) {
             continue;
         }

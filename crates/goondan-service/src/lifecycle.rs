@@ -163,16 +163,10 @@ impl Sweeper {
             let now = now_millis();
             match due(&info, now, self.lifecycle.ttl) {
                 Due::Collect => self.collect(instance).await,
-                Due::Expire if !self.has_work(&instance, &dir) => self.expire(instance, dir).await,
+                Due::Expire if !has_work(&self.inbox, &instance, &dir) => self.expire(instance, dir).await,
                 Due::Expire | Due::Nothing => {}
             }
         }
-    }
-
-    /// Whether something waits for `instance` that its expiry would
-    /// strand: an event stored for it, or a task whose end it has not had.
-    fn has_work(&self, instance: &AgentInstance, dir: &std::path::Path) -> bool {
-        pending_for(&self.inbox, instance) || goondan_runtime::tasks::has_undelivered(dir)
     }
 
     /// Expires `instance` (in `dir`) if it is idle; says so in the log.
@@ -184,7 +178,7 @@ impl Sweeper {
             let grace_ms = millis(self.lifecycle.gc_grace);
             Box::new(move || {
                 // Held down: checked again, as work may have come meanwhile.
-                if pending_for(&inbox, &instance) || goondan_runtime::tasks::has_undelivered(&dir) {
+                if has_work(&inbox, &instance, &dir) {
                     return Ok(());
                 }
                 let (agent, key) = (&instance.agent, &instance.instance_key);
@@ -270,6 +264,12 @@ fn due(info: &InstanceInfo, now: u64, ttl: Duration) -> Due {
         None if now.saturating_sub(info.updated_at) >= millis(ttl) => Due::Expire,
         None => Due::Nothing,
     }
+}
+
+/// Whether something waits for `instance` (in `dir`) that its expiry would
+/// strand: an event stored for it, or a task whose end it has not had.
+fn has_work(inbox: &Inbox, instance: &AgentInstance, dir: &std::path::Path) -> bool {
+    pending_for(inbox, instance) || goondan_runtime::tasks::has_undelivered(dir)
 }
 
 /// Whether an event is stored for `instance` whose turn has not run to its end.

@@ -109,8 +109,6 @@ impl Workspace {
         self.dir.join(Self::INSTANCES_DIR_NAME)
     }
 
-    /// The directory of the instance of `agent` for `key` (which need not
-    /// exist), or [`StoreError::InvalidKey`] for a pair that cannot name one.
     /// Every instance directory of the workspace with its agent and key
     /// (as its name says them), in no particular order; nothing if there
     /// are none (or the directory cannot be read).
@@ -125,6 +123,8 @@ impl Workspace {
             .collect()
     }
 
+    /// The directory of the instance of `agent` for `key` (which need not
+    /// exist), or [`StoreError::InvalidKey`] for a pair that cannot name one.
     pub fn instance_dir(&self, agent: &str, key: &str) -> Result<PathBuf, StoreError> {
         let instances = self.instances_dir();
         match encode_instance(agent, key) {
